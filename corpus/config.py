@@ -1,0 +1,441 @@
+"""Configuration (spec §16): defaults < ``.dir2mcp.yaml`` < env < flags.
+
+The schema is a tree of strict pydantic models: an unknown key or a bad value
+raises :class:`~corpus.errors.Dir2mcpError` with code ``CONFIG_INVALID``
+(exit 2), naming the dotted key and how to fix it.
+
+Environment overrides use ``DIR2MCP_<SECTION>__<KEY>`` (double underscore
+between levels), e.g. ``DIR2MCP_INGEST__PDF__MODE=auto``. A few well-known
+variables are mapped as well (``MISTRAL_API_KEY``, ``ELEVENLABS_API_KEY``,
+``DIR2MCP_AUTH_TOKEN``, ``DIR2MCP_LISTEN``). Secrets never live in this tree
+as values: they are resolved by :mod:`corpus.secrets`, which reports only
+where each came from.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+)
+
+from corpus import errors
+
+CONFIG_FILENAME = ".dir2mcp.yaml"
+ENV_PREFIX = "DIR2MCP_"
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any) -> float:
+    """Parse ``"24h"``, ``"1h30m"``, ``"90s"``, ``"0"`` or a number into seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30m, 24h or 0")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    text = str(value).strip().lower()
+    if text in {"0", ""}:
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _DURATION_RE.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or pos == 0:
+        raise ValueError(f"{value!r} is not a duration; use forms like 30m, 24h, 1h30m or 0")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    if seconds == 0:
+        return "0"
+    for unit in ("d", "h", "m", "s"):
+        size = _DURATION_UNITS[unit]
+        if seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds * 1000)}ms"
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration)]
+
+
+def _switch_word(value: Any) -> Any:
+    # YAML 1.1 reads a bare `off`/`on` as a boolean, and the spec's own
+    # template writes `mode: off`; map the booleans back to the words.
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+Switch = BeforeValidator(_switch_word)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class MistralConfig(Section):
+    api_key: str = "${MISTRAL_API_KEY}"
+    base_url: str = "https://api.mistral.ai"
+    chat_model: str = "mistral-small-2506"
+    embed_text_model: str = "mistral-embed"
+    embed_code_model: str = "codestral-embed"
+    ocr_model: str = "mistral-ocr-latest"
+
+
+class RagConfig(Section):
+    generate_answer: bool = True
+    k_default: int = Field(10, ge=1, le=50)
+    system_prompt: str = "You are a retrieval-augmented assistant.\nUse citations and never invent sources.\n"
+    max_context_chars: int = Field(20000, ge=500)
+    oversample_factor: int = Field(5, ge=1, le=100)
+
+
+class PdfConfig(Section):
+    mode: Annotated[Literal["off", "ocr", "auto"], Switch] = "ocr"
+
+
+class ImagesConfig(Section):
+    mode: Annotated[Literal["off", "ocr_auto", "ocr_on"], Switch] = "ocr_auto"
+
+
+class AudioConfig(Section):
+    mode: Annotated[Literal["off", "auto", "on"], Switch] = "auto"
+    cache: bool = True
+
+
+class ArchivesConfig(Section):
+    mode: Annotated[Literal["off", "shallow", "deep"], Switch] = "deep"
+    max_depth: int = Field(2, ge=1, le=8)
+    max_members: int = Field(10000, ge=1)
+    max_total_mb: float = Field(512, gt=0)
+    max_ratio: float = Field(100, gt=1)
+
+
+def _default_type_limits() -> dict[str, float]:
+    return {"code": 4, "text": 8, "md": 8, "data": 16, "html": 8, "pdf": 64, "image": 32, "audio": 256}
+
+
+class IngestConfig(Section):
+    gitignore: bool = True
+    pdf: PdfConfig = PdfConfig()
+    images: ImagesConfig = ImagesConfig()
+    audio: AudioConfig = AudioConfig()
+    archives: ArchivesConfig = ArchivesConfig()
+    follow_symlinks: bool = False
+    max_file_mb: float = Field(20, gt=0)
+    # Per doc_type ceilings in MB; the effective limit is the smaller of
+    # this and max_file_mb.
+    max_file_mb_by_type: dict[str, float] = Field(default_factory=_default_type_limits)
+
+
+class CodeChunking(Section):
+    max_lines: int = Field(200, ge=5)
+    overlap_lines: int = Field(30, ge=0)
+
+
+class TranscriptChunking(Section):
+    segment_ms: int = Field(30000, ge=1000)
+    overlap_ms: int = Field(5000, ge=0)
+
+
+class ChunkingConfig(Section):
+    max_chars: int = Field(2500, ge=100)
+    overlap_chars: int = Field(250, ge=0)
+    min_chars: int = Field(200, ge=0)
+    code: CodeChunking = CodeChunking()
+    transcript: TranscriptChunking = TranscriptChunking()
+
+
+class SttProviderConfig(Section):
+    api_key: str = ""
+    model: str = ""
+    timestamps: bool = True
+
+
+class SttConfig(Section):
+    provider: Literal["mistral", "elevenlabs"] = "mistral"
+    mistral: SttProviderConfig = SttProviderConfig(api_key="${MISTRAL_API_KEY}", model="voxtral-mini-latest")
+    elevenlabs: SttProviderConfig = SttProviderConfig(api_key="${ELEVENLABS_API_KEY}", model="scribe")
+
+
+class ToolsCallPolicy(Section):
+    enabled: bool = False
+    price: str = "0.001"
+    network: str = "eip155:8453"
+    scheme: str = "exact"
+    asset: str = ""
+    pay_to: str = ""
+
+
+class RoutePolicy(Section):
+    tools_call: ToolsCallPolicy = ToolsCallPolicy()
+
+
+class BazaarConfig(Section):
+    enabled: bool = False
+    metadata: dict[str, Any] = Field(default_factory=lambda: {"description": ""})
+
+
+class X402Config(Section):
+    enabled: bool = False
+    mode: Annotated[Literal["off", "on", "required"], Switch] = "off"
+    facilitator_url: str = ""
+    resource_base_url: str = ""
+    route_policy: RoutePolicy = RoutePolicy()
+    bazaar: BazaarConfig = BazaarConfig()
+
+
+class TlsConfig(Section):
+    enabled: bool = False
+    cert_file: str = ""
+    key_file: str = ""
+
+
+class ServerConfig(Section):
+    listen: str = "127.0.0.1:0"
+    mcp_path: str = "/mcp"
+    protocol_version: str = "2025-11-25"
+    tls: TlsConfig = TlsConfig()
+    public: bool = False
+    session_inactivity_timeout: Duration = 24 * 3600.0
+    session_max_lifetime: Duration = 0.0
+
+
+class KeychainConfig(Section):
+    service: str = "dir2mcp"
+    account: str = "default"
+
+
+class SecretFileConfig(Section):
+    path: str = ".dir2mcp/secret.env"
+    mode: str = "0600"
+
+
+class SecretsConfig(Section):
+    provider: Literal["auto", "keychain", "file", "env", "session"] = "auto"
+    keychain: KeychainConfig = KeychainConfig()
+    file: SecretFileConfig = SecretFileConfig()
+
+
+class AuthConfig(Section):
+    mode: Literal["auto", "none", "file"] = "auto"
+    token_file: str = ""
+    token_env: str = "DIR2MCP_AUTH_TOKEN"
+
+
+# The spec's AWS-secret heuristic `(?i)aws(.{0,20})?secret|([0-9a-zA-Z/+=]{40})`
+# matches any 40-character run of letters, digits and slashes (git hashes,
+# base64, long paths) and any prose mentioning "AWS secret"; on the Python
+# standard library it skipped a large share of files. The default here keeps
+# both halves but anchors them to an assignment, as the spec's tuning notes
+# recommend. See docs/security.md.
+DEFAULT_SECRET_PATTERNS = [
+    r"AKIA[0-9A-Z]{16}",
+    r"(?i)aws.{0,20}secret.{0,20}\s*[:=]\s*['\"]?[0-9a-zA-Z/+=]{40}(?![0-9a-zA-Z/+=])",
+    r"(?i)(?:authorization\s*[:=]\s*bearer\s+|(?:access|id|refresh)_token\s*[:=]\s*)"
+    r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    r"(?i)token\s*[:=]\s*[A-Za-z0-9_.-]{20,}",
+    r"sk_[a-z0-9]{32}|api_[A-Za-z0-9]{32}",
+]
+
+DEFAULT_PATH_EXCLUDES = [
+    "**/.git/**",
+    "**/node_modules/**",
+    "**/.dir2mcp/**",
+    "**/.env",
+    "**/*.pem",
+    "**/*.key",
+    "**/id_rsa",
+]
+
+
+def _check_patterns(value: list[str]) -> list[str]:
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+    return value
+
+
+class SecurityConfig(Section):
+    auth: AuthConfig = AuthConfig()
+    allowed_origins: list[str] = Field(default_factory=lambda: ["http://localhost", "http://127.0.0.1"])
+    path_excludes: list[str] = Field(default_factory=lambda: list(DEFAULT_PATH_EXCLUDES))
+    secret_patterns: Annotated[list[str], AfterValidator(_check_patterns)] = Field(
+        default_factory=lambda: list(DEFAULT_SECRET_PATTERNS)
+    )
+
+
+class Config(Section):
+    version: Literal[1] = 1
+    mistral: MistralConfig = MistralConfig()
+    rag: RagConfig = RagConfig()
+    ingest: IngestConfig = IngestConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
+    stt: SttConfig = SttConfig()
+    x402: X402Config = X402Config()
+    server: ServerConfig = ServerConfig()
+    secrets: SecretsConfig = SecretsConfig()
+    security: SecurityConfig = SecurityConfig()
+
+    def max_bytes_for(self, doc_type: str) -> int:
+        """The size ceiling for a document of ``doc_type``, in bytes."""
+        limit = self.ingest.max_file_mb
+        per_type = self.ingest.max_file_mb_by_type.get(doc_type)
+        if per_type is not None:
+            limit = min(limit, per_type)
+        return int(limit * 1024 * 1024)
+
+
+# Well-known variables that map onto config keys. Secrets (API keys, the auth
+# token) are not here: corpus.secrets reads them directly.
+ENV_ALIASES: dict[str, str] = {
+    "DIR2MCP_LISTEN": "server.listen",
+    "DIR2MCP_MCP_PATH": "server.mcp_path",
+    "DIR2MCP_PUBLIC": "server.public",
+    "DIR2MCP_X402_MODE": "x402.mode",
+    "DIR2MCP_X402_FACILITATOR_URL": "x402.facilitator_url",
+    "DIR2MCP_X402_RESOURCE_BASE_URL": "x402.resource_base_url",
+}
+
+# DIR2MCP_* variables that are not config keys.
+_RESERVED_ENV = {
+    "DIR2MCP_ROOT",
+    "DIR2MCP_STATE_DIR",
+    "DIR2MCP_CONFIG",
+    "DIR2MCP_AUTH_TOKEN",
+    "DIR2MCP_LOG_LEVEL",
+    "DIR2MCP_SQLITE_TIMEOUT",
+}
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _merge(base: dict, override: Mapping) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict:
+    """Config keys set through the environment, as a nested dict."""
+    tree: dict = {}
+    for name, dotted in ENV_ALIASES.items():
+        if environ.get(name, "") != "":
+            _set_dotted(tree, dotted, _env_value(environ[name]))
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name or name in _RESERVED_ENV:
+            continue
+        dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+        _set_dotted(tree, dotted, _env_value(raw))
+    return tree
+
+
+def _env_value(raw: str) -> Any:
+    """Environment values are YAML scalars or flow lists (``[a, b]``)."""
+    try:
+        return yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        return raw
+
+
+def read_config_file(path: Path) -> dict:
+    """Load a YAML config file; a missing file is an empty config."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID,
+            f"cannot read {path}: {exc}",
+            hint="Check the file's permissions and encoding.",
+        ) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID, f"{path} is not valid YAML: {exc}", hint="Fix the YAML syntax."
+        ) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise errors.Dir2mcpError(errors.CONFIG_INVALID, f"{path} must hold a mapping at the top level")
+    return data
+
+
+def _describe(exc: ValidationError, origin: str) -> errors.Dir2mcpError:
+    lines = []
+    for item in exc.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"unknown key '{key}': remove it or check its spelling against `config print`")
+        else:
+            lines.append(f"bad value for '{key}': {item['msg']} (got {item.get('input')!r})")
+    return errors.Dir2mcpError(
+        errors.CONFIG_INVALID,
+        f"{origin}: " + "; ".join(lines),
+        hint="Fix the key in the config file, the DIR2MCP_* variable or the flag, then retry.",
+    )
+
+
+def build_config(
+    file_data: Mapping, env_data: Mapping, flag_data: Mapping, *, origin: str = "config"
+) -> Config:
+    """Merge the layers (flags > env > file > defaults) and validate."""
+    merged = _merge(_merge(dict(file_data), env_data), flag_data)
+    try:
+        return Config.model_validate(merged)
+    except ValidationError as exc:
+        raise _describe(exc, origin) from None
+
+
+def load_config(
+    path: Path | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping | None = None,
+) -> Config:
+    """The effective configuration for ``path`` (missing file = defaults)."""
+    environ = os.environ if environ is None else environ
+    file_data = read_config_file(path) if path else {}
+    return build_config(
+        file_data, env_overrides(environ), flags or {}, origin=str(path) if path else "configuration"
+    )
+
+
+def default_config_path(root: Path) -> Path:
+    explicit = os.environ.get("DIR2MCP_CONFIG")
+    return Path(explicit) if explicit else root / CONFIG_FILENAME

@@ -1,0 +1,42 @@
+"""Indexing services: what `reindex`, `watch`, `up` and the admin call."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from corpus.config import Config
+from corpus.events import Reporter
+from corpus.ingest.pipeline import Counters, Indexer
+from corpus.state import IndexLock, StateDir
+
+
+def index_directory(
+    root: Path,
+    *,
+    state: StateDir,
+    config: Config,
+    mode: str = "incremental",
+    reporter: Reporter | None = None,
+    stop: threading.Event | None = None,
+) -> Counters:
+    """Index ``root`` once under the state directory's index lock.
+
+    ``mode="full"`` re-reads every file; ``"incremental"`` skips files whose
+    size and mtime (then content hash) are unchanged.
+    """
+    with IndexLock(state):
+        return Indexer(root, state, config, reporter=reporter, mode=mode, stop=stop).run()
+
+
+def refresh_paths(
+    root: Path,
+    rel_paths: Iterable[str],
+    *,
+    state: StateDir,
+    config: Config,
+    reporter: Reporter | None = None,
+) -> Counters:
+    """Re-index only ``rel_paths``; the caller holds the index lock."""
+    return Indexer(root, state, config, reporter=reporter).run_paths(rel_paths)

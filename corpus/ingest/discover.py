@@ -1,0 +1,174 @@
+"""Discovery (spec §7.1): walk the root and list the files that may be indexed.
+
+The walk is on the hot path of every reindex, so it prunes excluded
+directories before descending and takes sizes from one ``lstat`` per file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+
+from corpus import errors
+from corpus.security import ExclusionEngine, GitignoreRule, normalize_rel_path
+
+_by_name = attrgetter("name")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    rel_path: str
+    abs_path: Path
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class WalkProblem:
+    """A file or directory that could not be walked; the walk goes on without it."""
+
+    rel_path: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class _Dir:
+    path: str
+    real: str
+    rel: str
+    chain: tuple[GitignoreRule, ...]
+    # Real paths of this directory and its ancestors; a symlink back into
+    # one of them is a loop.
+    lineage: frozenset[str]
+
+
+def walk(engine: ExclusionEngine, *, start: str = "") -> Iterator[FileEntry | WalkProblem]:
+    """Yield every allowed regular file under ``engine.root``, sorted, depth first.
+
+    ``start`` limits the walk to one file or directory below the root (the
+    watcher's targeted refresh); if it is missing or excluded nothing is yielded.
+    """
+    root = str(engine.root)
+    _check_root(root)
+    stack: list[_Dir] = []
+    if not start:
+        stack.append(_Dir(root, root, "", engine.gitignore_chain(""), frozenset({root})))
+    else:
+        yield from _start(engine, start, stack)
+    # Each symlinked directory target is walked through a link at most once,
+    # which keeps link-heavy trees linear; real directories are always walked.
+    followed: set[str] = set()
+    while stack:
+        current = stack.pop()
+        try:
+            entries = _scan(current.path)
+        except OSError as exc:
+            yield _problem(current.rel, exc)
+            continue
+        subdirs: list[_Dir] = []
+        for entry in entries:
+            yield from _visit(engine, current, entry, subdirs, followed)
+        stack.extend(reversed(subdirs))
+
+
+def _start(engine: ExclusionEngine, start: str, stack: list[_Dir]) -> Iterator[FileEntry | WalkProblem]:
+    try:
+        rel = normalize_rel_path(start)
+        real = str(engine.resolve(rel))
+        st = os.stat(real)
+    except errors.Dir2mcpError as exc:
+        if exc.code == errors.PATH_OUTSIDE_ROOT:
+            yield WalkProblem(start, exc.code, exc.message)
+        return
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        yield _problem(start, exc)
+        return
+    path = os.path.join(str(engine.root), rel)
+    if stat.S_ISDIR(st.st_mode):
+        stack.append(_Dir(path, real, rel, engine.gitignore_chain(rel), frozenset({str(engine.root), real})))
+    elif stat.S_ISREG(st.st_mode):
+        yield FileEntry(rel, Path(path), st.st_size, st.st_mtime_ns)
+
+
+def _check_root(root: str) -> None:
+    try:
+        with os.scandir(root):
+            pass
+    except OSError as exc:
+        raise errors.Dir2mcpError(
+            errors.ROOT_INACCESSIBLE, f"cannot read root {root}: {exc.strerror or exc}"
+        ) from None
+
+
+def _scan(path: str) -> list[os.DirEntry]:
+    with os.scandir(path) as it:
+        return sorted(it, key=_by_name)
+
+
+def _visit(
+    engine: ExclusionEngine, parent: _Dir, entry: os.DirEntry, subdirs: list[_Dir], followed: set[str]
+) -> Iterator[FileEntry | WalkProblem]:
+    rel = f"{parent.rel}/{entry.name}" if parent.rel else entry.name
+    try:
+        if entry.is_symlink():
+            if engine.policy.follow_symlinks:
+                yield from _visit_symlink(engine, parent, entry, rel, subdirs, followed)
+            return
+        if entry.is_dir(follow_symlinks=False):
+            if engine.entry_reason(rel, is_dir=True, chain=parent.chain) is None:
+                real = os.path.join(parent.real, entry.name)
+                chain = engine.gitignore_chain(rel, parent.chain)
+                subdirs.append(_Dir(entry.path, real, rel, chain, parent.lineage | {real}))
+            return
+        if entry.is_file(follow_symlinks=False) and engine.entry_reason(rel, chain=parent.chain) is None:
+            st = entry.stat(follow_symlinks=False)
+            yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
+    except FileNotFoundError:
+        return  # removed while we were walking
+    except OSError as exc:
+        yield _problem(rel, exc)
+
+
+def _visit_symlink(
+    engine: ExclusionEngine,
+    parent: _Dir,
+    entry: os.DirEntry,
+    rel: str,
+    subdirs: list[_Dir],
+    followed: set[str],
+) -> Iterator[FileEntry | WalkProblem]:
+    target = os.path.realpath(entry.path)
+    root = str(engine.root)
+    if not (target == root or target.startswith(root + os.sep)):
+        yield WalkProblem(rel, errors.PATH_OUTSIDE_ROOT, "symlink points outside the root")
+        return
+    st = os.stat(target)
+    is_dir = stat.S_ISDIR(st.st_mode)
+    target_rel = os.path.relpath(target, root).replace(os.sep, "/")
+    if engine.entry_reason(rel, is_dir=is_dir, chain=parent.chain) or (
+        target_rel != "." and engine.excluded_reason(target_rel, is_dir=is_dir)
+    ):
+        return
+    if not is_dir:
+        if stat.S_ISREG(st.st_mode):
+            yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
+        return
+    if target in parent.lineage:
+        yield WalkProblem(rel, errors.FORBIDDEN, "symlink loop: points to one of its own parent directories")
+    elif target not in followed:
+        followed.add(target)
+        chain = engine.gitignore_chain(rel, parent.chain)
+        subdirs.append(_Dir(entry.path, target, rel, chain, parent.lineage | {target}))
+
+
+def _problem(rel: str, exc: OSError) -> WalkProblem:
+    if isinstance(exc, PermissionError):
+        return WalkProblem(rel or ".", errors.FORBIDDEN, "permission denied")
+    return WalkProblem(rel or ".", errors.EXTRACT_FAILED, f"cannot read: {exc.strerror or exc}")

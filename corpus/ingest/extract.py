@@ -1,0 +1,218 @@
+"""Raw text representations (spec §7.4 A, and the PDF text layer for §7.4 B).
+
+Pure functions from a document's bytes to normalized UTF-8 text. Documents
+that need an external provider (OCR, speech-to-text) raise
+:class:`NeedsProvider` so the caller can route them; everything else that
+cannot be read raises :class:`~corpus.errors.Dir2mcpError`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+from dataclasses import dataclass, field
+
+import charset_normalizer
+import html2text
+from pypdf import PasswordType, PdfReader
+
+from corpus import errors
+
+RAW_TEXT = "raw_text"
+PAGE_SEPARATOR = "\f"
+# Text-layer extraction is slow on huge or hostile files; past this many
+# pages the rest is left to OCR or simply not indexed.
+MAX_PDF_PAGES = 2000
+# Fewer non-whitespace characters than this and a page is treated as a scan
+# (page numbers and stray marks survive on otherwise image-only pages).
+MIN_PAGE_TEXT_CHARS = 4
+
+_BOM_ENCODINGS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+_WESTERN_DEFAULT = "cp1252"
+
+
+@dataclass(frozen=True)
+class Page:
+    number: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """A document's text; for PDFs ``text`` is the pages joined with form feeds."""
+
+    rep_type: str
+    text: str
+    pages: tuple[Page, ...] | None = None
+    meta: dict = field(default_factory=dict)
+
+
+class NeedsProvider(Exception):
+    """The document has no text without an external provider (``"ocr"`` or ``"stt"``)."""
+
+    def __init__(self, what: str):
+        super().__init__(f"document needs the {what} provider")
+        self.what = what
+
+
+def _normalize(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+
+
+def _decode_counting(data: bytes, encoding: str) -> tuple[str, int]:
+    """Decode with replacement characters, returning how many bytes were replaced."""
+    text = data.decode(encoding, errors="replace")
+    replaced = text.count("\ufffd") - data.decode(encoding, errors="ignore").count("\ufffd")
+    return text, replaced
+
+
+def _mostly_utf8(data: bytes) -> tuple[str, int] | None:
+    """UTF-8 text with a few stray bytes stays UTF-8; a legacy guess would garble the rest."""
+    text, replaced = _decode_counting(data, "utf-8")
+    non_ascii = len(text) - len(text.encode("ascii", errors="ignore"))
+    valid_non_ascii = non_ascii - text.count("\ufffd")
+    return (text, replaced) if valid_non_ascii >= replaced else None
+
+
+def _guess_legacy(data: bytes) -> tuple[str, str] | None:
+    matches = list(charset_normalizer.from_bytes(data))
+    if not matches:
+        return None
+    best = matches[0]
+    # Short Western text fits many single-byte code pages equally well; the
+    # guesser then picks an arbitrary one, so prefer the common default.
+    for match in matches:
+        if match.chaos <= best.chaos and _WESTERN_DEFAULT in match.could_be_from_charset:
+            return _decode_counting(data, _WESTERN_DEFAULT)[0], _WESTERN_DEFAULT
+    return str(best), best.encoding
+
+
+def decode_text(data: bytes) -> tuple[str, dict]:
+    """Decode bytes of unknown encoding to normalized text, with meta describing how."""
+    for bom, encoding in _BOM_ENCODINGS:
+        if data.startswith(bom):
+            text, replaced = _decode_counting(data, encoding)
+            return _normalize(text), _meta(encoding, replaced)
+    try:
+        return _normalize(data.decode("utf-8")), {}
+    except UnicodeDecodeError:
+        pass
+    mostly = _mostly_utf8(data)
+    if mostly is not None:
+        return _normalize(mostly[0]), _meta("utf-8", mostly[1])
+    guessed = _guess_legacy(data)
+    if guessed is not None:
+        return _normalize(guessed[0]), _meta(guessed[1], 0)
+    text, replaced = _decode_counting(data, "utf-8")
+    return _normalize(text), _meta("utf-8", replaced)
+
+
+def _meta(encoding: str, replaced: int) -> dict:
+    meta: dict = {} if encoding == "utf-8" else {"encoding": encoding}
+    if replaced:
+        meta["replaced_bytes"] = replaced
+    return meta
+
+
+def html_to_text(html: str) -> str:
+    """Readable markdown-ish text from HTML; ``<script>``, ``<style>`` and ``<head>`` are dropped."""
+    converter = html2text.HTML2Text()
+    converter.body_width = 0
+    converter.images_to_alt = True
+    converter.unicode_snob = True
+    return _normalize(converter.handle(html)).strip()
+
+
+def _failed(message: str, exc: BaseException | None = None) -> errors.Dir2mcpError:
+    detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+    return errors.Dir2mcpError(errors.EXTRACT_FAILED, f"{message}{detail}"[:500])
+
+
+def _open_pdf(data: bytes) -> PdfReader:
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+            raise _failed("the PDF is encrypted and needs a password")
+        len(reader.pages)
+    except errors.Dir2mcpError:
+        raise
+    # pypdf raises a wide and version-dependent set of exceptions (and
+    # RecursionError on cyclic page trees) for broken files.
+    except Exception as exc:
+        raise _failed("not a readable PDF", exc) from None
+    return reader
+
+
+def _page_text(reader: PdfReader, index: int) -> str | None:
+    try:
+        text = reader.pages[index].extract_text() or ""
+    except Exception:
+        return None
+    return _normalize(text).replace(PAGE_SEPARATOR, "\n").strip()
+
+
+def extract_pdf_text(data: bytes) -> Extracted:
+    """The PDF's text layer, page by page.
+
+    Raises :class:`NeedsProvider` (``"ocr"``) when no page has text, and
+    ``EXTRACT_FAILED`` for unreadable or password-protected files. PDFs that
+    open with the empty user password (owner-password-only restrictions) are
+    extracted normally.
+    """
+    reader = _open_pdf(data)
+    total = len(reader.pages)
+    pages: list[Page] = []
+    without_text: list[int] = []
+    failed: list[int] = []
+    for index in range(min(total, MAX_PDF_PAGES)):
+        text = _page_text(reader, index)
+        if text is None:
+            failed.append(index + 1)
+            text = ""
+        if sum(1 for ch in text if not ch.isspace()) < MIN_PAGE_TEXT_CHARS:
+            without_text.append(index + 1)
+        pages.append(Page(number=index + 1, text=text))
+    if len(without_text) == len(pages):
+        raise NeedsProvider("ocr")
+    meta: dict = {"source": "pdf_text_layer", "pages": total, "pages_without_text": without_text}
+    if failed:
+        meta["pages_failed"] = failed
+    if total > MAX_PDF_PAGES:
+        meta["pages_processed"] = MAX_PDF_PAGES
+    joined = PAGE_SEPARATOR.join(page.text for page in pages)
+    return Extracted(rep_type=RAW_TEXT, text=joined, pages=tuple(pages), meta=meta)
+
+
+def _extract_html(data: bytes) -> Extracted:
+    html, meta = decode_text(data)
+    try:
+        text = html_to_text(html)
+    except Exception as exc:
+        raise _failed("could not convert HTML to text", exc) from None
+    return Extracted(rep_type=RAW_TEXT, text=text, meta={**meta, "converted_from": "html"})
+
+
+_DECODED_TYPES = frozenset({"code", "text", "md", "data"})
+_PROVIDER_FOR = {"image": "ocr", "audio": "stt"}
+
+
+def extract(doc_type: str, name: str, data: bytes) -> Extracted:
+    """The ``raw_text`` representation of a document of ``doc_type``."""
+    if doc_type in _DECODED_TYPES:
+        text, meta = decode_text(data)
+        return Extracted(rep_type=RAW_TEXT, text=text, meta=meta)
+    if doc_type == "html":
+        return _extract_html(data)
+    if doc_type == "pdf":
+        return extract_pdf_text(data)
+    if doc_type in _PROVIDER_FOR:
+        raise NeedsProvider(_PROVIDER_FOR[doc_type])
+    raise errors.Dir2mcpError(
+        errors.DOC_TYPE_UNSUPPORTED, f"{name}: documents of type '{doc_type}' have no text representation"
+    )

@@ -1,0 +1,456 @@
+"""The indexing service: walk, detect change, prepare, write, tombstone.
+
+Change detection runs in three levels (spec §7.6). A file whose size,
+mtime and policy are unchanged is skipped without being read; one whose
+``content_hash`` is unchanged only has its mtime refreshed; a representation
+whose ``rep_hash`` is unchanged keeps its chunks; and a chunk whose
+``text_hash`` survives keeps its row, its ``chunk_id`` and its embedding.
+
+Documents are written in batches, each document inside its own savepoint,
+so a crash leaves every document either as it was or fully updated.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from django.db import transaction
+
+from corpus import errors
+from corpus.config import Config
+from corpus.events import Reporter
+from corpus.ingest import writer
+from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, archive_format, iter_members
+from corpus.ingest.discover import FileEntry, WalkProblem, walk
+from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, sha256_hex
+from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
+from corpus.security import ExclusionEngine, ExclusionPolicy
+from corpus.state import StateDir, write_json
+
+log = logging.getLogger(__name__)
+
+BATCH_DOCS = 64
+BATCH_SECONDS = 0.5
+FLUSH_SECONDS = 0.5
+
+
+@dataclass
+class Counters:
+    scanned: int = 0
+    indexed: int = 0
+    skipped: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    representations: int = 0
+    chunks_total: int = 0
+    embedded_ok: int = 0
+    errors: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the store already holds for a document (loaded once per run)."""
+
+    doc_id: int
+    doc_type: str
+    size: int
+    mtime_ns: int
+    content_hash: str
+    policy_hash: str
+    status: str
+    deleted: bool
+
+
+def capabilities_for(config: Config, environ=os.environ) -> Capabilities:
+    """Provider-backed conversions available now (none until providers land)."""
+    key = bool(environ.get("MISTRAL_API_KEY"))
+    ocr_missing = "OCR provider not available yet" if key else "needs MISTRAL_API_KEY"
+    stt_var = "ELEVENLABS_API_KEY" if config.stt.provider == "elevenlabs" else "MISTRAL_API_KEY"
+    stt_key = bool(environ.get(stt_var))
+    stt_missing = "speech-to-text provider not available yet" if stt_key else f"needs {stt_var}"
+    return Capabilities(ocr=False, stt=False, ocr_missing=ocr_missing, stt_missing=stt_missing)
+
+
+class Indexer:
+    """One indexing job over one root and state directory."""
+
+    def __init__(
+        self,
+        root: Path,
+        state: StateDir,
+        config: Config,
+        *,
+        reporter: Reporter | None = None,
+        mode: str = "incremental",
+        stop: threading.Event | None = None,
+        capabilities: Capabilities | None = None,
+    ):
+        self.root = root
+        self.state = state
+        self.config = config
+        self.reporter = reporter or Reporter.silent()
+        self.mode = mode
+        self.stop = stop or threading.Event()
+        self.engine = ExclusionEngine(root, ExclusionPolicy.from_config(config), state_dir=state.path)
+        self.limits = ArchiveLimits.from_config(config)
+        self.preparer = Preparer(config, self.engine, capabilities or capabilities_for(config))
+        self.counters = Counters()
+        self.known: dict[str, Known] = {}
+        self.seen: set[str] = set()
+        self._batch: list[Prepared] = []
+        self._batch_started = 0.0
+        self._last_flush = 0.0
+        self.job: IndexJob | None = None
+
+    # -- public entry points -------------------------------------------------
+
+    def run(self) -> Counters:
+        """Walk the whole root; tombstone what disappeared if the walk finished."""
+        self._start()
+        outcome = "interrupted"
+        try:
+            for item in walk(self.engine):
+                if self.stop.is_set():
+                    break
+                self._consume(item)
+            else:
+                self._flush_batch()
+                self._tombstone_unseen()
+                outcome = "complete"
+        finally:
+            self._finish(outcome)
+        return self.counters
+
+    def run_paths(self, rel_paths: Iterable[str]) -> Counters:
+        """Re-index just these paths (the watcher's entry point)."""
+        self._start()
+        outcome = "interrupted"
+        try:
+            for rel_path in sorted(set(rel_paths)):
+                if self.stop.is_set():
+                    break
+                self._refresh_path(rel_path)
+            else:
+                outcome = "complete"
+        finally:
+            self._flush_batch()
+            self._finish(outcome)
+        return self.counters
+
+    # -- job bookkeeping -----------------------------------------------------
+
+    def _start(self) -> None:
+        self.known = {
+            row[0]: Known(*row[1:])
+            for row in Document.objects.values_list(
+                "rel_path",
+                "doc_id",
+                "doc_type",
+                "size_bytes",
+                "mtime_ns",
+                "content_hash",
+                "policy_hash",
+                "status",
+                "deleted",
+            ).iterator(chunk_size=5000)
+        }
+        live = Chunk.objects.filter(deleted=False)
+        self.counters.chunks_total = live.count()
+        self.counters.embedded_ok = live.filter(embedding_status=EmbeddingStatus.OK).count()
+        now = time.time()
+        self.job = IndexJob.objects.create(
+            job_id=f"job_{uuid.uuid4().hex[:16]}",
+            mode=self.mode,
+            pid=os.getpid(),
+            started_unix=now,
+            updated_unix=now,
+        )
+        self.reporter.event("index_loaded", {"state_dir": str(self.state.path), "documents": len(self.known)})
+        self._last_flush = time.monotonic()
+
+    def _finish(self, outcome: str) -> None:
+        self._flush_batch()
+        assert self.job is not None
+        self.job.running = False
+        self.job.outcome = outcome
+        self.job.finished_unix = time.time()
+        self._flush_counters(force=True)
+        self.reporter.progress(self.counters.as_dict(), final=True)
+
+    def _flush_counters(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_flush < FLUSH_SECONDS:
+            return
+        self._last_flush = now
+        assert self.job is not None
+        for name, value in self.counters.as_dict().items():
+            setattr(self.job, name, value)
+        self.job.updated_unix = time.time()
+        self.job.save()
+        write_corpus_json(self.root, self.state, self.config, self.job)
+        self.reporter.progress(self.counters.as_dict())
+
+    # -- walking -------------------------------------------------------------
+
+    def _consume(self, item: FileEntry | WalkProblem) -> None:
+        if isinstance(item, WalkProblem):
+            self.counters.errors += 1
+            self.reporter.file_error(item.rel_path, item.code, item.message)
+            return
+        self.seen.add(item.rel_path)
+        self.counters.scanned += 1
+        try:
+            self._consume_file(item)
+        except OSError as exc:
+            self._queue(self._read_error(item, exc))
+        self._maybe_flush()
+
+    def _consume_file(self, entry: FileEntry) -> None:
+        known = self.known.get(entry.rel_path)
+        if known and self._stat_unchanged(known, entry.size, entry.mtime_ns):
+            self._unchanged(entry.rel_path, known)
+            return
+        with open(entry.abs_path, "rb") as handle:
+            head = handle.read(HEAD_BYTES)
+            base = self._base(entry.rel_path, "file", head, entry.size, entry.mtime_ns)
+            if self.preparer.too_large(base.doc_type, entry.size):
+                self._queue(self._too_large(base))
+                return
+            data = head + handle.read(self.config.max_bytes_for(base.doc_type) + 1 - len(head))
+        if len(data) > self.config.max_bytes_for(base.doc_type):
+            self._queue(self._too_large(base))
+            return
+        base.content_hash = sha256_hex(data)
+        if known and self._content_unchanged(known, base):
+            self._unchanged(entry.rel_path, known, touch=base)
+            return
+        if base.doc_type == "archive":
+            self._consume_archive(base, data)
+            return
+        self._queue(self.preparer.prepare(base, data))
+
+    def _consume_archive(self, base: Prepared, data: bytes) -> None:
+        mode = self.config.ingest.archives.mode
+        if mode == "off":
+            self._queue(self.preparer.skipped(base, "", "disabled by ingest.archives.mode=off"))
+            return
+        self._queue(base)
+        if mode != "deep":
+            return
+        for member in iter_members(data, rel_path=base.rel_path, limits=self.limits, engine=self.engine):
+            if self.stop.is_set():
+                return
+            if isinstance(member, MemberProblem):
+                self.counters.errors += 1
+                self.reporter.file_error(member.rel_path, member.code, member.message)
+                continue
+            self._consume_member(member)
+
+    def _consume_member(self, member: ArchiveMember) -> None:
+        self.seen.add(member.rel_path)
+        self.counters.scanned += 1
+        head = member.data[:HEAD_BYTES]
+        base = self._base(member.rel_path, "archive_member", head, member.size, member.mtime_ns)
+        if self.preparer.too_large(base.doc_type, member.size):
+            self._queue(self._too_large(base))
+            return
+        base.content_hash = sha256_hex(member.data)
+        known = self.known.get(member.rel_path)
+        if known and self._content_unchanged(known, base):
+            self._unchanged(member.rel_path, known, touch=base)
+            return
+        if base.doc_type == "archive":
+            # Nested members arrive from iter_members itself.
+            self._queue(base)
+            return
+        self._queue(self.preparer.prepare(base, member.data))
+
+    def _base(self, rel_path: str, source_type: str, head: bytes, size: int, mtime_ns: int) -> Prepared:
+        doc_type = self.preparer.classify(rel_path.rsplit("/", 1)[-1], head)
+        if doc_type != "archive" and archive_format(rel_path, head):
+            doc_type = "archive"
+        return Prepared(
+            rel_path=rel_path,
+            source_type=source_type,
+            doc_type=doc_type,
+            size=size,
+            mtime_ns=mtime_ns,
+            policy_hash=self.preparer.policy_hash(doc_type),
+        )
+
+    def _stat_unchanged(self, known: Known, size: int, mtime_ns: int) -> bool:
+        return (
+            self.mode != "full"
+            and not known.deleted
+            and known.status != "error"
+            and known.size == size
+            and known.mtime_ns == mtime_ns
+            and known.policy_hash == self.preparer.policy_hash(known.doc_type)
+        )
+
+    def _content_unchanged(self, known: Known, base: Prepared) -> bool:
+        return (
+            self.mode != "full"
+            and not known.deleted
+            and known.status != "error"
+            and known.doc_type == base.doc_type
+            and known.policy_hash == base.policy_hash
+            and known.content_hash == base.content_hash
+        )
+
+    def _unchanged(self, rel_path: str, known: Known, *, touch: Prepared | None = None) -> None:
+        self.counters.unchanged += 1
+        self.counters.skipped += 1
+        if known.doc_type == "archive":
+            prefix = rel_path + "!/"
+            for path in self.known:
+                if path.startswith(prefix) and not self.known[path].deleted:
+                    self.seen.add(path)
+                    self.counters.scanned += 1
+                    self.counters.unchanged += 1
+                    self.counters.skipped += 1
+        if touch is not None:
+            writer.touch(known.doc_id, touch.size, touch.mtime_ns)
+
+    def _too_large(self, base: Prepared) -> Prepared:
+        limit = self.config.max_bytes_for(base.doc_type)
+        return self.preparer.skipped(
+            base,
+            errors.FILE_TOO_LARGE,
+            f"{base.size} bytes exceeds the {base.doc_type} limit of {limit} bytes",
+        )
+
+    def _read_error(self, entry: FileEntry, exc: OSError) -> Prepared:
+        base = Prepared(
+            rel_path=entry.rel_path,
+            source_type="file",
+            doc_type="unknown",
+            size=entry.size,
+            mtime_ns=entry.mtime_ns,
+        )
+        base.status, base.error = "error", f"{errors.EXTRACT_FAILED}: cannot read: {exc.strerror or exc}"
+        return base
+
+    # -- targeted refresh (watcher) -----------------------------------------
+
+    def _refresh_path(self, rel_path: str) -> None:
+        path = self.root / rel_path
+        if self.engine.excluded_reason(rel_path, is_dir=path.is_dir()) is None and path.exists():
+            for item in walk(self.engine, start=rel_path):
+                self._consume(item)
+            self._flush_batch()
+        prefixes = (rel_path + "/", rel_path + "!/")
+        gone = [
+            p
+            for p, k in self.known.items()
+            if not k.deleted and p not in self.seen and (p == rel_path or p.startswith(prefixes))
+        ]
+        self._tombstone(gone)
+
+    # -- writing -------------------------------------------------------------
+
+    def _queue(self, prepared: Prepared) -> None:
+        if not self._batch:
+            self._batch_started = time.monotonic()
+        self._batch.append(prepared)
+
+    def _maybe_flush(self) -> None:
+        if len(self._batch) >= BATCH_DOCS or (
+            self._batch and time.monotonic() - self._batch_started >= BATCH_SECONDS
+        ):
+            self._flush_batch()
+        self._flush_counters()
+
+    def _flush_batch(self) -> None:
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, []
+        with transaction.atomic():
+            for prepared in batch:
+                self._write_one(prepared)
+        self._flush_counters()
+
+    def _write_one(self, prepared: Prepared) -> None:
+        known = self.known.get(prepared.rel_path)
+        try:
+            with transaction.atomic():
+                delta = writer.write_document(prepared, known.doc_id if known else None)
+        except Exception as exc:  # one bad document must not stop the run
+            log.exception("failed to store %s", prepared.rel_path)
+            prepared.status, prepared.error = "error", f"{errors.EXTRACT_FAILED}: {type(exc).__name__}: {exc}"
+            prepared.extracted, prepared.drafts = None, []
+            with transaction.atomic():
+                delta = writer.write_document(prepared, known.doc_id if known else None)
+        self.counters.chunks_total += delta.chunks_added - delta.chunks_removed
+        self.counters.embedded_ok -= delta.embedded_removed
+        self.counters.representations += delta.representations
+        if prepared.status == "ok":
+            self.counters.indexed += 1
+        elif prepared.status == "skipped":
+            self.counters.skipped += 1
+        else:
+            self.counters.errors += 1
+            self.reporter.file_error(prepared.rel_path, *_split_error(prepared.error))
+
+    def _tombstone_unseen(self) -> None:
+        self._tombstone([p for p, k in self.known.items() if not k.deleted and p not in self.seen])
+
+    def _tombstone(self, rel_paths: list[str]) -> None:
+        for start in range(0, len(rel_paths), 500):
+            part = rel_paths[start : start + 500]
+            with transaction.atomic():
+                delta = writer.tombstone(part)
+            self.counters.deleted += len(part)
+            self.counters.chunks_total -= delta.chunks_removed
+            self.counters.embedded_ok -= delta.embedded_removed
+        self._flush_counters()
+
+
+def _split_error(error: str | None) -> tuple[str, str]:
+    code, _, message = (error or "").partition(": ")
+    return (code, message) if message else (errors.EXTRACT_FAILED, error or "")
+
+
+def write_corpus_json(root: Path, state: StateDir, config: Config, job: IndexJob) -> None:
+    """``corpus.json`` (spec §4.4): profile, models and the job's counters."""
+    from corpus.status import doc_counts
+
+    counts = doc_counts()
+    total = sum(counts.values()) or 1
+    summary = {
+        "root": str(root),
+        "profile": {"doc_counts": counts, "code_ratio": round(counts.get("code", 0) / total, 3)},
+        "models": models_summary(config),
+        "indexing": {
+            "job_id": job.job_id,
+            "running": job.running,
+            "mode": job.mode,
+            **{name: getattr(job, name) for name in Counters.__dataclass_fields__},
+        },
+    }
+    try:
+        write_json(state.corpus_json, summary)
+    except OSError as exc:
+        log.warning("cannot write %s: %s", state.corpus_json, exc)
+
+
+def models_summary(config: Config) -> dict[str, str]:
+    stt = config.stt.provider
+    return {
+        "embed_text": config.mistral.embed_text_model,
+        "embed_code": config.mistral.embed_code_model,
+        "ocr": config.mistral.ocr_model,
+        "stt_provider": stt,
+        "stt_model": getattr(config.stt, stt).model,
+        "chat": config.mistral.chat_model,
+    }

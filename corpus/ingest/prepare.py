@@ -1,0 +1,158 @@
+"""Turning one file or archive member into what the store should hold.
+
+Everything here is pure: it reads bytes and returns a :class:`Prepared`
+record. :mod:`corpus.ingest.pipeline` decides what has changed and writes
+the records inside transactions, so no database lock is held while files
+are read, decoded, scanned for secrets and chunked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from corpus import errors
+from corpus.config import Config
+from corpus.ingest.chunking import ChunkDraft, chunk_document
+from corpus.ingest.classify import classify, index_kind_for
+from corpus.ingest.extract import Extracted, NeedsProvider, extract
+from corpus.security import ExclusionEngine
+
+# Bump when extraction or chunking changes what a document produces: every
+# document is then re-processed on the next run.
+EXTRACTOR_VERSION = "1"
+HEAD_BYTES = 8192
+NEEDS_PROVIDER_TYPES = ("pdf", "image", "audio")
+
+
+def sha256_hex(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Prepared:
+    """What one document should look like in the store after this run."""
+
+    rel_path: str
+    source_type: str
+    doc_type: str
+    size: int
+    mtime_ns: int
+    content_hash: str = ""
+    policy_hash: str = ""
+    status: str = "ok"
+    error: str | None = None
+    index_kind: str = "text"
+    extracted: Extracted | None = None
+    drafts: list[ChunkDraft] = field(default_factory=list)
+
+    @property
+    def has_text(self) -> bool:
+        return self.status == "ok" and self.extracted is not None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Which provider-backed conversions can run, and why not if not."""
+
+    ocr: bool = False
+    stt: bool = False
+    ocr_missing: str = "needs MISTRAL_API_KEY"
+    stt_missing: str = "needs MISTRAL_API_KEY"
+
+
+class Preparer:
+    """Classifies, extracts, screens and chunks documents under one config."""
+
+    def __init__(self, config: Config, engine: ExclusionEngine, capabilities: Capabilities):
+        self.config = config
+        self.engine = engine
+        self.capabilities = capabilities
+
+    @cached_property
+    def _base_policy(self) -> dict:
+        cfg = self.config
+        return {
+            "v": EXTRACTOR_VERSION,
+            "chunking": cfg.chunking.model_dump(mode="json"),
+            "secret_patterns": list(cfg.security.secret_patterns),
+            "archives": cfg.ingest.archives.model_dump(mode="json"),
+            "limits": [cfg.ingest.max_file_mb, cfg.ingest.max_file_mb_by_type],
+        }
+
+    def policy_hash(self, doc_type: str) -> str:
+        """A fingerprint of every setting that shapes a ``doc_type`` document."""
+        policy = dict(self._base_policy)
+        ingest = self.config.ingest
+        caps = self.capabilities
+        # The reason a provider is missing is part of the policy, so a file
+        # skipped for "needs MISTRAL_API_KEY" is retried once a key is set.
+        if doc_type == "pdf":
+            policy["mode"] = [ingest.pdf.mode, caps.ocr, caps.ocr_missing]
+        elif doc_type == "image":
+            policy["mode"] = [ingest.images.mode, caps.ocr, caps.ocr_missing]
+        elif doc_type == "audio":
+            policy["mode"] = [ingest.audio.mode, caps.stt, caps.stt_missing]
+        return sha256_hex(json.dumps(policy, sort_keys=True))[:32]
+
+    def classify(self, name: str, head: bytes) -> str:
+        return classify(name, head)
+
+    def too_large(self, doc_type: str, size: int) -> bool:
+        return size > self.config.max_bytes_for(doc_type)
+
+    def skipped(self, base: Prepared, code: str, reason: str) -> Prepared:
+        base.status, base.error = "skipped", f"{code}: {reason}" if code else reason
+        return base
+
+    def prepare(self, base: Prepared, data: bytes) -> Prepared:
+        """Fill ``base`` (whose doc_type, size and mtime are set) from ``data``."""
+        base.content_hash = base.content_hash or sha256_hex(data)
+        base.index_kind = index_kind_for(base.doc_type, base.rel_path)
+        skip = self._policy_skip(base.doc_type)
+        if skip:
+            return self.skipped(base, *skip)
+        try:
+            extracted = extract(base.doc_type, base.rel_path.rsplit("/", 1)[-1], data)
+        except NeedsProvider as exc:
+            missing = self.capabilities.stt_missing if exc.what == "stt" else self.capabilities.ocr_missing
+            return self.skipped(base, "", missing)
+        except errors.Dir2mcpError as exc:
+            if exc.code == errors.DOC_TYPE_UNSUPPORTED:
+                return self.skipped(base, exc.code, exc.message)
+            base.status, base.error = "error", f"{exc.code}: {exc.message}"
+            return base
+        rule = self.engine.find_secret(extracted.text)
+        if rule:
+            return self.skipped(base, errors.SECRET_DETECTED, f"content matches {rule}")
+        if extracted.pages and extracted.meta.get("pages_without_text"):
+            pending = self.capabilities.ocr_missing if not self.capabilities.ocr else ""
+            if pending:
+                extracted.meta["ocr_pending"] = pending
+        base.extracted = extracted
+        base.drafts = chunk_document(extracted, kind=base.index_kind, config=self.config.chunking)
+        return base
+
+    def _policy_skip(self, doc_type: str) -> tuple[str, str] | None:
+        ingest = self.config.ingest
+        if doc_type == "binary_ignored":
+            return errors.BINARY_SKIPPED, "binary file"
+        if doc_type == "office":
+            return errors.DOC_TYPE_UNSUPPORTED, "Office documents are not indexed yet"
+        if doc_type == "pdf" and ingest.pdf.mode == "off":
+            return "", "disabled by ingest.pdf.mode=off"
+        if doc_type == "image":
+            if ingest.images.mode == "off":
+                return "", "disabled by ingest.images.mode=off"
+            if not self.capabilities.ocr:
+                return "", self.capabilities.ocr_missing
+        if doc_type == "audio":
+            if ingest.audio.mode == "off":
+                return "", "disabled by ingest.audio.mode=off"
+            if not self.capabilities.stt:
+                return "", self.capabilities.stt_missing
+        return None

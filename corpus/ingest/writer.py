@@ -1,0 +1,172 @@
+"""Writing prepared documents into the store, and tombstoning.
+
+Callers wrap each call in a transaction. Nothing is deleted in place:
+representations and chunks that no longer apply are marked ``deleted`` so
+ANN labels stay valid (spec §6.3).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from corpus.ingest.prepare import Prepared, sha256_hex
+from corpus.models import Chunk, Document, EmbeddingStatus, Representation, Span
+
+
+@dataclass
+class Delta:
+    representations: int = 0
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    embedded_removed: int = 0
+
+
+def touch(doc_id: int, size: int, mtime_ns: int) -> None:
+    """Record a new mtime for a document whose content did not change."""
+    Document.objects.filter(doc_id=doc_id).update(
+        size_bytes=size, mtime_ns=mtime_ns, mtime_unix=mtime_ns // 1_000_000_000
+    )
+
+
+def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
+    """Make the store hold ``prepared``; returns what changed."""
+    doc = _upsert_document(prepared, doc_id)
+    if not prepared.has_text:
+        return _retire_representations(doc, keep=None)
+    extracted = prepared.extracted
+    assert extracted is not None
+    rep_hash = sha256_hex(
+        "\0".join(
+            [
+                extracted.rep_type,
+                prepared.index_kind,
+                json.dumps(extracted.meta, sort_keys=True),
+                extracted.text,
+            ]
+        )
+    )
+    delta = _retire_representations(doc, keep=extracted.rep_type)
+    rep = Representation.objects.filter(document=doc, rep_type=extracted.rep_type).first()
+    if rep is not None and rep.rep_hash == rep_hash and not rep.deleted:
+        return delta
+    if rep is None:
+        rep = Representation(document=doc, rep_type=extracted.rep_type)
+    rep.rep_hash = rep_hash
+    rep.text = extracted.text
+    rep.meta_json = extracted.meta
+    rep.created_unix = int(time.time())
+    rep.deleted = False
+    rep.save()
+    delta.representations += 1
+    _sync_chunks(rep, prepared, delta)
+    return delta
+
+
+def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
+    fields = {
+        "source_type": prepared.source_type,
+        "doc_type": prepared.doc_type,
+        "size_bytes": prepared.size,
+        "mtime_ns": prepared.mtime_ns,
+        "mtime_unix": prepared.mtime_ns // 1_000_000_000,
+        "content_hash": prepared.content_hash,
+        "policy_hash": prepared.policy_hash,
+        "status": prepared.status,
+        "error": prepared.error,
+        "deleted": False,
+        "indexed_unix": int(time.time()),
+    }
+    if doc_id is not None:
+        Document.objects.filter(doc_id=doc_id).update(**fields)
+        return Document(doc_id=doc_id, rel_path=prepared.rel_path, **fields)
+    doc, _ = Document.objects.update_or_create(rel_path=prepared.rel_path, defaults=fields)
+    return doc
+
+
+def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta) -> None:
+    """Keep chunks whose text survived, tombstone the rest, add the new."""
+    old_by_hash: dict[str, list[Chunk]] = defaultdict(list)
+    for chunk in rep.chunks.filter(deleted=False).prefetch_related("spans"):
+        old_by_hash[chunk.text_hash].append(chunk)
+    new_chunks: list[tuple[Chunk, object]] = []
+    for draft in prepared.drafts:
+        text_hash = sha256_hex(draft.text)
+        reusable = old_by_hash.get(text_hash)
+        if reusable:
+            _move_chunk(reusable.pop(), draft)
+            continue
+        chunk = Chunk(
+            representation=rep,
+            ordinal=draft.ordinal,
+            text=draft.text,
+            text_hash=text_hash,
+            tokens_est=max(1, len(draft.text) // 4),
+            index_kind=prepared.index_kind,
+        )
+        new_chunks.append((chunk, draft))
+    stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
+    _tombstone_chunks(stale, delta)
+    created = Chunk.objects.bulk_create([chunk for chunk, _ in new_chunks], batch_size=500)
+    Span.objects.bulk_create(
+        [
+            Span(chunk=chunk, span_kind=draft.span_kind, start=draft.start, end=draft.end)
+            for chunk, (_, draft) in zip(created, new_chunks, strict=True)
+        ],
+        batch_size=500,
+    )
+    delta.chunks_added += len(created)
+
+
+def _move_chunk(chunk: Chunk, draft) -> None:
+    """A surviving chunk keeps its id and embedding; its place may move."""
+    if chunk.ordinal != draft.ordinal:
+        Chunk.objects.filter(chunk_id=chunk.chunk_id).update(ordinal=draft.ordinal)
+    spans = list(chunk.spans.all())
+    if len(spans) == 1 and (spans[0].span_kind, spans[0].start, spans[0].end) == (
+        draft.span_kind,
+        draft.start,
+        draft.end,
+    ):
+        return
+    Span.objects.filter(chunk=chunk).delete()
+    Span.objects.create(chunk=chunk, span_kind=draft.span_kind, start=draft.start, end=draft.end)
+
+
+def _tombstone_chunks(chunks: list[Chunk], delta: Delta) -> None:
+    if not chunks:
+        return
+    ids = [chunk.chunk_id for chunk in chunks]
+    Chunk.objects.filter(chunk_id__in=ids).update(deleted=True)
+    delta.chunks_removed += len(ids)
+    delta.embedded_removed += sum(1 for c in chunks if c.embedding_status == EmbeddingStatus.OK)
+
+
+def _retire_representations(doc: Document, *, keep: str | None) -> Delta:
+    delta = Delta()
+    reps = Representation.objects.filter(document=doc, deleted=False)
+    if keep is not None:
+        reps = reps.exclude(rep_type=keep)
+    rep_ids = list(reps.values_list("rep_id", flat=True))
+    if not rep_ids:
+        return delta
+    chunks = Chunk.objects.filter(representation_id__in=rep_ids, deleted=False)
+    delta.chunks_removed = chunks.count()
+    delta.embedded_removed = chunks.filter(embedding_status=EmbeddingStatus.OK).count()
+    chunks.update(deleted=True)
+    Representation.objects.filter(rep_id__in=rep_ids).update(deleted=True)
+    return delta
+
+
+def tombstone(rel_paths: list[str]) -> Delta:
+    """Mark documents deleted, with everything derived from them."""
+    delta = Delta()
+    docs = list(Document.objects.filter(rel_path__in=rel_paths, deleted=False))
+    for doc in docs:
+        part = _retire_representations(doc, keep=None)
+        delta.chunks_removed += part.chunks_removed
+        delta.embedded_removed += part.embedded_removed
+    Document.objects.filter(doc_id__in=[d.doc_id for d in docs]).update(deleted=True)
+    return delta

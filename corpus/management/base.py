@@ -1,0 +1,117 @@
+"""The base of every dir2mcp command: global flags (spec §2.2), the root and
+state directory, the effective config, and the error → exit code mapping."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from corpus import errors
+from corpus.config import Config, default_config_path, load_config
+from corpus.events import Reporter
+from corpus.state import StateDir
+
+
+@dataclass
+class Runtime:
+    """What a command works on, resolved from flags, env and settings."""
+
+    root: Path
+    state: StateDir
+    config_path: Path
+    config: Config
+    reporter: Reporter
+    json: bool
+    quiet: bool
+    interactive: bool
+
+
+def resolve_root(option: str | None) -> Path:
+    root = Path(option).expanduser().absolute() if option else Path(settings.DIR2MCP_ROOT)
+    if not root.is_dir() or not os.access(root, os.R_OK | os.X_OK):
+        raise errors.Dir2mcpError(
+            errors.ROOT_INACCESSIBLE,
+            f"root directory {root} does not exist or cannot be read",
+            hint="Pass an existing, readable directory with --dir.",
+        )
+    return root
+
+
+def resolve_state(option: str | None, root_option: str | None, root: Path) -> StateDir:
+    if option:
+        return StateDir(Path(option).expanduser().absolute())
+    if root_option and not os.environ.get("DIR2MCP_STATE_DIR"):
+        return StateDir(root / ".dir2mcp")
+    return StateDir(Path(settings.DIR2MCP_STATE_DIR))
+
+
+class Dir2mcpCommand(BaseCommand):
+    """Adds the global flags and turns :class:`Dir2mcpError` into exit codes."""
+
+    requires_system_checks: list = []
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser):
+        group = parser.add_argument_group("global flags")
+        group.add_argument("--dir", help="Root directory to index (default: current directory).")
+        group.add_argument("--config", help="Config file (default: <root>/.dir2mcp.yaml).")
+        group.add_argument("--state-dir", help="State directory (default: <root>/.dir2mcp).")
+        group.add_argument("--json", action="store_true", help="Emit NDJSON events instead of text.")
+        group.add_argument(
+            "--non-interactive", action="store_true", help="Never prompt; fail with instructions instead."
+        )
+        group.add_argument("--quiet", action="store_true", help="Print only errors and final results.")
+        self.add_command_arguments(parser)
+
+    def add_command_arguments(self, parser) -> None:
+        """Subclasses add their own flags here."""
+
+    def runtime(self, options: dict, *, config_flags: dict | None = None) -> Runtime:
+        root = resolve_root(options.get("dir"))
+        state = resolve_state(options.get("state_dir"), options.get("dir"), root)
+        config_path = Path(options["config"]).absolute() if options.get("config") else None
+        if config_path is None:
+            config_path = default_config_path(root)
+            if options.get("dir") and not os.environ.get("DIR2MCP_CONFIG"):
+                config_path = root / ".dir2mcp.yaml"
+        elif not config_path.is_file():
+            raise errors.Dir2mcpError(
+                errors.CONFIG_INVALID, f"config file {config_path} does not exist", hint="Check --config."
+            )
+        config = load_config(config_path, flags=config_flags)
+        reporter = Reporter(
+            self.stdout._out, json_mode=options.get("json", False), quiet=options.get("quiet")
+        )
+        interactive = not options.get("non_interactive") and sys.stdin.isatty() and sys.stdout.isatty()
+        return Runtime(
+            root=root,
+            state=state,
+            config_path=config_path,
+            config=config,
+            reporter=reporter,
+            json=bool(options.get("json")),
+            quiet=bool(options.get("quiet")),
+            interactive=interactive,
+        )
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except errors.Dir2mcpError as exc:
+            self.report_fatal(exc, json_mode=options.get("json", False))
+            raise SystemExit(exc.exit_code) from None
+
+    def report_fatal(self, exc: errors.Dir2mcpError, *, json_mode: bool) -> None:
+        if json_mode:
+            Reporter(self.stdout._out, json_mode=True).event(
+                "fatal", {**exc.as_dict(), "hint": exc.hint}, level="error"
+            )
+            return
+        self.stderr.write(f"ERROR: {exc.code}: {exc.message}")
+        if exc.hint:
+            self.stderr.write(exc.hint)

@@ -1,0 +1,26 @@
+from corpus.indexing import index_directory
+from corpus.management.base import Dir2mcpCommand
+from corpus.store import open_store
+
+
+class Command(Dir2mcpCommand):
+    help = "Rebuild the index of a directory: re-read every file (or only changes with --incremental)."
+
+    def add_command_arguments(self, parser) -> None:
+        parser.add_argument(
+            "--incremental",
+            action="store_true",
+            help="Only re-process files whose size, mtime or content changed (what `up` does at start).",
+        )
+
+    def handle(self, *args, **options):
+        rt = self.runtime(options)
+        open_store(rt.state, allow_rebuild=not options["incremental"])
+        mode = "incremental" if options["incremental"] else "full"
+        rt.reporter.say(f"Index: {rt.state.path}  (meta.sqlite)")
+        rt.reporter.say(f"Mode: {mode}")
+        counters = index_directory(rt.root, state=rt.state, config=rt.config, mode=mode, reporter=rt.reporter)
+        if rt.quiet and not rt.json:
+            from corpus.events import format_progress
+
+            self.stdout.write(format_progress(counters.as_dict()))

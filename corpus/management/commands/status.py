@@ -1,0 +1,90 @@
+import json
+import time
+
+from corpus import errors
+from corpus.events import format_progress
+from corpus.management.base import Dir2mcpCommand
+from corpus.status import summarize
+from corpus.store import open_store, uses_state_sqlite
+
+
+class Command(Dir2mcpCommand):
+    help = "Show the state of a directory's index: counts, the latest indexing job and recent errors."
+
+    def handle(self, *args, **options):
+        rt = self.runtime(options)
+        if uses_state_sqlite(rt.state) and not rt.state.meta_db.exists():
+            raise errors.Dir2mcpError(
+                errors.INDEX_NOT_READY,
+                f"no index at {rt.state.path}",
+                hint="Run `dir2mcp reindex` or `dir2mcp up` first.",
+            )
+        open_store(rt.state)
+        summary = summarize()
+        if rt.json:
+            self.stdout.write(json.dumps(self._as_dict(rt, summary)))
+            return
+        self._print(rt, summary)
+
+    def _as_dict(self, rt, s) -> dict:
+        job = s.job
+        return {
+            "root": str(rt.root),
+            "state_dir": str(rt.state.path),
+            "documents": s.documents,
+            "by_type": s.by_type,
+            "by_status": s.by_status,
+            "deleted": s.deleted,
+            "representations": s.representations,
+            "chunks": s.chunks,
+            "embedded": s.embedded,
+            "indexing": None
+            if job is None
+            else {
+                "job_id": job.job_id,
+                "mode": job.mode,
+                "running": s.job_alive,
+                "outcome": job.outcome or ("running" if s.job_alive else "stopped"),
+                "started_unix": job.started_unix,
+                "updated_unix": job.updated_unix,
+                **{k: getattr(job, k) for k in _COUNTERS},
+            },
+            "recent_errors": [{"rel_path": p, "error": e} for p, e in s.recent_errors],
+        }
+
+    def _print(self, rt, s) -> None:
+        w = self.stdout.write
+        w(f"Root:  {rt.root}")
+        w(f"Index: {rt.state.path}")
+        w(f"Documents: {s.documents}  ({_pairs(s.by_type) or 'none'})")
+        w(f"Status:    {_pairs(s.by_status) or 'none'}  deleted={s.deleted}")
+        w(f"Representations: {s.representations}  Chunks: {s.chunks}  Embedded: {s.embedded}")
+        job = s.job
+        if job is None:
+            w("Indexing: never run")
+        else:
+            state = "running" if s.job_alive else (job.outcome or "stopped")
+            age = time.time() - job.updated_unix
+            w(f"Indexing: {state} ({job.mode}, job {job.job_id}, updated {age:.0f}s ago)")
+            w(format_progress({k: getattr(job, k) for k in _COUNTERS}))
+        if s.recent_errors:
+            w("Recent errors:")
+            for path, error in s.recent_errors:
+                w(f"  {path}: {error}")
+
+
+_COUNTERS = (
+    "scanned",
+    "indexed",
+    "skipped",
+    "unchanged",
+    "deleted",
+    "representations",
+    "chunks_total",
+    "embedded_ok",
+    "errors",
+)
+
+
+def _pairs(counts: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in counts.items())

@@ -1,0 +1,23 @@
+from corpus.management.base import Dir2mcpCommand
+from corpus.state import INDEX_FORMAT_VERSION
+from corpus.store import PROTOCOL_VERSION
+from dir2mcp_site import __version__
+
+
+class Command(Dir2mcpCommand):
+    help = "Print the dir2mcp version, MCP protocol version and index format."
+
+    def handle(self, *args, **options):
+        info = {
+            "version": __version__,
+            "protocol_version": PROTOCOL_VERSION,
+            "index_format": INDEX_FORMAT_VERSION,
+        }
+        if options.get("json"):
+            import json
+
+            self.stdout.write(json.dumps(info))
+            return
+        self.stdout.write(
+            f"dir2mcp {__version__} (MCP protocol {PROTOCOL_VERSION}, index format {INDEX_FORMAT_VERSION})"
+        )

@@ -1,0 +1,20 @@
+import signal
+import threading
+
+from corpus.ingest.watch import watch_directory
+from corpus.management.base import Dir2mcpCommand
+from corpus.store import open_store
+
+
+class Command(Dir2mcpCommand):
+    help = "Index a directory, then keep the index in step with file changes until interrupted."
+
+    def handle(self, *args, **options):
+        rt = self.runtime(options)
+        open_store(rt.state)
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        rt.reporter.say(f"Index: {rt.state.path}  (meta.sqlite)")
+        rt.reporter.say(f"Watching {rt.root} for changes; Ctrl-C to stop.")
+        watch_directory(rt.root, state=rt.state, config=rt.config, reporter=rt.reporter, stop=stop)

@@ -1,0 +1,193 @@
+"""The corpus metadata store (spec §5): documents, representations, chunks,
+spans and settings, plus the progress row of each indexing job."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class DocStatus(models.TextChoices):
+    OK = "ok"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+
+class SourceType(models.TextChoices):
+    FILE = "file"
+    ARCHIVE_MEMBER = "archive_member"
+
+
+class RepType(models.TextChoices):
+    RAW_TEXT = "raw_text"
+    OCR_MARKDOWN = "ocr_markdown"
+    TRANSCRIPT = "transcript"
+    ANNOTATION_JSON = "annotation_json"
+    ANNOTATION_TEXT = "annotation_text"
+
+
+class IndexKind(models.TextChoices):
+    TEXT = "text"
+    CODE = "code"
+
+
+class EmbeddingStatus(models.TextChoices):
+    OK = "ok"
+    PENDING = "pending"
+    ERROR = "error"
+
+
+class SpanKind(models.TextChoices):
+    LINES = "lines"
+    PAGE = "page"
+    TIME = "time"
+
+
+class Document(models.Model):
+    """A file under the root, or a member of an archive (``a.zip!/x.txt``)."""
+
+    doc_id = models.BigAutoField(primary_key=True)
+    rel_path = models.CharField(max_length=4096, unique=True)
+    source_type = models.CharField(max_length=16, choices=SourceType.choices, default=SourceType.FILE)
+    doc_type = models.CharField(max_length=32, db_index=True)
+    size_bytes = models.BigIntegerField(default=0)
+    mtime_unix = models.BigIntegerField(default=0)
+    # Nanosecond mtime catches edits within the same second; with size it
+    # lets a no-op re-index skip a file without reading it.
+    mtime_ns = models.BigIntegerField(default=0)
+    content_hash = models.CharField(max_length=64, blank=True, default="")
+    # Fingerprint of the settings that shaped this document's representations
+    # (chunking, modes, provider availability): a change re-processes it.
+    policy_hash = models.CharField(max_length=64, blank=True, default="")
+    status = models.CharField(max_length=16, choices=DocStatus.choices, default=DocStatus.OK, db_index=True)
+    error = models.TextField(null=True, blank=True, help_text="Error or skip reason.")
+    deleted = models.BooleanField(default=False, db_index=True)
+    indexed_unix = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "documents"
+        indexes = [
+            models.Index(fields=["deleted", "rel_path"], name="doc_live_path"),
+            models.Index(fields=["deleted", "doc_type", "status"], name="doc_live_type_status"),
+        ]
+
+    def __str__(self) -> str:
+        return self.rel_path
+
+    @property
+    def archive_path(self) -> str | None:
+        """The containing archive's rel_path for a member, else ``None``."""
+        if "!/" not in self.rel_path:
+            return None
+        return self.rel_path.rsplit("!/", 1)[0]
+
+
+class Representation(models.Model):
+    """A text view of a document (raw text, OCR, transcript, annotation)."""
+
+    rep_id = models.BigAutoField(primary_key=True)
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="representations")
+    rep_type = models.CharField(max_length=32, choices=RepType.choices)
+    rep_hash = models.CharField(max_length=64)
+    created_unix = models.BigIntegerField(default=0)
+    meta_json = models.JSONField(default=dict, blank=True)
+    # The full representation text: open_file slices it for converted
+    # formats (HTML, PDF pages), and chunks can always be rebuilt from it.
+    text = models.TextField(blank=True, default="")
+    deleted = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "representations"
+        indexes = [models.Index(fields=["document", "rep_type", "deleted"], name="rep_doc_type")]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}:{self.rep_type}"
+
+
+class Chunk(models.Model):
+    """A span of a representation; ``chunk_id`` is the ANN label."""
+
+    chunk_id = models.BigAutoField(primary_key=True)
+    representation = models.ForeignKey(Representation, on_delete=models.CASCADE, related_name="chunks")
+    ordinal = models.IntegerField()
+    text = models.TextField()
+    text_hash = models.CharField(max_length=64, db_index=True)
+    tokens_est = models.IntegerField(default=0)
+    index_kind = models.CharField(max_length=8, choices=IndexKind.choices, default=IndexKind.TEXT)
+    embedding_status = models.CharField(
+        max_length=8, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING
+    )
+    embedding_error = models.TextField(null=True, blank=True)
+    deleted = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "chunks"
+        indexes = [
+            models.Index(fields=["representation", "deleted", "ordinal"], name="chunk_rep_live"),
+            models.Index(fields=["deleted", "embedding_status", "index_kind"], name="chunk_embed_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"chunk {self.chunk_id}"
+
+
+class Span(models.Model):
+    """Provenance of a chunk: a line range, a page, or a time range (ms)."""
+
+    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="spans")
+    span_kind = models.CharField(max_length=8, choices=SpanKind.choices)
+    start = models.BigIntegerField()
+    end = models.BigIntegerField()
+    extra_json = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = "spans"
+        indexes = [models.Index(fields=["chunk"], name="span_chunk")]
+
+    def __str__(self) -> str:
+        return f"{self.span_kind} {self.start}-{self.end}"
+
+
+class Setting(models.Model):
+    """Key/value facts about the index: format version, models, dimensions."""
+
+    key = models.CharField(max_length=128, primary_key=True)
+    value = models.TextField()
+
+    class Meta:
+        db_table = "settings"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class IndexJob(models.Model):
+    """One indexing run and its live counters.
+
+    Counters are flushed here every fraction of a second while the job runs,
+    so ``status`` and ``stats`` in another process read current figures.
+    """
+
+    job_id = models.CharField(max_length=40, primary_key=True)
+    mode = models.CharField(max_length=16, default="incremental")
+    running = models.BooleanField(default=True)
+    pid = models.IntegerField(default=0)
+    started_unix = models.FloatField(default=0)
+    updated_unix = models.FloatField(default=0)
+    finished_unix = models.FloatField(null=True, blank=True)
+    outcome = models.CharField(max_length=32, blank=True, default="")
+    scanned = models.IntegerField(default=0)
+    indexed = models.IntegerField(default=0)
+    skipped = models.IntegerField(default=0)
+    unchanged = models.IntegerField(default=0)
+    deleted = models.IntegerField(default=0)
+    representations = models.IntegerField(default=0)
+    chunks_total = models.IntegerField(default=0)
+    embedded_ok = models.IntegerField(default=0)
+    errors = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "index_jobs"
+        indexes = [models.Index(fields=["-started_unix"], name="job_recent")]
+
+    def __str__(self) -> str:
+        return self.job_id

@@ -1,0 +1,298 @@
+"""The one exclusion engine and path resolver (spec §7.1, §7.2, §17).
+
+Ingestion asks :meth:`ExclusionEngine.excluded_reason` before reading a file,
+and every tool that opens a user-named path goes through
+:meth:`ExclusionEngine.resolve`. Keeping both here means a path rule added
+once applies everywhere; a second copy of a check would be a future bypass.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+import pathspec
+
+from corpus import errors
+
+DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
+    {".git", "node_modules", "dist", "build", ".venv", ".dir2mcp", "__pycache__"}
+)
+ARCHIVE_SEPARATOR = "!/"
+_DRIVE_RE = re.compile(r"^[A-Za-z]:")
+
+
+@dataclass(frozen=True)
+class ExclusionPolicy:
+    path_excludes: tuple[str, ...]
+    secret_patterns: tuple[str, ...]
+    use_gitignore: bool = True
+    follow_symlinks: bool = False
+
+    @classmethod
+    def from_config(cls, config) -> ExclusionPolicy:
+        return cls(
+            path_excludes=tuple(config.security.path_excludes),
+            secret_patterns=tuple(config.security.secret_patterns),
+            use_gitignore=config.ingest.gitignore,
+            follow_symlinks=config.ingest.follow_symlinks,
+        )
+
+
+@dataclass(frozen=True)
+class GitignoreRule:
+    """A parsed ``.gitignore``; its patterns apply to paths below ``base``."""
+
+    base: str
+    source: str
+    spec: pathspec.GitIgnoreSpec
+
+
+def _outside(message: str) -> errors.Dir2mcpError:
+    return errors.Dir2mcpError(errors.PATH_OUTSIDE_ROOT, message)
+
+
+def _check_lexical(path: str) -> None:
+    if "\x00" in path:
+        raise _outside("path contains a NUL byte")
+    if "\\" in path or _DRIVE_RE.match(path):
+        raise _outside("path uses Windows separators or a drive letter")
+    if path.startswith("/"):
+        raise _outside("path must be relative to the root")
+    if ".." in path.split("/"):
+        raise _outside("path must not contain '..'")
+
+
+def _fully_unquoted(path: str) -> str:
+    # Decode repeatedly so double-encoded forms such as %252e%252e cannot
+    # slip past a consumer that decodes once more than we do.
+    for _ in range(4):
+        decoded = unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    return path
+
+
+def normalize_rel_path(rel_path: str) -> str:
+    """Validate a user- or archive-supplied relative path and return it in canonical posix form.
+
+    Raises ``PATH_OUTSIDE_ROOT`` for anything that could name a file outside
+    its root, and ``INVALID_FIELD`` for an empty path.
+    """
+    if not isinstance(rel_path, str):
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, "path must be a string")
+    _check_lexical(rel_path)
+    decoded = _fully_unquoted(rel_path)
+    if decoded != rel_path:
+        try:
+            _check_lexical(decoded)
+        except errors.Dir2mcpError:
+            raise _outside("path contains percent-encoded traversal") from None
+        if decoded.count("/") != rel_path.count("/"):
+            raise _outside("path contains a percent-encoded separator")
+    parts = [part for part in rel_path.split("/") if part not in ("", ".")]
+    if not parts:
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, "path is empty")
+    return "/".join(parts)
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _is_rel_under(rel: str, base: str) -> bool:
+    return rel == base or rel.startswith(base + "/")
+
+
+class ExclusionEngine:
+    """Decides what may be indexed or opened below ``root``."""
+
+    def __init__(self, root: Path, policy: ExclusionPolicy, *, state_dir: Path | None = None):
+        self.root = Path(root).resolve()
+        self.policy = policy
+        self._root_str = str(self.root)
+        self._excludes = pathspec.GitIgnoreSpec.from_lines(policy.path_excludes)
+        self._secrets = tuple(re.compile(p) for p in policy.secret_patterns)
+        self._state_rel = self._state_rel_for(state_dir)
+        self._gitignores: dict[str, tuple[int, int, GitignoreRule | None]] = {}
+
+    def _state_rel_for(self, state_dir: Path | None) -> str | None:
+        if state_dir is None:
+            return None
+        try:
+            rel = Path(state_dir).resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+        return None if rel == "." else rel
+
+    # -- exclusion ---------------------------------------------------------
+
+    def excluded_reason(self, rel_path: str, *, is_dir: bool = False) -> str | None:
+        """Why ``rel_path`` is excluded, or ``None`` if it may be read.
+
+        Archive members (``a.zip!/x``) are judged by the archive's path and,
+        against ``path_excludes``, by each member path inside it.
+        """
+        outer, *members = rel_path.split(ARCHIVE_SEPARATOR)
+        reason = self._path_reason(outer.strip("/"), is_dir=is_dir and not members)
+        if reason is not None:
+            return reason
+        for index, member in enumerate(members):
+            reason = self._excludes_reason(member.strip("/"), is_dir=is_dir and index == len(members) - 1)
+            if reason is not None:
+                return reason
+        return None
+
+    def _path_reason(self, rel: str, *, is_dir: bool) -> str | None:
+        parts = rel.split("/")
+        chain: tuple[GitignoreRule, ...] = ()
+        for depth in range(len(parts)):
+            last = depth == len(parts) - 1
+            chain = self.gitignore_chain("/".join(parts[:depth]), chain)
+            reason = self.entry_reason("/".join(parts[: depth + 1]), is_dir=is_dir or not last, chain=chain)
+            if reason is not None:
+                return reason
+        return None
+
+    def entry_reason(
+        self, rel_path: str, *, is_dir: bool = False, chain: tuple[GitignoreRule, ...] = ()
+    ) -> str | None:
+        """Why this one entry is excluded, assuming its parent directories are allowed.
+
+        Walkers prune excluded directories, so they only need this check;
+        ``chain`` is :meth:`gitignore_chain` of the entry's parent directory.
+        """
+        name = rel_path.rpartition("/")[2]
+        if is_dir and name in DEFAULT_IGNORED_DIRS:
+            return f"default ignore: {name}"
+        if self._state_rel is not None and _is_rel_under(rel_path, self._state_rel):
+            return "state directory"
+        reason = self._excludes_reason(rel_path, is_dir=is_dir)
+        if reason is not None:
+            return reason
+        return _gitignore_reason(chain, rel_path, is_dir=is_dir)
+
+    def _excludes_reason(self, rel: str, *, is_dir: bool) -> str | None:
+        result = self._excludes.check_file(rel + "/" if is_dir else rel)
+        if result.include:
+            return f"path_excludes: {self._excludes.patterns[result.index].pattern}"
+        return None
+
+    def gitignore_chain(
+        self, dir_rel: str, parent_chain: tuple[GitignoreRule, ...] | None = None
+    ) -> tuple[GitignoreRule, ...]:
+        """The ``.gitignore`` files that apply inside ``dir_rel``, outermost first.
+
+        Pass the parent directory's chain to avoid re-reading the ancestors.
+        """
+        if not self.policy.use_gitignore:
+            return ()
+        if parent_chain is None:
+            parent_chain = () if not dir_rel else self._chain_from_root(dir_rel)
+        rule = self._gitignore_for(dir_rel)
+        return parent_chain + (rule,) if rule else parent_chain
+
+    def _chain_from_root(self, dir_rel: str) -> tuple[GitignoreRule, ...]:
+        parts = dir_rel.split("/")
+        chain: tuple[GitignoreRule, ...] = ()
+        for depth in range(len(parts)):
+            rule = self._gitignore_for("/".join(parts[:depth]))
+            chain = chain + (rule,) if rule else chain
+        return chain
+
+    def _gitignore_for(self, dir_rel: str) -> GitignoreRule | None:
+        path = os.path.join(self._root_str, dir_rel, ".gitignore")
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._gitignores.pop(dir_rel, None)
+            return None
+        cached = self._gitignores.get(dir_rel)
+        if cached and cached[:2] == (st.st_mtime_ns, st.st_size):
+            return cached[2]
+        rule = _load_gitignore(path, dir_rel)
+        self._gitignores[dir_rel] = (st.st_mtime_ns, st.st_size, rule)
+        return rule
+
+    # -- secrets -----------------------------------------------------------
+
+    def find_secret(self, text: str) -> str | None:
+        """Which secret pattern ``text`` matches, as ``secret_patterns[i]``; never the match itself."""
+        for index, pattern in enumerate(self._secrets):
+            if pattern.search(text):
+                return f"secret_patterns[{index}]"
+        return None
+
+    # -- resolution --------------------------------------------------------
+
+    def resolve(self, rel_path: str) -> Path:
+        """Turn a user-supplied relative path into an absolute path under root.
+
+        For archive members (``a.zip!/x``) the archive itself is returned.
+        """
+        rel = normalize_rel_path(rel_path)
+        self._forbid_excluded(rel)
+        real = self._walk_components(rel.partition(ARCHIVE_SEPARATOR)[0])
+        # Judge the real target too: with symlinks followed, "link" may name ".env".
+        real_rel = Path(real).relative_to(self.root).as_posix()
+        if real_rel != ".":
+            self._forbid_excluded(real_rel, is_dir=os.path.isdir(real))
+        return Path(real)
+
+    def _forbid_excluded(self, rel: str, *, is_dir: bool = False) -> None:
+        reason = self.excluded_reason(rel, is_dir=is_dir)
+        if reason is not None:
+            raise errors.Dir2mcpError(errors.FORBIDDEN, f"path is excluded ({reason})")
+
+    def _walk_components(self, rel: str) -> str:
+        current = self._root_str
+        for part in rel.split("/"):
+            current = os.path.join(current, part)
+            try:
+                st = os.lstat(current)
+            except (FileNotFoundError, NotADirectoryError):
+                raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
+            except PermissionError:
+                raise errors.Dir2mcpError(errors.FORBIDDEN, f"permission denied: {rel}") from None
+            if stat.S_ISLNK(st.st_mode):
+                current = self._follow(current)
+        real = os.path.realpath(current)
+        if not _is_under(real, self._root_str):
+            raise _outside("path resolves outside the root")
+        return real
+
+    def _follow(self, link: str) -> str:
+        if not self.policy.follow_symlinks:
+            raise errors.Dir2mcpError(errors.FORBIDDEN, "symlinks are not followed")
+        target = os.path.realpath(link)
+        if not _is_under(target, self._root_str):
+            raise _outside("symlink points outside the root")
+        if not os.path.exists(target):
+            raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, "symlink target does not exist")
+        return target
+
+
+def _load_gitignore(path: str, dir_rel: str) -> GitignoreRule | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            spec = pathspec.GitIgnoreSpec.from_lines(fh.read().splitlines())
+    except OSError:
+        return None
+    source = f"{dir_rel}/.gitignore" if dir_rel else ".gitignore"
+    return GitignoreRule(base=dir_rel, source=source, spec=spec)
+
+
+def _gitignore_reason(chain: tuple[GitignoreRule, ...], rel: str, *, is_dir: bool) -> str | None:
+    # Like git, the deepest .gitignore with an opinion wins, so a nested
+    # "!pattern" can re-include what an outer file ignored.
+    for rule in reversed(chain):
+        sub = rel[len(rule.base) + 1 :] if rule.base else rel
+        result = rule.spec.check_file(sub + "/" if is_dir else sub)
+        if result.include is not None:
+            return f"gitignore: {rule.source}" if result.include else None
+    return None

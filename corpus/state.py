@@ -1,0 +1,163 @@
+"""The state directory (spec §4): layout, locks, format checks, summaries.
+
+``<root>/.dir2mcp`` by default. It holds the database (``meta.sqlite``),
+the ANN indices, ``corpus.json``, the config snapshot, the bearer token and
+the caches. Files that other processes read are replaced atomically.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corpus import errors
+
+INDEX_FORMAT_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class StateDir:
+    """Paths inside one state directory."""
+
+    path: Path
+
+    @property
+    def meta_db(self) -> Path:
+        return self.path / "meta.sqlite"
+
+    @property
+    def corpus_json(self) -> Path:
+        return self.path / "corpus.json"
+
+    @property
+    def connection_json(self) -> Path:
+        return self.path / "connection.json"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.path / ".dir2mcp.yaml.snapshot"
+
+    @property
+    def token_file(self) -> Path:
+        return self.path / "secret.token"
+
+    @property
+    def cache(self) -> Path:
+        return self.path / "cache"
+
+    @property
+    def locks(self) -> Path:
+        return self.path / "locks"
+
+    @property
+    def index_lock(self) -> Path:
+        return self.locks / "index.lock"
+
+    def ensure(self) -> None:
+        """Create the layout, or fail with STATE_NOT_WRITABLE before any write."""
+        try:
+            for sub in (self.path, self.cache, self.locks, self.path / "payments"):
+                sub.mkdir(parents=True, exist_ok=True)
+            for kind in ("ocr", "transcribe", "annotations"):
+                (self.cache / kind).mkdir(exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=self.path, prefix=".probe-", delete=True)
+            probe.close()
+        except OSError as exc:
+            raise errors.Dir2mcpError(
+                errors.STATE_NOT_WRITABLE,
+                f"cannot write the state directory {self.path}: {exc.strerror or exc}",
+                hint="Make it writable, or choose another with --state-dir.",
+            ) from exc
+
+
+def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` through a temp file and a rename."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+class IndexLock:
+    """An exclusive, non-blocking lock on ``locks/index.lock``.
+
+    The kernel releases a ``flock`` when its holder dies, so a crashed
+    indexer never leaves a stale lock behind.
+    """
+
+    def __init__(self, state: StateDir):
+        self.path = state.index_lock
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise errors.Dir2mcpError(
+                    errors.INDEX_LOCKED,
+                    f"another indexer (pid {holder}) is using {self.path.parent.parent}",
+                    hint="Wait for it to finish, or stop it; `status` shows its progress.",
+                ) from exc
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> IndexLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def ensure_token(state: StateDir) -> str:
+    """Return the bearer token in ``secret.token``, creating it (0600) once."""
+    try:
+        token = state.token_file.read_text(encoding="utf-8").strip()
+        if token:
+            os.chmod(state.token_file, 0o600)
+            return token
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(32)
+    atomic_write(state.token_file, token + "\n", mode=0o600)
+    return token

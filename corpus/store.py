@@ -1,0 +1,103 @@
+"""Opening the metadata store: migrations on first use and format checks."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import DatabaseError, connection
+
+from corpus import errors
+from corpus.models import Setting
+from corpus.state import INDEX_FORMAT_VERSION, StateDir
+
+PROTOCOL_VERSION = "2025-11-25"
+
+
+def uses_state_sqlite(state: StateDir) -> bool:
+    db = settings.DATABASES["default"]
+    return db["ENGINE"].endswith("sqlite3") and str(db["NAME"]) == str(state.meta_db)
+
+
+def migrate(state: StateDir) -> None:
+    """Apply pending migrations, serialised across processes by a file lock."""
+    state.locks.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state.locks / "migrate.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        call_command("migrate", verbosity=0, interactive=False)
+    except DatabaseError as exc:
+        raise _corrupt(state, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def _corrupt(state: StateDir, exc: Exception) -> errors.Dir2mcpError:
+    return errors.Dir2mcpError(
+        errors.STORE_CORRUPT,
+        f"the index database in {state.path} cannot be read ({exc})",
+        hint="Run `dir2mcp reindex` to rebuild it.",
+    )
+
+
+def get_setting(key: str, default: str | None = None) -> str | None:
+    row = Setting.objects.filter(key=key).first()
+    return row.value if row else default
+
+
+def set_setting(key: str, value: str) -> None:
+    Setting.objects.update_or_create(key=key, defaults={"value": value})
+
+
+def open_store(state: StateDir, *, allow_rebuild: bool = False) -> None:
+    """Make the store usable, or explain why it is not.
+
+    A database from an incompatible index format stops with
+    INDEX_VERSION_MISMATCH (exit 5, "run reindex"), unless ``allow_rebuild``
+    (reindex), which starts it afresh. A database that is not SQLite at all
+    is moved aside under ``allow_rebuild`` and is STORE_CORRUPT otherwise.
+    """
+    state.ensure()
+    try:
+        migrate(state)
+        found = get_setting("index_format_version")
+    except errors.Dir2mcpError:
+        if not (allow_rebuild and uses_state_sqlite(state)):
+            raise
+        _move_aside(state)
+        migrate(state)
+        found = None
+    if found not in (None, INDEX_FORMAT_VERSION):
+        if not allow_rebuild:
+            raise errors.Dir2mcpError(
+                errors.INDEX_VERSION_MISMATCH,
+                f"the index in {state.path} has format {found}; this dir2mcp reads format "
+                f"{INDEX_FORMAT_VERSION}",
+                hint="Run `dir2mcp reindex` to rebuild it.",
+            )
+        wipe_index()
+    if found != INDEX_FORMAT_VERSION:
+        set_setting("index_format_version", INDEX_FORMAT_VERSION)
+        set_setting("protocol_version", PROTOCOL_VERSION)
+    if get_setting("corpus_id") is None:
+        set_setting("corpus_id", f"corpus_{os.urandom(6).hex()}")
+
+
+def _move_aside(state: StateDir) -> None:
+    connection.close()
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for suffix in ("", "-wal", "-shm"):
+        path = state.meta_db.with_name(state.meta_db.name + suffix)
+        if path.exists():
+            path.rename(path.with_name(f"{path.name}.corrupt-{stamp}"))
+
+
+def wipe_index() -> None:
+    """Delete every document and everything derived from it."""
+    from corpus.models import Chunk, Document, Representation, Span
+
+    for model in (Span, Chunk, Representation, Document):
+        model.objects.all().delete()

@@ -1,0 +1,120 @@
+"""Django settings for dir2mcp.
+
+Every value comes from the environment through django-environ and has a safe
+default, so the project starts with no variable set. The database is the
+state directory's ``meta.sqlite`` unless ``DATABASE_URL`` names another
+(PostgreSQL for scale-out). See ``.env.example`` for the full list.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+from dir2mcp_site import bootstrap
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+DIR2MCP_ROOT = bootstrap.root_dir()
+DIR2MCP_STATE_DIR = bootstrap.state_dir()
+
+# A per-install key is fine for the embedded default: Django only signs
+# admin sessions with it. Deployments set DJANGO_SECRET_KEY.
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dir2mcp-embedded-not-for-public-deployments")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "corpus",
+    "mcp_gateway",
+    "payments",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dir2mcp_site.urls"
+ASGI_APPLICATION = "dir2mcp_site.asgi.application"
+WSGI_APPLICATION = "dir2mcp_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite in WAL mode with a busy timeout lets the server, the indexer and
+# `status` share one file; IMMEDIATE transactions take the write lock up
+# front so concurrent writers queue instead of failing mid-transaction.
+SQLITE_OPTIONS = {
+    "timeout": env.int("DIR2MCP_SQLITE_TIMEOUT", default=30),
+    "transaction_mode": "IMMEDIATE",
+    "init_command": (
+        "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000;"
+    ),
+}
+
+if env.str("DATABASE_URL", default=""):
+    DATABASES = {"default": env.db("DATABASE_URL")}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DIR2MCP_STATE_DIR / "meta.sqlite",
+            "OPTIONS": SQLITE_OPTIONS,
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+
+# Celery: with no broker, tasks run in-process (see corpus/tasks.py).
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_ACKS_LATE = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "root": {"handlers": ["stderr"], "level": env.str("DIR2MCP_LOG_LEVEL", default="WARNING")},
+}

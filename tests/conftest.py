@@ -1,0 +1,15 @@
+"""Shared fixtures: a temporary corpus directory and an isolated state dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def corpus_dir(tmp_path: Path) -> Path:
+    """An empty directory to fill with files; it is the root being indexed."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    return root

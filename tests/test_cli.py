@@ -1,0 +1,270 @@
+"""The commands as a user runs them: real processes, real state directories."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from corpus.state import IndexLock, StateDir
+
+REPO = Path(__file__).resolve().parent.parent
+DIR2MCP = Path(sys.executable).with_name("dir2mcp")
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: float = 120):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL", "DJANGO_"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def make_tree(root: Path, files: int = 6) -> None:
+    (root / "src").mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        (root / "src" / f"mod{i}.py").write_text(f"def handler_{i}():\n    return {i}\n")
+    (root / "README.md").write_text("# Project\n\nSome words.\n")
+    (root / "blob.bin").write_bytes(bytes(range(256)) * 8)
+
+
+def test_reindex_then_status_report_correct_counts(corpus_dir):
+    make_tree(corpus_dir)
+
+    indexed = cli("reindex", "--dir", str(corpus_dir))
+    status = cli("status", "--dir", str(corpus_dir), "--json")
+
+    assert indexed.returncode == 0, indexed.stderr
+    assert "Progress: scanned=8 indexed=7 skipped=1 deleted=0 reps=7 chunks=7" in indexed.stdout
+    report = json.loads(status.stdout)
+    assert report["documents"] == 8
+    assert report["by_type"] == {"binary_ignored": 1, "code": 6, "md": 1}
+    assert report["chunks"] == 7
+    assert report["indexing"]["outcome"] == "complete"
+    assert (corpus_dir / ".dir2mcp" / "meta.sqlite").exists()
+
+
+def test_meta_sqlite_is_in_wal_mode(corpus_dir):
+    make_tree(corpus_dir, files=1)
+    cli("reindex", "--dir", str(corpus_dir))
+    with sqlite3.connect(corpus_dir / ".dir2mcp" / "meta.sqlite") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_console_command_works_from_any_directory(corpus_dir, tmp_path):
+    make_tree(corpus_dir, files=2)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIR2MCP_")}
+
+    done = subprocess.run([str(DIR2MCP), "reindex"], cwd=corpus_dir, env=env, capture_output=True, text=True)
+    status = subprocess.run(
+        [str(DIR2MCP), "status", "--dir", str(corpus_dir)],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "Documents: 4" in status.stdout
+    assert not (elsewhere / ".dir2mcp").exists()
+
+
+def test_state_dir_flag_moves_the_state(corpus_dir, tmp_path):
+    make_tree(corpus_dir, files=1)
+    state = tmp_path / "elsewhere-state"
+    assert cli("reindex", "--dir", str(corpus_dir), "--state-dir", str(state)).returncode == 0
+    assert (state / "meta.sqlite").exists()
+    assert not (corpus_dir / ".dir2mcp").exists()
+
+
+def test_missing_root_exits_3(tmp_path):
+    result = cli("reindex", "--dir", str(tmp_path / "nope"))
+    assert result.returncode == 3
+    assert "ROOT_INACCESSIBLE" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_config_key_exits_2_naming_the_key(corpus_dir):
+    (corpus_dir / ".dir2mcp.yaml").write_text("ingest:\n  pdff:\n    mode: auto\n")
+    result = cli("reindex", "--dir", str(corpus_dir))
+    assert result.returncode == 2
+    assert "CONFIG_INVALID" in result.stderr and "ingest.pdff" in result.stderr
+    assert not (corpus_dir / ".dir2mcp").exists()
+
+
+def test_bad_env_value_exits_2(corpus_dir):
+    result = cli("reindex", "--dir", str(corpus_dir), env={"DIR2MCP_INGEST__PDF__MODE": "sometimes"})
+    assert result.returncode == 2
+    assert "ingest.pdf.mode" in result.stderr
+
+
+def test_incompatible_index_format_exits_5_until_reindex(corpus_dir):
+    make_tree(corpus_dir, files=1)
+    cli("reindex", "--dir", str(corpus_dir))
+    with sqlite3.connect(corpus_dir / ".dir2mcp" / "meta.sqlite") as db:
+        db.execute("UPDATE settings SET value='999' WHERE key='index_format_version'")
+
+    status = cli("status", "--dir", str(corpus_dir))
+    incremental = cli("reindex", "--dir", str(corpus_dir), "--incremental")
+    rebuilt = cli("reindex", "--dir", str(corpus_dir))
+
+    assert status.returncode == 5 and "run `dir2mcp reindex`" in status.stderr.lower()
+    assert incremental.returncode == 5
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert cli("status", "--dir", str(corpus_dir)).returncode == 0
+
+
+def test_corrupt_database_exits_5_and_reindex_rebuilds(corpus_dir):
+    make_tree(corpus_dir, files=1)
+    state = corpus_dir / ".dir2mcp"
+    state.mkdir()
+    (state / "meta.sqlite").write_bytes(b"this is not a database" * 100)
+
+    status = cli("status", "--dir", str(corpus_dir))
+    rebuilt = cli("reindex", "--dir", str(corpus_dir))
+
+    assert status.returncode == 5 and "STORE_CORRUPT" in status.stderr
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert list(state.glob("meta.sqlite.corrupt-*"))
+    assert "Documents: 3" in cli("status", "--dir", str(corpus_dir)).stdout
+
+
+def test_status_before_any_index_exits_5(corpus_dir):
+    result = cli("status", "--dir", str(corpus_dir))
+    assert result.returncode == 5 and "INDEX_NOT_READY" in result.stderr
+    assert not (corpus_dir / ".dir2mcp").exists()
+
+
+def test_second_indexer_exits_with_a_clear_message(corpus_dir):
+    make_tree(corpus_dir, files=1)
+    state = StateDir(corpus_dir / ".dir2mcp")
+    state.ensure()
+    with IndexLock(state):
+        result = cli("reindex", "--dir", str(corpus_dir))
+    assert result.returncode == 1
+    assert "INDEX_LOCKED" in result.stderr and f"pid {os.getpid()}" in result.stderr
+
+
+@contextlib.contextmanager
+def read_only_dir(path: Path):
+    """A directory nobody can write: a read-only mount as root, 0555 otherwise."""
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        yield path
+        path.chmod(0o755)
+        return
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def test_read_only_state_dir_fails_cleanly_and_writes_nothing(corpus_dir, tmp_path):
+    make_tree(corpus_dir, files=1)
+    with read_only_dir(tmp_path / "state") as state:
+        result = cli("reindex", "--dir", str(corpus_dir), "--state-dir", str(state))
+        leftovers = list(state.iterdir())
+
+    assert result.returncode == 6, result.stderr
+    assert "STATE_NOT_WRITABLE" in result.stderr and "Traceback" not in result.stderr
+    assert leftovers == []
+
+
+def test_json_mode_emits_ndjson_events(corpus_dir):
+    make_tree(corpus_dir, files=2)
+    (corpus_dir / "bad.pdf").write_bytes(b"%PDF-1.4 broken")
+
+    result = cli("reindex", "--dir", str(corpus_dir), "--json")
+
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    names = [e["event"] for e in events]
+    assert {"index_loaded", "scan_progress", "embed_progress", "file_error"} <= set(names)
+    assert all({"ts", "level", "event", "data"} <= set(e) for e in events)
+    final = [e for e in events if e["event"] == "scan_progress"][-1]["data"]
+    assert final["running"] is False and final["errors"] == 1
+    error = next(e for e in events if e["event"] == "file_error")
+    assert error["data"]["rel_path"] == "bad.pdf" and error["level"] == "warn"
+
+
+def test_fatal_errors_are_ndjson_in_json_mode(tmp_path):
+    result = cli("reindex", "--dir", str(tmp_path / "missing"), "--json")
+    event = json.loads(result.stdout.strip().splitlines()[-1])
+    assert result.returncode == 3
+    assert event["event"] == "fatal" and event["data"]["code"] == "ROOT_INACCESSIBLE"
+
+
+def test_tty_shows_a_live_progress_line(corpus_dir):
+    make_tree(corpus_dir, files=3)
+    pid, fd = pty.fork()
+    if pid == 0:  # child: becomes the command on a terminal
+        os.execv(
+            sys.executable, [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)]
+        )
+    output = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    _, status = os.waitpid(pid, 0)
+    text = output.decode()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert "\r\x1b[KProgress: scanned=5 indexed=4" in text
+
+
+def test_status_works_while_another_process_indexes(corpus_dir):
+    for i in range(1500):
+        (corpus_dir / f"file_{i:04d}.md").write_text(f"# Note {i}\n\n" + "Words about things. " * 200)
+    indexer = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen_running, results = False, []
+    while not (corpus_dir / ".dir2mcp" / "meta.sqlite").exists() and indexer.poll() is None:
+        time.sleep(0.05)
+    while indexer.poll() is None:
+        result = cli("status", "--dir", str(corpus_dir), "--json")
+        results.append(result.returncode)
+        if result.returncode == 0 and json.loads(result.stdout)["indexing"]:
+            seen_running |= json.loads(result.stdout)["indexing"]["running"]
+    _, stderr = indexer.communicate()
+    assert indexer.returncode == 0, stderr
+    assert results and set(results) == {0}
+    print(f"status calls during indexing: {len(results)}, saw running job: {seen_running}")
+    final = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)
+    assert final["documents"] == 1500 and final["indexing"]["running"] is False
+
+
+def test_version_prints_protocol_and_format():
+    result = cli("version")
+    assert result.returncode == 0
+    assert "MCP protocol 2025-11-25" in result.stdout and "index format 1" in result.stdout

@@ -1,0 +1,397 @@
+"""The ingestion pipeline end to end, in-process, on real files."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from corpus import errors
+from corpus.config import build_config
+from corpus.indexing import index_directory
+from corpus.models import Chunk, Document, Representation
+from corpus.state import IndexLock, StateDir
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "AKIAABCDEFGHIJKLMNOP"
+
+
+def make_config(**sections):
+    return build_config(sections, {}, {})
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    state.ensure()
+    return state
+
+
+def run(root: Path, state: StateDir, config=None, mode: str = "incremental"):
+    return index_directory(root, state=state, config=config or make_config(), mode=mode)
+
+
+def write(root: Path, rel: str, data: str | bytes) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        path.write_text(data, encoding="utf-8")
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def live_chunks(rel_path: str) -> list[Chunk]:
+    return list(
+        Chunk.objects.filter(representation__document__rel_path=rel_path, deleted=False)
+        .prefetch_related("spans")
+        .order_by("ordinal")
+    )
+
+
+def doc(rel_path: str) -> Document:
+    return Document.objects.get(rel_path=rel_path)
+
+
+def code_file(lines: int) -> str:
+    return "".join(f"def function_{i}(value):\n    return value + {i}\n" for i in range(lines // 2))
+
+
+def test_text_types_become_chunks_with_line_spans(corpus_dir, state):
+    write(corpus_dir, "src/app.py", code_file(450))
+    write(corpus_dir, "notes.md", "# Notes\n\n" + "A paragraph of prose.\n" * 300)
+    write(corpus_dir, "data/config.json", '{"name": "dir2mcp"}\n')
+
+    counters = run(corpus_dir, state)
+
+    assert counters.indexed == 3 and counters.errors == 0
+    code = live_chunks("src/app.py")
+    assert [c.index_kind for c in code] == ["code"] * len(code)
+    assert len(code) == 3  # 450 lines in windows of 200 with 30 overlap
+    spans = [(c.spans.get().start, c.spans.get().end) for c in code]
+    assert spans == [(1, 200), (171, 370), (341, 450)]
+    source = (corpus_dir / "src/app.py").read_text().split("\n")
+    first, last = spans[1]
+    assert code[1].text == "\n".join(source[first - 1 : last])
+    prose = live_chunks("notes.md")
+    assert len(prose) > 1 and all(c.index_kind == "text" for c in prose)
+    assert all(len(c.text) <= 2500 for c in prose)
+    assert doc("data/config.json").doc_type == "data"
+
+
+def test_unchanged_tree_does_no_work_on_rerun(corpus_dir, state):
+    for i in range(20):
+        write(corpus_dir, f"pkg/m{i}.py", code_file(40))
+    run(corpus_dir, state)
+    before = sorted(Chunk.objects.values_list("chunk_id", "text_hash"))
+
+    again = run(corpus_dir, state)
+
+    assert again.scanned == 20
+    assert again.unchanged == 20
+    assert (again.indexed, again.representations, again.deleted, again.errors) == (0, 0, 0, 0)
+    assert sorted(Chunk.objects.values_list("chunk_id", "text_hash")) == before
+
+
+def test_touched_but_identical_file_is_not_reprocessed(corpus_dir, state):
+    path = write(corpus_dir, "a.txt", "same text\n")
+    run(corpus_dir, state)
+    os.utime(path, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+
+    again = run(corpus_dir, state)
+
+    assert again.unchanged == 1 and again.representations == 0
+    assert doc("a.txt").mtime_ns == 1_600_000_000_000_000_000
+
+
+def test_edit_keeps_chunks_whose_text_survived(corpus_dir, state):
+    path = write(corpus_dir, "big.py", code_file(600))
+    run(corpus_dir, state)
+    old = {c.text_hash: c.chunk_id for c in live_chunks("big.py")}
+    path.write_text(code_file(600) + "def appended():\n    pass\n")
+
+    again = run(corpus_dir, state)
+
+    new = live_chunks("big.py")
+    assert again.indexed == 1 and again.representations == 1
+    kept = [c for c in new if old.get(c.text_hash) == c.chunk_id]
+    assert len(kept) == len(new) - 1  # only the last window changed
+    assert Chunk.objects.filter(deleted=True).count() == 1
+
+
+def test_full_mode_rereads_but_keeps_identical_chunks(corpus_dir, state):
+    write(corpus_dir, "a.md", "# A\n\n" + "words " * 100)
+    run(corpus_dir, state)
+    ids = [c.chunk_id for c in live_chunks("a.md")]
+
+    again = run(corpus_dir, state, mode="full")
+
+    assert again.indexed == 1 and again.unchanged == 0
+    assert [c.chunk_id for c in live_chunks("a.md")] == ids
+
+
+def test_deleted_file_is_tombstoned_with_its_chunks(corpus_dir, state):
+    write(corpus_dir, "keep.txt", "keep me\n")
+    gone = write(corpus_dir, "gone.txt", "delete me\n")
+    run(corpus_dir, state)
+    gone.unlink()
+
+    again = run(corpus_dir, state)
+
+    assert again.deleted == 1
+    assert doc("gone.txt").deleted is True
+    assert live_chunks("gone.txt") == []
+    assert Chunk.objects.filter(representation__document__rel_path="gone.txt", deleted=True).count() == 1
+    assert again.chunks_total == Chunk.objects.filter(deleted=False).count() == 1
+
+
+def test_file_with_secret_is_skipped_and_its_text_never_stored(corpus_dir, state):
+    write(corpus_dir, "creds.txt", f"aws key {SECRET}\n")
+    write(corpus_dir, "later.txt", "harmless for now\n")
+    run(corpus_dir, state)
+    write(corpus_dir, "later.txt", f"now it leaks {SECRET}\n")
+
+    run(corpus_dir, state)
+
+    for rel in ("creds.txt", "later.txt"):
+        assert doc(rel).status == "skipped"
+        assert doc(rel).error.startswith("SECRET_DETECTED")
+        assert live_chunks(rel) == []
+    assert not Chunk.objects.filter(text__contains=SECRET).exists()
+    assert not Representation.objects.filter(text__contains=SECRET).exists()
+
+
+def test_secret_file_names_and_gitignored_files_are_not_documents(corpus_dir, state):
+    write(corpus_dir, ".env", "PASSWORD=x\n")
+    write(corpus_dir, "certs/server.pem", "-----BEGIN-----\n")
+    write(corpus_dir, ".gitignore", "ignored/\n")
+    write(corpus_dir, "ignored/file.txt", "hidden\n")
+    write(corpus_dir, "node_modules/lib/index.js", "x\n")
+    write(corpus_dir, "visible.txt", "shown\n")
+
+    run(corpus_dir, state)
+
+    paths = set(Document.objects.values_list("rel_path", flat=True))
+    assert paths == {".gitignore", "visible.txt"}
+
+
+def test_newly_excluded_file_is_tombstoned(corpus_dir, state):
+    write(corpus_dir, "tmp/scratch.txt", "scratch\n")
+    run(corpus_dir, state)
+    write(corpus_dir, ".gitignore", "tmp/\n")
+
+    again = run(corpus_dir, state)
+
+    assert again.deleted == 1 and doc("tmp/scratch.txt").deleted
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "doc_type", "status", "reason"),
+    [
+        pytest.param(
+            "blob.bin", bytes(range(256)) * 40, "binary_ignored", "skipped", "BINARY_SKIPPED", id="binary"
+        ),
+        pytest.param(
+            "photo.png",
+            b"\x89PNG\r\n\x1a\n" + b"\0" * 100,
+            "image",
+            "skipped",
+            "needs MISTRAL_API_KEY",
+            id="image-needs-key",
+        ),
+        pytest.param(
+            "talk.mp3",
+            b"ID3\x03\x00" + b"\0" * 100,
+            "audio",
+            "skipped",
+            "needs MISTRAL_API_KEY",
+            id="audio-needs-key",
+        ),
+        pytest.param(
+            "report.docx",
+            b"PK\x03\x04" + b"\0" * 100,
+            "office",
+            "skipped",
+            "DOC_TYPE_UNSUPPORTED",
+            id="office",
+        ),
+        pytest.param(
+            "broken.pdf", b"%PDF-1.4\nnot really a pdf", "pdf", "error", "EXTRACT_FAILED", id="broken-pdf"
+        ),
+        pytest.param(
+            "latin1.txt",
+            "caf\xe9 cr\xe8me br\xfbl\xe9e\n".encode("latin-1"),
+            "text",
+            "ok",
+            None,
+            id="invalid-utf8",
+        ),
+    ],
+)
+def test_each_kind_of_file_gets_a_clear_status(
+    corpus_dir, state, monkeypatch, name, data, doc_type, status, reason
+):
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    write(corpus_dir, name, data)
+    write(corpus_dir, "fine.txt", "the run goes on\n")
+
+    counters = run(corpus_dir, state)
+
+    d = doc(name)
+    assert (d.doc_type, d.status) == (doc_type, status)
+    if reason:
+        assert reason in d.error
+    assert doc("fine.txt").status == "ok"
+    assert counters.scanned == 2
+
+
+def test_decoded_latin1_text_is_searchable_text(corpus_dir, state):
+    write(corpus_dir, "latin1.txt", "caf\xe9 cr\xe8me\n".encode("latin-1"))
+    run(corpus_dir, state)
+    assert live_chunks("latin1.txt")[0].text.startswith("café crème")
+
+
+def test_files_over_the_type_limit_are_skipped_without_reading(corpus_dir, state):
+    write(corpus_dir, "huge.py", "x = 1\n" * 300_000)  # 1.8 MB
+    config = make_config(ingest={"max_file_mb_by_type": {"code": 1}})
+
+    run(corpus_dir, state, config)
+
+    assert doc("huge.py").status == "skipped"
+    assert doc("huge.py").error.startswith("FILE_TOO_LARGE")
+
+
+def test_needs_key_files_are_retried_when_a_key_appears(corpus_dir, state, monkeypatch):
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    write(corpus_dir, "scan.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    run(corpus_dir, state)
+    assert doc("scan.png").error == "needs MISTRAL_API_KEY"
+
+    monkeypatch.setenv("MISTRAL_API_KEY", "test-key-not-real")
+    again = run(corpus_dir, state)
+
+    assert again.unchanged == 0
+    assert doc("scan.png").error != "needs MISTRAL_API_KEY"
+
+
+def test_pdf_mode_off_skips_pdfs(corpus_dir, state):
+    write(corpus_dir, "paper.pdf", b"%PDF-1.4\n")
+    run(corpus_dir, state, make_config(ingest={"pdf": {"mode": "off"}}))
+    assert doc("paper.pdf").error == "disabled by ingest.pdf.mode=off"
+
+
+def zip_bytes(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def test_archive_members_become_documents(corpus_dir, state):
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w:gz") as tar:
+        payload = b"nested tar member\n"
+        info = tarfile.TarInfo("deep/readme.txt")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    write(
+        corpus_dir,
+        "bundle.zip",
+        zip_bytes({"a/notes.md": b"# Notes\n\nzipped\n", "inner.tgz": inner.getvalue()}),
+    )
+
+    run(corpus_dir, state)
+
+    assert doc("bundle.zip").doc_type == "archive"
+    member = doc("bundle.zip!/a/notes.md")
+    assert member.source_type == "archive_member" and member.status == "ok"
+    assert live_chunks("bundle.zip!/a/notes.md")[0].text.startswith("# Notes")
+    assert live_chunks("bundle.zip!/inner.tgz!/deep/readme.txt")[0].text == "nested tar member"
+
+
+def test_unchanged_archive_keeps_its_members_and_changed_one_drops_old(corpus_dir, state):
+    path = write(corpus_dir, "bundle.zip", zip_bytes({"one.txt": b"one\n", "two.txt": b"two\n"}))
+    run(corpus_dir, state)
+    again = run(corpus_dir, state)
+    assert again.deleted == 0 and again.unchanged == 3
+
+    path.write_bytes(zip_bytes({"one.txt": b"one\n"}))
+    third = run(corpus_dir, state)
+
+    assert third.deleted == 1 and doc("bundle.zip!/two.txt").deleted
+    assert not doc("bundle.zip!/one.txt").deleted
+
+
+def test_hostile_archive_members_are_rejected_and_nothing_escapes(corpus_dir, state, tmp_path):
+    write(
+        corpus_dir, "evil.zip", zip_bytes({"../escape.txt": b"x", "/etc/abs.txt": b"y", "ok.txt": b"fine\n"})
+    )
+    write(corpus_dir, "bomb.zip", zip_bytes({"zeros.txt": b"\0" * (30 * 2**20)}))
+
+    counters = run(corpus_dir, state, make_config(ingest={"archives": {"max_total_mb": 8}}))
+
+    paths = set(Document.objects.values_list("rel_path", flat=True))
+    assert "evil.zip!/ok.txt" in paths
+    assert not any("escape" in p or "abs.txt" in p or "zeros" in p for p in paths)
+    assert counters.errors >= 3
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_symlinks_are_not_followed_by_default(corpus_dir, state, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside the root\n")
+    (corpus_dir / "link.txt").symlink_to(outside)
+    (corpus_dir / "loop").symlink_to(corpus_dir)
+    write(corpus_dir, "real.txt", "real\n")
+
+    run(corpus_dir, state)
+
+    assert set(Document.objects.values_list("rel_path", flat=True)) == {"real.txt"}
+
+
+def test_followed_symlinks_stay_inside_the_root(corpus_dir, state, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside the root\n")
+    write(corpus_dir, "real/inner.txt", "inside\n")
+    (corpus_dir / "escape.txt").symlink_to(outside)
+    (corpus_dir / "alias").symlink_to(corpus_dir / "real")
+    (corpus_dir / "real" / "loop").symlink_to(corpus_dir)
+
+    counters = run(corpus_dir, state, make_config(ingest={"follow_symlinks": True}))
+
+    paths = set(Document.objects.values_list("rel_path", flat=True))
+    assert "escape.txt" not in paths
+    assert {"real/inner.txt", "alias/inner.txt"} <= paths
+    assert not Chunk.objects.filter(text__contains="outside the root").exists()
+    assert counters.errors >= 1
+
+
+def test_second_indexer_on_the_same_state_is_refused(corpus_dir, state):
+    write(corpus_dir, "a.txt", "a\n")
+    with IndexLock(state):
+        with pytest.raises(errors.Dir2mcpError) as excinfo:
+            run(corpus_dir, state)
+    assert excinfo.value.code == errors.INDEX_LOCKED
+    assert str(os.getpid()) in excinfo.value.message
+    assert not Document.objects.exists()
+
+
+def test_progress_counters_are_persisted_for_other_processes(corpus_dir, state):
+    from corpus.models import IndexJob
+    from corpus.state import read_json
+
+    for i in range(5):
+        write(corpus_dir, f"f{i}.txt", f"file {i}\n")
+    run(corpus_dir, state)
+
+    job = IndexJob.objects.get()
+    assert (job.running, job.outcome, job.scanned, job.indexed) == (False, "complete", 5, 5)
+    summary = read_json(state.corpus_json)
+    assert summary["indexing"]["indexed"] == 5
+    assert summary["profile"]["doc_counts"] == {"text": 5}

@@ -1,0 +1,318 @@
+"""The exclusion engine and the path resolver (spec §7.1, §7.2, §17)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from corpus import errors
+from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, Config, build_config
+from corpus.errors import Dir2mcpError
+from corpus.security import DEFAULT_IGNORED_DIRS, ExclusionEngine, ExclusionPolicy, normalize_rel_path
+
+DEFAULT_POLICY = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), tuple(DEFAULT_SECRET_PATTERNS))
+FOLLOW_POLICY = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), (), follow_symlinks=True)
+
+
+def write(path: Path, text: str = "x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def tree(corpus_dir: Path, tmp_path: Path) -> Path:
+    """A corpus with ordinary, excluded, ignored and symlinked entries, plus a file outside it."""
+    write(corpus_dir / "docs" / "readme.md", "hello")
+    write(corpus_dir / "src" / "app.py")
+    write(corpus_dir / "build")  # a file named like an ignored dir
+    write(corpus_dir / ".env", "TOKEN=x")
+    write(corpus_dir / "keys" / "server.pem")
+    write(corpus_dir / "node_modules" / "lib" / "index.js")
+    write(corpus_dir / "ignored.log")
+    write(corpus_dir / ".gitignore", "*.log\n")
+    write(corpus_dir / "bundle.zip", "PK")
+    write(corpus_dir / "state" / "index.sqlite")
+    write(tmp_path / "outside" / "secret.txt", "outside")
+    (corpus_dir / "out_link").symlink_to(tmp_path / "outside" / "secret.txt")
+    (corpus_dir / "out_dir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (corpus_dir / "in_link").symlink_to(corpus_dir / "docs" / "readme.md")
+    (corpus_dir / "env_link").symlink_to(corpus_dir / ".env")
+    (corpus_dir / "docs_link").symlink_to(corpus_dir / "docs", target_is_directory=True)
+    return corpus_dir
+
+
+def code_of(engine: ExclusionEngine, rel_path: str) -> str:
+    with pytest.raises(Dir2mcpError) as info:
+        engine.resolve(rel_path)
+    return info.value.code
+
+
+RESOLVE_REJECTIONS = [
+    pytest.param("../outside/secret.txt", errors.PATH_OUTSIDE_ROOT, id="dotdot-prefix"),
+    pytest.param("docs/../../outside/secret.txt", errors.PATH_OUTSIDE_ROOT, id="dotdot-middle"),
+    pytest.param("docs/..", errors.PATH_OUTSIDE_ROOT, id="dotdot-inside-root-still-rejected"),
+    pytest.param("/etc/passwd", errors.PATH_OUTSIDE_ROOT, id="absolute"),
+    pytest.param("docs/readme.md\x00.txt", errors.PATH_OUTSIDE_ROOT, id="nul-byte"),
+    pytest.param("..\\outside\\secret.txt", errors.PATH_OUTSIDE_ROOT, id="backslash-traversal"),
+    pytest.param("docs\\readme.md", errors.PATH_OUTSIDE_ROOT, id="backslash-separator"),
+    pytest.param("C:\\Windows\\win.ini", errors.PATH_OUTSIDE_ROOT, id="drive-letter-backslash"),
+    pytest.param("c:/Windows/win.ini", errors.PATH_OUTSIDE_ROOT, id="drive-letter-slash"),
+    pytest.param("%2e%2e%2foutside/secret.txt", errors.PATH_OUTSIDE_ROOT, id="percent-dotdot-slash"),
+    pytest.param("%2E%2E/outside/secret.txt", errors.PATH_OUTSIDE_ROOT, id="percent-dotdot-upper"),
+    pytest.param("docs%2Freadme.md", errors.PATH_OUTSIDE_ROOT, id="percent-slash"),
+    pytest.param("%2Fetc%2Fpasswd", errors.PATH_OUTSIDE_ROOT, id="percent-absolute"),
+    pytest.param("docs%5creadme.md", errors.PATH_OUTSIDE_ROOT, id="percent-backslash"),
+    pytest.param("%252e%252e%252fsecret", errors.PATH_OUTSIDE_ROOT, id="double-percent-encoded"),
+    pytest.param("bundle.zip!/../../etc/passwd", errors.PATH_OUTSIDE_ROOT, id="archive-member-traversal"),
+    pytest.param("out_link", errors.FORBIDDEN, id="symlink-not-followed"),
+    pytest.param("docs_link/readme.md", errors.FORBIDDEN, id="symlink-dir-component-not-followed"),
+    pytest.param(".env", errors.FORBIDDEN, id="path-excludes-dotenv"),
+    pytest.param("keys/server.pem", errors.FORBIDDEN, id="path-excludes-pem"),
+    pytest.param("node_modules/lib/index.js", errors.FORBIDDEN, id="default-ignored-dir"),
+    pytest.param("node_modules", errors.FORBIDDEN, id="default-ignored-dir-itself"),
+    pytest.param("ignored.log", errors.FORBIDDEN, id="gitignored"),
+    pytest.param("state/index.sqlite", errors.FORBIDDEN, id="state-dir"),
+    pytest.param("bundle.zip!/conf/.env", errors.FORBIDDEN, id="archive-member-excluded"),
+    pytest.param("docs/missing.md", errors.FILE_NOT_FOUND, id="missing"),
+    pytest.param("docs/readme.md/child", errors.FILE_NOT_FOUND, id="file-used-as-dir"),
+    pytest.param("", errors.INVALID_FIELD, id="empty"),
+    pytest.param(".//", errors.INVALID_FIELD, id="only-dot-and-slashes"),
+]
+
+
+@pytest.mark.parametrize(("rel_path", "code"), RESOLVE_REJECTIONS)
+def test_resolve_rejects_unsafe_or_unavailable_paths(tree: Path, rel_path: str, code: str) -> None:
+    engine = ExclusionEngine(tree, DEFAULT_POLICY, state_dir=tree / "state")
+    assert code_of(engine, rel_path) == code
+
+
+RESOLVE_ACCEPTS = [
+    pytest.param("docs/readme.md", "docs/readme.md", id="plain"),
+    pytest.param("./docs//readme.md", "docs/readme.md", id="dot-slash-and-double-slash"),
+    pytest.param("docs/./readme.md", "docs/readme.md", id="inner-dot"),
+    pytest.param("docs/", "docs", id="directory"),
+    pytest.param("build", "build", id="file-named-like-ignored-dir"),
+    pytest.param("bundle.zip!/inner/x.txt", "bundle.zip", id="archive-member-resolves-archive"),
+]
+
+
+@pytest.mark.parametrize(("rel_path", "expected"), RESOLVE_ACCEPTS)
+def test_resolve_returns_absolute_path_under_root(tree: Path, rel_path: str, expected: str) -> None:
+    engine = ExclusionEngine(tree, DEFAULT_POLICY)
+    assert engine.resolve(rel_path) == tree.resolve() / expected
+
+
+FOLLOWED_SYMLINKS = [
+    pytest.param("in_link", None, "docs/readme.md", id="file-link-under-root"),
+    pytest.param("docs_link/readme.md", None, "docs/readme.md", id="dir-link-under-root"),
+    pytest.param("out_link", errors.PATH_OUTSIDE_ROOT, None, id="file-link-escapes"),
+    pytest.param("out_dir/secret.txt", errors.PATH_OUTSIDE_ROOT, None, id="dir-link-escapes"),
+    pytest.param("env_link", errors.FORBIDDEN, None, id="link-to-excluded-target"),
+]
+
+
+@pytest.mark.parametrize(("rel_path", "code", "target"), FOLLOWED_SYMLINKS)
+def test_resolve_follows_symlinks_only_to_allowed_targets_under_root(
+    tree: Path, rel_path: str, code: str | None, target: str | None
+) -> None:
+    engine = ExclusionEngine(tree, FOLLOW_POLICY)
+    if code is None:
+        assert engine.resolve(rel_path) == tree.resolve() / target
+    else:
+        assert code_of(engine, rel_path) == code
+
+
+def test_resolve_rejects_dangling_symlink_as_missing(corpus_dir: Path) -> None:
+    (corpus_dir / "dangling").symlink_to(corpus_dir / "nowhere")
+    assert code_of(ExclusionEngine(corpus_dir, FOLLOW_POLICY), "dangling") == errors.FILE_NOT_FOUND
+
+
+def test_resolve_error_names_the_exclusion_reason_not_the_contents(tree: Path) -> None:
+    with pytest.raises(Dir2mcpError) as info:
+        ExclusionEngine(tree, DEFAULT_POLICY).resolve(".env")
+    assert "path_excludes: **/.env" in info.value.message
+    assert "TOKEN" not in info.value.message
+
+
+def test_root_is_resolved_through_symlinks(tree: Path, tmp_path: Path) -> None:
+    alias = tmp_path / "alias"
+    alias.symlink_to(tree, target_is_directory=True)
+    engine = ExclusionEngine(alias, DEFAULT_POLICY)
+    assert engine.root == tree.resolve()
+    assert engine.resolve("docs/readme.md") == tree.resolve() / "docs" / "readme.md"
+
+
+EXCLUSIONS = [
+    pytest.param("a/node_modules/b/c.js", False, "default ignore: node_modules", id="ignored-dir-deep-component"),
+    pytest.param(".git/config", False, "default ignore: .git", id="git-dir"),
+    pytest.param("pkg/__pycache__", True, "default ignore: __pycache__", id="ignored-dir-itself"),
+    pytest.param("tools/build", False, None, id="file-named-build-allowed"),
+    pytest.param("deep/er/.env", False, "path_excludes: **/.env", id="dotenv-anywhere"),
+    pytest.param("certs/site.pem", False, "path_excludes: **/*.pem", id="pem"),
+    pytest.param("home/.ssh/id_rsa", False, "path_excludes: **/id_rsa", id="ssh-key"),
+    pytest.param("src/env.py", False, None, id="ordinary-file"),
+    pytest.param("bundle.zip!/conf/.env", False, "path_excludes: **/.env", id="archive-member-excludes"),
+    pytest.param("a.zip!/b.tar!/k.pem", False, "path_excludes: **/*.pem", id="nested-archive-member"),
+    pytest.param("node_modules/x.zip!/a.txt", False, "default ignore: node_modules", id="archive-in-ignored-dir"),
+    pytest.param("bundle.zip!/docs/a.md", False, None, id="archive-member-allowed"),
+]
+
+
+@pytest.mark.parametrize(("rel_path", "is_dir", "reason"), EXCLUSIONS)
+def test_excluded_reason_applies_default_dirs_and_path_excludes(
+    corpus_dir: Path, rel_path: str, is_dir: bool, reason: str | None
+) -> None:
+    engine = ExclusionEngine(corpus_dir, DEFAULT_POLICY)
+    assert engine.excluded_reason(rel_path, is_dir=is_dir) == reason
+
+
+def test_default_ignored_dirs_cover_the_spec_list() -> None:
+    assert {".git", "node_modules", "dist", "build", ".venv", ".dir2mcp"} <= DEFAULT_IGNORED_DIRS
+
+
+@pytest.fixture
+def nested_gitignores(corpus_dir: Path) -> Path:
+    write(corpus_dir / ".gitignore", "# logs\n*.log\nsecret/\n")
+    write(corpus_dir / "sub" / ".gitignore", "!keep.log\n/local.txt\n")
+    write(corpus_dir / "secret" / ".gitignore", "!*\n")
+    return corpus_dir
+
+
+GITIGNORE_CASES = [
+    pytest.param("a.log", "gitignore: .gitignore", id="root-pattern"),
+    pytest.param("sub/other.log", "gitignore: .gitignore", id="root-pattern-applies-below"),
+    pytest.param("sub/keep.log", None, id="nested-negation-reincludes"),
+    pytest.param("sub/deeper/keep.log", None, id="nested-negation-applies-below"),
+    pytest.param("sub/local.txt", "gitignore: sub/.gitignore", id="nested-anchored-pattern"),
+    pytest.param("local.txt", None, id="nested-anchor-is-relative-to-its-dir"),
+    pytest.param("sub/deeper/local.txt", None, id="anchored-pattern-not-deeper"),
+    pytest.param("secret/x.txt", "gitignore: .gitignore", id="no-reinclude-inside-ignored-dir"),
+    pytest.param("notes.txt", None, id="unmatched"),
+]
+
+
+@pytest.mark.parametrize(("rel_path", "reason"), GITIGNORE_CASES)
+def test_nested_gitignores_apply_relative_to_their_directory(
+    nested_gitignores: Path, rel_path: str, reason: str | None
+) -> None:
+    engine = ExclusionEngine(nested_gitignores, DEFAULT_POLICY)
+    assert engine.excluded_reason(rel_path) == reason
+
+
+def test_gitignore_is_ignored_when_disabled(nested_gitignores: Path) -> None:
+    policy = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), (), use_gitignore=False)
+    engine = ExclusionEngine(nested_gitignores, policy)
+    assert engine.excluded_reason("a.log") is None
+    assert engine.excluded_reason("secret/x.txt") is None
+
+
+def test_edited_gitignore_takes_effect_without_a_new_engine(corpus_dir: Path) -> None:
+    gitignore = write(corpus_dir / ".gitignore", "*.log\n")
+    engine = ExclusionEngine(corpus_dir, DEFAULT_POLICY)
+    assert engine.excluded_reason("a.log") is not None
+    gitignore.write_text("*.tmp\n!a.log\n")
+    os.utime(gitignore, ns=(1, 1))
+    assert engine.excluded_reason("a.log") is None
+    assert engine.excluded_reason("b.tmp") == "gitignore: .gitignore"
+
+
+def test_state_dir_under_root_is_excluded_and_outside_root_is_ignored(corpus_dir: Path, tmp_path: Path) -> None:
+    inside = ExclusionEngine(corpus_dir, DEFAULT_POLICY, state_dir=corpus_dir / "var" / "state")
+    outside = ExclusionEngine(corpus_dir, DEFAULT_POLICY, state_dir=tmp_path / "elsewhere")
+    assert inside.excluded_reason("var/state/index.sqlite") == "state directory"
+    assert inside.excluded_reason("var/statement.txt") is None
+    assert outside.excluded_reason("var/state/index.sqlite") is None
+
+
+def test_policy_from_config_carries_the_security_and_ingest_settings() -> None:
+    default = ExclusionPolicy.from_config(Config())
+    custom = ExclusionPolicy.from_config(
+        build_config(
+            {"ingest": {"gitignore": False, "follow_symlinks": True}, "security": {"path_excludes": ["*.bak"]}},
+            {},
+            {},
+        )
+    )
+    assert default == ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), tuple(DEFAULT_SECRET_PATTERNS), True, False)
+    assert (custom.path_excludes, custom.use_gitignore, custom.follow_symlinks) == (("*.bak",), False, True)
+
+
+MUST_HIT = [
+    pytest.param("aws_access_key_id = AKIAIOSFODNN7EXAMPLE", 0, id="aws-access-key-id"),
+    pytest.param('aws_secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"', 1, id="aws-secret"),
+    pytest.param(
+        "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9P",
+        2,
+        id="jwt-bearer-header",
+    ),
+    pytest.param("refresh_token=abcdefgh123.ijklmnop456.qrstuvwx789", 2, id="jwt-refresh-token"),
+    pytest.param("token = abcdefghijklmnopqrstuvwxyz012345", 3, id="generic-token"),
+    pytest.param("GITHUB_TOKEN: ghp_1234567890abcdefghijklmnop", 3, id="token-in-yaml"),
+    pytest.param("key = 'sk_" + "a1b2c3d4" * 4 + "'", 4, id="sk-key"),
+    pytest.param("api_" + "A1b2C3d4" * 4, 4, id="api-key"),
+]
+
+
+@pytest.mark.parametrize(("text", "index"), MUST_HIT)
+def test_default_secret_patterns_hit_real_looking_credentials(text: str, index: int) -> None:
+    engine = ExclusionEngine(Path("."), DEFAULT_POLICY)
+    assert engine.find_secret(f"line one\n{text}\nline three") == f"secret_patterns[{index}]"
+
+
+MUST_NOT_HIT = [
+    pytest.param("commit 3f786850e387550fdab836ed7e6dc881de23001b", id="git-sha"),
+    pytest.param("digest: 3f786850e387550fdab836ed7e6dc881de23001b3f786850", id="long-hex-digest"),
+    pytest.param("data = 'QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZn'", id="base64-blob"),
+    pytest.param("/usr/local/lib/python3.11/site-packages/abcdefghij", id="long-path"),
+    pytest.param("Never commit your AWS secret access key to the repository.", id="prose-about-aws-secret"),
+    pytest.param("token = short", id="short-token-value"),
+    pytest.param("max_tokens = 4096", id="max-tokens-setting"),
+    pytest.param("akiaiosfodnn7example", id="lowercase-akia"),
+    pytest.param("sk_live_short", id="short-sk-prefix"),
+    pytest.param("Authorization: Bearer <token>", id="placeholder-bearer"),
+]
+
+
+@pytest.mark.parametrize("text", MUST_NOT_HIT)
+def test_default_secret_patterns_ignore_benign_lookalikes(text: str) -> None:
+    assert ExclusionEngine(Path("."), DEFAULT_POLICY).find_secret(text) is None
+
+
+def test_find_secret_never_returns_the_matched_text() -> None:
+    secret = "AKIAIOSFODNN7EXAMPLE"
+    reason = ExclusionEngine(Path("."), DEFAULT_POLICY).find_secret(f"key={secret}")
+    assert reason is not None and secret not in reason
+
+
+def test_find_secret_uses_configured_patterns_only() -> None:
+    engine = ExclusionEngine(Path("."), ExclusionPolicy((), (r"internal-[0-9]{6}",)))
+    assert engine.find_secret("id internal-123456") == "secret_patterns[0]"
+    assert engine.find_secret("AKIAIOSFODNN7EXAMPLE") is None
+
+
+def test_find_secret_scans_multi_megabyte_text_quickly() -> None:
+    line = "def handler(request, token_count=3):  # 3f786850e387550fdab836ed7e6dc881de23001b\n"
+    text = line * (8 * 2**20 // len(line))
+    engine = ExclusionEngine(Path("."), DEFAULT_POLICY)
+    started = time.perf_counter()
+    assert engine.find_secret(text) is None
+    assert engine.find_secret(text + "AKIAIOSFODNN7EXAMPLE") == "secret_patterns[0]"
+    assert time.perf_counter() - started < 5.0
+
+
+NORMALIZED = [
+    pytest.param("a/b.txt", "a/b.txt", id="plain"),
+    pytest.param("./a//b.txt", "a/b.txt", id="dot-and-double-slash"),
+    pytest.param("a/b/", "a/b", id="trailing-slash"),
+    pytest.param("100%25.txt", "100%25.txt", id="harmless-percent-kept-verbatim"),
+    pytest.param("notes:v2.txt", "notes:v2.txt", id="colon-not-a-drive"),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), NORMALIZED)
+def test_normalize_rel_path_returns_canonical_posix_paths(raw: str, expected: str) -> None:
+    assert normalize_rel_path(raw) == expected
