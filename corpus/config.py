@@ -65,7 +65,7 @@ def parse_duration(value: Any) -> float:
 def format_duration(seconds: float) -> str:
     if seconds == 0:
         return "0"
-    for unit in ("d", "h", "m", "s"):
+    for unit in ("h", "m", "s"):
         size = _DURATION_UNITS[unit]
         if seconds % size == 0:
             return f"{int(seconds // size)}{unit}"

@@ -34,13 +34,38 @@ class ExclusionPolicy:
     follow_symlinks: bool = False
 
     @classmethod
-    def from_config(cls, config) -> ExclusionPolicy:
+    def from_config(cls, config, *, root: Path | None = None) -> ExclusionPolicy:
+        """The policy of ``config``; with ``root``, its secret files are excluded too."""
         return cls(
-            path_excludes=tuple(config.security.path_excludes),
+            path_excludes=tuple(config.security.path_excludes) + _secret_file_excludes(config, root),
             secret_patterns=tuple(config.security.secret_patterns),
             use_gitignore=config.ingest.gitignore,
             follow_symlinks=config.ingest.follow_symlinks,
         )
+
+
+def _secret_file_excludes(config, root: Path | None) -> tuple[str, ...]:
+    """Anchored patterns for the configured secret and token files under ``root``.
+
+    They may sit anywhere (``secrets.file.path: secret.env``), where no
+    default exclude covers them, and they hold keys the content patterns
+    do not recognise.
+    """
+    if root is None:
+        return ()
+    patterns = []
+    for configured in (config.secrets.file.path, config.security.auth.token_file):
+        if not configured:
+            continue
+        path = Path(configured).expanduser()
+        path = path if path.is_absolute() else root / path
+        try:
+            rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+        except ValueError:
+            continue
+        if rel != ".." and not rel.startswith(".." + os.sep):
+            patterns.append("/" + Path(rel).as_posix())
+    return tuple(patterns)
 
 
 @dataclass(frozen=True)
@@ -112,6 +137,11 @@ def _is_rel_under(rel: str, base: str) -> bool:
 class ExclusionEngine:
     """Decides what may be indexed or opened below ``root``."""
 
+    @classmethod
+    def from_config(cls, root: Path, config, *, state_dir: Path | None = None) -> ExclusionEngine:
+        """The engine every reader uses: ingestion and every file-reading tool."""
+        return cls(root, ExclusionPolicy.from_config(config, root=root), state_dir=state_dir)
+
     def __init__(self, root: Path, policy: ExclusionPolicy, *, state_dir: Path | None = None):
         self.root = Path(root).resolve()
         self.policy = policy
@@ -149,6 +179,8 @@ class ExclusionEngine:
         return None
 
     def _path_reason(self, rel: str, *, is_dir: bool) -> str | None:
+        if not rel:
+            return None
         parts = rel.split("/")
         chain: tuple[GitignoreRule, ...] = ()
         for depth in range(len(parts)):
@@ -255,10 +287,10 @@ class ExclusionEngine:
             current = os.path.join(current, part)
             try:
                 st = os.lstat(current)
-            except (FileNotFoundError, NotADirectoryError):
-                raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
             except PermissionError:
                 raise errors.Dir2mcpError(errors.FORBIDDEN, f"permission denied: {rel}") from None
+            except OSError:
+                raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
             if stat.S_ISLNK(st.st_mode):
                 current = self._follow(current)
         real = os.path.realpath(current)

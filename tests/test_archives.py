@@ -74,7 +74,9 @@ FORMATS = [
 
 
 @pytest.mark.parametrize(("name", "head", "expected"), FORMATS)
-def test_archive_format_needs_extension_and_magic_to_agree(name: str, head: bytes, expected: str | None) -> None:
+def test_archive_format_needs_extension_and_magic_to_agree(
+    name: str, head: bytes, expected: str | None
+) -> None:
     assert archive_format(name, head[:512]) == expected
 
 
@@ -129,7 +131,9 @@ def test_zip_slip_member_is_rejected_and_never_written(tmp_path: Path, monkeypat
     assert not any(p.name == "evil.txt" for p in tmp_path.parent.rglob("evil.txt"))
 
 
-@pytest.mark.parametrize("name", ["../evil.txt", "/etc/passwd", "a/../../evil.txt"], ids=["parent", "abs", "inner"])
+@pytest.mark.parametrize(
+    "name", ["../evil.txt", "/etc/passwd", "a/../../evil.txt"], ids=["parent", "abs", "inner"]
+)
 def test_tar_slip_member_is_rejected(name: str) -> None:
     items = run(make_tar({name: b"pwned", "safe.txt": b"ok"}), rel_path="b.tar")
     assert problems(items) == [(f"b.tar!/{name}", errors.PATH_OUTSIDE_ROOT)]
@@ -248,7 +252,11 @@ def test_total_limit_is_shared_with_nested_archives() -> None:
     outer = make_zip({"inner.zip": inner, "z_last.txt": b"x"}, stored=True)
     items = run(outer, rel_path="outer.zip", limits=ArchiveLimits(max_total_bytes=6 * 2**20 + 2**19))
     assert problems(items) == [("outer.zip!/inner.zip!/2.bin", errors.ARCHIVE_REJECTED)]
-    assert members(items) == ["outer.zip!/inner.zip", "outer.zip!/inner.zip!/0.bin", "outer.zip!/inner.zip!/1.bin"]
+    assert members(items) == [
+        "outer.zip!/inner.zip",
+        "outer.zip!/inner.zip!/0.bin",
+        "outer.zip!/inner.zip!/1.bin",
+    ]
 
 
 CORRUPT = [
@@ -285,7 +293,9 @@ def test_engine_path_excludes_drop_members_silently(corpus_dir: Path) -> None:
 
 def test_limits_from_config_convert_megabytes() -> None:
     config = build_config(
-        {"ingest": {"max_file_mb": 2, "archives": {"max_depth": 3, "max_members": 7, "max_total_mb": 1.5}}}, {}, {}
+        {"ingest": {"max_file_mb": 2, "archives": {"max_depth": 3, "max_members": 7, "max_total_mb": 1.5}}},
+        {},
+        {},
     )
     assert ArchiveLimits.from_config(config) == ArchiveLimits(
         max_depth=3, max_members=7, max_total_bytes=1536 * 1024, max_ratio=100, max_member_bytes=2 * 2**20

@@ -268,3 +268,30 @@ def test_version_prints_protocol_and_format():
     result = cli("version")
     assert result.returncode == 0
     assert "MCP protocol 2025-11-25" in result.stdout and "index format 1" in result.stdout
+
+
+def test_reindex_leaves_the_full_state_layout(corpus_dir):
+    make_tree(corpus_dir, files=1)
+    result = cli(
+        "reindex", "--dir", str(corpus_dir), env={"MISTRAL_API_KEY": "sk-live-not-to-be-written-000111"}
+    )
+    assert result.returncode == 0, result.stderr
+    state = corpus_dir / ".dir2mcp"
+
+    for name in (
+        "meta.sqlite",
+        "corpus.json",
+        ".dir2mcp.yaml.snapshot",
+        "secret.token",
+        "cache",
+        "locks/index.lock",
+    ):
+        assert (state / name).exists(), name
+    assert (state / "secret.token").stat().st_mode & 0o777 == 0o600
+    snapshot = (state / ".dir2mcp.yaml.snapshot").read_text()
+    assert "sk-live-not-to-be-written-000111" not in snapshot
+    assert "<env:MISTRAL_API_KEY>" in snapshot
+    token = (state / "secret.token").read_text().strip()
+    assert len(token) >= 32 and token not in snapshot and token not in result.stdout
+    corpus = json.loads((state / "corpus.json").read_text())
+    assert corpus["indexing"]["scanned"] == 3 and corpus["profile"]["doc_counts"]["code"] == 1

@@ -183,7 +183,10 @@ print(json.dumps([[type(i).__name__, i.rel_path, getattr(i, "code", "")] for i i
 
 def _walk_without_permission_override(root: Path) -> list[list[str]]:
     if os.geteuid() != 0:
-        return [[type(i).__name__, i.rel_path, getattr(i, "code", "")] for i in walk(ExclusionEngine(root, policy()))]
+        return [
+            [type(i).__name__, i.rel_path, getattr(i, "code", "")]
+            for i in walk(ExclusionEngine(root, policy()))
+        ]
     result = subprocess.run(
         [sys.executable, "-c", _WALK_SCRIPT, str(root)],
         cwd=PROJECT_DIR,

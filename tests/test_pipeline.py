@@ -395,3 +395,67 @@ def test_progress_counters_are_persisted_for_other_processes(corpus_dir, state):
     summary = read_json(state.corpus_json)
     assert summary["indexing"]["indexed"] == 5
     assert summary["profile"]["doc_counts"] == {"text": 5}
+
+
+def test_file_name_that_is_not_utf8_is_reported_not_fatal(corpus_dir, state):
+    name = os.fsdecode(b"caf\xe9.txt")  # a latin-1 name: a surrogate escape in Python
+    (corpus_dir / name).write_text("content\n")
+    write(corpus_dir, "fine.txt", "fine\n")
+
+    counters = run(corpus_dir, state)
+
+    assert counters.errors == 1 and counters.indexed == 1
+    assert set(Document.objects.values_list("rel_path", flat=True)) == {"fine.txt"}
+
+
+def test_refreshing_a_directory_and_a_file_inside_it_together(corpus_dir, state):
+    from corpus.indexing import refresh_paths
+
+    write(corpus_dir, "sub/a.txt", "a\n")
+    write(corpus_dir, "sub/b.txt", "b\n")
+
+    counters = refresh_paths(corpus_dir, ["sub", "sub/a.txt"], state=state, config=make_config())
+
+    assert counters.indexed == 2 and counters.errors == 0
+    assert set(Document.objects.values_list("rel_path", flat=True)) == {"sub/a.txt", "sub/b.txt"}
+
+
+def test_configured_secret_and_token_files_are_never_indexed(corpus_dir, state):
+    write(corpus_dir, "keys/secret.env", "MISTRAL_API_KEY=abcdefabcdefabcdefabcdefabcdefab\n")
+    write(corpus_dir, "auth/token.txt", "plain-token-value\n")
+    write(corpus_dir, "notes.txt", "notes\n")
+    config = make_config(
+        secrets={"file": {"path": "keys/secret.env"}}, security={"auth": {"token_file": "auth/token.txt"}}
+    )
+
+    run(corpus_dir, state, config)
+
+    assert set(Document.objects.values_list("rel_path", flat=True)) == {"notes.txt"}
+
+
+def test_pdf_text_layer_is_indexed_per_page_without_a_key(corpus_dir, state, monkeypatch):
+    from tests.samples import make_pdf
+
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    write(corpus_dir, "paper.pdf", make_pdf(["Alpha page one", None, "Gamma page three"]))
+
+    run(corpus_dir, state)
+
+    d = doc("paper.pdf")
+    assert (d.doc_type, d.status) == ("pdf", "ok")
+    chunks = live_chunks("paper.pdf")
+    assert [(c.spans.get().span_kind, c.spans.get().start) for c in chunks] == [("page", 1), ("page", 3)]
+    assert "Alpha page one" in chunks[0].text and "Gamma page three" in chunks[1].text
+    rep = Representation.objects.get(document=d)
+    assert rep.text.split("\f")[2].strip() == "Gamma page three"
+    assert rep.meta_json["pages_without_text"] == [2]
+    assert rep.meta_json["ocr_pending"] == "needs MISTRAL_API_KEY"
+
+
+def test_pdf_without_any_text_waits_for_ocr(corpus_dir, state, monkeypatch):
+    from tests.samples import make_pdf
+
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    write(corpus_dir, "scan.pdf", make_pdf([None, None]))
+    run(corpus_dir, state)
+    assert (doc("scan.pdf").status, doc("scan.pdf").error) == ("skipped", "needs MISTRAL_API_KEY")

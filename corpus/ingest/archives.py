@@ -173,7 +173,7 @@ def _open(source: Path | bytes) -> IO[bytes]:
 
 
 def _nested(member: ArchiveMember, depth: int, budget: _Budget) -> Iterator[ArchiveMember | MemberProblem]:
-    if depth > budget.limits.max_depth or archive_format(member.name, member.data[:512]) is None:
+    if depth >= budget.limits.max_depth or archive_format(member.name, member.data[:512]) is None:
         return
     yield from _iter_archive(member.data, member.rel_path, depth + 1, budget)
 
@@ -242,7 +242,9 @@ def _zip_members(fh: IO[bytes], rel_path: str, budget: _Budget) -> Iterator[Arch
                 yield MemberProblem(f"{rel_path}!/{_printable(info.orig_filename)}", exc.code, exc.message)
             except _READ_ERRORS as exc:
                 yield MemberProblem(
-                    f"{rel_path}!/{info.filename}", errors.ARCHIVE_REJECTED, f"bad member: {exc}"
+                    f"{rel_path}!/{_printable(info.orig_filename)}",
+                    errors.ARCHIVE_REJECTED,
+                    f"bad member: {exc}",
                 )
             else:
                 if member is not None:
@@ -298,11 +300,12 @@ def _tar_member(
     tf: tarfile.TarFile, info: tarfile.TarInfo, rel_path: str, budget: _Budget, ratio: tuple[int, int] | None
 ) -> ArchiveMember | None:
     name = _check_name(info.name)
+    # tarfile reads through a skipped member's declared data to reach the
+    # next header, so that work is charged to the budget too.
     if budget.excludes(f"{rel_path}!/{name}"):
+        _charge(budget, info.size)
         return None
     if not info.isreg():
-        # tarfile reads through a skipped member's declared data to reach the
-        # next header, so that work is charged to the budget.
         _charge(budget, info.size)
         kind = "link" if info.issym() or info.islnk() else "special file"
         raise _Rejected(errors.ARCHIVE_REJECTED, f"{kind} member skipped")

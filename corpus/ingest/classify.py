@@ -80,7 +80,7 @@ _CODE_LIKE_DATA = frozenset({"json", "yaml", "yml", "toml", "ini", "cfg", "xml"}
 _BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 # Control bytes that plain text never contains; tab, LF, FF, CR and ESC
 # (ANSI colour codes in logs) are allowed.
-_CONTROL_BYTES = frozenset(range(0x20)) - {0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x1B} | {0x7F}
+_CONTROL_BYTES = bytes(sorted(frozenset(range(0x20)) - {0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x1B} | {0x7F}))
 _MAX_CONTROL_SHARE = 0.10
 
 
@@ -110,7 +110,8 @@ def sniff_binary(head: bytes) -> bool:
         return False
     if b"\x00" in head:
         return True
-    controls = sum(1 for byte in head if byte in _CONTROL_BYTES)
+    # Deleting the control bytes in C is ~50x faster than a Python loop.
+    controls = len(head) - len(head.translate(None, _CONTROL_BYTES))
     return controls / len(head) > _MAX_CONTROL_SHARE
 
 

@@ -31,7 +31,7 @@ from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, 
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
-from corpus.security import ExclusionEngine, ExclusionPolicy
+from corpus.security import ExclusionEngine
 from corpus.state import StateDir, write_json
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class Indexer:
         self.reporter = reporter or Reporter.silent()
         self.mode = mode
         self.stop = stop or threading.Event()
-        self.engine = ExclusionEngine(root, ExclusionPolicy.from_config(config), state_dir=state.path)
+        self.engine = ExclusionEngine.from_config(root, config, state_dir=state.path)
         self.limits = ArchiveLimits.from_config(config)
         self.preparer = Preparer(config, self.engine, capabilities or capabilities_for(config))
         self.counters = Counters()
@@ -207,8 +207,13 @@ class Indexer:
             self.counters.errors += 1
             self.reporter.file_error(item.rel_path, item.code, item.message)
             return
-        self.seen.add(item.rel_path)
+        if item.rel_path in self.seen:
+            return
         self.counters.scanned += 1
+        if not _storable(item.rel_path):
+            self._undecodable_name(item.rel_path)
+            return
+        self.seen.add(item.rel_path)
         try:
             self._consume_file(item)
         except OSError as exc:
@@ -257,8 +262,11 @@ class Indexer:
             self._consume_member(member)
 
     def _consume_member(self, member: ArchiveMember) -> None:
-        self.seen.add(member.rel_path)
         self.counters.scanned += 1
+        if not _storable(member.rel_path):
+            self._undecodable_name(member.rel_path)
+            return
+        self.seen.add(member.rel_path)
         head = member.data[:HEAD_BYTES]
         base = self._base(member.rel_path, "archive_member", head, member.size, member.mtime_ns)
         if self.preparer.too_large(base.doc_type, member.size):
@@ -321,6 +329,11 @@ class Indexer:
                     self.counters.skipped += 1
         if touch is not None:
             writer.touch(known.doc_id, touch.size, touch.mtime_ns)
+
+    def _undecodable_name(self, rel_path: str) -> None:
+        self.counters.errors += 1
+        shown = rel_path.encode("utf-8", "replace").decode("utf-8")
+        self.reporter.file_error(shown, errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed")
 
     def _too_large(self, base: Prepared) -> Prepared:
         limit = self.config.max_bytes_for(base.doc_type)
@@ -391,6 +404,16 @@ class Indexer:
             prepared.extracted, prepared.drafts = None, []
             with transaction.atomic():
                 delta = writer.write_document(prepared, known.doc_id if known else None)
+        self.known[prepared.rel_path] = Known(
+            delta.doc_id,
+            prepared.doc_type,
+            prepared.size,
+            prepared.mtime_ns,
+            prepared.content_hash,
+            prepared.policy_hash,
+            prepared.status,
+            False,
+        )
         self.counters.chunks_total += delta.chunks_added - delta.chunks_removed
         self.counters.embedded_ok -= delta.embedded_removed
         self.counters.representations += delta.representations
@@ -414,6 +437,15 @@ class Indexer:
             self.counters.chunks_total -= delta.chunks_removed
             self.counters.embedded_ok -= delta.embedded_removed
         self._flush_counters()
+
+
+def _storable(rel_path: str) -> bool:
+    """Names that are not valid UTF-8 (surrogate escapes) cannot be stored."""
+    try:
+        rel_path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _split_error(error: str | None) -> tuple[str, str]:

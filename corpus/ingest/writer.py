@@ -18,6 +18,7 @@ from corpus.models import Chunk, Document, EmbeddingStatus, Representation, Span
 
 @dataclass
 class Delta:
+    doc_id: int | None = None
     representations: int = 0
     chunks_added: int = 0
     chunks_removed: int = 0
@@ -34,8 +35,11 @@ def touch(doc_id: int, size: int, mtime_ns: int) -> None:
 def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     """Make the store hold ``prepared``; returns what changed."""
     doc = _upsert_document(prepared, doc_id)
+    is_new = doc_id is None
     if not prepared.has_text:
-        return _retire_representations(doc, keep=None)
+        delta = Delta() if is_new else _retire_representations(doc, keep=None)
+        delta.doc_id = doc.doc_id
+        return delta
     extracted = prepared.extracted
     assert extracted is not None
     rep_hash = sha256_hex(
@@ -48,8 +52,10 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
             ]
         )
     )
-    delta = _retire_representations(doc, keep=extracted.rep_type)
-    rep = Representation.objects.filter(document=doc, rep_type=extracted.rep_type).first()
+    # A brand-new document has no rows to compare with: skip the look-ups.
+    delta = Delta() if is_new else _retire_representations(doc, keep=extracted.rep_type)
+    delta.doc_id = doc.doc_id
+    rep = None if is_new else Representation.objects.filter(document=doc, rep_type=extracted.rep_type).first()
     if rep is not None and rep.rep_hash == rep_hash and not rep.deleted:
         return delta
     if rep is None:
@@ -61,7 +67,7 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     rep.deleted = False
     rep.save()
     delta.representations += 1
-    _sync_chunks(rep, prepared, delta)
+    _sync_chunks(rep, prepared, delta, fresh=is_new)
     return delta
 
 
@@ -82,14 +88,14 @@ def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
     if doc_id is not None:
         Document.objects.filter(doc_id=doc_id).update(**fields)
         return Document(doc_id=doc_id, rel_path=prepared.rel_path, **fields)
-    doc, _ = Document.objects.update_or_create(rel_path=prepared.rel_path, defaults=fields)
-    return doc
+    return Document.objects.create(rel_path=prepared.rel_path, **fields)
 
 
-def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta) -> None:
+def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh: bool) -> None:
     """Keep chunks whose text survived, tombstone the rest, add the new."""
     old_by_hash: dict[str, list[Chunk]] = defaultdict(list)
-    for chunk in rep.chunks.filter(deleted=False).prefetch_related("spans"):
+    live = () if fresh else rep.chunks.filter(deleted=False).prefetch_related("spans")
+    for chunk in live:
         old_by_hash[chunk.text_hash].append(chunk)
     new_chunks: list[tuple[Chunk, object]] = []
     for draft in prepared.drafts:

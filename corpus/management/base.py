@@ -99,6 +99,19 @@ class Dir2mcpCommand(BaseCommand):
             interactive=interactive,
         )
 
+    def prepare_state(self, rt: Runtime) -> None:
+        """Write what every indexing command leaves in the state directory:
+        the config snapshot (secrets as sources only) and, with
+        ``security.auth.mode: auto`` and no token from elsewhere, ``secret.token``."""
+        from corpus.secrets import resolve_all, write_snapshot
+        from corpus.state import ensure_token
+
+        secrets = resolve_all(rt.config, rt.state, root=rt.root)
+        if rt.config.security.auth.mode == "auto" and secrets["auth_token"].source == "unset":
+            ensure_token(rt.state)
+            secrets = resolve_all(rt.config, rt.state, root=rt.root)
+        write_snapshot(rt.config, secrets, rt.state)
+
     def execute(self, *args, **options):
         try:
             return super().execute(*args, **options)

@@ -12,6 +12,7 @@ class Command(Dir2mcpCommand):
     def handle(self, *args, **options):
         rt = self.runtime(options)
         open_store(rt.state)
+        self.prepare_state(rt)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

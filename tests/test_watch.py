@@ -1,0 +1,121 @@
+"""Live sync: a real `watch` process following real file changes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def live_docs(root: Path) -> dict[str, str]:
+    db = root / ".dir2mcp" / "meta.sqlite"
+    if not db.exists():
+        return {}
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        try:
+            rows = conn.execute("SELECT rel_path, content_hash FROM documents WHERE deleted = 0").fetchall()
+        except sqlite3.OperationalError:
+            return {}
+    return dict(rows)
+
+
+def wait_for(predicate, what: str, deadline: float = 30.0):
+    """Poll until ``predicate()`` is truthy; fail naming ``what`` after ``deadline``."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def watcher(corpus_dir):
+    (corpus_dir / "keep.md").write_text("# Keep\n")
+    (corpus_dir / "edit.txt").write_text("first version\n")
+    (corpus_dir / "sub").mkdir()
+    (corpus_dir / "sub" / "a.txt").write_text("a\n")
+    (corpus_dir / "sub" / "b.txt").write_text("b\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIR2MCP_")}
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "watch", "--dir", str(corpus_dir)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(lambda: len(live_docs(corpus_dir)) == 4, "the initial index")
+    # The initial index is written before the OS watch starts; give it a beat.
+    time.sleep(1.0)
+    yield proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_new_changed_and_deleted_files_are_synced(watcher, corpus_dir):
+    before = live_docs(corpus_dir)["edit.txt"]
+    (corpus_dir / "new.md").write_text("# New\n\nfresh content\n")
+    (corpus_dir / "edit.txt").write_text("second version\n")
+    (corpus_dir / "keep.md").unlink()
+
+    docs = wait_for(
+        lambda: (
+            (d := live_docs(corpus_dir))
+            and "new.md" in d
+            and "keep.md" not in d
+            and d.get("edit.txt") != before
+            and d
+        ),
+        "the watcher to apply three changes",
+    )
+    assert set(docs) == {"new.md", "edit.txt", "sub/a.txt", "sub/b.txt"}
+
+
+def test_deleting_a_directory_tombstones_everything_below(watcher, corpus_dir):
+    shutil.rmtree(corpus_dir / "sub")
+    docs = wait_for(
+        lambda: (d := live_docs(corpus_dir)) and "sub/a.txt" not in d and d, "the directory removal"
+    )
+    assert set(docs) == {"keep.md", "edit.txt"}
+
+
+def test_moved_in_directory_is_indexed(watcher, corpus_dir, tmp_path):
+    outside = tmp_path / "incoming"
+    outside.mkdir()
+    (outside / "x.txt").write_text("moved in\n")
+    outside.rename(corpus_dir / "incoming")
+    wait_for(lambda: "incoming/x.txt" in live_docs(corpus_dir), "the moved-in directory")
+
+
+def test_gitignore_change_excludes_files(watcher, corpus_dir):
+    (corpus_dir / ".gitignore").write_text("sub/\n")
+    docs = wait_for(
+        lambda: (d := live_docs(corpus_dir)) and "sub/a.txt" not in d and d, "the gitignore rescan"
+    )
+    assert ".gitignore" in docs and "sub/b.txt" not in docs
+
+
+def test_interrupt_stops_cleanly_and_releases_the_lock(watcher, corpus_dir):
+    watcher.send_signal(signal.SIGTERM)
+    _, stderr = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    again = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "reindex", "--incremental", "--dir", str(corpus_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0, again.stderr
