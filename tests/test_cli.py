@@ -295,3 +295,29 @@ def test_reindex_leaves_the_full_state_layout(corpus_dir):
     assert len(token) >= 32 and token not in snapshot and token not in result.stdout
     corpus = json.loads((state / "corpus.json").read_text())
     assert corpus["indexing"]["scanned"] == 3 and corpus["profile"]["doc_counts"]["code"] == 1
+
+
+def test_unreadable_file_is_an_error_on_its_document_and_the_run_goes_on(corpus_dir):
+    from tests.support import drop_file_permission_override
+
+    make_tree(corpus_dir, files=1)
+    locked = corpus_dir / "locked.txt"
+    locked.write_text("you cannot read me\n")
+    locked.chmod(0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIR2MCP_")}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=drop_file_permission_override if os.geteuid() == 0 else None,
+    )
+    locked.chmod(0o644)
+
+    assert result.returncode == 0, result.stderr
+    errors = [json.loads(line) for line in result.stdout.splitlines() if '"file_error"' in line]
+    assert [e["data"]["rel_path"] for e in errors] == ["locked.txt"]
+    assert "Permission denied" in errors[0]["data"]["message"]
+    status = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)
+    assert status["by_status"] == {"error": 1, "ok": 2, "skipped": 1}
+    assert status["recent_errors"][0]["rel_path"] == "locked.txt"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from corpus.config import DEFAULT_PATH_EXCLUDES
 from corpus.errors import Dir2mcpError
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from tests.support import drop_file_permission_override
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -160,17 +160,6 @@ def test_walk_from_start_covers_only_that_subtree(corpus_dir: Path) -> None:
     assert [i.code for i in walk(engine, start="../etc")] == [errors.PATH_OUTSIDE_ROOT]
 
 
-def _drop_file_permission_override() -> None:
-    # Root bypasses permission bits through CAP_DAC_OVERRIDE and
-    # CAP_DAC_READ_SEARCH. Dropping them from the bounding set before exec
-    # leaves the child a root that chmod 000 really stops.
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_capbset_drop, cap_dac_override, cap_dac_read_search = 24, 1, 2
-    for cap in (cap_dac_override, cap_dac_read_search):
-        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
-
-
 _WALK_SCRIPT = """
 import json, sys
 from pathlib import Path
@@ -190,7 +179,7 @@ def _walk_without_permission_override(root: Path) -> list[list[str]]:
     result = subprocess.run(
         [sys.executable, "-c", _WALK_SCRIPT, str(root)],
         cwd=PROJECT_DIR,
-        preexec_fn=_drop_file_permission_override,
+        preexec_fn=drop_file_permission_override,
         capture_output=True,
         text=True,
         check=False,

@@ -1,0 +1,16 @@
+"""Helpers for tests that need real OS behaviour."""
+
+from __future__ import annotations
+
+import ctypes
+
+
+def drop_file_permission_override() -> None:
+    # Root bypasses permission bits through CAP_DAC_OVERRIDE and
+    # CAP_DAC_READ_SEARCH. Dropping them from the bounding set before exec
+    # leaves the child a root that chmod 000 really stops.
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, cap_dac_override, cap_dac_read_search = 24, 1, 2
+    for cap in (cap_dac_override, cap_dac_read_search):
+        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
