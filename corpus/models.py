@@ -185,9 +185,24 @@ class IndexJob(models.Model):
     embedded_ok = models.IntegerField(default=0)
     errors = models.IntegerField(default=0)
 
+    COUNTERS = (
+        "scanned",
+        "indexed",
+        "skipped",
+        "unchanged",
+        "deleted",
+        "representations",
+        "chunks_total",
+        "embedded_ok",
+        "errors",
+    )
+
     class Meta:
         db_table = "index_jobs"
         indexes = [models.Index(fields=["-started_unix"], name="job_recent")]
 
     def __str__(self) -> str:
         return self.job_id
+
+    def counters(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.COUNTERS}

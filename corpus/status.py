@@ -6,12 +6,18 @@ Everything here only reads, so it works while another process indexes
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.db.models import Count
 
+from corpus.config import Config
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, Representation
+from corpus.state import StateDir, write_json
+
+logger = logging.getLogger(__name__)
 
 
 def doc_counts() -> dict[str, int]:
@@ -76,3 +82,36 @@ def summarize(*, error_limit: int = 10) -> IndexSummary:
         job_alive=bool(job and job.running and pid_alive(job.pid)),
         recent_errors=[(path, err or "") for path, err in errors],
     )
+
+
+def write_corpus_json(root: Path, state: StateDir, config: Config, job: IndexJob) -> None:
+    """``corpus.json`` (spec §4.4): profile, models and the job's counters."""
+    counts = doc_counts()
+    total = sum(counts.values()) or 1
+    summary = {
+        "root": str(root),
+        "profile": {"doc_counts": counts, "code_ratio": round(counts.get("code", 0) / total, 3)},
+        "models": models_summary(config),
+        "indexing": {
+            "job_id": job.job_id,
+            "running": job.running,
+            "mode": job.mode,
+            **job.counters(),
+        },
+    }
+    try:
+        write_json(state.corpus_json, summary)
+    except OSError as exc:
+        logger.warning("cannot write %s: %s", state.corpus_json, exc)
+
+
+def models_summary(config: Config) -> dict[str, str]:
+    stt = config.stt.provider
+    return {
+        "embed_text": config.mistral.embed_text_model,
+        "embed_code": config.mistral.embed_code_model,
+        "ocr": config.mistral.ocr_model,
+        "stt_provider": stt,
+        "stt_model": getattr(config.stt, stt).model,
+        "chat": config.mistral.chat_model,
+    }

@@ -32,7 +32,8 @@ from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
 from corpus.security import ExclusionEngine
-from corpus.state import StateDir, write_json
+from corpus.state import StateDir
+from corpus.status import write_corpus_json
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,8 @@ class Indexer:
         self.job.updated_unix = time.time()
         self.job.save()
         write_corpus_json(self.root, self.state, self.config, self.job)
-        self.reporter.progress(self.counters.as_dict())
+        if not force:  # forced flushes start or end a job; _finish prints the final line
+            self.reporter.progress(self.counters.as_dict())
 
     # -- walking -------------------------------------------------------------
 
@@ -451,38 +453,3 @@ def _storable(rel_path: str) -> bool:
 def _split_error(error: str | None) -> tuple[str, str]:
     code, _, message = (error or "").partition(": ")
     return (code, message) if message else (errors.EXTRACT_FAILED, error or "")
-
-
-def write_corpus_json(root: Path, state: StateDir, config: Config, job: IndexJob) -> None:
-    """``corpus.json`` (spec §4.4): profile, models and the job's counters."""
-    from corpus.status import doc_counts
-
-    counts = doc_counts()
-    total = sum(counts.values()) or 1
-    summary = {
-        "root": str(root),
-        "profile": {"doc_counts": counts, "code_ratio": round(counts.get("code", 0) / total, 3)},
-        "models": models_summary(config),
-        "indexing": {
-            "job_id": job.job_id,
-            "running": job.running,
-            "mode": job.mode,
-            **{name: getattr(job, name) for name in Counters.__dataclass_fields__},
-        },
-    }
-    try:
-        write_json(state.corpus_json, summary)
-    except OSError as exc:
-        log.warning("cannot write %s: %s", state.corpus_json, exc)
-
-
-def models_summary(config: Config) -> dict[str, str]:
-    stt = config.stt.provider
-    return {
-        "embed_text": config.mistral.embed_text_model,
-        "embed_code": config.mistral.embed_code_model,
-        "ocr": config.mistral.ocr_model,
-        "stt_provider": stt,
-        "stt_model": getattr(config.stt, stt).model,
-        "chat": config.mistral.chat_model,
-    }

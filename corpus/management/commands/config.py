@@ -8,162 +8,19 @@ it cannot drift from :mod:`corpus.config`). Neither ever shows a secret.
 
 from __future__ import annotations
 
-import getpass
 import json
 import sys
-import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
 from django.core.management.base import CommandError
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
 
 from corpus import secrets as secret_store
-from corpus.config import Config, default_config_path, load_config, parse_duration
+from corpus.config import Config, default_config_path, load_config
+from corpus.config_template import render_config
 from corpus.events import Reporter
 from corpus.management.base import Dir2mcpCommand, resolve_root, resolve_state
+from corpus.setup_wizard import WizardResult, run_wizard
 from corpus.state import StateDir, atomic_write
-
-_HEADER = """\
-# dir2mcp configuration (spec §16).
-# Precedence: command-line flags > environment (DIR2MCP_<SECTION>__<KEY>) > this file > defaults.
-# API keys are ${VAR} references: keep the keys themselves in the environment, the OS keychain
-# or the secret file (secrets.file.path); `dir2mcp config init` on a terminal stores them for you.
-"""
-_DURATION_HINT = "duration: 90s, 30m, 24h, 1h30m; 0 = no limit"
-_SECRET_HINT = "reference only; never write the key here"
-_NOTES = {
-    "server.listen": "host:port; port 0 picks a free port",
-    "security.auth.token_file": "used when mode=file",
-    "security.auth.token_env": "variable holding the bearer token",
-    "secrets.file.path": "relative to the root directory",
-    "ingest.max_file_mb_by_type": "per doc_type ceiling in MB",
-}
-_SECRET_LABELS = {"mistral_api_key": "Mistral API key", "elevenlabs_api_key": "ElevenLabs API key"}
-
-
-# -- template rendering ------------------------------------------------------
-
-
-def _field_comment(dotted: str, info: FieldInfo | None) -> str:
-    if info is None:
-        return ""
-    notes = []
-    choices = typing.get_args(info.annotation) if typing.get_origin(info.annotation) is typing.Literal else ()
-    if len(choices) > 1:
-        notes.append("|".join(str(choice) for choice in choices))
-    if any(getattr(meta, "func", None) is parse_duration for meta in info.metadata):
-        notes.append(_DURATION_HINT)
-    if any(dotted in fields for fields in secret_store.SECRET_FIELDS.values()):
-        notes.append(_SECRET_HINT)
-    if dotted in _NOTES:
-        notes.append(_NOTES[dotted])
-    return f"  # {'; '.join(notes)}" if notes else ""
-
-
-def _scalar(value: Any) -> str:
-    return yaml.safe_dump(value, width=10**6, allow_unicode=True).removesuffix("\n...\n").rstrip("\n")
-
-
-def _block_lines(pad: str, key: str, value: str, comment: str) -> list[str]:
-    chomp = "+" if value.endswith("\n\n") else ("" if value.endswith("\n") else "-")
-    body = [f"{pad}  {line}" if line else "" for line in value.splitlines()]
-    return [f"{pad}{key}: |{chomp}{comment}", *body]
-
-
-def _render(model: type[BaseModel] | None, data: dict, prefix: str, lines: list[str]) -> None:
-    depth = prefix.count(".") + 1 if prefix else 0
-    pad = "  " * depth
-    for key, value in data.items():
-        dotted = f"{prefix}.{key}" if prefix else key
-        info = model.model_fields.get(key) if model else None
-        comment = _field_comment(dotted, info)
-        if isinstance(value, dict) and value:
-            if depth == 0:
-                lines.append("")
-            lines.append(f"{pad}{key}:{comment}")
-            child = info.annotation if info else None
-            is_model = isinstance(child, type) and issubclass(child, BaseModel)
-            _render(child if is_model else None, value, dotted, lines)
-        elif isinstance(value, list) and value:
-            lines.append(f"{pad}{key}:{comment}")
-            lines.extend(f"{pad}  - {_scalar(item)}" for item in value)
-        elif isinstance(value, str) and "\n" in value and value[:1] not in " \t":
-            lines.extend(_block_lines(pad, key, value, comment))
-        else:
-            lines.append(f"{pad}{key}: {_scalar(value)}{comment}")
-
-
-def render_config(config: Config) -> str:
-    """``config`` as a commented ``.dir2mcp.yaml`` holding every key."""
-    lines = [_HEADER.rstrip("\n")]
-    _render(Config, config.model_dump(mode="json"), "", lines)
-    return "\n".join(lines) + "\n"
-
-
-# -- the wizard --------------------------------------------------------------
-
-
-@dataclass
-class WizardResult:
-    """What the wizard decided: the config to write and where secrets went."""
-
-    config: Config
-    session: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-def _choose(prompt: str, choices: list[str], default: str) -> str:
-    while True:
-        answer = input(f"{prompt} [{'/'.join(choices)}] (default {default}): ").strip().lower()
-        if not answer:
-            return default
-        if answer in choices:
-            return answer
-        print(f"Please answer one of: {', '.join(choices)}.")
-
-
-def _ask_key(label: str) -> str:
-    # getpass turns terminal echo off: the key is never shown (§2.5).
-    return getpass.getpass(f"{label} (input hidden; Enter to skip): ").strip()
-
-
-def _stored_note(label: str, secret: secret_store.Secret) -> str:
-    if secret.source == "env":
-        return f"{label} not stored: before running dir2mcp, export {secret.detail}=<your key>"
-    if secret.source == "session":
-        return f"{label} kept for this session only; dir2mcp will ask again next time."
-    where = "the OS keychain" if secret.source == "keychain" else "the secret file"
-    return f"{label} stored in {where} ({secret.detail})."
-
-
-def run_wizard(state: StateDir, root: Path) -> WizardResult:
-    """Ask for keys, STT provider and secret store; store the keys."""
-    keys = {"mistral_api_key": _ask_key("Mistral API key")}
-    stt = _choose("Speech-to-text provider", ["mistral", "elevenlabs"], "mistral")
-    if stt == "elevenlabs":
-        keys["elevenlabs_api_key"] = _ask_key("ElevenLabs API key")
-    keys = {name: value for name, value in keys.items() if value}
-    store = "auto"
-    if keys:
-        stores = [s for s in secret_store.STORES if s != "keychain" or secret_store.keychain_available()]
-        store = _choose("Store secrets in", stores, stores[0])
-    config = Config.model_validate({"stt": {"provider": stt}, "secrets": {"provider": store}})
-    result = WizardResult(config)
-    for name, value in keys.items():
-        secret = secret_store.store_secret(name, value, config, state, provider=store, root=root)
-        if secret.source == "session":
-            result.session[name] = value
-        result.notes.append(_stored_note(_SECRET_LABELS[name], secret))
-    if not keys:
-        result.notes.append("No API key entered: set MISTRAL_API_KEY, or run `config init --force` again.")
-    return result
-
-
-# -- the command -------------------------------------------------------------
 
 
 def _write_snapshot(config_path: Path, state: StateDir, root: Path, session: dict[str, str]) -> bool:

@@ -47,7 +47,7 @@ class Command(Dir2mcpCommand):
                 "outcome": job.outcome or ("running" if s.job_alive else "stopped"),
                 "started_unix": job.started_unix,
                 "updated_unix": job.updated_unix,
-                **{k: getattr(job, k) for k in _COUNTERS},
+                **job.counters(),
             },
             "recent_errors": [{"rel_path": p, "error": e} for p, e in s.recent_errors],
         }
@@ -66,24 +66,11 @@ class Command(Dir2mcpCommand):
             state = "running" if s.job_alive else (job.outcome or "stopped")
             age = time.time() - job.updated_unix
             w(f"Indexing: {state} ({job.mode}, job {job.job_id}, updated {age:.0f}s ago)")
-            w(format_progress({k: getattr(job, k) for k in _COUNTERS}))
+            w(format_progress(job.counters()))
         if s.recent_errors:
             w("Recent errors:")
             for path, error in s.recent_errors:
                 w(f"  {path}: {error}")
-
-
-_COUNTERS = (
-    "scanned",
-    "indexed",
-    "skipped",
-    "unchanged",
-    "deleted",
-    "representations",
-    "chunks_total",
-    "embedded_ok",
-    "errors",
-)
 
 
 def _pairs(counts: dict) -> str:
