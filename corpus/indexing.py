@@ -7,8 +7,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from corpus.config import Config
+from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.ingest.pipeline import Counters, Indexer
+from corpus.providers.base import Embedder
 from corpus.state import IndexLock, StateDir
 
 
@@ -20,6 +22,7 @@ def index_directory(
     mode: str = "incremental",
     reporter: Reporter | None = None,
     stop: threading.Event | None = None,
+    embedder: Embedder | None = None,
 ) -> Counters:
     """Index ``root`` once under the state directory's index lock.
 
@@ -27,7 +30,9 @@ def index_directory(
     size and mtime (then content hash) are unchanged.
     """
     with IndexLock(state):
-        return Indexer(root, state, config, reporter=reporter, mode=mode, stop=stop).run()
+        if embedder is not None:
+            check_models(embedder, state, reset=mode == "full")
+        return Indexer(root, state, config, reporter=reporter, mode=mode, stop=stop, embedder=embedder).run()
 
 
 def refresh_paths(
@@ -37,6 +42,7 @@ def refresh_paths(
     state: StateDir,
     config: Config,
     reporter: Reporter | None = None,
+    embedder: Embedder | None = None,
 ) -> Counters:
     """Re-index only ``rel_paths``; the caller holds the index lock."""
-    return Indexer(root, state, config, reporter=reporter).run_paths(rel_paths)
+    return Indexer(root, state, config, reporter=reporter, embedder=embedder).run_paths(rel_paths)

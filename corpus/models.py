@@ -117,6 +117,8 @@ class Chunk(models.Model):
         max_length=8, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING
     )
     embedding_error = models.TextField(null=True, blank=True)
+    # float32 little-endian vector; the .hnsw files are caches rebuilt from it.
+    embedding = models.BinaryField(null=True, blank=True, editable=False)
     deleted = models.BooleanField(default=False)
 
     class Meta:

@@ -97,7 +97,9 @@ def _move_aside(state: StateDir) -> None:
 
 def wipe_index() -> None:
     """Delete every document and everything derived from it."""
+    from corpus.index import lexical
     from corpus.models import Chunk, Document, Representation, Span
 
+    lexical.clear()
     for model in (Span, Chunk, Representation, Document):
         model.objects.all().delete()

@@ -13,3 +13,6 @@ def corpus_dir(tmp_path: Path) -> Path:
     root = tmp_path / "corpus"
     root.mkdir()
     return root
+
+
+from tests.fakes.mistral import fake_mistral  # noqa: E402, F401

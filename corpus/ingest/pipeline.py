@@ -25,12 +25,14 @@ from django.db import transaction
 
 from corpus import errors
 from corpus.config import Config
+from corpus.embedding import embed_pending
 from corpus.events import Reporter
 from corpus.ingest import writer
 from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, archive_format, iter_members
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
+from corpus.providers.base import Embedder
 from corpus.security import ExclusionEngine
 from corpus.state import StateDir
 from corpus.status import write_corpus_json
@@ -95,6 +97,7 @@ class Indexer:
         mode: str = "incremental",
         stop: threading.Event | None = None,
         capabilities: Capabilities | None = None,
+        embedder: Embedder | None = None,
     ):
         self.root = root
         self.state = state
@@ -105,6 +108,8 @@ class Indexer:
         self.engine = ExclusionEngine.from_config(root, config, state_dir=state.path)
         self.limits = ArchiveLimits.from_config(config)
         self.preparer = Preparer(config, self.engine, capabilities or capabilities_for(config))
+        self.embedder = embedder
+        self.embed_error: errors.Dir2mcpError | None = None
         self.counters = Counters()
         self.known: dict[str, Known] = {}
         self.seen: set[str] = set()
@@ -127,6 +132,7 @@ class Indexer:
             else:
                 self._flush_batch()
                 self._tombstone_unseen()
+                self._embed()
                 outcome = "complete"
         finally:
             self._finish(outcome)
@@ -142,11 +148,36 @@ class Indexer:
                     break
                 self._refresh_path(rel_path)
             else:
+                self._flush_batch()
+                self._embed()
                 outcome = "complete"
         finally:
-            self._flush_batch()
             self._finish(outcome)
         return self.counters
+
+    # -- embedding -----------------------------------------------------------
+
+    def _embed(self) -> None:
+        """Embed what the walk left pending; a provider failure is reported,
+        and the chunks stay pending for the next run."""
+        if self.embedder is None:
+            return
+
+        def progress(count: int) -> None:
+            self.counters.embedded_ok += count
+            self._flush_counters()
+
+        try:
+            embed_pending(
+                self.embedder,
+                self.state,
+                stop=self.stop,
+                progress=progress,
+                batch_size=self.config.embed.batch_size,
+            )
+        except errors.Dir2mcpError as exc:
+            self.embed_error = exc
+            self.reporter.warn(f"embedding stopped, chunks stay pending: {exc}", code=exc.code)
 
     # -- job bookkeeping -----------------------------------------------------
 

@@ -16,8 +16,10 @@ from pathlib import Path
 import watchfiles
 
 from corpus.config import Config
+from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.ingest.pipeline import Indexer
+from corpus.providers.base import Embedder
 from corpus.security import DEFAULT_IGNORED_DIRS
 from corpus.state import IndexLock, StateDir
 
@@ -56,12 +58,15 @@ def watch_directory(
     stop: threading.Event | None = None,
     initial: bool = True,
     ready: threading.Event | None = None,
+    embedder: Embedder | None = None,
 ) -> None:
     """Hold the index lock, index once, then follow changes until ``stop``."""
     stop = stop or threading.Event()
     with IndexLock(state):
+        if embedder is not None:
+            check_models(embedder, state)
         if initial:
-            Indexer(root, state, config, reporter=reporter, stop=stop).run()
+            Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder).run()
         changes = watchfiles.watch(
             root,
             watch_filter=_Filter(state.path),
@@ -79,14 +84,13 @@ def watch_directory(
             if stop.is_set():
                 break
             if batch:
-                _apply(root, state, config, reporter, stop, batch)
+                _apply(Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder), batch)
 
 
-def _apply(root, state, config, reporter, stop, batch) -> None:
-    rel_paths = {rel for _, path in batch if (rel := _relative(root, path))}
+def _apply(indexer: Indexer, batch) -> None:
+    rel_paths = {rel for _, path in batch if (rel := _relative(indexer.root, path))}
     if not rel_paths:
         return
-    indexer = Indexer(root, state, config, reporter=reporter, stop=stop)
     try:
         if any(Path(p).name == ".gitignore" for p in rel_paths):
             indexer.run()

@@ -2,7 +2,8 @@
 
 Callers wrap each call in a transaction. Nothing is deleted in place:
 representations and chunks that no longer apply are marked ``deleted`` so
-ANN labels stay valid (spec §6.3).
+ANN labels stay valid (spec §6.3). The lexical index follows every chunk
+created or tombstoned here, in the same transaction.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
+from corpus.index import lexical
 from corpus.ingest.prepare import Prepared, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, Representation, Span
 
@@ -116,6 +118,7 @@ def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh
     stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
     _tombstone_chunks(stale, delta)
     created = Chunk.objects.bulk_create([chunk for chunk, _ in new_chunks], batch_size=500)
+    lexical.index_chunks((chunk.chunk_id, chunk.text) for chunk in created)
     Span.objects.bulk_create(
         [
             Span(chunk=chunk, span_kind=draft.span_kind, start=draft.start, end=draft.end)
@@ -146,6 +149,7 @@ def _tombstone_chunks(chunks: list[Chunk], delta: Delta) -> None:
         return
     ids = [chunk.chunk_id for chunk in chunks]
     Chunk.objects.filter(chunk_id__in=ids).update(deleted=True)
+    lexical.remove_chunks(ids)
     delta.chunks_removed += len(ids)
     delta.embedded_removed += sum(1 for c in chunks if c.embedding_status == EmbeddingStatus.OK)
 
@@ -159,9 +163,11 @@ def _retire_representations(doc: Document, *, keep: str | None) -> Delta:
     if not rep_ids:
         return delta
     chunks = Chunk.objects.filter(representation_id__in=rep_ids, deleted=False)
-    delta.chunks_removed = chunks.count()
+    chunk_ids = list(chunks.values_list("chunk_id", flat=True))
+    delta.chunks_removed = len(chunk_ids)
     delta.embedded_removed = chunks.filter(embedding_status=EmbeddingStatus.OK).count()
     chunks.update(deleted=True)
+    lexical.remove_chunks(chunk_ids)
     Representation.objects.filter(rep_id__in=rep_ids).update(deleted=True)
     return delta
 

@@ -30,6 +30,23 @@ class Runtime:
     quiet: bool
     interactive: bool
 
+    def secret(self, name: str) -> str | None:
+        from corpus.secrets import resolve_secret
+
+        return resolve_secret(name, self.config, self.state, root=self.root).value
+
+    def embedder(self):
+        """The configured embedder (None for ``embed.provider: none``)."""
+        from corpus.providers.registry import make_embedder
+
+        return make_embedder(self.config, secrets_lookup=self.secret)
+
+    def chat(self):
+        """The configured chat model, or None (answers become search-only)."""
+        from corpus.providers.registry import make_chat
+
+        return make_chat(self.config, secrets_lookup=self.secret)
+
 
 def resolve_root(option: str | None) -> Path:
     root = Path(option).expanduser().absolute() if option else Path(settings.DIR2MCP_ROOT)

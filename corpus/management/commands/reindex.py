@@ -20,7 +20,9 @@ class Command(Dir2mcpCommand):
         mode = "incremental" if options["incremental"] else "full"
         rt.reporter.say(f"Index: {rt.state.path}  (meta.sqlite)")
         rt.reporter.say(f"Mode: {mode}")
-        counters = index_directory(rt.root, state=rt.state, config=rt.config, mode=mode, reporter=rt.reporter)
+        counters = index_directory(
+            rt.root, state=rt.state, config=rt.config, mode=mode, reporter=rt.reporter, embedder=rt.embedder()
+        )
         if rt.quiet and not rt.json:
             from corpus.events import format_progress
 

@@ -18,4 +18,6 @@ class Command(Dir2mcpCommand):
             signal.signal(sig, lambda *_: stop.set())
         rt.reporter.say(f"Index: {rt.state.path}  (meta.sqlite)")
         rt.reporter.say(f"Watching {rt.root} for changes; Ctrl-C to stop.")
-        watch_directory(rt.root, state=rt.state, config=rt.config, reporter=rt.reporter, stop=stop)
+        watch_directory(
+            rt.root, state=rt.state, config=rt.config, reporter=rt.reporter, stop=stop, embedder=rt.embedder()
+        )

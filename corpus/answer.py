@@ -1,0 +1,118 @@
+"""Answers with citations (spec §9.3–9.4).
+
+With a chat model, the retrieved chunks go into the prompt, each headed by
+the exact citation the model must copy; the reply's citations are checked
+against those contexts. Without one (or with ``mode="search_only"``) the
+answer is the list of hits with their citations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corpus import errors
+from corpus.citations import SpanRef, find_citations, format_citation
+from corpus.config import Config
+from corpus.providers.base import ChatMessage, ChatModel
+from corpus.retrieval import Filters, Hit, Searcher
+
+MODES = ("answer", "search_only")
+INSTRUCTIONS = (
+    "Answer the question using only the numbered sources below. After every claim, cite its source by "
+    "copying the source's bracketed citation exactly, for example {example}. If the sources do not "
+    "contain the answer, say so plainly."
+)
+
+
+@dataclass(frozen=True)
+class Citation:
+    chunk_id: int
+    rel_path: str
+    span: SpanRef
+
+    @property
+    def text(self) -> str:
+        return format_citation(self.rel_path, self.span)
+
+    def as_dict(self) -> dict:
+        return {"chunk_id": self.chunk_id, "rel_path": self.rel_path, "span": self.span.as_dict()}
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: str
+    answer: str
+    citations: list[Citation]
+    hits: list[Hit]
+    indexing_complete: bool
+    generated: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "citations": [c.as_dict() for c in self.citations],
+            "hits": [h.as_dict() for h in self.hits],
+            "indexing_complete": self.indexing_complete,
+        }
+
+
+def citation_of(hit: Hit) -> Citation:
+    return Citation(hit.chunk_id, hit.rel_path, hit.span)
+
+
+def build_prompt(question: str, hits: list[Hit], config: Config) -> tuple[list[ChatMessage], list[Hit]]:
+    """System prompt, instructions and as many contexts as fit the budget."""
+    budget = config.rag.max_context_chars
+    used, blocks = [], []
+    for number, hit in enumerate(hits, start=1):
+        header = f"Source {number} {format_citation(hit.rel_path, hit.span)}\n"
+        room = budget - sum(len(b) for b in blocks) - len(header)
+        if room < 200:
+            break
+        blocks.append(header + hit.text[:room] + "\n")
+        used.append(hit)
+    example = format_citation(used[0].rel_path, used[0].span) if used else "[src/app.py:L10-L20]"
+    system = config.rag.system_prompt.strip() + "\n\n" + INSTRUCTIONS.format(example=example)
+    user = "Sources:\n\n" + "\n".join(blocks) + f"\nQuestion: {question}"
+    return [ChatMessage("system", system), ChatMessage("user", user)], used
+
+
+def search_only_text(hits: list[Hit]) -> str:
+    if not hits:
+        return "No matching content found."
+    lines = [f"{n}. {format_citation(h.rel_path, h.span)} {h.snippet}" for n, h in enumerate(hits, start=1)]
+    return "Top matches:\n" + "\n".join(lines)
+
+
+def ask(
+    question: str,
+    *,
+    searcher: Searcher,
+    chat: ChatModel | None,
+    config: Config,
+    k: int = 10,
+    mode: str = "answer",
+    index: str = "auto",
+    filters: Filters | None = None,
+) -> Answer:
+    if mode not in MODES:
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"mode must be one of {', '.join(MODES)}")
+    result = searcher.search(question, k=k, index=index, filters=filters or Filters())
+    generate = mode == "answer" and chat is not None and config.rag.generate_answer and bool(result.hits)
+    if not generate:
+        return Answer(
+            question,
+            search_only_text(result.hits),
+            [citation_of(h) for h in result.hits],
+            result.hits,
+            result.indexing_complete,
+            generated=False,
+        )
+    messages, used = build_prompt(question, result.hits, config)
+    reply = chat.complete(messages, max_tokens=config.chat.max_tokens, temperature=config.chat.temperature)
+    by_text = {citation_of(h).text: citation_of(h) for h in used}
+    cited = [by_text[c] for c in find_citations(reply) if c in by_text]
+    return Answer(
+        question, reply.strip(), cited or list(by_text.values()), result.hits, result.indexing_complete, True
+    )

@@ -1,0 +1,260 @@
+"""Embedding chunks and keeping the dense indices in step with the database.
+
+Pending chunks are embedded in batches; each batch's vectors are written to
+``Chunk.embedding`` in one transaction, then added to the in-memory index,
+which is saved (atomically) every few seconds and at the end of a run. The
+provider, model and dimension per index kind are recorded in ``settings``;
+a different embedder on an existing index stops with INDEX_VERSION_MISMATCH
+("run reindex") unless the caller is a reindex, which starts the vectors over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from django.db import transaction
+
+from corpus import errors
+from corpus.index.vectors import KINDS, VectorIndex, index_path, remove_files
+from corpus.models import Chunk, EmbeddingStatus
+from corpus.providers.base import Embedder, ModelInfo
+from corpus.state import StateDir
+from corpus.store import get_setting, set_setting
+
+logger = logging.getLogger(__name__)
+
+SAVE_EVERY_SECONDS = 5.0
+LAST_ERROR_KEY = "embed_last_error"
+
+
+def to_bytes(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def from_bytes(blob: bytes | memoryview) -> np.ndarray:
+    return np.frombuffer(bytes(blob), dtype="<f4")
+
+
+# -- recorded models ----------------------------------------------------------
+
+
+def recorded_model(kind: str) -> ModelInfo | None:
+    model = get_setting(f"embed_{kind}_model")
+    if not model:
+        return None
+    return ModelInfo(
+        provider=get_setting("embed_provider") or "",
+        model=model,
+        dim=int(get_setting(f"embed_{kind}_dim") or 0),
+    )
+
+
+def _record(info: ModelInfo, kind: str) -> None:
+    set_setting("embed_provider", info.provider)
+    set_setting(f"embed_{kind}_model", info.model)
+    set_setting(f"embed_{kind}_dim", str(info.dim))
+
+
+def check_models(embedder: Embedder, state: StateDir, *, reset: bool = False) -> None:
+    """Record the embedder's models, or refuse to mix vectors from two models."""
+    for kind in KINDS:
+        wanted = embedder.model_info(kind)
+        found = recorded_model(kind)
+        if found is None:
+            _record(wanted, kind)
+            continue
+        same = (found.provider, found.model) == (wanted.provider, wanted.model) and (
+            not wanted.dim or not found.dim or found.dim == wanted.dim
+        )
+        if same:
+            if wanted.dim and not found.dim:
+                _record(wanted, kind)
+            continue
+        if not reset:
+            raise errors.Dir2mcpError(
+                errors.INDEX_VERSION_MISMATCH,
+                f"the {kind} index was built with {found.provider}/{found.model} ({found.dim} dims); "
+                f"the configured embedder is {wanted.provider}/{wanted.model}",
+                hint="Run `dir2mcp reindex` to re-embed with the new model, or restore embed.provider.",
+            )
+        forget_vectors(state)
+        for each in KINDS:
+            _record(embedder.model_info(each), each)
+        return
+
+
+def forget_vectors(state: StateDir) -> None:
+    """Drop every embedding and both index files (a model change)."""
+    Chunk.objects.update(embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error=None)
+    # A fresh, never-seen version, so no process mistakes its old index for current.
+    for kind in KINDS:
+        set_setting(_version_key(kind), str(time.time_ns()))
+    remove_files(state)
+    _STORES.pop(state.path, None)
+
+
+# -- the per-process dense store ----------------------------------------------
+
+
+class DenseStore:
+    """The two indices of one state directory, loaded once per process."""
+
+    def __init__(self, state: StateDir):
+        self.state = state
+        self._lock = threading.Lock()
+        self._indices: dict[str, VectorIndex] = {}
+        # The embeddings version each index was last reconciled with.
+        self._synced: dict[str, str] = {}
+        self._last_save = time.monotonic()
+
+    def index(self, kind: str) -> VectorIndex | None:
+        """The index for ``kind``, loaded or rebuilt; None before any model."""
+        with self._lock:
+            info = recorded_model(kind)
+            current = self._indices.get(kind)
+            if info is None or not info.dim:
+                return None
+            if current is None or (current.model, current.dim) != (info.model, info.dim):
+                current = VectorIndex(index_path(self.state, kind), info.dim, info.model)
+                current.load()
+                self._indices[kind] = current
+            return current
+
+    def sync(self, kind: str) -> VectorIndex | None:
+        """Add embeddings the database has and the index lacks (other
+        processes' work, or what a crash kept out of the file).
+
+        Cheap when nothing changed: one settings row is compared with the
+        version this process last reconciled."""
+        version = get_setting(_version_key(kind)) or "0"
+        current = self._indices.get(kind)
+        if current is not None and len(current) and self._synced.get(kind) == version:
+            return current
+        index = self.index(kind)
+        if index is None:
+            return None
+        known = index.labels
+        rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK).values_list(
+            "chunk_id", "embedding"
+        )
+        missing_ids = [cid for cid in rows.values_list("chunk_id", flat=True).iterator() if cid not in known]
+        for start in range(0, len(missing_ids), 2000):
+            part = rows.filter(chunk_id__in=missing_ids[start : start + 2000])
+            ids, vecs = _stack(part)
+            if len(ids):
+                index.add(ids, vecs)
+        self._synced[kind] = version
+        return index
+
+    def add(self, kind: str, chunk_ids: np.ndarray, vectors: np.ndarray, *, version: str) -> None:
+        """Add vectors this process just stored; ``version`` is the one their
+        transaction wrote, so a store already in step stays in step."""
+        index = self.index(kind)
+        if index is None:
+            return
+        was_current = self._synced.get(kind) == str(int(version) - 1)
+        index.add(chunk_ids, vectors)
+        if was_current:
+            self._synced[kind] = version
+
+    def save(self, *, force: bool = False) -> None:
+        if not force and time.monotonic() - self._last_save < SAVE_EVERY_SECONDS:
+            return
+        self._last_save = time.monotonic()
+        for index in list(self._indices.values()):
+            try:
+                index.save()
+            except OSError as exc:
+                logger.warning("cannot save %s: %s", index.path.name, exc)
+
+
+def _stack(rows) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [(cid, from_bytes(blob)) for cid, blob in rows if blob]
+    if not pairs:
+        return np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=np.float32)
+    return np.array([p[0] for p in pairs], dtype=np.int64), np.vstack([p[1] for p in pairs])
+
+
+_STORES: dict[Path, DenseStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def dense_store(state: StateDir) -> DenseStore:
+    """The process-wide store for ``state`` (ingestion and search share it)."""
+    with _STORES_LOCK:
+        store = _STORES.get(state.path)
+        if store is None:
+            store = _STORES[state.path] = DenseStore(state)
+        return store
+
+
+# -- embedding pending chunks -----------------------------------------------
+
+
+def embed_pending(
+    embedder: Embedder,
+    state: StateDir,
+    *,
+    stop: threading.Event | None = None,
+    progress: Callable[[int], None] | None = None,
+    batch_size: int = 32,
+) -> int:
+    """Embed every live pending chunk; returns how many were embedded.
+
+    A provider failure stops the run and leaves the rest pending (they are
+    retried next time); the error is recorded for ``status``.
+    """
+    store = dense_store(state)
+    done = 0
+    for kind in KINDS:
+        store.sync(kind)
+        queue = Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.PENDING)
+        last_id = 0
+        while not (stop and stop.is_set()):
+            batch = list(
+                queue.filter(chunk_id__gt=last_id)
+                .order_by("chunk_id")
+                .values_list("chunk_id", "text")[:batch_size]
+            )
+            if not batch:
+                break
+            last_id = batch[-1][0]
+            try:
+                vectors = embedder.embed([text for _, text in batch], kind=kind)
+            except errors.Dir2mcpError as exc:
+                set_setting(LAST_ERROR_KEY, str(exc))
+                logger.warning("embedding stopped: %s", exc)
+                store.save(force=True)
+                raise
+            ids = np.array([cid for cid, _ in batch], dtype=np.int64)
+            version = _store_vectors(kind, ids, vectors)
+            store.add(kind, ids, vectors, version=version)
+            done += len(batch)
+            if progress:
+                progress(len(batch))
+            store.save()
+    store.save(force=True)
+    if done:
+        set_setting(LAST_ERROR_KEY, "")
+    return done
+
+
+def _version_key(kind: str) -> str:
+    return f"embed_version_{kind}"
+
+
+def _store_vectors(kind: str, ids: np.ndarray, vectors: np.ndarray) -> str:
+    """Write a batch's vectors and bump the kind's version, atomically."""
+    with transaction.atomic():
+        for cid, vec in zip(ids, vectors, strict=True):
+            Chunk.objects.filter(chunk_id=int(cid)).update(
+                embedding=to_bytes(vec), embedding_status=EmbeddingStatus.OK, embedding_error=None
+            )
+        version = str(int(get_setting(_version_key(kind)) or "0") + 1)
+        set_setting(_version_key(kind), version)
+    return version

@@ -1,0 +1,295 @@
+"""The lexical index: BM25 over chunks with identifier-aware tokens.
+
+Each live chunk has one row (rowid = ``chunk_id``) holding its text followed
+by the sub-words of its compound identifiers, so ``parseConfigFile`` is found
+by "parse config file" and ``os.path.join`` by "path join". Queries go
+through the same splitter and reach the engine only as quoted tokens, so no
+user input can form query syntax.
+
+On SQLite this is a regular FTS5 table. A contentless table would not store
+the text twice, but it can only delete a row given the exact text it
+indexed, tying every delete to the splitter that wrote the row, and SQLite
+3.40 predates ``contentless_delete``. Other databases get a backend that
+indexes nothing until their own lands.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from typing import Protocol
+
+from django.db import connection, transaction
+
+from corpus.models import Chunk
+
+TABLE = "chunks_fts"
+CREATE_SQL = (
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5(body, tokenize = 'unicode61 remove_diacritics 2')"
+)
+MAX_QUERY_TERMS = 32
+# Longer joined forms are URLs and blobs, not identifiers anyone types.
+MAX_JOINED = 64
+BATCH = 500
+
+# An identifier with its connectors: snake_case, kebab-case, a.b.c, a/b.py, a::b.
+_COMPOUND = re.compile(r"\w+(?:[-./\\:]{1,3}\w+)*")
+_PIECE = re.compile(r"[^\W_]+")
+
+
+# -- the splitter --------------------------------------------------------------
+
+
+def tokens(text: str) -> list[str]:
+    """The lower-cased search tokens of ``text`` in order.
+
+    Each compound yields its joined form (``ospathjoin``), then each piece
+    (``os``, ``path``, ``join``) followed by its camelCase and digit
+    sub-words (``http``, ``server`` after ``httpserver``).
+    """
+    return [token for match in _COMPOUND.finditer(text) for token, _ in _expand(match.group())]
+
+
+def index_text(text: str) -> str:
+    """What the index stores for a chunk: its text plus the extra sub-tokens."""
+    extras = [token for match in _COMPOUND.finditer(text) for token, extra in _expand(match.group()) if extra]
+    return f"{text}\n{' '.join(extras)}" if extras else text
+
+
+def _expand(compound: str) -> Iterator[tuple[str, bool]]:
+    """(token, extra) pairs; extra tokens are ones the engine would not find itself."""
+    pieces = _PIECE.findall(compound)
+    joined = "".join(pieces)
+    if len(pieces) > 1 and len(joined) <= MAX_JOINED and not joined.isdigit():
+        yield joined.lower(), True
+    for piece in pieces:
+        yield piece.lower(), False
+        subwords = _subwords(piece)
+        if len(subwords) > 1:
+            yield from ((word.lower(), True) for word in subwords)
+
+
+def _subwords(piece: str) -> list[str]:
+    """Split at camelCase, acronym (``HTTPServer``) and letter/digit boundaries."""
+    if piece.isdigit() or (piece.isalpha() and (piece.islower() or piece.isupper() or piece[1:].islower())):
+        return [piece]
+    cuts = [0]
+    for i in range(1, len(piece)):
+        prev, cur = piece[i - 1], piece[i]
+        if (
+            prev.isdigit() != cur.isdigit()
+            or (prev.islower() and cur.isupper())
+            or (prev.isupper() and cur.isupper() and _is_lower_word(piece[i + 1 : i + 3]))
+        ):
+            cuts.append(i)
+    return [piece[a:b] for a, b in zip(cuts, cuts[1:] + [len(piece)], strict=True)]
+
+
+def _is_lower_word(text: str) -> bool:
+    # Two lower-case letters: HTTPServer splits before S, URLs and IPv6 stay whole.
+    return len(text) == 2 and text.isalpha() and text.islower()
+
+
+def query_terms(query: str) -> list[str]:
+    """Distinct query tokens, at most MAX_QUERY_TERMS, in query order."""
+    return list(dict.fromkeys(tokens(query)))[:MAX_QUERY_TERMS]
+
+
+# -- the public API --------------------------------------------------------------
+
+
+def index_chunks(rows: Iterable[tuple[int, str]]) -> None:
+    """Add or replace the rows of these (chunk_id, text) pairs."""
+    backend = _backend()
+    for batch in _batches(rows):
+        backend.replace(batch)
+
+
+def remove_chunks(chunk_ids: Iterable[int]) -> None:
+    backend = _backend()
+    for batch in _batches(chunk_ids):
+        backend.delete(batch)
+
+
+def search(
+    query: str, *, limit: int, chunk_filter_sql: str = "", params: Sequence = ()
+) -> list[tuple[int, float]]:
+    """Live chunks matching ``query`` as (chunk_id, score), best first.
+
+    Chunks holding every query term come first, then chunks holding some;
+    BM25 orders each tier. ``score`` is ``-bm25`` (higher is better) within a
+    tier. ``chunk_filter_sql`` is an extra predicate over ``c`` (chunks),
+    ``r`` (representations) and ``d`` (documents), applied before the limit;
+    its placeholders are ``%s`` (``?`` also works on SQLite).
+    """
+    terms = query_terms(query)
+    if not terms or limit <= 0:
+        return []
+    backend = _backend()
+    hits = backend.query(terms, require_all=True, limit=limit, filter_sql=chunk_filter_sql, params=params)
+    if len(terms) == 1 or len(hits) >= limit:
+        return hits
+    seen = {chunk_id for chunk_id, _ in hits}
+    more = backend.query(
+        terms, require_all=False, limit=limit + len(hits), filter_sql=chunk_filter_sql, params=params
+    )
+    hits.extend(hit for hit in more if hit[0] not in seen)
+    return hits[:limit]
+
+
+def rebuild() -> int:
+    """Repopulate the index from every live chunk; returns the row count."""
+    return _backend().rebuild()
+
+
+def clear() -> None:
+    _backend().clear()
+
+
+def live_count() -> int:
+    """Rows in the index; equals the number of live chunks when in sync."""
+    return _backend().count()
+
+
+def _batches(items: Iterable) -> Iterator[list]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, BATCH)):
+        yield batch
+
+
+# -- backends ----------------------------------------------------------------------
+
+
+class Backend(Protocol):
+    def replace(self, rows: list[tuple[int, str]]) -> None: ...
+    def delete(self, chunk_ids: list[int]) -> None: ...
+    def query(
+        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
+    ) -> list[tuple[int, float]]: ...
+    def rebuild(self) -> int: ...
+    def clear(self) -> None: ...
+    def count(self) -> int: ...
+
+
+class SQLiteFTS5:
+    """FTS5 with the unicode61 tokenizer, which folds case and diacritics."""
+
+    def replace(self, rows: list[tuple[int, str]]) -> None:
+        self.delete([chunk_id for chunk_id, _ in rows])
+        self._insert(rows)
+
+    def _insert(self, rows: list[tuple[int, str]]) -> None:
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {TABLE}(rowid, body) VALUES (%s, %s)",
+                [(chunk_id, index_text(text)) for chunk_id, text in rows],
+            )
+
+    def delete(self, chunk_ids: list[int]) -> None:
+        marks = ", ".join(["%s"] * len(chunk_ids))
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {TABLE} WHERE rowid IN ({marks})", chunk_ids)
+
+    def query(
+        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
+    ) -> list[tuple[int, float]]:
+        # Tokens hold only letters and digits; quoting still makes any
+        # character a literal, so MATCH never sees an operator.
+        joiner = " AND " if require_all else " OR "
+        match = joiner.join('"' + term.replace('"', '""') + '"' for term in terms)
+        if not filter_sql:
+            return self._top(match, limit)
+        extra = f"AND ({filter_sql})"
+        sql = (
+            f"SELECT c.chunk_id, bm25({TABLE}) AS bm25_score FROM {TABLE} "
+            f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid "
+            "JOIN representations r ON r.rep_id = c.representation_id "
+            "JOIN documents d ON d.doc_id = r.document_id "
+            f"WHERE {TABLE} MATCH %s AND c.deleted = 0 AND d.deleted = 0 {extra} "
+            "ORDER BY bm25_score, c.chunk_id LIMIT %s"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [match, *params, limit])
+            return [(chunk_id, -score) for chunk_id, score in cursor.fetchall()]
+
+    def _top(self, match: str, limit: int) -> list[tuple[int, float]]:
+        """Unfiltered search: FTS5's own top-N by rank (which a join would
+        defeat), then a liveness check on just those rows. Tombstones are
+        deleted from the table, so the check rarely drops a row; when it
+        does, a larger window is read."""
+        window = limit
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT rowid, rank FROM {TABLE} WHERE {TABLE} MATCH %s ORDER BY rank, rowid LIMIT %s",
+                    [match, window],
+                )
+                rows = cursor.fetchall()
+                live = _live_ids([rowid for rowid, _ in rows], cursor)
+            hits = [(rowid, -rank) for rowid, rank in rows if rowid in live]
+            if len(hits) >= limit or len(rows) < window:
+                return hits[:limit]
+            window *= 4
+
+    def rebuild(self) -> int:
+        rows = Chunk.objects.filter(deleted=False).values_list("chunk_id", "text").iterator(chunk_size=BATCH)
+        count = 0
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(CREATE_SQL)
+            self.clear()
+            for batch in _batches(rows):
+                self._insert(batch)
+                count += len(batch)
+        return count
+
+    def clear(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {TABLE}")
+
+    def count(self) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {TABLE}")
+            return cursor.fetchone()[0]
+
+
+def _live_ids(chunk_ids: list[int], cursor) -> set[int]:
+    if not chunk_ids:
+        return set()
+    marks = ", ".join(["%s"] * len(chunk_ids))
+    cursor.execute(
+        "SELECT c.chunk_id FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
+        "JOIN documents d ON d.doc_id = r.document_id "
+        f"WHERE c.chunk_id IN ({marks}) AND c.deleted = 0 AND d.deleted = 0",
+        chunk_ids,
+    )
+    return {row[0] for row in cursor.fetchall()}
+
+
+class Unavailable:
+    """Databases without a lexical backend yet: nothing indexed, nothing found."""
+
+    def replace(self, rows: list[tuple[int, str]]) -> None:
+        pass
+
+    def delete(self, chunk_ids: list[int]) -> None:
+        pass
+
+    def query(
+        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
+    ) -> list[tuple[int, float]]:
+        return []
+
+    def rebuild(self) -> int:
+        return 0
+
+    def clear(self) -> None:
+        pass
+
+    def count(self) -> int:
+        return 0
+
+
+def _backend() -> Backend:
+    return SQLiteFTS5() if connection.vendor == "sqlite" else Unavailable()

@@ -1,0 +1,190 @@
+"""Dense indices: ``vectors_text.hnsw`` and ``vectors_code.hnsw`` (spec §6).
+
+The database holds every embedding (``Chunk.embedding``); an ``.hnsw`` file
+is a cache of it. A file that is missing, truncated, corrupt, from another
+model or behind the database is repaired from the database with a warning,
+never a crash. Files are written to a temp name, fsynced and renamed, with a
+sidecar recording their size and sha256, checked before hnswlib reads a byte
+(hnswlib trusts its input and can crash on a damaged file).
+
+Labels are chunk ids. Nothing is deleted from an index: tombstoned chunks
+are filtered out at query time, with oversampling (spec §6.3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import hnswlib
+import numpy as np
+
+from corpus.state import StateDir, atomic_write
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("text", "code")
+INITIAL_CAPACITY = 1024
+EF_CONSTRUCTION = 200
+M = 16
+EF_SEARCH_MIN = 64
+
+
+def index_path(state: StateDir, kind: str) -> Path:
+    return state.path / f"vectors_{kind}.hnsw"
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    chunk_id: int
+    score: float  # inner product of normalised vectors = cosine similarity
+
+
+class VectorIndex:
+    """One hnswlib index of normalised vectors, searched by inner product."""
+
+    def __init__(self, path: Path, dim: int, model: str):
+        self.path = path
+        self.dim = dim
+        self.model = model
+        self._lock = threading.RLock()
+        self._index = self._empty(INITIAL_CAPACITY)
+        self._labels: set[int] = set()
+        self.dirty = False
+
+    def _empty(self, capacity: int) -> hnswlib.Index:
+        index = hnswlib.Index(space="ip", dim=self.dim)
+        index.init_index(max_elements=capacity, ef_construction=EF_CONSTRUCTION, M=M)
+        index.set_ef(EF_SEARCH_MIN)
+        return index
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __contains__(self, chunk_id: int) -> bool:
+        return chunk_id in self._labels
+
+    @property
+    def labels(self) -> set[int]:
+        return set(self._labels)
+
+    def load(self) -> bool:
+        """Read the file if it is intact and matches; False means rebuild."""
+        meta = _read_sidecar(self.path)
+        problem = self._check_file(meta)
+        if problem:
+            if self.path.exists() or _sidecar(self.path).exists():
+                logger.warning("rebuilding %s from the database: %s", self.path.name, problem)
+            return False
+        index = hnswlib.Index(space="ip", dim=self.dim)
+        try:
+            index.load_index(str(self.path), max_elements=max(meta["count"], INITIAL_CAPACITY))
+        except (RuntimeError, ValueError, MemoryError) as exc:
+            logger.warning("rebuilding %s from the database: %s", self.path.name, exc)
+            return False
+        index.set_ef(EF_SEARCH_MIN)
+        with self._lock:
+            self._index = index
+            self._labels = set(int(label) for label in index.get_ids_list())
+            self.dirty = False
+        return True
+
+    def _check_file(self, meta: dict | None) -> str:
+        if not self.path.exists():
+            return "file is missing"
+        if meta is None:
+            return "its sidecar is missing or unreadable"
+        if meta.get("dim") != self.dim or meta.get("model") != self.model:
+            return f"it holds {meta.get('model')}/{meta.get('dim')}, expected {self.model}/{self.dim}"
+        if self.path.stat().st_size != meta.get("size") or _sha256(self.path) != meta.get("sha256"):
+            return "file is truncated or corrupt"
+        return ""
+
+    def add(self, chunk_ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Add vectors whose labels are not present yet (re-adds are skipped)."""
+        with self._lock:
+            keep = [i for i, cid in enumerate(chunk_ids) if int(cid) not in self._labels]
+            if not keep:
+                return
+            ids = np.asarray(chunk_ids, dtype=np.int64)[keep]
+            vecs = np.asarray(vectors, dtype=np.float32)[keep]
+            needed = len(self._labels) + len(ids)
+            if needed > self._index.get_max_elements():
+                self._index.resize_index(max(needed, 2 * self._index.get_max_elements()))
+            self._index.add_items(vecs, ids, num_threads=1)
+            self._labels.update(int(i) for i in ids)
+            self.dirty = True
+
+    def search(self, vector: np.ndarray, k: int) -> list[Neighbour]:
+        """The ``k`` nearest labels (live or not: callers filter tombstones)."""
+        with self._lock:
+            count = len(self._labels)
+            if count == 0 or k <= 0:
+                return []
+            k = min(k, count)
+            self._index.set_ef(max(EF_SEARCH_MIN, k))
+            labels, distances = self._index.knn_query(
+                np.asarray(vector, dtype=np.float32), k=k, num_threads=1
+            )
+        # For the "ip" space hnswlib reports 1 - inner product.
+        return [
+            Neighbour(int(label), float(1.0 - d)) for label, d in zip(labels[0], distances[0], strict=True)
+        ]
+
+    def save(self) -> None:
+        """Write the index atomically, then its sidecar."""
+        with self._lock:
+            if not self.dirty and self.path.exists():
+                return
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            try:
+                self._index.save_index(str(tmp))
+                with open(tmp, "rb") as handle:
+                    os.fsync(handle.fileno())
+                meta = {
+                    "model": self.model,
+                    "dim": self.dim,
+                    "count": len(self._labels),
+                    "size": tmp.stat().st_size,
+                    "sha256": _sha256(tmp),
+                }
+                # The sidecar goes first: a crash between the two renames
+                # leaves a mismatch that load() detects and repairs.
+                atomic_write(_sidecar(self.path), json.dumps(meta))
+                os.replace(tmp, self.path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            self.dirty = False
+
+
+def _read_sidecar(path: Path) -> dict | None:
+    try:
+        data = json.loads(_sidecar(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def remove_files(state: StateDir) -> None:
+    """Delete both indices and their sidecars (after a model change)."""
+    for kind in KINDS:
+        path = index_path(state, kind)
+        for file in (path, _sidecar(path)):
+            file.unlink(missing_ok=True)

@@ -1,0 +1,74 @@
+import json
+
+from corpus import errors
+from corpus.answer import MODES, ask
+from corpus.events import Reporter
+from corpus.indexing import index_directory
+from corpus.management.base import Dir2mcpCommand
+from corpus.models import IndexJob
+from corpus.retrieval import INDEXES, Filters, Searcher
+from corpus.store import open_store
+
+
+class Command(Dir2mcpCommand):
+    help = (
+        "Answer a question from the index with citations (search-only without a chat model). "
+        "Indexes the directory first if it has never been indexed."
+    )
+
+    def add_command_arguments(self, parser) -> None:
+        parser.add_argument("question", help="The question (quote it).")
+        parser.add_argument(
+            "--k", type=int, default=None, help="Number of hits (1-50; default rag.k_default)."
+        )
+        parser.add_argument(
+            "--mode", choices=MODES, default="answer", help="answer (default) or search_only."
+        )
+        parser.add_argument("--index", choices=INDEXES, default="auto", help="Which dense index to use.")
+        parser.add_argument("--path-prefix", default="", help="Only files under this path.")
+        parser.add_argument("--file-glob", default="", help="Only files matching this glob (e.g. '*.py').")
+        parser.add_argument(
+            "--doc-type",
+            action="append",
+            default=[],
+            help="Only these doc types (repeatable: code, md, pdf, ...).",
+        )
+
+    def handle(self, *args, **options):
+        rt = self.runtime(options)
+        open_store(rt.state)
+        embedder = rt.embedder()
+        if not IndexJob.objects.filter(outcome="complete").exists():
+            self._index_first(rt, embedder)
+        result = ask(
+            options["question"],
+            searcher=Searcher(rt.state, rt.config, embedder),
+            chat=rt.chat(),
+            config=rt.config,
+            k=options["k"] or rt.config.rag.k_default,
+            mode=options["mode"],
+            index=options["index"],
+            filters=Filters(options["path_prefix"], options["file_glob"], tuple(options["doc_type"])),
+        )
+        if rt.json:
+            self.stdout.write(json.dumps(result.as_dict()))
+            return
+        self.stdout.write(result.answer)
+        if result.generated and result.citations:
+            self.stdout.write("\nSources:")
+            for citation in result.citations:
+                self.stdout.write(f"  {citation.text}")
+        if not result.indexing_complete:
+            self.stderr.write("(indexing is still running: results may be incomplete)")
+
+    def _index_first(self, rt, embedder) -> None:
+        """A never-indexed directory is indexed before answering; if another
+        process is indexing it, answer from what is there."""
+        self.prepare_state(rt)
+        try:
+            index_directory(
+                rt.root, state=rt.state, config=rt.config, reporter=Reporter.silent(), embedder=embedder
+            )
+        except errors.Dir2mcpError as exc:
+            if exc.code != errors.INDEX_LOCKED:
+                raise

@@ -1,0 +1,216 @@
+"""The one HTTP client every provider uses: timeouts, retries, error mapping.
+
+Retries cover 429, 5xx and transport failures (connect errors, timeouts),
+with exponential backoff plus jitter, or the server's ``Retry-After`` (seconds
+or an HTTP date) when it sends one, capped at ``max_wait``. A final failure
+becomes a :class:`ProviderError` with the provider's canonical code
+(``<PREFIX>_AUTH``, ``<PREFIX>_RATE_LIMIT``, ``<PREFIX>_FAILED``). Messages
+are built from the status and the server's own error text, scrubbed of the
+API key; request headers never reach a message or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import weakref
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from corpus import errors
+
+logger = logging.getLogger(__name__)
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_DETAIL_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """Timeouts (seconds) and the retry policy for one provider client."""
+
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    max_attempts: int = 5
+    backoff_initial: float = 0.5
+    backoff_max: float = 20.0
+    #: ceiling on any single wait, including a server's Retry-After
+    max_wait: float = 60.0
+
+
+class ProviderError(errors.Dir2mcpError):
+    """A provider call that failed for good; ``status`` is the HTTP status, if any."""
+
+    def __init__(self, code: str, message: str, *, status: int | None = None, **kw: Any):
+        super().__init__(code, message, **kw)
+        self.status = status
+
+
+def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP date)."""
+    if not value or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def describe_error_body(body: Any) -> str:
+    """The human part of an error body, in any of the shapes servers send:
+    ``{"message": ...}``, ``{"detail": [...]}`` (FastAPI), ``{"error": {...}}``
+    (OpenAI), or Mistral's 422 with the FastAPI detail nested in ``message``."""
+    if isinstance(body, dict):
+        for key in ("message", "detail", "error"):
+            if body.get(key) not in (None, "", []):
+                return describe_error_body(body[key])
+        if "msg" in body:
+            loc = ".".join(str(part) for part in body.get("loc") or [])
+            return f"{loc}: {body['msg']}" if loc else str(body["msg"])
+        return json.dumps(body)[:_DETAIL_LIMIT]
+    if isinstance(body, list):
+        return "; ".join(describe_error_body(item) for item in body)
+    return str(body)
+
+
+class ProviderClient:
+    """POSTs JSON to one provider; see the module docstring for the policy."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        prefix: str,
+        label: str,
+        auth_hint: str = "",
+        options: HttpOptions | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.label = label
+        self.options = options or HttpOptions()
+        self._api_key = api_key or ""
+        self._auth_hint = auth_hint
+        self._codes = {kind: getattr(errors, f"{prefix}_{kind}") for kind in ("AUTH", "RATE_LIMIT", "FAILED")}
+        headers = {"Accept": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        opts = self.options
+        self._http = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(opts.read_timeout, connect=opts.connect_timeout),
+            follow_redirects=False,
+        )
+        # Providers live as long as the process and callers rarely close
+        # them; closing the pool on collection avoids leaking sockets.
+        self._finalizer = weakref.finalize(self, self._http.close)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def post_json(self, path: str, body: dict) -> dict:
+        """POST ``body`` to ``base_url + path`` and return the decoded JSON object."""
+        url = self.base_url + path
+        attempts = max(1, self.options.max_attempts)
+        for attempt in range(1, attempts + 1):
+            last = attempt == attempts
+            try:
+                response = self._http.post(url, json=body)
+            except httpx.TransportError as exc:
+                failure = self._transport_failure(path, exc)
+                if last:
+                    raise failure from None
+                self._wait(path, attempt, None, failure.message)
+                continue
+            if response.status_code in RETRY_STATUSES and not last:
+                reason = f"HTTP {response.status_code}"
+                self._wait(path, attempt, retry_after_seconds(response.headers.get("Retry-After")), reason)
+                continue
+            if response.is_success:
+                return self._decode(path, response)
+            raise self._status_failure(path, response, attempts)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def fail(self, message: str, *, status: int | None = None) -> ProviderError:
+        """A ``<PREFIX>_FAILED`` error for a response the provider got wrong."""
+        return ProviderError(self._codes["FAILED"], self.scrub(message), status=status, retryable=False)
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self._api_key, "[redacted]") if self._api_key else text
+
+    def _wait(self, path: str, attempt: int, retry_after: float | None, reason: str) -> None:
+        opts = self.options
+        if retry_after is None:
+            base = min(opts.backoff_max, opts.backoff_initial * 2 ** (attempt - 1))
+            delay = base + random.uniform(0, base / 2)
+        else:
+            delay = retry_after
+        delay = min(delay, opts.max_wait)
+        logger.warning(
+            "%s %s: %s; retry %d/%d in %.1f s",
+            self.label,
+            path,
+            self.scrub(reason),
+            attempt,
+            opts.max_attempts - 1,
+            delay,
+        )
+        time.sleep(delay)
+
+    def _decode(self, path: str, response: httpx.Response) -> dict:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise self.fail(f"{self.label} {path} returned a malformed response (not a JSON object)")
+        return data
+
+    def _transport_failure(self, path: str, exc: httpx.TransportError) -> ProviderError:
+        if isinstance(exc, httpx.TimeoutException):
+            what = f"timed out ({type(exc).__name__})"
+        else:
+            what = f"could not connect ({type(exc).__name__}: {exc})"
+        return self.fail(f"{self.label} {path} {what}")
+
+    def _status_failure(self, path: str, response: httpx.Response, attempts: int) -> ProviderError:
+        status = response.status_code
+        detail = self._detail(response)
+        if status in (401, 403):
+            return ProviderError(
+                self._codes["AUTH"],
+                f"{self.label} rejected the credentials (HTTP {status}): {detail}",
+                status=status,
+                hint=self._auth_hint,
+                retryable=False,
+            )
+        if status == 429:
+            return ProviderError(
+                self._codes["RATE_LIMIT"],
+                f"{self.label} rate limit still exceeded after {attempts} attempts: {detail}",
+                status=status,
+                retryable=True,
+            )
+        after = f" after {attempts} attempts" if status in RETRY_STATUSES else ""
+        return self.fail(f"{self.label} {path} failed (HTTP {status}){after}: {detail}", status=status)
+
+    def _detail(self, response: httpx.Response) -> str:
+        try:
+            text = describe_error_body(response.json())
+        except ValueError:
+            text = response.text.strip() or response.reason_phrase
+        return self.scrub(text)[:_DETAIL_LIMIT]

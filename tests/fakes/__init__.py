@@ -1,0 +1,1 @@
+"""Local fake servers that speak the providers' real wire formats."""

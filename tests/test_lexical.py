@@ -1,0 +1,402 @@
+"""The lexical index: identifier-aware tokens, BM25 search, and agreement with chunks."""
+
+from __future__ import annotations
+
+import importlib
+import random
+from pathlib import Path
+
+import pytest
+from django.apps import apps
+from django.db import connection
+
+from corpus.config import build_config
+from corpus.index import lexical
+from corpus.indexing import index_directory
+from corpus.models import Chunk, Span
+from corpus.state import StateDir
+from corpus.store import wipe_index
+
+pytestmark = pytest.mark.django_db
+
+PREFIX_FILTER = "d.rel_path LIKE ? ESCAPE '\\'"
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    state.ensure()
+    return state
+
+
+@pytest.fixture
+def index(corpus_dir: Path, state: StateDir):
+    """Write files under the corpus root and index it: ``index({"a.py": "..."})``."""
+
+    def run(files: dict[str, str | None] | None = None):
+        for rel, text in (files or {}).items():
+            path = corpus_dir / rel
+            if text is None:
+                path.unlink()
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        return index_directory(corpus_dir, state=state, config=build_config({}, {}, {}))
+
+    return run
+
+
+def paths(hits: list[tuple[int, float]]) -> list[str]:
+    by_id = dict(Chunk.objects.values_list("chunk_id", "representation__document__rel_path"))
+    return [by_id[chunk_id] for chunk_id, _ in hits]
+
+
+def top_paths(query: str, limit: int = 10, **kwargs) -> list[str]:
+    return paths(lexical.search(query, limit=limit, **kwargs))
+
+
+def fts_ids() -> set[int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rowid FROM chunks_fts")
+        return {row[0] for row in cursor.fetchall()}
+
+
+def assert_in_sync() -> None:
+    live = set(Chunk.objects.filter(deleted=False).values_list("chunk_id", flat=True))
+    assert fts_ids() == live
+    assert lexical.live_count() == len(live)
+
+
+# -- the splitter ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("parseConfigFile", ["parseconfigfile", "parse", "config", "file"], id="camel"),
+        pytest.param("snake_case_name", ["snakecasename", "snake", "case", "name"], id="snake"),
+        pytest.param("kebab-case-name", ["kebabcasename", "kebab", "case", "name"], id="kebab"),
+        pytest.param("os.path.join", ["ospathjoin", "os", "path", "join"], id="dotted"),
+        pytest.param(
+            "corpus/ingest/pipeline.py",
+            ["corpusingestpipelinepy", "corpus", "ingest", "pipeline", "py"],
+            id="path",
+        ),
+        pytest.param("HTTPServer", ["httpserver", "http", "server"], id="acronym-then-word"),
+        pytest.param("XMLHttpRequest", ["xmlhttprequest", "xml", "http", "request"], id="acronym-camel"),
+        pytest.param("URLs", ["urls"], id="plural-acronym-stays-whole"),
+        pytest.param("utf8Decoder", ["utf8decoder", "utf", "8", "decoder"], id="digits"),
+        pytest.param("std::vec::Vec", ["stdvecvec", "std", "vec", "vec"], id="double-colon"),
+        pytest.param("Plain words, here.", ["plain", "words", "here"], id="prose"),
+        pytest.param("1.2.3", ["1", "2", "3"], id="version-has-no-joined-form"),
+        pytest.param("Straße café", ["straße", "café"], id="unicode"),
+        pytest.param("__init__", ["init"], id="dunder"),
+        pytest.param("", [], id="empty"),
+    ],
+)
+def test_tokens_split_identifiers(text, expected):
+    assert lexical.tokens(text) == expected
+
+
+def test_index_text_keeps_the_text_and_appends_only_new_tokens():
+    assert lexical.index_text("call parseConfigFile now") == "call parseConfigFile now\nparse config file"
+    assert lexical.index_text("os.path.join") == "os.path.join\nospathjoin"
+    assert lexical.index_text("plain words only") == "plain words only"
+
+
+# -- identifier-aware search --------------------------------------------------------
+
+IDENTIFIER_CORPUS = {
+    "src/loader.py": "def parseConfigFile(path):\n    return load(path)\n",
+    "src/names.py": "snake_case_name = 1\n",
+    "src/paths.py": "import os\nfull = os.path.join(base, leaf)\n",
+    "docs/layout.md": "The walker lives in corpus/ingest/pipeline.py and friends.\n",
+    "src/server.py": "class HTTPServer(socketserver.TCPServer):\n    allow_reuse_address = True\n",
+    "notes/food.md": "A café au lait, please.\n",
+    "notes/other.md": "Nothing relevant in this note at all.\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param("parse config file", "src/loader.py", id="camel-by-words"),
+        pytest.param("parseConfigFile", "src/loader.py", id="camel-exact"),
+        pytest.param("parse_config_file", "src/loader.py", id="snake-query-finds-camel"),
+        pytest.param("snake case name", "src/names.py", id="snake-by-words"),
+        pytest.param("path join", "src/paths.py", id="dotted-by-words"),
+        pytest.param("os.path.join", "src/paths.py", id="dotted-exact"),
+        pytest.param("ingest pipeline", "docs/layout.md", id="path-by-words"),
+        pytest.param("http server", "src/server.py", id="acronym-by-words"),
+        pytest.param("TCPServer", "src/server.py", id="acronym-exact"),
+        pytest.param("reuse address", "src/server.py", id="snake-attribute"),
+        pytest.param("CAFE", "notes/food.md", id="case-and-diacritics-folded"),
+    ],
+)
+def test_identifier_queries_find_their_chunk_first(index, query, expected):
+    index(IDENTIFIER_CORPUS)
+
+    assert top_paths(query)[:1] == [expected]
+
+
+def test_chunk_with_all_terms_outranks_one_repeating_a_single_term(index):
+    index(
+        {
+            "all.md": "alpha beta gamma appear together in this one note about things.\n",
+            "one.md": "alpha " * 40 + "\n",
+            **{f"filler{i}.md": f"unrelated filler text number {i}\n" for i in range(10)},
+        }
+    )
+
+    assert top_paths("alpha beta gamma")[:2] == ["all.md", "one.md"]
+
+
+def test_exact_identifier_ranks_above_loose_mentions_of_its_words(index):
+    index(
+        {
+            "loose.md": "parse the config file. " * 20 + "\n",
+            "exact.py": "def parseConfigFile(path):\n    pass\n",
+            "words.py": "def parse_config(file):\n    pass\n",
+        }
+    )
+
+    ranked = top_paths("parseConfigFile")
+
+    assert ranked[0] == "exact.py"
+    assert set(ranked) == {"exact.py", "loose.md", "words.py"}
+
+
+def test_scores_are_negated_bm25_best_first_within_the_all_terms_tier(index):
+    index({f"n{i}.md": "needle haystack " + "needle " * i + "\n" for i in range(1, 6)})
+
+    hits = lexical.search("needle haystack", limit=10)
+
+    scores = [score for _, score in hits]
+    assert len(hits) == 5
+    assert scores == sorted(scores, reverse=True) and all(score > 0 for score in scores)
+
+
+# -- tombstones and agreement -----------------------------------------------------
+
+
+def test_edited_and_deleted_text_never_matches(index):
+    index({"a.md": "the quokkaword lives here\n", "b.md": "stable text\n"})
+    assert top_paths("quokkaword") == ["a.md"]
+
+    index({"a.md": "the wombatword lives here now\n"})
+    assert top_paths("quokkaword") == []
+    assert top_paths("wombatword") == ["a.md"]
+
+    index({"a.md": None})
+    assert top_paths("wombatword") == []
+    assert_in_sync()
+
+
+def test_tombstoned_chunk_never_matches_even_if_its_row_leaked(index):
+    index({"a.md": "the quokkaword lives here\n"})
+    chunk_id = Chunk.objects.get().chunk_id
+    index({"a.md": None})
+
+    lexical.index_chunks([(chunk_id, "the quokkaword lives here")])
+
+    assert lexical.search("quokkaword", limit=10) == []
+
+
+def code_file(functions: int, tail: str = "") -> str:
+    return "".join(f"def function_{i}(value):\n    return value + {i}\n" for i in range(functions)) + tail
+
+
+def test_index_rows_equal_live_chunks_through_edits_deletes_and_readds(index):
+    steps = [
+        {"big.py": code_file(300), "a.md": "first note\n", "b.md": "second note\n"},
+        {"big.py": code_file(300, "def appendedFunction():\n    pass\n")},  # early chunks survive
+        {"a.md": None},
+        {"a.md": "first note is back\n", "b.md": "second note, edited\n"},
+        {"b.md": "now it leaks AKIAABCDEFGHIJKLMNOP\n"},  # becomes skipped: representation retired
+        {"b.md": "clean again\n", "big.py": code_file(20)},
+        {"big.py": None, "a.md": None, "b.md": None},
+    ]
+    for step in steps:
+        index(step)
+        assert_in_sync()
+    assert lexical.live_count() == 0
+
+
+def test_chunks_that_survive_an_edit_keep_their_row(index):
+    index({"big.py": code_file(300)})
+    before = fts_ids()
+
+    index({"big.py": code_file(300, "def appendedFunction():\n    pass\n")})
+
+    kept = before & fts_ids()
+    assert kept, "unchanged leading chunks keep their ids and rows"
+    assert lexical.search("function_3", limit=1)[0][0] in kept
+    assert lexical.search("appended function", limit=1)[0][0] not in before
+    assert_in_sync()
+
+
+def test_failed_document_write_rolls_back_its_index_rows(index, monkeypatch):
+    index({"a.md": "first version\n"})
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    # Spans are written after the new chunks reach the index: the savepoint must undo both.
+    monkeypatch.setattr(Span.objects, "bulk_create", fail)
+    counters = index({"a.md": "second version with quokkaword\n"})
+
+    assert counters.errors == 1
+    assert lexical.search("quokkaword", limit=5) == []
+    assert_in_sync()
+
+
+# -- hostile queries ------------------------------------------------------------------
+
+HOSTILE = [
+    '"',
+    '""',
+    "AND OR NOT",
+    "AND",
+    "*",
+    "foo*",
+    "NEAR(",
+    "NEAR(a b, 2)",
+    "col:",
+    "body:quokka",
+    "{body}: x",
+    "(((",
+    ")",
+    "a AND",
+    "^start",
+    "-minus +plus",
+    "'",
+    "'; DROP TABLE chunks; --",
+    "\x00",
+    "\\",
+    "ünïcödé ΑΒΓ кириллица",
+    "漢字かな",
+    "🙂🙃",
+    "\U00010f70",
+    "ab\U00010f70cd quokka",
+    "",
+    "   \t\n",
+    "%s %%s ?",
+    "a" * 5000,
+    " ".join(f"word{i}" for i in range(500)),
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE, ids=[f"hostile-{i}" for i in range(len(HOSTILE))])
+def test_hostile_queries_never_raise(index, query):
+    index({"a.md": "the quokka said AND and NOT near body\n"})
+
+    hits = lexical.search(query, limit=5)
+
+    assert isinstance(hits, list)
+
+
+def test_random_punctuation_soup_never_raises(index):
+    index({"a.md": "the quokka said AND and NOT near body\n"})
+    rng = random.Random(1234)
+    alphabet = "\"*():^-+{}[],.;'\\%?!@#&|~`<>= \tNEARandORnot\u00e9\U0001f642"
+
+    for _ in range(300):
+        query = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        lexical.search(query, limit=3)
+
+
+def test_operator_words_are_searched_as_plain_words(index):
+    index({"a.md": "AND NOT near\n", "b.md": "something else entirely\n"})
+
+    assert top_paths("AND NOT NEAR") == ["a.md"]
+
+
+# -- filters, rebuild, wipe ---------------------------------------------------------------
+
+
+def test_path_filter_applies_before_the_limit(index):
+    files = {f"other/strong{i}.md": "needle needle needle\n" for i in range(100)}
+    files["wanted/weak.md"] = "a long note that mentions the needle once among many other words\n"
+    index(files)
+    assert "wanted/weak.md" not in top_paths("needle", limit=5)
+
+    filtered = top_paths("needle", limit=5, chunk_filter_sql=PREFIX_FILTER, params=["wanted/%"])
+
+    assert filtered == ["wanted/weak.md"]
+
+
+def test_filter_can_use_django_placeholders_and_document_columns(index):
+    index({"a.py": "needle = 1\n", "b.md": "needle here\n"})
+
+    assert top_paths("needle", chunk_filter_sql="d.doc_type = %s", params=["code"]) == ["a.py"]
+
+
+def test_rebuild_restores_results_after_rows_are_lost(index):
+    index({"a.md": "the quokkaword\n", "b.py": "def parseConfigFile():\n    pass\n"})
+    lexical.clear()
+    assert lexical.search("quokkaword", limit=5) == []
+
+    count = lexical.rebuild()
+
+    assert count == Chunk.objects.filter(deleted=False).count() == 2
+    assert top_paths("quokkaword") == ["a.md"]
+    assert top_paths("parse config file") == ["b.py"]
+    assert_in_sync()
+
+
+def test_rebuild_recreates_a_missing_table(index):
+    index({"a.md": "the quokkaword\n"})
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE chunks_fts")
+
+    assert lexical.rebuild() == 1
+    assert top_paths("quokkaword") == ["a.md"]
+
+
+def test_migration_indexes_chunks_that_already_exist(index):
+    index({"a.md": "the quokkaword\n", "b.py": "snake_case_name = 1\n"})
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE chunks_fts")
+    migration = importlib.import_module("corpus.migrations.0003_chunk_fts")
+
+    migration.create_fts(apps, FakeSchemaEditor())
+
+    assert_in_sync()
+    assert top_paths("snake case name") == ["b.py"]
+
+
+def test_wipe_index_clears_the_lexical_index(index):
+    index({"a.md": "the quokkaword\n"})
+
+    wipe_index()
+
+    assert lexical.live_count() == 0
+    assert lexical.search("quokkaword", limit=5) == []
+
+
+# -- other databases ------------------------------------------------------------------------
+
+
+def test_other_databases_index_nothing_and_migrate_as_a_no_op(monkeypatch):
+    monkeypatch.setattr(connection, "vendor", "postgresql")
+    editor = FakeSchemaEditor()
+
+    importlib.import_module("corpus.migrations.0003_chunk_fts").create_fts(apps, editor)
+    lexical.index_chunks([(1, "quokkaword")])
+
+    assert editor.statements == []
+    assert lexical.search("quokkaword", limit=5) == []
+    assert (lexical.live_count(), lexical.rebuild()) == (0, 0)
+
+
+class FakeSchemaEditor:
+    """Just what the RunPython operation uses, without the SQLite atomic-block guard."""
+
+    def __init__(self):
+        self.connection = connection
+        self.statements: list[str] = []
+
+    def execute(self, sql: str) -> None:
+        self.statements.append(sql)
+        with connection.cursor() as cursor:
+            cursor.execute(sql)

