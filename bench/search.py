@@ -220,7 +220,7 @@ def labelled_copy(target: Path, modules: int, queries: int) -> list[dict]:
     return labels[:queries]
 
 
-def run_quality(modules: int, queries: int) -> dict:
+def run_quality(modules: int, queries: int, weights: list[float]) -> dict:
     work = Path(tempfile.mkdtemp(prefix="dir2mcp-quality-"))
     root, state_dir = work / "root", work / "state"
     root.mkdir()
@@ -253,10 +253,16 @@ def run_quality(modules: int, queries: int) -> dict:
 
     hybrid = Searcher(state, config, embedder)
     lexical_only = Searcher(state, config, None)
+
+    def fused(weight: float):
+        weighted = Searcher(state, build_config({"search": {"dense_weight": weight}}, {}, {}), embedder)
+        return lambda q: [h.chunk_id for h in weighted.search(q, k=10, index="code").hits]
+
     modes = {
         "lexical": lambda q: [h.chunk_id for h in lexical_only.search(q, k=10, index="code").hits],
-        "dense": lambda q: hybrid._dense(q, "code", 10, Filters()),
+        "dense": lambda q: hybrid._dense(embedder.embed([q], kind="code")[0], "code", 10, Filters()),
         "hybrid": lambda q: [h.chunk_id for h in hybrid.search(q, k=10, index="code").hits],
+        **{f"hybrid_dense_weight_{w}": fused(w) for w in weights},
     }
     scores = {}
     for mode, run in modes.items():
@@ -289,11 +295,14 @@ def main() -> None:
     qual = sub.add_parser("quality")
     qual.add_argument("--modules", type=int, default=120)
     qual.add_argument("--queries", type=int, default=300)
+    qual.add_argument(
+        "--weights", type=float, nargs="*", default=[0.5, 0.3], help="Extra dense weights to try."
+    )
     args = parser.parse_args()
     result = (
         run_latency(args.size, args.queries)
         if args.what == "latency"
-        else run_quality(args.modules, args.queries)
+        else run_quality(args.modules, args.queries, args.weights)
     )
     result.update(
         date=time.strftime("%Y-%m-%d"),

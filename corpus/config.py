@@ -199,6 +199,8 @@ class ChatConfig(Section):
 
 class SearchConfig(Section):
     rrf_k: int = Field(60, ge=1)
+    # Weight of each dense ranking against the lexical one in the fusion.
+    dense_weight: float = Field(0.5, ge=0, le=10)
     snippet_chars: int = Field(300, ge=80, le=4000)
 
 

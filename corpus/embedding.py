@@ -20,6 +20,7 @@ import numpy as np
 from django.db import transaction
 
 from corpus import errors
+from corpus.embed_view import embedding_view
 from corpus.index.vectors import KINDS, VectorIndex, index_path, remove_files
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers.base import Embedder, ModelInfo
@@ -225,7 +226,8 @@ def embed_pending(
                 break
             last_id = batch[-1][0]
             try:
-                vectors = embedder.embed([text for _, text in batch], kind=kind)
+                texts = [embedding_view(text, kind, embedder.window_chars) for _, text in batch]
+                vectors = embedder.embed(texts, kind=kind)
             except errors.Dir2mcpError as exc:
                 set_setting(LAST_ERROR_KEY, str(exc))
                 logger.warning("embedding stopped: %s", exc)

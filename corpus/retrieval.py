@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,7 @@ MAX_K = 50
 # Below this many filtered candidates, exact search over their stored
 # vectors beats growing an ANN oversample until enough of them turn up.
 BRUTE_FORCE_LIMIT = 20000
+_EMBEDDING_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embed")
 
 _CODE_HINTS = re.compile(
     r"[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*"  # camelCase
@@ -145,11 +147,16 @@ class Searcher:
         used = route(query, index, filters)
         kinds = ("text", "code") if used == "both" else (used,)
         pool = k * self.config.rag.oversample_factor
+        # The query is embedded on a worker thread while SQLite runs the
+        # lexical search: both release the GIL, so the two overlap.
+        vectors = {kind: _EMBEDDING_POOL.submit(self._embed_query, query, kind) for kind in kinds}
         rankings = [self._lexical(query, pool, filters, kinds if index != "auto" and used != "both" else ())]
-        if self.embedder is not None:
-            for kind in kinds:
-                rankings.append(self._dense(query, kind, pool, filters))
-        fused = _rrf(rankings, self.config.search.rrf_k)[:k]
+        for kind, future in vectors.items():
+            vector = future.result()
+            if vector is not None:
+                rankings.append(self._dense(vector, kind, pool, filters))
+        weights = [1.0] + [self.config.search.dense_weight] * (len(rankings) - 1)
+        fused = _rrf(rankings, weights, self.config.search.rrf_k)[:k]
         return SearchResult(
             query=query,
             k=k,
@@ -187,11 +194,13 @@ class Searcher:
 
     # -- dense --------------------------------------------------------------
 
-    def _dense(self, query: str, kind: str, pool: int, filters: Filters) -> list[int]:
+    def _embed_query(self, query: str, kind: str) -> np.ndarray | None:
+        return None if self.embedder is None else self.embedder.embed([query], kind=kind)[0]
+
+    def _dense(self, vector: np.ndarray, kind: str, pool: int, filters: Filters) -> list[int]:
         index = dense_store(self.state).sync(kind)
         if index is None or not len(index):
             return []
-        vector = self.embedder.embed([query], kind=kind)[0]
         candidates = self._candidates(kind, filters)
         if candidates is not None and len(candidates) <= BRUTE_FORCE_LIMIT:
             return self._exact(vector, candidates, filters)[:pool]
@@ -276,12 +285,12 @@ def _live(kind: str):
     return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.OK)
 
 
-def _rrf(rankings: list[list[int]], rrf_k: int) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion: score = sum of 1 / (rrf_k + rank)."""
+def _rrf(rankings: list[list[int]], weights: list[float], rrf_k: int) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion: score = sum of weight / (rrf_k + rank)."""
     scores: dict[int, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights, strict=True):
         for rank, cid in enumerate(ranking, start=1):
-            scores[cid] = scores.get(cid, 0.0) + 1.0 / (rrf_k + rank)
+            scores[cid] = scores.get(cid, 0.0) + weight / (rrf_k + rank)
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 

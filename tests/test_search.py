@@ -89,7 +89,7 @@ def test_k_live_hits_survive_when_most_of_the_index_is_tombstoned(
     build(corpus_dir, state, mistral_config, embedder)
     searcher = Searcher(state, mistral_config, embedder)
 
-    dense = searcher._dense("a note about dogs", "text", 10, Filters())
+    dense = searcher._dense(embedder.embed(["a note about dogs"], kind="text")[0], "text", 10, Filters())
     result = searcher.search("zebra unrelated words", k=10)
 
     live = set(Chunk.objects.filter(deleted=False).values_list("chunk_id", flat=True))
@@ -174,7 +174,8 @@ def test_dense_index_is_rebuilt_from_the_database(
     corpus_of(corpus_dir, 30)
     embedder = mistral_embedder(mistral_config, fake_mistral)
     build(corpus_dir, state, mistral_config, embedder)
-    before = Searcher(state, mistral_config, embedder)._dense("fox number 7", "text", 5, Filters())
+    query = embedder.embed(["fox number 7"], kind="text")[0]
+    before = Searcher(state, mistral_config, embedder)._dense(query, "text", 5, Filters())
     path = index_path(state, "text")
     if damage == "delete":
         path.unlink()
@@ -184,7 +185,7 @@ def test_dense_index_is_rebuilt_from_the_database(
 
     embedding._STORES.pop(state.path, None)  # a new process
     with caplog.at_level(logging.WARNING):
-        after = Searcher(state, mistral_config, embedder)._dense("fox number 7", "text", 5, Filters())
+        after = Searcher(state, mistral_config, embedder)._dense(query, "text", 5, Filters())
 
     assert after == before
     assert len(dense_store(state).index("text")) == 30
@@ -345,9 +346,8 @@ def test_local_embedder_finds_a_paraphrase_with_no_shared_words(corpus_dir, stat
     embedder = make_embedder(config, secrets_lookup=lambda name: None)
     build(corpus_dir, state, config, embedder)
 
-    dense = Searcher(state, config, embedder)._dense(
-        "which creatures live with families", "text", 3, Filters()
-    )
+    query = embedder.embed(["which creatures live with families"], kind="text")[0]
+    dense = Searcher(state, config, embedder)._dense(query, "text", 3, Filters())
 
     top = Chunk.objects.get(chunk_id=dense[0]).representation.document.rel_path
     assert top == "pets.md"

@@ -28,6 +28,9 @@ class Embedder(ABC):
     provider: str = ""
     #: texts per request/forward pass
     max_batch: int = 32
+    #: roughly how many characters of code the model reads before it
+    #: truncates (None: more than any chunk)
+    window_chars: int | None = None
 
     @abstractmethod
     def model_info(self, kind: str) -> ModelInfo: ...

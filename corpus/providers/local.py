@@ -184,10 +184,17 @@ def _erf_small(x: np.ndarray) -> np.ndarray:
 
 
 class _Scratch:
-    """Per-call work buffers for the elementwise part of GELU."""
+    """Reusable float32 work buffers by name: fresh large arrays cost page faults."""
 
-    def __init__(self, size: int):
-        self.a, self.t, self.r = (np.empty(size, np.float32) for _ in range(3))
+    def __init__(self):
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def take(self, name: str, *shape: int) -> np.ndarray:
+        size = math.prod(shape)
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.size < size:
+            buffer = self._buffers[name] = np.empty(size, np.float32)
+        return buffer[:size].reshape(shape)
 
 
 def gelu_(x: np.ndarray, scratch: _Scratch) -> None:
@@ -197,7 +204,7 @@ def gelu_(x: np.ndarray, scratch: _Scratch) -> None:
     restore; the constants fold in the 1/sqrt 2 and the 1/2.
     """
     flat = x.reshape(-1)
-    a, t, r = (buf[: flat.size] for buf in (scratch.a, scratch.t, scratch.r))
+    a, t, r = (scratch.take(name, flat.size) for name in ("gelu_a", "gelu_t", "gelu_r"))
     np.abs(flat, out=a)
     np.multiply(a, np.float32(_ERFC_P / math.sqrt(2)), out=t)
     t += np.float32(1)
@@ -230,6 +237,7 @@ class _Bert:
         config = json.loads((model_dir / "config.json").read_text())
         self.heads = config["num_attention_heads"]
         self.eps = float(config["layer_norm_eps"])
+        self._local = threading.local()
         w = load_file(str(model_dir / WEIGHTS_FILE))
         head_dim = config["hidden_size"] // self.heads
         # the score scale, with log2(e) so that softmax can use the faster exp2
@@ -275,16 +283,22 @@ class _Bert:
         hidden += self.position[positions]
         _layer_norm_(hidden, *self.embed_norm, self.eps)
         spans = list(zip(starts.tolist(), lengths.tolist(), strict=True))
-        scratch = _Scratch(min(len(ids), FFN_BLOCK_ROWS) * self.layers[0][5].shape[1])
+        scratch = self._scratch()
         for layer in self.layers:
             hidden = self._layer(hidden, spans, layer, scratch)
         return np.add.reduceat(hidden, starts, axis=0) / lengths[:, None].astype(np.float32)
+
+    def _scratch(self) -> _Scratch:
+        # one set of buffers per thread, reused by every pass it runs
+        if not hasattr(self._local, "scratch"):
+            self._local.scratch = _Scratch()
+        return self._local.scratch
 
     def _layer(self, h: np.ndarray, spans, layer, scratch: _Scratch) -> np.ndarray:
         w_qkv, b_qkv, w_out, b_out, norm1, w_in, b_in, w_ffn, b_ffn, norm2 = layer
         qkv = h @ w_qkv
         qkv += b_qkv
-        context = self._attention(qkv, spans)
+        context = self._attention(qkv, spans, scratch)
         attended = context @ w_out
         attended += b_out
         attended += h
@@ -292,7 +306,7 @@ class _Bert:
         out = np.empty_like(attended)
         for start in range(0, len(h), FFN_BLOCK_ROWS):
             rows = slice(start, start + FFN_BLOCK_ROWS)
-            inner = attended[rows] @ w_in
+            inner = np.matmul(attended[rows], w_in, out=scratch.take("inner", len(out[rows]), w_in.shape[1]))
             inner += b_in
             gelu_(inner, scratch)
             np.matmul(inner, w_ffn, out=out[rows])
@@ -301,7 +315,7 @@ class _Bert:
         _layer_norm_(out, *norm2, self.eps)
         return out
 
-    def _attention(self, qkv: np.ndarray, spans) -> np.ndarray:
+    def _attention(self, qkv: np.ndarray, spans, scratch: _Scratch) -> np.ndarray:
         width = qkv.shape[1] // 3
         head_dim = width // self.heads
         context = np.empty((len(qkv), width), np.float32)
@@ -310,7 +324,7 @@ class _Bert:
             q, k, v = qkv[start : start + n].reshape(n, 3, self.heads, head_dim).transpose(1, 2, 0, 3)
             # scores as (head, key, query): the softmax reductions then run over
             # axis 1, which numpy vectorises along the contiguous query axis
-            scores = k @ q.transpose(0, 2, 1)
+            scores = np.matmul(k, q.transpose(0, 2, 1), out=scratch.take("scores", self.heads, n, n))
             scores -= scores.max(axis=1, keepdims=True)
             np.exp2(scores, out=scores)
             total = scores.sum(axis=1)[:, :, None]
@@ -344,6 +358,8 @@ class LocalEmbedder(Embedder):
     """
 
     provider = "local"
+    # 256 word pieces of code are roughly 900 characters.
+    window_chars = 900
 
     def __init__(self, model_dir: Path | None = None, *, max_batch: int = 32, threads: int | None = None):
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
