@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +25,6 @@ MAX_K = 50
 # Below this many filtered candidates, exact search over their stored
 # vectors beats growing an ANN oversample until enough of them turn up.
 BRUTE_FORCE_LIMIT = 20000
-_EMBEDDING_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embed")
 
 _CODE_HINTS = re.compile(
     r"[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*"  # camelCase
@@ -147,13 +145,10 @@ class Searcher:
         used = route(query, index, filters)
         kinds = ("text", "code") if used == "both" else (used,)
         pool = k * self.config.rag.oversample_factor
-        # The query is embedded on a worker thread while SQLite runs the
-        # lexical search: both release the GIL, so the two overlap.
-        vectors = {kind: _EMBEDDING_POOL.submit(self._embed_query, query, kind) for kind in kinds}
         rankings = [self._lexical(query, pool, filters, kinds if index != "auto" and used != "both" else ())]
-        for kind, future in vectors.items():
-            vector = future.result()
-            if vector is not None:
+        if self.embedder is not None:
+            for kind in kinds:
+                vector = self.embedder.embed([query], kind=kind)[0]
                 rankings.append(self._dense(vector, kind, pool, filters))
         weights = [1.0] + [self.config.search.dense_weight] * (len(rankings) - 1)
         fused = _rrf(rankings, weights, self.config.search.rrf_k)[:k]
@@ -193,9 +188,6 @@ class Searcher:
         return [cid for cid in ids if filters.glob_matches(paths.get(cid, ""))]
 
     # -- dense --------------------------------------------------------------
-
-    def _embed_query(self, query: str, kind: str) -> np.ndarray | None:
-        return None if self.embedder is None else self.embedder.embed([query], kind=kind)[0]
 
     def _dense(self, vector: np.ndarray, kind: str, pool: int, filters: Filters) -> list[int]:
         index = dense_store(self.state).sync(kind)
