@@ -193,6 +193,13 @@ class Searcher:
         index = dense_store(self.state).sync(kind)
         if index is None or not len(index):
             return []
+        if vector.shape[-1] != index.dim:
+            raise errors.Dir2mcpError(
+                errors.INDEX_VERSION_MISMATCH,
+                f"the {kind} index holds {index.model} vectors ({index.dim} dims); the query embedder "
+                f"gives {vector.shape[-1]} dims",
+                hint="Run `dir2mcp reindex` with the embedder you want, or restore embed.provider.",
+            )
         candidates = self._candidates(kind, filters)
         if candidates is not None and len(candidates) <= BRUTE_FORCE_LIMIT:
             return self._exact(vector, candidates, filters)[:pool]

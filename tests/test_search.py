@@ -365,3 +365,15 @@ def test_copying_the_state_to_another_machine_keeps_search(
     result = Searcher(copy, mistral_config, embedder).search("fox number 3", k=3, index="text")
 
     assert result.hits and len(dense_store(copy).index("text")) == 10
+
+
+def test_query_vector_of_another_dimension_is_a_clear_error(corpus_dir, state, mistral_config, fake_mistral):
+    import numpy as np
+
+    corpus_of(corpus_dir, 3)
+    build(corpus_dir, state, mistral_config, mistral_embedder(mistral_config, fake_mistral))
+
+    with pytest.raises(errors.Dir2mcpError) as excinfo:
+        Searcher(state, mistral_config, None)._dense(np.ones(384, dtype=np.float32), "text", 5, Filters())
+
+    assert excinfo.value.code == errors.INDEX_VERSION_MISMATCH

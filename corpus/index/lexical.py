@@ -26,7 +26,8 @@ from corpus.models import Chunk
 
 TABLE = "chunks_fts"
 CREATE_SQL = (
-    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5(body, tokenize = 'unicode61 remove_diacritics 2')"
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} "
+    "USING fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
 )
 MAX_QUERY_TERMS = 32
 # Longer joined forms are URLs and blobs, not identifiers anyone types.
@@ -173,7 +174,8 @@ class Backend(Protocol):
 
 
 class SQLiteFTS5:
-    """FTS5 with the unicode61 tokenizer, which folds case and diacritics."""
+    """FTS5 with the unicode61 tokenizer, which folds case and diacritics,
+    under the Porter stemmer, so "uploads" and "capped" match "upload cap"."""
 
     def replace(self, rows: list[tuple[int, str]]) -> None:
         self.delete([chunk_id for chunk_id, _ in rows])

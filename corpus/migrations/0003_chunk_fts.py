@@ -8,7 +8,7 @@ from django.db import migrations
 
 CREATE = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts "
-    "USING fts5(body, tokenize = 'unicode61 remove_diacritics 2')"
+    "USING fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
 )
 
 

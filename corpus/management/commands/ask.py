@@ -2,6 +2,7 @@ import json
 
 from corpus import errors
 from corpus.answer import MODES, ask
+from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand
@@ -40,6 +41,8 @@ class Command(Dir2mcpCommand):
         embedder = rt.embedder()
         if not IndexJob.objects.filter(outcome="complete").exists():
             self._index_first(rt, embedder)
+        elif embedder is not None:
+            check_models(embedder, rt.state)
         result = ask(
             options["question"],
             searcher=Searcher(rt.state, rt.config, embedder),
@@ -59,7 +62,10 @@ class Command(Dir2mcpCommand):
             for citation in result.citations:
                 self.stdout.write(f"  {citation.text}")
         if not result.indexing_complete:
-            self.stderr.write("(indexing is still running: results may be incomplete)")
+            self.stderr.write(
+                "(the index is incomplete: indexing is running or chunks wait for embeddings; "
+                "`dir2mcp status` shows which)"
+            )
 
     def _index_first(self, rt, embedder) -> None:
         """A never-indexed directory is indexed before answering; if another

@@ -38,6 +38,8 @@ class Command(Dir2mcpCommand):
             "representations": s.representations,
             "chunks": s.chunks,
             "embedded": s.embedded,
+            "embedding_pending": s.pending,
+            "embedding_error": s.embed_error,
             "indexing": None
             if job is None
             else {
@@ -58,7 +60,10 @@ class Command(Dir2mcpCommand):
         w(f"Index: {rt.state.path}")
         w(f"Documents: {s.documents}  ({_pairs(s.by_type) or 'none'})")
         w(f"Status:    {_pairs(s.by_status) or 'none'}  deleted={s.deleted}")
-        w(f"Representations: {s.representations}  Chunks: {s.chunks}  Embedded: {s.embedded}")
+        w(f"Representations: {s.representations}  Chunks: {s.chunks}")
+        w(f"Embedded: {s.embedded}  Pending: {s.pending}")
+        if s.embed_error:
+            w(f"Embedding stopped: {s.embed_error}")
         job = s.job
         if job is None:
             w("Indexing: never run")
