@@ -62,7 +62,9 @@ def main() -> None:
     tree = Path(args.tree).resolve()
     work = Path(tempfile.mkdtemp(prefix="dir2mcp-bench-"))
     config = work / "bench.yaml"
+    # Ingestion alone: embeddings have their own benchmark (bench/embedder.py).
     config.write_text(
+        "embed:\n  provider: none\n"
         "security:\n  path_excludes: ['**/.git/**', '**/node_modules/**', '**/.dir2mcp/**', '**/.env',"
         " '**/*.pem', '**/*.key', '**/id_rsa', 'site-packages/']\n"
     )

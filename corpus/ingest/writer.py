@@ -118,7 +118,7 @@ def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh
     stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
     _tombstone_chunks(stale, delta)
     created = Chunk.objects.bulk_create([chunk for chunk, _ in new_chunks], batch_size=500)
-    lexical.index_chunks((chunk.chunk_id, chunk.text) for chunk in created)
+    lexical.index_chunks(((chunk.chunk_id, chunk.text) for chunk in created), new=True)
     Span.objects.bulk_create(
         [
             Span(chunk=chunk, span_kind=draft.span_kind, start=draft.start, end=draft.end)
