@@ -44,8 +44,11 @@ def _corrupt(state: StateDir, exc: Exception) -> errors.Dir2mcpError:
 
 
 def get_setting(key: str, default: str | None = None) -> str | None:
-    row = Setting.objects.filter(key=key).first()
-    return row.value if row else default
+    # Raw SQL: this is read on every search (the embeddings version).
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT value FROM settings WHERE key = %s", [key])
+        row = cursor.fetchone()
+    return row[0] if row else default
 
 
 def set_setting(key: str, value: str) -> None:
