@@ -459,3 +459,22 @@ def test_pdf_without_any_text_waits_for_ocr(corpus_dir, state, monkeypatch):
     write(corpus_dir, "scan.pdf", make_pdf([None, None]))
     run(corpus_dir, state)
     assert (doc("scan.pdf").status, doc("scan.pdf").error) == ("skipped", "needs MISTRAL_API_KEY")
+
+
+def test_unchanged_nested_archive_inside_a_changed_one_is_counted_once(corpus_dir, state):
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w:gz") as tar:
+        payload = b"nested\n"
+        info = tarfile.TarInfo("deep/readme.txt")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    nested = inner.getvalue()
+    path = write(corpus_dir, "bundle.zip", zip_bytes({"a.txt": b"one\n", "inner.tgz": nested}))
+    run(corpus_dir, state)
+    path.write_bytes(zip_bytes({"a.txt": b"two\n", "inner.tgz": nested}))
+
+    again = run(corpus_dir, state)
+
+    # bundle.zip, a.txt, inner.tgz, inner.tgz!/deep/readme.txt: each once
+    assert again.scanned == 4
+    assert again.deleted == 0 and not doc("bundle.zip!/inner.tgz!/deep/readme.txt").deleted

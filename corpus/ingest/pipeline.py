@@ -12,12 +12,13 @@ so a crash leaves every document either as it was or fully updated.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -196,6 +197,7 @@ class Indexer:
                 "deleted",
             ).iterator(chunk_size=5000)
         }
+        self._sorted_paths = sorted(self.known)
         live = Chunk.objects.filter(deleted=False)
         self.counters.chunks_total = live.count()
         self.counters.embedded_ok = live.filter(embedding_status=EmbeddingStatus.OK).count()
@@ -295,6 +297,8 @@ class Indexer:
             self._consume_member(member)
 
     def _consume_member(self, member: ArchiveMember) -> None:
+        if member.rel_path in self.seen:  # inside a nested archive already counted unchanged
+            return
         self.counters.scanned += 1
         if not _storable(member.rel_path):
             self._undecodable_name(member.rel_path)
@@ -353,9 +357,8 @@ class Indexer:
         self.counters.unchanged += 1
         self.counters.skipped += 1
         if known.doc_type == "archive":
-            prefix = rel_path + "!/"
-            for path in self.known:
-                if path.startswith(prefix) and not self.known[path].deleted:
+            for path in self._known_under(rel_path + "!/"):
+                if path not in self.seen:
                     self.seen.add(path)
                     self.counters.scanned += 1
                     self.counters.unchanged += 1
@@ -395,13 +398,20 @@ class Indexer:
             for item in walk(self.engine, start=rel_path):
                 self._consume(item)
             self._flush_batch()
-        prefixes = (rel_path + "/", rel_path + "!/")
-        gone = [
-            p
-            for p, k in self.known.items()
-            if not k.deleted and p not in self.seen and (p == rel_path or p.startswith(prefixes))
-        ]
+        candidates = [rel_path, *self._known_under(rel_path + "/"), *self._known_under(rel_path + "!/")]
+        gone = [p for p in candidates if p in self.known and not self.known[p].deleted and p not in self.seen]
         self._tombstone(gone)
+
+    def _known_under(self, prefix: str) -> Iterator[str]:
+        """Live known paths starting with ``prefix``: a range of the sorted
+        list, so a large tree is not scanned once per archive or change."""
+        paths = self._sorted_paths
+        for i in range(bisect.bisect_left(paths, prefix), len(paths)):
+            path = paths[i]
+            if not path.startswith(prefix):
+                return
+            if not self.known[path].deleted:
+                yield path
 
     # -- writing -------------------------------------------------------------
 
