@@ -421,8 +421,8 @@ def test_refreshing_a_directory_and_a_file_inside_it_together(corpus_dir, state)
 
 
 def test_configured_secret_and_token_files_are_never_indexed(corpus_dir, state):
-    write(corpus_dir, "keys/secret.env", "MISTRAL_API_KEY=abcdefabcdefabcdefabcdefabcdefab\n")
-    write(corpus_dir, "auth/token.txt", "plain-token-value\n")
+    write(corpus_dir, "keys/secret.env", "MISTRAL_API_KEY=abcdefabcdefabcdefabcdefabcdefab\n").chmod(0o600)
+    write(corpus_dir, "auth/token.txt", "plain-token-value\n").chmod(0o600)
     write(corpus_dir, "notes.txt", "notes\n")
     config = make_config(
         secrets={"file": {"path": "keys/secret.env"}}, security={"auth": {"token_file": "auth/token.txt"}}
@@ -478,3 +478,19 @@ def test_unchanged_nested_archive_inside_a_changed_one_is_counted_once(corpus_di
     # bundle.zip, a.txt, inner.tgz, inner.tgz!/deep/readme.txt: each once
     assert again.scanned == 4
     assert again.deleted == 0 and not doc("bundle.zip!/inner.tgz!/deep/readme.txt").deleted
+
+
+def test_a_key_in_the_secret_file_counts_as_a_key_appearing(corpus_dir, state, monkeypatch):
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    write(corpus_dir, "scan.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    run(corpus_dir, state)
+    assert doc("scan.png").error == "needs MISTRAL_API_KEY"
+    secret_file = corpus_dir / ".dir2mcp" / "secret.env"  # secrets.file.path, relative to the root
+    secret_file.parent.mkdir()
+    secret_file.write_text("MISTRAL_API_KEY=from-the-secret-file\n")
+    secret_file.chmod(0o600)
+
+    again = run(corpus_dir, state)
+
+    assert again.unchanged == 0
+    assert doc("scan.png").error != "needs MISTRAL_API_KEY"

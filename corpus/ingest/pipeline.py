@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
 from corpus.providers.base import Embedder
+from corpus.secrets import resolve_secret
 from corpus.security import ExclusionEngine
 from corpus.state import StateDir
 from corpus.status import write_corpus_json
@@ -75,12 +76,17 @@ class Known:
     deleted: bool
 
 
-def capabilities_for(config: Config, environ=os.environ) -> Capabilities:
-    """Provider-backed conversions available now (none until providers land)."""
-    key = bool(environ.get("MISTRAL_API_KEY"))
+def capabilities_for(config: Config, secret: Callable[[str], str | None]) -> Capabilities:
+    """Provider-backed conversions available now (none until providers land).
+
+    ``secret(name)`` is the one secret resolver (corpus.secrets), so a key in
+    the keychain or the secret file counts as much as one in the environment.
+    """
+    key = bool(secret("mistral_api_key"))
     ocr_missing = "OCR provider not available yet" if key else "needs MISTRAL_API_KEY"
-    stt_var = "ELEVENLABS_API_KEY" if config.stt.provider == "elevenlabs" else "MISTRAL_API_KEY"
-    stt_key = bool(environ.get(stt_var))
+    elevenlabs = config.stt.provider == "elevenlabs"
+    stt_key = bool(secret("elevenlabs_api_key" if elevenlabs else "mistral_api_key"))
+    stt_var = "ELEVENLABS_API_KEY" if elevenlabs else "MISTRAL_API_KEY"
     stt_missing = "speech-to-text provider not available yet" if stt_key else f"needs {stt_var}"
     return Capabilities(ocr=False, stt=False, ocr_missing=ocr_missing, stt_missing=stt_missing)
 
@@ -108,7 +114,11 @@ class Indexer:
         self.stop = stop or threading.Event()
         self.engine = ExclusionEngine.from_config(root, config, state_dir=state.path)
         self.limits = ArchiveLimits.from_config(config)
-        self.preparer = Preparer(config, self.engine, capabilities or capabilities_for(config))
+        if capabilities is None:
+            capabilities = capabilities_for(
+                config, lambda name: resolve_secret(name, config, state, root=root).value
+            )
+        self.preparer = Preparer(config, self.engine, capabilities)
         self.embedder = embedder
         self.embed_error: errors.Dir2mcpError | None = None
         self.counters = Counters()
