@@ -1,0 +1,249 @@
+"""The ``/mcp`` endpoint: MCP Streamable HTTP (2025-11-25) on Django ASGI.
+
+One async view. It runs the transport checks in the order of the reference
+checklist (Host, Origin, bearer, Accept/Content-Type, size, JSON), resolves
+the session from the database, then dispatches. Tool work runs in worker
+threads; a ``tools/call`` that carries a progress token (or whose session
+asked for log messages) is answered as an SSE stream carrying the
+notifications and then the response, everything else as one JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from corpus import errors
+from mcp_gateway import context, dispatch, sessions, tools, transport
+from mcp_gateway.transport import HttpError, Message
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+ALLOW = "GET, POST, DELETE, OPTIONS"
+EXPOSED = "MCP-Session-Id, MCP-Protocol-Version, WWW-Authenticate, X-MCP-Session-Expired"
+ALLOWED_HEADERS = "Authorization, Content-Type, Accept, MCP-Session-Id, MCP-Protocol-Version, Last-Event-ID"
+
+# In-flight calls of this process, for notifications/cancelled.
+_inflight: dict[tuple[str, object], threading.Event] = {}
+
+
+def _json(body: dict | None, status: int = 200, headers: dict | None = None) -> HttpResponse:
+    response = HttpResponse(
+        b"" if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8"),
+        status=status,
+        content_type="application/json" if body is not None else None,
+    )
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _refusal(exc: HttpError) -> HttpResponse:
+    return _json(exc.body(), exc.status, exc.headers)
+
+
+def _limits(ctx: context.Context) -> sessions.Limits:
+    server = ctx.config.server
+    return sessions.Limits(server.session_inactivity_timeout, server.session_max_lifetime)
+
+
+def _cors(response: HttpResponse, origin: str | None) -> HttpResponse:
+    if origin:
+        response["Access-Control-Allow-Origin"] = origin
+        response["Access-Control-Expose-Headers"] = EXPOSED
+        response["Vary"] = "Origin"
+    return response
+
+
+@csrf_exempt
+async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
+    origin = request.headers.get("Origin")
+    try:
+        ctx = await _context()
+        try:
+            request.get_host()
+        except DisallowedHost:
+            raise HttpError(400, errors.FORBIDDEN_ORIGIN, "Host header is not allowed") from None
+        transport.check_origin(origin, ctx.allowed_origins)
+        if request.method == "OPTIONS":
+            return _preflight(origin)
+        transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
+        if request.method == "POST":
+            response = await _post(request, ctx)
+        elif request.method == "DELETE":
+            response = await _delete(request, ctx)
+        elif request.method == "GET":
+            transport.check_accept_get(request.headers.get("Accept"))
+            response = _json(None, 405, {"Allow": "POST, DELETE, OPTIONS"})
+        else:
+            response = _json(None, 405, {"Allow": ALLOW})
+    except HttpError as exc:
+        response = _refusal(exc)
+    except errors.Dir2mcpError as exc:  # the server itself cannot start serving (config, store)
+        log.error("cannot serve MCP: %s", exc)
+        response = _refusal(HttpError(503, exc.code, exc.message, transport.INTERNAL_ERROR))
+    return _cors(response, origin)
+
+
+_ctx_lock = asyncio.Lock()
+
+
+async def _context() -> context.Context:
+    current = context.peek()
+    if current is not None:
+        return current
+    async with _ctx_lock:
+        return await sync_to_async(context.get, thread_sensitive=False)()
+
+
+def _preflight(origin: str | None) -> HttpResponse:
+    response = _json(None, 204)
+    response["Access-Control-Allow-Methods"] = ALLOW
+    response["Access-Control-Allow-Headers"] = ALLOWED_HEADERS
+    response["Access-Control-Max-Age"] = "600"
+    return response
+
+
+async def _read_body(request: HttpRequest) -> bytes:
+    transport.check_accept_post(request.headers.get("Accept"))
+    transport.check_content_type(request.headers.get("Content-Type"))
+    transport.check_declared_length(request.headers.get("Content-Length"), MAX_BODY_BYTES)
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        body = None
+    if body is None or len(body) > MAX_BODY_BYTES:
+        raise HttpError(413, errors.INVALID_RANGE, f"request body over the {MAX_BODY_BYTES}-byte limit")
+    return body
+
+
+async def _post(request: HttpRequest, ctx: context.Context) -> HttpResponse:
+    msg = transport.parse_message(await _read_body(request))
+    if msg.kind == "request" and msg.method == "initialize":
+        return await _initialize(msg, ctx)
+    version = transport.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+    row = await _session(request, ctx)
+    state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
+    if msg.kind != "request":
+        _notification(msg, row.session_id)
+        return _json(None, 202)
+    if msg.method == "tools/call" and (dispatch.progress_token(msg) is not None or state.log_level):
+        return _stream(msg, state, ctx)
+    response = await _run(msg, state, ctx, emit=None)
+    if msg.method == "logging/setLevel" and state.log_level != row.log_level:
+        await sync_to_async(sessions.set_log_level, thread_sensitive=False)(row.session_id, state.log_level)
+    return _json(response)
+
+
+async def _initialize(msg: Message, ctx: context.Context) -> HttpResponse:
+    version = dispatch.negotiate(msg.params)
+    row = await sync_to_async(sessions.create, thread_sensitive=False)(
+        protocol_version=version,
+        client_info=msg.params.get("clientInfo") or {},
+        token=ctx.auth.token,
+        limits=_limits(ctx),
+    )
+    body = dispatch.ok(msg.id, dispatch.initialize_result(version))
+    return _json(body, headers={"MCP-Session-Id": row.session_id})
+
+
+async def _session(request: HttpRequest, ctx: context.Context):
+    session_id = transport.check_session_header(request.headers.get("MCP-Session-Id"))
+    try:
+        return await sync_to_async(sessions.lookup, thread_sensitive=False)(
+            session_id, token=ctx.auth.token, limits=_limits(ctx)
+        )
+    except sessions.SessionGone as gone:
+        headers = {"X-MCP-Session-Expired": gone.reason} if gone.reason else {}
+        raise HttpError(
+            404, errors.SESSION_NOT_FOUND, "unknown or expired session; initialize again", None, headers
+        ) from None
+
+
+def _notification(msg: Message, session_id: str) -> None:
+    if msg.method == "notifications/cancelled":
+        request_id = msg.params.get("requestId")
+        event = _inflight.get((session_id, request_id)) if isinstance(request_id, str | int) else None
+        if event is not None:
+            event.set()
+
+
+async def _run(msg: Message, state: dispatch.SessionState, ctx, *, emit) -> dict | None:
+    """Dispatch in a worker thread, registered for cancellation meanwhile."""
+    cancel = threading.Event()
+    key = (state.id, msg.id)
+    _inflight[key] = cancel
+    try:
+        return await sync_to_async(dispatch.respond, thread_sensitive=False)(
+            msg, state, ctx, emit=emit, cancel=cancel
+        )
+    except tools.Cancelled:
+        return dispatch.error(msg.id, transport.REQUEST_CANCELLED, "request cancelled")
+    finally:
+        _inflight.pop(key, None)
+
+
+def _sse(message: dict) -> bytes:
+    return b"event: message\ndata: " + json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamingHttpResponse:
+    """Answer on an SSE stream: notifications as they come, then the response.
+
+    A cancelled call ends the stream without a response, as the
+    cancellation utility asks; a client that hangs up cancels the work.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def emit(notification: dict) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, notification)
+
+    async def events():
+        task = asyncio.ensure_future(_run(msg, state, ctx, emit=emit))
+        done = asyncio.ensure_future(_when_done(task, queue))
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    break
+                yield _sse(item)
+            response = task.result()
+            if not (response and response.get("error", {}).get("code") == transport.REQUEST_CANCELLED):
+                yield _sse(response)
+        finally:
+            if not task.done():
+                event = _inflight.get((state.id, msg.id))
+                if event is not None:
+                    event.set()
+            done.cancel()
+
+    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+_END = object()
+
+
+async def _when_done(task: asyncio.Future, queue: asyncio.Queue) -> None:
+    try:
+        await asyncio.shield(task)
+    finally:
+        queue.put_nowait(_END)
+
+
+async def _delete(request: HttpRequest, ctx: context.Context) -> HttpResponse:
+    transport.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+    row = await _session(request, ctx)
+    await sync_to_async(sessions.end, thread_sensitive=False)(row.session_id)
+    return _json(None, 204)

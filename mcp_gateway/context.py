@@ -1,0 +1,204 @@
+"""What the gateway serves from: the root, state, config, models and policy.
+
+One :class:`Context` per process. ``up`` and ``mcp_stdio`` build it from their
+flags and :func:`install` it, so the background indexer and the tools share
+one embedder (and so one in-memory dense index). Under a bare
+``daphne dir2mcp_site.asgi:application`` deployment it is built lazily from
+the environment (``DIR2MCP_ROOT``, ``DIR2MCP_STATE_DIR``, ``DIR2MCP_CONFIG``,
+``DIR2MCP_AUTH``), so several daphne processes behind a proxy agree.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from django.conf import settings
+
+from corpus import errors
+from corpus.config import Config, default_config_path, load_config
+from corpus.state import StateDir, ensure_token
+
+AUTH_ENV = "DIR2MCP_AUTH"
+
+
+@dataclass(frozen=True)
+class AuthSetup:
+    """How clients authenticate: a bearer token and where it came from."""
+
+    token: str | None = field(repr=False)
+    # "secret.token" | "env" | "file" | "none" (spec §3.2 token_source)
+    source: str
+    token_file: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.token is not None
+
+
+def resolve_auth(spec: str, config: Config, state: StateDir, *, root: Path) -> AuthSetup:
+    """Resolve ``--auth auto|none|file:<path>`` (spec §2.3, §10.6, §17).
+
+    ``auto`` takes the token from ``security.auth.token_env`` (default
+    ``DIR2MCP_AUTH_TOKEN``), then ``security.auth.token_file``, then the
+    generated ``secret.token`` (created 0600 on first use).
+    """
+    from corpus.secrets import _from_token_file, resolve_secret
+
+    spec = (spec or "auto").strip()
+    if spec == "none":
+        return AuthSetup(None, "none")
+    if spec.startswith("file:"):
+        raw = spec[len("file:") :]
+        if not raw:
+            raise errors.Dir2mcpError(
+                errors.CONFIG_INVALID, "--auth file: needs a path, as file:/path/to/token"
+            )
+        path = Path(raw).expanduser()
+        path = path if path.is_absolute() else (root / path)
+        found = _from_token_file("auth_token", path)
+        if found is None:
+            raise errors.Dir2mcpError(
+                errors.CONFIG_INVALID,
+                f"token file {path} is missing, unreadable or empty",
+                hint="Write one token line to it (chmod 600), or use --auth auto.",
+            )
+        return AuthSetup(found.value, "file", str(path))
+    if spec != "auto":
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID, f"--auth must be auto, none or file:<path>, not {spec!r}"
+        )
+    found = resolve_secret("auth_token", config, state, root=root)
+    if found.source == "env":
+        return AuthSetup(found.value, "env")
+    if found.value and found.detail and Path(found.detail) != state.token_file:
+        return AuthSetup(found.value, "file", found.detail)
+    return AuthSetup(ensure_token(state), "secret.token", str(state.token_file))
+
+
+@dataclass
+class Context:
+    """Everything a request needs; cheap to share across threads."""
+
+    root: Path
+    state: StateDir
+    config: Config
+    auth: AuthSetup
+    read_only: bool = False
+    public: bool = False
+    mcp_path: str = "/mcp"
+    _models: dict = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _model(self, kind: str):
+        with self._lock:
+            if kind not in self._models:
+                from corpus.providers import registry
+
+                make = registry.make_embedder if kind == "embedder" else registry.make_chat
+                self._models[kind] = make(self.config, secrets_lookup=self.secret)
+            return self._models[kind]
+
+    @property
+    def embedder(self):
+        """The configured embedder, made once (None for lexical-only)."""
+        return self._model("embedder")
+
+    @property
+    def chat(self):
+        """The configured chat model, made once (None: answers are search-only)."""
+        return self._model("chat")
+
+    def secret(self, name: str) -> str | None:
+        from corpus.secrets import resolve_secret
+
+        return resolve_secret(name, self.config, self.state, root=self.root).value
+
+    @cached_property
+    def searcher(self):
+        from corpus.retrieval import Searcher
+
+        return Searcher(self.state, self.config, self.embedder)
+
+    @cached_property
+    def engine(self):
+        from corpus.security import ExclusionEngine
+
+        return ExclusionEngine.from_config(self.root, self.config, state_dir=self.state.path)
+
+    @property
+    def allowed_origins(self) -> tuple[str, ...]:
+        return tuple(self.config.security.allowed_origins)
+
+
+def build(
+    *,
+    root: Path | None = None,
+    state: StateDir | None = None,
+    config: Config | None = None,
+    auth_spec: str | None = None,
+    **extra,
+) -> Context:
+    """A context from explicit parts, falling back to settings and env.
+
+    Models are made on first use, so building a context is cheap.
+    """
+    root = root or Path(settings.DIR2MCP_ROOT)
+    state = state or StateDir(Path(settings.DIR2MCP_STATE_DIR))
+    config = config or load_config(default_config_path(root))
+    spec = auth_spec or os.environ.get(AUTH_ENV) or _auth_spec_from_config(config)
+    extra.setdefault("mcp_path", config.server.mcp_path)
+    return Context(
+        root=root, state=state, config=config, auth=resolve_auth(spec, config, state, root=root), **extra
+    )
+
+
+def _auth_spec_from_config(config: Config) -> str:
+    auth = config.security.auth
+    if auth.mode == "file" and auth.token_file:
+        return f"file:{auth.token_file}"
+    return auth.mode
+
+
+_current: Context | None = None
+_build_lock = threading.Lock()
+
+
+def get() -> Context:
+    """The process's context, built from the environment on first use.
+
+    A bare daphne process makes sure the store is migrated first; ``up``
+    and ``mcp_stdio`` have done that before they install theirs.
+    """
+    global _current
+    if _current is None:
+        with _build_lock:
+            if _current is None:
+                from corpus.store import open_store
+
+                ctx = build()
+                open_store(ctx.state)
+                _current = ctx
+    return _current
+
+
+def peek() -> Context | None:
+    """The installed context, without building one."""
+    return _current
+
+
+def mcp_path() -> str:
+    """The endpoint path, known without touching the database (URLconf time)."""
+    if _current is not None:
+        return _current.mcp_path
+    root = Path(settings.DIR2MCP_ROOT)
+    return load_config(default_config_path(root)).server.mcp_path
+
+
+def install(ctx: Context | None) -> None:
+    """Make ``ctx`` the process's context (``None`` to forget it, in tests)."""
+    global _current
+    _current = ctx

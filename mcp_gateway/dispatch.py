@@ -1,0 +1,186 @@
+"""JSON-RPC methods of MCP 2025-11-25, independent of the transport.
+
+HTTP (``api.py``) and stdio (``stdio.py``) both parse a message, find or
+make the session, then hand the message to :func:`respond`. It returns the
+response object, or ``None`` for notifications; server-to-client
+notifications of a call (progress, log messages) go through ``emit``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mcp_gateway import schemas, tools
+from mcp_gateway.context import Context
+from mcp_gateway.transport import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LATEST_VERSION,
+    METHOD_NOT_FOUND,
+    SUPPORTED_VERSIONS,
+    Message,
+)
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+SERVER_NAME = "dir2mcp"
+SERVER_TITLE = "dir2mcp: Directory RAG MCP Server"
+
+INSTRUCTIONS = (
+    "This server answers questions about one local directory (code, docs, PDFs, images, audio). "
+    "Start with dir2mcp.search to locate relevant passages, or dir2mcp.ask for a cited answer. "
+    "Every hit and citation has a rel_path and a span (lines, PDF page or audio time range): pass them to "
+    "dir2mcp.open_file to read the exact source before relying on it. Use dir2mcp.find for exact strings "
+    "or regular expressions, dir2mcp.list_files to browse, and dir2mcp.stats if results look incomplete "
+    "(indexing may still be running). All tools are read-only."
+)
+
+Emit = Callable[[dict], None]
+
+
+@dataclass
+class SessionState:
+    """What a method may need to know or change about its session."""
+
+    id: str | None
+    protocol_version: str
+    log_level: str = ""  # "" until logging/setLevel: no log messages
+    initialized: bool = False
+
+
+def server_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dir2mcp")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def negotiate(params: dict) -> str:
+    """Echo the client's version when we speak it, else our latest (§3.8)."""
+    requested = params.get("protocolVersion")
+    return requested if requested in SUPPORTED_VERSIONS else LATEST_VERSION
+
+
+def initialize_result(version: str) -> dict:
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}, "logging": {}},
+        "serverInfo": {
+            "name": SERVER_NAME,
+            "title": SERVER_TITLE,
+            "version": server_version(),
+            "schemaVersion": schemas.SCHEMA_VERSION,
+        },
+        "instructions": INSTRUCTIONS,
+    }
+
+
+def ok(msg_id, result: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+
+
+def error(msg_id, code: int, message: str, data=None) -> dict:
+    body = {"code": code, "message": message}
+    if data is not None:
+        body["data"] = data
+    return {"jsonrpc": "2.0", "id": msg_id, "error": body}
+
+
+class _Progress:
+    """``notifications/progress`` for one request, strictly increasing."""
+
+    def __init__(self, token, emit: Emit):
+        self.token, self.emit, self.last = token, emit, None
+
+    def __call__(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self.token is None or (self.last is not None and progress <= self.last):
+            return
+        self.last = progress
+        params = {"progressToken": self.token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message:
+            params["message"] = message
+        self.emit({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+
+
+def _logger(session: SessionState, emit: Emit) -> Callable[[str, str], None]:
+    def log(level: str, message: str) -> None:
+        if not session.log_level or LOG_LEVELS.index(level) < LOG_LEVELS.index(session.log_level):
+            return
+        params = {"level": level, "logger": "dir2mcp", "data": message}
+        emit({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+
+    return log
+
+
+def progress_token(msg: Message):
+    meta = msg.params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+
+
+def respond(
+    msg: Message,
+    session: SessionState,
+    ctx: Context,
+    *,
+    emit: Emit | None = None,
+    cancel: threading.Event | None = None,
+) -> dict | None:
+    """Run one message; ``tools.Cancelled`` propagates to the transport."""
+    if msg.kind != "request":
+        if msg.method == "notifications/initialized":
+            session.initialized = True
+        return None  # notifications and client responses get no answer
+    emit = emit or (lambda _n: None)
+    method, params = msg.method, msg.params
+    if method == "initialize":
+        return ok(msg.id, initialize_result(negotiate(params)))
+    if method == "ping":
+        return ok(msg.id, {})
+    if method == "logging/setLevel":
+        level = params.get("level")
+        if level not in LOG_LEVELS:
+            return error(msg.id, INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
+        session.log_level = level
+        return ok(msg.id, {})
+    if method == "tools/list":
+        cursor = params.get("cursor")
+        if cursor is not None and not isinstance(cursor, str):
+            return error(msg.id, INVALID_PARAMS, "cursor must be a string")
+        try:
+            return ok(msg.id, tools.list_page(cursor))
+        except ValueError:
+            return error(msg.id, INVALID_PARAMS, "invalid cursor")
+    if method == "tools/call":
+        return _call_tool(msg, session, ctx, emit, cancel or threading.Event())
+    if method in ("resources/list", "prompts/list", "resources/templates/list"):
+        return error(msg.id, METHOD_NOT_FOUND, f"{method}: this server offers tools only")
+    return error(msg.id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")
+
+
+def _call_tool(
+    msg: Message, session: SessionState, ctx: Context, emit: Emit, cancel: threading.Event
+) -> dict:
+    name = msg.params.get("name")
+    if not isinstance(name, str):
+        return error(msg.id, INVALID_PARAMS, "tools/call needs params.name (a string)")
+    tool = tools.REGISTRY.get(name)
+    if tool is None:
+        return error(msg.id, INVALID_PARAMS, f"Unknown tool: {name[:128]}")
+    arguments = msg.params.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        return error(msg.id, INVALID_PARAMS, "params.arguments must be an object")
+    call = tools.Call(
+        ctx, progress=_Progress(progress_token(msg), emit), log=_logger(session, emit), cancel=cancel
+    )
+    return ok(msg.id, tools.run(tool, arguments, call))
+
+
+def not_initialized(msg: Message) -> dict:
+    return error(msg.id, INVALID_REQUEST, "send initialize first")

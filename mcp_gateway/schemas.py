@@ -1,0 +1,360 @@
+"""The tools' JSON Schemas: spec §15, exactly, plus ``dir2mcp.find``.
+
+JSON Schema 2020-12 (MCP's default dialect), shared types under ``$defs``.
+These dictionaries are the contract: ``docs/contracts/tools.json`` is their
+committed snapshot and ``SCHEMA_VERSION`` moves by the rules in
+``docs/contracts.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+SCHEMA_VERSION = "1.0.0"
+
+SPAN = {
+    "type": "object",
+    "oneOf": [
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "kind": {"const": "lines"},
+                "start_line": {"type": "integer"},
+                "end_line": {"type": "integer"},
+            },
+            "required": ["kind", "start_line", "end_line"],
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"kind": {"const": "page"}, "page": {"type": "integer"}},
+            "required": ["kind", "page"],
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "kind": {"const": "time"},
+                "start_ms": {"type": "integer"},
+                "end_ms": {"type": "integer"},
+            },
+            "required": ["kind", "start_ms", "end_ms"],
+        },
+    ],
+}
+
+HIT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "chunk_id": {"type": "integer"},
+        "rel_path": {"type": "string"},
+        "doc_type": {"type": "string"},
+        "rep_type": {"type": "string"},
+        "score": {"type": "number"},
+        "snippet": {"type": "string"},
+        "span": {"$ref": "#/$defs/Span"},
+    },
+    "required": ["chunk_id", "rel_path", "score", "snippet", "span"],
+}
+
+
+def _with_defs(schema: dict, *names: str) -> dict:
+    defs = {"Span": SPAN, "Hit": HIT}
+    out = copy.deepcopy(schema)
+    out["$defs"] = {name: copy.deepcopy(defs[name]) for name in names}
+    return out
+
+
+_INDEX = {"type": "string", "enum": ["auto", "text", "code", "both"], "default": "auto"}
+_K = {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
+_FILTERS = {
+    "path_prefix": {
+        "type": "string",
+        "description": "Only files under this relative directory, e.g. 'src/'.",
+    },
+    "file_glob": {
+        "type": "string",
+        "description": "Only files matching this glob, e.g. '*.py' or 'docs/**/*.md'.",
+    },
+    "doc_types": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "Only these document types: code, md, text, data, html, pdf, image, audio, archive.",
+    },
+}
+
+SEARCH_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "query": {
+            "type": "string",
+            "minLength": 1,
+            "description": "What to look for, in words or identifiers.",
+        },
+        "k": _K,
+        "index": _INDEX,
+        **_FILTERS,
+    },
+    "required": ["query"],
+}
+
+SEARCH_OUTPUT = _with_defs(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "query": {"type": "string"},
+            "k": {"type": "integer"},
+            "index_used": {"type": "string", "enum": ["text", "code", "both"]},
+            "hits": {"type": "array", "items": {"$ref": "#/$defs/Hit"}},
+            "indexing_complete": {"type": "boolean"},
+        },
+        "required": ["query", "hits", "indexing_complete"],
+    },
+    "Span",
+    "Hit",
+)
+
+ASK_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "question": {"type": "string", "minLength": 1, "description": "The question, in natural language."},
+        "k": _K,
+        "mode": {"type": "string", "enum": ["answer", "search_only"], "default": "answer"},
+        "index": _INDEX,
+        **_FILTERS,
+    },
+    "required": ["question"],
+}
+
+ASK_OUTPUT = _with_defs(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "question": {"type": "string"},
+            "answer": {"type": "string"},
+            "citations": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "chunk_id": {"type": "integer"},
+                        "rel_path": {"type": "string"},
+                        "span": {"$ref": "#/$defs/Span"},
+                    },
+                    "required": ["chunk_id", "rel_path", "span"],
+                },
+            },
+            "hits": {"type": "array", "items": {"$ref": "#/$defs/Hit"}},
+            "indexing_complete": {"type": "boolean"},
+        },
+        "required": ["question", "citations", "hits", "indexing_complete"],
+    },
+    "Span",
+    "Hit",
+)
+
+OPEN_FILE_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "rel_path": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Path relative to the root, as in a hit.",
+        },
+        "start_line": {"type": "integer", "minimum": 1},
+        "end_line": {"type": "integer", "minimum": 1},
+        "page": {"type": "integer", "minimum": 1},
+        "start_ms": {"type": "integer", "minimum": 0},
+        "end_ms": {"type": "integer", "minimum": 0},
+        "max_chars": {"type": "integer", "minimum": 200, "maximum": 50000, "default": 20000},
+    },
+    "required": ["rel_path"],
+}
+
+OPEN_FILE_OUTPUT = _with_defs(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "rel_path": {"type": "string"},
+            "doc_type": {"type": "string"},
+            "span": {"$ref": "#/$defs/Span"},
+            "content": {"type": "string"},
+            "truncated": {"type": "boolean"},
+        },
+        "required": ["rel_path", "doc_type", "content", "truncated"],
+    },
+    "Span",
+)
+
+LIST_FILES_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "path_prefix": {"type": "string"},
+        "glob": {"type": "string"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
+        "offset": {"type": "integer", "minimum": 0, "default": 0},
+    },
+}
+
+LIST_FILES_OUTPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "limit": {"type": "integer"},
+        "offset": {"type": "integer"},
+        "total": {"type": "integer"},
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "rel_path": {"type": "string"},
+                    "doc_type": {"type": "string"},
+                    "size_bytes": {"type": "integer"},
+                    "mtime_unix": {"type": "integer"},
+                    "status": {"type": "string", "enum": ["ok", "skipped", "error"]},
+                    "deleted": {"type": "boolean"},
+                },
+                "required": ["rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "deleted"],
+            },
+        },
+    },
+    "required": ["limit", "offset", "total", "files"],
+}
+
+STATS_INPUT = {"type": "object", "additionalProperties": False}
+
+_COUNTER = {"type": "integer"}
+STATS_OUTPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "root": {"type": "string"},
+        "state_dir": {"type": "string"},
+        "protocol_version": {"type": "string"},
+        # An addition to §15.6: the tool contract's version (docs/contracts.md).
+        "schema_version": {"type": "string"},
+        "indexing": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "job_id": {"type": "string"},
+                "running": {"type": "boolean"},
+                "mode": {"type": "string", "enum": ["incremental", "full"]},
+                **{
+                    name: _COUNTER
+                    for name in (
+                        "scanned",
+                        "indexed",
+                        "skipped",
+                        "deleted",
+                        "representations",
+                        "chunks_total",
+                        "embedded_ok",
+                        "errors",
+                    )
+                },
+            },
+            "required": [
+                "job_id",
+                "running",
+                "mode",
+                "scanned",
+                "indexed",
+                "skipped",
+                "deleted",
+                "representations",
+                "chunks_total",
+                "embedded_ok",
+                "errors",
+            ],
+        },
+        "models": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "embed_text": {"type": "string"},
+                "embed_code": {"type": "string"},
+                "ocr": {"type": "string"},
+                "stt_provider": {"type": "string", "enum": ["mistral", "elevenlabs"]},
+                "stt_model": {"type": "string"},
+                "chat": {"type": "string"},
+            },
+            "required": ["embed_text", "embed_code", "ocr", "stt_provider", "stt_model", "chat"],
+        },
+    },
+    "required": ["root", "state_dir", "protocol_version", "indexing", "models"],
+}
+
+FIND_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name_glob": {
+            "type": "string",
+            "description": "File name or path glob, e.g. '*.md' or 'src/**/test_*.py'.",
+        },
+        "content": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 1000,
+            "description": "Text to find in the extracted text (OCR and transcripts included).",
+        },
+        "regex": {
+            "type": "boolean",
+            "default": False,
+            "description": "Treat content as a regular expression.",
+        },
+        "case_sensitive": {"type": "boolean", "default": False},
+        "doc_types": _FILTERS["doc_types"],
+        "path_prefix": _FILTERS["path_prefix"],
+        "modified_after": {
+            "type": ["string", "integer"],
+            "description": "ISO 8601 date or datetime, or Unix seconds.",
+        },
+        "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+        "cursor": {"type": "string", "description": "next_cursor from the previous page."},
+    },
+}
+
+FIND_OUTPUT = _with_defs(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "matches": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "rel_path": {"type": "string"},
+                        "doc_type": {"type": "string"},
+                        "mtime_unix": {"type": "integer"},
+                        "size_bytes": {"type": "integer"},
+                        "rep_type": {"type": "string"},
+                        "span": {"$ref": "#/$defs/Span"},
+                        "snippet": {"type": "string"},
+                    },
+                    "required": ["rel_path", "doc_type", "mtime_unix", "size_bytes"],
+                },
+            },
+            "files_scanned": {"type": "integer"},
+            "next_cursor": {"type": "string"},
+            "timed_out": {"type": "boolean"},
+        },
+        "required": ["matches", "files_scanned", "timed_out"],
+    },
+    "Span",
+)

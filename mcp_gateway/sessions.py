@@ -1,0 +1,132 @@
+"""Session lifecycle (spec §10.3): create, look up, touch, expire, evict, end.
+
+Sync functions over the ORM; the endpoint calls them in a worker thread.
+An expired session is deleted when it is looked up, and a sweep evicts the
+rest every :data:`SWEEP_EVERY` seconds, so the table never grows without
+bound. ``last_seen`` is written at most every :func:`_touch_interval`, so a
+busy session costs one read per request, not a write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from mcp_gateway.models import McpSession
+
+log = logging.getLogger(__name__)
+
+SWEEP_EVERY = 60.0
+MAX_SESSIONS = 10_000
+_last_sweep = 0.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    inactivity: float  # seconds; 0 disables
+    max_lifetime: float  # seconds; 0 disables
+
+
+class SessionGone(Exception):
+    """Unknown or expired; ``reason`` is "inactivity", "max-lifetime" or ""."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason or "unknown session")
+        self.reason = reason
+
+
+def token_digest(token: str | None) -> str:
+    return hashlib.sha256(token.encode()).hexdigest() if token else ""
+
+
+def new_id() -> str:
+    """A CSPRNG id in visible ASCII, as the transport spec requires."""
+    return "sess_" + secrets.token_urlsafe(24)
+
+
+def create(*, protocol_version: str, client_info: dict, token: str | None, limits: Limits) -> McpSession:
+    sweep(limits)
+    now = time.time()
+    info = client_info if isinstance(client_info, dict) else {}
+    session = McpSession.objects.create(
+        session_id=new_id(),
+        auth_digest=token_digest(token),
+        protocol_version=protocol_version,
+        client_name=str(info.get("name", ""))[:200],
+        client_version=str(info.get("version", ""))[:100],
+        created_unix=now,
+        last_seen_unix=now,
+    )
+    return session
+
+
+def expiry_reason(session: McpSession, limits: Limits, now: float) -> str:
+    if limits.max_lifetime and now - session.created_unix > limits.max_lifetime:
+        return "max-lifetime"
+    if limits.inactivity and now - session.last_seen_unix > limits.inactivity:
+        return "inactivity"
+    return ""
+
+
+def _touch_interval(limits: Limits) -> float:
+    return min(30.0, limits.inactivity / 20) if limits.inactivity else 30.0
+
+
+def lookup(session_id: str, *, token: str | None, limits: Limits) -> McpSession:
+    """The live session, touched; :class:`SessionGone` otherwise.
+
+    A session opened with another credential is reported as unknown: ids are
+    not bearer secrets and must not let one client ride another's session.
+    """
+    now = time.time()
+    session = McpSession.objects.filter(session_id=session_id).first()
+    if session is None or (session.auth_digest and session.auth_digest != token_digest(token)):
+        raise SessionGone()
+    reason = expiry_reason(session, limits, now)
+    if reason:
+        McpSession.objects.filter(session_id=session_id).delete()
+        log.info("session %s expired (%s)", session_id, reason)
+        raise SessionGone(reason)
+    if now - session.last_seen_unix > _touch_interval(limits):
+        McpSession.objects.filter(session_id=session_id).update(last_seen_unix=now)
+        session.last_seen_unix = now
+    return session
+
+
+def set_log_level(session_id: str, level: str) -> None:
+    McpSession.objects.filter(session_id=session_id).update(log_level=level)
+
+
+def end(session_id: str) -> bool:
+    """DELETE: forget the session; False when it was not there."""
+    deleted, _ = McpSession.objects.filter(session_id=session_id).delete()
+    return bool(deleted)
+
+
+def sweep(limits: Limits, *, force: bool = False) -> int:
+    """Evict expired sessions, and the least recently seen past the cap."""
+    global _last_sweep
+    now = time.time()
+    if not force and now - _last_sweep < SWEEP_EVERY:
+        return 0
+    _last_sweep = now
+    evicted = 0
+    with transaction.atomic():
+        if limits.inactivity:
+            evicted += McpSession.objects.filter(last_seen_unix__lt=now - limits.inactivity).delete()[0]
+        if limits.max_lifetime:
+            evicted += McpSession.objects.filter(created_unix__lt=now - limits.max_lifetime).delete()[0]
+        surplus = McpSession.objects.count() - MAX_SESSIONS
+        if surplus > 0:
+            oldest = McpSession.objects.order_by("last_seen_unix").values_list("session_id", flat=True)[
+                :surplus
+            ]
+            evicted += McpSession.objects.filter(session_id__in=list(oldest)).delete()[0]
+    if evicted:
+        log.info("evicted %d expired MCP sessions", evicted)
+    return evicted

@@ -1,0 +1,107 @@
+"""``content[0]`` texts: what an agent reads of each tool's result.
+
+Short, with the citations in the §9.3 form so an agent can quote them and
+pass the spans straight to ``dir2mcp.open_file``.
+"""
+
+from __future__ import annotations
+
+from corpus.citations import SpanRef, format_citation
+
+SNIPPET_CHARS = 300
+
+
+def span_ref(span: dict | None) -> SpanRef | None:
+    if not span:
+        return None
+    if span["kind"] == "page":
+        return SpanRef("page", span["page"], span["page"])
+    if span["kind"] == "time":
+        return SpanRef("time", span["start_ms"], span["end_ms"])
+    return SpanRef("lines", span["start_line"], span["end_line"])
+
+
+def cite(rel_path: str, span: dict | None) -> str:
+    ref = span_ref(span)
+    return format_citation(rel_path, ref) if ref else f"[{rel_path}]"
+
+
+def _one_line(text: str, limit: int = SNIPPET_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _hits(hits: list[dict]) -> list[str]:
+    return [
+        f"{n}. {cite(h['rel_path'], h['span'])} score={h['score']:.4f}\n   {_one_line(h['snippet'])}"
+        for n, h in enumerate(hits, 1)
+    ]
+
+
+def _incomplete(result: dict) -> list[str]:
+    return (
+        []
+        if result.get("indexing_complete", True)
+        else ["(indexing still in progress: results may be partial)"]
+    )
+
+
+def search(result: dict) -> str:
+    hits = result["hits"]
+    head = f"{len(hits)} hit(s) for {result['query']!r} (index: {result.get('index_used', 'text')})"
+    if not hits:
+        return "\n".join(
+            [head + ". Try other words, a broader filter, or dir2mcp.find.", *_incomplete(result)]
+        )
+    return "\n".join([head + ":", *_hits(hits), *_incomplete(result)])
+
+
+def ask(result: dict) -> str:
+    sources = [cite(c["rel_path"], c["span"]) for c in result["citations"]]
+    lines = [result.get("answer") or "No answer: nothing relevant was found."]
+    if sources:
+        lines += ["", "Sources: " + " ".join(sources)]
+    return "\n".join(lines + _incomplete(result))
+
+
+def open_file(result: dict) -> str:
+    where = cite(result["rel_path"], result.get("span"))
+    note = " (truncated: ask for a narrower range or a larger max_chars)" if result["truncated"] else ""
+    return f"{where} {result['doc_type']}{note}\n\n{result['content']}"
+
+
+def list_files(result: dict) -> str:
+    files = result["files"]
+    start = result["offset"] + 1 if files else result["offset"]
+    lines = [f"Files {start}-{result['offset'] + len(files)} of {result['total']}:"]
+    lines += [f"{f['rel_path']}  {f['doc_type']}  {f['size_bytes']} B  {f['status']}" for f in files]
+    if result["offset"] + len(files) < result["total"]:
+        lines.append(f"(more: offset={result['offset'] + len(files)})")
+    return "\n".join(lines)
+
+
+def find(result: dict) -> str:
+    matches = result["matches"]
+    lines = [f"{len(matches)} match(es) in {result['files_scanned']} file(s) scanned:"]
+    for m in matches:
+        snippet = f"  {_one_line(m['snippet'], 200)}" if m.get("snippet") else ""
+        lines.append(f"{cite(m['rel_path'], m.get('span'))}{snippet}")
+    if result.get("timed_out"):
+        lines.append("(stopped at the time limit: narrow the query or continue with the cursor)")
+    if result.get("next_cursor"):
+        lines.append(f"(more: cursor={result['next_cursor']})")
+    return "\n".join(lines)
+
+
+def stats(result: dict) -> str:
+    ix = result["indexing"]
+    state = "running" if ix["running"] else "idle"
+    models = result["models"]
+    return (
+        f"Indexing {state} (job {ix['job_id'] or '-'}, {ix['mode']}): scanned={ix['scanned']} "
+        f"indexed={ix['indexed']} skipped={ix['skipped']} deleted={ix['deleted']} "
+        f"chunks={ix['chunks_total']} embedded={ix['embedded_ok']} errors={ix['errors']}\n"
+        f"Root: {result['root']}\nModels: embed_text={models['embed_text']} chat={models['chat']} "
+        f"ocr={models['ocr']} stt={models['stt_provider']}/{models['stt_model']}\n"
+        f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
+    )

@@ -1,0 +1,388 @@
+"""The one tool registry: it drives ``tools/list``, input validation, the
+output contract, the REST mirror and the committed snapshot.
+
+Handlers are plain sync functions ``(call, args) -> dict`` over the corpus
+services; they raise :class:`~corpus.errors.Dir2mcpError` for anything the
+caller can fix, which :func:`run` turns into an ``isError`` result (§12.4,
+§14). Summaries turn the structured result into the ``content[0]`` text an
+agent reads, with citations.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from corpus import errors
+from mcp_gateway import schemas, summaries
+from mcp_gateway.context import Context
+
+log = logging.getLogger(__name__)
+
+READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+PAGE_SIZE = 50
+
+
+class Cancelled(Exception):
+    """The client sent ``notifications/cancelled`` for this call."""
+
+
+def _noop(*_args, **_kwargs) -> None:
+    return None
+
+
+@dataclass
+class Call:
+    """One tool invocation: its context, and its ways back to the client."""
+
+    ctx: Context
+    progress: Callable[[float, float | None, str | None], None] = _noop
+    log: Callable[[str, str], None] = _noop
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled()
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    input_schema: dict
+    output_schema: dict
+    handler: Callable[[Call, dict], dict]
+    summarize: Callable[[dict], str]
+    annotations: dict = field(default_factory=lambda: dict(READ_ONLY))
+
+    def definition(self) -> dict:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "outputSchema": self.output_schema,
+            "annotations": {"title": self.title, **self.annotations},
+        }
+
+    @property
+    def validator(self) -> Draft202012Validator:
+        return _validators.setdefault(self.name, Draft202012Validator(self.input_schema))
+
+
+_validators: dict[str, Draft202012Validator] = {}
+REGISTRY: dict[str, Tool] = {}
+
+
+def register(tool: Tool) -> Tool:
+    REGISTRY[tool.name] = tool
+    return tool
+
+
+# -- tools/list ---------------------------------------------------------------
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"tools:{offset}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        prefix, _, number = raw.partition(":")
+        offset = int(number)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("invalid cursor") from None
+    if prefix != "tools" or not 0 <= offset < len(REGISTRY):
+        raise ValueError("invalid cursor")
+    return offset
+
+
+def list_page(cursor: str | None = None, page_size: int | None = None) -> dict:
+    """One page of tool definitions; ``ValueError`` for a bad cursor."""
+    size = page_size or PAGE_SIZE
+    start = 0 if cursor is None else _decode_cursor(cursor)
+    tools = list(REGISTRY.values())
+    page = {"tools": [tool.definition() for tool in tools[start : start + size]]}
+    if start + size < len(tools):
+        page["nextCursor"] = _encode_cursor(start + size)
+    return page
+
+
+# -- tools/call ---------------------------------------------------------------
+
+
+def _validation_error(exc: ValidationError) -> errors.Dir2mcpError:
+    where = ".".join(str(p) for p in exc.absolute_path) or "arguments"
+    if exc.validator == "required":
+        return errors.Dir2mcpError(errors.MISSING_FIELD, exc.message)
+    if exc.validator in (
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+    ):
+        return errors.Dir2mcpError(errors.INVALID_RANGE, f"{where}: {exc.message}")
+    if exc.validator == "additionalProperties":
+        return errors.Dir2mcpError(errors.INVALID_FIELD, f"unknown argument: {exc.message}")
+    return errors.Dir2mcpError(errors.INVALID_FIELD, f"{where}: {exc.message}")
+
+
+def validate_arguments(tool: Tool, arguments) -> dict:
+    """The arguments with schema defaults applied; Dir2mcpError otherwise."""
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, "arguments must be an object")
+    error = next(iter(sorted(tool.validator.iter_errors(arguments), key=lambda e: e.path)), None)
+    if error is not None:
+        raise _validation_error(error)
+    defaults = {
+        name: prop["default"]
+        for name, prop in tool.input_schema.get("properties", {}).items()
+        if "default" in prop
+    }
+    return {**defaults, **arguments}
+
+
+def error_result(exc: errors.Dir2mcpError) -> dict:
+    payload = exc.as_dict()
+    return {
+        "isError": True,
+        "content": [{"type": "text", "text": f"ERROR: {exc.code}: {exc.message}"}],
+        "structuredContent": {"error": payload},
+    }
+
+
+def run(tool: Tool, arguments, call: Call) -> dict:
+    """Validate, run and package one call as a ``CallToolResult``.
+
+    :class:`Cancelled` propagates: the transport decides what a cancelled
+    request answers (nothing on a stream).
+    """
+    try:
+        args = validate_arguments(tool, arguments)
+        result = tool.handler(call, args)
+    except errors.Dir2mcpError as exc:
+        return error_result(exc)
+    except Cancelled:
+        raise
+    except Exception:  # a bug must not become a traceback on the wire
+        log.exception("tool %s failed", tool.name)
+        return error_result(errors.Dir2mcpError("INTERNAL_ERROR", f"{tool.name} failed; see the server log"))
+    return {"content": [{"type": "text", "text": tool.summarize(result)}], "structuredContent": result}
+
+
+# -- the tools ------------------------------------------------------------------
+
+
+def _filters(args: dict):
+    from corpus.retrieval import Filters
+
+    return Filters(
+        path_prefix=args.get("path_prefix", ""),
+        file_glob=args.get("file_glob", ""),
+        doc_types=tuple(args.get("doc_types") or ()),
+    )
+
+
+def search(call: Call, args: dict) -> dict:
+    call.progress(0, 1, "searching")
+    result = call.ctx.searcher.search(args["query"], k=args["k"], index=args["index"], filters=_filters(args))
+    call.progress(1, 1, f"{len(result.hits)} hits")
+    return result.as_dict()
+
+
+def ask(call: Call, args: dict) -> dict:
+    from corpus.answer import ask as answer
+
+    ctx = call.ctx
+    chat = ctx.chat if args["mode"] == "answer" else None
+    call.progress(0, 2, "searching")
+    call.log("info", f"ask: retrieving {args['k']} passages" + (" and generating an answer" if chat else ""))
+    call.check()
+    result = answer(
+        args["question"],
+        searcher=ctx.searcher,
+        chat=chat,
+        config=ctx.config,
+        k=args["k"],
+        mode=args["mode"],
+        index=args["index"],
+        filters=_filters(args),
+    )
+    call.check()
+    call.progress(2, 2, "answered")
+    return result.as_dict()
+
+
+def open_file(call: Call, args: dict) -> dict:
+    from corpus import files
+
+    keys = ("start_line", "end_line", "page", "start_ms", "end_ms", "max_chars")
+    return files.open_file(
+        call.ctx.engine, rel_path=args["rel_path"], **{k: args[k] for k in keys if k in args}
+    )
+
+
+def list_files(call: Call, args: dict) -> dict:
+    from corpus import files
+
+    return files.list_files(
+        path_prefix=args.get("path_prefix", ""),
+        glob=args.get("glob", ""),
+        limit=args["limit"],
+        offset=args["offset"],
+    )
+
+
+def find(call: Call, args: dict) -> dict:
+    from corpus import files
+
+    keys = (
+        "name_glob",
+        "content",
+        "regex",
+        "case_sensitive",
+        "path_prefix",
+        "modified_after",
+        "limit",
+        "cursor",
+    )
+    return files.find(
+        call.ctx.engine,
+        doc_types=tuple(args.get("doc_types") or ()),
+        **{k: args[k] for k in keys if k in args},
+    )
+
+
+def stats(call: Call, args: dict) -> dict:
+    from corpus.status import latest_job, models_summary
+    from mcp_gateway.transport import LATEST_VERSION
+
+    ctx = call.ctx
+    job = latest_job()
+    counters = job.counters() if job else {}
+    indexing = {
+        "job_id": job.job_id if job else "",
+        "running": bool(job and job.running),
+        "mode": job.mode if job and job.mode in ("incremental", "full") else "incremental",
+        **{
+            name: int(counters.get(name, 0))
+            for name in schemas.STATS_OUTPUT["properties"]["indexing"]["required"][3:]
+        },
+    }
+    return {
+        "root": str(ctx.root),
+        "state_dir": str(ctx.state.path),
+        "protocol_version": LATEST_VERSION,
+        "schema_version": schemas.SCHEMA_VERSION,
+        "indexing": indexing,
+        "models": models_summary(ctx.config),
+    }
+
+
+register(
+    Tool(
+        name="dir2mcp.search",
+        title="Search the directory",
+        description=(
+            "Hybrid keyword + semantic search over every indexed file in this directory: code, docs, "
+            "PDFs (per page), OCR'd images and audio transcripts. Use it first to locate where something "
+            "is written or implemented; identifiers (snake_case, camelCase, paths) match well. Each hit has "
+            "rel_path, a snippet and a span (line range, PDF page or audio time range) that you can pass to "
+            "dir2mcp.open_file to read the exact source. Narrow with path_prefix, file_glob or doc_types."
+        ),
+        input_schema=schemas.SEARCH_INPUT,
+        output_schema=schemas.SEARCH_OUTPUT,
+        handler=search,
+        summarize=summaries.search,
+    )
+)
+register(
+    Tool(
+        name="dir2mcp.ask",
+        title="Answer a question from the directory",
+        description=(
+            "Answer a natural-language question from this directory's contents, with citations "
+            "([path:L10-L20], [file.pdf#p=3], [audio.wav@t=01:05-01:35]). It retrieves the top k passages "
+            "and, when a chat model is configured, writes an answer grounded only in them; otherwise (or "
+            "with mode=search_only) it returns the passages. Verify important claims with dir2mcp.open_file."
+        ),
+        input_schema=schemas.ASK_INPUT,
+        output_schema=schemas.ASK_OUTPUT,
+        handler=ask,
+        summarize=summaries.ask,
+    )
+)
+register(
+    Tool(
+        name="dir2mcp.open_file",
+        title="Open an exact slice of a file",
+        description=(
+            "Read an exact slice of a file under the root to verify a citation or see more context: "
+            "lines (start_line/end_line), a PDF page (page), or an audio transcript time range "
+            "(start_ms/end_ms). Without a range it returns the beginning. Output is capped by max_chars "
+            "and says when it was truncated. Excluded or secret-bearing files are refused."
+        ),
+        input_schema=schemas.OPEN_FILE_INPUT,
+        output_schema=schemas.OPEN_FILE_OUTPUT,
+        handler=open_file,
+        summarize=summaries.open_file,
+    )
+)
+register(
+    Tool(
+        name="dir2mcp.list_files",
+        title="List indexed files",
+        description=(
+            "List the indexed files (path, type, size, modified time, index status), filtered by "
+            "path_prefix and glob, paged with limit/offset. Use it to explore the directory's layout "
+            "or to pick filters for search."
+        ),
+        input_schema=schemas.LIST_FILES_INPUT,
+        output_schema=schemas.LIST_FILES_OUTPUT,
+        handler=list_files,
+        summarize=summaries.list_files,
+    )
+)
+register(
+    Tool(
+        name="dir2mcp.find",
+        title="Find files by name, content or date",
+        description=(
+            "Find files by name glob, exact text or regular expression in their content (including OCR "
+            "text and transcripts), document type or modification date. Unlike search, it is exhaustive "
+            "and literal: use it for exact strings, error messages or every occurrence of an identifier. "
+            "Matches carry line/page/time spans; page through with cursor."
+        ),
+        input_schema=schemas.FIND_INPUT,
+        output_schema=schemas.FIND_OUTPUT,
+        handler=find,
+        summarize=summaries.find,
+    )
+)
+register(
+    Tool(
+        name="dir2mcp.stats",
+        title="Index status and models",
+        description=(
+            "Report indexing progress (scanned, indexed, chunks, embedded, errors; whether indexing is "
+            "still running) and which models serve embeddings, OCR, transcription and answers. Check it "
+            "when results look incomplete."
+        ),
+        input_schema=schemas.STATS_INPUT,
+        output_schema=schemas.STATS_OUTPUT,
+        handler=stats,
+        summarize=summaries.stats,
+    )
+)
