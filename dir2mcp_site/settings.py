@@ -113,8 +113,15 @@ LOGGING = {
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {"one_line": {"()": "dir2mcp_site.logfilters.OneLine"}},
     "handlers": {
         "stderr": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "stderr_one_line": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["one_line"]},
+    },
+    "loggers": {
+        # 4xx answers are the transport doing its job; 5xx still log.
+        "django.request": {"level": "ERROR"},
+        "django.security.DisallowedHost": {"handlers": ["stderr_one_line"], "propagate": False},
     },
     "root": {"handlers": ["stderr"], "level": env.str("DIR2MCP_LOG_LEVEL", default="WARNING")},
 }

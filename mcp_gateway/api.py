@@ -66,6 +66,7 @@ def _cors(response: HttpResponse, origin: str | None) -> HttpResponse:
 @csrf_exempt
 async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     origin = request.headers.get("Origin")
+    cors_origin = None
     try:
         ctx = await _context()
         try:
@@ -73,6 +74,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         except DisallowedHost:
             raise HttpError(400, errors.FORBIDDEN_ORIGIN, "Host header is not allowed") from None
         transport.check_origin(origin, ctx.allowed_origins)
+        cors_origin = origin
         if request.method == "OPTIONS":
             return _preflight(origin)
         transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
@@ -90,7 +92,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     except errors.Dir2mcpError as exc:  # the server itself cannot start serving (config, store)
         log.error("cannot serve MCP: %s", exc)
         response = _refusal(HttpError(503, exc.code, exc.message, transport.INTERNAL_ERROR))
-    return _cors(response, origin)
+    return _cors(response, cors_origin)
 
 
 _ctx_lock = asyncio.Lock()
