@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DIR ?= .
 
-.PHONY: install run test lint format bench equivalence-env equivalence
+.PHONY: install run test lint format bench contract equivalence-env equivalence
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ lint:
 format:
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# Rewrite docs/contracts/tools.json from the tool registry (docs/contracts.md).
+contract: install
+	$(BIN)/python -m mcp_gateway.contract
 
 test: install lint
 	$(BIN)/pytest
