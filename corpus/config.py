@@ -245,6 +245,8 @@ class ServerConfig(Section):
     public: bool = False
     session_inactivity_timeout: Duration = 24 * 3600.0
     session_max_lifetime: Duration = 0.0
+    # Requests per minute per client (address + credential); 0 turns it off.
+    rate_limit_per_minute: int = Field(default=0, ge=0)
 
 
 class KeychainConfig(Section):

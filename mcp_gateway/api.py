@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from corpus import errors
-from mcp_gateway import context, dispatch, sessions, tools, transport
+from mcp_gateway import context, dispatch, ratelimit, sessions, tools, transport
 from mcp_gateway.transport import HttpError, Message
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         if request.method == "OPTIONS":
             return _preflight(origin)
         transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
+        _check_rate(request, ctx)
         if request.method == "POST":
             response = await _post(request, ctx)
         elif request.method == "DELETE":
@@ -93,6 +94,23 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         log.error("cannot serve MCP: %s", exc)
         response = _refusal(HttpError(503, exc.code, exc.message, transport.INTERNAL_ERROR))
     return _cors(response, cors_origin)
+
+
+def _check_rate(request: HttpRequest, ctx: context.Context) -> None:
+    bucket = ratelimit.limiter(ctx.config.server.rate_limit_per_minute)
+    if bucket is None:
+        return
+    key = (
+        f"{request.META.get('REMOTE_ADDR', '')}|{sessions.token_digest(request.headers.get('Authorization'))}"
+    )
+    wait = bucket.retry_after(key)
+    if wait:
+        raise HttpError(
+            429,
+            errors.RATE_LIMITED,
+            f"too many requests; retry in {wait}s",
+            headers={"Retry-After": str(wait)},
+        )
 
 
 _ctx_lock = asyncio.Lock()

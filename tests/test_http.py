@@ -217,3 +217,19 @@ def test_tool_errors_are_results_with_is_error(server, session):
     result = server.call(session, "dir2mcp.search", {"query": "x", "k": 99})
     assert result["isError"] is True
     assert result["structuredContent"]["error"]["code"] == "INVALID_RANGE"
+
+
+def test_rate_limit_gives_429_with_retry_after(tmp_path):
+    write_corpus(tmp_path)
+    limited = start_daphne(tmp_path, env={"DIR2MCP_SERVER__RATE_LIMIT_PER_MINUTE": "6"})
+    try:
+        session = limited.initialize()  # two requests of the burst of five
+        statuses = [limited.post(PING, session=session).status_code for _ in range(6)]
+        assert statuses[:3] == [200, 200, 200]
+        assert statuses[-1] == 429
+        response = limited.post(PING, session=session)
+        assert response.status_code == 429
+        assert int(response.headers["Retry-After"]) >= 1
+        assert response.json()["error"]["data"]["code"] == "RATE_LIMITED"
+    finally:
+        stop(limited)

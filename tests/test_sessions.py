@@ -1,0 +1,111 @@
+"""Session lifecycle in the database: expiry reasons, eviction, binding."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mcp_gateway import sessions
+from mcp_gateway.models import McpSession
+from mcp_gateway.ratelimit import RateLimiter
+
+pytestmark = pytest.mark.django_db
+
+LIMITS = sessions.Limits(inactivity=600, max_lifetime=3600)
+
+
+def make(token="t0k"):
+    return sessions.create(
+        protocol_version="2025-11-25", client_info={"name": "c", "version": "1"}, token=token, limits=LIMITS
+    )
+
+
+def age(session, *, created=0.0, seen=0.0):
+    McpSession.objects.filter(pk=session.pk).update(
+        created_unix=session.created_unix - created, last_seen_unix=session.last_seen_unix - seen
+    )
+
+
+def test_a_new_session_is_found_and_stores_no_credential():
+    session = make()
+    assert sessions.lookup(session.session_id, token="t0k", limits=LIMITS).client_name == "c"
+    row = McpSession.objects.get(pk=session.pk)
+    assert "t0k" not in str(row.__dict__)
+
+
+def test_inactivity_expires_with_its_reason_then_the_id_is_unknown():
+    session = make()
+    age(session, seen=601)
+    with pytest.raises(sessions.SessionGone) as gone:
+        sessions.lookup(session.session_id, token="t0k", limits=LIMITS)
+    assert gone.value.reason == "inactivity"
+    with pytest.raises(sessions.SessionGone) as again:
+        sessions.lookup(session.session_id, token="t0k", limits=LIMITS)
+    assert again.value.reason == ""
+
+
+def test_max_lifetime_expires_even_an_active_session():
+    session = make()
+    age(session, created=3601)
+    with pytest.raises(sessions.SessionGone) as gone:
+        sessions.lookup(session.session_id, token="t0k", limits=LIMITS)
+    assert gone.value.reason == "max-lifetime"
+
+
+def test_zero_limits_never_expire():
+    session = make()
+    age(session, created=10**7, seen=10**7)
+    unlimited = sessions.Limits(0, 0)
+    assert sessions.lookup(session.session_id, token="t0k", limits=unlimited)
+
+
+def test_lookup_touches_last_seen_but_not_on_every_request():
+    session = make()
+    age(session, seen=100)
+    before = McpSession.objects.get(pk=session.pk).last_seen_unix
+    sessions.lookup(session.session_id, token="t0k", limits=LIMITS)
+    touched = McpSession.objects.get(pk=session.pk).last_seen_unix
+    assert touched > before
+    sessions.lookup(session.session_id, token="t0k", limits=LIMITS)
+    assert McpSession.objects.get(pk=session.pk).last_seen_unix == touched
+
+
+def test_a_session_is_bound_to_the_credential_that_opened_it():
+    session = make(token="alice")
+    with pytest.raises(sessions.SessionGone):
+        sessions.lookup(session.session_id, token="mallory", limits=LIMITS)
+
+
+def test_sweep_evicts_expired_sessions_and_caps_the_table(monkeypatch):
+    live, idle, old = make(), make(), make()
+    age(idle, seen=601)
+    age(old, created=3601)
+    assert sessions.sweep(LIMITS, force=True) == 2
+    assert list(McpSession.objects.values_list("pk", flat=True)) == [live.pk]
+    monkeypatch.setattr(sessions, "MAX_SESSIONS", 2)
+    newer = [make(), make()]
+    age(live, seen=10)
+    sessions.sweep(LIMITS, force=True)
+    assert set(McpSession.objects.values_list("pk", flat=True)) == {s.pk for s in newer}
+
+
+def test_end_deletes():
+    session = make()
+    assert sessions.end(session.session_id) is True
+    assert sessions.end(session.session_id) is False
+
+
+def test_ids_are_unique_and_visible_ascii():
+    ids = {sessions.new_id() for _ in range(200)}
+    assert len(ids) == 200
+    assert all(all(0x21 <= ord(c) <= 0x7E for c in i) for i in ids)
+
+
+def test_rate_limiter_buckets_refill_at_the_configured_rate():
+    limiter = RateLimiter(per_minute=60)  # 1/s, burst 6
+    now = time.monotonic()
+    assert [limiter.retry_after("a", now) for _ in range(6)] == [0] * 6
+    assert limiter.retry_after("a", now) == 1
+    assert limiter.retry_after("b", now) == 0  # another client has its own bucket
+    assert limiter.retry_after("a", now + 1.01) == 0
