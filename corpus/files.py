@@ -1,0 +1,505 @@
+"""File tools: ``open_file`` (§15.4), ``list_files`` (§15.5) and ``find``.
+
+``open_file`` reads exactly what a search hit cited: lines of the file (or of
+the stored text for converted formats such as HTML, whose chunk spans count
+lines of that text), a page of the stored page-joined text, or a time range
+of a transcript. ``find`` scans the stored representations, so its line
+numbers are the ones ``open_file`` returns. Every path goes through
+:meth:`ExclusionEngine.resolve` and every returned text through
+:meth:`ExclusionEngine.find_secret` (§17).
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import hashlib
+import io
+import itertools
+import json
+import os
+import stat
+import time
+from datetime import UTC, datetime
+
+import regex
+
+from corpus import errors
+from corpus.citations import SpanRef
+from corpus.ingest.classify import classify
+from corpus.ingest.extract import PAGE_SEPARATOR, extract
+from corpus.models import Document, Representation, RepType, Span
+from corpus.retrieval import _glob_spec
+from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, normalize_rel_path
+
+FIND_BUDGET_SECONDS = 2.0
+MAX_PATTERN_CHARS = 1000
+SNIPPET_CHARS = 240
+_READ_BLOCK = 64 * 1024
+# Text screened for secrets on each side of a returned slice, so a cut
+# through a key ("AKIA" + 15 of its 16 characters) cannot leak it.
+_CONTEXT = 256
+_HTML_READ_CAP = 16 * 1024 * 1024
+_TEXT_TYPES = frozenset({"code", "text", "md", "data"})
+_REP_ORDER = {t: i for i, t in enumerate(RepType.values)}
+_FILE_FIELDS = ("rel_path", "doc_type", "size_bytes", "mtime_unix", "status")
+
+
+def _fail(code: str, message: str) -> errors.Dir2mcpError:
+    return errors.Dir2mcpError(code, message)
+
+
+def _int(name: str, value, *, low: int, high: int | None = None, default: int | None = None) -> int | None:
+    """REST callers may bypass JSON-schema validation, so check types and ranges here too."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(errors.INVALID_FIELD, f"{name} must be an integer")
+    if value < low or (high is not None and value > high):
+        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise _fail(errors.INVALID_RANGE, f"{name} must be {bound}")
+    return value
+
+
+def _str(name: str, value, *, limit: int = MAX_PATTERN_CHARS) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _fail(errors.INVALID_FIELD, f"{name} must be a string")
+    if len(value) > limit:
+        raise _fail(errors.INVALID_FIELD, f"{name} is longer than {limit} characters")
+    return value
+
+
+def _prefix(path_prefix) -> str:
+    """A canonical path prefix; ``src/`` keeps its slash so it does not match ``src2/``."""
+    prefix = _str("path_prefix", path_prefix, limit=4096)
+    if not prefix:
+        return ""
+    try:
+        canonical = normalize_rel_path(prefix)
+    except errors.Dir2mcpError as exc:
+        if exc.code == errors.INVALID_FIELD:  # "." or "./": the whole root
+            return ""
+        raise
+    return canonical + "/" if prefix.endswith("/") else canonical
+
+
+def _glob(glob):
+    glob = _str("glob", glob)
+    if not glob:
+        return None
+    try:
+        return _glob_spec(glob)
+    except ValueError as exc:
+        raise _fail(errors.INVALID_FIELD, f"invalid glob: {exc}") from None
+
+
+def _screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
+    rule = engine.find_secret(text)
+    if rule:
+        raise _fail(errors.FORBIDDEN, f"{rel_path}: content matches a secret pattern ({rule}); not returned")
+
+
+# -- open_file -----------------------------------------------------------------
+
+
+def open_file(
+    engine: ExclusionEngine,
+    *,
+    rel_path: str,
+    start_line: int | None = None,
+    end_line: int | None = None,
+    page: int | None = None,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    max_chars: int = 20000,
+) -> dict:
+    """The §15.4 output for one slice of ``rel_path``: page, time range, lines, or the beginning."""
+    if rel_path is None or rel_path == "":
+        raise _fail(errors.MISSING_FIELD, "rel_path is required")
+    _str("rel_path", rel_path, limit=4096)
+    start_line, end_line = _int("start_line", start_line, low=1), _int("end_line", end_line, low=1)
+    page = _int("page", page, low=1)
+    start_ms, end_ms = _int("start_ms", start_ms, low=0), _int("end_ms", end_ms, low=0)
+    max_chars = _int("max_chars", max_chars, low=200, high=50000, default=20000)
+    path = engine.resolve(rel_path)
+    rel = normalize_rel_path(rel_path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        raise _fail(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _fail(errors.FILE_NOT_FOUND, f"{rel} is not a regular file")
+    doc = Document.objects.filter(rel_path=rel, deleted=False).first()
+    if doc is not None and doc.status == "skipped" and (doc.error or "").startswith(errors.SECRET_DETECTED):
+        raise _fail(errors.FORBIDDEN, f"{rel}: content matches a secret pattern; not returned")
+    reps = {r.rep_type: r for r in Representation.objects.filter(document=doc, deleted=False)} if doc else {}
+    paged, transcript = _paged(reps), reps.get(RepType.TRANSCRIPT)
+    no_lines = start_line is None and end_line is None
+    no_time = start_ms is None and end_ms is None
+    if page is not None or (no_lines and no_time and paged):
+        doc_type = doc.doc_type if doc else "unknown"
+        content, span, truncated = _page_slice(engine, rel, paged, page or 1, max_chars)
+    elif not no_time or (no_lines and transcript):
+        doc_type = doc.doc_type if doc else "unknown"
+        content, span, truncated = _time_slice(engine, rel, transcript, start_ms, end_ms, max_chars)
+    else:
+        if paged or transcript:
+            unit = "page" if paged else "start_ms/end_ms"
+            raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no lines; open it by {unit}")
+        if start_line and end_line and start_line > end_line:
+            raise _fail(errors.INVALID_RANGE, "start_line must not be greater than end_line")
+        doc_type, source = _line_source(path, rel, doc, reps.get(RepType.RAW_TEXT))
+        with source:
+            content, span, truncated, context = _read_lines(source, start_line or 1, end_line, max_chars)
+        _screen(engine, rel, context)
+    out = {"rel_path": rel, "doc_type": doc_type, "content": content, "truncated": truncated}
+    return out | ({"span": span.as_dict()} if span else {})
+
+
+def _paged(reps: dict) -> Representation | None:
+    """OCR output, or a PDF text layer: text whose pages are joined with form feeds."""
+    ocr, raw = reps.get(RepType.OCR_MARKDOWN), reps.get(RepType.RAW_TEXT)
+    return ocr or (raw if raw is not None and "pages" in (raw.meta_json or {}) else None)
+
+
+def _page_slice(engine, rel: str, rep, page: int, max_chars: int) -> tuple[str, SpanRef, bool]:
+    if rep is None:
+        raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no page text (not a PDF, or not extracted yet)")
+    pages = rep.text.split(PAGE_SEPARATOR)
+    if page > len(pages):
+        raise _fail(errors.INVALID_RANGE, f"page {page} does not exist: {rel} has {len(pages)} page(s)")
+    text = pages[page - 1]
+    _screen(engine, rel, text)
+    return text[:max_chars], SpanRef("page", page, page), len(text) > max_chars
+
+
+def _time_chunks(rep) -> list[tuple[int, int, str]]:
+    """The transcript's timed chunks, ``(start_ms, end_ms, text)`` in time order."""
+    rows = Span.objects.filter(chunk__representation=rep, chunk__deleted=False, span_kind="time")
+    return list(rows.order_by("start", "chunk__ordinal").values_list("start", "end", "chunk__text"))
+
+
+def _locate(text: str, pieces: list[str]) -> list[tuple[int, int]] | None:
+    """Where each chunk sits in the full text; chunks overlap, so each is sought from the previous."""
+    spots, pos = [], 0
+    for piece in pieces:
+        found = text.find(piece, pos)
+        if found < 0:
+            return None
+        spots.append((found, found + len(piece)))
+        pos = found
+    return spots
+
+
+def _time_slice(engine, rel, rep, start_ms, end_ms, max_chars) -> tuple[str, SpanRef | None, bool]:
+    if rep is None:
+        raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no transcript")
+    chunks = _time_chunks(rep)
+    if not chunks and start_ms is None and end_ms is None:  # untimed transcript: its beginning
+        _screen(engine, rel, rep.text[: max_chars + _CONTEXT])
+        return rep.text[:max_chars], None, len(rep.text) > max_chars
+    if not chunks:
+        raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"the transcript of {rel} has no timestamps")
+    low = start_ms or 0
+    if end_ms is not None and low > end_ms:
+        raise _fail(errors.INVALID_RANGE, "start_ms must not be greater than end_ms")
+    picked = [c for c in chunks if c[1] > low and (end_ms is None or c[0] <= end_ms)]
+    if not picked:
+        raise _fail(errors.INVALID_RANGE, f"the transcript of {rel} has nothing in that time range")
+    spots = _locate(rep.text, [c[2] for c in picked])
+    if spots:  # the stored text the chunks cover, so their overlaps are not repeated
+        text, begin = rep.text, spots[0][0]
+        ends = list(itertools.accumulate((e for _, e in spots), max))
+    else:
+        text, begin = "\n".join(c[2] for c in picked), 0
+        ends = list(itertools.accumulate(len(c[2]) + 1 for c in picked))
+        ends[-1] -= 1
+    _screen(engine, rel, text[begin : ends[-1]])
+    count = max(1, sum(1 for end in ends if end - begin <= max_chars))
+    content = text[begin : ends[count - 1]]
+    span = SpanRef("time", picked[0][0], max(c[1] for c in picked[:count]))
+    return content[:max_chars], span, count < len(picked) or len(content) > max_chars
+
+
+def _line_source(path, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
+    """The doc type and a text stream whose lines are the lines search spans count."""
+    if ARCHIVE_SEPARATOR in rel or (raw is not None and (raw.meta_json or {}).get("converted_from")):
+        if raw is None:
+            raise _fail(errors.FILE_NOT_FOUND, f"{rel} is not indexed")
+        return doc.doc_type, io.StringIO(raw.text)
+    with open(path, "rb") as handle:
+        head = handle.read(8192)
+    sniffed = classify(rel.rsplit("/", 1)[-1], head)
+    doc_type = doc.doc_type if doc is not None else sniffed
+    if doc_type == "html" and sniffed == "html":
+        with open(path, "rb") as handle:
+            data = handle.read(_HTML_READ_CAP + 1)
+        if len(data) > _HTML_READ_CAP:
+            raise _fail(errors.FILE_TOO_LARGE, f"{rel} is too large to convert before it is indexed")
+        return doc_type, io.StringIO(extract("html", rel, data).text)
+    if doc_type not in _TEXT_TYPES or sniffed not in _TEXT_TYPES:
+        raise _fail(
+            errors.DOC_TYPE_UNSUPPORTED, f"{rel} is a {doc_type} file, not text (binary files are not read)"
+        )
+    encoding = ((raw.meta_json or {}).get("encoding") if raw is not None else None) or "utf-8-sig"
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        encoding = "utf-8-sig"
+    # Universal newlines split lines exactly as ingestion's normalisation does.
+    return doc_type, open(path, encoding=encoding, errors="replace", newline=None)
+
+
+def _read_lines(fh, start: int, end: int | None, max_chars: int):
+    """Lines ``start..end`` (1-based) within ``max_chars``, streaming: never a whole file or line."""
+    before, line_no = "", 1
+    while line_no < start:
+        piece = fh.readline(_READ_BLOCK)
+        if not piece:
+            raise _fail(errors.INVALID_RANGE, f"start_line {start} is past the end of the file")
+        before = (before + piece)[-_CONTEXT:]
+        line_no += piece.endswith("\n")
+    out: list[str] = []
+    used, truncated, line = 0, False, ""
+    while end is None or start + len(out) <= end:
+        room = max_chars - used - bool(out)
+        line = fh.readline(max(room, 0) + 1)
+        if not line:
+            break
+        body = line[:-1] if line.endswith("\n") else line
+        if len(body) > room:
+            truncated = True
+            if not out:  # one line longer than max_chars: its head, flagged truncated
+                out.append(body[:max_chars])
+            break
+        used += len(body) + bool(out)
+        out.append(body)
+    if not out and start > 1:
+        raise _fail(errors.INVALID_RANGE, f"start_line {start} is past the end of the file")
+    content = "\n".join(out)
+    context = before + content + (line if truncated else "") + fh.read(_CONTEXT)
+    span = SpanRef("lines", start, start + len(out) - 1) if out else None
+    return content, span, truncated, context
+
+
+# -- list_files ----------------------------------------------------------------
+
+
+def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offset: int = 0) -> dict:
+    """The §15.5 page of live documents, by rel_path; the glob runs over paths only."""
+    prefix, spec = _prefix(path_prefix), _glob(glob)
+    limit = _int("limit", limit, low=1, high=5000, default=200)
+    offset = _int("offset", offset, low=0, default=0)
+    docs = Document.objects.filter(deleted=False).order_by("rel_path")
+    if prefix:
+        docs = docs.filter(rel_path__startswith=prefix)
+    if spec is None:
+        total, page = docs.count(), docs.values_list(*_FILE_FIELDS)[offset : offset + limit]
+    else:
+        rows = docs.values_list("doc_id", "rel_path").iterator(chunk_size=5000)
+        ids = [doc_id for doc_id, path in rows if spec.match_file(path)]
+        total = len(ids)
+        page = docs.filter(doc_id__in=ids[offset : offset + limit]).values_list(*_FILE_FIELDS)
+    files = [dict(zip(_FILE_FIELDS, row, strict=True)) | {"deleted": False} for row in page]
+    return {"limit": limit, "offset": offset, "total": total, "files": files}
+
+
+# -- find ----------------------------------------------------------------------
+
+
+def _modified_after(value) -> int | None:
+    """Nanoseconds since the epoch from Unix seconds or an ISO-8601 date/datetime (UTC if naive)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * 1_000_000_000
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            pass
+        else:
+            moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+            return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+    raise _fail(errors.INVALID_FIELD, "modified_after must be an ISO-8601 date or datetime, or Unix seconds")
+
+
+def _compile(content: str, is_regex: bool, case_sensitive: bool):
+    flags = regex.MULTILINE | (0 if case_sensitive else regex.IGNORECASE)
+    try:
+        return regex.compile(content if is_regex else regex.escape(content), flags)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        raise _fail(errors.INVALID_FIELD, f"invalid regular expression: {exc}") from None
+
+
+def _cursor(key: str, path: str, skip: int) -> str:
+    raw = json.dumps({"q": key, "p": path, "k": skip}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _resume(cursor, key: str) -> tuple[str, int]:
+    """``(rel_path, k)``: resume at rel_path after its first k matches; k = -1 resumes after it."""
+    invalid = _fail(errors.INVALID_FIELD, "invalid cursor")
+    if not isinstance(cursor, str) or len(cursor) > 8192:
+        raise invalid
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, TypeError):
+        raise invalid from None
+    if not isinstance(data, dict) or data.get("q") != key or not isinstance(data.get("p"), str):
+        raise invalid
+    skip = data.get("k")
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < -1:
+        raise invalid
+    return data["p"], skip
+
+
+def find(
+    engine: ExclusionEngine,
+    *,
+    name_glob: str = "",
+    content: str = "",
+    regex: bool = False,
+    case_sensitive: bool = False,
+    doc_types=(),
+    path_prefix: str = "",
+    modified_after=None,
+    limit: int = 50,
+    cursor: str | None = None,
+    max_matches_per_file: int = 5,
+) -> dict:
+    """Files by name, type, date, and matches of a literal or regex in their stored text.
+
+    The scan has a time budget: a pattern that exhausts it stops the page with
+    ``timed_out`` and a cursor. A document that exhausts a whole budget on its
+    own is skipped by that cursor, so following cursors always makes progress.
+    """
+    if not isinstance(regex, bool) or not isinstance(case_sensitive, bool):
+        raise _fail(errors.INVALID_FIELD, "regex and case_sensitive must be booleans")
+    if not isinstance(doc_types, list | tuple) or not all(isinstance(t, str) for t in doc_types):
+        raise _fail(errors.INVALID_FIELD, "doc_types must be a list of strings")
+    name_glob, content = _str("name_glob", name_glob), _str("content", content)
+    spec, prefix, after_ns = _glob(name_glob), _prefix(path_prefix), _modified_after(modified_after)
+    limit = _int("limit", limit, low=1, high=200, default=50)
+    per_file = _int("max_matches_per_file", max_matches_per_file, low=1, high=100, default=5)
+    pattern = _compile(content, regex, case_sensitive) if content else None
+    params = [name_glob, content, regex, case_sensitive, sorted(doc_types), prefix, after_ns, per_file]
+    key = hashlib.sha256(json.dumps(params).encode()).hexdigest()[:24]
+    start_path, start_skip = _resume(cursor, key) if cursor is not None else ("", 0)
+    docs = Document.objects.filter(deleted=False).order_by("rel_path")
+    docs = docs.filter(rel_path__startswith=prefix) if prefix else docs
+    docs = docs.filter(doc_type__in=list(doc_types)) if doc_types else docs
+    docs = docs.filter(mtime_ns__gt=after_ns) if after_ns is not None else docs
+    if start_path:
+        docs = (
+            docs.filter(rel_path__gt=start_path) if start_skip < 0 else docs.filter(rel_path__gte=start_path)
+        )
+    if pattern is not None:
+        docs = docs.filter(status="ok")
+    rows = docs.values_list("doc_id", "rel_path", "doc_type", "mtime_unix", "size_bytes").iterator(
+        chunk_size=1000
+    )
+    candidates = (
+        r for r in rows if (spec is None or spec.match_file(r[1])) and not engine.excluded_reason(r[1])
+    )
+    deadline = time.monotonic() + FIND_BUDGET_SECONDS
+    matches: list[dict] = []
+    scanned, resume, timed_out = 0, None, False
+    for row, reps in _with_reps(candidates, pattern is not None):
+        if len(matches) >= limit:
+            resume = (row[1], 0)
+            break
+        base = {"rel_path": row[1], "doc_type": row[2], "mtime_unix": row[3], "size_bytes": row[4]}
+        if pattern is None:
+            scanned += 1
+            matches.append(base)
+            continue
+        if scanned and time.monotonic() > deadline:
+            timed_out, resume = True, (row[1], 0)
+            break
+        scanned += 1
+        skip = max(start_skip, 0) if row[1] == start_path else 0
+        found, cut = _doc_matches(engine, pattern, base, reps, per_file, deadline)
+        if cut and scanned > 1:  # retry this document with a full budget on the next page
+            timed_out, resume = True, (row[1], skip)
+            break
+        found = found[skip:]
+        room = limit - len(matches)
+        matches.extend(found[:room])
+        if len(found) > room:
+            resume = (row[1], skip + room)
+            break
+        if cut:
+            timed_out, resume = True, (row[1], -1)
+            break
+    out = {"matches": matches, "files_scanned": scanned, "timed_out": timed_out}
+    return out | ({"next_cursor": _cursor(key, *resume)} if resume else {})
+
+
+def _with_reps(candidates, with_text: bool, batch_size: int = 32):
+    """Candidate rows with their searchable representations, fetched a batch of documents at a time."""
+    candidates = iter(candidates)
+    while batch := list(itertools.islice(candidates, batch_size if with_text else 1)):
+        reps: dict[int, list] = {}
+        if with_text:
+            rows = Representation.objects.filter(document_id__in=[r[0] for r in batch], deleted=False)
+            for rep in rows.values_list("document_id", "rep_id", "rep_type", "text", "meta_json"):
+                reps.setdefault(rep[0], []).append(rep[1:])
+        for row in batch:
+            mine = sorted(reps.get(row[0], []), key=lambda r: (_REP_ORDER.get(r[1], 99), r[0]))
+            # annotation_json is flattened into annotation_text; search it only when that is absent.
+            if any(r[1] == RepType.ANNOTATION_TEXT for r in mine):
+                mine = [r for r in mine if r[1] != RepType.ANNOTATION_JSON]
+            yield row, mine
+
+
+def _doc_matches(
+    engine, pattern, base: dict, reps, per_file: int, deadline: float
+) -> tuple[list[dict], bool]:
+    """Up to ``per_file`` matches in the document's texts, and whether the time budget ran out."""
+    found: list[dict] = []
+    for rep_id, rep_type, text, meta in reps:
+        paged = rep_type == RepType.OCR_MARKDOWN or (rep_type == RepType.RAW_TEXT and "pages" in (meta or {}))
+        timed = None
+        try:
+            for m in pattern.finditer(text, timeout=max(deadline - time.monotonic(), 0.001)):
+                if time.monotonic() > deadline:
+                    return found, True
+                if rep_type == RepType.TRANSCRIPT and timed is None:
+                    chunks = _time_chunks(rep_id)
+                    timed = list(zip(chunks, _locate(text, [c[2] for c in chunks]) or [], strict=False))
+                hit = _match(engine, base, rep_type, text, m, paged, timed)
+                if hit is not None:
+                    found.append(hit)
+                if len(found) >= per_file:
+                    return found, False
+        except TimeoutError:
+            return found, True
+    return found, False
+
+
+def _match(engine, base: dict, rep_type: str, text: str, m, paged: bool, timed) -> dict | None:
+    pos, end = m.start(), m.end()
+    line_start = max(text.rfind("\n", 0, pos), text.rfind(PAGE_SEPARATOR, 0, pos)) + 1
+    ends = [i for i in (text.find("\n", pos), text.find(PAGE_SEPARATOR, pos)) if i >= 0]
+    line_end = min(ends) if ends else len(text)
+    width = SNIPPET_CHARS - 2  # room for an ellipsis on each side
+    left = max(line_start, min(pos - width // 3, line_end - width))
+    right = min(line_end, left + width)
+    snippet = ("…" if left > line_start else "") + text[left:right] + ("…" if right < line_end else "")
+    # Screen around the snippet and the whole match: a secret cut by the window is still a secret.
+    if engine.find_secret(text[max(0, min(left, pos) - _CONTEXT) : max(right, end) + _CONTEXT]):
+        return None
+    span = SpanRef("page", text.count(PAGE_SEPARATOR, 0, pos) + 1, 0) if paged else None
+    for (start_ms, end_ms, _), (lo, hi) in timed or ():
+        if lo <= pos < hi:
+            span = SpanRef("time", start_ms, end_ms)
+            break
+    if span is None:
+        first = text.count("\n", 0, pos) + 1
+        span = SpanRef("lines", first, first + text.count("\n", pos, max(pos, end - 1)))
+    return base | {"span": span.as_dict(), "snippet": snippet.strip(), "rep_type": rep_type}
