@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from django.urls import resolve
+
 from corpus import errors
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.store import open_store
@@ -78,6 +80,9 @@ class Command(Dir2mcpCommand):
         if not address.loopback and not ctx.auth.required:
             rt.reporter.warn(f"serving {address} with no authentication")
         server.allow_hosts(address, public=public)
+        # Load the request path now (URLconf, endpoint, tool registry), so the
+        # first request does not pay for imports while the indexer starts.
+        resolve(ctx.mcp_path)
         rt.reporter.event("index_loaded", {"state_dir": str(rt.state.path), "documents": _document_count()})
 
         server.serve(
