@@ -110,9 +110,11 @@ def write_corpus_json(root: Path, state: StateDir, config: Config, job: IndexJob
         logger.warning("cannot write %s: %s", state.corpus_json, exc)
 
 
-def models_summary(config: Config) -> dict[str, str]:
+def models_summary(config: Config, *, embedder=None, chat=None, live: bool = False) -> dict[str, str]:
+    """The models in use. With ``live``, embeddings and chat name what this
+    process actually runs (``none`` when off), not the Mistral defaults."""
     stt = config.stt.provider
-    return {
+    summary = {
         "embed_text": config.mistral.embed_text_model,
         "embed_code": config.mistral.embed_code_model,
         "ocr": config.mistral.ocr_model,
@@ -120,3 +122,9 @@ def models_summary(config: Config) -> dict[str, str]:
         "stt_model": getattr(config.stt, stt).model,
         "chat": config.mistral.chat_model,
     }
+    if live:
+        for kind in ("text", "code"):
+            info = embedder.model_info(kind) if embedder is not None else None
+            summary[f"embed_{kind}"] = f"{info.provider}/{info.model}" if info else "none"
+        summary["chat"] = f"{chat.provider}/{chat.model}" if chat is not None else "none"
+    return summary

@@ -287,7 +287,7 @@ def stats(call: Call, args: dict) -> dict:
         "protocol_version": LATEST_VERSION,
         "schema_version": schemas.SCHEMA_VERSION,
         "indexing": indexing,
-        "models": models_summary(ctx.config),
+        "models": models_summary(ctx.config, embedder=ctx.embedder, chat=ctx.chat, live=True),
     }
 
 
