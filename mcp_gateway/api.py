@@ -31,8 +31,25 @@ ALLOW = "GET, POST, DELETE, OPTIONS"
 EXPOSED = "MCP-Session-Id, MCP-Protocol-Version, WWW-Authenticate, X-MCP-Session-Expired"
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, MCP-Session-Id, MCP-Protocol-Version, Last-Event-ID"
 
-# In-flight calls of this process, for notifications/cancelled.
-_inflight: dict[tuple[str, object], threading.Event] = {}
+
+class _Inflight:
+    """A call running in this process: the worker's stop flag, and a future
+    the request awaits alongside the work so a cancel answers at once."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.event = threading.Event()
+        self.cancelled = loop.create_future()
+
+    def cancel(self) -> None:
+        self.event.set()
+        if not self.cancelled.done():
+            self.cancelled.set_result(None)
+
+
+# In-flight calls of this process, for notifications/cancelled. Sessions are
+# shared across processes; a cancel reaching another process is ignored, as
+# the cancellation utility allows.
+_inflight: dict[tuple[str, object], _Inflight] = {}
 
 
 def _json(body: dict | None, status: int = 200, headers: dict | None = None) -> HttpResponse:
@@ -191,24 +208,37 @@ async def _session(request: HttpRequest, ctx: context.Context):
 def _notification(msg: Message, session_id: str) -> None:
     if msg.method == "notifications/cancelled":
         request_id = msg.params.get("requestId")
-        event = _inflight.get((session_id, request_id)) if isinstance(request_id, str | int) else None
-        if event is not None:
-            event.set()
+        entry = _inflight.get((session_id, request_id)) if isinstance(request_id, str | int) else None
+        if entry is not None:
+            entry.cancel()
 
 
 async def _run(msg: Message, state: dispatch.SessionState, ctx, *, emit) -> dict | None:
-    """Dispatch in a worker thread, registered for cancellation meanwhile."""
-    cancel = threading.Event()
+    """Dispatch in a worker thread, registered for cancellation meanwhile.
+
+    A cancel answers at once; the worker stops at its next check and its
+    late result is dropped.
+    """
+    entry = _Inflight(asyncio.get_running_loop())
     key = (state.id, msg.id)
-    _inflight[key] = cancel
+    _inflight[key] = entry
+    respond = sync_to_async(dispatch.respond, thread_sensitive=False)
+    work = asyncio.ensure_future(respond(msg, state, ctx, emit=emit, cancel=entry.event))
     try:
-        return await sync_to_async(dispatch.respond, thread_sensitive=False)(
-            msg, state, ctx, emit=emit, cancel=cancel
-        )
+        await asyncio.wait({work, entry.cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.add_done_callback(_drop)
+            raise tools.Cancelled()
+        return work.result()
     except tools.Cancelled:
         return dispatch.error(msg.id, transport.REQUEST_CANCELLED, "request cancelled")
     finally:
         _inflight.pop(key, None)
+
+
+def _drop(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a cancelled call's late failure is expected
 
 
 def _sse(message: dict) -> bytes:
@@ -240,10 +270,10 @@ def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamingHttpRes
             if not (response and response.get("error", {}).get("code") == transport.REQUEST_CANCELLED):
                 yield _sse(response)
         finally:
-            if not task.done():
-                event = _inflight.get((state.id, msg.id))
-                if event is not None:
-                    event.set()
+            if not task.done():  # the client hung up: stop the work
+                entry = _inflight.get((state.id, msg.id))
+                if entry is not None:
+                    entry.cancel()
             done.cancel()
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream")

@@ -233,3 +233,72 @@ def test_rate_limit_gives_429_with_retry_after(tmp_path):
         assert response.json()["error"]["data"]["code"] == "RATE_LIMITED"
     finally:
         stop(limited)
+
+
+@pytest.fixture
+def slow_chat_server(tmp_path, fake_mistral):
+    """A server whose chat model (the fake Mistral) takes 6 s to answer."""
+    write_corpus(tmp_path)
+    srv = start_daphne(
+        tmp_path,
+        env={
+            "MISTRAL_API_KEY": fake_mistral.API_KEY,
+            "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
+            "DIR2MCP_CHAT__PROVIDER": "mistral",
+        },
+    )
+    fake_mistral.delay_next(6.0, count=4)
+    yield srv
+    err = stop(srv)
+    assert "Traceback" not in err, err
+
+
+def ask_body(msg_id, **meta):
+    params = {"name": "dir2mcp.ask", "arguments": {"question": "what reads configuration files?"}}
+    if meta:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": msg_id, "method": "tools/call", "params": params}
+
+
+def cancel(server, session, request_id):
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+    assert server.post(note, session=session).status_code == 202
+
+
+def test_cancel_ends_a_streamed_call_without_a_response(slow_chat_server):
+    server = slow_chat_server
+    session = server.initialize()
+    headers = server.headers(**{"MCP-Session-Id": session, "MCP-Protocol-Version": PROTOCOL})
+    events = []
+    # Without the cancel, the stream would end after the chat model's 6 s
+    # with the answer; with it, it ends with no response at all.
+    with httpx.stream(
+        "POST", server.url, headers=headers, json=ask_body(21, progressToken="c"), timeout=10
+    ) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(json.loads(line[6:]))
+            if len(events) == 1:
+                cancel(server, session, 21)
+    assert events[0]["method"] == "notifications/progress"
+    assert not [e for e in events if e.get("id") == 21]  # no response to a cancelled request
+    assert server.post(PING, session=session).json()["result"] == {}
+
+
+def test_cancel_answers_a_pending_json_call_with_request_cancelled(slow_chat_server):
+    import threading
+
+    server = slow_chat_server
+    session = server.initialize()
+    replies = []
+    worker = threading.Thread(target=lambda: replies.append(server.post(ask_body(22), session=session)))
+    worker.start()
+    for _ in range(200):  # until the call is registered and cancelled
+        cancel(server, session, 22)
+        worker.join(timeout=0.05)
+        if not worker.is_alive():
+            break
+    worker.join(timeout=15)
+    assert replies and replies[0].status_code == 200
+    assert replies[0].json()["error"]["code"] == -32800
