@@ -18,6 +18,7 @@ import io
 import itertools
 import json
 import os
+import re
 import stat
 import time
 from datetime import UTC, datetime
@@ -49,15 +50,18 @@ def _fail(code: str, message: str) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(code, message)
 
 
-def _int(name: str, value, *, low: int, high: int | None = None, default: int | None = None) -> int | None:
+# The largest integer SQLite (and any 64-bit field) can hold.
+INT64_MAX = 2**63 - 1
+
+
+def _int(name: str, value, *, low: int, high: int = INT64_MAX, default: int | None = None) -> int | None:
     """REST callers may bypass JSON-schema validation, so check types and ranges here too."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(errors.INVALID_FIELD, f"{name} must be an integer")
-    if value < low or (high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise _fail(errors.INVALID_RANGE, f"{name} must be {bound}")
+    if not low <= value <= high:
+        raise _fail(errors.INVALID_RANGE, f"{name} must be from {low} to {high}")
     return value
 
 
@@ -91,7 +95,7 @@ def _glob(glob):
         return None
     try:
         return _glob_spec(glob)
-    except ValueError as exc:
+    except (ValueError, re.error) as exc:  # pathspec compiles globs to regexes
         raise _fail(errors.INVALID_FIELD, f"invalid glob: {exc}") from None
 
 

@@ -1,0 +1,475 @@
+"""The REST mirror of the MCP tools: django-ninja under ``/api/v1/``.
+
+Every endpoint runs the same registry entry as ``tools/call`` (input
+validation with :func:`tools.validate_arguments`, then ``tool.handler``), so
+the two surfaces cannot drift: a 200 body is exactly the tool's
+``structuredContent``. The contract is derived, not restated:
+
+* query parameters and JSON bodies are pydantic models generated from each
+  tool's ``inputSchema`` (types, bounds, enums, defaults, descriptions);
+* 200 bodies are documented with the tool's ``outputSchema`` itself, its
+  ``$defs`` moved to ``components/schemas``.
+
+Auth is the MCP endpoint's, in the same order: Origin allowlist, bearer
+token (:func:`transport.check_bearer`, constant time), the shared per-client
+rate limit, then ``Content-Type: application/json`` for POST bodies. The
+OpenAPI document (``/api/v1/openapi.json``) and the docs page
+(``/api/v1/docs``) are public: they describe the API and hold no data.
+
+Every error is one envelope, ``{"error": {"code", "message", "retryable"}}``,
+with the §14 code and an HTTP status chosen by :func:`status_for`. Request
+validation errors, including ninja's own, are 400 (never 422).
+"""
+
+import copy
+import logging
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import Body, NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError
+from ninja.errors import HttpError as NinjaHttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.openapi.schema import REF_TEMPLATE
+from ninja.security import HttpBearer
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from corpus import errors
+from mcp_gateway import context, schemas, tools, transport
+from mcp_gateway.api import _check_rate
+
+log = logging.getLogger(__name__)
+
+TAG = "dir2mcp"
+INTERNAL_ERROR = "INTERNAL_ERROR"
+NOT_FOUND = "NOT_FOUND"
+
+# -- errors --------------------------------------------------------------------
+
+_STATUS = {
+    **dict.fromkeys((errors.MISSING_FIELD, errors.INVALID_FIELD, errors.INVALID_RANGE), 400),
+    errors.DOC_TYPE_UNSUPPORTED: 400,
+    errors.SESSION_NOT_FOUND: 400,
+    errors.UNAUTHORIZED: 401,
+    **dict.fromkeys(
+        (errors.FORBIDDEN, errors.FORBIDDEN_ORIGIN, errors.PATH_OUTSIDE_ROOT, errors.SECRET_DETECTED), 403
+    ),
+    errors.FILE_NOT_FOUND: 404,
+    NOT_FOUND: 404,
+    # The request is well formed but the file it names cannot be served.
+    **dict.fromkeys(
+        (errors.FILE_TOO_LARGE, errors.BINARY_SKIPPED, errors.ARCHIVE_REJECTED, errors.EXTRACT_FAILED), 422
+    ),
+    **dict.fromkeys(
+        (
+            errors.RATE_LIMITED,
+            errors.MISTRAL_RATE_LIMIT,
+            errors.ELEVENLABS_RATE_LIMIT,
+            errors.PROVIDER_RATE_LIMIT,
+        ),
+        429,
+    ),
+    **dict.fromkeys(
+        (
+            errors.MISTRAL_AUTH,
+            errors.MISTRAL_FAILED,
+            errors.ELEVENLABS_AUTH,
+            errors.ELEVENLABS_FAILED,
+            errors.PROVIDER_AUTH,
+            errors.PROVIDER_FAILED,
+            errors.OCR_FAILED,
+            errors.TRANSCRIBE_FAILED,
+            errors.ANNOTATE_FAILED,
+        ),
+        502,
+    ),
+    **dict.fromkeys(
+        (
+            errors.INDEX_NOT_READY,
+            errors.INDEX_LOCKED,
+            errors.INDEX_VERSION_MISMATCH,
+            errors.STORE_CORRUPT,
+            errors.CONFIG_INVALID,
+            errors.STATE_NOT_WRITABLE,
+            errors.ROOT_INACCESSIBLE,
+        ),
+        503,
+    ),
+}
+
+
+def status_for(code: str) -> int:
+    """The HTTP status of a §14 code; 500 for anything unknown."""
+    return _STATUS.get(code, 500)
+
+
+class ErrorBody(Schema):
+    code: str = Field(description="A canonical error code (spec §14), e.g. INVALID_RANGE.")
+    message: str = Field(description="What went wrong, safe to show a user.")
+    retryable: bool = Field(description="Whether the same request may succeed later.")
+
+
+class ErrorEnvelope(Schema):
+    """Every error the REST mirror returns."""
+
+    error: ErrorBody
+
+
+def error_response(
+    code: str, message: str, *, status: int | None = None, headers: dict | None = None, retryable=None
+) -> HttpResponse:
+    exc = errors.Dir2mcpError(code, message, retryable=retryable)
+    response = api.create_response(None, {"error": exc.as_dict()}, status=status or status_for(code))
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+# -- auth ------------------------------------------------------------------------
+
+
+class BearerAuth(HttpBearer):
+    """The MCP endpoint's gate: Origin, bearer token, rate limit, Content-Type.
+
+    Returns the :class:`~mcp_gateway.context.Context` (``request.auth``), or
+    raises :class:`transport.HttpError`, which becomes the error envelope.
+    With ``--auth none`` there is no token to check; the rest still applies.
+    """
+
+    def __call__(self, request: HttpRequest):
+        ctx = context.get()
+        transport.check_origin(request.headers.get("Origin"), ctx.allowed_origins)
+        transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
+        _check_rate(request, ctx)
+        if request.method == "POST":
+            transport.check_content_type(request.headers.get("Content-Type"))
+        return ctx
+
+    def authenticate(self, request: HttpRequest, token: str):  # pragma: no cover - __call__ does it all
+        raise NotImplementedError
+
+
+# -- the API ---------------------------------------------------------------------
+
+
+def _openapi_schema(schema: dict) -> tuple[dict, dict]:
+    """A registry schema with ``#/$defs/X`` rewritten to components, and its defs."""
+    schema = copy.deepcopy(schema)
+    defs = schema.pop("$defs", {})
+
+    def rewrite(node):
+        if isinstance(node, dict):
+            return {
+                key: (
+                    value.replace("#/$defs/", "#/components/schemas/")
+                    if key == "$ref" and isinstance(value, str)
+                    else rewrite(value)
+                )
+                for key, value in node.items()
+            }
+        if isinstance(node, list):
+            return [rewrite(item) for item in node]
+        return node
+
+    return rewrite(schema), {name: rewrite(value) for name, value in defs.items()}
+
+
+class RestAPI(NinjaAPI):
+    """NinjaAPI whose components also hold the registry's output schemas."""
+
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        components = document.setdefault("components", {}).setdefault("schemas", {})
+        for name, tool_name in RESULTS.items():
+            schema, defs = _openapi_schema(tools.REGISTRY[tool_name].output_schema)
+            components.update(defs)
+            components[name] = {"title": name, **schema}
+        envelope = ErrorEnvelope.model_json_schema(ref_template=REF_TEMPLATE)
+        components.update(envelope.pop("$defs", {}))
+        components["ErrorEnvelope"] = envelope
+        return document
+
+
+api = RestAPI(
+    urls_namespace="rest",
+    title="dir2mcp REST mirror",
+    version=schemas.SCHEMA_VERSION,
+    description=(
+        "The dir2mcp MCP tools over plain HTTP: the same handlers, arguments and results as `tools/call` "
+        "on the MCP endpoint (a 200 body is the tool's `structuredContent`).\n\n"
+        "Send the server's bearer token (`Authorization: Bearer <token>`, the MCP endpoint's token) on "
+        "every call; browsers' `Origin` must be on `security.allowed_origins`. This document and the docs "
+        "page are public: they hold no data.\n\n"
+        'Errors are `{"error": {"code", "message", "retryable"}}` with a spec §14 code: 400 for '
+        "invalid or missing arguments (MISSING_FIELD, INVALID_FIELD, INVALID_RANGE, DOC_TYPE_UNSUPPORTED), "
+        "401 UNAUTHORIZED, 403 FORBIDDEN_ORIGIN / FORBIDDEN / PATH_OUTSIDE_ROOT, 404 FILE_NOT_FOUND, "
+        "415 for a POST body that is not application/json, 422 for a file that cannot be served "
+        "(FILE_TOO_LARGE, EXTRACT_FAILED, ...), 429 rate limits (with Retry-After when known), 502 model "
+        "provider failures, 503 when the index or configuration cannot serve, 500 INTERNAL_ERROR."
+    ),
+    docs_url="/docs",
+    openapi_url="/openapi.json",
+    auth=BearerAuth(),
+)
+
+
+# -- error handlers --------------------------------------------------------------
+
+
+def _on_dir2mcp_error(request, exc: errors.Dir2mcpError) -> HttpResponse:
+    headers = {}
+    retry_after = getattr(exc, "retry_after", None)
+    if status_for(exc.code) == 429 and isinstance(retry_after, int | float) and retry_after > 0:
+        headers["Retry-After"] = str(max(1, round(retry_after)))
+    return error_response(exc.code, exc.message, headers=headers, retryable=exc.retryable)
+
+
+def _on_transport_error(request, exc: transport.HttpError) -> HttpResponse:
+    return error_response(exc.code, exc.message, status=exc.status, headers=exc.headers)
+
+
+def _on_validation_error(request, exc: NinjaValidationError) -> HttpResponse:
+    first = exc.errors[0] if exc.errors else {}
+    # loc is ("query", field...) or ("body", "body", field...): keep the field path.
+    loc = list(first.get("loc", ()))
+    loc = [str(part) for part in loc[2 if loc[:1] == ["body"] else 1 :]]
+    where = ".".join(loc) or "the body"
+    kind = first.get("type", "")
+    if kind == "missing":
+        code = errors.MISSING_FIELD
+        message = f"{where} is required" if loc else "a JSON object body is required"
+    elif kind == "model_type":
+        code, message = errors.INVALID_FIELD, f"{where} must be a JSON object"
+    elif kind in _RANGE_ERRORS:
+        code, message = errors.INVALID_RANGE, f"{where}: {first.get('msg', 'out of range')}"
+    elif kind == "extra_forbidden":
+        code, message = errors.INVALID_FIELD, f"unknown argument: {where}"
+    else:
+        code, message = errors.INVALID_FIELD, f"{where}: {first.get('msg', 'invalid value')}"
+    return error_response(code, message, status=400)
+
+
+_RANGE_ERRORS = frozenset(
+    {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"}
+    | {"string_too_long", "too_short", "too_long"}
+)
+
+
+def _on_ninja_http_error(request, exc: NinjaHttpError) -> HttpResponse:
+    if isinstance(exc, AuthenticationError):  # our gate raises instead; kept for completeness
+        return error_response(
+            errors.UNAUTHORIZED, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}
+        )
+    status = exc.status_code if 400 <= exc.status_code < 500 else 500
+    code = errors.INVALID_FIELD if status < 500 else INTERNAL_ERROR
+    return error_response(code, str(exc), status=status)
+
+
+def _on_not_found(request, exc: Http404) -> HttpResponse:
+    return error_response(NOT_FOUND, "no such endpoint; see /api/v1/docs")
+
+
+def _on_unexpected(request, exc: Exception) -> HttpResponse:
+    log.error("REST %s %s failed", request.method, request.path, exc_info=exc)
+    return error_response(INTERNAL_ERROR, "internal error; see the server log")
+
+
+api.add_exception_handler(errors.Dir2mcpError, _on_dir2mcp_error)
+api.add_exception_handler(transport.HttpError, _on_transport_error)
+api.add_exception_handler(NinjaValidationError, _on_validation_error)
+api.add_exception_handler(NinjaHttpError, _on_ninja_http_error)
+api.add_exception_handler(Http404, _on_not_found)
+api.add_exception_handler(Exception, _on_unexpected)
+
+
+# -- models generated from the input schemas ---------------------------------------
+
+
+def _drop_default(schema: dict) -> None:
+    schema.pop("default", None)
+
+
+def _annotation(prop: dict):
+    if "enum" in prop:
+        return Literal[tuple(prop["enum"])]
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        members = tuple(_annotation({"type": k}) for k in kind)
+        return members[0] if len(members) == 1 else _union(members)
+    if kind == "array":
+        return list[_annotation(prop.get("items", {}))]
+    return {"integer": int, "string": str, "boolean": bool, "number": float}.get(kind, Any)
+
+
+def _union(members: tuple):
+    out = members[0]
+    for member in members[1:]:
+        out = out | member
+    return out
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_BOUNDS = {"minimum": "ge", "maximum": "le", "minLength": "min_length", "maxLength": "max_length"}
+
+
+def input_model(name: str, tool_name: str, *, body: bool) -> type[BaseModel]:
+    """A pydantic model of one tool's ``inputSchema``.
+
+    Bodies are strict (JSON types as ``tools/call`` takes them) and refuse
+    unknown fields; query strings are coerced ("5" to 5) and unknown
+    parameters are ignored.
+    """
+    schema = tools.REGISTRY[tool_name].input_schema
+    required = set(schema.get("required", ()))
+    fields = {}
+    for field_name, prop in schema.get("properties", {}).items():
+        kwargs = {_BOUNDS[key]: prop[key] for key in _BOUNDS if key in prop}
+        if prop.get("type") == "integer":
+            # Integers reach SQLite, whose integers are 64-bit (an offset of
+            # 2**70 is an IntegrityError there): bound what the schema leaves open.
+            kwargs.setdefault("ge", INT64_MIN)
+            kwargs.setdefault("le", INT64_MAX)
+        if "description" in prop:
+            kwargs["description"] = prop["description"]
+        if field_name in required:
+            default = ...
+        elif "default" in prop:
+            default = prop["default"]
+        else:
+            default, kwargs["json_schema_extra"] = None, _drop_default
+        fields[field_name] = (_annotation(prop), Field(default, **kwargs))
+    config = ConfigDict(extra="forbid", strict=True) if body else ConfigDict(extra="ignore")
+    return create_model(name, __config__=config, **fields)
+
+
+SearchQuery = input_model("SearchQuery", "dir2mcp.search", body=False)
+SearchBody = input_model("SearchRequest", "dir2mcp.search", body=True)
+AskBody = input_model("AskRequest", "dir2mcp.ask", body=True)
+ListFilesQuery = input_model("ListFilesQuery", "dir2mcp.list_files", body=False)
+OpenFileQuery = input_model("OpenFileQuery", "dir2mcp.open_file", body=False)
+FindQuery = input_model("FindQuery", "dir2mcp.find", body=False)
+
+# components/schemas name -> tool, for the 200 bodies
+RESULTS = {
+    "SearchResult": "dir2mcp.search",
+    "AskResult": "dir2mcp.ask",
+    "OpenFileResult": "dir2mcp.open_file",
+    "ListFilesResult": "dir2mcp.list_files",
+    "FindResult": "dir2mcp.find",
+    "StatsResult": "dir2mcp.stats",
+}
+_RESULT_FOR = {tool_name: name for name, tool_name in RESULTS.items()}
+
+
+def _error(description: str, headers: dict | None = None) -> dict:
+    out = {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},
+    }
+    if headers:
+        out["headers"] = {
+            name: {"schema": {"type": "string"}, "description": d} for name, d in headers.items()
+        }
+    return out
+
+
+_ERRORS = {
+    400: _error("Invalid or missing arguments: MISSING_FIELD, INVALID_FIELD, INVALID_RANGE."),
+    401: _error(
+        "UNAUTHORIZED: missing or invalid bearer token.",
+        {"WWW-Authenticate": "The bearer challenge."},
+    ),
+    403: _error("FORBIDDEN_ORIGIN: the request's Origin is not on security.allowed_origins."),
+    429: _error(
+        "RATE_LIMITED, or a model provider's rate limit.",
+        {"Retry-After": "Seconds to wait, when known."},
+    ),
+    500: _error("INTERNAL_ERROR: a bug; the server log has the details."),
+    502: _error("A model provider failed: MISTRAL_FAILED, PROVIDER_AUTH, ..."),
+    503: _error("The index or configuration cannot serve: INDEX_NOT_READY, CONFIG_INVALID, ..."),
+}
+_FILE_ERRORS = {
+    400: _error("Invalid or missing arguments, or DOC_TYPE_UNSUPPORTED (e.g. lines of a PDF)."),
+    403: _error("FORBIDDEN_ORIGIN, PATH_OUTSIDE_ROOT, or FORBIDDEN (excluded or secret-bearing content)."),
+    404: _error("FILE_NOT_FOUND."),
+    422: _error("The file cannot be served: FILE_TOO_LARGE, EXTRACT_FAILED, ..."),
+}
+_POST_ERRORS = {415: _error("The body is not Content-Type: application/json.")}
+
+
+def _responses(tool_name: str, *extra: dict) -> dict:
+    ok = {
+        "description": "The tool's structured result (MCP structuredContent).",
+        "content": {
+            "application/json": {"schema": {"$ref": f"#/components/schemas/{_RESULT_FOR[tool_name]}"}}
+        },
+    }
+    merged = dict(_ERRORS)
+    for more in extra:
+        merged.update(more)
+    return {"responses": {200: ok, **dict(sorted(merged.items()))}}
+
+
+def _operation(tool_name: str, operation_id: str, *extra: dict) -> dict:
+    tool = tools.REGISTRY[tool_name]
+    return {
+        "operation_id": operation_id,
+        "summary": tool.title,
+        "description": f"{tool.description}\n\nThe MCP tool `{tool_name}`.",
+        "tags": [TAG],
+        "openapi_extra": _responses(tool_name, *extra),
+    }
+
+
+# -- the one way in ------------------------------------------------------------------
+
+
+def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict:
+    """What ``tools/call`` runs, minus the MCP packaging: the structured result or a raise."""
+    tool = tools.REGISTRY[tool_name]
+    args = tools.validate_arguments(tool, arguments)
+    return tool.handler(tools.Call(ctx), args)
+
+
+async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None = None) -> dict:
+    arguments = params.model_dump(exclude_unset=True) if params is not None else {}
+    return await sync_to_async(run_tool, thread_sensitive=False)(request.auth, tool_name, arguments)
+
+
+# -- endpoints ------------------------------------------------------------------------
+
+
+@api.get("/search", **_operation("dir2mcp.search", "search"))
+async def search(request: HttpRequest, params: Query[SearchQuery]):
+    return await _call(request, "dir2mcp.search", params)
+
+
+@api.post("/search", **_operation("dir2mcp.search", "searchPost", _POST_ERRORS))
+async def search_post(request: HttpRequest, body: Body[SearchBody]):
+    return await _call(request, "dir2mcp.search", body)
+
+
+@api.post("/ask", **_operation("dir2mcp.ask", "ask", _POST_ERRORS))
+async def ask(request: HttpRequest, body: Body[AskBody]):
+    return await _call(request, "dir2mcp.ask", body)
+
+
+@api.get("/files", **_operation("dir2mcp.list_files", "listFiles"))
+async def list_files(request: HttpRequest, params: Query[ListFilesQuery]):
+    return await _call(request, "dir2mcp.list_files", params)
+
+
+@api.get("/files/slice", **_operation("dir2mcp.open_file", "openFile", _FILE_ERRORS))
+async def open_file(request: HttpRequest, params: Query[OpenFileQuery]):
+    return await _call(request, "dir2mcp.open_file", params)
+
+
+@api.get("/find", **_operation("dir2mcp.find", "find"))
+async def find(request: HttpRequest, params: Query[FindQuery]):
+    return await _call(request, "dir2mcp.find", params)
+
+
+@api.get("/stats", **_operation("dir2mcp.stats", "stats"))
+async def stats(request: HttpRequest):
+    return await _call(request, "dir2mcp.stats")
