@@ -1,0 +1,87 @@
+"""``dir2mcp mcp_stdio``: serve a directory over MCP stdio while it is indexed.
+
+An MCP client launches this command and speaks newline-delimited JSON-RPC
+on its stdin/stdout (see :mod:`mcp_gateway.stdio`). stdout is reserved for
+protocol messages from the first moment: every human line, NDJSON event,
+warning and fatal error goes to stderr. Authentication is off, since the
+pipe is private to the client that started us.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from django.core.management.base import OutputWrapper
+
+from corpus.management.base import Dir2mcpCommand
+from corpus.store import open_store
+from mcp_gateway import context, stdio
+
+
+class Command(Dir2mcpCommand):
+    help = (
+        "Serve a directory over MCP stdio (newline-delimited JSON-RPC on stdin/stdout) and index it "
+        "in the background, following file changes until stdin closes. Logs go to stderr."
+    )
+
+    def add_command_arguments(self, parser) -> None:
+        group = parser.add_argument_group("stdio server")
+        group.add_argument(
+            "--no-index",
+            action="store_true",
+            help="Serve the existing index only: no background indexing, no file watching.",
+        )
+
+    def execute(self, *args, **options):
+        # Before anything can print: the real stdout becomes a private handle
+        # for protocol messages, and everything else (this command's own
+        # output included) is written to stderr.
+        with stdio.StdoutGuard() as protocol:
+            self.protocol = protocol
+            self.stdout = OutputWrapper(sys.stderr)
+            options.pop("stdout", None)
+            return super().execute(*args, **options)
+
+    def handle(self, *args, **options):
+        rt = self.runtime(options)
+        # Preflight (spec §2.5): a missing provider key fails here, before any state is written.
+        embedder = rt.embedder()
+        open_store(rt.state)
+        self.prepare_state(rt)
+        ctx = context.build(
+            root=rt.root,
+            state=rt.state,
+            config=rt.config,
+            auth_spec="none",  # a private pipe: whoever holds it started us
+            # The one embedder of this process: the indexer and the tools share its dense index.
+            _models={"embedder": embedder},
+        )
+        context.install(ctx)
+        if embedder is not None:
+            from corpus.embedding import check_models
+
+            check_models(embedder, rt.state)
+        # Load the tool registry now, so the first call does not pay for imports.
+        from mcp_gateway import tools  # noqa: F401
+
+        index = not options["no_index"]
+        rt.reporter.event(
+            "server_started",
+            {
+                "transport": "stdio",
+                "pid": os.getpid(),
+                "root": str(rt.root),
+                "state_dir": str(rt.state.path),
+                "indexing": index,
+            },
+        )
+        rt.reporter.say(
+            f"dir2mcp: serving {rt.root} over MCP stdio (index: {rt.state.path}"
+            + ("; indexing in background)" if index else "; existing index only)")
+        )
+        reason = stdio.serve(
+            ctx, out=self.protocol, infd=sys.stdin.fileno(), reporter=rt.reporter, index=index
+        )
+        rt.reporter.event("server_stopped", {"reason": reason})
+        rt.reporter.say(f"dir2mcp: {reason}; stopped.")

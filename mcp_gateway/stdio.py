@@ -1,0 +1,468 @@
+"""MCP over stdio (2025-11-25): newline-delimited JSON-RPC on stdin/stdout.
+
+``mcp_stdio`` runs :func:`serve`. The client launches us as a subprocess,
+writes one JSON-RPC message per line on our stdin and reads one per line
+from our stdout; anything else we print (logs, progress of the background
+indexer) goes to stderr. The stream rules this module keeps:
+
+* stdout carries nothing but whole protocol messages, one per line, written
+  under a lock so lines never interleave. :class:`StdoutGuard` points file
+  descriptor 1 and ``sys.stdout`` at stderr for the whole run and keeps a
+  private handle on the real stdout, so a stray ``print``, a log handler or
+  a child process cannot corrupt the stream.
+* every line is answered or deliberately ignored: invalid JSON -32700,
+  batches, invalid messages and lines over :data:`MAX_LINE_BYTES` -32600,
+  requests before ``initialize`` -32600 (``ping`` is always allowed),
+  notifications and client responses nothing.
+* ``tools/call`` runs on a few worker threads, so ``ping`` answers and
+  ``notifications/cancelled`` stops a call while it runs; a cancelled call
+  gets no response. The other methods are quick and are answered in order.
+* EOF on stdin, SIGINT or SIGTERM stop the indexer, give in-flight calls a
+  moment to finish, and return (exit 0).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from mcp_gateway import dispatch, tools, transport
+from mcp_gateway.transport import HttpError, Message
+
+log = logging.getLogger(__name__)
+
+#: A line longer than this is refused (-32600) and skipped up to its newline.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+#: Concurrent ``tools/call`` workers.
+WORKERS = 4
+#: How long shutdown waits for in-flight calls before cancelling them.
+DRAIN_SECONDS = 5.0
+#: How long shutdown waits for the background indexer to reach a safe point.
+INDEXER_STOP_SECONDS = 30.0
+
+_READ_CHUNK = 64 * 1024
+_TOO_LONG = object()
+
+
+# -- the stream -----------------------------------------------------------------
+
+
+class StdoutGuard:
+    """Reserve the real stdout for protocol messages.
+
+    On enter, file descriptor 1 and ``sys.stdout`` are pointed at stderr (so
+    ``print``, logging handlers bound to ``sys.__stdout__`` and inherited
+    child processes all land there) and a private binary handle on the
+    original stdout is returned. On exit both are restored.
+    """
+
+    def __enter__(self) -> BinaryIO:
+        for stream in (sys.stdout, sys.__stdout__):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+        self._saved_stdout = sys.stdout
+        self.protocol = os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        return self.protocol
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        sys.stdout = self._saved_stdout
+        try:
+            self.protocol.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(self.protocol.fileno(), 1)
+        try:
+            self.protocol.close()
+        except OSError:
+            pass
+
+
+def encode(message: dict) -> bytes:
+    """One protocol line. JSON escapes control characters, so the only
+    newline is the terminator; lone surrogates fall back to \\u escapes."""
+    try:
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+class LineWriter:
+    """Whole messages to the protocol stream, one line each, never interleaved."""
+
+    def __init__(self, stream: BinaryIO):
+        self._stream = stream
+        self._lock = threading.Lock()
+        self.broken = threading.Event()  # the client stopped reading
+
+    def write(self, message: dict) -> bool:
+        try:
+            data = encode(message)
+        except (TypeError, ValueError):  # a bug: never send half a message
+            log.exception("cannot encode a protocol message")
+            if "id" not in message or "method" in message:
+                return False
+            data = encode(dispatch.error(message["id"], transport.INTERNAL_ERROR, "internal error"))
+        with self._lock:
+            if self.broken.is_set():
+                return False
+            try:
+                self._stream.write(data)
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.broken.set()
+                return False
+        return True
+
+
+def read_lines(fd: int, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | object]:
+    """Lines of ``fd`` without their newline, until EOF.
+
+    Reads with ``os.read`` (no buffered-reader lock for a blocked daemon
+    thread to hold at interpreter exit). A line over ``limit`` bytes yields
+    ``_TOO_LONG`` as soon as it passes the limit, and the rest of it, up to
+    its newline, is dropped unread.
+    """
+    buffer = bytearray()
+    skipping = False
+    while True:
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except OSError:
+            break
+        if not chunk:
+            break
+        start = 0
+        while start <= len(chunk):
+            newline = chunk.find(b"\n", start)
+            end = len(chunk) if newline < 0 else newline
+            if not skipping:
+                if len(buffer) + (end - start) > limit:
+                    buffer.clear()
+                    skipping = True
+                    yield _TOO_LONG
+                else:
+                    buffer += chunk[start:end]
+            if newline < 0:
+                break
+            if not skipping:
+                yield bytes(buffer)
+            buffer.clear()
+            skipping = False
+            start = newline + 1
+    if buffer and not skipping:
+        yield bytes(buffer)
+
+
+# -- calls in flight ------------------------------------------------------------
+
+
+class _Call:
+    """One ``tools/call`` being worked on; what cancellation and completion
+    agree on, so that nothing is written after either."""
+
+    def __init__(self, msg: Message, writer: LineWriter):
+        self.msg = msg
+        self.writer = writer
+        self.cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._over = False
+
+    def emit(self, notification: dict) -> None:
+        """Progress and log notifications, only while the call is live."""
+        with self._lock:
+            if not self._over and not self.cancel.is_set():
+                self.writer.write(notification)
+
+    def finish(self, response: dict | None) -> None:
+        with self._lock:
+            self._over = True
+            if response is not None and not self.cancel.is_set():
+                self.writer.write(response)
+
+    def abandon(self) -> None:
+        """``notifications/cancelled``: stop the work, send no response."""
+        with self._lock:
+            self.cancel.set()
+
+
+class StdioServer:
+    """One client on one pair of pipes: a single session for the process."""
+
+    def __init__(
+        self,
+        ctx,
+        *,
+        infd: int,
+        out: BinaryIO,
+        workers: int = WORKERS,
+        max_line: int = MAX_LINE_BYTES,
+    ):
+        self.ctx = ctx
+        self.infd = infd
+        self.max_line = max_line
+        self.writer = LineWriter(out)
+        self.session = dispatch.SessionState(id=None, protocol_version=transport.LATEST_VERSION)
+        self.initialized = False
+        self.eof = threading.Event()
+        self._inflight: dict[object, _Call] = {}
+        self._lock = threading.Lock()
+        self._jobs: queue.Queue = queue.Queue()
+        # Daemon threads, not a ThreadPoolExecutor: a call that never returns
+        # must not keep the process alive after shutdown gave up on it.
+        self._workers = [
+            threading.Thread(target=self._work, name=f"mcp-stdio-{i}", daemon=True) for i in range(workers)
+        ]
+
+    # -- reading --
+
+    def start(self) -> None:
+        for worker in self._workers:
+            worker.start()
+        threading.Thread(target=self._read, name="mcp-stdio-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in read_lines(self.infd, self.max_line):
+                if self.writer.broken.is_set():
+                    break
+                if line is _TOO_LONG:
+                    self.writer.write(
+                        dispatch.error(
+                            None,
+                            transport.INVALID_REQUEST,
+                            f"message over the {self.max_line}-byte line limit",
+                        )
+                    )
+                    continue
+                try:
+                    self.handle_line(line)
+                except Exception:  # one bad message must not stop the reader
+                    log.exception("cannot handle a stdio message")
+        finally:
+            self.eof.set()
+
+    def handle_line(self, raw: bytes) -> None:
+        if not raw.strip():
+            return  # blank lines (or a stray "\r") carry no message
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            self.writer.write(dispatch.error(None, transport.PARSE_ERROR, "parse error: not valid JSON"))
+            return
+        if isinstance(data, list):
+            self.writer.write(
+                dispatch.error(
+                    None,
+                    transport.INVALID_REQUEST,
+                    "JSON-RPC batches are not supported (removed in 2025-06-18)",
+                )
+            )
+            return
+        try:
+            msg = transport.shape_message(data)
+        except HttpError as exc:
+            code = exc.rpc_code if exc.rpc_code is not None else transport.INVALID_REQUEST
+            self.writer.write(dispatch.error(_readable_id(data), code, exc.message))
+            return
+        self.handle(msg)
+
+    def handle(self, msg: Message) -> None:
+        if msg.kind == "response":
+            return  # we never send requests, so there is nothing to match
+        if msg.kind == "notification":
+            if msg.method == "notifications/cancelled":
+                self._cancel(msg.params.get("requestId"))
+            dispatch.respond(msg, self.session, self.ctx)
+            return
+        if msg.method == "initialize":
+            self.initialized = True
+        elif not self.initialized and msg.method != "ping":
+            self.writer.write(dispatch.not_initialized(msg))
+            return
+        if msg.method == "tools/call":
+            self._submit(msg)
+            return
+        response = self._respond(msg, None, None)
+        if msg.method == "initialize" and response and "result" in response:
+            self.session.protocol_version = response["result"]["protocolVersion"]
+        if response is not None:
+            self.writer.write(response)
+
+    # -- calls --
+
+    def _submit(self, msg: Message) -> None:
+        call = _Call(msg, self.writer)
+        with self._lock:
+            if msg.id in self._inflight:
+                duplicate = True
+            else:
+                duplicate = False
+                self._inflight[msg.id] = call
+        if duplicate:
+            self.writer.write(
+                dispatch.error(msg.id, transport.INVALID_REQUEST, f"request id {msg.id!r} is already in use")
+            )
+            return
+        self._jobs.put(call)
+
+    def _work(self) -> None:
+        while True:
+            call = self._jobs.get()
+            if call is None:
+                return
+            response = None
+            try:
+                if not call.cancel.is_set():
+                    response = self._respond(call.msg, call.emit, call.cancel)
+            finally:
+                with self._lock:
+                    self._inflight.pop(call.msg.id, None)
+                call.finish(response)
+
+    def _respond(self, msg: Message, emit, cancel) -> dict | None:
+        try:
+            return dispatch.respond(msg, self.session, self.ctx, emit=emit, cancel=cancel)
+        except tools.Cancelled:
+            return None
+        except Exception:  # a bug must not become a traceback on the wire
+            log.exception("%s failed", msg.method)
+            return dispatch.error(
+                msg.id, transport.INTERNAL_ERROR, f"{msg.method} failed; see the server log"
+            )
+
+    def _cancel(self, request_id) -> None:
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            return  # invalid cancellations are ignored
+        with self._lock:
+            call = self._inflight.get(request_id)
+        if call is not None:
+            call.abandon()
+
+    # -- stopping --
+
+    def inflight(self) -> int:
+        with self._lock:
+            return len(self._inflight)
+
+    def drain(self, timeout: float, force: _Hurry | None = None) -> None:
+        """Let in-flight calls finish for up to ``timeout``, then cancel the rest."""
+        deadline = time.monotonic() + timeout
+        while self.inflight() and time.monotonic() < deadline and not (force and force.is_set()):
+            time.sleep(0.05)
+        with self._lock:
+            left = list(self._inflight.values())
+        for call in left:
+            call.abandon()
+        for _ in self._workers:
+            self._jobs.put(None)
+
+
+def _readable_id(data):
+    """The id of an invalid message, when one can be read (else null)."""
+    if isinstance(data, dict):
+        msg_id = data.get("id")
+        if isinstance(msg_id, str | int) and not isinstance(msg_id, bool):
+            return msg_id
+    return None
+
+
+# -- the command's loop -----------------------------------------------------------
+
+
+def serve(
+    ctx,
+    *,
+    out: BinaryIO,
+    infd: int = 0,
+    reporter=None,
+    index: bool = True,
+    drain_seconds: float = DRAIN_SECONDS,
+    indexer_stop_seconds: float = INDEXER_STOP_SECONDS,
+) -> str:
+    """Serve ``ctx`` on ``infd``/``out`` until EOF, SIGINT or SIGTERM; why it stopped.
+
+    With ``index``, the root is indexed in the background and followed
+    for changes (the same indexer ``up`` runs), sharing ``ctx.embedder``
+    with the tools.
+    """
+    from corpus.events import Reporter
+    from mcp_gateway.server import start_background_indexing
+
+    reporter = reporter or Reporter.silent()
+    server = StdioServer(ctx, infd=infd, out=out)
+    stop = threading.Event()  # the indexer's stop
+    signalled = []
+
+    def on_signal(signum, frame) -> None:
+        # Only flags: a handler must not take a lock the main thread may hold.
+        signalled.append(signum)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = (
+        {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    )
+    indexer = None
+    try:
+        server.start()
+        if index:
+            indexer = start_background_indexing(ctx, reporter, stop)
+        reason = ""
+        while not reason:
+            if signalled:
+                reason = f"stopped by {signal.Signals(signalled[0]).name}"
+            elif server.writer.broken.is_set():
+                reason = "stdout closed"
+            elif server.eof.is_set():
+                reason = "stdin closed"
+            else:
+                server.eof.wait(0.1)
+        stop.set()
+        hurry = _Hurry(signalled)
+        server.drain(drain_seconds, force=hurry)
+        if indexer is not None:
+            _join(indexer, indexer_stop_seconds, hurry, reporter)
+        return reason
+    finally:
+        stop.set()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _Hurry:
+    """Set by a signal that arrives once the shutdown has begun (a second
+    SIGINT/SIGTERM, or any after EOF): stop waiting for calls and the indexer."""
+
+    def __init__(self, signalled: list):
+        self.signalled, self.base = signalled, len(signalled)
+
+    def is_set(self) -> bool:
+        return len(self.signalled) > self.base
+
+
+def _join(thread: threading.Thread, timeout: float, force: _Hurry, reporter) -> None:
+    deadline = time.monotonic() + timeout
+    while thread.is_alive() and time.monotonic() < deadline and not force.is_set():
+        thread.join(0.1)
+    if thread.is_alive():
+        reporter.warn(
+            "the indexer did not stop in time; exiting anyway (documents are committed one at a "
+            "time, so the index stays consistent; the next run picks up the rest)"
+        )
