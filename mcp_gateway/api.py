@@ -95,7 +95,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         if request.method == "OPTIONS":
             return _preflight(origin)
         transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
-        _check_rate(request, ctx)
+        check_rate(request, ctx)
         if request.method == "POST":
             response = await _post(request, ctx)
         elif request.method == "DELETE":
@@ -113,7 +113,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     return _cors(response, cors_origin)
 
 
-def _check_rate(request: HttpRequest, ctx: context.Context) -> None:
+def check_rate(request: HttpRequest, ctx: context.Context) -> None:
     bucket = ratelimit.limiter(ctx.config.server.rate_limit_per_minute)
     if bucket is None:
         return

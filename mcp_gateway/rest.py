@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from corpus import errors
 from mcp_gateway import context, schemas, tools, transport
-from mcp_gateway.api import _check_rate
+from mcp_gateway.api import check_rate
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class BearerAuth(HttpBearer):
         ctx = context.get()
         transport.check_origin(request.headers.get("Origin"), ctx.allowed_origins)
         transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
-        _check_rate(request, ctx)
+        check_rate(request, ctx)
         if request.method == "POST":
             transport.check_content_type(request.headers.get("Content-Type"))
         return ctx
