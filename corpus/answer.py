@@ -95,10 +95,13 @@ def ask(
     mode: str = "answer",
     index: str = "auto",
     filters: Filters | None = None,
+    on_retrieved=None,
 ) -> Answer:
     if mode not in MODES:
         raise errors.Dir2mcpError(errors.INVALID_FIELD, f"mode must be one of {', '.join(MODES)}")
     result = searcher.search(question, k=k, index=index, filters=filters or Filters())
+    if on_retrieved is not None:  # e.g. report progress, or stop a cancelled call before generating
+        on_retrieved(result)
     generate = mode == "answer" and chat is not None and config.rag.generate_answer and bool(result.hits)
     if not generate:
         return Answer(

@@ -286,6 +286,15 @@ DEFAULT_SECRET_PATTERNS = [
     r"sk_[a-z0-9]{32}|api_[A-Za-z0-9]{32}",
 ]
 
+DEFAULT_ALLOWED_ORIGINS = [
+    "http://localhost",
+    "http://127.0.0.1",
+    "http://[::1]",
+    "https://localhost",
+    "https://127.0.0.1",
+    "https://[::1]",
+]
+
 DEFAULT_PATH_EXCLUDES = [
     "**/.git/**",
     "**/node_modules/**",
@@ -308,7 +317,8 @@ def _check_patterns(value: list[str]) -> list[str]:
 
 class SecurityConfig(Section):
     auth: AuthConfig = AuthConfig()
-    allowed_origins: list[str] = Field(default_factory=lambda: ["http://localhost", "http://127.0.0.1"])
+    # Loopback on any port, over http and https (see docs/security.md).
+    allowed_origins: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_ORIGINS))
     path_excludes: list[str] = Field(default_factory=lambda: list(DEFAULT_PATH_EXCLUDES))
     secret_patterns: Annotated[list[str], AfterValidator(_check_patterns)] = Field(
         default_factory=lambda: list(DEFAULT_SECRET_PATTERNS)

@@ -332,8 +332,17 @@ def _modified_after(value) -> int | None:
     raise _fail(errors.INVALID_FIELD, "modified_after must be an ISO-8601 date or datetime, or Unix seconds")
 
 
+# Pattern recursion ((?R), (?1), (?+1), (?&name), (?P>name)) can take
+# unbounded memory before any time limit applies: refused.
+_RECURSION = re.compile(r"\(\?(?:R|[+-]?\d|&|P>)")
+
+
 def _compile(content: str, is_regex: bool, case_sensitive: bool):
     flags = regex.MULTILINE | (0 if case_sensitive else regex.IGNORECASE)
+    if is_regex and _RECURSION.search(content):
+        raise _fail(
+            errors.INVALID_FIELD, "recursive regular expressions ((?R), (?1), (?&name)) are not supported"
+        )
     try:
         return regex.compile(content if is_regex else regex.escape(content), flags)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
@@ -375,8 +384,12 @@ def find(
     limit: int = 50,
     cursor: str | None = None,
     max_matches_per_file: int = 5,
+    stop=None,
 ) -> dict:
     """Files by name, type, date, and matches of a literal or regex in their stored text.
+
+    ``stop`` (a callable) is polled between documents: a cancelled call
+    returns what it has at once.
 
     The scan has a time budget: a pattern that exhausts it stops the page with
     ``timed_out`` and a cursor. A document that exhausts a whole budget on its
@@ -414,6 +427,9 @@ def find(
     matches: list[dict] = []
     scanned, resume, timed_out = 0, None, False
     for row, reps in _with_reps(candidates, pattern is not None):
+        if stop is not None and stop():
+            resume = (row[1], 0)
+            break
         if len(matches) >= limit:
             resume = (row[1], 0)
             break
@@ -483,6 +499,8 @@ def _doc_matches(
                     return found, False
         except TimeoutError:
             return found, True
+        except MemoryError:
+            raise _fail(errors.INVALID_FIELD, "the regular expression needs too much memory") from None
     return found, False
 
 

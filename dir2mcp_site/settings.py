@@ -51,6 +51,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "dir2mcp_site.urls"
+# Request bodies up to the gateway's limit (mcp_gateway.transport.MAX_BODY_BYTES).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 ASGI_APPLICATION = "dir2mcp_site.asgi.application"
 WSGI_APPLICATION = "dir2mcp_site.wsgi.application"
 

@@ -26,7 +26,7 @@ from mcp_gateway.transport import HttpError, Message
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_BODY_BYTES = transport.MAX_BODY_BYTES
 ALLOW = "GET, POST, DELETE, OPTIONS"
 EXPOSED = "MCP-Session-Id, MCP-Protocol-Version, WWW-Authenticate, X-MCP-Session-Expired"
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, MCP-Session-Id, MCP-Protocol-Version, Last-Event-ID"
@@ -56,8 +56,10 @@ def _json(body: dict | None, status: int = 200, headers: dict | None = None) -> 
     response = HttpResponse(
         b"" if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8"),
         status=status,
-        content_type="application/json" if body is not None else None,
+        content_type="application/json",
     )
+    if body is None:
+        del response["Content-Type"]
     for name, value in (headers or {}).items():
         response[name] = value
     return response
@@ -100,8 +102,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
             response = await _post(request, ctx)
         elif request.method == "DELETE":
             response = await _delete(request, ctx)
-        elif request.method == "GET":
-            transport.check_accept_get(request.headers.get("Accept"))
+        elif request.method == "GET":  # no server-initiated stream is offered
             response = _json(None, 405, {"Allow": "POST, DELETE, OPTIONS"})
         else:
             response = _json(None, 405, {"Allow": ALLOW})
@@ -110,6 +111,9 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     except errors.Dir2mcpError as exc:  # the server itself cannot start serving (config, store)
         log.error("cannot serve MCP: %s", exc)
         response = _refusal(HttpError(503, exc.code, exc.message, transport.INTERNAL_ERROR))
+    except Exception:  # a bug: logged here, a JSON-RPC error (never an HTML page) on the wire
+        log.exception("MCP %s failed", request.method)
+        response = _refusal(HttpError(500, "INTERNAL_ERROR", "internal error; see the server log", -32603))
     return _cors(response, cors_origin)
 
 

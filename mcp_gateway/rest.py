@@ -26,6 +26,7 @@ import logging
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Body, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError
@@ -270,6 +271,13 @@ def _on_not_found(request, exc: Http404) -> HttpResponse:
     return error_response(NOT_FOUND, "no such endpoint; see /api/v1/docs")
 
 
+def _on_too_big(request, exc: RequestDataTooBig) -> HttpResponse:
+    limit = transport.MAX_BODY_BYTES
+    return _on_transport_error(
+        request, transport.HttpError(413, errors.INVALID_RANGE, f"request body over the {limit}-byte limit")
+    )
+
+
 def _on_unexpected(request, exc: Exception) -> HttpResponse:
     log.error("REST %s %s failed", request.method, request.path, exc_info=exc)
     return error_response(INTERNAL_ERROR, "internal error; see the server log")
@@ -280,6 +288,7 @@ api.add_exception_handler(transport.HttpError, _on_transport_error)
 api.add_exception_handler(NinjaValidationError, _on_validation_error)
 api.add_exception_handler(NinjaHttpError, _on_ninja_http_error)
 api.add_exception_handler(Http404, _on_not_found)
+api.add_exception_handler(RequestDataTooBig, _on_too_big)
 api.add_exception_handler(Exception, _on_unexpected)
 
 

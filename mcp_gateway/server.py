@@ -502,7 +502,14 @@ class Gateway:
 
 def _server_class():
     # Importing daphne.server installs the asyncio reactor: only when serving.
+    import daphne.server
     from daphne.server import Server
+
+    from mcp_gateway.bounded import BoundedHTTPFactory
+
+    # Server.run builds its factory from this module-level name; ours refuses
+    # oversized bodies before they are buffered (mcp_gateway/bounded.py).
+    daphne.server.HTTPFactory = BoundedHTTPFactory
 
     class _Server(Server):
         listen_failure = None

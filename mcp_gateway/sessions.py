@@ -83,6 +83,7 @@ def lookup(session_id: str, *, token: str | None, limits: Limits) -> McpSession:
     A session opened with another credential is reported as unknown: ids are
     not bearer secrets and must not let one client ride another's session.
     """
+    sweep(limits)
     now = time.time()
     session = McpSession.objects.filter(session_id=session_id).first()
     if session is None or (session.auth_digest and session.auth_digest != token_digest(token)):

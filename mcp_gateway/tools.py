@@ -198,6 +198,7 @@ def _filters(args: dict):
 def search(call: Call, args: dict) -> dict:
     call.progress(0, 1, "searching")
     result = call.ctx.searcher.search(args["query"], k=args["k"], index=args["index"], filters=_filters(args))
+    call.check()
     call.progress(1, 1, f"{len(result.hits)} hits")
     return result.as_dict()
 
@@ -219,10 +220,16 @@ def ask(call: Call, args: dict) -> dict:
         mode=args["mode"],
         index=args["index"],
         filters=_filters(args),
+        on_retrieved=lambda found: _retrieved(call, found, generating=chat is not None),
     )
     call.check()
     call.progress(2, 2, "answered")
     return result.as_dict()
+
+
+def _retrieved(call: Call, found, *, generating: bool) -> None:
+    call.check()
+    call.progress(1, 2, f"{len(found.hits)} passages" + ("; generating the answer" if generating else ""))
 
 
 def open_file(call: Call, args: dict) -> dict:
@@ -258,11 +265,15 @@ def find(call: Call, args: dict) -> dict:
         "limit",
         "cursor",
     )
-    return files.find(
+    call.progress(0, None, "scanning")
+    result = files.find(
         call.ctx.engine,
         doc_types=tuple(args.get("doc_types") or ()),
+        stop=call.cancel.is_set,
         **{k: args[k] for k in keys if k in args},
     )
+    call.check()
+    return result
 
 
 def stats(call: Call, args: dict) -> dict:

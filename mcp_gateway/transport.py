@@ -29,6 +29,10 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 REQUEST_CANCELLED = -32800
 
+# The largest request body any endpoint reads (settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+# matches it; under `up`, mcp_gateway/bounded.py refuses more before buffering).
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
 SESSION_ID_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
 
 
@@ -152,11 +156,6 @@ def check_accept_post(accept: str | None) -> None:
         )
 
 
-def check_accept_get(accept: str | None) -> None:
-    if not _accepts(_media_types(accept), "text/event-stream"):
-        raise HttpError(406, errors.INVALID_FIELD, "GET needs Accept: text/event-stream")
-
-
 def check_content_type(content_type: str | None) -> None:
     media = (content_type or "").split(";")[0].strip().lower()
     if media != "application/json":
@@ -227,7 +226,7 @@ def parse_message(body: bytes) -> Message:
     """Parse and shape-check a POST body (400 with -32700 / -32600)."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
         raise HttpError(400, errors.INVALID_FIELD, "body is not valid JSON", PARSE_ERROR) from None
     if isinstance(data, list):
         raise HttpError(
@@ -251,7 +250,7 @@ def shape_message(data) -> Message:
     if has_id and (
         data["id"] is None or isinstance(data["id"], bool) or not isinstance(data["id"], str | int)
     ):
-        raise invalid('"id" must be a string or an integer, never null')
+        raise invalid('"id" must be a string or an integer (not null, a boolean or a fraction)')
     if "method" in data:
         if not isinstance(data["method"], str) or not data["method"]:
             raise invalid('"method" must be a non-empty string')

@@ -507,6 +507,22 @@ def test_literal_content_is_not_a_regex(find_tree, engine):
     assert pattern["matches"][0]["span"] == {"kind": "lines", "start_line": 2, "end_line": 2}
 
 
+@pytest.mark.parametrize("pattern", ["(?R)", "a(?1)?(b)", "(?+1)(x)", "(?P<n>a)(?&n)", "(?P<n>a)(?P>n)"])
+def test_recursive_regexes_are_refused_before_they_run(find_tree, engine, pattern):
+    with pytest.raises(errors.Dir2mcpError) as caught:
+        files.find(engine, content=pattern, regex=True)
+    assert caught.value.code == errors.INVALID_FIELD
+
+
+def test_find_stops_between_documents_when_asked(find_tree, engine):
+    everything = files.find(engine, content="TODO")
+    assert len(everything["matches"]) >= 3
+    stopped = files.find(engine, content="TODO", stop=lambda: True)
+    assert stopped["matches"] == [] and stopped["next_cursor"]
+    resumed = files.find(engine, content="TODO", cursor=stopped["next_cursor"])
+    assert resumed["matches"] == everything["matches"]
+
+
 def test_find_caps_matches_per_file_and_snippets(corpus_dir, engine, index):
     write(corpus_dir, "many.txt", "".join(f"needle {i} " + "pad " * 200 + "\n" for i in range(20)))
     index()

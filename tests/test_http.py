@@ -54,6 +54,7 @@ def test_notifications_and_responses_get_202_and_no_body(server, session):
         response = server.post(body, session=session)
         assert response.status_code == 202
         assert response.content == b""
+        assert "content-type" not in response.headers
 
 
 def test_method_level_errors_are_200_with_an_error_body(server, session):
@@ -158,6 +159,11 @@ def test_oversized_body_is_413(server, session):
 
 def test_malformed_json_is_400_parse_error(server, session):
     response = server.post(b"{nope", session=session)
+    assert response.status_code == 400 and error_code(response) == -32700
+
+
+def test_absurdly_deep_json_is_a_parse_error_not_a_crash(server, session):
+    response = server.post(b"[" * 100_000 + b"]" * 100_000, session=session)
     assert response.status_code == 400 and error_code(response) == -32700
 
 

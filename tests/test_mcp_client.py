@@ -179,3 +179,24 @@ def test_the_client_closes_its_session_with_delete(served):
         json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
     )
     assert after.status_code == 404
+
+
+def test_an_oversized_body_is_refused_before_it_is_sent(served):
+    """Under up, 413 comes from the declared length: the server does not wait
+    for (or buffer) the 100 MB it announces."""
+    import socket
+    from urllib.parse import urlsplit
+
+    _, url, token = served
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(
+            (
+                f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                "Content-Length: 100000000\r\n\r\n{"
+            ).encode()
+        )
+        reply = sock.recv(4096).decode()
+    assert reply.startswith("HTTP/1.1 413")
+    assert '"INVALID_RANGE"' in reply

@@ -2,10 +2,11 @@
 
 import pytest
 
+from corpus.config import DEFAULT_ALLOWED_ORIGINS
 from mcp_gateway import transport
 from mcp_gateway.transport import HttpError
 
-DEFAULT_ORIGINS = ("http://localhost", "http://127.0.0.1")
+DEFAULT_ORIGINS = tuple(DEFAULT_ALLOWED_ORIGINS)
 
 
 @pytest.mark.parametrize(
@@ -16,6 +17,9 @@ DEFAULT_ORIGINS = ("http://localhost", "http://127.0.0.1")
         "http://127.0.0.1:8080",
         "http://LOCALHOST:1",
         "http://127.0.0.1/",
+        "https://localhost:8443",
+        "https://127.0.0.1:9999",
+        "http://[::1]:3000",
     ],
 )
 def test_loopback_origins_on_any_port_are_allowed_by_default(origin):
@@ -26,7 +30,7 @@ def test_loopback_origins_on_any_port_are_allowed_by_default(origin):
     "origin",
     [
         "http://evil.example.com",
-        "https://localhost",  # another scheme is another origin
+        "ftp://localhost",
         "http://localhost.evil.com",
         "http://127.0.0.1.nip.io",
         "null",

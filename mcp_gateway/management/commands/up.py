@@ -49,11 +49,18 @@ class Command(Dir2mcpCommand):
         if public:
             address = server.public_address(address)
         spec = auth_spec(options, cfg)
-        if public and spec == "none":
+        if spec == "none" and (public or not address.loopback):
             raise errors.Dir2mcpError(
                 errors.CONFIG_INVALID,
-                "--public serves every network interface and requires a bearer token; --auth none is refused",
+                f"serving {address} (beyond loopback) requires a bearer token; --auth none is refused",
                 hint="Drop --auth none (a token is generated in secret.token), or use --auth file:<path>.",
+            )
+        if cfg.x402.mode != "off":
+            # Refused rather than announced: nothing would charge for the calls yet.
+            raise errors.Dir2mcpError(
+                errors.CONFIG_INVALID,
+                f"x402 mode {cfg.x402.mode!r} is not available in this build: payments are not enforced yet",
+                hint="Use --x402 off (the default); payment enforcement comes with the payments feature.",
             )
         tls = tls_files(rt)
         # Preflight (spec §2.5): a missing provider key fails here, before any state is written.
