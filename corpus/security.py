@@ -18,6 +18,7 @@ from urllib.parse import unquote
 import pathspec
 
 from corpus import errors
+from corpus.config import DEFAULT_PATH_EXCLUDES
 
 DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
     {".git", "node_modules", "dist", "build", ".venv", ".dir2mcp", "__pycache__"}
@@ -36,8 +37,12 @@ class ExclusionPolicy:
     @classmethod
     def from_config(cls, config, *, root: Path | None = None) -> ExclusionPolicy:
         """The policy of ``config``; with ``root``, its secret files are excluded too."""
+        # The defaults always apply, then the user's entries: setting
+        # path_excludes adds to them (a "!pattern" entry can re-include a path),
+        # so a one-line config can't silently expose .env or private keys.
+        excludes = tuple(dict.fromkeys([*DEFAULT_PATH_EXCLUDES, *config.security.path_excludes]))
         return cls(
-            path_excludes=tuple(config.security.path_excludes) + _secret_file_excludes(config, root),
+            path_excludes=excludes + _secret_file_excludes(config, root),
             secret_patterns=tuple(config.security.secret_patterns),
             use_gitignore=config.ingest.gitignore,
             follow_symlinks=config.ingest.follow_symlinks,

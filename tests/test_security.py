@@ -248,7 +248,11 @@ def test_policy_from_config_carries_the_security_and_ingest_settings() -> None:
     assert default == ExclusionPolicy(
         tuple(DEFAULT_PATH_EXCLUDES), tuple(DEFAULT_SECRET_PATTERNS), True, False
     )
-    assert (custom.path_excludes, custom.use_gitignore, custom.follow_symlinks) == (("*.bak",), False, True)
+    assert (custom.path_excludes, custom.use_gitignore, custom.follow_symlinks) == (
+        (*DEFAULT_PATH_EXCLUDES, "*.bak"),
+        False,
+        True,
+    )
 
 
 MUST_HIT = [
@@ -334,3 +338,18 @@ def test_resolve_reports_overlong_names_as_missing(corpus_dir: Path) -> None:
 
 def test_root_itself_is_never_excluded(corpus_dir: Path) -> None:
     assert ExclusionEngine(corpus_dir, DEFAULT_POLICY).excluded_reason("", is_dir=True) is None
+
+
+def test_configured_path_excludes_add_to_the_defaults(tmp_path):
+    config = build_config({"security": {"path_excludes": ["**/README.md"]}}, {}, {})
+    engine = ExclusionEngine.from_config(tmp_path, config)
+    assert engine.excluded_reason("README.md") == "path_excludes: **/README.md"
+    assert engine.excluded_reason("app/.env") == "path_excludes: **/.env"  # still excluded
+    assert engine.excluded_reason("keys/server.pem") == "path_excludes: **/*.pem"
+
+
+def test_a_negated_entry_re_includes_a_default_exclusion(tmp_path):
+    config = build_config({"security": {"path_excludes": ["!**/*.pem"]}}, {}, {})
+    engine = ExclusionEngine.from_config(tmp_path, config)
+    assert engine.excluded_reason("keys/public.pem") is None
+    assert engine.excluded_reason("app/.env") == "path_excludes: **/.env"
