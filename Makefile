@@ -37,6 +37,7 @@ bench: install
 	$(BIN)/python bench/search.py latency --size 10000
 	$(BIN)/python bench/search.py latency --size 100000
 	$(BIN)/python bench/search.py quality
+	$(BIN)/python bench/mcp_http.py
 
 # The local embedder against sentence-transformers on torch CPU. torch lives
 # in a side venv: the project itself never installs it.
