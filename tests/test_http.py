@@ -308,3 +308,12 @@ def test_cancel_answers_a_pending_json_call_with_request_cancelled(slow_chat_ser
     worker.join(timeout=15)
     assert replies and replies[0].status_code == 200
     assert replies[0].json()["error"]["code"] == -32800
+
+
+def test_gateway_skips_the_site_middleware_but_the_admin_keeps_it(server, session):
+    mcp = server.post(PING, session=session)
+    assert "x-frame-options" not in mcp.headers and "set-cookie" not in mcp.headers
+    admin = httpx.get(f"{server.base}/admin/login/")
+    assert admin.status_code == 200
+    assert admin.headers["x-frame-options"] == "DENY"
+    assert "csrftoken" in admin.headers.get("set-cookie", "")

@@ -404,7 +404,13 @@ class LocalEmbedder(Embedder):
 
         workers = min(self.threads, len(batches)) if _BLAS.controllable else 1
         if workers < 2:
-            return [run(batch) for batch in batches]
+            if not _BLAS.controllable:
+                return [run(batch) for batch in batches]
+            # One small pass (a query): OpenBLAS's spinning threads cost more
+            # than they give, and under concurrent searches p99 went from
+            # 16 ms to 300-600 ms with them (docs/benchmarks.md).
+            with _BLAS.single():
+                return [run(batch) for batch in batches]
         with _BLAS.single(), ThreadPoolExecutor(workers) as pool:
             return list(pool.map(run, batches))
 
