@@ -265,12 +265,28 @@ def start_background_indexing(
     """
     thread = threading.Thread(
         target=_index_in_background,
-        args=(ctx, reporter, stop, ready, lock_retry),
+        args=(ctx, _JobReporter(reporter), stop, ready, lock_retry),
         name="dir2mcp-indexer",
         daemon=True,
     )
     thread.start()
     return thread
+
+
+class _JobReporter:
+    """The indexer's reporter under a server: everything but ``index_loaded``,
+    which the server announced once before it started (each indexing job,
+    every watch batch included, would announce it again)."""
+
+    def __init__(self, inner: Reporter):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def event(self, event: str, data=None, *, level: str = "info") -> None:
+        if event != "index_loaded":
+            self._inner.event(event, data, level=level)
 
 
 def _index_in_background(ctx, reporter, stop, ready, lock_retry) -> None:

@@ -215,6 +215,7 @@ def test_json_events_connection_json_and_auth(corpus_dir, running):
     assert code == 0, up.stderr
     names = [e["event"] for e in up.events()]
     assert names.index("index_loaded") < names.index("server_started") < names.index("connection")
+    assert names.count("index_loaded") == 1
     started = next(e["data"] for e in up.events() if e["event"] == "server_started")
     assert started["url"] == url and started["pid"] == up.proc.pid
     host, port = started["listen"].rsplit(":", 1)
