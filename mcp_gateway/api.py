@@ -171,17 +171,40 @@ async def _post(request: HttpRequest, ctx: context.Context) -> HttpResponse:
     if msg.kind == "request" and msg.method == "initialize":
         return await _initialize(msg, ctx)
     version = transport.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
-    row = await _session(request, ctx)
-    state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
+    session_id = transport.check_session_header(request.headers.get("MCP-Session-Id"))
     if msg.kind != "request":
+        row = await _session(session_id, ctx)
         _notification(msg, row.session_id)
         return _json(None, 202)
-    if msg.method == "tools/call" and (dispatch.progress_token(msg) is not None or state.log_level):
-        return _stream(msg, state, ctx)
-    response = await _run(msg, state, ctx, emit=None)
+    if msg.method != "tools/call" or dispatch.progress_token(msg) is None:
+        # The common case: one worker hop for the session and the method.
+        try:
+            outcome = await _run(
+                (session_id, msg.id),
+                msg.id,
+                lambda cancel: _lookup_and_respond(session_id, msg, version, ctx, cancel),
+            )
+        except sessions.SessionGone as gone:
+            raise _gone(gone) from None
+        if outcome is not _NEEDS_STREAM:
+            return _json(outcome)
+    row = await _session(session_id, ctx)
+    return _stream(msg, dispatch.SessionState(row.session_id, version, row.log_level, initialized=True), ctx)
+
+
+_NEEDS_STREAM = {"stream": True}
+
+
+def _lookup_and_respond(session_id: str, msg: Message, version: str, ctx, cancel: threading.Event):
+    """In a worker: the session, then the method, unless it must stream."""
+    row = sessions.lookup(session_id, token=ctx.auth.token, limits=_limits(ctx))
+    state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
+    if msg.method == "tools/call" and state.log_level:
+        return _NEEDS_STREAM  # its log messages travel on an SSE answer
+    response = dispatch.respond(msg, state, ctx, cancel=cancel)
     if msg.method == "logging/setLevel" and state.log_level != row.log_level:
-        await sync_to_async(sessions.set_log_level, thread_sensitive=False)(row.session_id, state.log_level)
-    return _json(response)
+        sessions.set_log_level(row.session_id, state.log_level)
+    return response
 
 
 async def _initialize(msg: Message, ctx: context.Context) -> HttpResponse:
@@ -196,17 +219,20 @@ async def _initialize(msg: Message, ctx: context.Context) -> HttpResponse:
     return _json(body, headers={"MCP-Session-Id": row.session_id})
 
 
-async def _session(request: HttpRequest, ctx: context.Context):
-    session_id = transport.check_session_header(request.headers.get("MCP-Session-Id"))
+async def _session(session_id: str, ctx: context.Context):
     try:
         return await sync_to_async(sessions.lookup, thread_sensitive=False)(
             session_id, token=ctx.auth.token, limits=_limits(ctx)
         )
     except sessions.SessionGone as gone:
-        headers = {"X-MCP-Session-Expired": gone.reason} if gone.reason else {}
-        raise HttpError(
-            404, errors.SESSION_NOT_FOUND, "unknown or expired session; initialize again", None, headers
-        ) from None
+        raise _gone(gone) from None
+
+
+def _gone(gone: sessions.SessionGone) -> HttpError:
+    headers = {"X-MCP-Session-Expired": gone.reason} if gone.reason else {}
+    return HttpError(
+        404, errors.SESSION_NOT_FOUND, "unknown or expired session; initialize again", None, headers
+    )
 
 
 def _notification(msg: Message, session_id: str) -> None:
@@ -217,17 +243,16 @@ def _notification(msg: Message, session_id: str) -> None:
             entry.cancel()
 
 
-async def _run(msg: Message, state: dispatch.SessionState, ctx, *, emit) -> dict | None:
-    """Dispatch in a worker thread, registered for cancellation meanwhile.
+async def _run(key: tuple, msg_id, job) -> dict | None:
+    """Run ``job(cancel_event)`` in a worker thread, registered under ``key``
+    for cancellation meanwhile.
 
     A cancel answers at once; the worker stops at its next check and its
     late result is dropped.
     """
     entry = _Inflight(asyncio.get_running_loop())
-    key = (state.id, msg.id)
     _inflight[key] = entry
-    respond = sync_to_async(dispatch.respond, thread_sensitive=False)
-    work = asyncio.ensure_future(respond(msg, state, ctx, emit=emit, cancel=entry.event))
+    work = asyncio.ensure_future(sync_to_async(job, thread_sensitive=False)(entry.event))
     try:
         await asyncio.wait({work, entry.cancelled}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():
@@ -235,7 +260,7 @@ async def _run(msg: Message, state: dispatch.SessionState, ctx, *, emit) -> dict
             raise tools.Cancelled()
         return work.result()
     except tools.Cancelled:
-        return dispatch.error(msg.id, transport.REQUEST_CANCELLED, "request cancelled")
+        return dispatch.error(msg_id, transport.REQUEST_CANCELLED, "request cancelled")
     finally:
         _inflight.pop(key, None)
 
@@ -262,7 +287,8 @@ def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamingHttpRes
         loop.call_soon_threadsafe(queue.put_nowait, notification)
 
     async def events():
-        task = asyncio.ensure_future(_run(msg, state, ctx, emit=emit))
+        job = lambda cancel: dispatch.respond(msg, state, ctx, emit=emit, cancel=cancel)  # noqa: E731
+        task = asyncio.ensure_future(_run((state.id, msg.id), msg.id, job))
         done = asyncio.ensure_future(_when_done(task, queue))
         try:
             while True:
@@ -298,6 +324,6 @@ async def _when_done(task: asyncio.Future, queue: asyncio.Queue) -> None:
 
 async def _delete(request: HttpRequest, ctx: context.Context) -> HttpResponse:
     transport.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
-    row = await _session(request, ctx)
+    row = await _session(transport.check_session_header(request.headers.get("MCP-Session-Id")), ctx)
     await sync_to_async(sessions.end, thread_sensitive=False)(row.session_id)
     return _json(None, 204)
