@@ -336,6 +336,13 @@ def test_sigterm_mid_index_exits_0_and_leaves_a_consistent_index(corpus_dir, run
 # -- auth sources -------------------------------------------------------------
 
 
+def test_a_missing_token_file_exits_2_before_writing_state(corpus_dir, tmp_path):
+    result = cli("up", "--dir", str(corpus_dir), "--auth", f"file:{tmp_path / 'nope.token'}")
+    assert result.returncode == 2
+    assert "CONFIG_INVALID" in result.stderr and "nope.token" in result.stderr
+    assert not (corpus_dir / ".dir2mcp").exists()
+
+
 def test_auth_file_reports_file_source(corpus_dir, tmp_path, running):
     make_tree(corpus_dir, files=1)
     token_file = tmp_path / "dir2mcp.token"

@@ -63,6 +63,8 @@ class Command(Dir2mcpCommand):
                 hint="Use --x402 off (the default); payment enforcement comes with the payments feature.",
             )
         tls = tls_files(rt)
+        if spec.startswith("file:"):  # a missing or empty token file fails before any state is written
+            context.resolve_auth(spec, cfg, rt.state, root=rt.root)
         # Preflight (spec §2.5): a missing provider key fails here, before any state is written.
         embedder = rt.embedder()
 
