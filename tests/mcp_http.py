@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,3 +164,14 @@ def stop(server: Server) -> str:
         server.proc.kill()
         _, err = server.proc.communicate()
     return err.decode(errors="replace")
+
+
+async def wait_for_index(session) -> dict:
+    """Poll ``dir2mcp.stats`` over an MCP client session until the first
+    indexing job has finished (never a fixed sleep)."""
+    for _ in range(600):
+        stats = (await session.call_tool("dir2mcp.stats", {})).structuredContent
+        if stats["indexing"]["job_id"] and not stats["indexing"]["running"]:
+            return stats
+        await anyio.sleep(0.1)
+    raise AssertionError("indexing did not finish")

@@ -18,7 +18,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_gateway import contract
-from tests.mcp_http import REPO, base_env, write_corpus
+from tests.mcp_http import REPO, base_env, wait_for_index, write_corpus
 
 
 def start_up(root, *extra: str, env: dict | None = None):
@@ -51,15 +51,6 @@ def served(tmp_path_factory):
     assert proc.returncode == 0, err[-2000:]
     assert token not in out + err
     assert "Traceback" not in err, err[-2000:]
-
-
-async def wait_for_index(session: ClientSession) -> dict:
-    for _ in range(600):
-        stats = (await session.call_tool("dir2mcp.stats", {})).structuredContent
-        if stats["indexing"]["job_id"] and not stats["indexing"]["running"]:
-            return stats
-        await anyio.sleep(0.1)
-    raise AssertionError("indexing did not finish")
 
 
 def validate(name: str, schemas: dict, result) -> dict:

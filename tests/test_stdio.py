@@ -23,7 +23,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from mcp_gateway import contract
-from tests.mcp_http import REPO, base_env, index, write_corpus
+from tests.mcp_http import REPO, base_env, index, wait_for_index, write_corpus
 
 pytestmark = pytest.mark.slow
 
@@ -261,15 +261,6 @@ async def sdk_walkthrough(root: Path, errlog) -> None:
 
             await session.send_ping()
     assert stray == []
-
-
-async def wait_for_index(session: ClientSession) -> dict:
-    for _ in range(600):
-        stats = (await session.call_tool("dir2mcp.stats", {})).structuredContent
-        if stats["indexing"]["job_id"] and not stats["indexing"]["running"]:
-            return stats
-        await anyio.sleep(0.1)
-    raise AssertionError("indexing did not finish")
 
 
 def test_official_sdk_client_over_stdio(tmp_path):
