@@ -247,6 +247,36 @@ def connection_block(ctx, url: str, spec: str = "") -> list[str]:
 # -- background indexing ------------------------------------------------------
 
 
+def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
+    """The preflight ``up`` and ``mcp_stdio`` share, then the installed context.
+
+    A missing provider key fails before any state is written (spec §2.5);
+    then the store is opened, the state prepared, and one embedder made for
+    the whole process, so the indexer and the tools share its dense index.
+    An embedder other than the one that built the index fails with exit 5.
+    """
+    from corpus.store import open_store
+    from mcp_gateway import context
+
+    embedder = rt.embedder()
+    open_store(rt.state)
+    prepare_state(rt)
+    ctx = context.build(
+        root=rt.root,
+        state=rt.state,
+        config=rt.config,
+        auth_spec=auth_spec,
+        _models={"embedder": embedder},
+        **extra,
+    )
+    context.install(ctx)
+    if embedder is not None:
+        from corpus.embedding import check_models
+
+        check_models(embedder, rt.state)
+    return ctx
+
+
 def start_background_indexing(
     ctx,
     reporter: Reporter,

@@ -15,8 +15,7 @@ import sys
 from django.core.management.base import OutputWrapper
 
 from corpus.management.base import Dir2mcpCommand
-from corpus.store import open_store
-from mcp_gateway import context, stdio
+from mcp_gateway import server, stdio
 
 
 class Command(Dir2mcpCommand):
@@ -45,23 +44,8 @@ class Command(Dir2mcpCommand):
 
     def handle(self, *args, **options):
         rt = self.runtime(options)
-        # Preflight (spec §2.5): a missing provider key fails here, before any state is written.
-        embedder = rt.embedder()
-        open_store(rt.state)
-        self.prepare_state(rt)
-        ctx = context.build(
-            root=rt.root,
-            state=rt.state,
-            config=rt.config,
-            auth_spec="none",  # a private pipe: whoever holds it started us
-            # The one embedder of this process: the indexer and the tools share its dense index.
-            _models={"embedder": embedder},
-        )
-        context.install(ctx)
-        if embedder is not None:
-            from corpus.embedding import check_models
-
-            check_models(embedder, rt.state)
+        # auth off: a private pipe, whoever holds it started us
+        ctx = server.serving_context(rt, self.prepare_state, auth_spec="none")
         # Load the tool registry now, so the first call does not pay for imports.
         from mcp_gateway import tools  # noqa: F401
 

@@ -9,7 +9,6 @@ from django.urls import resolve
 
 from corpus import errors
 from corpus.management.base import Dir2mcpCommand, Runtime
-from corpus.store import open_store
 from mcp_gateway import context, server
 
 
@@ -65,27 +64,14 @@ class Command(Dir2mcpCommand):
         tls = tls_files(rt)
         if spec.startswith("file:"):  # a missing or empty token file fails before any state is written
             context.resolve_auth(spec, cfg, rt.state, root=rt.root)
-        # Preflight (spec §2.5): a missing provider key fails here, before any state is written.
-        embedder = rt.embedder()
-
-        open_store(rt.state)
-        self.prepare_state(rt)
-        ctx = context.build(
-            root=rt.root,
-            state=rt.state,
-            config=cfg,
+        ctx = server.serving_context(
+            rt,
+            self.prepare_state,
             auth_spec=spec,
             read_only=bool(options["read_only"]),
             public=public,
             mcp_path=normalize_path(cfg.server.mcp_path),
-            # The one embedder of this process: the indexer and the tools share its dense index.
-            _models={"embedder": embedder},
         )
-        context.install(ctx)
-        if embedder is not None:
-            from corpus.embedding import check_models
-
-            check_models(embedder, rt.state)
         if not address.loopback and not ctx.auth.required:
             rt.reporter.warn(f"serving {address} with no authentication")
         server.allow_hosts(address, public=public)
@@ -99,7 +85,7 @@ class Command(Dir2mcpCommand):
             address,
             reporter=rt.reporter,
             tls=tls,
-            announce=lambda listening: self.announce(rt, ctx, listening, spec, embedder is not None),
+            announce=lambda listening: self.announce(rt, ctx, listening, spec, ctx.embedder is not None),
         )
         rt.reporter.say("Stopped.")
 
