@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DIR ?= .
 
-.PHONY: install run test lint format bench contract equivalence-env equivalence
+.PHONY: install run test test-postgres lint format bench contract equivalence-env equivalence
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ contract: install
 
 test: install lint
 	$(BIN)/pytest
+
+# The store's tests on PostgreSQL (a local server on 127.0.0.1:5432).
+test-postgres: install
+	bash .ci/postgres
 
 bench: install
 	$(BIN)/python bench/indexing.py

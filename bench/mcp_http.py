@@ -8,10 +8,9 @@ Builds a state directory of N chunks with ``bench/search.py``'s
 recorded as all-MiniLM-L6-v2), then serves it twice, side by side on free
 loopback ports, each server one process:
 
-- ours: ``python -m daphne dir2mcp_site.asgi:application``, the ASGI app
-  ``up`` serves (plain daphne on the prepared state directory: ``up`` would
-  also start an indexer that reconciles the empty root with the synthetic
-  rows), bearer auth on (the product default);
+- ours: ``manage.py up --no-index`` on the prepared state directory (daphne
+  as ``up`` runs it; ``--no-index`` because an indexer would reconcile the
+  empty root with the synthetic rows), bearer auth on (the product default);
 - the reference: ``bench/mcp_reference_server.py``, the official MCP Python
   SDK's low-level ``Server`` + ``StreamableHTTPSessionManager`` (stateful,
   JSON responses) under uvicorn, whose ``call_tool`` handler runs the same
@@ -179,13 +178,16 @@ def start_servers(mode: str, root: Path, state_dir: Path, token: str, sdk_valida
         "ours",
         [
             sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(ours_port),
-            "dir2mcp_site.asgi:application",
+            str(REPO / "manage.py"),
+            "up",
+            "--dir",
+            str(root),
+            "--state-dir",
+            str(state_dir),
+            "--listen",
+            f"127.0.0.1:{ours_port}",
+            "--no-index",
+            "--quiet",
         ],
         ours_port,
         env,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -139,6 +140,9 @@ class IngestConfig(Section):
     audio: AudioConfig = AudioConfig()
     archives: ArchivesConfig = ArchivesConfig()
     follow_symlinks: bool = False
+    # A file with several names (hard links) may share its content with a
+    # file outside the root; off, such files are refused with their reason.
+    follow_hardlinks: bool = False
     max_file_mb: float = Field(20, gt=0)
     # Per doc_type ceilings in MB; the effective limit is the smaller of
     # this and max_file_mb.
@@ -172,7 +176,35 @@ class SttProviderConfig(Section):
 class SttConfig(Section):
     provider: Literal["mistral", "elevenlabs"] = "mistral"
     mistral: SttProviderConfig = SttProviderConfig(api_key="${MISTRAL_API_KEY}", model="voxtral-mini-latest")
-    elevenlabs: SttProviderConfig = SttProviderConfig(api_key="${ELEVENLABS_API_KEY}", model="scribe")
+    elevenlabs: SttProviderConfig = SttProviderConfig(api_key="${ELEVENLABS_API_KEY}", model="scribe_v1")
+    # Seconds one transcription call may take, and calls in flight at once.
+    timeout_seconds: float = Field(300, gt=0, le=3600)
+    concurrency: int = Field(4, ge=1, le=64)
+    # Tries per call: 429, 5xx and timeouts are retried with backoff (Retry-After honoured).
+    max_attempts: int = Field(5, ge=1, le=10)
+
+
+class OcrConfig(Section):
+    # The API's documented ceilings (1,000 pages, 50 MB); larger PDFs are split.
+    max_pages_per_call: int = Field(1000, ge=1, le=1000)
+    max_mb_per_call: float = Field(50, gt=0, le=50)
+    timeout_seconds: float = Field(120, gt=0, le=3600)
+    concurrency: int = Field(4, ge=1, le=64)
+    max_attempts: int = Field(5, ge=1, le=10)
+
+
+class ElevenLabsConfig(Section):
+    base_url: str = "https://api.elevenlabs.io"
+    voice_id: str = "JBFqnCBsd6RMkjVDRZzb"
+    tts_model: str = "eleven_multilingual_v2"
+    output_format: str = "mp3_44100_128"
+    timeout_seconds: float = Field(120, gt=0, le=3600)
+
+
+class AnnotationsConfig(Section):
+    model: str = "mistral-small-2506"
+    # Characters of the document's text sent for extraction.
+    max_input_chars: int = Field(60_000, ge=1000)
 
 
 class OpenAICompatibleConfig(Section):
@@ -204,13 +236,39 @@ class SearchConfig(Section):
     snippet_chars: int = Field(300, ge=80, le=4000)
 
 
+def _money_text(value: Any) -> Any:
+    # An unquoted YAML or env price (0.001) arrives as a float; keep its text.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)
+    return value
+
+
+Money = Annotated[str, BeforeValidator(_money_text)]
+
+
+def _address_text(value: Any) -> Any:
+    # YAML and env values read an unquoted 0x… address as a hex integer.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"0x{value:040x}"
+    return value
+
+
+Address = Annotated[str, BeforeValidator(_address_text)]
+
+
 class ToolsCallPolicy(Section):
     enabled: bool = False
-    price: str = "0.001"
+    #: default price of a paid tool call, in USD ("0.001", "$0.01") or atomic units with an asset
+    price: Money = "0.001"
+    #: per-tool prices; "0" makes a tool free
+    prices: dict[str, Money] = Field(default_factory=dict)
     network: str = "eip155:8453"
     scheme: str = "exact"
-    asset: str = ""
-    pay_to: str = ""
+    asset: Address = ""
+    pay_to: Address = ""
+    max_timeout_seconds: int = Field(300, ge=1, le=86400)
+    #: EIP-712 domain of a custom asset, e.g. {"name": "USDC", "version": "2"}
+    extra: dict[str, str] = Field(default_factory=dict)
 
 
 class RoutePolicy(Section):
@@ -220,6 +278,8 @@ class RoutePolicy(Section):
 class BazaarConfig(Section):
     enabled: bool = False
     metadata: dict[str, Any] = Field(default_factory=lambda: {"description": ""})
+    #: per-tool example arguments shown in the discovery catalog
+    examples: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class X402Config(Section):
@@ -247,6 +307,10 @@ class ServerConfig(Section):
     session_max_lifetime: Duration = 0.0
     # Requests per minute per client (address + credential); 0 turns it off.
     rate_limit_per_minute: int = Field(default=0, ge=0)
+    # Tool calls one server process runs at once; more are answered -32001 (busy).
+    max_concurrent_calls: int = Field(default=64, ge=1, le=1024)
+    # Sessions one credential may hold; a new one evicts its least recently used.
+    max_sessions_per_token: int = Field(default=64, ge=1, le=10_000)
 
 
 class KeychainConfig(Section):
@@ -335,6 +399,9 @@ class Config(Section):
     chat: ChatConfig = ChatConfig()
     search: SearchConfig = SearchConfig()
     stt: SttConfig = SttConfig()
+    ocr: OcrConfig = OcrConfig()
+    elevenlabs: ElevenLabsConfig = ElevenLabsConfig()
+    annotations: AnnotationsConfig = AnnotationsConfig()
     x402: X402Config = X402Config()
     server: ServerConfig = ServerConfig()
     secrets: SecretsConfig = SecretsConfig()
@@ -358,6 +425,9 @@ ENV_ALIASES: dict[str, str] = {
     "DIR2MCP_X402_MODE": "x402.mode",
     "DIR2MCP_X402_FACILITATOR_URL": "x402.facilitator_url",
     "DIR2MCP_X402_RESOURCE_BASE_URL": "x402.resource_base_url",
+    "DIR2MCP_X402_NETWORK": "x402.route_policy.tools_call.network",
+    "DIR2MCP_X402_PRICE": "x402.route_policy.tools_call.price",
+    "DIR2MCP_X402_PAY_TO": "x402.route_policy.tools_call.pay_to",
 }
 
 # DIR2MCP_* variables that are not config keys.

@@ -145,7 +145,9 @@ class Searcher:
         validate(query, k, index)
         used = route(query, index, filters)
         kinds = ("text", "code") if used == "both" else (used,)
-        pool = k * self.config.rag.oversample_factor
+        # Fusion needs each ranking deeper than k; a lone lexical ranking is
+        # already in its final order, so its top k are the answer.
+        pool = k * self.config.rag.oversample_factor if self.embedder is not None else k
         rankings = [self._lexical(query, pool, filters, kinds if index != "auto" and used != "both" else ())]
         if self.embedder is not None:
             for kind in kinds:

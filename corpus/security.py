@@ -33,6 +33,7 @@ class ExclusionPolicy:
     secret_patterns: tuple[str, ...]
     use_gitignore: bool = True
     follow_symlinks: bool = False
+    follow_hardlinks: bool = False
 
     @classmethod
     def from_config(cls, config, *, root: Path | None = None) -> ExclusionPolicy:
@@ -46,6 +47,7 @@ class ExclusionPolicy:
             secret_patterns=tuple(config.security.secret_patterns),
             use_gitignore=config.ingest.gitignore,
             follow_symlinks=config.ingest.follow_symlinks,
+            follow_hardlinks=config.ingest.follow_hardlinks,
         )
 
 
@@ -301,7 +303,17 @@ class ExclusionEngine:
         real = os.path.realpath(current)
         if not _is_under(real, self._root_str):
             raise _outside("path resolves outside the root")
+        try:
+            st = os.stat(real)
+        except OSError:
+            return real
+        if self.hardlink_refused(st):
+            raise errors.Dir2mcpError(errors.FORBIDDEN, HARDLINK_REASON)
         return real
+
+    def hardlink_refused(self, st: os.stat_result) -> bool:
+        """A regular file with other names, which may lie outside the root."""
+        return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and not self.policy.follow_hardlinks
 
     def _follow(self, link: str) -> str:
         if not self.policy.follow_symlinks:
@@ -312,6 +324,12 @@ class ExclusionEngine:
         if not os.path.exists(target):
             raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, "symlink target does not exist")
         return target
+
+
+HARDLINK_REASON = (
+    "hard link: the file has other names, which may lie outside the root; "
+    "set ingest.follow_hardlinks: true to index it"
+)
 
 
 def _load_gitignore(path: str, dir_rel: str) -> GitignoreRule | None:

@@ -45,6 +45,8 @@ class IndexSummary:
     job: IndexJob | None
     job_alive: bool
     recent_errors: list[tuple[str, str]] = field(default_factory=list)
+    #: skipped documents waiting for a provider key, by reason ("needs MISTRAL_API_KEY": 3)
+    needs_provider: dict[str, int] = field(default_factory=dict)
 
 
 def latest_job() -> IndexJob | None:
@@ -86,7 +88,18 @@ def summarize(*, error_limit: int = 10) -> IndexSummary:
         job=job,
         job_alive=bool(job and job.running and pid_alive(job.pid)),
         recent_errors=[(path, err or "") for path, err in errors],
+        needs_provider=needs_provider_counts(),
     )
+
+
+def needs_provider_counts() -> dict[str, int]:
+    """Skipped documents that a provider key would index, counted by reason."""
+    rows = (
+        Document.objects.filter(deleted=False, status="skipped", error__startswith="needs ")
+        .values("error")
+        .annotate(n=Count("doc_id"))
+    )
+    return {row["error"]: row["n"] for row in rows.order_by("error")}
 
 
 def write_corpus_json(root: Path, state: StateDir, config: Config, job: IndexJob) -> None:
@@ -110,9 +123,12 @@ def write_corpus_json(root: Path, state: StateDir, config: Config, job: IndexJob
         logger.warning("cannot write %s: %s", state.corpus_json, exc)
 
 
-def models_summary(config: Config, *, embedder=None, chat=None, live: bool = False) -> dict[str, str]:
+def models_summary(
+    config: Config, *, embedder=None, chat=None, live: bool = False, secret=None
+) -> dict[str, str]:
     """The models in use. With ``live``, embeddings and chat name what this
-    process actually runs (``none`` when off), not the Mistral defaults."""
+    process actually runs (``none`` when off), not the Mistral defaults; with
+    ``secret`` too, OCR and speech-to-text say which key they still need."""
     stt = config.stt.provider
     summary = {
         "embed_text": config.mistral.embed_text_model,
@@ -127,4 +143,12 @@ def models_summary(config: Config, *, embedder=None, chat=None, live: bool = Fal
             info = embedder.model_info(kind) if embedder is not None else None
             summary[f"embed_{kind}"] = f"{info.provider}/{info.model}" if info else "none"
         summary["chat"] = f"{chat.provider}/{chat.model}" if chat is not None else "none"
+    if live and secret is not None:
+        from corpus.ingest.pipeline import capabilities_for
+
+        caps = capabilities_for(config, secret)
+        if not caps.ocr:
+            summary["ocr"] = f"none ({caps.ocr_missing})"
+        if not caps.stt:
+            summary["stt_model"] = f"none ({caps.stt_missing})"
     return summary

@@ -1,10 +1,11 @@
 """ASGI entry point, served by daphne.
 
-Requests to the MCP endpoint and the REST mirror skip the site's middleware
-(sessions, CSRF, auth, messages, which only the admin uses): those views do
-their own Host, Origin and bearer checks, and each middleware costs a thread
-hop per request under ASGI (about 3 ms of CPU per call, docs/benchmarks.md).
-Everything else, the admin included, goes through the full stack.
+The MCP endpoint is a plain ASGI app (``mcp_gateway/api.py``): it does its
+own Host, Origin and bearer checks, and skips Django's request machinery,
+which costs thread hops on every call (docs/benchmarks.md). The REST mirror
+is a Django view that skips the site's middleware (sessions, CSRF, auth,
+messages, which only the admin uses). Everything else, the admin included,
+goes through the full stack.
 """
 
 import os
@@ -20,16 +21,24 @@ from django.core.handlers.exception import convert_exception_to_response  # noqa
 
 site = get_asgi_application()
 
+from mcp_gateway import api  # noqa: E402  (needs the app registry ready)
+
 
 class GatewayHandler(ASGIHandler):
-    """Django's ASGI handler with an empty middleware chain."""
+    """Django's ASGI handler for the REST mirror: none of the site's
+    middleware, only the mirror's own edge (CORS, JSON errors)."""
 
     def load_middleware(self, is_async=False):
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
         handler = convert_exception_to_response(self._get_response_async if is_async else self._get_response)
-        self._middleware_chain = self.adapt_method_mode(is_async, handler, is_async)
+        handler = self.adapt_method_mode(is_async, handler, is_async)
+        if is_async:  # under ASGI, the REST mirror's CORS and JSON 404/405 (mcp_gateway/rest_edge.py)
+            from mcp_gateway.rest_edge import rest_edge
+
+            handler = convert_exception_to_response(rest_edge(handler))
+        self._middleware_chain = handler
 
 
 gateway = GatewayHandler()
@@ -37,15 +46,19 @@ REST_PREFIX = "/api/v1/"
 _mcp_path: list[str] = []
 
 
-def _is_gateway(path: str) -> bool:
+def _mcp(path: str) -> bool:
     if not _mcp_path:
         from mcp_gateway import context
 
         _mcp_path.append("/" + context.mcp_path().strip("/"))
-    return path == _mcp_path[0] or path.startswith(REST_PREFIX)
+    return path == _mcp_path[0]
 
 
 async def application(scope, receive, send):
-    if scope["type"] == "http" and _is_gateway(scope.get("path", "")):
-        return await gateway(scope, receive, send)
+    if scope["type"] == "http":
+        path = scope.get("path", "")
+        if _mcp(path):
+            return await api.app(scope, receive, send)
+        if path.startswith(REST_PREFIX):
+            return await gateway(scope, receive, send)
     return await site(scope, receive, send)

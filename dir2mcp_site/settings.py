@@ -41,6 +41,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "dir2mcp_site.ops.middleware.RequestMetrics",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -95,6 +96,13 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -102,12 +110,30 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+# The daphne process serves /static/ itself (admin CSS/JS) unless a reverse
+# proxy serves STATIC_ROOT after collectstatic (docs/deploy.md).
+DIR2MCP_SERVE_STATIC = env.bool("DIR2MCP_SERVE_STATIC", default=True)
+
+# Behind a TLS-terminating reverse proxy (docs/deploy.md): trust its
+# X-Forwarded-Proto / X-Forwarded-Host only when told to.
+if env.bool("DJANGO_BEHIND_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    USE_X_FORWARDED_HOST = True
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 # Celery: with no broker, tasks run in-process (see corpus/tasks.py).
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_ACKS_LATE = True
+
+# State several server processes must share (rate limits) lives in Redis when
+# one is named: REDIS_URL, else the Celery broker when that is Redis. Without
+# it each process keeps its own (docs/scaling.md).
+REDIS_URL = env.str(
+    "REDIS_URL", default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
 
 LOGGING = {
     "version": 1,
@@ -127,3 +153,9 @@ LOGGING = {
     },
     "root": {"handlers": ["stderr"], "level": env.str("DIR2MCP_LOG_LEVEL", default="WARNING")},
 }
+
+# Deployments (docs/deploy.md): JSON lines on stdout for journald or a collector.
+if env.str("DIR2MCP_LOG_FORMAT", default="plain") == "json":
+    LOGGING["formatters"]["plain"] = {"()": "dir2mcp_site.ops.logformat.JsonFormatter"}
+    for _handler in LOGGING["handlers"].values():
+        _handler["stream"] = "ext://sys.stdout"

@@ -1,7 +1,19 @@
+from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path
+from django.contrib.staticfiles.views import serve as serve_static
+from django.urls import include, path, re_path
+
+
+def static_files(request, path):
+    """The admin's CSS and JS under daphne, found in the installed apps (no
+    collectstatic needed). Behind nginx, nginx serves STATIC_ROOT instead."""
+    return serve_static(request, path, insecure=True)
+
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("", include("mcp_gateway.urls")),
+    path("", include("dir2mcp_site.ops.urls")),
 ]
+if settings.DIR2MCP_SERVE_STATIC:
+    urlpatterns.append(re_path(r"^static/(?P<path>.*)$", static_files))
+urlpatterns.append(path("", include("mcp_gateway.urls")))

@@ -1,8 +1,10 @@
-"""The ``/mcp`` endpoint: MCP Streamable HTTP (2025-11-25) on Django ASGI.
+"""The ``/mcp`` endpoint: MCP Streamable HTTP (2025-11-25) as an ASGI app.
 
-One async view. It runs the transport checks in the order of the reference
-checklist (Host, Origin, bearer, Accept/Content-Type, size, JSON), resolves
-the session from the database, then dispatches. Tool work runs in worker
+One async handler, served by daphne beside Django (``dir2mcp_site/asgi.py``)
+without Django's request machinery (``asgi_io.py`` says why). It runs the
+transport checks in the order of the reference checklist (Host, Origin,
+bearer, Accept/Content-Type, size, JSON), resolves the session from the
+database, then dispatches. Tool work runs in worker
 threads; a ``tools/call`` that carries a progress token (or whose session
 asked for log messages) is answered as an SSE stream carrying the
 notifications and then the response, everything else as one JSON object.
@@ -16,20 +18,33 @@ import logging
 import threading
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import DisallowedHost, RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.views.decorators.csrf import csrf_exempt
+from django.db import connection
 
 from corpus import errors
+from dir2mcp_site.ops import metrics
 from mcp_gateway import context, dispatch, ratelimit, sessions, tools, transport
+from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
 from mcp_gateway.transport import HttpError, Message
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = transport.MAX_BODY_BYTES
 ALLOW = "GET, POST, DELETE, OPTIONS"
-EXPOSED = "MCP-Session-Id, MCP-Protocol-Version, WWW-Authenticate, X-MCP-Session-Expired"
-ALLOWED_HEADERS = "Authorization, Content-Type, Accept, MCP-Session-Id, MCP-Protocol-Version, Last-Event-ID"
+EXPOSED = (
+    "MCP-Session-Id, MCP-Protocol-Version, WWW-Authenticate, X-MCP-Session-Expired, "
+    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, Retry-After"
+)
+ALLOWED_HEADERS = ", ".join(
+    (
+        "Authorization",
+        "Content-Type",
+        "Accept",
+        "MCP-Session-Id",
+        "MCP-Protocol-Version",
+        "Last-Event-ID",
+        "PAYMENT-SIGNATURE",
+    )
+)
 
 
 class _Inflight:
@@ -51,53 +66,90 @@ class _Inflight:
 # the cancellation utility allows.
 _inflight: dict[tuple[str, object], _Inflight] = {}
 
+SERVER_BUSY = -32001
 
-def _json(body: dict | None, status: int = 200, headers: dict | None = None) -> HttpResponse:
-    response = HttpResponse(
-        b"" if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8"),
-        status=status,
-        content_type="application/json",
+
+class _Slots:
+    """Tool calls running in this process, up to ``server.max_concurrent_calls``.
+
+    A call holds its slot until its worker thread returns, even when the
+    client cancelled or hung up, so the limit bounds real work. One over the
+    limit is answered at once (-32001, retryable) instead of queueing.
+    """
+
+    taken = 0
+
+    @classmethod
+    def take(cls, limit: int) -> bool:
+        if cls.taken >= limit:
+            return False
+        cls.taken += 1
+        return True
+
+    @classmethod
+    def release(cls, _future=None) -> None:
+        cls.taken -= 1
+
+
+def _busy_error(msg_id, limit: int) -> dict:
+    return dispatch.error(
+        msg_id,
+        SERVER_BUSY,
+        f"server busy: {limit} tool calls already running; retry shortly",
+        {"code": errors.SERVER_BUSY, "retryable": True},
     )
-    if body is None:
-        del response["Content-Type"]
-    for name, value in (headers or {}).items():
-        response[name] = value
-    return response
 
 
-def _refusal(exc: HttpError) -> HttpResponse:
+def _busy(msg: Message, limit: int) -> Response:
+    return _json(_busy_error(msg.id, limit), headers={"Retry-After": "1"})
+
+
+_json = Response.json
+
+
+def _refusal(exc: HttpError) -> Response:
     return _json(exc.body(), exc.status, exc.headers)
 
 
 def _limits(ctx: context.Context) -> sessions.Limits:
     server = ctx.config.server
-    return sessions.Limits(server.session_inactivity_timeout, server.session_max_lifetime)
+    return sessions.Limits(
+        server.session_inactivity_timeout, server.session_max_lifetime, server.max_sessions_per_token
+    )
 
 
-def _cors(response: HttpResponse, origin: str | None) -> HttpResponse:
+def _cors(response: Response | StreamResponse, origin: str | None) -> Response | StreamResponse:
     if origin:
-        response["Access-Control-Allow-Origin"] = origin
-        response["Access-Control-Expose-Headers"] = EXPOSED
-        response["Vary"] = "Origin"
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = EXPOSED
+        response.headers["Vary"] = "Origin"
     return response
 
 
-@csrf_exempt
-async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
-    origin = request.headers.get("Origin")
+async def app(scope, receive, send) -> None:
+    """The ASGI app of the endpoint (``scope["type"] == "http"``)."""
+    request = Request(scope, receive)
+    try:
+        response = await mcp_endpoint(request)
+    except ClientGone:
+        return
+    metrics.observe_request(request.method, response.status, endpoint="mcp")
+    await response.send(send, request)
+
+
+async def mcp_endpoint(request: Request) -> Response | StreamResponse:
+    origin = request.headers.get("origin")
     cors_origin = None
     try:
-        ctx = await _context()
-        try:
-            request.get_host()
-        except DisallowedHost:
-            raise HttpError(400, errors.FORBIDDEN_ORIGIN, "Host header is not allowed") from None
+        ctx = await context_async()
+        if not request.host_allowed():
+            raise HttpError(400, errors.FORBIDDEN_ORIGIN, "Host header is not allowed")
         transport.check_origin(origin, ctx.allowed_origins)
         cors_origin = origin
         if request.method == "OPTIONS":
-            return _preflight(origin)
-        transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
-        check_rate(request, ctx)
+            return _cors(_preflight(), origin)
+        transport.check_bearer(request.headers.get("authorization"), ctx.auth.token)
+        check_rate(request.client, request.headers.get("authorization"), ctx)
         if request.method == "POST":
             response = await _post(request, ctx)
         elif request.method == "DELETE":
@@ -108,6 +160,8 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
             response = _json(None, 405, {"Allow": ALLOW})
     except HttpError as exc:
         response = _refusal(exc)
+    except ClientGone:
+        raise
     except errors.Dir2mcpError as exc:  # the server itself cannot start serving (config, store)
         log.error("cannot serve MCP: %s", exc)
         response = _refusal(HttpError(503, exc.code, exc.message, transport.INTERNAL_ERROR))
@@ -117,13 +171,12 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     return _cors(response, cors_origin)
 
 
-def check_rate(request: HttpRequest, ctx: context.Context) -> None:
+def check_rate(remote: str, authorization: str | None, ctx: context.Context) -> None:
+    """429 once this client (address and credential) is over its budget."""
     bucket = ratelimit.limiter(ctx.config.server.rate_limit_per_minute)
     if bucket is None:
         return
-    key = (
-        f"{request.META.get('REMOTE_ADDR', '')}|{sessions.token_digest(request.headers.get('Authorization'))}"
-    )
+    key = f"{remote}|{sessions.token_digest(authorization)}"
     wait = bucket.retry_after(key)
     if wait:
         raise HttpError(
@@ -134,10 +187,26 @@ def check_rate(request: HttpRequest, ctx: context.Context) -> None:
         )
 
 
+def _usable_connection(fn, *args, **kwargs):
+    """Run ``fn`` after dropping this thread's database connection if an
+    error left it broken (a restarted PostgreSQL, say): Django's request
+    signals would do that, and this endpoint does not send them. Healthy
+    connections are kept, one per worker thread."""
+    if connection.errors_occurred and not connection.is_usable():
+        connection.close()
+    connection.errors_occurred = False
+    return fn(*args, **kwargs)
+
+
+def _in_worker(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a worker thread, awaitable."""
+    return sync_to_async(_usable_connection, thread_sensitive=False)(fn, *args, **kwargs)
+
+
 _ctx_lock = asyncio.Lock()
 
 
-async def _context() -> context.Context:
+async def context_async() -> context.Context:
     current = context.peek()
     if current is not None:
         return current
@@ -145,49 +214,57 @@ async def _context() -> context.Context:
         return await sync_to_async(context.get, thread_sensitive=False)()
 
 
-def _preflight(origin: str | None) -> HttpResponse:
-    response = _json(None, 204)
-    response["Access-Control-Allow-Methods"] = ALLOW
-    response["Access-Control-Allow-Headers"] = ALLOWED_HEADERS
-    response["Access-Control-Max-Age"] = "600"
-    return response
+def _preflight() -> Response:
+    headers = {
+        "Access-Control-Allow-Methods": ALLOW,
+        "Access-Control-Allow-Headers": ALLOWED_HEADERS,
+        "Access-Control-Max-Age": "600",
+    }
+    return _json(None, 204, headers)
 
 
-async def _read_body(request: HttpRequest) -> bytes:
-    transport.check_accept_post(request.headers.get("Accept"))
-    transport.check_content_type(request.headers.get("Content-Type"))
-    transport.check_declared_length(request.headers.get("Content-Length"), MAX_BODY_BYTES)
+async def _read_body(request: Request) -> bytes:
+    transport.check_accept_post(request.headers.get("accept"))
+    transport.check_content_type(request.headers.get("content-type"))
+    transport.check_declared_length(request.headers.get("content-length"), MAX_BODY_BYTES)
     try:
-        body = request.body
-    except RequestDataTooBig:
-        body = None
-    if body is None or len(body) > MAX_BODY_BYTES:
-        raise HttpError(413, errors.INVALID_RANGE, f"request body over the {MAX_BODY_BYTES}-byte limit")
-    return body
+        return await request.body(MAX_BODY_BYTES)
+    except BodyTooLarge:
+        raise HttpError(
+            413, errors.INVALID_RANGE, f"request body over the {MAX_BODY_BYTES}-byte limit"
+        ) from None
 
 
-async def _post(request: HttpRequest, ctx: context.Context) -> HttpResponse:
+async def _post(request: Request, ctx: context.Context) -> Response | StreamResponse:
     msg = transport.parse_message(await _read_body(request))
     if msg.kind == "request" and msg.method == "initialize":
         return await _initialize(msg, ctx)
-    version = transport.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
-    session_id = transport.check_session_header(request.headers.get("MCP-Session-Id"))
+    version = transport.check_protocol_version(request.headers.get("mcp-protocol-version"))
+    session_id = transport.check_session_header(request.headers.get("mcp-session-id"))
     if msg.kind != "request":
         row = await _session(session_id, ctx)
         _notification(msg, row.session_id)
         return _json(None, 202)
-    if msg.method != "tools/call" or dispatch.progress_token(msg) is None:
+    tool_call = msg.method == "tools/call"
+    limit = ctx.config.server.max_concurrent_calls
+    if tool_call and _Slots.taken >= limit:
+        return _busy(msg, limit)
+    paid = tool_call and dispatch.is_paid(msg, ctx)
+    if not tool_call or paid or dispatch.progress_token(msg) is None:
         # The common case: one worker hop for the session and the method.
+        reply = dispatch.HttpReply()
+        payment = request.headers.get("payment-signature")
         try:
             outcome = await _run(
                 (session_id, msg.id),
                 msg.id,
-                lambda cancel: _lookup_and_respond(session_id, msg, version, ctx, cancel),
+                lambda cancel: _lookup_and_respond(session_id, msg, version, ctx, cancel, payment, reply),
+                slot_limit=limit if tool_call else None,
             )
         except sessions.SessionGone as gone:
             raise _gone(gone) from None
         if outcome is not _NEEDS_STREAM:
-            return _json(outcome)
+            return _json(outcome, reply.status, reply.headers)
     row = await _session(session_id, ctx)
     return _stream(msg, dispatch.SessionState(row.session_id, version, row.log_level, initialized=True), ctx)
 
@@ -195,21 +272,33 @@ async def _post(request: HttpRequest, ctx: context.Context) -> HttpResponse:
 _NEEDS_STREAM = {"stream": True}
 
 
-def _lookup_and_respond(session_id: str, msg: Message, version: str, ctx, cancel: threading.Event):
-    """In a worker: the session, then the method, unless it must stream."""
+def _lookup_and_respond(
+    session_id: str,
+    msg: Message,
+    version: str,
+    ctx,
+    cancel: threading.Event,
+    payment: str | None,
+    reply: dispatch.HttpReply,
+):
+    """In a worker: the session, then the method, unless it must stream.
+
+    A paid call never streams: its status and payment headers are known
+    only once it has run."""
     row = sessions.lookup(session_id, token=ctx.auth.token, limits=_limits(ctx))
     state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
-    if msg.method == "tools/call" and state.log_level:
+    if msg.method == "tools/call" and state.log_level and not dispatch.is_paid(msg, ctx):
         return _NEEDS_STREAM  # its log messages travel on an SSE answer
-    response = dispatch.respond(msg, state, ctx, cancel=cancel)
+    response = dispatch.respond(msg, state, ctx, cancel=cancel, payment=payment, reply=reply)
     if msg.method == "logging/setLevel" and state.log_level != row.log_level:
         sessions.set_log_level(row.session_id, state.log_level)
     return response
 
 
-async def _initialize(msg: Message, ctx: context.Context) -> HttpResponse:
+async def _initialize(msg: Message, ctx: context.Context) -> Response:
     version = dispatch.negotiate(msg.params)
-    row = await sync_to_async(sessions.create, thread_sensitive=False)(
+    row = await _in_worker(
+        sessions.create,
         protocol_version=version,
         client_info=msg.params.get("clientInfo") or {},
         token=ctx.auth.token,
@@ -221,9 +310,7 @@ async def _initialize(msg: Message, ctx: context.Context) -> HttpResponse:
 
 async def _session(session_id: str, ctx: context.Context):
     try:
-        return await sync_to_async(sessions.lookup, thread_sensitive=False)(
-            session_id, token=ctx.auth.token, limits=_limits(ctx)
-        )
+        return await _in_worker(sessions.lookup, session_id, token=ctx.auth.token, limits=_limits(ctx))
     except sessions.SessionGone as gone:
         raise _gone(gone) from None
 
@@ -243,16 +330,21 @@ def _notification(msg: Message, session_id: str) -> None:
             entry.cancel()
 
 
-async def _run(key: tuple, msg_id, job) -> dict | None:
+async def _run(key: tuple, msg_id, job, *, slot_limit: int | None = None) -> dict | None:
     """Run ``job(cancel_event)`` in a worker thread, registered under ``key``
-    for cancellation meanwhile.
+    for cancellation meanwhile; with ``slot_limit``, in one of the process's
+    tool-call slots (-32001 when none is free).
 
     A cancel answers at once; the worker stops at its next check and its
     late result is dropped.
     """
+    if slot_limit is not None and not _Slots.take(slot_limit):
+        return _busy_error(msg_id, slot_limit)
     entry = _Inflight(asyncio.get_running_loop())
     _inflight[key] = entry
-    work = asyncio.ensure_future(sync_to_async(job, thread_sensitive=False)(entry.event))
+    work = asyncio.ensure_future(_in_worker(job, entry.event))
+    if slot_limit is not None:
+        work.add_done_callback(_Slots.release)
     try:
         await asyncio.wait({work, entry.cancelled}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():
@@ -274,7 +366,7 @@ def _sse(message: dict) -> bytes:
     return b"event: message\ndata: " + json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
-def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamingHttpResponse:
+def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamResponse:
     """Answer on an SSE stream: notifications as they come, then the response.
 
     A cancelled call ends the stream without a response, as the
@@ -288,7 +380,8 @@ def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamingHttpRes
 
     async def events():
         job = lambda cancel: dispatch.respond(msg, state, ctx, emit=emit, cancel=cancel)  # noqa: E731
-        task = asyncio.ensure_future(_run((state.id, msg.id), msg.id, job))
+        limit = ctx.config.server.max_concurrent_calls
+        task = asyncio.ensure_future(_run((state.id, msg.id), msg.id, job, slot_limit=limit))
         done = asyncio.ensure_future(_when_done(task, queue))
         try:
             while True:
@@ -306,10 +399,7 @@ def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamingHttpRes
                     entry.cancel()
             done.cancel()
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+    return StreamResponse(events())
 
 
 _END = object()
@@ -322,8 +412,8 @@ async def _when_done(task: asyncio.Future, queue: asyncio.Queue) -> None:
         queue.put_nowait(_END)
 
 
-async def _delete(request: HttpRequest, ctx: context.Context) -> HttpResponse:
-    transport.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
-    row = await _session(transport.check_session_header(request.headers.get("MCP-Session-Id")), ctx)
-    await sync_to_async(sessions.end, thread_sensitive=False)(row.session_id)
+async def _delete(request: Request, ctx: context.Context) -> Response:
+    transport.check_protocol_version(request.headers.get("mcp-protocol-version"))
+    row = await _session(transport.check_session_header(request.headers.get("mcp-session-id")), ctx)
+    await _in_worker(sessions.end, row.session_id)
     return _json(None, 204)

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -90,6 +91,8 @@ class Context:
     read_only: bool = False
     public: bool = False
     mcp_path: str = "/mcp"
+    # The x402 gate (payments/gate.py) when tool calls are sold, else None.
+    gate: Any = None
     _models: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -181,8 +184,27 @@ def get() -> Context:
 
                 ctx = build()
                 open_store(ctx.state)
+                ctx.gate = payment_gate(ctx)
                 _current = ctx
     return _current
+
+
+def payment_gate(ctx: Context, emit=None):
+    """The x402 gate for ``ctx``'s configuration, or None when calls are free.
+
+    ``x402.mode: required`` with an incomplete configuration raises
+    CONFIG_INVALID; ``on`` with one serves free and warns (payments/gate.py).
+    """
+    if ctx.config.x402.mode == "off":
+        return None
+    from mcp_gateway import tools
+    from payments import gate
+
+    catalog = {
+        name: {"description": t.description, "inputSchema": t.input_schema}
+        for name, t in tools.REGISTRY.items()
+    }
+    return gate.from_config(ctx.config, ctx.state.path, emit=emit, tools=catalog)
 
 
 def peek() -> Context | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mcp_gateway import schemas, tools
 from mcp_gateway.context import Context
@@ -38,6 +38,15 @@ INSTRUCTIONS = (
 )
 
 Emit = Callable[[dict], None]
+
+
+@dataclass
+class HttpReply:
+    """What a method may set on the HTTP answer besides its body (x402:
+    402 and ``PAYMENT-REQUIRED``, ``PAYMENT-RESPONSE``); stdio ignores it."""
+
+    status: int = 200
+    headers: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -131,8 +140,14 @@ def respond(
     *,
     emit: Emit | None = None,
     cancel: threading.Event | None = None,
+    payment: str | None = None,
+    reply: HttpReply | None = None,
 ) -> dict | None:
-    """Run one message; ``tools.Cancelled`` propagates to the transport."""
+    """Run one message; ``tools.Cancelled`` propagates to the transport.
+
+    ``payment`` is the ``PAYMENT-SIGNATURE`` header, if any; ``reply``
+    receives the HTTP status and headers a paid call needs.
+    """
     if msg.kind != "request":
         if msg.method == "notifications/initialized":
             session.initialized = True
@@ -158,14 +173,20 @@ def respond(
         except ValueError:
             return error(msg.id, INVALID_PARAMS, "invalid cursor")
     if method == "tools/call":
-        return _call_tool(msg, session, ctx, emit, cancel or threading.Event())
+        return _call_tool(msg, session, ctx, emit, cancel or threading.Event(), payment, reply or HttpReply())
     if method in ("resources/list", "prompts/list", "resources/templates/list"):
         return error(msg.id, METHOD_NOT_FOUND, f"{method}: this server offers tools only")
     return error(msg.id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")
 
 
 def _call_tool(
-    msg: Message, session: SessionState, ctx: Context, emit: Emit, cancel: threading.Event
+    msg: Message,
+    session: SessionState,
+    ctx: Context,
+    emit: Emit,
+    cancel: threading.Event,
+    payment: str | None,
+    reply: HttpReply,
 ) -> dict:
     name = msg.params.get("name")
     if not isinstance(name, str):
@@ -179,7 +200,39 @@ def _call_tool(
     call = tools.Call(
         ctx, progress=_Progress(progress_token(msg), emit), log=_logger(session, emit), cancel=cancel
     )
-    return ok(msg.id, tools.run(tool, arguments, call))
+    if ctx.gate is None or ctx.gate.price_for(name) is None:
+        return ok(msg.id, tools.run(tool, arguments, call))
+    return _paid_call(
+        msg, name, arguments, ctx.gate, lambda: tools.run(tool, arguments, call), payment, reply
+    )
+
+
+def is_paid(msg: Message, ctx: Context) -> bool:
+    """A ``tools/call`` of a priced tool (answered as JSON: its HTTP status
+    and headers depend on the payment, which an SSE answer has already sent)."""
+    name = msg.params.get("name") if msg.method == "tools/call" else None
+    return ctx.gate is not None and isinstance(name, str) and ctx.gate.price_for(name) is not None
+
+
+def _paid_call(msg: Message, name: str, arguments, gate, run, payment: str | None, reply: HttpReply) -> dict:
+    """x402 (payments/gate.py): challenge, or verify, run, settle; the
+    in-band variant reads ``_meta["x402/payment"]``."""
+    from payments.gate import request_hash
+
+    meta = msg.params.get("_meta")
+    outcome = gate.handle(
+        tool_name=name,
+        arguments=arguments or {},
+        header=payment,
+        meta_payment=meta.get("x402/payment") if isinstance(meta, dict) else None,
+        request_hash=request_hash(name, arguments or {}),
+        run=run,
+    )
+    reply.status = outcome.http_status
+    reply.headers.update(outcome.headers)
+    if outcome.result is not None:
+        return ok(msg.id, outcome.result)
+    return error(msg.id, outcome.error["code"], outcome.error["message"], outcome.error.get("data"))
 
 
 def not_initialized(msg: Message) -> dict:

@@ -1,17 +1,22 @@
-"""Per-client token buckets for ``server.rate_limit_per_minute``.
+"""Per-client limits for ``server.rate_limit_per_minute``.
 
-In-process: each daphne process keeps its own buckets, so N processes
-behind a proxy allow up to N times the rate. That bounds abuse of one
-process's CPU, which is what it is for; a global quota belongs to the
-proxy in front.
+One server process keeps token buckets in memory. Several processes behind
+one address share the limit through Redis when ``REDIS_URL`` (or a Redis
+Celery broker) is set: one-minute windows counted with INCR, so N processes
+allow the rate once, not N times. If Redis cannot be reached the request is
+let through and a warning logged: a limiter outage must not take the server
+down with it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 MAX_CLIENTS = 50_000
 
@@ -46,12 +51,48 @@ class RateLimiter:
             return max(1, math.ceil((1 - bucket.tokens) / self.rate))
 
 
-_limiters: dict[int, RateLimiter] = {}
+class RedisRateLimiter:
+    """Fixed one-minute windows in Redis, shared by every server process."""
+
+    PREFIX = "dir2mcp:rate:"
+
+    def __init__(self, url: str, per_minute: int):
+        import redis
+
+        self.per_minute = per_minute
+        self._redis = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self._warned = False
+
+    def retry_after(self, key: str, now: float | None = None) -> int:
+        now = time.time() if now is None else now
+        window = int(now // 60)
+        name = f"{self.PREFIX}{window}:{key}"
+        try:
+            pipe = self._redis.pipeline()
+            pipe.incr(name)
+            pipe.expire(name, 120)
+            count = pipe.execute()[0]
+        except Exception as exc:  # redis.RedisError or a socket error: let the call through
+            if not self._warned:
+                log.warning("rate limit store unreachable, not limiting: %s", type(exc).__name__)
+                self._warned = True
+            return 0
+        self._warned = False
+        if count <= self.per_minute:
+            return 0
+        return max(1, math.ceil((window + 1) * 60 - now))
 
 
-def limiter(per_minute: int) -> RateLimiter | None:
+_limiters: dict[tuple[int, str], RateLimiter | RedisRateLimiter] = {}
+
+
+def limiter(per_minute: int) -> RateLimiter | RedisRateLimiter | None:
     if per_minute <= 0:
         return None
-    if per_minute not in _limiters:
-        _limiters[per_minute] = RateLimiter(per_minute)
-    return _limiters[per_minute]
+    from django.conf import settings
+
+    url = getattr(settings, "REDIS_URL", "")
+    key = (per_minute, url)
+    if key not in _limiters:
+        _limiters[key] = RedisRateLimiter(url, per_minute) if url else RateLimiter(per_minute)
+    return _limiters[key]

@@ -142,7 +142,7 @@ class BearerAuth(HttpBearer):
         ctx = context.get()
         transport.check_origin(request.headers.get("Origin"), ctx.allowed_origins)
         transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
-        check_rate(request, ctx)
+        check_rate(request.META.get("REMOTE_ADDR", ""), request.headers.get("Authorization"), ctx)
         if request.method == "POST":
             transport.check_content_type(request.headers.get("Content-Type"))
         return ctx

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.1.0"
 
 SPAN = {
     "type": "object",

@@ -30,6 +30,7 @@ _last_sweep = 0.0
 class Limits:
     inactivity: float  # seconds; 0 disables
     max_lifetime: float  # seconds; 0 disables
+    per_token: int = 64  # sessions one credential may hold
 
 
 class SessionGone(Exception):
@@ -53,6 +54,7 @@ def create(*, protocol_version: str, client_info: dict, token: str | None, limit
     sweep(limits)
     now = time.time()
     info = client_info if isinstance(client_info, dict) else {}
+    _make_room(token_digest(token), limits.per_token)
     session = McpSession.objects.create(
         session_id=new_id(),
         auth_digest=token_digest(token),
@@ -63,6 +65,16 @@ def create(*, protocol_version: str, client_info: dict, token: str | None, limit
         last_seen_unix=now,
     )
     return session
+
+
+def _make_room(digest: str, per_token: int) -> None:
+    """Evict the credential's least recently seen sessions so that one more fits."""
+    held = McpSession.objects.filter(auth_digest=digest)
+    surplus = held.count() - per_token + 1
+    if surplus > 0:
+        oldest = list(held.order_by("last_seen_unix").values_list("session_id", flat=True)[:surplus])
+        McpSession.objects.filter(session_id__in=oldest).delete()
+        log.info("evicted %d sessions of one credential (limit %d)", len(oldest), per_token)
 
 
 def expiry_reason(session: McpSession, limits: Limits, now: float) -> str:

@@ -404,7 +404,7 @@ def serve(
     with the tools.
     """
     from corpus.events import Reporter
-    from mcp_gateway.server import start_background_indexing
+    from mcp_gateway.background import start_background_indexing
 
     reporter = reporter or Reporter.silent()
     server = StdioServer(ctx, infd=infd, out=out)

@@ -105,3 +105,26 @@ def stats(result: dict) -> str:
         f"ocr={models['ocr']} stt={models['stt_provider']}/{models['stt_model']}\n"
         f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
     )
+
+
+def transcribe(result: dict) -> str:
+    segments = result.get("segments") or []
+    head = (
+        f"Transcribed {result['rel_path']} with {result['provider']}/{result['model']}"
+        + (" and indexed it" if result["indexed"] else "")
+        + f": {len(segments)} timed segment(s)."
+    )
+    lines = [
+        f"{cite(result['rel_path'], {'kind': 'time', 'start_ms': s['start_ms'], 'end_ms': s['end_ms']})} "
+        f"{_one_line(s['text'], 200)}"
+        for s in segments[:50]
+    ]
+    if len(segments) > 50:
+        lines.append(f"(… {len(segments) - 50} more in structuredContent.segments)")
+    return "\n".join([head, *lines])
+
+
+def annotate(result: dict) -> str:
+    indexed = " and indexed its flattened text" if result["flattened_indexed"] else ""
+    preview = result.get("annotation_text_preview") or ""
+    return f"Stored the annotation of {result['rel_path']}{indexed}.\n\n{preview}".rstrip()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -61,6 +62,8 @@ class Tool:
     handler: Callable[[Call, dict], dict]
     summarize: Callable[[dict], str]
     annotations: dict = field(default_factory=lambda: dict(READ_ONLY))
+    #: splits non-text content (audio) off a result: ``result -> (structured, content items)``
+    split_content: Callable[[dict], tuple[dict, list[dict]]] | None = None
 
     def definition(self) -> dict:
         return {
@@ -164,11 +167,21 @@ def error_result(exc: errors.Dir2mcpError) -> dict:
 
 
 def run(tool: Tool, arguments, call: Call) -> dict:
-    """Validate, run and package one call as a ``CallToolResult``.
+    """Validate, run and package one call as a ``CallToolResult``, counted
+    in the metrics (``/metrics``: calls and latency by tool).
 
     :class:`Cancelled` propagates: the transport decides what a cancelled
     request answers (nothing on a stream).
     """
+    from dir2mcp_site.ops import metrics
+
+    started = time.perf_counter()
+    result = _run(tool, arguments, call)
+    metrics.observe_tool(tool.name, time.perf_counter() - started, bool(result.get("isError")))
+    return result
+
+
+def _run(tool: Tool, arguments, call: Call) -> dict:
     try:
         args = validate_arguments(tool, arguments)
         result = tool.handler(call, args)
@@ -179,7 +192,13 @@ def run(tool: Tool, arguments, call: Call) -> dict:
     except Exception:  # a bug must not become a traceback on the wire
         log.exception("tool %s failed", tool.name)
         return error_result(errors.Dir2mcpError("INTERNAL_ERROR", f"{tool.name} failed; see the server log"))
-    return {"content": [{"type": "text", "text": tool.summarize(result)}], "structuredContent": result}
+    extra: list[dict] = []
+    if tool.split_content is not None:
+        result, extra = tool.split_content(result)
+    return {
+        "content": [{"type": "text", "text": tool.summarize(result)}, *extra],
+        "structuredContent": result,
+    }
 
 
 # -- the tools ------------------------------------------------------------------
@@ -298,7 +317,9 @@ def stats(call: Call, args: dict) -> dict:
         "protocol_version": LATEST_VERSION,
         "schema_version": schemas.SCHEMA_VERSION,
         "indexing": indexing,
-        "models": models_summary(ctx.config, embedder=ctx.embedder, chat=ctx.chat, live=True),
+        "models": models_summary(
+            ctx.config, embedder=ctx.embedder, chat=ctx.chat, live=True, secret=ctx.secret
+        ),
     }
 
 
@@ -397,3 +418,6 @@ register(
         summarize=summaries.stats,
     )
 )
+
+# The multimodal tools register themselves after the core ones (registry order is the contract's).
+from mcp_gateway import media_tools  # noqa: E402, F401

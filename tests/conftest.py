@@ -16,3 +16,4 @@ def corpus_dir(tmp_path: Path) -> Path:
 
 
 from tests.fakes.mistral import fake_mistral  # noqa: E402, F401
+from tests.up_process import running  # noqa: E402, F401  (a fixture: `up` processes, killed after the test)

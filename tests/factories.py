@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import factory
 
 from corpus.models import Chunk, Document, Representation, Span
@@ -49,3 +51,14 @@ class SpanFactory(factory.django.DjangoModelFactory):
     span_kind = "lines"
     start = 1
     end = 1
+
+
+class McpSessionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "mcp_gateway.McpSession"
+
+    session_id = factory.Sequence(lambda n: f"sess_{n:032x}")
+    protocol_version = "2025-11-25"
+    client_name = "test-client"
+    created_unix = factory.LazyFunction(time.time)
+    last_seen_unix = factory.LazyFunction(time.time)

@@ -128,6 +128,11 @@ def start_daphne(root: Path, *, auth: str = "auto", env: dict[str, str] | None =
     """Index ``root``, then serve it under daphne; ``stop`` it when done."""
     full_env = base_env(DIR2MCP_ROOT=str(root), DIR2MCP_AUTH=auth, **(env or {}))
     index(root, full_env)
+    return serve_daphne(root, full_env, auth=auth)
+
+
+def serve_daphne(root: Path, full_env: dict[str, str], *, auth: str = "auto") -> Server:
+    """One more daphne process on ``root``'s index (already built), on a free port."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dir2mcp_site.asgi:application"],

@@ -148,6 +148,29 @@ def test_incompatible_index_format_exits_5_until_reindex(corpus_dir):
     assert cli("status", "--dir", str(corpus_dir)).returncode == 0
 
 
+def test_migrations_run_once_then_only_when_the_migration_files_change(corpus_dir):
+    from corpus.store import MIGRATIONS_KEY, migrations_fingerprint
+
+    make_tree(corpus_dir, files=1)
+    assert cli("reindex", "--dir", str(corpus_dir)).returncode == 0
+    db = corpus_dir / ".dir2mcp" / "meta.sqlite"
+
+    def sql(statement: str, *params):
+        with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+            return conn.execute(statement, params).fetchall()
+
+    assert sql("SELECT value FROM settings WHERE key = ?", MIGRATIONS_KEY) == [(migrations_fingerprint(),)]
+    # Forget that the sessions migration ran, though its table is there: a
+    # migrate now would fail creating it again, so success means it was skipped.
+    sql("DELETE FROM django_migrations WHERE app = 'mcp_gateway'")
+    assert cli("status", "--dir", str(corpus_dir)).returncode == 0
+    # Once the files differ from what the database recorded, migrate runs
+    # (and here meets the table it was told does not exist).
+    sql("UPDATE settings SET value = 'older files' WHERE key = ?", MIGRATIONS_KEY)
+    rerun = cli("status", "--dir", str(corpus_dir))
+    assert rerun.returncode == 5 and "STORE_CORRUPT" in rerun.stderr
+
+
 def test_corrupt_database_exits_5_and_reindex_rebuilds(corpus_dir):
     make_tree(corpus_dir, files=1)
     state = corpus_dir / ".dir2mcp"

@@ -4,6 +4,7 @@ of the reference's status table, plus sessions, SSE and CORS."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -82,6 +83,7 @@ def test_loopback_origin_is_allowed_with_cors_headers(server, session):
 def test_preflight_for_allowed_origins_only(server):
     ok = httpx.options(server.url, headers={"Origin": "http://127.0.0.1:3000"})
     assert ok.status_code == 204
+    assert ok.headers["access-control-allow-origin"] == "http://127.0.0.1:3000"
     assert "Authorization" in ok.headers["access-control-allow-headers"]
     assert "POST" in ok.headers["access-control-allow-methods"]
     refused = httpx.options(server.url, headers={"Origin": "http://evil.example.com"})
@@ -241,17 +243,22 @@ def test_rate_limit_gives_429_with_retry_after(tmp_path):
         stop(limited)
 
 
+def chat_env(fake_mistral) -> dict[str, str]:
+    """Chat (ask) through the fake Mistral at the network edge."""
+    return {
+        "MISTRAL_API_KEY": fake_mistral.API_KEY,
+        "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
+        "DIR2MCP_CHAT__PROVIDER": "mistral",
+    }
+
+
 @pytest.fixture
 def slow_chat_server(tmp_path, fake_mistral):
     """A server whose chat model (the fake Mistral) takes 6 s to answer."""
     write_corpus(tmp_path)
     srv = start_daphne(
         tmp_path,
-        env={
-            "MISTRAL_API_KEY": fake_mistral.API_KEY,
-            "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
-            "DIR2MCP_CHAT__PROVIDER": "mistral",
-        },
+        env=chat_env(fake_mistral),
     )
     fake_mistral.delay_next(6.0, count=4)
     yield srv
@@ -308,6 +315,97 @@ def test_cancel_answers_a_pending_json_call_with_request_cancelled(slow_chat_ser
     worker.join(timeout=15)
     assert replies and replies[0].status_code == 200
     assert replies[0].json()["error"]["code"] == -32800
+
+
+def test_a_client_that_never_reads_its_stream_does_not_stall_others(tmp_path, fake_mistral):
+    import socket
+
+    write_corpus(tmp_path)
+    server = start_daphne(
+        tmp_path,
+        env=chat_env(fake_mistral),
+    )
+    try:
+        session = server.initialize()
+        fake_mistral.delay_next(12.0, count=1)
+        body = json.dumps(ask_body(41, progressToken="slow")).encode()
+        host, port = server.base.split("//", 1)[1].rsplit(":", 1)
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {server.token}\r\n"
+            "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+            f"MCP-Session-Id: {session}\r\nMCP-Protocol-Version: {PROTOCOL}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        with socket.create_connection((host, int(port)), timeout=30) as slow:
+            slow.sendall(head + body)  # then reads nothing while the chat model takes 12 s
+            other = server.initialize()
+            answers = [server.post(PING, session=other).json() for _ in range(20)]
+            searched = server.call(other, "dir2mcp.search", {"query": "loader"})
+            # Only now look at the slow stream: its answer cannot have come yet,
+            # so the calls above were served while it was pending, not after.
+            slow.setblocking(False)
+            try:
+                pending = slow.recv(65536)
+            except BlockingIOError:
+                pending = b""
+    finally:
+        err = stop(server)
+    assert all(answer["result"] == {} for answer in answers)
+    assert searched["structuredContent"]["hits"]
+    assert b'"id": 41' not in pending and b'"id":41' not in pending
+    assert "Traceback" not in err
+
+
+def test_calls_past_the_concurrency_limit_are_refused_busy_not_queued(tmp_path, fake_mistral):
+    import threading
+
+    write_corpus(tmp_path)
+    srv = start_daphne(
+        tmp_path,
+        env={**chat_env(fake_mistral), "DIR2MCP_SERVER__MAX_CONCURRENT_CALLS": "1"},
+    )
+    try:
+        session = srv.initialize()
+        fake_mistral.delay_next(4.0, count=1)
+        replies = []
+        slow = threading.Thread(target=lambda: replies.append(srv.post(ask_body(31), session=session)))
+        slow.start()
+        for _ in range(600):  # until the slow call is in its chat request, holding the only slot
+            if fake_mistral.requests_to("/v1/chat/completions"):
+                break
+            time.sleep(0.01)
+        refused = srv.post(ask_body(32), session=session).json()
+        pinged = srv.post(PING, session=session).json()
+        slow.join(timeout=30)
+        after = srv.post(ask_body(33), session=session).json()
+    finally:
+        err = stop(srv)
+    assert refused["error"]["code"] == -32001
+    assert refused["error"]["data"] == {"code": "SERVER_BUSY", "retryable": True}
+    assert pinged["result"] == {}  # only tool calls take slots
+    assert replies and "result" in replies[0].json()  # the running call was not disturbed
+    assert "result" in after  # its slot was given back
+    assert "Traceback" not in err
+
+
+def test_mcp_requests_and_tool_calls_show_in_metrics(server, session):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server.call(session, "dir2mcp.search", {"query": "loader"})
+    server.call(session, "dir2mcp.open_file", {"rel_path": "../outside"})  # an error result
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(httpx.get(f"{server.base}/metrics").text)
+        for sample in family.samples
+    }
+
+    def value(name: str, **labels) -> float:
+        return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    assert value("dir2mcp_tool_calls_total", tool="dir2mcp.search", outcome="ok") >= 1
+    assert value("dir2mcp_tool_calls_total", tool="dir2mcp.open_file", outcome="error") >= 1
+    assert value("dir2mcp_tool_call_seconds_count", tool="dir2mcp.search") >= 1
+    assert value("dir2mcp_http_requests_total", endpoint="mcp", method="POST", status="200") >= 2
 
 
 def test_gateway_skips_the_site_middleware_but_the_admin_keeps_it(server, session):

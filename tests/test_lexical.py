@@ -19,7 +19,7 @@ from corpus.store import wipe_index
 
 pytestmark = pytest.mark.django_db
 
-PREFIX_FILTER = "d.rel_path LIKE ? ESCAPE '\\'"
+PREFIX_FILTER = "d.rel_path LIKE %s ESCAPE '\\'"
 
 
 @pytest.fixture
@@ -56,9 +56,7 @@ def top_paths(query: str, limit: int = 10, **kwargs) -> list[str]:
 
 
 def fts_ids() -> set[int]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT rowid FROM chunks_fts")
-        return {row[0] for row in cursor.fetchall()}
+    return lexical.indexed_ids()
 
 
 def assert_in_sync() -> None:
@@ -325,6 +323,29 @@ def test_path_filter_applies_before_the_limit(index):
     assert filtered == ["wanted/weak.md"]
 
 
+@pytest.mark.parametrize("window", [lexical.FILTER_WINDOW, 16], ids=["windowed", "join-fallback"])
+@pytest.mark.skipif("connection.vendor != 'sqlite'", reason="the windowed top-N read is SQLite's")
+def test_filtered_top_n_equals_ranking_the_whole_filtered_set(index, monkeypatch, window):
+    """The windowed read (top-N by rank, then the filter) gives exactly what
+    ranking every filtered match through a join gives, including when the
+    filter is so selective that the window grows past its cap."""
+    monkeypatch.setattr(lexical, "FILTER_WINDOW", window)
+    files = {f"other/strong{i:03}.md": "needle needle needle haystack\n" for i in range(150)}
+    files |= {f"wanted/weak{i}.md": f"a note {'with many words ' * i}that has a needle\n" for i in range(7)}
+    index(files)
+    backend = lexical.SQLiteFTS5()
+
+    for terms, require_all in ((["needle"], True), (["needle", "haystack"], False)):
+        match = (" AND " if require_all else " OR ").join(f'"{t}"' for t in terms)
+        joined = backend._joined(match, 5, PREFIX_FILTER, ["wanted/%"])
+        got = backend.query(
+            terms, require_all=require_all, limit=5, filter_sql=PREFIX_FILTER, params=["wanted/%"]
+        )
+
+        assert got == joined
+        assert paths(got) == [f"wanted/weak{i}.md" for i in range(5)]
+
+
 def test_filter_can_use_django_placeholders_and_document_columns(index):
     index({"a.py": "needle = 1\n", "b.md": "needle here\n"})
 
@@ -344,10 +365,22 @@ def test_rebuild_restores_results_after_rows_are_lost(index):
     assert_in_sync()
 
 
+def lexical_table() -> str:
+    return "chunks_fts" if connection.vendor == "sqlite" else "chunks_lexical"
+
+
+def create_by_migration() -> None:
+    """The migration that creates this database's lexical table, run again."""
+    if connection.vendor == "sqlite":
+        importlib.import_module("corpus.migrations.0003_chunk_fts").create_fts(apps, FakeSchemaEditor())
+    else:
+        importlib.import_module("corpus.migrations.0004_lexical_postgres").create(apps, FakeSchemaEditor())
+
+
 def test_rebuild_recreates_a_missing_table(index):
     index({"a.md": "the quokkaword\n"})
     with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE chunks_fts")
+        cursor.execute(f"DROP TABLE {lexical_table()}")
 
     assert lexical.rebuild() == 1
     assert top_paths("quokkaword") == ["a.md"]
@@ -356,10 +389,9 @@ def test_rebuild_recreates_a_missing_table(index):
 def test_migration_indexes_chunks_that_already_exist(index):
     index({"a.md": "the quokkaword\n", "b.py": "snake_case_name = 1\n"})
     with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE chunks_fts")
-    migration = importlib.import_module("corpus.migrations.0003_chunk_fts")
+        cursor.execute(f"DROP TABLE {lexical_table()}")
 
-    migration.create_fts(apps, FakeSchemaEditor())
+    create_by_migration()
 
     assert_in_sync()
     assert top_paths("snake case name") == ["b.py"]
@@ -378,10 +410,11 @@ def test_wipe_index_clears_the_lexical_index(index):
 
 
 def test_other_databases_index_nothing_and_migrate_as_a_no_op(monkeypatch):
-    monkeypatch.setattr(connection, "vendor", "postgresql")
+    monkeypatch.setattr(connection, "vendor", "mysql")
     editor = FakeSchemaEditor()
 
     importlib.import_module("corpus.migrations.0003_chunk_fts").create_fts(apps, editor)
+    importlib.import_module("corpus.migrations.0004_lexical_postgres").create(apps, editor)
     lexical.index_chunks([(1, "quokkaword")])
 
     assert editor.statements == []

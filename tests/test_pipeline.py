@@ -216,9 +216,17 @@ def test_newly_excluded_file_is_tombstoned(corpus_dir, state):
             "report.docx",
             b"PK\x03\x04" + b"\0" * 100,
             "office",
+            "error",
+            "EXTRACT_FAILED",
+            id="broken-office",
+        ),
+        pytest.param(
+            "legacy.doc",
+            b"\xd0\xcf\x11\xe0" + b"\0" * 100,
+            "office",
             "skipped",
             "DOC_TYPE_UNSUPPORTED",
-            id="office",
+            id="legacy-office",
         ),
         pytest.param(
             "broken.pdf", b"%PDF-1.4\nnot really a pdf", "pdf", "error", "EXTRACT_FAILED", id="broken-pdf"

@@ -329,9 +329,39 @@ def test_bad_origin_is_403(server, origin):
     assert_envelope(response, 403, "FORBIDDEN_ORIGIN")
 
 
-def test_allowed_origin_passes(server):
-    assert rest_get(server, "/stats", Origin="http://localhost:5173").status_code == 200
+def test_allowed_origin_passes_with_cors_headers(server):
+    ok = rest_get(server, "/stats", Origin="http://localhost:5173")
+    assert ok.status_code == 200
+    assert ok.headers["access-control-allow-origin"] == "http://localhost:5173"
+    assert ok.headers["vary"] == "Origin"
     assert rest_get(server, "/stats", Origin="http://127.0.0.1").status_code == 200
+    # A browser must be able to read an error too.
+    refused = httpx.get(api_url(server, "/stats"), headers={"Origin": "http://localhost:5173"})
+    assert_envelope(refused, 401, "UNAUTHORIZED")
+    assert refused.headers["access-control-allow-origin"] == "http://localhost:5173"
+    assert "WWW-Authenticate" in refused.headers["access-control-expose-headers"]
+    assert "access-control-allow-origin" not in rest_get(server, "/stats").headers
+
+
+def test_preflight_for_allowed_origins_only(server):
+    ok = httpx.options(
+        api_url(server, "/ask"),
+        headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"},
+    )
+    assert ok.status_code == 204
+    assert ok.headers["access-control-allow-origin"] == "http://localhost:3000"
+    assert "POST" in ok.headers["access-control-allow-methods"]
+    assert "Authorization" in ok.headers["access-control-allow-headers"]
+    refused = httpx.options(api_url(server, "/ask"), headers={"Origin": "http://evil.example"})
+    assert_envelope(refused, 403, "FORBIDDEN_ORIGIN")
+    assert "access-control-allow-origin" not in refused.headers
+
+
+def test_unknown_routes_and_methods_get_the_envelope_not_html(server):
+    assert_envelope(rest_get(server, "/no-such-endpoint"), 404, "NOT_FOUND")
+    wrong_method = httpx.delete(api_url(server, "/search"), headers=auth(server))
+    assert_envelope(wrong_method, 405, "METHOD_NOT_ALLOWED")
+    assert "GET" in wrong_method.headers["allow"] and "POST" in wrong_method.headers["allow"]
 
 
 def test_bad_origin_is_refused_before_the_token_is_looked_at(server):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -473,3 +475,36 @@ def test_snapshot_records_sources_and_no_values(no_keychain, root, state):
     }
     assert snapshot["mistral"]["api_key"] == "<file:config>"
     assert snapshot["rag"]["k_default"] == 10
+
+
+# -- start-up cost -------------------------------------------------------------
+
+PROBE = (
+    "import sys; from corpus import secrets; print(secrets.keychain_available(), 'keyring' in sys.modules)"
+)
+
+
+def probe_keychain(tmp_path: Path, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if "KEYRING" not in k and "DBUS" not in k}
+    clean.pop("XDG_RUNTIME_DIR", None)
+    clean.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"), **env)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env=clean, capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_without_a_session_bus_keyring_is_not_even_imported(tmp_path):
+    assert probe_keychain(tmp_path) == "False False"
+
+
+def test_a_configured_backend_is_still_asked(tmp_path):
+    configured = probe_keychain(
+        tmp_path,
+        PYTHON_KEYRING_BACKEND="tests.test_secrets.JsonFileKeyring",
+        DIR2MCP_TEST_KEYRING_FILE=str(tmp_path / "keyring.json"),
+    )
+    assert configured == "True True"
+    (tmp_path / "config" / "python_keyring").mkdir(parents=True)
+    (tmp_path / "config" / "python_keyring" / "keyringrc.cfg").write_text("[backend]\n")
+    assert probe_keychain(tmp_path).endswith("True")  # keyring consulted: its file names a backend

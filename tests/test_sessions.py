@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -90,6 +91,25 @@ def test_sweep_evicts_expired_sessions_and_caps_the_table(monkeypatch):
     assert set(McpSession.objects.values_list("pk", flat=True)) == {s.pk for s in newer}
 
 
+def test_one_credential_holds_at_most_its_limit_and_loses_its_least_recently_used():
+    limits = sessions.Limits(inactivity=600, max_lifetime=3600, per_token=3)
+
+    def open_one(token):
+        return sessions.create(protocol_version="2025-11-25", client_info={}, token=token, limits=limits)
+
+    first, second, third = (open_one("a") for _ in range(3))
+    other = open_one("b")
+    age(first, seen=100)  # first was used least recently... until it is used again
+    age(second, seen=200)
+    fourth = open_one("a")
+
+    held = set(
+        McpSession.objects.filter(auth_digest=sessions.token_digest("a")).values_list("session_id", flat=True)
+    )
+    assert held == {first.session_id, third.session_id, fourth.session_id}
+    assert McpSession.objects.filter(session_id=other.session_id).exists()  # other credentials untouched
+
+
 def test_end_deletes():
     session = make()
     assert sessions.end(session.session_id) is True
@@ -109,3 +129,15 @@ def test_rate_limiter_buckets_refill_at_the_configured_rate():
     assert limiter.retry_after("a", now) == 1
     assert limiter.retry_after("b", now) == 0  # another client has its own bucket
     assert limiter.retry_after("a", now + 1.01) == 0
+
+
+def test_a_shared_limiter_that_cannot_reach_redis_lets_requests_through(caplog):
+    from mcp_gateway.ratelimit import RedisRateLimiter
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    limiter = RedisRateLimiter(f"redis://127.0.0.1:{port}/0", per_minute=1)
+
+    assert [limiter.retry_after("client") for _ in range(3)] == [0, 0, 0]
+    assert sum("rate limit store unreachable" in r.getMessage() for r in caplog.records) == 1

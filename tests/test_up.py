@@ -11,7 +11,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -34,125 +33,6 @@ INITIALIZE = {
     },
 }
 ACCEPT = "application/json, text/event-stream"
-
-
-class Up:
-    """A running `up` process whose output is collected line by line."""
-
-    def __init__(self, *args: str, env: dict | None = None):
-        full_env = base_env()
-        full_env.update(env or {})
-        self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "manage.py"), "up", *args],
-            cwd=REPO,
-            env=full_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.err: list[str] = []
-        self._changed = threading.Condition()
-        self._readers = [
-            threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True),
-            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    def _pump(self, stream, into: list[str]) -> None:
-        for line in stream:
-            with self._changed:
-                into.append(line.rstrip("\n"))
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    @property
-    def stdout(self) -> str:
-        return "\n".join(self.lines)
-
-    @property
-    def stderr(self) -> str:
-        return "\n".join(self.err)
-
-    def events(self) -> list[dict]:
-        return [json.loads(line) for line in list(self.lines) if line.startswith("{")]
-
-    def wait_until(self, predicate, what: str, timeout: float = 90):
-        """Wait for ``predicate(self)`` to be truthy as output arrives."""
-        end = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                value = predicate(self)
-                if value:
-                    return value
-                if self.proc.poll() is not None and not any(r.is_alive() for r in self._readers):
-                    pytest.fail(
-                        f"`up` exited ({self.proc.returncode}) before {what}:\n{self.stdout}\n{self.stderr}"
-                    )
-                if time.monotonic() > end:
-                    pytest.fail(f"timed out waiting for {what}:\n{self.stdout}\n{self.stderr}")
-                self._changed.wait(0.2)
-
-    def event(self, name: str, where=lambda data: True, timeout: float = 90) -> dict:
-        def found(up):
-            return next((e["data"] for e in up.events() if e["event"] == name and where(e["data"])), None)
-
-        return self.wait_until(found, f"a {name} event", timeout)
-
-    def url(self) -> str:
-        """The endpoint URL, from the NDJSON connection event or the human block."""
-
-        def found(up):
-            for line in list(up.lines):
-                if line.startswith("{"):
-                    record = json.loads(line)
-                    if record["event"] == "connection":
-                        return record["data"]["url"]
-                elif line.strip().startswith("URL:"):
-                    return line.split("URL:", 1)[1].strip()
-            return None
-
-        return self.wait_until(found, "the endpoint URL")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout)
-        finally:
-            self.kill()
-        for reader in self._readers:
-            reader.join(10)
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-
-    def close(self) -> None:
-        self.kill()
-        for reader in self._readers:
-            reader.join(10)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
-
-
-@pytest.fixture
-def running():
-    """Start `up` processes; whatever a test leaves running is killed."""
-    started: list[Up] = []
-
-    def start(*args: str, **kw) -> Up:
-        up = Up(*args, **kw)
-        started.append(up)
-        return up
-
-    yield start
-    for up in started:
-        up.close()
 
 
 def client(**kw) -> httpx.Client:
@@ -278,6 +158,25 @@ def test_human_output_block(corpus_dir, running):
     ]
     assert lines[-1] == "Stopped."
     assert secret_token(corpus_dir) not in up.stdout + up.stderr
+
+
+def test_no_index_serves_the_index_as_it_is(corpus_dir, running):
+    make_tree(corpus_dir, files=2)
+    first = running("--dir", str(corpus_dir), "--json")
+    first.event("scan_progress", final_progress)
+    assert first.stop() == 0, first.stderr
+    job = latest_job(corpus_dir)
+    (corpus_dir / "added-later.md").write_text("a file the index has not seen\n")
+
+    up = running("--dir", str(corpus_dir), "--no-index")
+    response = initialize(up.url(), secret_token(corpus_dir))
+    time.sleep(1.5)  # long enough for a scan to have started, were there one
+    code = up.stop()
+
+    assert code == 0, up.stderr
+    assert response.status_code == 200
+    assert "Mode: serving the index as it is  (--no-index: no scan, no live sync)" in up.lines
+    assert latest_job(corpus_dir) == job  # no indexing job ran
 
 
 def test_server_answers_before_indexing_completes(corpus_dir, running):
@@ -411,12 +310,19 @@ def test_auth_none_beyond_loopback_exits_2(corpus_dir, where):
     assert not (corpus_dir / ".dir2mcp").exists()
 
 
-@pytest.mark.parametrize("mode", ["on", "required"])
-def test_x402_modes_are_refused_until_payments_are_enforced(corpus_dir, mode):
-    result = cli("up", "--dir", str(corpus_dir), "--x402", mode)
+def test_x402_required_without_a_complete_policy_exits_2_before_writing(corpus_dir):
+    result = cli("up", "--dir", str(corpus_dir), "--x402", "required")
     assert result.returncode == 2
-    assert "CONFIG_INVALID" in result.stderr and "not enforced" in result.stderr
+    assert "CONFIG_INVALID" in result.stderr and "complete payment configuration" in result.stderr
     assert not (corpus_dir / ".dir2mcp").exists()
+
+
+def test_x402_on_without_a_complete_policy_serves_free_and_says_so(corpus_dir, running):
+    make_tree(corpus_dir, files=1)
+    up = running("--dir", str(corpus_dir), "--json", "--x402", "on")
+    warning = up.event("warning", lambda data: "payments are NOT enforced" in data.get("message", ""))
+    assert "facilitator" in warning["message"]
+    assert initialize(up.url(), secret_token(corpus_dir)).status_code == 200
 
 
 def test_token_on_the_command_line_is_refused(corpus_dir):
@@ -616,6 +522,72 @@ def test_missing_provider_key_exits_2_before_anything_is_written(corpus_dir):
     assert result.returncode == 2
     assert "ERROR: CONFIG_INVALID: Missing MISTRAL_API_KEY" in result.stderr
     assert not (corpus_dir / ".dir2mcp").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"DIR2MCP_INGEST__IMAGES__MODE": "ocr_on"}, "MISTRAL_API_KEY"),
+        ({"DIR2MCP_INGEST__AUDIO__MODE": "on"}, "MISTRAL_API_KEY"),
+        ({"DIR2MCP_INGEST__AUDIO__MODE": "on", "DIR2MCP_STT__PROVIDER": "elevenlabs"}, "ELEVENLABS_API_KEY"),
+        ({"DIR2MCP_CHAT__PROVIDER": "mistral"}, "MISTRAL_API_KEY"),
+    ],
+)
+def test_a_mode_that_requires_a_missing_key_exits_2_with_remediation(corpus_dir, env, variable):
+    result = cli("up", "--dir", str(corpus_dir), "--non-interactive", env=env)
+    assert result.returncode == 2
+    assert f"ERROR: CONFIG_INVALID: Missing {variable}" in result.stderr
+    assert f"Set {variable} in the environment" in result.stderr
+    assert not (corpus_dir / ".dir2mcp").exists()
+
+
+def test_modes_that_only_use_a_provider_start_without_its_key(corpus_dir, running):
+    make_tree(corpus_dir, files=1)
+    up = running("--dir", str(corpus_dir), "--json", env={"DIR2MCP_INGEST__PDF__MODE": "ocr"})
+    assert initialize(up.url(), secret_token(corpus_dir)).status_code == 200
+
+
+def test_on_a_tty_a_missing_key_is_asked_for_hidden_and_kept_for_the_session(corpus_dir):
+    import pty
+
+    make_tree(corpus_dir, files=1)
+    key = "typed-key-3b9e1f"
+    env = base_env()
+    env["DIR2MCP_INGEST__IMAGES__MODE"] = "ocr_on"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: up on a terminal
+        os.chdir(REPO)
+        os.execve(sys.executable, [sys.executable, "manage.py", "up", "--dir", str(corpus_dir)], env)
+    seen = b""
+    try:
+        seen = read_until(fd, b"input hidden")
+        os.write(fd, key.encode() + b"\n")
+        seen += read_until(fd, b"MCP endpoint:")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    assert b"MISTRAL_API_KEY (ingest.images.mode is ocr_on" in seen
+    assert key.encode() not in seen  # never echoed
+    state = corpus_dir / ".dir2mcp"
+    assert all(key not in path.read_bytes().decode("latin-1") for path in state.rglob("*") if path.is_file())
+
+
+def read_until(fd: int, marker: bytes, timeout: float = 60) -> bytes:
+    import select
+
+    data = b""
+    end = time.monotonic() + timeout
+    while marker not in data:
+        if time.monotonic() > end:
+            pytest.fail(f"timed out waiting for {marker!r}; got {data[-2000:]!r}")
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                data += os.read(fd, 4096)
+            except OSError:
+                break
+    return data
 
 
 def test_public_accepts_any_host_and_loopback_keeps_the_allowlist(corpus_dir, running):

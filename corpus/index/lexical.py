@@ -9,8 +9,8 @@ user input can form query syntax.
 On SQLite this is a regular FTS5 table. A contentless table would not store
 the text twice, but it can only delete a row given the exact text it
 indexed, tying every delete to the splitter that wrote the row, and SQLite
-3.40 predates ``contentless_delete``. Other databases get a backend that
-indexes nothing until their own lands.
+3.40 predates ``contentless_delete``. PostgreSQL has a tsvector table
+(``lexical_pg.py``); other databases get a backend that indexes nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ MAX_QUERY_TERMS = 32
 # Longer joined forms are URLs and blobs, not identifiers anyone types.
 MAX_JOINED = 64
 BATCH = 500
+# The largest top-N window read before a filtered query falls back to a join.
+FILTER_WINDOW = 4096
 
 # An identifier with its connectors: snake_case, kebab-case, a.b.c, a/b.py, a::b.
 _COMPOUND = re.compile(r"\w+(?:[-./\\:]{1,3}\w+)*")
@@ -167,6 +169,25 @@ def live_count() -> int:
     return _backend().count()
 
 
+def indexed_ids() -> set[int]:
+    """The chunk ids the index holds (for consistency checks)."""
+    return _backend().ids()
+
+
+def refill(backend: Backend, recreate) -> int:
+    """Empty the index (``recreate(cursor)``) and write every live chunk into
+    it, in one transaction; returns the row count. Shared by the backends."""
+    rows = Chunk.objects.filter(deleted=False).values_list("chunk_id", "text").iterator(chunk_size=BATCH)
+    count = 0
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            recreate(cursor)
+        for batch in _batches(rows):
+            backend.insert(batch)
+            count += len(batch)
+    return count
+
+
 def _batches(items: Iterable) -> Iterator[list]:
     iterator = iter(items)
     while batch := list(islice(iterator, BATCH)):
@@ -186,6 +207,7 @@ class Backend(Protocol):
     def rebuild(self) -> int: ...
     def clear(self) -> None: ...
     def count(self) -> int: ...
+    def ids(self) -> set[int]: ...
 
 
 class SQLiteFTS5:
@@ -215,26 +237,16 @@ class SQLiteFTS5:
         # character a literal, so MATCH never sees an operator.
         joiner = " AND " if require_all else " OR "
         match = joiner.join('"' + term.replace('"', '""') + '"' for term in terms)
-        if not filter_sql:
-            return self._top(match, limit)
-        extra = f"AND ({filter_sql})"
-        sql = (
-            f"SELECT c.chunk_id, bm25({TABLE}) AS bm25_score FROM {TABLE} "
-            f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid "
-            "JOIN representations r ON r.rep_id = c.representation_id "
-            "JOIN documents d ON d.doc_id = r.document_id "
-            f"WHERE {TABLE} MATCH %s AND c.deleted = 0 AND d.deleted = 0 {extra} "
-            "ORDER BY bm25_score, c.chunk_id LIMIT %s"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [match, *params, limit])
-            return [(chunk_id, -score) for chunk_id, score in cursor.fetchall()]
+        return self._top(match, limit, filter_sql, params)
 
-    def _top(self, match: str, limit: int) -> list[tuple[int, float]]:
-        """Unfiltered search: FTS5's own top-N by rank (which a join would
-        defeat), then a liveness check on just those rows. Tombstones are
-        deleted from the table, so the check rarely drops a row; when it
-        does, a larger window is read."""
+    def _top(self, match: str, limit: int, filter_sql: str, params: Sequence) -> list[tuple[int, float]]:
+        """FTS5's own top-N by rank, then liveness and the filter checked on
+        just those rows; when too few pass, a window four times larger is
+        read. Tombstones are deleted from the table, so liveness rarely drops
+        a row. Joining the filter into the MATCH query instead makes SQLite
+        rank every matching row through the join, several times slower at
+        10k chunks (docs/benchmarks.md); a filter so selective that the
+        window outgrows :data:`FILTER_WINDOW` falls back to that join."""
         window = limit
         while True:
             with connection.cursor() as cursor:
@@ -243,23 +255,33 @@ class SQLiteFTS5:
                     [match, window],
                 )
                 rows = cursor.fetchall()
-                live = _live_ids([rowid for rowid, _ in rows], cursor)
+                live = _live_ids([rowid for rowid, _ in rows], cursor, filter_sql, params)
             hits = [(rowid, -rank) for rowid, rank in rows if rowid in live]
             if len(hits) >= limit or len(rows) < window:
                 return hits[:limit]
+            if filter_sql and window >= FILTER_WINDOW:
+                return self._joined(match, limit, filter_sql, params)
             window *= 4
 
+    def _joined(self, match: str, limit: int, filter_sql: str, params: Sequence) -> list[tuple[int, float]]:
+        sql = (
+            f"SELECT c.chunk_id, bm25({TABLE}) AS bm25_score FROM {TABLE} "
+            f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid "
+            "JOIN representations r ON r.rep_id = c.representation_id "
+            "JOIN documents d ON d.doc_id = r.document_id "
+            f"WHERE {TABLE} MATCH %s AND c.deleted = 0 AND d.deleted = 0 AND ({filter_sql}) "
+            "ORDER BY bm25_score, c.chunk_id LIMIT %s"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [match, *params, limit])
+            return [(chunk_id, -score) for chunk_id, score in cursor.fetchall()]
+
     def rebuild(self) -> int:
-        rows = Chunk.objects.filter(deleted=False).values_list("chunk_id", "text").iterator(chunk_size=BATCH)
-        count = 0
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute(CREATE_SQL)
-            self.clear()
-            for batch in _batches(rows):
-                self.insert(batch)
-                count += len(batch)
-        return count
+        def recreate(cursor) -> None:
+            cursor.execute(CREATE_SQL)
+            cursor.execute(f"DELETE FROM {TABLE}")
+
+        return refill(self, recreate)
 
     def clear(self) -> None:
         with connection.cursor() as cursor:
@@ -270,16 +292,23 @@ class SQLiteFTS5:
             cursor.execute(f"SELECT count(*) FROM {TABLE}")
             return cursor.fetchone()[0]
 
+    def ids(self) -> set[int]:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT rowid FROM {TABLE}")
+            return {row[0] for row in cursor.fetchall()}
 
-def _live_ids(chunk_ids: list[int], cursor) -> set[int]:
+
+def _live_ids(chunk_ids: list[int], cursor, filter_sql: str = "", params: Sequence = ()) -> set[int]:
+    """Those of ``chunk_ids`` that are live and pass ``filter_sql``."""
     if not chunk_ids:
         return set()
     marks = ", ".join(["%s"] * len(chunk_ids))
+    extra = f" AND ({filter_sql})" if filter_sql else ""
     cursor.execute(
         "SELECT c.chunk_id FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
         "JOIN documents d ON d.doc_id = r.document_id "
-        f"WHERE c.chunk_id IN ({marks}) AND c.deleted = 0 AND d.deleted = 0",
-        chunk_ids,
+        f"WHERE c.chunk_id IN ({marks}) AND c.deleted = 0 AND d.deleted = 0{extra}",
+        [*chunk_ids, *params],
     )
     return {row[0] for row in cursor.fetchall()}
 
@@ -310,6 +339,15 @@ class Unavailable:
     def count(self) -> int:
         return 0
 
+    def ids(self) -> set[int]:
+        return set()
+
 
 def _backend() -> Backend:
-    return SQLiteFTS5() if connection.vendor == "sqlite" else Unavailable()
+    if connection.vendor == "sqlite":
+        return SQLiteFTS5()
+    if connection.vendor == "postgresql":
+        from corpus.index.lexical_pg import PostgresFTS
+
+        return PostgresFTS()
+    return Unavailable()

@@ -1,4 +1,4 @@
-"""Chunking (spec §7.5): line windows for code, character windows for prose, pages for PDFs.
+"""Chunking (spec §7.5): line windows for code, character windows for prose, pages, time windows.
 
 Every chunk carries the span a citation needs. For ``lines`` spans,
 ``"\\n".join(text.split("\\n")[start - 1 : end])`` contains the chunk's text
@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from corpus.config import ChunkingConfig
-from corpus.ingest.extract import Extracted, Page
+from corpus.ingest.extract import Extracted, Page, Segment
 
 LINES = "lines"
 PAGE = "page"
@@ -31,6 +31,7 @@ class ChunkDraft:
     span_kind: str
     start: int
     end: int
+    extra: dict | None = None
 
 
 def chunk_code(text: str, *, max_lines: int = 200, overlap_lines: int = 30) -> list[ChunkDraft]:
@@ -149,7 +150,36 @@ def chunk_pages(
         for piece in chunk_prose(
             page.text, max_chars=max_chars, overlap_chars=overlap_chars, min_chars=min_chars
         ):
-            drafts.append(ChunkDraft(len(drafts), piece.text, PAGE, page.number, page.number))
+            extra = {"label": page.label} if page.label else None
+            drafts.append(ChunkDraft(len(drafts), piece.text, PAGE, page.number, page.number, extra))
+    return drafts
+
+
+def chunk_segments(segments: Sequence[Segment], *, segment_ms: int, overlap_ms: int) -> list[ChunkDraft]:
+    """Time windows of whole segments, about ``segment_ms`` long, overlapping by ``overlap_ms``.
+
+    A window takes segments while they end within ``segment_ms`` of its
+    start (always at least one); the next starts at the first segment that
+    begins at or after the window's end minus ``overlap_ms``, and always
+    moves forward.
+    """
+    drafts: list[ChunkDraft] = []
+    first = 0
+    while first < len(segments):
+        window_start = segments[first].start_ms
+        last = first
+        while last + 1 < len(segments) and segments[last + 1].end_ms - window_start <= segment_ms:
+            last += 1
+        taken = segments[first : last + 1]
+        text = "\n".join(s.text for s in taken)
+        drafts.append(ChunkDraft(len(drafts), text, TIME, taken[0].start_ms, max(s.end_ms for s in taken)))
+        if last + 1 >= len(segments):
+            break
+        resume = segments[last].end_ms - overlap_ms
+        following = first + 1
+        while following <= last and segments[following].start_ms < resume:
+            following += 1
+        first = following
     return drafts
 
 
@@ -160,6 +190,11 @@ def chunk_document(extracted: Extracted, *, kind: str, config: ChunkingConfig) -
         "overlap_chars": config.overlap_chars,
         "min_chars": config.min_chars,
     }
+    if extracted.segments:
+        transcript = config.transcript
+        return chunk_segments(
+            extracted.segments, segment_ms=transcript.segment_ms, overlap_ms=transcript.overlap_ms
+        )
     if extracted.pages is not None:
         return chunk_pages(extracted.pages, **sizes)
     if kind == "code":

@@ -14,7 +14,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from corpus import errors
-from corpus.security import ExclusionEngine, GitignoreRule, normalize_rel_path
+from corpus.security import HARDLINK_REASON, ExclusionEngine, GitignoreRule, normalize_rel_path
 
 _by_name = attrgetter("name")
 
@@ -82,7 +82,7 @@ def _start(engine: ExclusionEngine, start: str, stack: list[_Dir]) -> Iterator[F
         real = str(engine.resolve(rel))
         st = os.stat(real)
     except errors.Dir2mcpError as exc:
-        if exc.code == errors.PATH_OUTSIDE_ROOT:
+        if exc.code == errors.PATH_OUTSIDE_ROOT or exc.message == HARDLINK_REASON:
             yield WalkProblem(start, exc.code, exc.message)
         return
     except FileNotFoundError:
@@ -129,6 +129,9 @@ def _visit(
             return
         if entry.is_file(follow_symlinks=False) and engine.entry_reason(rel, chain=parent.chain) is None:
             st = entry.stat(follow_symlinks=False)
+            if engine.hardlink_refused(st):
+                yield WalkProblem(rel, errors.FORBIDDEN, HARDLINK_REASON)
+                return
             yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
     except FileNotFoundError:
         return  # removed while we were walking
@@ -157,7 +160,9 @@ def _visit_symlink(
     ):
         return
     if not is_dir:
-        if stat.S_ISREG(st.st_mode):
+        if engine.hardlink_refused(st):
+            yield WalkProblem(rel, errors.FORBIDDEN, HARDLINK_REASON)
+        elif stat.S_ISREG(st.st_mode):
             yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
         return
     if target in parent.lineage:

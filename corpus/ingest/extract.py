@@ -41,6 +41,17 @@ _WESTERN_DEFAULT = "cp1252"
 class Page:
     number: int
     text: str
+    # A human pointer ("slide 7", "sheet 'Q2'") where a page number alone is not one.
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A timed stretch of a transcript, in milliseconds."""
+
+    start_ms: int
+    end_ms: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,8 @@ class Extracted:
     text: str
     pages: tuple[Page, ...] | None = None
     meta: dict = field(default_factory=dict)
+    #: transcripts with timestamps: chunked into time windows
+    segments: tuple[Segment, ...] | None = None
 
 
 class NeedsProvider(Exception):
@@ -211,6 +224,10 @@ def extract(doc_type: str, name: str, data: bytes) -> Extracted:
         return _extract_html(data)
     if doc_type == "pdf":
         return extract_pdf_text(data)
+    if doc_type == "office":
+        from corpus.ingest.office import extract_office
+
+        return extract_office(name, data)
     if doc_type in _PROVIDER_FOR:
         raise NeedsProvider(_PROVIDER_FOR[doc_type])
     raise errors.Dir2mcpError(

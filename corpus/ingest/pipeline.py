@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from corpus.events import Reporter
 from corpus.ingest import writer
 from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, archive_format, iter_members
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
+from corpus.ingest.media import MediaProviders, media_providers
 from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
 from corpus.providers.base import Embedder
@@ -77,18 +79,21 @@ class Known:
 
 
 def capabilities_for(config: Config, secret: Callable[[str], str | None]) -> Capabilities:
-    """Provider-backed conversions available now (none until providers land).
+    """Provider-backed conversions available now: those whose key is set.
 
     ``secret(name)`` is the one secret resolver (corpus.secrets), so a key in
     the keychain or the secret file counts as much as one in the environment.
     """
     key = bool(secret("mistral_api_key"))
-    ocr_missing = "OCR provider not available yet" if key else "needs MISTRAL_API_KEY"
     elevenlabs = config.stt.provider == "elevenlabs"
     stt_key = bool(secret("elevenlabs_api_key" if elevenlabs else "mistral_api_key"))
     stt_var = "ELEVENLABS_API_KEY" if elevenlabs else "MISTRAL_API_KEY"
-    stt_missing = "speech-to-text provider not available yet" if stt_key else f"needs {stt_var}"
-    return Capabilities(ocr=False, stt=False, ocr_missing=ocr_missing, stt_missing=stt_missing)
+    return Capabilities(
+        ocr=key,
+        stt=stt_key,
+        ocr_missing="" if key else "needs MISTRAL_API_KEY",
+        stt_missing="" if stt_key else f"needs {stt_var}",
+    )
 
 
 class Indexer:
@@ -105,6 +110,7 @@ class Indexer:
         stop: threading.Event | None = None,
         capabilities: Capabilities | None = None,
         embedder: Embedder | None = None,
+        providers: MediaProviders | None = None,
     ):
         self.root = root
         self.state = state
@@ -114,17 +120,23 @@ class Indexer:
         self.stop = stop or threading.Event()
         self.engine = ExclusionEngine.from_config(root, config, state_dir=state.path)
         self.limits = ArchiveLimits.from_config(config)
+        self._owned_providers = None
         if capabilities is None:
-            capabilities = capabilities_for(
-                config, lambda name: resolve_secret(name, config, state, root=root).value
-            )
-        self.preparer = Preparer(config, self.engine, capabilities)
+
+            def secret(name: str) -> str | None:
+                return resolve_secret(name, config, state, root=root).value
+
+            capabilities = capabilities_for(config, secret)
+            if providers is None:
+                providers = self._owned_providers = media_providers(config, state, capabilities, secret)
+        self.preparer = Preparer(config, self.engine, capabilities, providers)
+        self._pools: dict[str, ThreadPoolExecutor] = {}
         self.embedder = embedder
         self.embed_error: errors.Dir2mcpError | None = None
         self.counters = Counters()
         self.known: dict[str, Known] = {}
         self.seen: set[str] = set()
-        self._batch: list[Prepared] = []
+        self._batch: list[Prepared | Future] = []
         self._batch_started = 0.0
         self._last_flush = 0.0
         self.job: IndexJob | None = None
@@ -224,6 +236,11 @@ class Indexer:
 
     def _finish(self, outcome: str) -> None:
         self._flush_batch()
+        for pool in self._pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._pools.clear()
+        if self._owned_providers is not None:
+            self._owned_providers.close()
         assert self.job is not None
         self.job.running = False
         self.job.outcome = outcome
@@ -287,7 +304,7 @@ class Indexer:
         if base.doc_type == "archive":
             self._consume_archive(base, data)
             return
-        self._queue(self.preparer.prepare(base, data))
+        self._queue(self._prepare(base, data))
 
     def _consume_archive(self, base: Prepared, data: bytes) -> None:
         mode = self.config.ingest.archives.mode
@@ -329,6 +346,32 @@ class Indexer:
             self._queue(base)
             return
         self._queue(self.preparer.prepare(base, member.data))
+
+    def _prepare(self, base: Prepared, data: bytes) -> Prepared | Future:
+        """Prepare now, or on a worker thread when a provider call may be slow."""
+        providers = self.preparer.providers
+        if base.doc_type not in ("pdf", "image", "audio") or (
+            providers.ocr is None and providers.stt is None
+        ):
+            return self.preparer.prepare(base, data)
+        # One pool per provider, each as wide as its limit, so scans queued
+        # first cannot hold the workers that recordings need.
+        kind = "stt" if base.doc_type == "audio" else "ocr"
+        pool = self._pools.get(kind)
+        if pool is None:
+            workers = self.config.stt.concurrency if kind == "stt" else self.config.ocr.concurrency
+            pool = self._pools[kind] = ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix=f"dir2mcp-{kind}"
+            )
+        return pool.submit(self._prepare_safely, base, data)
+
+    def _prepare_safely(self, base: Prepared, data: bytes) -> Prepared:
+        try:
+            return self.preparer.prepare(base, data)
+        except Exception as exc:  # one bad document must not stop the run
+            log.exception("failed to prepare %s", base.rel_path)
+            base.status, base.error = "error", f"{errors.EXTRACT_FAILED}: {type(exc).__name__}: {exc}"
+            return base
 
     def _base(self, rel_path: str, source_type: str, head: bytes, size: int, mtime_ns: int) -> Prepared:
         doc_type = self.preparer.classify(rel_path.rsplit("/", 1)[-1], head)
@@ -425,7 +468,7 @@ class Indexer:
 
     # -- writing -------------------------------------------------------------
 
-    def _queue(self, prepared: Prepared) -> None:
+    def _queue(self, prepared: Prepared | Future) -> None:
         if not self._batch:
             self._batch_started = time.monotonic()
         self._batch.append(prepared)
@@ -440,7 +483,8 @@ class Indexer:
     def _flush_batch(self) -> None:
         if not self._batch:
             return
-        batch, self._batch = self._batch, []
+        batch = [item.result() if isinstance(item, Future) else item for item in self._batch]
+        self._batch = []
         with transaction.atomic():
             for prepared in batch:
                 self._write_one(prepared)

@@ -18,11 +18,14 @@ from corpus.config import Config
 from corpus.ingest.chunking import ChunkDraft, chunk_document
 from corpus.ingest.classify import classify, index_kind_for
 from corpus.ingest.extract import Extracted, NeedsProvider, extract
+from corpus.ingest.media import MediaProviders, extract_media
+from corpus.providers.http import ProviderError
 from corpus.security import ExclusionEngine
 
 # Bump when extraction or chunking changes what a document produces: every
 # document is then re-processed on the next run.
 EXTRACTOR_VERSION = "1"
+OFFICE_READER_VERSION = "1"
 HEAD_BYTES = 8192
 NEEDS_PROVIDER_TYPES = ("pdf", "image", "audio")
 
@@ -49,6 +52,8 @@ class Prepared:
     index_kind: str = "text"
     extracted: Extracted | None = None
     drafts: list[ChunkDraft] = field(default_factory=list)
+    #: a provider failed: keep what the store already holds for this document
+    keep_existing: bool = False
 
     @property
     def has_text(self) -> bool:
@@ -68,10 +73,17 @@ class Capabilities:
 class Preparer:
     """Classifies, extracts, screens and chunks documents under one config."""
 
-    def __init__(self, config: Config, engine: ExclusionEngine, capabilities: Capabilities):
+    def __init__(
+        self,
+        config: Config,
+        engine: ExclusionEngine,
+        capabilities: Capabilities,
+        providers: MediaProviders | None = None,
+    ):
         self.config = config
         self.engine = engine
         self.capabilities = capabilities
+        self.providers = providers or MediaProviders()
 
     @cached_property
     def _base_policy(self) -> dict:
@@ -91,12 +103,18 @@ class Preparer:
         caps = self.capabilities
         # The reason a provider is missing is part of the policy, so a file
         # skipped for "needs MISTRAL_API_KEY" is retried once a key is set.
+        ocr_model = self.config.mistral.ocr_model if caps.ocr else None
         if doc_type == "pdf":
-            policy["mode"] = [ingest.pdf.mode, caps.ocr, caps.ocr_missing]
+            policy["mode"] = [ingest.pdf.mode, caps.ocr, caps.ocr_missing, ocr_model]
         elif doc_type == "image":
-            policy["mode"] = [ingest.images.mode, caps.ocr, caps.ocr_missing]
+            policy["mode"] = [ingest.images.mode, caps.ocr, caps.ocr_missing, ocr_model]
         elif doc_type == "audio":
-            policy["mode"] = [ingest.audio.mode, caps.stt, caps.stt_missing]
+            stt = self.config.stt
+            model = getattr(stt, stt.provider).model if caps.stt else None
+            policy["mode"] = [ingest.audio.mode, caps.stt, caps.stt_missing, stt.provider, model]
+        elif doc_type == "office":
+            # Office files were skipped before they were read; this re-reads them.
+            policy["office"] = OFFICE_READER_VERSION
         return sha256_hex(json.dumps(policy, sort_keys=True))[:32]
 
     def classify(self, name: str, head: bytes) -> str:
@@ -116,11 +134,23 @@ class Preparer:
         skip = self._policy_skip(base.doc_type)
         if skip:
             return self.skipped(base, *skip)
+        name = base.rel_path.rsplit("/", 1)[-1]
         try:
-            extracted = extract(base.doc_type, base.rel_path.rsplit("/", 1)[-1], data)
+            extracted = extract_media(base.doc_type, name, data, self.config, self.providers)
+            if extracted is None:
+                extracted = extract(base.doc_type, name, data)
         except NeedsProvider as exc:
             missing = self.capabilities.stt_missing if exc.what == "stt" else self.capabilities.ocr_missing
             return self.skipped(base, "", missing)
+        except ProviderError as exc:
+            # An outage must not cost what an earlier run indexed; the error
+            # status makes the next run try this document again.
+            again = (
+                "retryable, tried again on the next run" if exc.retryable else "tried again on the next run"
+            )
+            base.status, base.error = "error", f"{exc.code}: {exc.message} ({again})"
+            base.keep_existing = True
+            return base
         except errors.Dir2mcpError as exc:
             if exc.code == errors.DOC_TYPE_UNSUPPORTED:
                 return self.skipped(base, exc.code, exc.message)
@@ -141,8 +171,6 @@ class Preparer:
         ingest = self.config.ingest
         if doc_type == "binary_ignored":
             return errors.BINARY_SKIPPED, "binary file"
-        if doc_type == "office":
-            return errors.DOC_TYPE_UNSUPPORTED, "Office documents are not indexed yet"
         if doc_type == "pdf" and ingest.pdf.mode == "off":
             return "", "disabled by ingest.pdf.mode=off"
         if doc_type == "image":

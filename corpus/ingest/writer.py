@@ -39,7 +39,8 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     doc = _upsert_document(prepared, doc_id)
     is_new = doc_id is None
     if not prepared.has_text:
-        delta = Delta() if is_new else _retire_representations(doc, keep=None)
+        retire = not is_new and not prepared.keep_existing
+        delta = _retire_representations(doc, keep=None) if retire else Delta()
         delta.doc_id = doc.doc_id
         return delta
     extracted = prepared.extracted
@@ -121,7 +122,13 @@ def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh
     lexical.index_chunks(((chunk.chunk_id, chunk.text) for chunk in created), new=True)
     Span.objects.bulk_create(
         [
-            Span(chunk=chunk, span_kind=draft.span_kind, start=draft.start, end=draft.end)
+            Span(
+                chunk=chunk,
+                span_kind=draft.span_kind,
+                start=draft.start,
+                end=draft.end,
+                extra_json=draft.extra,
+            )
             for chunk, (_, draft) in zip(created, new_chunks, strict=True)
         ],
         batch_size=500,
@@ -134,14 +141,17 @@ def _move_chunk(chunk: Chunk, draft) -> None:
     if chunk.ordinal != draft.ordinal:
         Chunk.objects.filter(chunk_id=chunk.chunk_id).update(ordinal=draft.ordinal)
     spans = list(chunk.spans.all())
-    if len(spans) == 1 and (spans[0].span_kind, spans[0].start, spans[0].end) == (
+    if len(spans) == 1 and (spans[0].span_kind, spans[0].start, spans[0].end, spans[0].extra_json) == (
         draft.span_kind,
         draft.start,
         draft.end,
+        draft.extra,
     ):
         return
     Span.objects.filter(chunk=chunk).delete()
-    Span.objects.create(chunk=chunk, span_kind=draft.span_kind, start=draft.start, end=draft.end)
+    Span.objects.create(
+        chunk=chunk, span_kind=draft.span_kind, start=draft.start, end=draft.end, extra_json=draft.extra
+    )
 
 
 def _tombstone_chunks(chunks: list[Chunk], delta: Delta) -> None:
@@ -181,4 +191,34 @@ def tombstone(rel_paths: list[str]) -> Delta:
         delta.chunks_removed += part.chunks_removed
         delta.embedded_removed += part.embedded_removed
     Document.objects.filter(doc_id__in=[d.doc_id for d in docs]).update(deleted=True)
+    return delta
+
+
+def write_extra_representation(doc_id: int, prepared: Prepared) -> Delta:
+    """Add or replace one representation of a stored document, leaving the others alone.
+
+    Used for on-demand work (transcripts, annotations) on a document the
+    indexer already wrote; the chunks are in the lexical index when this
+    returns, so the next search finds them.
+    """
+    extracted = prepared.extracted
+    assert extracted is not None
+    doc = Document.objects.get(doc_id=doc_id)
+    rep_hash = sha256_hex(
+        "\0".join([extracted.rep_type, json.dumps(extracted.meta, sort_keys=True), extracted.text])
+    )
+    rep = Representation.objects.filter(document=doc, rep_type=extracted.rep_type).first()
+    delta = Delta(doc_id=doc_id)
+    if rep is not None and rep.rep_hash == rep_hash and not rep.deleted:
+        return delta
+    fresh = rep is None or rep.deleted
+    if rep is None:
+        rep = Representation(document=doc, rep_type=extracted.rep_type)
+    elif rep.deleted:
+        _tombstone_chunks(list(rep.chunks.filter(deleted=False)), delta)
+    rep.rep_hash, rep.text, rep.meta_json = rep_hash, extracted.text, extracted.meta
+    rep.created_unix, rep.deleted = int(time.time()), False
+    rep.save()
+    delta.representations += 1
+    _sync_chunks(rep, prepared, delta, fresh=fresh)
     return delta

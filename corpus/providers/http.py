@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from corpus import errors
+from dir2mcp_site.ops import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -131,11 +132,14 @@ class ProviderClient:
             try:
                 response = self._http.post(url, json=body)
             except httpx.TransportError as exc:
+                metrics.observe_provider_call(self.label, path, "transport")
                 failure = self._transport_failure(path, exc)
                 if last:
                     raise failure from None
                 self._wait(path, attempt, None, failure.message)
                 continue
+            outcome = "ok" if response.is_success else f"http_{response.status_code}"
+            metrics.observe_provider_call(self.label, path, outcome)
             if response.status_code in RETRY_STATUSES and not last:
                 reason = f"HTTP {response.status_code}"
                 self._wait(path, attempt, retry_after_seconds(response.headers.get("Retry-After")), reason)

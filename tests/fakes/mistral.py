@@ -1,6 +1,7 @@
-"""A fake Mistral API on 127.0.0.1 (reference/wire-formats.md §1.0, 1.1, 1.4, 1.6).
+"""A fake Mistral API on 127.0.0.1 (reference/wire-formats.md §1.0–1.4, 1.6).
 
-It serves ``/v1/embeddings`` and ``/v1/chat/completions`` with the documented
+It serves ``/v1/embeddings``, ``/v1/chat/completions``, ``/v1/ocr`` and
+``/v1/audio/transcriptions`` (in :mod:`tests.fakes.mistral_media`) with the documented
 bodies, validates requests as strictly as the real API (unknown fields and bad
 types are 422, bearer auth is 401, the observed token limits are 400), and can
 be scripted to fail: ``fail_next(429, count=3, retry_after="1")``,
@@ -29,6 +30,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+from tests.fakes import mistral_media
 
 EMBED_FIELDS = {"model", "input", "output_dimension", "output_dtype", "encoding_format", "metadata"}
 CHAT_FIELDS = {
@@ -152,6 +155,15 @@ class FakeMistral:
         #: None echoes the first citation in the prompt; a str, a list of
         #: content chunks, or a callable(messages) -> either
         self.chat_reply: str | list | Callable[[list[dict]], str | list] | None = None
+        #: seconds added to every answer (the benchmark's provider latency)
+        self.latency = 0.0
+        #: the documented OCR limits (FAQ: 1,000 pages, 50 MB per document)
+        self.ocr_max_pages = 1000
+        self.ocr_max_bytes = 50 * 1024 * 1024
+        self.ocr_pages_served = 0
+        #: the most requests this fake was answering at once
+        self.max_in_flight = 0
+        self._in_flight = 0
         self.requests: list[Recorded] = []
         self._script: deque[Scripted] = deque()
         self._lock = threading.Lock()
@@ -226,9 +238,23 @@ class FakeMistral:
             self._connections.append(conn)
 
     def _handle(self, handler: _Handler) -> None:
-        raw = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        with self._lock:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
         try:
-            body: Any = json.loads(raw) if raw else None
+            self._answer(handler)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _answer(self, handler: _Handler) -> None:
+        raw = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        content_type = handler.headers.get("Content-Type", "")
+        try:
+            if content_type.startswith("multipart/form-data"):
+                body: Any = mistral_media.parse_form(content_type, raw)
+            else:
+                body = json.loads(raw) if raw else None
             parsed = True
         except ValueError:
             body, parsed = raw.decode("utf-8", "replace"), False
@@ -241,6 +267,8 @@ class FakeMistral:
         if step is not None and step.delay:
             if self._stop.wait(step.delay):
                 return
+        if self.latency and self._stop.wait(self.latency):
+            return
         if step is not None and step.status is not None:
             return _send(handler, step.status, step.body, step.headers)
         if self.require_auth and not authorized:
@@ -248,7 +276,12 @@ class FakeMistral:
         if not parsed:
             detail = [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error", "input": {}}]
             return _send(handler, 422, validation_error(detail))
-        route = {"/v1/embeddings": self._embeddings, "/v1/chat/completions": self._chat}.get(handler.path)
+        route = {
+            "/v1/embeddings": self._embeddings,
+            "/v1/chat/completions": self._chat,
+            "/v1/ocr": lambda body: mistral_media.ocr(self, body),
+            "/v1/audio/transcriptions": lambda body: mistral_media.transcribe(self, _form(body)),
+        }.get(handler.path)
         if route is None or handler.command != "POST":
             return _send(handler, 404, {"detail": "Not Found"})
         status, payload = route(body)
@@ -305,6 +338,8 @@ class FakeMistral:
         messages = body["messages"]
         reply = self.chat_reply(messages) if callable(self.chat_reply) else self.chat_reply
         if reply is None:
+            reply = mistral_media.schema_reply(body.get("response_format"), messages)
+        if reply is None:
             reply = _echo_citation(messages)
         prompt = sum(self.tokens(json.dumps(m.get("content"))) for m in messages)
         completion = self.tokens(json.dumps(reply))
@@ -328,6 +363,10 @@ class FakeMistral:
         }
 
 
+def _form(body: Any) -> dict[str, list]:
+    return body if isinstance(body, dict) and all(isinstance(v, list) for v in body.values()) else {}
+
+
 def _send(handler: _Handler, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
     if isinstance(body, dict | list):
         data, content_type = json.dumps(body).encode(), "application/json"
@@ -345,7 +384,7 @@ def _send(handler: _Handler, status: int, body: Any, headers: dict[str, str] | N
 
 
 def _redacted(handler: _Handler) -> dict[str, str]:
-    secret = {"authorization", "x-api-key"}
+    secret = {"authorization", "x-api-key", "xi-api-key"}
     return {k.lower(): ("<redacted>" if k.lower() in secret else v) for k, v in handler.headers.items()}
 
 
@@ -441,3 +480,29 @@ def fake_mistral() -> Iterator[FakeMistral]:
         yield server
     finally:
         server.close()
+
+
+def serve_forever(fake: FakeMistral | None = None, *, port: int = 0) -> None:
+    """Run a fake as a real HTTP process: ``python -m tests.fakes.mistral --port N``."""
+    fake = fake or FakeMistral()
+    fake._server = _Server(("127.0.0.1", port), _Handler)
+    fake._server.fake = fake
+    host, bound = fake._server.server_address[:2]
+    fake.url = f"http://{host}:{bound}"
+    print(json.dumps({"url": fake.url, "api_key": fake.api_key}), flush=True)
+    try:
+        fake._server.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Run the fake Mistral API on 127.0.0.1.")
+    parser.add_argument("--port", type=int, default=0, help="port to listen on (0 picks a free one)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
+    args = parser.parse_args()
+    server = FakeMistral()
+    server.latency = args.latency
+    serve_forever(server, port=args.port)

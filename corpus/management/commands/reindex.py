@@ -1,6 +1,6 @@
 from corpus.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand
-from corpus.store import open_store
+from corpus.store import describe, open_store
 
 
 class Command(Dir2mcpCommand):
@@ -18,7 +18,7 @@ class Command(Dir2mcpCommand):
         open_store(rt.state, allow_rebuild=not options["incremental"])
         self.prepare_state(rt)
         mode = "incremental" if options["incremental"] else "full"
-        rt.reporter.say(f"Index: {rt.state.path}  (meta.sqlite)")
+        rt.reporter.say(f"Index: {rt.state.path}  ({describe(rt.state)})")
         rt.reporter.say(f"Mode: {mode}")
         counters = index_directory(
             rt.root, state=rt.state, config=rt.config, mode=mode, reporter=rt.reporter, embedder=rt.embedder()

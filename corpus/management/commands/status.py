@@ -52,6 +52,7 @@ class Command(Dir2mcpCommand):
                 **job.counters(),
             },
             "recent_errors": [{"rel_path": p, "error": e} for p, e in s.recent_errors],
+            "needs_provider": s.needs_provider,
         }
 
     def _print(self, rt, s) -> None:
@@ -76,6 +77,9 @@ class Command(Dir2mcpCommand):
             w("Recent errors:")
             for path, error in s.recent_errors:
                 w(f"  {path}: {error}")
+        if s.needs_provider:
+            waiting = ", ".join(f"{n} file(s) {reason}" for reason, n in s.needs_provider.items())
+            w(f"Waiting for a key: {waiting}")
 
 
 def _pairs(counts: dict) -> str:

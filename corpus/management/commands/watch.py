@@ -3,7 +3,7 @@ import threading
 
 from corpus.ingest.watch import watch_directory
 from corpus.management.base import Dir2mcpCommand
-from corpus.store import open_store
+from corpus.store import describe, open_store
 
 
 class Command(Dir2mcpCommand):
@@ -16,7 +16,7 @@ class Command(Dir2mcpCommand):
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        rt.reporter.say(f"Index: {rt.state.path}  (meta.sqlite)")
+        rt.reporter.say(f"Index: {rt.state.path}  ({describe(rt.state)})")
         rt.reporter.say(f"Watching {rt.root} for changes; Ctrl-C to stop.")
         watch_directory(
             rt.root, state=rt.state, config=rt.config, reporter=rt.reporter, stop=stop, embedder=rt.embedder()

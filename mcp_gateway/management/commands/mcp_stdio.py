@@ -15,7 +15,7 @@ import sys
 from django.core.management.base import OutputWrapper
 
 from corpus.management.base import Dir2mcpCommand
-from mcp_gateway import server, stdio
+from mcp_gateway import background, stdio
 
 
 class Command(Dir2mcpCommand):
@@ -45,7 +45,7 @@ class Command(Dir2mcpCommand):
     def handle(self, *args, **options):
         rt = self.runtime(options)
         # auth off: a private pipe, whoever holds it started us
-        ctx = server.serving_context(rt, self.prepare_state, auth_spec="none")
+        ctx = background.serving_context(rt, self.prepare_state, auth_spec="none")
         # Load the tool registry now, so the first call does not pay for imports.
         from mcp_gateway import tools  # noqa: F401
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from django.urls import resolve
-
-from corpus import errors
+from corpus import errors, store
 from corpus.management.base import Dir2mcpCommand, Runtime
-from mcp_gateway import context, server
+from mcp_gateway import background, connection, context, listen, server
 
 
 class Command(Dir2mcpCommand):
@@ -33,6 +31,11 @@ class Command(Dir2mcpCommand):
         group.add_argument("--tls-cert", help="PEM certificate (with --tls-key): serve https.")
         group.add_argument("--tls-key", help="PEM private key for --tls-cert.")
         group.add_argument("--read-only", action="store_true", help="Refuse any tool that would write.")
+        group.add_argument(
+            "--no-index",
+            action="store_true",
+            help="Serve the index as it is: no scan and no live sync (an index built by `reindex`).",
+        )
         pay = parser.add_argument_group("x402 payments")
         pay.add_argument("--x402", choices=("off", "on", "required"), help="x402 mode (default off).")
         pay.add_argument("--x402-facilitator-url", help="Facilitator that verifies and settles payments.")
@@ -43,10 +46,10 @@ class Command(Dir2mcpCommand):
     def handle(self, *args, **options):
         rt = self.runtime(options, config_flags=config_flags(options))
         cfg = rt.config
-        address = server.parse_listen(cfg.server.listen)
+        address = listen.parse_listen(cfg.server.listen)
         public = cfg.server.public
         if public:
-            address = server.public_address(address)
+            address = listen.public_address(address)
         spec = auth_spec(options, cfg)
         if spec == "none" and (public or not address.loopback):
             raise errors.Dir2mcpError(
@@ -54,17 +57,25 @@ class Command(Dir2mcpCommand):
                 f"serving {address} (beyond loopback) requires a bearer token; --auth none is refused",
                 hint="Drop --auth none (a token is generated in secret.token), or use --auth file:<path>.",
             )
-        if cfg.x402.mode != "off":
-            # Refused rather than announced: nothing would charge for the calls yet.
-            raise errors.Dir2mcpError(
-                errors.CONFIG_INVALID,
-                f"x402 mode {cfg.x402.mode!r} is not available in this build: payments are not enforced yet",
-                hint="Use --x402 off (the default); payment enforcement comes with the payments feature.",
-            )
+        if cfg.x402.mode != "off":  # before anything is written: `required` needs a complete policy
+            from payments.gate import problems
+
+            unmet = problems(cfg)
+            if unmet and cfg.x402.mode == "required":
+                raise errors.Dir2mcpError(
+                    errors.CONFIG_INVALID,
+                    "x402 mode 'required' needs a complete payment configuration: " + "; ".join(unmet),
+                    hint="Set --x402-facilitator-url, --x402-resource-base-url, --x402-network, --x402-price "
+                    "and x402.route_policy.tools_call.pay_to (docs/payments.md).",
+                )
+            if unmet:
+                rt.reporter.warn(
+                    "x402 mode 'on' but payments are NOT enforced (tools are free): " + "; ".join(unmet)
+                )
         tls = tls_files(rt)
         if spec.startswith("file:"):  # a missing or empty token file fails before any state is written
             context.resolve_auth(spec, cfg, rt.state, root=rt.root)
-        ctx = server.serving_context(
+        ctx = background.serving_context(
             rt,
             self.prepare_state,
             auth_spec=spec,
@@ -75,9 +86,6 @@ class Command(Dir2mcpCommand):
         if not address.loopback and not ctx.auth.required:
             rt.reporter.warn(f"serving {address} with no authentication")
         server.allow_hosts(address, public=public)
-        # Load the request path now (URLconf, endpoint, tool registry), so the
-        # first request does not pay for imports while the indexer starts.
-        resolve(ctx.mcp_path)
         rt.reporter.event("index_loaded", {"state_dir": str(rt.state.path), "documents": _document_count()})
 
         server.serve(
@@ -85,14 +93,17 @@ class Command(Dir2mcpCommand):
             address,
             reporter=rt.reporter,
             tls=tls,
-            announce=lambda listening: self.announce(rt, ctx, listening, spec, ctx.embedder is not None),
+            announce=lambda listening: self.announce(
+                rt, ctx, listening, spec, indexing=not options["no_index"]
+            ),
+            index=not options["no_index"],
         )
         rt.reporter.say("Stopped.")
 
-    def announce(self, rt: Runtime, ctx, listening: server.Listening, spec: str, dense: bool) -> None:
+    def announce(self, rt: Runtime, ctx, listening: server.Listening, spec: str, *, indexing: bool) -> None:
         """The server listens: write connection.json, tell the user how to connect."""
-        server.write_connection_json(
-            rt.state, server.connection_document(ctx, listening.url, listening.address)
+        connection.write_connection_json(
+            rt.state, connection.connection_document(ctx, listening.url, listening.address)
         )
         reporter = rt.reporter
         if rt.json:
@@ -107,25 +118,38 @@ class Command(Dir2mcpCommand):
                     "read_only": ctx.read_only,
                     "mcp_path": ctx.mcp_path,
                     "x402_mode": rt.config.x402.mode,
+                    "admin_url": listening.url.removesuffix(ctx.mcp_path) + "/admin/",
                 },
             )
-            reporter.event("connection", server.connection_data(ctx, listening.url))
+            reporter.event("connection", connection.connection_data(ctx, listening.url))
             return
-        files = "meta.sqlite + vectors_text.hnsw + vectors_code.hnsw" if dense else "meta.sqlite"
+        dense = ctx.embedder is not None
+        files = store.describe(rt.state, dense=dense)
+        mode = (
+            "Mode: incremental  (server-first; indexing in background)"
+            if indexing
+            else "Mode: serving the index as it is  (--no-index: no scan, no live sync)"
+        )
         lines = (
             []
             if rt.quiet
             else [
                 f"Index: {rt.state.path}  ({files})",
-                "Mode: incremental  (server-first; indexing in background)",
+                mode,
                 "",
             ]
         )
-        block = server.connection_block(ctx, listening.url, spec)
+        block = connection.connection_block(ctx, listening.url, spec)
         if listening.address.wildcard:
             block.insert(2, f"  Listen: {listening.address}  (all interfaces)")
         if rt.config.x402.mode != "off":
-            block.append(f"  Payments: x402 {rt.config.x402.mode}")
+            state = "enforced" if ctx.gate is not None else "NOT enforced: configuration incomplete"
+            block.append(f"  Payments: x402 {rt.config.x402.mode} ({state})")
+        site = listening.url.removesuffix(ctx.mcp_path)
+        block += [
+            f"  Admin:  {site}/admin/  (first user: dir2mcp createadmin --dir {rt.root})",
+            f"  Status: {site}/ops/status/",
+        ]
         lines += [*block, ""]
         reporter.stream.write("\n".join(lines) + "\n")
         reporter.stream.flush()
@@ -194,11 +218,11 @@ def auth_spec(options: dict, cfg) -> str:
     return auth.mode
 
 
-def tls_files(rt: Runtime) -> server.TlsFiles | None:
+def tls_files(rt: Runtime) -> listen.TlsFiles | None:
     tls = rt.config.server.tls
     if not (tls.enabled or tls.cert_file or tls.key_file):
         return None
-    found = server.check_tls(_under(rt.root, tls.cert_file), _under(rt.root, tls.key_file))
+    found = listen.check_tls(_under(rt.root, tls.cert_file), _under(rt.root, tls.key_file))
     if found is None:
         raise errors.Dir2mcpError(
             errors.TLS_CONFIG_INVALID,

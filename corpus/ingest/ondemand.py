@@ -1,0 +1,200 @@
+"""On-demand provider work for the MCP tools: transcribe one file, annotate one document.
+
+Both persist what they make through the writer, so the result is searchable
+(lexically at once; embedded on the indexer's next pass) and survives restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from corpus import errors
+from corpus.config import Config
+from corpus.ingest import writer
+from corpus.ingest.chunking import chunk_document, chunk_prose
+from corpus.ingest.classify import classify
+from corpus.ingest.extract import RAW_TEXT, Extracted
+from corpus.ingest.media import OCR_MARKDOWN
+from corpus.ingest.pipeline import capabilities_for
+from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, sha256_hex
+from corpus.ingest.transcripts import TRANSCRIPT, transcribe_audio
+from corpus.models import Document, Representation
+from corpus.security import ExclusionEngine, normalize_rel_path
+from corpus.state import StateDir
+
+ANNOTATION_JSON = "annotation_json"
+ANNOTATION_TEXT = "annotation_text"
+# The representation an annotation reads, best first.
+BEST_TEXT = (OCR_MARKDOWN, TRANSCRIPT, RAW_TEXT)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """What on-demand work needs: the corpus, its config, and the secret resolver."""
+
+    config: Config
+    state: StateDir
+    engine: ExclusionEngine
+    secret: Callable[[str], str | None]
+
+
+def _key(ws: Workspace, name: str, var: str) -> str:
+    value = ws.secret(name)
+    if not value:
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID, f"Missing {var}", hint=f"set env {var}=... or run: dir2mcp config init"
+        )
+    return value
+
+
+def _read(ws: Workspace, rel_path: str) -> tuple[str, bytes, os.stat_result]:
+    path = ws.engine.resolve(rel_path)
+    rel = normalize_rel_path(rel_path)
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as handle:
+            data = handle.read(ws.config.max_bytes_for("audio") + 1)
+    except OSError:
+        raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
+    return rel, data, st
+
+
+def stt_provider(ws: Workspace):
+    from corpus.providers.stt import ElevenLabsStt, MistralStt
+
+    cache = ws.state.cache / "transcribe" if ws.config.ingest.audio.cache else None
+    if ws.config.stt.provider == "elevenlabs":
+        return ElevenLabsStt(
+            ws.config, api_key=_key(ws, "elevenlabs_api_key", "ELEVENLABS_API_KEY"), cache_dir=cache
+        )
+    return MistralStt(ws.config, api_key=_key(ws, "mistral_api_key", "MISTRAL_API_KEY"), cache_dir=cache)
+
+
+def transcribe_file(
+    ws: Workspace,
+    rel_path: str,
+    *,
+    language: str | None = None,
+    timestamps: bool = True,
+    refresh: bool = False,
+) -> dict:
+    """Transcribe an audio file now and store its ``transcript`` (spec §15.7 output)."""
+    rel, data, st = _read(ws, rel_path)
+    doc_type = classify(rel.rsplit("/", 1)[-1], data[:HEAD_BYTES])
+    if doc_type != "audio":
+        raise errors.Dir2mcpError(errors.DOC_TYPE_UNSUPPORTED, f"{rel} is not an audio file ({doc_type})")
+    if len(data) > ws.config.max_bytes_for("audio"):
+        raise errors.Dir2mcpError(errors.FILE_TOO_LARGE, f"{rel} exceeds the audio size limit")
+    stt = stt_provider(ws)
+    stt.timestamps, stt.language = timestamps, language
+    try:
+        extracted = transcribe_audio(rel.rsplit("/", 1)[-1], data, _Refreshing(stt, refresh))
+    finally:
+        stt.close()
+    caps = capabilities_for(ws.config, ws.secret)
+    prepared = Prepared(
+        rel_path=rel,
+        source_type="file",
+        doc_type="audio",
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        content_hash=sha256_hex(data),
+        policy_hash=Preparer(ws.config, ws.engine, caps).policy_hash("audio"),
+        extracted=extracted,
+        drafts=chunk_document(extracted, kind="text", config=ws.config.chunking),
+    )
+    with transaction.atomic():
+        doc = Document.objects.filter(rel_path=rel).first()
+        writer.write_document(prepared, doc.doc_id if doc else None)
+    result = {
+        "rel_path": rel,
+        "provider": extracted.meta["provider"],
+        "model": extracted.meta["model"],
+        "indexed": True,
+    }
+    if timestamps:
+        segments = extracted.segments or ()
+        result["segments"] = [{"start_ms": s.start_ms, "end_ms": s.end_ms, "text": s.text} for s in segments]
+    return result
+
+
+class _Refreshing:
+    """An STT provider whose cache is bypassed when asked to retranscribe."""
+
+    def __init__(self, stt, refresh: bool):
+        self.stt, self.refresh = stt, refresh
+
+    def transcribe(self, name: str, data: bytes):
+        return self.stt.transcribe(name, data, refresh=self.refresh)
+
+
+def stored_transcript(ws: Workspace, rel_path: str) -> Representation | None:
+    """The stored transcript, if it was made from the file's current content."""
+    rel, data, _ = _read(ws, rel_path)
+    doc = Document.objects.filter(rel_path=rel, deleted=False).first()
+    if doc is None or doc.status != "ok" or doc.content_hash != sha256_hex(data):
+        return None
+    return Representation.objects.filter(document=doc, rep_type=TRANSCRIPT, deleted=False).first()
+
+
+def best_text(rel: str) -> tuple[Document, Representation]:
+    doc = Document.objects.filter(rel_path=rel, deleted=False).first()
+    reps = {r.rep_type: r for r in Representation.objects.filter(document=doc, deleted=False)} if doc else {}
+    for rep_type in BEST_TEXT:
+        if rep_type in reps and reps[rep_type].text.strip():
+            return doc, reps[rep_type]
+    raise errors.Dir2mcpError(
+        errors.INDEX_NOT_READY,
+        f"{rel} has no indexed text yet (not indexed, skipped, or still being indexed)",
+    )
+
+
+def annotate_document(
+    ws: Workspace, rel_path: str, schema: dict, *, index_flattened_text: bool = True
+) -> dict:
+    """Structured extraction over a document's best text (spec §15.8 output)."""
+    from corpus.providers.annotate import annotate, flatten
+
+    rel = normalize_rel_path(rel_path)
+    ws.engine.resolve(rel)  # the one path check: refuses excluded paths and escapes
+    if schema.get("type", "object") != "object":
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, "schema_json must describe an object (type: object)")
+    doc, source = best_text(rel)
+    result, _cached = annotate(
+        ws.config,
+        api_key=_key(ws, "mistral_api_key", "MISTRAL_API_KEY"),
+        text=source.text,
+        schema=schema,
+        cache_dir=ws.state.cache / "annotations",
+    )
+    meta = {"provider": "mistral", "model": ws.config.annotations.model, "source": source.rep_type}
+    lines = flatten(result)
+    text = "\n".join(lines)
+    with transaction.atomic():
+        as_json = Extracted(rep_type=ANNOTATION_JSON, text=json.dumps(result, ensure_ascii=False), meta=meta)
+        writer.write_extra_representation(doc.doc_id, _prepared(rel, as_json, drafts=[]))
+        if index_flattened_text and text:
+            flat = Extracted(rep_type=ANNOTATION_TEXT, text=text, meta=meta)
+            cfg = ws.config.chunking
+            drafts = chunk_prose(
+                text, max_chars=cfg.max_chars, overlap_chars=cfg.overlap_chars, min_chars=cfg.min_chars
+            )
+            writer.write_extra_representation(doc.doc_id, _prepared(rel, flat, drafts=drafts))
+    return {
+        "rel_path": rel,
+        "stored": True,
+        "flattened_indexed": bool(index_flattened_text and text),
+        "annotation_json": result,
+        "annotation_text_preview": text[:1000],
+    }
+
+
+def _prepared(rel: str, extracted: Extracted, *, drafts) -> Prepared:
+    return Prepared(
+        rel_path=rel, source_type="file", doc_type="", size=0, mtime_ns=0, extracted=extracted, drafts=drafts
+    )

@@ -1,0 +1,1 @@
+"""The operator's pages: status page and its live stream, health, metrics."""

@@ -1,0 +1,55 @@
+"""Readiness checks for ``/healthz``: each returns ``{"ok": bool, ...}``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+log = logging.getLogger(__name__)
+
+
+def readiness() -> dict[str, dict]:
+    return {"database": database(), "lexical_index": lexical_index(), "vector_indices": vector_indices()}
+
+
+def database() -> dict:
+    """The database answers and holds an index of the format this build reads."""
+    from corpus.state import INDEX_FORMAT_VERSION
+    from corpus.store import get_setting
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        found = get_setting("index_format_version")
+    except DatabaseError as exc:
+        log.warning("healthz: database not ready: %s", exc)
+        return {"ok": False, "error": f"database unavailable: {type(exc).__name__}"}
+    if found != INDEX_FORMAT_VERSION:
+        return {"ok": False, "error": f"index format {found or 'missing'}, expected {INDEX_FORMAT_VERSION}"}
+    return {"ok": True, "vendor": connection.vendor}
+
+
+def lexical_index() -> dict:
+    """The full-text index can be queried."""
+    from corpus.index import lexical
+
+    try:
+        rows = lexical.live_count()
+    except DatabaseError as exc:
+        log.warning("healthz: lexical index not ready: %s", exc)
+        return {"ok": False, "error": f"lexical index unavailable: {type(exc).__name__}"}
+    return {"ok": True, "rows": rows}
+
+
+def vector_indices() -> dict:
+    """Which ``.hnsw`` files exist. They are caches rebuilt on demand, so a
+    missing one never makes the server unready."""
+    from corpus.index.vectors import index_path
+    from corpus.state import StateDir
+
+    state = StateDir(Path(settings.DIR2MCP_STATE_DIR))
+    files = {kind: index_path(state, kind).is_file() for kind in ("text", "code")}
+    return {"ok": True, "files": files}

@@ -1,0 +1,158 @@
+"""Prometheus metrics: the metric objects and the hooks that feed them.
+
+Hooks (``observe_*``) are cheap and never raise, so the transport, the
+provider client and the payment gate can call them on every request.
+Indexing figures are not counted by hooks: :class:`IndexCollector` reads
+them from the database at scrape time, so they agree across processes.
+
+Each daphne process keeps its own counters. With ``PROMETHEUS_MULTIPROC_DIR``
+set (before the process starts), prometheus_client writes them to files there
+and :func:`exposition` merges every process's (docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import REGISTRY
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: anything else a client sends is counted as OTHER, so labels stay few
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+HTTP_REQUESTS = Counter(
+    "dir2mcp_http_requests",
+    "HTTP requests answered, by endpoint (mcp, site), method and status.",
+    ["endpoint", "method", "status"],
+)
+TOOL_CALLS = Counter(
+    "dir2mcp_tool_calls", "MCP tool calls by tool and outcome (ok, error).", ["tool", "outcome"]
+)
+TOOL_SECONDS = Histogram(
+    "dir2mcp_tool_call_seconds",
+    "Latency of MCP tool calls, by tool.",
+    ["tool"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+PROVIDER_CALLS = Counter(
+    "dir2mcp_provider_calls",
+    "Provider HTTP attempts by provider, operation and outcome: ok, http_<status>, transport.",
+    ["provider", "operation", "outcome"],
+)
+PAYMENTS = Counter(
+    "dir2mcp_payments", "x402 payment outcomes (verified, settled, rejected, ...).", ["outcome"]
+)
+
+
+def _safe(fn):
+    def wrapper(*args, **kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception:  # metrics must never break the call they observe
+            log.exception("metrics hook %s failed", fn.__name__)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@_safe
+def observe_request(method: str, status: int | str, *, endpoint: str = "mcp") -> None:
+    """One HTTP request answered (``method`` is the HTTP method)."""
+    method = method.upper()
+    HTTP_REQUESTS.labels(endpoint, method if method in METHODS else "OTHER", str(status)).inc()
+
+
+@_safe
+def observe_tool(name: str, seconds: float, is_error: bool) -> None:
+    """One ``tools/call`` finished after ``seconds``."""
+    TOOL_CALLS.labels(name, "error" if is_error else "ok").inc()
+    TOOL_SECONDS.labels(name).observe(seconds)
+
+
+@_safe
+def observe_provider_call(provider: str, operation: str, outcome: str) -> None:
+    """One HTTP attempt to a provider: ``ok``, ``http_<status>`` or ``transport``."""
+    PROVIDER_CALLS.labels(provider, operation, outcome).inc()
+
+
+@_safe
+def observe_payment(outcome: str) -> None:
+    """One payment decision or settlement result."""
+    PAYMENTS.labels(outcome).inc()
+
+
+class IndexCollector:
+    """Indexing figures read from the database at scrape time."""
+
+    def collect(self):
+        from django.db.models import Count
+
+        from corpus.models import Chunk, Document, IndexJob
+
+        docs = GaugeMetricFamily(
+            "dir2mcp_documents", "Live documents by type and status.", labels=["doc_type", "status"]
+        )
+        rows = Document.objects.filter(deleted=False).values("doc_type", "status").annotate(n=Count("doc_id"))
+        for row in rows.order_by("doc_type", "status"):
+            docs.add_metric([row["doc_type"], row["status"]], row["n"])
+        yield docs
+
+        chunks = GaugeMetricFamily(
+            "dir2mcp_chunks", "Live chunks by embedding status.", labels=["embedding_status"]
+        )
+        rows = Chunk.objects.filter(deleted=False).values("embedding_status").annotate(n=Count("chunk_id"))
+        for row in rows.order_by("embedding_status"):
+            chunks.add_metric([row["embedding_status"]], row["n"])
+        yield chunks
+
+        jobs = CounterMetricFamily("dir2mcp_index_jobs", "Indexing jobs by outcome.", labels=["outcome"])
+        rows = IndexJob.objects.values("outcome").annotate(n=Count("job_id"))
+        for row in rows.order_by("outcome"):
+            jobs.add_metric([row["outcome"] or "running"], row["n"])
+        yield jobs
+
+        yield from _latest_job_metrics(IndexJob.objects.order_by("-started_unix").first())
+
+
+def _latest_job_metrics(job):
+    running = GaugeMetricFamily("dir2mcp_index_job_running", "1 while the latest indexing job runs.")
+    running.add_metric([], 1 if job is not None and job.running else 0)
+    yield running
+    files = GaugeMetricFamily(
+        "dir2mcp_index_job_progress", "Counters of the latest indexing job.", labels=["counter"]
+    )
+    if job is not None:
+        for name, value in job.counters().items():
+            files.add_metric([name], value)
+    yield files
+
+
+_index_collector = IndexCollector()
+
+
+def exposition() -> bytes:
+    """The whole scrape in the Prometheus text format."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = CollectorRegistry()
+        registry.register(_DefaultRegistry())
+    registry.register(_index_collector)
+    return generate_latest(registry)
+
+
+class _DefaultRegistry:
+    """This process's own metrics (the hooks' counters, process and GC figures)."""
+
+    def collect(self):
+        return REGISTRY.collect()

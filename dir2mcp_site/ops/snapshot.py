@@ -1,0 +1,116 @@
+"""What the status page shows, as plain data: one read of the index state.
+
+The page renders it once and its live stream sends it again whenever it
+changes. Secrets appear only as their source (``env:MISTRAL_API_KEY``).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from django.apps import apps
+from django.db.models import Count
+
+from corpus.status import models_summary, summarize
+from mcp_gateway.models import McpSession
+
+ERROR_LIMIT = 20
+SESSION_LIMIT = 20
+
+
+def snapshot() -> dict:
+    """Progress, counts, recent errors, sessions and payments, JSON-ready."""
+    summary = summarize(error_limit=ERROR_LIMIT)
+    return {
+        "job": _job(summary),
+        "documents": summary.documents,
+        "by_type": summary.by_type,
+        "by_status": summary.by_status,
+        "deleted": summary.deleted,
+        "representations": summary.representations,
+        "chunks": summary.chunks,
+        "embedded": summary.embedded,
+        "pending": summary.pending,
+        "embed_error": summary.embed_error,
+        "needs_provider": summary.needs_provider,
+        "errors": [{"rel_path": path, "reason": reason} for path, reason in summary.recent_errors],
+        "sessions": sessions(),
+        "payments": payments_today(),
+    }
+
+
+def _job(summary) -> dict | None:
+    job = summary.job
+    if job is None:
+        return None
+    return {
+        "job_id": job.job_id,
+        "mode": job.mode,
+        "running": summary.job_alive,
+        "outcome": job.outcome,
+        "started": _iso(job.started_unix),
+        "updated": _iso(job.updated_unix),
+        **job.counters(),
+    }
+
+
+def sessions() -> dict:
+    """Open MCP sessions, most recently seen first."""
+    rows = McpSession.objects.order_by("-last_seen_unix").values(
+        "client_name", "client_version", "protocol_version", "created_unix", "last_seen_unix"
+    )[:SESSION_LIMIT]
+    return {
+        "count": McpSession.objects.count(),
+        "recent": [
+            {
+                "client": f"{row['client_name'] or 'client'} {row['client_version']}".strip(),
+                "protocol_version": row["protocol_version"],
+                "opened": _iso(row["created_unix"]),
+                "last_seen": _iso(row["last_seen_unix"]),
+            }
+            for row in rows
+        ],
+    }
+
+
+def payments_today() -> dict | None:
+    """Today's settlement rows by outcome, once the payments app records them
+    (``payments.SettlementLog`` with a date-time field and an ``outcome`` or
+    ``status`` field); ``None`` before that."""
+    try:
+        model = apps.get_model("payments", "SettlementLog")
+    except LookupError:
+        return None
+    fields = {f.name: f for f in model._meta.get_fields() if getattr(f, "concrete", False)}
+    stamp = next((n for n, f in fields.items() if f.get_internal_type() == "DateTimeField"), None)
+    outcome = next((n for n in ("outcome", "status") if n in fields), None)
+    if stamp is None or outcome is None:
+        return None
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    rows = model.objects.filter(**{f"{stamp}__gte": midnight}).values(outcome).annotate(n=Count("pk"))
+    by_outcome = {str(row[outcome]): row["n"] for row in rows.order_by(outcome)}
+    return {"total": sum(by_outcome.values()), "by_outcome": by_outcome}
+
+
+def providers(ctx) -> dict:
+    """Provider configuration: models in use and where each secret comes from."""
+    from corpus.secrets import resolve_all
+
+    config = ctx.config
+    secrets = resolve_all(config, ctx.state, root=ctx.root)
+    return {
+        "embed_provider": config.embed.provider,
+        "models": models_summary(config),
+        "secret_sources": {name: secret.describe() for name, secret in secrets.items()},
+    }
+
+
+def _iso(unix: float | None) -> str:
+    if not unix:
+        return ""
+    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def now_iso() -> str:
+    return _iso(time.time())

@@ -1,0 +1,95 @@
+"""The operator's views: status page, its live stream, health, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from asgiref.sync import sync_to_async
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from dir2mcp_site.ops import health, metrics, snapshot
+
+#: How often the stream re-reads the database, and how long one stream lasts
+#: before the browser's EventSource reconnects (it does so by itself).
+POLL_SECONDS = 1.0
+STREAM_SECONDS = 600.0
+HEARTBEAT_EVERY = 15
+
+
+@staff_member_required
+@never_cache
+@require_GET
+def status_page(request):
+    from mcp_gateway import context
+
+    data = snapshot.snapshot()
+    return render(
+        request,
+        "ops/status.html",
+        {
+            "title": "dir2mcp status",
+            "snapshot": data,
+            "providers": snapshot.providers(context.get()),
+        },
+    )
+
+
+def _payload() -> str:
+    return json.dumps(snapshot.snapshot(), sort_keys=True)
+
+
+async def _events():
+    yield f"retry: {int(POLL_SECONDS * 2000)}\n\n"
+    last, quiet = None, 0
+    deadline = time.monotonic() + STREAM_SECONDS
+    while time.monotonic() < deadline:
+        data = await sync_to_async(_payload)()
+        if data != last:
+            last, quiet = data, 0
+            yield f"event: status\ndata: {data}\n\n"
+        else:
+            quiet += 1
+            if quiet >= HEARTBEAT_EVERY:  # keeps proxies from closing an idle stream
+                quiet = 0
+                yield ": ping\n\n"
+        await asyncio.sleep(POLL_SECONDS)
+
+
+@staff_member_required
+@require_GET
+async def status_stream(request):
+    """Server-sent events: the status snapshot, each time it changes."""
+    response = StreamingHttpResponse(_events(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+    return response
+
+
+@never_cache
+@require_GET
+def healthz(request):
+    """Liveness, plus readiness of the database and the indices (503 if not ready)."""
+    checks = health.readiness()
+    ready = all(check["ok"] for check in checks.values())
+    return JsonResponse(
+        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
+    )
+
+
+@never_cache
+@require_GET
+def livez(request):
+    """Liveness only: the process answers; touches nothing else."""
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def metrics_view(request):
+    return HttpResponse(metrics.exposition(), content_type=metrics.CONTENT_TYPE)

@@ -1,0 +1,142 @@
+"""Plain ASGI requests and responses for the MCP endpoint.
+
+``/mcp`` is served as a bare ASGI app rather than a Django view: Django's
+handler costs a thread hop for the request signals and another for the view
+machinery on every call, about a third of the endpoint's own CPU per
+``tools/call`` (docs/benchmarks.md). What the endpoint took from Django is
+kept here, to the letter: the Host check against ``ALLOWED_HOSTS`` (with
+``USE_X_FORWARDED_HOST``), repeated headers joined with commas, and a body
+that never grows past the limit while it is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+
+
+class ClientGone(Exception):
+    """The client hung up before its request body arrived."""
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class Request:
+    """The parts of an ASGI HTTP request the endpoint reads."""
+
+    __slots__ = ("method", "headers", "client", "server", "_receive")
+
+    def __init__(self, scope: dict, receive):
+        self.method: str = scope["method"]
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in scope.get("headers", ()):
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]},{value}" if name in headers else value
+        self.headers = headers
+        client = scope.get("client") or ("", 0)
+        self.client: str = client[0] or ""
+        self.server = scope.get("server") or ("", None)
+        self._receive = receive
+
+    def host_allowed(self) -> bool:
+        """Django's ``get_host()`` check, without building an HttpRequest."""
+        if settings.USE_X_FORWARDED_HOST and "x-forwarded-host" in self.headers:
+            host = self.headers["x-forwarded-host"]
+        elif "host" in self.headers:
+            host = self.headers["host"]
+        else:
+            name, port = self.server
+            host = f"{name}:{port}" if port else str(name)
+        domain, _port = split_domain_port(host)
+        allowed = settings.ALLOWED_HOSTS
+        if settings.DEBUG and not allowed:
+            allowed = [".localhost", "127.0.0.1", "[::1]"]
+        return bool(domain) and validate_host(domain, allowed)
+
+    async def body(self, limit: int) -> bytes:
+        """The whole body; :class:`BodyTooLarge` as soon as it passes ``limit``."""
+        parts, size = [], 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge()
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+
+    async def disconnected(self) -> None:
+        """Returns when the client hangs up (after the body was read)."""
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+
+
+def _raw_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def json(cls, message: dict | None, status: int = 200, headers: dict | None = None) -> Response:
+        if message is None:
+            return cls(status, b"", dict(headers or {}))
+        body = json.dumps(message, ensure_ascii=False).encode("utf-8")
+        return cls(status, body, {"Content-Type": "application/json", **(headers or {})})
+
+    async def send(self, send, request: Request) -> None:
+        headers = {**self.headers, "Content-Length": str(len(self.body))}
+        await send({"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+@dataclass
+class StreamResponse:
+    """An SSE answer: each item of ``events`` is sent as it comes. When the
+    client hangs up, the iterator is cancelled, which stops its work."""
+
+    events: AsyncIterator[bytes]
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+    async def send(self, send, request: Request) -> None:
+        headers = {
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            **self.headers,
+        }
+        await send({"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)})
+        gone = asyncio.ensure_future(request.disconnected())
+        events = aiter(self.events)
+        try:
+            while True:
+                step = asyncio.ensure_future(anext(events))
+                await asyncio.wait({step, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():  # the client left: stop the work, send nothing more
+                    step.cancel()
+                    await asyncio.gather(step, return_exceptions=True)
+                    return
+                try:
+                    chunk = step.result()
+                except StopAsyncIteration:
+                    break
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            gone.cancel()
+            await events.aclose()

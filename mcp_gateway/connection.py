@@ -1,0 +1,95 @@
+"""What clients are told: the connection event, ``connection.json`` and
+the §3.1 block, each with the token's source and never its value."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from corpus.state import StateDir, write_json
+from mcp_gateway.listen import ListenAddress
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = "mcp_streamable_http"
+PROTOCOL_VERSION = "2025-11-25"
+SESSION_HEADER = "MCP-Session-Id"
+
+# -- what clients are told ------------------------------------------------------
+
+
+def token_placeholder(ctx) -> str:
+    return {
+        "secret.token": "<token-from-secret.token>",
+        "env": "<token-from-env>",
+        "file": "<token-from-file>",
+    }.get(ctx.auth.source, "<token>")
+
+
+def headers(ctx, placeholder: str = "<token>") -> dict[str, str]:
+    out = {"MCP-Protocol-Version": PROTOCOL_VERSION}
+    if ctx.auth.required:
+        out["Authorization"] = f"Bearer {placeholder}"
+    return out
+
+
+def connection_data(ctx, url: str) -> dict:
+    """``connection.data`` (spec §3.2): never the token itself."""
+    data = {
+        "transport": TRANSPORT,
+        "url": url,
+        "headers": headers(ctx),
+        "token_source": ctx.auth.source,
+    }
+    if ctx.auth.source == "file":
+        data["token_file"] = ctx.auth.token_file
+    elif ctx.auth.source == "env":
+        data["token_env"] = ctx.config.security.auth.token_env
+    return data
+
+
+def connection_document(ctx, url: str, address: ListenAddress) -> dict:
+    """``connection.json`` (spec §4.3), plus where the token is and who serves."""
+    doc = {
+        "transport": TRANSPORT,
+        "url": url,
+        "headers": headers(ctx, token_placeholder(ctx)),
+        "session": {
+            "uses_mcp_session_id": True,
+            "header_name": SESSION_HEADER,
+            "assigned_on_initialize": True,
+        },
+        "token_source": ctx.auth.source,
+    }
+    if ctx.auth.source in ("file", "secret.token"):
+        doc["token_file"] = ctx.auth.token_file
+    elif ctx.auth.source == "env":
+        doc["token_env"] = ctx.config.security.auth.token_env
+    doc["listen"] = str(address)
+    doc["pid"] = os.getpid()
+    return doc
+
+
+def write_connection_json(state: StateDir, document: dict) -> None:
+    write_json(state.connection_json, document)
+
+
+def auth_line(ctx, spec: str = "") -> str:
+    """The human ``Auth:`` value: where the token is, never what it is."""
+    auth = ctx.auth
+    if not auth.required:
+        return "none (no token required)"
+    if auth.source == "env":
+        return f"Bearer (source=env, from ${ctx.config.security.auth.token_env})"
+    if auth.source == "file":
+        origin = f"--auth {spec}" if spec.startswith("file:") else "security.auth.token_file"
+        return f"Bearer (source=file, {auth.token_file}, from {origin})"
+    return f"Bearer (source=secret.token, stored in {auth.token_file})"
+
+
+def connection_block(ctx, url: str, spec: str = "") -> list[str]:
+    """The §3.1 MCP endpoint block."""
+    lines = ["MCP endpoint:", f"  URL:    {url}", f"  Auth:   {auth_line(ctx, spec)}", "  Headers:"]
+    lines += [f"    {name}: {value}" for name, value in headers(ctx).items()]
+    lines.append(f"    {SESSION_HEADER}: (assigned after initialize response)")
+    return lines

@@ -1,0 +1,63 @@
+"""Payment audit rows and the replay store."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class SettlementLog(models.Model):
+    """One payment event: a challenge, a verification, a settlement or a failure.
+
+    Rows hold a hash of the request, never its arguments (the query text).
+    """
+
+    class Status(models.TextChoices):
+        REQUIRED = "required", "payment required"
+        VERIFIED = "verified", "verified"
+        SETTLED = "settled", "settled"
+        FAILED = "failed", "failed"
+
+    tool = models.CharField(max_length=128, db_index=True)
+    status = models.CharField(max_length=16, choices=Status.choices, db_index=True)
+    price = models.CharField(max_length=40, blank=True, help_text="configured price text, e.g. 0.001")
+    amount = models.CharField(max_length=78, blank=True, help_text="atomic units of the asset")
+    asset = models.CharField(max_length=66, blank=True)
+    network = models.CharField(max_length=64, db_index=True)
+    pay_to = models.CharField(max_length=66, blank=True)
+    payer = models.CharField(max_length=66, blank=True, db_index=True)
+    transaction = models.CharField(max_length=132, blank=True, db_index=True)
+    error_reason = models.CharField(max_length=128, blank=True)
+    request_hash = models.CharField(max_length=64, db_index=True)
+    payment_key = models.CharField(max_length=64, blank=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.status} {self.amount or '-'} {self.network}"
+
+
+class PaymentAttempt(models.Model):
+    """One payment (signature + nonce) seen by the gate.
+
+    The unique ``key`` is what stops a replayed or concurrent duplicate
+    payment from running the tool or settling twice: the second request
+    cannot insert its row, and gets the stored ``outcome`` instead.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending", "in progress"
+        DONE = "done", "done"
+
+    key = models.CharField(max_length=64, unique=True)
+    tool = models.CharField(max_length=128)
+    request_hash = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    outcome = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.key[:12]}… {self.tool} {self.state}"

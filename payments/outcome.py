@@ -1,0 +1,90 @@
+"""What the gate tells the transport: everything needed to answer one tools/call."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from corpus import errors
+
+#: JSON-RPC code for "the payment could not be processed now, retry" (facilitator outage).
+JSONRPC_PAYMENT_UNAVAILABLE = -32003
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer to one gated ``tools/call``.
+
+    ``kind`` is one of:
+
+    * ``free``: the tool is not priced; ``result`` is its answer.
+    * ``challenge``: no payment was sent; answer 402 with ``headers`` and ``error``.
+    * ``paid``: verified, ran, settled; ``result`` (+ ``PAYMENT-RESPONSE``).
+    * ``tool_error``: verified, the tool failed, nothing was settled; ``result``.
+    * ``failed``: the payment was rejected (``reason``); 402 again (or 400 when undecodable).
+    * ``unavailable``: the facilitator is down; retryable ``error``, the tool did not run
+      (or its output is withheld when settlement could not be reached).
+    * ``in_progress``: the same payment is being processed by another request; retry.
+    * ``replayed``: the stored outcome of an earlier request with the same payment.
+
+    Exactly one of ``result`` / ``error`` is set. ``variant`` is ``http`` (headers)
+    or ``inband`` (``_meta``); in-band payment failures are tool results with
+    ``isError`` (x402 MCP transport), so their ``http_status`` is 200.
+    """
+
+    kind: str
+    http_status: int
+    variant: str = "http"
+    headers: dict[str, str] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    reason: str = ""
+    replay_of: str = ""
+
+    @property
+    def retryable(self) -> bool:
+        return bool(self.error and (self.error.get("data") or {}).get("retryable"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+        return cls(**data)
+
+    def as_replay(self) -> Outcome:
+        return replace(self, kind="replayed", replay_of=self.kind)
+
+
+def unavailable(variant: str, status: int, detail: str) -> Outcome:
+    error = {
+        "code": JSONRPC_PAYMENT_UNAVAILABLE,
+        "message": "The payment facilitator is unavailable; nothing was charged. Retry later.",
+        "data": {"code": errors.PROVIDER_FAILED, "retryable": True, "reason": "facilitator_unavailable"},
+    }
+    headers = {"Retry-After": "5"} if variant == "http" else {}
+    http_status = status if variant == "http" else 200
+    return Outcome("unavailable", http_status, variant, headers, error=error, reason=detail)
+
+
+def in_progress(variant: str) -> Outcome:
+    error = {
+        "code": JSONRPC_PAYMENT_UNAVAILABLE,
+        "message": "This payment is already being processed; retry to get its result.",
+        "data": {"code": errors.SERVER_BUSY, "retryable": True, "reason": "payment_in_progress"},
+    }
+    return Outcome("in_progress", 409 if variant == "http" else 200, variant, {}, error=error)
+
+
+def request_hash(tool_name: str, arguments: dict[str, Any] | None) -> str:
+    """sha256 of the tool name and its canonical arguments; the text itself is never kept."""
+    canonical = json.dumps(
+        {"tool": tool_name, "arguments": arguments or {}},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=str,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -1,0 +1,280 @@
+"""A hostile corpus served end to end: one case per threat, each outcome asserted.
+
+The tree is generated in the test: links out of the root, archives with
+escaping members, a zip bomb and nested archives, file names with newlines
+and invalid UTF-8, a huge single-line file. It is indexed, served by daphne,
+and attacked through every tool argument that takes a path. A secret marker
+lives outside the root: no answer may ever contain it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.mcp_http import base_env, start_daphne, stop
+from tests.test_cli import cli
+
+pytestmark = pytest.mark.slow
+
+MARKER = "OUTSIDE-SECRET-7f3a9c"
+TRAVERSALS = [
+    "..",
+    "../outside/secret.txt",
+    "docs/../../outside/secret.txt",
+    "/etc/passwd",
+    "%2e%2e/outside/secret.txt",
+    "..%2foutside%2fsecret.txt",
+    "docs/\x00/../../outside",
+    "..\\outside\\secret.txt",
+    "C:\\Windows\\win.ini",
+    "\\\\server\\share\\x",
+]
+
+
+def zip_bytes(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(zipfile.ZipInfo(name), data, compress_type=zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()
+
+
+def build(base: Path) -> Path:
+    outside = base / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(f"{MARKER} never serve this\n")
+    root = base / "root"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "guide.md").write_text("# Guide\n\nThe loader reads plain configuration files.\n")
+    # Links out of the root.
+    os.symlink(outside / "secret.txt", root / "docs" / "link-to-secret.txt")
+    os.symlink(outside, root / "linked-dir")
+    # Archive members that try to escape, a bomb, and nesting.
+    (root / "escape.zip").write_bytes(
+        zip_bytes(
+            {
+                "../escaped.txt": f"{MARKER} from a member\n".encode(),
+                "/abs/escaped.txt": f"{MARKER} absolute\n".encode(),
+                "fine/inside.txt": b"an honest archive member about loaders\n",
+            }
+        )
+    )
+    (root / "bomb.zip").write_bytes(zip_bytes({"zeros.txt": b"0" * (300 * 2**20)}))
+    inner = zip_bytes({"deep.txt": b"deep member text\n"})
+    nested = inner
+    for level in range(6):
+        nested = zip_bytes({f"level{level}.zip": nested})
+    (root / "nested.zip").write_bytes(nested)
+    # Awkward names.
+    (root / "line\nbreak.txt").write_text("a name with a newline\n")
+    (root / os.fsdecode(b"bad-\xff-utf8.txt")).write_text("a name that is not UTF-8\n")
+    # One huge line (8 MiB, no newline).
+    (root / "huge-line.txt").write_text("word " * (8 * 2**20 // 5))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = build(tmp_path_factory.mktemp("hostile"))
+    indexed = cli("reindex", "--dir", str(root), "--json", env=base_env())
+    assert indexed.returncode == 0, indexed.stderr
+    assert MARKER not in indexed.stdout + indexed.stderr
+    srv = start_daphne(root)
+    srv.session = srv.initialize()
+    srv.file_errors = {
+        event["data"]["rel_path"]: event["data"]
+        for event in map(json.loads, indexed.stdout.splitlines())
+        if event["event"] == "file_error"
+    }
+    yield srv
+    err = stop(srv)
+    assert "Traceback" not in err, err[-3000:]
+    assert MARKER not in err
+
+
+def call(server, name: str, arguments: dict) -> dict:
+    result = server.call(server.session, name, arguments)
+    assert MARKER not in json.dumps(result), f"{name} {arguments} leaked the outside secret"
+    return result
+
+
+def error_code(result: dict) -> str | None:
+    return result["structuredContent"]["error"]["code"] if result.get("isError") else None
+
+
+@pytest.mark.parametrize("path", TRAVERSALS)
+def test_open_file_refuses_every_traversal(server, path):
+    result = call(server, "dir2mcp.open_file", {"rel_path": path})
+    assert error_code(result) in {"PATH_OUTSIDE_ROOT", "INVALID_FIELD", "FILE_NOT_FOUND", "FORBIDDEN"}
+
+
+@pytest.mark.parametrize("path", TRAVERSALS)
+@pytest.mark.parametrize(
+    ("tool", "field", "extra"),
+    [
+        ("dir2mcp.list_files", "path_prefix", {}),
+        ("dir2mcp.list_files", "glob", {}),
+        ("dir2mcp.find", "path_prefix", {"content": "secret"}),
+        ("dir2mcp.find", "name_glob", {}),
+        ("dir2mcp.search", "path_prefix", {"query": "secret never serve"}),
+        ("dir2mcp.search", "file_glob", {"query": "secret never serve"}),
+        ("dir2mcp.ask", "path_prefix", {"question": "what is the secret?"}),
+    ],
+)
+def test_path_arguments_never_reach_outside_the_root(server, tool, field, extra, path):
+    result = call(server, tool, {field: path, **extra})
+    if not result.get("isError"):
+        listed = result["structuredContent"]
+        for item in listed.get("files", []) + listed.get("hits", []) + listed.get("matches", []):
+            assert not item["rel_path"].startswith(("/", "..")), item
+
+
+def test_symlinks_out_of_the_root_are_not_indexed_or_served(server):
+    files = {
+        f["rel_path"]
+        for f in call(server, "dir2mcp.list_files", {"limit": 500})["structuredContent"]["files"]
+    }
+    assert "docs/guide.md" in files
+    assert not any(path.startswith("linked-dir") or path == "docs/link-to-secret.txt" for path in files)
+    for rel in ("docs/link-to-secret.txt", "linked-dir/secret.txt"):
+        assert error_code(call(server, "dir2mcp.open_file", {"rel_path": rel})) is not None
+    assert call(server, "dir2mcp.find", {"content": "never serve"})["structuredContent"]["matches"] == []
+
+
+def test_escaping_archive_members_are_rejected_and_the_rest_served(server):
+    assert server.file_errors["escape.zip!/../escaped.txt"]["code"] == "PATH_OUTSIDE_ROOT"
+    assert server.file_errors["escape.zip!//abs/escaped.txt"]["code"] == "PATH_OUTSIDE_ROOT"
+    hits = call(server, "dir2mcp.search", {"query": "honest archive member loaders"})["structuredContent"][
+        "hits"
+    ]
+    assert hits[0]["rel_path"] == "escape.zip!/fine/inside.txt"
+    assert all("escaped" not in hit["rel_path"] for hit in hits)
+    assert not (server.root.parent / "escaped.txt").exists() and not Path("/abs/escaped.txt").exists()
+
+
+def test_a_zip_bomb_member_is_refused_with_its_reason(server):
+    assert server.file_errors["bomb.zip!/zeros.txt"]["code"] == "FILE_TOO_LARGE"
+    files = call(server, "dir2mcp.list_files", {"limit": 500})["structuredContent"]["files"]
+    assert not [f for f in files if f["rel_path"].startswith("bomb.zip!/")]
+
+
+def test_nesting_stops_at_the_depth_limit(server):
+    files = call(server, "dir2mcp.list_files", {"limit": 500})["structuredContent"]["files"]
+    nested = [f["rel_path"] for f in files if f["rel_path"].startswith("nested.zip")]
+    assert nested and max(path.count(".zip") for path in nested) <= 3
+    hits = call(server, "dir2mcp.search", {"query": "deep member text"})["structuredContent"]["hits"]
+    assert not [hit for hit in hits if hit["rel_path"].endswith("deep.txt")]
+
+
+def test_awkward_file_names(server):
+    files = call(server, "dir2mcp.list_files", {"limit": 500})["structuredContent"]["files"]
+    names = [f["rel_path"] for f in files]
+    assert "line\nbreak.txt" in names  # a newline is data in JSON, nothing more
+    bad = [data for path, data in server.file_errors.items() if path.endswith("-utf8.txt")]
+    assert bad and bad[0]["code"] == "EXTRACT_FAILED" and "UTF-8" in bad[0]["message"]
+    assert not [name for name in names if name.endswith("-utf8.txt")]
+
+
+def test_a_huge_single_line_file_is_bounded(server):
+    result = call(server, "dir2mcp.open_file", {"rel_path": "huge-line.txt", "max_chars": 1000})
+    body = result["structuredContent"]
+    assert body["truncated"] is True and len(body["content"]) <= 1000
+    hits = call(server, "dir2mcp.search", {"query": "word word", "k": 5})["structuredContent"]["hits"]
+    assert hits and all(len(hit["snippet"]) <= 4000 for hit in hits)
+
+
+def test_a_file_rewritten_while_it_is_indexed_ends_indexed_as_its_final_content(tmp_path):
+    """Rewrites (truncate, then write, so a reader can see any prefix) race
+    the first pass and the watcher; once they stop, the index holds exactly
+    the file's last content: the next look at a changed mtime repairs any
+    torn read."""
+    import contextlib
+    import hashlib
+    import sqlite3
+    import threading
+    import time
+
+    from tests.up_process import Up
+
+    target = tmp_path / "churn.txt"
+    target.write_text("initial\n")
+    for i in range(200):
+        (tmp_path / f"filler{i}.txt").write_text(f"filler {i}\n" * 50)
+    stop = threading.Event()
+
+    def churn():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            with open(target, "w") as handle:  # truncate, then write in pieces
+                for line in range(n % 300):
+                    handle.write(f"version {n} line {line}\n")
+
+    writer = threading.Thread(target=churn, daemon=True)
+    up = Up("--dir", str(tmp_path), "--json", "--auth", "none")
+    try:
+        writer.start()
+        up.url()
+        time.sleep(3)  # let the pass and the watcher meet the churn
+        stop.set()
+        writer.join(10)
+        final = target.read_bytes()
+        expected = hashlib.sha256(final).hexdigest()
+        db = tmp_path / ".dir2mcp" / "meta.sqlite"
+
+        def indexed_hash(_up):
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+                row = conn.execute(
+                    "SELECT content_hash FROM documents WHERE rel_path = 'churn.txt' AND deleted = 0"
+                ).fetchone()
+            return row is not None and row[0] == expected
+
+        up.wait_until(indexed_hash, "the final content to be indexed", timeout=120)
+        assert up.stop() == 0, up.stderr
+    finally:
+        stop.set()
+        up.close()
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        texts = conn.execute(
+            "SELECT c.text FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
+            "JOIN documents d ON d.doc_id = r.document_id "
+            "WHERE d.rel_path = 'churn.txt' AND c.deleted = 0 AND r.deleted = 0 ORDER BY c.ordinal"
+        ).fetchall()
+    body = final.decode()
+    assert all(text in body for (text,) in texts)  # every live chunk is from the final version
+    assert "Traceback" not in up.stderr
+
+
+def test_hard_links_are_refused_unless_allowed(tmp_path):
+    """A hard link's content may be a file outside the root (another name of
+    the same inode): refused with its reason, unless follow_hardlinks."""
+    import os
+
+    from tests.mcp_http import base_env
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text(f"{MARKER} behind a hard link\n")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "plain.md").write_text("# Plain\n\nNothing to hide.\n")
+    os.link(outside, root / "linked.txt")
+
+    refused = cli("reindex", "--dir", str(root), "--json", env=base_env())
+    events = [json.loads(line) for line in refused.stdout.splitlines()]
+    errors_ = {e["data"]["rel_path"]: e["data"] for e in events if e["event"] == "file_error"}
+    assert errors_["linked.txt"]["code"] == "FORBIDDEN" and "hard link" in errors_["linked.txt"]["message"]
+    assert MARKER.encode() not in (root / ".dir2mcp" / "meta.sqlite").read_bytes()
+    found = cli("ask", "--dir", str(root), "behind a hard link", "--mode", "search_only", env=base_env())
+    assert MARKER not in found.stdout
+
+    allowed = cli(
+        "reindex", "--dir", str(root), "--json", env=base_env(DIR2MCP_INGEST__FOLLOW_HARDLINKS="true")
+    )
+    assert "file_error" not in allowed.stdout
+    assert MARKER.encode() in (root / ".dir2mcp" / "meta.sqlite").read_bytes()

@@ -1,0 +1,260 @@
+"""Health, metrics and the status page with its live stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.test import AsyncClient
+from django.urls import reverse
+from prometheus_client.parser import text_string_to_metric_families
+
+from corpus.config import build_config
+from corpus.models import Setting
+from corpus.providers.http import HttpOptions, ProviderClient, ProviderError
+from corpus.state import INDEX_FORMAT_VERSION, StateDir
+from dir2mcp_site.ops import metrics
+from mcp_gateway import context
+from tests.factories import ChunkFactory, DocumentFactory
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "sk-ops-test-value-0123456789"
+
+
+def scrape(client) -> dict[str, list]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    families = text_string_to_metric_families(response.content.decode())
+    return {family.name: family.samples for family in families}
+
+
+def sample(families: dict, name: str, **labels: str) -> float | None:
+    """The value of the sample called ``name`` (``..._total``, ``..._bucket``) with these labels."""
+    for samples in families.values():
+        for s in samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+# -- /healthz -----------------------------------------------------------------
+
+
+def test_healthz_is_unavailable_until_the_index_is_opened(client):
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["database"] == {"ok": False, "error": "index format missing, expected 1"}
+
+    Setting.objects.create(key="index_format_version", value=INDEX_FORMAT_VERSION)
+    ready = client.get("/healthz")
+    assert ready.status_code == 200
+    body = ready.json()
+    assert body["status"] == "ok" and body["checks"]["lexical_index"]["ok"]
+
+
+def test_liveness_answers_without_the_database(client, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        assert client.get("/healthz/live").json() == {"status": "ok"}
+
+
+# -- /metrics -----------------------------------------------------------------
+
+
+def test_metrics_parse_as_prometheus_text_with_index_figures(client):
+    for _ in range(3):
+        ChunkFactory(representation__document=DocumentFactory(doc_type="md"))
+    DocumentFactory(doc_type="pdf", status="error")
+    families = scrape(client)
+    assert sample(families, "dir2mcp_documents", doc_type="md", status="ok") == 3
+    assert sample(families, "dir2mcp_documents", doc_type="pdf", status="error") == 1
+    assert sample(families, "dir2mcp_chunks", embedding_status="pending") == 3
+
+
+def test_metrics_count_site_requests_tool_calls_and_payments(client):
+    before = scrape(client)
+    client.get("/healthz/live")
+    metrics.observe_tool("dir2mcp.search", 0.2, False)
+    metrics.observe_tool("dir2mcp.search", 3.0, True)
+    metrics.observe_payment("settled")
+    metrics.observe_request("POST", 200)
+    after = scrape(client)
+
+    def delta(name, **labels):
+        return (sample(after, name, **labels) or 0) - (sample(before, name, **labels) or 0)
+
+    assert delta("dir2mcp_http_requests_total", endpoint="site", method="GET", status="200") >= 2
+    assert delta("dir2mcp_http_requests_total", endpoint="mcp", method="POST", status="200") == 1
+    assert delta("dir2mcp_tool_calls_total", tool="dir2mcp.search", outcome="error") == 1
+    assert delta("dir2mcp_tool_call_seconds_bucket", tool="dir2mcp.search", le="0.25") == 1
+    assert delta("dir2mcp_tool_call_seconds_count", tool="dir2mcp.search") == 2
+    assert delta("dir2mcp_payments_total", outcome="settled") == 1
+
+
+def test_metrics_count_provider_calls_and_errors(client, fake_mistral):
+    provider = ProviderClient(
+        fake_mistral.url,
+        api_key=fake_mistral.api_key,
+        prefix="MISTRAL",
+        label="Mistral",
+        options=HttpOptions(max_attempts=2, backoff_initial=0.01, max_wait=0.05),
+    )
+    body = {"model": "mistral-embed", "input": ["a"]}
+    before = scrape(client)
+    provider.post_json("/v1/embeddings", body)
+    fake_mistral.fail_next(503, count=2)
+    with pytest.raises(ProviderError):
+        provider.post_json("/v1/embeddings", body)
+    provider.close()
+    after = scrape(client)
+
+    def delta(outcome):
+        labels = {"provider": "Mistral", "operation": "/v1/embeddings", "outcome": outcome}
+        return (sample(after, "dir2mcp_provider_calls_total", **labels) or 0) - (
+            sample(before, "dir2mcp_provider_calls_total", **labels) or 0
+        )
+
+    assert (delta("ok"), delta("http_503")) == (1, 2)
+
+
+def test_a_failing_hook_never_breaks_the_caller():
+    metrics.observe_tool("x", "not-a-number", False)  # logged, not raised
+
+
+# -- the status page ----------------------------------------------------------
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    monkeypatch.setenv("MISTRAL_API_KEY", SECRET)
+    root = tmp_path / "corpus"
+    root.mkdir()
+    state = StateDir(root / ".dir2mcp")
+    state.ensure()
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    context.install(context.build(root=root, state=state, config=config, auth_spec="none"))
+    yield
+    context.install(None)
+
+
+def test_status_page_is_for_signed_in_staff_only(client, django_user_model):
+    url = reverse("ops:status")
+    assert client.get(url).status_code == 302
+    client.force_login(django_user_model.objects.create_user("viewer", password="x"))
+    assert client.get(url).status_code == 302
+    assert client.get(reverse("ops:status-stream")).status_code == 302
+
+
+def test_status_page_shows_counts_errors_and_secret_sources_only(admin_client, installed):
+    DocumentFactory(doc_type="md")
+    DocumentFactory(
+        rel_path="scan.pdf", doc_type="pdf", status="error", error="OCR_FAILED: page 3 unreadable"
+    )
+    page = admin_client.get(reverse("ops:status")).content.decode()
+    assert "scan.pdf" in page and "OCR_FAILED: page 3 unreadable" in page
+    assert "<th>pdf</th>" in page and "<th>error</th>" in page
+    assert "<th>mistral_api_key</th><td>&lt;env:MISTRAL_API_KEY&gt;</td>" in page
+    assert SECRET not in page
+
+
+async def _first_events(count: int, user, change) -> list[dict]:
+    client = AsyncClient()
+    await client.aforce_login(user)
+    response = await client.get(reverse("ops:status-stream"))
+    assert response["Content-Type"] == "text/event-stream"
+    events, stream = [], aiter(response.streaming_content)
+    while len(events) < count:
+        chunk = (await asyncio.wait_for(anext(stream), 30)).decode()
+        if chunk.startswith("event: status"):
+            events.append(json.loads(chunk.split("data: ", 1)[1]))
+            if len(events) < count:
+                await sync_to_async(change)()
+    await stream.aclose()
+    return events
+
+
+@pytest.mark.django_db(transaction=True)
+def test_status_stream_sends_a_new_snapshot_when_the_index_changes(installed):
+    DocumentFactory(doc_type="md")
+    user = get_user_model().objects.create_superuser("ops", password="x")
+    first, second = asyncio.run(_first_events(2, user, lambda: DocumentFactory(doc_type="pdf")))
+    assert (first["documents"], first["by_type"]) == (1, {"md": 1})
+    assert (second["documents"], second["by_type"]) == (2, {"md": 1, "pdf": 1})
+
+
+def test_status_page_totals_todays_payments_once_they_are_recorded(admin_client, installed):
+    from django.apps import apps
+
+    try:
+        log = apps.get_model("payments", "SettlementLog")
+    except LookupError:
+        pytest.skip("the payments app records no settlements in this build")
+    for status in ("settled", "settled", "failed"):
+        log.objects.create(
+            tool="dir2mcp.search", status=status, network="eip155:84532", request_hash="0" * 64
+        )
+    page = admin_client.get(reverse("ops:status")).content.decode()
+    assert "3 failed=1 settled=2" in page
+
+
+def test_multiprocess_mode_merges_every_process_counters(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR, one scrape sums what each process counted."""
+    import subprocess
+    import sys
+
+    from tests.mcp_http import REPO, base_env, index
+
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n")
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    env = base_env(DIR2MCP_ROOT=str(root), PROMETHEUS_MULTIPROC_DIR=str(shared))
+    index(root, env)
+    count = "from dir2mcp_site.ops import metrics; metrics.observe_tool('dir2mcp.find', 0.1, False)"
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", count], cwd=REPO, env=env, check=True, timeout=60)
+    scrape_code = (
+        "import os, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'dir2mcp_site.settings'); "
+        "django.setup(); from dir2mcp_site.ops import metrics; print(metrics.exposition().decode())"
+    )
+    text = subprocess.run(
+        [sys.executable, "-c", scrape_code],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    families = {family.name: family.samples for family in text_string_to_metric_families(text)}
+    assert sample(families, "dir2mcp_tool_calls_total", tool="dir2mcp.find", outcome="ok") == 2
+    assert sample(families, "dir2mcp_documents", doc_type="md", status="ok") == 1
+
+
+def test_json_log_format_writes_one_object_per_line_to_stdout(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.mcp_http import REPO, base_env
+
+    code = (
+        "import logging, os, django; "
+        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'dir2mcp_site.settings'); "
+        "django.setup(); logging.getLogger('dir2mcp.test').warning('disk %s is %d%% full', 'state', 91)"
+    )
+    env = base_env(DIR2MCP_ROOT=str(tmp_path), DIR2MCP_LOG_FORMAT="json")
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    entry = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (entry["level"], entry["logger"], entry["message"]) == (
+        "WARNING",
+        "dir2mcp.test",
+        "disk state is 91% full",
+    )
+    assert entry["ts"].endswith("+00:00") and done.stderr == ""

@@ -1,0 +1,313 @@
+"""Gate.handle against the fake facilitator over HTTP, with genuinely signed payments."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+
+import pytest
+from x402 import PaymentRequired
+from x402.http import decode_payment_required_header, decode_payment_response_header
+
+from corpus.config import build_config
+from payments import gate as gate_mod
+from payments.models import PaymentAttempt, SettlementLog
+from tests.fakes.facilitator import FakeFacilitator, running_facilitator
+from tests.x402_client import (
+    BASE_SEPOLIA,
+    BASE_SEPOLIA_USDC,
+    OTHER_KEY,
+    PAY_TO,
+    TEST_ADDRESS,
+    payment_header,
+    payment_meta,
+    sign_custom,
+)
+
+pytestmark = pytest.mark.django_db
+
+TOOL = "dir2mcp.search"
+ARGS = {"query": "invoices 2024 confidential", "k": 3}
+
+
+class Tool:
+    """A real ``run`` callable that counts its calls."""
+
+    def __init__(self, *, error: bool = False):
+        self.calls = 0
+        self.error = error
+
+    def __call__(self) -> dict:
+        self.calls += 1
+        text = "boom" if self.error else "3 hits"
+        return {
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": {"n": 3},
+            "isError": self.error,
+        }
+
+
+def x402_config(facilitator_url: str, **tools_call) -> dict:
+    return {
+        "x402": {
+            "mode": "required",
+            "facilitator_url": facilitator_url,
+            "resource_base_url": "https://files.example",
+            "route_policy": {
+                "tools_call": {"price": "0.01", "network": BASE_SEPOLIA, "pay_to": PAY_TO, **tools_call}
+            },
+        }
+    }
+
+
+@pytest.fixture
+def fake_facilitator():
+    with running_facilitator() as fake:
+        yield fake
+
+
+@pytest.fixture
+def gate(fake_facilitator: FakeFacilitator, tmp_path: Path):
+    events: list[dict] = []
+    cfg = build_config(x402_config(fake_facilitator.url, prices={"dir2mcp.stats": "0"}), {}, {})
+    g = gate_mod.from_config(cfg, tmp_path, emit=events.append)
+    g.events = events
+    g.state = tmp_path
+    yield g
+    g.close()
+
+
+def call(gate, tool: Tool, *, header=None, meta=None, name=TOOL, args=ARGS):
+    return gate.handle(
+        tool_name=name,
+        arguments=args,
+        header=header,
+        meta_payment=meta,
+        request_hash=gate_mod.request_hash(name, args),
+        run=tool,
+    )
+
+
+def challenge(gate) -> PaymentRequired:
+    outcome = call(gate, Tool())
+    return decode_payment_required_header(outcome.headers["PAYMENT-REQUIRED"])
+
+
+def test_unpaid_call_gets_402_with_every_requirement_field(gate):
+    tool = Tool()
+    outcome = call(gate, tool)
+    assert outcome.kind == "challenge" and outcome.http_status == 402 and tool.calls == 0
+    raw = json.loads(base64.b64decode(outcome.headers["PAYMENT-REQUIRED"]))
+    assert raw["x402Version"] == 2
+    assert raw["resource"]["url"] == "https://files.example/mcp"
+    assert raw["accepts"] == [
+        {
+            "scheme": "exact",
+            "network": BASE_SEPOLIA,
+            "amount": "10000",
+            "asset": BASE_SEPOLIA_USDC,
+            "payTo": PAY_TO,
+            "maxTimeoutSeconds": 300,
+            "extra": {"name": "USDC", "version": "2"},
+        }
+    ]
+    decoded = decode_payment_required_header(outcome.headers["PAYMENT-REQUIRED"])
+    assert decoded.accepts[0].amount == "10000"
+    error = outcome.error
+    assert error["code"] == 402 and error["data"]["accepts"] == raw["accepts"]
+    assert error["data"]["code"] == "UNAUTHORIZED" and error["data"]["retryable"] is False
+    row = SettlementLog.objects.get()
+    assert row.status == "required" and row.tool == TOOL and row.amount == "10000"
+    assert row.request_hash == gate_mod.request_hash(TOOL, ARGS)
+    assert [e["event"] for e in gate.events] == ["payment_required"]
+
+
+def test_valid_payment_runs_tool_settles_once_and_returns_payment_response(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    outcome = call(gate, tool, header=header)
+    assert outcome.kind == "paid" and outcome.http_status == 200 and tool.calls == 1
+    assert outcome.result["content"][0]["text"] == "3 hits"
+    receipt = decode_payment_response_header(outcome.headers["PAYMENT-RESPONSE"])
+    assert receipt.success and receipt.payer == TEST_ADDRESS and receipt.network == BASE_SEPOLIA
+    assert receipt.transaction.startswith("0x") and len(receipt.transaction) == 66
+    assert fake_facilitator.count("/verify") == 1 and fake_facilitator.count("/settle") == 1
+    statuses = list(SettlementLog.objects.order_by("id").values_list("status", flat=True))
+    assert statuses == ["required", "verified", "settled"]
+    settled = SettlementLog.objects.get(status="settled")
+    assert settled.transaction == receipt.transaction and settled.payer == TEST_ADDRESS
+    assert [e["event"] for e in gate.events] == ["payment_required", "payment_verified", "payment_settled"]
+
+
+def _rejection_cases(required: PaymentRequired):
+    accepted = required.accepts[0].model_dump(by_alias=True, exclude_none=True)
+    tampered = payment_meta(required)
+    sig = tampered["payload"]["signature"]
+    tampered["payload"]["signature"] = sig[:10] + ("0" if sig[10] != "0" else "1") + sig[11:]
+    return {
+        "bad-signature": tampered,
+        "signed-by-someone-else": _spoofed(required),
+        "wrong-amount-declared": sign_custom(required, value="1", accepted={**accepted, "amount": "1"}),
+        "wrong-amount-signed": sign_custom(required, value="1"),
+        "wrong-recipient-declared": sign_custom(
+            required, to=TEST_ADDRESS, accepted={**accepted, "payTo": TEST_ADDRESS}
+        ),
+        "wrong-recipient-signed": sign_custom(required, to=TEST_ADDRESS),
+        "expired": sign_custom(required, valid_before=int(time.time()) - 10),
+        "not-yet-valid": sign_custom(required, valid_after=int(time.time()) + 3600),
+    }
+
+
+def _spoofed(required: PaymentRequired) -> dict:
+    """Signed by another key, but claiming to come from the test address."""
+    payload = sign_custom(required, key=OTHER_KEY).model_dump(by_alias=True, exclude_none=True)
+    payload["payload"]["authorization"]["from"] = TEST_ADDRESS
+    return payload
+
+
+REASONS = {
+    "bad-signature": "invalid_exact_evm_payload_signature",
+    "signed-by-someone-else": "invalid_exact_evm_payload_signature",
+    "wrong-amount-declared": "invalid_exact_evm_payload_authorization_value_mismatch",
+    "wrong-amount-signed": "invalid_exact_evm_payload_authorization_value_mismatch",
+    "wrong-recipient-declared": "invalid_exact_evm_payload_recipient_mismatch",
+    "wrong-recipient-signed": "invalid_exact_evm_payload_recipient_mismatch",
+    "expired": "invalid_exact_evm_payload_authorization_valid_before",
+    "not-yet-valid": "invalid_exact_evm_payload_authorization_valid_after",
+}
+
+
+@pytest.mark.parametrize("case", list(REASONS), ids=list(REASONS))
+def test_rejected_payment_gets_402_with_reason_and_tool_does_not_run(gate, fake_facilitator, case):
+    payment = _rejection_cases(challenge(gate))[case]
+    meta = payment if isinstance(payment, dict) else payment.model_dump(by_alias=True, exclude_none=True)
+    from x402 import PaymentPayload
+    from x402.http import encode_payment_signature_header
+
+    header = encode_payment_signature_header(PaymentPayload.model_validate(meta))
+    tool = Tool()
+    outcome = call(gate, tool, header=header)
+    assert outcome.kind == "failed" and outcome.http_status == 402 and tool.calls == 0
+    assert outcome.reason == REASONS[case]
+    assert decode_payment_required_header(outcome.headers["PAYMENT-REQUIRED"]).error == REASONS[case]
+    assert outcome.error["code"] == 402 and outcome.error["data"]["error"] == REASONS[case]
+    assert fake_facilitator.count("/settle") == 0
+    failed = SettlementLog.objects.get(status="failed")
+    assert failed.error_reason == REASONS[case]
+    # a mismatch with the requirements is caught before the facilitator is asked
+    assert fake_facilitator.count("/verify") == (0 if case.endswith("declared") else 1)
+
+
+def test_undecodable_header_is_400_invalid_payload(gate):
+    tool = Tool()
+    outcome = call(gate, tool, header="not-base64-json!")
+    assert outcome.http_status == 400 and outcome.reason == "invalid_payload" and tool.calls == 0
+
+
+def test_facilitator_down_is_retryable_and_tool_does_not_run(gate, fake_facilitator):
+    header = payment_header(challenge(gate))
+    fake_facilitator.stop()
+    tool = Tool()
+    outcome = call(gate, tool, header=header)
+    assert outcome.kind == "unavailable" and outcome.http_status == 503 and tool.calls == 0
+    assert outcome.retryable and outcome.error["data"]["code"] == "PROVIDER_FAILED"
+    assert SettlementLog.objects.filter(status="failed", error_reason="facilitator_unavailable").count() == 1
+    assert not PaymentAttempt.objects.exists()  # released: the same payment can be retried later
+
+
+def test_facilitator_error_status_is_retryable_502_and_retry_then_succeeds(gate, fake_facilitator):
+    header = payment_header(challenge(gate))
+    fake_facilitator.fail_next(500)
+    tool = Tool()
+    first = call(gate, tool, header=header)
+    assert first.kind == "unavailable" and first.http_status == 502 and tool.calls == 0
+    second = call(gate, tool, header=header)
+    assert second.kind == "paid" and tool.calls == 1
+
+
+def test_tool_error_is_verified_but_never_settled(gate, fake_facilitator):
+    tool = Tool(error=True)
+    outcome = call(gate, tool, header=payment_header(challenge(gate)))
+    assert outcome.kind == "tool_error" and outcome.result["isError"] is True and tool.calls == 1
+    assert "PAYMENT-RESPONSE" not in outcome.headers
+    assert fake_facilitator.count("/verify") == 1 and fake_facilitator.count("/settle") == 0
+    assert not SettlementLog.objects.filter(status="settled").exists()
+    assert SettlementLog.objects.filter(status="failed", error_reason="tool_error").exists()
+
+
+def test_settlement_failure_withholds_output_and_sends_failure_receipt(gate, fake_facilitator):
+    fake_facilitator.settle_failure("insufficient_funds")
+    tool = Tool()
+    outcome = call(gate, tool, header=payment_header(challenge(gate)))
+    assert outcome.kind == "failed" and outcome.http_status == 402 and outcome.result is None
+    receipt = decode_payment_response_header(outcome.headers["PAYMENT-RESPONSE"])
+    assert receipt.success is False and receipt.error_reason == "insufficient_funds"
+
+
+def test_replayed_payment_returns_stored_outcome_without_running_or_settling_again(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    first = call(gate, tool, header=header)
+    again = call(gate, tool, header=header)
+    assert first.kind == "paid" and again.kind == "replayed" and again.replay_of == "paid"
+    assert again.result == first.result and again.headers == first.headers
+    assert tool.calls == 1
+    assert fake_facilitator.count("/verify") == 1 and fake_facilitator.count("/settle") == 1
+    assert SettlementLog.objects.filter(status="settled").count() == 1
+
+
+def test_payment_still_in_progress_is_not_run_twice(gate):
+    header = payment_header(challenge(gate))
+    tool = Tool()
+    inner: list = []
+
+    def run_and_replay() -> dict:
+        inner.append(call(gate, tool, header=header))  # the duplicate arrives mid-call
+        return tool()
+
+    outcome = gate.handle(
+        tool_name=TOOL, arguments=ARGS, header=header, meta_payment=None, request_hash="h", run=run_and_replay
+    )
+    assert outcome.kind == "paid" and tool.calls == 1
+    assert inner[0].kind == "in_progress" and inner[0].retryable and inner[0].http_status == 409
+
+
+def test_inband_meta_payment_gets_receipt_in_result_meta(gate, fake_facilitator):
+    tool = Tool()
+    outcome = call(gate, tool, meta=payment_meta(challenge(gate)))
+    assert outcome.kind == "paid" and outcome.variant == "inband" and tool.calls == 1
+    receipt = outcome.result["_meta"]["x402/payment-response"]
+    assert receipt["success"] is True and receipt["payer"] == TEST_ADDRESS
+    assert fake_facilitator.count("/settle") == 1
+
+
+def test_inband_rejection_is_an_error_result_with_payment_required(gate):
+    required = challenge(gate)
+    meta = sign_custom(required, valid_before=int(time.time()) - 10).model_dump(
+        by_alias=True, exclude_none=True
+    )
+    tool = Tool()
+    outcome = call(gate, tool, meta=meta)
+    assert outcome.http_status == 200 and outcome.result["isError"] is True and tool.calls == 0
+    structured = outcome.result["structuredContent"]
+    assert structured["x402Version"] == 2 and structured["error"].endswith("valid_before")
+    assert json.loads(outcome.result["content"][0]["text"]) == structured
+
+
+def test_free_tool_runs_without_payment_or_audit(gate):
+    tool = Tool()
+    outcome = call(gate, tool, name="dir2mcp.stats", args={})
+    assert outcome.kind == "free" and tool.calls == 1 and gate.price_for("dir2mcp.stats") is None
+    assert not SettlementLog.objects.exists()
+
+
+def test_audit_never_holds_the_query_text(gate):
+    call(gate, Tool(), header=payment_header(challenge(gate)))
+    log = (gate.state / "payments" / "settlement.log").read_text()
+    events = [json.loads(line)["event"] for line in log.splitlines()]
+    assert events == ["payment_required", "payment_verified", "payment_settled"]
+    assert "invoices" not in log and "signature" not in log
+    for row in SettlementLog.objects.values():
+        assert "invoices" not in json.dumps(row, default=str)

@@ -1,0 +1,76 @@
+"""Several server processes behind one address: what they must share.
+
+Two daphne processes serve the same state directory. One MCP session is
+used on both alternately (sessions live in the database), and with
+``REDIS_URL`` set they share the rate limit through the real Redis on this
+machine: together they allow the per-minute rate once, not twice.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+import redis
+
+from tests.mcp_http import Server, base_env, serve_daphne, start_daphne, stop, write_corpus
+
+pytestmark = pytest.mark.slow
+
+REDIS_URL = "redis://127.0.0.1:6379/15"
+PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+
+def second_process(first: Server, env: dict[str, str]) -> Server:
+    """Another daphne on the first one's root and state, on its own port."""
+    return serve_daphne(first.root, base_env(DIR2MCP_ROOT=str(first.root), DIR2MCP_AUTH="auto", **env))
+
+
+@pytest.fixture
+def pair(tmp_path):
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:  # .ci/run starts Redis; by hand it may be down
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+    write_corpus(tmp_path)
+    env = {"REDIS_URL": REDIS_URL, "DIR2MCP_SERVER__RATE_LIMIT_PER_MINUTE": "12"}
+    first = start_daphne(tmp_path, env=env)
+    second = second_process(first, env)
+    yield first, second
+    for server in (first, second):
+        err = stop(server)
+        assert "Traceback" not in err, err[-2000:]
+
+
+def test_one_session_served_by_two_processes_alternately(pair):
+    first, second = pair
+    session = first.initialize()
+    answers = [(first if i % 2 else second).post(PING, session=session) for i in range(6)]
+    assert [a.status_code for a in answers] == [200] * 6
+    assert all(a.json()["result"] == {} for a in answers)
+    hits = second.call(session, "dir2mcp.search", {"query": "loader"})["structuredContent"]["hits"]
+    assert hits
+
+    ended = httpx_delete(first, session)
+    assert ended == 204
+    assert second.post(PING, session=session).status_code == 404  # ended everywhere
+
+
+def test_two_processes_share_one_rate_limit(pair):
+    first, second = pair
+    while time.time() % 60 > 45:  # the limit counts per wall-clock minute: start well inside one
+        time.sleep(1)
+    session = first.initialize()  # 1 request, then notifications/initialized: 2
+    statuses = [(first if i % 2 else second).post(PING, session=session).status_code for i in range(14)]
+    allowed = statuses.count(200)
+    # 12 a minute in all: what initialize left, then 429 from either process.
+    assert allowed == 10, statuses
+    assert statuses[10:] == [429] * 4
+    refused = second.post(PING, session=session)
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+
+
+def httpx_delete(server: Server, session: str) -> int:
+    headers = server.headers(**{"MCP-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
+    return httpx.delete(server.url, headers=headers, timeout=30).status_code

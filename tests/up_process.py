@@ -1,0 +1,134 @@
+"""A running `dir2mcp up` process for tests, its output collected line by
+line, and the ``running`` fixture that kills whatever a test leaves behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.test_cli import REPO, base_env
+
+
+class Up:
+    """A running `up` process whose output is collected line by line."""
+
+    def __init__(self, *args: str, env: dict | None = None):
+        full_env = base_env()
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO / "manage.py"), "up", *args],
+            cwd=REPO,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        self._changed = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _pump(self, stream, into: list[str]) -> None:
+        for line in stream:
+            with self._changed:
+                into.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def stdout(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.err)
+
+    def events(self) -> list[dict]:
+        return [json.loads(line) for line in list(self.lines) if line.startswith("{")]
+
+    def wait_until(self, predicate, what: str, timeout: float = 90):
+        """Wait for ``predicate(self)`` to be truthy as output arrives."""
+        end = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                value = predicate(self)
+                if value:
+                    return value
+                if self.proc.poll() is not None and not any(r.is_alive() for r in self._readers):
+                    pytest.fail(
+                        f"`up` exited ({self.proc.returncode}) before {what}:\n{self.stdout}\n{self.stderr}"
+                    )
+                if time.monotonic() > end:
+                    pytest.fail(f"timed out waiting for {what}:\n{self.stdout}\n{self.stderr}")
+                self._changed.wait(0.2)
+
+    def event(self, name: str, where=lambda data: True, timeout: float = 90) -> dict:
+        def found(up):
+            return next((e["data"] for e in up.events() if e["event"] == name and where(e["data"])), None)
+
+        return self.wait_until(found, f"a {name} event", timeout)
+
+    def url(self) -> str:
+        """The endpoint URL, from the NDJSON connection event or the human block."""
+
+        def found(up):
+            for line in list(up.lines):
+                if line.startswith("{"):
+                    record = json.loads(line)
+                    if record["event"] == "connection":
+                        return record["data"]["url"]
+                elif line.strip().startswith("URL:"):
+                    return line.split("URL:", 1)[1].strip()
+            return None
+
+        return self.wait_until(found, "the endpoint URL")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        finally:
+            self.kill()
+        for reader in self._readers:
+            reader.join(10)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def close(self) -> None:
+        self.kill()
+        for reader in self._readers:
+            reader.join(10)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def running():
+    """Start `up` processes; whatever a test leaves running is killed."""
+    started: list[Up] = []
+
+    def start(*args: str, **kw) -> Up:
+        up = Up(*args, **kw)
+        started.append(up)
+        return up
+
+    yield start
+    for up in started:
+        up.close()
