@@ -6,7 +6,6 @@ import base64
 import io
 import json
 import os
-import time
 import zipfile
 from pathlib import Path
 
@@ -640,10 +639,12 @@ def test_catastrophic_regex_times_out_and_the_cursor_moves_past_it(corpus_dir, e
     write(corpus_dir, "a_bad.txt", "a" * 5000 + "b\n")
     write(corpus_dir, "b_good.txt", "aaa\n")
     index()
-    started = time.monotonic()
+    # Unbounded, this pattern backtracks 2**5000 ways on a_bad.txt: returning
+    # at all shows the budget stopped it. It stopped inside that one document
+    # (scanned, no match), and the cursor skips it.
     first = files.find(engine, content="(a+)+$", regex=True)
-    assert time.monotonic() - started < 3
     assert first["timed_out"] is True and first["matches"] == [] and first["next_cursor"]
+    assert first["files_scanned"] == 1
     second = files.find(engine, content="(a+)+$", regex=True, cursor=first["next_cursor"])
     assert second["timed_out"] is False
     assert [m["rel_path"] for m in second["matches"]] == ["b_good.txt"]
