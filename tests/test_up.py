@@ -88,6 +88,11 @@ def test_json_events_connection_json_and_auth(corpus_dir, running):
     ok = initialize(url, token)
     refused = initialize(url)
     wrong = initialize(url, "not-the-token")
+    site = url.removesuffix("/mcp")
+    with client() as http:
+        admin_page = http.get(f"{site}/admin/")
+        css = http.get(f"{site}/static/admin/css/base.css")
+        missing = http.get(f"{site}/static/admin/css/no-such-file.css")
     done = up.event("scan_progress", final_progress)
     up.event("embed_progress")
     code = up.stop()
@@ -98,6 +103,12 @@ def test_json_events_connection_json_and_auth(corpus_dir, running):
     assert names.count("index_loaded") == 1
     started = next(e["data"] for e in up.events() if e["event"] == "server_started")
     assert started["url"] == url and started["pid"] == up.proc.pid
+    assert started["admin_url"] == f"{site}/admin/"
+    # The admin is served by this process, its CSS too (no nginx, no collectstatic).
+    assert admin_page.status_code == 302 and "/admin/login/" in admin_page.headers["location"]
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+    assert "body" in css.text
+    assert missing.status_code == 404
     host, port = started["listen"].rsplit(":", 1)
     assert host == "127.0.0.1" and int(port) > 0
     assert url == f"http://127.0.0.1:{port}/mcp"
@@ -156,6 +167,9 @@ def test_human_output_block(corpus_dir, running):
         "    Authorization: Bearer <token>",
         "    MCP-Session-Id: (assigned after initialize response)",
     ]
+    site = url.removesuffix("/mcp")
+    assert f"  Admin:  {site}/admin/  (first user: dir2mcp createadmin --dir {corpus_dir})" in block
+    assert f"  Status: {site}/ops/status/" in block
     assert lines[-1] == "Stopped."
     assert secret_token(corpus_dir) not in up.stdout + up.stderr
 
