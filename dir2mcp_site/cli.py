@@ -10,7 +10,15 @@ def main(argv: list[str] | None = None) -> None:
     from dir2mcp_site import bootstrap
 
     bootstrap.prepare(argv[1:])
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018  (loads the settings: a bad one is a config error)
+    except ImproperlyConfigured as exc:
+        sys.stderr.write(f"ERROR: CONFIG_INVALID: {exc}\n")
+        raise SystemExit(2) from None
 
     argv[0] = "dir2mcp"
     if len(argv) == 1:

@@ -13,6 +13,7 @@ from pathlib import Path
 import environ
 
 from dir2mcp_site import bootstrap
+from dir2mcp_site.ops import secretkey
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,9 +22,13 @@ env = environ.Env()
 DIR2MCP_ROOT = bootstrap.root_dir()
 DIR2MCP_STATE_DIR = bootstrap.state_dir()
 
-# A per-install key is fine for the embedded default: Django only signs
-# admin sessions with it. Deployments set DJANGO_SECRET_KEY.
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dir2mcp-embedded-not-for-public-deployments")
+# Behind a TLS-terminating reverse proxy (docs/deploy.md).
+DJANGO_BEHIND_PROXY = env.bool("DJANGO_BEHIND_PROXY", default=False)
+# DJANGO_SECRET_KEY, required behind a proxy; otherwise a random key kept in
+# the state directory (0600). Never a value published in the source.
+SECRET_KEY = secretkey.secret_key(
+    env.str("DJANGO_SECRET_KEY", default=""), behind_proxy=DJANGO_BEHIND_PROXY, state_dir=DIR2MCP_STATE_DIR
+)
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
@@ -114,9 +119,8 @@ STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles
 # proxy serves STATIC_ROOT after collectstatic (docs/deploy.md).
 DIR2MCP_SERVE_STATIC = env.bool("DIR2MCP_SERVE_STATIC", default=True)
 
-# Behind a TLS-terminating reverse proxy (docs/deploy.md): trust its
-# X-Forwarded-Proto / X-Forwarded-Host only when told to.
-if env.bool("DJANGO_BEHIND_PROXY", default=False):
+# Behind the proxy: trust its X-Forwarded-Proto / X-Forwarded-Host only when told to.
+if DJANGO_BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     USE_X_FORWARDED_HOST = True
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,7 @@ def proxy(tmp_path_factory):
     write_corpus(root)
     static = tmp / "static"
     env = {"DJANGO_BEHIND_PROXY": "1", "DJANGO_SECURE_COOKIES": "1", "DIR2MCP_SERVE_STATIC": "0"}
+    env["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)  # required behind a proxy
     run_manage(
         "collectstatic", "--noinput", env=base_env(DJANGO_STATIC_ROOT=str(static), DIR2MCP_ROOT=str(root))
     )

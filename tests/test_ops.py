@@ -258,3 +258,76 @@ def test_json_log_format_writes_one_object_per_line_to_stdout(tmp_path):
         "disk state is 91% full",
     )
     assert entry["ts"].endswith("+00:00") and done.stderr == ""
+
+
+# -- Django's SECRET_KEY ------------------------------------------------------
+
+PRINT_KEY = (
+    "import os, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'dir2mcp_site.settings'); "
+    "django.setup(); from django.conf import settings; print(str(settings.SECRET_KEY))"
+)
+
+
+def _key_in_a_new_process(env: dict) -> str:
+    import subprocess
+    import sys
+
+    from tests.mcp_http import REPO
+
+    done = subprocess.run(
+        [sys.executable, "-c", PRINT_KEY], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_secret_key_is_random_per_state_directory_and_kept_0600(tmp_path):
+    from tests.mcp_http import base_env
+
+    root = tmp_path / "corpus"
+    root.mkdir()
+    env = base_env(DIR2MCP_ROOT=str(root))
+    before = _key_in_a_new_process(env)
+    assert not (root / ".dir2mcp").exists()  # reading the settings wrote nothing
+
+    (root / ".dir2mcp").mkdir()
+    first = _key_in_a_new_process(env)
+    again = _key_in_a_new_process(env)
+    other = tmp_path / "other"
+    (other / ".dir2mcp").mkdir(parents=True)
+    elsewhere = _key_in_a_new_process(base_env(DIR2MCP_ROOT=str(other)))
+
+    key_file = root / ".dir2mcp" / "django.secret"
+    assert first == again == key_file.read_text().strip()  # survives a restart
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    assert len(first) >= 50 and len({first, before, elsewhere}) == 3
+    assert "dir2mcp-embedded-not-for-public-deployments" not in (first, before, elsewhere)
+
+
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        (None, "DJANGO_SECRET_KEY is required with DJANGO_BEHIND_PROXY=1"),
+        ("change-me-to-a-long-random-string", "DJANGO_SECRET_KEY is a published placeholder"),
+        ("short", "shorter than 32 characters"),
+    ],
+)
+def test_behind_a_proxy_a_missing_or_published_secret_key_refuses_to_start(tmp_path, key, message):
+    from tests.test_cli import cli
+
+    env = {"DJANGO_BEHIND_PROXY": "1"}
+    if key is not None:
+        env["DJANGO_SECRET_KEY"] = key
+    result = cli("up", "--dir", str(tmp_path), env=env)
+    assert result.returncode == 2
+    assert result.stderr.startswith("ERROR: CONFIG_INVALID: DJANGO_SECRET_KEY") and message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / ".dir2mcp").exists()
+
+
+def test_behind_a_proxy_a_set_secret_key_is_used_as_is(tmp_path):
+    from tests.mcp_http import base_env
+
+    key = "k" * 10 + "-a-long-enough-operator-chosen-value"
+    env = base_env(DIR2MCP_ROOT=str(tmp_path), DJANGO_BEHIND_PROXY="1", DJANGO_SECRET_KEY=key)
+    assert _key_in_a_new_process(env) == key
