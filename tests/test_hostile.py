@@ -23,17 +23,53 @@ from tests.test_cli import cli
 pytestmark = pytest.mark.slow
 
 MARKER = "OUTSIDE-SECRET-7f3a9c"
+# The reasons a PATH_OUTSIDE_ROOT message gives (corpus/security.py).
+DOTS = "must not contain '..'"
+ABSOLUTE = "must be relative to the root"
+ENCODED = "percent-encoded traversal"
+NUL = "NUL byte"
+WINDOWS = "Windows separators or a drive letter"
+# Each traversal with its reason; "{outside}" becomes the absolute path of
+# the secret outside the root.
 TRAVERSALS = [
-    "..",
-    "../outside/secret.txt",
-    "docs/../../outside/secret.txt",
-    "/etc/passwd",
-    "%2e%2e/outside/secret.txt",
-    "..%2foutside%2fsecret.txt",
-    "docs/\x00/../../outside",
-    "..\\outside\\secret.txt",
-    "C:\\Windows\\win.ini",
-    "\\\\server\\share\\x",
+    ("..", DOTS),
+    ("../outside/secret.txt", DOTS),
+    ("docs/../../outside/secret.txt", DOTS),
+    ("/etc/passwd", ABSOLUTE),
+    ("{outside}", ABSOLUTE),
+    ("%2e%2e/outside/secret.txt", ENCODED),
+    ("..%2foutside%2fsecret.txt", ENCODED),
+    ("%2e%2e%2foutside%2fsecret.txt", ENCODED),
+    ("docs%2f..%2f..%2foutside%2fsecret.txt", ENCODED),
+    ("%252e%252e%252foutside", ENCODED),  # encoded twice
+    ("%00", ENCODED),
+    ("docs%2fguide.md", "percent-encoded separator"),
+    ("docs/\x00/../../outside", NUL),
+    ("docs/guide.md\x00.txt", NUL),
+    ("..\\outside\\secret.txt", WINDOWS),
+    ("docs\\guide.md", WINDOWS),
+    ("C:\\Windows\\win.ini", WINDOWS),
+    ("C:/Windows/win.ini", WINDOWS),
+    ("\\\\server\\share\\x", WINDOWS),
+]
+# Every argument that names a path, with the other arguments its tool needs.
+PATH_ARGUMENTS = [
+    ("dir2mcp.open_file", "rel_path", {}),
+    ("dir2mcp.transcribe", "rel_path", {}),
+    ("dir2mcp.transcribe_and_ask", "rel_path", {"question": "what is said?"}),
+    ("dir2mcp.annotate", "rel_path", {"schema_json": {"type": "object"}}),
+    ("dir2mcp.list_files", "path_prefix", {}),
+    ("dir2mcp.find", "path_prefix", {"content": "secret"}),
+    ("dir2mcp.search", "path_prefix", {"query": "secret never serve"}),
+    ("dir2mcp.ask", "path_prefix", {"question": "what is the secret?", "mode": "search_only"}),
+]
+# Globs are patterns over the indexed relative paths, not paths: a traversal
+# in one matches nothing. With each, the list its result holds.
+GLOB_ARGUMENTS = [
+    ("dir2mcp.list_files", "glob", {}, "files"),
+    ("dir2mcp.find", "name_glob", {}, "matches"),
+    ("dir2mcp.search", "file_glob", {"query": "loader plain configuration"}, "hits"),
+    ("dir2mcp.ask", "file_glob", {"question": "loader plain configuration", "mode": "search_only"}, "hits"),
 ]
 
 
@@ -87,6 +123,7 @@ def server(tmp_path_factory):
     assert MARKER not in indexed.stdout + indexed.stderr
     srv = start_daphne(root)
     srv.session = srv.initialize()
+    srv.outside = root.parent / "outside" / "secret.txt"
     srv.file_errors = {
         event["data"]["rel_path"]: event["data"]
         for event in map(json.loads, indexed.stdout.splitlines())
@@ -108,31 +145,56 @@ def error_code(result: dict) -> str | None:
     return result["structuredContent"]["error"]["code"] if result.get("isError") else None
 
 
-@pytest.mark.parametrize("path", TRAVERSALS)
-def test_open_file_refuses_every_traversal(server, path):
-    result = call(server, "dir2mcp.open_file", {"rel_path": path})
-    assert error_code(result) in {"PATH_OUTSIDE_ROOT", "INVALID_FIELD", "FILE_NOT_FOUND", "FORBIDDEN"}
+def _ids(cases) -> list[str]:
+    return [f"{case[0].removeprefix('dir2mcp.')}.{case[1]}" for case in cases]
 
 
-@pytest.mark.parametrize("path", TRAVERSALS)
-@pytest.mark.parametrize(
-    ("tool", "field", "extra"),
-    [
-        ("dir2mcp.list_files", "path_prefix", {}),
-        ("dir2mcp.list_files", "glob", {}),
-        ("dir2mcp.find", "path_prefix", {"content": "secret"}),
-        ("dir2mcp.find", "name_glob", {}),
-        ("dir2mcp.search", "path_prefix", {"query": "secret never serve"}),
-        ("dir2mcp.search", "file_glob", {"query": "secret never serve"}),
-        ("dir2mcp.ask", "path_prefix", {"question": "what is the secret?"}),
-    ],
-)
-def test_path_arguments_never_reach_outside_the_root(server, tool, field, extra, path):
+def test_every_path_argument_of_every_tool_is_attacked(server):
+    """The cases below cover the registry: a new path argument fails here."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    listed = server.post(body, session=server.session).json()["result"]
+    assert "nextCursor" not in listed
+    found = {
+        (tool["name"], name)
+        for tool in listed["tools"]
+        for name in tool["inputSchema"].get("properties", {})
+        if name in ("rel_path", "path_prefix") or name.endswith("glob")
+    }
+    assert found == {case[:2] for case in PATH_ARGUMENTS + GLOB_ARGUMENTS}
+
+
+@pytest.mark.parametrize(("path", "reason"), TRAVERSALS)
+@pytest.mark.parametrize(("tool", "field", "extra"), PATH_ARGUMENTS, ids=_ids(PATH_ARGUMENTS))
+def test_a_traversal_in_a_path_argument_is_path_outside_root(server, tool, field, extra, path, reason):
+    path = path.replace("{outside}", str(server.outside))
     result = call(server, tool, {field: path, **extra})
-    if not result.get("isError"):
-        listed = result["structuredContent"]
-        for item in listed.get("files", []) + listed.get("hits", []) + listed.get("matches", []):
-            assert not item["rel_path"].startswith(("/", "..")), item
+    error = result["structuredContent"]["error"] if result.get("isError") else None
+    assert error is not None, result
+    assert (error["code"], error["retryable"]) == ("PATH_OUTSIDE_ROOT", False)
+    assert reason in error["message"], error
+
+
+@pytest.mark.parametrize(("tool", "field", "extra"), PATH_ARGUMENTS, ids=_ids(PATH_ARGUMENTS))
+def test_a_plain_path_in_the_same_argument_gets_past_the_check(server, tool, field, extra):
+    """The refusals above are about the traversal, not the argument: a
+    missing file is FILE_NOT_FOUND, a plain prefix is served."""
+    if field == "rel_path":
+        assert error_code(call(server, tool, {field: "docs/missing.wav", **extra})) == "FILE_NOT_FOUND"
+        assert error_code(call(server, tool, {field: "./", **extra})) == "INVALID_FIELD"  # names no file
+    else:
+        assert error_code(call(server, tool, {field: "docs/", **extra})) is None
+
+
+@pytest.mark.parametrize(("path", "_reason"), TRAVERSALS)
+@pytest.mark.parametrize(("tool", "field", "extra", "items"), GLOB_ARGUMENTS, ids=_ids(GLOB_ARGUMENTS))
+def test_a_traversal_in_a_glob_matches_nothing(server, tool, field, extra, items, path, _reason):
+    path = path.replace("{outside}", str(server.outside))
+    result = call(server, tool, {field: path, **extra})
+    assert error_code(result) is None
+    assert result["structuredContent"][items] == []
+    # The same argument with a plain glob does select: the empty list is the glob's doing.
+    plain = call(server, tool, {field: "docs/*.md", **extra})["structuredContent"][items]
+    assert {item["rel_path"] for item in plain} == {"docs/guide.md"}
 
 
 def test_symlinks_out_of_the_root_are_not_indexed_or_served(server):
@@ -143,7 +205,8 @@ def test_symlinks_out_of_the_root_are_not_indexed_or_served(server):
     assert "docs/guide.md" in files
     assert not any(path.startswith("linked-dir") or path == "docs/link-to-secret.txt" for path in files)
     for rel in ("docs/link-to-secret.txt", "linked-dir/secret.txt"):
-        assert error_code(call(server, "dir2mcp.open_file", {"rel_path": rel})) is not None
+        error = call(server, "dir2mcp.open_file", {"rel_path": rel})["structuredContent"]["error"]
+        assert (error["code"], error["message"]) == ("FORBIDDEN", "symlinks are not followed")
     assert call(server, "dir2mcp.find", {"content": "never serve"})["structuredContent"]["matches"] == []
 
 
@@ -253,11 +316,8 @@ def test_a_file_rewritten_while_it_is_indexed_ends_indexed_as_its_final_content(
 
 def test_hard_links_are_refused_unless_allowed(tmp_path):
     """A hard link's content may be a file outside the root (another name of
-    the same inode): refused with its reason, unless follow_hardlinks."""
-    import os
-
-    from tests.mcp_http import base_env
-
+    the same inode): refused with its reason, at indexing and by open_file,
+    unless follow_hardlinks."""
     outside = tmp_path / "outside.txt"
     outside.write_text(f"{MARKER} behind a hard link\n")
     root = tmp_path / "root"
@@ -273,8 +333,25 @@ def test_hard_links_are_refused_unless_allowed(tmp_path):
     found = cli("ask", "--dir", str(root), "behind a hard link", "--mode", "search_only", env=base_env())
     assert MARKER not in found.stdout
 
-    allowed = cli(
-        "reindex", "--dir", str(root), "--json", env=base_env(DIR2MCP_INGEST__FOLLOW_HARDLINKS="true")
-    )
+    srv = start_daphne(root)
+    try:
+        session = srv.initialize()
+        opened = srv.call(session, "dir2mcp.open_file", {"rel_path": "linked.txt"})
+        assert MARKER not in json.dumps(opened)
+        error = opened["structuredContent"]["error"]
+        assert error["code"] == "FORBIDDEN" and "hard link" in error["message"]
+        plain = srv.call(session, "dir2mcp.open_file", {"rel_path": "plain.md"})["structuredContent"]
+        assert "Nothing to hide." in plain["content"]
+    finally:
+        assert "Traceback" not in stop(srv)
+
+    allowed_env = {"DIR2MCP_INGEST__FOLLOW_HARDLINKS": "true"}
+    allowed = cli("reindex", "--dir", str(root), "--json", env=base_env(**allowed_env))
     assert "file_error" not in allowed.stdout
     assert MARKER.encode() in (root / ".dir2mcp" / "meta.sqlite").read_bytes()
+    srv = start_daphne(root, env=allowed_env)
+    try:
+        opened = srv.call(srv.initialize(), "dir2mcp.open_file", {"rel_path": "linked.txt"})
+        assert opened["structuredContent"]["content"] == f"{MARKER} behind a hard link"
+    finally:
+        assert "Traceback" not in stop(srv)
