@@ -186,19 +186,48 @@ def test_status_stream_sends_a_new_snapshot_when_the_index_changes(installed):
     assert (second["documents"], second["by_type"]) == (2, {"md": 1, "pdf": 1})
 
 
-def test_status_page_totals_todays_payments_once_they_are_recorded(admin_client, installed):
-    from django.apps import apps
+def test_status_page_totals_todays_payments_by_outcome_and_tool_in_the_assets_units(admin_client, installed):
+    import datetime
 
-    try:
-        log = apps.get_model("payments", "SettlementLog")
-    except LookupError:
-        pytest.skip("the payments app records no settlements in this build")
-    for status in ("settled", "settled", "failed"):
-        log.objects.create(
-            tool="dir2mcp.search", status=status, network="eip155:84532", request_hash="0" * 64
+    from payments.models import SettlementLog
+    from tests.x402_client import BASE_SEPOLIA, BASE_SEPOLIA_USDC
+
+    def paid(tool, status, amount, asset=BASE_SEPOLIA_USDC):
+        return SettlementLog.objects.create(
+            tool=tool, status=status, amount=amount, asset=asset, network=BASE_SEPOLIA, request_hash="0" * 64
         )
+
+    for status in ("required", "settled", "settled", "failed"):
+        paid("dir2mcp.search", status, "10000")
+    paid("dir2mcp.open_file", "settled", "2500")
+    paid("dir2mcp.open_file", "settled", "7", asset="0x" + "ab" * 20)  # an asset x402 does not know
+    yesterday = paid("dir2mcp.search", "settled", "990000")
+    SettlementLog.objects.filter(pk=yesterday.pk).update(
+        created_at=yesterday.created_at - datetime.timedelta(days=1)
+    )
+
     page = admin_client.get(reverse("ops:status")).content.decode()
-    assert "3 failed=1 settled=2" in page
+    assert "6 events: failed=1 required=1 settled=4" in page
+    for outcome, tool, count, amount in (
+        ("settled", "dir2mcp.search", 2, "0.02 USDC"),
+        ("failed", "dir2mcp.search", 1, "0.01 USDC"),
+        ("required", "dir2mcp.search", 1, "0.01 USDC"),
+        ("settled", "dir2mcp.open_file", 1, "0.0025 USDC"),
+        ("settled", "dir2mcp.open_file", 1, f"7 atomic units of 0x{'ab' * 20}"),
+    ):
+        cells = f'<td>{outcome}</td><td>{tool}</td><td class="num">{count}</td><td class="num">{amount}</td>'
+        assert f"<tr>{cells}</tr>" in payments_table(page)
+    assert "0.99" not in page  # yesterday's settlement is not today's
+
+
+def test_status_page_says_none_when_no_payment_happened_today(admin_client, installed):
+    page = admin_client.get(reverse("ops:status")).content.decode()
+    assert "0 events</p>" in page and '<td colspan="4">none</td>' in payments_table(page)
+
+
+def payments_table(page: str) -> str:
+    start = page.index('<table class="ops" id="ops-payments">')
+    return page[start : page.index("</table>", start)]
 
 
 def test_multiprocess_mode_merges_every_process_counters(tmp_path):

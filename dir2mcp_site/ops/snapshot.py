@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from decimal import Decimal
 
-from django.apps import apps
 from django.db.models import Count
 
 from corpus.status import models_summary, summarize
@@ -74,23 +74,44 @@ def sessions() -> dict:
     }
 
 
-def payments_today() -> dict | None:
-    """Today's settlement rows by outcome, once the payments app records them
-    (``payments.SettlementLog`` with a date-time field and an ``outcome`` or
-    ``status`` field); ``None`` before that."""
-    try:
-        model = apps.get_model("payments", "SettlementLog")
-    except LookupError:
-        return None
-    fields = {f.name: f for f in model._meta.get_fields() if getattr(f, "concrete", False)}
-    stamp = next((n for n, f in fields.items() if f.get_internal_type() == "DateTimeField"), None)
-    outcome = next((n for n in ("outcome", "status") if n in fields), None)
-    if stamp is None or outcome is None:
-        return None
+def payments_today() -> dict:
+    """Today's (UTC) payment events: a count per outcome, and per outcome and
+    tool the count and the amount, in the asset's own units (``0.02 USDC``)."""
+    from payments.models import SettlementLog
+
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    rows = model.objects.filter(**{f"{stamp}__gte": midnight}).values(outcome).annotate(n=Count("pk"))
-    by_outcome = {str(row[outcome]): row["n"] for row in rows.order_by(outcome)}
-    return {"total": sum(by_outcome.values()), "by_outcome": by_outcome}
+    # Few distinct (outcome, tool, price) groups, however many rows: SQL counts,
+    # Python adds the amounts (stored as text, atomic units of the asset).
+    groups = (
+        SettlementLog.objects.filter(created_at__gte=midnight)
+        .order_by()
+        .values_list("status", "tool", "network", "asset", "amount")
+        .annotate(n=Count("id"))
+    )
+    by_outcome: dict[str, int] = {}
+    totals: dict[tuple[str, str, str, str], list[int]] = {}
+    for outcome, tool, network, asset, amount, n in groups:
+        by_outcome[outcome] = by_outcome.get(outcome, 0) + n
+        bucket = totals.setdefault((outcome, tool, network, asset), [0, 0])
+        bucket[0] += n
+        bucket[1] += int(amount) * n if amount.isdigit() else 0
+    rows = []
+    for (outcome, tool, network, asset), (n, atomic) in sorted(totals.items()):
+        amount, unit = in_asset_units(atomic, network, asset)
+        rows.append({"outcome": outcome, "tool": tool, "count": n, "amount": amount, "unit": unit})
+    return {"total": sum(by_outcome.values()), "by_outcome": dict(sorted(by_outcome.items())), "rows": rows}
+
+
+def in_asset_units(atomic: int, network: str, asset: str) -> tuple[str, str]:
+    """``(amount, unit)``: ``("0.02", "USDC")`` for a known asset, else atomic units."""
+    from payments.evm import get_asset_info
+
+    try:
+        info = get_asset_info(network, asset)
+    except ValueError:
+        return str(atomic), f"atomic units of {asset or 'the asset'}"
+    value = Decimal(atomic).scaleb(-int(info["decimals"])).normalize()
+    return format(value, "f"), info["name"]
 
 
 def providers(ctx) -> dict:
