@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -121,8 +122,23 @@ def test_metrics_count_provider_calls_and_errors(client, fake_mistral):
     assert (delta("ok"), delta("http_503")) == (1, 2)
 
 
-def test_a_failing_hook_never_breaks_the_caller():
-    metrics.observe_tool("x", "not-a-number", False)  # logged, not raised
+def test_a_failing_hook_never_breaks_the_caller(caplog):
+    from prometheus_client import REGISTRY
+
+    def caller() -> str:
+        metrics.observe_tool("dir2mcp.failing_hook", "not-a-number", False)  # the histogram refuses it
+        return "the caller's result"
+
+    with caplog.at_level(logging.ERROR, logger=metrics.log.name):
+        assert caller() == "the caller's result"
+    [record] = [r for r in caplog.records if r.name == metrics.log.name]
+    assert record.levelno == logging.ERROR and record.getMessage() == "metrics hook observe_tool failed"
+    assert record.exc_info is not None and record.exc_info[0] is TypeError
+
+    metrics.observe_tool("dir2mcp.failing_hook", 0.1, False)  # and the hook still counts afterwards
+    labels = {"tool": "dir2mcp.failing_hook"}
+    assert REGISTRY.get_sample_value("dir2mcp_tool_call_seconds_count", labels) == 1
+    assert REGISTRY.get_sample_value("dir2mcp_tool_calls_total", {**labels, "outcome": "ok"}) == 1
 
 
 # -- the status page ----------------------------------------------------------
