@@ -32,12 +32,13 @@ def payment_required(
     *,
     error: str = NO_PAYMENT,
     extensions: dict | None = None,
+    description: str = "",
 ) -> PaymentRequired:
     return PaymentRequired(
         error=error,
         resource=ResourceInfo(
             url=resource_url,
-            description=f"MCP tool call: {tool_name}",
+            description=description or f"MCP tool call: {tool_name}",
             mime_type="application/json",
         ),
         accepts=[price.requirements()],

@@ -1,10 +1,17 @@
-"""The x402 gate for ``tools/call``: challenge, verify, run, settle, audit.
+"""The x402 gate for tool calls: challenge, verify, run, settle, audit.
 
-Transport-independent: the MCP HTTP endpoint calls :meth:`Gate.handle` with
-the tool name, the ``PAYMENT-SIGNATURE`` header (or the in-band
-``_meta["x402/payment"]`` object) and a ``run`` callable, and turns the
-returned :class:`~payments.outcome.Outcome` into its answer. ``initialize``,
-``tools/list`` and ``ping`` never reach the gate.
+Transport-independent, and called only at the gateway's HTTP boundary: the
+MCP endpoint (``tools/call``, dispatch.py) and the REST mirror (rest.py, one
+:class:`Route` per endpoint, priced as the tool it runs) call
+:meth:`Gate.handle` with the tool name, the ``PAYMENT-SIGNATURE`` header (or
+the in-band ``_meta["x402/payment"]`` object) and a ``run`` callable, and
+turn the returned :class:`~payments.outcome.Outcome` into their answer.
+``initialize``, ``tools/list`` and ``ping`` never reach the gate.
+
+Once a verified payment's tool has run, its result is stored before
+settlement is asked for (payments/replay.py): a retry with the same payment
+after a facilitator outage only retries settlement, and never runs the tool
+again.
 
 The gate is synchronous and uses the Django ORM: call it from a worker
 thread (``asgiref.sync.sync_to_async``), like any other tool call.
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +39,18 @@ from payments.models import SettlementLog
 from payments.outcome import Outcome, in_progress, request_hash, unavailable
 from payments.policy import LIFECYCLE_METHODS, Policy, PolicyProblems, Price, build_policy, write_snapshot
 
-__all__ = ["Gate", "Outcome", "Price", "from_config", "gated_method", "problems", "request_hash"]
+__all__ = ["Gate", "Outcome", "Price", "Route", "from_config", "gated_method", "problems", "request_hash"]
 
 logger = logging.getLogger(__name__)
 Status = SettlementLog.Status
+
+
+@dataclass(frozen=True)
+class Route:
+    """A REST mirror route sold like its tool (``GET``, ``/api/v1/search``)."""
+
+    method: str
+    path: str
 
 
 def gated_method(method: str) -> bool:
@@ -97,20 +113,27 @@ class Gate:
         """The tool's price, or ``None`` for a free tool."""
         return self.policy.price_for(tool_name)
 
-    def payment_required(self, tool_name: str, *, error: str = challenge.NO_PAYMENT):
+    def payment_required(
+        self, tool_name: str, *, error: str = challenge.NO_PAYMENT, route: Route | None = None
+    ):
+        """The PaymentRequired for ``tool_name``: on the MCP endpoint, or on a REST ``route``."""
         price = self.price_for(tool_name)
         if price is None:
             raise ValueError(f"{tool_name} is free")
         extensions = None
-        if self.policy.bazaar:
+        if self.policy.bazaar and route is None:  # the Bazaar entry describes the MCP tool
             extensions = discovery_extension(
                 tool_name,
                 self._catalog.get(tool_name),
                 example=self._examples.get(tool_name),
                 description=self._bazaar_description,
             )
+        url, description = self.policy.resource_url, ""
+        if route is not None:
+            url = self.policy.resource_base + route.path
+            description = f"REST call: {route.method} {route.path} (the MCP tool {tool_name})"
         return challenge.payment_required(
-            tool_name, price, self.policy.resource_url, error=error, extensions=extensions
+            tool_name, price, url, error=error, extensions=extensions, description=description
         )
 
     def handle(
@@ -122,8 +145,13 @@ class Gate:
         meta_payment: dict | None,
         request_hash: str,
         run: Callable[[], dict],
+        route: Route | None = None,
     ) -> Outcome:
-        """Answer one ``tools/call`` of ``tool_name`` (see :class:`Outcome`)."""
+        """Answer one paid call of ``tool_name`` (see :class:`Outcome`).
+
+        ``route`` is set for a REST mirror call (header variant only): the
+        challenge then names that route as the resource.
+        """
         price = self.price_for(tool_name)
         if price is None:
             return Outcome("free", 200, result=run())
@@ -131,7 +159,7 @@ class Gate:
         entry = Entry(status=Status.REQUIRED, tool=tool_name, price=price, request_hash=request_hash)
         if not header and meta_payment is None:
             self.audit.record(entry)
-            required = self.payment_required(tool_name)
+            required = self.payment_required(tool_name, route=route)
             return Outcome(
                 "challenge", 402, "http", challenge.headers(required), error=challenge.jsonrpc_error(required)
             )
@@ -140,74 +168,109 @@ class Gate:
         except (ValueError, TypeError) as exc:
             logger.info("undecodable x402 payment for %s: %s", tool_name, type(exc).__name__)
             self.audit.record(_with(entry, Status.FAILED, error_reason="invalid_payload"))
-            return self._rejected(tool_name, variant, "invalid_payload", status=400)
+            return self._rejected(tool_name, variant, "invalid_payload", status=400, route=route)
         payload_dict = payload.model_dump(by_alias=True, exclude_none=True, mode="json")
         key = replay.payment_key(payload_dict)
         attempt, fresh = replay.claim(key, tool=tool_name, request_hash=request_hash)
-        if not fresh:
-            if attempt.state == attempt.State.DONE and attempt.outcome:
-                return Outcome.from_dict(attempt.outcome).as_replay()
-            return in_progress(variant)
         entry = _with(entry, Status.REQUIRED, payment_key=key, payer=_payer(payload_dict))
+        step = _Step(attempt, entry, price, payload, variant, route)
+        if not fresh:
+            return self._again(step)
         try:
-            outcome = self._process(entry, price, payload, variant, run)
+            return self._process(step, run)
         except BaseException:
-            replay.release(attempt)
+            replay.release(attempt)  # a claim that never ran the tool; later states are kept
             raise
-        if outcome.kind == "unavailable":
-            replay.release(attempt)  # nothing was settled: the same payment may be retried
-        else:
-            replay.complete(attempt, outcome.to_dict())
-        return outcome
 
-    def _process(self, entry: Entry, price: Price, payload: PaymentPayload, variant: str, run) -> Outcome:
-        tool = entry.tool
+    def _process(self, step: _Step, run) -> Outcome:
+        entry, price, payload = step.entry, step.price, step.payload
         mismatch = _match_problem(price, payload.accepted)
         if mismatch:
             self.audit.record(_with(entry, Status.FAILED, error_reason=mismatch))
-            return self._rejected(tool, variant, mismatch)
-        requirements = price.requirements()
+            return step.done(self._rejected(entry.tool, step.variant, mismatch, route=step.route))
         try:
-            verified = self.facilitator.verify(payload, requirements)
+            verified = self.facilitator.verify(payload, price.requirements())
         except FacilitatorUnavailable as exc:
             self.audit.record(_with(entry, Status.FAILED, error_reason="facilitator_unavailable"))
-            return unavailable(variant, exc.status, exc.detail)
+            replay.release(step.attempt)  # nothing ran, nothing was settled: the payment may be retried
+            return unavailable(step.variant, exc.status, exc.detail)
         payer = verified.payer or entry.payer
         if not verified.is_valid:
             reason = verified.invalid_reason or "invalid_payload"
             self.audit.record(_with(entry, Status.FAILED, error_reason=reason, payer=payer))
-            return self._rejected(tool, variant, reason)
-        self.audit.record(_with(entry, Status.VERIFIED, payer=payer))
+            return step.done(self._rejected(entry.tool, step.variant, reason, route=step.route))
+        step.entry = entry = _with(entry, Status.VERIFIED, payer=payer)
+        self.audit.record(entry)
         result = run()
         if result.get("isError"):
-            self.audit.record(_with(entry, Status.FAILED, error_reason="tool_error", payer=payer))
-            return Outcome("tool_error", 200, variant, result=result, reason="tool_error")
-        try:
-            settled = self.facilitator.settle(payload, requirements)
-        except FacilitatorUnavailable as exc:
-            self.audit.record(
-                _with(entry, Status.FAILED, error_reason="facilitator_unavailable", payer=payer)
+            self.audit.record(_with(entry, Status.FAILED, error_reason="tool_error"))
+            return step.done(Outcome("tool_error", 200, step.variant, result=result, reason="tool_error"))
+        # From here on the tool has run: its result is stored before settlement is
+        # asked for, so a retry after a settle outage never runs it again.
+        replay.hold(step.attempt, Outcome("ran", 200, step.variant, result=result).to_dict())
+        return self._settle(step, result)
+
+    def _again(self, step: _Step) -> Outcome:
+        """A payment seen before: its stored outcome, or a retry of its settlement only."""
+        attempt = step.attempt
+        if attempt.state == attempt.State.DONE:
+            if attempt.outcome:
+                return Outcome.from_dict(attempt.outcome).as_replay()
+            # The outcome was purged after its retention: the payment stays used.
+            reason = "payment_already_used"
+            self.audit.record(_with(step.entry, Status.FAILED, error_reason=reason))
+            return self._rejected(step.entry.tool, step.variant, reason, route=step.route)
+        if attempt.state == attempt.State.RAN and replay.take_settlement(attempt):
+            price = self.price_for(attempt.tool) or step.price
+            step.price = price
+            step.entry = _with(
+                step.entry, Status.VERIFIED, tool=attempt.tool, price=price, request_hash=attempt.request_hash
             )
-            return unavailable(variant, exc.status, exc.detail)
+            mismatch = _match_problem(price, step.payload.accepted)
+            if mismatch:  # same signature and nonce, other terms: not this payment
+                replay.await_settlement(attempt)
+                self.audit.record(_with(step.entry, Status.FAILED, error_reason=mismatch))
+                return self._rejected(attempt.tool, step.variant, mismatch, route=step.route)
+            return self._settle(step, Outcome.from_dict(attempt.outcome).result)
+        return in_progress(step.variant)
+
+    def _settle(self, step: _Step, result: dict) -> Outcome:
+        """Settle a payment whose tool ran and succeeded; only the facilitator is retried."""
+        entry, variant = step.entry, step.variant
+        try:
+            settled = self.facilitator.settle(step.payload, step.price.requirements())
+        except FacilitatorUnavailable as exc:
+            self.audit.record(_with(entry, Status.FAILED, error_reason="facilitator_unavailable"))
+            replay.await_settlement(step.attempt)
+            return unavailable(variant, exc.status, exc.detail, tool_ran=True)
+        except BaseException:
+            replay.await_settlement(step.attempt)
+            raise
         receipt = settled.model_dump(by_alias=True, exclude_none=True, mode="json")
+        payer = settled.payer or entry.payer
         if not settled.success:
             reason = settled.error_reason or "unexpected_settle_error"
             self.audit.record(_with(entry, Status.FAILED, error_reason=reason, payer=payer))
-            return self._rejected(tool, variant, reason, receipt=receipt)
-        self.audit.record(
-            _with(entry, Status.SETTLED, payer=settled.payer or payer, transaction=settled.transaction)
-        )
+            return step.done(self._rejected(entry.tool, variant, reason, receipt=receipt, route=step.route))
+        self.audit.record(_with(entry, Status.SETTLED, payer=payer, transaction=settled.transaction))
         headers = {PAYMENT_RESPONSE_HEADER: encode_payment_response_header(settled)}
         if variant == "inband":
             meta = {**(result.get("_meta") or {}), MCP_PAYMENT_RESPONSE_META_KEY: receipt}
             result = {**result, "_meta": meta}
-        return Outcome("paid", 200, variant, headers, result=result)
+        return step.done(Outcome("paid", 200, variant, headers, result=result))
 
     def _rejected(
-        self, tool: str, variant: str, reason: str, *, status: int = 402, receipt: dict | None = None
+        self,
+        tool: str,
+        variant: str,
+        reason: str,
+        *,
+        status: int = 402,
+        receipt: dict | None = None,
+        route: Route | None = None,
     ) -> Outcome:
         """A payment that was refused: the challenge again, naming the reason."""
-        required = self.payment_required(tool, error=reason)
+        required = self.payment_required(tool, error=reason, route=route)
         headers = challenge.headers(required)
         if receipt is not None:
             headers[PAYMENT_RESPONSE_HEADER] = challenge.encode_receipt(receipt)
@@ -218,6 +281,23 @@ class Gate:
             return Outcome("failed", 200, variant, {}, result=result, reason=reason)
         error = challenge.jsonrpc_error(required, message=f"Payment rejected: {reason}")
         return Outcome("failed", status, variant, headers, error=error, reason=reason)
+
+
+@dataclass
+class _Step:
+    """One paid request in progress: its replay row, audit entry, price and payment."""
+
+    attempt: Any
+    entry: Entry
+    price: Price
+    payload: PaymentPayload
+    variant: str
+    route: Route | None
+
+    def done(self, outcome: Outcome) -> Outcome:
+        """Store ``outcome`` as this payment's final answer, and return it."""
+        replay.complete(self.attempt, outcome.to_dict())
+        return outcome
 
 
 def _with(entry: Entry, status: str, **changes: str) -> Entry:

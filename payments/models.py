@@ -45,10 +45,18 @@ class PaymentAttempt(models.Model):
     The unique ``key`` is what stops a replayed or concurrent duplicate
     payment from running the tool or settling twice: the second request
     cannot insert its row, and gets the stored ``outcome`` instead.
+
+    ``outcome`` holds the answer of the first request (for a paid call, the
+    tool's result, which may quote the query) so that a replay, or a retry
+    after a settlement outage, gets it without running the tool again. It is
+    purged ``kept_until`` (payments/replay.py); the row itself, which holds
+    no request content, stays so the payment can never be used twice.
     """
 
     class State(models.TextChoices):
         PENDING = "pending", "in progress"
+        RAN = "ran", "ran, awaiting settlement"
+        SETTLING = "settling", "settling"
         DONE = "done", "done"
 
     key = models.CharField(max_length=64, unique=True)
@@ -56,6 +64,9 @@ class PaymentAttempt(models.Model):
     request_hash = models.CharField(max_length=64)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     outcome = models.JSONField(null=True, blank=True)
+    kept_until = models.DateTimeField(
+        null=True, blank=True, db_index=True, help_text="when the stored outcome is purged"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

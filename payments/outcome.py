@@ -24,8 +24,10 @@ class Outcome:
     * ``paid``: verified, ran, settled; ``result`` (+ ``PAYMENT-RESPONSE``).
     * ``tool_error``: verified, the tool failed, nothing was settled; ``result``.
     * ``failed``: the payment was rejected (``reason``); 402 again (or 400 when undecodable).
-    * ``unavailable``: the facilitator is down; retryable ``error``, the tool did not run
-      (or its output is withheld when settlement could not be reached).
+    * ``unavailable``: the facilitator is down; retryable ``error``. Either the tool did
+      not run (a verify outage), or it ran and its result is held until a retry with
+      the same payment settles it (a settle outage: ``data.tool_ran``).
+    * ``ran``: stored only, never answered: the tool succeeded, settlement is pending.
     * ``in_progress``: the same payment is being processed by another request; retry.
     * ``replayed``: the stored outcome of an earlier request with the same payment.
 
@@ -58,12 +60,16 @@ class Outcome:
         return replace(self, kind="replayed", replay_of=self.kind)
 
 
-def unavailable(variant: str, status: int, detail: str) -> Outcome:
-    error = {
-        "code": JSONRPC_PAYMENT_UNAVAILABLE,
-        "message": "The payment facilitator is unavailable; nothing was charged. Retry later.",
-        "data": {"code": errors.PROVIDER_FAILED, "retryable": True, "reason": "facilitator_unavailable"},
-    }
+def unavailable(variant: str, status: int, detail: str, *, tool_ran: bool = False) -> Outcome:
+    if tool_ran:
+        message = (
+            "The payment facilitator is unavailable; nothing was charged yet. The tool ran and its "
+            "result is held: retry with the same payment to settle it and get the result."
+        )
+    else:
+        message = "The payment facilitator is unavailable; nothing was charged. Retry later."
+    data = {"code": errors.PROVIDER_FAILED, "retryable": True, "reason": "facilitator_unavailable"}
+    error = {"code": JSONRPC_PAYMENT_UNAVAILABLE, "message": message, "data": {**data, "tool_ran": tool_ran}}
     headers = {"Retry-After": "5"} if variant == "http" else {}
     http_status = status if variant == "http" else 200
     return Outcome("unavailable", http_status, variant, headers, error=error, reason=detail)

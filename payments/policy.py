@@ -83,6 +83,8 @@ class Policy:
     default: Price
     per_tool: dict[str, Price | None]
     bazaar: bool = False
+    #: the public base URL (``x402.resource_base_url``), for resources other than the MCP endpoint
+    resource_base: str = ""
 
     def price_for(self, tool_name: str) -> Price | None:
         return self.per_tool.get(tool_name, self.default)
@@ -215,6 +217,7 @@ def build_policy(x402, *, mcp_path: str = "/mcp") -> Policy:
         default=default,
         per_tool=prices,
         bazaar=x402.bazaar.enabled,
+        resource_base=base,
     )
 
 

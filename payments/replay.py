@@ -5,17 +5,41 @@ first request inserts the row (the database's unique constraint decides
 races between processes too); any later request with the same payment
 finds it and gets the stored outcome, or "in progress" while the first is
 still running.
+
+A row moves through these states:
+
+* ``pending``: claimed; verifying, then running the tool;
+* ``settling``: the tool ran and succeeded, its result is stored, one request
+  is asking the facilitator to settle;
+* ``ran``: settlement could not be reached (facilitator outage); the result
+  stays stored, and a retry with the same payment only retries settlement;
+* ``done``: the final outcome is stored and is what every replay gets.
+
+A row that never ran the tool (a verification outage) is deleted, so the
+same payment can be retried from the start.
+
+The stored outcome may hold the tool's result, hence request content (a
+search result quotes its query). It is kept for :data:`RETENTION` after the
+row last changed, then :func:`purge_expired` empties it (``outcome = None``,
+state ``done``). The row, which holds only hashes, stays: a payment can never
+run a tool or be settled twice, however late it comes back.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from payments.models import PaymentAttempt
+
+#: how long a stored outcome (and with it the tool's result) is kept
+RETENTION = timedelta(hours=1)
+State = PaymentAttempt.State
 
 
 def payment_key(payload: dict[str, Any]) -> str:
@@ -27,21 +51,69 @@ def payment_key(payload: dict[str, Any]) -> str:
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
+def _until() -> datetime:
+    return timezone.now() + RETENTION
+
+
 def claim(key: str, *, tool: str, request_hash: str) -> tuple[PaymentAttempt, bool]:
-    """(attempt, True) for a new payment; (existing attempt, False) for a replay."""
+    """(attempt, True) for a new payment; (existing attempt, False) for a replay.
+
+    Expired outcomes are purged first, so the table never keeps a result
+    longer than :data:`RETENTION` past the next paid request.
+    """
+    purge_expired()
     try:
         with transaction.atomic():
-            return PaymentAttempt.objects.create(key=key, tool=tool, request_hash=request_hash), True
+            attempt = PaymentAttempt.objects.create(
+                key=key, tool=tool, request_hash=request_hash, kept_until=_until()
+            )
+            return attempt, True
     except IntegrityError:
         return PaymentAttempt.objects.get(key=key), False
 
 
+def hold(attempt: PaymentAttempt, outcome: dict[str, Any]) -> None:
+    """The tool ran and succeeded: store its outcome before asking to settle."""
+    _save(attempt, State.SETTLING, outcome)
+
+
+def await_settlement(attempt: PaymentAttempt) -> None:
+    """Settlement could not be reached: keep the result, let a retry settle."""
+    PaymentAttempt.objects.filter(pk=attempt.pk, state=State.SETTLING).update(
+        state=State.RAN, kept_until=_until(), updated_at=timezone.now()
+    )
+    attempt.state = State.RAN
+
+
+def take_settlement(attempt: PaymentAttempt) -> bool:
+    """Move a ``ran`` payment to ``settling`` for this request; False if another has it."""
+    taken = PaymentAttempt.objects.filter(pk=attempt.pk, state=State.RAN).update(
+        state=State.SETTLING, updated_at=timezone.now()
+    )
+    if taken:
+        attempt.state = State.SETTLING
+    return bool(taken)
+
+
 def complete(attempt: PaymentAttempt, outcome: dict[str, Any]) -> None:
-    attempt.state = PaymentAttempt.State.DONE
-    attempt.outcome = outcome
-    attempt.save(update_fields=["state", "outcome", "updated_at"])
+    _save(attempt, State.DONE, outcome)
 
 
 def release(attempt: PaymentAttempt) -> None:
     """Forget a payment that was neither verified nor settled, so the client may retry it."""
-    PaymentAttempt.objects.filter(pk=attempt.pk, state=PaymentAttempt.State.PENDING).delete()
+    PaymentAttempt.objects.filter(pk=attempt.pk, state=State.PENDING).delete()
+
+
+def purge_expired(now: datetime | None = None) -> int:
+    """Empty every stored outcome past its retention; the number of rows purged."""
+    now = now or timezone.now()
+    return PaymentAttempt.objects.filter(kept_until__lt=now).update(
+        state=State.DONE, outcome=None, kept_until=None, updated_at=now
+    )
+
+
+def _save(attempt: PaymentAttempt, state: str, outcome: dict[str, Any]) -> None:
+    attempt.state = state
+    attempt.outcome = outcome
+    attempt.kept_until = _until()
+    attempt.save(update_fields=["state", "outcome", "kept_until", "updated_at"])

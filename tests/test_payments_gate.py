@@ -311,3 +311,131 @@ def test_audit_never_holds_the_query_text(gate):
     assert "invoices" not in log and "signature" not in log
     for row in SettlementLog.objects.values():
         assert "invoices" not in json.dumps(row, default=str)
+
+
+@pytest.mark.parametrize("outages", [1, 2], ids=["one-outage", "two-outages"])
+def test_settle_outage_keeps_the_result_and_a_retry_only_settles(gate, fake_facilitator, outages):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    fake_facilitator.fail_next(503, path="/settle", count=outages)
+    for _ in range(outages):
+        down = call(gate, tool, header=header)
+        assert down.kind == "unavailable" and down.retryable and down.result is None
+        assert down.error["data"]["tool_ran"] is True and "PAYMENT-RESPONSE" not in down.headers
+        assert PaymentAttempt.objects.get().state == "ran"
+    assert tool.calls == 1
+    settled = call(gate, tool, header=header)
+    assert settled.kind == "paid" and tool.calls == 1  # the tool never ran a second time
+    assert settled.result["content"][0]["text"] == "3 hits"
+    assert decode_payment_response_header(settled.headers["PAYMENT-RESPONSE"]).success is True
+    assert fake_facilitator.count("/verify") == 1 and fake_facilitator.count("/settle") == outages + 1
+    replayed = call(gate, tool, header=header)
+    assert replayed.kind == "replayed" and replayed.result == settled.result and tool.calls == 1
+    assert fake_facilitator.count("/settle") == outages + 1
+    statuses = list(SettlementLog.objects.order_by("id").values_list("status", flat=True))
+    assert statuses == ["required", "verified", *["failed"] * outages, "settled"]
+
+
+def test_settle_outage_then_inband_retry_gets_the_receipt_in_meta(gate, fake_facilitator):
+    tool = Tool()
+    meta = payment_meta(challenge(gate))
+    fake_facilitator.fail_next(500, path="/settle")
+    down = call(gate, tool, meta=meta)
+    assert down.kind == "unavailable" and down.http_status == 200 and down.error["data"]["tool_ran"]
+    settled = call(gate, tool, meta=meta)
+    assert settled.kind == "paid" and tool.calls == 1
+    assert settled.result["_meta"]["x402/payment-response"]["success"] is True
+
+
+def test_a_retry_after_a_refused_settlement_does_not_rerun_or_resettle(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    fake_facilitator.fail_next(503, path="/settle")
+    call(gate, tool, header=header)
+    fake_facilitator.settle_failure("insufficient_funds")
+    refused = call(gate, tool, header=header)
+    assert refused.kind == "failed" and refused.result is None and tool.calls == 1
+    again = call(gate, tool, header=header)
+    assert again.kind == "replayed" and again.replay_of == "failed" and tool.calls == 1
+    assert fake_facilitator.count("/settle") == 2
+
+
+def echo_tool(calls: list):
+    def run() -> dict:
+        calls.append(1)
+        return {
+            "content": [{"type": "text", "text": ARGS["query"]}],
+            "structuredContent": {"query": ARGS["query"]},
+        }
+
+    return run
+
+
+def test_stored_outcome_is_purged_after_retention_and_the_payment_stays_used(gate, fake_facilitator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments import replay
+
+    calls: list = []
+    header = payment_header(challenge(gate))
+    first = gate.handle(
+        tool_name=TOOL,
+        arguments=ARGS,
+        header=header,
+        meta_payment=None,
+        request_hash="h",
+        run=echo_tool(calls),
+    )
+    assert first.kind == "paid"
+    attempt = PaymentAttempt.objects.get()
+    assert ARGS["query"] in json.dumps(attempt.outcome)  # kept, to answer a replay
+    assert attempt.kept_until > timezone.now() + replay.RETENTION - timedelta(minutes=1)
+
+    assert replay.purge_expired(now=timezone.now()) == 0  # still within retention
+    assert replay.purge_expired(now=attempt.kept_until + timedelta(seconds=1)) == 1
+    attempt.refresh_from_db()
+    assert attempt.outcome is None and attempt.state == "done"
+    assert ARGS["query"] not in json.dumps(list(PaymentAttempt.objects.values()), default=str)
+
+    again = gate.handle(
+        tool_name=TOOL,
+        arguments=ARGS,
+        header=header,
+        meta_payment=None,
+        request_hash="h",
+        run=echo_tool(calls),
+    )
+    assert again.kind == "failed" and again.reason == "payment_already_used" and again.http_status == 402
+    assert len(calls) == 1 and fake_facilitator.count("/settle") == 1
+
+
+def test_a_new_paid_request_purges_expired_outcomes(gate, fake_facilitator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    calls: list = []
+    first = payment_header(challenge(gate))
+    gate.handle(
+        tool_name=TOOL,
+        arguments=ARGS,
+        header=first,
+        meta_payment=None,
+        request_hash="h",
+        run=echo_tool(calls),
+    )
+    # the first outcome's retention is over (rows are aged, not the clock)
+    PaymentAttempt.objects.update(kept_until=timezone.now() - timedelta(seconds=1))
+    second = payment_header(challenge(gate))
+    gate.handle(
+        tool_name=TOOL,
+        arguments=ARGS,
+        header=second,
+        meta_payment=None,
+        request_hash="h",
+        run=echo_tool(calls),
+    )
+    outcomes = list(PaymentAttempt.objects.order_by("id").values_list("outcome", flat=True))
+    assert outcomes[0] is None and outcomes[1] is not None

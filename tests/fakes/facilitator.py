@@ -7,7 +7,8 @@ amount, validity window, the EIP-712 signature (recovered with the x402
 package's own helpers) and nonce reuse. An invalid payment is HTTP 200 with
 ``isValid: false`` and the spec's reason, as real facilitators answer.
 
-It can be scripted: ``fail_next(500)``, ``settle_failure("insufficient_funds")``,
+It can be scripted: ``fail_next(500)`` (or ``fail_next(500, path="/settle")``),
+``settle_failure("insufficient_funds")``,
 and ``stop()`` takes it down. Every request is recorded in :attr:`calls`.
 """
 
@@ -77,7 +78,7 @@ class FakeFacilitator:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.used_nonces: set[str] = set()
-        self._script: deque[tuple[int, Any]] = deque()
+        self._script: deque[tuple[int, Any, str | None]] = deque()
         self._settle_failure: str | None = None
         self._lock = threading.Lock()
         self._stopped = False
@@ -88,9 +89,12 @@ class FakeFacilitator:
         self._thread.start()
 
     # -- scripting -------------------------------------------------------
-    def fail_next(self, status: int, body: Any = b"upstream error", *, count: int = 1) -> None:
+    def fail_next(
+        self, status: int, body: Any = b"upstream error", *, count: int = 1, path: str | None = None
+    ) -> None:
+        """Answer the next ``count`` requests (to ``path`` only, when given) with ``status``."""
         for _ in range(count):
-            self._script.append((status, body))
+            self._script.append((status, body, path))
 
     def settle_failure(self, reason: str | None) -> None:
         self._settle_failure = reason
@@ -116,7 +120,7 @@ class FakeFacilitator:
             body = raw.decode("latin-1")
         with self._lock:
             self.calls.append(Call(method, handler.path, body))
-            scripted = self._script.popleft() if self._script else None
+            scripted = self._scripted(handler.path.split("?")[0])
         if scripted is not None:
             return _reply(handler, *scripted)
         route = {("GET", "/supported"): self._supported, ("POST", "/verify"): self._verify}
@@ -127,6 +131,14 @@ class FakeFacilitator:
         if method == "POST" and not isinstance(body, dict):
             return _reply(handler, 400, {"error": "invalid JSON body"})
         _reply(handler, 200, action(body))
+
+    def _scripted(self, path: str) -> tuple[int, Any] | None:
+        for item in self._script:
+            status, body, only = item
+            if only is None or only == path:
+                self._script.remove(item)
+                return status, body
+        return None
 
     def _supported(self, _body: Any) -> dict:
         kinds = [{"x402Version": 2, "scheme": "exact", "network": n} for n in NETWORKS]
