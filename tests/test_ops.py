@@ -141,6 +141,68 @@ def test_a_failing_hook_never_breaks_the_caller(caplog):
     assert REGISTRY.get_sample_value("dir2mcp_tool_calls_total", {**labels, "outcome": "ok"}) == 1
 
 
+@pytest.mark.slow
+def test_metrics_count_the_payment_outcomes_of_a_real_gated_call(tmp_path, running):
+    """`up --x402 required` with the fake facilitator: one unpaid call, one paid call
+    through /mcp, then the same process's /metrics."""
+    import httpx
+    from x402.http import decode_payment_response_header
+
+    from tests.fakes.facilitator import running_facilitator
+    from tests.mcp_http import write_corpus
+    from tests.x402_client import BASE_SEPOLIA, PAY_TO, payment_header
+
+    write_corpus(tmp_path)
+    with running_facilitator() as facilitator:
+        up = running(
+            "--dir",
+            str(tmp_path),
+            "--json",
+            *("--x402", "required", "--x402-facilitator-url", facilitator.url),
+            *("--x402-resource-base-url", "https://files.example.com", "--x402-network", BASE_SEPOLIA),
+            *("--x402-price", "0.01"),
+            env={"DIR2MCP_X402_PAY_TO": PAY_TO},
+        )
+        url = up.url()
+        up.event("scan_progress", lambda data: data.get("running") is False)
+        token = (tmp_path / ".dir2mcp" / "secret.token").read_text().strip()
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+        init = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+        call["params"] = {"name": "dir2mcp.search", "arguments": {"query": "loader"}}
+        with httpx.Client(timeout=60, trust_env=False) as http:
+            opened = http.post(
+                url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}, headers=headers
+            )
+            headers["MCP-Session-Id"] = opened.headers["MCP-Session-Id"]
+            unpaid = http.post(url, json=call, headers=headers)
+            signature = payment_header(unpaid.headers["PAYMENT-REQUIRED"])
+            paid = http.post(url, json=call, headers={**headers, "PAYMENT-SIGNATURE": signature})
+            scraped = http.get(url.removesuffix("/mcp") + "/metrics")
+        assert up.stop() == 0, up.stderr
+
+    assert unpaid.status_code == 402
+    assert (
+        paid.status_code == 200 and decode_payment_response_header(paid.headers["PAYMENT-RESPONSE"]).success
+    )
+    assert scraped.status_code == 200
+    families = {f.name: f.samples for f in text_string_to_metric_families(scraped.text)}
+    outcomes = {
+        outcome: sample(families, "dir2mcp_payments_total", outcome=outcome)
+        for outcome in ("required", "verified", "settled", "failed")
+    }
+    assert outcomes == {"required": 1, "verified": 1, "settled": 1, "failed": None}
+    assert sample(families, "dir2mcp_tool_calls_total", tool="dir2mcp.search", outcome="ok") == 1
+
+
 # -- the status page ----------------------------------------------------------
 
 
