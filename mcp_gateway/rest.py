@@ -16,6 +16,11 @@ rate limit, then ``Content-Type: application/json`` for POST bodies. The
 OpenAPI document (``/api/v1/openapi.json``) and the docs page
 (``/api/v1/docs``) are public: they describe the API and hold no data.
 
+With x402 on (``--x402 on|required``), a route whose tool is priced is sold
+exactly like ``tools/call``: the same gate (payments/gate.py), price, replay
+store and audit, in the header variant (402 + ``PAYMENT-REQUIRED``, then
+``PAYMENT-SIGNATURE``, then ``PAYMENT-RESPONSE``). See :func:`paid_call`.
+
 Every error is one envelope, ``{"error": {"code", "message", "retryable"}}``,
 with the §14 code and an HTTP status chosen by :func:`status_for`. Request
 validation errors, including ninja's own, are 400 (never 422).
@@ -207,7 +212,11 @@ api = RestAPI(
         "401 UNAUTHORIZED, 403 FORBIDDEN_ORIGIN / FORBIDDEN / PATH_OUTSIDE_ROOT, 404 FILE_NOT_FOUND, "
         "415 for a POST body that is not application/json, 422 for a file that cannot be served "
         "(FILE_TOO_LARGE, EXTRACT_FAILED, ...), 429 rate limits (with Retry-After when known), 502 model "
-        "provider failures, 503 when the index or configuration cannot serve, 500 INTERNAL_ERROR."
+        "provider failures, 503 when the index or configuration cannot serve, 500 INTERNAL_ERROR.\n\n"
+        "When the server sells tool calls (x402, `--x402 on|required`), each route costs what its MCP tool "
+        "costs: an unpaid call gets 402 with a `PAYMENT-REQUIRED` header, the paid retry sends "
+        "`PAYMENT-SIGNATURE`, and a settled answer carries `PAYMENT-RESPONSE`. A facilitator outage is "
+        "502/503 PROVIDER_FAILED (retryable, with Retry-After)."
     ),
     docs_url="/docs",
     openapi_url="/openapi.json",
@@ -389,13 +398,20 @@ _ERRORS = {
         "UNAUTHORIZED: missing or invalid bearer token.",
         {"WWW-Authenticate": "The bearer challenge."},
     ),
+    402: _error(
+        "Payment required or rejected (x402; only when the server sells tool calls, `--x402 on|required`, "
+        "and this route's tool is priced): code UNAUTHORIZED. Sign what PAYMENT-REQUIRED asks and send "
+        "the same request again with a PAYMENT-SIGNATURE header.",
+        {"PAYMENT-REQUIRED": "base64 JSON x402 v2 PaymentRequired (its `error` names a rejection's reason)."},
+    ),
     403: _error("FORBIDDEN_ORIGIN: the request's Origin is not on security.allowed_origins."),
+    409: _error("SERVER_BUSY (x402): the same payment is being processed by another request; retry."),
     429: _error(
         "RATE_LIMITED, or a model provider's rate limit.",
         {"Retry-After": "Seconds to wait, when known."},
     ),
     500: _error("INTERNAL_ERROR: a bug; the server log has the details."),
-    502: _error("A model provider failed: MISTRAL_FAILED, PROVIDER_AUTH, ..."),
+    502: _error("A model provider failed: MISTRAL_FAILED, PROVIDER_AUTH, ...; or (x402) the facilitator."),
     503: _error("The index or configuration cannot serve: INDEX_NOT_READY, CONFIG_INVALID, ..."),
 }
 _FILE_ERRORS = {
@@ -410,6 +426,12 @@ _POST_ERRORS = {415: _error("The body is not Content-Type: application/json.")}
 def _responses(tool_name: str, *extra: dict) -> dict:
     ok = {
         "description": "The tool's structured result (MCP structuredContent).",
+        "headers": {
+            "PAYMENT-RESPONSE": {
+                "schema": {"type": "string"},
+                "description": "x402: base64 JSON SettleResponse, on a paid call.",
+            }
+        },
         "content": {
             "application/json": {"schema": {"$ref": f"#/components/schemas/{_RESULT_FOR[tool_name]}"}}
         },
@@ -441,9 +463,73 @@ def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict:
     return tool.handler(tools.Call(ctx), args)
 
 
-async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None = None) -> dict:
+async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None = None):
     arguments = params.model_dump(exclude_unset=True) if params is not None else {}
-    return await sync_to_async(run_tool, thread_sensitive=False)(request.auth, tool_name, arguments)
+    ctx = request.auth
+    if ctx.gate is not None and ctx.gate.price_for(tool_name) is not None:
+        payment = request.headers.get("PAYMENT-SIGNATURE")
+        route = (request.method, request.path)
+        return await sync_to_async(paid_call, thread_sensitive=False)(
+            ctx, tool_name, arguments, payment, route
+        )
+    return await sync_to_async(run_tool, thread_sensitive=False)(ctx, tool_name, arguments)
+
+
+# -- x402: a route is sold like the tool it runs -------------------------------------
+
+
+def paid_call(
+    ctx: context.Context, tool_name: str, arguments: dict, payment: str | None, route: tuple[str, str]
+) -> HttpResponse:
+    """A priced tool through the x402 gate (payments/gate.py), header variant.
+
+    The same gate as ``tools/call`` on the MCP endpoint: the same price,
+    replay store and audit; the challenge names this route as the resource.
+    """
+    from payments.gate import Route, request_hash
+
+    tool = tools.REGISTRY[tool_name]
+    outcome = ctx.gate.handle(
+        tool_name=tool_name,
+        arguments=arguments,
+        header=payment or None,
+        meta_payment=None,
+        request_hash=request_hash(tool_name, arguments),
+        run=lambda: tools.run(tool, arguments, tools.Call(ctx)),
+        route=Route(*route),
+    )
+    return payment_response(outcome)
+
+
+def payment_response(outcome) -> HttpResponse:
+    """The REST answer of a gate :class:`~payments.outcome.Outcome`: the tool's
+    structured result (200), or the error envelope with the x402 headers."""
+    kind = outcome.replay_of or outcome.kind  # a replay answers what the first request got
+    result = outcome.result or {}
+    if kind in ("paid", "free"):
+        response = api.create_response(None, result.get("structuredContent") or {}, status=200)
+    elif kind == "tool_error":  # nothing was settled; the tool's own error, as without x402
+        failure = (result.get("structuredContent") or {}).get("error")
+        failure = failure if isinstance(failure, dict) else {}
+        code = str(failure.get("code") or INTERNAL_ERROR)
+        message = str(failure.get("message") or "the tool failed")
+        response = error_response(code, message, retryable=failure.get("retryable"))
+    else:
+        data = (outcome.error or {}).get("data") or {}
+        status = outcome.http_status if outcome.http_status >= 400 else 402
+        if kind == "challenge":
+            message = (
+                "payment required: sign what the PAYMENT-REQUIRED header asks, retry with PAYMENT-SIGNATURE"
+            )
+        elif kind == "failed":
+            message = f"payment rejected: {outcome.reason or 'invalid_payload'}"
+        else:
+            message = (outcome.error or {}).get("message") or "the payment could not be processed; retry"
+        code = str(data.get("code") or errors.UNAUTHORIZED)
+        response = error_response(code, message, status=status, retryable=bool(data.get("retryable")))
+    for name, value in outcome.headers.items():
+        response[name] = value
+    return response
 
 
 # -- endpoints ------------------------------------------------------------------------

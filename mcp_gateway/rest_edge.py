@@ -8,7 +8,8 @@ the only middleware of the gateway's Django handler):
   204 with the allowed methods and headers; any other origin gets 403
   ``FORBIDDEN_ORIGIN``, as ``/mcp`` answers;
 - answers to an allowed origin carry ``Access-Control-Allow-Origin`` and
-  ``Vary: Origin``, errors included, so a browser can read the envelope;
+  ``Vary: Origin``, errors included, so a browser can read the envelope
+  (and the x402 ``PAYMENT-REQUIRED`` / ``PAYMENT-RESPONSE`` headers);
 - an unknown route (404) or method (405, ``Allow`` kept) gets the same error
   envelope as every other REST error, never Django's HTML.
 """
@@ -22,8 +23,8 @@ from corpus import errors
 from mcp_gateway import api, transport
 
 ALLOW_METHODS = "GET, POST, OPTIONS"
-ALLOW_HEADERS = "Authorization, Content-Type, Accept"
-EXPOSE_HEADERS = "Retry-After, WWW-Authenticate"
+ALLOW_HEADERS = "Authorization, Content-Type, Accept, PAYMENT-SIGNATURE"
+EXPOSE_HEADERS = "Retry-After, WWW-Authenticate, PAYMENT-REQUIRED, PAYMENT-RESPONSE"
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 
 
