@@ -61,7 +61,9 @@ def start_background_indexing(
     ready: threading.Event | None = None,
     lock_retry: float = LOCK_RETRY_SECONDS,
 ) -> threading.Thread:
-    """Index ``ctx.root`` once (incrementally), then follow changes, until ``stop``.
+    """Index ``ctx.root`` once (incrementally), then follow changes, until ``stop``;
+    files a provider failed on for a passing reason (an outage, a timeout) are
+    retried with backoff meanwhile (:mod:`corpus.ingest.watch`).
 
     Runs in a daemon thread with ``ctx.embedder``, so the vectors it adds go
     into this process's dense index, the one the tools search. When another

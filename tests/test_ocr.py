@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import base64
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -11,6 +18,7 @@ import pytest
 from corpus import errors
 from corpus.config import build_config
 from corpus.indexing import index_directory
+from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Chunk, Document, Representation
 from corpus.providers.http import HttpOptions, ProviderError
 from corpus.providers.media_http import MediaClient
@@ -20,6 +28,7 @@ from corpus.status import summarize
 from tests.fakes.media import make_mixed_pdf, make_png, make_scanned_pdf, make_text_pdf
 
 pytestmark = pytest.mark.django_db
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -202,7 +211,51 @@ def test_a_call_that_outlives_its_timeout_fails_as_retryable_for_the_file(corpus
     doc = Document.objects.get(rel_path="scan.pdf")
     assert doc.status == "error"
     assert doc.error.startswith(errors.MISTRAL_FAILED) and "timed out" in doc.error
+    assert doc.error.endswith(RETRYABLE_NOTE)
     assert len(keyed.requests_to("/v1/ocr")) == 2
+
+
+def test_server_errors_that_outlast_the_retries_are_retryable_and_keep_what_was_indexed(
+    corpus_dir, state, keyed
+) -> None:
+    path = corpus_dir / "scan.pdf"
+    path.write_bytes(make_scanned_pdf(["first draft ibis"]))
+    config = config_for(keyed, ocr={"max_attempts": 2})
+    index(corpus_dir, state, config)
+    path.write_bytes(make_scanned_pdf(["second draft ibis"]))
+    keyed.fail_next(502, count=2, retry_after="0")
+
+    index(corpus_dir, state, config)
+
+    doc = Document.objects.get(rel_path="scan.pdf")
+    assert doc.status == "error"
+    assert doc.error.startswith(errors.MISTRAL_FAILED) and "HTTP 502" in doc.error
+    assert doc.error.endswith(RETRYABLE_NOTE)
+    assert "first draft ibis" in page_spans("scan.pdf")[0][1]
+
+
+def test_refused_connections_and_5xx_are_retryable_but_bad_requests_are_not(keyed) -> None:
+    options = HttpOptions(max_attempts=1)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    body = {"model": "mistral-ocr-latest", "document": {"type": "image_url", "image_url": "x"}}
+
+    def failure(url: str) -> ProviderError:
+        client = MediaClient(url, api_key=keyed.api_key, prefix="MISTRAL", label="Mistral", options=options)
+        try:
+            with pytest.raises(ProviderError) as caught:
+                client.post_json("/v1/ocr", body)
+        finally:
+            client.close()
+        return caught.value
+
+    refused = failure(closed)
+    assert (refused.code, refused.retryable) == (errors.MISTRAL_FAILED, True)
+    keyed.fail_next(500)
+    assert failure(keyed.url).retryable is True
+    rejected = failure(keyed.url)  # the fake answers the bad data URL with 422
+    assert (rejected.status, rejected.retryable) == (422, False)
 
 
 def test_a_server_error_is_retried_and_the_file_indexed(corpus_dir, state, keyed) -> None:
@@ -233,3 +286,80 @@ def test_pdfs_over_the_size_limit_are_split_into_smaller_pdfs(corpus_dir, state,
         "heavy page two",
         "heavy page three",
     ]
+
+
+def _scan_state(root: Path) -> tuple[str, str, str] | None:
+    """(status, error, live chunk text) of scan.pdf, read from the watcher's own database."""
+    db = root / ".dir2mcp" / "meta.sqlite"
+    if not db.exists():
+        return None
+    query = (
+        "SELECT d.status, coalesce(d.error, ''), coalesce(group_concat(c.text, ' '), '') FROM documents d "
+        "LEFT JOIN representations r ON r.document_id = d.doc_id AND r.deleted = 0 "
+        "LEFT JOIN chunks c ON c.representation_id = r.rep_id AND c.deleted = 0 "
+        "WHERE d.rel_path = 'scan.pdf' AND d.deleted = 0 GROUP BY d.doc_id"
+    )
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+            return conn.execute(query).fetchone()
+    except sqlite3.OperationalError:
+        return None  # not created yet
+
+
+@pytest.mark.slow
+def test_a_running_watcher_retries_an_outage_by_itself_and_keeps_the_old_text_meanwhile(
+    corpus_dir, tmp_path, keyed
+) -> None:
+    path = corpus_dir / "scan.pdf"
+    path.write_bytes(make_scanned_pdf(["version one heron"]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL_", "ELEVENLABS_"))}
+    env |= {
+        "MISTRAL_API_KEY": keyed.api_key,
+        "DIR2MCP_MISTRAL__BASE_URL": keyed.url,
+        "DIR2MCP_EMBED__PROVIDER": "none",
+        "DIR2MCP_OCR__MAX_ATTEMPTS": "1",
+        "DIR2MCP_RETRY_SECONDS": "0.5",
+    }
+    log = (tmp_path / "watch.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "watch", "--dir", str(corpus_dir)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    seen: list[tuple[str, str, str]] = []
+
+    def until(predicate, what: str, deadline: float = 60.0) -> None:
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            state = _scan_state(corpus_dir)
+            if state is not None:
+                seen.append(state)
+                if predicate(state):
+                    return
+            if proc.poll() is not None:
+                pytest.fail(f"the watcher exited: {(tmp_path / 'watch.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        pytest.fail(f"timed out waiting for {what}; last state {seen[-1:]}")
+
+    try:
+        until(lambda s: s[0] == "ok" and "version one heron" in s[2], "the first index")
+        time.sleep(1.0)  # the OS watch starts after the first index
+        # The provider goes down for three calls, then recovers; the file is
+        # written once and never touched again.
+        keyed.fail_next(503, count=3)
+        path.write_bytes(make_scanned_pdf(["version two heron"]))
+        until(lambda s: s[0] == "error", "the outage to mark the file")
+        until(lambda s: s[0] == "ok" and "version two heron" in s[2], "the retry after the outage")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        log.close()
+
+    errored = [s for s in seen if s[0] == "error"]
+    assert errored and all(s[1].startswith(errors.MISTRAL_FAILED) for s in errored)
+    assert all(s[1].endswith(RETRYABLE_NOTE) for s in errored)
+    # Never lost meanwhile: every observation still held one version's text.
+    assert all("heron" in s[2] for s in seen)
+    assert all("version one heron" in s[2] for s in errored)
+    assert len(keyed.requests_to("/v1/ocr")) >= 5  # first index, three refusals, the recovery

@@ -28,6 +28,9 @@ EXTRACTOR_VERSION = "1"
 OFFICE_READER_VERSION = "1"
 HEAD_BYTES = 8192
 NEEDS_PROVIDER_TYPES = ("pdf", "image", "audio")
+#: ends the error of a document whose provider failed for a passing reason
+#: (outage, timeout, rate limit); the watcher retries those (corpus.ingest.watch)
+RETRYABLE_NOTE = "(retryable, tried again later)"
 
 
 def sha256_hex(data: bytes | str) -> str:
@@ -144,11 +147,10 @@ class Preparer:
             return self.skipped(base, "", missing)
         except ProviderError as exc:
             # An outage must not cost what an earlier run indexed; the error
-            # status makes the next run try this document again.
-            again = (
-                "retryable, tried again on the next run" if exc.retryable else "tried again on the next run"
-            )
-            base.status, base.error = "error", f"{exc.code}: {exc.message} ({again})"
+            # status makes the next run try this document again, and a
+            # running watcher retries the retryable ones by itself.
+            again = RETRYABLE_NOTE if exc.retryable else "(tried again on the next run)"
+            base.status, base.error = "error", f"{exc.code}: {exc.message} {again}"
             base.keep_existing = True
             return base
         except errors.Dir2mcpError as exc:

@@ -4,6 +4,14 @@ Uses watchfiles (inotify/FSEvents, with a polling fallback). Changes are
 debounced into batches; each batch re-indexes just the touched paths. A
 change to a ``.gitignore`` changes what is excluded, so it triggers an
 incremental walk of the whole tree instead.
+
+Alongside the batches, documents whose provider failed for a passing reason
+(an outage, a timeout, a rate limit: their error ends with ``RETRYABLE_NOTE``)
+are re-indexed by a retry pass with exponential backoff, so a provider that
+recovers needs no file change and no restart. The pass goes through the
+indexer's own change detection, which always re-processes a document in
+``error``; what such a document had indexed before stays until the retry
+succeeds.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.ingest.pipeline import Indexer
+from corpus.ingest.prepare import RETRYABLE_NOTE
+from corpus.models import Document
 from corpus.providers.base import Embedder
 from corpus.security import DEFAULT_IGNORED_DIRS
 from corpus.state import IndexLock, StateDir
@@ -26,6 +36,11 @@ from corpus.state import IndexLock, StateDir
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 400
+#: The first retry of a retryable failure comes this long after it (seconds;
+#: env DIR2MCP_RETRY_SECONDS), the next ones twice as long each, up to
+#: RETRY_MAX_SECONDS while documents keep failing.
+RETRY_SECONDS = 30.0
+RETRY_MAX_SECONDS = 900.0
 
 
 def _relative(root: Path, path: str) -> str | None:
@@ -60,13 +75,21 @@ def watch_directory(
     ready: threading.Event | None = None,
     embedder: Embedder | None = None,
 ) -> None:
-    """Hold the index lock, index once, then follow changes until ``stop``."""
+    """Hold the index lock, index once, then follow changes until ``stop``,
+    retrying the documents a provider failed on for a passing reason."""
     stop = stop or threading.Event()
+
+    def retry_indexer(mode: str) -> Indexer:
+        return Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder, mode=mode)
+
     with IndexLock(state):
         if embedder is not None:
             check_models(embedder, state)
         if initial:
             Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder).run()
+        # In a thread of its own: events in the state directory (filtered out
+        # below) can keep the change iterator from ever yielding.
+        retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
         changes = watchfiles.watch(
             root,
             watch_filter=_Filter(state.path),
@@ -77,14 +100,22 @@ def watch_directory(
             yield_on_timeout=True,
             force_polling=os.environ.get("DIR2MCP_WATCH_POLLING") == "1" or None,
         )
-        for batch in changes:
-            # The first (possibly empty) batch means the OS watch is in place.
-            if ready is not None:
-                ready.set()
-            if stop.is_set():
-                break
-            if batch:
-                _apply(Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder), batch)
+        retrier.start()
+        try:
+            for batch in changes:
+                # The first (possibly empty) batch means the OS watch is in place.
+                if ready is not None:
+                    ready.set()
+                if stop.is_set():
+                    break
+                if batch:
+                    with retrier.lock:
+                        _apply(
+                            Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder),
+                            batch,
+                        )
+        finally:
+            retrier.close()
 
 
 def _apply(indexer: Indexer, batch) -> None:
@@ -98,3 +129,73 @@ def _apply(indexer: Indexer, batch) -> None:
             indexer.run_paths(rel_paths)
     except Exception:  # the watcher must outlive one failed batch
         log.exception("live sync failed for %d paths", len(rel_paths))
+
+
+def _retry_seconds() -> float:
+    try:
+        seconds = float(os.environ.get("DIR2MCP_RETRY_SECONDS") or RETRY_SECONDS)
+    except ValueError:
+        seconds = RETRY_SECONDS
+    return max(0.1, seconds)
+
+
+def retryable_paths() -> tuple[list[str], list[str]]:
+    """Files, and archives holding members, whose last failure is retryable."""
+    failed = Document.objects.filter(deleted=False, status="error", error__endswith=RETRYABLE_NOTE)
+    files, archives = set(), set()
+    for rel_path in failed.values_list("rel_path", flat=True):
+        if "!/" in rel_path:
+            archives.add(rel_path.split("!/", 1)[0])
+        else:
+            files.add(rel_path)
+    return sorted(files - archives), sorted(archives)
+
+
+class _Retrier:
+    """The retry pass, in a thread of its own: the first ``first`` seconds after
+    it starts, the next ones twice as long apart while failures remain, back
+    to ``first`` once none do. ``lock`` keeps it and a watch batch from
+    indexing at the same time."""
+
+    def __init__(self, first: float, indexer, stop: threading.Event):
+        self.first = self.delay = first
+        self.indexer = indexer
+        self.stop = stop
+        self.lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dir2mcp-retry", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self._done.wait(self.delay) and not self.stop.is_set():
+                with self.lock:
+                    remaining = self.run_once()
+                self.delay = (
+                    min(self.delay * 2, max(self.first, RETRY_MAX_SECONDS)) if remaining else self.first
+                )
+        finally:
+            connection.close()
+
+    def run_once(self) -> bool:
+        """Re-index what failed for a passing reason; whether any still fails."""
+        try:
+            files, archives = retryable_paths()
+            if files:
+                self.indexer("incremental").run_paths(files)
+            if archives:
+                # An unchanged archive's members count as unchanged: read it
+                # whole again (the provider caches spare the members that worked).
+                self.indexer("full").run_paths(archives)
+            return bool(files or archives) and any(retryable_paths())
+        except Exception:  # the watcher must outlive one failed pass
+            log.exception("retry pass failed")
+            return True

@@ -7,6 +7,11 @@ becomes a :class:`ProviderError` with the provider's canonical code
 (``<PREFIX>_AUTH``, ``<PREFIX>_RATE_LIMIT``, ``<PREFIX>_FAILED``). Messages
 are built from the status and the server's own error text, scrubbed of the
 API key; request headers never reach a message or a log line.
+
+A failure that says nothing about the request itself (429, 5xx, a timeout, a
+refused connection) is ``retryable``: the same call may succeed later, so
+ingestion marks the file for a later retry. Credentials (401/403), a request
+the provider rejects (4xx) and a malformed answer are not.
 """
 
 from __future__ import annotations
@@ -149,9 +154,9 @@ class ProviderClient:
             raise self._status_failure(path, response, attempts)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def fail(self, message: str, *, status: int | None = None) -> ProviderError:
-        """A ``<PREFIX>_FAILED`` error for a response the provider got wrong."""
-        return ProviderError(self._codes["FAILED"], self.scrub(message), status=status, retryable=False)
+    def fail(self, message: str, *, status: int | None = None, retryable: bool = False) -> ProviderError:
+        """A ``<PREFIX>_FAILED`` error; by default for a response the provider got wrong."""
+        return ProviderError(self._codes["FAILED"], self.scrub(message), status=status, retryable=retryable)
 
     def scrub(self, text: str) -> str:
         return text.replace(self._api_key, "[redacted]") if self._api_key else text
@@ -189,7 +194,8 @@ class ProviderClient:
             what = f"timed out ({type(exc).__name__})"
         else:
             what = f"could not connect ({type(exc).__name__}: {exc})"
-        return self.fail(f"{self.label} {path} {what}")
+        # An outage or a slow provider, not a bad request: worth trying later.
+        return self.fail(f"{self.label} {path} {what}", retryable=True)
 
     def _status_failure(self, path: str, response: httpx.Response, attempts: int) -> ProviderError:
         status = response.status_code
@@ -209,8 +215,11 @@ class ProviderClient:
                 status=status,
                 retryable=True,
             )
-        after = f" after {attempts} attempts" if status in RETRY_STATUSES else ""
-        return self.fail(f"{self.label} {path} failed (HTTP {status}){after}: {detail}", status=status)
+        transient = status in RETRY_STATUSES
+        after = f" after {attempts} attempts" if transient else ""
+        return self.fail(
+            f"{self.label} {path} failed (HTTP {status}){after}: {detail}", status=status, retryable=transient
+        )
 
     def _detail(self, response: httpx.Response) -> str:
         try:
