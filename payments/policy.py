@@ -183,6 +183,11 @@ def build_policy(x402, *, mcp_path: str = "/mcp") -> Policy:
         )
         if p
     ]
+    if not policy.enabled:
+        problems.append(
+            "x402.route_policy.tools_call.enabled is false: tools/call (and the REST routes priced like it) "
+            "is not a paid route, so nothing would be sold; set it to true or remove the key"
+        )
     if policy.scheme not in SUPPORTED_SCHEMES:
         problems.append(f"x402.route_policy.tools_call.scheme {policy.scheme!r} is not supported (use exact)")
     if not policy.pay_to:

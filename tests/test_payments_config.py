@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from x402.http import decode_payment_required_header
 
 from corpus import errors
-from corpus.config import build_config, env_overrides
+from corpus.config import Config, build_config, env_overrides
+from corpus.config_template import render_config
 from payments import gate as gate_mod
 from payments.policy import caip2_problem
 from tests.x402_client import BASE_SEPOLIA, PAY_TO
@@ -183,3 +185,68 @@ def test_without_bazaar_no_extension_is_sent(tmp_path):
 )
 def test_only_tools_call_is_ever_gated(method, gated):
     assert gate_mod.gated_method(method) is gated
+
+
+TEMPLATE = {"enabled": False, "mode": "off", "route_policy": {"tools_call": {"enabled": False}}}
+
+
+@pytest.mark.parametrize(
+    "file, env, flags, expected",
+    [
+        pytest.param({}, {}, {}, ("off", False, False), id="defaults"),
+        pytest.param({"enabled": True}, {}, {}, ("on", True, True), id="enabled-alone-means-on"),
+        pytest.param({"enabled": False}, {}, {}, ("off", False, False), id="disabled-alone-means-off"),
+        pytest.param({"mode": "required"}, {}, {}, ("required", True, True), id="mode-alone"),
+        pytest.param(
+            TEMPLATE, {}, {"mode": "required", "enabled": True}, ("required", True, True), id="template+flag"
+        ),
+        pytest.param(TEMPLATE, {"mode": "on"}, {}, ("on", True, True), id="template+env-mode"),
+        pytest.param(TEMPLATE, {"enabled": True}, {}, ("on", True, True), id="template+env-enabled"),
+        pytest.param({"mode": "required"}, {"enabled": False}, {}, ("off", False, True), id="env-disables"),
+        pytest.param({"enabled": True}, {"mode": "off"}, {}, ("off", False, True), id="env-mode-off-wins"),
+    ],
+)
+def test_x402_enabled_is_the_boolean_form_of_the_mode(file, env, flags, expected):
+    cfg = build_config({"x402": file}, {"x402": env} if env else {}, {"x402": flags} if flags else {})
+    got = (cfg.x402.mode, cfg.x402.enabled, cfg.x402.route_policy.tools_call.enabled)
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    "x402",
+    [
+        pytest.param({"mode": "required", "enabled": False}, id="required-but-disabled"),
+        pytest.param({"mode": "off", "enabled": True}, id="off-but-enabled"),
+    ],
+)
+def test_x402_enabled_contradicting_the_mode_in_one_layer_is_config_invalid(x402):
+    with pytest.raises(errors.Dir2mcpError) as caught:
+        build_config({"x402": x402}, {}, {}, origin=".dir2mcp.yaml")
+    assert caught.value.code == errors.CONFIG_INVALID and caught.value.exit_code == 2
+    assert caught.value.message.startswith(".dir2mcp.yaml: x402.enabled is ")
+    assert "x402.mode" in caught.value.hint
+
+
+def test_the_spec_template_loads_and_a_flag_turns_payments_on():
+    template = yaml.safe_load(render_config(Config()))
+    assert (
+        template["x402"]["enabled"] is False
+        and template["x402"]["route_policy"]["tools_call"]["enabled"] is False
+    )
+    assert build_config(template, {}, {}).x402.mode == "off"
+    flags = {"x402": {"mode": "required", "enabled": True}}
+    assert build_config(template, {}, flags).x402.route_policy.tools_call.enabled is True
+
+
+def test_tools_call_disabled_means_nothing_is_sold(tmp_path):
+    tools_call = {**COMPLETE["route_policy"]["tools_call"], "enabled": False}
+    cfg = config("required", **{**COMPLETE, "route_policy": {"tools_call": tools_call}})
+    assert cfg.x402.route_policy.tools_call.enabled is False
+    with pytest.raises(errors.Dir2mcpError) as caught:
+        gate_mod.from_config(cfg, tmp_path)
+    assert caught.value.code == errors.CONFIG_INVALID and caught.value.exit_code == 2
+    assert "x402.route_policy.tools_call.enabled is false" in caught.value.message
+    events: list[dict] = []
+    cfg = config("on", **{**COMPLETE, "route_policy": {"tools_call": tools_call}})
+    assert gate_mod.from_config(cfg, tmp_path, emit=events.append) is None
+    assert any("tools_call.enabled is false" in p for p in events[0]["data"]["problems"])
