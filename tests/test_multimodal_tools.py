@@ -22,6 +22,7 @@ from tests.mcp_http import wait_for_index
 from tests.test_mcp_client import start_up
 from tests.test_office import make_pptx
 
+LIMIT = 2
 SCRIPT = [
     (0.0, 20.0, "Welcome to the depot briefing."),
     (20.0, 45.0, "The night shift starts at nine sharp."),
@@ -50,6 +51,9 @@ def served(tmp_path, fake_mistral, elevenlabs):
         "ELEVENLABS_API_KEY": elevenlabs.api_key,
         "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
         "DIR2MCP_ELEVENLABS__BASE_URL": elevenlabs.url,
+        # Annotations share the OCR limit; transcription and speech the STT one.
+        "DIR2MCP_OCR__CONCURRENCY": str(LIMIT),
+        "DIR2MCP_STT__CONCURRENCY": str(LIMIT),
     }
     proc, connection, _ = start_up(root, env=env)
     token = (root / ".dir2mcp" / "secret.token").read_text().strip()
@@ -155,3 +159,51 @@ def test_scans_recordings_and_slides_are_cited_by_page_and_time(served, elevenla
     assert len(fake_mistral.requests_to("/v1/audio/transcriptions")) == 1
     logged = json.dumps([r.headers for r in fake_mistral.requests + elevenlabs.requests])
     assert fake_mistral.api_key not in logged and elevenlabs.api_key not in logged
+
+
+async def concurrent_calls(url: str, token: str, mistral) -> tuple[list, dict]:
+    """Five annotations and five transcriptions at once, then five spoken answers at once."""
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await wait_for_index(session)
+                results: list = []
+
+                async def one(name: str, arguments: dict) -> None:
+                    results.append(await _call(session, name, arguments))
+
+                async with anyio.create_task_group() as group:
+                    for i in range(5):
+                        schema = {"type": "object", "properties": {f"field_{i}": {"type": "string"}}}
+                        group.start_soon(
+                            one, "dir2mcp.annotate", {"rel_path": "invoice.txt", "schema_json": schema}
+                        )
+                        group.start_soon(
+                            one, "dir2mcp.transcribe", {"rel_path": "briefing.wav", "retranscribe": True}
+                        )
+                # ask_audio's answer is a chat completion too, outside the annotation limit.
+                mistral_peaks = dict(mistral.max_in_flight_by_path)
+                async with anyio.create_task_group() as group:
+                    for i in range(5):
+                        group.start_soon(
+                            one, "dir2mcp.ask_audio", {"question": f"where is the pangolin inventory {i}?"}
+                        )
+                return results, mistral_peaks
+
+
+def test_concurrent_tool_calls_share_one_limit_per_provider(served, elevenlabs, fake_mistral):
+    url, token = served
+    fake_mistral.latency = elevenlabs.latency = 0.3
+
+    results, peaks = anyio.run(concurrent_calls, url, token, fake_mistral)
+
+    assert len(results) == 15
+    assert len(fake_mistral.requests_to("/v1/chat/completions")) == 5 + 5  # annotations, then answers
+    assert len(fake_mistral.requests_to("/v1/audio/transcriptions")) == 1 + 5  # indexing, then each call
+    assert len(elevenlabs.tts_texts) == 5
+    # Each call builds its own client; one limit per provider holds across all of them.
+    assert peaks["/v1/chat/completions"] <= LIMIT
+    assert peaks["/v1/audio/transcriptions"] <= LIMIT
+    [tts] = [path for path in elevenlabs.max_in_flight_by_path if path.startswith("/v1/text-to-speech/")]
+    assert elevenlabs.max_in_flight_by_path[tts] <= LIMIT

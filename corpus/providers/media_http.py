@@ -4,6 +4,12 @@
 timeouts, backoff honouring ``Retry-After``, error mapping and key scrubbing)
 with multipart form posts and binary responses, and bounds how many calls
 run at once across threads.
+
+The bound is per provider and per process: clients built with the same
+``limit_key`` (every OCR client, every Mistral transcription client, every
+TTS call, ...) share one :class:`Limiter`, so the configured concurrency
+holds across indexing workers and concurrent tool calls alike, however many
+clients they build.
 """
 
 from __future__ import annotations
@@ -17,12 +23,54 @@ import httpx
 from corpus.providers.http import RETRY_STATUSES, HttpOptions, ProviderClient, retry_after_seconds
 
 
+class Limiter:
+    """A counting limit that can be resized while in use (the latest config wins)."""
+
+    def __init__(self, limit: int):
+        self.limit = max(1, limit)
+        self.busy = 0
+        self._cond = threading.Condition()
+
+    def resize(self, limit: int) -> None:
+        with self._cond:
+            self.limit = max(1, limit)
+            self._cond.notify_all()
+
+    def __enter__(self) -> Limiter:
+        with self._cond:
+            while self.busy >= self.limit:
+                self._cond.wait()
+            self.busy += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._cond:
+            self.busy -= 1
+            self._cond.notify_all()
+
+
+_LIMITERS: dict[str, Limiter] = {}
+_LIMITERS_LOCK = threading.Lock()
+
+
+def shared_limiter(key: str, limit: int) -> Limiter:
+    """The process-wide limiter for ``key`` (e.g. ``"mistral/ocr"``), set to ``limit``."""
+    with _LIMITERS_LOCK:
+        limiter = _LIMITERS.get(key)
+        if limiter is None:
+            limiter = _LIMITERS[key] = Limiter(limit)
+    if limiter.limit != max(1, limit):
+        limiter.resize(limit)
+    return limiter
+
+
 class MediaClient(ProviderClient):
     """A provider client for OCR, speech and annotations.
 
     ``auth_header`` names the header carrying the key (``Authorization`` gets
     ``Bearer``; ElevenLabs uses ``xi-api-key``). ``concurrency`` bounds the
-    calls in flight through this client.
+    calls in flight: across every client with the same ``limit_key``, or
+    through this client alone without one.
     """
 
     def __init__(
@@ -36,6 +84,7 @@ class MediaClient(ProviderClient):
         options: HttpOptions | None = None,
         auth_header: str = "Authorization",
         concurrency: int = 4,
+        limit_key: str | None = None,
     ):
         super().__init__(
             base_url, api_key=api_key, prefix=prefix, label=label, auth_hint=auth_hint, options=options
@@ -43,7 +92,7 @@ class MediaClient(ProviderClient):
         if auth_header != "Authorization" and api_key:
             self._http.headers.pop("Authorization", None)
             self._http.headers[auth_header] = api_key
-        self._slots = threading.BoundedSemaphore(max(1, concurrency))
+        self._slots = shared_limiter(limit_key, concurrency) if limit_key else Limiter(concurrency)
 
     def post_json(self, path: str, body: dict) -> dict:
         with self._slots:

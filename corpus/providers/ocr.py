@@ -62,6 +62,7 @@ class MistralOcr:
             auth_hint=AUTH_HINT,
             options=HttpOptions(read_timeout=ocr.timeout_seconds, max_attempts=ocr.max_attempts),
             concurrency=ocr.concurrency,
+            limit_key="mistral/ocr",
         )
 
     def close(self) -> None:

@@ -108,6 +108,7 @@ class MistralStt(_CachedStt):
             auth_hint=MISTRAL_HINT,
             options=HttpOptions(read_timeout=stt.timeout_seconds, max_attempts=stt.max_attempts),
             concurrency=stt.concurrency,
+            limit_key="mistral/stt",
         )
         super().__init__(stt.mistral.model or "voxtral-mini-latest", client, cache_dir)
         self.timestamps = stt.mistral.timestamps
@@ -156,6 +157,7 @@ class ElevenLabsStt(_CachedStt):
             options=HttpOptions(read_timeout=stt.timeout_seconds, max_attempts=stt.max_attempts),
             auth_header="xi-api-key",
             concurrency=stt.concurrency,
+            limit_key="elevenlabs/stt",
         )
         super().__init__(stt.elevenlabs.model or "scribe_v1", client, cache_dir)
         self.timestamps = stt.elevenlabs.timestamps

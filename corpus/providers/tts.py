@@ -26,9 +26,11 @@ def speak(
     if not _VOICE.match(voice):
         raise errors.Dir2mcpError(errors.INVALID_FIELD, "voice_id must be 1-64 letters or digits")
     output = f"pcm_{_PCM_RATE}" if fmt == "wav" else cfg.output_format
+    # Speech calls are bounded by stt.concurrency, shared by every TTS call of the process.
     client = MediaClient(
         cfg.base_url, api_key=api_key, prefix="ELEVENLABS", label="ElevenLabs", auth_hint=ELEVENLABS_HINT,
         options=HttpOptions(read_timeout=cfg.timeout_seconds), auth_header="xi-api-key",
+        concurrency=config.stt.concurrency, limit_key="elevenlabs/tts",
     )  # fmt: skip
     try:
         audio, _ = client.post_for_bytes(

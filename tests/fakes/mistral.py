@@ -161,9 +161,11 @@ class FakeMistral:
         self.ocr_max_pages = 1000
         self.ocr_max_bytes = 50 * 1024 * 1024
         self.ocr_pages_served = 0
-        #: the most requests this fake was answering at once
+        #: the most requests this fake was answering at once, in all and per path
         self.max_in_flight = 0
+        self.max_in_flight_by_path: dict[str, int] = {}
         self._in_flight = 0
+        self._in_flight_by_path: dict[str, int] = {}
         self.requests: list[Recorded] = []
         self._script: deque[Scripted] = deque()
         self._lock = threading.Lock()
@@ -238,14 +240,18 @@ class FakeMistral:
             self._connections.append(conn)
 
     def _handle(self, handler: _Handler) -> None:
+        path = handler.path.split("?", 1)[0]
         with self._lock:
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            now = self._in_flight_by_path[path] = self._in_flight_by_path.get(path, 0) + 1
+            self.max_in_flight_by_path[path] = max(self.max_in_flight_by_path.get(path, 0), now)
         try:
             self._answer(handler)
         finally:
             with self._lock:
                 self._in_flight -= 1
+                self._in_flight_by_path[path] -= 1
 
     def _answer(self, handler: _Handler) -> None:
         raw = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
