@@ -222,3 +222,37 @@ def test_stats_names_the_missing_key_for_ocr_and_speech(ctx, monkeypatch) -> Non
     assert models["ocr"] == "none (needs MISTRAL_API_KEY)"
     assert models["stt_model"] == "none (needs MISTRAL_API_KEY)"
     assert "ocr=none (needs MISTRAL_API_KEY)" in stats["content"][0]["text"]
+
+
+def test_transcribe_and_ask_transcribes_only_a_missing_or_stale_transcript(ctx, fake_mistral) -> None:
+    def ask(rel_path: str, question: str) -> dict:
+        result = call(ctx, "dir2mcp.transcribe_and_ask", {"rel_path": rel_path, "question": question})
+        assert not result.get("isError"), result
+        return result
+
+    def stt_calls() -> int:
+        return len(fake_mistral.requests_to("/v1/audio/transcriptions"))
+
+    fresh = ask("talk.wav", "when does the ferry leave?")
+    assert fresh["structuredContent"]["transcribed"] is False
+    assert stt_calls() == 1  # indexing's call only
+
+    (ctx.root / "talk.wav").write_bytes(make_wav([(0.0, 6.0, "The ferry now leaves at dusk.")]))
+    stale = ask("talk.wav", "when does the ferry leave?")
+    assert stale["structuredContent"]["transcribed"] is True
+    assert stale["structuredContent"]["transcript_provider"] == "mistral"
+    assert stt_calls() == 2
+    assert "[talk.wav@t=00:00-00:06]" in stale["content"][0]["text"]
+    transcript = Representation.objects.get(
+        document__rel_path="talk.wav", rep_type="transcript", deleted=False
+    )
+    assert "dusk" in transcript.text and "noon" not in transcript.text
+
+    again = ask("talk.wav", "when does the ferry leave?")
+    assert again["structuredContent"]["transcribed"] is False
+    assert stt_calls() == 2
+
+    (ctx.root / "new.wav").write_bytes(make_wav([(0.0, 3.0, "A recording nobody indexed.")]))
+    missing = ask("new.wav", "what was recorded?")
+    assert missing["structuredContent"]["transcribed"] is True
+    assert stt_calls() == 3
