@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from django.db import transaction
+from django.db import connection, transaction
 
 from corpus import errors
 from corpus.embed_view import embedding_view
 from corpus.index.vectors import KINDS, VectorIndex, index_path, remove_files
-from corpus.models import Chunk, EmbeddingStatus
+from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, ModelInfo
 from corpus.state import StateDir
 from corpus.store import get_setting, set_setting
@@ -250,13 +250,84 @@ def _version_key(kind: str) -> str:
     return f"embed_version_{kind}"
 
 
-def _store_vectors(kind: str, ids: np.ndarray, vectors: np.ndarray) -> str:
-    """Write a batch's vectors and bump the kind's version, atomically."""
+def _store_vectors(
+    kind: str, ids: np.ndarray, vectors: np.ndarray, *, on_stored: Callable[[int], None] | None = None
+) -> str:
+    """Write a batch's vectors and bump the kind's version, atomically.
+
+    Only chunks still pending are written, so two processes embedding the
+    same chunk store it once; ``on_stored(n)`` runs inside the transaction
+    with the number actually written (a job's counter commits with them).
+    """
     with transaction.atomic():
+        stored = 0
         for cid, vec in zip(ids, vectors, strict=True):
-            Chunk.objects.filter(chunk_id=int(cid)).update(
-                embedding=to_bytes(vec), embedding_status=EmbeddingStatus.OK, embedding_error=None
-            )
-        version = str(int(get_setting(_version_key(kind)) or "0") + 1)
-        set_setting(_version_key(kind), version)
+            stored += Chunk.objects.filter(
+                chunk_id=int(cid), embedding_status=EmbeddingStatus.PENDING
+            ).update(embedding=to_bytes(vec), embedding_status=EmbeddingStatus.OK, embedding_error=None)
+        version = _bump_version(kind)
+        if on_stored is not None:
+            on_stored(stored)
     return version
+
+
+def _bump_version(kind: str) -> str:
+    """Increment the kind's embeddings version in one locking UPDATE, so two
+    processes committing batches at once never write the same number (each
+    server process re-reads the embeddings when the number moves)."""
+    key = _version_key(kind)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE settings SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = %s", [key]
+        )
+        if cursor.rowcount == 0:
+            Setting.objects.get_or_create(key=key, defaults={"value": "0"})
+            cursor.execute(
+                "UPDATE settings SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = %s", [key]
+            )
+        cursor.execute("SELECT value FROM settings WHERE key = %s", [key])
+        return cursor.fetchone()[0]
+
+
+def embed_chunks(
+    embedder: Embedder,
+    chunk_ids: list[int],
+    *,
+    batch_size: int = 32,
+    on_stored: Callable[[int], None] | None = None,
+) -> int:
+    """Embed these chunks where they are live and still pending (a Celery
+    worker's share). Vectors go to the database only: every server process
+    adds them to its own dense index when it sees the version move
+    (DenseStore.sync). Returns how many were stored."""
+    done = 0
+    for kind in KINDS:
+        pending = list(
+            Chunk.objects.filter(
+                chunk_id__in=chunk_ids,
+                deleted=False,
+                index_kind=kind,
+                embedding_status=EmbeddingStatus.PENDING,
+            )
+            .order_by("chunk_id")
+            .values_list("chunk_id", "text")
+        )
+        for start in range(0, len(pending), batch_size):
+            batch = pending[start : start + batch_size]
+            try:
+                texts = [embedding_view(text, kind, embedder.window_chars) for _, text in batch]
+                vectors = embedder.embed(texts, kind=kind)
+            except errors.Dir2mcpError as exc:
+                set_setting(LAST_ERROR_KEY, str(exc))
+                raise
+            ids = np.array([cid for cid, _ in batch], dtype=np.int64)
+            stored: list[int] = []
+
+            def count(n: int, stored: list[int] = stored) -> None:
+                stored.append(n)
+                if on_stored is not None and n:
+                    on_stored(n)  # inside the batch's transaction: commits with the vectors
+
+            _store_vectors(kind, ids, vectors, on_stored=count)
+            done += stored[0]
+    return done

@@ -14,6 +14,18 @@ from corpus.providers.base import Embedder
 from corpus.state import IndexLock, StateDir
 
 
+def walking_indexer(root: Path, state: StateDir, config: Config, **options) -> Indexer:
+    """The indexer for a walk of the whole tree: in this process, or handing
+    the files to Celery workers when a broker is configured (docs/scaling.md)."""
+    from django.conf import settings
+
+    if settings.CELERY_BROKER_URL:
+        from corpus.ingest.distributed import DispatchingIndexer
+
+        return DispatchingIndexer(root, state, config, **options)
+    return Indexer(root, state, config, **options)
+
+
 def index_directory(
     root: Path,
     *,
@@ -32,7 +44,9 @@ def index_directory(
     with IndexLock(state):
         if embedder is not None:
             check_models(embedder, state, reset=mode == "full")
-        return Indexer(root, state, config, reporter=reporter, mode=mode, stop=stop, embedder=embedder).run()
+        return walking_indexer(
+            root, state, config, reporter=reporter, mode=mode, stop=stop, embedder=embedder
+        ).run()
 
 
 def refresh_paths(

@@ -186,6 +186,10 @@ class IndexJob(models.Model):
     chunks_total = models.IntegerField(default=0)
     embedded_ok = models.IntegerField(default=0)
     errors = models.IntegerField(default=0)
+    #: Where a distributed job was dispatched from, and the ingestion policy
+    #: its workers must share (corpus.tasks refuses a worker whose differs).
+    host = models.CharField(max_length=255, blank=True, default="")
+    policy = models.TextField(blank=True, default="")
 
     COUNTERS = (
         "scanned",
@@ -208,3 +212,47 @@ class IndexJob(models.Model):
 
     def counters(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.COUNTERS}
+
+
+class JobItem(models.Model):
+    """One path a distributed job handed to a Celery worker (corpus.tasks).
+
+    The row is the task's idempotency record: a worker moves it to
+    ``written`` in the same transaction that writes the document and adds to
+    the job's counters, and to ``done`` once the document's chunks are
+    embedded, so a redelivered task finds where the first one stopped and
+    does nothing twice.
+    """
+
+    QUEUED, WRITTEN, DONE = "queued", "written", "done"
+
+    job = models.ForeignKey(IndexJob, on_delete=models.CASCADE, related_name="items", db_column="job_id")
+    rel_path = models.TextField()
+    state = models.CharField(max_length=8, default=QUEUED)
+    worker = models.CharField(max_length=255, blank=True, default="")
+    finished_unix = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        db_table = "index_job_items"
+        constraints = [models.UniqueConstraint(fields=["job", "rel_path"], name="job_item_unique")]
+        indexes = [models.Index(fields=["job", "state"], name="job_item_state")]
+
+    def __str__(self) -> str:
+        return self.rel_path
+
+
+class Worker(models.Model):
+    """A Celery worker process seen doing dir2mcp work (``status`` lists them)."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField(default=0)
+    started_unix = models.FloatField(default=0)
+    last_seen_unix = models.FloatField(default=0)
+    tasks_done = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "workers"
+
+    def __str__(self) -> str:
+        return self.name

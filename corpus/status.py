@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.db.models import Count
 
@@ -86,10 +89,78 @@ def summarize(*, error_limit: int = 10) -> IndexSummary:
         embed_error=Setting.objects.filter(key="embed_last_error").values_list("value", flat=True).first()
         or "",
         job=job,
-        job_alive=bool(job and job.running and pid_alive(job.pid)),
+        job_alive=job_alive(job),
         recent_errors=[(path, err or "") for path, err in errors],
         needs_provider=needs_provider_counts(),
     )
+
+
+#: A job dispatched from another machine counts as alive while its
+#: coordinator keeps updating it (it does several times a second).
+REMOTE_JOB_STALE_SECONDS = 60.0
+#: Workers seen within this window are listed by ``status``.
+WORKER_WINDOW_SECONDS = 600.0
+
+
+def job_alive(job: IndexJob | None) -> bool:
+    if job is None or not job.running:
+        return False
+    if job.host and job.host != socket.gethostname():
+        return time.time() - job.updated_unix < REMOTE_JOB_STALE_SECONDS
+    return pid_alive(job.pid)
+
+
+def scaleout_summary(*, queue_timeout: float = 2.0) -> dict | None:
+    """Celery's side of the index for ``status``: the broker (host only,
+    never credentials), messages waiting in the queue, files the latest job
+    still waits for, and the workers seen lately. None without a broker."""
+    from django.conf import settings
+
+    from corpus.models import JobItem, Worker
+
+    broker = settings.CELERY_BROKER_URL
+    if not broker:
+        return None
+    job = latest_job()
+    waiting = JobItem.objects.filter(job=job).exclude(state=JobItem.DONE).count() if job else 0
+    since = time.time() - WORKER_WINDOW_SECONDS
+    workers = [
+        {
+            "name": w.name,
+            "hostname": w.hostname,
+            "pid": w.pid,
+            "last_seen_unix": w.last_seen_unix,
+            "tasks_done": w.tasks_done,
+        }
+        for w in Worker.objects.filter(last_seen_unix__gte=since).order_by("name")
+    ]
+    return {
+        "broker": _redacted(broker),
+        "queue": settings.CELERY_TASK_DEFAULT_QUEUE,
+        "queued_messages": _queue_depth(settings.CELERY_TASK_DEFAULT_QUEUE, queue_timeout),
+        "files_waiting": waiting,
+        "workers": workers,
+    }
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _queue_depth(queue: str, timeout: float) -> int | None:
+    """Messages waiting in the broker's queue; None when it cannot be asked."""
+    try:
+        from dir2mcp_site.celery import app
+
+        with app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, timeout=timeout)
+            return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+    except Exception as exc:  # an absent queue or an unreachable broker
+        logger.info("cannot read the depth of queue %s: %s", queue, exc)
+        return 0 if "NOT_FOUND" in str(exc) else None
 
 
 def needs_provider_counts() -> dict[str, int]:

@@ -130,7 +130,21 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env.str("DIR2MCP_CELERY_QUEUE", default="dir2mcp")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# A task not acknowledged within the visibility timeout (its worker died) is
+# delivered again; it must exceed the longest task (OCR of a large scan).
+_VISIBILITY = env.int("DIR2MCP_CELERY_VISIBILITY_TIMEOUT", default=3600)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": _VISIBILITY,
+    "unacked_restore_interval": min(10, _VISIBILITY),
+    "unacked_restore_throttle": 1,
+}
 
 # State several server processes must share (rate limits) lives in Redis when
 # one is named: REDIS_URL, else the Celery broker when that is Redis. Without

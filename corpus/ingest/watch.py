@@ -26,6 +26,7 @@ import watchfiles
 from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.indexing import walking_indexer
 from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
@@ -86,7 +87,7 @@ def watch_directory(
         if embedder is not None:
             check_models(embedder, state)
         if initial:
-            Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder).run()
+            walking_indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder).run()
         # In a thread of its own: events in the state directory (filtered out
         # below) can keep the change iterator from ever yielding.
         retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
@@ -124,7 +125,14 @@ def _apply(indexer: Indexer, batch) -> None:
         return
     try:
         if any(Path(p).name == ".gitignore" for p in rel_paths):
-            indexer.run()
+            walking_indexer(
+                indexer.root,
+                indexer.state,
+                indexer.config,
+                reporter=indexer.reporter,
+                stop=indexer.stop,
+                embedder=indexer.embedder,
+            ).run()
         else:
             indexer.run_paths(rel_paths)
     except Exception:  # the watcher must outlive one failed batch

@@ -4,7 +4,7 @@ import time
 from corpus import errors
 from corpus.events import format_progress
 from corpus.management.base import Dir2mcpCommand
-from corpus.status import summarize
+from corpus.status import scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
 
 
@@ -21,10 +21,29 @@ class Command(Dir2mcpCommand):
             )
         open_store(rt.state)
         summary = summarize()
+        celery = scaleout_summary()
         if rt.json:
-            self.stdout.write(json.dumps(self._as_dict(rt, summary)))
+            self.stdout.write(json.dumps({**self._as_dict(rt, summary), "celery": celery}))
             return
         self._print(rt, summary)
+        if celery is not None:
+            self._print_celery(celery)
+
+    def _print_celery(self, c: dict) -> None:
+        w = self.stdout.write
+        depth = "unknown (broker unreachable)" if c["queued_messages"] is None else c["queued_messages"]
+        w(
+            f"Celery: broker {c['broker']}  queue {c['queue']}: {depth} message(s), "
+            f"{c['files_waiting']} file(s) waiting"
+        )
+        if not c["workers"]:
+            w("Workers seen: none in the last 10 minutes (start: celery -A dir2mcp_site worker)")
+        for worker in c["workers"]:
+            age = time.time() - worker["last_seen_unix"]
+            w(
+                f"  worker {worker['name']} pid {worker['pid']}: {worker['tasks_done']} task(s), "
+                f"seen {age:.0f}s ago"
+            )
 
     def _as_dict(self, rt, s) -> dict:
         job = s.job

@@ -1,0 +1,42 @@
+"""Celery entry points (DESIGN decision 8; docs/scaling.md).
+
+Started as ``celery -A dir2mcp_site worker`` with the same ``DIR2MCP_ROOT``
+(the corpus, readable on every worker machine), ``DATABASE_URL`` and
+``CELERY_BROKER_URL`` as the server. Tasks take ids and paths, never
+documents, and are safe to run twice (corpus.ingest.distributed).
+"""
+
+from __future__ import annotations
+
+from celery.signals import worker_ready
+from django.db import InterfaceError, OperationalError
+
+from dir2mcp_site.celery import app
+
+
+@app.task(
+    name="dir2mcp.ingest_paths",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=8,
+    ignore_result=True,
+)
+def ingest_paths(self, job_id: str, rel_paths: list[str]) -> int:
+    """Read, extract, chunk, write and embed these paths of one job."""
+    from corpus.ingest.distributed import ingest
+
+    return ingest(job_id, rel_paths, worker=self.request.hostname or "in-process")
+
+
+@worker_ready.connect
+def _announce(sender=None, **_):
+    """A worker shows in ``status`` as soon as it is up, before any task."""
+    from corpus.ingest.distributed import WorkerRuntime, _seen
+
+    WorkerRuntime.get()  # fails here, at start, on a wrong root or database
+    _seen(sender.hostname if sender is not None else "worker")

@@ -1,0 +1,264 @@
+"""Ingestion on real Celery worker processes, with Redis and PostgreSQL.
+
+Each test gets its own PostgreSQL database and Celery queue on the
+machine's servers (`.ci/services` starts them). The reference is the
+embedded default: `reindex` in one process into the state directory's
+SQLite. Workers embed with the local model, so tasks last long enough for
+a SIGKILL to land inside one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.test_cli import REPO, base_env, cli
+from tests.test_crash import write_tree
+
+pytestmark = pytest.mark.slow
+
+PG = "postgres://postgres@127.0.0.1:5432"
+REDIS = "redis://127.0.0.1:6379/14"
+EMBED = {"DIR2MCP_EMBED__PROVIDER": "local"}
+
+
+@pytest.fixture
+def database():
+    name = f"dir2mcp_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"{PG}/{name}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tree")
+    write_tree(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(tree, tmp_path_factory) -> dict:
+    """The embedded single-process build of the tree (SQLite)."""
+    root = tmp_path_factory.mktemp("reference") / "root"
+    shutil.copytree(tree, root)
+    done = cli("reindex", "--dir", str(root), env=EMBED, timeout=600)
+    assert done.returncode == 0, done.stderr
+    state = root / ".dir2mcp"
+    with contextlib.closing(sqlite3.connect(state / "meta.sqlite")) as conn:
+        view = snapshot(conn)
+    return {"view": view, "top": top_hits(root, {}), "status": status(root, {})}
+
+
+class Workers:
+    """Celery worker processes for one test, each in its own process group."""
+
+    def __init__(self, env: dict[str, str], logs: Path):
+        self.env, self.logs, self.procs, self.files = env, logs, {}, []
+
+    def start(self, name: str) -> None:
+        log = self.logs / f"{name}.log"
+        self.files.append(out := log.open("w"))
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "dir2mcp_site", "worker", "-c", "1",
+             "-n", f"{name}@%h", "-Q", self.env["DIR2MCP_CELERY_QUEUE"],
+             "--without-mingle", "--without-gossip", "--loglevel=INFO"],
+            cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while " ready." not in log.read_text():
+            assert self.procs[name].poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"worker {name} did not start: {log.read_text()[-3000:]}"
+            time.sleep(0.2)
+
+    def kill(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].wait(30)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+        for out in self.files:
+            out.close()
+
+
+def scaleout_env(root: Path, database: str) -> dict[str, str]:
+    env = base_env()
+    env.update(EMBED)
+    env.update(
+        {
+            "DIR2MCP_ROOT": str(root),
+            "DATABASE_URL": database,
+            "CELERY_BROKER_URL": REDIS,
+            "DIR2MCP_CELERY_QUEUE": f"dir2mcp-test-{uuid.uuid4().hex[:8]}",
+            # A dead worker's task comes back after 10 s, not the default hour.
+            "DIR2MCP_CELERY_VISIBILITY_TIMEOUT": "10",
+        }
+    )
+    return env
+
+
+@pytest.fixture
+def scaleout(tree, database, tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(tree, root)
+    env = scaleout_env(root, database)
+    workers = Workers(env, tmp_path)
+    yield root, env, workers
+    workers.stop()
+
+
+def snapshot(conn) -> dict:
+    """Documents, representations, chunks and spans by path and position."""
+    live = "c.deleted = false AND r.deleted = false AND d.deleted = false"
+    joins = (
+        "FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
+        "JOIN documents d ON d.doc_id = r.document_id"
+    )
+
+    def rows(sql: str) -> list[tuple]:
+        return sorted(tuple(row) for row in conn.execute(sql).fetchall())
+
+    return {
+        "documents": rows(
+            "SELECT rel_path, doc_type, content_hash, status, size_bytes FROM documents WHERE deleted = false"
+        ),
+        "duplicates": rows("SELECT rel_path FROM documents GROUP BY rel_path HAVING count(*) > 1"),
+        "representations": rows(
+            "SELECT d.rel_path, r.rep_type, r.rep_hash FROM representations r "
+            "JOIN documents d ON d.doc_id = r.document_id WHERE r.deleted = false AND d.deleted = false"
+        ),
+        "chunks": rows(
+            f"SELECT d.rel_path, r.rep_type, c.ordinal, c.text_hash, c.index_kind {joins} WHERE {live}"
+        ),
+        "spans": rows(
+            f'SELECT d.rel_path, c.ordinal, s.span_kind, s.start, s."end" {joins} '
+            f"JOIN spans s ON s.chunk_id = c.chunk_id WHERE {live}"
+        ),
+        "unembedded": rows(f"SELECT c.chunk_id {joins} WHERE {live} AND c.embedding_status != 'ok'"),
+    }
+
+
+def queries(root: Path) -> list[str]:
+    """Identifiers that stand in the tree, one file each.
+
+    Only queries every word of which some chunk holds: where none does,
+    the ranking of partial matches is each backend's own (BM25 on SQLite,
+    ts_rank on PostgreSQL; corpus/index/lexical_pg.py)."""
+    names = sorted(re.findall(r"def (\w+)\(", "".join(p.read_text() for p in sorted(root.rglob("*.py")))))
+    return names[::17]
+
+
+def top_hits(root: Path, env: dict) -> dict[str, tuple]:
+    """The first hit (path and span) of each query, through `ask`."""
+    out = {}
+    for query in queries(root):
+        done = cli("ask", query, "--dir", str(root), "--mode", "search_only", "--json", env={**EMBED, **env})
+        assert done.returncode == 0, done.stderr
+        first = json.loads(done.stdout)["citations"][0]
+        out[query] = (first["rel_path"], json.dumps(first["span"], sort_keys=True))
+    return out
+
+
+def status(root: Path, env: dict) -> dict:
+    done = cli("status", "--dir", str(root), "--json", env={**EMBED, **env})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+COUNTERS = ("indexed", "skipped", "errors", "representations", "chunks_total", "embedded_ok", "deleted")
+
+
+def job_counters(report: dict) -> dict[str, int]:
+    return {name: report["indexing"][name] for name in COUNTERS}
+
+
+def test_two_workers_into_postgres_build_what_one_process_builds(scaleout, database, reference):
+    root, env, workers = scaleout
+    workers.start("w1")
+    workers.start("w2")
+
+    done = cli("reindex", "--dir", str(root), env=env, timeout=600)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "Waiting for Celery workers" in done.stdout
+
+    with psycopg.connect(database) as conn:
+        view = snapshot(conn)
+        lexical = conn.execute("SELECT count(*) FROM chunks_lexical").fetchone()[0]
+        by_worker = dict(
+            conn.execute("SELECT worker, count(*) FROM index_job_items GROUP BY worker").fetchall()
+        )
+    assert view == reference["view"] and view["unembedded"] == [] and view["duplicates"] == []
+    assert lexical == len(view["chunks"])
+    assert set(by_worker) == {f"w1@{os.uname().nodename}", f"w2@{os.uname().nodename}"}, by_worker
+
+    report = status(root, env)
+    assert job_counters(report) == job_counters(reference["status"])
+    assert report["indexing"]["outcome"] == "complete"
+    celery = report["celery"]
+    assert celery["queued_messages"] == 0 and celery["files_waiting"] == 0
+    assert {w["name"].split("@")[0] for w in celery["workers"]} == {"w1", "w2"}
+    assert sum(w["tasks_done"] for w in celery["workers"]) >= len(view["documents"]) // 8
+    assert "redis://127.0.0.1:6379/14" == celery["broker"]
+
+    assert top_hits(root, env) == reference["top"]
+
+
+def test_a_worker_killed_mid_task_loses_and_duplicates_nothing(scaleout, database, reference):
+    root, env, workers = scaleout
+    workers.start("w1")
+    workers.start("w2")
+    coordinator = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(root)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        # Wait until w1 has written a batch and is embedding it: mid-task.
+        victim = None
+        deadline = time.monotonic() + 300
+        while victim is None and time.monotonic() < deadline:
+            with contextlib.suppress(psycopg.Error), psycopg.connect(database) as conn:
+                row = conn.execute(
+                    "SELECT rel_path FROM index_job_items "
+                    "WHERE state = 'written' AND worker LIKE 'w1@%' LIMIT 1"
+                ).fetchone()
+                victim = row[0] if row else None
+            assert coordinator.poll() is None, "the run ended before w1 was caught mid-task"
+            time.sleep(0.05)
+        assert victim, "w1 never held a written batch"
+        workers.kill("w1")
+        out, err = coordinator.communicate(timeout=600)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    assert coordinator.returncode == 0, err + out
+
+    with psycopg.connect(database) as conn:
+        view = snapshot(conn)
+        lexical = conn.execute("SELECT count(*) FROM chunks_lexical").fetchone()[0]
+        state, finished = conn.execute(
+            "SELECT state, finished_unix FROM index_job_items WHERE rel_path = %s", [victim]
+        ).fetchone()
+    assert view == reference["view"] and view["unembedded"] == [] and view["duplicates"] == []
+    assert lexical == len(view["chunks"])
+    assert state == "done" and finished  # the redelivered task finished what w1 started
+    assert job_counters(status(root, env)) == job_counters(reference["status"])

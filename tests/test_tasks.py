@@ -1,0 +1,215 @@
+"""Ingestion as Celery tasks, run eagerly in this process (no broker).
+
+The dispatching coordinator and the worker task must build exactly what the
+single-process indexer builds, count every document once, and write nothing
+twice when a task is delivered again. tests/test_scaleout_workers.py runs
+the same code on real worker processes with Redis and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from corpus import errors
+from corpus.config import build_config
+from corpus.embedding import dense_store
+from corpus.indexing import walking_indexer
+from corpus.ingest.distributed import DispatchingIndexer, WorkerRuntime, ingest
+from corpus.ingest.pipeline import Indexer
+from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Span, Worker
+from corpus.state import StateDir
+from corpus.store import wipe_index
+from corpus.tasks import ingest_paths
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    state.ensure()
+    return state
+
+
+@pytest.fixture
+def runtime(corpus_dir, state):
+    rt = WorkerRuntime(corpus_dir, state, build_config({}, {}, {}), None)
+    WorkerRuntime.install(rt)
+    yield rt
+    WorkerRuntime.install(None)
+
+
+def write(root: Path, rel: str, data: str | bytes) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def zip_bytes(members: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, text in members.items():
+            zf.writestr(name, text)
+    return buf.getvalue()
+
+
+def fill(root: Path) -> None:
+    for i in range(23):
+        body = "".join(
+            f"def handler_{i}_{j}(request):\n    return request.path[{j}:]\n\n" for j in range(i % 7 + 1)
+        )
+        write(root, f"pkg/mod_{i}.py", body)
+    for i in range(9):
+        write(
+            root, f"docs/guide_{i}.md", f"# Guide {i}\n\n" + "The cache is invalidated on write.\n" * (i + 3)
+        )
+    write(
+        root,
+        "bundle.zip",
+        zip_bytes({"inner/a.txt": "alpha member text\n", "inner/b.md": "# beta\n\nbody\n"}),
+    )
+    write(root, "keys.txt", "aws = AKIAABCDEFGHIJKLMNOP\n")  # a secret: skipped
+    write(root, "blob.bin", bytes(range(256)) * 8)
+
+
+def view() -> dict:
+    """Documents, chunks and spans by path and position (ids differ per build)."""
+    docs = sorted(
+        Document.objects.filter(deleted=False).values_list("rel_path", "doc_type", "content_hash", "status")
+    )
+    chunks = sorted(
+        Chunk.objects.filter(deleted=False, representation__deleted=False).values_list(
+            "representation__document__rel_path", "representation__rep_type", "ordinal", "text_hash"
+        )
+    )
+    spans = sorted(
+        Span.objects.filter(chunk__deleted=False).values_list(
+            "chunk__representation__document__rel_path", "chunk__ordinal", "span_kind", "start", "end"
+        )
+    )
+    return {"documents": docs, "chunks": chunks, "spans": spans}
+
+
+COUNTED = (
+    "scanned",
+    "indexed",
+    "skipped",
+    "unchanged",
+    "deleted",
+    "representations",
+    "chunks_total",
+    "errors",
+)
+
+
+def counted(counters) -> dict[str, int]:
+    return {name: getattr(counters, name) for name in COUNTED}
+
+
+def test_without_a_broker_tasks_run_eagerly_and_walks_stay_in_process(corpus_dir, state):
+    assert settings.CELERY_TASK_ALWAYS_EAGER and settings.CELERY_TASK_EAGER_PROPAGATES
+    assert type(walking_indexer(corpus_dir, state, build_config({}, {}, {}))) is Indexer
+    assert ingest_paths.acks_late and ingest_paths.reject_on_worker_lost
+    assert ingest_paths.max_retries and ingest_paths.retry_backoff
+
+
+def test_dispatched_walk_builds_what_the_single_process_walk_builds(corpus_dir, state, runtime):
+    fill(corpus_dir)
+    config = runtime.config
+    alone = Indexer(corpus_dir, state, config, mode="full").run()
+    expected = view()
+    assert len(expected["documents"]) >= 30 and any("!/" in d[0] for d in expected["documents"])
+
+    wipe_index()
+    spread = DispatchingIndexer(corpus_dir, state, config, mode="full").run()
+    assert view() == expected
+    assert counted(spread) == counted(alone)
+    job = IndexJob.objects.order_by("-started_unix").first()
+    assert job.outcome == "complete" and not job.running and job.counters() == spread.as_dict()
+    assert set(JobItem.objects.filter(job=job).values_list("state", flat=True)) == {JobItem.DONE}
+    assert Worker.objects.filter(tasks_done__gt=0).exists()
+
+
+def test_an_incremental_dispatched_walk_follows_edits_deletions_and_archives(corpus_dir, state, runtime):
+    fill(corpus_dir)
+    config = runtime.config
+    DispatchingIndexer(corpus_dir, state, config).run()
+    write(corpus_dir, "pkg/mod_3.py", "def renamed(value):\n    return value\n")
+    (corpus_dir / "docs/guide_2.md").unlink()
+    write(corpus_dir, "bundle.zip", zip_bytes({"inner/a.txt": "alpha changed\n", "inner/c.txt": "gamma\n"}))
+    again = DispatchingIndexer(corpus_dir, state, config).run()
+    after = view()
+    assert (again.indexed, again.deleted) == (
+        4,
+        2,
+    )  # mod_3, bundle.zip, inner/a.txt, inner/c.txt; guide_2, b.md
+    paths = {d[0] for d in after["documents"]}
+    assert "docs/guide_2.md" not in paths and "bundle.zip!/inner/b.md" not in paths
+    assert "bundle.zip!/inner/c.txt" in paths
+
+    wipe_index()
+    Indexer(corpus_dir, state, config, mode="full").run()
+    assert view() == after
+
+
+def test_a_second_delivery_writes_and_counts_nothing(corpus_dir, state, runtime):
+    fill(corpus_dir)
+    sent: list[tuple[str, list[str]]] = []
+    coordinator = DispatchingIndexer(corpus_dir, state, runtime.config, send=lambda j, p: sent.append((j, p)))
+    coordinator._start()
+    for item in coordinator._walk():
+        coordinator._consume(item)
+    coordinator._send_pending()
+    job_id, paths = sent[0]
+
+    assert ingest(job_id, paths, worker="w1") == len(paths)
+    first = (IndexJob.objects.get(job_id=job_id).counters(), view())
+    assert ingest(job_id, paths, worker="w2") == 0  # redelivered: found written, nothing redone
+    assert (IndexJob.objects.get(job_id=job_id).counters(), view()) == first
+    assert set(JobItem.objects.filter(rel_path__in=paths).values_list("worker", flat=True)) == {"w1"}
+    assert Document.objects.filter(rel_path__in=paths).count() == len(paths)
+
+
+def test_a_worker_with_another_policy_is_refused_and_writes_nothing(corpus_dir, state, runtime):
+    fill(corpus_dir)
+    sent: list[tuple[str, list[str]]] = []
+    coordinator = DispatchingIndexer(corpus_dir, state, runtime.config, send=lambda j, p: sent.append((j, p)))
+    coordinator._start()
+    for item in coordinator._walk():
+        coordinator._consume(item)
+    coordinator._send_pending()
+    job_id, paths = sent[0]
+    other = build_config({"ingest": {"pdf": {"mode": "off"}}}, {}, {})
+    WorkerRuntime.install(WorkerRuntime(corpus_dir, state, other, None))
+
+    with pytest.raises(errors.Dir2mcpError) as refused:
+        ingest(job_id, paths, worker="stranger")
+    assert refused.value.code == errors.CONFIG_INVALID
+    assert not Document.objects.filter(rel_path__in=paths).exists()
+    assert set(JobItem.objects.filter(job_id=job_id).values_list("state", flat=True)) == {JobItem.QUEUED}
+
+
+def test_workers_embed_into_the_database_and_servers_pick_the_vectors_up(corpus_dir, state, runtime):
+    from corpus.embedding import check_models
+    from corpus.providers.local import LocalEmbedder
+
+    embedder = LocalEmbedder()
+    check_models(embedder, state)
+    WorkerRuntime.install(WorkerRuntime(corpus_dir, state, runtime.config, embedder))
+    for i in range(6):
+        write(corpus_dir, f"notes/n{i}.md", f"# Note {i}\n\nThe session token rotates every {i} hours.\n")
+
+    DispatchingIndexer(corpus_dir, state, runtime.config).run()  # no embedder: the workers embed
+    live = Chunk.objects.filter(deleted=False)
+    assert live.count() > 0
+    assert not live.exclude(embedding_status=EmbeddingStatus.OK).exists()
+    job = IndexJob.objects.order_by("-started_unix").first()
+    assert job.embedded_ok == live.count()
+    # A server process never saw these vectors; its next search adds them.
+    index = dense_store(state).sync("text")
+    assert set(index.labels) >= set(live.filter(index_kind="text").values_list("chunk_id", flat=True))
