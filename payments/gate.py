@@ -1,8 +1,9 @@
 """The x402 gate for tool calls: challenge, verify, run, settle, audit.
 
-Transport-independent, and called only at the gateway's HTTP boundary: the
-MCP endpoint (``tools/call``, dispatch.py) and the REST mirror (rest.py, one
-:class:`Route` per endpoint, priced as the tool it runs) call
+Transport-independent, and called only at the gateway's request boundary:
+``tools/call`` (mcp_gateway/dispatch.py, over HTTP or stdio) and the REST
+mirror (mcp_gateway/rest.py, one :class:`Route` per endpoint, priced as the
+tool it runs) call
 :meth:`Gate.handle` with the tool name, the ``PAYMENT-SIGNATURE`` header (or
 the in-band ``_meta["x402/payment"]`` object) and a ``run`` callable, and
 turn the returned :class:`~payments.outcome.Outcome` into their answer.

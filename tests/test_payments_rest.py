@@ -112,7 +112,8 @@ def test_unpaid_priced_route_is_402_with_payment_required(
     assert raw["resource"]["url"] == f"{RESOURCE_BASE}/api/v1{path}"
     assert tool in raw["resource"]["description"]
     (offer,) = raw["accepts"]
-    assert (offer["network"], offer["payTo"].lower(), offer["amount"]) == (BASE_SEPOLIA, PAY_TO.lower(), amount)
+    expected = (BASE_SEPOLIA, PAY_TO.lower(), amount)
+    assert (offer["network"], offer["payTo"].lower(), offer["amount"]) == expected
     # The MCP endpoint asks the same price for the same tool.
     via_mcp = mcp_call(server, tool, params)
     assert via_mcp.status_code == 402
