@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.contrib import admin, messages
-from django.db.models import Count, Prefetch
+from django.db.models import Count, F, Func, IntegerField, OuterRef, Prefetch, Subquery
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
@@ -113,7 +113,17 @@ class DocumentAdmin(ReadOnlyAdmin):
     def get_queryset(self, request):
         qs = super().get_queryset(request)
         if request.resolver_match and request.resolver_match.url_name == "corpus_document_changelist":
-            qs = qs.annotate(n_chunks=Count("representations__chunks"))
+            # A correlated subquery, not a JOIN + GROUP BY: computed for the 100
+            # rows shown only, and left out of the paginator's count and the
+            # type filter's DISTINCT, which the join made scan every chunk
+            # (docs/benchmarks.md, "Admin").
+            per_document = (
+                Chunk.objects.filter(representation__document=OuterRef("pk"))
+                .order_by()
+                .annotate(n=Func(F("chunk_id"), function="COUNT"))
+                .values("n")
+            )
+            qs = qs.annotate(n_chunks=Subquery(per_document, output_field=IntegerField()))
         return qs
 
     @admin.display(description="chunks", ordering="n_chunks")

@@ -64,6 +64,24 @@ def test_document_list_shows_columns_and_filters_by_type_status_and_deleted(admi
     assert "guide.md" in searched and "scan.pdf" not in searched
 
 
+def test_document_list_counts_chunks_only_for_the_rows_it_shows(admin_client):
+    doc_with_chunks(1, rel_path="b.md")
+    doc_with_chunks(3, rel_path="a.md")
+    DocumentFactory(rel_path="c.md")
+    with CaptureQueriesContext(connection) as captured:
+        page = admin_client.get(DOCS, {"o": "-7"}).content.decode()  # by chunk count, descending
+    statements = [query["sql"] for query in captured]
+    # No JOIN + GROUP BY over every chunk: the paginator's count and the type
+    # filter's DISTINCT read the documents table alone (bench/admin.py).
+    assert not any("GROUP BY" in sql for sql in statements)
+    for sql in statements:
+        if "COUNT(*)" in sql or "DISTINCT" in sql:
+            assert '"chunks"' not in sql, sql
+    assert page.index("a.md") < page.index("b.md") < page.index("c.md")
+    counts = [int(cell.split("<", 1)[0]) for cell in page.split('<td class="field-chunk_count">')[1:]]
+    assert counts == [3, 1, 0]
+
+
 def test_document_detail_shows_representations_chunks_spans_and_text(admin_client):
     doc = doc_with_chunks(2, rel_path="notes/plan.md")
     page = admin_client.get(reverse("admin:corpus_document_change", args=[doc.pk])).content.decode()
