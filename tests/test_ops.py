@@ -411,6 +411,19 @@ def test_secret_key_is_random_per_state_directory_and_kept_0600(tmp_path):
     assert "dir2mcp-embedded-not-for-public-deployments" not in (first, before, elsewhere)
 
 
+def test_secret_key_is_kept_once_the_state_directory_appears(tmp_path):
+    from dir2mcp_site.ops import secretkey
+
+    state = tmp_path / "state"
+    key = secretkey.secret_key("", behind_proxy=False, state_dir=state)
+    early = str(key)
+    assert not state.exists()
+    state.mkdir()  # what `up` does before it serves
+    kept = str(key)
+    assert kept == (state / "django.secret").read_text().strip() == str(key)
+    assert kept != early
+
+
 @pytest.mark.parametrize(
     "key, message",
     [

@@ -67,18 +67,27 @@ def secret_key(configured: str, *, behind_proxy: bool, state_dir: Path):
     return lazy(functools.partial(_state_key, Path(state_dir)), str)()
 
 
-@functools.cache
+_kept: dict[Path, str] = {}
+#: until the state directory exists (it holds the session table too, unless
+#: DATABASE_URL names another database), or when it cannot be written
+_process_key = secrets.token_urlsafe(50)
+
+
 def _state_key(state_dir: Path) -> str:
+    if state_dir in _kept:
+        return _kept[state_dir]
     path = state_dir / FILENAME
     if not state_dir.is_dir():
-        return secrets.token_urlsafe(50)  # nothing to keep it in yet
+        return _process_key  # nothing to keep it in yet; asked again once it exists
     try:
-        return _read(path) or _create(path)
+        key = _read(path) or _create(path)
     except OSError as exc:
         log.warning(
             "cannot keep the admin's signing key in %s (%s); using one for this process only", path, exc
         )
-        return secrets.token_urlsafe(50)
+        key = _process_key
+    _kept[state_dir] = key
+    return key
 
 
 def _read(path: Path) -> str:
