@@ -29,13 +29,18 @@ class Citation:
     chunk_id: int
     rel_path: str
     span: SpanRef
+    #: the hit's human pointer ("slide 7", "sheet 'Q2'"), if its span has one
+    label: str | None = None
 
     @property
     def text(self) -> str:
         return format_citation(self.rel_path, self.span)
 
     def as_dict(self) -> dict:
-        return {"chunk_id": self.chunk_id, "rel_path": self.rel_path, "span": self.span.as_dict()}
+        out = {"chunk_id": self.chunk_id, "rel_path": self.rel_path, "span": self.span.as_dict()}
+        if self.label:
+            out["label"] = self.label
+        return out
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class Answer:
 
 
 def citation_of(hit: Hit) -> Citation:
-    return Citation(hit.chunk_id, hit.rel_path, hit.span)
+    return Citation(hit.chunk_id, hit.rel_path, hit.span, hit.label)
 
 
 def build_prompt(question: str, hits: list[Hit], config: Config) -> tuple[list[ChatMessage], list[Hit]]:
@@ -81,7 +86,10 @@ def build_prompt(question: str, hits: list[Hit], config: Config) -> tuple[list[C
 def search_only_text(hits: list[Hit]) -> str:
     if not hits:
         return "No matching content found."
-    lines = [f"{n}. {format_citation(h.rel_path, h.span)} {h.snippet}" for n, h in enumerate(hits, start=1)]
+    lines = [
+        f"{n}. {format_citation(h.rel_path, h.span)}{f' ({h.label})' if h.label else ''} {h.snippet}"
+        for n, h in enumerate(hits, start=1)
+    ]
     return "Top matches:\n" + "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "2.0.0"
 
 SPAN = {
     "type": "object",
@@ -44,6 +44,11 @@ SPAN = {
     ],
 }
 
+LABEL = {
+    "type": "string",
+    "description": 'A human pointer to the page, e.g. "slide 7" or "sheet \'Q2\'".',
+}
+
 HIT = {
     "type": "object",
     "additionalProperties": False,
@@ -55,6 +60,8 @@ HIT = {
         "score": {"type": "number"},
         "snippet": {"type": "string"},
         "span": {"$ref": "#/$defs/Span"},
+        # Where the span carries one (Office slides and sheets).
+        "label": LABEL,
     },
     "required": ["chunk_id", "rel_path", "score", "snippet", "span"],
 }
@@ -147,6 +154,7 @@ ASK_OUTPUT = _with_defs(
                         "chunk_id": {"type": "integer"},
                         "rel_path": {"type": "string"},
                         "span": {"$ref": "#/$defs/Span"},
+                        "label": LABEL,
                     },
                     "required": ["chunk_id", "rel_path", "span"],
                 },

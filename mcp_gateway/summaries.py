@@ -31,9 +31,15 @@ def _one_line(text: str, limit: int = SNIPPET_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _where(hit: dict) -> str:
+    """The hit's citation, and its human pointer ("slide 7") when it has one."""
+    where = cite(hit["rel_path"], hit["span"])
+    return f"{where} ({hit['label']})" if hit.get("label") else where
+
+
 def _hits(hits: list[dict]) -> list[str]:
     return [
-        f"{n}. {cite(h['rel_path'], h['span'])} score={h['score']:.4f}\n   {_one_line(h['snippet'])}"
+        f"{n}. {_where(h)} score={h['score']:.4f}\n   {_one_line(h['snippet'])}"
         for n, h in enumerate(hits, 1)
     ]
 

@@ -105,6 +105,7 @@ async def walkthrough(url: str, token: str, elevenlabs: FakeElevenLabs) -> None:
                     await _call(session, "dir2mcp.search", {"query": "wombat roadmap"})
                 ).structuredContent
                 assert slide["hits"][0]["span"] == {"kind": "page", "page": 2}
+                assert slide["hits"][0]["label"] == "slide 2"
 
                 asked = await _call(session, "dir2mcp.ask", {"question": "where is the pangolin inventory?"})
                 assert "[scan.pdf#p=2]" in asked.content[0].text

@@ -8,6 +8,7 @@ from pathlib import Path
 import docx
 import openpyxl
 import pytest
+from jsonschema import Draft202012Validator
 from pptx import Presentation
 from pptx.util import Inches
 
@@ -20,6 +21,8 @@ from corpus.models import Chunk, Document
 from corpus.retrieval import Searcher
 from corpus.security import ExclusionEngine
 from corpus.state import StateDir
+from mcp_gateway import tools
+from mcp_gateway.context import AuthSetup, Context
 
 pytestmark = pytest.mark.django_db
 
@@ -169,3 +172,36 @@ def test_office_files_skipped_by_an_older_version_are_read_on_the_next_run(corpu
     index(corpus_dir, state)
 
     assert Document.objects.get(rel_path="memo.docx").status == "ok"
+
+
+def test_every_chunk_of_a_long_sheet_is_labelled_in_hits_and_citations(corpus_dir, state) -> None:
+    rows = [[f"row {i}", "filler text that makes this sheet far longer than one chunk"] for i in range(200)]
+    rows.append(["the last row names the quokka ledger", 3])
+    (corpus_dir / "book.xlsx").write_bytes(make_xlsx({"Intro": [["hello", 1]], "Q2": rows}))
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    index_directory(corpus_dir, state=state, config=config)
+    labels = [extra["label"] for kind, _, _, extra in spans_of("book.xlsx")]
+    assert len(labels) > 3 and labels[0] == "sheet 'Intro'" and set(labels[1:]) == {"sheet 'Q2'"}
+    ctx = Context(root=corpus_dir, state=state, config=config, auth=AuthSetup(token=None, source="none"))
+
+    found = tools.run(tools.REGISTRY["dir2mcp.search"], {"query": "quokka ledger"}, tools.Call(ctx))
+    asked = tools.run(
+        tools.REGISTRY["dir2mcp.ask"], {"question": "quokka ledger", "mode": "search_only"}, tools.Call(ctx)
+    )
+
+    hit = found["structuredContent"]["hits"][0]
+    assert not hit["snippet"].startswith("[sheet")  # a later chunk: its text has no pointer of its own
+    assert (hit["rel_path"], hit["span"], hit["label"]) == (
+        "book.xlsx",
+        {"kind": "page", "page": 2},
+        "sheet 'Q2'",
+    )
+    assert "[book.xlsx#p=2] (sheet 'Q2')" in found["content"][0]["text"]
+    assert asked["structuredContent"]["citations"][0]["label"] == "sheet 'Q2'"
+    for name, result in (("dir2mcp.search", found), ("dir2mcp.ask", asked)):
+        Draft202012Validator(tools.REGISTRY[name].output_schema).validate(result["structuredContent"])
+    (corpus_dir / "notes.md").write_text("# Notes\n\nthe quokka ledger is elsewhere too\n")
+    index_directory(corpus_dir, state=state, config=config)
+    plain = Searcher(state, config, None).search("quokka ledger elsewhere", k=5).hits
+    assert [h.label for h in plain if h.rel_path == "notes.md"] == [None]
+    assert "label" not in next(h for h in plain if h.rel_path == "notes.md").as_dict()
