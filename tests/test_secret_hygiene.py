@@ -2,10 +2,12 @@
 everything it left behind for any of them in plain text.
 
 Secrets: the Mistral API key (the fake Mistral serves embeddings and chat
-with it), the bearer token (from the environment), and a private key held in
-a corpus file that the secret patterns exclude. The session covers `up
---json`, indexing, successful tool calls, failing ones, a refused token, and
-a live change under the watcher. Scanned: stdout, stderr (both NDJSON and
+with it), the ElevenLabs API key (the fake ElevenLabs transcribes a recording
+and speaks an answer with it), the bearer token (from the environment), and a
+private key held in a corpus file that the secret patterns exclude. The
+session covers `up --json`, indexing, successful tool calls, failing ones
+(a provider refusing its key among them), a refused token, and a live change
+under the watcher. Scanned: stdout, stderr (both NDJSON and
 text), every file of the state directory (the database included, as bytes),
 and every answer the clients received.
 """
@@ -17,6 +19,8 @@ import json
 import httpx
 import pytest
 
+from tests.fakes.elevenlabs import FakeElevenLabs
+from tests.fakes.media import make_wav
 from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
@@ -41,14 +45,25 @@ def finished_passes(up: Up) -> int:
     return sum(1 for e in up.events() if e["event"] == "scan_progress" and e["data"].get("running") is False)
 
 
-def test_no_secret_in_output_state_or_answers(tmp_path, fake_mistral):
+@pytest.fixture
+def fake_elevenlabs():
+    server = FakeElevenLabs().start()
+    yield server
+    server.close()
+
+
+def test_no_secret_in_output_state_or_answers(tmp_path, fake_mistral, fake_elevenlabs):
     root = tmp_path / "root"
     (root / "src").mkdir(parents=True)
     (root / "src" / "loader.py").write_text("def load_config(path):\n    return open(path).read()\n")
     (root / "docs.md").write_text("# Docs\n\nThe loader reads configuration files.\n")
     (root / "deploy.env.txt").write_text(f"aws_access_key_id = {PRIVATE_KEY}\nregion = eu-west-1\n")
+    (root / "standup.wav").write_bytes(make_wav([(0.0, 5.0, "The loader ships on Friday.")]))
     env = {
         "MISTRAL_API_KEY": fake_mistral.API_KEY,
+        "ELEVENLABS_API_KEY": fake_elevenlabs.API_KEY,
+        "DIR2MCP_STT__PROVIDER": "elevenlabs",
+        "DIR2MCP_ELEVENLABS__BASE_URL": fake_elevenlabs.url,
         "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
         "DIR2MCP_EMBED__PROVIDER": "mistral",
         "DIR2MCP_CHAT__PROVIDER": "mistral",
@@ -80,8 +95,12 @@ def test_no_secret_in_output_state_or_answers(tmp_path, fake_mistral):
                 ("dir2mcp.open_file", {"rel_path": "../outside"}),  # an error
                 ("dir2mcp.search", {"query": ""}),  # invalid arguments
                 ("dir2mcp.stats", {}),
+                ("dir2mcp.ask_audio", {"question": "when does the loader ship?"}),
+                ("dir2mcp.ask_audio", {"question": "when does the loader ship?"}),  # refused: 401
             ]
             for i, (name, arguments) in enumerate(calls, start=2):
+                if i == len(calls) + 1:
+                    fake_elevenlabs.fail_next(401)
                 response = rpc(http, url, session, "tools/call", {"name": name, "arguments": arguments}, i)
                 answers.append(response.text)
             refused = http.post(
@@ -101,13 +120,19 @@ def test_no_secret_in_output_state_or_answers(tmp_path, fake_mistral):
     assert json.loads(answers[0])["result"]["structuredContent"]["hits"]
     assert json.loads(answers[2])["result"]["isError"] is True
     assert refused.status_code == 401
+    # The ElevenLabs key transcribed the recording and spoke one answer; the second was refused.
+    assert [r.authorized for r in fake_elevenlabs.requests_to("/v1/speech-to-text")] == [True]
+    assert len(fake_elevenlabs.tts_texts) == 1
+    assert json.loads(answers[7])["result"]["content"][1]["type"] == "audio"
+    refused_key = json.loads(answers[8])["result"]
+    assert refused_key["isError"] is True and "ELEVENLABS_AUTH" in refused_key["content"][0]["text"]
 
     places = {"stdout": up.stdout, "stderr": up.stderr, "answers": "\n".join(answers)}
     for path in sorted((root / ".dir2mcp").rglob("*")):
         if path.is_file():
             places[str(path.relative_to(root))] = path.read_bytes().decode("latin-1")
     assert any("meta.sqlite" in place for place in places) and "connection.json" in str(list(places))
-    for secret in (fake_mistral.API_KEY, TOKEN, PRIVATE_KEY):
+    for secret in (fake_mistral.API_KEY, fake_elevenlabs.API_KEY, TOKEN, PRIVATE_KEY):
         leaks = [place for place, text in places.items() if secret in text]
         assert leaks == [], f"{secret[:6]}… found in {leaks}"
 
