@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DIR ?= .
 
-.PHONY: install run test test-postgres lint format bench contract equivalence-env equivalence
+.PHONY: install run test test-postgres lint format bench bench-scaleout contract equivalence-env equivalence
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ bench: install
 	$(BIN)/python bench/search.py latency --size 100000
 	$(BIN)/python bench/search.py quality
 	$(BIN)/python bench/mcp_http.py
+	$(BIN)/python bench/admin.py
+
+# Needs the machine's PostgreSQL and Redis (bash .ci/services starts them).
+bench-scaleout: install
+	bash .ci/services
+	$(BIN)/python bench/scaleout.py
 
 # The local embedder against sentence-transformers on torch CPU. torch lives
 # in a side venv: the project itself never installs it.
