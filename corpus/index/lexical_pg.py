@@ -3,8 +3,8 @@
 Each chunk is indexed as the tokens of the shared splitter
 (``lexical.tokens``: every identifier whole and in its parts), with
 diacritics folded as FTS5's ``remove_diacritics`` does, under the
-``english`` configuration, which stems like FTS5's Porter tokenizer
-("uploads" finds "upload"); unlike FTS5 it also drops English stop words.
+``dir2mcp`` configuration: the English Snowball stemmer, as FTS5's Porter
+tokenizer stems ("uploads" finds "upload"), and, like FTS5, no stop words.
 Feeding tokens rather than raw text keeps PostgreSQL's parser from reading
 ``os.path.join`` or ``corpus/ingest/pipeline.py`` as one host or file name.
 Each query term goes through ``plainto_tsquery`` as a bound parameter, so
@@ -23,8 +23,22 @@ from django.db import connection
 from corpus.index.lexical import refill, tokens
 
 TABLE = "chunks_lexical"
-CONFIG = "english"
+#: English stemming with no stop-word list: ``for``, ``if`` and ``is`` are
+#: code words, and FTS5 (the SQLite backend) keeps them too.
+CONFIG = "dir2mcp"
+CREATE_CONFIG = f"""
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_ts_config WHERE cfgname = '{CONFIG}') THEN
+    CREATE TEXT SEARCH DICTIONARY {CONFIG}_stem (TEMPLATE = snowball, Language = english);
+    CREATE TEXT SEARCH CONFIGURATION {CONFIG} (COPY = english);
+    ALTER TEXT SEARCH CONFIGURATION {CONFIG}
+      ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part
+      WITH {CONFIG}_stem;
+  END IF;
+END $$
+"""
 CREATE_SQL = (
+    CREATE_CONFIG,
     f"CREATE TABLE IF NOT EXISTS {TABLE} (chunk_id bigint PRIMARY KEY, body tsvector NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_body ON {TABLE} USING gin (body)",
 )
