@@ -8,7 +8,7 @@ documents, and are safe to run twice (corpus.ingest.distributed).
 
 from __future__ import annotations
 
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready
 from django.db import InterfaceError, OperationalError
 
 from dir2mcp_site.celery import app
@@ -33,10 +33,18 @@ def ingest_paths(self, job_id: str, rel_paths: list[str]) -> int:
     return ingest(job_id, rel_paths, worker=self.request.hostname or "in-process")
 
 
+@worker_process_init.connect
+def _load(**_):
+    """Each pool process opens the store and loads its embedder once, at
+    start: not in the first task, and a wrong root or database fails here."""
+    from corpus.ingest.distributed import WorkerRuntime
+
+    WorkerRuntime.get()
+
+
 @worker_ready.connect
 def _announce(sender=None, **_):
     """A worker shows in ``status`` as soon as it is up, before any task."""
-    from corpus.ingest.distributed import WorkerRuntime, _seen
+    from corpus.ingest.distributed import _seen
 
-    WorkerRuntime.get()  # fails here, at start, on a wrong root or database
     _seen(sender.hostname if sender is not None else "worker")
