@@ -1,0 +1,214 @@
+"""Indexing on Celery workers against the embedded default (not a test).
+
+In one run, on the same corpus, times a cold `reindex` three ways:
+
+- the embedded default: one process, SQLite in the state directory (the reference);
+- one Celery worker process, PostgreSQL and Redis;
+- two Celery worker processes, PostgreSQL and Redis;
+
+first lexical-only (``embed.provider: none``) over a part of the Python
+standard library, then with the local embedder over a smaller part, where
+the embedding work is what workers share. It also reports the PostgreSQL
+database size per 100k chunks. Needs the machine's PostgreSQL and Redis
+(`bash .ci/services`). Record the figures in docs/benchmarks.md.
+
+    python bench/scaleout.py [--files 400] [--embed-files 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+PG = "postgres://postgres@127.0.0.1:5432"
+REDIS = "redis://127.0.0.1:6379/13"
+
+
+def base_env(embed: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL", "DJANGO_"))}
+    env.pop("DATABASE_URL", None)
+    env.pop("CELERY_BROKER_URL", None)
+    env["DIR2MCP_EMBED__PROVIDER"] = embed
+    return env
+
+
+def stdlib_part(dest: Path, files: int) -> None:
+    src = Path(sysconfig.get_paths()["stdlib"])
+    picked = sorted(p for p in src.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
+    for path in picked[:files]:
+        target = dest / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+
+
+def reindex(root: Path, env: dict[str, str]) -> tuple[float, dict]:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "manage.py", "reindex", "--dir", str(root), "--quiet"],
+        cwd=REPO, env=env, check=True, capture_output=True,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - start
+    status = subprocess.run(
+        [sys.executable, "manage.py", "status", "--dir", str(root), "--json"],
+        cwd=REPO, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return elapsed, json.loads(status.stdout)
+
+
+@contextlib.contextmanager
+def database():
+    name = f"dir2mcp_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{PG}/{name}"
+    finally:
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def start_workers(count: int, env: dict[str, str], logs: Path) -> list[subprocess.Popen]:
+    procs = []
+    for i in range(count):
+        log = logs / f"w{i}.log"
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "dir2mcp_site",
+                    "worker",
+                    "-c",
+                    "1",
+                    "-n",
+                    f"w{i}@%h",
+                    "-Q",
+                    env["DIR2MCP_CELERY_QUEUE"],
+                    "--without-mingle",
+                    "--without-gossip",
+                    "--loglevel=INFO",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log.open("w"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        )
+    for i, proc in enumerate(procs):
+        while " ready." not in (logs / f"w{i}.log").read_text():
+            if proc.poll() is not None:
+                raise SystemExit((logs / f"w{i}.log").read_text()[-2000:])
+            time.sleep(0.2)
+    return procs
+
+
+def stop_workers(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        proc.wait(60)
+
+
+def on_workers(tree: Path, embed: str, workers: int, work: Path) -> tuple[float, dict, int]:
+    root = work / f"w{workers}-{embed}" / "root"
+    shutil.copytree(tree, root)
+    with database() as db:
+        env = base_env(embed) | {
+            "DIR2MCP_ROOT": str(root),
+            "DATABASE_URL": db,
+            "CELERY_BROKER_URL": REDIS,
+            "DIR2MCP_CELERY_QUEUE": f"bench-{uuid.uuid4().hex[:8]}",
+        }
+        # Create the schema first, so the workers start on a migrated database.
+        subprocess.run(
+            [sys.executable, "manage.py", "status", "--dir", str(root)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+        )
+        procs = start_workers(workers, env, root.parent)
+        try:
+            elapsed, status = reindex(root, env)
+        finally:
+            stop_workers(procs)
+        with psycopg.connect(db) as conn:
+            size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+    return elapsed, status, size
+
+
+def embedded(tree: Path, embed: str, work: Path) -> tuple[float, dict]:
+    root = work / f"embedded-{embed}" / "root"
+    shutil.copytree(tree, root)
+    return reindex(root, base_env(embed))
+
+
+def scenario(label: str, tree: Path, embed: str, work: Path) -> list[dict]:
+    rows = []
+    ref_time, ref = embedded(tree, embed, work)
+    chunks = ref["chunks"]
+    rows.append({"setup": "embedded default (1 process, SQLite)", "seconds": ref_time, "chunks": chunks})
+    for workers in (1, 2):
+        elapsed, status, size = on_workers(tree, embed, workers, work)
+        assert status["chunks"] == chunks and status["documents"] == ref["documents"], (status, ref)
+        rows.append(
+            {
+                "setup": f"{workers} Celery worker{'s' if workers > 1 else ''} (PostgreSQL, Redis)",
+                "seconds": elapsed,
+                "chunks": chunks,
+                "db_mb_per_100k": size / 2**20 * 100_000 / max(chunks, 1),
+            }
+        )
+    print(f"\n{label}: {ref['documents']} documents, {chunks} chunks")
+    print(f"{'setup':44} {'seconds':>8} {'chunks/s':>9} {'vs default':>10} {'PG MB/100k chunks':>18}")
+    for row in rows:
+        rate = row["chunks"] / row["seconds"]
+        ratio = ref_time / row["seconds"]
+        size = f"{row['db_mb_per_100k']:.0f}" if "db_mb_per_100k" in row else "-"
+        print(f"{row['setup']:44} {row['seconds']:8.1f} {rate:9.1f} {ratio:9.2f}x {size:>18}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--files", type=int, default=400, help="standard-library files for the lexical run")
+    parser.add_argument(
+        "--embed-files", type=int, default=60, help="files for the run with the local embedder"
+    )
+    args = parser.parse_args()
+    cpu = platform.processor() or platform.machine()
+    print(f"machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        lexical = work / "stdlib"
+        stdlib_part(lexical, args.files)
+        scenario("lexical only, standard library part", lexical, "none", work)
+
+        embedded_part = work / "stdlib-embedded"
+        stdlib_part(embedded_part, args.embed_files)
+        scenario("local embedder, standard library part", embedded_part, "local", work)
+
+
+if __name__ == "__main__":
+    main()
