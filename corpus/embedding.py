@@ -91,7 +91,9 @@ def check_models(embedder: Embedder, state: StateDir, *, reset: bool = False) ->
 
 def forget_vectors(state: StateDir) -> None:
     """Drop every embedding and both index files (a model change)."""
-    Chunk.objects.update(embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error=None)
+    Chunk.objects.update(
+        embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error=None, embed_seq=None
+    )
     # A fresh, never-seen version, so no process mistakes its old index for current.
     for kind in KINDS:
         set_setting(_version_key(kind), str(time.time_ns()))
@@ -143,6 +145,11 @@ class DenseStore:
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK).values_list(
             "chunk_id", "embedding"
         )
+        synced = self._synced.get(kind)
+        if synced is not None and len(index):
+            # Only what was stored since: every batch carries the version it
+            # committed under, and versions commit in order (_store_vectors).
+            rows = rows.filter(embed_seq__gt=int(synced))
         missing_ids = [cid for cid in rows.values_list("chunk_id", flat=True).iterator() if cid not in known]
         for start in range(0, len(missing_ids), 2000):
             part = rows.filter(chunk_id__in=missing_ids[start : start + 2000])
@@ -205,16 +212,63 @@ def embed_pending(
     progress: Callable[[int], None] | None = None,
     batch_size: int = 32,
 ) -> int:
-    """Embed every live pending chunk; returns how many were embedded.
+    """Embed every live pending chunk into the database and this process's
+    dense index; returns how many were stored.
 
     A provider failure stops the run and leaves the rest pending (they are
     retried next time); the error is recorded for ``status``.
     """
     store = dense_store(state)
-    done = 0
     for kind in KINDS:
         store.sync(kind)
-        queue = Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.PENDING)
+    done = 0
+    try:
+        for kind, ids, vectors, stored, version in _embed_batches(
+            embedder, _pending, batch_size=batch_size, stop=stop
+        ):
+            store.add(kind, ids, vectors, version=version)
+            done += stored
+            if progress and stored:
+                progress(stored)
+            store.save()
+    finally:
+        store.save(force=True)
+    if done:
+        set_setting(LAST_ERROR_KEY, "")
+    return done
+
+
+def embed_chunks(
+    embedder: Embedder,
+    chunk_ids: list[int],
+    *,
+    batch_size: int = 32,
+    on_stored: Callable[[int], None] | None = None,
+) -> int:
+    """Embed these chunks where they are live and still pending (a Celery
+    worker's share). Vectors go to the database only: every server process
+    adds them to its own dense index when it sees the version move
+    (DenseStore.sync). ``on_stored(n)`` runs inside each batch's
+    transaction, so a count commits with its vectors. Returns how many were
+    stored."""
+
+    def among(kind: str):
+        return _pending(kind).filter(chunk_id__in=chunk_ids)
+
+    return sum(
+        batch[3] for batch in _embed_batches(embedder, among, batch_size=batch_size, on_stored=on_stored)
+    )
+
+
+def _pending(kind: str):
+    return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.PENDING)
+
+
+def _embed_batches(embedder, queue_for, *, batch_size, stop=None, on_stored=None):
+    """Embed and store ``queue_for(kind)`` batch by batch, for each kind:
+    yields (kind, ids, vectors, stored, version) after each commit."""
+    for kind in KINDS:
+        queue = queue_for(kind)
         last_id = 0
         while not (stop and stop.is_set()):
             batch = list(
@@ -231,19 +285,10 @@ def embed_pending(
             except errors.Dir2mcpError as exc:
                 set_setting(LAST_ERROR_KEY, str(exc))
                 logger.warning("embedding stopped: %s", exc)
-                store.save(force=True)
                 raise
             ids = np.array([cid for cid, _ in batch], dtype=np.int64)
-            version = _store_vectors(kind, ids, vectors)
-            store.add(kind, ids, vectors, version=version)
-            done += len(batch)
-            if progress:
-                progress(len(batch))
-            store.save()
-    store.save(force=True)
-    if done:
-        set_setting(LAST_ERROR_KEY, "")
-    return done
+            stored, version = _store_vectors(kind, ids, vectors, on_stored=on_stored)
+            yield kind, ids, vectors, stored, version
 
 
 def _version_key(kind: str) -> str:
@@ -252,23 +297,33 @@ def _version_key(kind: str) -> str:
 
 def _store_vectors(
     kind: str, ids: np.ndarray, vectors: np.ndarray, *, on_stored: Callable[[int], None] | None = None
-) -> str:
-    """Write a batch's vectors and bump the kind's version, atomically.
+) -> tuple[int, str]:
+    """Write a batch's vectors under a new version of the kind, atomically;
+    returns (chunks stored, that version).
 
-    Only chunks still pending are written, so two processes embedding the
-    same chunk store it once; ``on_stored(n)`` runs inside the transaction
-    with the number actually written (a job's counter commits with them).
+    The version is taken first, with its row locked until the commit, so
+    batches commit in version order and each chunk carries the version it
+    was stored under (``embed_seq``): a server that has read version V has
+    everything up to V. Only chunks still pending are written, so two
+    processes embedding one chunk store it once; ``on_stored(n)`` runs
+    inside the transaction with the number written (a job's counter commits
+    with them).
     """
     with transaction.atomic():
+        version = _bump_version(kind)
         stored = 0
         for cid, vec in zip(ids, vectors, strict=True):
             stored += Chunk.objects.filter(
                 chunk_id=int(cid), embedding_status=EmbeddingStatus.PENDING
-            ).update(embedding=to_bytes(vec), embedding_status=EmbeddingStatus.OK, embedding_error=None)
-        version = _bump_version(kind)
-        if on_stored is not None:
+            ).update(
+                embedding=to_bytes(vec),
+                embedding_status=EmbeddingStatus.OK,
+                embedding_error=None,
+                embed_seq=int(version),
+            )
+        if on_stored is not None and stored:
             on_stored(stored)
-    return version
+    return stored, version
 
 
 def _bump_version(kind: str) -> str:
@@ -287,47 +342,3 @@ def _bump_version(kind: str) -> str:
             )
         cursor.execute("SELECT value FROM settings WHERE key = %s", [key])
         return cursor.fetchone()[0]
-
-
-def embed_chunks(
-    embedder: Embedder,
-    chunk_ids: list[int],
-    *,
-    batch_size: int = 32,
-    on_stored: Callable[[int], None] | None = None,
-) -> int:
-    """Embed these chunks where they are live and still pending (a Celery
-    worker's share). Vectors go to the database only: every server process
-    adds them to its own dense index when it sees the version move
-    (DenseStore.sync). Returns how many were stored."""
-    done = 0
-    for kind in KINDS:
-        pending = list(
-            Chunk.objects.filter(
-                chunk_id__in=chunk_ids,
-                deleted=False,
-                index_kind=kind,
-                embedding_status=EmbeddingStatus.PENDING,
-            )
-            .order_by("chunk_id")
-            .values_list("chunk_id", "text")
-        )
-        for start in range(0, len(pending), batch_size):
-            batch = pending[start : start + batch_size]
-            try:
-                texts = [embedding_view(text, kind, embedder.window_chars) for _, text in batch]
-                vectors = embedder.embed(texts, kind=kind)
-            except errors.Dir2mcpError as exc:
-                set_setting(LAST_ERROR_KEY, str(exc))
-                raise
-            ids = np.array([cid for cid, _ in batch], dtype=np.int64)
-            stored: list[int] = []
-
-            def count(n: int, stored: list[int] = stored) -> None:
-                stored.append(n)
-                if on_stored is not None and n:
-                    on_stored(n)  # inside the batch's transaction: commits with the vectors
-
-            _store_vectors(kind, ids, vectors, on_stored=count)
-            done += stored[0]
-    return done

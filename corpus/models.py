@@ -117,6 +117,9 @@ class Chunk(models.Model):
         max_length=8, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING
     )
     embedding_error = models.TextField(null=True, blank=True)
+    #: The embeddings version its vector was stored under (corpus/embedding.py), so a
+    #: server adds only what is newer than what it has.
+    embed_seq = models.BigIntegerField(null=True, blank=True, db_index=True)
     # float32 little-endian vector; the .hnsw files are caches rebuilt from it.
     embedding = models.BinaryField(null=True, blank=True, editable=False)
     deleted = models.BooleanField(default=False)
@@ -224,11 +227,17 @@ class JobItem(models.Model):
     does nothing twice.
     """
 
-    QUEUED, WRITTEN, DONE = "queued", "written", "done"
+    QUEUED, WRITTEN, DONE, FAILED = "queued", "written", "done", "failed"
+    #: The states a job no longer waits for.
+    FINISHED = (DONE, FAILED)
 
     job = models.ForeignKey(IndexJob, on_delete=models.CASCADE, related_name="items", db_column="job_id")
     rel_path = models.TextField()
     state = models.CharField(max_length=8, default=QUEUED)
+    #: Deliveries that started on this item; past a limit it is failed, so a
+    #: file that kills its worker cannot be redelivered for ever.
+    attempts = models.IntegerField(default=0)
+    error = models.TextField(blank=True, default="")
     worker = models.CharField(max_length=255, blank=True, default="")
     finished_unix = models.FloatField(null=True, blank=True)
 

@@ -8,14 +8,32 @@ documents, and are safe to run twice (corpus.ingest.distributed).
 
 from __future__ import annotations
 
+import logging
+
 from celery.signals import worker_process_init, worker_ready
 from django.db import InterfaceError, OperationalError
 
 from dir2mcp_site.celery import app
 
+log = logging.getLogger(__name__)
+
+
+class _IngestTask(app.Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo):
+        """Out of retries (the database stayed unreachable): give the items
+        up, so the job that waits for them ends and says why."""
+        from corpus.ingest.distributed import fail_items
+
+        job_id, rel_paths = (list(args) + [kwargs.get("job_id"), kwargs.get("rel_paths")])[:2]
+        try:
+            fail_items(job_id, rel_paths, f"{type(exc).__name__}: {exc}")
+        except Exception:  # the database may be what failed
+            log.exception("cannot mark the items of task %s failed", task_id)
+
 
 @app.task(
     name="dir2mcp.ingest_paths",
+    base=_IngestTask,
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,

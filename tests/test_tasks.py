@@ -18,7 +18,9 @@ from django.conf import settings
 from corpus import errors
 from corpus.config import build_config
 from corpus.embedding import dense_store
+from corpus.events import Reporter
 from corpus.indexing import walking_indexer
+from corpus.ingest.discover import walk
 from corpus.ingest.distributed import DispatchingIndexer, WorkerRuntime, ingest
 from corpus.ingest.pipeline import Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Span, Worker
@@ -42,6 +44,19 @@ def runtime(corpus_dir, state):
     WorkerRuntime.install(rt)
     yield rt
     WorkerRuntime.install(None)
+
+
+@pytest.fixture
+def dispatched(corpus_dir, state, runtime) -> tuple[str, list[str]]:
+    """A job whose first batch of paths was sent (and not yet run)."""
+    fill(corpus_dir)
+    sent: list[tuple[str, list[str]]] = []
+    coordinator = DispatchingIndexer(corpus_dir, state, runtime.config, send=lambda j, p: sent.append((j, p)))
+    coordinator._start()
+    for item in walk(coordinator.engine):
+        coordinator._consume(item)
+    coordinator._send_pending()
+    return sent[0]
 
 
 def write(root: Path, rel: str, data: str | bytes) -> None:
@@ -157,15 +172,8 @@ def test_an_incremental_dispatched_walk_follows_edits_deletions_and_archives(cor
     assert view() == after
 
 
-def test_a_second_delivery_writes_and_counts_nothing(corpus_dir, state, runtime):
-    fill(corpus_dir)
-    sent: list[tuple[str, list[str]]] = []
-    coordinator = DispatchingIndexer(corpus_dir, state, runtime.config, send=lambda j, p: sent.append((j, p)))
-    coordinator._start()
-    for item in coordinator._walk():
-        coordinator._consume(item)
-    coordinator._send_pending()
-    job_id, paths = sent[0]
+def test_a_second_delivery_writes_and_counts_nothing(dispatched):
+    job_id, paths = dispatched
 
     assert ingest(job_id, paths, worker="w1") == len(paths)
     first = (IndexJob.objects.get(job_id=job_id).counters(), view())
@@ -175,23 +183,51 @@ def test_a_second_delivery_writes_and_counts_nothing(corpus_dir, state, runtime)
     assert Document.objects.filter(rel_path__in=paths).count() == len(paths)
 
 
-def test_a_worker_with_another_policy_is_refused_and_writes_nothing(corpus_dir, state, runtime):
-    fill(corpus_dir)
-    sent: list[tuple[str, list[str]]] = []
-    coordinator = DispatchingIndexer(corpus_dir, state, runtime.config, send=lambda j, p: sent.append((j, p)))
-    coordinator._start()
-    for item in coordinator._walk():
-        coordinator._consume(item)
-    coordinator._send_pending()
-    job_id, paths = sent[0]
+def test_a_worker_with_another_policy_fails_its_items_and_writes_nothing(dispatched, corpus_dir, state):
+    job_id, paths = dispatched
     other = build_config({"ingest": {"pdf": {"mode": "off"}}}, {}, {})
     WorkerRuntime.install(WorkerRuntime(corpus_dir, state, other, None))
 
-    with pytest.raises(errors.Dir2mcpError) as refused:
-        ingest(job_id, paths, worker="stranger")
-    assert refused.value.code == errors.CONFIG_INVALID
+    assert ingest(job_id, paths, worker="stranger") == 0
     assert not Document.objects.filter(rel_path__in=paths).exists()
-    assert set(JobItem.objects.filter(job_id=job_id).values_list("state", flat=True)) == {JobItem.QUEUED}
+    failed = JobItem.objects.filter(job_id=job_id, rel_path__in=paths)
+    assert set(failed.values_list("state", flat=True)) == {JobItem.FAILED}
+    assert all(e.startswith(errors.CONFIG_INVALID) for e in failed.values_list("error", flat=True))
+    assert IndexJob.objects.get(job_id=job_id).errors == len(paths)
+
+
+def test_a_job_whose_files_fail_on_workers_ends_and_reports_them(corpus_dir, state, runtime):
+    """A failed task must not leave the coordinator waiting for ever."""
+    fill(corpus_dir)
+    WorkerRuntime.install(
+        WorkerRuntime(corpus_dir, state, build_config({"ingest": {"pdf": {"mode": "off"}}}, {}, {}), None)
+    )
+    reported: list[tuple] = []
+
+    class Listener(Reporter):
+        def file_error(self, rel_path, code, message):
+            reported.append((rel_path, code))
+
+    counters = DispatchingIndexer(corpus_dir, state, runtime.config, reporter=Listener.silent()).run()
+    job = IndexJob.objects.order_by("-started_unix").first()
+    assert job.outcome == "complete" and not job.running
+    items = JobItem.objects.filter(job=job)
+    assert items.count() > 8 and set(items.values_list("state", flat=True)) == {JobItem.FAILED}
+    assert counters.errors == items.count() and not Document.objects.filter(deleted=False).exists()
+    assert {code for _, code in reported} == {errors.CONFIG_INVALID} and len(reported) == min(
+        20, items.count()
+    )
+
+
+def test_an_item_that_keeps_killing_its_worker_is_given_up(dispatched):
+    job_id, paths = dispatched
+    # Three deliveries started and never finished: each worker died.
+    JobItem.objects.filter(job_id=job_id, rel_path__in=paths).update(attempts=3)
+    assert ingest(job_id, paths, worker="w4") == 0
+    items = JobItem.objects.filter(job_id=job_id, rel_path__in=paths)
+    assert set(items.values_list("state", flat=True)) == {JobItem.FAILED}
+    assert "given up after 3 deliveries" in items.first().error
+    assert not Document.objects.filter(rel_path__in=paths).exists()
 
 
 def test_workers_embed_into_the_database_and_servers_pick_the_vectors_up(corpus_dir, state, runtime):
@@ -211,5 +247,18 @@ def test_workers_embed_into_the_database_and_servers_pick_the_vectors_up(corpus_
     job = IndexJob.objects.order_by("-started_unix").first()
     assert job.embedded_ok == live.count()
     # A server process never saw these vectors; its next search adds them.
-    index = dense_store(state).sync("text")
+    server = dense_store(state)
+    index = server.sync("text")
     assert set(index.labels) >= set(live.filter(index_kind="text").values_list("chunk_id", flat=True))
+
+    # Later batches reach it too, read by the version they were stored under.
+    write(corpus_dir, "notes/late.md", "# Late\n\nA note written after the server synced.\n")
+    DispatchingIndexer(corpus_dir, state, runtime.config).run()
+    late = set(
+        Chunk.objects.filter(representation__document__rel_path="notes/late.md").values_list(
+            "chunk_id", flat=True
+        )
+    )
+    seqs = set(Chunk.objects.filter(chunk_id__in=late).values_list("embed_seq", flat=True))
+    assert late and None not in seqs and min(seqs) > int(server._synced["text"])
+    assert late <= set(server.sync("text").labels)

@@ -29,14 +29,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, transaction
 from django.db.models import F, Q
 
 from corpus import errors
 from corpus.config import Config, default_config_path, load_config
 from corpus.embedding import embed_chunks
 from corpus.ingest.classify import DOC_TYPES
-from corpus.ingest.pipeline import Counters, Indexer, Known
+from corpus.ingest.pipeline import Counters, Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Worker
 from corpus.providers.base import Embedder
 from corpus.state import StateDir
@@ -72,6 +72,11 @@ def _from_job(job: IndexJob) -> Counters:
     return Counters(**job.counters())
 
 
+def _error_parts(error: str) -> tuple[str, str]:
+    code, _, message = error.partition(": ")
+    return (code, message) if code.isupper() and message else (errors.EXTRACT_FAILED, error)
+
+
 def _send_task(job_id: str, rel_paths: list[str]) -> None:
     from corpus.tasks import ingest_paths
 
@@ -99,28 +104,13 @@ class DispatchingIndexer(Indexer):
         self._flushed = Counters()
         self._said_waiting = False
 
-    def run(self) -> Counters:
-        self._start()
-        outcome = "interrupted"
-        try:
-            for item in self._walk():
-                if self.stop.is_set():
-                    break
-                self._consume(item)
-            else:
-                self._send_pending()
-                self._tombstone_unseen()
-                if self._wait_for_workers():
-                    self._embed()  # what a worker could not embed, and this process's dense index
-                    outcome = "complete"
-        finally:
-            self._finish(outcome)
-        return self.counters
-
-    def _walk(self):
-        from corpus.ingest.discover import walk
-
-        return walk(self.engine)
+    def _after_walk(self) -> bool:
+        self._send_pending()
+        self._tombstone_unseen()
+        if not self._wait_for_workers():
+            return False
+        self._embed()  # what a worker could not embed, and this process's dense index
+        return True
 
     def _start(self) -> None:
         super()._start()
@@ -169,19 +159,22 @@ class DispatchingIndexer(Indexer):
         )
 
     def _wait_for_workers(self) -> bool:
-        """Until every dispatched path is done (True), or ``stop`` (False)."""
+        """Until every dispatched path is done or failed (True), or ``stop``."""
         assert self.job is not None
-        items = JobItem.objects.filter(job=self.job).exclude(state=JobItem.DONE)
+        items = JobItem.objects.filter(job=self.job)
         while True:
-            left = items.count()
+            left = items.exclude(state__in=JobItem.FINISHED).count()
             if not left:
-                return True
+                break
             if not self._said_waiting:
                 self._said_waiting = True
                 self.reporter.say(f"Waiting for Celery workers: {left} files queued (docs/scaling.md).")
             self._flush_counters(force=True)
             if self.stop.wait(WAIT_SECONDS):
                 return False
+        for rel_path, error in items.filter(state=JobItem.FAILED).values_list("rel_path", "error")[:20]:
+            self.reporter.file_error(rel_path, *_error_parts(error))
+        return True
 
     def _flush_counters(self, *, force: bool = False) -> None:
         now = time.monotonic()
@@ -209,7 +202,12 @@ class DispatchingIndexer(Indexer):
 
 
 class WorkerIndexer(Indexer):
-    """A worker's share of a job: its paths only, counted for the job."""
+    """A worker's share of a job: its paths only, counted for the job.
+
+    It reads and prepares first (OCR and transcription included) with no
+    transaction open, holding what it would write; :meth:`commit` then
+    writes it all in the caller's transaction.
+    """
 
     def __init__(self, root: Path, state: StateDir, config: Config, job: IndexJob, rel_paths: list[str]):
         super().__init__(root, state, config)
@@ -218,31 +216,31 @@ class WorkerIndexer(Indexer):
         near = Q(rel_path__in=rel_paths)
         for path in rel_paths:
             near |= Q(rel_path__startswith=path + "!/")
-        self.known = {
-            row[0]: Known(*row[1:])
-            for row in Document.objects.filter(near).values_list(
-                "rel_path",
-                "doc_id",
-                "doc_type",
-                "size_bytes",
-                "mtime_ns",
-                "content_hash",
-                "policy_hash",
-                "status",
-                "deleted",
-            )
-        }
-        self._sorted_paths = sorted(self.known)
+        self._load_known(Document.objects.filter(near))
+        self._holding = True
+        self._gone: list[str] = []
+
+    def prepare(self, rel_paths: list[str]) -> None:
+        for rel_path in rel_paths:
+            self._refresh_path(rel_path)
+
+    def commit(self) -> None:
+        self._holding = False
+        self._flush_batch()
+        self._tombstone(self._gone)
+
+    def _flush_batch(self) -> None:
+        if not self._holding:
+            super()._flush_batch()
+
+    def _tombstone(self, rel_paths: list[str]) -> None:
+        if self._holding:
+            self._gone.extend(rel_paths)
+        else:
+            super()._tombstone(rel_paths)
 
     def _flush_counters(self, *, force: bool = False) -> None:
         """Counted into the job once, with the writes (see :func:`ingest`)."""
-
-    def close(self) -> None:
-        for pool in self._pools.values():
-            pool.shutdown(wait=True, cancel_futures=True)
-        self._pools.clear()
-        if self._owned_providers is not None:
-            self._owned_providers.close()
 
 
 @dataclass
@@ -286,44 +284,84 @@ class WorkerRuntime:
         cls._current = runtime
 
 
+#: Deliveries of one item before it is given up as failed.
+MAX_ATTEMPTS = 3
+
+
 def ingest(job_id: str, rel_paths: list[str], *, worker: str, runtime: WorkerRuntime | None = None) -> int:
     """Write, count and embed ``rel_paths`` for ``job_id``, each once.
 
     Returns how many paths this call wrote (0 when a previous delivery had).
+    A failure other than the database's marks the items ``failed`` (with
+    the reason, counted as errors), so the job does not wait for them.
     """
     rt = runtime or WorkerRuntime.get()
     job = IndexJob.objects.get(job_id=job_id)
     items = JobItem.objects.filter(job=job, rel_path__in=rel_paths)
+    queued = list(items.filter(state=JobItem.QUEUED).values_list("rel_path", flat=True))
     wrote: list[str] = []
-    with transaction.atomic():
-        # The lock makes a second delivery of this task wait for the first
-        # and then find its items written.
-        locked = items.select_for_update().filter(state=JobItem.QUEUED)
-        queued = list(locked.values_list("rel_path", flat=True))
-        if queued:
-            indexer = WorkerIndexer(rt.root, rt.state, rt.config, job, queued)
-            try:
-                if job.policy and policy_fingerprint(indexer) != job.policy:
-                    raise errors.Dir2mcpError(
-                        errors.CONFIG_INVALID,
-                        f"worker {worker} indexes with another configuration or other provider keys "
-                        f"than the process that started job {job_id}",
-                        hint="Give every worker the same .dir2mcp.yaml, DIR2MCP_* settings and API keys.",
-                    )
-                for rel_path in queued:
-                    indexer._refresh_path(rel_path)
-                indexer._flush_batch()
-            finally:
-                indexer.close()
-            add_to_job(job_id, indexer.counters.as_dict())
-            items.filter(rel_path__in=queued).update(state=JobItem.WRITTEN, worker=worker)
-            wrote = queued
+    if queued:
+        items.filter(rel_path__in=queued).update(attempts=F("attempts") + 1)
+        if items.filter(rel_path__in=queued, attempts__gt=MAX_ATTEMPTS).exists():
+            fail_items(job_id, queued, f"given up after {MAX_ATTEMPTS} deliveries (a worker died on each)")
+            return 0
+        try:
+            wrote = _write(job, queued, worker, rt)
+        except (DatabaseError, InterfaceError):
+            raise  # the task retries these with backoff
+        except Exception as exc:
+            log.exception("worker %s failed on job %s", worker, job_id)
+            reason = str(exc) if isinstance(exc, errors.Dir2mcpError) else f"{type(exc).__name__}: {exc}"
+            fail_items(job_id, queued, reason)
+            return 0
     written = list(items.filter(state=JobItem.WRITTEN).values_list("rel_path", flat=True))
     if written:
         _embed_items(job_id, written, rt)
         items.filter(rel_path__in=written).update(state=JobItem.DONE, finished_unix=time.time())
     _seen(worker, tasks=1)
     return len(wrote)
+
+
+def _write(job: IndexJob, queued: list[str], worker: str, rt: WorkerRuntime) -> list[str]:
+    """Prepare ``queued`` with no transaction open, then write, count and
+    mark them written in one; [] when another delivery wrote them first."""
+    indexer = WorkerIndexer(rt.root, rt.state, rt.config, job, queued)
+    try:
+        if job.policy and policy_fingerprint(indexer) != job.policy:
+            raise errors.Dir2mcpError(
+                errors.CONFIG_INVALID,
+                f"worker {worker} indexes with another configuration or other provider keys "
+                f"than the process that started job {job.job_id}",
+                hint="Give every worker the same .dir2mcp.yaml, DIR2MCP_* settings and API keys.",
+            )
+        indexer.prepare(queued)
+        with transaction.atomic():
+            # The lock makes a concurrent second delivery wait for this one,
+            # then find the items written.
+            items = JobItem.objects.filter(job=job, rel_path__in=queued)
+            still = list(
+                items.select_for_update().filter(state=JobItem.QUEUED).values_list("rel_path", flat=True)
+            )
+            if len(still) != len(queued):
+                return []
+            indexer.commit()
+            add_to_job(job.job_id, indexer.counters.as_dict())
+            items.update(state=JobItem.WRITTEN, worker=worker)
+    finally:
+        indexer._close_resources()
+    return queued
+
+
+def fail_items(job_id: str, rel_paths: list[str], reason: str) -> None:
+    """Give up on these items of a job: ``failed`` with the reason, counted
+    as errors once (only items not finished already change)."""
+    with transaction.atomic():
+        failed = (
+            JobItem.objects.filter(job_id=job_id, rel_path__in=rel_paths)
+            .exclude(state__in=JobItem.FINISHED)
+            .update(state=JobItem.FAILED, error=reason[:2000], finished_unix=time.time())
+        )
+        add_to_job(job_id, {"errors": failed})
 
 
 def _embed_items(job_id: str, rel_paths: list[str], rt: WorkerRuntime) -> None:

@@ -153,13 +153,19 @@ class Indexer:
                     break
                 self._consume(item)
             else:
-                self._flush_batch()
-                self._tombstone_unseen()
-                self._embed()
-                outcome = "complete"
+                if self._after_walk():
+                    outcome = "complete"
         finally:
             self._finish(outcome)
         return self.counters
+
+    def _after_walk(self) -> bool:
+        """Once the walk is through: write the rest, tombstone what was not
+        seen, embed. True when the job is complete."""
+        self._flush_batch()
+        self._tombstone_unseen()
+        self._embed()
+        return True
 
     def run_paths(self, rel_paths: Iterable[str]) -> Counters:
         """Re-index just these paths (the watcher's entry point)."""
@@ -204,22 +210,24 @@ class Indexer:
 
     # -- job bookkeeping -----------------------------------------------------
 
-    def _start(self) -> None:
-        self.known = {
-            row[0]: Known(*row[1:])
-            for row in Document.objects.values_list(
-                "rel_path",
-                "doc_id",
-                "doc_type",
-                "size_bytes",
-                "mtime_ns",
-                "content_hash",
-                "policy_hash",
-                "status",
-                "deleted",
-            ).iterator(chunk_size=5000)
-        }
+    def _load_known(self, documents=None) -> None:
+        """What the store holds for ``documents`` (default: all of them)."""
+        rows = (Document.objects.all() if documents is None else documents).values_list(
+            "rel_path",
+            "doc_id",
+            "doc_type",
+            "size_bytes",
+            "mtime_ns",
+            "content_hash",
+            "policy_hash",
+            "status",
+            "deleted",
+        )
+        self.known = {row[0]: Known(*row[1:]) for row in rows.iterator(chunk_size=5000)}
         self._sorted_paths = sorted(self.known)
+
+    def _start(self) -> None:
+        self._load_known()
         live = Chunk.objects.filter(deleted=False)
         self.counters.chunks_total = live.count()
         self.counters.embedded_ok = live.filter(embedding_status=EmbeddingStatus.OK).count()
@@ -234,13 +242,18 @@ class Indexer:
         self.reporter.event("index_loaded", {"state_dir": str(self.state.path), "documents": len(self.known)})
         self._last_flush = time.monotonic()
 
-    def _finish(self, outcome: str) -> None:
-        self._flush_batch()
+    def _close_resources(self) -> None:
+        """Stop the provider pools and close the clients this indexer made."""
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
         self._pools.clear()
         if self._owned_providers is not None:
             self._owned_providers.close()
+            self._owned_providers = None
+
+    def _finish(self, outcome: str) -> None:
+        self._flush_batch()
+        self._close_resources()
         assert self.job is not None
         self.job.running = False
         self.job.outcome = outcome
