@@ -75,8 +75,13 @@ def _str(name: str, value, *, limit: int = MAX_PATTERN_CHARS) -> str:
     return value
 
 
-def _prefix(path_prefix) -> str:
-    """A canonical path prefix; ``src/`` keeps its slash so it does not match ``src2/``."""
+def canonical_prefix(path_prefix) -> str:
+    """A canonical path prefix; ``src/`` keeps its slash so it does not match ``src2/``.
+
+    The one check every ``path_prefix`` goes through (``list_files``, ``find``,
+    ``search``, ``ask``): a prefix that could name anything outside the root is
+    ``PATH_OUTSIDE_ROOT``, not an empty page of hits; ``"."`` is the whole root.
+    """
     prefix = _str("path_prefix", path_prefix, limit=4096)
     if not prefix:
         return ""
@@ -293,7 +298,7 @@ def _read_lines(fh, start: int, end: int | None, max_chars: int):
 
 def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offset: int = 0) -> dict:
     """The §15.5 page of live documents, by rel_path; the glob runs over paths only."""
-    prefix, spec = _prefix(path_prefix), _glob(glob)
+    prefix, spec = canonical_prefix(path_prefix), _glob(glob)
     limit = _int("limit", limit, low=1, high=5000, default=200)
     offset = _int("offset", offset, low=0, default=0)
     docs = Document.objects.filter(deleted=False).order_by("rel_path")
@@ -400,7 +405,7 @@ def find(
     if not isinstance(doc_types, list | tuple) or not all(isinstance(t, str) for t in doc_types):
         raise _fail(errors.INVALID_FIELD, "doc_types must be a list of strings")
     name_glob, content = _str("name_glob", name_glob), _str("content", content)
-    spec, prefix, after_ns = _glob(name_glob), _prefix(path_prefix), _modified_after(modified_after)
+    spec, prefix, after_ns = _glob(name_glob), canonical_prefix(path_prefix), _modified_after(modified_after)
     limit = _int("limit", limit, low=1, high=200, default=50)
     per_file = _int("max_matches_per_file", max_matches_per_file, low=1, high=100, default=5)
     pattern = _compile(content, regex, case_sensitive) if content else None

@@ -205,29 +205,14 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
 
 
 def _filters(args: dict):
+    from corpus.files import canonical_prefix
     from corpus.retrieval import Filters
 
     return Filters(
-        path_prefix=_path_prefix(args.get("path_prefix", "")),
+        path_prefix=canonical_prefix(args.get("path_prefix", "")),
         file_glob=args.get("file_glob", ""),
         doc_types=tuple(args.get("doc_types") or ()),
     )
-
-
-def _path_prefix(prefix: str) -> str:
-    """The check list_files and find make: a prefix that could name anything
-    outside the root is PATH_OUTSIDE_ROOT, not an empty page of hits."""
-    from corpus.security import normalize_rel_path
-
-    if not prefix:
-        return ""
-    try:
-        canonical = normalize_rel_path(prefix)
-    except errors.Dir2mcpError as exc:
-        if exc.code == errors.INVALID_FIELD:  # "." or "./": the whole root
-            return ""
-        raise
-    return canonical + "/" if prefix.endswith("/") else canonical
 
 
 def search(call: Call, args: dict) -> dict:
