@@ -11,9 +11,11 @@ goes through the full stack.
 import os
 
 from dir2mcp_site import bootstrap
+from dir2mcp_site.cli import load_settings_or_exit
 
 bootstrap.prepare([])
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dir2mcp_site.settings")
+load_settings_or_exit()  # a bad setting is one CONFIG_INVALID line and exit 2, not a traceback
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402

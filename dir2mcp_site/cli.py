@@ -10,16 +10,9 @@ def main(argv: list[str] | None = None) -> None:
     from dir2mcp_site import bootstrap
 
     bootstrap.prepare(argv[1:])
-    from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    try:
-        settings.INSTALLED_APPS  # noqa: B018  (loads the settings: a bad one is a config error)
-    except ImproperlyConfigured as exc:
-        sys.stderr.write(f"ERROR: CONFIG_INVALID: {exc}\n")
-        raise SystemExit(2) from None
-
+    load_settings_or_exit()
     argv[0] = "dir2mcp"
     if len(argv) == 1:
         argv.append("help")
@@ -28,6 +21,24 @@ def main(argv: list[str] | None = None) -> None:
         _run_own_command(argv)
         return
     execute_from_command_line(argv)
+
+
+def load_settings_or_exit() -> None:
+    """Load the settings; a bad one (e.g. no DJANGO_SECRET_KEY behind a proxy) ends
+    the process with one line, ``ERROR: CONFIG_INVALID: …``, and exit status 2.
+
+    Every entry point calls it before Django starts: this command, ``manage.py``
+    and the ASGI application daphne imports (dir2mcp_site/asgi.py).
+    """
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018  (loads the settings: a bad one is a config error)
+    except ImproperlyConfigured as exc:
+        sys.stderr.write(f"ERROR: CONFIG_INVALID: {exc}\n")
+        sys.stderr.flush()
+        raise SystemExit(2) from None
 
 
 def _run_own_command(argv: list[str]) -> None:

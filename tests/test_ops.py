@@ -445,6 +445,51 @@ def test_behind_a_proxy_a_missing_or_published_secret_key_refuses_to_start(tmp_p
     assert not (tmp_path / ".dir2mcp").exists()
 
 
+def test_daphne_itself_refuses_a_missing_secret_key_behind_a_proxy_in_one_line(tmp_path):
+    """Bare ``daphne dir2mcp_site.asgi:application`` (a systemd unit, docs/deploy.md)
+    goes through the same CONFIG_INVALID line as the dir2mcp command."""
+    import subprocess
+    import sys
+
+    from tests.mcp_http import REPO, base_env, free_port
+
+    env = base_env(DIR2MCP_ROOT=str(tmp_path), DJANGO_BEHIND_PROXY="1")
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(free_port())]
+    done = subprocess.run(
+        [*command, "dir2mcp_site.asgi:application"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        "ERROR: CONFIG_INVALID: DJANGO_SECRET_KEY is required with DJANGO_BEHIND_PROXY=1"
+    )
+    assert not (tmp_path / ".dir2mcp").exists()
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["change-me-to-a-long-random-string", "dir2mcp-embedded-not-for-public-deployments"],
+    ids=["env-example", "former-default"],
+)
+def test_a_published_secret_key_is_refused_without_a_proxy_too(tmp_path, key):
+    from tests.test_cli import cli
+
+    result = cli("up", "--dir", str(tmp_path), env={"DJANGO_BEHIND_PROXY": "0", "DJANGO_SECRET_KEY": key})
+    assert result.returncode == 2
+    first_line = result.stderr.splitlines()[0]
+    assert first_line.startswith("ERROR: CONFIG_INVALID: DJANGO_SECRET_KEY is a published placeholder")
+    assert key not in result.stderr  # the message names the variable, not its value
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / ".dir2mcp").exists()
+
+
 def test_behind_a_proxy_a_set_secret_key_is_used_as_is(tmp_path):
     from tests.mcp_http import base_env
 

@@ -4,8 +4,9 @@ Django signs admin sessions, password-reset tokens and signed cookies with
 ``SECRET_KEY``. A value anyone can read in the source would let anyone forge
 them, so there is no built-in default:
 
-- ``DJANGO_SECRET_KEY`` set: that value (behind a proxy it must not be a
-  known placeholder nor shorter than :data:`MIN_LENGTH`).
+- ``DJANGO_SECRET_KEY`` set: that value. A value published in this
+  repository (:data:`PUBLIC_VALUES`) is refused everywhere; behind a proxy
+  it must also be at least :data:`MIN_LENGTH` characters long.
 - Behind a reverse proxy (``DJANGO_BEHIND_PROXY=1``) without it: refused.
   Such a deployment is managed (systemd, several processes, maybe several
   machines sharing PostgreSQL), so its key is managed too.
@@ -53,9 +54,14 @@ def secret_key(configured: str, *, behind_proxy: bool, state_dir: Path):
     """The value for ``settings.SECRET_KEY``; raises :class:`SecretKeyMissing`."""
     configured = configured.strip()
     if configured:
-        if behind_proxy and (configured in PUBLIC_VALUES or len(configured) < MIN_LENGTH):
+        if configured in PUBLIC_VALUES:  # anyone can read it here: refused everywhere
             raise SecretKeyMissing(
-                f"{ENV} is a published placeholder or shorter than {MIN_LENGTH} characters; "
+                f"{ENV} is a published placeholder; set a random value of your own, e.g. from: {MAKE_ONE}"
+                f" (or unset it to let dir2mcp keep a random key in its state directory)"
+            )
+        if behind_proxy and len(configured) < MIN_LENGTH:
+            raise SecretKeyMissing(
+                f"{ENV} is shorter than {MIN_LENGTH} characters; "
                 f"set a random value of your own, e.g. from: {MAKE_ONE}"
             )
         return configured
