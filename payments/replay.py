@@ -23,12 +23,19 @@ search result quotes its query). It is kept for :data:`RETENTION` after the
 row last changed, then :func:`purge_expired` empties it (``outcome = None``,
 state ``done``). The row, which holds only hashes, stays: a payment can never
 run a tool or be settled twice, however late it comes back.
+
+:func:`claim` runs that purge at most once per :data:`PURGE_INTERVAL` seconds
+per process (a write on every paid request would be wasted: rows expire an
+hour after they were written), and always expires the claimed payment's own
+row if its retention is over, so a late replay never gets a purged answer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,7 +46,29 @@ from payments.models import PaymentAttempt
 
 #: how long a stored outcome (and with it the tool's result) is kept
 RETENTION = timedelta(hours=1)
+#: at most one purge of every expired outcome per this many seconds per process
+PURGE_INTERVAL = 60.0
 State = PaymentAttempt.State
+
+_purge_lock = threading.Lock()
+_last_purge: float | None = None  # time.monotonic() of this process's last purge
+
+
+def reset_purge_throttle() -> None:
+    """Let the next :func:`claim` purge again, as in a fresh process (for tests)."""
+    global _last_purge
+    with _purge_lock:
+        _last_purge = None
+
+
+def _purge_due() -> bool:
+    global _last_purge
+    now = time.monotonic()
+    with _purge_lock:
+        if _last_purge is not None and now - _last_purge < PURGE_INTERVAL:
+            return False
+        _last_purge = now
+        return True
 
 
 def payment_key(payload: dict[str, Any]) -> str:
@@ -58,10 +87,12 @@ def _until() -> datetime:
 def claim(key: str, *, tool: str, request_hash: str) -> tuple[PaymentAttempt, bool]:
     """(attempt, True) for a new payment; (existing attempt, False) for a replay.
 
-    Expired outcomes are purged first, so the table never keeps a result
-    longer than :data:`RETENTION` past the next paid request.
+    Expired outcomes are purged first (at most once per :data:`PURGE_INTERVAL`),
+    so the table never keeps a result much longer than :data:`RETENTION`; a
+    replayed payment's own expired outcome is purged before it is looked at.
     """
-    purge_expired()
+    if _purge_due():
+        purge_expired()
     try:
         with transaction.atomic():
             attempt = PaymentAttempt.objects.create(
@@ -69,7 +100,11 @@ def claim(key: str, *, tool: str, request_hash: str) -> tuple[PaymentAttempt, bo
             )
             return attempt, True
     except IntegrityError:
-        return PaymentAttempt.objects.get(key=key), False
+        attempt = PaymentAttempt.objects.get(key=key)
+    if attempt.kept_until is not None and attempt.kept_until < timezone.now():
+        purge_expired(key=key)
+        attempt.refresh_from_db()
+    return attempt, False
 
 
 def hold(attempt: PaymentAttempt, outcome: dict[str, Any]) -> None:
@@ -104,12 +139,14 @@ def release(attempt: PaymentAttempt) -> None:
     PaymentAttempt.objects.filter(pk=attempt.pk, state=State.PENDING).delete()
 
 
-def purge_expired(now: datetime | None = None) -> int:
-    """Empty every stored outcome past its retention; the number of rows purged."""
+def purge_expired(now: datetime | None = None, *, key: str | None = None) -> int:
+    """Empty every stored outcome past its retention (only ``key``'s, if given);
+    the number of rows purged."""
     now = now or timezone.now()
-    return PaymentAttempt.objects.filter(kept_until__lt=now).update(
-        state=State.DONE, outcome=None, kept_until=None, updated_at=now
-    )
+    rows = PaymentAttempt.objects.filter(kept_until__lt=now)
+    if key is not None:
+        rows = rows.filter(key=key)
+    return rows.update(state=State.DONE, outcome=None, kept_until=None, updated_at=now)
 
 
 def _save(attempt: PaymentAttempt, state: str, outcome: dict[str, Any]) -> None:

@@ -416,6 +416,9 @@ def test_a_new_paid_request_purges_expired_outcomes(gate, fake_facilitator):
 
     from django.utils import timezone
 
+    from payments import replay
+
+    replay.reset_purge_throttle()
     calls: list = []
     first = payment_header(challenge(gate))
     gate.handle(
@@ -428,6 +431,7 @@ def test_a_new_paid_request_purges_expired_outcomes(gate, fake_facilitator):
     )
     # the first outcome's retention is over (rows are aged, not the clock)
     PaymentAttempt.objects.update(kept_until=timezone.now() - timedelta(seconds=1))
+    replay.reset_purge_throttle()  # as if PURGE_INTERVAL had passed since the first request's purge
     second = payment_header(challenge(gate))
     gate.handle(
         tool_name=TOOL,
@@ -439,3 +443,58 @@ def test_a_new_paid_request_purges_expired_outcomes(gate, fake_facilitator):
     )
     outcomes = list(PaymentAttempt.objects.order_by("id").values_list("outcome", flat=True))
     assert outcomes[0] is None and outcomes[1] is not None
+
+
+def _paid(gate, calls: list, header: str):
+    return gate.handle(
+        tool_name=TOOL,
+        arguments=ARGS,
+        header=header,
+        meta_payment=None,
+        request_hash="h",
+        run=echo_tool(calls),
+    )
+
+
+def test_the_purge_runs_at_most_once_per_interval_not_on_every_paid_request(
+    gate, fake_facilitator, monkeypatch
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments import replay
+
+    monkeypatch.setattr(replay, "PURGE_INTERVAL", 3600.0)  # no stall of the test machine can end it
+    replay.reset_purge_throttle()
+    calls: list = []
+    assert _paid(gate, calls, payment_header(challenge(gate))).kind == "paid"  # purges (nothing to purge)
+    PaymentAttempt.objects.update(kept_until=timezone.now() - timedelta(seconds=1))
+    assert _paid(gate, calls, payment_header(challenge(gate))).kind == "paid"  # within the interval
+    outcomes = list(PaymentAttempt.objects.order_by("id").values_list("outcome", flat=True))
+    assert outcomes[0] is not None  # not purged by the second request: no write on its hot path
+
+    replay.reset_purge_throttle()  # the interval is over
+    assert _paid(gate, calls, payment_header(challenge(gate))).kind == "paid"
+    outcomes = list(PaymentAttempt.objects.order_by("id").values_list("outcome", flat=True))
+    assert outcomes[0] is None and outcomes[1] is not None and outcomes[2] is not None
+
+
+def test_a_replay_of_an_expired_payment_is_used_up_even_between_purges(gate, fake_facilitator, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments import replay
+
+    monkeypatch.setattr(replay, "PURGE_INTERVAL", 3600.0)
+    replay.reset_purge_throttle()
+    calls: list = []
+    header = payment_header(challenge(gate))
+    assert _paid(gate, calls, header).kind == "paid"  # this request's claim ran the periodic purge
+    PaymentAttempt.objects.update(kept_until=timezone.now() - timedelta(seconds=1))
+    again = _paid(gate, calls, header)
+    assert again.kind == "failed" and again.reason == "payment_already_used" and len(calls) == 1
+    attempt = PaymentAttempt.objects.get()
+    assert attempt.outcome is None and attempt.state == "done"
+    assert fake_facilitator.count("/settle") == 1
