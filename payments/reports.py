@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import IO
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from payments.models import SettlementLog
 
@@ -30,34 +31,55 @@ CSV_FIELDS = (
 
 @dataclass(frozen=True)
 class ToolTotal:
+    """Audit events of one tool on one asset and network (and, grouped by outcome, one status)."""
+
     tool: str
     asset: str
     network: str
     settled: int
     failed: int
     challenges: int
-    amount: int  # atomic units settled
+    amount: int  # atomic units settled; grouped by outcome, the amount of that outcome's events
+    outcome: str = ""  # the status, when grouped by outcome
+    count: int = 0  # every event of the group
 
     @property
     def amount_display(self) -> str:
         return f"{self.amount:,}"
 
 
-def totals_per_tool(rows: QuerySet[SettlementLog]) -> list[ToolTotal]:
-    """Settled amount and event counts per (tool, asset, network) of ``rows``."""
-    acc: dict[tuple[str, str, str], dict[str, int]] = {}
-    fields = ("tool", "asset", "network", "status", "amount")
-    for tool, asset, network, status, amount in rows.order_by().values_list(*fields).iterator():
-        bucket = acc.setdefault(
-            (tool, asset, network), {"settled": 0, "failed": 0, "required": 0, "amount": 0}
-        )
-        if status in bucket:
-            bucket[status] += 1
-        if status == SettlementLog.Status.SETTLED and amount.isdigit():
-            bucket["amount"] += int(amount)
+_COUNTED = (SettlementLog.Status.SETTLED, SettlementLog.Status.FAILED, SettlementLog.Status.REQUIRED)
+
+
+def totals_per_tool(
+    rows: QuerySet[SettlementLog], *, since: datetime | None = None, by_outcome: bool = False
+) -> list[ToolTotal]:
+    """Settled amount and event counts per (tool, asset, network) of ``rows``.
+
+    ``since`` keeps the events created at or after it. ``by_outcome`` makes one
+    total per (status, tool, asset, network), whose ``amount`` is what those
+    events were for (settled, refused or asked). Sorted by those keys.
+    """
+    if since is not None:
+        rows = rows.filter(created_at__gte=since)
+    # Few distinct groups however many rows: SQL counts, Python adds the
+    # amounts (stored as text, atomic units of the asset).
+    fields = ("status", "tool", "asset", "network", "amount")
+    groups = rows.order_by().values_list(*fields).annotate(n=Count("id"))
+    acc: dict[tuple[str, str, str, str], dict[str, int]] = {}
+    for status, tool, asset, network, amount, n in groups.iterator():
+        key = (status if by_outcome else "", tool, asset, network)
+        bucket = acc.setdefault(key, {"settled": 0, "failed": 0, "required": 0, "amount": 0, "count": 0})
+        bucket["count"] += n
+        if status in _COUNTED:
+            bucket[status] += n
+        if amount.isdigit() and (by_outcome or status == SettlementLog.Status.SETTLED):
+            bucket["amount"] += int(amount) * n
     return [
-        ToolTotal(tool, asset, network, b["settled"], b["failed"], b["required"], b["amount"])
-        for (tool, asset, network), b in sorted(acc.items())
+        ToolTotal(
+            tool, asset, network, b["settled"], b["failed"], b["required"], b["amount"], outcome, b["count"]
+        )
+        for (outcome, tool, asset, network), b in sorted(acc.items())
     ]
 
 

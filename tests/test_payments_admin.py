@@ -111,6 +111,40 @@ def test_totals_per_tool_follow_the_filters(staff, rows):
     assert b"Totals per tool" in response.content
 
 
+def test_totals_per_tool_by_outcome_and_since(rows):
+    from payments import reports
+
+    SettlementLogFactory(tool="dir2mcp.ask", status="required", amount="50000", transaction="")
+    old = SettlementLogFactory(tool="dir2mcp.ask", amount="999")
+    SettlementLog.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+
+    since = timezone.now() - timedelta(days=1)
+    totals = reports.totals_per_tool(SettlementLog.objects.all(), since=since, by_outcome=True)
+    got = [(t.outcome, t.tool, t.network, t.count, t.amount) for t in totals]
+    assert got == [
+        ("failed", "dir2mcp.ask", "eip155:84532", 1, 10000),  # the amount of the refused payment
+        ("required", "dir2mcp.ask", "eip155:84532", 1, 50000),  # the amount asked
+        ("settled", "dir2mcp.ask", "eip155:84532", 2, 100000),  # not the 999 of two days ago
+        ("settled", "dir2mcp.search", "eip155:8453", 1, 10000),
+        ("settled", "dir2mcp.search", "eip155:84532", 3, 30000),
+    ]
+    # without the grouping: one total per tool, only settled amounts, every event counted
+    per_tool = {
+        (t.tool, t.network): t for t in reports.totals_per_tool(SettlementLog.objects.all(), since=since)
+    }
+    ask = per_tool[("dir2mcp.ask", "eip155:84532")]
+    assert (ask.outcome, ask.count, ask.settled, ask.failed, ask.challenges, ask.amount) == (
+        "",
+        4,
+        2,
+        1,
+        1,
+        100000,
+    )
+    everything = reports.totals_per_tool(SettlementLog.objects.all())
+    assert sum(t.amount for t in everything) == 140000 + 999
+
+
 def test_csv_export_of_the_filtered_list(staff, rows):
     response = staff.get(EXPORT, {"status__exact": "failed"})
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")

@@ -10,8 +10,6 @@ import time
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.db.models import Count
-
 from corpus.status import models_summary, summarize
 from mcp_gateway.models import McpSession
 
@@ -78,27 +76,24 @@ def payments_today() -> dict:
     """Today's (UTC) payment events: a count per outcome, and per outcome and
     tool the count and the amount, in the asset's own units (``0.02 USDC``)."""
     from payments.models import SettlementLog
+    from payments.reports import totals_per_tool
 
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    # Few distinct (outcome, tool, price) groups, however many rows: SQL counts,
-    # Python adds the amounts (stored as text, atomic units of the asset).
-    groups = (
-        SettlementLog.objects.filter(created_at__gte=midnight)
-        .order_by()
-        .values_list("status", "tool", "network", "asset", "amount")
-        .annotate(n=Count("id"))
-    )
+    totals = totals_per_tool(SettlementLog.objects.all(), since=midnight, by_outcome=True)
     by_outcome: dict[str, int] = {}
-    totals: dict[tuple[str, str, str, str], list[int]] = {}
-    for outcome, tool, network, asset, amount, n in groups:
-        by_outcome[outcome] = by_outcome.get(outcome, 0) + n
-        bucket = totals.setdefault((outcome, tool, network, asset), [0, 0])
-        bucket[0] += n
-        bucket[1] += int(amount) * n if amount.isdigit() else 0
     rows = []
-    for (outcome, tool, network, asset), (n, atomic) in sorted(totals.items()):
-        amount, unit = in_asset_units(atomic, network, asset)
-        rows.append({"outcome": outcome, "tool": tool, "count": n, "amount": amount, "unit": unit})
+    for total in sorted(totals, key=lambda t: (t.outcome, t.tool, t.network, t.asset)):
+        by_outcome[total.outcome] = by_outcome.get(total.outcome, 0) + total.count
+        amount, unit = in_asset_units(total.amount, total.network, total.asset)
+        rows.append(
+            {
+                "outcome": total.outcome,
+                "tool": total.tool,
+                "count": total.count,
+                "amount": amount,
+                "unit": unit,
+            }
+        )
     return {"total": sum(by_outcome.values()), "by_outcome": dict(sorted(by_outcome.items())), "rows": rows}
 
 
