@@ -284,7 +284,8 @@ def test_a_file_rewritten_while_it_is_indexed_ends_indexed_as_its_final_content(
     try:
         writer.start()
         up.url()
-        time.sleep(3)  # let the pass and the watcher meet the churn
+        up.event("watch_ready", timeout=120)  # the pass is over and the OS watch is in place
+        time.sleep(1)  # the watcher meets the churn too
         stop.set()
         writer.join(10)
         final = target.read_bytes()

@@ -26,6 +26,7 @@ from corpus.retrieval import Searcher
 from corpus.state import StateDir
 from corpus.status import summarize
 from tests.fakes.media import make_mixed_pdf, make_png, make_scanned_pdf, make_text_pdf
+from tests.up_process import logged_event
 
 pytestmark = pytest.mark.django_db
 REPO = Path(__file__).resolve().parent.parent
@@ -322,7 +323,7 @@ def test_a_running_watcher_retries_an_outage_by_itself_and_keeps_the_old_text_me
     }
     log = (tmp_path / "watch.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "manage.py"), "watch", "--dir", str(corpus_dir)],
+        [sys.executable, str(REPO / "manage.py"), "watch", "--dir", str(corpus_dir), "--json"],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -344,7 +345,14 @@ def test_a_running_watcher_retries_an_outage_by_itself_and_keeps_the_old_text_me
 
     try:
         until(lambda s: s[0] == "ok" and "version one heron" in s[2], "the first index")
-        time.sleep(1.0)  # the OS watch starts after the first index
+        # The OS watch starts after the first index; write once it is in place.
+        # The database is not read meanwhile: reads touch the state directory,
+        # and the watcher announces itself once that has been quiet a moment.
+        end = time.monotonic() + 60
+        while logged_event(tmp_path / "watch.log", "watch_ready") is None:
+            if proc.poll() is not None or time.monotonic() > end:
+                pytest.fail(f"no watch_ready event: {(tmp_path / 'watch.log').read_text()[-2000:]}")
+            time.sleep(0.1)
         # The provider goes down for three calls, then recovers; the file is
         # written once and never touched again.
         keyed.fail_next(503, count=3)

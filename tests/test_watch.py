@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.up_process import logged_event
+
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
@@ -42,7 +44,7 @@ def wait_for(predicate, what: str, deadline: float = 30.0):
 
 
 @pytest.fixture
-def watcher(corpus_dir):
+def watcher(corpus_dir, tmp_path):
     (corpus_dir / "keep.md").write_text("# Keep\n")
     (corpus_dir / "edit.txt").write_text("first version\n")
     (corpus_dir / "sub").mkdir()
@@ -50,16 +52,18 @@ def watcher(corpus_dir):
     (corpus_dir / "sub" / "b.txt").write_text("b\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIR2MCP_")}
     env["DIR2MCP_EMBED__PROVIDER"] = "none"
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "manage.py"), "watch", "--dir", str(corpus_dir)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "watch.ndjson"  # outside the watched root
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "manage.py"), "watch", "--dir", str(corpus_dir), "--json"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     wait_for(lambda: len(live_docs(corpus_dir)) == 4, "the initial index")
-    # The initial index is written before the OS watch starts; give it a beat.
-    time.sleep(1.0)
+    # The initial index is written before the OS watch starts: changes wait for it.
+    wait_for(lambda: logged_event(log, "watch_ready"), "the watch_ready event", deadline=60.0)
     yield proc
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -117,6 +118,21 @@ class Up:
             reader.join(10)
         self.proc.stdout.close()
         self.proc.stderr.close()
+
+
+def logged_event(log: Path, name: str) -> dict | None:
+    """The data of the first ``name`` NDJSON event a process (run with
+    ``--json``) has written to ``log`` so far, or None. ``watch_ready``, say:
+    the OS watch is in place, so a file written from then on is seen."""
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # the last line, still being written
+            if record.get("event") == name:
+                return record["data"]
+    return None
 
 
 @pytest.fixture

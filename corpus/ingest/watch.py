@@ -102,11 +102,17 @@ def watch_directory(
             force_polling=os.environ.get("DIR2MCP_WATCH_POLLING") == "1" or None,
         )
         retrier.start()
+        watching = False
         try:
             for batch in changes:
-                # The first (possibly empty) batch means the OS watch is in place.
-                if ready is not None:
-                    ready.set()
+                # The first (possibly empty) batch means the OS watch is in place:
+                # a file written from now on is seen.
+                if not watching:
+                    watching = True
+                    if ready is not None:
+                        ready.set()
+                    if reporter is not None:
+                        reporter.event("watch_ready", {"root": str(root)})
                 if stop.is_set():
                     break
                 if batch:
