@@ -80,14 +80,17 @@ def watch_directory(
     retrying the documents a provider failed on for a passing reason."""
     stop = stop or threading.Event()
 
-    def retry_indexer(mode: str) -> Indexer:
+    def retry_indexer(mode: str = "incremental") -> Indexer:
         return Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder, mode=mode)
+
+    def walking() -> Indexer:
+        return walking_indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder)
 
     with IndexLock(state):
         if embedder is not None:
             check_models(embedder, state)
         if initial:
-            walking_indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder).run()
+            walking().run()
         # In a thread of its own: events in the state directory (filtered out
         # below) can keep the change iterator from ever yielding.
         retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
@@ -117,30 +120,23 @@ def watch_directory(
                     break
                 if batch:
                     with retrier.lock:
-                        _apply(
-                            Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder),
-                            batch,
-                        )
+                        _apply(root, batch, walking=walking, one_by_one=retry_indexer)
         finally:
             retrier.close()
 
 
-def _apply(indexer: Indexer, batch) -> None:
-    rel_paths = {rel for _, path in batch if (rel := _relative(indexer.root, path))}
+def _apply(root: Path, batch, *, walking, one_by_one) -> None:
+    """Re-index a batch of changes: the touched paths, or the whole tree when
+    a ``.gitignore`` changed (what is excluded changed). Only the indexer
+    that runs is made: each owns provider clients until its run ends."""
+    rel_paths = {rel for _, path in batch if (rel := _relative(root, path))}
     if not rel_paths:
         return
     try:
         if any(Path(p).name == ".gitignore" for p in rel_paths):
-            walking_indexer(
-                indexer.root,
-                indexer.state,
-                indexer.config,
-                reporter=indexer.reporter,
-                stop=indexer.stop,
-                embedder=indexer.embedder,
-            ).run()
+            walking().run()
         else:
-            indexer.run_paths(rel_paths)
+            one_by_one().run_paths(rel_paths)
     except Exception:  # the watcher must outlive one failed batch
         log.exception("live sync failed for %d paths", len(rel_paths))
 
