@@ -39,6 +39,7 @@ class Facilitator:
         self, url: str, *, timeout: float = DEFAULT_TIMEOUT, http_client: httpx.Client | None = None
     ):
         self.url = url.rstrip("/")
+        self.timeout = timeout
         self._client = HTTPFacilitatorClientSync(
             FacilitatorConfig(url=self.url, timeout=timeout, http_client=http_client)
         )

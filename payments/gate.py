@@ -23,9 +23,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.db import transaction
 from x402 import PaymentPayload
 from x402.http import PAYMENT_RESPONSE_HEADER, decode_payment_signature_header, encode_payment_response_header
 from x402.mcp.constants import MCP_PAYMENT_RESPONSE_META_KEY
@@ -44,6 +46,7 @@ __all__ = ["Gate", "Outcome", "Price", "Route", "from_config", "gated_method", "
 
 logger = logging.getLogger(__name__)
 Status = SettlementLog.Status
+SETTLE_TAKEOVER_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,10 @@ class Gate:
         self.policy = policy
         self.facilitator = facilitator or Facilitator(policy.facilitator_url)
         self.audit = AuditTrail(state_dir, emit)
+        #: a payment left ``settling`` this long (its process died, or lost its
+        #: answer) is settled again by a retry; httpx applies the facilitator's
+        #: timeout to connect, write, read and pool separately, hence the factor
+        self.settle_takeover = timedelta(seconds=SETTLE_TAKEOVER_FACTOR * self.facilitator.timeout)
         self._catalog: dict[str, ToolInfo] = catalog_from(tools)
         self._examples = dict(bazaar_examples or {})
         self._bazaar_description = bazaar_description
@@ -204,8 +211,9 @@ class Gate:
         self.audit.record(entry)
         result = run()
         if result.get("isError"):
-            self.audit.record(_with(entry, Status.FAILED, error_reason="tool_error"))
-            return step.done(Outcome("tool_error", 200, step.variant, result=result, reason="tool_error"))
+            outcome = step.done(Outcome("tool_error", 200, step.variant, result=result, reason="tool_error"))
+            self._record_after_run(_with(entry, Status.FAILED, error_reason="tool_error"))
+            return outcome
         # From here on the tool has run: its result is stored before settlement is
         # asked for, so a retry after a settle outage never runs it again.
         replay.hold(step.attempt, Outcome("ran", 200, step.variant, result=result).to_dict())
@@ -221,7 +229,9 @@ class Gate:
             reason = "payment_already_used"
             self.audit.record(_with(step.entry, Status.FAILED, error_reason=reason))
             return self._rejected(step.entry.tool, step.variant, reason, route=step.route)
-        if attempt.state == attempt.State.RAN and replay.take_settlement(attempt):
+        if attempt.state in (attempt.State.RAN, attempt.State.SETTLING) and replay.take_settlement(
+            attempt, stale_after=self.settle_takeover
+        ):
             price = self.price_for(attempt.tool) or step.price
             step.price = price
             step.entry = _with(
@@ -230,7 +240,7 @@ class Gate:
             mismatch = _match_problem(price, step.payload.accepted)
             if mismatch:  # same signature and nonce, other terms: not this payment
                 replay.await_settlement(attempt)
-                self.audit.record(_with(step.entry, Status.FAILED, error_reason=mismatch))
+                self._record_after_run(_with(step.entry, Status.FAILED, error_reason=mismatch))
                 return self._rejected(attempt.tool, step.variant, mismatch, route=step.route)
             return self._settle(step, Outcome.from_dict(attempt.outcome).result)
         return in_progress(step.variant)
@@ -241,24 +251,49 @@ class Gate:
         try:
             settled = self.facilitator.settle(step.payload, step.price.requirements())
         except FacilitatorUnavailable as exc:
-            self.audit.record(_with(entry, Status.FAILED, error_reason="facilitator_unavailable"))
             replay.await_settlement(step.attempt)
+            self._record_after_run(_with(entry, Status.FAILED, error_reason="facilitator_unavailable"))
             return unavailable(variant, exc.status, exc.detail, tool_ran=True)
         except BaseException:
             replay.await_settlement(step.attempt)
             raise
         receipt = settled.model_dump(by_alias=True, exclude_none=True, mode="json")
         payer = settled.payer or entry.payer
+        # The answer is stored before the audit is written: an audit that fails
+        # (a locked database, an unwritable log) cannot lose a paid result.
         if not settled.success:
             reason = settled.error_reason or "unexpected_settle_error"
-            self.audit.record(_with(entry, Status.FAILED, error_reason=reason, payer=payer))
-            return step.done(self._rejected(entry.tool, variant, reason, receipt=receipt, route=step.route))
-        self.audit.record(_with(entry, Status.SETTLED, payer=payer, transaction=settled.transaction))
+            outcome = step.done(
+                self._rejected(entry.tool, variant, reason, receipt=receipt, route=step.route)
+            )
+            self._record_after_run(_with(entry, Status.FAILED, error_reason=reason, payer=payer))
+            return outcome
         headers = {PAYMENT_RESPONSE_HEADER: encode_payment_response_header(settled)}
         if variant == "inband":
             meta = {**(result.get("_meta") or {}), MCP_PAYMENT_RESPONSE_META_KEY: receipt}
             result = {**result, "_meta": meta}
-        return step.done(Outcome("paid", 200, variant, headers, result=result))
+        outcome = step.done(Outcome("paid", 200, variant, headers, result=result))
+        self._record_after_run(_with(entry, Status.SETTLED, payer=payer, transaction=settled.transaction))
+        return outcome
+
+    def _record_after_run(self, entry: Entry) -> None:
+        """Audit an event once the tool has run: a failure is logged, never raised.
+
+        By then the payment's answer is stored (or its settlement is awaited), and
+        the client must get it; the log line names the event, never the payment.
+        """
+        try:
+            with transaction.atomic():  # a failed insert leaves no broken transaction behind
+                self.audit.record(entry)
+        except Exception as exc:
+            logger.error(
+                "payment audit record lost: %s %s for %s (transaction %s): %s",
+                entry.status,
+                entry.error_reason or "-",
+                entry.tool,
+                entry.transaction or "-",
+                type(exc).__name__,
+            )
 
     def _rejected(
         self,

@@ -10,7 +10,8 @@ A row moves through these states:
 
 * ``pending``: claimed; verifying, then running the tool;
 * ``settling``: the tool ran and succeeded, its result is stored, one request
-  is asking the facilitator to settle;
+  is asking the facilitator to settle (if that request dies, a retry takes the
+  settlement over once the row is older than a settle call can last);
 * ``ran``: settlement could not be reached (facilitator outage); the result
   stays stored, and a retry with the same payment only retries settlement;
 * ``done``: the final outcome is stored and is what every replay gets.
@@ -40,6 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from payments.models import PaymentAttempt
@@ -120,11 +122,17 @@ def await_settlement(attempt: PaymentAttempt) -> None:
     attempt.state = State.RAN
 
 
-def take_settlement(attempt: PaymentAttempt) -> bool:
-    """Move a ``ran`` payment to ``settling`` for this request; False if another has it."""
-    taken = PaymentAttempt.objects.filter(pk=attempt.pk, state=State.RAN).update(
-        state=State.SETTLING, updated_at=timezone.now()
-    )
+def take_settlement(attempt: PaymentAttempt, *, stale_after: timedelta) -> bool:
+    """Move a payment to ``settling`` for this request; False if another has it.
+
+    A ``ran`` payment is taken at once. A ``settling`` one is taken only once it
+    has not changed for ``stale_after`` (longer than a settle call can last): the
+    request that was settling it died, or could not store its answer, and the
+    held result would otherwise be out of reach until it is purged.
+    """
+    now = timezone.now()
+    waiting = Q(state=State.RAN) | Q(state=State.SETTLING, updated_at__lt=now - stale_after)
+    taken = PaymentAttempt.objects.filter(waiting, pk=attempt.pk).update(state=State.SETTLING, updated_at=now)
     if taken:
         attempt.state = State.SETTLING
     return bool(taken)

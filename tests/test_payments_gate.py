@@ -498,3 +498,86 @@ def test_a_replay_of_an_expired_payment_is_used_up_even_between_purges(gate, fak
     attempt = PaymentAttempt.objects.get()
     assert attempt.outcome is None and attempt.state == "done"
     assert fake_facilitator.count("/settle") == 1
+
+
+@pytest.fixture
+def settled_rows_refused():
+    """The database refuses the audit's ``settled`` rows, as a locked one would."""
+    from django.db import connection
+
+    message = "database is locked"
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                "CREATE TRIGGER refuse_settled BEFORE INSERT ON payments_settlementlog "
+                f"WHEN NEW.status = 'settled' BEGIN SELECT RAISE(ABORT, '{message}'); END"
+            )
+        elif connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION refuse_settled() RETURNS trigger AS $$ BEGIN "
+                f"RAISE EXCEPTION '{message}'; END $$ LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                "CREATE TRIGGER refuse_settled BEFORE INSERT ON payments_settlementlog FOR EACH ROW "
+                "WHEN (NEW.status = 'settled') EXECUTE FUNCTION refuse_settled()"
+            )
+        else:
+            pytest.skip(f"no trigger recipe for {connection.vendor}")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DROP TRIGGER refuse_settled"
+            + (" ON payments_settlementlog" if connection.vendor == "postgresql" else "")
+        )
+        if connection.vendor == "postgresql":
+            cursor.execute("DROP FUNCTION refuse_settled()")
+
+
+def test_a_failing_audit_after_settlement_cannot_lose_the_paid_result(
+    gate, fake_facilitator, settled_rows_refused, caplog
+):
+    # neither the audit's database row nor its log file can be written
+    (gate.state / "payments" / "settlement.log").mkdir(parents=True)
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    with caplog.at_level("WARNING", logger="payments"):
+        paid = call(gate, tool, header=header)
+    assert paid.kind == "paid" and paid.result["content"][0]["text"] == "3 hits" and tool.calls == 1
+    assert decode_payment_response_header(paid.headers["PAYMENT-RESPONSE"]).success is True
+    assert PaymentAttempt.objects.get().state == "done"  # the answer was stored before the audit
+
+    again = call(gate, tool, header=header)
+    assert again.kind == "replayed" and again.replay_of == "paid" and again.result == paid.result
+    assert tool.calls == 1 and fake_facilitator.count("/settle") == 1
+
+    lost = [r.getMessage() for r in caplog.records if "audit record lost" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].startswith("payment audit record lost: settled - for dir2mcp.search")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    signature = json.loads(base64.b64decode(header))["payload"]["signature"]
+    assert signature not in logged and ARGS["query"] not in logged
+    assert not SettlementLog.objects.filter(status="settled").exists()
+
+
+def test_a_settlement_left_settling_is_taken_over_once_older_than_a_settle_call(gate, fake_facilitator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    fake_facilitator.fail_next(503, path="/settle")
+    assert call(gate, tool, header=header).kind == "unavailable"
+    # a retry took the settlement, then its process died before any answer
+    PaymentAttempt.objects.update(state="settling", updated_at=timezone.now())
+
+    busy = call(gate, tool, header=header)  # it might still be settling: not taken over yet
+    assert busy.kind == "in_progress" and busy.http_status == 409
+    assert fake_facilitator.count("/settle") == 1
+
+    # half an hour later: far longer than a settle call can last (a minute), within retention (an hour)
+    PaymentAttempt.objects.update(updated_at=timezone.now() - timedelta(minutes=30))
+    settled = call(gate, tool, header=header)
+    assert settled.kind == "paid" and settled.result["content"][0]["text"] == "3 hits"
+    assert tool.calls == 1 and fake_facilitator.count("/settle") == 2
+    assert PaymentAttempt.objects.get().state == "done"
+    assert call(gate, tool, header=header).kind == "replayed"
