@@ -50,6 +50,8 @@ UPSERT = (
 
 def fold(text: str) -> str:
     """Diacritics removed: "café" -> "cafe"."""
+    if text.isascii():  # most code and much prose: nothing to fold
+        return text
     decomposed = unicodedata.normalize("NFKD", text)
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
