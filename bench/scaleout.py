@@ -8,8 +8,9 @@ In one run, on the same corpus, times a cold `reindex` three ways:
 
 first lexical-only (``embed.provider: none``) over a part of the Python
 standard library, then with the local embedder over a smaller part, where
-the embedding work is what workers share. It also reports the PostgreSQL
-database size per 100k chunks. Needs the machine's PostgreSQL and Redis
+the embedding work is what workers share. It also reports what the corpus added to
+the PostgreSQL database (its size less the empty migrated schema's), per
+100k chunks. Needs the machine's PostgreSQL and Redis
 (`bash .ci/services`). Record the figures in docs/benchmarks.md.
 
     python bench/scaleout.py [--files 400] [--embed-files 60]
@@ -146,14 +147,21 @@ def on_workers(tree: Path, embed: str, workers: int, work: Path) -> tuple[float,
             env=env,
             capture_output=True,
         )
+        empty = database_size(db)  # the migrated schema, before any document
         procs = start_workers(workers, env, root.parent)
         try:
             elapsed, status = reindex(root, env)
         finally:
             stop_workers(procs)
-        with psycopg.connect(db) as conn:
-            size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        size = database_size(db) - empty
     return elapsed, status, size
+
+
+def database_size(db: str) -> int:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+        conn.execute("VACUUM ANALYZE")
+        return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
 
 
 def embedded(tree: Path, embed: str, work: Path) -> tuple[float, dict]:
