@@ -36,7 +36,7 @@ from corpus import errors
 from corpus.config import Config, default_config_path, load_config
 from corpus.embedding import embed_chunks
 from corpus.ingest.classify import DOC_TYPES
-from corpus.ingest.pipeline import Counters, Indexer
+from corpus.ingest.pipeline import FLUSH_SECONDS, Counters, Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Worker
 from corpus.providers.base import Embedder
 from corpus.state import StateDir
@@ -178,7 +178,7 @@ class DispatchingIndexer(Indexer):
 
     def _flush_counters(self, *, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._last_flush < 0.5:
+        if not force and now - self._last_flush < FLUSH_SECONDS:
             return
         self._last_flush = now
         job = self.job
