@@ -15,5 +15,24 @@ def corpus_dir(tmp_path: Path) -> Path:
     return root
 
 
+PG_SERVER = "postgres://postgres@127.0.0.1:5432"
+
+
+@pytest.fixture
+def pg_database():
+    """A fresh PostgreSQL database on the machine's server (``.ci/services``
+    starts it), dropped after the test: its URL."""
+    import uuid
+
+    import psycopg
+
+    name = f"dir2mcp_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"{PG_SERVER}/{name}"
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 from tests.fakes.mistral import fake_mistral  # noqa: E402, F401
 from tests.up_process import running  # noqa: E402, F401  (a fixture: `up` processes, killed after the test)

@@ -15,9 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
-import uuid
 
-import psycopg
 import pytest
 
 from tests.test_cli import REPO, base_env, cli
@@ -97,13 +95,8 @@ def tiers(root, env: dict) -> dict:
 
 
 @pytest.fixture
-def database():
-    name = f"dir2mcp_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"{PG}/{name}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def database(pg_database):
+    return pg_database
 
 
 def test_sqlite_and_postgres_match_the_same_chunks_in_each_tier(tmp_path, database):

@@ -36,13 +36,8 @@ EMBED = {"DIR2MCP_EMBED__PROVIDER": "local"}
 
 
 @pytest.fixture
-def database():
-    name = f"dir2mcp_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"{PG}/{name}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def database(pg_database):
+    return pg_database
 
 
 @pytest.fixture(scope="module")

@@ -210,9 +210,47 @@ class Backend(Protocol):
     def ids(self) -> set[int]: ...
 
 
-class SQLiteFTS5:
+class TableBackend:
+    """What both backends do alike, each over its own table: ``TABLE``, keyed
+    by ``ID_COLUMN`` (the chunk id), made by ``create(cursor)``."""
+
+    TABLE: str
+    ID_COLUMN: str
+
+    def create(self, cursor) -> None:
+        raise NotImplementedError
+
+    def rebuild(self) -> int:
+        def recreate(cursor) -> None:
+            self.create(cursor)
+            cursor.execute(f"DELETE FROM {self.TABLE}")
+
+        return refill(self, recreate)
+
+    def clear(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {self.TABLE}")
+
+    def count(self) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {self.TABLE}")
+            return cursor.fetchone()[0]
+
+    def ids(self) -> set[int]:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {self.ID_COLUMN} FROM {self.TABLE}")
+            return {row[0] for row in cursor.fetchall()}
+
+
+class SQLiteFTS5(TableBackend):
     """FTS5 with the unicode61 tokenizer, which folds case and diacritics,
     under the Porter stemmer, so "uploads" and "capped" match "upload cap"."""
+
+    TABLE = TABLE
+    ID_COLUMN = "rowid"
+
+    def create(self, cursor) -> None:
+        cursor.execute(CREATE_SQL)
 
     def replace(self, rows: list[tuple[int, str]]) -> None:
         self.delete([chunk_id for chunk_id, _ in rows])
@@ -275,27 +313,6 @@ class SQLiteFTS5:
         with connection.cursor() as cursor:
             cursor.execute(sql, [match, *params, limit])
             return [(chunk_id, -score) for chunk_id, score in cursor.fetchall()]
-
-    def rebuild(self) -> int:
-        def recreate(cursor) -> None:
-            cursor.execute(CREATE_SQL)
-            cursor.execute(f"DELETE FROM {TABLE}")
-
-        return refill(self, recreate)
-
-    def clear(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {TABLE}")
-
-    def count(self) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM {TABLE}")
-            return cursor.fetchone()[0]
-
-    def ids(self) -> set[int]:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT rowid FROM {TABLE}")
-            return {row[0] for row in cursor.fetchall()}
 
 
 def _live_ids(chunk_ids: list[int], cursor, filter_sql: str = "", params: Sequence = ()) -> set[int]:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from django.db import connection
 
-from corpus.index.lexical import refill, tokens
+from corpus.index.lexical import TableBackend, tokens
 
 TABLE = "chunks_lexical"
 #: English stemming with no stop-word list: ``for``, ``if`` and ``is`` are
@@ -66,7 +66,13 @@ def create(cursor) -> None:
         cursor.execute(statement)
 
 
-class PostgresFTS:
+class PostgresFTS(TableBackend):
+    TABLE = TABLE
+    ID_COLUMN = "chunk_id"
+
+    def create(self, cursor) -> None:
+        create(cursor)
+
     def replace(self, rows: list[tuple[int, str]]) -> None:
         self.insert(rows)  # an upsert replaces
 
@@ -96,24 +102,3 @@ class PostgresFTS:
         with connection.cursor() as cursor:
             cursor.execute(sql, [*(fold(term) for term in terms), *params, limit])
             return [(chunk_id, float(score)) for chunk_id, score in cursor.fetchall()]
-
-    def rebuild(self) -> int:
-        def recreate(cursor) -> None:
-            create(cursor)
-            cursor.execute(f"DELETE FROM {TABLE}")
-
-        return refill(self, recreate)
-
-    def clear(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {TABLE}")
-
-    def count(self) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM {TABLE}")
-            return cursor.fetchone()[0]
-
-    def ids(self) -> set[int]:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT chunk_id FROM {TABLE}")
-            return {row[0] for row in cursor.fetchall()}
