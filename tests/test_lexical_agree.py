@@ -22,7 +22,6 @@ from tests.test_cli import REPO, base_env, cli
 
 pytestmark = pytest.mark.slow
 
-PG = "postgres://postgres@127.0.0.1:5432"
 QUERIES = [
     "for",
     "if is",

@@ -30,7 +30,6 @@ from tests.test_crash import write_tree
 
 pytestmark = pytest.mark.slow
 
-PG = "postgres://postgres@127.0.0.1:5432"
 REDIS = "redis://127.0.0.1:6379/14"
 EMBED = {"DIR2MCP_EMBED__PROVIDER": "local"}
 
