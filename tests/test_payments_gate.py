@@ -380,14 +380,7 @@ def test_stored_outcome_is_purged_after_retention_and_the_payment_stays_used(gat
 
     calls: list = []
     header = payment_header(challenge(gate))
-    first = gate.handle(
-        tool_name=TOOL,
-        arguments=ARGS,
-        header=header,
-        meta_payment=None,
-        request_hash="h",
-        run=echo_tool(calls),
-    )
+    first = _paid(gate, calls, header)
     assert first.kind == "paid"
     attempt = PaymentAttempt.objects.get()
     assert ARGS["query"] in json.dumps(attempt.outcome)  # kept, to answer a replay
@@ -399,14 +392,7 @@ def test_stored_outcome_is_purged_after_retention_and_the_payment_stays_used(gat
     assert attempt.outcome is None and attempt.state == "done"
     assert ARGS["query"] not in json.dumps(list(PaymentAttempt.objects.values()), default=str)
 
-    again = gate.handle(
-        tool_name=TOOL,
-        arguments=ARGS,
-        header=header,
-        meta_payment=None,
-        request_hash="h",
-        run=echo_tool(calls),
-    )
+    again = _paid(gate, calls, header)
     assert again.kind == "failed" and again.reason == "payment_already_used" and again.http_status == 402
     assert len(calls) == 1 and fake_facilitator.count("/settle") == 1
 
@@ -421,26 +407,12 @@ def test_a_new_paid_request_purges_expired_outcomes(gate, fake_facilitator):
     replay.reset_purge_throttle()
     calls: list = []
     first = payment_header(challenge(gate))
-    gate.handle(
-        tool_name=TOOL,
-        arguments=ARGS,
-        header=first,
-        meta_payment=None,
-        request_hash="h",
-        run=echo_tool(calls),
-    )
+    _paid(gate, calls, first)
     # the first outcome's retention is over (rows are aged, not the clock)
     PaymentAttempt.objects.update(kept_until=timezone.now() - timedelta(seconds=1))
     replay.reset_purge_throttle()  # as if PURGE_INTERVAL had passed since the first request's purge
     second = payment_header(challenge(gate))
-    gate.handle(
-        tool_name=TOOL,
-        arguments=ARGS,
-        header=second,
-        meta_payment=None,
-        request_hash="h",
-        run=echo_tool(calls),
-    )
+    _paid(gate, calls, second)
     outcomes = list(PaymentAttempt.objects.order_by("id").values_list("outcome", flat=True))
     assert outcomes[0] is None and outcomes[1] is not None
 
