@@ -502,3 +502,34 @@ def test_a_key_in_the_secret_file_counts_as_a_key_appearing(corpus_dir, state, m
 
     assert again.unchanged == 0
     assert doc("scan.png").error != "needs MISTRAL_API_KEY"
+
+
+def test_a_new_document_the_store_refuses_costs_only_itself(corpus_dir, state):
+    """New documents are written together; when the store refuses one of them
+    (here a trigger, as a constraint or a full disk would), the rest are
+    written one by one and only that one is an error."""
+    from django.db import connection
+
+    from corpus.index import lexical
+
+    for i in range(6):
+        write(corpus_dir, f"notes/n{i}.md", f"# Note {i}\n\nplain words number {i}\n")
+    write(corpus_dir, "notes/poison.md", "# Poison\n\nthe store refuses poisonword\n")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON representations "
+            "WHEN NEW.text LIKE '%poisonword%' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+
+    counters = run(corpus_dir, state)
+
+    assert (counters.indexed, counters.errors) == (6, 1)
+    assert doc("notes/poison.md").status == "error"
+    assert "refused" in doc("notes/poison.md").error
+    assert not live_chunks("notes/poison.md")
+    for i in range(6):
+        assert doc(f"notes/n{i}.md").status == "ok"
+        assert [c.text for c in live_chunks(f"notes/n{i}.md")] == [f"# Note {i}\n\nplain words number {i}"]
+    live = set(Chunk.objects.filter(deleted=False).values_list("chunk_id", flat=True))
+    assert lexical.indexed_ids() == live and len(live) == 6
+    assert counters.chunks_total == 6

@@ -6,8 +6,11 @@ mtime and policy are unchanged is skipped without being read; one whose
 whose ``rep_hash`` is unchanged keeps its chunks; and a chunk whose
 ``text_hash`` survives keeps its row, its ``chunk_id`` and its embedding.
 
-Documents are written in batches, each document inside its own savepoint,
-so a crash leaves every document either as it was or fully updated.
+Documents are written in batches, one transaction each, so a crash leaves
+every document either as it was or fully updated. Documents new to the store
+go in together, one INSERT per table; the others each get a savepoint, as
+do new ones again if writing them together failed, so one bad document is
+all a batch loses.
 """
 
 from __future__ import annotations
@@ -499,9 +502,26 @@ class Indexer:
         batch = [item.result() if isinstance(item, Future) else item for item in self._batch]
         self._batch = []
         with transaction.atomic():
+            fresh = [prepared for prepared in batch if prepared.rel_path not in self.known]
+            written = self._write_fresh(fresh) if len(fresh) > 1 else set()
             for prepared in batch:
-                self._write_one(prepared)
+                if prepared.rel_path not in written:
+                    self._write_one(prepared)
         self._flush_counters()
+
+    def _write_fresh(self, batch: list[Prepared]) -> set[str]:
+        """Write documents new to the store together (a cold index is all
+        new ones); the paths written, or none if any of them failed, so that
+        each is written again on its own and only the bad one is lost."""
+        try:
+            with transaction.atomic():
+                deltas = writer.write_new_documents(batch)
+        except Exception:
+            log.info("writing %d new documents together failed; writing them one by one", len(batch))
+            return set()
+        for prepared, delta in zip(batch, deltas, strict=True):
+            self._record(prepared, delta)
+        return {prepared.rel_path for prepared in batch}
 
     def _write_one(self, prepared: Prepared) -> None:
         known = self.known.get(prepared.rel_path)
@@ -514,6 +534,10 @@ class Indexer:
             prepared.extracted, prepared.drafts = None, []
             with transaction.atomic():
                 delta = writer.write_document(prepared, known.doc_id if known else None)
+        self._record(prepared, delta)
+
+    def _record(self, prepared: Prepared, delta: writer.Delta) -> None:
+        """Count a written document and remember what the store now holds."""
         self.known[prepared.rel_path] = Known(
             delta.doc_id,
             prepared.doc_type,

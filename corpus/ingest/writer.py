@@ -45,16 +45,7 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
         return delta
     extracted = prepared.extracted
     assert extracted is not None
-    rep_hash = sha256_hex(
-        "\0".join(
-            [
-                extracted.rep_type,
-                prepared.index_kind,
-                json.dumps(extracted.meta, sort_keys=True),
-                extracted.text,
-            ]
-        )
-    )
+    rep_hash = _rep_hash(prepared)
     # A brand-new document has no rows to compare with: skip the look-ups.
     delta = Delta() if is_new else _retire_representations(doc, keep=extracted.rep_type)
     delta.doc_id = doc.doc_id
@@ -74,8 +65,92 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     return delta
 
 
-def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
-    fields = {
+def write_new_documents(batch: list[Prepared]) -> list[Delta]:
+    """Write documents the store has never held: one INSERT per table for
+    the whole batch, where :func:`write_document` spends several round
+    trips on each document. Returns a delta per document, in order.
+
+    A failure leaves the caller's transaction to roll back; callers fall
+    back to :func:`write_document` per document to isolate the bad one.
+    """
+    docs = Document.objects.bulk_create(
+        [Document(rel_path=prepared.rel_path, **_document_fields(prepared)) for prepared in batch],
+        batch_size=500,
+    )
+    deltas = [Delta(doc_id=doc.doc_id) for doc in docs]
+    with_text = [(i, prepared) for i, prepared in enumerate(batch) if prepared.has_text]
+    now = int(time.time())
+    reps = Representation.objects.bulk_create(
+        [
+            Representation(
+                document=docs[i],
+                rep_type=prepared.extracted.rep_type,
+                rep_hash=_rep_hash(prepared),
+                text=prepared.extracted.text,
+                meta_json=prepared.extracted.meta,
+                created_unix=now,
+            )
+            for i, prepared in with_text
+        ],
+        batch_size=500,
+    )
+    new_chunks: list[tuple[Chunk, object]] = []
+    for rep, (i, prepared) in zip(reps, with_text, strict=True):
+        deltas[i].representations = 1
+        deltas[i].chunks_added = len(prepared.drafts)
+        new_chunks.extend((_new_chunk(rep, prepared, draft), draft) for draft in prepared.drafts)
+    _create_chunks(new_chunks)
+    return deltas
+
+
+def _rep_hash(prepared: Prepared) -> str:
+    extracted = prepared.extracted
+    assert extracted is not None
+    return sha256_hex(
+        "\0".join(
+            [
+                extracted.rep_type,
+                prepared.index_kind,
+                json.dumps(extracted.meta, sort_keys=True),
+                extracted.text,
+            ]
+        )
+    )
+
+
+def _new_chunk(rep: Representation, prepared: Prepared, draft, text_hash: str | None = None) -> Chunk:
+    return Chunk(
+        representation=rep,
+        ordinal=draft.ordinal,
+        text=draft.text,
+        text_hash=text_hash or sha256_hex(draft.text),
+        tokens_est=max(1, len(draft.text) // 4),
+        index_kind=prepared.index_kind,
+    )
+
+
+def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
+    """Insert these chunks, their lexical rows and their spans."""
+    created = Chunk.objects.bulk_create([chunk for chunk, _ in new_chunks], batch_size=500)
+    lexical.index_chunks(((chunk.chunk_id, chunk.text) for chunk in created), new=True)
+    Span.objects.bulk_create(
+        [
+            Span(
+                chunk=chunk,
+                span_kind=draft.span_kind,
+                start=draft.start,
+                end=draft.end,
+                extra_json=draft.extra,
+            )
+            for chunk, (_, draft) in zip(created, new_chunks, strict=True)
+        ],
+        batch_size=500,
+    )
+    return created
+
+
+def _document_fields(prepared: Prepared) -> dict:
+    return {
         "source_type": prepared.source_type,
         "doc_type": prepared.doc_type,
         "size_bytes": prepared.size,
@@ -88,6 +163,10 @@ def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
         "deleted": False,
         "indexed_unix": int(time.time()),
     }
+
+
+def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
+    fields = _document_fields(prepared)
     if doc_id is not None:
         Document.objects.filter(doc_id=doc_id).update(**fields)
         return Document(doc_id=doc_id, rel_path=prepared.rel_path, **fields)
@@ -107,33 +186,10 @@ def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh
         if reusable:
             _move_chunk(reusable.pop(), draft)
             continue
-        chunk = Chunk(
-            representation=rep,
-            ordinal=draft.ordinal,
-            text=draft.text,
-            text_hash=text_hash,
-            tokens_est=max(1, len(draft.text) // 4),
-            index_kind=prepared.index_kind,
-        )
-        new_chunks.append((chunk, draft))
+        new_chunks.append((_new_chunk(rep, prepared, draft, text_hash), draft))
     stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
     _tombstone_chunks(stale, delta)
-    created = Chunk.objects.bulk_create([chunk for chunk, _ in new_chunks], batch_size=500)
-    lexical.index_chunks(((chunk.chunk_id, chunk.text) for chunk in created), new=True)
-    Span.objects.bulk_create(
-        [
-            Span(
-                chunk=chunk,
-                span_kind=draft.span_kind,
-                start=draft.start,
-                end=draft.end,
-                extra_json=draft.extra,
-            )
-            for chunk, (_, draft) in zip(created, new_chunks, strict=True)
-        ],
-        batch_size=500,
-    )
-    delta.chunks_added += len(created)
+    delta.chunks_added += len(_create_chunks(new_chunks))
 
 
 def _move_chunk(chunk: Chunk, draft) -> None:
