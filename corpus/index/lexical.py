@@ -18,7 +18,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
+from itertools import chain, islice
+from operator import itemgetter
 from typing import Protocol
 
 from django.db import connection, transaction
@@ -40,6 +41,7 @@ FILTER_WINDOW = 4096
 # An identifier with its connectors: snake_case, kebab-case, a.b.c, a/b.py, a::b.
 _COMPOUND = re.compile(r"\w+(?:[-./\\:]{1,3}\w+)*")
 _PIECE = re.compile(r"[^\W_]+")
+_ALL = itemgetter(0)  # of _expand's (all tokens, extra tokens)
 
 
 # -- the splitter --------------------------------------------------------------
@@ -52,7 +54,8 @@ def tokens(text: str) -> list[str]:
     (``os``, ``path``, ``join``) followed by its camelCase and digit
     sub-words (``http``, ``server`` after ``httpserver``).
     """
-    return [token for match in _COMPOUND.finditer(text) for token in _expand(match.group())[0]]
+    # map and chain keep the per-compound loop in C: this runs over every chunk
+    return list(chain.from_iterable(map(_ALL, map(_expand, _COMPOUND.findall(text)))))
 
 
 def index_text(text: str) -> str:
