@@ -2,29 +2,38 @@
 
 Each chunk is indexed as the tokens of the shared splitter
 (``lexical.tokens``: every identifier whole and in its parts), with
-diacritics folded as FTS5's ``remove_diacritics`` does, under the
-``dir2mcp`` configuration: the English Snowball stemmer, as FTS5's Porter
-tokenizer stems ("uploads" finds "upload"), and, like FTS5, no stop words.
-Feeding tokens rather than raw text keeps PostgreSQL's parser from reading
-``os.path.join`` or ``corpus/ingest/pipeline.py`` as one host or file name.
-Each query term goes through ``plainto_tsquery`` as a bound parameter, so
-no input forms query syntax. ``ts_rank`` with
-length normalisation (flag 1) stands in for BM25: the tiers (every term,
-then some) are the same, the order within a tier can differ from SQLite's.
+diacritics folded as FTS5's ``remove_diacritics`` does, each stemmed by the
+Porter stemmer, the one FTS5 uses (PyStemmer's ``porter``), and no stop
+words, as in FTS5. The tsvector is built here and handed to PostgreSQL
+as a literal: its own parser and stemmer were three quarters of the
+database's work in writing a chunk (docs/benchmarks.md, "Scale-out").
+Query terms go through the same splitter and stemmer and reach PostgreSQL
+as a quoted ``tsquery`` literal, so no input forms query syntax.
+
+A lexeme's positions are ``1..n`` for its ``n`` occurrences (at most 256,
+PostgreSQL's limit): ``ts_rank`` with length normalisation (flag 1) then
+ranks by term frequency and chunk length, as BM25 does, with no proximity
+term. The tiers (every term, then some) are the same as SQLite's; the order
+within a tier can differ.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
 
+import Stemmer
 from django.db import connection
 
-from corpus.index.lexical import TableBackend, tokens
+from corpus.index.lexical import _COMPOUND, TableBackend, _expand
 
 TABLE = "chunks_lexical"
-#: English stemming with no stop-word list: ``for``, ``if`` and ``is`` are
-#: code words, and FTS5 (the SQLite backend) keeps them too.
+#: The text search configuration of earlier index formats (PostgreSQL's
+#: snowball stemmer, no stop words); kept so migrations 0006 and 0007 run.
 CONFIG = "dir2mcp"
 CREATE_CONFIG = f"""
 DO $$ BEGIN
@@ -42,10 +51,16 @@ CREATE_SQL = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (chunk_id bigint PRIMARY KEY, body tsvector NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_body ON {TABLE} USING gin (body)",
 )
+#: One statement for a whole batch: the rows arrive as two arrays.
 UPSERT = (
-    f"INSERT INTO {TABLE} (chunk_id, body) VALUES (%s, to_tsvector('{CONFIG}', %s)) "
+    f"INSERT INTO {TABLE} (chunk_id, body) "
+    "SELECT id, doc::tsvector FROM unnest(%s::bigint[], %s::text[]) AS t(id, doc) "
     "ON CONFLICT (chunk_id) DO UPDATE SET body = EXCLUDED.body"
 )
+#: PostgreSQL keeps at most 256 positions per lexeme and lexemes under 2 KB.
+MAX_POSITIONS = 256
+MAX_LEXEME_BYTES = 2046
+_POSITIONS = [",".join(map(str, range(1, n + 1))) for n in range(MAX_POSITIONS + 1)]
 
 
 def fold(text: str) -> str:
@@ -56,14 +71,75 @@ def fold(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
+# A PyStemmer object is not safe to share between threads: one per thread.
+# Its own cache is off (0): ``lexeme`` memoises, and that cache was slower
+# than stemming again.
+_stemmers = threading.local()
+
+
+def _stem(word: str) -> str:
+    stemmer = getattr(_stemmers, "porter", None)
+    if stemmer is None:
+        stemmer = _stemmers.porter = Stemmer.Stemmer("porter", 0)
+    return stemmer.stemWord(word)
+
+
+@functools.lru_cache(maxsize=200_000)
+def lexeme(token: str) -> str:
+    """The quoted tsvector/tsquery lexeme of one lower-cased token: folded,
+    stemmed; "" for one PostgreSQL cannot store."""
+    stem = _stem(fold(token))
+    if not stem or len(stem) * 4 > MAX_LEXEME_BYTES and len(stem.encode()) > MAX_LEXEME_BYTES:
+        return ""
+    if "'" in stem or "\\" in stem:
+        stem = stem.replace("\\", "\\\\").replace("'", "''")
+    return f"'{stem}'"
+
+
+@functools.lru_cache(maxsize=200_000)
+def _lexemes(compound: str) -> tuple[str, ...]:
+    """The lexemes of one compound's tokens (memoised, as the splitter is)."""
+    return tuple(filter(None, map(lexeme, _expand(compound)[0])))
+
+
 def document(text: str) -> str:
-    """What is indexed for a chunk: its folded tokens, space-separated."""
-    return fold(" ".join(tokens(text)))
+    """What is indexed for a chunk: a tsvector literal of its lexemes, each
+    with one position per occurrence."""
+    # map, chain and Counter keep the per-token work in C
+    counts = Counter(chain.from_iterable(map(_lexemes, _COMPOUND.findall(text))))
+    return " ".join([f"{lex}:{_POSITIONS[min(n, MAX_POSITIONS)]}" for lex, n in counts.items()])
+
+
+def tsquery(terms: Sequence[str], *, require_all: bool) -> str:
+    """A tsquery literal of the terms' lexemes ("" when none is indexable)."""
+    lexemes = dict.fromkeys(filter(None, map(lexeme, terms)))
+    return (" & " if require_all else " | ").join(lexemes)
 
 
 def create(cursor) -> None:
     for statement in CREATE_SQL:
         cursor.execute(statement)
+
+
+def write_rows(cursor, rows: Sequence[tuple[int, str]]) -> None:
+    """Index (chunk_id, text) rows, replacing any the table holds."""
+    latest = dict(rows)  # one row per id: an upsert cannot touch a row twice
+    if latest:
+        cursor.execute(UPSERT, [list(latest), [document(text) for text in latest.values()]])
+
+
+def reindex_all(cursor, rows) -> None:
+    """Empty the table and index these (chunk_id, text) rows (migrations:
+    every live chunk, after a change to what is indexed)."""
+    create(cursor)
+    cursor.execute(f"DELETE FROM {TABLE}")
+    batch: list[tuple[int, str]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == 500:
+            write_rows(cursor, batch)
+            batch = []
+    write_rows(cursor, batch)
 
 
 class PostgresFTS(TableBackend):
@@ -78,7 +154,7 @@ class PostgresFTS(TableBackend):
 
     def insert(self, rows: list[tuple[int, str]]) -> None:
         with connection.cursor() as cursor:
-            cursor.executemany(UPSERT, [(chunk_id, document(text)) for chunk_id, text in rows])
+            write_rows(cursor, rows)
 
     def delete(self, chunk_ids: list[int]) -> None:
         with connection.cursor() as cursor:
@@ -87,11 +163,12 @@ class PostgresFTS(TableBackend):
     def query(
         self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
     ) -> list[tuple[int, float]]:
-        joiner = " && " if require_all else " || "
-        tsquery = joiner.join([f"plainto_tsquery('{CONFIG}', %s)"] * len(terms))
+        query = tsquery(terms, require_all=require_all)
+        if not query:
+            return []
         extra = f"AND ({filter_sql})" if filter_sql else ""
         sql = (
-            f"WITH q AS (SELECT {tsquery} AS query) "
+            "WITH q AS (SELECT %s::tsquery AS query) "
             f"SELECT c.chunk_id, ts_rank(l.body, q.query, 1) AS score FROM q, {TABLE} l "
             "JOIN chunks c ON c.chunk_id = l.chunk_id "
             "JOIN representations r ON r.rep_id = c.representation_id "
@@ -100,5 +177,5 @@ class PostgresFTS(TableBackend):
             "ORDER BY score DESC, c.chunk_id LIMIT %s"
         )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*(fold(term) for term in terms), *params, limit])
+            cursor.execute(sql, [query, *params, limit])
             return [(chunk_id, float(score)) for chunk_id, score in cursor.fetchall()]
