@@ -90,6 +90,11 @@ SQLITE_OPTIONS = {
 
 if env.str("DATABASE_URL", default=""):
     DATABASES = {"default": env.db("DATABASE_URL")}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Parameters travel apart from the statement instead of being quoted
+        # into it: quoting every document's text on the client was a fifth of
+        # a worker's time (docs/benchmarks.md, "Scale-out").
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("server_side_binding", True)
 else:
     DATABASES = {
         "default": {
@@ -135,6 +140,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env.str("DIR2MCP_CELERY_QUEUE", default="dir2mcp")
+# Paths per ingestion task (corpus.ingest.distributed.task_paths).
+DIR2MCP_CELERY_TASK_PATHS = env.int("DIR2MCP_CELERY_TASK_PATHS", default=32)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # A task not acknowledged within the visibility timeout (its worker died) is

@@ -95,6 +95,9 @@ class Workers:
             out.close()
 
 
+TASK_PATHS = 8
+
+
 def scaleout_env(root: Path, database: str) -> dict[str, str]:
     env = base_env()
     env.update(EMBED)
@@ -106,6 +109,8 @@ def scaleout_env(root: Path, database: str) -> dict[str, str]:
             "DIR2MCP_CELERY_QUEUE": f"dir2mcp-test-{uuid.uuid4().hex[:8]}",
             # A dead worker's task comes back after 10 s, not the default hour.
             "DIR2MCP_CELERY_VISIBILITY_TIMEOUT": "10",
+            # Several tasks per worker from this small tree, as a large one has.
+            "DIR2MCP_CELERY_TASK_PATHS": str(TASK_PATHS),
         }
     )
     return env
@@ -211,7 +216,7 @@ def test_two_workers_into_postgres_build_what_one_process_builds(scaleout, datab
     celery = report["celery"]
     assert celery["queued_messages"] == 0 and celery["files_waiting"] == 0
     assert {w["name"].split("@")[0] for w in celery["workers"]} == {"w1", "w2"}
-    assert sum(w["tasks_done"] for w in celery["workers"]) >= len(view["documents"]) // 8
+    assert sum(w["tasks_done"] for w in celery["workers"]) >= len(view["documents"]) // TASK_PATHS
     assert "redis://127.0.0.1:6379/14" == celery["broker"]
 
     assert top_hits(root, env) == reference["top"]

@@ -150,6 +150,27 @@ def test_dispatched_walk_builds_what_the_single_process_walk_builds(corpus_dir, 
     assert Worker.objects.filter(tasks_done__gt=0).exists()
 
 
+def test_tasks_take_the_configured_number_of_paths(corpus_dir, state, runtime, settings):
+    for i in range(7):
+        write(corpus_dir, f"notes/n{i}.md", f"note {i}\n")
+    settings.DIR2MCP_CELERY_TASK_PATHS = 3
+    sent: list[list[str]] = []
+
+    def send(job_id: str, paths: list[str]) -> None:
+        sent.append(paths)
+        ingest(job_id, paths, worker="w")
+
+    DispatchingIndexer(corpus_dir, state, runtime.config, send=send).run()
+
+    assert [len(paths) for paths in sent] == [3, 3, 1]
+    assert Document.objects.filter(status="ok").count() == 7
+
+    settings.DIR2MCP_CELERY_TASK_PATHS = 0
+    with pytest.raises(errors.Dir2mcpError) as refused:
+        DispatchingIndexer(corpus_dir, state, runtime.config)
+    assert refused.value.code == errors.CONFIG_INVALID
+
+
 def test_an_incremental_dispatched_walk_follows_edits_deletions_and_archives(corpus_dir, state, runtime):
     fill(corpus_dir)
     config = runtime.config

@@ -44,8 +44,8 @@ from corpus.status import write_corpus_json
 
 log = logging.getLogger(__name__)
 
-#: Paths per task, and how long a partial batch waits before it is sent.
-DISPATCH_PATHS = 8
+#: How long a partial batch of paths waits before it is sent. How many
+#: paths a task takes is ``DIR2MCP_CELERY_TASK_PATHS`` (default 32).
 DISPATCH_SECONDS = 0.5
 #: How often the coordinator reads the workers' progress while it waits.
 WAIT_SECONDS = 0.25
@@ -77,6 +77,23 @@ def _error_parts(error: str) -> tuple[str, str]:
     return (code, message) if code.isupper() and message else (errors.EXTRACT_FAILED, error)
 
 
+def task_paths() -> int:
+    """Paths per task (``DIR2MCP_CELERY_TASK_PATHS``). Each task costs a
+    dozen statements of bookkeeping whatever its size, so larger tasks go
+    faster; smaller ones share a small tree or slow files (OCR) more evenly
+    between workers, and a killed worker's task redoes less."""
+    from django.conf import settings
+
+    value = settings.DIR2MCP_CELERY_TASK_PATHS
+    if value < 1:
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID,
+            f"DIR2MCP_CELERY_TASK_PATHS must be at least 1, not {value}",
+            hint="Unset it for the default of 32 paths per task.",
+        )
+    return value
+
+
 def _send_task(job_id: str, rel_paths: list[str]) -> None:
     from corpus.tasks import ingest_paths
 
@@ -98,6 +115,7 @@ class DispatchingIndexer(Indexer):
     def __init__(self, *args, send: Callable[[str, list[str]], None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._send = send or _send_task
+        self._task_paths = task_paths()
         self._pending: list[str] = []
         self._pending_started = 0.0
         self._dispatched: set[str] = set()
@@ -131,7 +149,7 @@ class DispatchingIndexer(Indexer):
         self._dispatched.add(entry.rel_path)
 
     def _maybe_flush(self) -> None:
-        if len(self._pending) >= DISPATCH_PATHS or (
+        if len(self._pending) >= self._task_paths or (
             self._pending and time.monotonic() - self._pending_started >= DISPATCH_SECONDS
         ):
             self._send_pending()
@@ -298,11 +316,12 @@ def ingest(job_id: str, rel_paths: list[str], *, worker: str, runtime: WorkerRun
     rt = runtime or WorkerRuntime.get()
     job = IndexJob.objects.get(job_id=job_id)
     items = JobItem.objects.filter(job=job, rel_path__in=rel_paths)
-    queued = list(items.filter(state=JobItem.QUEUED).values_list("rel_path", flat=True))
+    attempts = dict(items.filter(state=JobItem.QUEUED).values_list("rel_path", "attempts"))
+    queued = list(attempts)
     wrote: list[str] = []
     if queued:
         items.filter(rel_path__in=queued).update(attempts=F("attempts") + 1)
-        if items.filter(rel_path__in=queued, attempts__gt=MAX_ATTEMPTS).exists():
+        if max(attempts.values()) + 1 > MAX_ATTEMPTS:
             fail_items(job_id, queued, f"given up after {MAX_ATTEMPTS} deliveries (a worker died on each)")
             return 0
         try:
@@ -346,7 +365,9 @@ def _write(job: IndexJob, queued: list[str], worker: str, rt: WorkerRuntime) -> 
                 return []
             indexer.commit()
             add_to_job(job.job_id, indexer.counters.as_dict())
-            items.update(state=JobItem.WRITTEN, worker=worker)
+            # With nothing to embed, written is finished.
+            state = JobItem.WRITTEN if rt.embedder is not None else JobItem.DONE
+            items.update(state=state, worker=worker, finished_unix=time.time())
     finally:
         indexer._close_resources()
     return queued
