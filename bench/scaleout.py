@@ -13,7 +13,7 @@ the PostgreSQL database (its size less the empty migrated schema's), per
 100k chunks. Needs the machine's PostgreSQL and Redis
 (`bash .ci/services`). Record the figures in docs/benchmarks.md.
 
-    python bench/scaleout.py [--files 400] [--embed-files 60]
+    python bench/scaleout.py [--files 400] [--embed-files 60] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -130,8 +131,8 @@ def stop_workers(procs: list[subprocess.Popen]) -> None:
         proc.wait(60)
 
 
-def on_workers(tree: Path, embed: str, workers: int, work: Path) -> tuple[float, dict, int]:
-    root = work / f"w{workers}-{embed}" / "root"
+def on_workers(tree: Path, embed: str, workers: int, work: Path, run: int = 0) -> tuple[float, dict, int]:
+    root = work / f"w{workers}-{embed}-{run}" / "root"
     shutil.copytree(tree, root)
     with database() as db:
         env = base_env(embed) | {
@@ -164,35 +165,42 @@ def database_size(db: str) -> int:
         return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
 
 
-def embedded(tree: Path, embed: str, work: Path) -> tuple[float, dict]:
-    root = work / f"embedded-{embed}" / "root"
+def embedded(tree: Path, embed: str, work: Path, run: int) -> tuple[float, dict]:
+    root = work / f"embedded-{embed}-{run}" / "root"
     shutil.copytree(tree, root)
     return reindex(root, base_env(embed))
 
 
-def scenario(label: str, tree: Path, embed: str, work: Path) -> list[dict]:
-    rows = []
-    ref_time, ref = embedded(tree, embed, work)
+def scenario(label: str, tree: Path, embed: str, work: Path, repeat: int) -> list[dict]:
+    """Each setup ``repeat`` times, interleaved (default, 1, 2 workers, then
+    again), so drift in the machine's load touches all three alike; the
+    median is reported, with the spread."""
+    times: dict[str, list[float]] = {}
+    sizes: dict[str, float] = {}
+    ref = None
+    for run in range(repeat):
+        elapsed, ref = embedded(tree, embed, work, run)
+        times.setdefault("embedded default (1 process, SQLite)", []).append(elapsed)
+        for workers in (1, 2):
+            elapsed, status, size = on_workers(tree, embed, workers, work, run)
+            same = status["chunks"] == ref["chunks"] and status["documents"] == ref["documents"]
+            assert same, (status, ref)
+            setup = f"{workers} Celery worker{'s' if workers > 1 else ''} (PostgreSQL, Redis)"
+            times.setdefault(setup, []).append(elapsed)
+            sizes[setup] = size / 2**20 * 100_000 / max(ref["chunks"], 1)
+    assert ref is not None
     chunks = ref["chunks"]
-    rows.append({"setup": "embedded default (1 process, SQLite)", "seconds": ref_time, "chunks": chunks})
-    for workers in (1, 2):
-        elapsed, status, size = on_workers(tree, embed, workers, work)
-        assert status["chunks"] == chunks and status["documents"] == ref["documents"], (status, ref)
-        rows.append(
-            {
-                "setup": f"{workers} Celery worker{'s' if workers > 1 else ''} (PostgreSQL, Redis)",
-                "seconds": elapsed,
-                "chunks": chunks,
-                "db_mb_per_100k": size / 2**20 * 100_000 / max(chunks, 1),
-            }
-        )
-    print(f"\n{label}: {ref['documents']} documents, {chunks} chunks")
-    print(f"{'setup':44} {'seconds':>8} {'chunks/s':>9} {'vs default':>10} {'PG MB/100k chunks':>18}")
-    for row in rows:
-        rate = row["chunks"] / row["seconds"]
-        ratio = ref_time / row["seconds"]
-        size = f"{row['db_mb_per_100k']:.0f}" if "db_mb_per_100k" in row else "-"
-        print(f"{row['setup']:44} {row['seconds']:8.1f} {rate:9.1f} {ratio:9.2f}x {size:>18}")
+    ref_time = statistics.median(times["embedded default (1 process, SQLite)"])
+    print(f"\n{label}: {ref['documents']} documents, {chunks} chunks, median of {repeat} runs")
+    print(f"{'setup':44} {'seconds':>8} {'range':>11} {'chunks/s':>9} {'vs default':>10} {'PG MB/100k':>11}")
+    rows = []
+    for setup, runs in times.items():
+        median = statistics.median(runs)
+        size = f"{sizes[setup]:.0f}" if setup in sizes else "-"
+        spread = f"{min(runs):.1f}-{max(runs):.1f}"
+        rate, ratio = chunks / median, ref_time / median
+        print(f"{setup:44} {median:8.1f} {spread:>11} {rate:9.1f} {ratio:9.2f}x {size:>11}")
+        rows.append({"setup": setup, "seconds": median, "runs": runs, "chunks": chunks})
     return rows
 
 
@@ -204,6 +212,7 @@ def main() -> None:
     parser.add_argument(
         "--embed-files", type=int, default=60, help="files for the run with the local embedder"
     )
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each setup (the median is reported)")
     args = parser.parse_args()
     cpu = platform.processor() or platform.machine()
     print(f"machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}")
@@ -211,11 +220,11 @@ def main() -> None:
         work = Path(tmp)
         lexical = work / "stdlib"
         stdlib_part(lexical, args.files)
-        scenario("lexical only, standard library part", lexical, "none", work)
+        scenario("lexical only, standard library part", lexical, "none", work, args.repeat)
 
         embedded_part = work / "stdlib-embedded"
         stdlib_part(embedded_part, args.embed_files)
-        scenario("local embedder, standard library part", embedded_part, "local", work)
+        scenario("local embedder, standard library part", embedded_part, "local", work, args.repeat)
 
 
 if __name__ == "__main__":

@@ -187,7 +187,7 @@ class DispatchingIndexer(Indexer):
             if not self._said_waiting:
                 self._said_waiting = True
                 self.reporter.say(f"Waiting for Celery workers: {left} files queued (docs/scaling.md).")
-            self._flush_counters(force=True)
+            self._flush_counters()  # the workers' progress, each FLUSH_SECONDS
             if self.stop.wait(WAIT_SECONDS):
                 return False
         for rel_path, error in items.filter(state=JobItem.FAILED).values_list("rel_path", "error")[:20]:
