@@ -61,6 +61,7 @@ UPSERT = (
 MAX_POSITIONS = 256
 MAX_LEXEME_BYTES = 2046
 _POSITIONS = [",".join(map(str, range(1, n + 1))) for n in range(MAX_POSITIONS + 1)]
+_CAPPED = _POSITIONS[MAX_POSITIONS]
 
 
 def fold(text: str) -> str:
@@ -107,7 +108,8 @@ def document(text: str) -> str:
     with one position per occurrence."""
     # map, chain and Counter keep the per-token work in C
     counts = Counter(chain.from_iterable(map(_lexemes, _COMPOUND.findall(text))))
-    return " ".join([f"{lex}:{_POSITIONS[min(n, MAX_POSITIONS)]}" for lex, n in counts.items()])
+    top, capped = MAX_POSITIONS, _CAPPED
+    return " ".join([f"{lex}:{_POSITIONS[n] if n <= top else capped}" for lex, n in counts.items()])
 
 
 def tsquery(terms: Sequence[str], *, require_all: bool) -> str:

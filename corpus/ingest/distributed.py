@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 #: How long a partial batch of paths waits before it is sent. How many
 #: paths a task takes is ``DIR2MCP_CELERY_TASK_PATHS`` (default 32).
 DISPATCH_SECONDS = 0.5
-#: How often the coordinator reads the workers' progress while it waits.
-WAIT_SECONDS = 0.25
+#: How often the coordinator looks for the workers' last items while it
+#: waits (one indexed count); its progress lines follow FLUSH_SECONDS.
+WAIT_SECONDS = 0.1
 
 
 def policy_fingerprint(indexer: Indexer) -> str:
