@@ -51,10 +51,18 @@ def base_env(embed: str) -> dict[str, str]:
 
 
 def stdlib_part(dest: Path, files: int) -> None:
-    src = Path(sysconfig.get_paths()["stdlib"])
-    picked = sorted(p for p in src.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
-    for path in picked[:files]:
-        target = dest / path.relative_to(src)
+    """The first ``files`` modules of the standard library (868 without its
+    tests), then of the installed packages (pinned by requirements.txt)."""
+    picked: list[tuple[Path, Path]] = []
+    for key, prefix in (("stdlib", "stdlib"), ("purelib", "site-packages")):
+        src = Path(sysconfig.get_paths()[key])
+        for path in sorted(src.rglob("*.py")):
+            parts = path.relative_to(src).parts
+            if "site-packages" in parts or any(p in ("test", "tests") for p in parts):
+                continue
+            picked.append((path, Path(prefix) / path.relative_to(src)))
+    for path, rel in picked[:files]:
+        target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
 
@@ -220,11 +228,11 @@ def main() -> None:
         work = Path(tmp)
         lexical = work / "stdlib"
         stdlib_part(lexical, args.files)
-        scenario("lexical only, standard library part", lexical, "none", work, args.repeat)
+        scenario("lexical only, Python modules", lexical, "none", work, args.repeat)
 
         embedded_part = work / "stdlib-embedded"
         stdlib_part(embedded_part, args.embed_files)
-        scenario("local embedder, standard library part", embedded_part, "local", work, args.repeat)
+        scenario("local embedder, Python modules", embedded_part, "local", work, args.repeat)
 
 
 if __name__ == "__main__":

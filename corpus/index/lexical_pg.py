@@ -24,7 +24,7 @@ import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, islice
 
 import Stemmer
 from django.db import connection
@@ -130,18 +130,26 @@ def write_rows(cursor, rows: Sequence[tuple[int, str]]) -> None:
         cursor.execute(UPSERT, [list(latest), [document(text) for text in latest.values()]])
 
 
+def copy_rows(cursor, rows: Sequence[tuple[int, str]]) -> None:
+    """Index rows of chunks the table does not hold yet (new ids): COPY,
+    without an array to build, escape and unpack, and no conflict check.
+    ``rows`` must be in memory: the COPY holds the connection."""
+    raw = getattr(cursor, "cursor", cursor)  # psycopg's own, under Django's wrapper
+    with raw.copy(f"COPY {TABLE} (chunk_id, body) FROM STDIN") as copy:
+        for chunk_id, text in rows:
+            copy.write_row((chunk_id, document(text)))
+
+
 def reindex_all(cursor, rows) -> None:
     """Empty the table and index these (chunk_id, text) rows (migrations:
     every live chunk, after a change to what is indexed)."""
     create(cursor)
     cursor.execute(f"DELETE FROM {TABLE}")
-    batch: list[tuple[int, str]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == 500:
-            write_rows(cursor, batch)
-            batch = []
-    write_rows(cursor, batch)
+    # In batches: a COPY holds the connection, so the rows (a server-side
+    # cursor on the same connection) are read between COPYs, not during one.
+    iterator = iter(rows)
+    while batch := list(islice(iterator, 500)):
+        copy_rows(cursor, batch)
 
 
 class PostgresFTS(TableBackend):
@@ -152,11 +160,12 @@ class PostgresFTS(TableBackend):
         create(cursor)
 
     def replace(self, rows: list[tuple[int, str]]) -> None:
-        self.insert(rows)  # an upsert replaces
+        with connection.cursor() as cursor:
+            write_rows(cursor, rows)
 
     def insert(self, rows: list[tuple[int, str]]) -> None:
         with connection.cursor() as cursor:
-            write_rows(cursor, rows)
+            copy_rows(cursor, rows)
 
     def delete(self, chunk_ids: list[int]) -> None:
         with connection.cursor() as cursor:
