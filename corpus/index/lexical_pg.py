@@ -32,26 +32,12 @@ from django.db import connection
 from corpus.index.lexical import _COMPOUND, TableBackend, _expand
 
 TABLE = "chunks_lexical"
-#: The text search configuration of earlier index formats (PostgreSQL's
-#: snowball stemmer, no stop words); kept so migrations 0006 and 0007 run.
-CONFIG = "dir2mcp"
-CREATE_CONFIG = f"""
-DO $$ BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_ts_config WHERE cfgname = '{CONFIG}') THEN
-    CREATE TEXT SEARCH DICTIONARY {CONFIG}_stem (TEMPLATE = snowball, Language = english);
-    CREATE TEXT SEARCH CONFIGURATION {CONFIG} (COPY = english);
-    ALTER TEXT SEARCH CONFIGURATION {CONFIG}
-      ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part
-      WITH {CONFIG}_stem;
-  END IF;
-END $$
-"""
 CREATE_SQL = (
-    CREATE_CONFIG,
     f"CREATE TABLE IF NOT EXISTS {TABLE} (chunk_id bigint PRIMARY KEY, body tsvector NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_body ON {TABLE} USING gin (body)",
 )
-#: One statement for a whole batch: the rows arrive as two arrays.
+#: Rows that may replace others, in one statement: two arrays (new rows go
+#: in by COPY, ``copy_rows``).
 UPSERT = (
     f"INSERT INTO {TABLE} (chunk_id, body) "
     "SELECT id, doc::tsvector FROM unnest(%s::bigint[], %s::text[]) AS t(id, doc) "

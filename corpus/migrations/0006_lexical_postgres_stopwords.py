@@ -1,7 +1,8 @@
 """PostgreSQL's lexical index keeps stop words (corpus/index/lexical_pg.py).
 
-Creates the ``dir2mcp`` text search configuration; migration 0008
-re-indexes every live chunk. A no-op on other databases.
+It created the ``dir2mcp`` text search configuration, which lexemes built
+in Python (migration 0008) no longer use; now it only makes sure the table
+exists. A no-op on other databases.
 """
 
 from django.db import migrations
