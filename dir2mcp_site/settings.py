@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from dir2mcp_site import bootstrap
 from dir2mcp_site.ops import secretkey
@@ -18,6 +19,22 @@ from dir2mcp_site.ops import secretkey
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
+
+
+def _whole(name: str, default: int, *, minimum: int) -> int:
+    """An integer setting. Anything else stops every entry point with one
+    ``CONFIG_INVALID`` line and exit 2 (``cli.load_settings_or_exit``)."""
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    return value
+
 
 DIR2MCP_ROOT = bootstrap.root_dir()
 DIR2MCP_STATE_DIR = bootstrap.state_dir()
@@ -81,7 +98,7 @@ TEMPLATES = [
 # `status` share one file; IMMEDIATE transactions take the write lock up
 # front so concurrent writers queue instead of failing mid-transaction.
 SQLITE_OPTIONS = {
-    "timeout": env.int("DIR2MCP_SQLITE_TIMEOUT", default=30),
+    "timeout": _whole("DIR2MCP_SQLITE_TIMEOUT", 30, minimum=0),
     "transaction_mode": "IMMEDIATE",
     "init_command": (
         "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000;"
@@ -141,12 +158,12 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env.str("DIR2MCP_CELERY_QUEUE", default="dir2mcp")
 # Paths per ingestion task (corpus.ingest.distributed.task_paths).
-DIR2MCP_CELERY_TASK_PATHS = env.int("DIR2MCP_CELERY_TASK_PATHS", default=32)
+DIR2MCP_CELERY_TASK_PATHS = _whole("DIR2MCP_CELERY_TASK_PATHS", 32, minimum=1)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # A task not acknowledged within the visibility timeout (its worker died) is
 # delivered again; it must exceed the longest task (OCR of a large scan).
-_VISIBILITY = env.int("DIR2MCP_CELERY_VISIBILITY_TIMEOUT", default=3600)
+_VISIBILITY = _whole("DIR2MCP_CELERY_VISIBILITY_TIMEOUT", 3600, minimum=1)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": _VISIBILITY,
     "unacked_restore_interval": min(10, _VISIBILITY),

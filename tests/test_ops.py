@@ -445,6 +445,25 @@ def test_behind_a_proxy_a_missing_or_published_secret_key_refuses_to_start(tmp_p
     assert not (tmp_path / ".dir2mcp").exists()
 
 
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("DIR2MCP_CELERY_TASK_PATHS", "0", "DIR2MCP_CELERY_TASK_PATHS must be at least 1, not 0"),
+        ("DIR2MCP_CELERY_TASK_PATHS", "many", "DIR2MCP_CELERY_TASK_PATHS must be a whole number, not 'many'"),
+        ("DIR2MCP_CELERY_VISIBILITY_TIMEOUT", "1h", "DIR2MCP_CELERY_VISIBILITY_TIMEOUT must be a whole"),
+        ("DIR2MCP_SQLITE_TIMEOUT", "-1", "DIR2MCP_SQLITE_TIMEOUT must be at least 0, not -1"),
+    ],
+)
+def test_a_malformed_number_setting_is_one_config_invalid_line(tmp_path, name, value, message):
+    from tests.test_cli import cli
+
+    result = cli("status", "--dir", str(tmp_path), env={name: value})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+    assert line.startswith(f"ERROR: CONFIG_INVALID: {message}")
+
+
 def test_daphne_itself_refuses_a_missing_secret_key_behind_a_proxy_in_one_line(tmp_path):
     """Bare ``daphne dir2mcp_site.asgi:application`` (a systemd unit, docs/deploy.md)
     goes through the same CONFIG_INVALID line as the dir2mcp command."""

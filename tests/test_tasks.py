@@ -165,11 +165,6 @@ def test_tasks_take_the_configured_number_of_paths(corpus_dir, state, runtime, s
     assert [len(paths) for paths in sent] == [3, 3, 1]
     assert Document.objects.filter(status="ok").count() == 7
 
-    settings.DIR2MCP_CELERY_TASK_PATHS = 0
-    with pytest.raises(errors.Dir2mcpError) as refused:
-        DispatchingIndexer(corpus_dir, state, runtime.config)
-    assert refused.value.code == errors.CONFIG_INVALID
-
 
 def test_an_incremental_dispatched_walk_follows_edits_deletions_and_archives(corpus_dir, state, runtime):
     fill(corpus_dir)

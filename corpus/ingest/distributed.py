@@ -85,14 +85,7 @@ def task_paths() -> int:
     between workers, and a killed worker's task redoes less."""
     from django.conf import settings
 
-    value = settings.DIR2MCP_CELERY_TASK_PATHS
-    if value < 1:
-        raise errors.Dir2mcpError(
-            errors.CONFIG_INVALID,
-            f"DIR2MCP_CELERY_TASK_PATHS must be at least 1, not {value}",
-            hint="Unset it for the default of 32 paths per task.",
-        )
-    return value
+    return settings.DIR2MCP_CELERY_TASK_PATHS  # at least 1: settings.py refuses less
 
 
 def _send_task(job_id: str, rel_paths: list[str]) -> None:
