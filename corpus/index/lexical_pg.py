@@ -24,12 +24,12 @@ import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
-from itertools import chain, islice
+from itertools import chain
 
 import Stemmer
 from django.db import connection
 
-from corpus.index.lexical import _COMPOUND, TableBackend, _expand
+from corpus.index.lexical import _COMPOUND, TableBackend, _batches, _expand
 
 TABLE = "chunks_lexical"
 CREATE_SQL = (
@@ -133,8 +133,7 @@ def reindex_all(cursor, rows) -> None:
     cursor.execute(f"DELETE FROM {TABLE}")
     # In batches: a COPY holds the connection, so the rows (a server-side
     # cursor on the same connection) are read between COPYs, not during one.
-    iterator = iter(rows)
-    while batch := list(islice(iterator, 500)):
+    for batch in _batches(rows):
         copy_rows(cursor, batch)
 
 
