@@ -88,9 +88,22 @@ def browser(tmp_path):
 
 
 def wait_for(driver, condition):
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(condition)
+    try:
+        return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(condition)
+    except TimeoutException as exc:  # say which page the browser was left on
+        body = driver.find_elements("tag name", "body")
+        shown = body[0].text[:500] if body else ""
+        page = f"{driver.current_url} ({driver.title!r})"
+        raise AssertionError(f"not seen within {WAIT} s on {page}: {shown!r}") from exc
+
+
+def find(driver, by: str, value: str):
+    """The element once it is there: a click that submits a form or follows a
+    link may return before the next page has loaded."""
+    return wait_for(driver, lambda d: (d.find_elements(by, value) or [None])[0])
 
 
 def text_of(driver, field: str) -> str:
@@ -114,10 +127,8 @@ def test_browse_a_document_to_its_chunks(browser, server):
 
     sign_in(browser, server.base)
     browser.find_element(By.LINK_TEXT, "Documents").click()
-    browser.find_element(By.LINK_TEXT, "src/loader.py").click()
-    assert (
-        "def parse_config_file(path):" in browser.find_element(By.CSS_SELECTOR, "td.field-text_preview").text
-    )
+    find(browser, By.LINK_TEXT, "src/loader.py").click()
+    assert "def parse_config_file(path):" in find(browser, By.CSS_SELECTOR, "td.field-text_preview").text
     browser.find_element(By.ID, "document-chunks-link").click()
     wait_for(browser, lambda d: "chunk" in d.title.lower())
     assert "parse_config_file" in browser.page_source
@@ -146,7 +157,7 @@ def test_status_page_updates_live_while_a_reindex_runs(browser, server):
     browser.find_element(By.ID, "action-toggle").click()
     Select(browser.find_element(By.NAME, "action")).select_by_value("reindex_selected")
     browser.find_element(By.NAME, "index").click()
-    assert "in the background" in browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    assert "in the background" in find(browser, By.CSS_SELECTOR, "ul.messagelist").text
 
     browser.switch_to.window(status_tab)
     seen: set[tuple[str, str]] = set()
