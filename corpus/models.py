@@ -48,7 +48,7 @@ class Document(models.Model):
     doc_id = models.BigAutoField(primary_key=True)
     rel_path = models.CharField(max_length=4096, unique=True)
     source_type = models.CharField(max_length=16, choices=SourceType.choices, default=SourceType.FILE)
-    doc_type = models.CharField(max_length=32, db_index=True)
+    doc_type = models.CharField(max_length=32)
     size_bytes = models.BigIntegerField(default=0)
     mtime_unix = models.BigIntegerField(default=0)
     # Nanosecond mtime catches edits within the same second; with size it
@@ -58,9 +58,9 @@ class Document(models.Model):
     # Fingerprint of the settings that shaped this document's representations
     # (chunking, modes, provider availability): a change re-processes it.
     policy_hash = models.CharField(max_length=64, blank=True, default="")
-    status = models.CharField(max_length=16, choices=DocStatus.choices, default=DocStatus.OK, db_index=True)
+    status = models.CharField(max_length=16, choices=DocStatus.choices, default=DocStatus.OK)
     error = models.TextField(null=True, blank=True, help_text="Error or skip reason.")
-    deleted = models.BooleanField(default=False, db_index=True)
+    deleted = models.BooleanField(default=False)
     indexed_unix = models.BigIntegerField(default=0)
 
     class Meta:
@@ -85,7 +85,11 @@ class Representation(models.Model):
     """A text view of a document (raw text, OCR, transcript, annotation)."""
 
     rep_id = models.BigAutoField(primary_key=True)
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="representations")
+    # rep_doc_type leads with the document: no index of its own (each one
+    # costs every insert; see migration 0010).
+    document = models.ForeignKey(
+        Document, on_delete=models.CASCADE, related_name="representations", db_index=False
+    )
     rep_type = models.CharField(max_length=32, choices=RepType.choices)
     rep_hash = models.CharField(max_length=64)
     created_unix = models.BigIntegerField(default=0)
@@ -107,10 +111,14 @@ class Chunk(models.Model):
     """A span of a representation; ``chunk_id`` is the ANN label."""
 
     chunk_id = models.BigAutoField(primary_key=True)
-    representation = models.ForeignKey(Representation, on_delete=models.CASCADE, related_name="chunks")
+    # chunk_rep_live leads with the representation.
+    representation = models.ForeignKey(
+        Representation, on_delete=models.CASCADE, related_name="chunks", db_index=False
+    )
     ordinal = models.IntegerField()
     text = models.TextField()
-    text_hash = models.CharField(max_length=64, db_index=True)
+    # Compared within a representation's chunks, never looked up: no index.
+    text_hash = models.CharField(max_length=64)
     tokens_est = models.IntegerField(default=0)
     index_kind = models.CharField(max_length=8, choices=IndexKind.choices, default=IndexKind.TEXT)
     embedding_status = models.CharField(
@@ -138,7 +146,7 @@ class Chunk(models.Model):
 class Span(models.Model):
     """Provenance of a chunk: a line range, a page, or a time range (ms)."""
 
-    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="spans")
+    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="spans", db_index=False)
     span_kind = models.CharField(max_length=8, choices=SpanKind.choices)
     start = models.BigIntegerField()
     end = models.BigIntegerField()

@@ -14,14 +14,15 @@ COLUMNS = (("representations", "text"), ("chunks", "text"))
 
 
 def lz4(apps, schema_editor):
-    _compress(schema_editor, "lz4")
+    compress(schema_editor, "lz4", COLUMNS)
 
 
 def pglz(apps, schema_editor):
-    _compress(schema_editor, "pglz")
+    compress(schema_editor, "pglz", COLUMNS)
 
 
-def _compress(schema_editor, method: str) -> None:
+def compress(schema_editor, method: str, columns) -> None:
+    """Set these (table, column)s' compression, if the server has it."""
     if schema_editor.connection.vendor != "postgresql":
         return
     with schema_editor.connection.cursor() as cursor:
@@ -31,7 +32,7 @@ def _compress(schema_editor, method: str) -> None:
         )
         if cursor.fetchone() is None:
             return
-        for table, column in COLUMNS:
+        for table, column in columns:
             cursor.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION {method}")
 
 
