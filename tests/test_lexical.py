@@ -397,6 +397,24 @@ def test_repeated_words_blobs_and_accents_index_and_match(index):
     assert_in_sync()
 
 
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="the tsvector is PostgreSQL's")
+def test_a_chunk_is_stored_as_its_stemmed_tokens_with_one_position_per_occurrence(index):
+    """The binary tsvector a COPY sends reads back as the one PostgreSQL
+    would hold: folded, stemmed, sorted, positions 1..n (the "s" of "it's",
+    which the stemmer empties, is left out); a replaced row too."""
+    index({"a.md": "Café parseConfig parseConfig it's\n"})
+    chunk_id = Chunk.objects.get().chunk_id
+
+    def stored() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT body::text FROM chunks_lexical WHERE chunk_id = %s", [chunk_id])
+            return cursor.fetchone()[0]
+
+    assert stored() == "'cafe':1 'config':1,2 'it':1 'pars':1,2 'parseconfig':1,2"
+    lexical.index_chunks([(chunk_id, "zebra zebra zebra")])
+    assert stored() == "'zebra':1,2,3"
+
+
 def test_rebuild_recreates_a_missing_table(index):
     index({"a.md": "the quokkaword\n"})
     with connection.cursor() as cursor:

@@ -5,8 +5,10 @@ Each chunk is indexed as the tokens of the shared splitter
 diacritics folded as FTS5's ``remove_diacritics`` does, each stemmed by the
 Porter stemmer, the one FTS5 uses (PyStemmer's ``porter``), and no stop
 words, as in FTS5. The tsvector is built here and handed to PostgreSQL
-as a literal: its own parser and stemmer were three quarters of the
-database's work in writing a chunk (docs/benchmarks.md, "Scale-out").
+by binary COPY, sorted as the server keeps it: its own parser and stemmer
+were three quarters of the database's work in writing a chunk, and the
+tsvector literal's parsing and sorting a sixth of what was left
+(docs/benchmarks.md, "Scale-out").
 Query terms go through the same splitter and stemmer and reach PostgreSQL
 as a quoted ``tsquery`` literal, so no input forms query syntax.
 
@@ -20,6 +22,7 @@ within a tier can differ.
 from __future__ import annotations
 
 import functools
+import struct
 import threading
 import unicodedata
 from collections import Counter
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 from itertools import chain
 
 import Stemmer
-from django.db import connection
+from django.db import connection, transaction
 
 from corpus.index.lexical import _COMPOUND, TableBackend, _batches, _expand
 
@@ -36,18 +39,18 @@ CREATE_SQL = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (chunk_id bigint PRIMARY KEY, body tsvector NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_body ON {TABLE} USING gin (body)",
 )
-#: Rows that may replace others, in one statement: two arrays (new rows go
-#: in by COPY, ``copy_rows``).
-UPSERT = (
-    f"INSERT INTO {TABLE} (chunk_id, body) "
-    "SELECT id, doc::tsvector FROM unnest(%s::bigint[], %s::text[]) AS t(id, doc) "
-    "ON CONFLICT (chunk_id) DO UPDATE SET body = EXCLUDED.body"
-)
 #: PostgreSQL keeps at most 256 positions per lexeme and lexemes under 2 KB.
 MAX_POSITIONS = 256
 MAX_LEXEME_BYTES = 2046
-_POSITIONS = [",".join(map(str, range(1, n + 1))) for n in range(MAX_POSITIONS + 1)]
-_CAPPED = _POSITIONS[MAX_POSITIONS]
+#: COPY's binary format (the PostgreSQL manual, "COPY", "Binary Format"):
+#: the signature, no flags, no header extension; the end of the data.
+_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+_TRAILER = b"\xff\xff"
+_ROW = struct.Struct(">hiqi")  # two fields: an 8-byte chunk_id, then the tsvector's length
+_COUNT = struct.Struct(">i")
+#: After a lexeme in tsvectorsend's format: its number of positions, then
+#: each (weight D, so the bare position): 1..n for its n occurrences.
+_TAILS = [struct.pack(f">H{n}H", n, *range(1, n + 1)) for n in range(MAX_POSITIONS + 1)]
 
 
 def fold(text: str) -> str:
@@ -59,7 +62,7 @@ def fold(text: str) -> str:
 
 
 # A PyStemmer object is not safe to share between threads: one per thread.
-# Its own cache is off (0): ``lexeme`` memoises, and that cache was slower
+# Its own cache is off (0): ``stem`` memoises, and that cache was slower
 # than stemming again.
 _stemmers = threading.local()
 
@@ -72,30 +75,40 @@ def _stem(word: str) -> str:
 
 
 @functools.lru_cache(maxsize=200_000)
-def lexeme(token: str) -> str:
-    """The quoted tsvector/tsquery lexeme of one lower-cased token: folded,
-    stemmed; "" for one PostgreSQL cannot store."""
-    stem = _stem(fold(token))
-    if not stem or len(stem) * 4 > MAX_LEXEME_BYTES and len(stem.encode()) > MAX_LEXEME_BYTES:
+def stem(token: str) -> str:
+    """The lexeme of one lower-cased token: folded, stemmed; "" for one
+    PostgreSQL cannot store."""
+    stemmed = _stem(fold(token))
+    if len(stemmed) * 4 > MAX_LEXEME_BYTES and len(stemmed.encode()) > MAX_LEXEME_BYTES:
         return ""
-    if "'" in stem or "\\" in stem:
-        stem = stem.replace("\\", "\\\\").replace("'", "''")
-    return f"'{stem}'"
+    return stemmed
+
+
+def lexeme(token: str) -> str:
+    """The quoted tsquery lexeme of one token ("" if it has none)."""
+    word = stem(token)
+    if "'" in word or "\\" in word:
+        word = word.replace("\\", "\\\\").replace("'", "''")
+    return f"'{word}'" if word else ""
 
 
 @functools.lru_cache(maxsize=200_000)
-def _lexemes(compound: str) -> tuple[str, ...]:
-    """The lexemes of one compound's tokens (memoised, as the splitter is)."""
-    return tuple(filter(None, map(lexeme, _expand(compound)[0])))
+def _entries(compound: str) -> tuple[bytes, ...]:
+    """The lexemes of one compound's tokens as tsvectorsend writes them:
+    UTF-8, ended by a NUL (memoised, as the splitter is)."""
+    return tuple(word.encode() + b"\0" for word in map(stem, _expand(compound)[0]) if word)
 
 
-def document(text: str) -> str:
-    """What is indexed for a chunk: a tsvector literal of its lexemes, each
-    with one position per occurrence."""
+def document(text: str) -> bytes:
+    """What is indexed for a chunk: its tsvector in binary form (as
+    ``tsvectorsend`` writes it), each lexeme with one position per
+    occurrence, in PostgreSQL's order, so the server neither parses nor
+    sorts it."""
     # map, chain and Counter keep the per-token work in C
-    counts = Counter(chain.from_iterable(map(_lexemes, _COMPOUND.findall(text))))
-    top, capped = MAX_POSITIONS, _CAPPED
-    return " ".join([f"{lex}:{_POSITIONS[n] if n <= top else capped}" for lex, n in counts.items()])
+    counts = Counter(chain.from_iterable(map(_entries, _COMPOUND.findall(text))))
+    tails, top = _TAILS, MAX_POSITIONS
+    entries = [entry + tails[n if n <= top else top] for entry, n in sorted(counts.items())]
+    return _COUNT.pack(len(entries)) + b"".join(entries)
 
 
 def tsquery(terms: Sequence[str], *, require_all: bool) -> str:
@@ -109,21 +122,19 @@ def create(cursor) -> None:
         cursor.execute(statement)
 
 
-def write_rows(cursor, rows: Sequence[tuple[int, str]]) -> None:
-    """Index (chunk_id, text) rows, replacing any the table holds."""
-    latest = dict(rows)  # one row per id: an upsert cannot touch a row twice
-    if latest:
-        cursor.execute(UPSERT, [list(latest), [document(text) for text in latest.values()]])
-
-
 def copy_rows(cursor, rows: Sequence[tuple[int, str]]) -> None:
-    """Index rows of chunks the table does not hold yet (new ids): COPY,
-    without an array to build, escape and unpack, and no conflict check.
-    ``rows`` must be in memory: the COPY holds the connection."""
+    """Index rows of chunks the table does not hold (new ids, or ids just
+    deleted in this transaction) by binary COPY. ``rows`` must be in memory:
+    the COPY holds the connection."""
     raw = getattr(cursor, "cursor", cursor)  # psycopg's own, under Django's wrapper
-    with raw.copy(f"COPY {TABLE} (chunk_id, body) FROM STDIN") as copy:
-        for chunk_id, text in rows:
-            copy.write_row((chunk_id, document(text)))
+    pack = _ROW.pack
+    data = [_SIGNATURE]
+    for chunk_id, text in rows:
+        body = document(text)
+        data += (pack(2, 8, chunk_id, len(body)), body)
+    data.append(_TRAILER)
+    with raw.copy(f"COPY {TABLE} (chunk_id, body) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.write(b"".join(data))
 
 
 def reindex_all(cursor, rows) -> None:
@@ -145,8 +156,12 @@ class PostgresFTS(TableBackend):
         create(cursor)
 
     def replace(self, rows: list[tuple[int, str]]) -> None:
-        with connection.cursor() as cursor:
-            write_rows(cursor, rows)
+        latest = dict(rows)  # one row per id
+        if not latest:
+            return
+        with transaction.atomic():  # the delete and the COPY are one change
+            self.delete(list(latest))
+            self.insert(list(latest.items()))
 
     def insert(self, rows: list[tuple[int, str]]) -> None:
         with connection.cursor() as cursor:
