@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import logging
 
-from celery.signals import worker_process_init, worker_ready
-from django.db import InterfaceError, OperationalError
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init, worker_ready
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, close_old_connections, connections
 
 from dir2mcp_site.celery import app
 
 log = logging.getLogger(__name__)
+
+#: Seconds a worker process keeps its database connection across tasks.
+#: Celery's Django fixup would close it after every task (settings.py turns
+#: that off), and a new PostgreSQL connection, a new server process with
+#: cold caches, per task was a tenth of the work of indexing
+#: (docs/benchmarks.md, "Scale-out"). A broken connection is still
+#: replaced before the next task.
+CONNECTION_MAX_AGE = 300
 
 
 class _IngestTask(app.Task):
@@ -51,12 +59,34 @@ def ingest_paths(self, job_id: str, rel_paths: list[str]) -> int:
     return ingest(job_id, rel_paths, worker=self.request.hostname or "in-process")
 
 
+@worker_init.connect
+def _keep_connections(**_):
+    """Worker processes (a prefork pool's children inherit this) keep their
+    database connection between tasks, checked before each reuse."""
+    settings = connections.settings[DEFAULT_DB_ALIAS]
+    settings["CONN_MAX_AGE"] = CONNECTION_MAX_AGE
+    settings["CONN_HEALTH_CHECKS"] = True
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _recycle_connections(sender=None, **_):
+    """Around each task on a worker, as Django does around a request: close
+    connections that failed or outlived CONNECTION_MAX_AGE; keep the rest.
+    A task run eagerly (no broker) is part of its caller's work and leaves
+    the caller's connection alone."""
+    if sender is not None and getattr(sender.request, "is_eager", False):
+        return
+    close_old_connections()
+
+
 @worker_process_init.connect
 def _load(**_):
     """Each pool process opens the store and loads its embedder once, at
     start: not in the first task, and a wrong root or database fails here."""
     from corpus.ingest.distributed import WorkerRuntime
 
+    _keep_connections()
     WorkerRuntime.get()
 
 

@@ -161,6 +161,10 @@ CELERY_TASK_DEFAULT_QUEUE = env.str("DIR2MCP_CELERY_QUEUE", default="dir2mcp")
 DIR2MCP_CELERY_TASK_PATHS = _whole("DIR2MCP_CELERY_TASK_PATHS", 32, minimum=1)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Celery's Django fixup closes the database connection after every task
+# unless told to reuse it this many times; corpus/tasks.py manages worker
+# connections instead (kept across tasks, replaced when broken).
+CELERY_DB_REUSE_MAX = 2**31
 # A task not acknowledged within the visibility timeout (its worker died) is
 # delivered again; it must exceed the longest task (OCR of a large scan).
 _VISIBILITY = _whole("DIR2MCP_CELERY_VISIBILITY_TIMEOUT", 3600, minimum=1)

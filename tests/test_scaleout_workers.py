@@ -178,6 +178,14 @@ def top_hits(root: Path, env: dict) -> dict[str, tuple]:
     return out
 
 
+def sessions(database: str) -> int:
+    """Connections ever opened to this database."""
+    with psycopg.connect(database) as conn:
+        return conn.execute(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()[0]
+
+
 def status(root: Path, env: dict) -> dict:
     done = cli("status", "--dir", str(root), "--json", env={**EMBED, **env})
     assert done.returncode == 0, done.stderr
@@ -196,9 +204,11 @@ def test_two_workers_into_postgres_build_what_one_process_builds(scaleout, datab
     workers.start("w1")
     workers.start("w2")
 
+    opened = sessions(database)
     done = cli("reindex", "--dir", str(root), env=env, timeout=600)
     assert done.returncode == 0, done.stderr + done.stdout
     assert "Waiting for Celery workers" in done.stdout
+    opened = sessions(database) - opened
 
     with psycopg.connect(database) as conn:
         view = snapshot(conn)
@@ -216,10 +226,28 @@ def test_two_workers_into_postgres_build_what_one_process_builds(scaleout, datab
     celery = report["celery"]
     assert celery["queued_messages"] == 0 and celery["files_waiting"] == 0
     assert {w["name"].split("@")[0] for w in celery["workers"]} == {"w1", "w2"}
-    assert sum(w["tasks_done"] for w in celery["workers"]) >= len(view["documents"]) // TASK_PATHS
+    tasks = sum(w["tasks_done"] for w in celery["workers"])
+    assert tasks >= len(view["documents"]) // TASK_PATHS
     assert "redis://127.0.0.1:6379/14" == celery["broker"]
+    # Workers keep their connection from task to task (corpus/tasks.py):
+    # the coordinator's and one per worker, not one per task.
+    assert opened <= 4 < tasks, (opened, tasks)
 
     assert top_hits(root, env) == reference["top"]
+
+    # Connections cut under the workers (a database restart): the next
+    # tasks connect again and finish.
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid != pg_backend_pid()"
+        )
+    (root / "after_restart.md").write_text("The zanzibarword arrived after the restart.\n")
+    again = cli("reindex", "--dir", str(root), env=env, timeout=600)
+    assert again.returncode == 0, again.stderr + again.stdout
+    hit = cli("ask", "zanzibarword", "--dir", str(root), "--mode", "search_only", "--json", env=env)
+    assert json.loads(hit.stdout)["citations"][0]["rel_path"] == "after_restart.md", hit.stdout
+    assert status(root, env)["indexing"]["errors"] == 0
 
 
 def test_a_worker_killed_mid_task_loses_and_duplicates_nothing(scaleout, database, reference):
