@@ -8,9 +8,11 @@ once applies everywhere; a second copy of a check would be a future bypass.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -157,6 +159,23 @@ class ExclusionEngine:
         self._secrets = tuple(re.compile(p) for p in policy.secret_patterns)
         self._state_rel = self._state_rel_for(state_dir)
         self._gitignores: dict[str, tuple[int, int, GitignoreRule | None]] = {}
+        # While pinned: each directory's verdict and .gitignore, judged once.
+        self._pinned_dirs: dict[str, tuple[str | None, tuple[GitignoreRule, ...]]] | None = None
+        self._pinned_rules: dict[str, GitignoreRule | None] | None = None
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Judge a batch of paths against the rules as they stand when it
+        starts, as a walk is: each directory's verdict and ``.gitignore``
+        are looked up once in the block, not once per path below them."""
+        if self._pinned_dirs is not None:  # nested: the outer block rules
+            yield
+            return
+        self._pinned_dirs, self._pinned_rules = {}, {}
+        try:
+            yield
+        finally:
+            self._pinned_dirs = self._pinned_rules = None
 
     def _state_rel_for(self, state_dir: Path | None) -> str | None:
         if state_dir is None:
@@ -188,15 +207,28 @@ class ExclusionEngine:
     def _path_reason(self, rel: str, *, is_dir: bool) -> str | None:
         if not rel:
             return None
-        parts = rel.split("/")
-        chain: tuple[GitignoreRule, ...] = ()
-        for depth in range(len(parts)):
-            last = depth == len(parts) - 1
-            chain = self.gitignore_chain("/".join(parts[:depth]), chain)
-            reason = self.entry_reason("/".join(parts[: depth + 1]), is_dir=is_dir or not last, chain=chain)
+        parent, _, _ = rel.rpartition("/")
+        reason, chain = self._dir_verdict(parent)
+        return reason if reason is not None else self.entry_reason(rel, is_dir=is_dir, chain=chain)
+
+    def _dir_verdict(self, dir_rel: str) -> tuple[str | None, tuple[GitignoreRule, ...]]:
+        """Why directory ``dir_rel`` or one above it is excluded (``None``
+        if neither is), and the ``.gitignore`` chain that applies inside it."""
+        memo = self._pinned_dirs
+        reason, chain = None, self.gitignore_chain("")
+        parts = dir_rel.split("/") if dir_rel else []
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:depth])
+            verdict = memo.get(prefix) if memo is not None else None
+            if verdict is None:
+                reason = self.entry_reason(prefix, is_dir=True, chain=chain)
+                verdict = (reason, chain if reason is not None else self.gitignore_chain(prefix, chain))
+                if memo is not None:
+                    memo[prefix] = verdict
+            reason, chain = verdict
             if reason is not None:
-                return reason
-        return None
+                break
+        return reason, chain
 
     def entry_reason(
         self, rel_path: str, *, is_dir: bool = False, chain: tuple[GitignoreRule, ...] = ()
@@ -245,6 +277,14 @@ class ExclusionEngine:
         return chain
 
     def _gitignore_for(self, dir_rel: str) -> GitignoreRule | None:
+        pinned = self._pinned_rules
+        if pinned is not None:
+            if dir_rel not in pinned:
+                pinned[dir_rel] = self._read_gitignore(dir_rel)
+            return pinned[dir_rel]
+        return self._read_gitignore(dir_rel)
+
+    def _read_gitignore(self, dir_rel: str) -> GitignoreRule | None:
         path = os.path.join(self._root_str, dir_rel, ".gitignore")
         try:
             st = os.stat(path)
@@ -279,8 +319,9 @@ class ExclusionEngine:
         real = self._walk_components(rel.partition(ARCHIVE_SEPARATOR)[0])
         # Judge the real target too: with symlinks followed, "link" may name ".env".
         real_rel = Path(real).relative_to(self.root).as_posix()
-        if real_rel != ".":
-            self._forbid_excluded(real_rel, is_dir=os.path.isdir(real))
+        is_dir = os.path.isdir(real)
+        if real_rel != "." and (real_rel != rel or is_dir):  # else: judged just above
+            self._forbid_excluded(real_rel, is_dir=is_dir)
         return Path(real)
 
     def _forbid_excluded(self, rel: str, *, is_dir: bool = False) -> None:
@@ -289,7 +330,10 @@ class ExclusionEngine:
             raise errors.Dir2mcpError(errors.FORBIDDEN, f"path is excluded ({reason})")
 
     def _walk_components(self, rel: str) -> str:
+        """The real path of normalised ``rel`` (no ``..``), checked component
+        by component."""
         current = self._root_str
+        linked = False
         for part in rel.split("/"):
             current = os.path.join(current, part)
             try:
@@ -300,13 +344,16 @@ class ExclusionEngine:
                 raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
             if stat.S_ISLNK(st.st_mode):
                 current = self._follow(current)
-        real = os.path.realpath(current)
-        if not _is_under(real, self._root_str):
-            raise _outside("path resolves outside the root")
-        try:
-            st = os.stat(real)
-        except OSError:
-            return real
+                linked = True
+        real = current
+        if linked:  # with no link on the way, the joined path is the real one and st its stat
+            real = os.path.realpath(current)
+            if not _is_under(real, self._root_str):
+                raise _outside("path resolves outside the root")
+            try:
+                st = os.stat(real)
+            except OSError:
+                return real
         if self.hardlink_refused(st):
             raise errors.Dir2mcpError(errors.FORBIDDEN, HARDLINK_REASON)
         return real

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corpus import errors
 from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, Config, build_config
@@ -206,6 +209,30 @@ def test_nested_gitignores_apply_relative_to_their_directory(
     assert engine.excluded_reason(rel_path) == reason
 
 
+def test_a_pinned_batch_judges_every_path_as_an_unpinned_engine_does(nested_gitignores: Path) -> None:
+    """A worker's task judges its paths pinned (each directory once); the
+    verdicts are the ones each path gets on its own, excluded directories too."""
+    paths = [p.values[0] for p in GITIGNORE_CASES] + ["node_modules/x/y.js", "sub/.env", "sub/deeper/z.txt"]
+    engine = ExclusionEngine(nested_gitignores, DEFAULT_POLICY)
+    alone = {path: engine.excluded_reason(path) for path in paths}
+    assert alone["node_modules/x/y.js"] == "default ignore: node_modules"
+    assert alone["sub/.env"] is not None
+    with engine.pinned():
+        assert {path: engine.excluded_reason(path) for path in paths} == alone
+        assert {path: engine.excluded_reason(path) for path in reversed(paths)} == alone
+
+
+def test_a_pinned_batch_keeps_the_rules_it_started_with(corpus_dir: Path) -> None:
+    engine = ExclusionEngine(corpus_dir, DEFAULT_POLICY)
+    with engine.pinned():
+        assert engine.excluded_reason("sub/a.log") is None
+        write(corpus_dir / "sub" / ".gitignore", "*.log\n")
+        assert engine.excluded_reason("sub/a.log") is None  # as a walk that had passed sub/
+        with engine.pinned():  # nested: still the outer block's rules
+            assert engine.excluded_reason("sub/b.log") is None
+    assert engine.excluded_reason("sub/a.log") == "gitignore: sub/.gitignore"
+
+
 def test_gitignore_is_ignored_when_disabled(nested_gitignores: Path) -> None:
     policy = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), (), use_gitignore=False)
     engine = ExclusionEngine(nested_gitignores, policy)
@@ -264,6 +291,9 @@ MUST_HIT = [
         id="jwt-bearer-header",
     ),
     pytest.param("refresh_token=abcdefgh123.ijklmnop456.qrstuvwx789", 2, id="jwt-refresh-token"),
+    pytest.param("ACCESS_TOKEN: abcdefgh123.ijklmnop456.qrstuvwx789", 2, id="jwt-access-token-upper"),
+    pytest.param("Id_Token = abcdefgh123.ijklmnop456.qrstuvwx789", 2, id="jwt-id-token-mixed"),
+    pytest.param("AUTHORIZATION=bearer abcdefgh123.ijklmnop456.qrstuvwx789", 2, id="jwt-bearer-upper"),
     pytest.param("token = abcdefghijklmnopqrstuvwxyz012345", 3, id="generic-token"),
     pytest.param("GITHUB_TOKEN: ghp_1234567890abcdefghijklmnop", 3, id="token-in-yaml"),
     pytest.param("key = 'sk_" + "a1b2c3d4" * 4 + "'", 4, id="sk-key"),
@@ -289,6 +319,39 @@ MUST_NOT_HIT = [
     pytest.param("sk_live_short", id="short-sk-prefix"),
     pytest.param("Authorization: Bearer <token>", id="placeholder-bearer"),
 ]
+
+
+JWT = r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+JWT_RULE_BEFORE = r"(?i)(?:authorization\s*[:=]\s*bearer\s+|(?:access|id|refresh)_token\s*[:=]\s*)" + JWT
+
+
+def _cased(word: str) -> st.SearchStrategy[str]:
+    return st.lists(st.booleans(), min_size=len(word), max_size=len(word)).map(
+        lambda upper: "".join(c.upper() if u else c for c, u in zip(word, upper, strict=True))
+    )
+
+
+_SEGMENT = st.text("abcXYZ019_-", min_size=8, max_size=10)
+# Credentials and near misses (no "bearer", "-" for ":", plain "token"):
+# about a quarter of the examples match.
+_JWT_LIKE = st.tuples(
+    st.text("ai r.x=:", max_size=4),  # what comes before
+    st.one_of(*(_cased(w) for w in ("authorization", "access_token", "id_token", "refresh_token", "token"))),
+    st.sampled_from(["", " ", "\t"]),
+    st.sampled_from([":", "=", "-"]),
+    st.sampled_from(["", " ", "  "]),
+    st.one_of(_cased("bearer "), st.just("")),
+    st.lists(_SEGMENT, min_size=3, max_size=4).map(".".join),
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_JWT_LIKE)
+def test_the_jwt_rule_matches_exactly_where_it_did_before_its_lookahead(text: str) -> None:
+    rule = re.compile(DEFAULT_SECRET_PATTERNS[2])
+    before = re.compile(JWT_RULE_BEFORE)
+    assert rule.pattern.startswith("(?i)(?=[air])")
+    assert [m.span() for m in rule.finditer(text)] == [m.span() for m in before.finditer(text)]
 
 
 @pytest.mark.parametrize("text", MUST_NOT_HIT)

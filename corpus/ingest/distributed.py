@@ -233,8 +233,10 @@ class WorkerIndexer(Indexer):
         self._gone: list[str] = []
 
     def prepare(self, rel_paths: list[str]) -> None:
-        for rel_path in rel_paths:
-            self._refresh_path(rel_path)
+        # A task's paths share directories: judge each directory once.
+        with self.engine.pinned():
+            for rel_path in rel_paths:
+                self._refresh_path(rel_path)
 
     def commit(self) -> None:
         self._holding = False
