@@ -8,8 +8,10 @@ In one run, on the same corpus, times a cold `reindex` three ways:
 
 first lexical-only (``embed.provider: none``) over a part of the Python
 standard library, then with the local embedder over a smaller part, where
-the embedding work is what workers share. It also reports what the corpus added to
-the PostgreSQL database (its size less the empty migrated schema's), per
+the embedding work is what workers share. It also reports the CPU time the
+whole machine spent during each run (server, workers, PostgreSQL, Redis:
+the work a setup costs, wherever it ran) and what the corpus added to the
+PostgreSQL database (its size less the empty migrated schema's), per
 100k chunks. Needs the machine's PostgreSQL and Redis
 (`bash .ci/services`). Record the figures in docs/benchmarks.md.
 
@@ -67,18 +69,29 @@ def stdlib_part(dest: Path, files: int) -> None:
         shutil.copyfile(path, target)
 
 
-def reindex(root: Path, env: dict[str, str]) -> tuple[float, dict]:
-    start = time.perf_counter()
+def busy_cpu() -> float:
+    """CPU seconds the machine has spent not idle since boot (Linux), or 0."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+def reindex(root: Path, env: dict[str, str]) -> tuple[float, float, dict]:
+    """Seconds taken, the machine's busy CPU seconds meanwhile, and `status`."""
+    start, cpu = time.perf_counter(), busy_cpu()
     subprocess.run(
         [sys.executable, "manage.py", "reindex", "--dir", str(root), "--quiet"],
         cwd=REPO, env=env, check=True, capture_output=True,
     )  # fmt: skip
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, busy_cpu() - cpu
     status = subprocess.run(
         [sys.executable, "manage.py", "status", "--dir", str(root), "--json"],
         cwd=REPO, env=env, check=True, capture_output=True, text=True,
     )  # fmt: skip
-    return elapsed, json.loads(status.stdout)
+    return elapsed, cpu, json.loads(status.stdout)
 
 
 @contextlib.contextmanager
@@ -123,12 +136,43 @@ def start_workers(count: int, env: dict[str, str], logs: Path) -> list[subproces
                 start_new_session=True,
             )  # fmt: skip
         )
-    for i, proc in enumerate(procs):
-        while " ready." not in (logs / f"w{i}.log").read_text():
-            if proc.poll() is not None:
-                raise SystemExit((logs / f"w{i}.log").read_text()[-2000:])
-            time.sleep(0.2)
+    try:
+        for i, proc in enumerate(procs):
+            while " ready." not in (logs / f"w{i}.log").read_text():
+                if proc.poll() is not None:
+                    raise SystemExit((logs / f"w{i}.log").read_text()[-2000:])
+                time.sleep(0.2)
+        settle(procs)
+    except BaseException:  # one failed or the run was interrupted: none is left behind
+        stop_workers(procs)
+        raise
     return procs
+
+
+def settle(procs: list[subprocess.Popen]) -> None:
+    """Wait until the workers are idle: " ready." comes before each pool
+    process has loaded its runtime (the local model, too), and that start
+    is not indexing work."""
+    before = -1.0
+    for _ in range(300):
+        now = sum(tree_cpu(proc.pid) for proc in procs)
+        if now - before < 0.02:
+            return
+        before = now
+        time.sleep(0.3)
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds used by a process and its descendants (Linux; else 0)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            kids = [int(child) for child in children.read().split()]
+    except OSError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(tree_cpu(kid) for kid in kids)
 
 
 def stop_workers(procs: list[subprocess.Popen]) -> None:
@@ -139,7 +183,9 @@ def stop_workers(procs: list[subprocess.Popen]) -> None:
         proc.wait(60)
 
 
-def on_workers(tree: Path, embed: str, workers: int, work: Path, run: int = 0) -> tuple[float, dict, int]:
+def on_workers(
+    tree: Path, embed: str, workers: int, work: Path, run: int = 0
+) -> tuple[float, float, dict, int]:
     root = work / f"w{workers}-{embed}-{run}" / "root"
     shutil.copytree(tree, root)
     with database() as db:
@@ -159,11 +205,11 @@ def on_workers(tree: Path, embed: str, workers: int, work: Path, run: int = 0) -
         empty = database_size(db)  # the migrated schema, before any document
         procs = start_workers(workers, env, root.parent)
         try:
-            elapsed, status = reindex(root, env)
+            elapsed, cpu, status = reindex(root, env)
         finally:
             stop_workers(procs)
         size = database_size(db) - empty
-    return elapsed, status, size
+    return elapsed, cpu, status, size
 
 
 def database_size(db: str) -> int:
@@ -173,7 +219,7 @@ def database_size(db: str) -> int:
         return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
 
 
-def embedded(tree: Path, embed: str, work: Path, run: int) -> tuple[float, dict]:
+def embedded(tree: Path, embed: str, work: Path, run: int) -> tuple[float, float, dict]:
     root = work / f"embedded-{embed}-{run}" / "root"
     shutil.copytree(tree, root)
     return reindex(root, base_env(embed))
@@ -184,31 +230,38 @@ def scenario(label: str, tree: Path, embed: str, work: Path, repeat: int) -> lis
     again), so drift in the machine's load touches all three alike; the
     median is reported, with the spread."""
     times: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     sizes: dict[str, float] = {}
     ref = None
     for run in range(repeat):
-        elapsed, ref = embedded(tree, embed, work, run)
+        elapsed, busy, ref = embedded(tree, embed, work, run)
         times.setdefault("embedded default (1 process, SQLite)", []).append(elapsed)
+        cpu.setdefault("embedded default (1 process, SQLite)", []).append(busy)
         for workers in (1, 2):
-            elapsed, status, size = on_workers(tree, embed, workers, work, run)
+            elapsed, busy, status, size = on_workers(tree, embed, workers, work, run)
             same = status["chunks"] == ref["chunks"] and status["documents"] == ref["documents"]
             assert same, (status, ref)
             setup = f"{workers} Celery worker{'s' if workers > 1 else ''} (PostgreSQL, Redis)"
             times.setdefault(setup, []).append(elapsed)
+            cpu.setdefault(setup, []).append(busy)
             sizes[setup] = size / 2**20 * 100_000 / max(ref["chunks"], 1)
     assert ref is not None
     chunks = ref["chunks"]
     ref_time = statistics.median(times["embedded default (1 process, SQLite)"])
     print(f"\n{label}: {ref['documents']} documents, {chunks} chunks, median of {repeat} runs")
-    print(f"{'setup':44} {'seconds':>8} {'range':>11} {'chunks/s':>9} {'vs default':>10} {'PG MB/100k':>11}")
+    print(
+        f"{'setup':44} {'seconds':>8} {'range':>11} {'chunks/s':>9} {'vs default':>10} "
+        f"{'CPU s':>6} {'PG MB/100k':>11}"
+    )
     rows = []
     for setup, runs in times.items():
         median = statistics.median(runs)
         size = f"{sizes[setup]:.0f}" if setup in sizes else "-"
         spread = f"{min(runs):.1f}-{max(runs):.1f}"
         rate, ratio = chunks / median, ref_time / median
-        print(f"{setup:44} {median:8.1f} {spread:>11} {rate:9.1f} {ratio:9.2f}x {size:>11}")
-        rows.append({"setup": setup, "seconds": median, "runs": runs, "chunks": chunks})
+        busy = statistics.median(cpu[setup])
+        print(f"{setup:44} {median:8.1f} {spread:>11} {rate:9.1f} {ratio:9.2f}x {busy:6.1f} {size:>11}")
+        rows.append({"setup": setup, "seconds": median, "runs": runs, "chunks": chunks, "cpu": busy})
     return rows
 
 
