@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
+import struct
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from django.apps import apps
 from django.db import connection
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corpus.config import build_config
 from corpus.index import lexical
 from corpus.indexing import index_directory
-from corpus.models import Chunk, Span
+from corpus.models import Chunk
 from corpus.state import StateDir
 from corpus.store import wipe_index
 
@@ -55,6 +60,34 @@ def top_paths(query: str, limit: int = 10, **kwargs) -> list[str]:
     return paths(lexical.search(query, limit=limit, **kwargs))
 
 
+@contextlib.contextmanager
+def refused_inserts(table: str):
+    """The database itself refuses any row inserted into ``table`` (a
+    trigger), however the row is sent (INSERT or COPY)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'disk full'; END $$"
+            )
+            cursor.execute(
+                f"CREATE TRIGGER refuse BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION refuse()"
+            )
+        else:
+            cursor.execute(
+                f"CREATE TRIGGER refuse BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+            )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(f"DROP TRIGGER refuse ON {table}")
+                cursor.execute("DROP FUNCTION refuse()")
+            else:
+                cursor.execute("DROP TRIGGER refuse")
+
+
 def fts_ids() -> set[int]:
     return lexical.indexed_ids()
 
@@ -94,6 +127,38 @@ def assert_in_sync() -> None:
 )
 def test_tokens_split_identifiers(text, expected):
     assert lexical.tokens(text) == expected
+
+
+def read_tsvector(body: bytes) -> dict[str, int]:
+    """A binary tsvector (tsvectorsend's format) as {lexeme: positions}."""
+    (count,) = struct.unpack_from(">i", body)
+    at, lexemes = 4, {}
+    for _ in range(count):
+        end = body.index(b"\0", at)
+        word = body[at:end].decode()
+        (npos,) = struct.unpack_from(">H", body, end + 1)
+        positions = struct.unpack_from(f">{npos}H", body, end + 3)
+        assert list(positions) == list(range(1, npos + 1))
+        lexemes[word] = npos
+        at = end + 3 + 2 * npos
+    assert at == len(body) and list(lexemes) == sorted(lexemes, key=str.encode)
+    return lexemes
+
+
+IDENTIFIERS = st.text(alphabet="aZb_Yc.-/:9éß ", max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(IDENTIFIERS, max_size=6))
+def test_a_postgres_row_counts_each_stemmed_token_of_the_splitter(texts):
+    """The tsvector built from memoised pieces holds, for each text, exactly
+    the stemmed tokens of ``lexical.tokens`` with their counts; the caches
+    warmed by earlier texts change nothing."""
+    from corpus.index.lexical_pg import MAX_POSITIONS, document, stem
+
+    for text in [*texts, *texts]:
+        expected = Counter(word for word in map(stem, lexical.tokens(text)) if word)
+        assert read_tsvector(document(text)) == {w: min(n, MAX_POSITIONS) for w, n in expected.items()}
 
 
 def test_index_text_keeps_the_text_and_appends_only_new_tokens():
@@ -233,15 +298,13 @@ def test_chunks_that_survive_an_edit_keep_their_row(index):
     assert_in_sync()
 
 
-def test_failed_document_write_rolls_back_its_index_rows(index, monkeypatch):
+def test_failed_document_write_rolls_back_its_index_rows(index):
     index({"a.md": "first version\n"})
 
-    def fail(*args, **kwargs):
-        raise RuntimeError("disk full")
-
-    # Spans are written after the new chunks reach the index: the savepoint must undo both.
-    monkeypatch.setattr(Span.objects, "bulk_create", fail)
-    counters = index({"a.md": "second version with quokkaword\n"})
+    # Spans are written after the new chunks reach the index: the savepoint
+    # must undo both when the database refuses the spans.
+    with refused_inserts("spans"):
+        counters = index({"a.md": "second version with quokkaword\n"})
 
     assert counters.errors == 1
     assert lexical.search("quokkaword", limit=5) == []
@@ -413,6 +476,21 @@ def test_a_chunk_is_stored_as_its_stemmed_tokens_with_one_position_per_occurrenc
     assert stored() == "'cafe':1 'config':1,2 'it':1 'pars':1,2 'parseconfig':1,2"
     lexical.index_chunks([(chunk_id, "zebra zebra zebra")])
     assert stored() == "'zebra':1,2,3"
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="the COPY is PostgreSQL's")
+def test_a_refused_copy_is_django_integrity_error(index):
+    """Callers (the worker's retry, the writer's per-document fallback) catch
+    Django's database errors: a COPY's failure must arrive as one."""
+    from django.db import IntegrityError, transaction
+
+    from corpus.index.lexical_pg import PostgresFTS
+
+    index({"a.md": "the quokkaword\n"})
+    chunk_id = Chunk.objects.get().chunk_id
+    with pytest.raises(IntegrityError), transaction.atomic():
+        PostgresFTS().insert([(chunk_id, "a second row for the same chunk")])
+    assert top_paths("quokkaword") == ["a.md"]
 
 
 def test_rebuild_recreates_a_missing_table(index):

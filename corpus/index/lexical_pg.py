@@ -32,7 +32,7 @@ from itertools import chain
 import Stemmer
 from django.db import connection, transaction
 
-from corpus.index.lexical import _COMPOUND, TableBackend, _batches, _expand
+from corpus.index.lexical import _COMPOUND, TableBackend, _batches, parts, piece_tokens
 
 TABLE = "chunks_lexical"
 CREATE_SQL = (
@@ -94,9 +94,22 @@ def lexeme(token: str) -> str:
 
 @functools.lru_cache(maxsize=200_000)
 def _entries(compound: str) -> tuple[bytes, ...]:
-    """The lexemes of one compound's tokens as tsvectorsend writes them:
-    UTF-8, ended by a NUL (memoised, as the splitter is)."""
-    return tuple(word.encode() + b"\0" for word in map(stem, _expand(compound)[0]) if word)
+    """The lexemes of one compound's tokens (``lexical._expand``'s, in its
+    order) as tsvectorsend writes them: UTF-8, ended by a NUL. Memoised, and
+    built from its pieces' entries, memoised too."""
+    joined, pieces = parts(compound)
+    if not joined and len(pieces) == 1:
+        return _piece_entries(pieces[0])
+    return _encode((joined,) if joined else ()) + tuple(chain.from_iterable(map(_piece_entries, pieces)))
+
+
+@functools.lru_cache(maxsize=200_000)
+def _piece_entries(piece: str) -> tuple[bytes, ...]:
+    return _encode(piece_tokens(piece))
+
+
+def _encode(words) -> tuple[bytes, ...]:
+    return tuple(word.encode() + b"\0" for word in map(stem, words) if word)
 
 
 def document(text: str) -> bytes:
@@ -133,7 +146,9 @@ def copy_rows(cursor, rows: Sequence[tuple[int, str]]) -> None:
         body = document(text)
         data += (pack(2, 8, chunk_id, len(body)), body)
     data.append(_TRAILER)
-    with raw.copy(f"COPY {TABLE} (chunk_id, body) FROM STDIN (FORMAT BINARY)") as copy:
+    # Errors as Django's, as from any other statement: COPY bypasses its wrapper.
+    errors_as_django = getattr(cursor, "db", connection).wrap_database_errors
+    with errors_as_django, raw.copy(f"COPY {TABLE} (chunk_id, body) FROM STDIN (FORMAT BINARY)") as copy:
         copy.write(b"".join(data))
 
 

@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
+from corpus import bulk
 from corpus.index import lexical
 from corpus.ingest.prepare import Prepared, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, Representation, Span
@@ -73,14 +74,14 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
     A failure leaves the caller's transaction to roll back; callers fall
     back to :func:`write_document` per document to isolate the bad one.
     """
-    docs = Document.objects.bulk_create(
-        [Document(rel_path=prepared.rel_path, **_document_fields(prepared)) for prepared in batch],
-        batch_size=500,
+    docs = bulk.create(
+        Document, [Document(rel_path=prepared.rel_path, **_document_fields(prepared)) for prepared in batch]
     )
     deltas = [Delta(doc_id=doc.doc_id) for doc in docs]
     with_text = [(i, prepared) for i, prepared in enumerate(batch) if prepared.has_text]
     now = int(time.time())
-    reps = Representation.objects.bulk_create(
+    reps = bulk.create(
+        Representation,
         [
             Representation(
                 document=docs[i],
@@ -92,7 +93,6 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
             )
             for i, prepared in with_text
         ],
-        batch_size=500,
     )
     new_chunks: list[tuple[Chunk, object]] = []
     for rep, (i, prepared) in zip(reps, with_text, strict=True):
@@ -131,9 +131,10 @@ def _new_chunk(rep: Representation, prepared: Prepared, draft, text_hash: str | 
 
 def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
     """Insert these chunks, their lexical rows and their spans."""
-    created = Chunk.objects.bulk_create([chunk for chunk, _ in new_chunks], batch_size=500)
+    created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
     lexical.index_chunks(((chunk.chunk_id, chunk.text) for chunk in created), new=True)
-    Span.objects.bulk_create(
+    bulk.create(
+        Span,
         [
             Span(
                 chunk=chunk,
@@ -144,7 +145,6 @@ def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
             )
             for chunk, (_, draft) in zip(created, new_chunks, strict=True)
         ],
-        batch_size=500,
     )
     return created
 
