@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 import pathspec
 
-from corpus import errors
+from corpus import errors, literals
 from corpus.config import DEFAULT_PATH_EXCLUDES
 
 DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
@@ -156,7 +156,8 @@ class ExclusionEngine:
         self.policy = policy
         self._root_str = str(self.root)
         self._excludes = pathspec.GitIgnoreSpec.from_lines(policy.path_excludes)
-        self._secrets = tuple(re.compile(p) for p in policy.secret_patterns)
+        # Each rule with the test of the words every match holds (corpus/literals.py).
+        self._secrets = tuple((rx, literals.prefilter(rx)) for rx in map(re.compile, policy.secret_patterns))
         self._state_rel = self._state_rel_for(state_dir)
         self._gitignores: dict[str, tuple[int, int, GitignoreRule | None]] = {}
         # While pinned: each directory's verdict and .gitignore, judged once.
@@ -302,8 +303,9 @@ class ExclusionEngine:
 
     def find_secret(self, text: str) -> str | None:
         """Which secret pattern ``text`` matches, as ``secret_patterns[i]``; never the match itself."""
-        for index, pattern in enumerate(self._secrets):
-            if pattern.search(text):
+        lowered = literals.lowered_if_ascii(text)
+        for index, (pattern, may_match) in enumerate(self._secrets):
+            if may_match(text, lowered) and pattern.search(text):
                 return f"secret_patterns[{index}]"
         return None
 
