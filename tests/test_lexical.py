@@ -161,6 +161,27 @@ def test_a_postgres_row_counts_each_stemmed_token_of_the_splitter(texts):
         assert read_tsvector(document(text)) == {w: min(n, MAX_POSITIONS) for w, n in expected.items()}
 
 
+def test_postgres_rows_stay_right_when_the_caches_are_emptied_under_threads(monkeypatch):
+    """Past CACHE_LIMIT the learnt entries are dropped for fresh dicts while
+    other threads may be reading the old ones: every row still reads back
+    as its stemmed tokens, and the caches stay bounded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from corpus.index import lexical_pg
+
+    monkeypatch.setattr(lexical_pg, "CACHE_LIMIT", 40)
+    texts = [f"fooBar{i} self.attr{i % 7} parse_config_{i % 13} HTTPServer{i} words" for i in range(400)]
+
+    def row(text: str) -> tuple[dict[str, int], Counter]:
+        expected = Counter(filter(None, map(lexical_pg.stem, lexical.tokens(text))))
+        return read_tsvector(lexical_pg.document(text)), expected
+
+    with ThreadPoolExecutor(4) as pool:
+        rows = list(pool.map(row, texts * 3))
+    assert all(got == dict(expected) for got, expected in rows)
+    assert len(lexical_pg._compounds) < 40 + 20 and len(lexical_pg._pieces) < 40 + 40
+
+
 def test_index_text_keeps_the_text_and_appends_only_new_tokens():
     assert lexical.index_text("call parseConfigFile now") == "call parseConfigFile now\nparse config file"
     assert lexical.index_text("os.path.join") == "os.path.join\nospathjoin"

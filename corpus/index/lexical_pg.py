@@ -62,26 +62,30 @@ def fold(text: str) -> str:
 
 
 # A PyStemmer object is not safe to share between threads: one per thread.
-# Its own cache is off (0): ``stem`` memoises, and that cache was slower
-# than stemming again.
+# Its own cache is off (0): ``stem`` and ``document`` memoise, and that
+# cache was slower than stemming again.
 _stemmers = threading.local()
 
 
-def _stem(word: str) -> str:
+def _stemmer() -> Stemmer.Stemmer:
     stemmer = getattr(_stemmers, "porter", None)
     if stemmer is None:
         stemmer = _stemmers.porter = Stemmer.Stemmer("porter", 0)
-    return stemmer.stemWord(word)
+    return stemmer
+
+
+def _storable(stemmed: str) -> str:
+    """The lexeme, or "" for one PostgreSQL cannot store."""
+    if len(stemmed) * 4 > MAX_LEXEME_BYTES and len(stemmed.encode()) > MAX_LEXEME_BYTES:
+        return ""
+    return stemmed
 
 
 @functools.lru_cache(maxsize=200_000)
 def stem(token: str) -> str:
     """The lexeme of one lower-cased token: folded, stemmed; "" for one
     PostgreSQL cannot store."""
-    stemmed = _stem(fold(token))
-    if len(stemmed) * 4 > MAX_LEXEME_BYTES and len(stemmed.encode()) > MAX_LEXEME_BYTES:
-        return ""
-    return stemmed
+    return _storable(_stemmer().stemWord(fold(token)))
 
 
 def lexeme(token: str) -> str:
@@ -92,24 +96,16 @@ def lexeme(token: str) -> str:
     return f"'{word}'" if word else ""
 
 
-@functools.lru_cache(maxsize=200_000)
-def _entries(compound: str) -> tuple[bytes, ...]:
-    """The lexemes of one compound's tokens (``lexical._expand``'s, in its
-    order) as tsvectorsend writes them: UTF-8, ended by a NUL. Memoised, and
-    built from its pieces' entries, memoised too."""
-    joined, pieces = parts(compound)
-    if not joined and len(pieces) == 1:
-        return _piece_entries(pieces[0])
-    return _encode((joined,) if joined else ()) + tuple(chain.from_iterable(map(_piece_entries, pieces)))
-
-
-@functools.lru_cache(maxsize=200_000)
-def _piece_entries(piece: str) -> tuple[bytes, ...]:
-    return _encode(piece_tokens(piece))
-
-
-def _encode(words) -> tuple[bytes, ...]:
-    return tuple(word.encode() + b"\0" for word in map(stem, words) if word)
+# What ``document`` has learnt: each compound's entries, and each piece's
+# (most new compounds are pieces seen before: "self.x", "self.y"). Plain
+# dicts, which map() reads in C, faster than lru_cache; a process's first
+# sight of each compound, a third of this module's work, is learnt a
+# chunk's worth at a time, the stemming in one call. Past CACHE_LIMIT
+# entries a dict is replaced by an empty one (a thread still reading the
+# old one keeps it).
+CACHE_LIMIT = 200_000
+_compounds: dict[str, tuple[bytes, ...]] = {}
+_pieces: dict[str, tuple[bytes, ...]] = {}
 
 
 def document(text: str) -> bytes:
@@ -117,11 +113,48 @@ def document(text: str) -> bytes:
     ``tsvectorsend`` writes it), each lexeme with one position per
     occurrence, in PostgreSQL's order, so the server neither parses nor
     sorts it."""
+    compounds = _COMPOUND.findall(text)
+    known = _compounds if len(_compounds) < CACHE_LIMIT > len(_pieces) else _forget()
+    new = [compound for compound in dict.fromkeys(compounds) if compound not in known]
+    if new:
+        _learn(new, known)
     # map, chain and Counter keep the per-token work in C
-    counts = Counter(chain.from_iterable(map(_entries, _COMPOUND.findall(text))))
+    counts = Counter(chain.from_iterable(map(known.__getitem__, compounds)))
     tails, top = _TAILS, MAX_POSITIONS
     entries = [entry + tails[n if n <= top else top] for entry, n in sorted(counts.items())]
     return _COUNT.pack(len(entries)) + b"".join(entries)
+
+
+def _forget() -> dict[str, tuple[bytes, ...]]:
+    global _compounds, _pieces
+    _compounds, _pieces = {}, {}
+    return _compounds
+
+
+def _learn(new: list[str], known: dict[str, tuple[bytes, ...]]) -> None:
+    """Add these compounds' entries: the lexemes of ``lexical._expand``'s
+    tokens, in its order, as tsvectorsend writes them (UTF-8, NUL-ended)."""
+    split = [parts(compound) for compound in new]
+    pieces = _pieces
+    fresh = [p for p in dict.fromkeys(chain.from_iterable(ps for _, ps in split)) if p not in pieces]
+    words = [piece_tokens(piece) for piece in fresh]
+    encoded = iter(_encode_all([word for group in words for word in group]))
+    for piece, group in zip(fresh, words, strict=True):
+        pieces[piece] = tuple(filter(None, [next(encoded) for _ in group]))
+    joined = [whole for whole, _ in split if whole]
+    heads = dict(zip(joined, _encode_all(joined), strict=True))
+    for compound, (whole, members) in zip(new, split, strict=True):
+        if not whole and len(members) == 1:
+            known[compound] = pieces[members[0]]
+            continue
+        head = (heads[whole],) if whole and heads[whole] else ()
+        known[compound] = head + tuple(chain.from_iterable(map(pieces.__getitem__, members)))
+
+
+def _encode_all(words: list[str]) -> list[bytes]:
+    """Each word's entry (b"" when it has no lexeme), stemmed in one call."""
+    stemmed = _stemmer().stemWords([fold(word) for word in words])
+    return [word.encode() + b"\0" if word else b"" for word in map(_storable, stemmed)]
 
 
 def tsquery(terms: Sequence[str], *, require_all: bool) -> str:
