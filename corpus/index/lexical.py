@@ -83,6 +83,8 @@ def _expand(compound: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def parts(compound: str) -> tuple[str, list[str]]:
     """(its joined form, lower-cased, or "" if it has none; its pieces)."""
+    if compound.isalnum():  # every character a piece character: one piece
+        return "", [compound]
     pieces = _PIECE.findall(compound)
     if len(pieces) > 1:
         joined = "".join(pieces)
@@ -108,6 +110,23 @@ def _subwords(piece: str) -> list[str]:
     """Split at camelCase, acronym (``HTTPServer``) and letter/digit boundaries."""
     if piece.isdigit() or (piece.isalpha() and (piece.islower() or piece.isupper() or piece[1:].islower())):
         return [piece]
+    if piece.isascii():
+        return _ASCII_SUBWORDS.findall(piece)
+    return _split_by_rule(piece)
+
+
+#: ``_split_by_rule``'s cuts for an ASCII piece, in one pass in C: digit
+#: runs; capitals before a capital that starts a lower-case word
+#: (HTTP|Server); a word with its leading capitals; other capitals.
+#: tests/test_lexical.py checks it against the rule on every string of up
+#: to 7 characters over two letters of each case and two digits.
+_ASCII_SUBWORDS = re.compile(r"[0-9]+|[A-Z]+(?=[A-Z][a-z]{2})|[A-Z]*[a-z]+|[A-Z]+")
+
+
+def _split_by_rule(piece: str) -> list[str]:
+    """Cut where a digit meets a non-digit, a lower-case letter meets a
+    capital, and before a capital that follows a capital and starts two
+    lower-case letters (any script's letters and digits)."""
     cuts = [0]
     for i in range(1, len(piece)):
         prev, cur = piece[i - 1], piece[i]
