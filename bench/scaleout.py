@@ -279,13 +279,14 @@ def main() -> None:
     print(f"machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        lexical = work / "stdlib"
-        stdlib_part(lexical, args.files)
-        scenario("lexical only, Python modules", lexical, "none", work, args.repeat)
-
-        embedded_part = work / "stdlib-embedded"
-        stdlib_part(embedded_part, args.embed_files)
-        scenario("local embedder, Python modules", embedded_part, "local", work, args.repeat)
+        if args.files:  # 0 skips a scenario
+            lexical = work / "stdlib"
+            stdlib_part(lexical, args.files)
+            scenario("lexical only, Python modules", lexical, "none", work, args.repeat)
+        if args.embed_files:
+            embedded_part = work / "stdlib-embedded"
+            stdlib_part(embedded_part, args.embed_files)
+            scenario("local embedder, Python modules", embedded_part, "local", work, args.repeat)
 
 
 if __name__ == "__main__":
