@@ -12,7 +12,14 @@ import pytest
 
 from corpus import errors
 from corpus.config import DEFAULT_PATH_EXCLUDES, build_config
-from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, archive_format, iter_members
+from corpus.ingest.archives import (
+    ArchiveLimits,
+    ArchiveMember,
+    MemberProblem,
+    archive_format,
+    iter_members,
+    named_like_archive,
+)
 from corpus.security import ExclusionEngine, ExclusionPolicy
 
 ZEROS_50MB = 50 * 2**20
@@ -78,6 +85,18 @@ def test_archive_format_needs_extension_and_magic_to_agree(
     name: str, head: bytes, expected: str | None
 ) -> None:
     assert archive_format(name, head[:512]) == expected
+
+
+@pytest.mark.parametrize(("name", "head", "expected"), FORMATS)
+def test_only_names_like_archives_can_hold_members(name: str, head: bytes, expected: str | None) -> None:
+    """Workers look for a path's members only when its name is an
+    archive's: whatever archive_format reads as one must pass."""
+    if expected is not None:
+        assert named_like_archive(name)
+    for head_of_anything in (head[:512], ZIP_HEAD[:512], TAR_HEAD[:512]):
+        if archive_format(name, head_of_anything) is not None:
+            assert named_like_archive(name)
+    assert not named_like_archive("report.docx") and not named_like_archive("notes.gz")
 
 
 def test_zip_members_are_named_under_the_archive_and_directories_skipped(tmp_path: Path) -> None:

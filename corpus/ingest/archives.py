@@ -104,6 +104,13 @@ class _Rejected(Exception):
         self.message = message
 
 
+def named_like_archive(name: str) -> bool:
+    """Whether a file of this name may be read as an archive, so that
+    documents ``name!/...`` may hold its members (the extension is
+    :func:`archive_format`'s first condition)."""
+    return name.lower().endswith((".zip", *_TAR_SUFFIXES))
+
+
 def archive_format(name: str, head: bytes) -> str | None:
     """``"zip"``, ``"tar"`` or ``None``, from the name's extension and the first 512+ bytes.
 

@@ -35,6 +35,7 @@ from django.db.models import F, Q
 from corpus import errors
 from corpus.config import Config, default_config_path, load_config
 from corpus.embedding import embed_chunks
+from corpus.ingest.archives import named_like_archive
 from corpus.ingest.classify import DOC_TYPES
 from corpus.ingest.pipeline import FLUSH_SECONDS, Counters, Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Worker
@@ -226,7 +227,7 @@ class WorkerIndexer(Indexer):
         self.job = job
         self.mode = job.mode
         near = Q(rel_path__in=rel_paths)
-        for path in rel_paths:
+        for path in filter(named_like_archive, rel_paths):  # only archives have members
             near |= Q(rel_path__startswith=path + "!/")
         self._load_known(Document.objects.filter(near))
         self._holding = True
@@ -389,7 +390,7 @@ def _embed_items(job_id: str, rel_paths: list[str], rt: WorkerRuntime) -> None:
     if rt.embedder is None:
         return
     near = Q(representation__document__rel_path__in=rel_paths)
-    for path in rel_paths:
+    for path in filter(named_like_archive, rel_paths):
         near |= Q(representation__document__rel_path__startswith=path + "!/")
     ids = list(
         Chunk.objects.filter(near, deleted=False, embedding_status=EmbeddingStatus.PENDING).values_list(
