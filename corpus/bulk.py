@@ -16,11 +16,12 @@ What is not done here, as with ``bulk_create``: ``save()`` and signals.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import TypeVar
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 M = TypeVar("M", bound=models.Model)
 
@@ -37,25 +38,20 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
         return objs
     if connection.vendor != "postgresql":
         return model._default_manager.bulk_create(objs, batch_size=BATCH)
-    meta = model._meta
-    fields = list(meta.concrete_fields)
-    db = connection
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
-    named = [(field, field.attname) for field in fields]
-    types = [_PARAMETERS.sub("", field.db_type(connection)).strip() for field in fields]
+    table, pk_column, copy_sql, named, types = _shape(model)
+    db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself, not the proxy: read per value
     # Errors reach the caller as Django's (IntegrityError, OperationalError),
     # as they would from bulk_create: COPY bypasses Django's cursor wrapper.
     with connection.wrap_database_errors, connection.cursor() as wrapper:
         cursor = wrapper.cursor
         cursor.execute(
             "SELECT nextval(%s) FROM generate_series(1, %s)",
-            [_sequence(cursor, meta.db_table, meta.pk.column), len(objs)],
+            [_sequence(cursor, table, pk_column), len(objs)],
         )
         ids = sorted(row[0] for row in cursor.fetchall())
         for obj, pk in zip(objs, ids, strict=True):
             obj.pk = pk
-        with cursor.copy(f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        with cursor.copy(copy_sql) as copy:
             copy.set_types(types)
             for obj in objs:
                 copy.write_row([field.get_db_prep_save(getattr(obj, name), db) for field, name in named])
@@ -63,6 +59,20 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
         obj._state.adding = False
         obj._state.db = connection.alias
     return objs
+
+
+@functools.cache
+def _shape(model: type[models.Model]) -> tuple[str, str, str, list, list[str]]:
+    """A model's table, primary key column, COPY statement, (field,
+    attribute) pairs and PostgreSQL type names, worked out once: deriving
+    a foreign key's type builds a field each time."""
+    meta = model._meta
+    fields = list(meta.concrete_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    copy_sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN (FORMAT BINARY)"
+    types = [_PARAMETERS.sub("", field.db_type(connection)).strip() for field in fields]
+    return meta.db_table, meta.pk.column, copy_sql, [(field, field.attname) for field in fields], types
 
 
 def _sequence(cursor, table: str, column: str) -> str:

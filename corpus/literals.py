@@ -25,6 +25,7 @@ Python), that expression gets no test and runs on every text.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 
@@ -50,6 +51,7 @@ def required_words(pattern: re.Pattern[str]) -> Words | None:
     return _sequence(list(parsed), bool(pattern.flags & re.IGNORECASE))
 
 
+@functools.lru_cache(maxsize=256)  # every ingestion task builds its engine: parse each rule once
 def prefilter(pattern: re.Pattern[str]) -> Callable[[str, str | None], bool]:
     """``test(text, lowered)``: False only if ``pattern`` cannot match
     ``text``; ``lowered`` is ``text.lower()`` for an ASCII text, else None."""
