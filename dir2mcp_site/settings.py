@@ -157,8 +157,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env.str("DIR2MCP_CELERY_QUEUE", default="dir2mcp")
-# Paths per ingestion task (corpus.ingest.distributed.task_paths).
-DIR2MCP_CELERY_TASK_PATHS = _whole("DIR2MCP_CELERY_TASK_PATHS", 32, minimum=1)
+# Paths per ingestion task, a file for OCR, speech-to-text or conversion
+# counting as 16 (corpus.ingest.distributed.task_paths).
+DIR2MCP_CELERY_TASK_PATHS = _whole("DIR2MCP_CELERY_TASK_PATHS", 128, minimum=1)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Celery's Django fixup closes the database connection after every task

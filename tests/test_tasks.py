@@ -166,6 +166,43 @@ def test_tasks_take_the_configured_number_of_paths(corpus_dir, state, runtime, s
     assert Document.objects.filter(status="ok").count() == 7
 
 
+def test_slow_files_count_heavier_so_they_are_shared_out_a_few_to_a_task(
+    corpus_dir, state, runtime, settings
+):
+    """A PDF, image, audio, office or archive file counts as SLOW_FILE_WEIGHT
+    paths: with tasks of 32, two such files fill a task, text files go 32 at
+    a time, and every file is still dispatched once."""
+    from corpus.ingest.distributed import SLOW_FILE_WEIGHT, dispatch_weight
+
+    assert SLOW_FILE_WEIGHT == 16
+    for i in range(6):
+        write(corpus_dir, f"scans/s{i}.pdf", b"%PDF-1.4 not really a pdf\n")
+    write(corpus_dir, "bundle.zip", zip_bytes({"a.txt": "alpha\n"}))
+    for i in range(70):
+        write(corpus_dir, f"notes/n{i:02}.md", f"note {i}\n")
+    settings.DIR2MCP_CELERY_TASK_PATHS = 32
+    sent: list[list[str]] = []
+
+    def send(job_id: str, paths: list[str]) -> None:
+        sent.append(paths)
+        ingest(job_id, paths, worker="w")
+
+    DispatchingIndexer(corpus_dir, state, runtime.config, send=send).run()
+
+    weights = [sum(map(dispatch_weight, paths)) for paths in sent]
+    slow = [sum(dispatch_weight(p) > 1 for p in paths) for paths in sent]
+    assert all(w >= 32 for w in weights[:-1]) and all(w - 16 < 32 for w in weights), weights
+    assert max(slow) == 2 and sum(slow) == 7, slow
+    assert sorted(p for paths in sent for p in paths) == sorted(
+        [f"scans/s{i}.pdf" for i in range(6)] + ["bundle.zip"] + [f"notes/n{i:02}.md" for i in range(70)]
+    )
+    assert [len(paths) for paths in sent if not any(dispatch_weight(p) > 1 for p in paths)][:1] == [32]
+    assert (
+        dispatch_weight("photos/IMG_1.JPG") == dispatch_weight("talk.mp3") == dispatch_weight("a.docx") == 16
+    )
+    assert dispatch_weight("src/main.py") == dispatch_weight("README") == 1
+
+
 def test_an_incremental_dispatched_walk_follows_edits_deletions_and_archives(corpus_dir, state, runtime):
     fill(corpus_dir)
     config = runtime.config

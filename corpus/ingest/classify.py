@@ -103,6 +103,12 @@ def _by_name(name: str) -> str | None:
     return _BY_EXTENSION.get(_extension(lower))
 
 
+def doc_type_by_name(name: str) -> str | None:
+    """The document type a file's name says, before its bytes are read
+    (``classify`` may still decide otherwise from them)."""
+    return _by_name(name)
+
+
 def sniff_binary(head: bytes) -> bool:
     """True when ``head`` looks like binary data rather than text in some encoding."""
     head = head[:SNIFF_BYTES]

@@ -36,7 +36,7 @@ from corpus import errors
 from corpus.config import Config, default_config_path, load_config
 from corpus.embedding import embed_chunks
 from corpus.ingest.archives import named_like_archive
-from corpus.ingest.classify import DOC_TYPES
+from corpus.ingest.classify import DOC_TYPES, doc_type_by_name
 from corpus.ingest.pipeline import FLUSH_SECONDS, Counters, Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Worker
 from corpus.providers.base import Embedder
@@ -46,8 +46,14 @@ from corpus.status import write_corpus_json
 log = logging.getLogger(__name__)
 
 #: How long a partial batch of paths waits before it is sent. How many
-#: paths a task takes is ``DIR2MCP_CELERY_TASK_PATHS`` (default 32).
+#: paths a task takes is ``DIR2MCP_CELERY_TASK_PATHS`` (default 128).
 DISPATCH_SECONDS = 0.5
+#: A file read by a provider or a converter (OCR, speech-to-text, office
+#: documents, archives) takes seconds where a text file takes milliseconds:
+#: it counts as this many paths towards a task's size, so such files are
+#: shared out a few to a task (8 at the default size).
+SLOW_FILE_WEIGHT = 16
+SLOW_TYPES = frozenset({"pdf", "image", "audio", "office", "archive"})
 #: How often the coordinator looks for the workers' last items while it
 #: waits (one indexed count); its progress lines follow FLUSH_SECONDS.
 WAIT_SECONDS = 0.1
@@ -80,13 +86,20 @@ def _error_parts(error: str) -> tuple[str, str]:
 
 
 def task_paths() -> int:
-    """Paths per task (``DIR2MCP_CELERY_TASK_PATHS``). Each task costs a
-    dozen statements of bookkeeping whatever its size, so larger tasks go
-    faster; smaller ones share a small tree or slow files (OCR) more evenly
-    between workers, and a killed worker's task redoes less."""
+    """Paths per task (``DIR2MCP_CELERY_TASK_PATHS``), a slow file counting
+    as SLOW_FILE_WEIGHT. Each task costs about 20 ms of CPU (worker,
+    PostgreSQL, coordinator) whatever its size, a quarter of the work of 32
+    source files, so larger tasks go faster; smaller ones share a small
+    tree more evenly between workers, and a killed worker's task redoes
+    less."""
     from django.conf import settings
 
     return settings.DIR2MCP_CELERY_TASK_PATHS  # at least 1: settings.py refuses less
+
+
+def dispatch_weight(rel_path: str) -> int:
+    """How many paths this file counts as towards a task's size."""
+    return SLOW_FILE_WEIGHT if doc_type_by_name(rel_path) in SLOW_TYPES else 1
 
 
 def _send_task(job_id: str, rel_paths: list[str]) -> None:
@@ -112,6 +125,7 @@ class DispatchingIndexer(Indexer):
         self._send = send or _send_task
         self._task_paths = task_paths()
         self._pending: list[str] = []
+        self._pending_weight = 0
         self._pending_started = 0.0
         self._dispatched: set[str] = set()
         self._flushed = Counters()
@@ -141,10 +155,11 @@ class DispatchingIndexer(Indexer):
         if not self._pending:
             self._pending_started = time.monotonic()
         self._pending.append(entry.rel_path)
+        self._pending_weight += dispatch_weight(entry.rel_path)
         self._dispatched.add(entry.rel_path)
 
     def _maybe_flush(self) -> None:
-        if len(self._pending) >= self._task_paths or (
+        if self._pending_weight >= self._task_paths or (
             self._pending and time.monotonic() - self._pending_started >= DISPATCH_SECONDS
         ):
             self._send_pending()
@@ -153,7 +168,7 @@ class DispatchingIndexer(Indexer):
     def _send_pending(self) -> None:
         if not self._pending:
             return
-        paths, self._pending = self._pending, []
+        paths, self._pending, self._pending_weight = self._pending, [], 0
         assert self.job is not None
         JobItem.objects.bulk_create([JobItem(job=self.job, rel_path=p) for p in paths], ignore_conflicts=True)
         self._send(self.job.job_id, paths)
