@@ -201,6 +201,8 @@ def test_slow_files_count_heavier_so_they_are_shared_out_a_few_to_a_task(
         dispatch_weight("photos/IMG_1.JPG") == dispatch_weight("talk.mp3") == dispatch_weight("a.docx") == 16
     )
     assert dispatch_weight("src/main.py") == dispatch_weight("README") == 1
+    # When workers embed, every file is slow next to a task's own cost.
+    assert dispatch_weight("src/main.py", embeds=True) == 4 and dispatch_weight("a.pdf", embeds=True) == 16
 
 
 def test_an_incremental_dispatched_walk_follows_edits_deletions_and_archives(corpus_dir, state, runtime):
@@ -283,7 +285,7 @@ def test_an_item_that_keeps_killing_its_worker_is_given_up(dispatched):
     assert not Document.objects.filter(rel_path__in=paths).exists()
 
 
-def test_workers_embed_into_the_database_and_servers_pick_the_vectors_up(corpus_dir, state, runtime):
+def test_workers_embed_into_the_database_and_servers_pick_them_up(corpus_dir, state, runtime, settings):
     from corpus.embedding import check_models
     from corpus.providers.local import LocalEmbedder
 
@@ -293,7 +295,17 @@ def test_workers_embed_into_the_database_and_servers_pick_the_vectors_up(corpus_
     for i in range(6):
         write(corpus_dir, f"notes/n{i}.md", f"# Note {i}\n\nThe session token rotates every {i} hours.\n")
 
-    DispatchingIndexer(corpus_dir, state, runtime.config).run()  # no embedder: the workers embed
+    sent: list[list[str]] = []
+
+    def send(job_id: str, paths: list[str]) -> None:
+        sent.append(paths)
+        ingest(job_id, paths, worker="w")
+
+    config = build_config({"embed": {"provider": "local"}}, {}, {})
+    settings.DIR2MCP_CELERY_TASK_PATHS = 8
+    DispatchingIndexer(corpus_dir, state, config, send=send).run()  # no embedder: the workers embed
+    # Embedding makes every file slow next to a task's own cost: 4 paths each.
+    assert [len(paths) for paths in sent] == [2, 2, 2]
     live = Chunk.objects.filter(deleted=False)
     assert live.count() > 0
     assert not live.exclude(embedding_status=EmbeddingStatus.OK).exists()

@@ -54,6 +54,10 @@ DISPATCH_SECONDS = 0.5
 #: shared out a few to a task (8 at the default size).
 SLOW_FILE_WEIGHT = 16
 SLOW_TYPES = frozenset({"pdf", "image", "audio", "office", "archive"})
+#: When the workers embed, every file's chunks cost a model or provider
+#: call, far more than a task's own cost: files count as this many paths
+#: (32 to a task at the default size), so embedding spreads over workers.
+EMBEDDED_FILE_WEIGHT = 4
 #: How often the coordinator looks for the workers' last items while it
 #: waits (one indexed count); its progress lines follow FLUSH_SECONDS.
 WAIT_SECONDS = 0.1
@@ -97,9 +101,11 @@ def task_paths() -> int:
     return settings.DIR2MCP_CELERY_TASK_PATHS  # at least 1: settings.py refuses less
 
 
-def dispatch_weight(rel_path: str) -> int:
+def dispatch_weight(rel_path: str, *, embeds: bool = False) -> int:
     """How many paths this file counts as towards a task's size."""
-    return SLOW_FILE_WEIGHT if doc_type_by_name(rel_path) in SLOW_TYPES else 1
+    if doc_type_by_name(rel_path) in SLOW_TYPES:
+        return SLOW_FILE_WEIGHT
+    return EMBEDDED_FILE_WEIGHT if embeds else 1
 
 
 def _send_task(job_id: str, rel_paths: list[str]) -> None:
@@ -126,6 +132,11 @@ class DispatchingIndexer(Indexer):
         self._task_paths = task_paths()
         self._pending: list[str] = []
         self._pending_weight = 0
+        # Workers make their embedder from the same configuration and keys
+        # (the job's policy) as this process made its own; "auto" is on
+        # when that gave one.
+        provider = self.config.embed.provider
+        self._workers_embed = provider not in ("none", "auto") or self.embedder is not None
         self._pending_started = 0.0
         self._dispatched: set[str] = set()
         self._flushed = Counters()
@@ -155,7 +166,7 @@ class DispatchingIndexer(Indexer):
         if not self._pending:
             self._pending_started = time.monotonic()
         self._pending.append(entry.rel_path)
-        self._pending_weight += dispatch_weight(entry.rel_path)
+        self._pending_weight += dispatch_weight(entry.rel_path, embeds=self._workers_embed)
         self._dispatched.add(entry.rel_path)
 
     def _maybe_flush(self) -> None:
