@@ -39,6 +39,7 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
     if connection.vendor != "postgresql":
         return model._default_manager.bulk_create(objs, batch_size=BATCH)
     table, pk_column, copy_sql, named, types = _shape(model)
+    pk_at = [field for field, _ in named].index(model._meta.pk)
     db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself, not the proxy: read per value
     # Errors reach the caller as Django's (IntegrityError, OperationalError),
     # as they would from bulk_create: COPY bypasses Django's cursor wrapper.
@@ -49,13 +50,15 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
             [_sequence(cursor, table, pk_column), len(objs)],
         )
         ids = sorted(row[0] for row in cursor.fetchall())
-        for obj, pk in zip(objs, ids, strict=True):
-            obj.pk = pk
         with cursor.copy(copy_sql) as copy:
             copy.set_types(types)
-            for obj in objs:
-                copy.write_row([field.get_db_prep_save(getattr(obj, name), db) for field, name in named])
-    for obj in objs:
+            for obj, pk in zip(objs, ids, strict=True):
+                row = [field.get_db_prep_save(getattr(obj, name), db) for field, name in named]
+                row[pk_at] = pk
+                copy.write_row(row)
+    # Only once the rows are in, as bulk_create leaves them.
+    for obj, pk in zip(objs, ids, strict=True):
+        obj.pk = pk
         obj._state.adding = False
         obj._state.db = connection.alias
     return objs

@@ -96,6 +96,11 @@ def test_a_refused_row_is_django_integrity_error_and_writes_nothing():
             Document, [Document(rel_path="new", doc_type="text"), Document(rel_path="taken", doc_type="text")]
         )
     assert sorted(Document.objects.values_list("rel_path", flat=True)) == ["taken"]
+    # Objects not inserted keep no primary key, as after a failed bulk_create.
+    refused = [Document(rel_path="taken", doc_type="text")]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        bulk.create(Document, refused)
+    assert refused[0].pk is None and refused[0]._state.adding
     # The connection is usable afterwards.
     assert bulk.create(Document, [Document(rel_path="after", doc_type="text")])[0].pk
 
