@@ -246,12 +246,24 @@ class FakeMistral:
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
             now = self._in_flight_by_path[path] = self._in_flight_by_path.get(path, 0) + 1
             self.max_in_flight_by_path[path] = max(self.max_in_flight_by_path.get(path, 0), now)
+        ended = False
+
+        def end() -> None:
+            # A request stops counting as its reply starts: the client may
+            # read the reply and send its next request before this thread
+            # runs again, and that one must not count twice.
+            nonlocal ended
+            with self._lock:
+                if not ended:
+                    ended = True
+                    self._in_flight -= 1
+                    self._in_flight_by_path[path] -= 1
+
+        handler.before_reply = end
         try:
             self._answer(handler)
         finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._in_flight_by_path[path] -= 1
+            end()
 
     def _answer(self, handler: _Handler) -> None:
         raw = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
@@ -380,6 +392,9 @@ def _send(handler: _Handler, status: int, body: Any, headers: dict[str, str] | N
         data = body.encode() if isinstance(body, str) else bytes(body or b"")
         content_type = "text/plain; charset=utf-8"
     headers = {"Content-Type": content_type, **(headers or {})}
+    before_reply = getattr(handler, "before_reply", None)
+    if before_reply is not None:
+        before_reply()
     handler.send_response(status)
     for name, value in headers.items():
         handler.send_header(name, value)
