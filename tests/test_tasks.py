@@ -59,6 +59,19 @@ def dispatched(corpus_dir, state, runtime) -> tuple[str, list[str]]:
     return sent[0]
 
 
+def dispatch(root: Path, state: StateDir, config) -> list[list[str]]:
+    """A dispatched walk whose tasks run at once in this process; the
+    batches of paths it sent, in order."""
+    sent: list[list[str]] = []
+
+    def send(job_id: str, paths: list[str]) -> None:
+        sent.append(paths)
+        ingest(job_id, paths, worker="w")
+
+    DispatchingIndexer(root, state, config, send=send).run()
+    return sent
+
+
 def write(root: Path, rel: str, data: str | bytes) -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,13 +167,7 @@ def test_tasks_take_the_configured_number_of_paths(corpus_dir, state, runtime, s
     for i in range(7):
         write(corpus_dir, f"notes/n{i}.md", f"note {i}\n")
     settings.DIR2MCP_CELERY_TASK_PATHS = 3
-    sent: list[list[str]] = []
-
-    def send(job_id: str, paths: list[str]) -> None:
-        sent.append(paths)
-        ingest(job_id, paths, worker="w")
-
-    DispatchingIndexer(corpus_dir, state, runtime.config, send=send).run()
+    sent = dispatch(corpus_dir, state, runtime.config)
 
     assert [len(paths) for paths in sent] == [3, 3, 1]
     assert Document.objects.filter(status="ok").count() == 7
@@ -181,13 +188,7 @@ def test_slow_files_count_heavier_so_they_are_shared_out_a_few_to_a_task(
     for i in range(70):
         write(corpus_dir, f"notes/n{i:02}.md", f"note {i}\n")
     settings.DIR2MCP_CELERY_TASK_PATHS = 32
-    sent: list[list[str]] = []
-
-    def send(job_id: str, paths: list[str]) -> None:
-        sent.append(paths)
-        ingest(job_id, paths, worker="w")
-
-    DispatchingIndexer(corpus_dir, state, runtime.config, send=send).run()
+    sent = dispatch(corpus_dir, state, runtime.config)
 
     weights = [sum(map(dispatch_weight, paths)) for paths in sent]
     slow = [sum(dispatch_weight(p) > 1 for p in paths) for paths in sent]
@@ -295,15 +296,9 @@ def test_workers_embed_into_the_database_and_servers_pick_them_up(corpus_dir, st
     for i in range(6):
         write(corpus_dir, f"notes/n{i}.md", f"# Note {i}\n\nThe session token rotates every {i} hours.\n")
 
-    sent: list[list[str]] = []
-
-    def send(job_id: str, paths: list[str]) -> None:
-        sent.append(paths)
-        ingest(job_id, paths, worker="w")
-
     config = build_config({"embed": {"provider": "local"}}, {}, {})
     settings.DIR2MCP_CELERY_TASK_PATHS = 8
-    DispatchingIndexer(corpus_dir, state, config, send=send).run()  # no embedder: the workers embed
+    sent = dispatch(corpus_dir, state, config)  # no embedder: the workers embed
     # Embedding makes every file slow next to a task's own cost: 4 paths each.
     assert [len(paths) for paths in sent] == [2, 2, 2]
     live = Chunk.objects.filter(deleted=False)
