@@ -38,8 +38,7 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
         return objs
     if connection.vendor != "postgresql":
         return model._default_manager.bulk_create(objs, batch_size=BATCH)
-    table, pk_column, copy_sql, named, types = _shape(model)
-    pk_at = [field for field, _ in named].index(model._meta.pk)
+    table, pk_column, pk_at, copy_sql, named, types = _shape(model)
     db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself, not the proxy: read per value
     # Errors reach the caller as Django's (IntegrityError, OperationalError),
     # as they would from bulk_create: COPY bypasses Django's cursor wrapper.
@@ -65,17 +64,18 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
 
 
 @functools.cache
-def _shape(model: type[models.Model]) -> tuple[str, str, str, list, list[str]]:
-    """A model's table, primary key column, COPY statement, (field,
-    attribute) pairs and PostgreSQL type names, worked out once: deriving
-    a foreign key's type builds a field each time."""
+def _shape(model: type[models.Model]) -> tuple[str, str, int, str, list, list[str]]:
+    """A model's table, primary key column and its place in a row, COPY
+    statement, (field, attribute) pairs and PostgreSQL type names, worked
+    out once: deriving a foreign key's type builds a field each time."""
     meta = model._meta
     fields = list(meta.concrete_fields)
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
     copy_sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN (FORMAT BINARY)"
     types = [_PARAMETERS.sub("", field.db_type(connection)).strip() for field in fields]
-    return meta.db_table, meta.pk.column, copy_sql, [(field, field.attname) for field in fields], types
+    named = [(field, field.attname) for field in fields]
+    return meta.db_table, meta.pk.column, fields.index(meta.pk), copy_sql, named, types
 
 
 def _sequence(cursor, table: str, column: str) -> str:

@@ -108,6 +108,15 @@ def dispatch_weight(rel_path: str, *, embeds: bool = False) -> int:
     return EMBEDDED_FILE_WEIGHT if embeds else 1
 
 
+def with_members(field: str, rel_paths: list[str]) -> Q:
+    """``field`` is one of these paths or a member of one of them (only
+    paths named like archives have members)."""
+    near = Q(**{f"{field}__in": rel_paths})
+    for path in filter(named_like_archive, rel_paths):
+        near |= Q(**{f"{field}__startswith": path + "!/"})
+    return near
+
+
 def _send_task(job_id: str, rel_paths: list[str]) -> None:
     from corpus.tasks import ingest_paths
 
@@ -252,10 +261,7 @@ class WorkerIndexer(Indexer):
         super().__init__(root, state, config)
         self.job = job
         self.mode = job.mode
-        near = Q(rel_path__in=rel_paths)
-        for path in filter(named_like_archive, rel_paths):  # only archives have members
-            near |= Q(rel_path__startswith=path + "!/")
-        self._load_known(Document.objects.filter(near))
+        self._load_known(Document.objects.filter(with_members("rel_path", rel_paths)))
         self._holding = True
         self._gone: list[str] = []
 
@@ -415,9 +421,7 @@ def _embed_items(job_id: str, rel_paths: list[str], rt: WorkerRuntime) -> None:
     next run, as in a single process."""
     if rt.embedder is None:
         return
-    near = Q(representation__document__rel_path__in=rel_paths)
-    for path in filter(named_like_archive, rel_paths):
-        near |= Q(representation__document__rel_path__startswith=path + "!/")
+    near = with_members("representation__document__rel_path", rel_paths)
     ids = list(
         Chunk.objects.filter(near, deleted=False, embedding_status=EmbeddingStatus.PENDING).values_list(
             "chunk_id", flat=True
