@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from corpus.models import with_context
+
 _DEFINITION = re.compile(
     r"^\s*(?:@"
     r"|(?:export\s+|public\s+|private\s+|protected\s+|static\s+|async\s+|pub\s+)*"
@@ -37,3 +39,10 @@ def embedding_view(text: str, kind: str, window_chars: int | None) -> str:
         chosen.add(i)
         used += len(lines[i]) + 1
     return "\n".join(lines[i] for i in sorted(chosen))
+
+
+def embedding_text(context: str, text: str, kind: str, window_chars: int | None) -> str:
+    """The chunk as the embedder reads it: its context, then as much of its
+    text as the window leaves room for."""
+    room = None if window_chars is None else max(window_chars - len(context) - 1, window_chars // 2)
+    return with_context(context, embedding_view(text, kind, room))

@@ -116,7 +116,11 @@ class Chunk(models.Model):
         Representation, on_delete=models.CASCADE, related_name="chunks", db_index=False
     )
     ordinal = models.IntegerField()
+    #: the file's own text of the span; what hits and snippets show
     text = models.TextField()
+    #: what the unit sits in (its path, enclosing definitions or headings):
+    #: indexed and embedded with ``text`` (see :func:`with_context`)
+    context = models.TextField(blank=True, default="")
     # Compared within a representation's chunks, never looked up: no index.
     text_hash = models.CharField(max_length=64)
     tokens_est = models.IntegerField(default=0)
@@ -141,6 +145,11 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"chunk {self.chunk_id}"
+
+
+def with_context(context: str, text: str) -> str:
+    """What the lexical index and the embedder read of a chunk."""
+    return f"{context}\n{text}" if context else text
 
 
 class Span(models.Model):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from corpus.config import ChunkingConfig
-from corpus.ingest.chunking import ChunkDraft, chunk_code, chunk_document, chunk_pages, chunk_prose
+from corpus.ingest.chunking import ChunkDraft, chunk_code, chunk_pages, chunk_prose
+from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import Extracted, Page, decode_text
 
 STDLIB_MODULE = Path(random.__file__)

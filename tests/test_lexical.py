@@ -511,7 +511,8 @@ def test_repeated_words_blobs_and_accents_index_and_match(index):
 def test_a_chunk_is_stored_as_its_stemmed_tokens_with_one_position_per_occurrence(index):
     """The binary tsvector a COPY sends reads back as the one PostgreSQL
     would hold: folded, stemmed, sorted, positions 1..n (the "s" of "it's",
-    which the stemmer empties, is left out); a replaced row too."""
+    which the stemmer empties, is left out); a replaced row too. The unit's
+    context, its path, is indexed with it ("a", "md", "amd")."""
     index({"a.md": "Café parseConfig parseConfig it's\n"})
     chunk_id = Chunk.objects.get().chunk_id
 
@@ -520,7 +521,7 @@ def test_a_chunk_is_stored_as_its_stemmed_tokens_with_one_position_per_occurrenc
             cursor.execute("SELECT body::text FROM chunks_lexical WHERE chunk_id = %s", [chunk_id])
             return cursor.fetchone()[0]
 
-    assert stored() == "'cafe':1 'config':1,2 'it':1 'pars':1,2 'parseconfig':1,2"
+    assert stored() == "'a':1 'amd':1 'cafe':1 'config':1,2 'it':1 'md':1 'pars':1,2 'parseconfig':1,2"
     lexical.index_chunks([(chunk_id, "zebra zebra zebra")])
     assert stored() == "'zebra':1,2,3"
 

@@ -15,6 +15,7 @@ from corpus.config import build_config
 from corpus.indexing import index_directory
 from corpus.models import Chunk, Document, Representation
 from corpus.state import IndexLock, StateDir
+from corpus.status import older_format_documents
 
 pytestmark = pytest.mark.django_db
 
@@ -72,12 +73,13 @@ def test_text_types_become_chunks_with_line_spans(corpus_dir, state):
     assert counters.indexed == 3 and counters.errors == 0
     code = live_chunks("src/app.py")
     assert [c.index_kind for c in code] == ["code"] * len(code)
-    assert len(code) == 3  # 450 lines in windows of 200 with 30 overlap
+    # one unit per two-line function, cited by its own lines
     spans = [(c.spans.get().start, c.spans.get().end) for c in code]
-    assert spans == [(1, 200), (171, 370), (341, 450)]
+    assert spans == [(2 * i + 1, 2 * i + 2) for i in range(225)]
     source = (corpus_dir / "src/app.py").read_text().split("\n")
-    first, last = spans[1]
-    assert code[1].text == "\n".join(source[first - 1 : last])
+    first, last = spans[7]
+    assert code[7].text == "\n".join(source[first - 1 : last])
+    assert code[7].context == "src/app.py"
     prose = live_chunks("notes.md")
     assert len(prose) > 1 and all(c.index_kind == "text" for c in prose)
     assert all(len(c.text) <= 2500 for c in prose)
@@ -113,14 +115,14 @@ def test_edit_keeps_chunks_whose_text_survived(corpus_dir, state):
     path = write(corpus_dir, "big.py", code_file(600))
     run(corpus_dir, state)
     old = {c.text_hash: c.chunk_id for c in live_chunks("big.py")}
-    path.write_text(code_file(600) + "def appended():\n    pass\n")
+    path.write_text(code_file(600).replace("return value + 100\n", "return value * 100\n"))
 
     again = run(corpus_dir, state)
 
     new = live_chunks("big.py")
     assert again.indexed == 1 and again.representations == 1
     kept = [c for c in new if old.get(c.text_hash) == c.chunk_id]
-    assert len(kept) == len(new) - 1  # only the last window changed
+    assert len(new) == 300 and len(kept) == 299  # only the edited function's unit changed
     assert Chunk.objects.filter(deleted=True).count() == 1
 
 
@@ -533,3 +535,20 @@ def test_a_new_document_the_store_refuses_costs_only_itself(corpus_dir, state):
     live = set(Chunk.objects.filter(deleted=False).values_list("chunk_id", flat=True))
     assert lexical.indexed_ids() == live and len(live) == 6
     assert counters.chunks_total == 6
+
+
+def test_documents_cut_by_an_older_format_serve_until_a_pass_recuts_them(corpus_dir, state):
+    for i in range(3):
+        write(corpus_dir, f"pkg/m{i}.py", code_file(10))
+    run(corpus_dir, state)
+    assert older_format_documents() == 0
+    # What an index built before units looks like: no context, another policy.
+    Chunk.objects.filter(representation__document__rel_path="pkg/m1.py").update(context="", text_hash="older")
+    Document.objects.filter(rel_path="pkg/m1.py").update(policy_hash="older")
+    Representation.objects.filter(document__rel_path="pkg/m1.py").update(rep_hash="older")
+    assert older_format_documents() == 1
+
+    again = run(corpus_dir, state)
+
+    assert again.indexed == 1 and older_format_documents() == 0
+    assert all(c.context == "pkg/m1.py" for c in live_chunks("pkg/m1.py"))

@@ -73,7 +73,8 @@ def many_files(root: Path, count: int = 3000) -> None:
     for i in range(count):
         folder = root / f"pkg{i % 30}"
         folder.mkdir(exist_ok=True)
-        (folder / f"mod{i}.py").write_text(f"def function_{i}():\n    return {i}\n# words for file {i}\n")
+        # one unit each: the comment belongs to the function below it
+        (folder / f"mod{i}.py").write_text(f"# words for file {i}\ndef function_{i}():\n    return {i}\n")
 
 
 # -- the happy path -----------------------------------------------------------

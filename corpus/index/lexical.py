@@ -24,7 +24,7 @@ from typing import Protocol
 
 from django.db import connection, transaction
 
-from corpus.models import Chunk
+from corpus.models import Chunk, with_context
 
 TABLE = "chunks_fts"
 CREATE_SQL = (
@@ -178,19 +178,37 @@ def search(
     ``r`` (representations) and ``d`` (documents), applied before the limit;
     its placeholders are ``%s`` (``?`` also works on SQLite).
     """
+    return search_tiers(query, limit=limit, chunk_filter_sql=chunk_filter_sql, params=params)[0]
+
+
+def search_tiers(
+    query: str, *, limit: int, chunk_filter_sql: str = "", params: Sequence = (), all_first_max: int = 0
+) -> tuple[list[tuple[int, float]], int]:
+    """:func:`search`'s hits, and how many of them hold every query term.
+
+    With ``all_first_max``, a query of more terms than that is ranked by BM25
+    alone (a long question's every word is rarely in one unit, and the
+    all-terms tier then ranks whatever happens to hold them all first); the
+    count of hits holding every term is still given."""
     terms = query_terms(query)
     if not terms or limit <= 0:
-        return []
+        return [], 0
     backend = _backend()
     hits = backend.query(terms, require_all=True, limit=limit, filter_sql=chunk_filter_sql, params=params)
+    full = len(hits)
+    if all_first_max and len(terms) > all_first_max:
+        ranked = backend.query(
+            terms, require_all=False, limit=limit, filter_sql=chunk_filter_sql, params=params
+        )
+        return ranked, full
     if len(terms) == 1 or len(hits) >= limit:
-        return hits
+        return hits, full
     seen = {chunk_id for chunk_id, _ in hits}
     more = backend.query(
         terms, require_all=False, limit=limit + len(hits), filter_sql=chunk_filter_sql, params=params
     )
     hits.extend(hit for hit in more if hit[0] not in seen)
-    return hits[:limit]
+    return hits[:limit], full
 
 
 def rebuild() -> int:
@@ -215,7 +233,8 @@ def indexed_ids() -> set[int]:
 def refill(backend: Backend, recreate) -> int:
     """Empty the index (``recreate(cursor)``) and write every live chunk into
     it, in one transaction; returns the row count. Shared by the backends."""
-    rows = Chunk.objects.filter(deleted=False).values_list("chunk_id", "text").iterator(chunk_size=BATCH)
+    live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", "text")
+    rows = ((cid, with_context(context, text)) for cid, context, text in live.iterator(chunk_size=BATCH))
     count = 0
     with transaction.atomic():
         with connection.cursor() as cursor:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from corpus.config import ChunkingConfig
-from corpus.ingest.extract import Extracted, Page, Segment
+from corpus.ingest.extract import Page, Segment
 
 LINES = "lines"
 PAGE = "page"
@@ -32,6 +31,10 @@ class ChunkDraft:
     start: int
     end: int
     extra: dict | None = None
+    #: what the unit sits in (path, enclosing definitions or headings, a long
+    #: definition's signature): indexed and embedded with ``text``, never
+    #: shown as the file's text
+    context: str = ""
 
 
 def chunk_code(text: str, *, max_lines: int = 200, overlap_lines: int = 30) -> list[ChunkDraft]:
@@ -181,25 +184,3 @@ def chunk_segments(segments: Sequence[Segment], *, segment_ms: int, overlap_ms: 
             following += 1
         first = following
     return drafts
-
-
-def chunk_document(extracted: Extracted, *, kind: str, config: ChunkingConfig) -> list[ChunkDraft]:
-    """Chunk a representation: per page if it has pages, by lines for code, else as prose."""
-    sizes = {
-        "max_chars": config.max_chars,
-        "overlap_chars": config.overlap_chars,
-        "min_chars": config.min_chars,
-    }
-    if extracted.segments:
-        transcript = config.transcript
-        return chunk_segments(
-            extracted.segments, segment_ms=transcript.segment_ms, overlap_ms=transcript.overlap_ms
-        )
-    if extracted.pages is not None:
-        return chunk_pages(extracted.pages, **sizes)
-    if kind == "code":
-        code = config.code
-        drafts = chunk_code(extracted.text, max_lines=code.max_lines, overlap_lines=code.overlap_lines)
-        if all(len(draft.text) <= MAX_CODE_CHUNK_CHARS for draft in drafts):
-            return drafts
-    return chunk_prose(extracted.text, **sizes)

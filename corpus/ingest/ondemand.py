@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import transaction
 
 from corpus import errors
 from corpus.config import Config
 from corpus.ingest import writer
-from corpus.ingest.chunking import chunk_document, chunk_prose
+from corpus.ingest.chunking import chunk_prose
 from corpus.ingest.classify import classify
+from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import RAW_TEXT, Extracted
 from corpus.ingest.media import OCR_MARKDOWN
 from corpus.ingest.pipeline import capabilities_for
@@ -106,7 +107,9 @@ def transcribe_file(
         content_hash=sha256_hex(data),
         policy_hash=Preparer(ws.config, ws.engine, caps).policy_hash("audio"),
         extracted=extracted,
-        drafts=chunk_document(extracted, kind="text", config=ws.config.chunking),
+        drafts=chunk_document(
+            extracted, kind="text", config=ws.config.chunking, rel_path=rel, doc_type="audio"
+        ),
     )
     with transaction.atomic():
         doc = Document.objects.filter(rel_path=rel).first()
@@ -184,6 +187,7 @@ def annotate_document(
             drafts = chunk_prose(
                 text, max_chars=cfg.max_chars, overlap_chars=cfg.overlap_chars, min_chars=cfg.min_chars
             )
+            drafts = [replace(draft, context=rel) for draft in drafts]
             writer.write_extra_representation(doc.doc_id, _prepared(rel, flat, drafts=drafts))
     return {
         "rel_path": rel,

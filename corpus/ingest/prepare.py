@@ -15,8 +15,9 @@ from functools import cached_property
 
 from corpus import errors
 from corpus.config import Config
-from corpus.ingest.chunking import ChunkDraft, chunk_document
+from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.classify import classify, index_kind_for
+from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import Extracted, NeedsProvider, extract
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.providers.http import ProviderError
@@ -24,7 +25,7 @@ from corpus.security import ExclusionEngine
 
 # Bump when extraction or chunking changes what a document produces: every
 # document is then re-processed on the next run.
-EXTRACTOR_VERSION = "1"
+EXTRACTOR_VERSION = "2"
 OFFICE_READER_VERSION = "1"
 HEAD_BYTES = 8192
 NEEDS_PROVIDER_TYPES = ("pdf", "image", "audio")
@@ -166,7 +167,13 @@ class Preparer:
             if pending:
                 extracted.meta["ocr_pending"] = pending
         base.extracted = extracted
-        base.drafts = chunk_document(extracted, kind=base.index_kind, config=self.config.chunking)
+        base.drafts = chunk_document(
+            extracted,
+            kind=base.index_kind,
+            config=self.config.chunking,
+            rel_path=base.rel_path,
+            doc_type=base.doc_type,
+        )
         return base
 
     def _policy_skip(self, doc_type: str) -> tuple[str, str] | None:

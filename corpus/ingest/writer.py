@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from corpus import bulk
 from corpus.index import lexical
 from corpus.ingest.prepare import Prepared, sha256_hex
-from corpus.models import Chunk, Document, EmbeddingStatus, Representation, Span
+from corpus.models import Chunk, Document, EmbeddingStatus, Representation, Span, with_context
 
 
 @dataclass
@@ -104,6 +104,8 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
 
 
 def _rep_hash(prepared: Prepared) -> str:
+    """What the representation's chunks depend on: its text, and the policy
+    that cut it (a new unit format re-cuts; surviving chunks keep their ids)."""
     extracted = prepared.extracted
     assert extracted is not None
     return sha256_hex(
@@ -111,6 +113,7 @@ def _rep_hash(prepared: Prepared) -> str:
             [
                 extracted.rep_type,
                 prepared.index_kind,
+                prepared.policy_hash,
                 json.dumps(extracted.meta, sort_keys=True),
                 extracted.text,
             ]
@@ -118,12 +121,18 @@ def _rep_hash(prepared: Prepared) -> str:
     )
 
 
+def _draft_hash(draft) -> str:
+    """A unit whose context changed (a renamed class) is a new unit."""
+    return sha256_hex(with_context(draft.context, draft.text))
+
+
 def _new_chunk(rep: Representation, prepared: Prepared, draft, text_hash: str | None = None) -> Chunk:
     return Chunk(
         representation=rep,
         ordinal=draft.ordinal,
         text=draft.text,
-        text_hash=text_hash or sha256_hex(draft.text),
+        context=draft.context,
+        text_hash=text_hash or _draft_hash(draft),
         tokens_est=max(1, len(draft.text) // 4),
         index_kind=prepared.index_kind,
     )
@@ -132,7 +141,9 @@ def _new_chunk(rep: Representation, prepared: Prepared, draft, text_hash: str | 
 def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
     """Insert these chunks, their lexical rows and their spans."""
     created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
-    lexical.index_chunks(((chunk.chunk_id, chunk.text) for chunk in created), new=True)
+    lexical.index_chunks(
+        ((chunk.chunk_id, with_context(chunk.context, chunk.text)) for chunk in created), new=True
+    )
     bulk.create(
         Span,
         [
@@ -181,7 +192,7 @@ def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh
         old_by_hash[chunk.text_hash].append(chunk)
     new_chunks: list[tuple[Chunk, object]] = []
     for draft in prepared.drafts:
-        text_hash = sha256_hex(draft.text)
+        text_hash = _draft_hash(draft)
         reusable = old_by_hash.get(text_hash)
         if reusable:
             _move_chunk(reusable.pop(), draft)

@@ -1,0 +1,72 @@
+"""Which chunker a representation goes to (spec §7.5): pages, time windows,
+code units or line windows, prose."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from corpus.config import ChunkingConfig
+from corpus.ingest.chunking import (
+    MAX_CODE_CHUNK_CHARS,
+    ChunkDraft,
+    chunk_code,
+    chunk_pages,
+    chunk_prose,
+    chunk_segments,
+)
+from corpus.ingest.extract import Extracted
+from corpus.ingest.sections import chunk_sections
+from corpus.ingest.units import code_units
+
+
+def chunk_document(
+    extracted: Extracted, *, kind: str, config: ChunkingConfig, rel_path: str = "", doc_type: str = ""
+) -> list[ChunkDraft]:
+    """Chunk a representation: per page if it has pages, code by definitions
+    (or line windows), prose by sections (or character windows). Every chunk
+    has a context, at least its path: a chunk without one was cut by an
+    older format (status reports those until they are re-cut)."""
+    drafts = _cut(extracted, kind, config, rel_path, doc_type)
+    if not rel_path:
+        return drafts
+    return [draft if draft.context else replace(draft, context=rel_path) for draft in drafts]
+
+
+def _cut(
+    extracted: Extracted, kind: str, config: ChunkingConfig, rel_path: str, doc_type: str
+) -> list[ChunkDraft]:
+    sizes = {
+        "max_chars": config.max_chars,
+        "overlap_chars": config.overlap_chars,
+        "min_chars": config.min_chars,
+    }
+    if extracted.segments:
+        transcript = config.transcript
+        return chunk_segments(
+            extracted.segments, segment_ms=transcript.segment_ms, overlap_ms=transcript.overlap_ms
+        )
+    if extracted.pages is not None:
+        return chunk_pages(extracted.pages, **sizes)
+    if kind == "code":
+        code = config.code
+        drafts = None
+        if code.mode == "units":
+            drafts = code_units(extracted.text, rel_path, unit_max_lines=code.unit_max_lines)
+        if drafts is None:
+            drafts = chunk_code(extracted.text, max_lines=code.max_lines, overlap_lines=code.overlap_lines)
+        if all(len(draft.text) <= MAX_CODE_CHUNK_CHARS for draft in drafts):
+            return drafts
+        return chunk_prose(extracted.text, **sizes)
+    prose = prose_format(doc_type, rel_path)
+    if config.prose_mode == "sections" and prose:
+        return chunk_sections(extracted.text, fmt=prose, path=rel_path, **sizes)
+    return chunk_prose(extracted.text, **sizes)
+
+
+def prose_format(doc_type: str, rel_path: str) -> str | None:
+    """How :func:`chunk_sections` should read a document, or None for windows."""
+    if doc_type in ("md", "html"):
+        return doc_type
+    if doc_type == "text":
+        return "rst" if rel_path.lower().endswith((".rst", ".rest")) else "text"
+    return None

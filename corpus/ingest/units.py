@@ -1,0 +1,457 @@
+"""Definition-aware code units (tree-sitter).
+
+A code file is cut where its definitions are: each function, method, class
+or declaration, with the decorators and comments directly above it, is one
+unit cited by its own lines. A long definition is opened: its inner
+definitions become units of their own and what is left of it (the header,
+fields, statements between methods) is windowed, each window carrying the
+definition's signature as context. Class-like definitions (classes,
+interfaces, impl blocks, namespaces) are opened sooner, since their members
+are what a question is usually about. Code between definitions (imports,
+constants, scripts) is grouped into windows.
+
+Every unit's ``context`` holds the file's path and the first line of each
+enclosing definition, so a method is indexed and embedded with its class.
+
+Grammars come from the per-language wheels (``tree-sitter-python``, …),
+which ship compiled parsers and need no network. A file with no grammar, or
+one that mostly fails to parse, gets ``None``: the caller uses line windows.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import tree_sitter
+import tree_sitter_bash
+import tree_sitter_c
+import tree_sitter_cpp
+import tree_sitter_go
+import tree_sitter_java
+import tree_sitter_javascript
+import tree_sitter_python
+import tree_sitter_ruby
+import tree_sitter_rust
+import tree_sitter_typescript
+
+from corpus.ingest.chunking import LINES, ChunkDraft
+
+#: context lines longer than this are cut: a signature, not a body
+SIGNATURE_CHARS = 200
+#: more of a file's top level than this inside ERROR nodes: use line windows
+MAX_ERROR_SHARE = 0.2
+_COMMENTS = frozenset({"comment", "line_comment", "block_comment"})
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """What one language's units are made of."""
+
+    name: str
+    load: Callable[[], object]
+    #: node types that are definitions
+    definitions: frozenset[str]
+    #: definitions opened as soon as they are longer than the class limit
+    class_like: frozenset[str] = frozenset()
+    #: nodes that wrap one definition (decorators, ``export``, templates)
+    wrappers: frozenset[str] = frozenset()
+    #: nodes kept with the definition below them, like comments
+    leading: frozenset[str] = _COMMENTS
+    #: a predicate for node types that are definitions only sometimes
+    sometimes: Callable[[tree_sitter.Node], bool] | None = None
+
+
+_JS_FUNCTION_VALUES = frozenset(
+    {"arrow_function", "function_expression", "function", "generator_function", "class"}
+)
+
+
+def _js_binds_function(node: tree_sitter.Node) -> bool:
+    """``const f = () => …``, ``exports.f = function …``, ``A.prototype.m = …``."""
+    if node.type in ("lexical_declaration", "variable_declaration"):
+        return any(
+            (value := child.child_by_field_name("value")) is not None and value.type in _JS_FUNCTION_VALUES
+            for child in node.named_children
+            if child.type == "variable_declarator"
+        )
+    if node.type == "expression_statement" and node.named_child_count == 1:
+        expr = node.named_children[0]
+        right = expr.child_by_field_name("right") if expr.type == "assignment_expression" else None
+        return right is not None and right.type in _JS_FUNCTION_VALUES
+    return False
+
+
+def _c_declares(node: tree_sitter.Node) -> bool:
+    """A prototype (``int f(void);``) or a struct/enum/union with a body."""
+    if node.type in ("struct_specifier", "enum_specifier", "union_specifier", "class_specifier"):
+        return node.child_by_field_name("body") is not None
+    return _has_function_declarator(node)
+
+
+def _has_function_declarator(node: tree_sitter.Node) -> bool:
+    declarator = node.child_by_field_name("declarator")
+    while declarator is not None:
+        if declarator.type == "function_declarator":
+            return True
+        declarator = declarator.child_by_field_name("declarator")
+    return False
+
+
+_JS_DEFINITIONS = frozenset(
+    {"function_declaration", "generator_function_declaration", "class_declaration", "method_definition"}
+)
+_TS_DEFINITIONS = _JS_DEFINITIONS | {
+    "abstract_class_declaration",
+    "interface_declaration",
+    "type_alias_declaration",
+    "enum_declaration",
+    "internal_module",
+    "module",
+    "function_signature",
+    "method_signature",
+    "abstract_method_signature",
+    "property_signature",
+    "public_field_definition",
+}
+_TS_CLASS_LIKE = frozenset(
+    {"class_declaration", "abstract_class_declaration", "interface_declaration", "internal_module", "module"}
+)
+_C_DEFINITIONS = frozenset({"function_definition", "type_definition", "preproc_function_def"})
+_C_SOMETIMES = frozenset({"declaration", "struct_specifier", "enum_specifier", "union_specifier"})
+_CPP_SOMETIMES = _C_SOMETIMES | {"class_specifier", "field_declaration"}
+
+
+def _typescript(loader: Callable[[], object], name: str) -> Grammar:
+    return Grammar(
+        name,
+        loader,
+        _TS_DEFINITIONS,
+        class_like=_TS_CLASS_LIKE,
+        wrappers=frozenset({"export_statement", "ambient_declaration"}),
+        sometimes=_js_binds_function,
+    )
+
+
+_GRAMMARS: dict[str, Grammar] = {
+    g.name: g
+    for g in (
+        Grammar(
+            "python",
+            tree_sitter_python.language,
+            frozenset({"function_definition", "class_definition"}),
+            class_like=frozenset({"class_definition"}),
+            wrappers=frozenset({"decorated_definition"}),
+        ),
+        Grammar(
+            "javascript",
+            tree_sitter_javascript.language,
+            _JS_DEFINITIONS,
+            class_like=frozenset({"class_declaration"}),
+            wrappers=frozenset({"export_statement"}),
+            sometimes=_js_binds_function,
+        ),
+        _typescript(tree_sitter_typescript.language_typescript, "typescript"),
+        _typescript(tree_sitter_typescript.language_tsx, "tsx"),
+        Grammar(
+            "go",
+            tree_sitter_go.language,
+            frozenset({"function_declaration", "method_declaration", "type_declaration"}),
+        ),
+        Grammar(
+            "rust",
+            tree_sitter_rust.language,
+            frozenset(
+                {
+                    "function_item",
+                    "function_signature_item",
+                    "impl_item",
+                    "struct_item",
+                    "enum_item",
+                    "union_item",
+                    "trait_item",
+                    "mod_item",
+                    "macro_definition",
+                    "type_item",
+                    "const_item",
+                    "static_item",
+                }
+            ),
+            class_like=frozenset({"impl_item", "trait_item", "mod_item"}),
+            leading=_COMMENTS | {"attribute_item"},
+        ),
+        Grammar(
+            "java",
+            tree_sitter_java.language,
+            frozenset(
+                {
+                    "class_declaration",
+                    "interface_declaration",
+                    "enum_declaration",
+                    "record_declaration",
+                    "annotation_type_declaration",
+                    "method_declaration",
+                    "constructor_declaration",
+                    "compact_constructor_declaration",
+                }
+            ),
+            class_like=frozenset(
+                {
+                    "class_declaration",
+                    "interface_declaration",
+                    "enum_declaration",
+                    "record_declaration",
+                    "annotation_type_declaration",
+                }
+            ),
+        ),
+        Grammar(
+            "c",
+            tree_sitter_c.language,
+            _C_DEFINITIONS,
+            sometimes=lambda node: node.type in _C_SOMETIMES and _c_declares(node),
+        ),
+        Grammar(
+            "cpp",
+            tree_sitter_cpp.language,
+            _C_DEFINITIONS | {"namespace_definition"},
+            class_like=frozenset({"class_specifier", "struct_specifier", "namespace_definition"}),
+            wrappers=frozenset({"template_declaration"}),
+            sometimes=lambda node: node.type in _CPP_SOMETIMES and _c_declares(node),
+        ),
+        Grammar(
+            "ruby",
+            tree_sitter_ruby.language,
+            frozenset({"method", "singleton_method", "class", "module", "singleton_class"}),
+            class_like=frozenset({"class", "module", "singleton_class"}),
+        ),
+        Grammar("bash", tree_sitter_bash.language, frozenset({"function_definition"})),
+    )
+}
+
+_EXTENSIONS = {
+    "py": "python",
+    "pyi": "python",
+    "pyw": "python",
+    "js": "javascript",
+    "mjs": "javascript",
+    "cjs": "javascript",
+    "jsx": "javascript",
+    "ts": "typescript",
+    "mts": "typescript",
+    "cts": "typescript",
+    "tsx": "tsx",
+    "go": "go",
+    "rs": "rust",
+    "java": "java",
+    "c": "c",
+    "h": "c",
+    "cc": "cpp",
+    "cpp": "cpp",
+    "cxx": "cpp",
+    "c++": "cpp",
+    "hpp": "cpp",
+    "hh": "cpp",
+    "hxx": "cpp",
+    "rb": "ruby",
+    "rake": "ruby",
+    "sh": "bash",
+    "bash": "bash",
+}
+_SHEBANGS = (
+    ("python", "python"),
+    ("node", "javascript"),
+    ("bash", "bash"),
+    ("/sh", "bash"),
+    ("ruby", "ruby"),
+)
+_NAMES = {
+    "rakefile": "ruby",
+    "gemfile": "ruby",
+    ".bashrc": "bash",
+    ".bash_profile": "bash",
+    ".profile": "bash",
+}
+
+
+def language_for(rel_path: str, text: str = "") -> str | None:
+    """The grammar name for a file, by extension, name or shebang; None if none."""
+    name = rel_path.rsplit("/", 1)[-1].rsplit("!/", 1)[-1].lower()
+    if name in _NAMES:
+        return _NAMES[name]
+    if "." in name.lstrip("."):
+        return _EXTENSIONS.get(name.rsplit(".", 1)[-1])
+    if text.startswith("#!"):
+        first = text.split("\n", 1)[0]
+        return next((lang for word, lang in _SHEBANGS if word in first), None)
+    return None
+
+
+@functools.cache
+def _parser(name: str) -> tree_sitter.Parser:
+    return tree_sitter.Parser(tree_sitter.Language(_GRAMMARS[name].load()))
+
+
+# -- cutting ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Piece:
+    start: int  # 0-based first line
+    end: int  # 0-based last line, inclusive
+    context: tuple[str, ...]
+
+
+class _Cutter:
+    """Walks one parsed file and yields its pieces in line order."""
+
+    def __init__(self, grammar: Grammar, lines: list[str], unit_max_lines: int):
+        self.grammar = grammar
+        self.lines = lines
+        self.max_lines = unit_max_lines
+        self.class_lines = max(unit_max_lines // 4, 5)
+
+    def pieces(self, root: tree_sitter.Node) -> Iterator[_Piece]:
+        yield from self._container(root, 0, len(self.lines) - 1, ())
+
+    def _container(self, node: tree_sitter.Node, first: int, last: int, context: tuple) -> Iterator[_Piece]:
+        """Units for the definitions inside ``node``; windows for the lines between them."""
+        cursor = first
+        for start, definition in self._inner(node):
+            if start < cursor:  # a comment already taken, or overlapping nodes
+                start = cursor
+            yield from self._rest(cursor, start - 1, context)
+            yield from self._definition(definition, start, context)
+            cursor = max(cursor, _last_row(definition) + 1)
+        yield from self._rest(cursor, last, context)
+
+    def _definition(self, node: tree_sitter.Node, start: int, context: tuple) -> Iterator[_Piece]:
+        end = _last_row(node)
+        core = self._core(node)
+        length = end - start + 1
+        opened = length > self.max_lines or (
+            core.type in self.grammar.class_like and length > self.class_lines
+        )
+        if not opened or not self._inner_exists(core):
+            if length > self.max_lines:
+                yield from self._rest(start, end, (*context, self._signature(core)))
+            else:
+                yield _Piece(start, end, context)
+            return
+        yield from self._container(core, start, end, (*context, self._signature(core)))
+
+    def _rest(self, first: int, last: int, context: tuple) -> Iterator[_Piece]:
+        """Lines between definitions, in windows of at most ``max_lines``."""
+        while first <= last and not self.lines[first].strip():
+            first += 1
+        while last >= first and not self.lines[last].strip():
+            last -= 1
+        while first <= last:
+            end = min(last, first + self.max_lines - 1)
+            if end < last:
+                end = self._blank_before(first, end)
+            if any(ch.isalnum() for line in self.lines[first : end + 1] for ch in line):
+                yield _Piece(first, end, context)
+            first = end + 1
+            while first <= last and not self.lines[first].strip():
+                first += 1
+
+    def _blank_before(self, first: int, end: int) -> int:
+        """Cut a window after a blank line in its last third, if it has one."""
+        for row in range(end, first + (end - first) * 2 // 3, -1):
+            if not self.lines[row].strip():
+                return row
+        return end
+
+    # -- the tree -----------------------------------------------------------------
+
+    def _inner(self, node: tree_sitter.Node) -> Iterator[tuple[int, tree_sitter.Node]]:
+        """(first line with leading comments, node) of the nearest definitions under ``node``."""
+        stack = list(reversed(node.children))
+        while stack:
+            child = stack.pop()
+            if self._is_definition(child):
+                yield self._leading_start(child), child
+            elif child.child_count:
+                stack.extend(reversed(child.children))
+
+    def _inner_exists(self, node: tree_sitter.Node) -> bool:
+        return next(self._inner(node), None) is not None
+
+    def _is_definition(self, node: tree_sitter.Node) -> bool:
+        grammar = self.grammar
+        if node.type in grammar.wrappers:
+            return any(self._is_definition(child) for child in node.named_children)
+        if node.type in grammar.definitions:
+            return True
+        return grammar.sometimes is not None and grammar.sometimes(node)
+
+    def _core(self, node: tree_sitter.Node) -> tree_sitter.Node:
+        """The definition a wrapper wraps (a decorated function's function)."""
+        while node.type in self.grammar.wrappers:
+            inner = next((c for c in node.named_children if self._is_definition(c)), None)
+            if inner is None:
+                break
+            node = inner
+        return node
+
+    def _leading_start(self, node: tree_sitter.Node) -> int:
+        """The first line of the comments and attributes directly above ``node``."""
+        start = node.start_point.row
+        previous = node.prev_sibling
+        while previous is not None and previous.type in self.grammar.leading:
+            if _last_row(previous) < start - 1 or self._shares_line(previous):
+                break
+            start = previous.start_point.row
+            previous = previous.prev_sibling
+        return start
+
+    def _shares_line(self, comment: tree_sitter.Node) -> bool:
+        """A trailing comment (``x = 1  # note``) belongs to the code before it."""
+        before = comment.prev_sibling
+        return before is not None and _last_row(before) == comment.start_point.row
+
+    def _signature(self, node: tree_sitter.Node) -> str:
+        line = self.lines[node.start_point.row].strip()
+        return line[:SIGNATURE_CHARS]
+
+
+def code_units(text: str, rel_path: str, *, unit_max_lines: int = 80) -> list[ChunkDraft] | None:
+    """The definition-level units of a code file, or None when no grammar
+    parses it (the caller then uses line windows)."""
+    name = language_for(rel_path, text)
+    if name is None:
+        return None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        return []
+    tree = _parser(name).parse(text.encode("utf-8", "surrogatepass"))
+    if _mostly_broken(tree.root_node, len(lines)):
+        return None
+    cutter = _Cutter(_GRAMMARS[name], lines, unit_max_lines)
+    drafts = []
+    for piece in cutter.pieces(tree.root_node):
+        body = "\n".join(lines[piece.start : piece.end + 1])
+        context = "\n".join((rel_path, *piece.context)) if rel_path else "\n".join(piece.context)
+        drafts.append(ChunkDraft(len(drafts), body, LINES, piece.start + 1, piece.end + 1, context=context))
+    return drafts
+
+
+def _last_row(node: tree_sitter.Node) -> int:
+    """The last line a node covers: a line comment ends at column 0 of the next."""
+    end = node.end_point
+    return end.row - 1 if end.column == 0 and end.row > node.start_point.row else end.row
+
+
+def _mostly_broken(root: tree_sitter.Node, line_count: int) -> bool:
+    if not root.has_error:
+        return False
+    broken = sum(
+        _last_row(child) - child.start_point.row + 1
+        for child in root.children
+        if child.is_error or child.is_missing
+    )
+    return broken > MAX_ERROR_SHARE * line_count or root.is_error
