@@ -4,8 +4,10 @@ Pending chunks are embedded in batches; each batch's vectors are written to
 ``Chunk.embedding`` in one transaction, then added to the in-memory index,
 which is saved (atomically) every few seconds and at the end of a run. The
 provider, model and dimension per index kind are recorded in ``settings``;
-a different embedder on an existing index stops with INDEX_VERSION_MISMATCH
-("run reindex") unless the caller is a reindex, which starts the vectors over.
+``check_models`` refuses to mix vectors of two models (INDEX_VERSION_MISMATCH)
+unless the caller is a full reindex, which starts the vectors over; the
+commands never reach that refusal, since corpus.indexing.choose_embedder
+keeps the recorded embedder over a different configured one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 from django.db import connection, transaction
 
 from corpus import errors
-from corpus.embed_view import embedding_view
+from corpus.embed_view import embedding_text
 from corpus.index.vectors import KINDS, VectorIndex, index_path, remove_files
 from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, ModelInfo
@@ -55,6 +57,20 @@ def recorded_model(kind: str) -> ModelInfo | None:
     )
 
 
+def recorded_models() -> dict[str, ModelInfo]:
+    """The models the index's vectors came from, by kind (empty before any)."""
+    found = {kind: recorded_model(kind) for kind in KINDS}
+    return {kind: info for kind, info in found.items() if info is not None}
+
+
+def same_model(found: ModelInfo, wanted: ModelInfo) -> bool:
+    """Whether ``wanted`` makes vectors that mix with ``found``'s: same
+    provider and model, and the same dimension where both are known."""
+    return (found.provider, found.model) == (wanted.provider, wanted.model) and (
+        not wanted.dim or not found.dim or found.dim == wanted.dim
+    )
+
+
 def _record(info: ModelInfo, kind: str) -> None:
     set_setting("embed_provider", info.provider)
     set_setting(f"embed_{kind}_model", info.model)
@@ -62,17 +78,19 @@ def _record(info: ModelInfo, kind: str) -> None:
 
 
 def check_models(embedder: Embedder, state: StateDir, *, reset: bool = False) -> None:
-    """Record the embedder's models, or refuse to mix vectors from two models."""
+    """Record the embedder's models, or refuse to mix vectors from two models.
+
+    The commands never get here with another embedder than the recorded one
+    unless they mean to switch (``reset``, a full reindex): they keep the
+    recorded one (corpus.indexing.choose_embedder). This refusal guards
+    every other caller."""
     for kind in KINDS:
         wanted = embedder.model_info(kind)
         found = recorded_model(kind)
         if found is None:
             _record(wanted, kind)
             continue
-        same = (found.provider, found.model) == (wanted.provider, wanted.model) and (
-            not wanted.dim or not found.dim or found.dim == wanted.dim
-        )
-        if same:
+        if same_model(found, wanted):
             if wanted.dim and not found.dim:
                 _record(wanted, kind)
             continue
@@ -274,19 +292,21 @@ def _embed_batches(embedder, queue_for, *, batch_size, stop=None, on_stored=None
             batch = list(
                 queue.filter(chunk_id__gt=last_id)
                 .order_by("chunk_id")
-                .values_list("chunk_id", "text")[:batch_size]
+                .values_list("chunk_id", "context", "text")[:batch_size]
             )
             if not batch:
                 break
             last_id = batch[-1][0]
             try:
-                texts = [embedding_view(text, kind, embedder.window_chars) for _, text in batch]
+                texts = [
+                    embedding_text(context, text, kind, embedder.window_chars) for _, context, text in batch
+                ]
                 vectors = embedder.embed(texts, kind=kind)
             except errors.Dir2mcpError as exc:
                 set_setting(LAST_ERROR_KEY, str(exc))
                 logger.warning("embedding stopped: %s", exc)
                 raise
-            ids = np.array([cid for cid, _ in batch], dtype=np.int64)
+            ids = np.array([row[0] for row in batch], dtype=np.int64)
             stored, version = _store_vectors(kind, ids, vectors, on_stored=on_stored)
             yield kind, ids, vectors, stored, version
 

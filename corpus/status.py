@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from django.db import connection
 from django.db.models import Count
 
 from corpus.config import Config
@@ -50,6 +51,8 @@ class IndexSummary:
     recent_errors: list[tuple[str, str]] = field(default_factory=list)
     #: skipped documents waiting for a provider key, by reason ("needs MISTRAL_API_KEY": 3)
     needs_provider: dict[str, int] = field(default_factory=dict)
+    #: live documents whose units an older format cut (re-cut by the next pass)
+    older_format: int = 0
 
 
 def latest_job() -> IndexJob | None:
@@ -92,7 +95,22 @@ def summarize(*, error_limit: int = 10) -> IndexSummary:
         job_alive=job_alive(job),
         recent_errors=[(path, err or "") for path, err in errors],
         needs_provider=needs_provider_counts(),
+        older_format=older_format_documents(),
     )
+
+
+def older_format_documents() -> int:
+    """Live documents with units cut by an older format: every unit now has
+    a context (at least its path), so a live chunk without one is older.
+    They keep serving until the next pass re-cuts their files."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(DISTINCT r.document_id) FROM chunks c "
+            "JOIN representations r ON r.rep_id = c.representation_id "
+            "WHERE c.deleted = %s AND c.context = ''",
+            [False],
+        )
+        return cursor.fetchone()[0]
 
 
 #: A job dispatched from another machine counts as alive while its
@@ -210,9 +228,13 @@ def models_summary(
         "chat": config.mistral.chat_model,
     }
     if live:
+        from corpus.providers.registry import UnavailableEmbedder
+
         for kind in ("text", "code"):
             info = embedder.model_info(kind) if embedder is not None else None
             summary[f"embed_{kind}"] = f"{info.provider}/{info.model}" if info else "none"
+            if isinstance(embedder, UnavailableEmbedder):
+                summary[f"embed_{kind}"] = f"none ({info.provider}/{info.model} {embedder.choice.reason})"
         summary["chat"] = f"{chat.provider}/{chat.model}" if chat is not None else "none"
     if live and secret is not None:
         from corpus.ingest.pipeline import capabilities_for
@@ -223,3 +245,30 @@ def models_summary(
         if not caps.stt:
             summary["stt_model"] = f"none ({caps.stt_missing})"
     return summary
+
+
+def recorded_embedder(state: StateDir):
+    """The embedder the index's vectors came from (an EmbedderModels); None before any (or
+    before the store exists: this is read before ``open_store`` creates it)."""
+    from django.db import DatabaseError
+
+    from corpus.embedding import recorded_models
+    from corpus.providers.registry import EmbedderModels
+    from corpus.store import uses_state_sqlite
+
+    if uses_state_sqlite(state) and not state.meta_db.exists():
+        return None
+    try:
+        return EmbedderModels.from_infos(recorded_models())
+    except DatabaseError:  # no settings table yet: nothing recorded
+        return None
+
+
+def embedder_choice(config: Config, state: StateDir, *, secrets_lookup):
+    """The index's recorded embedder, the configured one, and the one `up`
+    (or any command) started now would use (an EmbedderChoice): ``status``
+    reads it without making any model; a running server's own is in its
+    ``stats``."""
+    from corpus.providers.registry import plan_embedder
+
+    return plan_embedder(config, secrets_lookup=secrets_lookup, recorded=recorded_embedder(state))

@@ -24,7 +24,8 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
     A missing provider key fails before any state is written (spec §2.5);
     then the store is opened, the state prepared, and one embedder made for
     the whole process, so the indexer and the tools share its dense index.
-    An embedder other than the one that built the index fails with exit 5.
+    An embedder other than the one that built the index is not used: the recorded one is kept
+    (corpus.indexing.choose_embedder) until a full reindex switches.
     """
     from corpus.store import open_store
     from mcp_gateway import context

@@ -99,16 +99,37 @@ class Context:
     def _model(self, kind: str):
         with self._lock:
             if kind not in self._models:
-                from corpus.providers import registry
+                if kind == "embedder":
+                    from corpus.indexing import announce_embedder, choose_embedder
 
-                make = registry.make_embedder if kind == "embedder" else registry.make_chat
-                self._models[kind] = make(self.config, secrets_lookup=self.secret)
+                    embedder, choice = choose_embedder(self.config, self.state, secrets_lookup=self.secret)
+                    announce_embedder(choice)
+                    self._models[kind] = embedder
+                else:
+                    from corpus.providers import registry
+
+                    self._models[kind] = registry.make_chat(self.config, secrets_lookup=self.secret)
             return self._models[kind]
 
     @property
     def embedder(self):
-        """The configured embedder, made once (None for lexical-only)."""
+        """The embedder, made once (None for lexical-only): the configured one,
+        or the one the index was built with when they differ (see
+        corpus.indexing.choose_embedder)."""
         return self._model("embedder")
+
+    def embedder_choice(self):
+        """How this process's embedder relates to the index's recorded one
+        and the configured one, now (``stats``)."""
+        from corpus.providers.registry import live_choice
+        from corpus.status import recorded_embedder
+
+        return live_choice(
+            self.config,
+            secrets_lookup=self.secret,
+            recorded=recorded_embedder(self.state),
+            embedder=self.embedder,
+        )
 
     @property
     def chat(self):

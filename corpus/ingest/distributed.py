@@ -306,7 +306,8 @@ class WorkerRuntime:
     def from_settings(cls) -> WorkerRuntime:
         from django.conf import settings
 
-        from corpus.providers.registry import make_embedder
+        # corpus.indexing builds on this module's dispatcher: imported here, at run time
+        from corpus.indexing import choose_embedder
         from corpus.secrets import resolve_secret
         from corpus.store import open_store
 
@@ -314,8 +315,9 @@ class WorkerRuntime:
         state = StateDir(Path(settings.DIR2MCP_STATE_DIR))
         config = load_config(default_config_path(root))
         open_store(state)
-        embedder = make_embedder(
-            config, secrets_lookup=lambda name: resolve_secret(name, config, state, root=root).value
+        # The index's recorded embedder, as the server keeps it: vectors never mix.
+        embedder, _ = choose_embedder(
+            config, state, secrets_lookup=lambda name: resolve_secret(name, config, state, root=root).value
         )
         return cls(root, state, config, embedder)
 

@@ -7,6 +7,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -29,17 +30,28 @@ class Runtime:
     json: bool
     quiet: bool
     interactive: bool
+    #: why :meth:`embedder` made what it made (corpus.providers.registry.EmbedderChoice)
+    embedder_choice: Any = None
 
     def secret(self, name: str) -> str | None:
         from corpus.secrets import resolve_secret
 
         return resolve_secret(name, self.config, self.state, root=self.root).value
 
-    def embedder(self):
-        """The configured embedder (None for ``embed.provider: none``)."""
-        from corpus.providers.registry import make_embedder
+    def embedder(self, *, switch: bool = False, events: bool = True):
+        """The embedder to index and search with (None: lexical only).
 
-        return make_embedder(self.config, secrets_lookup=self.secret)
+        The configured one, unless the index was built with another: then
+        the recorded one is kept (or, when it cannot be made here, search is
+        lexical only), and a warning and an NDJSON event (unless not
+        ``events``) say so. ``switch``: a full reindex takes the configured
+        one whatever the index holds."""
+        from corpus.indexing import announce_embedder, choose_embedder
+
+        embedder, choice = choose_embedder(self.config, self.state, secrets_lookup=self.secret, switch=switch)
+        self.embedder_choice = choice
+        announce_embedder(choice, self.reporter if events else None)
+        return embedder
 
     def chat(self):
         """The configured chat model, or None (answers become search-only)."""

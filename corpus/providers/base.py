@@ -39,6 +39,12 @@ class Embedder(ABC):
     def embed(self, texts: Sequence[str], *, kind: str) -> np.ndarray:
         """A ``(len(texts), dim)`` float32 array of L2-normalised rows."""
 
+    def embed_query(self, text: str, *, kind: str) -> np.ndarray:
+        """One search query's vector. A search waits on it, so remote providers
+        override this to fail fast (short timeouts, one retry) rather than retry
+        for minutes as indexing does."""
+        return self.embed([text], kind=kind)[0]
+
 
 @dataclass(frozen=True)
 class ChatMessage:

@@ -12,6 +12,10 @@ A failure that says nothing about the request itself (429, 5xx, a timeout, a
 refused connection) is ``retryable``: the same call may succeed later, so
 ingestion marks the file for a later retry. Credentials (401/403), a request
 the provider rejects (4xx) and a malformed answer are not.
+
+A search's query embedding uses :func:`query_options` instead: a search that
+would wait through five attempts with backoff while the provider is down
+falls back to lexical results (corpus/retrieval.py) within seconds instead.
 """
 
 from __future__ import annotations
@@ -48,6 +52,43 @@ class HttpOptions:
     backoff_max: float = 20.0
     #: ceiling on any single wait, including a server's Retry-After
     max_wait: float = 60.0
+    #: a Retry-After longer than this ends the retries at once (None: wait it, up to max_wait)
+    max_retry_after: float | None = None
+    #: whether a timed-out call is tried again (its time is already spent)
+    retry_timeouts: bool = True
+
+
+#: The query-embedding budget (a search waits on it): one retry after a quick
+#: failure (429, 5xx, a refused connection), none after a timeout, a server's
+#: Retry-After honoured only up to 1 s. Worst case about 5 s, then the search
+#: answers from the lexical index.
+QUERY_OPTIONS = HttpOptions(
+    connect_timeout=2.0,
+    read_timeout=5.0,
+    max_attempts=2,
+    backoff_initial=0.2,
+    backoff_max=0.5,
+    max_wait=1.0,
+    max_retry_after=1.0,
+    retry_timeouts=False,
+)
+
+
+def query_options(base: HttpOptions) -> HttpOptions:
+    """:data:`QUERY_OPTIONS`, never slower than the client's own ``base`` policy."""
+    q = QUERY_OPTIONS
+    return HttpOptions(
+        connect_timeout=min(base.connect_timeout, q.connect_timeout),
+        read_timeout=min(base.read_timeout, q.read_timeout),
+        max_attempts=max(1, min(base.max_attempts, q.max_attempts)),
+        backoff_initial=min(base.backoff_initial, q.backoff_initial),
+        backoff_max=min(base.backoff_max, q.backoff_max),
+        max_wait=min(base.max_wait, q.max_wait),
+        max_retry_after=q.max_retry_after
+        if base.max_retry_after is None
+        else min(base.max_retry_after, q.max_retry_after),
+        retry_timeouts=base.retry_timeouts and q.retry_timeouts,
+    )
 
 
 class ProviderError(errors.Dir2mcpError):
@@ -93,6 +134,10 @@ def describe_error_body(body: Any) -> str:
     return str(body)
 
 
+def _attempts(count: int) -> str:
+    return f"{count} attempt" if count == 1 else f"{count} attempts"
+
+
 class ProviderClient:
     """POSTs JSON to one provider; see the module docstring for the policy."""
 
@@ -128,30 +173,41 @@ class ProviderClient:
     def close(self) -> None:
         self._finalizer()
 
-    def post_json(self, path: str, body: dict) -> dict:
-        """POST ``body`` to ``base_url + path`` and return the decoded JSON object."""
+    def post_json(self, path: str, body: dict, *, options: HttpOptions | None = None) -> dict:
+        """POST ``body`` to ``base_url + path`` and return the decoded JSON object.
+
+        ``options`` replaces the client's timeouts and retry policy for this
+        call (e.g. :func:`query_options` on the search path)."""
         url = self.base_url + path
-        attempts = max(1, self.options.max_attempts)
+        opts = options or self.options
+        timeout = (
+            httpx.USE_CLIENT_DEFAULT
+            if options is None
+            else httpx.Timeout(opts.read_timeout, connect=opts.connect_timeout)
+        )
+        attempts = max(1, opts.max_attempts)
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
             try:
-                response = self._http.post(url, json=body)
+                response = self._http.post(url, json=body, timeout=timeout)
             except httpx.TransportError as exc:
                 metrics.observe_provider_call(self.label, path, "transport")
                 failure = self._transport_failure(path, exc)
-                if last:
+                if last or (isinstance(exc, httpx.TimeoutException) and not opts.retry_timeouts):
                     raise failure from None
-                self._wait(path, attempt, None, failure.message)
+                self._wait(path, attempt, None, failure.message, opts)
                 continue
             outcome = "ok" if response.is_success else f"http_{response.status_code}"
             metrics.observe_provider_call(self.label, path, outcome)
             if response.status_code in RETRY_STATUSES and not last:
-                reason = f"HTTP {response.status_code}"
-                self._wait(path, attempt, retry_after_seconds(response.headers.get("Retry-After")), reason)
-                continue
+                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+                too_long = opts.max_retry_after is not None and (retry_after or 0.0) > opts.max_retry_after
+                if not too_long:
+                    self._wait(path, attempt, retry_after, f"HTTP {response.status_code}", opts)
+                    continue
             if response.is_success:
                 return self._decode(path, response)
-            raise self._status_failure(path, response, attempts)
+            raise self._status_failure(path, response, attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def fail(self, message: str, *, status: int | None = None, retryable: bool = False) -> ProviderError:
@@ -161,8 +217,10 @@ class ProviderClient:
     def scrub(self, text: str) -> str:
         return text.replace(self._api_key, "[redacted]") if self._api_key else text
 
-    def _wait(self, path: str, attempt: int, retry_after: float | None, reason: str) -> None:
-        opts = self.options
+    def _wait(
+        self, path: str, attempt: int, retry_after: float | None, reason: str, opts: HttpOptions | None = None
+    ) -> None:
+        opts = opts or self.options
         if retry_after is None:
             base = min(opts.backoff_max, opts.backoff_initial * 2 ** (attempt - 1))
             delay = base + random.uniform(0, base / 2)
@@ -211,12 +269,12 @@ class ProviderClient:
         if status == 429:
             return ProviderError(
                 self._codes["RATE_LIMIT"],
-                f"{self.label} rate limit still exceeded after {attempts} attempts: {detail}",
+                f"{self.label} rate limit still exceeded after {_attempts(attempts)}: {detail}",
                 status=status,
                 retryable=True,
             )
         transient = status in RETRY_STATUSES
-        after = f" after {attempts} attempts" if transient else ""
+        after = f" after {_attempts(attempts)}" if transient else ""
         return self.fail(
             f"{self.label} {path} failed (HTTP {status}){after}: {detail}", status=status, retryable=transient
         )

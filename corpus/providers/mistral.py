@@ -17,7 +17,7 @@ import numpy as np
 
 from corpus.config import Config
 from corpus.providers.base import ChatMessage, ChatModel, Embedder, ModelInfo, normalize_rows
-from corpus.providers.http import HttpOptions, ProviderClient, ProviderError
+from corpus.providers.http import HttpOptions, ProviderClient, ProviderError, query_options
 from corpus.providers.openai_compatible import (
     DIM_PROBE,
     chat_reply,
@@ -117,31 +117,41 @@ class MistralEmbedder(Embedder):
         slices = plan_batches(costs, max_items=self.max_batch, max_tokens=REQUEST_TOKEN_BUDGET)
         return normalize_rows(np.vstack([self._embed_batch(kind, inputs[a:b]) for a, b in slices]))
 
+    def embed_query(self, text: str, *, kind: str) -> np.ndarray:
+        check_kind(kind)
+        query = truncate_to_tokens(text, INPUT_TOKEN_BUDGET)
+        rows = self._embed_batch(kind, [query], options=query_options(self._client.options))
+        return normalize_rows(rows)[0]
+
     def close(self) -> None:
         self._client.close()
 
-    def _embed_batch(self, kind: str, texts: list[str]) -> np.ndarray:
+    def _embed_batch(self, kind: str, texts: list[str], options: HttpOptions | None = None) -> np.ndarray:
         model = self._models[kind]
         try:
-            body = self._client.post_json("/v1/embeddings", {"model": model, "input": texts})
+            body = self._client.post_json("/v1/embeddings", {"model": model, "input": texts}, options=options)
         except ProviderError as exc:
             if exc.status != 400 or not _TOKEN_LIMIT_RE.search(exc.message):
                 raise
-            return self._split(kind, texts, exc)
+            return self._split(kind, texts, exc, options)
         rows = embedding_rows(body, len(texts), self._client)
         self._learn_dim(kind, rows.shape[1])
         return rows
 
-    def _split(self, kind: str, texts: list[str], exc: ProviderError) -> np.ndarray:
+    def _split(
+        self, kind: str, texts: list[str], exc: ProviderError, options: HttpOptions | None = None
+    ) -> np.ndarray:
         # The estimate is a heuristic; when the server counts more tokens
         # than we did, halve the batch (or the single text) and try again.
         logger.info("Mistral counted more tokens than estimated; splitting a batch of %d", len(texts))
         if len(texts) > 1:
             mid = len(texts) // 2
-            return np.vstack([self._embed_batch(kind, texts[:mid]), self._embed_batch(kind, texts[mid:])])
+            return np.vstack(
+                [self._embed_batch(kind, texts[:mid], options), self._embed_batch(kind, texts[mid:], options)]
+            )
         if len(texts[0]) < _MIN_SPLIT_CHARS:
             raise exc
-        return self._embed_batch(kind, [texts[0][: len(texts[0]) // 2]])
+        return self._embed_batch(kind, [texts[0][: len(texts[0]) // 2]], options)
 
     def _learn_dim(self, kind: str, dim: int) -> None:
         # The first response settles the dimension (the documented one is a

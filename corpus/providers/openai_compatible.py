@@ -16,7 +16,7 @@ import numpy as np
 from corpus import errors
 from corpus.config import OpenAICompatibleConfig
 from corpus.providers.base import ChatMessage, ChatModel, Embedder, ModelInfo, normalize_rows
-from corpus.providers.http import HttpOptions, ProviderClient
+from corpus.providers.http import HttpOptions, ProviderClient, query_options
 
 logger = logging.getLogger(__name__)
 
@@ -128,11 +128,15 @@ class OpenAICompatibleEmbedder(Embedder):
         parts = [self._embed_batch(list(texts[i : i + step])) for i in range(0, len(texts), step)]
         return normalize_rows(np.vstack(parts))
 
+    def embed_query(self, text: str, *, kind: str) -> np.ndarray:
+        check_kind(kind)
+        return normalize_rows(self._embed_batch([text], options=query_options(self._client.options)))[0]
+
     def close(self) -> None:
         self._client.close()
 
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        body = self._client.post_json("/embeddings", {"model": self.model, "input": texts})
+    def _embed_batch(self, texts: list[str], options: HttpOptions | None = None) -> np.ndarray:
+        body = self._client.post_json("/embeddings", {"model": self.model, "input": texts}, options=options)
         rows = embedding_rows(body, len(texts), self._client)
         if self._dim and rows.shape[1] != self._dim:
             raise self._client.fail(

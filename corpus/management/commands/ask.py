@@ -1,6 +1,6 @@
 import json
 
-from corpus import errors
+from corpus import dense_status, errors
 from corpus.answer import MODES, ask
 from corpus.embedding import check_models
 from corpus.events import Reporter
@@ -38,7 +38,8 @@ class Command(Dir2mcpCommand):
     def handle(self, *args, **options):
         rt = self.runtime(options)
         open_store(rt.state)
-        embedder = rt.embedder()
+        # No NDJSON event here: `ask --json` prints one JSON object; the log warning says it.
+        embedder = rt.embedder(events=False)
         if not IndexJob.objects.filter(outcome="complete").exists():
             self._index_first(rt, embedder)
         elif embedder is not None:
@@ -61,6 +62,9 @@ class Command(Dir2mcpCommand):
             self.stdout.write("\nSources:")
             for citation in result.citations:
                 self.stdout.write(f"  {citation.text}")
+        lexical_only = dense_status.notice(result.dense)
+        if lexical_only:
+            self.stderr.write(lexical_only)
         if not result.indexing_complete:
             self.stderr.write(
                 "(the index is incomplete: indexing is running or chunks wait for embeddings; "

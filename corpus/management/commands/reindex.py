@@ -20,8 +20,11 @@ class Command(Dir2mcpCommand):
         mode = "incremental" if options["incremental"] else "full"
         rt.reporter.say(f"Index: {rt.state.path}  ({describe(rt.state)})")
         rt.reporter.say(f"Mode: {mode}")
+        # A full reindex starts the vectors over, so it switches to the configured
+        # embedder; --incremental keeps the one the index was built with.
+        embedder = rt.embedder(switch=mode == "full")
         counters = index_directory(
-            rt.root, state=rt.state, config=rt.config, mode=mode, reporter=rt.reporter, embedder=rt.embedder()
+            rt.root, state=rt.state, config=rt.config, mode=mode, reporter=rt.reporter, embedder=embedder
         )
         if rt.quiet and not rt.json:
             from corpus.events import format_progress

@@ -4,7 +4,7 @@ import time
 from corpus import errors
 from corpus.events import format_progress
 from corpus.management.base import Dir2mcpCommand
-from corpus.status import scaleout_summary, summarize
+from corpus.status import embedder_choice, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
 
 
@@ -21,13 +21,25 @@ class Command(Dir2mcpCommand):
             )
         open_store(rt.state)
         summary = summarize()
+        embedder = embedder_choice(rt.config, rt.state, secrets_lookup=rt.secret)
         celery = scaleout_summary()
         if rt.json:
-            self.stdout.write(json.dumps({**self._as_dict(rt, summary), "celery": celery}))
+            out = {**self._as_dict(rt, summary), "embedder": embedder.as_dict(), "celery": celery}
+            self.stdout.write(json.dumps(out))
             return
         self._print(rt, summary)
+        self._print_embedder(embedder)
         if celery is not None:
             self._print_celery(celery)
+
+    def _print_embedder(self, choice) -> None:
+        w = self.stdout.write
+        active = choice.active.label if choice.active else "none (search is lexical only)"
+        w(f"Embedder: {active}")
+        if choice.message:
+            w(f"  {choice.message}")
+        elif choice.recorded and not choice.active:
+            w(f"  the index holds {choice.recorded.label} vectors; embed.provider is none")
 
     def _print_celery(self, c: dict) -> None:
         w = self.stdout.write
@@ -59,6 +71,7 @@ class Command(Dir2mcpCommand):
             "embedded": s.embedded,
             "embedding_pending": s.pending,
             "embedding_error": s.embed_error,
+            "documents_on_older_format": s.older_format,
             "indexing": None
             if job is None
             else {
@@ -84,6 +97,11 @@ class Command(Dir2mcpCommand):
         w(f"Embedded: {s.embedded}  Pending: {s.pending}")
         if s.embed_error:
             w(f"Embedding stopped: {s.embed_error}")
+        if s.older_format:
+            w(
+                f"Units: {s.older_format} document(s) still cut by an older format; they keep serving "
+                "until `dir2mcp up` or `dir2mcp reindex --incremental` re-cuts them"
+            )
         job = s.job
         if job is None:
             w("Indexing: never run")
