@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DIR ?= .
 
-.PHONY: install run test test-postgres lint format bench bench-scaleout contract equivalence-env equivalence
+.PHONY: install run test test-postgres lint format bench bench-retrieval bench-scaleout contract equivalence-env equivalence
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,9 +40,12 @@ bench: install
 	$(BIN)/python bench/indexing.py
 	$(BIN)/python bench/search.py latency --size 10000
 	$(BIN)/python bench/search.py latency --size 100000
-	$(BIN)/python bench/search.py quality
 	$(BIN)/python bench/mcp_http.py
 	$(BIN)/python bench/admin.py
+
+# Retrieval quality against plain baselines (docs/benchmarks.md, about 25 min on 2 cores).
+bench-retrieval: install
+	$(BIN)/python bench/retrieval.py
 
 # Needs the machine's PostgreSQL and Redis (bash .ci/services starts them).
 bench-scaleout: install

@@ -1,7 +1,7 @@
-"""Search benchmarks (not tests): latency, memory and retrieval quality.
+"""Search benchmarks (not tests): latency and memory. Retrieval quality is
+measured by bench/retrieval.py.
 
     python bench/search.py latency [--sizes 10000 100000] [--queries 200]
-    python bench/search.py quality [--modules 120] [--queries 300]
 
 latency: builds a state directory of N chunks of real text (lines of the
 Python standard library) with random unit vectors as embeddings, then times
@@ -9,19 +9,12 @@ Python standard library) with random unit vectors as embeddings, then times
 by the local model), reporting p50/p99 and the process's peak RSS. The
 reference in the same run is a bare FTS5 MATCH on the same table.
 
-quality: indexes a copy of standard-library modules whose docstrings are
-blanked out (line numbers kept), then asks each function's docstring summary
-as a query. A hit is correct when it is the function's file and its line span
-overlaps the function. Reports recall@10 and MRR for lexical only, dense only
-and hybrid, with the local embedder.
-
 Each run runs in a fresh temp state directory; results go to bench/results/.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import platform
@@ -183,107 +176,6 @@ def run_latency(size: int, queries: int) -> dict:
     return results
 
 
-# -- quality -------------------------------------------------------------------
-
-
-def labelled_copy(target: Path, modules: int, queries: int) -> list[dict]:
-    """Copy modules with docstrings blanked; return (query, file, lines) labels."""
-    lib = Path(sysconfig.get_paths()["stdlib"])
-    rng = random.Random(5)
-    files = sorted(p for p in lib.glob("*.py") if not p.name.startswith(("_", "test")))
-    rng.shuffle(files)
-    labels: list[dict] = []
-    for path in files[:modules]:
-        source = path.read_text(errors="replace")
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        lines = source.split("\n")
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
-                continue
-            doc = ast.get_docstring(node, clean=True)
-            if not (node.body and isinstance(node.body[0], ast.Expr) and doc):
-                continue
-            expr = node.body[0]
-            for n in range(expr.lineno - 1, expr.end_lineno):
-                lines[n] = ""
-            summary = doc.strip().split("\n\n")[0].replace("\n", " ")
-            if isinstance(node, ast.Module) or len(summary.split()) < 4:
-                continue
-            labels.append(
-                {"query": summary[:300], "file": path.name, "start": node.lineno, "end": node.end_lineno}
-            )
-        (target / path.name).write_text("\n".join(lines))
-    rng.shuffle(labels)
-    return labels[:queries]
-
-
-def run_quality(modules: int, queries: int, weights: list[float]) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="dir2mcp-quality-"))
-    root, state_dir = work / "root", work / "state"
-    root.mkdir()
-    labels = labelled_copy(root, modules, queries)
-    setup_django(root, state_dir)
-    from corpus.config import build_config
-    from corpus.indexing import index_directory
-    from corpus.models import Chunk
-    from corpus.providers.local import LocalEmbedder
-    from corpus.retrieval import Filters, Searcher
-    from corpus.state import StateDir
-    from corpus.store import open_store
-
-    state = StateDir(state_dir)
-    open_store(state)
-    config = build_config({"embed": {"provider": "local"}}, {}, {})
-    embedder = LocalEmbedder()
-    started = time.perf_counter()
-    counters = index_directory(root, state=state, config=config, embedder=embedder)
-    index_s = time.perf_counter() - started
-
-    def correct(chunk_id: int, label: dict) -> bool:
-        chunk = Chunk.objects.select_related("representation__document").get(chunk_id=chunk_id)
-        span = chunk.spans.first()
-        return (
-            chunk.representation.document.rel_path == label["file"]
-            and span.start <= label["end"]
-            and span.end >= label["start"]
-        )
-
-    hybrid = Searcher(state, config, embedder)
-    lexical_only = Searcher(state, config, None)
-
-    def fused(weight: float):
-        weighted = Searcher(state, build_config({"search": {"dense_weight": weight}}, {}, {}), embedder)
-        return lambda q: [h.chunk_id for h in weighted.search(q, k=10, index="code").hits]
-
-    modes = {
-        "lexical": lambda q: [h.chunk_id for h in lexical_only.search(q, k=10, index="code").hits],
-        "dense": lambda q: hybrid._dense(embedder.embed([q], kind="code")[0], "code", 10, Filters()),
-        "hybrid": lambda q: [h.chunk_id for h in hybrid.search(q, k=10, index="code").hits],
-        **{f"hybrid_dense_weight_{w}": fused(w) for w in weights},
-    }
-    scores = {}
-    for mode, run in modes.items():
-        found, reciprocal = 0, 0.0
-        for label in labels:
-            ranked = run(label["query"])[:10]
-            rank = next((i for i, cid in enumerate(ranked, start=1) if correct(cid, label)), None)
-            if rank:
-                found += 1
-                reciprocal += 1 / rank
-        scores[mode] = {"recall@10": round(found / len(labels), 3), "mrr": round(reciprocal / len(labels), 3)}
-    return {
-        "modules": modules,
-        "queries": len(labels),
-        "chunks": counters.chunks_total,
-        "index_with_embeddings_s": round(index_s, 1),
-        "chunks_per_s": round(counters.chunks_total / index_s, 1),
-        **scores,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -292,18 +184,8 @@ def main() -> None:
     lat = sub.add_parser("latency")
     lat.add_argument("--size", type=int, default=10000)
     lat.add_argument("--queries", type=int, default=200)
-    qual = sub.add_parser("quality")
-    qual.add_argument("--modules", type=int, default=120)
-    qual.add_argument("--queries", type=int, default=300)
-    qual.add_argument(
-        "--weights", type=float, nargs="*", default=[0.5, 0.3], help="Extra dense weights to try."
-    )
     args = parser.parse_args()
-    result = (
-        run_latency(args.size, args.queries)
-        if args.what == "latency"
-        else run_quality(args.modules, args.queries, args.weights)
-    )
+    result = run_latency(args.size, args.queries)
     result.update(
         date=time.strftime("%Y-%m-%d"),
         machine=f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",

@@ -8,9 +8,9 @@ answer is the list of hits with their citations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from corpus import errors
+from corpus import dense_status, errors
 from corpus.citations import SpanRef, find_citations, format_citation
 from corpus.config import Config
 from corpus.providers.base import ChatMessage, ChatModel
@@ -51,6 +51,10 @@ class Answer:
     hits: list[Hit]
     indexing_complete: bool
     generated: bool
+    #: the search's dense status (corpus/dense_status.py): "unavailable" means lexical-only hits
+    dense: dict = field(default_factory=dense_status.off)
+    #: "weak" when nothing matched the question well (corpus/ranking.py)
+    match: str = "good"
 
     def as_dict(self) -> dict:
         return {
@@ -59,6 +63,8 @@ class Answer:
             "citations": [c.as_dict() for c in self.citations],
             "hits": [h.as_dict() for h in self.hits],
             "indexing_complete": self.indexing_complete,
+            "dense": dict(self.dense),
+            "match": self.match,
         }
 
 
@@ -119,11 +125,20 @@ def ask(
             result.hits,
             result.indexing_complete,
             generated=False,
+            dense=result.dense,
+            match=result.match,
         )
     messages, used = build_prompt(question, result.hits, config)
     reply = chat.complete(messages, max_tokens=config.chat.max_tokens, temperature=config.chat.temperature)
     by_text = {citation_of(h).text: citation_of(h) for h in used}
     cited = [by_text[c] for c in find_citations(reply) if c in by_text]
     return Answer(
-        question, reply.strip(), cited or list(by_text.values()), result.hits, result.indexing_complete, True
+        question,
+        reply.strip(),
+        cited or list(by_text.values()),
+        result.hits,
+        result.indexing_complete,
+        True,
+        dense=result.dense,
+        match=result.match,
     )

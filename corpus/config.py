@@ -151,8 +151,14 @@ class IngestConfig(Section):
 
 
 class CodeChunking(Section):
+    # "units": one chunk per definition (tree-sitter; corpus/ingest/units.py),
+    # line windows where no grammar parses the file; "lines": windows only.
+    mode: Literal["units", "lines"] = "units"
     max_lines: int = Field(200, ge=5)
     overlap_lines: int = Field(30, ge=0)
+    # A definition longer than this is opened: its inner definitions become
+    # units and the rest is windowed inside it with its signature as context.
+    unit_max_lines: int = Field(80, ge=5)
 
 
 class TranscriptChunking(Section):
@@ -161,6 +167,10 @@ class TranscriptChunking(Section):
 
 
 class ChunkingConfig(Section):
+    # "sections": Markdown, reStructuredText and HTML cut at headings, plain
+    # text at paragraphs (corpus/ingest/sections.py); "windows": character
+    # windows only.
+    prose_mode: Literal["sections", "windows"] = "sections"
     max_chars: int = Field(2500, ge=100)
     overlap_chars: int = Field(250, ge=0)
     min_chars: int = Field(200, ge=0)
@@ -231,9 +241,27 @@ class ChatConfig(Section):
 
 
 class SearchConfig(Section):
+    # How rankings are fused: reciprocal rank fusion, or normalised scores
+    # (bench/retrieval.py measured both; docs/benchmarks.md).
+    fusion: Literal["rrf", "score"] = "rrf"
     rrf_k: int = Field(60, ge=1)
-    # Weight of each dense ranking against the lexical one in the fusion.
-    dense_weight: float = Field(0.5, ge=0, le=10)
+    # Weight of the text (prose) dense ranking against the lexical one, and
+    # of the code dense ranking: the small model matches questions to code
+    # far better than words do, and prose less well (docs/benchmarks.md).
+    dense_weight: float = Field(0.2, ge=0, le=10)
+    code_dense_weight: float = Field(3.0, ge=0, le=10)
+    # With index=auto, a query of fewer terms than this keeps that share of
+    # the dense weights: a one-word lookup is the lexical index's to answer.
+    dense_full_terms: int = Field(4, ge=1, le=32)
+    # Queries of up to this many terms rank units holding every term first;
+    # longer ones are ranked by BM25 alone (0: always all-terms first).
+    all_terms_first_max: int = Field(3, ge=0, le=32)
+    # index=auto searches every dense index holding vectors; the one the
+    # query's shape does not point at counts this much of its weight.
+    other_index_weight: float = Field(1.0, ge=0, le=10)
+    # Below this cosine for the nearest unit, with no unit holding every
+    # query term, a result is reported as a weak match.
+    weak_cosine: float = Field(0.35, ge=-1, le=1)
     snippet_chars: int = Field(300, ge=80, le=4000)
 
 

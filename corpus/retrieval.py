@@ -4,6 +4,7 @@ reciprocal rank fusion, with filters applied before the cut to k."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,21 +13,27 @@ import numpy as np
 import pathspec
 from django.db import connection
 
-from corpus import errors
+from corpus import dense_status, errors, ranking
 from corpus.citations import SpanRef
 from corpus.config import Config
+from corpus.definitions import defines, query_identifiers
 from corpus.embedding import dense_store, from_bytes
 from corpus.index import lexical
+from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers.base import Embedder
 from corpus.state import StateDir
 from corpus.status import pid_alive
+
+log = logging.getLogger(__name__)
 
 INDEXES = ("auto", "text", "code", "both")
 MAX_K = 50
 # Below this many filtered candidates, exact search over their stored
 # vectors beats growing an ANN oversample until enough of them turn up.
 BRUTE_FORCE_LIMIT = 20000
+#: units a lexical search for a queried name reads to find its definition
+DEFINITION_POOL = 50
 
 _CODE_HINTS = re.compile(
     r"[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*"  # camelCase
@@ -108,6 +115,10 @@ class SearchResult:
     index_used: str
     hits: list[Hit]
     indexing_complete: bool
+    #: whether dense retrieval took part (corpus/dense_status.py): ok, off, or unavailable
+    dense: dict = field(default_factory=dense_status.off)
+    #: "weak" when nothing matches well (corpus/ranking.py: is_weak), else "good"
+    match: str = "good"
 
     def as_dict(self) -> dict:
         return {
@@ -116,6 +127,8 @@ class SearchResult:
             "index_used": self.index_used,
             "hits": [hit.as_dict() for hit in self.hits],
             "indexing_complete": self.indexing_complete,
+            "dense": dict(self.dense),
+            "match": self.match,
         }
 
 
@@ -150,28 +163,100 @@ class Searcher:
     ) -> SearchResult:
         validate(query, k, index)
         used = route(query, index, filters)
-        kinds = ("text", "code") if used == "both" else (used,)
+        search_cfg = self.config.search
         # Fusion needs each ranking deeper than k; a lone lexical ranking is
         # already in its final order, so its top k are the answer.
         pool = k * self.config.rag.oversample_factor if self.embedder is not None else k
-        rankings = [self._lexical(query, pool, filters, kinds if index != "auto" and used != "both" else ())]
-        if self.embedder is not None:
-            for kind in kinds:
-                vector = self.embedder.embed([query], kind=kind)[0]
-                rankings.append(self._dense(vector, kind, pool, filters))
-        weights = [1.0] + [self.config.search.dense_weight] * (len(rankings) - 1)
-        fused = _rrf(rankings, weights, self.config.search.rrf_k)[:k]
+        lexical_kinds = (used,) if index in ("text", "code") else ()
+        lexical_hits, full = self._lexical(query, pool, filters, lexical_kinds)
+        plan = self._dense_plan(query, index, used)
+        dense_rankings, dense = self._dense_rankings(query, plan, pool, filters)
+        rankings = [ranking.Weighted(lexical_hits, 1.0), *dense_rankings]
+        fused = ranking.fuse(rankings, method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
+        fused = ranking.definitions_first(fused, self._defining(query, fused, filters, lexical_kinds))
+        best = max((r.ranking[0][1] for r in dense_rankings if r.ranking), default=None)
+        weak = ranking.is_weak(full_lexical_matches=full, best_cosine=best, threshold=search_cfg.weak_cosine)
         return SearchResult(
             query=query,
             k=k,
-            index_used=used,
-            hits=self._hits(query, fused),
+            index_used=_index_used(used, plan, dense),
+            hits=self._hits(query, fused[:k]),
             indexing_complete=indexing_complete(self.embedder is not None),
+            dense=dense,
+            match="weak" if weak else "good",
         )
+
+    # -- dense rankings -----------------------------------------------------
+
+    def _dense_plan(self, query: str, index: str, used: str) -> list[tuple[str, float]]:
+        """(kind, weight) of each dense index to search. ``auto`` searches every
+        index holding vectors, the one the query's shape points at in full
+        and the other at ``search.other_index_weight``; a short query keeps
+        only part of the dense weight (``ranking.query_share``)."""
+        if self.embedder is None:
+            return []
+        cfg = self.config.search
+        weight = {"text": cfg.dense_weight, "code": cfg.code_dense_weight}
+        if index in ("text", "code"):
+            return [(index, weight[index])]
+        if index == "both":
+            return [("text", weight["text"]), ("code", weight["code"])]
+        store = dense_store(self.state)
+        share = ranking.query_share(len(lexical.query_terms(query)), cfg.dense_full_terms)
+        weight = {kind: value * share for kind, value in weight.items()}
+        return [
+            (kind, weight[kind] if kind == used else weight[kind] * cfg.other_index_weight)
+            for kind in KINDS
+            if (held := store.sync(kind)) is not None and len(held)
+        ]
+
+    def _dense_rankings(
+        self, query: str, plan: list[tuple[str, float]], pool: int, filters: Filters
+    ) -> tuple[list[ranking.Weighted], dict]:
+        """The dense rankings of ``plan``, or none and why (degrade, don't fail)."""
+        if self.embedder is None:
+            return [], dense_status.off()
+        vectors: dict = {}  # one query embedding per model, shared by the indices using it
+        out = []
+        for kind, weight in plan:
+            model = self.embedder.model_info(kind)
+            try:
+                if model not in vectors:
+                    vectors[model] = self.embedder.embed_query(query, kind=kind)
+            except Exception as exc:  # provider error, timeout, a model that cannot load
+                dense = dense_status.unavailable(exc, self.embedder.provider)
+                log.warning(
+                    "dense search unavailable (%s: %s); answering from the lexical index",
+                    dense["code"],
+                    dense["message"],
+                )
+                return [], dense
+            hits = self._dense(vectors[model], kind, pool, filters)
+            out.append(ranking.Weighted(hits, weight, absolute=True))
+        return out, dense_status.ok()
+
+    def _defining(self, query: str, fused: ranking.Ranking, filters: Filters, kinds) -> list[int]:
+        """Units that define a name the query asks for, best ranked first:
+        those the fusion found, then those a lexical search for the name finds."""
+        names = query_identifiers(query)
+        if not names:
+            return []
+        candidates = [cid for cid, _ in fused]
+        for name in names:
+            found, _ = self._lexical(name, DEFINITION_POOL, filters, kinds)
+            candidates.extend(cid for cid, _ in found)
+        candidates = list(dict.fromkeys(candidates))
+        texts = dict(
+            Chunk.objects.filter(chunk_id__in=candidates, deleted=False).values_list("chunk_id", "text")
+        )
+        return [cid for cid in candidates if cid in texts and any(defines(texts[cid], n) for n in names)]
 
     # -- lexical ------------------------------------------------------------
 
-    def _lexical(self, query: str, pool: int, filters: Filters, kinds: Sequence[str]) -> list[int]:
+    def _lexical(
+        self, query: str, pool: int, filters: Filters, kinds: Sequence[str]
+    ) -> tuple[ranking.Ranking, int]:
+        """The lexical ranking, and how many of its hits hold every query term."""
         where, params = filters.sql()
         if kinds:
             kind_sql = f"c.index_kind IN ({', '.join(['%s'] * len(kinds))})"
@@ -179,11 +264,17 @@ class Searcher:
             params = [*params, *kinds]
         limit = pool
         while True:
-            found = lexical.search(query, limit=limit, chunk_filter_sql=where, params=params)
-            ids = [cid for cid, _ in found]
-            kept = self._glob_filter(ids, filters)
-            if len(kept) >= pool or len(found) < limit or not filters.file_glob:
-                return kept[:pool]
+            found, full = lexical.search_tiers(
+                query,
+                limit=limit,
+                chunk_filter_sql=where,
+                params=params,
+                all_first_max=self.config.search.all_terms_first_max,
+            )
+            kept = set(self._glob_filter([cid for cid, _ in found], filters))
+            hits = [hit for hit in found if hit[0] in kept]
+            if len(hits) >= pool or len(found) < limit or not filters.file_glob:
+                return hits[:pool], sum(1 for cid, _ in found[:full] if cid in kept)
             limit *= 4
 
     def _glob_filter(self, ids: list[int], filters: Filters) -> list[int]:
@@ -198,7 +289,8 @@ class Searcher:
 
     # -- dense --------------------------------------------------------------
 
-    def _dense(self, vector: np.ndarray, kind: str, pool: int, filters: Filters) -> list[int]:
+    def _dense(self, vector: np.ndarray, kind: str, pool: int, filters: Filters) -> ranking.Ranking:
+        """(chunk_id, cosine) of the nearest live chunks of ``kind``, best first."""
         index = dense_store(self.state).sync(kind)
         if index is None or not len(index):
             return []
@@ -225,7 +317,7 @@ class Searcher:
             query = query.filter(representation__document__doc_type__in=filters.doc_types)
         return list(query.values_list("chunk_id", flat=True)[: BRUTE_FORCE_LIMIT + 1])
 
-    def _exact(self, vector: np.ndarray, candidates: list[int], filters: Filters) -> list[int]:
+    def _exact(self, vector: np.ndarray, candidates: list[int], filters: Filters) -> ranking.Ranking:
         rows = Chunk.objects.filter(chunk_id__in=candidates).values_list(
             "chunk_id", "embedding", "representation__document__rel_path"
         )
@@ -237,18 +329,21 @@ class Searcher:
         if not ids:
             return []
         scores = np.vstack(vecs) @ vector
-        return [ids[i] for i in np.argsort(-scores)]
+        return [(ids[i], float(scores[i])) for i in np.argsort(-scores)]
 
-    def _approximate(self, index, vector: np.ndarray, kind: str, pool: int, filters: Filters) -> list[int]:
+    def _approximate(
+        self, index, vector: np.ndarray, kind: str, pool: int, filters: Filters
+    ) -> ranking.Ranking:
         """kNN with oversampling that grows until ``pool`` live hits pass."""
         want = pool
         while True:
             neighbours = index.search(vector, want)
             ids = [n.chunk_id for n in neighbours]
             live = _live_embedded(ids, kind)
-            kept = self._glob_filter([cid for cid in ids if cid in live], filters)
-            if len(kept) >= pool or want >= len(index):
-                return kept[:pool]
+            kept = set(self._glob_filter([cid for cid in ids if cid in live], filters))
+            hits = [(n.chunk_id, n.score) for n in neighbours if n.chunk_id in kept]
+            if len(hits) >= pool or want >= len(index):
+                return hits[:pool]
             want = min(len(index), want * 4)
 
     # -- results ------------------------------------------------------------
@@ -328,15 +423,6 @@ def _live(kind: str):
     return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.OK)
 
 
-def _rrf(rankings: list[list[int]], weights: list[float], rrf_k: int) -> list[tuple[int, float]]:
-    """Weighted reciprocal rank fusion: score = sum of weight / (rrf_k + rank)."""
-    scores: dict[int, float] = {}
-    for ranking, weight in zip(rankings, weights, strict=True):
-        for rank, cid in enumerate(ranking, start=1):
-            scores[cid] = scores.get(cid, 0.0) + weight / (rrf_k + rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-
-
 def snippet(text: str, terms: Sequence[str], limit: int) -> str:
     """At most ``limit`` characters of ``text``, centred on the first term found."""
     flat = " ".join(text.split())
@@ -363,3 +449,11 @@ def indexing_complete(dense: bool) -> bool:
     if running and pid_alive(pid):
         return False
     return not (dense and pending)
+
+
+def _index_used(used: str, plan: list[tuple[str, float]], dense: dict) -> str:
+    """The dense indices searched ("text", "code", "both"), or the route when none were."""
+    kinds = {kind for kind, _ in plan} if dense.get("status") == dense_status.OK else set()
+    if len(kinds) == 2:
+        return "both"
+    return kinds.pop() if kinds else used

@@ -212,7 +212,9 @@ api = RestAPI(
         "401 UNAUTHORIZED, 403 FORBIDDEN_ORIGIN / FORBIDDEN / PATH_OUTSIDE_ROOT, 404 FILE_NOT_FOUND, "
         "415 for a POST body that is not application/json, 422 for a file that cannot be served "
         "(FILE_TOO_LARGE, EXTRACT_FAILED, ...), 429 rate limits (with Retry-After when known), 502 model "
-        "provider failures, 503 when the index or configuration cannot serve, 500 INTERNAL_ERROR.\n\n"
+        "provider failures, 503 when the index or configuration cannot serve, 500 INTERNAL_ERROR. "
+        "A failed query embedding is not an error: search and ask answer 200 from the lexical index, with "
+        '`"dense": {"status": "unavailable", "code", "message"}` in the body.\n\n'
         "When the server sells tool calls (x402, `--x402 on|required`), each route costs what its MCP tool "
         "costs: an unpaid call gets 402 with a `PAYMENT-REQUIRED` header, the paid retry sends "
         "`PAYMENT-SIGNATURE`, and a settled answer carries `PAYMENT-RESPONSE`. A facilitator outage is "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 
-SCHEMA_VERSION = "2.0.0"
+SCHEMA_VERSION = "3.0.0"
 
 SPAN = {
     "type": "object",
@@ -67,6 +67,36 @@ HIT = {
 }
 
 
+# An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether dense
+# retrieval took part, and why not when it failed.
+DENSE = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": (
+        "Whether semantic (dense) search took part: ok; off (no embedder configured); unavailable "
+        "(embedding the query failed: code and message say why, and the results are lexical only)."
+    ),
+    "properties": {
+        "status": {"type": "string", "enum": ["ok", "off", "unavailable"]},
+        "code": {"type": "string", "description": "The error code (spec §14), when unavailable."},
+        "message": {"type": "string", "description": "What failed, when unavailable."},
+    },
+    "required": ["status"],
+}
+
+
+# An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether anything
+# matched the query well (corpus/ranking.py: is_weak).
+MATCH = {
+    "type": "string",
+    "enum": ["good", "weak"],
+    "description": (
+        "weak: no unit holds every query term and the nearest unit is not similar enough; "
+        "the hits are the nearest there are, not answers."
+    ),
+}
+
+
 def _with_defs(schema: dict, *names: str) -> dict:
     defs = {"Span": SPAN, "Hit": HIT}
     out = copy.deepcopy(schema)
@@ -118,6 +148,8 @@ SEARCH_OUTPUT = _with_defs(
             "index_used": {"type": "string", "enum": ["text", "code", "both"]},
             "hits": {"type": "array", "items": {"$ref": "#/$defs/Hit"}},
             "indexing_complete": {"type": "boolean"},
+            "dense": DENSE,
+            "match": MATCH,
         },
         "required": ["query", "hits", "indexing_complete"],
     },
@@ -161,6 +193,8 @@ ASK_OUTPUT = _with_defs(
             },
             "hits": {"type": "array", "items": {"$ref": "#/$defs/Hit"}},
             "indexing_complete": {"type": "boolean"},
+            "dense": DENSE,
+            "match": MATCH,
         },
         "required": ["question", "citations", "hits", "indexing_complete"],
     },
@@ -243,6 +277,18 @@ LIST_FILES_OUTPUT = {
 
 STATS_INPUT = {"type": "object", "additionalProperties": False}
 
+# One embedder: a provider and its model per index kind; null when there is none.
+EMBEDDER_MODELS = {
+    "type": ["object", "null"],
+    "additionalProperties": False,
+    "properties": {
+        "provider": {"type": "string"},
+        "text_model": {"type": "string"},
+        "code_model": {"type": "string"},
+    },
+    "required": ["provider", "text_model", "code_model"],
+}
+
 _COUNTER = {"type": "integer"}
 STATS_OUTPUT = {
     "type": "object",
@@ -300,6 +346,32 @@ STATS_OUTPUT = {
                 "chat": {"type": "string"},
             },
             "required": ["embed_text", "embed_code", "ocr", "stt_provider", "stt_model", "chat"],
+        },
+        # Additions to §15.6 (docs/contracts.md, 3.0.0).
+        "documents_on_older_format": {
+            "type": "integer",
+            "description": (
+                "Live documents whose units an older format cut: they serve until the running pass "
+                "(or the next `up` / `reindex --incremental`) re-cuts them."
+            ),
+        },
+        "embedder": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": (
+                "The embedder the index was built with (recorded), the configured one, and the one this "
+                "server uses (active). When they differ the recorded one is kept, so vectors never mix "
+                "(kept), or, when it cannot be used here, search is lexical only (unavailable); note says "
+                "how to switch (`dir2mcp reindex`)."
+            ),
+            "properties": {
+                "recorded": EMBEDDER_MODELS,
+                "configured": EMBEDDER_MODELS,
+                "active": EMBEDDER_MODELS,
+                "status": {"type": "string", "enum": ["ok", "kept", "unavailable", "off", "mismatch"]},
+                "note": {"type": "string"},
+            },
+            "required": ["recorded", "configured", "active", "status", "note"],
         },
     },
     "required": ["root", "state_dir", "protocol_version", "indexing", "models"],

@@ -6,6 +6,7 @@ pass the spans straight to ``dir2mcp.open_file``.
 
 from __future__ import annotations
 
+from corpus import dense_status
 from corpus.citations import SpanRef, format_citation
 
 SNIPPET_CHARS = 300
@@ -44,22 +45,22 @@ def _hits(hits: list[dict]) -> list[str]:
     ]
 
 
-def _incomplete(result: dict) -> list[str]:
-    return (
-        []
-        if result.get("indexing_complete", True)
-        else ["(indexing still in progress: results may be partial)"]
-    )
+def _notes(result: dict) -> list[str]:
+    """Caveats on the results: dense search down (lexical only), a weak match, indexing unfinished."""
+    notes = [dense_status.notice(result.get("dense"))]
+    if result.get("match") == "weak":
+        notes.append("(weak match: nothing here matches this query well; these are the nearest units)")
+    if not result.get("indexing_complete", True):
+        notes.append("(indexing still in progress: results may be partial)")
+    return [note for note in notes if note]
 
 
 def search(result: dict) -> str:
     hits = result["hits"]
     head = f"{len(hits)} hit(s) for {result['query']!r} (index: {result.get('index_used', 'text')})"
     if not hits:
-        return "\n".join(
-            [head + ". Try other words, a broader filter, or dir2mcp.find.", *_incomplete(result)]
-        )
-    return "\n".join([head + ":", *_hits(hits), *_incomplete(result)])
+        return "\n".join([head + ". Try other words, a broader filter, or dir2mcp.find.", *_notes(result)])
+    return "\n".join([head + ":", *_hits(hits), *_notes(result)])
 
 
 def ask(result: dict) -> str:
@@ -67,7 +68,7 @@ def ask(result: dict) -> str:
     lines = [result.get("answer") or "No answer: nothing relevant was found."]
     if sources:
         lines += ["", "Sources: " + " ".join(sources)]
-    return "\n".join(lines + _incomplete(result))
+    return "\n".join(lines + _notes(result))
 
 
 def open_file(result: dict) -> str:
@@ -109,7 +110,26 @@ def stats(result: dict) -> str:
         f"chunks={ix['chunks_total']} embedded={ix['embedded_ok']} errors={ix['errors']}\n"
         f"Root: {result['root']}\nModels: embed_text={models['embed_text']} chat={models['chat']} "
         f"ocr={models['ocr']} stt={models['stt_provider']}/{models['stt_model']}\n"
-        f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
+        + _embedder_line(result.get("embedder"))
+        + f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
+    )
+
+
+def _embedder_line(embedder: dict | None) -> str:
+    """A line when the embedder in use is not simply the configured one."""
+    if not embedder or embedder["status"] in ("ok", "off"):
+        return ""
+
+    def label(models: dict | None) -> str:
+        if not models:
+            return "none"
+        text, code = models["text_model"], models["code_model"]
+        return f"{models['provider']}/{text}" + (f" + {code}" if code != text else "")
+
+    return (
+        f"Embedder {embedder['status']}: active={label(embedder['active'])} "
+        f"recorded={label(embedder['recorded'])} configured={label(embedder['configured'])}; "
+        f"{embedder['note']}\n"
     )
 
 

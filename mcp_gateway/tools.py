@@ -297,7 +297,7 @@ def find(call: Call, args: dict) -> dict:
 
 
 def stats(call: Call, args: dict) -> dict:
-    from corpus.status import latest_job, models_summary
+    from corpus.status import latest_job, models_summary, older_format_documents
     from mcp_gateway.transport import LATEST_VERSION
 
     ctx = call.ctx
@@ -321,6 +321,8 @@ def stats(call: Call, args: dict) -> dict:
         "models": models_summary(
             ctx.config, embedder=ctx.embedder, chat=ctx.chat, live=True, secret=ctx.secret
         ),
+        "embedder": ctx.embedder_choice().as_dict(),
+        "documents_on_older_format": older_format_documents(),
     }
 
 

@@ -26,16 +26,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def state(tmp_path):
-    state = StateDir(tmp_path / "state")
-    state.ensure()
-    yield state
-    from corpus import embedding
-
-    embedding._STORES.pop(state.path, None)
-
-
-@pytest.fixture
 def mistral_config(fake_mistral):
     return build_config({"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "mistral"}}, {}, {})
 
@@ -89,7 +79,12 @@ def test_k_live_hits_survive_when_most_of_the_index_is_tombstoned(
     build(corpus_dir, state, mistral_config, embedder)
     searcher = Searcher(state, mistral_config, embedder)
 
-    dense = searcher._dense(embedder.embed(["a note about dogs"], kind="text")[0], "text", 10, Filters())
+    dense = [
+        cid
+        for cid, _ in searcher._dense(
+            embedder.embed(["a note about dogs"], kind="text")[0], "text", 10, Filters()
+        )
+    ]
     result = searcher.search("zebra unrelated words", k=10)
 
     live = set(Chunk.objects.filter(deleted=False).values_list("chunk_id", flat=True))
@@ -349,7 +344,7 @@ def test_local_embedder_finds_a_paraphrase_with_no_shared_words(corpus_dir, stat
     query = embedder.embed(["which creatures live with families"], kind="text")[0]
     dense = Searcher(state, config, embedder)._dense(query, "text", 3, Filters())
 
-    top = Chunk.objects.get(chunk_id=dense[0]).representation.document.rel_path
+    top = Chunk.objects.get(chunk_id=dense[0][0]).representation.document.rel_path
     assert top == "pets.md"
 
 

@@ -1,0 +1,376 @@
+"""Labelled corpora for bench/retrieval.py: real code and prose, doc comments as queries.
+
+Each builder copies source files nobody on this project wrote into a root
+directory with their documentation removed (line numbers kept), and returns
+labels: ``{"query", "file", "start", "end"}`` where the span is the
+documented definition's lines (1-based, inclusive) or, for prose, the whole
+file. Everything is deterministic for a given seed and source version.
+
+- ``python``: standard-library modules; query = a docstring's first paragraph.
+- ``ts``: TypeScript's ``lib.*.d.ts`` (``npm pack typescript@TS_VERSION``); query = JSDoc.
+- ``js``: lodash's per-function modules (``npm pack lodash@LODASH_VERSION``); query = JSDoc.
+- ``java``: JDK sources from a ``src.zip``; query = Javadoc.
+- ``prose``: the long descriptions of the packages installed beside this
+  Python (``*.dist-info/METADATA``); query = the ``Summary:`` header.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import random
+import re
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import zipfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from email.parser import Parser
+from pathlib import Path
+
+TS_VERSION = "5.6.3"
+LODASH_VERSION = "4.17.21"
+CACHE = Path.home() / ".cache" / "dir2mcp-bench"
+JDK_SRC_ZIPS = ("/usr/lib/jvm/java-17-openjdk-amd64/lib/src.zip", "/usr/lib/jvm/*/lib/src.zip")
+JAVA_PACKAGES = ("util", "lang", "io", "time", "text", "net", "math", "nio/file")
+# Worker-scope libs repeat lib.dom's declarations and docs word for word.
+TS_SKIP = re.compile(r"lib\.(webworker|sharedworker|serviceworker|audioworklet)")
+# lodash.js and core.js bundle the modules (and their docs) again; *.min.js is minified.
+LODASH_SKIP = {"lodash.js", "core.js", "fp.js"}
+MIN_WORDS = 4
+MAX_QUERY_CHARS = 300
+MIN_DESCRIPTION_CHARS = 1500
+THIS_PROJECT = "dir2mcp"
+
+CODE_LANGUAGES = ("python", "ts", "js", "java")
+LANGUAGES = (*CODE_LANGUAGES, "prose")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A built corpus: its labels (queries with targets) and what it is made of."""
+
+    language: str
+    kind: str  # the embedding kind of its chunks: "code" or "text"
+    labels: list[dict]
+    files: int
+    lines: int
+    candidates: int  # labels available before sampling
+    source: str
+
+
+def build(language: str, root: Path, *, max_lines: int, queries: int, seed: int = 5) -> Corpus:
+    """Write ``language``'s corpus under ``root`` (created) and sample ``queries`` labels."""
+    root.mkdir(parents=True, exist_ok=True)
+    builder = _BUILDERS[language]
+    sources, source = builder.sources(seed)
+    labels, files, lines = [], 0, 0
+    for rel_path, text in sources:
+        if lines + text.count("\n") + 1 > max_lines:
+            continue
+        found = builder.label(rel_path, text)
+        if found is None:
+            continue
+        blanked, file_labels = found
+        target = root / rel_path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(blanked)
+        labels.extend(file_labels)
+        files += 1
+        lines += blanked.count("\n") + 1
+    unique = _unambiguous(labels)
+    random.Random(seed).shuffle(unique)
+    kind = "text" if language == "prose" else "code"
+    return Corpus(language, kind, unique[:queries], files, lines, len(unique), source)
+
+
+def _unambiguous(labels: list[dict]) -> list[dict]:
+    """Labels whose query text no other label shares (an answer must be unique)."""
+    counts = Counter(_norm(label["query"]) for label in labels)
+    return [label for label in labels if counts[_norm(label["query"])] == 1]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def query_text(text: str) -> str | None:
+    """Collapse whitespace, cut at a word boundary; None when under ``MIN_WORDS`` words."""
+    words = text.split()
+    if len(words) < MIN_WORDS:
+        return None
+    out = " ".join(words)
+    if len(out) > MAX_QUERY_CHARS:
+        out = out[:MAX_QUERY_CHARS].rsplit(" ", 1)[0]
+    return out
+
+
+@dataclass(frozen=True)
+class _Builder:
+    sources: Callable[[int], tuple[Iterator[tuple[str, str]], str]]
+    label: Callable[[str, str], tuple[str, list[dict]] | None]
+
+
+def _shuffled(items: Iterable, seed: int) -> list:
+    ordered = sorted(items)
+    random.Random(seed).shuffle(ordered)
+    return ordered
+
+
+# -- Python --------------------------------------------------------------------
+
+
+def _python_sources(seed: int) -> tuple[Iterator[tuple[str, str]], str]:
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    files = _shuffled((p for p in lib.glob("*.py") if not p.name.startswith(("_", "test"))), seed)
+    texts = ((p.name, p.read_text(errors="replace")) for p in files)
+    return texts, f"CPython {sys.version.split()[0]} standard library ({lib})"
+
+
+def label_python(rel_path: str, source: str) -> tuple[str, list[dict]] | None:
+    """Blank every docstring (a body left empty gets ``pass``); label definitions by theirs."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    lines = source.split("\n")
+    labels = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
+            continue
+        doc = ast.get_docstring(node, clean=True)
+        if not (doc and node.body and isinstance(node.body[0], ast.Expr)):
+            continue
+        _blank_python_docstring(lines, node)
+        query = query_text(doc.strip().split("\n\n")[0])
+        if query and not isinstance(node, ast.Module):
+            labels.append({"query": query, "file": rel_path, "start": node.lineno, "end": node.end_lineno})
+    return "\n".join(lines), labels
+
+
+def _blank_python_docstring(lines: list[str], node: ast.AST) -> None:
+    expr = node.body[0]
+    # ``def f(): "doc"`` keeps its ``def f():``; a body that was only the docstring gets ``pass``.
+    same_line = expr.lineno == getattr(node, "lineno", 0)
+    prefix = lines[expr.lineno - 1][: expr.col_offset] if same_line else ""
+    for n in range(expr.lineno - 1, expr.end_lineno):
+        lines[n] = ""
+    filler = "pass" if len(node.body) == 1 and not isinstance(node, ast.Module) else ""
+    if filler or prefix:
+        lines[expr.lineno - 1] = ((prefix or " " * expr.col_offset) + filler).rstrip()
+
+
+# -- doc comments through tree-sitter ---------------------------------------------
+
+
+def _parser(language: str):
+    import tree_sitter
+
+    if language == "ts":
+        import tree_sitter_typescript
+
+        grammar = tree_sitter_typescript.language_typescript()
+    elif language == "js":
+        import tree_sitter_javascript
+
+        grammar = tree_sitter_javascript.language()
+    else:
+        import tree_sitter_java
+
+        grammar = tree_sitter_java.language()
+    return tree_sitter.Parser(tree_sitter.Language(grammar))
+
+
+_COMMENT_TYPES = {"comment", "block_comment", "line_comment"}
+_PARSERS: dict[str, object] = {}
+
+
+def _doc_comments(tree) -> Iterator:
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.type in _COMMENT_TYPES:
+            if node.text.startswith(b"/**") and not node.text.startswith(b"/**/"):
+                yield node
+            continue
+        stack.extend(reversed(node.children))
+
+
+def _documented(comment):
+    """The declaration a doc comment documents: the next non-comment sibling on the next line."""
+    sibling = comment.next_named_sibling
+    while sibling is not None and sibling.type in _COMMENT_TYPES:
+        sibling = sibling.next_named_sibling
+    if sibling is None or sibling.start_point[0] - comment.end_point[0] > 1:
+        return None
+    return sibling
+
+
+def label_doc_comments(language: str, rel_path: str, source: str) -> tuple[str, list[dict]] | None:
+    """Blank every ``/** … */`` comment; label the declaration each documents by its description."""
+    parser = _PARSERS.get(language) or _PARSERS.setdefault(language, _parser(language))
+    data = bytearray(source.encode())
+    tree = parser.parse(bytes(data))
+    labels = []
+    for comment in _doc_comments(tree):
+        target = _documented(comment)
+        query = query_text(doc_description(comment.text.decode(errors="replace")))
+        if target is not None and query:
+            start, end = target.start_point[0] + 1, target.end_point[0] + 1
+            labels.append({"query": query, "file": rel_path, "start": start, "end": end})
+        for i in range(comment.start_byte, comment.end_byte):
+            if data[i] not in b"\r\n":
+                data[i] = 0x20
+    text = "\n".join(line.rstrip() for line in data.decode(errors="replace").split("\n"))
+    return text, labels
+
+
+_INLINE_TAG = re.compile(r"\{@(\w+)\s*([^{}]*)\}")
+_MD_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_HTML_TAG = re.compile(r"<[^>]+>")
+_PARAGRAPH = re.compile(r"\n\s*\n|<p\b[^>]*>", re.IGNORECASE)
+
+
+def doc_description(comment: str) -> str:
+    """A JSDoc/Javadoc comment's first paragraph, without markup or block tags."""
+    body = comment.strip()
+    body = body[3:] if body.startswith("/**") else body
+    body = body[:-2] if body.endswith("*/") else body
+    lines = [re.sub(r"^\s*\*? ?", "", line) for line in body.split("\n")]
+    kept = []
+    for line in lines:
+        if line.lstrip().startswith("@"):
+            break
+        kept.append(line)
+    first = _PARAGRAPH.split("\n".join(kept).strip(), maxsplit=1)[0]
+    while (unwrapped := _INLINE_TAG.sub(_inline_tag, first)) != first:
+        first = unwrapped
+    first = _MD_LINK.sub(r"\1", first)
+    first = _HTML_TAG.sub("", first).replace("`", "")
+    return html.unescape(first)
+
+
+def _inline_tag(match: re.Match) -> str:
+    """What Javadoc/JSDoc renders for ``{@tag body}``: a link's label or target, a value's text."""
+    tag, body = match.group(1), match.group(2).strip()
+    if tag == "return":
+        return f"Returns {body}"
+    if tag.startswith("link"):
+        target, _, label = body.partition(" ")
+        return label.strip() or target.lstrip("#").replace("#", ".")
+    return body
+
+
+def npm_package(spec: str, cache: Path = CACHE) -> Path:
+    """The tarball of ``name@version`` from ``npm pack``, cached under ``cache``."""
+    name, version = spec.rsplit("@", 1)
+    tarball = cache / f"{name}-{version}.tgz"
+    if not tarball.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "pack", spec, "--pack-destination", str(cache)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+    return tarball
+
+
+def _tar_texts(tarball: Path, keep: Callable[[str], bool]) -> dict[str, str]:
+    with tarfile.open(tarball) as archive:
+        return {
+            member.name.removeprefix("package/"): archive.extractfile(member).read().decode(errors="replace")
+            for member in archive.getmembers()
+            if member.isfile() and keep(member.name.removeprefix("package/"))
+        }
+
+
+def _ts_sources(seed: int) -> tuple[Iterator[tuple[str, str]], str]:
+    texts = _tar_texts(
+        npm_package(f"typescript@{TS_VERSION}"),
+        lambda name: re.fullmatch(r"lib/lib\..*\.d\.ts", name) is not None and not TS_SKIP.search(name),
+    )
+    return ((name, texts[name]) for name in _shuffled(texts, seed)), f"typescript@{TS_VERSION} lib/*.d.ts"
+
+
+def _js_sources(seed: int) -> tuple[Iterator[tuple[str, str]], str]:
+    texts = _tar_texts(
+        npm_package(f"lodash@{LODASH_VERSION}"),
+        lambda name: (
+            "/" not in name
+            and name.endswith(".js")
+            and not name.endswith(".min.js")
+            and name not in LODASH_SKIP
+        ),
+    )
+    return (
+        ((f"lodash/{name}", texts[name]) for name in _shuffled(texts, seed)),
+        f"lodash@{LODASH_VERSION} modules",
+    )
+
+
+def jdk_src_zip() -> Path | None:
+    """The first JDK ``src.zip`` on this machine (a dangling link does not count)."""
+    for pattern in JDK_SRC_ZIPS:
+        for path in sorted(Path("/").glob(pattern.lstrip("/"))):
+            if path.is_file():
+                return path
+    return None
+
+
+def _java_sources(seed: int) -> tuple[Iterator[tuple[str, str]], str]:
+    path = jdk_src_zip()
+    if path is None:
+        raise FileNotFoundError("no JDK src.zip found (apt-get install openjdk-17-source)")
+    wanted = re.compile(rf"java\.base/java/({'|'.join(JAVA_PACKAGES)})/[A-Za-z]\w*\.java")
+    archive = zipfile.ZipFile(path)
+    names = _shuffled((n for n in archive.namelist() if wanted.fullmatch(n)), seed)
+
+    def texts() -> Iterator[tuple[str, str]]:
+        for name in names:
+            yield name.removeprefix("java.base/"), archive.read(name).decode(errors="replace")
+
+    return texts(), f"JDK sources {path.resolve()}"
+
+
+# -- prose -----------------------------------------------------------------------
+
+
+def _prose_sources(seed: int) -> tuple[Iterator[tuple[str, str]], str]:
+    site = Path(sysconfig.get_paths()["purelib"])
+    readmes = {}
+    for metadata in sorted(site.glob("*.dist-info/METADATA")):
+        message = Parser().parsestr(metadata.read_text(errors="replace"))
+        name = (message.get("Name") or "").strip()
+        body = message.get_payload() or message.get("Description") or ""
+        summary = (message.get("Summary") or "").strip()
+        if not name or name.lower() == THIS_PROJECT or len(body) < MIN_DESCRIPTION_CHARS:
+            continue
+        ext = "md" if "markdown" in (message.get("Description-Content-Type") or "") else "rst"
+        # The summary rides in the file's first line, split off again by label_prose.
+        readmes[f"{name.lower()}.{ext}"] = f"{summary}\n{body}"
+    texts = ((name, readmes[name]) for name in _shuffled(readmes, seed))
+    return texts, f"long descriptions of the packages in {site}"
+
+
+def label_prose(rel_path: str, text: str) -> tuple[str, list[dict]] | None:
+    """One label: the summary (first line) → the whole file; lines quoting it blanked."""
+    summary, _, body = text.partition("\n")
+    query = query_text(summary)
+    if query is None:
+        return None
+    sentence = _norm(summary).rstrip(".")
+    lines = ["" if sentence in _norm(line) else line for line in body.split("\n")]
+    return "\n".join(lines), [{"query": query, "file": rel_path, "start": 1, "end": len(lines)}]
+
+
+_BUILDERS = {
+    "python": _Builder(_python_sources, label_python),
+    "ts": _Builder(_ts_sources, lambda path, text: label_doc_comments("ts", path, text)),
+    "js": _Builder(_js_sources, lambda path, text: label_doc_comments("js", path, text)),
+    "java": _Builder(_java_sources, lambda path, text: label_doc_comments("java", path, text)),
+    "prose": _Builder(_prose_sources, label_prose),
+}

@@ -1,0 +1,105 @@
+"""Fusing rankings, and how strong a result set is.
+
+Pure functions over ``(chunk_id, score)`` lists, best first. The choices
+(reciprocal rank fusion, its weights, definitions first, the weak-match
+threshold) were made on ``bench/retrieval.py``; docs/benchmarks.md has the
+tables, including what did not help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Ranking = list[tuple[int, float]]
+
+#: added to a unit that defines a name the query asks for, so it leads
+DEFINITION_BONUS = 1.0
+
+
+@dataclass(frozen=True)
+class Weighted:
+    """One ranking in a fusion and the weight it carries. ``absolute``
+    scores (cosines) are on one scale across rankings and queries, so score
+    fusion takes them as they are; others (BM25) are min-max normalised."""
+
+    ranking: Ranking
+    weight: float
+    absolute: bool = False
+
+
+def rrf(rankings: Sequence[Weighted], rrf_k: int) -> Ranking:
+    """Weighted reciprocal rank fusion: score = sum of weight / (rrf_k + rank).
+
+    A hit of an ``absolute`` ranking (cosines) counts in proportion to its
+    cosine over the best cosine of any such ranking: ranks alone would let
+    the first hit of the code index, however far from the query, weigh as
+    much as a close first hit of the text index."""
+    best = max((each.ranking[0][1] for each in rankings if each.absolute and each.ranking), default=0.0)
+    scores: dict[int, float] = {}
+    for each in rankings:
+        for rank, (cid, score) in enumerate(each.ranking, start=1):
+            share = max(score, 0.0) / best if each.absolute and best > 0 else 1.0
+            scores[cid] = scores.get(cid, 0.0) + each.weight * share / (rrf_k + rank)
+    return _ordered(scores)
+
+
+def score_fusion(rankings: Sequence[Weighted]) -> Ranking:
+    """Weighted sum of each ranking's scores: cosines as they are (a poor
+    nearest neighbour stays poor), BM25 min-max normalised per ranking."""
+    scores: dict[int, float] = {}
+    for each in rankings:
+        if not each.ranking:
+            continue
+        values = [score for _, score in each.ranking]
+        low, span = min(values), max(values) - min(values)
+        for cid, score in each.ranking:
+            if each.absolute:
+                share = max(score, 0.0)
+            else:  # a lone hit (or a tie) is that ranking's best: it counts in full
+                share = (score - low) / span if span else 1.0
+            scores[cid] = scores.get(cid, 0.0) + each.weight * share
+    return _ordered(scores)
+
+
+def fuse(rankings: Sequence[Weighted], *, method: str, rrf_k: int) -> Ranking:
+    if method == "score":
+        return score_fusion(rankings)
+    return rrf(rankings, rrf_k)
+
+
+def query_share(terms: int, full_at: int) -> float:
+    """How much of its weight a dense ranking keeps for a query of ``terms``
+    terms: a one- or two-word query is a lookup, where the words themselves
+    are the evidence, while a question of ``full_at`` words or more is what
+    the model is good at."""
+    if full_at <= 1:
+        return 1.0
+    return min(1.0, max(terms, 1) / full_at)
+
+
+def definitions_first(fused: Ranking, defining: Sequence[int]) -> Ranking:
+    """``fused`` with the units in ``defining`` (best first) moved ahead of
+    the rest; a defining unit the fusion had not ranked joins at the end of
+    the definitions."""
+    if not defining:
+        return fused
+    base = dict(fused)
+    floor = min(base.values(), default=0.0)
+    scores = dict(base)
+    for position, cid in enumerate(defining):
+        # Keeps the defining units in their own order, all above the rest.
+        scores[cid] = base.get(cid, floor) + DEFINITION_BONUS + (len(defining) - position) * 1e-6
+    return _ordered(scores)
+
+
+def _ordered(scores: dict[int, float]) -> Ranking:
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+def is_weak(*, full_lexical_matches: int, best_cosine: float | None, threshold: float) -> bool:
+    """Nothing matches well: no unit holds every query term, and the nearest
+    vector (when dense search ran) is less similar than ``threshold``."""
+    if full_lexical_matches:
+        return False
+    return best_cosine is None or best_cosine < threshold

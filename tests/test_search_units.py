@@ -1,0 +1,202 @@
+"""Search over definition and section units: auto routing, definitions first,
+weak matches, and citations that open to exactly the cited lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from corpus import files
+from corpus.config import build_config
+from corpus.indexing import index_directory
+from corpus.models import Chunk
+from corpus.providers.local import LocalEmbedder
+from corpus.retrieval import Filters, Searcher
+from corpus.security import ExclusionEngine
+
+pytestmark = pytest.mark.django_db
+
+PYTHON = '''
+import re
+
+
+class MessageParser:
+    """Reads raw mail."""
+
+    def split_multipart(self, body, boundary):
+        parts = body.split("--" + boundary)
+        return [part.strip() for part in parts if part.strip()]
+
+    def close(self):
+        self.closed = True
+
+    def header_names(self, headers):
+        return [name.lower() for name, _ in headers]
+
+    def is_multipart(self, content_type):
+        return content_type.startswith("multipart/")
+
+    def charset(self, content_type, default="utf-8"):
+        match = re.search(r"charset=([\\w-]+)", content_type)
+        return match.group(1) if match else default
+
+    def get_boundary(self, header):
+        match = re.search(r'boundary="([^"]+)"', header)
+        return match.group(1) if match else None
+
+
+def render_invoice(lines):
+    total = sum(line.price * line.quantity for line in lines)
+    return f"Total due: {total:.2f}"
+'''
+
+TYPESCRIPT = """
+export interface Mailbox {
+  /** Messages waiting to be read. */
+  unread: number;
+}
+
+export function getBoundary(contentType: string): string | undefined {
+  const match = /boundary=([^;]+)/.exec(contentType);
+  return match ? match[1] : undefined;
+}
+
+export function archiveOldMessages(box: Mailbox, days: number): void {
+  box.unread = 0;
+}
+"""
+
+GO = """
+package mail
+
+// Boundary returns the multipart boundary of a content type.
+func Boundary(contentType string) string {
+	return contentType
+}
+
+func useBoundary() string {
+	return Boundary("multipart/mixed")
+}
+"""
+
+GUIDE = """
+# Mail guide
+
+How the project handles mail, from the moment a message is written to the
+moment it lands in a folder. Each part below stands on its own, and each
+can be read without the others; the configuration keys are listed at the
+end of the project's main README rather than here.
+
+## Sending
+
+Outgoing messages are queued and retried with backoff when the relay is
+down. A message that still fails after a day is returned to its author with
+the relay's last answer, so nothing is lost silently.
+
+## Receiving
+
+Incoming messages are parsed and filed into folders by their sender. Mail
+from unknown senders waits in a separate folder until someone looks at it.
+"""
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return LocalEmbedder()
+
+
+@pytest.fixture
+def indexed(corpus_dir, state, embedder):
+    for rel, text in {
+        "mail/parser.py": PYTHON,
+        "web/mail.ts": TYPESCRIPT,
+        "mail/boundary.go": GO,
+        "docs/guide.md": GUIDE,
+        "docs/zz_uses.py": "from mail.parser import MessageParser\n\nMessageParser().get_boundary('x')\n",
+    }.items():
+        path = corpus_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.lstrip("\n"))
+    config = build_config({"embed": {"provider": "local"}}, {}, {})
+    index_directory(corpus_dir, state=state, config=config, embedder=embedder)
+    return Searcher(state, config, embedder), corpus_dir
+
+
+def where(hit) -> tuple[str, str]:
+    return hit.rel_path, hit.text.split("\n")[0].strip()
+
+
+def test_auto_finds_code_through_the_dense_code_index_for_a_prose_question(indexed, embedder):
+    searcher, _ = indexed
+    question = "compute the total amount owed on a bill"
+
+    # The dense code ranking itself puts the function first ...
+    vector = embedder.embed_query(question, kind="code")
+    dense = searcher._dense(vector, "code", 5, Filters())
+    top = Chunk.objects.get(chunk_id=dense[0][0])
+    assert top.text.startswith("def render_invoice")
+    # ... and auto (a natural-language query) consults that index.
+    result = searcher.search(question, k=3)
+    assert result.index_used == "both" and result.dense == {"status": "ok"}
+    assert ("mail/parser.py", "def render_invoice(lines):") in [where(hit) for hit in result.hits[:2]]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("get_boundary", ("mail/parser.py", "def get_boundary(self, header):")),
+        (
+            "getBoundary",
+            ("web/mail.ts", "export function getBoundary(contentType: string): string | undefined {"),
+        ),  # noqa: E501
+        ("Boundary", ("mail/boundary.go", "// Boundary returns the multipart boundary of a content type.")),
+        ("Mailbox.unread", ("web/mail.ts", "export interface Mailbox {")),
+    ],
+    ids=["python", "typescript", "go", "dotted-member"],
+)
+def test_an_identifier_ranks_the_unit_defining_it_first(indexed, query, expected):
+    searcher, _ = indexed
+
+    hits = searcher.search(query, k=5).hits
+
+    assert where(hits[0]) == expected
+    assert hits[0].score > hits[1].score
+
+
+def test_units_that_use_an_identifier_follow_its_definition(indexed):
+    searcher, _ = indexed
+
+    paths = [where(hit) for hit in searcher.search("get_boundary", k=5).hits]
+
+    assert paths[0][1].startswith("def get_boundary")
+    assert "docs/zz_uses.py" in [path for path, _ in paths[1:]]
+
+
+def test_nonsense_is_a_weak_match_and_a_real_question_is_not(indexed):
+    searcher, _ = indexed
+
+    assert searcher.search("zanzibarquux", k=5).match == "weak"
+    assert searcher.search("queued messages retried with backoff", k=5).match == "good"
+
+
+def test_markdown_sections_are_units_with_their_heading_path(indexed):
+    searcher, _ = indexed
+
+    hit = searcher.search("relay down retried backoff", k=1).hits[0]
+
+    assert hit.rel_path == "docs/guide.md" and hit.text.startswith("## Sending")
+    chunk = Chunk.objects.get(chunk_id=hit.chunk_id)
+    assert chunk.context == "docs/guide.md › Mail guide › Sending"
+
+
+def test_every_unit_opens_to_exactly_its_cited_lines(indexed):
+    searcher, root = indexed
+    engine = ExclusionEngine.from_config(root, searcher.config, state_dir=searcher.state.path)
+    chunks = Chunk.objects.filter(deleted=False).select_related("representation__document")
+    code = [c for c in chunks if c.index_kind == "code"]
+    assert len(code) >= 8
+    for chunk in code:
+        span = chunk.spans.get()
+        rel = chunk.representation.document.rel_path
+        opened = files.open_file(engine, rel_path=rel, start_line=span.start, end_line=span.end)
+        assert opened["content"] == chunk.text
+        assert chunk.context.split("\n")[0] == rel
