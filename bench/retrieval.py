@@ -382,7 +382,9 @@ def index_cost(chunks: dict, facts: dict) -> dict:
         **token_counts(texts),
         "index_s": facts["index_s"],
     }
-    cost["chunks_per_s"] = round(len(chunks) / max(facts["index_s"], 1e-9), 1)
+    # An index kept from an earlier run (--work, --keep) was not built now: no rate.
+    built = facts["index_s"] >= 1.0
+    cost["chunks_per_s"] = round(len(chunks) / facts["index_s"], 1) if built else "— (reused)"
     return cost
 
 

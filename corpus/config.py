@@ -244,18 +244,20 @@ class SearchConfig(Section):
     # How rankings are fused: reciprocal rank fusion, or normalised scores
     # (bench/retrieval.py measured both; docs/benchmarks.md).
     fusion: Literal["rrf", "score"] = "rrf"
-    rrf_k: int = Field(60, ge=1)
+    rrf_k: int = Field(30, ge=1)
     # Weight of the text (prose) dense ranking against the lexical one, and
     # of the code dense ranking: the small model matches questions to code
     # far better than words do, and prose less well (docs/benchmarks.md).
     dense_weight: float = Field(0.2, ge=0, le=10)
-    code_dense_weight: float = Field(3.0, ge=0, le=10)
+    code_dense_weight: float = Field(2.0, ge=0, le=10)
     # With index=auto, a query of fewer terms than this keeps that share of
     # the dense weights: a one-word lookup is the lexical index's to answer.
     dense_full_terms: int = Field(4, ge=1, le=32)
     # Queries of up to this many terms rank units holding every term first;
     # longer ones are ranked by BM25 alone (0: always all-terms first).
     all_terms_first_max: int = Field(3, ge=0, le=32)
+    # Such long queries leave English function words out of their BM25 ranking.
+    drop_stop_words: bool = True
     # index=auto searches every dense index holding vectors; the one the
     # query's shape does not point at counts this much of its weight.
     other_index_weight: float = Field(1.0, ge=0, le=10)

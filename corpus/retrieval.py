@@ -270,6 +270,7 @@ class Searcher:
                 chunk_filter_sql=where,
                 params=params,
                 all_first_max=self.config.search.all_terms_first_max,
+                drop_stop_words=self.config.search.drop_stop_words,
             )
             kept = set(self._glob_filter([cid for cid, _ in found], filters))
             hits = [hit for hit in found if hit[0] in kept]

@@ -618,3 +618,23 @@ def test_word_forms_match_through_stemming(index, query, expected):
         }
     )
     assert top_paths(query)[0] == expected
+
+
+def test_a_long_question_is_ranked_by_its_content_words(index):
+    """Over three terms, BM25 alone ranks (no all-terms tier first) and, with
+    the default drop_stop_words, function words are left out: a unit full of
+    "the", "of", "to" no longer outranks the one about the question."""
+    index(
+        {
+            "filler.txt": "the of the to the of and the to of the in the of to the\n" * 3,
+            "answer.txt": "Multipart bodies are split at each boundary line.\n",
+        }
+    )
+    question = "how is the body of a multipart message split at the boundary"
+
+    long_first, _ = lexical.search_tiers(question, limit=5, all_first_max=3, drop_stop_words=True)
+    tiered, _ = lexical.search_tiers(question, limit=5)
+
+    path = dict(Chunk.objects.values_list("chunk_id", "representation__document__rel_path"))
+    assert [path[cid] for cid, _ in long_first] == ["answer.txt"]
+    assert {path[cid] for cid, _ in tiered} == {"answer.txt", "filler.txt"}

@@ -32,6 +32,11 @@ CREATE_SQL = (
     "USING fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
 )
 MAX_QUERY_TERMS = 32
+#: English function words a long question's BM25 ranking may leave out
+STOP_WORDS = frozenset(
+    "a an and are as at be by for from has have if in into is it its of on or that the this to "
+    "was were which with will can not no do does how what when where who why".split()
+)
 # Longer joined forms are URLs and blobs, not identifiers anyone types.
 MAX_JOINED = 64
 BATCH = 500
@@ -182,7 +187,13 @@ def search(
 
 
 def search_tiers(
-    query: str, *, limit: int, chunk_filter_sql: str = "", params: Sequence = (), all_first_max: int = 0
+    query: str,
+    *,
+    limit: int,
+    chunk_filter_sql: str = "",
+    params: Sequence = (),
+    all_first_max: int = 0,
+    drop_stop_words: bool = False,
 ) -> tuple[list[tuple[int, float]], int]:
     """:func:`search`'s hits, and how many of them hold every query term.
 
@@ -197,8 +208,9 @@ def search_tiers(
     hits = backend.query(terms, require_all=True, limit=limit, filter_sql=chunk_filter_sql, params=params)
     full = len(hits)
     if all_first_max and len(terms) > all_first_max:
+        content = [term for term in terms if term not in STOP_WORDS] if drop_stop_words else terms
         ranked = backend.query(
-            terms, require_all=False, limit=limit, filter_sql=chunk_filter_sql, params=params
+            content or terms, require_all=False, limit=limit, filter_sql=chunk_filter_sql, params=params
         )
         return ranked, full
     if len(terms) == 1 or len(hits) >= limit:

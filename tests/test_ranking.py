@@ -1,0 +1,51 @@
+"""Fusion and result-strength rules (corpus/ranking.py), as pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from corpus import ranking
+from corpus.ranking import Weighted
+
+
+def test_rank_fusion_scales_a_dense_hit_by_its_cosine_over_the_best():
+    lexical = Weighted([(1, 9.0)], 1.0)
+    text = Weighted([(2, 0.62)], 0.2, absolute=True)  # a close prose unit
+    code = Weighted([(3, 0.20)], 2.0, absolute=True)  # the code index's best, far away
+
+    fused = dict(ranking.rrf([lexical, text, code], rrf_k=30))
+
+    assert fused[3] == pytest.approx(2.0 * (0.20 / 0.62) / 31)
+    assert fused[2] == pytest.approx(0.2 / 31)
+    # by rank alone the far code hit would have led with 2.0 / 31
+    assert fused[1] > fused[3]
+
+
+def test_rank_fusion_without_cosines_is_plain_weighted_rrf():
+    fused = ranking.rrf([Weighted([(1, 5.0), (2, 4.0)], 1.0), Weighted([(2, 3.0)], 2.0)], rrf_k=60)
+    assert fused == [(2, pytest.approx(1 / 62 + 2 / 61)), (1, pytest.approx(1 / 61))]
+
+
+def test_score_fusion_counts_a_lone_lexical_hit_in_full():
+    fused = dict(ranking.score_fusion([Weighted([(7, 3.2)], 1.0), Weighted([(8, 0.5)], 1.0, absolute=True)]))
+    assert fused == {7: 1.0, 8: 0.5}
+
+
+def test_definitions_lead_in_their_own_order_and_the_rest_keeps_its_order():
+    fused = [(1, 0.9), (2, 0.8), (3, 0.7)]
+    assert [cid for cid, _ in ranking.definitions_first(fused, [3, 9])] == [3, 9, 1, 2]
+    assert ranking.definitions_first(fused, []) == fused
+
+
+@pytest.mark.parametrize(("terms", "share"), [(1, 0.25), (2, 0.5), (4, 1.0), (9, 1.0)])
+def test_short_queries_keep_part_of_the_dense_weight(terms, share):
+    assert ranking.query_share(terms, 4) == share
+
+
+@pytest.mark.parametrize(
+    ("full", "best", "weak"),
+    [(0, 0.2, True), (0, None, True), (0, 0.5, False), (3, 0.1, False), (1, None, False)],
+    ids=["far", "no-dense-no-term-match", "near", "every-term-held", "lexical-only-match"],
+)
+def test_weak_means_no_unit_holds_every_term_and_nothing_is_near(full, best, weak):
+    assert ranking.is_weak(full_lexical_matches=full, best_cosine=best, threshold=0.35) is weak
