@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from corpus.retrieval import Searcher
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
 from tests.fakes.mistral import FakeMistral
-from tests.mcp_http import REPO, base_env, serve_daphne, start_daphne, stop
+from tests.mcp_http import REPO, base_env, free_port, serve_daphne, start_daphne, stop
 
 EMBED = "/v1/embeddings"
 CHAT = "/v1/chat/completions"
@@ -66,10 +65,7 @@ def write_corpus(root: Path) -> None:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"  # nothing listens there once the socket is closed
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there once the socket is closed
 
 
 @dataclass(frozen=True)
