@@ -97,9 +97,15 @@ def _ordered(scores: dict[int, float]) -> Ranking:
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
-def is_weak(*, full_lexical_matches: int, best_cosine: float | None, threshold: float) -> bool:
+def is_weak(
+    *, full_lexical_matches: int, lexical_hits: int, best_cosine: float | None, threshold: float
+) -> bool:
     """Nothing matches well: no unit holds every query term, and the nearest
-    vector (when dense search ran) is less similar than ``threshold``."""
+    vector is less similar than ``threshold``. Without a dense ranking (no
+    embedder, or the provider is down) only a query nothing matches at all
+    is weak: a long question's every word is rarely in one unit."""
     if full_lexical_matches:
         return False
-    return best_cosine is None or best_cosine < threshold
+    if best_cosine is None:
+        return lexical_hits == 0
+    return best_cosine < threshold

@@ -175,7 +175,12 @@ class Searcher:
         fused = ranking.fuse(rankings, method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
         fused = ranking.definitions_first(fused, self._defining(query, fused, filters, lexical_kinds))
         best = max((r.ranking[0][1] for r in dense_rankings if r.ranking), default=None)
-        weak = ranking.is_weak(full_lexical_matches=full, best_cosine=best, threshold=search_cfg.weak_cosine)
+        weak = ranking.is_weak(
+            full_lexical_matches=full,
+            lexical_hits=len(lexical_hits),
+            best_cosine=best,
+            threshold=search_cfg.weak_cosine,
+        )
         return SearchResult(
             query=query,
             k=k,

@@ -91,8 +91,8 @@ MATCH = {
     "type": "string",
     "enum": ["good", "weak"],
     "description": (
-        "weak: no unit holds every query term and the nearest unit is not similar enough; "
-        "the hits are the nearest there are, not answers."
+        "weak: no unit holds every query term and the nearest unit is not similar enough (without "
+        "dense search: nothing matched); the hits are the nearest there are, not answers."
     ),
 }
 

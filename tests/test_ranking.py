@@ -43,9 +43,17 @@ def test_short_queries_keep_part_of_the_dense_weight(terms, share):
 
 
 @pytest.mark.parametrize(
-    ("full", "best", "weak"),
-    [(0, 0.2, True), (0, None, True), (0, 0.5, False), (3, 0.1, False), (1, None, False)],
-    ids=["far", "no-dense-no-term-match", "near", "every-term-held", "lexical-only-match"],
+    ("full", "hits", "best", "weak"),
+    [
+        (0, 5, 0.2, True),
+        (0, 5, 0.5, False),
+        (3, 5, 0.1, False),
+        (0, 0, None, True),
+        (0, 5, None, False),
+        (1, 1, None, False),
+    ],
+    ids=["far", "near", "every-term-held", "no-dense-nothing-found", "no-dense-some-terms", "no-dense-all"],
 )
-def test_weak_means_no_unit_holds_every_term_and_nothing_is_near(full, best, weak):
-    assert ranking.is_weak(full_lexical_matches=full, best_cosine=best, threshold=0.35) is weak
+def test_weak_means_no_unit_holds_every_term_and_nothing_is_near(full, hits, best, weak):
+    verdict = ranking.is_weak(full_lexical_matches=full, lexical_hits=hits, best_cosine=best, threshold=0.35)
+    assert verdict is weak
