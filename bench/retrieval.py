@@ -348,8 +348,11 @@ def dense_rankings(searcher, embedder, kind: str, queries: list[str], chunks: di
     return ranked
 
 
-def build_index(root: Path, state_dir: Path, mode: str) -> tuple[object, object, object, dict]:
-    """Index ``root`` into ``state_dir``; (state, config, embedder, build facts)."""
+def build_index(
+    root: Path, state_dir: Path, mode: str, builds: list[str] = ()
+) -> tuple[object, object, object, dict]:
+    """Index ``root`` into ``state_dir`` (``builds``: config overrides of the
+    units index, ``--build``); (state, config, embedder, build facts)."""
     from corpus.config import build_config
     from corpus.indexing import index_directory
     from corpus.providers.local import LocalEmbedder
@@ -358,7 +361,7 @@ def build_index(root: Path, state_dir: Path, mode: str) -> tuple[object, object,
 
     state = StateDir(state_dir)
     open_store(state)
-    config = build_config(config_data(mode), {}, {})
+    config = build_config(config_data(mode, builds if mode == "units" else []), {}, {})
     embedder = LocalEmbedder()
     embedder.embed(["warm up"], kind="code")
     started = time.perf_counter()
@@ -397,7 +400,9 @@ def lines_rows(root: Path, kind: str, queries: list[str]) -> dict:
     }
 
 
-def units_rows(searcher, kind: str, queries: list[str], chunks: dict, tries: list[str]) -> dict:
+def units_rows(
+    searcher, kind: str, queries: list[str], chunks: dict, tries: list[str], builds: list[str] = ()
+) -> dict:
     """The rows only the units-mode run adds: bm25s and dense over its chunks, and the ``--try`` rows."""
     from corpus.config import build_config
     from corpus.retrieval import Searcher
@@ -410,7 +415,7 @@ def units_rows(searcher, kind: str, queries: list[str], chunks: dict, tries: lis
     dense = dense_rankings(searcher, searcher.embedder, kind, queries, chunks)
     rows["dense units"] = {"hits": dense, "units": len(chunks)}
     for text in tries:
-        config = build_config(config_data("units", [text]), {}, {})
+        config = build_config(config_data("units", [*builds, text]), {}, {})
         tried = Searcher(searcher.state, config, searcher.embedder)
         ranked, routed = search_rankings(tried, queries)
         rows[f"try {text}"] = {"hits": ranked, "routed": routed, "units": len(chunks)}
@@ -453,6 +458,7 @@ def run_worker(argv: list[str]) -> None:
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--kind", choices=("code", "text"), required=True)
     parser.add_argument("--try", dest="tries", action="append", default=[])
+    parser.add_argument("--build", dest="builds", action="append", default=[])
     args = parser.parse_args(argv)
     root, state_dir = args.dir / "root", args.dir / f"state-{args.mode}"
     queries = [label["query"] for label in json.loads((args.dir / "labels.json").read_text())]
@@ -460,7 +466,7 @@ def run_worker(argv: list[str]) -> None:
     from corpus.retrieval import Searcher
 
     say(f"indexing ({args.mode})")
-    state, config, embedder, facts = build_index(root, state_dir, args.mode)
+    state, config, embedder, facts = build_index(root, state_dir, args.mode, args.builds)
     chunks = live_chunks()
     say(f"searching ({args.mode}, {len(queries)} queries)")
     searcher = Searcher(state, config, embedder)
@@ -472,7 +478,7 @@ def run_worker(argv: list[str]) -> None:
     if args.mode == "lines":
         out["rows"].update(lines_rows(root, args.kind, queries))
     else:
-        out["rows"].update(units_rows(searcher, args.kind, queries, chunks, args.tries))
+        out["rows"].update(units_rows(searcher, args.kind, queries, chunks, args.tries, args.builds))
         out["weak"] = weak_calibration(searcher, queries)
     (args.dir / f"{args.mode}.json").write_text(json.dumps(out))
 
@@ -484,10 +490,11 @@ def say(message: str) -> None:
 # -- the driver --------------------------------------------------------------------
 
 
-def spawn_worker(lang_dir: Path, mode: str, kind: str, tries: list[str]) -> dict:
+def spawn_worker(lang_dir: Path, mode: str, kind: str, tries: list[str], builds: list[str] = ()) -> dict:
     """Run one index's worker in a fresh process; its JSON, or ``{"error": …}``."""
     command = [sys.executable, str(Path(__file__).resolve()), "_worker", "--dir", str(lang_dir)]
     command += ["--mode", mode, "--kind", kind, *(f"--try={t}" for t in tries)]
+    command += [f"--build={b}" for b in builds]
     log = lang_dir / f"{mode}.log"
     with log.open("w") as handle:
         done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO)
@@ -619,6 +626,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "e.g. search.dense_weight=0.3 (repeatable)",
     )
     parser.add_argument(
+        "--build",
+        dest="builds",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="a config override the units index is built with, e.g. chunking.code.unit_max_lines=40 "
+        "(repeatable; with --work on an earlier run's directory, only what it changes is re-cut)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help=f"tiny corpora ({SMOKE_MAX_LINES} lines, {SMOKE_QUERIES} queries each), to prove the pipeline",
@@ -651,7 +667,10 @@ def run_language(lang: str, work: Path, args: argparse.Namespace, max_lines: int
     runs = {}
     for mode in MODES:
         started = time.perf_counter()
-        runs[mode] = spawn_worker(lang_dir, mode, corpus.kind, args.tries if mode == "units" else [])
+        units = mode == "units"
+        runs[mode] = spawn_worker(
+            lang_dir, mode, corpus.kind, args.tries if units else [], args.builds if units else []
+        )
         state = runs[mode].get("error", "ok")
         print(
             f"[{time.strftime('%H:%M:%S')}]   {mode} index: {state} ({time.perf_counter() - started:.0f} s)"
@@ -672,7 +691,7 @@ def main(argv: list[str]) -> None:
         run_worker(argv[1:])
         return
     args = parse_args(argv)
-    check_tries(args.tries)
+    check_tries([*args.tries, *args.builds])
     sizes = max_lines_for(args)
     work = args.work or Path(tempfile.mkdtemp(prefix="dir2mcp-retrieval-"))
     out_dir = REPO / "bench" / "results"
