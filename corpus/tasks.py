@@ -87,12 +87,14 @@ def _load(**_):
     from corpus.ingest.distributed import WorkerRuntime
 
     _keep_connections()
-    WorkerRuntime.get()
+    runtime = WorkerRuntime.get()
+    model = runtime.embedder.model_info("text").model if runtime.embedder else "none"
+    log.info("pool process ready: root %s, embedder %s", runtime.root, model)
 
 
 @worker_ready.connect
 def _announce(sender=None, **_):
     """A worker shows in ``status`` as soon as it is up, before any task."""
-    from corpus.ingest.distributed import _seen
+    from corpus.ingest.distributed import announce
 
-    _seen(sender.hostname if sender is not None else "worker")
+    announce(sender.hostname if sender is not None else "worker")

@@ -75,7 +75,9 @@ class Workers:
             cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 60
-        while " ready." not in log.read_text():
+        # The main process's "ready." and each pool process's (store open,
+        # embedder loaded): then the worker's start-up connections are made.
+        while not (" ready." in (text := log.read_text()) and "pool process ready" in text):
             assert self.procs[name].poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, f"worker {name} did not start: {log.read_text()[-3000:]}"
             time.sleep(0.2)
@@ -186,6 +188,18 @@ def sessions(database: str) -> int:
         ).fetchone()[0]
 
 
+def announced(database: str, names: set[str]) -> None:
+    """Wait until these workers' rows are in the workers table."""
+    deadline = time.monotonic() + 30
+    while True:
+        with psycopg.connect(database) as conn:
+            seen = {row[0].split("@")[0] for row in conn.execute("SELECT name FROM workers").fetchall()}
+        if names <= seen:
+            return
+        assert time.monotonic() < deadline, f"workers not announced: {seen}"
+        time.sleep(0.2)
+
+
 def status(root: Path, env: dict) -> dict:
     done = cli("status", "--dir", str(root), "--json", env={**EMBED, **env})
     assert done.returncode == 0, done.stderr
@@ -203,6 +217,9 @@ def test_two_workers_into_postgres_build_what_one_process_builds(scaleout, datab
     root, env, workers = scaleout
     workers.start("w1")
     workers.start("w2")
+    # A worker's main process announces itself on its own connection, at
+    # about the time its log says "ready": count from after both did.
+    announced(database, {"w1", "w2"})
 
     opened = sessions(database)
     done = cli("reindex", "--dir", str(root), env=env, timeout=600)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, transaction
 from django.db.models import F, Q
 
@@ -42,6 +43,7 @@ from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, W
 from corpus.providers.base import Embedder
 from corpus.state import StateDir
 from corpus.status import write_corpus_json
+from corpus.store import open_store
 
 log = logging.getLogger(__name__)
 
@@ -304,12 +306,9 @@ class WorkerRuntime:
 
     @classmethod
     def from_settings(cls) -> WorkerRuntime:
-        from django.conf import settings
-
         # corpus.indexing builds on this module's dispatcher: imported here, at run time
         from corpus.indexing import choose_embedder
         from corpus.secrets import resolve_secret
-        from corpus.store import open_store
 
         root = Path(settings.DIR2MCP_ROOT)
         state = StateDir(Path(settings.DIR2MCP_STATE_DIR))
@@ -440,6 +439,15 @@ def _embed_items(job_id: str, rel_paths: list[str], rt: WorkerRuntime) -> None:
         )
     except errors.Dir2mcpError as exc:
         log.warning("embedding stopped on this worker, chunks stay pending: %s", exc)
+
+
+def announce(name: str) -> None:
+    """A worker's main process says it is up, once the store is open: it
+    may start before any process of the deployment has migrated, and its
+    own pool processes migrate at the same moment (the migration lock
+    orders them)."""
+    open_store(StateDir(Path(settings.DIR2MCP_STATE_DIR)))
+    _seen(name)
 
 
 def _seen(name: str, *, tasks: int = 0) -> None:
