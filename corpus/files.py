@@ -13,25 +13,23 @@ from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import hashlib
 import io
 import itertools
 import json
-import os
 import re
-import stat
 import time
 from datetime import UTC, datetime
 
 import regex
 
-from corpus import errors
+from corpus import errors, globs, patterns
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
 from corpus.models import Document, Representation, RepType, Span
-from corpus.retrieval import _glob_spec
-from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, normalize_rel_path
+from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile, normalize_rel_path
 
 FIND_BUDGET_SECONDS = 2.0
 MAX_PATTERN_CHARS = 1000
@@ -95,13 +93,8 @@ def canonical_prefix(path_prefix) -> str:
 
 
 def _glob(glob):
-    glob = _str("glob", glob)
-    if not glob:
-        return None
-    try:
-        return _glob_spec(glob)
-    except (ValueError, re.error) as exc:  # pathspec compiles globs to regexes
-        raise _fail(errors.INVALID_FIELD, f"invalid glob: {exc}") from None
+    glob = _str("glob", glob, limit=globs.MAX_GLOB_CHARS)
+    return globs.compile_glob(glob) if glob else None  # linear-time matching (corpus/globs.py)
 
 
 def _screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
@@ -132,14 +125,15 @@ def open_file(
     page = _int("page", page, low=1)
     start_ms, end_ms = _int("start_ms", start_ms, low=0), _int("end_ms", end_ms, low=0)
     max_chars = _int("max_chars", max_chars, low=200, high=50000, default=20000)
-    path = engine.resolve(rel_path)
-    rel = normalize_rel_path(rel_path)
-    try:
-        st = os.stat(path)
-    except OSError:
-        raise _fail(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _fail(errors.FILE_NOT_FOUND, f"{rel} is not a regular file")
+    # The one check and open (corpus/security.py): what is read is what was checked.
+    with engine.open(rel_path) as opened:
+        return _open_slice(engine, opened, start_line, end_line, page, start_ms, end_ms, max_chars)
+
+
+def _open_slice(
+    engine: ExclusionEngine, opened: OpenedFile, start_line, end_line, page, start_ms, end_ms, max_chars
+) -> dict:
+    rel = opened.rel
     doc = Document.objects.filter(rel_path=rel, deleted=False).first()
     if doc is not None and doc.status == "skipped" and (doc.error or "").startswith(errors.SECRET_DETECTED):
         raise _fail(errors.FORBIDDEN, f"{rel}: content matches a secret pattern; not returned")
@@ -159,7 +153,7 @@ def open_file(
             raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no lines; open it by {unit}")
         if start_line and end_line and start_line > end_line:
             raise _fail(errors.INVALID_RANGE, "start_line must not be greater than end_line")
-        doc_type, source = _line_source(path, rel, doc, reps.get(RepType.RAW_TEXT))
+        doc_type, source = _line_source(opened.file, rel, doc, reps.get(RepType.RAW_TEXT))
         with source:
             content, span, truncated, context = _read_lines(source, start_line or 1, end_line, max_chars)
         _screen(engine, rel, context)
@@ -232,19 +226,22 @@ def _time_slice(engine, rel, rep, start_ms, end_ms, max_chars) -> tuple[str, Spa
     return content[:max_chars], span, count < len(picked) or len(content) > max_chars
 
 
-def _line_source(path, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
-    """The doc type and a text stream whose lines are the lines search spans count."""
+def _line_source(handle, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
+    """The doc type and a text stream whose lines are the lines search spans count.
+
+    ``handle`` is the file as :meth:`ExclusionEngine.open` opened it; the
+    stream returned reads it, and closing the stream closes it.
+    """
     if ARCHIVE_SEPARATOR in rel or (raw is not None and (raw.meta_json or {}).get("converted_from")):
         if raw is None:
             raise _fail(errors.FILE_NOT_FOUND, f"{rel} is not indexed")
         return doc.doc_type, io.StringIO(raw.text)
-    with open(path, "rb") as handle:
-        head = handle.read(8192)
+    head = handle.read(8192)
+    handle.seek(0)
     sniffed = classify(rel.rsplit("/", 1)[-1], head)
     doc_type = doc.doc_type if doc is not None else sniffed
     if doc_type == "html" and sniffed == "html":
-        with open(path, "rb") as handle:
-            data = handle.read(_HTML_READ_CAP + 1)
+        data = handle.read(_HTML_READ_CAP + 1)
         if len(data) > _HTML_READ_CAP:
             raise _fail(errors.FILE_TOO_LARGE, f"{rel} is too large to convert before it is indexed")
         return doc_type, io.StringIO(extract("html", rel, data).text)
@@ -258,7 +255,7 @@ def _line_source(path, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
     except LookupError:
         encoding = "utf-8-sig"
     # Universal newlines split lines exactly as ingestion's normalisation does.
-    return doc_type, open(path, encoding=encoding, errors="replace", newline=None)
+    return doc_type, io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline=None)
 
 
 def _read_lines(fh, start: int, end: int | None, max_chars: int):
@@ -342,16 +339,37 @@ def _modified_after(value) -> int | None:
 _RECURSION = re.compile(r"\(\?(?:R|[+-]?\d|&|P>)")
 
 
-def _compile(content: str, is_regex: bool, case_sensitive: bool):
+def _compile(content: str, is_regex: bool, case_sensitive: bool, deadline: float):
+    """The content pattern for one call, a context manager with ``spans(text, batch)``.
+
+    A regular expression is compiled and run in the regex worker
+    (corpus/patterns.py), under the call's deadline and a memory cap; an
+    escaped literal compiles in linear time and runs here.
+    """
     flags = regex.MULTILINE | (0 if case_sensitive else regex.IGNORECASE)
-    if is_regex and _RECURSION.search(content):
+    if not is_regex:
+        return _Literal(regex.compile(regex.escape(content), flags), deadline)
+    if _RECURSION.search(content):
         raise _fail(
             errors.INVALID_FIELD, "recursive regular expressions ((?R), (?1), (?&name)) are not supported"
         )
-    try:
-        return regex.compile(content if is_regex else regex.escape(content), flags)
-    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
-        raise _fail(errors.INVALID_FIELD, f"invalid regular expression: {exc}") from None
+    return patterns.RegexScan(content, flags, deadline)
+
+
+class _Literal(contextlib.nullcontext):
+    """Escaped text, matched in the server: the ``regex`` module matches
+    without holding the GIL, and stops at the deadline."""
+
+    def __init__(self, compiled, deadline: float):
+        super().__init__(self)
+        self.compiled, self.deadline = compiled, deadline
+
+    def spans(self, text: str, batch: int):
+        try:
+            for m in self.compiled.finditer(text, timeout=max(self.deadline - time.monotonic(), 0.001)):
+                yield m.span()
+        except TimeoutError:
+            raise patterns.Overrun() from None
 
 
 def _cursor(key: str, path: str, skip: int) -> str:
@@ -399,6 +417,9 @@ def find(
     The scan has a time budget: a pattern that exhausts it stops the page with
     ``timed_out`` and a cursor. A document that exhausts a whole budget on its
     own is skipped by that cursor, so following cursors always makes progress.
+    Regular expressions share one worker (corpus/patterns.py): the wait for
+    it counts against the budget, and a call that gets no turn in time
+    returns ``timed_out`` with a cursor where it started.
     """
     if not isinstance(regex, bool) or not isinstance(case_sensitive, bool):
         raise _fail(errors.INVALID_FIELD, "regex and case_sensitive must be booleans")
@@ -408,10 +429,26 @@ def find(
     spec, prefix, after_ns = _glob(name_glob), canonical_prefix(path_prefix), _modified_after(modified_after)
     limit = _int("limit", limit, low=1, high=200, default=50)
     per_file = _int("max_matches_per_file", max_matches_per_file, low=1, high=100, default=5)
-    pattern = _compile(content, regex, case_sensitive) if content else None
+    deadline = time.monotonic() + FIND_BUDGET_SECONDS
+    pattern = _compile(content, regex, case_sensitive, deadline) if content else None
     params = [name_glob, content, regex, case_sensitive, sorted(doc_types), prefix, after_ns, per_file]
     key = hashlib.sha256(json.dumps(params).encode()).hexdigest()[:24]
     start_path, start_skip = _resume(cursor, key) if cursor is not None else ("", 0)
+    try:
+        with pattern if pattern is not None else contextlib.nullcontext():
+            # Waiting for another call's turn at the worker took part of the
+            # budget: the first document's cut does not prove it needs a whole one.
+            waited = getattr(pattern, "waited", 0.0) > FIND_BUDGET_SECONDS / 10
+            page = (limit, per_file, (start_path, start_skip), deadline, waited)
+            return _find_page(engine, key, (spec, prefix, doc_types, after_ns), pattern, page, stop)
+    except patterns.Overrun:  # no turn at the regex worker within the budget
+        out = {"matches": [], "files_scanned": 0, "timed_out": True}
+        return out | {"next_cursor": _cursor(key, start_path, start_skip)}
+
+
+def _find_page(engine, key: str, where: tuple, pattern, page: tuple, stop) -> dict:
+    spec, prefix, doc_types, after_ns = where
+    limit, per_file, (start_path, start_skip), deadline, waited = page
     docs = Document.objects.filter(deleted=False).order_by("rel_path")
     docs = docs.filter(rel_path__startswith=prefix) if prefix else docs
     docs = docs.filter(doc_type__in=list(doc_types)) if doc_types else docs
@@ -428,7 +465,6 @@ def find(
     candidates = (
         r for r in rows if (spec is None or spec.match_file(r[1])) and not engine.excluded_reason(r[1])
     )
-    deadline = time.monotonic() + FIND_BUDGET_SECONDS
     matches: list[dict] = []
     scanned, resume, timed_out = 0, None, False
     for row, reps in _with_reps(candidates, pattern is not None):
@@ -449,7 +485,7 @@ def find(
         scanned += 1
         skip = max(start_skip, 0) if row[1] == start_path else 0
         found, cut = _doc_matches(engine, pattern, base, reps, per_file, deadline)
-        if cut and scanned > 1:  # retry this document with a full budget on the next page
+        if cut and (scanned > 1 or waited):  # retry this document with a full budget on the next page
             timed_out, resume = True, (row[1], skip)
             break
         found = found[skip:]
@@ -491,26 +527,23 @@ def _doc_matches(
         paged = rep_type == RepType.OCR_MARKDOWN or (rep_type == RepType.RAW_TEXT and "pages" in (meta or {}))
         timed = None
         try:
-            for m in pattern.finditer(text, timeout=max(deadline - time.monotonic(), 0.001)):
+            for pos, end in pattern.spans(text, per_file):
                 if time.monotonic() > deadline:
                     return found, True
                 if rep_type == RepType.TRANSCRIPT and timed is None:
                     chunks = _time_chunks(rep_id)
                     timed = list(zip(chunks, _locate(text, [c[2] for c in chunks]) or [], strict=False))
-                hit = _match(engine, base, rep_type, text, m, paged, timed)
+                hit = _match(engine, base, rep_type, text, pos, end, paged, timed)
                 if hit is not None:
                     found.append(hit)
                 if len(found) >= per_file:
                     return found, False
-        except TimeoutError:
+        except patterns.Overrun:
             return found, True
-        except MemoryError:
-            raise _fail(errors.INVALID_FIELD, "the regular expression needs too much memory") from None
     return found, False
 
 
-def _match(engine, base: dict, rep_type: str, text: str, m, paged: bool, timed) -> dict | None:
-    pos, end = m.start(), m.end()
+def _match(engine, base: dict, rep_type: str, text: str, pos: int, end: int, paged: bool, timed):
     line_start = max(text.rfind("\n", 0, pos), text.rfind(PAGE_SEPARATOR, 0, pos)) + 1
     ends = [i for i in (text.find("\n", pos), text.find(PAGE_SEPARATOR, pos)) if i >= 0]
     line_end = min(ends) if ends else len(text)

@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import pathspec
 from django.db import connection
 
-from corpus import dense_status, errors, ranking
+from corpus import dense_status, errors, globs, patterns, ranking
 from corpus.citations import SpanRef
 from corpus.config import Config
 from corpus.definitions import defines, query_identifiers
@@ -36,7 +35,10 @@ BRUTE_FORCE_LIMIT = 20000
 DEFINITION_POOL = 50
 
 _CODE_HINTS = re.compile(
-    r"[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*"  # camelCase
+    # camelCase: a lowercase letter, digits, a capital. Found wherever
+    # [a-z][a-z0-9]*[A-Z] is, but scanned from each start once (that form
+    # rescans the rest of a long word from every letter: quadratic, issue #23).
+    r"[a-z][0-9]*[A-Z]"
     r"|\b[a-z0-9]+_[a-z0-9_]+\b"  # snake_case
     r"|\w\(\)?|::|->|=>|\bdef\b|\bclass\b|\bfunc\b|\bimport\b|\breturn\b"
     r"|\.(?:py|go|rs|js|ts|java|c|h|cpp|rb|php|sh)\b|[{};]"
@@ -49,6 +51,10 @@ class Filters:
     path_prefix: str = ""
     file_glob: str = ""
     doc_types: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.file_glob:
+            globs.compile_glob(self.file_glob)  # INVALID_FIELD before any work, not a 500 midway
 
     def sql(self) -> tuple[str, list]:
         """A predicate over documents ``d`` for the filters SQL can apply."""
@@ -65,19 +71,8 @@ class Filters:
     def glob_matches(self, rel_path: str) -> bool:
         if not self.file_glob:
             return True
-        return _glob_spec(self.file_glob).match_file(rel_path)
-
-
-_GLOBS: dict[str, pathspec.PathSpec] = {}
-
-
-def _glob_spec(glob: str) -> pathspec.PathSpec:
-    spec = _GLOBS.get(glob)
-    if spec is None:
-        # A glob without a slash matches the file name at any depth, as in
-        # .gitignore; "src/**/*.py" is anchored at the root.
-        spec = _GLOBS[glob] = pathspec.GitIgnoreSpec.from_lines([glob])
-    return spec
+        # gitignore syntax, matched in linear time (corpus/globs.py)
+        return globs.compile_glob(self.file_glob).match_file(rel_path)
 
 
 @dataclass(frozen=True)
@@ -144,6 +139,7 @@ def route(query: str, index: str, filters: Filters) -> str:
 def validate(query: str, k: int, index: str) -> None:
     if not isinstance(query, str) or not query.strip():
         raise errors.Dir2mcpError(errors.MISSING_FIELD, "query must be a non-empty string")
+    patterns.check_query(query)
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
         raise errors.Dir2mcpError(errors.INVALID_RANGE, f"k must be an integer from 1 to {MAX_K}")
     if index not in INDEXES:

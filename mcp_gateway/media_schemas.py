@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from mcp_gateway.schemas import _K, ASK_OUTPUT
+from mcp_gateway.schemas import _K, ASK_OUTPUT, QUESTION
 
 _REL_PATH = {"type": "string", "minLength": 1, "description": "The file, relative to the root."}
 
@@ -80,7 +80,7 @@ TRANSCRIBE_AND_ASK_INPUT = {
     "additionalProperties": False,
     "properties": {
         "rel_path": _REL_PATH,
-        "question": {"type": "string", "minLength": 1, "description": "The question, in natural language."},
+        "question": QUESTION,
         "k": _K,
     },
     "required": ["rel_path", "question"],
@@ -103,7 +103,7 @@ ASK_AUDIO_INPUT = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "question": {"type": "string", "minLength": 1, "description": "The question, in natural language."},
+        "question": QUESTION,
         "voice_id": {
             "type": "string",
             "description": "An ElevenLabs voice id; the configured voice if omitted.",

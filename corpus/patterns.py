@@ -1,0 +1,211 @@
+"""Bounded work for every pattern a caller sends (issue #23).
+
+* **Regular expressions** (``dir2mcp.find`` with ``regex: true``) are
+  compiled and run in one worker process (:mod:`corpus.regex_worker`), never
+  in the server: compiling a pattern such as ``(?:(?:a{9}){9}){9}…`` holds
+  the GIL and checks no timeout, and matching can take memory without end.
+  The worker's address space is capped (:data:`WORKER_MEMORY_BYTES`), and
+  the server kills it the moment a call's deadline passes, whatever it is
+  doing; the next call starts a fresh one. There is one worker, so all
+  regex calls share one budget: a call waits for it within its own
+  deadline, and a dozen hostile calls cost one core for one budget each in
+  turn, not the whole machine.
+* **Literal text** (``find`` without ``regex``) stays in the server: an
+  escaped literal compiles in linear time, and the ``regex`` module matches
+  it without the GIL and with a timeout.
+* **Globs** are matched in linear time (:mod:`corpus.globs`).
+* **Queries and questions** are capped at :data:`MAX_QUERY_CHARS` and
+  :data:`MAX_QUESTION_CHARS`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import marshal
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from corpus import errors
+
+#: ``search``'s query (also sent in a GET URL, which the server reads up to 16 KiB)
+MAX_QUERY_CHARS = 1000
+#: ``ask``'s question, and the longest text any search runs on
+MAX_QUESTION_CHARS = 4000
+MAX_REGEX_CHARS = 1000
+#: the worker's address space: the interpreter (~20 MB), one text as it
+#: arrives and decoded (a few times its size), and the compiled pattern
+WORKER_MEMORY_BYTES = 512 * 2**20
+#: how long past its deadline a reply may come before the worker is killed
+GRACE_SECONDS = 0.02
+
+_WORKER = Path(__file__).with_name("regex_worker.py")
+_HEADER = struct.Struct("<Q")
+
+
+def check_query(query: str) -> None:
+    """``INVALID_RANGE`` for a search text past :data:`MAX_QUESTION_CHARS`
+    (the tools' schemas hold ``query`` to :data:`MAX_QUERY_CHARS`)."""
+    if len(query) > MAX_QUESTION_CHARS:
+        raise errors.Dir2mcpError(
+            errors.INVALID_RANGE, f"the query or question is longer than {MAX_QUESTION_CHARS} characters"
+        )
+
+
+class Overrun(Exception):
+    """The deadline passed: the worker was killed (or never became free)."""
+
+
+class _Died(Exception):
+    """The worker ended without answering (killed from outside, or crashed)."""
+
+
+class _Worker:
+    """The child process and its pipes; used under :data:`_TURN` only."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", str(_WORKER), str(WORKER_MEMORY_BYTES)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,  # Ctrl-C reaches the server, which ends us
+        )
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+    def request(self, message: tuple, deadline: float):
+        """The worker's reply, or ``Overrun`` (and a killed worker) at the deadline."""
+        self.start()
+        payload = marshal.dumps(message)
+        try:
+            self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
+            self.proc.stdin.flush()
+            header = self._read(_HEADER.size, deadline)
+            reply = marshal.loads(self._read(_HEADER.unpack(header)[0], deadline))
+        except Overrun:
+            self.kill()
+            self.start()  # the next call finds it ready
+            raise
+        except (OSError, EOFError, ValueError, _Died):
+            self.kill()
+            raise _Died() from None
+        if reply[0] == "memory":
+            self.kill()
+        return reply
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        chunks, left = [], size
+        while left:
+            wait = deadline + GRACE_SECONDS - time.monotonic()
+            if wait <= 0 or not poller.poll(wait * 1000):
+                raise Overrun()
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                raise _Died()
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+
+_TURN = threading.Lock()
+_worker = _Worker()
+atexit.register(_worker.kill)
+
+
+class RegexScan:
+    """A regular expression compiled in the worker, for one call.
+
+    Use as a context manager: entering waits for the worker (until the
+    deadline: ``Overrun``) and compiles the pattern (``INVALID_FIELD`` when it
+    is invalid, needs more than the memory cap, or cannot compile in time).
+    """
+
+    def __init__(self, pattern: str, flags: int, deadline: float):
+        self.pattern, self.flags, self.deadline = pattern, int(flags), deadline
+        self.budget = deadline - time.monotonic()
+        self.held, self.waited = False, 0.0
+
+    def __enter__(self) -> RegexScan:
+        asked = time.monotonic()
+        if not _TURN.acquire(timeout=max(self.deadline - asked, 0)):
+            raise Overrun()
+        self.held = True
+        #: how long this call waited for its turn (another call held the worker)
+        self.waited = time.monotonic() - asked
+        try:
+            reply = self._ask(("compile", self.pattern, self.flags))
+        except Overrun:
+            self.__exit__()
+            if self.waited > self.budget / 10:  # its turn came too late to judge the pattern
+                raise
+            raise errors.Dir2mcpError(
+                errors.INVALID_FIELD, "the regular expression takes too long to compile"
+            ) from None
+        except BaseException:
+            self.__exit__()
+            raise
+        if reply[0] == "error":
+            self.__exit__()
+            raise errors.Dir2mcpError(errors.INVALID_FIELD, f"invalid regular expression: {reply[1]}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.held:
+            self.held = False
+            _TURN.release()
+
+    def _ask(self, message: tuple):
+        seconds = max(self.deadline - time.monotonic(), 0.001)
+        try:
+            reply = _worker.request((*message, seconds), self.deadline)
+        except _Died:
+            raise errors.Dir2mcpError(
+                errors.INVALID_FIELD, "the regular expression could not be run (its matcher stopped)"
+            ) from None
+        if reply[0] == "memory":
+            raise errors.Dir2mcpError(errors.INVALID_FIELD, "the regular expression needs too much memory")
+        return reply
+
+    def spans(self, text: str, batch: int):
+        """``(start, end)`` of each match in ``text``, ``batch`` per round trip;
+        ``Overrun`` when the deadline passes first."""
+        reply = self._ask(("scan", text, batch))
+        while True:
+            if reply[0] == "timeout":
+                yield from reply[1]
+                raise Overrun()
+            yield from reply[1]
+            if reply[2]:
+                return
+            reply = self._ask(("more", batch))
+
+
+def worker_pid() -> int | None:
+    """The worker's process id, while one runs (for tests and the bench)."""
+    proc = _worker.proc
+    return proc.pid if proc is not None and proc.poll() is None else None
