@@ -9,12 +9,14 @@ once applies everywhere; a second copy of a check would be a future bypass.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote
 
 import pathspec
@@ -290,6 +292,8 @@ class ExclusionEngine:
         try:
             st = os.stat(path)
         except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):  # a FIFO named .gitignore must not block a walk
             self._gitignores.pop(dir_rel, None)
             return None
         cached = self._gitignores.get(dir_rel)
@@ -315,64 +319,214 @@ class ExclusionEngine:
         """Turn a user-supplied relative path into an absolute path under root.
 
         For archive members (``a.zip!/x``) the archive itself is returned.
+        The path is only a name: it may be swapped once this returns, so
+        nothing may *read* through it. Readers use :meth:`open`.
         """
         rel = normalize_rel_path(rel_path)
         self._forbid_excluded(rel)
-        real = self._walk_components(rel.partition(ARCHIVE_SEPARATOR)[0])
-        # Judge the real target too: with symlinks followed, "link" may name ".env".
-        real_rel = Path(real).relative_to(self.root).as_posix()
-        is_dir = os.path.isdir(real)
-        if real_rel != "." and (real_rel != rel or is_dir):  # else: judged just above
-            self._forbid_excluded(real_rel, is_dir=is_dir)
-        return Path(real)
+        walked = self._walk(rel.partition(ARCHIVE_SEPARATOR)[0], rel)
+        os.close(walked.fd)
+        if walked.real_rel and stat.S_ISDIR(walked.st.st_mode):  # "node_modules" is excluded as a directory
+            self._forbid_excluded(walked.real_rel, is_dir=True)
+        return self.root / walked.real_rel if walked.real_rel else self.root
+
+    def open(self, rel_path: str, *, judged: bool = False) -> OpenedFile:
+        """Open the regular file ``rel_path`` names, with no window for a swap.
+
+        The one way a corpus file is read. Each component is opened relative
+        to its parent's descriptor with ``O_NOFOLLOW`` (symlinks are resolved
+        here, by the policy, never by the kernel), the last one with
+        ``O_NONBLOCK``, and the type is checked on the opened descriptor: a
+        FIFO, device, socket or directory is ``FILE_NOT_FOUND`` "not a
+        regular file", and nothing ever blocks in ``open()``. For archive
+        members (``a.zip!/x``) the archive is opened. ``judged``: the caller
+        (the indexer's walk) has already applied the exclusion rules to
+        ``rel_path``; a symlink's real target is judged either way.
+        """
+        rel = normalize_rel_path(rel_path)
+        if not judged:
+            self._forbid_excluded(rel)
+        walked = self._walk(rel.partition(ARCHIVE_SEPARATOR)[0], rel)
+        if not stat.S_ISREG(walked.st.st_mode):
+            os.close(walked.fd)
+            raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"{rel} is not a regular file")
+        return OpenedFile(rel, walked.real_rel, walked.st, os.fdopen(walked.fd, "rb"))
 
     def _forbid_excluded(self, rel: str, *, is_dir: bool = False) -> None:
         reason = self.excluded_reason(rel, is_dir=is_dir)
         if reason is not None:
             raise errors.Dir2mcpError(errors.FORBIDDEN, f"path is excluded ({reason})")
 
-    def _walk_components(self, rel: str) -> str:
-        """The real path of normalised ``rel`` (no ``..``), checked component
-        by component."""
-        current = self._root_str
-        linked = False
-        for part in rel.split("/"):
-            current = os.path.join(current, part)
-            try:
-                st = os.lstat(current)
-            except PermissionError:
-                raise errors.Dir2mcpError(errors.FORBIDDEN, f"permission denied: {rel}") from None
-            except OSError:
-                raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
+    def _walk(self, rel: str, shown: str) -> _Walked:
+        """Open normalised ``rel`` (no ``..``) beneath the root, one component
+        at a time, each relative to the descriptor of the directory before it.
+
+        A symlink is never followed by ``open()``: with ``follow_symlinks``
+        its target is read and walked the same way (``..`` steps back along
+        the directories actually opened, never above the root). On Linux the
+        opened descriptor's path is checked last, so a directory moved out of
+        the root mid-walk is caught too. Returns the open descriptor of the
+        final entry (the caller closes it), its ``fstat`` and its real path.
+        """
+        try:
+            dirs = [os.open(self._root_str, _DIR_FLAGS)]
+        except OSError as exc:
+            raise errors.Dir2mcpError(
+                errors.ROOT_INACCESSIBLE, f"cannot open the root: {exc.strerror}"
+            ) from None
+        names: list[str] = []
+        pending = rel.split("/")[::-1]
+        links = 0
+        fd = -1
+        try:
+            while pending:
+                part = pending.pop()
+                if part in ("", "."):
+                    continue
+                if part == "..":  # only from a symlink's target: the user's path has none
+                    if not names:
+                        raise _outside("symlink points outside the root")
+                    os.close(dirs.pop())
+                    names.pop()
+                    continue
+                try:
+                    fd = self._open_component(dirs[-1], part, last=not pending)
+                except _IsLink as link:
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise errors.Dir2mcpError(
+                            errors.FILE_NOT_FOUND, f"too many levels of symbolic links: {shown}"
+                        ) from None
+                    if link.target.startswith("/"):
+                        for extra in dirs[1:]:
+                            os.close(extra)
+                        del dirs[1:]
+                        names.clear()
+                        pending.extend(self._inside_parts(link.target)[::-1])
+                    else:
+                        pending.extend(link.target.split("/")[::-1])
+                    continue
+                except PermissionError:
+                    raise errors.Dir2mcpError(errors.FORBIDDEN, f"permission denied: {shown}") from None
+                except OSError:
+                    raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {shown}") from None
+                names.append(part)
+                if pending:
+                    dirs.append(fd)
+                    fd = -1
+            if fd < 0:  # a link's target ended in ".." or named the root: the last directory reached
+                fd = dirs.pop() if len(dirs) > 1 else os.dup(dirs[0])
+            st = os.fstat(fd)
+            real_rel = "/".join(names)
+            self._check_opened(fd)
+            if links and real_rel:  # judge the real target too: "link" may name ".env"
+                self._forbid_excluded(real_rel, is_dir=stat.S_ISDIR(st.st_mode))
+            if self.hardlink_refused(st):
+                raise errors.Dir2mcpError(errors.FORBIDDEN, HARDLINK_REASON)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+        finally:
+            for opened in dirs:
+                os.close(opened)
+        return _Walked(fd, st, real_rel)
+
+    def _open_component(self, parent: int, part: str, *, last: bool) -> int:
+        """One component, opened relative to ``parent``; raises :class:`_IsLink` for a symlink."""
+        if last:
+            # Look first, so a FIFO or device is never even opened; the type
+            # that counts is the descriptor's, checked by the caller.
+            st = os.stat(part, dir_fd=parent, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
-                current = self._follow(current)
-                linked = True
-        real = current
-        if linked:  # with no link on the way, the joined path is the real one and st its stat
-            real = os.path.realpath(current)
-            if not _is_under(real, self._root_str):
-                raise _outside("path resolves outside the root")
-            try:
-                st = os.stat(real)
+                raise _IsLink(self._link_target(parent, part))
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"{part} is not a regular file")
+        try:
+            return os.open(part, _DIR_FLAGS | os.O_NOFOLLOW if not last else _LEAF_FLAGS, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            try:  # O_NOFOLLOW met a symlink (ELOOP, or ENOTDIR with O_DIRECTORY)?
+                target = os.readlink(part, dir_fd=parent)
             except OSError:
-                return real
-        if self.hardlink_refused(st):
-            raise errors.Dir2mcpError(errors.FORBIDDEN, HARDLINK_REASON)
-        return real
+                raise exc from None
+        if not self.policy.follow_symlinks:
+            raise errors.Dir2mcpError(errors.FORBIDDEN, "symlinks are not followed")
+        raise _IsLink(target)
+
+    def _link_target(self, parent: int, part: str) -> str:
+        if not self.policy.follow_symlinks:
+            raise errors.Dir2mcpError(errors.FORBIDDEN, "symlinks are not followed")
+        return os.readlink(part, dir_fd=parent)
+
+    def _inside_parts(self, target: str) -> list[str]:
+        """An absolute symlink target as components below the root, or ``PATH_OUTSIDE_ROOT``.
+
+        A target spelled through another name of the root (a symlinked
+        ancestor) is accepted by its real path; the components are then
+        opened beneath the root like any others, so what that lookup saw
+        cannot redirect the open.
+        """
+        for candidate in (os.path.normpath(target), os.path.realpath(target)):
+            if _is_under(candidate, self._root_str):
+                rest = candidate[len(self._root_str) :].strip(os.sep)
+                return rest.split(os.sep) if rest else []
+        raise _outside("symlink points outside the root")
+
+    def _check_opened(self, fd: int) -> None:
+        """Where the kernel says the descriptor is (Linux): a directory moved
+        out of the root while it was being walked is refused."""
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return  # no /proc: the walk alone decides
+        if where.startswith("/") and not _is_under(where.removesuffix(" (deleted)"), self._root_str):
+            raise _outside("path resolves outside the root")
 
     def hardlink_refused(self, st: os.stat_result) -> bool:
         """A regular file with other names, which may lie outside the root."""
         return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and not self.policy.follow_hardlinks
 
-    def _follow(self, link: str) -> str:
-        if not self.policy.follow_symlinks:
-            raise errors.Dir2mcpError(errors.FORBIDDEN, "symlinks are not followed")
-        target = os.path.realpath(link)
-        if not _is_under(target, self._root_str):
-            raise _outside("symlink points outside the root")
-        if not os.path.exists(target):
-            raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, "symlink target does not exist")
-        return target
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_LEAF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_MAX_LINKS = 40
+
+
+class _IsLink(Exception):  # noqa: N818 (control flow, never raised out of the walk)
+    def __init__(self, target: str):
+        self.target = target
+
+
+@dataclass(frozen=True)
+class _Walked:
+    fd: int
+    st: os.stat_result
+    real_rel: str
+
+
+@dataclass
+class OpenedFile:
+    """A corpus file opened by :meth:`ExclusionEngine.open`; use it as a context manager.
+
+    ``st`` is the descriptor's ``fstat``: the size and mtime of exactly
+    what ``file`` reads.
+    """
+
+    rel: str
+    real_rel: str
+    st: os.stat_result
+    file: BinaryIO = field(repr=False)
+
+    def __enter__(self) -> OpenedFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+    def read(self, size: int = -1) -> bytes:
+        return self.file.read(size)
 
 
 HARDLINK_REASON = (
@@ -383,10 +537,16 @@ HARDLINK_REASON = (
 
 def _load_gitignore(path: str, dir_rel: str) -> GitignoreRule | None:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            spec = pathspec.GitIgnoreSpec.from_lines(fh.read().splitlines())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    with open(fd, encoding="utf-8", errors="replace") as fh:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO since the stat
+                return None
+            spec = pathspec.GitIgnoreSpec.from_lines(fh.read().splitlines())
+        except OSError:
+            return None
     source = f"{dir_rel}/.gitignore" if dir_rel else ".gitignore"
     return GitignoreRule(base=dir_rel, source=source, spec=spec)
 

@@ -22,7 +22,7 @@ from django.db import connection
 
 from corpus import errors
 from dir2mcp_site.ops import metrics
-from mcp_gateway import context, dispatch, ratelimit, sessions, tools, transport
+from mcp_gateway import context, dispatch, ratelimit, sessions, tools, transport, workers
 from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
 from mcp_gateway.transport import HttpError, Message
 
@@ -69,26 +69,8 @@ _inflight: dict[tuple[str, object], _Inflight] = {}
 SERVER_BUSY = -32001
 
 
-class _Slots:
-    """Tool calls running in this process, up to ``server.max_concurrent_calls``.
-
-    A call holds its slot until its worker thread returns, even when the
-    client cancelled or hung up, so the limit bounds real work. One over the
-    limit is answered at once (-32001, retryable) instead of queueing.
-    """
-
-    taken = 0
-
-    @classmethod
-    def take(cls, limit: int) -> bool:
-        if cls.taken >= limit:
-            return False
-        cls.taken += 1
-        return True
-
-    @classmethod
-    def release(cls, _future=None) -> None:
-        cls.taken -= 1
+# Tool calls run in their own slots and threads (mcp_gateway/workers.py).
+_Slots = workers.Slots
 
 
 def _busy_error(msg_id, limit: int) -> dict:
@@ -342,7 +324,10 @@ async def _run(key: tuple, msg_id, job, *, slot_limit: int | None = None) -> dic
         return _busy_error(msg_id, slot_limit)
     entry = _Inflight(asyncio.get_running_loop())
     _inflight[key] = entry
-    work = asyncio.ensure_future(_in_worker(job, entry.event))
+    if slot_limit is None:
+        work = asyncio.ensure_future(_in_worker(job, entry.event))
+    else:  # a tool call: on a tool-call thread, never one of the loop's few shared ones
+        work = asyncio.ensure_future(workers.run(_usable_connection, job, entry.event, limit=slot_limit))
     if slot_limit is not None:
         work.add_done_callback(_Slots.release)
     try:

@@ -357,7 +357,7 @@ def test_unreadable_file_is_an_error_on_its_document_and_the_run_goes_on(corpus_
     assert result.returncode == 0, result.stderr
     errors = [json.loads(line) for line in result.stdout.splitlines() if '"file_error"' in line]
     assert [e["data"]["rel_path"] for e in errors] == ["locked.txt"]
-    assert "Permission denied" in errors[0]["data"]["message"]
+    assert "permission denied" in errors[0]["data"]["message"].lower()
     status = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)
     assert status["by_status"] == {"error": 1, "ok": 2, "skipped": 1}
     assert status["recent_errors"][0]["rel_path"] == "locked.txt"

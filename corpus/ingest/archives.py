@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import calendar
 import io
+import os
 import stat
 import tarfile
 import zipfile
@@ -176,7 +177,15 @@ def _iter_archive(
 
 
 def _open(source: Path | bytes) -> IO[bytes]:
-    return io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")
+    if isinstance(source, bytes):
+        return io.BytesIO(source)
+    # Never blocks on a FIFO; the type that counts is the opened descriptor's.
+    # (The indexer passes bytes it read through ExclusionEngine.open.)
+    handle = open(os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise _Rejected(errors.ARCHIVE_REJECTED, "not a regular file")
+    return handle
 
 
 def _nested(member: ArchiveMember, depth: int, budget: _Budget) -> Iterator[ArchiveMember | MemberProblem]:

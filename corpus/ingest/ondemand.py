@@ -54,15 +54,24 @@ def _key(ws: Workspace, name: str, var: str) -> str:
 
 
 def _read(ws: Workspace, rel_path: str) -> tuple[str, bytes, os.stat_result]:
-    path = ws.engine.resolve(rel_path)
-    rel = normalize_rel_path(rel_path)
-    try:
-        st = os.stat(path)
-        with open(path, "rb") as handle:
-            data = handle.read(ws.config.max_bytes_for("audio") + 1)
-    except OSError:
-        raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {rel}") from None
-    return rel, data, st
+    """The file's bytes (up to the audio limit, plus one) and the ``fstat`` of what was read.
+
+    Through :meth:`ExclusionEngine.open`: only a regular file is ever
+    opened (a FIFO is ``FILE_NOT_FOUND``, never a blocked thread), and what
+    is read is what the path check saw.
+    """
+    with ws.engine.open(rel_path) as opened:
+        try:
+            data = opened.read(ws.config.max_bytes_for("audio") + 1)
+        except OSError:
+            raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"cannot read: {opened.rel}") from None
+    return opened.rel, data, opened.st
+
+
+def _stt_key(ws: Workspace) -> str:
+    if ws.config.stt.provider == "elevenlabs":
+        return _key(ws, "elevenlabs_api_key", "ELEVENLABS_API_KEY")
+    return _key(ws, "mistral_api_key", "MISTRAL_API_KEY")
 
 
 def stt_provider(ws: Workspace):
@@ -70,10 +79,8 @@ def stt_provider(ws: Workspace):
 
     cache = ws.state.cache / "transcribe" if ws.config.ingest.audio.cache else None
     if ws.config.stt.provider == "elevenlabs":
-        return ElevenLabsStt(
-            ws.config, api_key=_key(ws, "elevenlabs_api_key", "ELEVENLABS_API_KEY"), cache_dir=cache
-        )
-    return MistralStt(ws.config, api_key=_key(ws, "mistral_api_key", "MISTRAL_API_KEY"), cache_dir=cache)
+        return ElevenLabsStt(ws.config, api_key=_stt_key(ws), cache_dir=cache)
+    return MistralStt(ws.config, api_key=_stt_key(ws), cache_dir=cache)
 
 
 def transcribe_file(
@@ -85,6 +92,8 @@ def transcribe_file(
     refresh: bool = False,
 ) -> dict:
     """Transcribe an audio file now and store its ``transcript`` (spec §15.7 output)."""
+    ws.engine.resolve(rel_path)  # path errors first (reads nothing)
+    _stt_key(ws)  # then the key: without one, the file is not read at all
     rel, data, st = _read(ws, rel_path)
     doc_type = classify(rel.rsplit("/", 1)[-1], data[:HEAD_BYTES])
     if doc_type != "audio":
@@ -137,12 +146,21 @@ class _Refreshing:
 
 
 def stored_transcript(ws: Workspace, rel_path: str) -> Representation | None:
-    """The stored transcript, if it was made from the file's current content."""
-    rel, data, _ = _read(ws, rel_path)
+    """The stored transcript, if it was made from the file's current content.
+
+    The file is read (to compare its hash) only when there is a transcript
+    to compare with.
+    """
+    rel = normalize_rel_path(rel_path)
+    ws.engine.resolve(rel)
     doc = Document.objects.filter(rel_path=rel, deleted=False).first()
-    if doc is None or doc.status != "ok" or doc.content_hash != sha256_hex(data):
+    if doc is None or doc.status != "ok":
         return None
-    return Representation.objects.filter(document=doc, rep_type=TRANSCRIPT, deleted=False).first()
+    rep = Representation.objects.filter(document=doc, rep_type=TRANSCRIPT, deleted=False).first()
+    if rep is None:
+        return None
+    _, data, _ = _read(ws, rel)
+    return rep if doc.content_hash == sha256_hex(data) else None
 
 
 def best_text(rel: str) -> tuple[Document, Representation]:

@@ -296,6 +296,8 @@ class Indexer:
             self._consume_file(item)
         except OSError as exc:
             self._queue(self._read_error(item, exc))
+        except errors.Dir2mcpError as exc:  # refused at open: swapped for a link, a FIFO, ...
+            self._queue(self._read_error(item, exc))
         self._maybe_flush()
 
     def _consume_file(self, entry: FileEntry) -> None:
@@ -303,7 +305,9 @@ class Indexer:
         if known and self._stat_unchanged(known, entry.size, entry.mtime_ns):
             self._unchanged(entry.rel_path, known)
             return
-        with open(entry.abs_path, "rb") as handle:
+        # Opened through the engine (corpus/security.py): a regular file
+        # beneath the root, whatever the path has become since the walk.
+        with self.engine.open(entry.rel_path, judged=True) as handle:
             head = handle.read(HEAD_BYTES)
             base = self._base(entry.rel_path, "file", head, entry.size, entry.mtime_ns)
             if self.preparer.too_large(base.doc_type, entry.size):
@@ -448,7 +452,7 @@ class Indexer:
             f"{base.size} bytes exceeds the {base.doc_type} limit of {limit} bytes",
         )
 
-    def _read_error(self, entry: FileEntry, exc: OSError) -> Prepared:
+    def _read_error(self, entry: FileEntry, exc: OSError | errors.Dir2mcpError) -> Prepared:
         base = Prepared(
             rel_path=entry.rel_path,
             source_type="file",
@@ -456,7 +460,10 @@ class Indexer:
             size=entry.size,
             mtime_ns=entry.mtime_ns,
         )
-        base.status, base.error = "error", f"{errors.EXTRACT_FAILED}: cannot read: {exc.strerror or exc}"
+        if isinstance(exc, errors.Dir2mcpError):
+            base.status, base.error = "error", f"{exc.code}: {exc.message}"
+        else:
+            base.status, base.error = "error", f"{errors.EXTRACT_FAILED}: cannot read: {exc.strerror or exc}"
         return base
 
     # -- targeted refresh (watcher) -----------------------------------------

@@ -8,11 +8,24 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, connection
 
+from mcp_gateway import workers
+
 log = logging.getLogger(__name__)
 
 
 def readiness() -> dict[str, dict]:
-    return {"database": database(), "lexical_index": lexical_index(), "vector_indices": vector_indices()}
+    return {
+        "database": database(),
+        "lexical_index": lexical_index(),
+        "vector_indices": vector_indices(),
+        "tool_calls": tool_calls(),
+    }
+
+
+def tool_calls() -> dict:
+    """A tool-call slot is free: with every one held (calls stuck on I/O,
+    say), the server answers but cannot take calls, so it is not ready."""
+    return workers.readiness()
 
 
 def database() -> dict:
