@@ -342,6 +342,11 @@ class ServerConfig(Section):
     max_concurrent_calls: int = Field(default=64, ge=1, le=1024)
     # Sessions one credential may hold; a new one evicts its least recently used.
     max_sessions_per_token: int = Field(default=64, ge=1, le=10_000)
+    # Slow clients (`up`): a request head must arrive whole within header_timeout
+    # (else 408 and close); a connection with nothing from the client for
+    # idle_timeout while a request is awaited is closed. 0 turns either off.
+    header_timeout: Duration = 10.0
+    idle_timeout: Duration = 60.0
 
 
 class KeychainConfig(Section):
@@ -372,6 +377,16 @@ class AuthConfig(Section):
 # 106 of the 2,039 text files of the Python standard library, none holding a
 # credential. The default here keeps both halves but anchors them to an
 # assignment, as the spec's tuning notes recommend. See docs/security.md.
+#
+# Rules 5 and up (docs/security.md, "Files whose contents look like secrets")
+# are written so that no text makes them slow: every one starts with a
+# literal (the engine jumps from one occurrence of it to the next, and
+# corpus/literals.py rules out texts without it), every repeat is bounded,
+# and where a token's start must not continue a longer word, that is checked
+# by a look-behind placed *after* the literal, so a run such as "eyJeyJeyJ…"
+# is tried once from its start, not once from every occurrence inside it.
+# bench/secrets.py measures them on code nobody here wrote.
+_TOKEN = "A-Za-z0-9_-"  # base64url and the like
 DEFAULT_SECRET_PATTERNS = [
     r"AKIA[0-9A-Z]{16}",
     r"(?i)aws.{0,20}secret.{0,20}\s*[:=]\s*['\"]?[0-9a-zA-Z/+=]{40}(?![0-9a-zA-Z/+=])",
@@ -382,6 +397,55 @@ DEFAULT_SECRET_PATTERNS = [
     r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
     r"(?i)token\s*[:=]\s*[A-Za-z0-9_.-]{20,}",
     r"sk_[a-z0-9]{32}|api_[A-Za-z0-9]{32}",
+    # 5: a private key block of any kind: PEM (RSA, EC, DSA, ENCRYPTED, plain
+    # PKCS#8), OpenSSH, PGP ("PRIVATE KEY BLOCK"), SSH2 ("---- BEGIN SSH2 ..."),
+    # with key material after it (past headers such as "Proc-Type:", or a
+    # JSON "\n"): code that only names the marker, to parse keys, is not a key.
+    r"-{4,5} ?BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}[^-]{0,300}?[A-Za-z0-9+/=]{40}",
+    # 6: PuTTY private key files (.ppk), whatever their name.
+    r"PuTTY-User-Key-File-\d{1,2}: ",
+    # 7: GitHub classic tokens: ghp_ personal, gho_ OAuth, ghu_ user-to-server,
+    # ghs_ server-to-server, ghr_ refresh.
+    rf"gh[pousr]_(?<![{_TOKEN}]gh[pousr]_)[A-Za-z0-9]{{36,251}}(?![A-Za-z0-9])",
+    # 8: GitHub fine-grained personal access tokens.
+    rf"github_pat_(?<![{_TOKEN}]github_pat_)[A-Za-z0-9_]{{22,244}}(?![A-Za-z0-9_])",
+    # 9: GitLab personal, project, group, deploy, runner and feed tokens.
+    rf"gl(?<![{_TOKEN}]gl)(?:pat|ptt|dt|rt|ft|soat)-[{_TOKEN}]{{20,255}}",
+    # 10: Slack bot, user, app, workspace, refresh and config tokens.
+    rf"xox[abposre]-(?<![{_TOKEN}]xox[abposre]-)[A-Za-z0-9-]{{10,255}}",
+    # 11: Slack incoming webhooks and workflow triggers, and app-level tokens.
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,255}|xapp-\d-[A-Z0-9]{6,20}-",
+    # 12: Stripe live secret and restricted keys.
+    r"[rs]k_live_[A-Za-z0-9]{20,255}",
+    # 13: Google API keys.
+    rf"AIza(?<![{_TOKEN}]AIza)[{_TOKEN}]{{35}}(?![{_TOKEN}])",
+    # 14: OpenAI (sk-proj-, sk-svcacct-, sk-admin-, legacy sk- + 48) and
+    # Anthropic (sk-ant-api03-, sk-ant-admin01-) keys.
+    rf"sk-(?<![{_TOKEN}]sk-)(?:(?:proj|svcacct|admin|ant-(?:api|admin|sid)\d\d)-[{_TOKEN}]{{20,400}}"
+    r"|[A-Za-z0-9]{32,200}(?![A-Za-z0-9_-]))",
+    # 15: JSON Web Tokens anywhere: a header and a payload that are base64 of
+    # JSON objects ("{"" is "eyJ"), and a signature.
+    rf"eyJ(?<![{_TOKEN}]eyJ)[{_TOKEN}]{{8,2000}}\.eyJ[{_TOKEN}]{{8,8000}}\.[{_TOKEN}]{{16,2000}}",
+    # 16: npm, PyPI and Hugging Face tokens.
+    r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9])"
+    r"|pypi-AgE[A-Za-z0-9_-]{50,1000}"
+    r"|hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{34}(?![A-Za-z0-9])",
+    # 17: a password, secret or key assigned a high-entropy value: 16 to 400
+    # characters with no space, holding a lower-case letter, an upper-case
+    # letter and a digit, and ending the value (a quote, a space, the line's
+    # end). "changeme", "${DB_PASSWORD}", "<your key>", "hunter2",
+    # "os.environ['X']" and "key: KeyType7," are not; a generated password
+    # or key is. The leading
+    # look-ahead names the keywords' first two letters, so the engine skips
+    # other positions at once (5.7 -> 1.7 s over 57 MB, bench/secrets.py);
+    # the other look-aheads stop at the first character they look for, and
+    # the value is taken possessively, so nothing backtracks.
+    r"(?=[AaPpSs][AaCcEePpRr])(?i:passw(?:or)?d|secret|api_?key|access_?key|private_?key)"
+    r"[A-Za-z0-9_-]{0,20}['\"]?[ \t]{0,5}(?::=|=>|[:=])[ \t]{0,5}['\"]?"
+    r"(?=[A-Za-z0-9+/=_~!@#$%^&*-]{0,399}?[0-9])"
+    r"(?=[A-Za-z0-9+/=_~!@#$%^&*-]{0,399}?[a-z])"
+    r"(?=[A-Za-z0-9+/=_~!@#$%^&*-]{0,399}?[A-Z])"
+    r"[A-Za-z0-9+/=_~!@#$%^&*-]{16,400}+(?![^\s'\"])",
 ]
 
 DEFAULT_ALLOWED_ORIGINS = [
@@ -401,6 +465,40 @@ DEFAULT_PATH_EXCLUDES = [
     "**/*.pem",
     "**/*.key",
     "**/id_rsa",
+    # Environment files of every stage (.env.local, .env.production, ...);
+    # the templates projects commit so people know which variables to set
+    # stay readable, and their contents are still screened by the patterns.
+    "**/.env.*",
+    "!**/.env.example",
+    "!**/.env.sample",
+    "!**/.env.template",
+    "**/.envrc",
+    # Key stores and SSH private keys (their .pub halves stay readable).
+    "**/*.p12",
+    "**/*.pfx",
+    "**/*.jks",
+    "**/*.keystore",
+    "**/*.ppk",
+    "**/*.kdbx",
+    "**/id_dsa",
+    "**/id_ecdsa",
+    "**/id_ecdsa_sk",
+    "**/id_ed25519",
+    "**/id_ed25519_sk",
+    # Credential files of common tools.
+    "**/.npmrc",
+    "**/.pypirc",
+    "**/.netrc",
+    "**/_netrc",
+    "**/.git-credentials",
+    "**/.pgpass",
+    "**/.htpasswd",
+    "**/.aws/credentials",
+    "**/.docker/config.json",
+    "**/.kube/config",
+    "**/.config/gh/hosts.yml",
+    "**/*.tfstate",
+    "**/*.tfstate.backup",
 ]
 
 

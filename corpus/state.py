@@ -3,6 +3,14 @@
 ``<root>/.dir2mcp`` by default. It holds the database (``meta.sqlite``),
 the ANN indices, ``corpus.json``, the config snapshot, the bearer token and
 the caches. Files that other processes read are replaced atomically.
+
+Only its owner may read it: the directory and every directory in it are
+0700, every file 0600. :meth:`StateDir.ensure` creates it so, takes group
+and other access off whatever an earlier version or another tool left
+looser (with a warning), and turns those bits off in the process umask, so
+files that libraries create in it later (SQLite's ``-wal`` and ``-shm``,
+the ANN index, the caches, logs) are owner-only too; what this module
+writes gets its mode explicitly (docs/security.md, "Secrets at rest").
 """
 
 from __future__ import annotations
@@ -10,8 +18,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
 import secrets
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +30,21 @@ from typing import Any
 from corpus import errors
 
 INDEX_FORMAT_VERSION = "1"
+#: The state directory and the directories in it.
+DIR_MODE = 0o700
+#: Every file in the state directory.
+FILE_MODE = 0o600
+_GROUP_OTHER = 0o077
+
+log = logging.getLogger(__name__)
+
+
+def restrict_umask() -> int:
+    """Turn group and other access off in the process umask (keeping any
+    bit the user's umask already turns off); returns the umask now in force."""
+    previous = os.umask(0o077)
+    os.umask(previous | _GROUP_OTHER)
+    return previous | _GROUP_OTHER
 
 
 @dataclass(frozen=True)
@@ -60,13 +85,20 @@ class StateDir:
     def index_lock(self) -> Path:
         return self.locks / "index.lock"
 
-    def ensure(self) -> None:
-        """Create the layout, or fail with STATE_NOT_WRITABLE before any write."""
+    def ensure(self) -> list[str]:
+        """Create the layout (0700), or fail with STATE_NOT_WRITABLE before any write.
+
+        Entries an earlier run or another tool left readable by group or
+        others are tightened and returned (relative to the state directory),
+        and a warning is logged; ``[]`` when all was owner-only already.
+        """
+        restrict_umask()
         try:
             for sub in (self.path, self.cache, self.locks, self.path / "payments"):
-                sub.mkdir(parents=True, exist_ok=True)
+                sub.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             for kind in ("ocr", "transcribe", "annotations"):
-                (self.cache / kind).mkdir(exist_ok=True)
+                (self.cache / kind).mkdir(mode=DIR_MODE, exist_ok=True)
+            tightened = self.tighten()
             probe = tempfile.NamedTemporaryFile(dir=self.path, prefix=".probe-", delete=True)
             probe.close()
         except OSError as exc:
@@ -75,10 +107,54 @@ class StateDir:
                 f"cannot write the state directory {self.path}: {exc.strerror or exc}",
                 hint="Make it writable, or choose another with --state-dir.",
             ) from exc
+        if tightened:
+            log.warning(
+                "the state directory %s was readable by group or others; tightened %d entries "
+                "to owner-only (directories 0700, files 0600): %s%s",
+                self.path,
+                len(tightened),
+                json.dumps(tightened[:10]),  # quoted: a name cannot forge a log line
+                " and more" if len(tightened) > 10 else "",
+            )
+        return tightened
+
+    def tighten(self) -> list[str]:
+        """Take group and other access off the state directory and everything
+        in it, links not followed; return what was looser, relative to it.
+
+        Never run on the home directory or ``/`` (a mistaken ``--state-dir``):
+        those are left as they are, with a warning.
+        """
+        top = self.path.absolute()
+        if top in (Path.home().absolute(), Path(top.anchor)):
+            log.warning("not changing the permissions of %s: it is not a directory of dir2mcp's own", top)
+            return []
+        changed: list[str] = []
+        if _drop_group_other(str(top)):
+            changed.append(".")
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in (*dirnames, *filenames):
+                path = os.path.join(dirpath, name)
+                if _drop_group_other(path):
+                    changed.append(os.path.relpath(path, top))
+        return changed
 
 
-def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through a temp file and a rename."""
+def _drop_group_other(path: str) -> bool:
+    """Remove group and other bits from ``path`` (not a link); True if any were set."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:  # removed meanwhile (a temp file)
+        return False
+    if stat.S_ISLNK(st.st_mode) or not st.st_mode & _GROUP_OTHER:
+        return False
+    os.chmod(path, stat.S_IMODE(st.st_mode) & ~_GROUP_OTHER)
+    return True
+
+
+def atomic_write(path: Path, data: str | bytes, *, mode: int = FILE_MODE) -> None:
+    """Write ``data`` to ``path`` through a temp file and a rename; the file
+    gets ``mode`` (owner-only unless asked otherwise), whatever the umask."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -117,7 +193,7 @@ class IndexLock:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -130,6 +206,7 @@ class IndexLock:
                     hint="Wait for it to finish, or stop it; `status` shows its progress.",
                 ) from exc
             raise
+        os.fchmod(fd, FILE_MODE)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd

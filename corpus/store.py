@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -13,8 +14,9 @@ from django.core.management import call_command
 from django.db import DatabaseError, connection
 
 from corpus import errors
+from corpus.events import Reporter
 from corpus.models import Setting
-from corpus.state import INDEX_FORMAT_VERSION, StateDir
+from corpus.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
 
 PROTOCOL_VERSION = "2025-11-25"
 
@@ -71,9 +73,10 @@ def migrate(state: StateDir) -> None:
     fingerprint = migrations_fingerprint()
     if _migrated(fingerprint):
         return
-    state.locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state.locks / "migrate.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    state.locks.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    fd = os.open(state.locks / "migrate.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
     try:
+        os.fchmod(fd, FILE_MODE)
         fcntl.flock(fd, fcntl.LOCK_EX)
         call_command("migrate", verbosity=0, interactive=False)
         set_setting(MIGRATIONS_KEY, fingerprint)
@@ -81,6 +84,24 @@ def migrate(state: StateDir) -> None:
         raise _corrupt(state, exc) from exc
     finally:
         os.close(fd)
+
+
+def owner_only_database(state: StateDir) -> None:
+    """Create ``meta.sqlite`` 0600 before SQLite does, and make it and its
+    ``-wal`` and ``-shm`` files 0600 if they exist.
+
+    SQLite creates the database with 0644 less the umask, and gives the
+    ``-wal`` and ``-shm`` files it makes later the database file's own mode;
+    so a database that is 0600 from the start keeps all three 0600.
+    """
+    fd = os.open(state.meta_db, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(state.meta_db.with_name(state.meta_db.name + suffix), FILE_MODE)
 
 
 def _corrupt(state: StateDir, exc: Exception) -> errors.Dir2mcpError:
@@ -103,15 +124,27 @@ def set_setting(key: str, value: str) -> None:
     Setting.objects.update_or_create(key=key, defaults={"value": value})
 
 
-def open_store(state: StateDir, *, allow_rebuild: bool = False) -> None:
+def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Reporter | None = None) -> None:
     """Make the store usable, or explain why it is not.
 
     A database from an incompatible index format stops with
     INDEX_VERSION_MISMATCH (exit 5, "run reindex"), unless ``allow_rebuild``
     (reindex), which starts it afresh. A database that is not SQLite at all
     is moved aside under ``allow_rebuild`` and is STORE_CORRUPT otherwise.
+
+    A state directory found readable by group or others is tightened with a
+    logged warning, and, given a ``reporter``, a ``warning`` event too.
     """
-    state.ensure()
+    tightened = state.ensure()
+    if tightened and reporter is not None:
+        reporter.warn(
+            f"the state directory {state.path} was readable by group or others; "
+            f"tightened {len(tightened)} entries to owner-only",
+            code="STATE_PERMISSIONS_TIGHTENED",
+            paths=tightened,
+        )
+    if uses_state_sqlite(state):
+        owner_only_database(state)
     try:
         migrate(state)
         found = get_setting("index_format_version")

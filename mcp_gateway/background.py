@@ -33,7 +33,7 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
 
     check_keys(rt)
     embedder = rt.embedder()
-    open_store(rt.state)
+    open_store(rt.state, reporter=rt.reporter)
     prepare_state(rt)
     ctx = context.build(
         root=rt.root,

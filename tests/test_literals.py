@@ -39,7 +39,9 @@ PIECES = [
     "api_", "abcd", "aBCd", "xyzw", "XYzW", "xYzw", "ab", "abab", "c", "foo", "bar", "baz", "qux",
     "key", "atomic", "strasse", "STRAßE", "straße", "kelvin", "\u212aelvin", "\u017fecret", "spaced",
     "Token", "=", ":", " ", "\n", "A" * 20, "0123456789abcdef0123456789abcdef", "abc.def-ghi_jkl.mno",
-    "é",
+    "é", "ghp_", "github_pat_", "glpat-", "xoxb-", "AIza", "sk-", "sk-proj-", "eyJ", ".eyJ", "hf_",
+    "-----BEGIN ", "PRIVATE KEY", "-----", "Password", "PASSWD", "api_key", "ApiKey", " = ", "\"",
+    "aB3dE5gH7jK9mN1pQ", "ſecret",
 ]  # fmt: skip
 
 
@@ -51,6 +53,19 @@ def test_the_default_rules_words():
         {("authorization", True), ("_token", True)},
         {("token", True)},
         {("sk_", False), ("api_", False)},
+        {("PRIVATE KEY", False)},
+        {("PuTTY-User-Key-File-", False)},
+        {("gh", False)},
+        {("github_pat_", False)},
+        {("gl", False)},
+        {("xox", False)},
+        {("hooks.slack.com/", False), ("xapp-", False)},
+        {("k_live_", False)},
+        {("AIza", False)},
+        {("sk-", False)},
+        {(".eyJ", False)},
+        {("npm_", False), ("pypi-AgE", False), ("hf_", False)},
+        {("passw", True), ("secret", True), ("api", True), ("access", True), ("private", True)},
     ]
 
 

@@ -15,7 +15,7 @@ class Command(Dir2mcpCommand):
 
     def handle(self, *args, **options):
         rt = self.runtime(options)
-        open_store(rt.state, allow_rebuild=not options["incremental"])
+        open_store(rt.state, allow_rebuild=not options["incremental"], reporter=rt.reporter)
         self.prepare_state(rt)
         mode = "incremental" if options["incremental"] else "full"
         rt.reporter.say(f"Index: {rt.state.path}  ({describe(rt.state)})")

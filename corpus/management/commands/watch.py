@@ -11,7 +11,7 @@ class Command(Dir2mcpCommand):
 
     def handle(self, *args, **options):
         rt = self.runtime(options)
-        open_store(rt.state)
+        open_store(rt.state, reporter=rt.reporter)
         self.prepare_state(rt)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
