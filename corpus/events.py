@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -24,6 +25,34 @@ PROGRESS_FIELDS = (
     ("embedded", "embedded_ok"),
     ("errors", "errors"),
 )
+
+
+# Characters a terminal or a log reader acts on rather than shows: C0 and C1
+# controls (newline, carriage return, ESC, CSI ...), DEL, the Unicode line and
+# paragraph separators, and the bidirectional overrides that reorder text.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: object) -> str:
+    """``text`` safe to write into one line of human output or a log line.
+
+    File names come from whoever wrote the directory: a newline in one would
+    forge a line of output, an ESC drive the terminal. Such characters are
+    written the way ``repr`` writes them (``\\n``, ``\\x1b``, ``\\u202e``);
+    everything else, other scripts included, is left as it is. NDJSON events
+    need none of this: ``json.dumps`` escapes them already.
+    """
+    text = str(text)
+    return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text
 
 
 def format_progress(counters: dict[str, int]) -> str:
@@ -68,22 +97,22 @@ class Reporter:
         self._write(json.dumps(record, default=str) + "\n")
 
     def say(self, text: str) -> None:
-        """A human line (not in JSON or quiet mode)."""
+        """A human line (not in JSON or quiet mode); control characters are escaped."""
         if self.json_mode or self.quiet:
             return
-        self._write(text + "\n")
+        self._write(printable(text) + "\n")
 
     def warn(self, text: str, **data: Any) -> None:
         if self.json_mode:
             self.event("warning", {"message": text, **data}, level="warn")
         else:
-            self._write(f"WARNING: {text}\n")
+            self._write(f"WARNING: {printable(text)}\n")
 
     def file_error(self, rel_path: str, code: str, message: str) -> None:
         if self.json_mode:
             self.event("file_error", {"rel_path": rel_path, "code": code, "message": message}, level="warn")
         elif not self.quiet and not self.tty:
-            self._write(f"file_error: {rel_path}: {code}: {message}\n")
+            self._write(f"file_error: {printable(rel_path)}: {printable(code)}: {printable(message)}\n")
 
     def progress(self, counters: dict[str, int], *, final: bool = False, running: bool = True) -> None:
         """Report counters, throttled to ``interval`` unless ``final``."""

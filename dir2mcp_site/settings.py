@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "ninja",  # Swagger UI for /api/v1/docs from the package's static files, not a CDN
     "corpus",
     "mcp_gateway",
     "payments",
@@ -186,7 +187,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {
+            "()": "dir2mcp_site.ops.logformat.PlainFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
     },
     "filters": {"one_line": {"()": "dir2mcp_site.logfilters.OneLine"}},
     "handlers": {

@@ -1,4 +1,5 @@
-"""Refuse oversized request bodies before daphne buffers them.
+"""Bound what a client can make ``up`` hold: request bodies, request heads
+and idle connections.
 
 daphne (through twisted.web) reads a whole request body into memory or a
 temporary file before the ASGI application sees the request, so a size
@@ -7,17 +8,47 @@ server buffer gigabytes. ``up`` serves with this request class instead,
 which answers 413 from the declared ``Content-Length``, or as soon as a
 chunked body passes the limit, and closes the connection.
 
-A deployment that runs ``daphne`` directly should set the same limit on its
-reverse proxy (``client_max_body_size`` in nginx).
+twisted.web keeps a connection open for 12 hours by default, however
+slowly its request head arrives (issue #23: 3,000 half-sent request lines
+stayed open indefinitely). :class:`BoundedChannel` gives every request head
+``server.header_timeout`` to arrive whole (408, then close) and closes a
+connection on which nothing arrives for ``server.idle_timeout`` while the
+server waits for the client (between keep-alive requests, or mid-body).
+It also answers a request line or head past twisted's 16 KiB line limit
+with 414 or 431 and a JSON body, where twisted drops the connection without
+a word (or with a bare 400).
+
+A deployment that runs ``daphne`` directly should set the same limits on
+its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
+``keepalive_timeout``, ``large_client_header_buffers`` in nginx).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 
+# twisted.web builds its HTTP/1.1 channel inside this wrapper (which also
+# switches to HTTP/2 when negotiated); there is no public hook for the class.
+from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
+
+from corpus import errors
 from mcp_gateway.transport import MAX_BODY_BYTES
+
+#: After an error answer, how long input is still read (and dropped) so the
+#: client sees the answer rather than a reset, before the connection closes.
+LINGER_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What ``up`` sets on its daphne server (``server.*`` config keys)."""
+
+    header_timeout: float = 10.0  # seconds for a request head to arrive whole; 0 = none
+    idle_timeout: float = 60.0  # seconds with nothing from the client while it is awaited; 0 = none
+    mcp_path: str = "/mcp"  # answered in JSON-RPC shape; other paths in the REST envelope
 
 
 def _refusal(limit: int) -> bytes:
@@ -76,7 +107,158 @@ class BoundedRequest(WebRequest):
         transport.loseConnection()
 
 
+def _head_refusal(status: int, reason: str, path: bytes | None, mcp_path: str, message: str) -> bytes:
+    """An error answer to a request whose head was refused, in the shape its
+    path expects: JSON-RPC on the MCP endpoint, the REST envelope elsewhere."""
+    target = (path or b"").split(b"?", 1)[0].decode("latin-1")
+    if target == mcp_path:
+        payload = {
+            "jsonrpc": "2.0",
+            "error": {"code": -32600, "message": message, "data": {"code": errors.INVALID_RANGE}},
+        }
+    else:
+        payload = {"error": {"code": errors.INVALID_RANGE, "message": message, "retryable": False}}
+    body = json.dumps(payload).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _request_target(line: bytes) -> bytes | None:
+    """The target of a (possibly cut) request line, if it got that far."""
+    parts = line.split(b" ", 2)
+    return parts[1] if len(parts) > 1 else None
+
+
+class BoundedChannel(HTTPChannel):
+    """twisted's HTTP/1.1 channel with a deadline for each request head and
+    JSON answers to over-long request lines and heads."""
+
+    limits = ConnectionLimits()
+    _awaiting_head = True  # between requests, or reading a request head
+    _head_clock = None  # the DelayedCall of the current head's deadline
+    _linger = None  # the DelayedCall that closes a refused connection
+    _refused = False  # an error was answered: input is dropped until close
+
+    def connectionMade(self):  # noqa: N802 (twisted's naming)
+        super().connectionMade()
+        self._start_head_clock()
+
+    def dataReceived(self, data):  # noqa: N802
+        if self._refused:
+            return
+        if self._awaiting_head:
+            self._start_head_clock()
+        super().dataReceived(data)
+
+    def lineReceived(self, line):  # noqa: N802
+        if self._refused:
+            return
+        if self._receivedHeaderSize + len(line) > self.totalHeadersSize:
+            self._too_long(line)
+            return
+        super().lineReceived(line)
+
+    def lineLengthExceeded(self, line):  # noqa: N802
+        self._too_long(line)
+
+    def allHeadersReceived(self):  # noqa: N802
+        self._awaiting_head = False
+        self._stop_head_clock()
+        super().allHeadersReceived()
+
+    def requestDone(self, request):  # noqa: N802
+        # Set first: a pipelined next request is parsed inside requestDone.
+        self._awaiting_head = True
+        super().requestDone(request)
+
+    def connectionLost(self, reason):  # noqa: N802
+        self._stop_head_clock()
+        if self._linger is not None and self._linger.active():
+            self._linger.cancel()
+        self._linger = None
+        super().connectionLost(reason)
+
+    # -- the head deadline --
+
+    def _start_head_clock(self) -> None:
+        timeout = self.limits.header_timeout
+        if timeout and self._head_clock is None and not self._refused:
+            self._head_clock = self.callLater(timeout, self._head_too_slow)
+
+    def _stop_head_clock(self) -> None:
+        if self._head_clock is not None and self._head_clock.active():
+            self._head_clock.cancel()
+        self._head_clock = None
+
+    def _head_too_slow(self) -> None:
+        self._head_clock = None
+        if self._refused or self.transport is None or self.transport.disconnecting:
+            return
+        self._refused = True
+        seconds = f"{self.limits.header_timeout:g}"
+        self.transport.write(
+            _head_refusal(
+                408,
+                "Request Timeout",
+                None,
+                self.limits.mcp_path,
+                f"the request head did not arrive within {seconds} s (server.header_timeout)",
+            )
+        )
+        # Everything the client sent has been read: close now, and abort
+        # after twisted's abortTimeout if the client does not read the answer.
+        self.timeoutConnection()
+
+    # -- over-long request lines and heads --
+
+    def _too_long(self, line: bytes) -> None:
+        if self._receivedHeaderSize == 0:  # nothing of this head was accepted: the request line
+            status, reason = 414, "URI Too Long"
+            message = f"the request line is over the {self.totalHeadersSize}-byte limit"
+            target = _request_target(line)
+        else:
+            status, reason = 431, "Request Header Fields Too Large"
+            message = f"the request head is over the {self.totalHeadersSize}-byte limit"
+            target = self._path if hasattr(self, "_path") else None
+        self._answer_and_close(_head_refusal(status, reason, target, self.limits.mcp_path, message))
+
+    def _answer_and_close(self, response: bytes) -> None:
+        """Write ``response``, then close without resetting the connection:
+        what the client is still sending is read and dropped, the write side
+        is shut at once (plain TCP), and the connection closes when the
+        client closes it or after LINGER_SECONDS."""
+        self._refused = True
+        self.clearLineBuffer()  # the rest of this head, and anything after it, is never parsed
+        self._stop_head_clock()
+        self.setTimeout(None)
+        self.transport.write(response)
+        # Not under TLS: there the wrapper would pass this to the TCP socket
+        # beneath it, cutting the TLS stream short of its close_notify.
+        shut_write = None if self.isSecure() else getattr(self.transport, "loseWriteConnection", None)
+        if shut_write is not None:
+            shut_write()
+        self._linger = self.callLater(LINGER_SECONDS, self.loseConnection)
+
+
+def _bounded_channel(factory: BoundedHTTPFactory) -> _GenericHTTPChannelProtocol:
+    channel = BoundedChannel()
+    channel.limits = factory.limits
+    return _GenericHTTPChannelProtocol(channel)
+
+
 class BoundedHTTPFactory(HTTPFactory):
+    protocol = _bounded_channel
+
+    def __init__(self, server):
+        super().__init__(server)
+        self.limits = getattr(server, "limits", None) or ConnectionLimits()
+        # twisted's idle timeout (12 hours by default): the connection closes
+        # when nothing arrives for this long while a request is awaited.
+        self.timeOut = self.limits.idle_timeout or None
+
     def buildProtocol(self, addr):  # noqa: N802
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = BoundedRequest

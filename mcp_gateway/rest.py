@@ -26,14 +26,14 @@ with the §14 code and an HTTP status chosen by :func:`status_for`. Request
 validation errors, including ninja's own, are 400 (never 422).
 """
 
+import asyncio
 import copy
 import logging
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import Body, NinjaAPI, Query, Schema
+from ninja import Body, NinjaAPI, Query, Schema, Swagger
 from ninja.errors import AuthenticationError
 from ninja.errors import HttpError as NinjaHttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -42,7 +42,7 @@ from ninja.security import HttpBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from corpus import errors
-from mcp_gateway import context, schemas, tools, transport
+from mcp_gateway import context, schemas, tools, transport, workers
 from mcp_gateway.api import check_rate
 
 log = logging.getLogger(__name__)
@@ -221,6 +221,9 @@ api = RestAPI(
         "502/503 PROVIDER_FAILED (retryable, with Retry-After)."
     ),
     docs_url="/docs",
+    # Swagger UI from the installed package ("ninja" in INSTALLED_APPS, files under
+    # /static/ninja/), never a CDN; no validator badge (it would call validator.swagger.io).
+    docs=Swagger(settings={"validatorUrl": None}),
     openapi_url="/openapi.json",
     auth=BearerAuth(),
 )
@@ -468,13 +471,26 @@ def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict:
 async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None = None):
     arguments = params.model_dump(exclude_unset=True) if params is not None else {}
     ctx = request.auth
+    # The MCP endpoint's slots and tool-call threads (mcp_gateway/workers.py).
+    limit = ctx.config.server.max_concurrent_calls
+    if not workers.Slots.take(limit):
+        return error_response(
+            errors.SERVER_BUSY,
+            f"server busy: {limit} tool calls already running; retry shortly",
+            status=503,
+            headers={"Retry-After": "1"},
+            retryable=True,
+        )
     if ctx.gate is not None and ctx.gate.price_for(tool_name) is not None:
         payment = request.headers.get("PAYMENT-SIGNATURE")
         route = (request.method, request.path)
-        return await sync_to_async(paid_call, thread_sensitive=False)(
-            ctx, tool_name, arguments, payment, route
+        work = asyncio.ensure_future(
+            workers.run(paid_call, ctx, tool_name, arguments, payment, route, limit=limit)
         )
-    return await sync_to_async(run_tool, thread_sensitive=False)(ctx, tool_name, arguments)
+    else:
+        work = asyncio.ensure_future(workers.run(run_tool, ctx, tool_name, arguments, limit=limit))
+    work.add_done_callback(workers.Slots.release)  # when the thread returns, even if the client left
+    return await asyncio.shield(work)
 
 
 # -- x402: a route is sold like the tool it runs -------------------------------------

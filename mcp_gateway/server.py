@@ -150,6 +150,7 @@ class Gateway:
             ready_callable=self._ready,
             verbosity=0,
         )
+        server.limits = _connection_limits(self.ctx)  # read by its HTTP factory (mcp_gateway/bounded.py)
         try:
             server.run()
         except Exception as exc:
@@ -241,6 +242,16 @@ def _server_class():
             self.stop()
 
     return _Server
+
+
+def _connection_limits(ctx):
+    # Imported here, as in _server_class: bounded.py imports daphne.
+    from mcp_gateway.bounded import ConnectionLimits
+
+    settings = ctx.config.server
+    return ConnectionLimits(
+        header_timeout=settings.header_timeout, idle_timeout=settings.idle_timeout, mcp_path=ctx.mcp_path
+    )
 
 
 def _listen_reason(failure) -> str:

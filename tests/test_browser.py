@@ -173,3 +173,17 @@ def test_status_page_updates_live_while_a_reindex_runs(browser, server):
     assert text_of(browser, "job.scanned") == str(EXTRA_FILES + 3)
     assert text_of(browser, "job.indexed") == str(EXTRA_FILES + 3)
     assert browser.execute_script("return window.opsMarker;") == "same page"
+
+
+def test_the_api_docs_render_from_the_server_alone(browser, server):
+    """Swagger UI comes from the installed package (issue #23): the page
+    renders its operations, and every resource the browser fetched came from
+    the server itself, never a CDN."""
+    from selenium.webdriver.common.by import By  # selenium is optional: imported where used, as above
+
+    browser.get(f"{server.base}/api/v1/docs")
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".swagger-ui .opblock"))
+    assert "/api/v1/search" in browser.find_element(By.CSS_SELECTOR, ".swagger-ui").text
+    fetched = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name);")
+    assert any(url.endswith("/static/ninja/swagger-ui-bundle.js") for url in fetched), fetched
+    assert fetched and all(url.startswith(f"{server.base}/") for url in fetched), fetched

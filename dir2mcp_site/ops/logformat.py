@@ -1,10 +1,31 @@
-"""Structured logs: one JSON object per line (``DIR2MCP_LOG_FORMAT=json``)."""
+"""Log lines: plain text by default, or one JSON object per line
+(``DIR2MCP_LOG_FORMAT=json``)."""
 
 from __future__ import annotations
 
 import json
 import logging
 from datetime import UTC, datetime
+
+from corpus.events import printable
+
+
+class PlainFormatter(logging.Formatter):
+    """The default text format, one line per message: control characters in
+    the message (a newline or an ESC in a file name) are escaped, so no name
+    can forge a log line or drive the terminal. A traceback keeps its line
+    breaks; other control characters in it are escaped as well."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's naming)
+        message = record.message
+        record.message = printable(message)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = message
+
+    def formatException(self, ei) -> str:  # noqa: N802
+        return "\n".join(printable(line) for line in super().formatException(ei).split("\n"))
 
 
 class JsonFormatter(logging.Formatter):

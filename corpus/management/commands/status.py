@@ -2,7 +2,7 @@ import json
 import time
 
 from corpus import errors
-from corpus.events import format_progress
+from corpus.events import format_progress, printable
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
@@ -96,7 +96,7 @@ class Command(Dir2mcpCommand):
         w(f"Representations: {s.representations}  Chunks: {s.chunks}")
         w(f"Embedded: {s.embedded}  Pending: {s.pending}")
         if s.embed_error:
-            w(f"Embedding stopped: {s.embed_error}")
+            w(f"Embedding stopped: {printable(s.embed_error)}")
         if s.older_format:
             w(
                 f"Units: {s.older_format} document(s) still cut by an older format; they keep serving "
@@ -113,7 +113,7 @@ class Command(Dir2mcpCommand):
         if s.recent_errors:
             w("Recent errors:")
             for path, error in s.recent_errors:
-                w(f"  {path}: {error}")
+                w(f"  {printable(path)}: {printable(error)}")
         if s.needs_provider:
             waiting = ", ".join(f"{n} file(s) {reason}" for reason, n in s.needs_provider.items())
             w(f"Waiting for a key: {waiting}")

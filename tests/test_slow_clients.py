@@ -1,0 +1,236 @@
+"""Slow and oversized request heads against a real `up` process (issue #23).
+
+`up` serves with ``server.header_timeout`` and ``server.idle_timeout`` set
+short here (1 s and 2 s). Each test asserts what the server did (a 408 and
+a close, a close after a keep-alive response, a 414 with a JSON body) and in
+what order, never how long it took: sockets wait with generous timeouts
+only so that a regression fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+import socket
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.mcp_http import Server, base_env
+from tests.up_process import Up
+
+pytestmark = pytest.mark.slow
+
+HEADER_TIMEOUT = "1s"
+IDLE_TIMEOUT = "2s"
+WAIT = 60.0  # a socket's safety timeout: only a broken server reaches it
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slow")
+    (root / "notes.txt").write_text("hnsw index notes\nsecond line\n")
+    env = base_env(
+        DIR2MCP_SERVER__HEADER_TIMEOUT=HEADER_TIMEOUT,
+        DIR2MCP_SERVER__IDLE_TIMEOUT=IDLE_TIMEOUT,
+    )
+    up = Up("--dir", str(root), "--json", env=env)
+    url = up.url()
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    token = (root / ".dir2mcp" / "secret.token").read_text().strip()
+    yield Server(root, url, token, up.proc)
+    code = up.stop()
+    up.close()
+    assert code == 0, up.stderr[-3000:]
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
+
+
+def address(srv: Server) -> tuple[str, int]:
+    parts = urlsplit(srv.url)
+    return parts.hostname, parts.port
+
+
+def connect(srv: Server) -> socket.socket:
+    return socket.create_connection(address(srv), timeout=WAIT)
+
+
+def read_to_close(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def rest_get(srv: Server, path: str, headers: dict | None = None, **kw) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {srv.token}", **(headers or {})}
+    return httpx.get(f"{srv.base}/api/v1{path}", headers=headers, timeout=WAIT, **kw)
+
+
+def connection_budget() -> int:
+    """How many idle sockets this test may hold: up to 1,000, within the
+    file-descriptor limit the server and the test share."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(50, min(1000, (soft - 200) // 2))
+
+
+# -- slow clients ----------------------------------------------------------------
+
+
+def test_half_sent_request_lines_are_closed_while_another_client_is_served(server):
+    slow = []
+    for _ in range(connection_budget()):
+        sock = connect(server)
+        sock.sendall(b"GET /api/v1/search?query=hnsw")  # half a request line, never finished
+        slow.append(sock)
+    try:
+        # Another client is served while they hang.
+        response = rest_get(server, "/search", params={"query": "hnsw index"})
+        assert response.status_code == 200, response.text
+        assert response.json()["hits"]
+        # Then the server closes every one of them: a 408 with a JSON body, then end of stream.
+        for sock in slow:
+            answer = read_to_close(sock)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408 "), answer[:200]
+            error = json.loads(body)["error"]
+            assert error["code"] == "INVALID_RANGE"
+            assert "server.header_timeout" in error["message"]
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_a_head_trickled_byte_by_byte_is_cut_off_by_the_header_timeout(server):
+    """Each byte resets an idle timer, so only a deadline on the whole head
+    stops a slowloris client."""
+    host, port = address(server)
+    head = f"GET /healthz/live HTTP/1.1\r\nHost: {host}:{port}\r\nX-Slow: {'z' * 40}\r\n\r\n".encode()
+    sock = connect(server)
+    sent = 0
+    answer = b""
+    try:
+        for byte in head:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:  # the server has closed its end
+                break
+            sent += 1
+            readable = _wait_readable(sock, 0.2)  # well under the 2 s idle timeout
+            if readable:
+                answer = read_to_close(sock)
+                break
+        else:
+            answer = read_to_close(sock)
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert sent < len(head)  # cut off before the head was complete
+
+
+def _wait_readable(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        sock.recv(1, socket.MSG_PEEK)  # data, or b"" at end of stream: either way the server spoke
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        sock.settimeout(WAIT)
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(server):
+    host, port = address(server)
+    sock = connect(server)
+    try:
+        sock.sendall(f"GET /healthz/live HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        first = _one_response(sock)
+        assert first.startswith(b"HTTP/1.1 200 "), first[:200]
+        assert b"connection: close" not in first.lower()  # kept alive
+        # Nothing more is sent: the server closes the connection, saying nothing.
+        assert read_to_close(sock) == b""
+    finally:
+        sock.close()
+
+
+def _one_response(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?im)^content-length:\s*(\d+)", head).group(1))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_request_sent_in_time_is_answered_normally(server):
+    """The header deadline ends with the head: a keep-alive connection serves
+    several requests, each with its own deadline."""
+    host, port = address(server)
+    sock = connect(server)
+    try:
+        for _ in range(3):
+            sock.sendall(f"GET /healthz/live HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            assert _one_response(sock).startswith(b"HTTP/1.1 200 ")
+    finally:
+        sock.close()
+
+
+# -- long request lines and heads --------------------------------------------------
+
+
+def test_a_20_kib_query_string_gets_414_in_the_rest_envelope(server):
+    response = rest_get(server, "/search", params={"query": "x" * 20 * 1024})
+    assert response.status_code == 414, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["code"] == "INVALID_RANGE"
+    assert error["retryable"] is False
+    assert "request line" in error["message"]
+    # The server goes on serving.
+    assert rest_get(server, "/search", params={"query": "hnsw"}).status_code == 200
+
+
+def test_a_long_url_on_the_mcp_endpoint_gets_414_in_json_rpc_shape(server):
+    response = httpx.get(server.url, params={"q": "x" * 20 * 1024}, headers=server.headers(), timeout=WAIT)
+    assert response.status_code == 414, response.text
+    body = response.json()
+    assert body["jsonrpc"] == "2.0"
+    assert body["error"]["data"]["code"] == "INVALID_RANGE"
+
+
+def test_an_oversized_request_head_gets_431_with_a_json_body(server):
+    headers = {f"X-Filler-{i}": "y" * 1000 for i in range(20)}  # 20 KB of headers, each line short
+    response = rest_get(server, "/search", params={"query": "hnsw"}, headers=headers)
+    assert response.status_code == 431, response.text
+    assert response.json()["error"]["code"] == "INVALID_RANGE"
+
+
+# -- the API docs page ----------------------------------------------------------------
+
+
+def test_the_docs_page_loads_nothing_from_another_origin(server):
+    page = httpx.get(f"{server.base}/api/v1/docs", timeout=WAIT)
+    assert page.status_code == 200, page.text
+    html = page.text
+    references = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+    assert any(ref.endswith("swagger-ui-bundle.js") for ref in references), references
+    assert any(ref.endswith("swagger-ui.css") for ref in references), references
+    for ref in references:
+        assert not urlsplit(ref).netloc and not urlsplit(ref).scheme, ref
+        asset = httpx.get(
+            f"{server.base}{ref}" if ref.startswith("/") else f"{server.base}/{ref}", timeout=WAIT
+        )
+        assert asset.status_code == 200, ref
+        assert asset.content, ref
+    assert "cdn." not in html
+    settings = json.loads(re.search(r'id="swagger-settings">(.*?)</script>', html, re.S).group(1))
+    assert settings["validatorUrl"] is None  # no badge fetched from validator.swagger.io
+    assert settings["url"].endswith("/api/v1/openapi.json")
