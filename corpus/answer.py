@@ -8,6 +8,7 @@ answer is the list of hits with their citations.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from corpus import dense_status, errors
@@ -15,6 +16,8 @@ from corpus.citations import SpanRef, find_citations, format_citation
 from corpus.config import Config
 from corpus.providers.base import ChatMessage, ChatModel
 from corpus.retrieval import Filters, Hit, Searcher
+
+log = logging.getLogger(__name__)
 
 MODES = ("answer", "search_only")
 INSTRUCTIONS = (
@@ -55,6 +58,10 @@ class Answer:
     dense: dict = field(default_factory=dense_status.off)
     #: "weak" when nothing matched the question well (corpus/ranking.py)
     match: str = "good"
+    #: whether the chat model wrote the answer: ok, off (not asked for, no
+    #: model, nothing retrieved) or unavailable (it failed: the answer is the
+    #: list of hits), in the shape of ``dense``
+    generation: dict = field(default_factory=dense_status.off)
 
     def as_dict(self) -> dict:
         return {
@@ -65,6 +72,7 @@ class Answer:
             "indexing_complete": self.indexing_complete,
             "dense": dict(self.dense),
             "match": self.match,
+            "generation": dict(self.generation),
         }
 
 
@@ -118,18 +126,20 @@ def ask(
         on_retrieved(result)
     generate = mode == "answer" and chat is not None and config.rag.generate_answer and bool(result.hits)
     if not generate:
-        return Answer(
-            question,
-            search_only_text(result.hits),
-            [citation_of(h) for h in result.hits],
-            result.hits,
-            result.indexing_complete,
-            generated=False,
-            dense=result.dense,
-            match=result.match,
-        )
+        return _hits_only(question, result, dense_status.off())
     messages, used = build_prompt(question, result.hits, config)
-    reply = chat.complete(messages, max_tokens=config.chat.max_tokens, temperature=config.chat.temperature)
+    try:
+        reply = chat.complete(
+            messages, max_tokens=config.chat.max_tokens, temperature=config.chat.temperature
+        )
+    except Exception as exc:  # any provider failure (after its retries): the retrieval still stands
+        generation = dense_status.unavailable(exc, chat.provider, what="chat model")
+        log.warning(
+            "answer generation unavailable (%s: %s); answering with the top matches",
+            generation["code"],
+            generation["message"],
+        )
+        return _hits_only(question, result, generation)
     by_text = {citation_of(h).text: citation_of(h) for h in used}
     cited = [by_text[c] for c in find_citations(reply) if c in by_text]
     return Answer(
@@ -141,4 +151,20 @@ def ask(
         True,
         dense=result.dense,
         match=result.match,
+        generation=dense_status.ok(),
+    )
+
+
+def _hits_only(question: str, result, generation: dict) -> Answer:
+    """The answer without a chat model's reply: the hits, each with its citation."""
+    return Answer(
+        question,
+        search_only_text(result.hits),
+        [citation_of(h) for h in result.hits],
+        result.hits,
+        result.indexing_complete,
+        generated=False,
+        dense=result.dense,
+        match=result.match,
+        generation=generation,
     )

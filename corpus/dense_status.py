@@ -1,4 +1,5 @@
-"""Whether dense retrieval took part in a search, as ``search`` and ``ask`` report it.
+"""Whether dense retrieval took part in a search, as ``search`` and ``ask`` report it
+(and, in the same shape, whether ``ask`` generated its answer: ``generation``).
 
 ``{"status": "ok"}``: the query was embedded and the dense ranking was fused in.
 ``{"status": "off"}``: no embedder is configured (``embed.provider: none``).
@@ -35,13 +36,14 @@ def off() -> dict:
     return {"status": OFF}
 
 
-def unavailable(exc: BaseException, provider: str) -> dict:
-    """The status for a query embedding that raised ``exc`` (from ``provider``'s embedder)."""
+def unavailable(exc: BaseException, provider: str, *, what: str = "embedder") -> dict:
+    """The status for a provider call that raised ``exc``: ``provider``'s
+    query embedding, or (``what="chat model"``) its answer generation."""
     if isinstance(exc, errors.Dir2mcpError):
         code, message = exc.code, exc.message
     else:
         code = _FAILED_CODE.get(provider, errors.PROVIDER_FAILED)
-        message = f"the {provider or 'configured'} embedder failed: {type(exc).__name__}: {exc}"
+        message = f"the {provider or 'configured'} {what} failed: {type(exc).__name__}: {exc}"
     message = " ".join(str(message).split())
     if len(message) > MESSAGE_LIMIT:
         message = message[: MESSAGE_LIMIT - 1] + "…"
@@ -50,10 +52,23 @@ def unavailable(exc: BaseException, provider: str) -> dict:
 
 def notice(dense: dict | None) -> str | None:
     """The line a reader sees when results are lexical only; None otherwise."""
-    if not dense or dense.get("status") != UNAVAILABLE:
+    detail = _detail(dense)
+    return None if detail is None else f"Dense search unavailable ({detail}); results are lexical only."
+
+
+def generation_notice(generation: dict | None) -> str | None:
+    """The line a reader sees when ``ask`` could not generate its answer; None otherwise."""
+    detail = _detail(generation)
+    if detail is None:
         return None
-    message = dense.get("message") or ""
+    return f"Answer generation unavailable ({detail}); the top matches are listed instead."
+
+
+def _detail(status: dict | None) -> str | None:
+    """``CODE: message`` of an unavailable status, the message shortened; None otherwise."""
+    if not status or status.get("status") != UNAVAILABLE:
+        return None
+    message = status.get("message") or ""
     if len(message) > NOTICE_LIMIT:
         message = message[: NOTICE_LIMIT - 1] + "…"
-    detail = f"{dense.get('code', '')}: {message}" if message else str(dense.get("code", ""))
-    return f"Dense search unavailable ({detail}); results are lexical only."
+    return f"{status.get('code', '')}: {message}" if message else str(status.get("code", ""))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 
-SCHEMA_VERSION = "3.0.0"
+from corpus.globs import MAX_GLOB_CHARS
+from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
+
+SCHEMA_VERSION = "4.0.0"
 
 SPAN = {
     "type": "object",
@@ -69,20 +72,33 @@ HIT = {
 
 # An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether dense
 # retrieval took part, and why not when it failed.
-DENSE = {
-    "type": "object",
-    "additionalProperties": False,
-    "description": (
-        "Whether semantic (dense) search took part: ok; off (no embedder configured); unavailable "
-        "(embedding the query failed: code and message say why, and the results are lexical only)."
-    ),
-    "properties": {
-        "status": {"type": "string", "enum": ["ok", "off", "unavailable"]},
-        "code": {"type": "string", "description": "The error code (spec §14), when unavailable."},
-        "message": {"type": "string", "description": "What failed, when unavailable."},
-    },
-    "required": ["status"],
-}
+def _provider_status(description: str) -> dict:
+    """Whether a provider call took part, and if not why: ``dense`` and ``generation``."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "description": description,
+        "properties": {
+            "status": {"type": "string", "enum": ["ok", "off", "unavailable"]},
+            "code": {"type": "string", "description": "The error code (spec §14), when unavailable."},
+            "message": {"type": "string", "description": "What failed, when unavailable."},
+        },
+        "required": ["status"],
+    }
+
+
+DENSE = _provider_status(
+    "Whether semantic (dense) search took part: ok; off (no embedder configured); unavailable "
+    "(embedding the query failed: code and message say why, and the results are lexical only)."
+)
+
+# An addition to §15.2 (docs/contracts.md, 4.0.0): whether the chat model
+# wrote the answer, in the shape of ``dense`` (corpus/answer.py).
+GENERATION = _provider_status(
+    "Whether a chat model wrote the answer: ok; off (search_only, no chat model, or nothing "
+    "retrieved); unavailable (the chat call failed: code and message say why, and the answer "
+    "lists the top matches instead)."
+)
 
 
 # An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether anything
@@ -94,6 +110,15 @@ MATCH = {
         "weak: no unit holds every query term and the nearest unit is not similar enough (without "
         "dense search: nothing matched); the hits are the nearest there are, not answers."
     ),
+}
+
+
+#: The question of ask and of the multimodal tools that answer one.
+QUESTION = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_QUESTION_CHARS,
+    "description": "The question, in natural language.",
 }
 
 
@@ -113,6 +138,7 @@ _FILTERS = {
     },
     "file_glob": {
         "type": "string",
+        "maxLength": MAX_GLOB_CHARS,
         "description": "Only files matching this glob, e.g. '*.py' or 'docs/**/*.md'.",
     },
     "doc_types": {
@@ -129,6 +155,7 @@ SEARCH_INPUT = {
         "query": {
             "type": "string",
             "minLength": 1,
+            "maxLength": MAX_QUERY_CHARS,
             "description": "What to look for, in words or identifiers.",
         },
         "k": _K,
@@ -161,7 +188,7 @@ ASK_INPUT = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "question": {"type": "string", "minLength": 1, "description": "The question, in natural language."},
+        "question": QUESTION,
         "k": _K,
         "mode": {"type": "string", "enum": ["answer", "search_only"], "default": "answer"},
         "index": _INDEX,
@@ -195,6 +222,7 @@ ASK_OUTPUT = _with_defs(
             "indexing_complete": {"type": "boolean"},
             "dense": DENSE,
             "match": MATCH,
+            "generation": GENERATION,
         },
         "required": ["question", "citations", "hits", "indexing_complete"],
     },
@@ -242,7 +270,7 @@ LIST_FILES_INPUT = {
     "additionalProperties": False,
     "properties": {
         "path_prefix": {"type": "string"},
-        "glob": {"type": "string"},
+        "glob": {"type": "string", "maxLength": MAX_GLOB_CHARS},
         "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
         "offset": {"type": "integer", "minimum": 0, "default": 0},
     },
@@ -383,12 +411,13 @@ FIND_INPUT = {
     "properties": {
         "name_glob": {
             "type": "string",
+            "maxLength": MAX_GLOB_CHARS,
             "description": "File name or path glob, e.g. '*.md' or 'src/**/test_*.py'.",
         },
         "content": {
             "type": "string",
             "minLength": 1,
-            "maxLength": 1000,
+            "maxLength": MAX_REGEX_CHARS,
             "description": "Text to find in the extracted text (OCR and transcripts included).",
         },
         "regex": {

@@ -47,7 +47,10 @@ def _hits(hits: list[dict]) -> list[str]:
 
 def _notes(result: dict) -> list[str]:
     """Caveats on the results: dense search down (lexical only), a weak match, indexing unfinished."""
-    notes = [dense_status.notice(result.get("dense"))]
+    notes = [
+        dense_status.generation_notice(result.get("generation")),
+        dense_status.notice(result.get("dense")),
+    ]
     if result.get("match") == "weak":
         notes.append("(weak match: nothing here matches this query well; these are the nearest units)")
     if not result.get("indexing_complete", True):

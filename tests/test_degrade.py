@@ -1,5 +1,6 @@
 """Degrade, don't fail: when the query embedding fails, search and ask answer
-from the lexical index and say so.
+from the lexical index and say so; when the chat model fails, ask answers
+with the top matches and says so.
 
 Every provider failure is real: the fake Mistral server at the network edge
 answers 401, 422, 429 (with Retry-After), 500, 503, or sleeps past the
@@ -244,6 +245,61 @@ def test_ask_answers_from_lexical_hits_when_the_query_embedding_fails(served, fa
     assert f"[{EXPECTED}:L" in structured["answer"]
 
 
+GENERATION_NOTICE = "Answer generation unavailable ("
+LISTED_INSTEAD = "); the top matches are listed instead."
+
+#: (scripting of the chat endpoint alone, code, chat requests made, in the message)
+CHAT_OUTAGES = {
+    "401": (lambda f: f.fail_next(401, path=CHAT), errors.MISTRAL_AUTH, 1, "HTTP 401"),
+    "422": (lambda f: f.fail_next(422, path=CHAT), errors.MISTRAL_FAILED, 1, "HTTP 422"),
+    # The chat client's own budget: five attempts with backoff, then the hits.
+    "503": (lambda f: f.fail_next(503, count=5, path=CHAT), errors.MISTRAL_FAILED, 5, "HTTP 503"),
+}
+
+
+def assert_generation_unavailable(structured: dict, text: str, code: str, says: str, key: str) -> None:
+    """The hits as the answer, each cited; dense search took part; the status and its line."""
+    assert structured["dense"] == {"status": "ok"}
+    generation = structured["generation"]
+    assert generation["status"] == "unavailable" and generation["code"] == code
+    assert says in generation["message"]
+    assert structured["answer"].startswith("Top matches:\n1. [" + EXPECTED + ":L")
+    assert [c["rel_path"] for c in structured["citations"]] == [h["rel_path"] for h in structured["hits"]]
+    line = next(line for line in text.splitlines() if line.startswith(GENERATION_NOTICE))
+    assert line.startswith(f"{GENERATION_NOTICE}{code}: ") and line.endswith(LISTED_INSTEAD)
+    assert key not in json.dumps(structured) + text
+
+
+def test_ask_says_whether_the_chat_model_wrote_the_answer(served, fake_mistral):
+    answered = call(served, "dir2mcp.ask", {"question": QUERY})["structuredContent"]
+    listed = call(served, "dir2mcp.ask", {"question": QUERY, "mode": "search_only"})["structuredContent"]
+
+    assert answered["generation"] == {"status": "ok"} and f"[{EXPECTED}:L" in answered["answer"]
+    assert listed["generation"] == {"status": "off"} and listed["answer"].startswith("Top matches:")
+
+
+@pytest.mark.parametrize("name", CHAT_OUTAGES)
+def test_ask_lists_the_hits_when_the_chat_model_fails(served, fake_mistral, name, caplog):
+    script, code, requests, says = CHAT_OUTAGES[name]
+    script(fake_mistral)
+    chats = len(fake_mistral.requests_to(CHAT))
+
+    with caplog.at_level(logging.WARNING, logger="corpus"):
+        result = call(served, "dir2mcp.ask", {"question": QUERY})
+
+    assert_generation_unavailable(
+        result["structuredContent"], result["content"][0]["text"], code, says, fake_mistral.API_KEY
+    )
+    assert len(fake_mistral.requests_to(CHAT)) - chats == requests
+    warned = [r for r in caplog.records if r.name == "corpus.answer" and r.levelno == logging.WARNING]
+    assert warned and code in warned[0].getMessage()
+    assert fake_mistral.API_KEY not in caplog.text
+    # The next ask, with the chat model back, is answered by it again.
+    assert (
+        call(served, "dir2mcp.ask", {"question": QUERY})["structuredContent"]["generation"]["status"] == "ok"
+    )
+
+
 def test_a_refused_connection_degrades_search_and_ask(served, corpus_dir, state, caplog):
     # The index was embedded through the fake; now nothing listens where the provider was.
     config = mistral_config(closed_port_url(), chat={"provider": "none"})
@@ -439,6 +495,23 @@ def test_over_rest_search_and_ask_degrade(server, module_fake, name):
         assert_degraded(
             body, tools.REGISTRY[tool].summarize(body), outage.code, outage.says, key=module_fake.API_KEY
         )
+
+
+def test_over_mcp_and_rest_ask_lists_the_hits_when_the_chat_model_fails(server, module_fake):
+    session = server.initialize()
+    module_fake.fail_next(401, path=CHAT)
+    over_mcp = server.call(session, "dir2mcp.ask", {"question": QUERY})
+    module_fake.fail_next(401, path=CHAT)
+    over_rest = rest(server, "POST", "/ask", json={"question": QUERY})
+
+    assert not over_mcp.get("isError"), over_mcp
+    assert over_rest.status_code == 200, over_rest.text
+    for structured, text in (
+        (over_mcp["structuredContent"], over_mcp["content"][0]["text"]),
+        (over_rest.json(), tools.REGISTRY["dir2mcp.ask"].summarize(over_rest.json())),
+    ):
+        Draft202012Validator(tools.REGISTRY["dir2mcp.ask"].output_schema).validate(structured)
+        assert_generation_unavailable(structured, text, errors.MISTRAL_AUTH, "HTTP 401", module_fake.API_KEY)
 
 
 def test_a_server_whose_provider_is_gone_still_answers(server, module_fake):

@@ -105,6 +105,8 @@ class Scripted:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    #: only a request to this path takes the step (None: the next request, whatever its path)
+    path: str | None = None
 
 
 class _Server(ThreadingHTTPServer):
@@ -205,20 +207,35 @@ class FakeMistral:
     # -- scripting -----------------------------------------------------------
 
     def fail_next(
-        self, status: int, *, count: int = 1, retry_after: str | None = None, body: Any = None
+        self,
+        status: int,
+        *,
+        count: int = 1,
+        retry_after: str | None = None,
+        body: Any = None,
+        path: str | None = None,
     ) -> None:
-        """Answer the next ``count`` requests with ``status`` (and ``Retry-After``).
-        ``body`` may be a dict (JSON) or bytes/str sent verbatim."""
+        """Answer the next ``count`` requests (to ``path``, if given) with
+        ``status`` (and ``Retry-After``). ``body`` may be a dict (JSON) or
+        bytes/str sent verbatim."""
         headers = {"Retry-After": retry_after} if retry_after is not None else {}
         if body is None:
             body = DEFAULT_ERROR_BODIES.get(status) or error_body(f"HTTP {status}", "server_error")
         with self._lock:
-            self._script.extend(Scripted(status, body, headers) for _ in range(count))
+            self._script.extend(Scripted(status, body, headers, path=path) for _ in range(count))
 
     def delay_next(self, seconds: float, *, count: int = 1) -> None:
         """Hold the next ``count`` responses for ``seconds``, then answer normally."""
         with self._lock:
             self._script.extend(Scripted(None, delay=seconds) for _ in range(count))
+
+    def _take_step(self, path: str) -> Scripted | None:
+        """The first scripted step this request takes (called under the lock)."""
+        for i, step in enumerate(self._script):
+            if step.path is None or step.path == path:
+                del self._script[i]
+                return step
+        return None
 
     def requests_to(self, path: str) -> list[Recorded]:
         return [r for r in self.requests if r.path == path]
@@ -281,7 +298,7 @@ class FakeMistral:
             Recorded(handler.command, handler.path, _redacted(handler), body, time.monotonic(), authorized)
         )
         with self._lock:
-            step = self._script.popleft() if self._script else None
+            step = self._take_step(handler.path.split("?", 1)[0])
         if step is not None and step.delay:
             if self._stop.wait(step.delay):
                 return

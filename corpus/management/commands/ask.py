@@ -3,7 +3,7 @@ import json
 from corpus import dense_status, errors
 from corpus.answer import MODES, ask
 from corpus.embedding import check_models
-from corpus.events import Reporter
+from corpus.events import Reporter, printable
 from corpus.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand
 from corpus.models import IndexJob
@@ -61,10 +61,10 @@ class Command(Dir2mcpCommand):
         if result.generated and result.citations:
             self.stdout.write("\nSources:")
             for citation in result.citations:
-                self.stdout.write(f"  {citation.text}")
-        lexical_only = dense_status.notice(result.dense)
-        if lexical_only:
-            self.stderr.write(lexical_only)
+                self.stdout.write(f"  {printable(citation.text)}")
+        for notice in (dense_status.generation_notice(result.generation), dense_status.notice(result.dense)):
+            if notice:
+                self.stderr.write(notice)
         if not result.indexing_complete:
             self.stderr.write(
                 "(the index is incomplete: indexing is running or chunks wait for embeddings; "
