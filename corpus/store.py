@@ -65,8 +65,17 @@ def _migrated(fingerprint: str) -> bool:
         return False
 
 
+#: pg_advisory_lock key that serialises migrations of one PostgreSQL
+#: database across machines ("dir2mcp" + "migrate", as a signed 64-bit int)
+PG_MIGRATE_LOCK = 0x64697232_6D696772
+
+
 def migrate(state: StateDir) -> None:
-    """Apply pending migrations, serialised across processes by a file lock.
+    """Apply pending migrations, serialised across processes by a file lock
+    in the state directory and, on PostgreSQL, across machines by an
+    advisory lock on the database itself (processes with different state
+    directories share one database). A process that waited finds the work
+    done and goes on.
 
     Skipped when the database records that it was migrated with exactly the
     migration files present now."""
@@ -75,15 +84,36 @@ def migrate(state: StateDir) -> None:
         return
     state.locks.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     fd = os.open(state.locks / "migrate.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+    shared = connection.vendor == "postgresql"
     try:
         os.fchmod(fd, FILE_MODE)
         fcntl.flock(fd, fcntl.LOCK_EX)
-        call_command("migrate", verbosity=0, interactive=False)
-        set_setting(MIGRATIONS_KEY, fingerprint)
+        if shared:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_lock(%s)", [PG_MIGRATE_LOCK])
+        try:
+            if not _migrated(fingerprint):
+                call_command("migrate", verbosity=0, interactive=False)
+                set_setting(MIGRATIONS_KEY, fingerprint)
+        finally:
+            if shared:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [PG_MIGRATE_LOCK])
     except DatabaseError as exc:
-        raise _corrupt(state, exc) from exc
+        raise (_migration_failed(exc) if shared else _corrupt(state, exc)) from exc
     finally:
         os.close(fd)
+
+
+def _migration_failed(exc: Exception) -> errors.Dir2mcpError:
+    """A shared database that could not be migrated is not corrupt, and
+    rebuilding it would wipe every machine's index."""
+    return errors.Dir2mcpError(
+        errors.CONFIG_INVALID,
+        f"migrating the shared database failed ({exc})",
+        hint="Check that every machine on this database runs the same dir2mcp version; "
+        "the migration is retried at the next start.",
+    )
 
 
 def owner_only_database(state: StateDir) -> None:

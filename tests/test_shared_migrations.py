@@ -1,0 +1,69 @@
+"""Migrations of one PostgreSQL database from several machines at once.
+
+Machines that share a database do not share a state directory, so the
+file lock in it cannot order them; the advisory lock on the database does
+(corpus/store.py: migrate). Four processes, each with its own state
+directory (as four machines have), open the store of one fresh database at
+the same moment, ten times over: every one succeeds, and the database ends
+migrated once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from tests.mcp_http import REPO, base_env
+
+pytestmark = pytest.mark.slow
+
+PROCESSES = 4
+ROUNDS = 10
+
+
+def fresh(server: str, name: str) -> str:
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{server}/{name}"
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_four_machines_migrate_one_fresh_database_at_once(pg_database, tmp_path, round_):
+    server, _, name = pg_database.rpartition("/")
+    url = fresh(server, f"{name}_r{round_}")
+    procs = []
+    for n in range(PROCESSES):
+        root = tmp_path / f"machine{n}"
+        root.mkdir()
+        env = base_env(DATABASE_URL=url)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(REPO / "manage.py"), "status", "--dir", str(root), "--json"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        done = [proc.communicate(timeout=300) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    failed = [
+        (proc.returncode, err[-2000:])
+        for proc, (_, err) in zip(procs, done, strict=True)
+        if proc.returncode != 0
+    ]
+    assert not failed, failed
+    with psycopg.connect(url) as conn:
+        applied = conn.execute(
+            "SELECT app, name, count(*) FROM django_migrations GROUP BY app, name"
+        ).fetchall()
+    assert applied and all(count == 1 for _, _, count in applied)
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}_r{round_}" WITH (FORCE)')
