@@ -11,16 +11,15 @@ canary, and an archive.
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import zipfile
 
 import httpx
 import pytest
 
 from corpus import errors
 from tests.mcp_http import PROTOCOL
+from tests.support import zip_bytes
 from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
@@ -103,14 +102,6 @@ CASES = [
     for transport in ("mcp", "rest")
     if transport == "mcp" or arg[4] is not None
 ]
-
-
-def zip_bytes(members: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    return buffer.getvalue()
 
 
 class Served:

@@ -16,6 +16,7 @@ from corpus.indexing import index_directory
 from corpus.models import Chunk, Document, Representation
 from corpus.state import IndexLock, StateDir
 from corpus.status import older_format_documents
+from tests.support import zip_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -295,14 +296,6 @@ def test_pdf_mode_off_skips_pdfs(corpus_dir, state):
     assert doc("paper.pdf").error == "disabled by ingest.pdf.mode=off"
 
 
-def zip_bytes(members: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    return buffer.getvalue()
-
-
 def test_archive_members_become_documents(corpus_dir, state):
     inner = io.BytesIO()
     with tarfile.open(fileobj=inner, mode="w:gz") as tar:
@@ -313,7 +306,7 @@ def test_archive_members_become_documents(corpus_dir, state):
     write(
         corpus_dir,
         "bundle.zip",
-        zip_bytes({"a/notes.md": b"# Notes\n\nzipped\n", "inner.tgz": inner.getvalue()}),
+        zip_deflated({"a/notes.md": b"# Notes\n\nzipped\n", "inner.tgz": inner.getvalue()}),
     )
 
     run(corpus_dir, state)
@@ -326,12 +319,12 @@ def test_archive_members_become_documents(corpus_dir, state):
 
 
 def test_unchanged_archive_keeps_its_members_and_changed_one_drops_old(corpus_dir, state):
-    path = write(corpus_dir, "bundle.zip", zip_bytes({"one.txt": b"one\n", "two.txt": b"two\n"}))
+    path = write(corpus_dir, "bundle.zip", zip_deflated({"one.txt": b"one\n", "two.txt": b"two\n"}))
     run(corpus_dir, state)
     again = run(corpus_dir, state)
     assert again.deleted == 0 and again.unchanged == 3
 
-    path.write_bytes(zip_bytes({"one.txt": b"one\n"}))
+    path.write_bytes(zip_deflated({"one.txt": b"one\n"}))
     third = run(corpus_dir, state)
 
     assert third.deleted == 1 and doc("bundle.zip!/two.txt").deleted
@@ -340,9 +333,11 @@ def test_unchanged_archive_keeps_its_members_and_changed_one_drops_old(corpus_di
 
 def test_hostile_archive_members_are_rejected_and_nothing_escapes(corpus_dir, state, tmp_path):
     write(
-        corpus_dir, "evil.zip", zip_bytes({"../escape.txt": b"x", "/etc/abs.txt": b"y", "ok.txt": b"fine\n"})
+        corpus_dir,
+        "evil.zip",
+        zip_deflated({"../escape.txt": b"x", "/etc/abs.txt": b"y", "ok.txt": b"fine\n"}),
     )
-    write(corpus_dir, "bomb.zip", zip_bytes({"zeros.txt": b"\0" * (30 * 2**20)}))
+    write(corpus_dir, "bomb.zip", zip_deflated({"zeros.txt": b"\0" * (30 * 2**20)}))
 
     counters = run(corpus_dir, state, make_config(ingest={"archives": {"max_total_mb": 8}}))
 
@@ -479,9 +474,9 @@ def test_unchanged_nested_archive_inside_a_changed_one_is_counted_once(corpus_di
         info.size = len(payload)
         tar.addfile(info, io.BytesIO(payload))
     nested = inner.getvalue()
-    path = write(corpus_dir, "bundle.zip", zip_bytes({"a.txt": b"one\n", "inner.tgz": nested}))
+    path = write(corpus_dir, "bundle.zip", zip_deflated({"a.txt": b"one\n", "inner.tgz": nested}))
     run(corpus_dir, state)
-    path.write_bytes(zip_bytes({"a.txt": b"two\n", "inner.tgz": nested}))
+    path.write_bytes(zip_deflated({"a.txt": b"two\n", "inner.tgz": nested}))
 
     again = run(corpus_dir, state)
 
@@ -552,3 +547,7 @@ def test_documents_cut_by_an_older_format_serve_until_a_pass_recuts_them(corpus_
 
     assert again.indexed == 1 and older_format_documents() == 0
     assert all(c.context == "pkg/m1.py" for c in live_chunks("pkg/m1.py"))
+
+
+def zip_deflated(members: dict[str, bytes]) -> bytes:
+    return zip_bytes(members, zipfile.ZIP_DEFLATED)

@@ -8,8 +8,6 @@ the same code on real worker processes with Redis and PostgreSQL.
 
 from __future__ import annotations
 
-import io
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, S
 from corpus.state import StateDir
 from corpus.store import wipe_index
 from corpus.tasks import ingest_paths
+from tests.support import zip_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -76,14 +75,6 @@ def write(root: Path, rel: str, data: str | bytes) -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data.encode() if isinstance(data, str) else data)
-
-
-def zip_bytes(members: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, text in members.items():
-            zf.writestr(name, text)
-    return buf.getvalue()
 
 
 def fill(root: Path) -> None:
