@@ -1,6 +1,7 @@
 """The payment audit trail: a database row, an NDJSON event and a log line.
 
-Every challenge, verification, settlement and failure goes through
+Every challenge, verification, settlement request (the intent, written
+before the facilitator is asked), settlement and failure goes through
 :func:`record`, so the three views never disagree. Nothing here sees the
 tool's arguments: only a hash of the request, and public payment fields
 (payer address, transaction hash), never a signature.
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 EVENT_FOR_STATUS = {
     SettlementLog.Status.REQUIRED: "payment_required",
     SettlementLog.Status.VERIFIED: "payment_verified",
+    SettlementLog.Status.SETTLING: "payment_settling",
     SettlementLog.Status.SETTLED: "payment_settled",
     SettlementLog.Status.FAILED: "payment_failed",
 }

@@ -16,6 +16,7 @@ with warnings.catch_warnings():
         "ignore", message=r"websockets\.legacy is deprecated", category=DeprecationWarning
     )
     from x402.mechanisms.evm import (
+        ERR_NONCE_ALREADY_USED,
         ExactEIP3009Authorization,
         get_evm_chain_id,
         verify_eoa_signature,
@@ -25,6 +26,7 @@ with warnings.catch_warnings():
     from x402.mechanisms.evm.utils import get_asset_info, is_valid_address
 
 __all__ = [
+    "ERR_NONCE_ALREADY_USED",
     "ExactEIP3009Authorization",
     "ExactEvmServerScheme",
     "get_asset_info",

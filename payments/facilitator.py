@@ -6,6 +6,11 @@ body. The gate needs one thing from all of those: "the facilitator is not
 answering, nothing was verified or settled, retry later", so they all
 become :class:`FacilitatorUnavailable`, with the HTTP status to answer
 (503 unreachable, 502 bad answer, like the SDK's own middleware).
+
+It also says whether the request may have reached the facilitator
+(``delivered``): a refused or timed-out connection never did, so a settle
+request lost that way cannot have settled anything; a timeout while waiting
+for the answer, or a 5xx, may have come after the facilitator settled.
 """
 
 from __future__ import annotations
@@ -20,16 +25,22 @@ from x402.http.facilitator_client_base import FacilitatorResponseError
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 15.0
+#: no connection was made: the request never reached the facilitator
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class FacilitatorUnavailable(Exception):
-    """The facilitator could not give an answer; ``status`` is 502 or 503."""
+    """The facilitator could not give an answer; ``status`` is 502 or 503.
 
-    def __init__(self, operation: str, status: int, detail: str):
+    ``delivered`` is False only when the request certainly never reached it.
+    """
+
+    def __init__(self, operation: str, status: int, detail: str, *, delivered: bool = True):
         super().__init__(f"facilitator {operation} unavailable: {detail}")
         self.operation = operation
         self.status = status
         self.detail = detail
+        self.delivered = delivered
 
 
 class Facilitator:
@@ -54,8 +65,11 @@ class Facilitator:
         self._client.close()
 
     def _call(self, operation: str, method, payload, requirements):
+        delivered = True
         try:
             return method(payload, requirements)
+        except _NEVER_SENT as exc:
+            detail, status, delivered = type(exc).__name__, 503, False
         except httpx.HTTPError as exc:
             detail = type(exc).__name__
             status = 503
@@ -67,4 +81,4 @@ class Facilitator:
             detail = text.split(":", 1)[0] if text.startswith("Facilitator") else "bad answer"
             status = 502
         logger.warning("x402 facilitator %s failed: %s", operation, detail)
-        raise FacilitatorUnavailable(operation, status, detail)
+        raise FacilitatorUnavailable(operation, status, detail, delivered=delivered)

@@ -9,10 +9,14 @@ the in-band ``_meta["x402/payment"]`` object) and a ``run`` callable, and
 turn the returned :class:`~payments.outcome.Outcome` into their answer.
 ``initialize``, ``tools/list`` and ``ping`` never reach the gate.
 
-Once a verified payment's tool has run, its result is stored before
-settlement is asked for (payments/replay.py): a retry with the same payment
-after a facilitator outage only retries settlement, and never runs the tool
-again.
+Once a verified payment's tool has run, its result is stored with the
+intent to settle (nonce, payer, amount, request hash) before settlement is
+asked for (payments/replay.py): a retry with the same payment after a
+facilitator outage, or after this process died at any point, only retries
+settlement, and never runs the tool again once its result is stored. If the
+facilitator then says the nonce is already used and an earlier settle
+request for this payment went unanswered, that request is what settled it:
+the retry gets the stored result, and nothing is charged twice.
 
 The gate is synchronous and uses the Django ORM: call it from a worker
 thread (``asgiref.sync.sync_to_async``), like any other tool call.
@@ -21,6 +25,7 @@ thread (``asgiref.sync.sync_to_async``), like any other tool call.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,15 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from django.db import transaction
-from x402 import PaymentPayload
+from x402 import PaymentPayload, SettleResponse
 from x402.http import PAYMENT_RESPONSE_HEADER, decode_payment_signature_header, encode_payment_response_header
 from x402.mcp.constants import MCP_PAYMENT_RESPONSE_META_KEY
 
 from corpus import errors
 from corpus.events import utc_stamp
-from payments import challenge, replay
+from payments import challenge, owners, replay
 from payments.audit import AuditTrail, Entry
 from payments.bazaar import ToolInfo, catalog_from, discovery_extension
+from payments.crashpoints import crash_point
+from payments.evm import ERR_NONCE_ALREADY_USED
 from payments.facilitator import Facilitator, FacilitatorUnavailable
 from payments.models import SettlementLog
 from payments.outcome import Outcome, in_progress, request_hash, unavailable
@@ -103,19 +110,37 @@ class Gate:
         bazaar_description: str = "",
     ):
         self.policy = policy
+        self.state_dir = Path(state_dir)
         self.facilitator = facilitator or Facilitator(policy.facilitator_url)
         self.audit = AuditTrail(state_dir, emit)
-        #: a payment left ``settling`` this long (its process died, or lost its
-        #: answer) is settled again by a retry; httpx applies the facilitator's
-        #: timeout to connect, write, read and pool separately, hence the factor
+        self._process_lock: owners.ProcessLock | None = None  # made at the first payment
+        self._process_lock_made = threading.Lock()
+        #: a payment left ``settling`` this long by a process that cannot be
+        #: probed (payments/owners.py; a dead one is taken over at once) is
+        #: settled again by a retry; httpx applies the facilitator's timeout to
+        #: connect, write, read and pool separately, hence the factor
         self.settle_takeover = timedelta(seconds=SETTLE_TAKEOVER_FACTOR * self.facilitator.timeout)
         self._catalog: dict[str, ToolInfo] = catalog_from(tools)
         self._examples = dict(bazaar_examples or {})
         self._bazaar_description = bazaar_description
 
     def close(self) -> None:
-        """Close the facilitator's HTTP connections (at server shutdown)."""
+        """Close the facilitator's HTTP connections and drop this process's owner lock (at shutdown)."""
         self.facilitator.close()
+        if self._process_lock is not None:
+            self._process_lock.close()
+
+    @property
+    def owner(self) -> str:
+        """This process's owner token (payments/owners.py), locked at the first payment."""
+        with self._process_lock_made:
+            if self._process_lock is None:
+                self._process_lock = owners.ProcessLock(self.state_dir)
+                owners.sweep(self.state_dir, keep=replay.unfinished_owners())
+            return self._process_lock.token
+
+    def _owner_state(self, token: str) -> str:
+        return owners.ALIVE if token == self.owner else owners.probe(self.state_dir, token)
 
     def price_for(self, tool_name: str) -> Price | None:
         """The tool's price, or ``None`` for a free tool."""
@@ -174,15 +199,17 @@ class Gate:
         try:
             payload = _decode(header, meta_payment)
         except (ValueError, TypeError) as exc:
+            # As the x402 SDK's servers do: a payment that cannot be read is no
+            # payment, so the answer is a fresh challenge (naming the reason).
             logger.info("undecodable x402 payment for %s: %s", tool_name, type(exc).__name__)
             self.audit.record(_with(entry, Status.FAILED, error_reason="invalid_payload"))
-            return self._rejected(tool_name, variant, "invalid_payload", status=400, route=route)
+            return self._rejected(tool_name, variant, "invalid_payload", route=route)
         payload_dict = payload.model_dump(by_alias=True, exclude_none=True, mode="json")
         key = replay.payment_key(payload_dict)
-        attempt, fresh = replay.claim(key, tool=tool_name, request_hash=request_hash)
+        attempt, fresh = replay.claim(key, tool=tool_name, request_hash=request_hash, owner=self.owner)
         entry = _with(entry, Status.REQUIRED, payment_key=key, payer=_payer(payload_dict))
         step = _Step(attempt, entry, price, payload, variant, route)
-        if not fresh:
+        if not fresh and not self._take_over(step, request_hash):
             return self._again(step)
         try:
             return self._process(step, run)
@@ -210,14 +237,30 @@ class Gate:
         step.entry = entry = _with(entry, Status.VERIFIED, payer=payer)
         self.audit.record(entry)
         result = run()
+        crash_point("after_run")
         if result.get("isError"):
-            outcome = step.done(Outcome("tool_error", 200, step.variant, result=result, reason="tool_error"))
-            self._record_after_run(_with(entry, Status.FAILED, error_reason="tool_error"))
-            return outcome
-        # From here on the tool has run: its result is stored before settlement is
-        # asked for, so a retry after a settle outage never runs it again.
-        replay.hold(step.attempt, Outcome("ran", 200, step.variant, result=result).to_dict())
+            outcome = Outcome("tool_error", 200, step.variant, result=result, reason="tool_error")
+            return self._finish(step, outcome, _with(entry, Status.FAILED, error_reason="tool_error"))
+        # From here on the tool has run: its result and the intent to settle are
+        # stored before settlement is asked for, so a retry after a settle outage,
+        # or after this process died, never runs it again.
+        with transaction.atomic():
+            replay.hold(
+                step.attempt,
+                Outcome("ran", 200, step.variant, result=result).to_dict(),
+                nonce=_authorization(step.payload).get("nonce", ""),
+                payer=payer,
+                amount=price.amount,
+            )
+            self._record_after_run(_with(entry, Status.SETTLING))
         return self._settle(step, result)
+
+    def _take_over(self, step: _Step, request_hash: str) -> bool:
+        """A ``pending`` payment whose process died: this request starts it again."""
+        attempt = step.attempt
+        if attempt.state != attempt.State.PENDING or self._owner_state(attempt.owner) != owners.DEAD:
+            return False
+        return replay.take_over(attempt, owner=self.owner, tool=step.entry.tool, request_hash=request_hash)
 
     def _again(self, step: _Step) -> Outcome:
         """A payment seen before: its stored outcome, or a retry of its settlement only."""
@@ -229,51 +272,88 @@ class Gate:
             reason = "payment_already_used"
             self.audit.record(_with(step.entry, Status.FAILED, error_reason=reason))
             return self._rejected(step.entry.tool, step.variant, reason, route=step.route)
-        if attempt.state in (attempt.State.RAN, attempt.State.SETTLING) and replay.take_settlement(
-            attempt, stale_after=self.settle_takeover
+        if attempt.state not in (attempt.State.RAN, attempt.State.SETTLING):
+            return in_progress(step.variant)
+        dead = attempt.state == attempt.State.SETTLING and self._owner_state(attempt.owner) == owners.DEAD
+        if not replay.take_settlement(
+            attempt, owner=self.owner, stale_after=self.settle_takeover, owner_dead=dead
         ):
-            price = self.price_for(attempt.tool) or step.price
-            step.price = price
-            step.entry = _with(
-                step.entry, Status.VERIFIED, tool=attempt.tool, price=price, request_hash=attempt.request_hash
-            )
-            mismatch = _match_problem(price, step.payload.accepted)
-            if mismatch:  # same signature and nonce, other terms: not this payment
-                replay.await_settlement(attempt)
-                self._record_after_run(_with(step.entry, Status.FAILED, error_reason=mismatch))
-                return self._rejected(attempt.tool, step.variant, mismatch, route=step.route)
-            return self._settle(step, Outcome.from_dict(attempt.outcome).result)
-        return in_progress(step.variant)
+            return in_progress(step.variant)
+        price = self.price_for(attempt.tool) or step.price
+        step.price = price
+        step.entry = _with(
+            step.entry,
+            Status.VERIFIED,
+            tool=attempt.tool,
+            price=price,
+            request_hash=attempt.request_hash,
+            payer=attempt.payer or step.entry.payer,
+        )
+        mismatch = _match_problem(price, step.payload.accepted)
+        if mismatch:  # same signature and nonce, other terms: not this payment
+            replay.await_settlement(attempt, sent=False)
+            self._record_after_run(_with(step.entry, Status.FAILED, error_reason=mismatch))
+            return self._rejected(attempt.tool, step.variant, mismatch, route=step.route)
+        self._record_after_run(_with(step.entry, Status.SETTLING))
+        return self._settle(step, Outcome.from_dict(attempt.outcome).result)
 
     def _settle(self, step: _Step, result: dict) -> Outcome:
-        """Settle a payment whose tool ran and succeeded; only the facilitator is retried."""
+        """Settle a payment whose tool ran and succeeded, its intent recorded;
+        only the facilitator is retried."""
         entry, variant = step.entry, step.variant
+        crash_point("before_settle")
         try:
             settled = self.facilitator.settle(step.payload, step.price.requirements())
         except FacilitatorUnavailable as exc:
-            replay.await_settlement(step.attempt)
+            replay.await_settlement(step.attempt, sent=exc.delivered)
             self._record_after_run(_with(entry, Status.FAILED, error_reason="facilitator_unavailable"))
             return unavailable(variant, exc.status, exc.detail, tool_ran=True)
         except BaseException:
             replay.await_settlement(step.attempt)
             raise
-        receipt = settled.model_dump(by_alias=True, exclude_none=True, mode="json")
+        crash_point("after_settle")
         payer = settled.payer or entry.payer
-        # The answer is stored before the audit is written: an audit that fails
-        # (a locked database, an unwritable log) cannot lose a paid result.
+        note = ""
+        if _settled_earlier(settled, step.attempt):
+            # An earlier settle request for this very payment reached the
+            # facilitator and its answer was lost (this process died, or it
+            # timed out): that request used the nonce. Its transaction hash
+            # never came back.
+            note = settled.error_reason or ""
+            settled = SettleResponse(
+                success=True,
+                transaction="",
+                network=settled.network or step.price.network,
+                payer=payer or None,
+                extra={"reconciled": note},
+            )
+        receipt = settled.model_dump(by_alias=True, exclude_none=True, mode="json")
         if not settled.success:
             reason = settled.error_reason or "unexpected_settle_error"
-            outcome = step.done(
-                self._rejected(entry.tool, variant, reason, receipt=receipt, route=step.route)
-            )
-            self._record_after_run(_with(entry, Status.FAILED, error_reason=reason, payer=payer))
-            return outcome
+            outcome = self._rejected(entry.tool, variant, reason, receipt=receipt, route=step.route)
+            return self._finish(step, outcome, _with(entry, Status.FAILED, error_reason=reason, payer=payer))
         headers = {PAYMENT_RESPONSE_HEADER: encode_payment_response_header(settled)}
         if variant == "inband":
             meta = {**(result.get("_meta") or {}), MCP_PAYMENT_RESPONSE_META_KEY: receipt}
             result = {**result, "_meta": meta}
-        outcome = step.done(Outcome("paid", 200, variant, headers, result=result))
-        self._record_after_run(_with(entry, Status.SETTLED, payer=payer, transaction=settled.transaction))
+        outcome = Outcome("paid", 200, variant, headers, result=result)
+        settled_entry = _with(
+            entry, Status.SETTLED, payer=payer, transaction=settled.transaction, error_reason=note
+        )
+        self._finish(step, outcome, settled_entry)
+        crash_point("after_store")
+        return outcome
+
+    def _finish(self, step: _Step, outcome: Outcome, audit: Entry) -> Outcome:
+        """Store the payment's final answer and its audit record in one transaction.
+
+        The record alone may fail (a locked database, an unwritable log): it is
+        then logged, and the answer is stored all the same, so an audit that
+        fails cannot lose a paid result.
+        """
+        with transaction.atomic():
+            step.done(outcome)
+            self._record_after_run(audit)
         return outcome
 
     def _record_after_run(self, entry: Entry) -> None:
@@ -301,7 +381,6 @@ class Gate:
         variant: str,
         reason: str,
         *,
-        status: int = 402,
         receipt: dict | None = None,
         route: Route | None = None,
     ) -> Outcome:
@@ -316,7 +395,7 @@ class Gate:
                 result["_meta"] = {MCP_PAYMENT_RESPONSE_META_KEY: receipt}
             return Outcome("failed", 200, variant, {}, result=result, reason=reason)
         error = challenge.jsonrpc_error(required, message=f"Payment rejected: {reason}")
-        return Outcome("failed", status, variant, headers, error=error, reason=reason)
+        return Outcome("failed", 402, variant, headers, error=error, reason=reason)
 
 
 @dataclass
@@ -344,6 +423,20 @@ def _payer(payload: dict) -> str:
     inner = payload.get("payload") or {}
     auth = inner.get("authorization") if isinstance(inner, dict) else None
     return str(auth.get("from", "")) if isinstance(auth, dict) else ""
+
+
+def _authorization(payload: PaymentPayload) -> dict[str, str]:
+    """The EIP-3009 authorization's fields, as strings (empty for another payload shape)."""
+    auth = (payload.payload or {}).get("authorization")
+    return {str(k): str(v) for k, v in auth.items()} if isinstance(auth, dict) else {}
+
+
+def _settled_earlier(settled: SettleResponse, attempt) -> bool:
+    """The facilitator refused because the nonce is used, and an earlier settle
+    request for this payment may have reached it unanswered (payments/replay.py)."""
+    return (
+        not settled.success and settled.error_reason == ERR_NONCE_ALREADY_USED and attempt.settle_attempts > 1
+    )
 
 
 def problems(config) -> list[str]:

@@ -14,6 +14,7 @@ class SettlementLog(models.Model):
     class Status(models.TextChoices):
         REQUIRED = "required", "payment required"
         VERIFIED = "verified", "verified"
+        SETTLING = "settling", "settlement requested"
         SETTLED = "settled", "settled"
         FAILED = "failed", "failed"
 
@@ -51,6 +52,13 @@ class PaymentAttempt(models.Model):
     after a settlement outage, gets it without running the tool again. It is
     purged ``kept_until`` (payments/replay.py); the row itself, which holds
     no request content, stays so the payment can never be used twice.
+
+    Before the facilitator is asked to settle, the row records the intent:
+    the authorization's ``nonce``, ``payer`` and ``amount`` (with the
+    ``request_hash``), and counts the settle request in ``settle_attempts``
+    (the settle requests that may have reached the facilitator with no answer
+    stored). ``owner`` names the process handling the payment while it is
+    ``pending`` or ``settling`` (payments/owners.py).
     """
 
     class State(models.TextChoices):
@@ -66,6 +74,13 @@ class PaymentAttempt(models.Model):
     outcome = models.JSONField(null=True, blank=True)
     kept_until = models.DateTimeField(
         null=True, blank=True, db_index=True, help_text="when the stored outcome is purged"
+    )
+    owner = models.CharField(max_length=64, blank=True, default="", help_text="the process handling it")
+    nonce = models.CharField(max_length=66, blank=True, default="", help_text="the authorization's nonce")
+    payer = models.CharField(max_length=66, blank=True, default="")
+    amount = models.CharField(max_length=78, blank=True, default="", help_text="atomic units of the asset")
+    settle_attempts = models.PositiveIntegerField(
+        default=0, help_text="settle requests that may have reached the facilitator, unanswered"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

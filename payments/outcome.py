@@ -21,9 +21,12 @@ class Outcome:
 
     * ``free``: the tool is not priced; ``result`` is its answer.
     * ``challenge``: no payment was sent; answer 402 with ``headers`` and ``error``.
-    * ``paid``: verified, ran, settled; ``result`` (+ ``PAYMENT-RESPONSE``).
+    * ``paid``: verified, ran, settled; ``result`` (+ ``PAYMENT-RESPONSE``). Also when
+      the facilitator says the nonce is used because an earlier, unanswered settle
+      request for the same payment settled it: then the receipt has no transaction.
     * ``tool_error``: verified, the tool failed, nothing was settled; ``result``.
-    * ``failed``: the payment was rejected (``reason``); 402 again (or 400 when undecodable).
+    * ``failed``: the payment was rejected (``reason``, ``invalid_payload`` when it
+      cannot be decoded); 402 again, with a fresh challenge.
     * ``unavailable``: the facilitator is down; retryable ``error``. Either the tool did
       not run (a verify outage), or it ran and its result is held until a retry with
       the same payment settles it (a settle outage: ``data.tool_ran``).

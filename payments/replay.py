@@ -8,16 +8,30 @@ still running.
 
 A row moves through these states:
 
-* ``pending``: claimed; verifying, then running the tool;
-* ``settling``: the tool ran and succeeded, its result is stored, one request
-  is asking the facilitator to settle (if that request dies, a retry takes the
-  settlement over once the row is older than a settle call can last);
-* ``ran``: settlement could not be reached (facilitator outage); the result
-  stays stored, and a retry with the same payment only retries settlement;
+* ``pending``: claimed by its ``owner`` (a process, payments/owners.py);
+  verifying, then running the tool. Nothing is stored and nothing settled:
+  if the owner dies, a retry takes the row over and starts again (verify,
+  run); while it lives, a retry is told "in progress";
+* ``settling``: the tool ran and succeeded. Its result is stored together
+  with the intent to settle (the authorization's nonce, payer and amount,
+  and the request hash), and ``settle_attempts`` counts the settle request,
+  all before the facilitator is asked. If the owner dies, a retry takes the
+  settlement over at once (or, when the owner cannot be probed, once the row
+  is older than a settle call can last) and asks again;
+* ``ran``: the facilitator could not be reached; the result stays stored,
+  and a retry with the same payment only retries settlement;
 * ``done``: the final outcome is stored and is what every replay gets.
 
 A row that never ran the tool (a verification outage) is deleted, so the
 same payment can be retried from the start.
+
+``settle_attempts`` is what makes a lost answer safe: a settle request that
+may have reached the facilitator with no answer stored (a crash, a timeout,
+a 5xx) stays counted, so when the next one is refused because the nonce is
+already used, the gate knows the earlier request is what used it, and
+answers with the stored result instead of refusing a payment that went
+through (payments/gate.py). A request that certainly never reached the
+facilitator (connection refused) is uncounted again.
 
 The stored outcome may hold the tool's result, hence request content (a
 search result quotes its query). It is kept for :data:`RETENTION` after the
@@ -41,7 +55,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from payments.models import PaymentAttempt
@@ -86,8 +100,8 @@ def _until() -> datetime:
     return timezone.now() + RETENTION
 
 
-def claim(key: str, *, tool: str, request_hash: str) -> tuple[PaymentAttempt, bool]:
-    """(attempt, True) for a new payment; (existing attempt, False) for a replay.
+def claim(key: str, *, tool: str, request_hash: str, owner: str = "") -> tuple[PaymentAttempt, bool]:
+    """(attempt, True) for a new payment, owned by ``owner``; (existing attempt, False) for a replay.
 
     Expired outcomes are purged first (at most once per :data:`PURGE_INTERVAL`),
     so the table never keeps a result much longer than :data:`RETENTION`; a
@@ -98,7 +112,7 @@ def claim(key: str, *, tool: str, request_hash: str) -> tuple[PaymentAttempt, bo
     try:
         with transaction.atomic():
             attempt = PaymentAttempt.objects.create(
-                key=key, tool=tool, request_hash=request_hash, kept_until=_until()
+                key=key, tool=tool, request_hash=request_hash, kept_until=_until(), owner=owner
             )
             return attempt, True
     except IntegrityError:
@@ -109,33 +123,71 @@ def claim(key: str, *, tool: str, request_hash: str) -> tuple[PaymentAttempt, bo
     return attempt, False
 
 
-def hold(attempt: PaymentAttempt, outcome: dict[str, Any]) -> None:
-    """The tool ran and succeeded: store its outcome before asking to settle."""
-    _save(attempt, State.SETTLING, outcome)
-
-
-def await_settlement(attempt: PaymentAttempt) -> None:
-    """Settlement could not be reached: keep the result, let a retry settle."""
-    PaymentAttempt.objects.filter(pk=attempt.pk, state=State.SETTLING).update(
-        state=State.RAN, kept_until=_until(), updated_at=timezone.now()
+def take_over(attempt: PaymentAttempt, *, owner: str, tool: str, request_hash: str) -> bool:
+    """Claim a ``pending`` payment whose owner died, for this request; False if
+    another request took it first. Nothing was stored or settled for it."""
+    taken = PaymentAttempt.objects.filter(pk=attempt.pk, state=State.PENDING, owner=attempt.owner).update(
+        owner=owner, tool=tool, request_hash=request_hash, kept_until=_until(), updated_at=timezone.now()
     )
+    if taken:
+        attempt.owner, attempt.tool, attempt.request_hash = owner, tool, request_hash
+    return bool(taken)
+
+
+def hold(attempt: PaymentAttempt, outcome: dict[str, Any], *, nonce: str, payer: str, amount: str) -> None:
+    """The tool ran and succeeded: store its outcome and the intent to settle
+    (nonce, payer, amount; the request hash is already there), counting the
+    settle request about to be sent, in one write, before asking to settle."""
+    attempt.nonce, attempt.payer, attempt.amount = nonce[:66], payer[:66], amount[:78]
+    attempt.settle_attempts = 1
+    _save(attempt, State.SETTLING, outcome, "nonce", "payer", "amount", "settle_attempts")
+
+
+def await_settlement(attempt: PaymentAttempt, *, sent: bool = True) -> None:
+    """Settlement could not be reached: keep the result, let a retry settle.
+
+    ``sent=False``: the settle request certainly never reached the facilitator,
+    so it is no longer counted in ``settle_attempts``.
+    """
+    row = PaymentAttempt.objects.filter(pk=attempt.pk)
+    with transaction.atomic():
+        moved = row.filter(state=State.SETTLING, owner=attempt.owner).update(
+            state=State.RAN, kept_until=_until(), updated_at=timezone.now()
+        )
+        if moved and not sent:
+            row.filter(settle_attempts__gt=0).update(settle_attempts=F("settle_attempts") - 1)
     attempt.state = State.RAN
 
 
-def take_settlement(attempt: PaymentAttempt, *, stale_after: timedelta) -> bool:
-    """Move a payment to ``settling`` for this request; False if another has it.
+def take_settlement(
+    attempt: PaymentAttempt, *, owner: str, stale_after: timedelta, owner_dead: bool = False
+) -> bool:
+    """Move a payment to ``settling`` for this request and count the settle
+    request it is about to send; False if another request has it.
 
-    A ``ran`` payment is taken at once. A ``settling`` one is taken only once it
-    has not changed for ``stale_after`` (longer than a settle call can last): the
-    request that was settling it died, or could not store its answer, and the
-    held result would otherwise be out of reach until it is purged.
+    A ``ran`` payment is taken at once, and so is a ``settling`` one whose owner
+    died (``owner_dead``: its process is gone, payments/owners.py). Otherwise a
+    ``settling`` one is taken only once it has not changed for ``stale_after``
+    (longer than a settle call can last): the request that was settling it died,
+    or could not store its answer, and the held result would otherwise be out
+    of reach until it is purged.
     """
     now = timezone.now()
     waiting = Q(state=State.RAN) | Q(state=State.SETTLING, updated_at__lt=now - stale_after)
-    taken = PaymentAttempt.objects.filter(waiting, pk=attempt.pk).update(state=State.SETTLING, updated_at=now)
+    if owner_dead:
+        waiting |= Q(state=State.SETTLING, owner=attempt.owner)
+    taken = PaymentAttempt.objects.filter(waiting, pk=attempt.pk).update(
+        state=State.SETTLING, owner=owner, settle_attempts=F("settle_attempts") + 1, updated_at=now
+    )
     if taken:
-        attempt.state = State.SETTLING
+        attempt.refresh_from_db(fields=["state", "owner", "settle_attempts", "outcome", "updated_at"])
     return bool(taken)
+
+
+def unfinished_owners() -> set[str]:
+    """The owners of every ``pending`` or ``settling`` payment."""
+    rows = PaymentAttempt.objects.filter(state__in=(State.PENDING, State.SETTLING))
+    return set(rows.values_list("owner", flat=True).distinct())
 
 
 def complete(attempt: PaymentAttempt, outcome: dict[str, Any]) -> None:
@@ -144,7 +196,7 @@ def complete(attempt: PaymentAttempt, outcome: dict[str, Any]) -> None:
 
 def release(attempt: PaymentAttempt) -> None:
     """Forget a payment that was neither verified nor settled, so the client may retry it."""
-    PaymentAttempt.objects.filter(pk=attempt.pk, state=State.PENDING).delete()
+    PaymentAttempt.objects.filter(pk=attempt.pk, state=State.PENDING, owner=attempt.owner).delete()
 
 
 def purge_expired(now: datetime | None = None, *, key: str | None = None) -> int:
@@ -157,8 +209,8 @@ def purge_expired(now: datetime | None = None, *, key: str | None = None) -> int
     return rows.update(state=State.DONE, outcome=None, kept_until=None, updated_at=now)
 
 
-def _save(attempt: PaymentAttempt, state: str, outcome: dict[str, Any]) -> None:
+def _save(attempt: PaymentAttempt, state: str, outcome: dict[str, Any], *fields: str) -> None:
     attempt.state = state
     attempt.outcome = outcome
     attempt.kept_until = _until()
-    attempt.save(update_fields=["state", "outcome", "kept_until", "updated_at"])
+    attempt.save(update_fields=["state", "outcome", "kept_until", "updated_at", *fields])

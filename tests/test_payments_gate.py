@@ -5,14 +5,24 @@ from __future__ import annotations
 import base64
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from x402 import PaymentRequired
-from x402.http import decode_payment_required_header, decode_payment_response_header
+from django.db import connection
+from django.utils import timezone
+from x402 import PaymentPayload, PaymentRequired
+from x402.http import (
+    decode_payment_required_header,
+    decode_payment_response_header,
+    decode_payment_signature_header,
+    encode_payment_signature_header,
+)
 
 from corpus.config import build_config
 from payments import gate as gate_mod
+from payments import owners, replay
+from payments.facilitator import Facilitator
 from payments.models import PaymentAttempt, SettlementLog
 from tests.fakes.facilitator import FakeFacilitator, running_facilitator
 from tests.x402_client import (
@@ -135,10 +145,26 @@ def test_valid_payment_runs_tool_settles_once_and_returns_payment_response(gate,
     assert receipt.transaction.startswith("0x") and len(receipt.transaction) == 66
     assert fake_facilitator.count("/verify") == 1 and fake_facilitator.count("/settle") == 1
     statuses = list(SettlementLog.objects.order_by("id").values_list("status", flat=True))
-    assert statuses == ["required", "verified", "settled"]
+    assert statuses == ["required", "verified", "settling", "settled"]
     settled = SettlementLog.objects.get(status="settled")
     assert settled.transaction == receipt.transaction and settled.payer == TEST_ADDRESS
-    assert [e["event"] for e in gate.events] == ["payment_required", "payment_verified", "payment_settled"]
+    events = [e["event"] for e in gate.events]
+    assert events == ["payment_required", "payment_verified", "payment_settling", "payment_settled"]
+    # the intent to settle, recorded before the facilitator was asked
+    intent = SettlementLog.objects.get(status="settling")
+    assert (intent.payer, intent.amount, intent.request_hash) == (
+        TEST_ADDRESS,
+        "10000",
+        gate_mod.request_hash(TOOL, ARGS),
+    )
+    attempt = PaymentAttempt.objects.get()
+    nonce = decode_payment_signature_header(header).payload["authorization"]["nonce"]
+    assert (attempt.nonce, attempt.payer, attempt.amount, attempt.settle_attempts) == (
+        nonce,
+        TEST_ADDRESS,
+        "10000",
+        1,
+    )
 
 
 def _rejection_cases(required: PaymentRequired):
@@ -183,8 +209,6 @@ REASONS = {
 def test_rejected_payment_gets_402_with_reason_and_tool_does_not_run(gate, fake_facilitator, case):
     payment = _rejection_cases(challenge(gate))[case]
     meta = payment if isinstance(payment, dict) else payment.model_dump(by_alias=True, exclude_none=True)
-    from x402 import PaymentPayload
-    from x402.http import encode_payment_signature_header
 
     header = encode_payment_signature_header(PaymentPayload.model_validate(meta))
     tool = Tool()
@@ -200,10 +224,43 @@ def test_rejected_payment_gets_402_with_reason_and_tool_does_not_run(gate, fake_
     assert fake_facilitator.count("/verify") == (0 if case.endswith("declared") else 1)
 
 
-def test_undecodable_header_is_400_invalid_payload(gate):
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+UNDECODABLE = {
+    "not-base64": "not-base64-json!",
+    "not-json": _b64("{not json"),
+    "not-a-payment": _b64(json.dumps({"x402Version": 2, "hello": "world"})),
+    "version-1": _b64(json.dumps({"x402Version": 1, "scheme": "exact", "network": "base", "payload": {}})),
+}
+
+
+@pytest.mark.parametrize("header", list(UNDECODABLE.values()), ids=list(UNDECODABLE))
+def test_undecodable_header_gets_402_with_a_fresh_challenge_naming_the_reason(gate, fake_facilitator, header):
     tool = Tool()
-    outcome = call(gate, tool, header="not-base64-json!")
-    assert outcome.http_status == 400 and outcome.reason == "invalid_payload" and tool.calls == 0
+    outcome = call(gate, tool, header=header)
+    assert outcome.kind == "failed" and outcome.http_status == 402 and outcome.reason == "invalid_payload"
+    assert tool.calls == 0 and fake_facilitator.calls == []
+    required = decode_payment_required_header(outcome.headers["PAYMENT-REQUIRED"])
+    assert required.error == "invalid_payload" and required.accepts == challenge(gate).accepts
+    assert outcome.error["code"] == 402 and outcome.error["data"]["error"] == "invalid_payload"
+    assert SettlementLog.objects.filter(status="failed", error_reason="invalid_payload").count() == 1
+    assert not PaymentAttempt.objects.exists()
+    # the fresh challenge is one a client can pay
+    paid = call(gate, tool, header=payment_header(required))
+    assert paid.kind == "paid" and tool.calls == 1
+
+
+@pytest.mark.parametrize("meta", ["base64-or-whatever", {"x402Version": 2}], ids=["a-string", "no-payload"])
+def test_undecodable_inband_payment_gets_the_challenge_in_band(gate, fake_facilitator, meta):
+    tool = Tool()
+    outcome = call(gate, tool, meta=meta)
+    assert outcome.kind == "failed" and outcome.http_status == 200 and tool.calls == 0
+    assert outcome.result["isError"] is True and outcome.reason == "invalid_payload"
+    structured = outcome.result["structuredContent"]
+    assert structured["error"] == "invalid_payload" and structured["accepts"][0]["amount"] == "10000"
+    assert fake_facilitator.calls == []
 
 
 def test_facilitator_down_is_retryable_and_tool_does_not_run(gate, fake_facilitator):
@@ -307,7 +364,7 @@ def test_audit_never_holds_the_query_text(gate):
     call(gate, Tool(), header=payment_header(challenge(gate)))
     log = (gate.state / "payments" / "settlement.log").read_text()
     events = [json.loads(line)["event"] for line in log.splitlines()]
-    assert events == ["payment_required", "payment_verified", "payment_settled"]
+    assert events == ["payment_required", "payment_verified", "payment_settling", "payment_settled"]
     assert "invoices" not in log and "signature" not in log
     for row in SettlementLog.objects.values():
         assert "invoices" not in json.dumps(row, default=str)
@@ -333,7 +390,7 @@ def test_settle_outage_keeps_the_result_and_a_retry_only_settles(gate, fake_faci
     assert replayed.kind == "replayed" and replayed.result == settled.result and tool.calls == 1
     assert fake_facilitator.count("/settle") == outages + 1
     statuses = list(SettlementLog.objects.order_by("id").values_list("status", flat=True))
-    assert statuses == ["required", "verified", *["failed"] * outages, "settled"]
+    assert statuses == ["required", "verified", *["settling", "failed"] * outages, "settling", "settled"]
 
 
 def test_settle_outage_then_inband_retry_gets_the_receipt_in_meta(gate, fake_facilitator):
@@ -372,12 +429,6 @@ def echo_tool(calls: list):
 
 
 def test_stored_outcome_is_purged_after_retention_and_the_payment_stays_used(gate, fake_facilitator):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from payments import replay
-
     calls: list = []
     header = payment_header(challenge(gate))
     first = _paid(gate, calls, header)
@@ -398,12 +449,6 @@ def test_stored_outcome_is_purged_after_retention_and_the_payment_stays_used(gat
 
 
 def test_a_new_paid_request_purges_expired_outcomes(gate, fake_facilitator):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from payments import replay
-
     replay.reset_purge_throttle()
     calls: list = []
     first = payment_header(challenge(gate))
@@ -431,11 +476,6 @@ def _paid(gate, calls: list, header: str):
 def test_the_purge_runs_at_most_once_per_interval_not_on_every_paid_request(
     gate, fake_facilitator, monkeypatch
 ):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from payments import replay
 
     monkeypatch.setattr(replay, "PURGE_INTERVAL", 3600.0)  # no stall of the test machine can end it
     replay.reset_purge_throttle()
@@ -453,12 +493,6 @@ def test_the_purge_runs_at_most_once_per_interval_not_on_every_paid_request(
 
 
 def test_a_replay_of_an_expired_payment_is_used_up_even_between_purges(gate, fake_facilitator, monkeypatch):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from payments import replay
-
     monkeypatch.setattr(replay, "PURGE_INTERVAL", 3600.0)
     replay.reset_purge_throttle()
     calls: list = []
@@ -475,8 +509,6 @@ def test_a_replay_of_an_expired_payment_is_used_up_even_between_purges(gate, fak
 @pytest.fixture
 def settled_rows_refused():
     """The database refuses the audit's ``settled`` rows, as a locked one would."""
-    from django.db import connection
-
     message = "database is locked"
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
@@ -531,16 +563,13 @@ def test_a_failing_audit_after_settlement_cannot_lose_the_paid_result(
 
 
 def test_a_settlement_left_settling_is_taken_over_once_older_than_a_settle_call(gate, fake_facilitator):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     tool = Tool()
     header = payment_header(challenge(gate))
     fake_facilitator.fail_next(503, path="/settle")
     assert call(gate, tool, header=header).kind == "unavailable"
-    # a retry took the settlement, then its process died before any answer
-    PaymentAttempt.objects.update(state="settling", updated_at=timezone.now())
+    # a retry on another machine (its lock file is not here: it cannot be
+    # probed) took the settlement, then its process died before any answer
+    PaymentAttempt.objects.update(state="settling", owner="77-aaaaaaaaaaaa", updated_at=timezone.now())
 
     busy = call(gate, tool, header=header)  # it might still be settling: not taken over yet
     assert busy.kind == "in_progress" and busy.http_status == 409
@@ -553,3 +582,155 @@ def test_a_settlement_left_settling_is_taken_over_once_older_than_a_settle_call(
     assert tool.calls == 1 and fake_facilitator.count("/settle") == 2
     assert PaymentAttempt.objects.get().state == "done"
     assert call(gate, tool, header=header).kind == "replayed"
+
+
+# -- paid means answered: the intent to settle, lost answers and dead owners ----------
+
+
+def nonce_of(header: str) -> str:
+    return decode_payment_signature_header(header).payload["authorization"]["nonce"].lower()
+
+
+def statuses() -> list[tuple[str, str]]:
+    return list(SettlementLog.objects.order_by("id").values_list("status", "error_reason"))
+
+
+def test_a_settlement_whose_answer_was_lost_is_answered_once_and_never_charged_twice(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    fake_facilitator.lose_next_answer("/settle")  # it settles, then its answer never arrives
+    lost = call(gate, tool, header=header)
+    assert lost.kind == "unavailable" and lost.error["data"]["tool_ran"] is True and lost.result is None
+    assert fake_facilitator.settlements == [nonce_of(header)]  # the payment went through
+    attempt = PaymentAttempt.objects.get()
+    assert attempt.state == "ran" and attempt.settle_attempts == 1  # the lost request stays counted
+
+    retried = call(gate, tool, header=header)  # the facilitator now says: nonce already used
+    assert retried.kind == "paid" and retried.result["content"][0]["text"] == "3 hits" and tool.calls == 1
+    receipt = decode_payment_response_header(retried.headers["PAYMENT-RESPONSE"])
+    assert receipt.success is True and receipt.transaction == "" and receipt.payer == TEST_ADDRESS
+    assert receipt.extra == {"reconciled": "invalid_exact_evm_nonce_already_used"}
+    assert fake_facilitator.count("/settle") == 2 and fake_facilitator.settlements == [nonce_of(header)]
+    assert statuses() == [
+        ("required", ""),
+        ("verified", ""),
+        ("settling", ""),
+        ("failed", "facilitator_unavailable"),
+        ("settling", ""),
+        ("settled", "invalid_exact_evm_nonce_already_used"),
+    ]
+    again = call(gate, tool, header=header)
+    assert (
+        again.kind == "replayed" and again.result == retried.result and fake_facilitator.count("/settle") == 2
+    )
+
+
+def test_nonce_used_on_the_first_settle_request_is_a_refusal(gate, fake_facilitator):
+    """Nothing of ours can have used the nonce (the payer cancelled the
+    authorization while the tool ran): the answer stays withheld."""
+    tool = Tool()
+    header = payment_header(challenge(gate))
+
+    def cancelled_meanwhile() -> dict:
+        fake_facilitator.used_nonces.add(nonce_of(header))
+        return tool()
+
+    outcome = call(gate, cancelled_meanwhile, header=header)
+    assert outcome.kind == "failed" and outcome.http_status == 402 and outcome.result is None
+    assert outcome.reason == "invalid_exact_evm_nonce_already_used" and tool.calls == 1
+    assert fake_facilitator.settlements == []
+    assert statuses()[-1] == ("failed", "invalid_exact_evm_nonce_already_used")
+
+
+def test_a_refused_connection_at_settle_is_not_counted_so_a_used_nonce_stays_refused(
+    fake_facilitator, tmp_path
+):
+    """A settle request that never reached the facilitator cannot have settled:
+    if the nonce is used by the retry, someone else used it."""
+    cfg = build_config(x402_config(fake_facilitator.url), {}, {})
+    first = gate_mod.from_config(cfg, tmp_path)
+    tool = Tool()
+    header = payment_header(challenge(first))
+
+    def facilitator_goes_down() -> dict:
+        fake_facilitator.stop()  # verified; then the settle request's connection is refused
+        return tool()
+
+    down = call(first, facilitator_goes_down, header=header)
+    first.close()
+    assert down.kind == "unavailable" and down.http_status == 503 and down.error["data"]["tool_ran"]
+    attempt = PaymentAttempt.objects.get()
+    assert attempt.state == "ran" and attempt.settle_attempts == 0
+
+    with running_facilitator() as other:  # the facilitator is back (at another address)
+        other.used_nonces.add(nonce_of(header))  # the payer cancelled the authorization meanwhile
+        second = gate_mod.from_config(cfg, tmp_path, facilitator=Facilitator(other.url))
+        try:
+            refused = call(second, tool, header=header)
+        finally:
+            second.close()
+    assert refused.kind == "failed" and refused.reason == "invalid_exact_evm_nonce_already_used"
+    assert refused.result is None and tool.calls == 1 and other.settlements == []
+
+
+DEAD_OWNER = "4242-0123456789ab"
+
+
+def leave_behind(gate, header: str, state: str, *, owner: str, outcome=None) -> PaymentAttempt:
+    """The replay row a process left when it stopped at ``state`` (``owner``'s lock file
+    is there, unlocked, when the owner died: what the kernel leaves of a killed process)."""
+    if owner == DEAD_OWNER:
+        folder = owners.owners_dir(gate.state_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{DEAD_OWNER}.lock").touch()
+    payload = decode_payment_signature_header(header).model_dump(by_alias=True, exclude_none=True)
+    attempt, _ = replay.claim(replay.payment_key(payload), tool=TOOL, request_hash="h", owner=owner)
+    if state != "pending":
+        PaymentAttempt.objects.filter(pk=attempt.pk).update(state=state, outcome=outcome, settle_attempts=1)
+    return attempt
+
+
+def test_a_pending_payment_whose_process_died_is_started_again_at_once(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    leave_behind(gate, header, "pending", owner=DEAD_OWNER)  # it died verifying or running the tool
+    outcome = call(gate, tool, header=header)
+    assert outcome.kind == "paid" and tool.calls == 1 and fake_facilitator.settlements == [nonce_of(header)]
+    attempt = PaymentAttempt.objects.get()
+    assert attempt.state == "done" and attempt.owner == gate.owner and attempt.owner != DEAD_OWNER
+
+
+def test_a_pending_payment_of_a_live_process_is_in_progress(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    live = owners.ProcessLock(gate.state_dir)  # another process of this state directory, alive
+    try:
+        leave_behind(gate, header, "pending", owner=live.token)
+        busy = call(gate, tool, header=header)
+    finally:
+        live.close()
+    assert busy.kind == "in_progress" and busy.http_status == 409 and tool.calls == 0
+    assert fake_facilitator.calls == []
+
+
+def test_a_pending_payment_of_an_unknown_owner_is_in_progress(gate, fake_facilitator):
+    """No lock file here (another machine's process): it cannot be probed."""
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    leave_behind(gate, header, "pending", owner="77-aaaaaaaaaaaa")
+    assert call(gate, tool, header=header).kind == "in_progress" and tool.calls == 0
+
+
+def test_a_settling_payment_whose_process_died_is_settled_at_once(gate, fake_facilitator):
+    """It died after the intent was stored, before its settle request went out."""
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    held = gate_mod.Outcome("ran", 200, "http", result=Tool()()).to_dict()
+    leave_behind(gate, header, "settling", owner=DEAD_OWNER, outcome=held)
+    outcome = call(gate, tool, header=header)  # not "in progress" for a minute: settled now
+    assert outcome.kind == "paid" and outcome.result["content"][0]["text"] == "3 hits" and tool.calls == 0
+    receipt = decode_payment_response_header(outcome.headers["PAYMENT-RESPONSE"])
+    assert receipt.success and receipt.transaction.startswith("0x")  # this request's own settlement
+    assert fake_facilitator.count("/verify") == 0 and fake_facilitator.settlements == [nonce_of(header)]
+    attempt = PaymentAttempt.objects.get()
+    assert attempt.state == "done" and attempt.settle_attempts == 2

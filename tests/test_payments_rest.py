@@ -178,10 +178,43 @@ def test_rejected_payment_is_402_naming_the_reason(server, facilitator):
     assert settlement_rows(server)[-1]["error_reason"] == reason
 
 
-def test_undecodable_payment_is_400(server):
-    response = rest(server, "GET", "/find", {"content": "loader"}, **{"PAYMENT-SIGNATURE": "%%%"})
-    envelope(response, 400, "UNAUTHORIZED")
-    assert decode_payment_required_header(response.headers["PAYMENT-REQUIRED"]).error == "invalid_payload"
+UNREADABLE = {"not-base64": "%%%", "not-a-payment": base64.b64encode(b'{"x402Version": 2}').decode()}
+
+
+@pytest.mark.parametrize("header", list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_undecodable_payment_is_402_with_a_fresh_challenge_over_rest(server, facilitator, header):
+    verified_before = facilitator.count("/verify")
+    response = rest(server, "GET", "/find", {"content": "loader"}, **{"PAYMENT-SIGNATURE": header})
+    error = envelope(response, 402, "UNAUTHORIZED")
+    assert "invalid_payload" in error["message"] and error["retryable"] is False
+    required = decode_payment_required_header(response.headers["PAYMENT-REQUIRED"])
+    assert required.error == "invalid_payload"
+    assert required.resource.url == f"{RESOURCE_BASE}/api/v1/find" and required.accepts[0].amount == "10000"
+    assert facilitator.count("/verify") == verified_before
+    assert settlement_rows(server)[-1]["error_reason"] == "invalid_payload"
+    paid = rest(
+        server, "GET", "/find", {"content": "loader"}, **{"PAYMENT-SIGNATURE": payment_header(required)}
+    )
+    assert paid.status_code == 200, paid.text
+
+
+@pytest.mark.parametrize("header", list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_undecodable_payment_is_402_with_a_fresh_challenge_over_mcp(server, facilitator, header):
+    body = {
+        "jsonrpc": "2.0",
+        "id": 8,
+        "method": "tools/call",
+        "params": {"name": "dir2mcp.find", "arguments": {"content": "loader"}},
+    }
+    response = server.post(body, session=server.session, **{"PAYMENT-SIGNATURE": header})
+    assert response.status_code == 402, response.text
+    error = response.json()["error"]
+    assert error["code"] == 402 and error["data"]["error"] == "invalid_payload"
+    required = decode_payment_required_header(response.headers["PAYMENT-REQUIRED"])
+    assert required.error == "invalid_payload" and required.resource.url == f"{RESOURCE_BASE}/mcp"
+    paid = server.post(body, session=server.session, **{"PAYMENT-SIGNATURE": payment_header(required)})
+    assert paid.status_code == 200 and not paid.json()["result"].get("isError")
+    assert decode_payment_response_header(paid.headers["PAYMENT-RESPONSE"]).success is True
 
 
 def test_a_tool_error_keeps_its_own_status_and_is_never_settled(server, facilitator):
@@ -212,8 +245,8 @@ def test_settle_outage_then_retry_settles_without_running_the_tool_again(server,
     # verified (and so run) once; settlement asked twice
     assert facilitator.count("/verify") == verified_before + 1
     assert facilitator.count("/settle") == settled_before + 2
-    statuses = [r["status"] for r in settlement_rows(server)[-3:]]
-    assert statuses == ["verified", "failed", "settled"]
+    statuses = [r["status"] for r in settlement_rows(server)[-5:]]
+    assert statuses == ["verified", "settling", "failed", "settling", "settled"]
 
 
 def test_cors_lets_a_browser_send_and_read_the_payment_headers(server):

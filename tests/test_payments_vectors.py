@@ -23,16 +23,15 @@ from payments import replay
 from payments.facilitator import Facilitator
 from payments.models import PaymentAttempt
 from tests.fakes.facilitator import FakeFacilitator, running_facilitator
-from tests.x402_client import BASE_SEPOLIA, PAY_TO, payment_header
+from tests.x402_client import BASE_SEPOLIA, PAY_TO, payment_header, sign_payment
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "x402_vectors.json"
+#: the x402 HTTP transport spec's header vectors (source: tests/data/x402/README.md)
+VECTORS = Path(__file__).resolve().parent / "data" / "x402" / "x402_vectors.json"
 VECTOR_PAYER = "0x857b06519E91e3A54538791bDbb0E22373e36b66"
 
 
 @pytest.fixture
 def vectors() -> dict[str, list]:
-    if not VECTORS.exists():
-        pytest.skip("shared/reference/x402_vectors.json is not beside the checkout")
     out: dict[str, list] = {}
     for item in json.loads(VECTORS.read_text())["vectors"]:
         out.setdefault(item["header"], []).append(item)
@@ -47,6 +46,16 @@ def fake_facilitator():
 
 def _dump(model) -> dict:
     return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def test_the_vectors_are_in_the_repository(vectors):
+    counts = {header: len(items) for header, items in vectors.items()}
+    assert counts == {
+        "PAYMENT-REQUIRED": 1,
+        "PAYMENT-SIGNATURE": 1,
+        "PAYMENT-RESPONSE": 2,
+        "EXTENSION-RESPONSES": 2,
+    }
 
 
 def test_spec_vectors_decode_with_the_x402_codecs(vectors):
@@ -148,8 +157,6 @@ def test_concurrent_duplicate_payment_runs_the_tool_once(fake_facilitator, tmp_p
 
 
 def test_signed_header_round_trips_through_the_codecs():
-    from tests.x402_client import sign_payment
-
     pr = {
         "x402Version": 2,
         "resource": {"url": "https://files.example/mcp"},

@@ -8,14 +8,18 @@ package's own helpers) and nonce reuse. An invalid payment is HTTP 200 with
 ``isValid: false`` and the spec's reason, as real facilitators answer.
 
 It can be scripted: ``fail_next(500)`` (or ``fail_next(500, path="/settle")``),
-``settle_failure("insufficient_funds")``,
-and ``stop()`` takes it down. Every request is recorded in :attr:`calls`.
+``settle_failure("insufficient_funds")``, ``lose_next_answer("/settle")``
+(the request is carried out, then its answer is lost: a 502 instead, as from a
+proxy that gave up after the facilitator settled), and ``stop()`` takes it
+down. Every request is recorded in :attr:`calls`, and every settlement that
+went through (one per nonce, ever) in :attr:`settlements`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -53,6 +57,16 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
+    def setup(self) -> None:
+        super().setup()
+        with self.server.fake._lock:
+            self.server.fake._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.fake._lock:
+            self.server.fake._connections.discard(self.connection)
+        super().finish()
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         self.server.fake._handle(self, "GET")
 
@@ -78,9 +92,13 @@ class FakeFacilitator:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.used_nonces: set[str] = set()
+        #: the nonce of every successful /settle, in order
+        self.settlements: list[str] = []
         self._script: deque[tuple[int, Any, str | None]] = deque()
+        self._lose: deque[str] = deque()
         self._settle_failure: str | None = None
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
         self._stopped = False
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self
@@ -96,16 +114,28 @@ class FakeFacilitator:
         for _ in range(count):
             self._script.append((status, body, path))
 
+    def lose_next_answer(self, path: str = "/settle") -> None:
+        """Carry out the next request to ``path``, then answer 502 instead of its result."""
+        self._lose.append(path)
+
     def settle_failure(self, reason: str | None) -> None:
         self._settle_failure = reason
 
     def stop(self) -> None:
-        """Take the facilitator down: its port refuses connections from now on."""
+        """Take the facilitator down: its port refuses connections from now on, and
+        the connections clients keep alive are closed."""
         if self._stopped:
             return
         self._stopped = True
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            open_connections = list(self._connections)
+        for conn in open_connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def count(self, path: str) -> int:
         return sum(1 for c in self.calls if c.path == path)
@@ -130,7 +160,14 @@ class FakeFacilitator:
             return _reply(handler, 404, {"error": "not found"})
         if method == "POST" and not isinstance(body, dict):
             return _reply(handler, 400, {"error": "invalid JSON body"})
-        _reply(handler, 200, action(body))
+        answer = action(body)
+        with self._lock:
+            lost = handler.path.split("?")[0] in self._lose
+            if lost:
+                self._lose.remove(handler.path.split("?")[0])
+        if lost:
+            return _reply(handler, 502, b"upstream timed out")
+        _reply(handler, 200, answer)
 
     def _scripted(self, path: str) -> tuple[int, Any] | None:
         for item in self._script:
@@ -165,6 +202,7 @@ class FakeFacilitator:
                 }
             nonce = body["paymentPayload"]["payload"]["authorization"]["nonce"].lower()
             self.used_nonces.add(nonce)
+            self.settlements.append(nonce)
         tx = "0x" + hashlib.sha256(nonce.encode()).hexdigest()
         return {"success": True, "transaction": tx, "network": network, "payer": payer}
 
