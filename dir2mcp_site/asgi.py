@@ -1,11 +1,13 @@
 """ASGI entry point, served by daphne.
 
-The MCP endpoint is a plain ASGI app (``mcp_gateway/api.py``): it does its
-own Host, Origin and bearer checks, and skips Django's request machinery,
-which costs thread hops on every call (docs/benchmarks.md). The REST mirror
-is a Django view that skips the site's middleware (sessions, CSRF, auth,
-messages, which only the admin uses). Everything else, the admin included,
-goes through the full stack.
+Every request first passes the gate (``mcp_gateway/route_gate.py``): the
+Host allowlist, the Origin check, and where the route takes them the bearer
+token and the rate limit, the same for every route. Then the MCP endpoint is
+a plain ASGI app (``mcp_gateway/api.py``) that skips Django's request
+machinery, which costs thread hops on every call (docs/benchmarks.md). The
+REST mirror is a Django view that skips the site's middleware (sessions,
+CSRF, auth, messages, which only the admin uses). Everything else, the admin
+included, goes through the full stack.
 """
 
 import os
@@ -23,7 +25,9 @@ from django.core.handlers.exception import convert_exception_to_response  # noqa
 
 site = get_asgi_application()
 
-from mcp_gateway import api  # noqa: E402  (needs the app registry ready)
+# These need the app registry ready.
+from mcp_gateway import api, route_gate  # noqa: E402
+from mcp_gateway.rest_edge import rest_edge  # noqa: E402
 
 
 class GatewayHandler(ASGIHandler):
@@ -37,30 +41,22 @@ class GatewayHandler(ASGIHandler):
         handler = convert_exception_to_response(self._get_response_async if is_async else self._get_response)
         handler = self.adapt_method_mode(is_async, handler, is_async)
         if is_async:  # under ASGI, the REST mirror's CORS and JSON 404/405 (mcp_gateway/rest_edge.py)
-            from mcp_gateway.rest_edge import rest_edge
-
             handler = convert_exception_to_response(rest_edge(handler))
         self._middleware_chain = handler
 
 
 gateway = GatewayHandler()
-REST_PREFIX = "/api/v1/"
-_mcp_path: list[str] = []
 
 
-def _mcp(path: str) -> bool:
-    if not _mcp_path:
-        from mcp_gateway import context
-
-        _mcp_path.append("/" + context.mcp_path().strip("/"))
-    return path == _mcp_path[0]
-
-
-async def application(scope, receive, send):
+async def routes(scope, receive, send):
+    """Where a request the gate let through goes (it names the surface)."""
     if scope["type"] == "http":
-        path = scope.get("path", "")
-        if _mcp(path):
+        surface = scope[route_gate.PASSED].surface
+        if surface == route_gate.MCP:
             return await api.app(scope, receive, send)
-        if path.startswith(REST_PREFIX):
+        if surface == route_gate.REST:
             return await gateway(scope, receive, send)
     return await site(scope, receive, send)
+
+
+application = route_gate.gate(routes)

@@ -1,10 +1,11 @@
 """The ``/mcp`` endpoint: MCP Streamable HTTP (2025-11-25) as an ASGI app.
 
 One async handler, served by daphne beside Django (``dir2mcp_site/asgi.py``)
-without Django's request machinery (``asgi_io.py`` says why). It runs the
-transport checks in the order of the reference checklist (Host, Origin,
-bearer, Accept/Content-Type, size, JSON), resolves the session from the
-database, then dispatches. Tool work runs in worker
+without Django's request machinery (``asgi_io.py`` says why). The gate in
+front of every route (``route_gate.py``) has checked Host, Origin, the bearer
+token and the rate limit; this runs the rest of the reference checklist
+(Accept/Content-Type, size, JSON), resolves the session from the database,
+then dispatches. Tool work runs in worker
 threads; a ``tools/call`` that carries a progress token (or whose session
 asked for log messages) is answered as an SSE stream carrying the
 notifications and then the response, everything else as one JSON object.
@@ -22,7 +23,7 @@ from django.db import connection
 
 from corpus import errors
 from dir2mcp_site.ops import metrics
-from mcp_gateway import context, dispatch, ratelimit, sessions, tools, transport, workers
+from mcp_gateway import context, dispatch, sessions, tools, transport, workers
 from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
 from mcp_gateway.transport import HttpError, Message
 
@@ -120,18 +121,13 @@ async def app(scope, receive, send) -> None:
 
 
 async def mcp_endpoint(request: Request) -> Response | StreamResponse:
+    # Host, Origin, bearer and rate limit were checked by the gate (route_gate.py):
+    # an Origin here is an allowed one.
     origin = request.headers.get("origin")
-    cors_origin = None
     try:
         ctx = await context_async()
-        if not request.host_allowed():
-            raise HttpError(400, errors.FORBIDDEN_ORIGIN, "Host header is not allowed")
-        transport.check_origin(origin, ctx.allowed_origins)
-        cors_origin = origin
         if request.method == "OPTIONS":
             return _cors(_preflight(), origin)
-        transport.check_bearer(request.headers.get("authorization"), ctx.auth.token)
-        check_rate(request.client, request.headers.get("authorization"), ctx)
         if request.method == "POST":
             response = await _post(request, ctx)
         elif request.method == "DELETE":
@@ -150,23 +146,7 @@ async def mcp_endpoint(request: Request) -> Response | StreamResponse:
     except Exception:  # a bug: logged here, a JSON-RPC error (never an HTML page) on the wire
         log.exception("MCP %s failed", request.method)
         response = _refusal(HttpError(500, "INTERNAL_ERROR", "internal error; see the server log", -32603))
-    return _cors(response, cors_origin)
-
-
-def check_rate(remote: str, authorization: str | None, ctx: context.Context) -> None:
-    """429 once this client (address and credential) is over its budget."""
-    bucket = ratelimit.limiter(ctx.config.server.rate_limit_per_minute)
-    if bucket is None:
-        return
-    key = f"{remote}|{sessions.token_digest(authorization)}"
-    wait = bucket.retry_after(key)
-    if wait:
-        raise HttpError(
-            429,
-            errors.RATE_LIMITED,
-            f"too many requests; retry in {wait}s",
-            headers={"Retry-After": str(wait)},
-        )
+    return _cors(response, origin)
 
 
 def _usable_connection(fn, *args, **kwargs):

@@ -45,16 +45,18 @@ class Request:
         self.server = scope.get("server") or ("", None)
         self._receive = receive
 
+    def host(self) -> str:
+        """The host the client asked for, read as Django's ``get_host()`` reads it."""
+        if settings.USE_X_FORWARDED_HOST and "x-forwarded-host" in self.headers:
+            return self.headers["x-forwarded-host"]
+        if "host" in self.headers:
+            return self.headers["host"]
+        name, port = self.server
+        return f"{name}:{port}" if port else str(name)
+
     def host_allowed(self) -> bool:
         """Django's ``get_host()`` check, without building an HttpRequest."""
-        if settings.USE_X_FORWARDED_HOST and "x-forwarded-host" in self.headers:
-            host = self.headers["x-forwarded-host"]
-        elif "host" in self.headers:
-            host = self.headers["host"]
-        else:
-            name, port = self.server
-            host = f"{name}:{port}" if port else str(name)
-        domain, _port = split_domain_port(host)
+        domain, _port = split_domain_port(self.host())
         allowed = settings.ALLOWED_HOSTS
         if settings.DEBUG and not allowed:
             allowed = [".localhost", "127.0.0.1", "[::1]"]

@@ -10,11 +10,11 @@ the two surfaces cannot drift: a 200 body is exactly the tool's
 * 200 bodies are documented with the tool's ``outputSchema`` itself, its
   ``$defs`` moved to ``components/schemas``.
 
-Auth is the MCP endpoint's, in the same order: Origin allowlist, bearer
-token (:func:`transport.check_bearer`, constant time), the shared per-client
-rate limit, then ``Content-Type: application/json`` for POST bodies. The
-OpenAPI document (``/api/v1/openapi.json``) and the docs page
-(``/api/v1/docs``) are public: they describe the API and hold no data.
+Host, Origin, the bearer token and the shared per-client rate limit are
+checked before any route runs, by the gate every route passes
+(``mcp_gateway/route_gate.py``); here, ``Content-Type: application/json`` for
+POST bodies. The OpenAPI document (``/api/v1/openapi.json``) and the docs
+page (``/api/v1/docs``) are public: they describe the API and hold no data.
 
 With x402 on (``--x402 on|required``), a route whose tool is priced is sold
 exactly like ``tools/call``: the same gate (payments/gate.py), price, replay
@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from corpus import errors
 from mcp_gateway import context, schemas, tools, transport, workers
-from mcp_gateway.api import check_rate
+from mcp_gateway.route_gate import PASSED
 
 log = logging.getLogger(__name__)
 
@@ -136,21 +136,24 @@ def error_response(
 
 
 class BearerAuth(HttpBearer):
-    """The MCP endpoint's gate: Origin, bearer token, rate limit, Content-Type.
+    """The bearer scheme of the OpenAPI document, and Content-Type for POST.
 
-    Returns the :class:`~mcp_gateway.context.Context` (``request.auth``), or
-    raises :class:`transport.HttpError`, which becomes the error envelope.
-    With ``--auth none`` there is no token to check; the rest still applies.
+    The gate in front of every route (``mcp_gateway/route_gate.py``) has
+    checked Host, Origin, the token and the rate limit; a request it did not
+    pass (this app served some other way, as by ``runserver``) is refused,
+    never served unchecked. Returns the
+    :class:`~mcp_gateway.context.Context` (``request.auth``), or raises
+    :class:`transport.HttpError`, which becomes the error envelope.
     """
 
     def __call__(self, request: HttpRequest):
-        ctx = context.get()
-        transport.check_origin(request.headers.get("Origin"), ctx.allowed_origins)
-        transport.check_bearer(request.headers.get("Authorization"), ctx.auth.token)
-        check_rate(request.META.get("REMOTE_ADDR", ""), request.headers.get("Authorization"), ctx)
+        if PASSED not in getattr(request, "scope", {}):
+            raise transport.HttpError(
+                503, errors.CONFIG_INVALID, "not served through the gate; serve with `up` or daphne"
+            )
         if request.method == "POST":
             transport.check_content_type(request.headers.get("Content-Type"))
-        return ctx
+        return context.get()
 
     def authenticate(self, request: HttpRequest, token: str):  # pragma: no cover - __call__ does it all
         raise NotImplementedError

@@ -2,14 +2,17 @@
 Django would answer with an HTML page.
 
 It wraps every ``/api/v1/`` request (``dir2mcp_site/asgi.py`` installs it as
-the only middleware of the gateway's Django handler):
+the only middleware of the gateway's Django handler), behind the gate every
+route passes (``mcp_gateway/route_gate.py``), which has already refused a
+foreign Host or Origin (403 ``FORBIDDEN_ORIGIN``, as ``/mcp`` answers), a
+missing or wrong bearer token and a client over its rate. So here:
 
-- a CORS preflight (``OPTIONS`` with ``Origin``) from an allowed origin gets
-  204 with the allowed methods and headers; any other origin gets 403
-  ``FORBIDDEN_ORIGIN``, as ``/mcp`` answers;
-- answers to an allowed origin carry ``Access-Control-Allow-Origin`` and
-  ``Vary: Origin``, errors included, so a browser can read the envelope
-  (and the x402 ``PAYMENT-REQUIRED`` / ``PAYMENT-RESPONSE`` headers);
+- a CORS preflight (``OPTIONS`` with ``Origin``) gets 204 with the allowed
+  methods and headers;
+- answers to a request with an ``Origin`` (an allowed one: the gate let it
+  through) carry ``Access-Control-Allow-Origin`` and ``Vary: Origin``,
+  errors included, so a browser can read the envelope (and the x402
+  ``PAYMENT-REQUIRED`` / ``PAYMENT-RESPONSE`` headers);
 - an unknown route (404) or method (405, ``Allow`` kept) gets the same error
   envelope as every other REST error, never Django's HTML.
 """
@@ -19,9 +22,6 @@ from __future__ import annotations
 from asgiref.sync import markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
-from corpus import errors
-from mcp_gateway import api, transport
-
 ALLOW_METHODS = "GET, POST, OPTIONS"
 ALLOW_HEADERS = "Authorization, Content-Type, Accept, PAYMENT-SIGNATURE"
 EXPOSE_HEADERS = "Retry-After, WWW-Authenticate, PAYMENT-REQUIRED, PAYMENT-RESPONSE"
@@ -29,6 +29,8 @@ METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 
 
 def _envelope(code: str, message: str, status: int, headers: dict | None = None) -> HttpResponse:
+    # Imported on use: rest.py builds the whole API (ninja, every tool's models), which the
+    # gate importing this module at startup must not wait for (mcp_gateway/server.py _load_urls).
     from mcp_gateway.rest import error_response
 
     return error_response(code, message, status=status, headers=headers, retryable=False)
@@ -49,14 +51,8 @@ def rest_edge(get_response):
     """Django middleware (async) for the REST mirror."""
 
     async def middleware(request: HttpRequest) -> HttpResponse:
-        origin = request.headers.get("Origin")
-        allowed = False
-        if origin is not None:
-            ctx = await api.context_async()
-            allowed = transport.origin_allowed(origin, ctx.allowed_origins)
+        origin = request.headers.get("Origin")  # an allowed one, or the gate refused the request
         if request.method == "OPTIONS" and origin is not None:
-            if not allowed:
-                return _envelope(errors.FORBIDDEN_ORIGIN, "Origin is not allowed", 403)
             response = HttpResponse(status=204)
             response["Access-Control-Allow-Methods"] = ALLOW_METHODS
             response["Access-Control-Allow-Headers"] = ALLOW_HEADERS
@@ -73,7 +69,7 @@ def rest_edge(get_response):
                 405,
                 {"Allow": allow},
             )
-        return _with_cors(response, origin) if allowed else response
+        return _with_cors(response, origin) if origin is not None else response
 
     markcoroutinefunction(middleware)
     return middleware

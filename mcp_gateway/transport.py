@@ -1,9 +1,10 @@
 """Streamable HTTP transport rules (MCP 2025-11-25), as small pure checks.
 
 Each check raises :class:`HttpError` carrying the status, our §14 code and,
-where the transport wants one, a JSON-RPC error code. The endpoint applies
-them in the order the reference checklist gives: Host, Origin, bearer auth,
-Accept and Content-Type, body size, then JSON parsing.
+where the transport wants one, a JSON-RPC error code. They apply in the
+order the reference checklist gives: Host, Origin and bearer auth in the gate
+in front of every route (``route_gate.py``), then in the endpoint Accept and
+Content-Type, body size, then JSON parsing.
 """
 
 from __future__ import annotations

@@ -92,4 +92,6 @@ def livez(request):
 @never_cache
 @require_GET
 def metrics_view(request):
+    """Prometheus text. Beyond loopback (``up --public``) the gate in front of
+    every route asks for the bearer token first (mcp_gateway/route_gate.py)."""
     return HttpResponse(metrics.exposition(), content_type=metrics.CONTENT_TYPE)

@@ -1,0 +1,217 @@
+"""One gate for every route: the Host allowlist, the Origin check, and where
+a route takes them, the bearer token and the rate limit (issue #24).
+
+``dir2mcp_site/asgi.py`` wraps the whole ASGI application in :func:`gate`, so
+``/mcp``, the REST mirror, the admin, ``/ops/``, ``/healthz``, ``/metrics``,
+``/static/`` and any unknown path pass the same checks, in this order, before
+any of them runs:
+
+1. ``Host`` on ``ALLOWED_HOSTS`` (Django's rule, :meth:`Request.host_allowed`;
+   ``up --public`` allows any): else 400.
+2. ``Origin``, when one is sent, on ``security.allowed_origins``: else 403
+   ``FORBIDDEN_ORIGIN``. A route that does not take the bearer token (the
+   admin, ``/ops/``, health, static files, the API docs) also accepts the
+   request's own origin, which is what the admin's login form sends when
+   the server is reached under a name that is not on the list. Sessions are
+   cookies bound to that name, so a page elsewhere gains nothing by it.
+3. Where the route takes them, the bearer token (401, constant time) and
+   then ``server.rate_limit_per_minute`` (429): ``/mcp``, every ``/api/v1/``
+   path but the OpenAPI document and the docs page, and ``/metrics`` when
+   the server listens beyond loopback (:func:`beyond_loopback`). A CORS
+   preflight (``OPTIONS``) carries no credential and is not asked for one.
+
+A refusal is written the way its surface writes errors: a JSON-RPC error on
+``/mcp``, the REST envelope ``{"error": {"code", "message", "retryable"}}``
+everywhere else, with CORS headers for an allowed Origin on ``/mcp`` and
+``/api/v1/``. A request that passes carries its :class:`Route` in
+``scope[PASSED]``: the application behind dispatches on it, and the REST
+mirror refuses a request without it (served some other way, unchecked).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.http.request import split_domain_port
+
+from corpus import errors
+from dir2mcp_site.ops import metrics
+from mcp_gateway import api, context, ratelimit, rest_edge, sessions, transport
+from mcp_gateway.asgi_io import Request, Response
+from mcp_gateway.listen import parse_listen
+from mcp_gateway.transport import HttpError
+
+log = logging.getLogger(__name__)
+# Where Django reports a refused Host (settings.LOGGING prints it on one line): a
+# misconfigured proxy shows there, whichever route it hit.
+host_log = logging.getLogger("django.security.DisallowedHost")
+
+#: The scope key of a request the gate let through: its :class:`Route`.
+PASSED = "dir2mcp.route"
+
+# Surfaces: where a request goes and how its refusals are written.
+MCP, REST, SITE = "mcp", "rest", "site"
+# When a route asks for the bearer token (and so the rate limit).
+ALWAYS, NEVER, BEYOND_LOOPBACK = "always", "never", "beyond loopback"
+
+REST_PREFIX = "/api/v1/"
+#: The REST mirror's public pages (rest.py: openapi_url, docs_url): they hold no data.
+REST_PUBLIC = frozenset({REST_PREFIX + "openapi.json", REST_PREFIX + "docs"})
+METRICS_PATH = "/metrics"
+
+
+@dataclass(frozen=True)
+class Route:
+    """What the gate asks of a path, and where the request goes after it."""
+
+    surface: str  # MCP, REST or SITE
+    bearer: str  # ALWAYS, NEVER or BEYOND_LOOPBACK
+
+
+MCP_ROUTE = Route(MCP, ALWAYS)
+REST_ROUTE = Route(REST, ALWAYS)
+REST_DOCS = Route(REST, NEVER)
+METRICS_ROUTE = Route(SITE, BEYOND_LOOPBACK)
+SITE_ROUTE = Route(SITE, NEVER)
+
+_mcp_path: list[str] = []
+
+
+def route_of(path: str) -> Route:
+    if not _mcp_path:  # known once the settings are: the installed context's, or the config's
+        _mcp_path.append("/" + context.mcp_path().strip("/"))
+    if path == _mcp_path[0]:
+        return MCP_ROUTE
+    if path.startswith(REST_PREFIX):
+        return REST_DOCS if path in REST_PUBLIC else REST_ROUTE
+    if path == METRICS_PATH:
+        return METRICS_ROUTE
+    return SITE_ROUTE
+
+
+def beyond_loopback(ctx: context.Context) -> bool:
+    """Whether the server may be reached from other machines: ``up --public``
+    (or ``server.public``, ``DIR2MCP_PUBLIC``), or a ``--listen`` address that
+    is not loopback. A bare daphne deployment says so with ``DIR2MCP_PUBLIC=1``
+    (its proxy restricts ``/metrics`` otherwise, as deploy/nginx does)."""
+    config = ctx.config
+    if ctx.public or config.server.public:
+        return True
+    try:
+        return not parse_listen(config.server.listen).loopback
+    except errors.Dir2mcpError:  # unreadable: assume the worst
+        return True
+
+
+def check_rate(remote: str, authorization: str | None, ctx: context.Context) -> None:
+    """429 once this client (address and credential) is over its budget."""
+    bucket = ratelimit.limiter(ctx.config.server.rate_limit_per_minute)
+    if bucket is None:
+        return
+    key = f"{remote}|{sessions.token_digest(authorization)}"
+    wait = bucket.retry_after(key)
+    if wait:
+        raise HttpError(
+            429,
+            errors.RATE_LIMITED,
+            f"too many requests; retry in {wait}s",
+            headers={"Retry-After": str(wait)},
+        )
+
+
+def own_origin(request: Request, scope: dict) -> str:
+    """``scheme://host:port`` of the request itself, as a browser names the
+    page it came from (behind a proxy, from its forwarded headers, as Django)."""
+    scheme = scope.get("scheme") or "http"
+    proxy = settings.SECURE_PROXY_SSL_HEADER
+    if proxy:
+        name, secure = proxy
+        forwarded = request.headers.get(name.removeprefix("HTTP_").replace("_", "-").lower())
+        if forwarded is not None:
+            scheme = "https" if forwarded.split(",", 1)[0].strip() == secure else "http"
+    domain, port = split_domain_port(request.host())
+    return f"{scheme}://{domain}:{port or (443 if scheme == 'https' else 80)}"
+
+
+async def check_edge(request: Request, route: Route, scope: dict) -> context.Context | None:
+    """Host, then Origin; raises :class:`HttpError`. The context, when the
+    Origin check needed it."""
+    if not request.host_allowed():
+        host_log.warning("Invalid HTTP_HOST header: %r; it is not on ALLOWED_HOSTS", request.host()[:200])
+        raise HttpError(400, errors.FORBIDDEN_ORIGIN, "Host header is not allowed")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return None
+    ctx = await api.context_async()
+    allowed = ctx.allowed_origins
+    if route.bearer == NEVER:
+        allowed = (*allowed, own_origin(request, scope))
+    transport.check_origin(origin, allowed)
+    return ctx
+
+
+async def check_credential(request: Request, route: Route, ctx: context.Context | None) -> None:
+    """The bearer token, then the rate limit, where ``route`` takes them."""
+    if route.bearer == NEVER or (request.method == "OPTIONS" and route.surface != SITE):
+        return
+    ctx = ctx or await api.context_async()
+    if route.bearer == BEYOND_LOOPBACK and not beyond_loopback(ctx):
+        return
+    authorization = request.headers.get("authorization")
+    transport.check_bearer(authorization, ctx.auth.token)
+    check_rate(request.client, authorization, ctx)
+
+
+def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:
+    if route.surface == MCP:
+        response = Response.json(exc.body(), exc.status, exc.headers)
+        expose = api.EXPOSED
+    else:
+        envelope = {"error": errors.Dir2mcpError(exc.code, exc.message).as_dict()}
+        response = Response.json(envelope, exc.status, exc.headers)
+        expose = rest_edge.EXPOSE_HEADERS
+    if cors_origin and route.surface != SITE:
+        response.headers["Access-Control-Allow-Origin"] = cors_origin
+        response.headers["Access-Control-Expose-Headers"] = expose
+        response.headers["Vary"] = "Origin"
+    return response
+
+
+def gate(app):
+    """``app`` behind the gate: every HTTP request is checked before it runs."""
+
+    async def gated(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        request = Request(scope, receive)
+        path = scope.get("path", "")
+        route = route_of(path)
+        cors_origin = None  # set once the Origin is known to be allowed
+        try:
+            ctx = await check_edge(request, route, scope)
+            cors_origin = request.headers.get("origin")
+            await check_credential(request, route, ctx)
+        except HttpError as exc:
+            return await _refuse(request, route, exc, cors_origin, send)
+        except errors.Dir2mcpError as exc:  # the server itself cannot serve (config, store)
+            log.error("cannot serve %s: %s", path, exc)
+            error = HttpError(503, exc.code, exc.message, transport.INTERNAL_ERROR)
+            return await _refuse(request, route, error, cors_origin, send)
+        except Exception:  # a bug: logged here, a JSON error (never an HTML page) on the wire
+            log.exception("the gate failed on %s %s", request.method, path)
+            error = HttpError(
+                500, "INTERNAL_ERROR", "internal error; see the server log", transport.INTERNAL_ERROR
+            )
+            return await _refuse(request, route, error, cors_origin, send)
+        return await app({**scope, PASSED: route}, receive, send)
+
+    return gated
+
+
+async def _refuse(request: Request, route: Route, exc: HttpError, cors_origin: str | None, send) -> None:
+    response = refusal(route, exc, cors_origin)
+    if route.surface != REST:  # the REST mirror is not counted (it skips the site's middleware)
+        metrics.observe_request(request.method, response.status, endpoint=route.surface)
+    await response.send(send, request)
