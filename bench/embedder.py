@@ -1,14 +1,15 @@
 """Local embedder benchmark (not a test): chunks/s at 256 tokens.
 
 Embeds real text chunks cut from the Python standard library, each long
-enough to be truncated at 256 tokens, with ``LocalEmbedder`` (numpy) and, in
-the same run, with sentence-transformers on torch CPU from the same model
+enough to be truncated at 256 tokens, with ``LocalEmbedder`` (its default
+backend, onnxruntime; ``--backend numpy`` for the numpy pass) and, in the
+same run, with sentence-transformers on torch CPU from the same model
 directory. The two are timed in alternating rounds so that load from other
 processes falls on both; the median round is reported. Prints both
 throughputs, their ratio and the cosine between the two outputs, and writes
 a JSON result to bench/results/. Without torch it reports only ours.
 
-    python bench/embedder.py [--chunks 512] [--batch 32] [--rounds 3]
+    python bench/embedder.py [--chunks 512] [--batch 32] [--rounds 3] [--backend onnx|numpy]
 
 Run it with an interpreter that has torch and sentence-transformers to get
 the comparison (they are not project requirements).
@@ -35,7 +36,7 @@ from tokenizers import Tokenizer  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from corpus.providers.local import LocalEmbedder, default_model_dir  # noqa: E402
+from corpus.providers.local import BACKENDS, LocalEmbedder, default_model_dir  # noqa: E402
 
 CHUNK_CHARS = 2400
 MIN_TOKENS = 300
@@ -85,11 +86,12 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=512, help="Chunks to embed per round.")
     parser.add_argument("--batch", type=int, default=32, help="Texts per forward pass, both sides.")
     parser.add_argument("--rounds", type=int, default=3, help="Alternating timed rounds (median reported).")
+    parser.add_argument("--backend", choices=BACKENDS, help="LocalEmbedder backend (default: its default).")
     args = parser.parse_args()
 
     model_dir = default_model_dir()
     chunks = stdlib_chunks(args.chunks, model_dir)
-    ours = LocalEmbedder(max_batch=args.batch)
+    ours = LocalEmbedder(max_batch=args.batch, backend=args.backend)
     load_s, _ = timed(ours.load)
     reference, versions = load_reference(model_dir)
     ours.embed(chunks[: args.batch], kind="text")  # warm-up
@@ -119,6 +121,7 @@ def main() -> None:
         "chunks": len(chunks),
         "tokens_per_chunk": 256,
         "batch": args.batch,
+        "local_backend": ours.backend,
         "local_threads": ours.threads,
         "load_avg_before_after": [load_before[0], load_after[0]],
         "local_load_s": round(load_s, 3),

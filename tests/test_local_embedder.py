@@ -1,4 +1,5 @@
-"""The local embedder: pinned weights, the numpy BERT forward pass, and its
+"""The local embedder: pinned weights, the onnxruntime graph and the numpy
+BERT forward pass (the reference the graph is held to), and their
 equivalence with sentence-transformers (where torch is installed)."""
 
 from __future__ import annotations
@@ -6,15 +7,27 @@ from __future__ import annotations
 import math
 import shutil
 import sys
+import sysconfig
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from corpus import errors
+from corpus.embedding import embed_pending
 from corpus.providers import local
-from corpus.providers.base import ModelInfo
-from corpus.providers.local import LocalEmbedder, _Scratch, default_model_dir, erf, gelu_, pack_batches
+from corpus.providers.base import Embedder, ModelInfo
+from corpus.providers.local import (
+    LocalEmbedder,
+    _Scratch,
+    default_model_dir,
+    erf,
+    gelu_,
+    onnx_available,
+    pack_batches,
+)
+from tests.factories import ChunkFactory
 
 PROSE = [
     "The quick brown fox jumps over the lazy dog.",
@@ -53,9 +66,30 @@ LONG = [long_prose(400), long_code(60), long_prose(1200), "word " * 700]
 SENTENCES = PROSE + CODE + LONG
 
 
+def stdlib_pieces() -> list[str]:
+    """Real code of every length the model sees: pieces of 40 to 3,000
+    characters cut from a few standard-library modules (many are past the
+    256-token cut)."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    pieces = []
+    for name in ("json/decoder.py", "textwrap.py", "shlex.py", "fnmatch.py"):
+        text = (stdlib / name).read_text(encoding="utf-8")
+        at = 0
+        for size in (40, 120, 300, 700, 1500, 3000, 90, 450):
+            pieces.append(text[at : at + size])
+            at += size
+    return pieces
+
+
 @pytest.fixture(scope="module")
 def embedder() -> LocalEmbedder:
     return LocalEmbedder()
+
+
+@pytest.fixture(scope="module")
+def reference() -> LocalEmbedder:
+    """The numpy float32 forward pass: the reference for the onnx graph."""
+    return LocalEmbedder(backend="numpy")
 
 
 def copy_model(target: Path) -> Path:
@@ -156,12 +190,15 @@ def test_kinds_share_one_model(embedder: LocalEmbedder) -> None:
     np.testing.assert_array_equal(embedder.embed(CODE, kind="code"), embedder.embed(CODE, kind="text"))
 
 
-def test_a_vector_does_not_depend_on_its_batch(embedder: LocalEmbedder) -> None:
+@pytest.mark.parametrize("backend", ["onnx", "numpy"])
+def test_a_vector_does_not_depend_on_its_batch(backend: str) -> None:
     short = PROSE + CODE
-    one_batch = LocalEmbedder(max_batch=64, threads=1)  # short texts packed with long ones
-    many_batches = LocalEmbedder(max_batch=3, threads=2)  # spread over worker threads
+    alone_each = LocalEmbedder(backend=backend)
+    # short texts packed (numpy) or padded (onnx) with long ones
+    one_batch = LocalEmbedder(max_batch=64, threads=1, backend=backend)
+    many_batches = LocalEmbedder(max_batch=3, threads=2, backend=backend)  # spread over worker threads
 
-    alone = np.vstack([embedder.embed([text], kind="text") for text in short])
+    alone = np.vstack([alone_each.embed([text], kind="text") for text in short])
     together = one_batch.embed(LONG + short, kind="text")[len(LONG) :]
     spread = many_batches.embed(short + LONG, kind="text")[: len(short)]
 
@@ -206,6 +243,56 @@ def test_pack_batches(lengths, max_texts, max_tokens, expected) -> None:
     assert pack_batches(lengths, max_texts=max_texts, max_tokens=max_tokens) == expected
 
 
+@pytest.mark.parametrize(
+    ("lengths", "max_tokens", "expected"),
+    [
+        # 3 + 5 + 9 = 17 real tokens, but padded to 9 that is 27
+        pytest.param([5, 3, 9], 20, [[1, 0], [2]], id="padding-counted"),
+        pytest.param([4, 4, 4, 4, 4], 12, [[0, 1, 2], [3, 4]], id="equal-lengths-fill-the-cap"),
+        pytest.param([30, 2, 2], 12, [[1, 2], [0]], id="a-longer-text-goes-alone"),
+    ],
+)
+def test_pack_batches_padded_counts_texts_times_the_longest(lengths, max_tokens, expected) -> None:
+    assert pack_batches(lengths, max_texts=8, max_tokens=max_tokens, padded=True) == expected
+
+
+def test_the_default_backend_is_onnxruntime() -> None:
+    # onnxruntime and onnx are pinned requirements: the numpy pass is only a fallback
+    assert onnx_available()
+    assert LocalEmbedder().backend == "onnx"
+
+
+def test_an_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="backend"):
+        LocalEmbedder(backend="torch")
+
+
+class _CallSizes(Embedder):
+    provider = "fake"
+    texts_per_call = 10
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def model_info(self, kind: str) -> ModelInfo:
+        return ModelInfo(self.provider, "fake", 4)
+
+    def embed(self, texts: Sequence[str], *, kind: str) -> np.ndarray:
+        self.calls.append(len(texts))
+        return np.tile(np.float32([1, 0, 0, 0]), (len(texts), 1))
+
+
+@pytest.mark.django_db
+def test_embed_pending_hands_the_embedder_as_many_texts_a_call_as_it_asks(state) -> None:
+    ChunkFactory.create_batch(25, index_kind="code")
+    fake = _CallSizes()
+
+    stored = embed_pending(fake, state, batch_size=4)
+
+    assert stored == 25
+    assert fake.calls == [10, 10, 5]
+
+
 def test_embedding_restores_the_blas_thread_count(embedder: LocalEmbedder) -> None:
     if not local._BLAS.controllable:
         pytest.skip("numpy's BLAS is not OpenBLAS here")
@@ -237,6 +324,28 @@ def test_gelu_is_the_exact_erf_form() -> None:
     expected = np.array([0.5 * float(x) * (1 + math.erf(float(x) / math.sqrt(2))) for x in xs])
     # within float32 rounding of the result: about one ulp of max(|x|, 1)
     assert (np.abs(got - expected) / np.maximum(np.abs(xs), 1)).max() < 1.2e-7
+
+
+# -- equivalence of the onnx graph with the numpy reference -------------------
+
+
+def test_onnx_graph_matches_the_numpy_reference(embedder: LocalEmbedder, reference: LocalEmbedder) -> None:
+    texts = SENTENCES + stdlib_pieces()
+    assert embedder.backend == "onnx"
+
+    ours = embedder.embed(texts, kind="code")  # one call: padded batches of mixed lengths
+    expected = reference.embed(texts, kind="code")
+
+    cosines = np.sum(ours * expected, axis=1)
+    assert cosines.min() >= 0.999, dict(zip(texts, cosines.tolist(), strict=True))
+
+
+def test_onnx_query_matches_the_numpy_reference(embedder: LocalEmbedder, reference: LocalEmbedder) -> None:
+    for query in ["how to parse json", "", "x" * 2000, "Ünïcödé — 日本語"]:
+        ours = embedder.embed_query(query, kind="text")
+        expected = reference.embed_query(query, kind="text")
+
+        assert float(ours @ expected) >= 0.999, query
 
 
 # -- equivalence with sentence-transformers ----------------------------------
