@@ -18,6 +18,7 @@ from django.utils.text import Truncator
 
 from corpus import errors
 from corpus.models import Chunk, Document, IndexJob, Representation, Setting, Span
+from corpus.status import error_code
 
 TEXT_PREVIEW = 2000
 CHUNK_PREVIEW = 20
@@ -87,7 +88,16 @@ class RepresentationInline(admin.TabularInline):
 
 @admin.register(Document)
 class DocumentAdmin(ReadOnlyAdmin):
-    list_display = ("rel_path", "doc_type", "status", "size_bytes", "modified", "deleted", "chunk_count")
+    list_display = (
+        "rel_path",
+        "doc_type",
+        "status",
+        "problem",
+        "size_bytes",
+        "modified",
+        "deleted",
+        "chunk_count",
+    )
     list_filter = ("doc_type", "status", "deleted")
     search_fields = ("rel_path",)
     ordering = ("rel_path",)
@@ -129,6 +139,11 @@ class DocumentAdmin(ReadOnlyAdmin):
     @admin.display(description="chunks", ordering="n_chunks")
     def chunk_count(self, obj):
         return obj.n_chunks
+
+    @admin.display(description="error code")
+    def problem(self, obj):
+        """The code of a failed (or skipped) document's error; the full text is on its page."""
+        return error_code(obj.error) or ("-" if obj.status == "ok" else Truncator(obj.error or "").chars(40))
 
     @admin.display(description="modified", ordering="mtime_unix")
     def modified(self, obj):

@@ -4,6 +4,11 @@ With a chat model, the retrieved chunks go into the prompt, each headed by
 the exact citation the model must copy; the reply's citations are checked
 against those contexts. Without one (or with ``mode="search_only"``) the
 answer is the list of hits with their citations.
+
+Every answer says which mode answered (``mode``: ``answer`` when the chat
+model wrote it, else ``search_only``) and why (``generation``: its status,
+the ``reason`` and a ``message`` when no model wrote it, the ``model`` that
+did); a search-only answer ends with a line saying why.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ from corpus.citations import SpanRef, find_citations, format_citation
 from corpus.config import Config
 from corpus.providers.base import ChatMessage, ChatModel
 from corpus.retrieval import Filters, Hit, Searcher
+from corpus.status import no_chat_reason
 
 log = logging.getLogger(__name__)
 
 MODES = ("answer", "search_only")
+#: ``generation.reason``: why no chat model wrote the answer
+REASONS = ("search_only", "no_chat_model", "generate_answer_off", "no_hits", "chat_failed")
 INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. After every claim, cite its source by "
     "copying the source's bracketed citation exactly, for example {example}. If the sources do not "
@@ -58,10 +66,16 @@ class Answer:
     dense: dict = field(default_factory=dense_status.off)
     #: "weak" when nothing matched the question well (corpus/ranking.py)
     match: str = "good"
-    #: whether the chat model wrote the answer: ok, off (not asked for, no
-    #: model, nothing retrieved) or unavailable (it failed: the answer is the
-    #: list of hits), in the shape of ``dense``
+    #: whether the chat model wrote the answer: ok (with its ``model``), off
+    #: (not asked for, no model, generation turned off, nothing retrieved) or
+    #: unavailable (it failed: the answer is the list of hits), in the shape
+    #: of ``dense`` plus ``reason`` (one of REASONS), ``message`` and ``model``
     generation: dict = field(default_factory=dense_status.off)
+
+    @property
+    def mode(self) -> str:
+        """The mode that answered: ``answer`` (the chat model) or ``search_only``."""
+        return "answer" if self.generated else "search_only"
 
     def as_dict(self) -> dict:
         return {
@@ -72,6 +86,7 @@ class Answer:
             "indexing_complete": self.indexing_complete,
             "dense": dict(self.dense),
             "match": self.match,
+            "mode": self.mode,
             "generation": dict(self.generation),
         }
 
@@ -124,9 +139,10 @@ def ask(
     result = searcher.search(question, k=k, index=index, filters=filters or Filters())
     if on_retrieved is not None:  # e.g. report progress, or stop a cancelled call before generating
         on_retrieved(result)
-    generate = mode == "answer" and chat is not None and config.rag.generate_answer and bool(result.hits)
-    if not generate:
-        return _hits_only(question, result, dense_status.off())
+    skipped = _why_not_generated(mode, chat, config, bool(result.hits))
+    if skipped is not None:
+        return _hits_only(question, result, skipped)
+    model = f"{chat.provider}/{chat.model}"
     messages, used = build_prompt(question, result.hits, config)
     try:
         reply = chat.complete(
@@ -134,6 +150,7 @@ def ask(
         )
     except Exception as exc:  # any provider failure (after its retries): the retrieval still stands
         generation = dense_status.unavailable(exc, chat.provider, what="chat model")
+        generation |= {"reason": "chat_failed", "model": model}
         log.warning(
             "answer generation unavailable (%s: %s); answering with the top matches",
             generation["code"],
@@ -151,15 +168,35 @@ def ask(
         True,
         dense=result.dense,
         match=result.match,
-        generation=dense_status.ok(),
+        generation=dense_status.ok() | {"model": model},
     )
 
 
+def _why_not_generated(mode: str, chat: ChatModel | None, config: Config, retrieved: bool) -> dict | None:
+    """The ``generation`` status of an answer no chat model writes, or None when one does."""
+    if mode == "search_only":
+        reason, message = "search_only", "mode=search_only was asked for"
+    elif chat is None:
+        reason, message = "no_chat_model", f"no chat model is configured ({no_chat_reason(config)})"
+    elif not config.rag.generate_answer:
+        reason, message = "generate_answer_off", "rag.generate_answer is false"
+    elif not retrieved:
+        reason, message = "no_hits", "nothing was retrieved to answer from"
+    else:
+        return None
+    return dense_status.off() | {"reason": reason, "message": message}
+
+
 def _hits_only(question: str, result, generation: dict) -> Answer:
-    """The answer without a chat model's reply: the hits, each with its citation."""
+    """The answer without a chat model's reply: the hits, each with its
+    citation, and (unless the chat model failed, which ``generation_notice``
+    says) a last line saying why no model wrote it."""
+    text = search_only_text(result.hits)
+    if generation["status"] != dense_status.UNAVAILABLE:
+        text += f"\n\n(search only: {generation['message']})"
     return Answer(
         question,
-        search_only_text(result.hits),
+        text,
         [citation_of(h) for h in result.hits],
         result.hits,
         result.indexing_complete,

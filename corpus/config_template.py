@@ -26,6 +26,7 @@ _DURATION_HINT = "duration: 90s, 30m, 24h, 1h30m; 0 = no limit"
 _SECRET_HINT = "reference only; never write the key here"
 _NOTES = {
     "server.listen": "host:port; port 0 picks a free port",
+    "server.protocol_version": "fixed: each client's MCP version is agreed at initialize",
     "security.auth.token_file": "used when mode=file",
     "security.auth.token_env": "variable holding the bearer token",
     "secrets.file.path": "relative to the root directory",

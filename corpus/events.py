@@ -19,6 +19,7 @@ PROGRESS_FIELDS = (
     ("scanned", "scanned"),
     ("indexed", "indexed"),
     ("skipped", "skipped"),
+    ("unchanged", "unchanged"),
     ("deleted", "deleted"),
     ("reps", "representations"),
     ("chunks", "chunks_total"),

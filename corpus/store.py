@@ -14,11 +14,27 @@ from django.core.management import call_command
 from django.db import DatabaseError, connection
 
 from corpus import errors
+from corpus.config import PROTOCOL_VERSION
 from corpus.events import Reporter
 from corpus.models import Setting
 from corpus.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
 
-PROTOCOL_VERSION = "2025-11-25"
+#: The settings keys of spec §5.5 that name models, each with the key of
+#: corpus.json's ``models`` it holds (corpus.status.record_models). The
+#: embedding keys (None here) name the models the vectors came from and are
+#: written with them (corpus.embedding); empty before any vectors.
+MODEL_SETTINGS: dict[str, str | None] = {
+    "embed_text_model": None,
+    "embed_text_dim": None,
+    "embed_code_model": None,
+    "embed_code_dim": None,
+    "ocr_model": "ocr",
+    "stt_provider": "stt_provider",
+    "stt_model": "stt_model",
+    "chat_model": "chat",
+}
+#: Every key spec §5.5 lists.
+SPEC_SETTINGS = ("protocol_version", "corpus_id", "index_format_version", *MODEL_SETTINGS)
 
 
 def describe(state: StateDir, *, dense: bool = False) -> str:

@@ -67,7 +67,7 @@ def test_reindex_then_status_report_correct_counts(corpus_dir):
     status = cli("status", "--dir", str(corpus_dir), "--json")
 
     assert indexed.returncode == 0, indexed.stderr
-    assert "Progress: scanned=8 indexed=7 skipped=1 deleted=0 reps=7 chunks=7" in indexed.stdout
+    assert "Progress: scanned=8 indexed=7 skipped=1 unchanged=0 deleted=0 reps=7 chunks=7" in indexed.stdout
     report = json.loads(status.stdout)
     assert report["documents"] == 8
     assert report["by_type"] == {"binary_ignored": 1, "code": 6, "md": 1}

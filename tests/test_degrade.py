@@ -274,8 +274,15 @@ def test_ask_says_whether_the_chat_model_wrote_the_answer(served, fake_mistral):
     answered = call(served, "dir2mcp.ask", {"question": QUERY})["structuredContent"]
     listed = call(served, "dir2mcp.ask", {"question": QUERY, "mode": "search_only"})["structuredContent"]
 
-    assert answered["generation"] == {"status": "ok"} and f"[{EXPECTED}:L" in answered["answer"]
-    assert listed["generation"] == {"status": "off"} and listed["answer"].startswith("Top matches:")
+    assert answered["generation"] == {"status": "ok", "model": "mistral/mistral-small-2506"}
+    assert answered["mode"] == "answer" and f"[{EXPECTED}:L" in answered["answer"]
+    # Contract 5.0.0 (issue #24): which mode answered, and why.
+    assert listed["generation"] == {
+        "status": "off",
+        "reason": "search_only",
+        "message": "mode=search_only was asked for",
+    }
+    assert listed["mode"] == "search_only" and listed["answer"].startswith("Top matches:")
 
 
 @pytest.mark.parametrize("name", CHAT_OUTAGES)

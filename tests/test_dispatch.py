@@ -256,4 +256,4 @@ def test_a_cancelled_call_raises_to_the_transport(ctx):
 def test_stats_names_the_models_this_process_runs(ctx):
     models = call(ctx, "dir2mcp.stats", {})["structuredContent"]["models"]
     assert models["embed_text"] == models["embed_code"] == "none"  # embed.provider: none
-    assert models["chat"] == "none"
+    assert models["chat"] == "none (chat.provider is none)"  # and why (issue #24)

@@ -9,9 +9,11 @@ lives outside the root: no answer may ever contain it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import sqlite3
 import zipfile
 from pathlib import Path
 
@@ -135,6 +137,15 @@ def server(tmp_path_factory):
     assert MARKER not in err
 
 
+def document(server, rel_path: str) -> tuple[str, str]:
+    """(status, error) of a document in the server's index."""
+    with contextlib.closing(sqlite3.connect(server.root / ".dir2mcp" / "meta.sqlite")) as conn:
+        status, error = conn.execute(
+            "SELECT status, error FROM documents WHERE rel_path = ?", [rel_path]
+        ).fetchone()
+    return status, error or ""
+
+
 def call(server, name: str, arguments: dict) -> dict:
     result = server.call(server.session, name, arguments)
     assert MARKER not in json.dumps(result), f"{name} {arguments} leaked the outside secret"
@@ -211,8 +222,12 @@ def test_symlinks_out_of_the_root_are_not_indexed_or_served(server):
 
 
 def test_escaping_archive_members_are_rejected_and_the_rest_served(server):
-    assert server.file_errors["escape.zip!/../escaped.txt"]["code"] == "PATH_OUTSIDE_ROOT"
+    # The first problem marks the archive an error (named with its member);
+    # further ones are reported under the member's own path.
+    first = server.file_errors["escape.zip"]
+    assert first["code"] == "PATH_OUTSIDE_ROOT" and "'../escaped.txt'" in first["message"]
     assert server.file_errors["escape.zip!//abs/escaped.txt"]["code"] == "PATH_OUTSIDE_ROOT"
+    assert document(server, "escape.zip")[0] == "error"
     hits = call(server, "dir2mcp.search", {"query": "honest archive member loaders"})["structuredContent"][
         "hits"
     ]
@@ -222,7 +237,10 @@ def test_escaping_archive_members_are_rejected_and_the_rest_served(server):
 
 
 def test_a_zip_bomb_member_is_refused_with_its_reason(server):
-    assert server.file_errors["bomb.zip!/zeros.txt"]["code"] == "FILE_TOO_LARGE"
+    # Its member is refused, and the archive is an error naming why.
+    status, error = document(server, "bomb.zip")
+    assert status == "error" and error.startswith("FILE_TOO_LARGE: ")
+    assert server.file_errors["bomb.zip"]["code"] == "FILE_TOO_LARGE"
     files = call(server, "dir2mcp.list_files", {"limit": 500})["structuredContent"]["files"]
     assert not [f for f in files if f["rel_path"].startswith("bomb.zip!/")]
 

@@ -171,6 +171,20 @@ def classify(name: str, head: bytes) -> str:
     return "code" if head.startswith(b"#!") else "text"
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def gzip_inner_name(name: str, head: bytes) -> str | None:
+    """The name of the one file a plain gzip file holds (``changelog.Debian``
+    for ``changelog.Debian.gz``), or None: not named ``.gz``, not gzip data,
+    or a compressed tar (``.tar.gz``), whose members are read as an archive's."""
+    lower = name.rsplit("/", 1)[-1].lower()
+    if not lower.endswith(".gz") or lower.endswith(".tar.gz") or not head.startswith(GZIP_MAGIC):
+        return None
+    inner = name.rsplit("/", 1)[-1][: -len(".gz")]
+    return inner or None
+
+
 def index_kind_for(doc_type: str, name: str) -> str:
     """The vector index a document's chunks go to: ``code`` or ``text`` (spec §7.4)."""
     if doc_type == "code":

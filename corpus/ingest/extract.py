@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import zlib
 from dataclasses import dataclass, field
 
 import charset_normalizer
@@ -17,6 +18,7 @@ import html2text
 from pypdf import PasswordType, PdfReader
 
 from corpus import errors
+from corpus.ingest.classify import GZIP_MAGIC
 
 RAW_TEXT = "raw_text"
 PAGE_SEPARATOR = "\f"
@@ -209,6 +211,55 @@ def _extract_html(data: bytes) -> Extracted:
     except Exception as exc:
         raise _failed("could not convert HTML to text", exc) from None
     return Extracted(rep_type=RAW_TEXT, text=text, meta={**meta, "converted_from": "html"})
+
+
+# Plain gzip files (spec §7.3 lists archives; a lone ``.gz`` such as
+# /usr/share/doc/*/changelog.Debian.gz holds one file): read in blocks, as
+# archive members are (corpus/ingest/archives.py), so a bomb stops early.
+_GZIP_BLOCK = 64 * 1024
+#: a small file may compress very well; the ratio only counts past this
+GZIP_RATIO_GRACE_BYTES = 1 * 2**20
+
+
+def gunzip_bounded(data: bytes, *, max_bytes: int, max_ratio: float) -> bytes:
+    """What the gzip stream ``data`` holds (every member of a concatenated one),
+    never more than ``max_bytes`` + one block in memory.
+
+    Raises ``FILE_TOO_LARGE`` past ``max_bytes``, ``ARCHIVE_REJECTED`` when the
+    output grows past ``max_ratio`` times the input (a gzip bomb), and
+    ``EXTRACT_FAILED`` for corrupt or truncated data.
+    """
+    out: list[bytes] = []
+    size = consumed = 0
+    rest = data
+    try:
+        while rest:
+            stream = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            pending = rest
+            while not stream.eof:
+                piece = stream.decompress(pending, _GZIP_BLOCK)
+                consumed += len(pending) - len(stream.unconsumed_tail) - len(stream.unused_data)
+                pending = stream.unconsumed_tail
+                size += len(piece)
+                # Against what was read so far: a bomb is caught a megabyte in.
+                if size > GZIP_RATIO_GRACE_BYTES and size / max(consumed, 1) > max_ratio:
+                    raise errors.Dir2mcpError(
+                        errors.ARCHIVE_REJECTED,
+                        f"compression ratio exceeds {max_ratio:g} (a gzip bomb?); not decompressed further",
+                    )
+                if size > max_bytes:
+                    raise errors.Dir2mcpError(
+                        errors.FILE_TOO_LARGE, f"decompressed content exceeds {max_bytes} bytes"
+                    )
+                out.append(piece)
+                if not piece and not pending and not stream.eof:
+                    raise _failed("truncated gzip data")
+            rest = stream.unused_data
+            if not rest.startswith(GZIP_MAGIC):
+                break  # trailing padding after the last member, as gzip(1) allows
+    except zlib.error as exc:
+        raise _failed("corrupt gzip data", exc) from None
+    return b"".join(out)
 
 
 _DECODED_TYPES = frozenset({"code", "text", "md", "data"})

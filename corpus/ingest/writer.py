@@ -4,6 +4,11 @@ Callers wrap each call in a transaction. Nothing is deleted in place:
 representations and chunks that no longer apply are marked ``deleted`` so
 ANN labels stay valid (spec §6.3). The lexical index follows every chunk
 created or tombstoned here, in the same transaction.
+
+A server started with ``--read-only`` refuses every write here that is not
+the indexer keeping the index in step with the directory (:func:`indexing`):
+a tool that would store something (``annotate``'s result, ``transcribe``'s
+transcript, any tool added later) gets ``FORBIDDEN`` instead.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from corpus import bulk
 from corpus.index import lexical
 from corpus.ingest.prepare import Prepared, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, Representation, Span, with_context
+from corpus.write_guard import check_writable, indexing, refuse_writes  # noqa: F401  (writer.indexing() et al.)
 
 
 @dataclass
@@ -30,6 +36,7 @@ class Delta:
 
 def touch(doc_id: int, size: int, mtime_ns: int) -> None:
     """Record a new mtime for a document whose content did not change."""
+    check_writable("updating a document")
     Document.objects.filter(doc_id=doc_id).update(
         size_bytes=size, mtime_ns=mtime_ns, mtime_unix=mtime_ns // 1_000_000_000
     )
@@ -37,6 +44,7 @@ def touch(doc_id: int, size: int, mtime_ns: int) -> None:
 
 def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     """Make the store hold ``prepared``; returns what changed."""
+    check_writable(f"storing {prepared.rel_path}")
     doc = _upsert_document(prepared, doc_id)
     is_new = doc_id is None
     if not prepared.has_text:
@@ -74,6 +82,7 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
     A failure leaves the caller's transaction to roll back; callers fall
     back to :func:`write_document` per document to isolate the bad one.
     """
+    check_writable(f"storing {len(batch)} documents")
     docs = bulk.create(
         Document, [Document(rel_path=prepared.rel_path, **_document_fields(prepared)) for prepared in batch]
     )
@@ -251,6 +260,7 @@ def _retire_representations(doc: Document, *, keep: str | None) -> Delta:
 
 def tombstone(rel_paths: list[str]) -> Delta:
     """Mark documents deleted, with everything derived from them."""
+    check_writable("deleting documents")
     delta = Delta()
     docs = list(Document.objects.filter(rel_path__in=rel_paths, deleted=False))
     for doc in docs:
@@ -270,6 +280,7 @@ def write_extra_representation(doc_id: int, prepared: Prepared) -> Delta:
     """
     extracted = prepared.extracted
     assert extracted is not None
+    check_writable(f"storing the {extracted.rep_type} of {prepared.rel_path}")
     doc = Document.objects.get(doc_id=doc_id)
     rep_hash = sha256_hex(
         "\0".join([extracted.rep_type, json.dumps(extracted.meta, sort_keys=True), extracted.text])

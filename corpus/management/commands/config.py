@@ -1,7 +1,9 @@
 """``config print`` and ``config init`` (spec §2.1, §16).
 
 ``print`` shows the effective configuration with every secret replaced by
-where it comes from. ``init`` writes ``.dir2mcp.yaml``: a short wizard on a
+where it comes from; a key the configuration cannot take (an unknown key, a
+bad value) is shown marked with where it was set, and the command then
+exits 2 (CONFIG_INVALID) as every other command would. ``init`` writes ``.dir2mcp.yaml``: a short wizard on a
 TTY, otherwise a commented template generated from the schema defaults (so
 it cannot drift from :mod:`corpus.config`). Neither ever shows a secret.
 """
@@ -9,13 +11,16 @@ it cannot drift from :mod:`corpus.config`). Neither ever shows a secret.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import CommandError
 
+from corpus import errors
 from corpus import secrets as secret_store
-from corpus.config import Config, default_config_path, load_config
+from corpus.config import Config, ConfigProblem, default_config_path, load_config, load_config_marked
 from corpus.config_template import render_config
 from corpus.events import Reporter
 from corpus.management.base import Dir2mcpCommand, resolve_root, resolve_state
@@ -58,13 +63,30 @@ class Command(Dir2mcpCommand):
             self.init_config(options)
 
     def print_config(self, options: dict) -> None:
-        runtime = self.runtime(options)
-        resolved = secret_store.resolve_all(runtime.config, runtime.state, root=runtime.root)
-        data = secret_store.redacted_config(runtime.config, resolved)
-        if runtime.json:
+        # Not self.runtime(): that refuses a configuration with a bad key,
+        # which is what this command must show.
+        root = resolve_root(options.get("dir"))
+        state = resolve_state(options.get("state_dir"), options.get("dir"), root)
+        path = Path(options["config"]).absolute() if options.get("config") else default_config_path(root)
+        if options.get("config") and not path.is_file():
+            raise errors.Dir2mcpError(
+                errors.CONFIG_INVALID, f"config file {path} does not exist", hint="Check --config."
+            )
+        config, problems = load_config_marked(path)
+        resolved = secret_store.resolve_all(config, state, root=root)
+        data = secret_store.redacted_config(config, resolved)
+        if options["json"]:
+            if problems:
+                data["problems"] = [_problem_dict(problem) for problem in problems]
             self.stdout.write(json.dumps(data))
         else:
-            self.stdout.write(secret_store.dump_yaml(data), ending="")
+            self.stdout.write(marked_yaml(data, problems), ending="")
+        if problems:
+            raise errors.Dir2mcpError(
+                errors.CONFIG_INVALID,
+                "; ".join(problem.describe() for problem in problems),
+                hint="The configuration above leaves the marked keys out; fix them where they are set.",
+            )
 
     def init_config(self, options: dict) -> None:
         # Not self.runtime(): init must work when the target file is missing
@@ -89,3 +111,76 @@ class Command(Dir2mcpCommand):
             reporter.say(note)
         if not snapshot:
             reporter.warn(f"could not write the config snapshot in {state.path}")
+
+
+# -- marking the keys a configuration cannot take ------------------------------------
+
+# A key name that may hold a credential: its value is never shown.
+_SECRET_NAME = re.compile(r"(?i)key|token|secret|passw|credential|auth")
+_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>'[^']*'|\"[^\"]*\"|[^\s#'\"\-][^:]*?):(?= |$)")
+
+
+def _shown(problem: ConfigProblem) -> Any:
+    """The value as it may be printed: scalars, unless the key may hold a secret."""
+    value = problem.value
+    if _SECRET_NAME.search(problem.key) or isinstance(value, dict | list) or len(str(value)) > 200:
+        return "<not shown>"
+    return value
+
+
+def _problem_dict(problem: ConfigProblem) -> dict:
+    out = {"key": problem.key, "problem": "unknown key" if problem.unknown else "bad value"}
+    out |= {"source": problem.source, "value": _shown(problem)}
+    return out if problem.unknown else out | {"detail": problem.detail}
+
+
+def _mark_text(problem: ConfigProblem) -> str:
+    if problem.unknown:
+        return f"<- unknown key, set in {problem.source}: not applied"
+    return f"<- bad value {_shown(problem)!r} in {problem.source}, not applied: {problem.detail}"
+
+
+def marked_yaml(data: dict, problems: list[ConfigProblem]) -> str:
+    """``data`` as YAML with a comment on each problem's key (an unknown key
+    is shown where it was written), under a header listing the problems."""
+    marks = {}
+    for problem in problems:
+        parts = tuple(problem.key.split("."))
+        marks[parts] = _mark_text(problem)
+        parent = data
+        for part in parts[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if problem.unknown and isinstance(parent, dict) and parts[-1] not in parent:
+            parent[parts[-1]] = _shown(problem)
+    text = _mark_lines(secret_store.dump_yaml(data), marks)
+    if not problems:
+        return text
+    header = ["# CONFIG_INVALID: the marked keys are left out below; other commands refuse to start", "#"]
+    header += [f"#   {problem.describe()}" for problem in problems]
+    return "\n".join([*header, "", text])
+
+
+def _mark_lines(text: str, marks: dict[tuple[str, ...], str]) -> str:
+    """Append each mark to the line of its key (block-style YAML, 2-space indents)."""
+    out: list[str] = []
+    stack: list[tuple[int, str]] = []
+    block = None  # the indent of a key whose value is a | or > block
+    for line in text.splitlines(keepends=True):
+        indent = len(line) - len(line.lstrip(" "))
+        if block is not None and (not line.strip() or indent > block):
+            out.append(line)
+            continue
+        block = None
+        match = _KEY_LINE.match(line)
+        if match:
+            key = match["key"].strip("'\"")
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, key))
+            if line[match.end() :].strip().startswith(("|", ">")):
+                block = indent
+            mark = marks.get(tuple(part for _, part in stack))
+            if mark:
+                line = f"{line.rstrip(chr(10))}  # {mark}\n"
+        out.append(line)
+    return "".join(out)

@@ -31,6 +31,12 @@ class Command(Dir2mcpCommand):
             action="store_true",
             help="Serve the existing index only: no background indexing, no file watching.",
         )
+        group.add_argument(
+            "--read-only",
+            action="store_true",
+            help="Refuse (FORBIDDEN) any tool that would store something, such as annotate's result or "
+            "transcribe's transcript; indexing goes on.",
+        )
 
     def execute(self, *args, **options):
         # Before anything can print: the real stdout becomes a private handle
@@ -45,7 +51,9 @@ class Command(Dir2mcpCommand):
     def handle(self, *args, **options):
         rt = self.runtime(options)
         # auth off: a private pipe, whoever holds it started us
-        ctx = background.serving_context(rt, self.prepare_state, auth_spec="none")
+        ctx = background.serving_context(
+            rt, self.prepare_state, auth_spec="none", read_only=bool(options["read_only"])
+        )
         # Load the tool registry now, so the first call does not pay for imports.
         from mcp_gateway import tools  # noqa: F401
 
