@@ -5,7 +5,10 @@ raises :class:`~corpus.errors.Dir2mcpError` with code ``CONFIG_INVALID``
 (exit 2), naming the dotted key and how to fix it.
 
 Environment overrides use ``DIR2MCP_<SECTION>__<KEY>`` (double underscore
-between levels), e.g. ``DIR2MCP_INGEST__PDF__MODE=auto``. A few well-known
+between levels), e.g. ``DIR2MCP_INGEST__PDF__MODE=auto``. A problem names
+where the key was set: the file, the environment variable, or a flag.
+:func:`validate_layers` also leaves each bad key out and reports it, for
+``config print`` to show the configuration with it marked. A few well-known
 variables are mapped as well (``MISTRAL_API_KEY``, ``ELEVENLABS_API_KEY``,
 ``DIR2MCP_AUTH_TOKEN``, ``DIR2MCP_LISTEN``). Secrets never live in this tree
 as values: they are resolved by :mod:`corpus.secrets`, which reports only
@@ -14,9 +17,11 @@ where each came from.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,6 +42,8 @@ from corpus import errors
 
 CONFIG_FILENAME = ".dir2mcp.yaml"
 ENV_PREFIX = "DIR2MCP_"
+#: The MCP protocol version this server speaks (spec §4.3, §5.5).
+PROTOCOL_VERSION = "2025-11-25"
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -328,10 +335,21 @@ class TlsConfig(Section):
     key_file: str = ""
 
 
+def _protocol_version(value: str) -> str:
+    if value != PROTOCOL_VERSION:
+        raise ValueError(
+            f"this server speaks MCP {PROTOCOL_VERSION} and each client's version is agreed at "
+            f"initialize, so this key cannot choose another; set it to {PROTOCOL_VERSION!r} or remove it"
+        )
+    return value
+
+
 class ServerConfig(Section):
     listen: str = "127.0.0.1:0"
     mcp_path: str = "/mcp"
-    protocol_version: str = "2025-11-25"
+    # In the spec's template (§16.2); the version is negotiated per session
+    # (mcp_gateway/transport.py), so the key is checked, not obeyed.
+    protocol_version: Annotated[str, AfterValidator(_protocol_version)] = PROTOCOL_VERSION
     tls: TlsConfig = TlsConfig()
     public: bool = False
     session_inactivity_timeout: Duration = 24 * 3600.0
@@ -347,6 +365,10 @@ class ServerConfig(Section):
     # idle_timeout while a request is awaited is closed. 0 turns either off.
     header_timeout: Duration = 10.0
     idle_timeout: Duration = 60.0
+    # Where `up` and `mcp_stdio` index: a supervised child process at a lower
+    # CPU priority (searches never wait for extraction or embedding), or a
+    # thread of the serving process (docs/operations.md).
+    indexer: Literal["process", "thread"] = "process"
 
 
 class KeychainConfig(Section):
@@ -598,15 +620,19 @@ def _merge(base: dict, override: Mapping) -> dict:
 def env_overrides(environ: Mapping[str, str]) -> dict:
     """Config keys set through the environment, as a nested dict."""
     tree: dict = {}
-    for name, dotted in ENV_ALIASES.items():
-        if environ.get(name, "") != "":
-            _set_dotted(tree, dotted, _env_value(environ[name]))
-    for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or "__" not in name or name in _RESERVED_ENV:
-            continue
-        dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
-        _set_dotted(tree, dotted, _env_value(raw))
+    for name, dotted in env_names(environ).items():
+        _set_dotted(tree, dotted, _env_value(environ[name]))
     return tree
+
+
+def env_names(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment variables that set config keys: variable -> dotted key,
+    in the order they apply (a ``DIR2MCP_<SECTION>__<KEY>`` beats an alias)."""
+    names = {name: dotted for name, dotted in ENV_ALIASES.items() if environ.get(name, "") != ""}
+    for name in environ:
+        if name.startswith(ENV_PREFIX) and "__" in name and name not in _RESERVED_ENV:
+            names[name] = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+    return names
 
 
 def _env_value(raw: str) -> Any:
@@ -642,18 +668,116 @@ def read_config_file(path: Path) -> dict:
     return data
 
 
-def _describe(exc: ValidationError, origin: str) -> errors.Dir2mcpError:
-    lines = []
-    for item in exc.errors():
-        key = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        if item["type"] == "extra_forbidden":
-            lines.append(f"unknown key '{key}': remove it or check its spelling against `config print`")
-        else:
-            lines.append(f"bad value for '{key}': {item['msg']} (got {item.get('input')!r})")
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One key the configuration cannot take, and where it was set."""
+
+    key: str  # dotted
+    unknown: bool  # an unknown key, else a bad value
+    detail: str  # pydantic's message, for a bad value
+    value: Any
+    source: str  # "/abs/.dir2mcp.yaml", "environment variable DIR2MCP_X", "command-line flag"
+
+    def describe(self) -> str:
+        if self.unknown:
+            return f"unknown key '{self.key}' in {self.source}: remove it or fix its spelling"
+        return f"bad value for '{self.key}' in {self.source}: {self.detail} (got {self.value!r})"
+
+
+@dataclass(frozen=True)
+class _Layer:
+    data: dict
+    kind: str  # "file" | "env" | "flags"
+    origin: str  # the file's path, for "file"
+    names: Mapping[str, str]  # dotted key -> the variable that set it, for "env"
+
+    def source(self, dotted: str) -> str:
+        if self.kind == "env":
+            name = self.names.get(dotted) or ENV_PREFIX + dotted.upper().replace(".", "__")
+            return f"environment variable {name}"
+        if self.kind == "flags":
+            return "a command-line flag"
+        return self.origin
+
+    def depth(self, loc: tuple[str, ...]) -> int:
+        """How much of ``loc`` this layer holds: the length of its longest prefix present."""
+        node: Any = self.data
+        for depth, part in enumerate(loc):
+            if not isinstance(node, Mapping) or part not in node:
+                return depth
+            node = node[part]
+        return len(loc)
+
+    def remove(self, loc: tuple[str, ...]) -> None:
+        node = self.data
+        for part in loc[:-1]:
+            node = node[part]
+        del node[loc[-1]]
+
+
+def _problem(item: dict, layers: list[_Layer]) -> tuple[ConfigProblem, _Layer | None, tuple[str, ...]]:
+    """The problem pydantic reported, the highest layer that set it, and the key there."""
+    loc = tuple(str(part) for part in item["loc"])
+    depths = [(layer.depth(loc), -rank, layer) for rank, layer in enumerate(layers)]
+    depth, _, layer = max(depths, key=lambda found: found[:2]) if depths else (0, 0, None)
+    key = loc[:depth] if depth else loc
+    problem = ConfigProblem(
+        key=".".join(key) or "(top level)",
+        unknown=item["type"] == "extra_forbidden",
+        detail=item["msg"],
+        value=item.get("input"),
+        source=layer.source(".".join(key)) if depth and layer else "the configuration",
+    )
+    return problem, layer if depth else None, key
+
+
+def validate_layers(
+    file_data: Mapping,
+    env_data: Mapping,
+    flag_data: Mapping,
+    *,
+    origin: str = "config",
+    env_vars: Mapping[str, str] | None = None,
+) -> tuple[Config, list[ConfigProblem]]:
+    """Merge the layers (flags > env > file > defaults) and validate; every
+    key that fails is left out of the layer that set it and reported. Raises
+    CONFIG_INVALID only for what cannot be left out (x402 switches that
+    contradict each other, a problem no layer holds)."""
+    names = {dotted: name for name, dotted in (env_vars or {}).items()}
+    layers = [
+        _Layer(copy.deepcopy(dict(flag_data)), "flags", "", {}),
+        _Layer(copy.deepcopy(dict(env_data)), "env", "", names),
+        _Layer(copy.deepcopy(dict(file_data)), "file", origin, {}),
+    ]
+    problems: list[ConfigProblem] = []
+    while True:
+        flags, env, file = (layer.data for layer in layers)
+        merged = _x402_switches([(file, origin), (env, "environment"), (flags, "flags")])
+        try:
+            return Config.model_validate(merged), problems
+        except ValidationError as exc:
+            found = [_problem(item, layers) for item in exc.errors()]
+        for problem, _, _ in found:
+            if problem not in problems:  # a union reports one key once per member type
+                problems.append(problem)
+        if any(layer is None for _, layer, _ in found):
+            raise _describe(problems)
+        removed = False
+        for _, layer, key in found:
+            if layer.depth(key) == len(key):  # not already removed, alone or with a parent key
+                layer.remove(key)
+                removed = True
+        if not removed:
+            raise _describe(problems)
+
+
+def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
+    sources = sorted({problem.source for problem in problems})
     return errors.Dir2mcpError(
         errors.CONFIG_INVALID,
-        f"{origin}: " + "; ".join(lines),
-        hint="Fix the key in the config file, the DIR2MCP_* variable or the flag, then retry.",
+        "; ".join(problem.describe() for problem in problems),
+        hint=f"Fix it where it is set ({', '.join(sources)}), then retry; `dir2mcp config print` shows the "
+        "configuration with it marked.",
     )
 
 
@@ -731,14 +855,38 @@ def _x402_switches(layers: list[tuple[Mapping, str]]) -> dict:
 
 
 def build_config(
-    file_data: Mapping, env_data: Mapping, flag_data: Mapping, *, origin: str = "config"
+    file_data: Mapping,
+    env_data: Mapping,
+    flag_data: Mapping,
+    *,
+    origin: str = "config",
+    env_vars: Mapping[str, str] | None = None,
 ) -> Config:
-    """Merge the layers (flags > env > file > defaults) and validate."""
-    merged = _x402_switches([(file_data, origin), (env_data, "environment"), (flag_data, "flags")])
-    try:
-        return Config.model_validate(merged)
-    except ValidationError as exc:
-        raise _describe(exc, origin) from None
+    """Merge the layers (flags > env > file > defaults) and validate; any
+    problem is CONFIG_INVALID naming each key and where it was set."""
+    config, problems = validate_layers(file_data, env_data, flag_data, origin=origin, env_vars=env_vars)
+    if problems:
+        raise _describe(problems)
+    return config
+
+
+def load_config_marked(
+    path: Path | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping | None = None,
+) -> tuple[Config, list[ConfigProblem]]:
+    """The configuration for ``path`` without the keys it cannot take, and
+    those keys (``config print`` shows them marked)."""
+    environ = os.environ if environ is None else environ
+    file_data = read_config_file(path) if path else {}
+    return validate_layers(
+        file_data,
+        env_overrides(environ),
+        flags or {},
+        origin=str(path) if path else "the configuration file",
+        env_vars=env_names(environ),
+    )
 
 
 def load_config(
@@ -748,11 +896,10 @@ def load_config(
     flags: Mapping | None = None,
 ) -> Config:
     """The effective configuration for ``path`` (missing file = defaults)."""
-    environ = os.environ if environ is None else environ
-    file_data = read_config_file(path) if path else {}
-    return build_config(
-        file_data, env_overrides(environ), flags or {}, origin=str(path) if path else "configuration"
-    )
+    config, problems = load_config_marked(path, environ=environ, flags=flags)
+    if problems:
+        raise _describe(problems)
+    return config
 
 
 def default_config_path(root: Path) -> Path:

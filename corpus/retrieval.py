@@ -208,7 +208,7 @@ class Searcher:
         return [
             (kind, weight[kind] if kind == used else weight[kind] * cfg.other_index_weight)
             for kind in KINDS
-            if (held := store.sync(kind)) is not None and len(held)
+            if (held := store.for_search(kind)) is not None and len(held)
         ]
 
     def _dense_rankings(
@@ -293,7 +293,7 @@ class Searcher:
 
     def _dense(self, vector: np.ndarray, kind: str, pool: int, filters: Filters) -> ranking.Ranking:
         """(chunk_id, cosine) of the nearest live chunks of ``kind``, best first."""
-        index = dense_store(self.state).sync(kind)
+        index = dense_store(self.state).for_search(kind)
         if index is None or not len(index):
             return []
         if vector.shape[-1] != index.dim:

@@ -6,6 +6,7 @@ Everything here only reads, so it works while another process indexes
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -17,11 +18,17 @@ from urllib.parse import urlsplit
 from django.db import connection
 from django.db.models import Count
 
+from corpus import errors
 from corpus.config import Config
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, Representation, Setting
+from corpus.providers.registry import UnavailableEmbedder, make_chat
 from corpus.state import StateDir, write_json
+from corpus.store import MODEL_SETTINGS, get_setting, set_setting
 
 logger = logging.getLogger(__name__)
+
+#: settings key: the corpus.json ``models`` of the latest indexing job (JSON)
+MODELS_KEY = "models_in_use"
 
 
 def doc_counts() -> dict[str, int]:
@@ -59,6 +66,28 @@ def latest_job() -> IndexJob | None:
     return IndexJob.objects.order_by("-started_unix").first()
 
 
+#: The settings key where `up`'s indexer supervisor records its child
+#: (mcp_gateway.indexer_process): JSON with pid, restarts and the last exit.
+INDEXER_KEY = "indexer_process"
+
+
+def indexer_state() -> dict | None:
+    """What the indexer supervisor of a server last recorded, with
+    ``running`` checked against the process table; None when no server
+    has run an indexing child here."""
+    raw = get_setting(INDEXER_KEY)
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    pid = found.get("pid")
+    if not (isinstance(pid, int) and pid_alive(pid)):
+        found.update(running=False, pid=None)
+    return found
+
+
 def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -71,15 +100,26 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def recent_errors(limit: int = 10) -> list[tuple[str, str]]:
+    """Live documents in error, latest first: (rel_path, "CODE: message")."""
+    rows = (
+        Document.objects.filter(deleted=False, status="error")
+        .order_by("-indexed_unix", "rel_path")
+        .values_list("rel_path", "error")[:limit]
+    )
+    return [(path, error or "") for path, error in rows]
+
+
+def error_code(error: str | None) -> str:
+    """The code of a stored ``"CODE: message"`` error ("" when it has none)."""
+    code, sep, _ = (error or "").partition(": ")
+    return code if sep and code.replace("_", "").isalnum() and code.isupper() else ""
+
+
 def summarize(*, error_limit: int = 10) -> IndexSummary:
     by_type = doc_counts()
     live_chunks = Chunk.objects.filter(deleted=False)
     job = latest_job()
-    errors = list(
-        Document.objects.filter(deleted=False, status="error")
-        .order_by("-indexed_unix")
-        .values_list("rel_path", "error")[:error_limit]
-    )
     return IndexSummary(
         documents=sum(by_type.values()),
         by_type=by_type,
@@ -93,7 +133,7 @@ def summarize(*, error_limit: int = 10) -> IndexSummary:
         or "",
         job=job,
         job_alive=job_alive(job),
-        recent_errors=[(path, err or "") for path, err in errors],
+        recent_errors=recent_errors(error_limit),
         needs_provider=needs_provider_counts(),
         older_format=older_format_documents(),
     )
@@ -191,20 +231,31 @@ def needs_provider_counts() -> dict[str, int]:
     return {row["error"]: row["n"] for row in rows.order_by("error")}
 
 
-def write_corpus_json(root: Path, state: StateDir, config: Config, job: IndexJob) -> None:
-    """``corpus.json`` (spec §4.4): profile, models and the job's counters."""
+def write_corpus_json(
+    root: Path, state: StateDir, config: Config, job: IndexJob, *, models: dict[str, str] | None = None
+) -> None:
+    """``corpus.json`` (spec §4.4): profile, the models in use (``models``, else
+    those the job recorded in ``settings``), the job's counters, and, beyond
+    the spec, the documents in error with their codes."""
     counts = doc_counts()
     total = sum(counts.values()) or 1
     summary = {
         "root": str(root),
-        "profile": {"doc_counts": counts, "code_ratio": round(counts.get("code", 0) / total, 3)},
-        "models": models_summary(config),
+        "profile": {
+            "doc_counts": counts,
+            "code_ratio": round(counts.get("code", 0) / total, 3),
+            "status_counts": status_counts(),
+        },
+        "models": models or recorded_models() or models_summary(config),
         "indexing": {
             "job_id": job.job_id,
             "running": job.running,
             "mode": job.mode,
             **job.counters(),
         },
+        "recent_errors": [
+            {"rel_path": path, "code": error_code(error), "error": error} for path, error in recent_errors()
+        ],
     }
     try:
         write_json(state.corpus_json, summary)
@@ -212,12 +263,68 @@ def write_corpus_json(root: Path, state: StateDir, config: Config, job: IndexJob
         logger.warning("cannot write %s: %s", state.corpus_json, exc)
 
 
+def no_chat_reason(config: Config) -> str:
+    """Why :func:`corpus.providers.registry.make_chat` made no chat model."""
+    if config.chat.provider == "none":
+        return "chat.provider is none"
+    return "chat.provider is auto and MISTRAL_API_KEY is not set"
+
+
+def chat_in_use(config: Config, secret) -> str:
+    """``provider/model`` of the chat model ``ask`` answers with under this
+    configuration and these keys, or ``none (why)``."""
+    try:
+        chat = make_chat(config, secrets_lookup=secret)
+    except errors.Dir2mcpError as exc:
+        return f"none ({exc.message})"
+    if chat is None:
+        return f"none ({no_chat_reason(config)})"
+    label = f"{chat.provider}/{chat.model}"
+    close = getattr(chat, "close", None)  # the HTTP client it opened; no request was made
+    if close is not None:
+        close()
+    return label
+
+
+def models_in_use(config: Config, *, embedder, secret) -> dict[str, str]:
+    """The ``models`` of corpus.json and ``stats``: what an indexing job (or a
+    server) with this embedder, configuration and keys actually uses."""
+    summary = models_summary(config, embedder=embedder, live=True, secret=secret)
+    summary["chat"] = chat_in_use(config, secret)
+    return summary
+
+
+def record_models(models: dict[str, str], config: Config) -> None:
+    """Record the models in use in ``settings`` (spec §5.5): ``ocr_model``,
+    ``stt_provider``, ``stt_model`` and ``chat_model`` as corpus.json names
+    them, and the whole ``models`` object. The embedding keys
+    (``embed_text_model``, ``embed_text_dim``, ...) name the models the
+    vectors came from (corpus.embedding); before any vectors they are empty."""
+    set_setting(MODELS_KEY, json.dumps(models, sort_keys=True))
+    for key, name in MODEL_SETTINGS.items():
+        if name is not None:
+            set_setting(key, models[name])
+        elif get_setting(key) is None:
+            set_setting(key, "0" if key.endswith("_dim") else "")
+
+
+def recorded_models() -> dict[str, str] | None:
+    """The ``models`` the latest indexing job recorded; None before any."""
+    raw = get_setting(MODELS_KEY)
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def models_summary(
     config: Config, *, embedder=None, chat=None, live: bool = False, secret=None
 ) -> dict[str, str]:
     """The models in use. With ``live``, embeddings and chat name what this
-    process actually runs (``none`` when off), not the Mistral defaults; with
-    ``secret`` too, OCR and speech-to-text say which key they still need."""
+    process actually runs (``none`` when off, with why when ``secret`` is
+    given), not the Mistral defaults; with ``secret`` too, OCR and
+    speech-to-text say which key they still need."""
     stt = config.stt.provider
     summary = {
         "embed_text": config.mistral.embed_text_model,
@@ -228,14 +335,14 @@ def models_summary(
         "chat": config.mistral.chat_model,
     }
     if live:
-        from corpus.providers.registry import UnavailableEmbedder
-
         for kind in ("text", "code"):
             info = embedder.model_info(kind) if embedder is not None else None
             summary[f"embed_{kind}"] = f"{info.provider}/{info.model}" if info else "none"
             if isinstance(embedder, UnavailableEmbedder):
                 summary[f"embed_{kind}"] = f"none ({info.provider}/{info.model} {embedder.choice.reason})"
         summary["chat"] = f"{chat.provider}/{chat.model}" if chat is not None else "none"
+        if chat is None and secret is not None:
+            summary["chat"] = f"none ({no_chat_reason(config)})"
     if live and secret is not None:
         from corpus.ingest.pipeline import capabilities_for
 

@@ -7,8 +7,17 @@ from __future__ import annotations
 import logging
 import threading
 
+from django.db import connections
+
 from corpus import errors
+from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.ingest.watch import watch_directory
+from corpus.state import IndexLock
+from corpus.store import open_store
+from mcp_gateway import context
+from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor
+from mcp_gateway.preflight import check_keys
 
 log = logging.getLogger(__name__)
 
@@ -23,14 +32,11 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
 
     A missing provider key fails before any state is written (spec §2.5);
     then the store is opened, the state prepared, and one embedder made for
-    the whole process, so the indexer and the tools share its dense index.
-    An embedder other than the one that built the index is not used: the recorded one is kept
+    the whole process (it embeds queries; with ``server.indexer: thread`` the
+    indexer shares it and its dense index). An embedder other than the one
+    that built the index is not used: the recorded one is kept
     (corpus.indexing.choose_embedder) until a full reindex switches.
     """
-    from corpus.store import open_store
-    from mcp_gateway import context
-    from mcp_gateway.preflight import check_keys
-
     check_keys(rt)
     embedder = rt.embedder()
     open_store(rt.state, reporter=rt.reporter)
@@ -43,13 +49,12 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
         _models={"embedder": embedder},
         **extra,
     )
+    ctx.indexer_launch = ChildLaunch(rt.root, rt.state, rt.config_path)
     ctx.gate = context.payment_gate(
         ctx, emit=lambda e: rt.reporter.event(e["event"], e.get("data"), level=e.get("level", "info"))
     )
     context.install(ctx)
     if embedder is not None:
-        from corpus.embedding import check_models
-
         check_models(embedder, rt.state)
     return ctx
 
@@ -61,17 +66,31 @@ def start_background_indexing(
     *,
     ready: threading.Event | None = None,
     lock_retry: float = LOCK_RETRY_SECONDS,
-) -> threading.Thread:
+    stop_wait: float = 30.0,
+):
     """Index ``ctx.root`` once (incrementally), then follow changes, until ``stop``;
     files a provider failed on for a passing reason (an outage, a timeout) are
     retried with backoff meanwhile (:mod:`corpus.ingest.watch`).
 
-    Runs in a daemon thread with ``ctx.embedder``, so the vectors it adds go
-    into this process's dense index, the one the tools search. When another
-    process holds the index lock (another ``up``, a ``reindex``), this one
-    says so once and serves what is on disk, retrying the lock until it
-    frees up or ``stop`` is set.
+    With ``server.indexer: process`` (the default, when ``ctx.indexer_launch``
+    says how) the work runs in a supervised child process at a lower CPU
+    priority, and a thread here adds the vectors it stores to this process's
+    dense indices (:mod:`mcp_gateway.indexer_process`): request handling never
+    waits for extraction or embedding. With ``thread``, it runs in a daemon
+    thread of this process with ``ctx.embedder``. Either way, when another
+    process holds the index lock (another ``up``, a ``reindex``), the indexer
+    says so once and the server serves what is on disk, retrying the lock
+    until it frees up or ``stop`` is set.
+
+    Returns something thread-like (``is_alive``, ``join``) that ends after ``stop``.
     """
+    launch = getattr(ctx, "indexer_launch", None)
+    if ctx.config.server.indexer == "process" and launch is not None:
+        DenseRefresher(ctx.state, stop).start()
+        supervisor = IndexerSupervisor(launch, reporter, stop, ready=ready, stop_wait=stop_wait).start()
+        ctx.indexer, ctx.indexer_mode = supervisor, "process"
+        return supervisor
+    ctx.indexer_mode = "thread"
     thread = threading.Thread(
         target=_index_in_background,
         args=(ctx, _JobReporter(reporter), stop, ready, lock_retry),
@@ -99,26 +118,43 @@ class _JobReporter:
 
 
 def _index_in_background(ctx, reporter, stop, ready, lock_retry) -> None:
-    from django.db import connections
+    try:
+        index_until_stopped(
+            ctx.root, ctx.state, ctx.config, ctx.embedder, reporter, stop, ready=ready, lock_retry=lock_retry
+        )
+    finally:
+        connections.close_all()
 
-    from corpus.ingest.watch import watch_directory
-    from corpus.state import IndexLock
 
+def index_until_stopped(
+    root,
+    state,
+    config,
+    embedder,
+    reporter,
+    stop: threading.Event,
+    *,
+    ready: threading.Event | None = None,
+    lock_retry: float = LOCK_RETRY_SECONDS,
+) -> None:
+    """The indexer's life under a server (in its thread or its child
+    process): index, then follow changes, until ``stop``; wait for the
+    index lock while another process holds it; outlive any failure."""
     waiting = False
     try:
         while not stop.is_set():
-            if waiting and _lock_is_free(IndexLock(ctx.state)):
+            if waiting and _lock_is_free(IndexLock(state)):
                 waiting = False
                 reporter.say("Index lock released by the other indexer; indexing now.")
             try:
                 watch_directory(
-                    ctx.root,
-                    state=ctx.state,
-                    config=ctx.config,
+                    root,
+                    state=state,
+                    config=config,
                     reporter=reporter,
                     stop=stop,
                     ready=ready,
-                    embedder=ctx.embedder,
+                    embedder=embedder,
                 )
                 return
             except errors.Dir2mcpError as exc:
@@ -135,8 +171,6 @@ def _index_in_background(ctx, reporter, stop, ready, lock_retry) -> None:
     except Exception as exc:  # the server outlives its indexer
         log.exception("background indexing failed")
         reporter.warn(f"indexing stopped: {type(exc).__name__}: {exc}; still serving the index as it is")
-    finally:
-        connections.close_all()
 
 
 def _lock_is_free(lock) -> bool:

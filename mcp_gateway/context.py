@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from corpus import errors
+from corpus import errors, write_guard
 from corpus.config import Config, default_config_path, load_config
 from corpus.state import StateDir, ensure_token
 
@@ -88,11 +88,19 @@ class Context:
     state: StateDir
     config: Config
     auth: AuthSetup
+    # `up --read-only`: tools that would store anything (annotate's result,
+    # transcribe's transcript) are refused with FORBIDDEN once installed.
     read_only: bool = False
     public: bool = False
     mcp_path: str = "/mcp"
     # The x402 gate (payments/gate.py) when tool calls are sold, else None.
     gate: Any = None
+    # How to start the indexing child (mcp_gateway.indexer_process.ChildLaunch),
+    # and its supervisor once started (``up`` and ``mcp_stdio`` only).
+    indexer_launch: Any = None
+    indexer: Any = None
+    # Where this process's indexer runs: "process", "thread" or "none".
+    indexer_mode: str = "none"
     _models: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -241,7 +249,13 @@ def mcp_path() -> str:
     return load_config(default_config_path(root)).server.mcp_path
 
 
+#: why a read-only server refuses a tool's write (corpus.write_guard.check_writable)
+READ_ONLY_REASON = "this server runs with --read-only (tools may not store results)"
+
+
 def install(ctx: Context | None) -> None:
-    """Make ``ctx`` the process's context (``None`` to forget it, in tests)."""
+    """Make ``ctx`` the process's context (``None`` to forget it, in tests);
+    a read-only one makes the store refuse every write but the indexer's."""
     global _current
     _current = ctx
+    write_guard.refuse_writes(READ_ONLY_REASON if ctx is not None and ctx.read_only else None)

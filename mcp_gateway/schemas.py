@@ -13,7 +13,7 @@ import copy
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 
-SCHEMA_VERSION = "4.0.0"
+SCHEMA_VERSION = "5.0.0"
 
 SPAN = {
     "type": "object",
@@ -92,13 +92,26 @@ DENSE = _provider_status(
     "(embedding the query failed: code and message say why, and the results are lexical only)."
 )
 
-# An addition to §15.2 (docs/contracts.md, 4.0.0): whether the chat model
-# wrote the answer, in the shape of ``dense`` (corpus/answer.py).
+# An addition to §15.2 (docs/contracts.md, 4.0.0, 5.0.0): whether the chat
+# model wrote the answer, in the shape of ``dense``, and why not
+# (corpus/answer.py).
 GENERATION = _provider_status(
-    "Whether a chat model wrote the answer: ok; off (search_only, no chat model, or nothing "
+    "Whether a chat model wrote the answer: ok (model names it); off (reason and message say why "
+    "not: search_only asked for, no chat model configured, rag.generate_answer false, or nothing "
     "retrieved); unavailable (the chat call failed: code and message say why, and the answer "
     "lists the top matches instead)."
 )
+GENERATION["properties"] |= {
+    "reason": {
+        "type": "string",
+        "enum": ["search_only", "no_chat_model", "generate_answer_off", "no_hits", "chat_failed"],
+        "description": "Why no chat model wrote the answer (off and unavailable).",
+    },
+    "model": {
+        "type": "string",
+        "description": "The chat model (provider/model) that wrote the answer, or that failed.",
+    },
+}
 
 
 # An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether anything
@@ -222,6 +235,15 @@ ASK_OUTPUT = _with_defs(
             "indexing_complete": {"type": "boolean"},
             "dense": DENSE,
             "match": MATCH,
+            # An addition to §15.2 (docs/contracts.md, 5.0.0).
+            "mode": {
+                "type": "string",
+                "enum": ["answer", "search_only"],
+                "description": (
+                    "The mode that answered: answer (a chat model wrote it) or search_only (the top "
+                    "matches are listed; generation says why)."
+                ),
+            },
             "generation": GENERATION,
         },
         "required": ["question", "citations", "hits", "indexing_complete"],
@@ -259,6 +281,15 @@ OPEN_FILE_OUTPUT = _with_defs(
             "span": {"$ref": "#/$defs/Span"},
             "content": {"type": "string"},
             "truncated": {"type": "boolean"},
+            # An addition to §15.4 (issue #24, 5.0.0): present and true when the
+            # file changed during every read, and content is its indexed text.
+            "from_index": {
+                "type": "boolean",
+                "description": (
+                    "True when the file kept changing while it was read: content is the text "
+                    "indexed last (what search cited), not the file as it is now."
+                ),
+            },
         },
         "required": ["rel_path", "doc_type", "content", "truncated"],
     },
@@ -347,6 +378,9 @@ STATS_OUTPUT = {
                         "errors",
                     )
                 },
+                # An addition to §15.6 (docs/contracts.md, 5.0.0): what an
+                # incremental pass found unchanged; skipped is what a policy left out.
+                "unchanged": _COUNTER,
             },
             "required": [
                 "job_id",
@@ -355,6 +389,7 @@ STATS_OUTPUT = {
                 "scanned",
                 "indexed",
                 "skipped",
+                "unchanged",
                 "deleted",
                 "representations",
                 "chunks_total",
@@ -374,6 +409,31 @@ STATS_OUTPUT = {
                 "chat": {"type": "string"},
             },
             "required": ["embed_text", "embed_code", "ocr", "stt_provider", "stt_model", "chat"],
+        },
+        # An addition to §15.6 (issue #17): where the indexer runs, whether it
+        # is alive, its restarts, and dense coverage with the time to full.
+        "indexer": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "mode": {"type": "string", "enum": ["process", "thread", "none"]},
+                "running": {"type": "boolean"},
+                "pid": {"type": ["integer", "null"]},
+                "restarts": {"type": "integer"},
+                "last_exit": {"type": ["object", "null"]},
+                "dense": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "embedded": {"type": "integer"},
+                        "total": {"type": "integer"},
+                        "rate_per_second": {"type": ["number", "null"]},
+                        "eta_seconds": {"type": ["number", "null"]},
+                    },
+                    "required": ["embedded", "total", "rate_per_second", "eta_seconds"],
+                },
+            },
+            "required": ["mode", "running", "pid", "restarts", "last_exit", "dense"],
         },
         # Additions to §15.6 (docs/contracts.md, 3.0.0).
         "documents_on_older_format": {

@@ -177,7 +177,9 @@ class Gateway:
         if self.announce is not None:
             self.announce(listening)
         if self.index and not self._stopping.is_set():
-            self._indexer = start_background_indexing(self.ctx, self.reporter, self.stop)
+            self._indexer = start_background_indexing(
+                self.ctx, self.reporter, self.stop, stop_wait=self.stop_wait
+            )
         threading.Thread(target=_load_urls, name="dir2mcp-urls", daemon=True).start()
 
     # -- stopping --

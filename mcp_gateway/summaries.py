@@ -77,6 +77,8 @@ def ask(result: dict) -> str:
 def open_file(result: dict) -> str:
     where = cite(result["rel_path"], result.get("span"))
     note = " (truncated: ask for a narrower range or a larger max_chars)" if result["truncated"] else ""
+    if result.get("from_index"):
+        note += " (from the index: the file kept changing while it was read)"
     return f"{where} {result['doc_type']}{note}\n\n{result['content']}"
 
 
@@ -114,8 +116,35 @@ def stats(result: dict) -> str:
         f"Root: {result['root']}\nModels: embed_text={models['embed_text']} chat={models['chat']} "
         f"ocr={models['ocr']} stt={models['stt_provider']}/{models['stt_model']}\n"
         + _embedder_line(result.get("embedder"))
+        + _indexer_line(result.get("indexer"))
         + f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
     )
+
+
+def _indexer_line(indexer: dict | None) -> str:
+    """Where the indexer runs and how far dense coverage is."""
+    if not indexer:
+        return ""
+    dense = indexer["dense"]
+    line = f"Indexer: {indexer['mode']}"
+    if indexer["mode"] == "process":
+        line += f" (pid {indexer['pid']})" if indexer["running"] else " (not running)"
+        if indexer["restarts"]:
+            line += f", restarted {indexer['restarts']}x"
+    line += f"; dense {dense['embedded']}/{dense['total']}"
+    eta = dense["eta_seconds"]
+    if dense["embedded"] < dense["total"] and eta is not None:
+        line += f", about {_duration(eta)} to full coverage"
+    return line + "\n"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _embedder_line(embedder: dict | None) -> str:
@@ -156,4 +185,7 @@ def transcribe(result: dict) -> str:
 def annotate(result: dict) -> str:
     indexed = " and indexed its flattened text" if result["flattened_indexed"] else ""
     preview = result.get("annotation_text_preview") or ""
+    if not result["stored"]:  # the document changed during the call (corpus/ingest/ondemand.py)
+        head = f"Annotated {result['rel_path']}, not stored: it changed during the call"
+        return f"{head} (annotate it again to store it).\n\n{preview}".rstrip()
     return f"Stored the annotation of {result['rel_path']}{indexed}.\n\n{preview}".rstrip()

@@ -220,7 +220,16 @@ def search(call: Call, args: dict) -> dict:
     result = call.ctx.searcher.search(args["query"], k=args["k"], index=args["index"], filters=_filters(args))
     call.check()
     call.progress(1, 1, f"{len(result.hits)} hits")
+    _embed_first(call.ctx, [hit.rel_path for hit in result.hits])
     return result.as_dict()
+
+
+def _embed_first(ctx: Context, rel_paths: list[str]) -> None:
+    """Files a client asks about are embedded before the rest (issue #17):
+    ask the indexing child, when one runs and embedding is not complete."""
+    supervisor = getattr(ctx, "indexer", None)
+    if supervisor is not None and rel_paths:
+        supervisor.embed_first(rel_paths)
 
 
 def ask(call: Call, args: dict) -> dict:
@@ -256,6 +265,7 @@ def open_file(call: Call, args: dict) -> dict:
     from corpus import files
 
     keys = ("start_line", "end_line", "page", "start_ms", "end_ms", "max_chars")
+    _embed_first(call.ctx, [args["rel_path"]])
     return files.open_file(
         call.ctx.engine, rel_path=args["rel_path"], **{k: args[k] for k in keys if k in args}
     )
@@ -297,7 +307,9 @@ def find(call: Call, args: dict) -> dict:
 
 
 def stats(call: Call, args: dict) -> dict:
+    # Both read models: this module is imported before the app registry is ready (stdio's guard).
     from corpus.status import latest_job, models_summary, older_format_documents
+    from mcp_gateway import indexer_process
     from mcp_gateway.transport import LATEST_VERSION
 
     ctx = call.ctx
@@ -322,6 +334,7 @@ def stats(call: Call, args: dict) -> dict:
             ctx.config, embedder=ctx.embedder, chat=ctx.chat, live=True, secret=ctx.secret
         ),
         "embedder": ctx.embedder_choice().as_dict(),
+        "indexer": indexer_process.summary(ctx),
         "documents_on_older_format": older_format_documents(),
     }
 

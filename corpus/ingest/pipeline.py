@@ -34,7 +34,9 @@ from corpus.embedding import embed_pending
 from corpus.events import Reporter
 from corpus.ingest import writer
 from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, archive_format, iter_members
+from corpus.ingest.classify import classify, gzip_inner_name
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
+from corpus.ingest.extract import gunzip_bounded
 from corpus.ingest.media import MediaProviders, media_providers
 from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
@@ -42,17 +44,27 @@ from corpus.providers.base import Embedder
 from corpus.secrets import resolve_secret
 from corpus.security import ExclusionEngine
 from corpus.state import StateDir
-from corpus.status import write_corpus_json
+from corpus.status import models_in_use, record_models, write_corpus_json
 
 log = logging.getLogger(__name__)
 
 BATCH_DOCS = 64
 BATCH_SECONDS = 0.5
 FLUSH_SECONDS = 0.5
+#: Bump when how this module reads archives changes, so every archive is
+#: read again on the next pass. 2: a plain ``.gz`` is the text it holds, and
+#: an archive that cannot be read (or holds a member that cannot) is an error.
+ARCHIVE_READER_VERSION = "2"
+#: A plain gzip file's doc_type until it is decompressed (never stored).
+GZIP = "gzip"
 
 
 @dataclass
 class Counters:
+    """A job's counts. ``skipped`` is what a policy left out (binary, too
+    large, a secret, a missing provider key); ``unchanged`` what an
+    incremental pass found as the store holds it."""
+
     scanned: int = 0
     indexed: int = 0
     skipped: int = 0
@@ -124,11 +136,12 @@ class Indexer:
         self.engine = ExclusionEngine.from_config(root, config, state_dir=state.path)
         self.limits = ArchiveLimits.from_config(config)
         self._owned_providers = None
+
+        def secret(name: str) -> str | None:
+            return resolve_secret(name, config, state, root=root).value
+
+        self.secret = secret
         if capabilities is None:
-
-            def secret(name: str) -> str | None:
-                return resolve_secret(name, config, state, root=root).value
-
             capabilities = capabilities_for(config, secret)
             if providers is None:
                 providers = self._owned_providers = media_providers(config, state, capabilities, secret)
@@ -138,16 +151,26 @@ class Indexer:
         self.embed_error: errors.Dir2mcpError | None = None
         self.counters = Counters()
         self.known: dict[str, Known] = {}
+        #: doc_ids of archives holding a member in error: read again, like a file in error
+        self._failed_containers: set[int] = set()
+        #: archives (and nested ones) being read now, by rel_path: what their problems mark
+        self._open_archives: dict[str, Prepared] = {}
         self.seen: set[str] = set()
         self._batch: list[Prepared | Future] = []
         self._batch_started = 0.0
         self._last_flush = 0.0
         self.job: IndexJob | None = None
+        #: the models in use, for corpus.json (set when the job starts)
+        self.models: dict[str, str] | None = None
 
     # -- public entry points -------------------------------------------------
 
     def run(self) -> Counters:
         """Walk the whole root; tombstone what disappeared if the walk finished."""
+        with writer.indexing():
+            return self._run()
+
+    def _run(self) -> Counters:
         self._start()
         outcome = "interrupted"
         try:
@@ -167,11 +190,37 @@ class Indexer:
         seen, embed. True when the job is complete."""
         self._flush_batch()
         self._tombstone_unseen()
+        self._announce_complete("lexical")
         self._embed()
+        if self.embedder is not None and self.embed_error is None and not self.stop.is_set():
+            self._announce_complete("dense")
         return True
+
+    def _announce_complete(self, half: str) -> None:
+        """Say that a whole pass's half of the index is complete (issue #24):
+        ``lexical`` once every file is read, chunked and searchable by
+        keyword; ``dense`` once every live chunk has its vector."""
+        live = Chunk.objects.filter(deleted=False)
+        data = {"documents": Document.objects.filter(deleted=False).count(), "chunks": live.count()}
+        if half == "dense":
+            pending = live.filter(embedding_status=EmbeddingStatus.PENDING).count()
+            if pending:
+                return  # another process's chunks, or ones that failed: not complete
+            data["embedded"] = live.filter(embedding_status=EmbeddingStatus.OK).count()
+            self.reporter.say(f"Dense index complete: {data['embedded']} chunks embedded.")
+        else:
+            self.reporter.say(
+                f"Lexical index complete: {data['documents']} documents, {data['chunks']} chunks "
+                "searchable by keyword."
+            )
+        self.reporter.event(f"{half}_index_complete", data)
 
     def run_paths(self, rel_paths: Iterable[str]) -> Counters:
         """Re-index just these paths (the watcher's entry point)."""
+        with writer.indexing():
+            return self._run_paths(rel_paths)
+
+    def _run_paths(self, rel_paths: Iterable[str]) -> Counters:
         self._start()
         outcome = "interrupted"
         try:
@@ -228,12 +277,24 @@ class Indexer:
         )
         self.known = {row[0]: Known(*row[1:]) for row in rows.iterator(chunk_size=5000)}
         self._sorted_paths = sorted(self.known)
+        self._failed_containers = set()
+        for rel_path, known in self.known.items():
+            if known.status != "error" or known.deleted or "!/" not in rel_path:
+                continue
+            parts = rel_path.split("!/")
+            for depth in range(1, len(parts)):
+                container = self.known.get("!/".join(parts[:depth]))
+                if container is not None:
+                    self._failed_containers.add(container.doc_id)
 
     def _start(self) -> None:
         self._load_known()
         live = Chunk.objects.filter(deleted=False)
         self.counters.chunks_total = live.count()
         self.counters.embedded_ok = live.filter(embedding_status=EmbeddingStatus.OK).count()
+        # The models this job works with, as corpus.json and `settings` record them (spec §4.4, §5.5).
+        self.models = models_in_use(self.config, embedder=self.embedder, secret=self.secret)
+        record_models(self.models, self.config)
         now = time.time()
         self.job = IndexJob.objects.create(
             job_id=f"job_{uuid.uuid4().hex[:16]}",
@@ -274,7 +335,7 @@ class Indexer:
             setattr(self.job, name, value)
         self.job.updated_unix = time.time()
         self.job.save()
-        write_corpus_json(self.root, self.state, self.config, self.job)
+        write_corpus_json(self.root, self.state, self.config, self.job, models=self.models)
         if not force:  # forced flushes start or end a job; _finish prints the final line
             self.reporter.progress(self.counters.as_dict())
 
@@ -318,13 +379,54 @@ class Indexer:
             self._queue(self._too_large(base))
             return
         base.content_hash = sha256_hex(data)
+        gzipped = base.doc_type == GZIP
+        if gzipped:
+            data = self._gunzip(base, data)
+            if data is None:
+                return
         if known and self._content_unchanged(known, base):
             self._unchanged(entry.rel_path, known, touch=base)
             return
         if base.doc_type == "archive":
             self._consume_archive(base, data)
             return
-        self._queue(self._prepare(base, data))
+        self._queue(_from_gzip(self.preparer.prepare(base, data)) if gzipped else self._prepare(base, data))
+
+    def _gunzip(self, base: Prepared, data: bytes) -> bytes | None:
+        """The text a plain gzip file holds, with ``base`` made the document of
+        its type; None when it cannot be read within the limits (the document
+        is then queued as an error, or as skipped when simply too large)."""
+        archives = self.config.ingest.archives
+        try:
+            inner = gunzip_bounded(
+                data, max_bytes=int(self.config.ingest.max_file_mb * 2**20), max_ratio=archives.max_ratio
+            )
+        except errors.Dir2mcpError as exc:
+            # Recorded as the compressed file it is, so an unchanged one stays as it is.
+            base.doc_type, base.policy_hash = "archive", self._policy_hash("archive")
+            if exc.code == errors.FILE_TOO_LARGE:
+                self._queue(self.preparer.skipped(base, exc.code, exc.message))
+            else:
+                base.status, base.error = "error", f"{exc.code}: {exc.message}"
+                self._queue(base)
+            return None
+        name = gzip_inner_name(base.rel_path, data[:HEAD_BYTES]) or base.rel_path
+        base.doc_type = classify(name, inner[:HEAD_BYTES])
+        base.policy_hash = self._policy_hash(base.doc_type)
+        if base.doc_type == "archive":
+            self._queue(self.preparer.skipped(
+                base, errors.DOC_TYPE_UNSUPPORTED,
+                "a compressed archive not named .tar.gz or .tgz; rename it to index its members",
+            ))  # fmt: skip
+            return None
+        if len(inner) > self.config.max_bytes_for(base.doc_type):
+            self._queue(self.preparer.skipped(
+                base, errors.FILE_TOO_LARGE,
+                f"{len(inner)} bytes once decompressed exceeds the {base.doc_type} limit of "
+                f"{self.config.max_bytes_for(base.doc_type)} bytes",
+            ))  # fmt: skip
+            return None
+        return inner
 
     def _consume_archive(self, base: Prepared, data: bytes) -> None:
         mode = self.config.ingest.archives.mode
@@ -334,14 +436,35 @@ class Indexer:
         self._queue(base)
         if mode != "deep":
             return
-        for member in iter_members(data, rel_path=base.rel_path, limits=self.limits, engine=self.engine):
-            if self.stop.is_set():
-                return
-            if isinstance(member, MemberProblem):
-                self.counters.errors += 1
-                self.reporter.file_error(member.rel_path, member.code, member.message)
-                continue
-            self._consume_member(member)
+        self._open_archives = {base.rel_path: base}
+        try:
+            for member in iter_members(data, rel_path=base.rel_path, limits=self.limits, engine=self.engine):
+                if self.stop.is_set():
+                    return
+                if isinstance(member, MemberProblem):
+                    self._member_failed(member)
+                    continue
+                self._consume_member(member)
+        finally:
+            self._open_archives = {}
+
+    def _member_failed(self, problem: MemberProblem) -> None:
+        """An archive (or a nested one) that cannot be read, or that holds a
+        member that cannot, is an error, with the first problem's code: it
+        is counted and reported when written (:meth:`_record`), shown by
+        ``status``, ``list_files`` and the admin, and read again on every
+        pass until it succeeds. Further problems are reported as they come."""
+        container = problem.rel_path
+        while container not in self._open_archives and "!/" in container:
+            container = container.rsplit("!/", 1)[0]
+        target = self._open_archives.get(container)
+        if target is None or target.status == "error":
+            self.counters.errors += 1
+            self.reporter.file_error(problem.rel_path, problem.code, problem.message)
+            return
+        member = problem.rel_path[len(container) + 2 :]
+        where = f"member {member!r}: " if member else ""
+        target.status, target.error = "error", f"{problem.code}: {where}{problem.message}"
 
     def _consume_member(self, member: ArchiveMember) -> None:
         if member.rel_path in self.seen:  # inside a nested archive already counted unchanged
@@ -357,15 +480,23 @@ class Indexer:
             self._queue(self._too_large(base))
             return
         base.content_hash = sha256_hex(member.data)
+        data = member.data
+        gzipped = base.doc_type == GZIP
+        if gzipped:
+            data = self._gunzip(base, data)
+            if data is None:
+                return
         known = self.known.get(member.rel_path)
         if known and self._content_unchanged(known, base):
             self._unchanged(member.rel_path, known, touch=base)
             return
         if base.doc_type == "archive":
             # Nested members arrive from iter_members itself.
+            self._open_archives[base.rel_path] = base
             self._queue(base)
             return
-        self._queue(self.preparer.prepare(base, member.data))
+        prepared = self.preparer.prepare(base, data)
+        self._queue(_from_gzip(prepared) if gzipped else prepared)
 
     def _prepare(self, base: Prepared, data: bytes) -> Prepared | Future:
         """Prepare now, or on a worker thread when a provider call may be slow."""
@@ -397,23 +528,31 @@ class Indexer:
         doc_type = self.preparer.classify(rel_path.rsplit("/", 1)[-1], head)
         if doc_type != "archive" and archive_format(rel_path, head):
             doc_type = "archive"
+        elif doc_type == "archive" and gzip_inner_name(rel_path, head):
+            doc_type = GZIP  # its own type once decompressed (_gunzip)
         return Prepared(
             rel_path=rel_path,
             source_type=source_type,
             doc_type=doc_type,
             size=size,
             mtime_ns=mtime_ns,
-            policy_hash=self.preparer.policy_hash(doc_type),
+            policy_hash=self._policy_hash(doc_type),
         )
+
+    def _policy_hash(self, doc_type: str) -> str:
+        """The preparer's policy, and for archives how this module reads them."""
+        policy = self.preparer.policy_hash(doc_type)
+        return sha256_hex(f"{policy}:{ARCHIVE_READER_VERSION}")[:32] if doc_type == "archive" else policy
 
     def _stat_unchanged(self, known: Known, size: int, mtime_ns: int) -> bool:
         return (
             self.mode != "full"
             and not known.deleted
             and known.status != "error"
+            and known.doc_id not in self._failed_containers
             and known.size == size
             and known.mtime_ns == mtime_ns
-            and known.policy_hash == self.preparer.policy_hash(known.doc_type)
+            and known.policy_hash == self._policy_hash(known.doc_type)
         )
 
     def _content_unchanged(self, known: Known, base: Prepared) -> bool:
@@ -421,6 +560,7 @@ class Indexer:
             self.mode != "full"
             and not known.deleted
             and known.status != "error"
+            and known.doc_id not in self._failed_containers
             and known.doc_type == base.doc_type
             and known.policy_hash == base.policy_hash
             and known.content_hash == base.content_hash
@@ -428,14 +568,12 @@ class Indexer:
 
     def _unchanged(self, rel_path: str, known: Known, *, touch: Prepared | None = None) -> None:
         self.counters.unchanged += 1
-        self.counters.skipped += 1
         if known.doc_type == "archive":
             for path in self._known_under(rel_path + "!/"):
                 if path not in self.seen:
                     self.seen.add(path)
                     self.counters.scanned += 1
                     self.counters.unchanged += 1
-                    self.counters.skipped += 1
         if touch is not None:
             writer.touch(known.doc_id, touch.size, touch.mtime_ns)
 
@@ -578,6 +716,14 @@ class Indexer:
             self.counters.chunks_total -= delta.chunks_removed
             self.counters.embedded_ok -= delta.embedded_removed
         self._flush_counters()
+
+
+def _from_gzip(prepared: Prepared) -> Prepared:
+    """Mark the text of a plain gzip file as converted, so ``open_file`` reads
+    it from the store (corpus/files.py), not the compressed bytes on disk."""
+    if prepared.extracted is not None:
+        prepared.extracted.meta["converted_from"] = "gzip"
+    return prepared
 
 
 def _storable(rel_path: str) -> bool:

@@ -6,9 +6,12 @@ incremental to retry what failed (errored files are always re-read). The
 lock is taken before the request returns, so the admin can say at once
 when another process is indexing.
 
-Under ``up`` the server's own live-sync thread holds the lock for the life
-of the process; then the work runs beside it, serialised with other admin
-runs by :data:`_admin_lock` (SQLite transactions serialise the writes).
+Under ``up`` the indexing child process holds the lock for the life of the
+server: the request goes to it (``IndexerSupervisor.request_reindex``) and
+runs there beside its live sync. With ``server.indexer: thread`` the
+server's own live-sync thread holds the lock; then the work runs beside it
+here, serialised with other admin runs by :data:`_admin_lock` (SQLite
+transactions serialise the writes).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ _admin_lock = threading.Lock()
 @dataclass(frozen=True)
 class Started:
     paths: tuple[str, ...]
-    thread: threading.Thread
+    #: the thread doing it here, or None when the indexing child does it
+    thread: threading.Thread | None
 
 
 def files_of(rel_paths: Iterable[str]) -> tuple[str, ...]:
@@ -46,6 +50,9 @@ def start(rel_paths: Iterable[str], *, full: bool, ctx=None) -> Started:
 
     ctx = ctx or context.get()
     paths = files_of(rel_paths)
+    supervisor = getattr(ctx, "indexer", None)
+    if supervisor is not None and supervisor.request_reindex(list(paths), full=full):
+        return Started(paths, None)
     lock = _claim(ctx.state)
     thread = threading.Thread(
         target=_run, args=(ctx, paths, full, lock), name="dir2mcp-admin-reindex", daemon=True

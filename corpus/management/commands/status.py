@@ -4,7 +4,7 @@ import time
 from corpus import errors
 from corpus.events import format_progress, printable
 from corpus.management.base import Dir2mcpCommand
-from corpus.status import embedder_choice, scaleout_summary, summarize
+from corpus.status import embedder_choice, error_code, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
 
 
@@ -23,12 +23,20 @@ class Command(Dir2mcpCommand):
         summary = summarize()
         embedder = embedder_choice(rt.config, rt.state, secrets_lookup=rt.secret)
         celery = scaleout_summary()
+        indexer = indexer_state()
         if rt.json:
-            out = {**self._as_dict(rt, summary), "embedder": embedder.as_dict(), "celery": celery}
+            out = {
+                **self._as_dict(rt, summary),
+                "embedder": embedder.as_dict(),
+                "indexer": indexer,
+                "celery": celery,
+            }
             self.stdout.write(json.dumps(out))
             return
         self._print(rt, summary)
         self._print_embedder(embedder)
+        if indexer is not None:
+            self._print_indexer(indexer)
         if celery is not None:
             self._print_celery(celery)
 
@@ -40,6 +48,15 @@ class Command(Dir2mcpCommand):
             w(f"  {choice.message}")
         elif choice.recorded and not choice.active:
             w(f"  the index holds {choice.recorded.label} vectors; embed.provider is none")
+
+    def _print_indexer(self, found: dict) -> None:
+        """The indexing child of the server that last ran here (`up`, `mcp_stdio`)."""
+        state = f"running (pid {found['pid']})" if found.get("running") else "not running"
+        line = f"Indexer process: {state}, restarted {found.get('restarts', 0)} time(s)"
+        last = found.get("last_exit")
+        if isinstance(last, dict) and last.get("reason"):
+            line += f"; last exit: {last['reason']}"
+        self.stdout.write(line)
 
     def _print_celery(self, c: dict) -> None:
         w = self.stdout.write
@@ -83,7 +100,7 @@ class Command(Dir2mcpCommand):
                 "updated_unix": job.updated_unix,
                 **job.counters(),
             },
-            "recent_errors": [{"rel_path": p, "error": e} for p, e in s.recent_errors],
+            "recent_errors": [{"rel_path": p, "code": error_code(e), "error": e} for p, e in s.recent_errors],
             "needs_provider": s.needs_provider,
         }
 

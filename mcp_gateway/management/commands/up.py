@@ -30,7 +30,12 @@ class Command(Dir2mcpCommand):
         )
         group.add_argument("--tls-cert", help="PEM certificate (with --tls-key): serve https.")
         group.add_argument("--tls-key", help="PEM private key for --tls-cert.")
-        group.add_argument("--read-only", action="store_true", help="Refuse any tool that would write.")
+        group.add_argument(
+            "--read-only",
+            action="store_true",
+            help="Refuse (FORBIDDEN) any tool that would store something, such as annotate's result or "
+            "transcribe's transcript; indexing goes on.",
+        )
         group.add_argument(
             "--no-index",
             action="store_true",

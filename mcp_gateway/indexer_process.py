@@ -1,0 +1,562 @@
+"""The indexer in a child process, supervised by the server (issue #17).
+
+A server that also extracts and embeds in its own process answers slowly
+while it indexes: the embedder's arithmetic and the pipeline's Python hold
+the GIL, and request handling waits for it (0.3–1.6 s per search on a
+50,000-file tree against 20–210 ms for a second process serving the same
+index). So ``up`` and ``mcp_stdio`` run the indexer as a child process at a
+lower CPU priority (``indexer_child``), and the server does requests and
+light coordination only.
+
+What crosses between them:
+
+- **Index data** goes through the store: the child commits documents and
+  chunks (the lexical index sees them at once) and vectors under a
+  per-kind version (``corpus.embedding``); the server's dense indices take
+  the new vectors in small slices (:class:`DenseRefresher`), never a full
+  reload.
+- **Reports** (progress, warnings, events) go over the child's stdout as
+  one JSON object per line, each a call on the server's own reporter
+  (:class:`ForwardingReporter` writes them, :func:`replay` plays them back),
+  so the user sees one stream whatever the mode (human, ``--json``, stdio).
+- **Requests** (the admin's "re-index these documents") go over its stdin;
+  when stdin closes (the server died, even by SIGKILL) the child stops.
+
+The child holds the index lock, as the in-process indexer did. A child that
+dies is restarted with exponential backoff; restarts are reported as
+warnings and ``indexer_restarted`` events, and recorded in ``settings``
+(key ``indexer_process``) for ``status`` and ``stats``. Stopping sends
+SIGTERM (the child stops at a safe point: documents commit one at a time),
+then SIGKILL after ``stop_wait`` seconds. A server that dies outright takes
+its child with it (``PR_SET_PDEATHSIG`` on Linux; elsewhere the child stops
+when its stdin closes), as the indexing thread died with its process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from django.db import connections
+
+from corpus.embedding import dense_store
+from corpus.events import Reporter
+from corpus.index.vectors import KINDS
+from corpus.models import Chunk, EmbeddingStatus
+from corpus.state import StateDir
+from corpus.status import INDEXER_KEY
+from corpus.store import set_setting
+
+log = logging.getLogger(__name__)
+
+#: The settings key holding the supervisor's state (JSON), for status/stats.
+SETTING_KEY = INDEXER_KEY
+#: Backoff between restarts of a child that died: doubles up to the maximum,
+#: back to the first once a child has lived ``HEALTHY_SECONDS``.
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 60.0
+HEALTHY_SECONDS = 60.0
+#: CPU niceness of the child relative to the server.
+CHILD_NICE = 10
+#: How often the server's dense indices take new vectors from the store.
+REFRESH_SECONDS = 0.5
+#: How many files asked about (search hits, open_file) the child keeps to embed first.
+EMBED_FIRST_MAX = 256
+#: Vectors added per hold of an index's lock: a search waits at most this many inserts.
+REFRESH_SLICE = 4
+
+# The reporter calls a child may make on the server's reporter.
+_CALLS = ("event", "say", "warn", "file_error", "progress")
+
+
+# -- the child's side ---------------------------------------------------------
+
+
+class ForwardingReporter(Reporter):
+    """A reporter that writes each call as one JSON line for the parent to
+    replay (the child's stdout is a pipe the server reads)."""
+
+    def __init__(self, stream: IO[str]):
+        super().__init__(stream, json_mode=False, quiet=False)
+        self._send_lock = threading.Lock()
+        self._last_sent = 0.0
+
+    def _send(self, call: str, *args: Any, **kwargs: Any) -> None:
+        line = json.dumps({"call": call, "args": args, "kwargs": kwargs}, default=str)
+        with self._send_lock:
+            try:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # the server is gone; stdin's EOF stops this process
+
+    def event(self, event: str, data=None, *, level: str = "info") -> None:
+        self._send("event", event, data, level=level)
+
+    def say(self, text: str) -> None:
+        self._send("say", text)
+
+    def warn(self, text: str, **data: Any) -> None:
+        self._send("warn", text, **data)
+
+    def file_error(self, rel_path: str, code: str, message: str) -> None:
+        self._send("file_error", rel_path, code, message)
+
+    def progress(self, counters: dict[str, int], *, final: bool = False, running: bool = True) -> None:
+        # The parent's reporter throttles what it shows; this only spares the pipe.
+        now = time.monotonic()
+        if not final and now - self._last_sent < 0.2:
+            return
+        self._last_sent = now
+        self._send("progress", dict(counters), final=final, running=running)
+
+
+# -- the server's side --------------------------------------------------------
+
+
+def replay(line: str, reporter: Reporter) -> tuple[str, tuple, dict] | None:
+    """Play one line of the child's output on ``reporter``; returns the call
+    (name, args, kwargs), or None for a line that is not one (printed as a
+    warning: a stray print in the child must not vanish)."""
+    try:
+        record = json.loads(line)
+        call, args, kwargs = record["call"], tuple(record.get("args") or ()), dict(record.get("kwargs") or {})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        text = line.strip()
+        if text:
+            reporter.warn(f"indexer: {text}")
+        return None
+    if call not in _CALLS:
+        return None
+    try:
+        getattr(reporter, call)(*args, **kwargs)
+    except TypeError:  # a malformed call from a child of another version
+        log.warning("indexer sent an unusable %s call", call)
+        return None
+    return call, args, kwargs
+
+
+@dataclass
+class ChildLaunch:
+    """How to start the child: the paths ``up`` resolved for itself."""
+
+    root: Path
+    state: StateDir
+    config_path: Path | None = None
+    extra_env: dict = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        args = [
+            sys.executable,
+            "-m",
+            "dir2mcp_site.cli",
+            "indexer_child",
+            "--dir",
+            str(self.root),
+            "--state-dir",
+            str(self.state.path),
+            "--non-interactive",
+        ]
+        if self.config_path is not None and self.config_path.is_file():
+            args += ["--config", str(self.config_path)]
+        return args
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+
+class _Rate:
+    """Chunks embedded per second over the last minute (from progress calls)."""
+
+    def __init__(self, window: float = 60.0):
+        self.window = window
+        self._points: deque[tuple[float, int]] = deque()
+        self.total = 0
+        self.done = 0
+
+    def add(self, counters: dict) -> None:
+        done = int(counters.get("embedded_ok") or 0)
+        total = int(counters.get("chunks_total") or 0)
+        now = time.monotonic()
+        if self._points and done < self._points[-1][1]:
+            self._points.clear()  # a new job counts from its own start
+        self._points.append((now, done))
+        while self._points and now - self._points[0][0] > self.window:
+            self._points.popleft()
+        self.total, self.done = total, done
+
+    def per_second(self) -> float:
+        if len(self._points) < 2:
+            return 0.0
+        (t0, d0), (t1, d1) = self._points[0], self._points[-1]
+        return (d1 - d0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+class IndexerSupervisor:
+    """Starts the indexing child, replays its reports, restarts it when it
+    dies, and stops it with the server. Thread-like: ``is_alive`` and
+    ``join`` are what the server's shutdown waits on."""
+
+    def __init__(
+        self,
+        launch: ChildLaunch,
+        reporter: Reporter,
+        stop: threading.Event,
+        *,
+        ready: threading.Event | None = None,
+        stop_wait: float = 30.0,
+        first_backoff: float = FIRST_BACKOFF,
+    ):
+        self.launch = launch
+        self.reporter = reporter
+        self.stop = stop
+        self.ready = ready
+        self.stop_wait = stop_wait
+        self.first_backoff = first_backoff
+        self.restarts = 0
+        self.last_exit: dict | None = None
+        self.rate = _Rate()
+        self._proc: subprocess.Popen | None = None
+        self._stdin_lock = threading.Lock()
+        # Paths already asked to be embedded first (recent ones only).
+        self._asked: deque[str] = deque(maxlen=EMBED_FIRST_MAX)
+        self._outbox: queue.Queue = queue.Queue(maxsize=64)
+        self._thread = threading.Thread(
+            target=self._supervise, name="dir2mcp-indexer-supervisor", daemon=True
+        )
+
+    # -- thread-like --
+
+    def start(self) -> IndexerSupervisor:
+        self._thread.start()
+        threading.Thread(target=self._send_outbox, name="dir2mcp-indexer-requests", daemon=True).start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    # -- requests --
+
+    def request_reindex(self, rel_paths: list[str], *, full: bool) -> bool:
+        """Ask the child to re-index ``rel_paths``; False when no child runs."""
+        return self._send({"op": "reindex", "paths": list(rel_paths), "full": bool(full)})
+
+    def _send(self, request: dict) -> bool:
+        line = json.dumps(request) + "\n"
+        with self._stdin_lock:
+            proc = self._proc
+            if proc is None or proc.poll() is not None or proc.stdin is None:
+                return False
+            try:
+                proc.stdin.write(line)
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                return False
+        return True
+
+    def embed_first(self, rel_paths: list[str]) -> bool:
+        """Ask the child to embed these files' pending chunks before the rest
+        (a client asked about them); nothing is sent once embedding is done."""
+        if self.rate.total and self.rate.done >= self.rate.total:
+            return False
+        fresh = [p for p in dict.fromkeys(rel_paths) if p not in self._asked]
+        if not fresh:
+            return False
+        self._asked.extend(fresh)
+        try:  # a request never waits on the pipe: the sender thread writes it
+            self._outbox.put_nowait({"op": "embed_first", "paths": fresh})
+        except queue.Full:
+            return False
+        return True
+
+    def _send_outbox(self) -> None:
+        while not self.stop.is_set():
+            try:
+                request = self._outbox.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._send(request)
+
+    def dense_eta_seconds(self) -> float | None:
+        """Seconds until every chunk has a vector at the recent rate (None: unknown)."""
+        remaining = max(0, self.rate.total - self.rate.done)
+        if remaining == 0:
+            return 0.0 if self.rate.total else None
+        rate = self.rate.per_second()
+        return remaining / rate if rate > 0 else None
+
+    def describe(self) -> dict:
+        return {
+            "mode": "process",
+            "pid": self.pid,
+            "running": self.pid is not None,
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "embed_rate_per_second": round(self.rate.per_second(), 2),
+            "dense_eta_seconds": _round(self.dense_eta_seconds()),
+        }
+
+    # -- supervision --
+
+    def _supervise(self) -> None:
+        backoff = self.first_backoff
+        try:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                code = self._run_child()
+                if self.stop.is_set():
+                    break
+                lived = time.monotonic() - started
+                if lived >= HEALTHY_SECONDS:
+                    backoff = self.first_backoff
+                self.restarts += 1
+                self.last_exit = _exit_record(code)
+                self._record()
+                self.reporter.warn(
+                    f"the indexer process exited ({self.last_exit['reason']}); "
+                    f"restarting it in {backoff:g} s (restart {self.restarts})",
+                    code="INDEXER_RESTARTED",
+                )
+                self.reporter.event(
+                    "indexer_restarted",
+                    {**self.last_exit, "restarts": self.restarts, "backoff_seconds": backoff},
+                    level="warn",
+                )
+                if self.stop.wait(backoff):
+                    break
+                backoff = min(backoff * 2, MAX_BACKOFF)
+        except Exception:  # the server outlives its indexer
+            log.exception("indexer supervision failed")
+            self.reporter.warn("indexer supervision failed; still serving the index as it is")
+        finally:
+            self._record(stopped=True)
+            _close_connections()
+
+    def _run_child(self) -> int:
+        proc = subprocess.Popen(
+            self.launch.argv(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,  # logs go where the server's go
+            env=self.launch.env(),
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509  (prctl and nice: no locks, no imports)
+        )
+        with self._stdin_lock:
+            self._proc = proc
+        self._record()
+        reader = threading.Thread(target=self._read, args=(proc,), name="dir2mcp-indexer-output", daemon=True)
+        reader.start()
+        while proc.poll() is None:
+            if self.stop.wait(0.2):
+                self._terminate(proc)
+                break
+        code = proc.wait()
+        reader.join(5)
+        with self._stdin_lock:
+            if proc.stdin is not None:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+        return code
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            done = replay_filtered(line, self.reporter)
+            if done is None:
+                continue
+            call, args, _ = done
+            if call == "event" and args and args[0] == "watch_ready" and self.ready is not None:
+                self.ready.set()
+            if call == "progress" and args:
+                self.rate.add(args[0])
+
+    def _terminate(self, proc: subprocess.Popen) -> None:
+        """SIGTERM (stop at a safe point), then SIGKILL after ``stop_wait``."""
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(self.stop_wait)
+        except subprocess.TimeoutExpired:
+            self.reporter.warn(
+                "the indexer did not stop in time; killing it (documents are committed one at a "
+                "time, so the index stays consistent; the next run picks up the rest)"
+            )
+            proc.kill()
+
+    def _record(self, *, stopped: bool = False) -> None:
+        state = self.describe()
+        if stopped:
+            state.update(running=False, pid=None)
+        try:
+            set_setting(SETTING_KEY, json.dumps(state))
+        except Exception:  # a store that cannot be written is reported elsewhere
+            log.warning("cannot record the indexer's state", exc_info=True)
+
+
+def replay_filtered(line: str, reporter: Reporter):
+    """:func:`replay`, but the child's ``index_loaded`` (each job announces
+    it) is dropped: the server announced the index once when it started."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        record = None
+    if (
+        isinstance(record, dict)
+        and record.get("call") == "event"
+        and (record.get("args") or [None])[0] == ("index_loaded")
+    ):
+        return None
+    return replay(line, reporter)
+
+
+def _libc_prctl():
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: stdin's EOF still stops the child
+        return None
+
+
+_PRCTL = _libc_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(parent: int):
+    """What runs in the child between fork and exec: die with the server
+    (a server killed outright takes its indexer with it, as a thread would
+    go), and yield the CPU to it. Only calls resolved before the fork."""
+
+    def setup() -> None:
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the server died before that took effect
+            os._exit(1)
+        try:
+            os.nice(CHILD_NICE)
+        except OSError:
+            pass
+
+    return setup
+
+
+def _exit_record(code: int) -> dict:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return {"exit_code": None, "signal": name, "reason": f"killed by {name}", "at_unix": time.time()}
+    return {"exit_code": code, "signal": None, "reason": f"exit code {code}", "at_unix": time.time()}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _close_connections() -> None:
+    connections.close_all()
+
+
+# -- the server's dense indices follow the store --------------------------------
+
+
+class DenseRefresher:
+    """Adds the vectors other processes store to this process's dense
+    indices, in a thread, a slice at a time, so no search pays for it.
+
+    Each pass compares each kind's embeddings version with the one last
+    taken (one settings read when nothing changed) and adds only the rows
+    stored since (``DenseStore.sync``)."""
+
+    def __init__(self, state: StateDir, stop: threading.Event, *, every: float = REFRESH_SECONDS):
+        self.state = state
+        self.stop = stop
+        self.every = every
+        self.passes = 0
+        self._thread = threading.Thread(target=self._loop, name="dir2mcp-dense-refresh", daemon=True)
+
+    def start(self) -> DenseRefresher:
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        store = dense_store(self.state)
+        store.refresher = self
+        try:
+            while not self.stop.wait(self.every):
+                for kind in KINDS:
+                    try:
+                        store.sync(kind, slice_size=REFRESH_SLICE)
+                    except Exception:  # a busy or broken store: try again next pass
+                        log.debug("dense refresh of %s failed", kind, exc_info=True)
+                self.passes += 1
+        finally:
+            store.refresher = None
+            _close_connections()
+
+
+# -- what status and stats show ---------------------------------------------
+
+
+def summary(ctx) -> dict:
+    """The indexer as ``stats`` shows it: where it runs, whether it is
+    alive, how often it was restarted, and dense coverage with the
+    estimated time to full coverage at the recent embedding rate."""
+    supervisor = getattr(ctx, "indexer", None)
+    live = Chunk.objects.filter(deleted=False)
+    total = live.count()
+    embedded = live.filter(embedding_status=EmbeddingStatus.OK).count() if total else 0
+    found = (
+        supervisor.describe() if supervisor is not None else {"mode": getattr(ctx, "indexer_mode", "none")}
+    )
+    eta = found.pop("dense_eta_seconds", None)
+    if embedded >= total:
+        eta = 0.0
+    elif supervisor is not None and supervisor.rate.per_second() > 0:
+        eta = round((total - embedded) / supervisor.rate.per_second(), 1)
+    return {
+        "mode": found.get("mode", "none"),
+        "running": bool(found.get("running", found.get("mode") == "thread")),
+        "pid": found.get("pid"),
+        "restarts": int(found.get("restarts", 0)),
+        "last_exit": found.get("last_exit"),
+        "dense": {
+            "embedded": embedded,
+            "total": total,
+            "rate_per_second": found.get("embed_rate_per_second"),
+            "eta_seconds": eta,
+        },
+    }

@@ -1,0 +1,321 @@
+"""The indexer in a supervised child process (issue #17), on real `up`
+processes with the local embedder: a killed child is restarted and the
+index ends as a clean build would, searches answer throughout, Ctrl-C stops
+every process, and a vector the child stores reaches the server's search."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from corpus.config import build_config
+from corpus.embedding import embed_first, embed_pending
+from corpus.events import Reporter
+from corpus.indexing import index_directory
+from corpus.models import Chunk
+from corpus.providers.local import LocalEmbedder
+from mcp_gateway.indexer_process import ForwardingReporter, _Rate, replay
+from tests.test_cli import cli
+from tests.up_process import running  # noqa: F401  (the fixture)
+
+LOCAL = {"DIR2MCP_EMBED__PROVIDER": "local"}
+
+TOPICS = [
+    ("invoice", "total", "tax"),
+    ("parser", "token", "grammar"),
+    ("socket", "packet", "timeout"),
+    ("matrix", "row", "column"),
+    ("calendar", "month", "weekday"),
+    ("archive", "member", "header"),
+]
+
+
+def small_modules(root: Path, files: int) -> None:
+    """``files`` modules of a few small functions each: several hundred
+    units, so embedding them takes the local model a while."""
+    for i in range(files):
+        a, b, c = TOPICS[i % len(TOPICS)]
+        body = "\n\n".join(
+            f"def {a}_{b}_{i}_{j}(items, limit={j}):\n"
+            f"    # sum the {b} of each {a} until the {c} limit\n"
+            f"    found = [x.{b} for x in items if x.{c} < limit]\n"
+            f"    return sum(found) + {i * 7 + j}\n"
+            for j in range(4)
+        )
+        (root / f"pkg_{i // 20}").mkdir(exist_ok=True)
+        (root / f"pkg_{i // 20}" / f"{a}_{i}.py").write_text(body + "\n")
+
+
+def snapshot(state_dir: Path) -> dict[tuple, bytes | None]:
+    """Every live chunk, by (path, ordinal, text), with its vector."""
+    with contextlib.closing(sqlite3.connect(state_dir / "meta.sqlite")) as conn:
+        rows = conn.execute(
+            "SELECT d.rel_path, c.ordinal, c.text, c.embedding_status, c.embedding FROM chunks c "
+            "JOIN representations r ON r.rep_id = c.representation_id "
+            "JOIN documents d ON d.doc_id = r.document_id "
+            "WHERE c.deleted = 0 AND r.deleted = 0 AND d.deleted = 0"
+        ).fetchall()
+    return {(path, ordinal, text): (status, blob) for path, ordinal, text, status, blob in rows}
+
+
+def assert_same_index(found: dict, reference: dict) -> None:
+    assert set(found) == set(reference)
+    for key, (status, blob) in found.items():
+        assert status == "ok", key
+        ref_status, ref_blob = reference[key]
+        a, b = np.frombuffer(blob, dtype="<f4"), np.frombuffer(ref_blob, dtype="<f4")
+        assert a.shape == b.shape == (384,)
+        assert float(a @ b) > 0.9999, key
+
+
+def rest(up, path: str, body: dict | None = None) -> httpx.Response:
+    base = up.url().removesuffix("/mcp")
+    with httpx.Client(timeout=30) as client:
+        if body is None:
+            return client.get(base + path)
+        return client.post(base + path, json=body)
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The tree, and a clean build of it by `reindex` (state kept apart)."""
+    base = tmp_path_factory.mktemp("reference")
+    tree = base / "tree"
+    tree.mkdir()
+    # Enough for several of the local embedder's 256-chunk calls, so a stop
+    # lands between two of them.
+    small_modules(tree, 300)
+    built = cli("reindex", "--dir", str(tree), "--state-dir", str(base / "state"), env=LOCAL, timeout=600)
+    assert built.returncode == 0, built.stderr
+    return tree, snapshot(base / "state")
+
+
+def embedding_under_way(up) -> dict | None:
+    return next(
+        (
+            e["data"]
+            for e in up.events()
+            if e["event"] == "embed_progress" and 0 < e["data"]["embedded_ok"] < e["data"]["chunks_total"]
+        ),
+        None,
+    )
+
+
+def up_mid_embedding(tree: Path, tmp_path: Path, running):  # noqa: F811
+    """`up` on a copy of ``tree``, once its child is embedding: (root, up)."""
+    root = tmp_path / "root"
+    shutil.copytree(tree, root)
+    up = running("--dir", str(root), "--json", "--auth", "none", env=LOCAL)
+    up.wait_until(embedding_under_way, "embedding under way")
+    return root, up
+
+
+def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_clean_build(
+    reference,
+    tmp_path,
+    running,  # noqa: F811
+):
+    clean = reference[1]
+    root, up = up_mid_embedding(reference[0], tmp_path, running)
+    indexer = rest(up, "/api/v1/stats").json()["indexer"]
+    assert indexer["mode"] == "process" and indexer["running"] and indexer["pid"] != up.proc.pid
+    child = indexer["pid"]
+    assert int(Path(f"/proc/{child}/stat").read_text().split(") ", 1)[1].split()[16]) > 0  # niced
+
+    answers: list[int] = []
+    halt = threading.Event()
+
+    def search_all_along() -> None:
+        with httpx.Client(timeout=30) as client:
+            base = up.url().removesuffix("/mcp")
+            while not halt.is_set():
+                response = client.post(base + "/api/v1/search", json={"query": "invoice tax total", "k": 5})
+                answers.append(response.status_code)
+
+    searcher = threading.Thread(target=search_all_along, daemon=True)
+    searcher.start()
+    os.kill(child, signal.SIGKILL)
+    restarted = up.event("indexer_restarted")
+    assert restarted["signal"] == "SIGKILL" and restarted["restarts"] == 1
+
+    def covered(_):
+        stats = rest(up, "/api/v1/stats").json()
+        dense = stats["indexer"]["dense"]
+        done = not stats["indexing"]["running"] and dense["total"] == len(clean) == dense["embedded"]
+        return stats if done else None
+
+    stats = up.wait_until(covered, "full dense coverage after the restart", timeout=300)
+    halt.set()
+    searcher.join(30)
+    assert stats["indexer"]["restarts"] == 1 and stats["indexer"]["pid"] not in (None, child)
+    assert len(answers) >= 3 and set(answers) == {200}, answers
+    assert up.stop() == 0, up.stderr
+    assert_same_index(snapshot(root / ".dir2mcp"), clean)
+    status = cli("status", "--dir", str(root))
+    assert "Indexer process: not running, restarted 1 time(s); last exit: killed by SIGKILL" in status.stdout
+    recorded = json.loads(cli("status", "--dir", str(root), "--json").stdout)["indexer"]
+    assert recorded["restarts"] == 1 and recorded["running"] is False
+
+
+def test_ctrl_c_during_embedding_stops_every_process_and_leaves_the_index_whole(
+    reference,
+    tmp_path,
+    running,  # noqa: F811
+):
+    clean = reference[1]
+    root, up = up_mid_embedding(reference[0], tmp_path, running)
+    child = rest(up, "/api/v1/stats").json()["indexer"]["pid"]
+
+    assert up.stop(signal.SIGINT, timeout=60) == 0, up.stderr
+    deadline = time.monotonic() + 30
+    while not gone(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(child), "the indexing child outlived its server"
+
+    state = root / ".dir2mcp"
+    with contextlib.closing(sqlite3.connect(state / "meta.sqlite")) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    found = snapshot(state)
+    embedded = [key for key, (status, _) in found.items() if status == "ok"]
+    assert 0 < len(embedded) < len(clean)  # stopped mid-way, not before or after
+    for key in embedded:  # what was stored is whole and right
+        assert np.frombuffer(found[key][1], dtype="<f4") @ np.frombuffer(clean[key][1], dtype="<f4") > 0.9999
+
+    resumed = cli("reindex", "--dir", str(root), "--incremental", env=LOCAL, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_index(snapshot(state), clean)
+
+
+def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, running):  # noqa: F811
+    root = tmp_path / "root"
+    root.mkdir()
+    small_modules(root, 6)
+    up = running("--dir", str(root), "--json", "--auth", "none", env=LOCAL)
+    up.event("watch_ready", timeout=300)
+    names = [e["event"] for e in up.events()]
+    assert (
+        names.index("lexical_index_complete")
+        < names.index("dense_index_complete")
+        < names.index("watch_ready")
+    )
+    lexical, dense = up.event("lexical_index_complete"), up.event("dense_index_complete")
+    assert lexical["documents"] == 6 and lexical["chunks"] == dense["chunks"] == dense["embedded"] > 0
+
+    (root / "shipping.py").write_text(
+        "def compute_shipping_cost(weight_kg, distance_km):\n"
+        "    # freight charge for sending a parcel by courier\n"
+        "    return 4.5 + weight_kg * 0.8 + distance_km * 0.05\n"
+    )
+    query = {"query": "what does it cost to mail a package", "k": 5, "index": "code"}
+
+    def found(_):
+        hits = rest(up, "/api/v1/search", query).json()["hits"]
+        return hits if any(h["rel_path"] == "shipping.py" for h in hits) else None
+
+    hits = up.wait_until(found, "the new file's vector in the server's search", timeout=120)
+    assert hits[0]["rel_path"] == "shipping.py"
+    # Found by meaning: no word of the query is in the file.
+    text = (root / "shipping.py").read_text().lower()
+    assert not {"mail", "package"} & set(text.replace("_", " ").split())
+    assert up.stop() == 0, up.stderr
+
+
+def test_up_says_when_each_half_of_the_index_is_complete(tmp_path, running):  # noqa: F811
+    root = tmp_path / "root"
+    root.mkdir()
+    small_modules(root, 3)
+    up = running("--dir", str(root), "--auth", "none", env=LOCAL)
+    up.wait_until(lambda u: "Dense index complete: " in u.stdout, "the dense-complete line", timeout=300)
+    lines = up.stdout.splitlines()
+    lexical = next(
+        i for i, line in enumerate(lines) if line.startswith("Lexical index complete: 3 documents")
+    )
+    dense = next(i for i, line in enumerate(lines) if line.startswith("Dense index complete: "))
+    assert lexical < dense
+    assert up.stop() == 0, up.stderr
+
+
+@pytest.mark.django_db
+def test_files_a_client_asked_about_are_embedded_first(tmp_path, state):
+    root = tmp_path / "root"
+    root.mkdir()
+    small_modules(root, 12)
+    (root / "notes.md").write_text("# Notes\n\nWhere the shipping rates come from.\n")
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    index_directory(root, state=state, config=config, embedder=None)  # every chunk pending
+    asked = {"pkg_0/archive_11.py", "notes.md"}  # the last code file, and a text one
+    embed_first.add(sorted(asked))
+    done = embed_pending(LocalEmbedder(), state, batch_size=4)
+
+    rows = list(
+        Chunk.objects.filter(deleted=False).values_list("representation__document__rel_path", "embed_seq")
+    )
+    assert done == len(rows) and all(seq is not None for _, seq in rows)
+    first = {path for path, seq in rows if seq == 1}  # each kind's first stored batch
+    assert first == asked
+    assert embed_first.pick({"code": Chunk.objects.none()}, 4) is None  # forgotten once embedded
+
+
+# -- the report channel --------------------------------------------------------
+
+
+def test_reports_cross_the_pipe_as_the_same_calls():
+    wire = io.StringIO()
+    child = ForwardingReporter(wire)
+    child.event("watch_ready", {"root": "/r"})
+    child.warn("provider slow", code="MISTRAL_RATE_LIMIT")
+    child.file_error("a/b.gz", "FILE_UNREADABLE", "bad gzip")
+    child.progress({"scanned": 3, "chunks_total": 10, "embedded_ok": 4}, final=True)
+    child.say("Index lock released")
+
+    direct, replayed = io.StringIO(), io.StringIO()
+    expected = Reporter(direct, json_mode=True)
+    expected.event("watch_ready", {"root": "/r"})
+    expected.warn("provider slow", code="MISTRAL_RATE_LIMIT")
+    expected.file_error("a/b.gz", "FILE_UNREADABLE", "bad gzip")
+    expected.progress({"scanned": 3, "chunks_total": 10, "embedded_ok": 4}, final=True)
+    server = Reporter(replayed, json_mode=True)
+    calls = [replay(line, server) for line in wire.getvalue().splitlines()]
+    assert [c[0] for c in calls] == ["event", "warn", "file_error", "progress", "say"]
+
+    def strip(text: str) -> list[dict]:
+        return [{k: v for k, v in json.loads(line).items() if k != "ts"} for line in text.splitlines()]
+
+    assert strip(replayed.getvalue()) == strip(direct.getvalue())
+
+
+def test_a_stray_line_from_the_child_is_shown_not_lost():
+    out = io.StringIO()
+    assert replay("Traceback (most recent call last):\n", Reporter(out)) is None
+    assert "indexer: Traceback" in out.getvalue()
+    assert replay(json.dumps({"call": "__class__", "args": []}), Reporter(out)) is None
+
+
+def test_the_embedding_rate_follows_progress_and_restarts_with_a_new_job():
+    rate = _Rate(window=60)
+    rate.add({"embedded_ok": 0, "chunks_total": 100})
+    rate._points[0] = (rate._points[0][0] - 10, 0)  # ten seconds ago
+    rate.add({"embedded_ok": 50, "chunks_total": 100})
+    assert 4.5 < rate.per_second() < 5.5
+    rate.add({"embedded_ok": 10, "chunks_total": 100})  # a new job counts from zero
+    assert rate.per_second() == 0.0
