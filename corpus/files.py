@@ -7,6 +7,12 @@ of a transcript. ``find`` scans the stored representations, so its line
 numbers are the ones ``open_file`` returns. Every path goes through
 :meth:`ExclusionEngine.resolve` and every returned text through
 :meth:`ExclusionEngine.find_secret` (§17).
+
+Files change while they are read (an editor saving in place, a build, the
+watcher's own churn). :func:`read_settled` reads one version: a read during
+which the open file changed is read again, a file that vanished is
+``FILE_NOT_FOUND``, and one that kept changing through every attempt is
+``open_file``'s to answer from the text indexed last, flagged ``from_index``.
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ import hashlib
 import io
 import itertools
 import json
+import os
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import regex
 
@@ -28,7 +37,7 @@ from corpus import errors, globs, patterns
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
-from corpus.models import Document, Representation, RepType, Span
+from corpus.models import DocStatus, Document, Representation, RepType, Span
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile, normalize_rel_path
 
 FIND_BUDGET_SECONDS = 2.0
@@ -42,6 +51,24 @@ _HTML_READ_CAP = 16 * 1024 * 1024
 _TEXT_TYPES = frozenset({"code", "text", "md", "data"})
 _REP_ORDER = {t: i for i, t in enumerate(RepType.values)}
 _FILE_FIELDS = ("rel_path", "doc_type", "size_bytes", "mtime_unix", "status")
+#: Reads of a file that changed while it was read before the reader gives
+#: up on the file itself; the pause between them starts at _REREAD_PAUSE
+#: seconds and doubles (35 ms in all).
+READ_ATTEMPTS = 4
+_REREAD_PAUSE = 0.005
+# Byte-order marks and the codec of each byte order, the longest mark first
+# (a UTF-32 LE mark starts with UTF-16 LE's).
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+# Decoders that raise without their byte-order mark, whatever ``errors`` says.
+_NEEDS_BOM = frozenset({"utf-16", "utf-32"})
+
+T = TypeVar("T")
 
 
 def _fail(code: str, message: str) -> errors.Dir2mcpError:
@@ -103,6 +130,63 @@ def _screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
         raise _fail(errors.FORBIDDEN, f"{rel_path}: content matches a secret pattern ({rule}); not returned")
 
 
+# -- reading a file that may change -------------------------------------------
+
+
+class Unsettled(Exception):  # noqa: N818 (a condition the caller handles, not a failure)
+    """The file changed during each of :data:`READ_ATTEMPTS` reads."""
+
+    def __init__(self, rel: str):
+        super().__init__(f"{rel} changed while it was read, {READ_ATTEMPTS} times")
+        self.rel = rel
+
+
+def changed_while_open(opened: OpenedFile) -> bool:
+    """Whether the open file is no longer the version its open saw: its size,
+    modification or status-change time moved (a rewrite in place, a
+    truncation, an append; a rename or unlink of it moves the status-change
+    time too)."""
+    try:
+        now = os.fstat(opened.file.fileno())
+    except (OSError, ValueError):  # closed: nothing says it is the same
+        return True
+    then = opened.st
+    return any(getattr(now, f) != getattr(then, f) for f in ("st_size", "st_mtime_ns", "st_ctime_ns"))
+
+
+def read_settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedFile], T]) -> T:
+    """``read(opened)`` of one version of ``rel_path``.
+
+    A read during which the file changed may hold parts of two versions (the
+    head of the old one, the tail of the new; or a file truncated under it):
+    it is read again, from a fresh open (a file replaced by a rename is the
+    new one), after a short pause. So is a
+    :class:`~corpus.errors.Dir2mcpError` that ``read`` raised from such a
+    read (a torn head may look binary, a truncated file too short for the
+    lines asked). A file gone by then is ``FILE_NOT_FOUND`` from
+    :meth:`ExclusionEngine.open`; one that changed during every attempt
+    raises :class:`Unsettled`. A read that nothing changed under is the file
+    as it was, even if that was a moment its writer had truncated it and
+    not yet written it again: no reader can tell that moment from a file
+    that is empty.
+    """
+    pause = _REREAD_PAUSE
+    for attempt in range(READ_ATTEMPTS):
+        if attempt:
+            time.sleep(pause)
+            pause *= 2
+        with engine.open(rel_path) as opened:
+            try:
+                value = read(opened)
+            except errors.Dir2mcpError:
+                if not changed_while_open(opened):
+                    raise
+                continue
+            if not changed_while_open(opened):
+                return value
+    raise Unsettled(normalize_rel_path(rel_path))
+
+
 # -- open_file -----------------------------------------------------------------
 
 
@@ -125,15 +209,24 @@ def open_file(
     page = _int("page", page, low=1)
     start_ms, end_ms = _int("start_ms", start_ms, low=0), _int("end_ms", end_ms, low=0)
     max_chars = _int("max_chars", max_chars, low=200, high=50000, default=20000)
+    where = (start_line, end_line, page, start_ms, end_ms, max_chars)
+
+    def read(opened: OpenedFile) -> dict:
+        return _open_slice(engine, opened.rel, opened.file, *where)
+
     # The one check and open (corpus/security.py): what is read is what was checked.
-    with engine.open(rel_path) as opened:
-        return _open_slice(engine, opened, start_line, end_line, page, start_ms, end_ms, max_chars)
+    try:
+        return read_settled(engine, rel_path, read)
+    except Unsettled as unsettled:
+        # Still changing: the text indexed last, which the search hits cite, flagged.
+        return _open_slice(engine, unsettled.rel, None, *where) | {"from_index": True}
 
 
 def _open_slice(
-    engine: ExclusionEngine, opened: OpenedFile, start_line, end_line, page, start_ms, end_ms, max_chars
+    engine: ExclusionEngine, rel: str, file, start_line, end_line, page, start_ms, end_ms, max_chars
 ) -> dict:
-    rel = opened.rel
+    """The slice, from ``file`` (as :meth:`ExclusionEngine.open` opened it,
+    left open), or, with ``file`` None, from the document's indexed text."""
     doc = Document.objects.filter(rel_path=rel, deleted=False).first()
     if doc is not None and doc.status == "skipped" and (doc.error or "").startswith(errors.SECRET_DETECTED):
         raise _fail(errors.FORBIDDEN, f"{rel}: content matches a secret pattern; not returned")
@@ -153,9 +246,14 @@ def _open_slice(
             raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no lines; open it by {unit}")
         if start_line and end_line and start_line > end_line:
             raise _fail(errors.INVALID_RANGE, "start_line must not be greater than end_line")
-        doc_type, source = _line_source(opened.file, rel, doc, reps.get(RepType.RAW_TEXT))
-        with source:
+        doc_type, source = _line_source(file, rel, doc, reps.get(RepType.RAW_TEXT))
+        try:
             content, span, truncated, context = _read_lines(source, start_line or 1, end_line, max_chars)
+        except UnicodeError:  # no codec chosen raises; a decoder that does meets a changed file
+            raise _fail(errors.EXTRACT_FAILED, f"{rel} cannot be decoded as it is now") from None
+        finally:
+            if isinstance(source, io.TextIOWrapper):
+                source.detach()  # the file stays open: read_settled looks at it after the read
         _screen(engine, rel, context)
     out = {"rel_path": rel, "doc_type": doc_type, "content": content, "truncated": truncated}
     return out | ({"span": span.as_dict()} if span else {})
@@ -229,17 +327,27 @@ def _time_slice(engine, rel, rep, start_ms, end_ms, max_chars) -> tuple[str, Spa
 def _line_source(handle, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
     """The doc type and a text stream whose lines are the lines search spans count.
 
-    ``handle`` is the file as :meth:`ExclusionEngine.open` opened it; the
-    stream returned reads it, and closing the stream closes it.
+    ``handle`` is the file as :meth:`ExclusionEngine.open` opened it, or
+    None for the indexed text. A :class:`io.TextIOWrapper` returned reads
+    the handle; detach it, rather than close it, when done.
     """
     if ARCHIVE_SEPARATOR in rel or (raw is not None and (raw.meta_json or {}).get("converted_from")):
         if raw is None:
             raise _fail(errors.FILE_NOT_FOUND, f"{rel} is not indexed")
         return doc.doc_type, io.StringIO(raw.text)
+    if handle is None:  # the file kept changing: its indexed text
+        if raw is None or doc.doc_type not in _TEXT_TYPES:
+            raise errors.Dir2mcpError(
+                errors.INDEX_NOT_READY,
+                f"{rel} changed each time it was read and has no indexed text yet; try again",
+            )
+        return doc.doc_type, io.StringIO(raw.text)
     head = handle.read(8192)
     handle.seek(0)
     sniffed = classify(rel.rsplit("/", 1)[-1], head)
-    doc_type = doc.doc_type if doc is not None else sniffed
+    # A document the indexer could not read (it vanished or changed under it)
+    # has no type yet: the file's bytes say what it is now.
+    doc_type = doc.doc_type if doc is not None and doc.status != DocStatus.ERROR else sniffed
     if doc_type == "html" and sniffed == "html":
         data = handle.read(_HTML_READ_CAP + 1)
         if len(data) > _HTML_READ_CAP:
@@ -249,13 +357,29 @@ def _line_source(handle, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
         raise _fail(
             errors.DOC_TYPE_UNSUPPORTED, f"{rel} is a {doc_type} file, not text (binary files are not read)"
         )
-    encoding = ((raw.meta_json or {}).get("encoding") if raw is not None else None) or "utf-8-sig"
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        encoding = "utf-8-sig"
+    encoding, mark = _encoding_for(head, (raw.meta_json or {}).get("encoding") if raw is not None else None)
+    handle.seek(mark)
     # Universal newlines split lines exactly as ingestion's normalisation does.
     return doc_type, io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline=None)
+
+
+def _encoding_for(head: bytes, indexed: str | None) -> tuple[str, int]:
+    """The codec for the file's bytes as they are now, and the length of the
+    byte-order mark to skip: the codec of the byte order the mark names (as
+    the head shows it), else the one indexing found, else UTF-8.
+
+    Never a codec that reads its own mark (``utf-16``, ``utf-32``): those
+    raise, whatever ``errors`` says, on bytes without one, which is what a
+    file indexed as UTF-16 and rewritten since holds, and what the stream
+    holds when the file is rewritten between the head's read and the next."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name, len(bom)
+    try:
+        found = codecs.lookup(indexed or "utf-8-sig").name
+    except LookupError:
+        return "utf-8-sig", 0
+    return ("utf-8-sig" if found in _NEEDS_BOM else found), 0
 
 
 def _read_lines(fh, start: int, end: int | None, max_chars: int):

@@ -544,11 +544,29 @@ def _load_gitignore(path: str, dir_rel: str) -> GitignoreRule | None:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO since the stat
                 return None
-            spec = pathspec.GitIgnoreSpec.from_lines(fh.read().splitlines())
+            spec = _gitignore_spec(fh.read().splitlines())
         except OSError:
             return None
     source = f"{dir_rel}/.gitignore" if dir_rel else ".gitignore"
     return GitignoreRule(base=dir_rel, source=source, spec=spec)
+
+
+def _gitignore_spec(lines: list[str]) -> pathspec.GitIgnoreSpec:
+    """The rules of a ``.gitignore``, without the lines pathspec refuses (a
+    trailing backslash, a lone ``!``, a reversed range): git ignores those
+    too, and a file caught mid-write ends with any of them."""
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except (ValueError, re.error):
+        return pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid_gitignore_line(line)])
+
+
+def _valid_gitignore_line(line: str) -> bool:
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except (ValueError, re.error):
+        return False
+    return True
 
 
 def _gitignore_reason(chain: tuple[GitignoreRule, ...], rel: str, *, is_dir: bool) -> str | None:

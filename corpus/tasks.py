@@ -4,15 +4,42 @@ Started as ``celery -A dir2mcp_site worker`` with the same ``DIR2MCP_ROOT``
 (the corpus, readable on every worker machine), ``DATABASE_URL`` and
 ``CELERY_BROKER_URL`` as the server. Tasks take ids and paths, never
 documents, and are safe to run twice (corpus.ingest.distributed).
+
+A worker works for one corpus only. Without a root it never starts
+(dir2mcp_site/bootstrap.py). With a root that is not a readable directory
+(``ROOT_INACCESSIBLE``, exit 3) or not the one recorded in the database
+(``CONFIG_INVALID``, exit 2) it stops before it takes a task, with one
+line. And when a task comes for a corpus whose recorded root is not its
+own (it started on a fresh database, or the server moved), it puts the
+task back for a worker of that corpus and stops the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 
-from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init, worker_ready
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, close_old_connections, connections
+from celery.exceptions import WorkerShutdown
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    task_received,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+)
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+)
 
+from corpus import errors
+from corpus.ingest.distributed import WorkerRuntime, announce, fail_items, ingest, root_conflict
+from corpus.management.base import resolve_root
 from dir2mcp_site.celery import app
 
 log = logging.getLogger(__name__)
@@ -30,8 +57,6 @@ class _IngestTask(app.Task):
     def on_failure(self, exc, task_id, args, kwargs, einfo):
         """Out of retries (the database stayed unreachable): give the items
         up, so the job that waits for them ends and says why."""
-        from corpus.ingest.distributed import fail_items
-
         job_id, rel_paths = (list(args) + [kwargs.get("job_id"), kwargs.get("rel_paths")])[:2]
         try:
             fail_items(job_id, rel_paths, f"{type(exc).__name__}: {exc}")
@@ -54,8 +79,6 @@ class _IngestTask(app.Task):
 )
 def ingest_paths(self, job_id: str, rel_paths: list[str]) -> int:
     """Read, extract, chunk, write and embed these paths of one job."""
-    from corpus.ingest.distributed import ingest
-
     return ingest(job_id, rel_paths, worker=self.request.hostname or "in-process")
 
 
@@ -66,6 +89,61 @@ def _keep_connections(**_):
     settings = connections.settings[DEFAULT_DB_ALIAS]
     settings["CONN_MAX_AGE"] = CONNECTION_MAX_AGE
     settings["CONN_HEALTH_CHECKS"] = True
+
+
+def _stop(exc: errors.Dir2mcpError) -> WorkerShutdown:
+    """One line on stderr, and the worker's exit status for ``exc``. The
+    process's own stderr: once the worker runs, ``sys.stderr`` is Celery's
+    redirection into its log, which would prefix the line."""
+    stream = sys.__stderr__ or sys.stderr
+    stream.write(f"ERROR: {exc.code}: {exc.message}\n")
+    stream.flush()
+    return WorkerShutdown(exc.exit_code)
+
+
+def _conflict() -> errors.Dir2mcpError | None:
+    """This worker's root against the one recorded in the database."""
+    problem = root_conflict(resolve_root(None))
+    return errors.Dir2mcpError(errors.CONFIG_INVALID, problem) if problem else None
+
+
+@worker_init.connect
+def _check_root(**_):
+    """Before the worker consumes anything (its main process, once Celery's
+    Django fixup has set Django up): its root is a readable directory, and
+    the corpus's own when the database records one. A database not
+    migrated yet, or not reachable yet, records nothing: each task checks."""
+    try:
+        refused = _conflict()
+    except errors.Dir2mcpError as exc:  # ROOT_INACCESSIBLE
+        refused = exc
+    except DatabaseError:
+        refused = None
+    finally:
+        # The pool's processes are forked after this: none may inherit the connection.
+        connections.close_all()
+    if refused is not None:
+        raise _stop(refused)
+
+
+@task_received.connect
+def _check_task_root(request=None, **_):
+    """Each ingestion task, in the worker's main process before a pool
+    process runs it: the corpus's recorded root may have appeared or
+    changed since the worker started. For another corpus the task goes back
+    to the queue, whole, for a worker of that corpus, and this worker stops
+    (a raised SystemExit is how Celery's own shutdown leaves its loop; an
+    Exception would only be logged and the task run anyway)."""
+    if request is None or request.name != ingest_paths.name:
+        return
+    close_old_connections()  # one that died (a database restart) is replaced
+    try:
+        refused = _conflict()
+    except (errors.Dir2mcpError, DatabaseError):
+        return  # the task itself reports a missing root and retries database errors
+    if refused is not None:
+        request.message.reject(requeue=True)
+        raise _stop(refused)
 
 
 @task_prerun.connect
@@ -84,8 +162,6 @@ def _recycle_connections(sender=None, **_):
 def _load(**_):
     """Each pool process opens the store and loads its embedder once, at
     start: not in the first task, and a wrong root or database fails here."""
-    from corpus.ingest.distributed import WorkerRuntime
-
     _keep_connections()
     runtime = WorkerRuntime.get()
     model = runtime.embedder.model_info("text").model if runtime.embedder else "none"
@@ -95,6 +171,4 @@ def _load(**_):
 @worker_ready.connect
 def _announce(sender=None, **_):
     """A worker shows in ``status`` as soon as it is up, before any task."""
-    from corpus.ingest.distributed import announce
-
     announce(sender.hostname if sender is not None else "worker")

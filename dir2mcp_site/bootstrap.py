@@ -5,18 +5,32 @@ must be known before settings are imported. Every entry point (``manage.py``,
 the ``dir2mcp`` console command, ASGI, Celery) calls :func:`prepare` first.
 Flags beat environment variables: a ``--dir`` on the command line overwrites
 ``DIR2MCP_ROOT`` for this process only.
+
+A process on a shared store or queue (``DATABASE_URL`` or
+``CELERY_BROKER_URL`` set: a Celery worker, a server of a scaled-out
+deployment) never takes its working directory as the corpus: without
+``DIR2MCP_ROOT`` or ``--dir`` it stops with one ``CONFIG_INVALID`` line and
+exit status 2 before anything is written (docs/scaling.md). A plain local
+process takes the working directory, as it always did.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 ROOT_ENV = "DIR2MCP_ROOT"
 STATE_ENV = "DIR2MCP_STATE_DIR"
 CONFIG_ENV = "DIR2MCP_CONFIG"
 STATE_DIRNAME = ".dir2mcp"
+#: Set, they make the process part of a deployment: its root must be named.
+SHARED_ENV = ("DATABASE_URL", "CELERY_BROKER_URL")
+#: Commands that read no corpus (``dir2mcp help``, ``dir2mcp version``) and
+#: the flags that only print: they run without a root anywhere.
+_ROOTLESS_COMMANDS = frozenset({"help", "version"})
+_ROOTLESS_FLAGS = frozenset({"-h", "--help", "--version"})
 
 
 def _preparser() -> argparse.ArgumentParser:
@@ -28,8 +42,12 @@ def _preparser() -> argparse.ArgumentParser:
 
 
 def prepare(argv: list[str] | None = None) -> None:
-    """Export the root, state directory and config path chosen by ``argv``."""
-    known, _ = _preparser().parse_known_args(argv or [])
+    """Export the root, state directory and config path chosen by ``argv``.
+
+    A process on a shared store or queue with no root named ends here, with
+    one ``ERROR: CONFIG_INVALID`` line and exit status 2 (see
+    :func:`missing_root`)."""
+    known, rest = _preparser().parse_known_args(argv or [])
     if known.dir:
         os.environ[ROOT_ENV] = str(Path(known.dir).expanduser().absolute())
     if known.state_dir:
@@ -37,6 +55,38 @@ def prepare(argv: list[str] | None = None) -> None:
     if known.config:
         os.environ[CONFIG_ENV] = str(Path(known.config).expanduser().absolute())
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dir2mcp_site.settings")
+    problem = None if _rootless(rest) else missing_root()
+    if problem:
+        sys.stderr.write(f"ERROR: CONFIG_INVALID: {problem}\n")
+        sys.stderr.flush()
+        raise SystemExit(2)  # corpus.errors.EXIT_CONFIG; corpus is not importable before the settings
+
+
+def missing_root() -> str | None:
+    """Why this process may not take its working directory as the root, or
+    None: it names one (``DIR2MCP_ROOT``, ``--dir``), or it shares nothing."""
+    if os.environ.get(ROOT_ENV):
+        return None
+    shared = [name for name in SHARED_ENV if os.environ.get(name)]
+    if not shared:
+        return None
+    try:
+        cwd = f" ({Path.cwd()})"
+    except OSError:  # a working directory deleted under the process
+        cwd = ""
+    return (
+        f"{' and '.join(shared)} {'is' if len(shared) == 1 else 'are'} set but no root is: "
+        f"set {ROOT_ENV} (or pass --dir) to the corpus directory; a worker or a server of a "
+        f"scaled-out deployment never takes its working directory{cwd} as the corpus"
+    )
+
+
+def _rootless(rest: list[str]) -> bool:
+    """A command line that only prints help or the version."""
+    if _ROOTLESS_FLAGS.intersection(rest):
+        return True
+    positional = [arg for arg in rest if not arg.startswith("-")]
+    return bool(positional) and positional[0] in _ROOTLESS_COMMANDS
 
 
 def root_dir() -> Path:

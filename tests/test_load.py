@@ -3,7 +3,9 @@ and a slow SSE reader that must not stall anyone else.
 
 `up` starts on a large generated tree; at once 32 clients, each with its own
 session, call search, ask, open_file and list_files in a loop for 60 s while
-another thread edits, adds and deletes files under the watcher. Then:
+another thread edits (truncating and writing again in place, cutting a
+multi-byte character at an odd byte), replaces by a rename, adds and deletes
+files under the watcher. Then:
 
 - no answer is a 5xx, a JSON-RPC internal error, or a tool error with
   INTERNAL_ERROR or "database is locked";
@@ -35,6 +37,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.churn import cut_inside_a_character
 from tests.up_process import Up
 
 SECONDS = float(os.environ.get("DIR2MCP_LOAD_SECONDS", "60"))
@@ -42,6 +45,7 @@ CLIENTS = 32
 FILES = 1500
 ACCEPT = "application/json, text/event-stream"
 WORDS = "alpha beta gamma delta config loader parser index vector token session cache stream".split()
+WIDE = ["héllo", "wörld", "✓", "漢字", "ünïcödé", "𝄞"]  # written by the mutator, cut inside at odd bytes
 
 
 def write_tree(root: Path) -> None:
@@ -54,16 +58,36 @@ def write_tree(root: Path) -> None:
         (folder / f"file{i}{suffix}").write_text(f"# file {i}\n" + "\n".join(lines) + "\n")
 
 
+def tree_path(root: Path, i: int) -> Path:
+    return root / f"area{i % 20}" / f"file{i}{('.py', '.md', '.txt')[i % 3]}"
+
+
 def mutate(root: Path, stop: threading.Event, counts: Counter) -> None:
-    """Edit, add and delete files until ``stop``, as a busy user would."""
+    """Edit, add and delete files until ``stop``, as a busy user would, and
+    the harsher ways editors and tools do: truncated and written again in
+    place in two writes (a reader may meet it empty or half written), left
+    cut inside a multi-byte character at an odd byte, replaced by a rename
+    over it (an atomic save), deleted."""
     rng = random.Random(5)
     while not stop.wait(0.05):
         i = rng.randrange(FILES)
-        path = root / f"area{i % 20}" / f"file{i}{('.py', '.md', '.txt')[i % 3]}"
-        action = rng.choice(("edit", "edit", "delete", "add"))
+        path = tree_path(root, i)
+        action = rng.choice(("edit", "edit", "cut", "rename", "delete", "add"))
         try:
             if action == "edit" and path.exists():
-                path.write_text(path.read_text() + f"edited {rng.choice(WORDS)}\n")
+                text = path.read_bytes() + f"edited {rng.choice(WORDS)} {rng.choice(WIDE)}\n".encode()
+                with open(path, "wb") as f:
+                    f.write(text[: len(text) // 2])
+                    f.flush()
+                    f.write(text[len(text) // 2 :])
+            elif action == "cut" and path.exists():
+                text = path.read_bytes() + f"cut {rng.choice(WORDS)} {''.join(WIDE)}\n".encode()
+                path.write_bytes(cut_inside_a_character(text, rng))
+            elif action == "rename":
+                spare = path.with_name(f".{path.name}.new")
+                words = " ".join(rng.sample(WORDS, 6))
+                spare.write_bytes(f"# file {i}, saved again\n{words} {rng.choice(WIDE)}\n".encode())
+                spare.replace(path)
             elif action == "delete":
                 path.unlink(missing_ok=True)
             else:
@@ -355,7 +379,7 @@ def test_32_clients_while_indexing_and_files_change(tmp_path):
     }
     print("load figures:", json.dumps(figures))
     assert code == 0, up.stderr
-    assert results["bad"] == [], results["bad"][:5]
+    assert results["bad"] == [], (results["bad"][:5], up.stderr[-20000:])
     assert results["rpc_errors"] == [], results["rpc_errors"][:5]
     assert set(results["status"]) == {200}
     assert "Traceback" not in up.stderr and "database is locked" not in up.stderr

@@ -39,8 +39,10 @@ NO_FOLLOW = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), ())
 FOLLOW = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), (), follow_symlinks=True)
 REFUSED = {errors.FORBIDDEN, errors.PATH_OUTSIDE_ROOT, errors.FILE_NOT_FOUND}
 # A name the indexer met mid-swap is recorded with an error and no type
-# until its next pass: open_file then declines it as not text.
-DECLINED = REFUSED | {errors.DOC_TYPE_UNSUPPORTED}
+# until its next pass: open_file then declines it as not text. A file
+# swapped during every read, with no indexed text to answer from, is
+# retryable INDEX_NOT_READY (corpus.files.read_settled).
+DECLINED = REFUSED | {errors.DOC_TYPE_UNSUPPORTED, errors.INDEX_NOT_READY}
 
 
 class Swapper:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, W
 from corpus.providers.base import Embedder
 from corpus.state import StateDir
 from corpus.status import write_corpus_json
-from corpus.store import open_store
+from corpus.store import get_setting, open_store, set_setting
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ EMBEDDED_FILE_WEIGHT = 4
 #: How often the coordinator looks for the workers' last items while it
 #: waits (one indexed count); its progress lines follow FLUSH_SECONDS.
 WAIT_SECONDS = 0.1
+#: The settings row that names the root the corpus in this database was
+#: walked from: the coordinator writes it before it sends a task, and a
+#: worker with another root refuses the corpus (docs/scaling.md).
+ROOT_KEY = "corpus_root"
 
 
 def policy_fingerprint(indexer: Indexer) -> str:
@@ -120,7 +125,7 @@ def with_members(field: str, rel_paths: list[str]) -> Q:
 
 
 def _send_task(job_id: str, rel_paths: list[str]) -> None:
-    from corpus.tasks import ingest_paths
+    from corpus.tasks import ingest_paths  # corpus.tasks imports this module (and the Celery app)
 
     ingest_paths.delay(job_id, rel_paths)
 
@@ -163,6 +168,7 @@ class DispatchingIndexer(Indexer):
 
     def _start(self) -> None:
         super()._start()
+        set_setting(ROOT_KEY, str(self.root))  # before any task: workers compare theirs with it
         assert self.job is not None
         self.job.host = socket.gethostname()
         self.job.policy = policy_fingerprint(self)
@@ -330,6 +336,27 @@ class WorkerRuntime:
     def install(cls, runtime: WorkerRuntime | None) -> None:
         """Set the process's runtime (an embedded worker, or a test's root)."""
         cls._current = runtime
+
+
+def same_root(mine: Path, recorded: str) -> bool:
+    """The same directory: the same absolute path (the deployment gives every
+    machine the corpus at one path), or, on this machine, the same real one."""
+    return str(mine) == recorded or os.path.realpath(mine) == os.path.realpath(recorded)
+
+
+def root_conflict(root: Path) -> str | None:
+    """Why a worker started for ``root`` must not work on the corpus of this
+    database, or None: the root the coordinator recorded is another, or no
+    coordinator has recorded one yet (a fresh database: each task checks
+    again). A database error is the caller's to handle."""
+    recorded = get_setting(ROOT_KEY)
+    if not recorded or same_root(root, recorded):
+        return None
+    return (
+        f"this worker's root {root} is not the root of the corpus in this database ({recorded}, "
+        f"recorded by the server that walks it): start the worker with DIR2MCP_ROOT={recorded}, "
+        f"or give this corpus a database of its own"
+    )
 
 
 #: Deliveries of one item before it is given up as failed.

@@ -2,6 +2,11 @@
 
 Both persist what they make through the writer, so the result is searchable
 (lexically at once; embedded on the indexer's next pass) and survives restarts.
+
+The file may change meanwhile (the watcher's indexer works on it too). The
+audio is read as one version (:func:`corpus.files.read_settled`); an
+annotation is stored only if the text it was made from is still the
+document's, else returned with ``stored: false``.
 """
 
 from __future__ import annotations
@@ -11,9 +16,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from corpus import errors
+from corpus import errors, files
 from corpus.config import Config
 from corpus.ingest import writer
 from corpus.ingest.chunking import chunk_prose
@@ -58,14 +63,25 @@ def _read(ws: Workspace, rel_path: str) -> tuple[str, bytes, os.stat_result]:
 
     Through :meth:`ExclusionEngine.open`: only a regular file is ever
     opened (a FIFO is ``FILE_NOT_FOUND``, never a blocked thread), and what
-    is read is what the path check saw.
+    is read is what the path check saw. One version of the file: a read it
+    changed under is read again (:func:`corpus.files.read_settled`); a file
+    still being written after that is ``INDEX_NOT_READY``, retryable.
     """
-    with ws.engine.open(rel_path) as opened:
+    limit = ws.config.max_bytes_for("audio") + 1
+
+    def read(opened) -> tuple[str, bytes, os.stat_result]:
         try:
-            data = opened.read(ws.config.max_bytes_for("audio") + 1)
+            return opened.rel, opened.read(limit), opened.st
         except OSError:
             raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"cannot read: {opened.rel}") from None
-    return opened.rel, data, opened.st
+
+    try:
+        return files.read_settled(ws.engine, rel_path, read)
+    except files.Unsettled as exc:
+        raise errors.Dir2mcpError(
+            errors.INDEX_NOT_READY,
+            f"{exc.rel} is still being written (it changed during every read); try again",
+        ) from None
 
 
 def _stt_key(ws: Workspace) -> str:
@@ -120,9 +136,7 @@ def transcribe_file(
             extracted, kind="text", config=ws.config.chunking, rel_path=rel, doc_type="audio"
         ),
     )
-    with transaction.atomic():
-        doc = Document.objects.filter(rel_path=rel).first()
-        writer.write_document(prepared, doc.doc_id if doc else None)
+    _write_document(prepared)
     result = {
         "rel_path": rel,
         "provider": extracted.meta["provider"],
@@ -133,6 +147,22 @@ def transcribe_file(
         segments = extracted.segments or ()
         result["segments"] = [{"start_ms": s.start_ms, "end_ms": s.end_ms, "text": s.text} for s in segments]
     return result
+
+
+def _write_document(prepared: Prepared) -> None:
+    """Write ``prepared`` as its path's document. The indexer may create that
+    document between the look-up and the insert (two transactions on
+    PostgreSQL; SQLite's writes take turns): the insert then fails on the
+    unique path and is done again as an update of the row it made."""
+    for attempt in range(2):
+        try:
+            with transaction.atomic():
+                doc = Document.objects.filter(rel_path=prepared.rel_path).first()
+                writer.write_document(prepared, doc.doc_id if doc else None)
+            return
+        except IntegrityError:
+            if attempt:
+                raise
 
 
 class _Refreshing:
@@ -159,7 +189,12 @@ def stored_transcript(ws: Workspace, rel_path: str) -> Representation | None:
     rep = Representation.objects.filter(document=doc, rep_type=TRANSCRIPT, deleted=False).first()
     if rep is None:
         return None
-    _, data, _ = _read(ws, rel)
+    try:
+        _, data, _ = _read(ws, rel)
+    except errors.Dir2mcpError as exc:
+        if exc.code != errors.INDEX_NOT_READY:
+            raise
+        return None  # still being written: not the transcribed version
     return rep if doc.content_hash == sha256_hex(data) else None
 
 
@@ -197,9 +232,13 @@ def annotate_document(
     lines = flatten(result)
     text = "\n".join(lines)
     with transaction.atomic():
-        as_json = Extracted(rep_type=ANNOTATION_JSON, text=json.dumps(result, ensure_ascii=False), meta=meta)
-        writer.write_extra_representation(doc.doc_id, _prepared(rel, as_json, drafts=[]))
-        if index_flattened_text and text:
+        stored = _still_current(doc, source)
+        if stored:
+            as_json = Extracted(
+                rep_type=ANNOTATION_JSON, text=json.dumps(result, ensure_ascii=False), meta=meta
+            )
+            writer.write_extra_representation(doc.doc_id, _prepared(rel, as_json, drafts=[]))
+        if stored and index_flattened_text and text:
             flat = Extracted(rep_type=ANNOTATION_TEXT, text=text, meta=meta)
             cfg = ws.config.chunking
             drafts = chunk_prose(
@@ -209,11 +248,27 @@ def annotate_document(
             writer.write_extra_representation(doc.doc_id, _prepared(rel, flat, drafts=drafts))
     return {
         "rel_path": rel,
-        "stored": True,
-        "flattened_indexed": bool(index_flattened_text and text),
+        "stored": stored,
+        "flattened_indexed": bool(stored and index_flattened_text and text),
         "annotation_json": result,
         "annotation_text_preview": text[:1000],
     }
+
+
+def _still_current(doc: Document, source: Representation) -> bool:
+    """Whether ``source`` is still the live text of the live ``doc`` (in the
+    caller's transaction, the document's row locked on PostgreSQL, so the
+    indexer's next write of it, which retires every other representation,
+    comes after). The file may have been edited or deleted during the
+    provider's call: an annotation of text the document no longer holds is
+    not stored."""
+    live = Document.objects.select_for_update().filter(doc_id=doc.doc_id, deleted=False).first()
+    return (
+        live is not None
+        and Representation.objects.filter(
+            rep_id=source.rep_id, rep_hash=source.rep_hash, deleted=False
+        ).exists()
+    )
 
 
 def _prepared(rel: str, extracted: Extracted, *, drafts) -> Prepared:
