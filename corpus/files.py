@@ -39,6 +39,7 @@ from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
 from corpus.models import DocStatus, Document, Representation, RepType, Span
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile, normalize_rel_path
+from corpus.status import error_code
 
 FIND_BUDGET_SECONDS = 2.0
 MAX_PATTERN_CHARS = 1000
@@ -50,7 +51,7 @@ _CONTEXT = 256
 _HTML_READ_CAP = 16 * 1024 * 1024
 _TEXT_TYPES = frozenset({"code", "text", "md", "data"})
 _REP_ORDER = {t: i for i, t in enumerate(RepType.values)}
-_FILE_FIELDS = ("rel_path", "doc_type", "size_bytes", "mtime_unix", "status")
+_FILE_FIELDS = ("rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "error")
 #: Reads of a file that changed while it was read before the reader gives
 #: up on the file itself; the pause between them starts at _REREAD_PAUSE
 #: seconds and doubles (35 ms in all).
@@ -432,8 +433,16 @@ def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offse
         ids = [doc_id for doc_id, path in rows if spec.match_file(path)]
         total = len(ids)
         page = docs.filter(doc_id__in=ids[offset : offset + limit]).values_list(*_FILE_FIELDS)
-    files = [dict(zip(_FILE_FIELDS, row, strict=True)) | {"deleted": False} for row in page]
+    files = [_listed(dict(zip(_FILE_FIELDS, row, strict=True))) for row in page]
     return {"limit": limit, "offset": offset, "total": total, "files": files}
+
+
+def _listed(row: dict) -> dict:
+    """A ``list_files`` entry: a file in ``error`` carries its code (issue #24)."""
+    error = row.pop("error")
+    if row["status"] == "error" and (code := error_code(error)):
+        row["error_code"] = code
+    return row | {"deleted": False}
 
 
 # -- find ----------------------------------------------------------------------

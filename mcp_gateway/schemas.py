@@ -325,6 +325,8 @@ LIST_FILES_OUTPUT = {
                     "size_bytes": {"type": "integer"},
                     "mtime_unix": {"type": "integer"},
                     "status": {"type": "string", "enum": ["ok", "skipped", "error"]},
+                    # An addition (5.0.0): the spec §14 code of a file in error, where stored.
+                    "error_code": {"type": "string"},
                     "deleted": {"type": "boolean"},
                 },
                 "required": ["rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "deleted"],

@@ -86,7 +86,11 @@ def list_files(result: dict) -> str:
     files = result["files"]
     start = result["offset"] + 1 if files else result["offset"]
     lines = [f"Files {start}-{result['offset'] + len(files)} of {result['total']}:"]
-    lines += [f"{f['rel_path']}  {f['doc_type']}  {f['size_bytes']} B  {f['status']}" for f in files]
+    lines += [
+        f"{f['rel_path']}  {f['doc_type']}  {f['size_bytes']} B  {f['status']}"
+        + (f" {f['error_code']}" if f.get("error_code") else "")
+        for f in files
+    ]
     if result["offset"] + len(files) < result["total"]:
         lines.append(f"(more: offset={result['offset'] + len(files)})")
     return "\n".join(lines)

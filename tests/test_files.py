@@ -391,6 +391,16 @@ def small_tree(corpus_dir, index):
     index()
 
 
+def test_list_files_names_the_code_of_a_file_in_error():
+    DocumentFactory(rel_path="a.zip", doc_type="archive", status="error", error="ARCHIVE_REJECTED: corrupt")
+    DocumentFactory(rel_path="b.md", status="error", error="odd failure without a code")
+    DocumentFactory(rel_path="c.md")
+    listed = {f["rel_path"]: f for f in files.list_files()["files"]}
+    assert listed["a.zip"]["error_code"] == errors.ARCHIVE_REJECTED
+    assert "error_code" not in listed["b.md"] and listed["b.md"]["status"] == "error"
+    assert "error_code" not in listed["c.md"]
+
+
 def test_list_files_pages_live_documents_in_path_order(small_tree):
     result = files.list_files(limit=3, offset=0)
     assert set(result) == {"limit", "offset", "total", "files"}
