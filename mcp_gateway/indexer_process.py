@@ -126,10 +126,11 @@ class ForwardingReporter(Reporter):
 # -- the server's side --------------------------------------------------------
 
 
-def replay(line: str, reporter: Reporter) -> tuple[str, tuple, dict] | None:
+def replay(line: str, reporter: Reporter, *, drop: frozenset = frozenset()) -> tuple[str, tuple, dict] | None:
     """Play one line of the child's output on ``reporter``; returns the call
     (name, args, kwargs), or None for a line that is not one (printed as a
-    warning: a stray print in the child must not vanish)."""
+    warning: a stray print in the child must not vanish) or for an event
+    named in ``drop``."""
     try:
         record = json.loads(line)
         call, args, kwargs = record["call"], tuple(record.get("args") or ()), dict(record.get("kwargs") or {})
@@ -138,7 +139,7 @@ def replay(line: str, reporter: Reporter) -> tuple[str, tuple, dict] | None:
         if text:
             reporter.warn(f"indexer: {text}")
         return None
-    if call not in _CALLS:
+    if call not in _CALLS or (call == "event" and args and args[0] in drop):
         return None
     try:
         getattr(reporter, call)(*args, **kwargs)
@@ -300,14 +301,6 @@ class IndexerSupervisor:
                 continue
             self._send(request)
 
-    def dense_eta_seconds(self) -> float | None:
-        """Seconds until every chunk has a vector at the recent rate (None: unknown)."""
-        remaining = max(0, self.rate.total - self.rate.done)
-        if remaining == 0:
-            return 0.0 if self.rate.total else None
-        rate = self.rate.per_second()
-        return remaining / rate if rate > 0 else None
-
     def describe(self) -> dict:
         return {
             "mode": "process",
@@ -316,7 +309,6 @@ class IndexerSupervisor:
             "restarts": self.restarts,
             "last_exit": self.last_exit,
             "embed_rate_per_second": round(self.rate.per_second(), 2),
-            "dense_eta_seconds": _round(self.dense_eta_seconds()),
         }
 
     # -- supervision --
@@ -390,7 +382,8 @@ class IndexerSupervisor:
     def _read(self, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            done = replay_filtered(line, self.reporter)
+            # Each job announces index_loaded; the server announced it once when it started.
+            done = replay(line, self.reporter, drop=frozenset({"index_loaded"}))
             if done is None:
                 continue
             call, args, _ = done
@@ -422,22 +415,6 @@ class IndexerSupervisor:
             set_setting(SETTING_KEY, json.dumps(state))
         except Exception:  # a store that cannot be written is reported elsewhere
             log.warning("cannot record the indexer's state", exc_info=True)
-
-
-def replay_filtered(line: str, reporter: Reporter):
-    """:func:`replay`, but the child's ``index_loaded`` (each job announces
-    it) is dropped: the server announced the index once when it started."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        record = None
-    if (
-        isinstance(record, dict)
-        and record.get("call") == "event"
-        and (record.get("args") or [None])[0] == ("index_loaded")
-    ):
-        return None
-    return replay(line, reporter)
 
 
 def _libc_prctl():
@@ -477,10 +454,6 @@ def _exit_record(code: int) -> dict:
             name = f"signal {-code}"
         return {"exit_code": None, "signal": name, "reason": f"killed by {name}", "at_unix": time.time()}
     return {"exit_code": code, "signal": None, "reason": f"exit code {code}", "at_unix": time.time()}
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
 
 
 def _close_connections() -> None:
@@ -542,11 +515,8 @@ def summary(ctx) -> dict:
     found = (
         supervisor.describe() if supervisor is not None else {"mode": getattr(ctx, "indexer_mode", "none")}
     )
-    eta = found.pop("dense_eta_seconds", None)
-    if embedded >= total:
-        eta = 0.0
-    elif supervisor is not None and supervisor.rate.per_second() > 0:
-        eta = round((total - embedded) / supervisor.rate.per_second(), 1)
+    rate = supervisor.rate.per_second() if supervisor is not None else 0.0
+    eta = 0.0 if embedded >= total else (round((total - embedded) / rate, 1) if rate > 0 else None)
     return {
         "mode": found.get("mode", "none"),
         "running": bool(found.get("running", found.get("mode") == "thread")),
