@@ -35,7 +35,11 @@ Rows, all on the same corpus and queries:
 - ``bm25s units`` (and ``, plain``): the same over the live chunks of the
   units-mode index (``chunking.code.mode: units``), their ``context`` (when
   chunks have one) indexed with their text;
-- ``dense units``: ``Searcher._dense`` alone on the units index;
+- ``dense units``: the local model alone on the units, each embedded
+  plainly with its context (``Searcher._dense`` on the units index when its
+  code vectors are plain; an exact search over plain re-embeddings when they
+  lean towards the signature view, ``embed.signature_weight``, whose own
+  vectors are then the ``dense units, as stored`` row);
 - ``today``: ``Searcher.search`` (index ``auto``) on an index built the old
   way: line windows for code, character windows for prose, and only the
   dense index the query is routed to (``TODAY``);
@@ -84,6 +88,7 @@ ROW_ORDER = (
     "bm25s units",
     "bm25s units, plain",
     "dense units",
+    "dense units, as stored",
     "today",
     "default",
 )
@@ -348,6 +353,25 @@ def dense_rankings(searcher, embedder, kind: str, queries: list[str], chunks: di
     return ranked
 
 
+def plain_dense_rankings(embedder, kind: str, queries: list[str], chunks: dict) -> list[list[list]]:
+    """The ``dense units`` baseline when the index's code vectors lean towards
+    the signature view (``embed.signature_weight``): each unit embedded
+    plainly (context and text, as the index reads it), exact cosine search."""
+    import numpy as np
+
+    from corpus.embed_view import embedding_text
+
+    ids = [cid for cid, chunk in chunks.items() if chunk["kind"] == kind]
+    window = embedder.window_chars
+    texts = [embedding_text(chunks[c]["context"], chunks[c]["text"], kind, window) for c in ids]
+    vectors = np.asarray(embedder.embed(texts, kind=kind), dtype=np.float32)
+    ranked = []
+    for query in queries:
+        scores = vectors @ np.asarray(embedder.embed_query(query, kind=kind), dtype=np.float32)
+        ranked.append([hit_of(chunks[ids[i]]) for i in np.argsort(-scores, kind="stable")[:DEEP]])
+    return ranked
+
+
 def build_index(
     root: Path, state_dir: Path, mode: str, builds: list[str] = ()
 ) -> tuple[object, object, object, dict]:
@@ -412,7 +436,16 @@ def units_rows(
         label: {"hits": bm25s_rankings(docs, queries, plain), "units": len(docs)}
         for plain, label in ((False, "bm25s units"), (True, "bm25s units, plain"))
     }
-    dense = dense_rankings(searcher, searcher.embedder, kind, queries, chunks)
+    from corpus.embedding import signature_weight
+
+    if kind == "code" and signature_weight() > 0:
+        dense = plain_dense_rankings(searcher.embedder, kind, queries, chunks)
+        rows["dense units, as stored"] = {
+            "hits": dense_rankings(searcher, searcher.embedder, kind, queries, chunks),
+            "units": len(chunks),
+        }
+    else:
+        dense = dense_rankings(searcher, searcher.embedder, kind, queries, chunks)
     rows["dense units"] = {"hits": dense, "units": len(chunks)}
     for text in tries:
         config = build_config(config_data("units", [*builds, text]), {}, {})

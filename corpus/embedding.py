@@ -24,7 +24,7 @@ import numpy as np
 from django.db import connection, transaction
 
 from corpus import errors
-from corpus.embed_view import embedding_text
+from corpus.embed_view import embedding_text, signature_text
 from corpus.index.vectors import KINDS, VectorIndex, index_path, remove_files
 from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, ModelInfo
@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 SAVE_EVERY_SECONDS = 5.0
 LAST_ERROR_KEY = "embed_last_error"
+SIGNATURE_KEY = "embed_code_signature_weight"
 
 
 def to_bytes(vector: np.ndarray) -> bytes:
@@ -79,13 +80,18 @@ def _record(info: ModelInfo, kind: str) -> None:
     set_setting(f"embed_{kind}_dim", str(info.dim))
 
 
-def check_models(embedder: Embedder, state: StateDir, *, reset: bool = False) -> None:
+def check_models(
+    embedder: Embedder, state: StateDir, *, reset: bool = False, signature_weight: float | None = None
+) -> None:
     """Record the embedder's models, or refuse to mix vectors from two models.
 
     The commands never get here with another embedder than the recorded one
     unless they mean to switch (``reset``, a full reindex): they keep the
     recorded one (corpus.indexing.choose_embedder). This refusal guards
-    every other caller."""
+    every other caller. ``signature_weight`` (the configured
+    ``embed.signature_weight``) is recorded with new vectors only: an index
+    keeps the recipe its vectors were made with until a full reindex."""
+    fresh_code = recorded_model("code") is None
     for kind in KINDS:
         wanted = embedder.model_info(kind)
         found = recorded_model(kind)
@@ -106,7 +112,45 @@ def check_models(embedder: Embedder, state: StateDir, *, reset: bool = False) ->
         forget_vectors(state)
         for each in KINDS:
             _record(embedder.model_info(each), each)
+        fresh_code = True
+        break
+    _record_recipe(state, signature_weight, fresh=fresh_code, reset=reset)
+
+
+def _record_recipe(state: StateDir, weight: float | None, *, fresh: bool, reset: bool) -> None:
+    """Record how code vectors are made (``embed.signature_weight``): the
+    configured weight for vectors starting now, 0 for an index made before
+    the weight existed. A different configured weight takes effect at a
+    full reindex, which then re-embeds every chunk (never a mix)."""
+    if weight is None:
         return
+    recorded = get_setting(SIGNATURE_KEY)
+    if not fresh and recorded is None:
+        recorded = "0.0"
+        set_setting(SIGNATURE_KEY, recorded)
+    if fresh or (reset and float(recorded) != float(weight)):
+        if not fresh:
+            forget_vectors(state)
+        set_setting(SIGNATURE_KEY, repr(float(weight)))
+
+
+def signature_weight() -> float:
+    """The recorded ``embed.signature_weight`` of the index's code vectors."""
+    return float(get_setting(SIGNATURE_KEY) or 0.0)
+
+
+def recipe_summary(configured: float) -> dict:
+    """How the index's code vectors are made against the configuration (for
+    ``stats`` and ``status``): ``recorded`` is null before any vector."""
+    found = get_setting(SIGNATURE_KEY)
+    recorded = float(found) if found is not None else None
+    note = ""
+    if recorded is not None and recorded != float(configured):
+        note = (
+            f"code vectors lean {recorded:g} towards the signature view; embed.signature_weight is "
+            f"{float(configured):g}: run `dir2mcp reindex` to re-embed with it"
+        )
+    return {"recorded": recorded, "configured": float(configured), "note": note}
 
 
 def forget_vectors(state: StateDir) -> None:
@@ -368,8 +412,7 @@ def _embed_batches(embedder, queue_for, *, batch_size, stop=None, on_stored=None
 
 def _embed_batch(embedder, kind: str, batch: list, on_stored):
     try:
-        texts = [embedding_text(context, text, kind, embedder.window_chars) for _, context, text in batch]
-        vectors = embedder.embed(texts, kind=kind)
+        vectors = _vectors(embedder, kind, batch)
     except errors.Dir2mcpError as exc:
         set_setting(LAST_ERROR_KEY, str(exc))
         logger.warning("embedding stopped: %s", exc)
@@ -377,6 +420,19 @@ def _embed_batch(embedder, kind: str, batch: list, on_stored):
     ids = np.array([row[0] for row in batch], dtype=np.int64)
     stored, version = _store_vectors(kind, ids, vectors, on_stored=on_stored)
     return kind, ids, vectors, stored, version
+
+
+def _vectors(embedder, kind: str, batch: list) -> np.ndarray:
+    """The stored vectors of a batch of (id, context, text): each unit's,
+    and for code, leaning towards its signature view by the recorded weight
+    (one call for both views, so a length-sorting embedder packs them)."""
+    texts = [embedding_text(context, text, kind, embedder.window_chars) for _, context, text in batch]
+    weight = signature_weight() if kind == "code" else 0.0
+    if weight <= 0:
+        return embedder.embed(texts, kind=kind)
+    views = embedder.embed(texts + [signature_text(context, text) for _, context, text in batch], kind=kind)
+    views = np.asarray(views, dtype=np.float32)
+    return (views[: len(batch)] + np.float32(weight) * views[len(batch) :]) / np.float32(1 + weight)
 
 
 def _version_key(kind: str) -> str:

@@ -57,7 +57,9 @@ def index_directory(
     """
     with IndexLock(state):
         if embedder is not None:
-            check_models(embedder, state, reset=mode == "full")
+            check_models(
+                embedder, state, reset=mode == "full", signature_weight=config.embed.signature_weight
+            )
         return walking_indexer(
             root, state, config, reporter=reporter, mode=mode, stop=stop, embedder=embedder
         ).run()

@@ -55,7 +55,7 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
     )
     context.install(ctx)
     if embedder is not None:
-        check_models(embedder, rt.state)
+        check_models(embedder, rt.state, signature_weight=rt.config.embed.signature_weight)
     return ctx
 
 

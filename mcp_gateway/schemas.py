@@ -13,7 +13,7 @@ import copy
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 
-SCHEMA_VERSION = "5.0.0"
+SCHEMA_VERSION = "6.0.0"
 
 SPAN = {
     "type": "object",
@@ -462,6 +462,21 @@ STATS_OUTPUT = {
                 "note": {"type": "string"},
             },
             "required": ["recorded", "configured", "active", "status", "note"],
+        },
+        "signature_weight": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": (
+                "How much the index's code vectors lean towards each unit's signature view "
+                "(recorded; null before any vector) against embed.signature_weight (configured); "
+                "note says how to apply a changed weight (`dir2mcp reindex`)."
+            ),
+            "properties": {
+                "recorded": {"type": ["number", "null"]},
+                "configured": {"type": "number"},
+                "note": {"type": "string"},
+            },
+            "required": ["recorded", "configured", "note"],
         },
     },
     "required": ["root", "state_dir", "protocol_version", "indexing", "models"],

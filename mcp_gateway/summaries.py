@@ -120,6 +120,7 @@ def stats(result: dict) -> str:
         f"Root: {result['root']}\nModels: embed_text={models['embed_text']} chat={models['chat']} "
         f"ocr={models['ocr']} stt={models['stt_provider']}/{models['stt_model']}\n"
         + _embedder_line(result.get("embedder"))
+        + _note_line(result.get("signature_weight"))
         + _indexer_line(result.get("indexer"))
         + f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
     )
@@ -149,6 +150,10 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{round(seconds / 60)} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def _note_line(part: dict | None) -> str:
+    return f"{part['note']}\n" if part and part.get("note") else ""
 
 
 def _embedder_line(embedder: dict | None) -> str:

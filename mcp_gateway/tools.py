@@ -308,6 +308,7 @@ def find(call: Call, args: dict) -> dict:
 
 def stats(call: Call, args: dict) -> dict:
     # Both read models: this module is imported before the app registry is ready (stdio's guard).
+    from corpus.embedding import recipe_summary
     from corpus.status import latest_job, models_summary, older_format_documents
     from mcp_gateway import indexer_process
     from mcp_gateway.transport import LATEST_VERSION
@@ -334,6 +335,7 @@ def stats(call: Call, args: dict) -> dict:
             ctx.config, embedder=ctx.embedder, chat=ctx.chat, live=True, secret=ctx.secret
         ),
         "embedder": ctx.embedder_choice().as_dict(),
+        "signature_weight": recipe_summary(ctx.config.embed.signature_weight),
         "indexer": indexer_process.summary(ctx),
         "documents_on_older_format": older_format_documents(),
     }

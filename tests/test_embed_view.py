@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpus.embed_view import embedding_view
+from corpus.embed_view import SIGNATURE_LINE_CHARS, embedding_view, signature_text
 
 LONG_CODE = "\n".join(
     [f"def handler_{i}(request):" if i % 20 == 0 else f"    value_{i} = compute({i})" for i in range(200)]
@@ -47,3 +47,36 @@ def test_text_that_fits_or_is_prose_is_unchanged(text, kind, window):
 def test_definitions_in_several_languages_are_kept(line):
     code = "\n".join(["    x = 1"] * 300 + [line] + ["    y = 2"] * 300)
     assert line.strip() in embedding_view(code, "code", 200)
+
+
+@pytest.mark.parametrize(
+    ("context", "text", "expected"),
+    [
+        pytest.param(
+            "lib/paths/a.py\nclass Path:",
+            "    @property\n    # the last part\n    def name(self):\n        return self._parts[-1]",
+            "a.py\nclass Path:\ndef name(self):",
+            id="decorated-method",
+        ),
+        pytest.param(
+            "lib.ts",
+            "/** Adds. */\nexport function add(a: number, b: number): number {\n  return a + b;\n}",
+            "lib.ts\nexport function add(a: number, b: number): number {",
+            id="ts-function",
+        ),
+        pytest.param(
+            "big.py\ndef long_one(x):",
+            "    y = x + 1\n    return y",
+            "big.py\ndef long_one(x):\ny = x + 1",
+            id="window",
+        ),
+        pytest.param("", "# note\nVALUE = 1\n", "VALUE = 1", id="no-context"),
+    ],
+)
+def test_signature_view_is_the_context_and_the_definition_line(context, text, expected):
+    assert signature_text(context, text) == expected
+
+
+def test_a_long_definition_line_is_cut():
+    line = "def f(" + ", ".join(f"arg{i}" for i in range(200)) + "):"
+    assert len(signature_text("m.py", line)) == len("m.py\n") + SIGNATURE_LINE_CHARS

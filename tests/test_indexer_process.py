@@ -70,14 +70,18 @@ def snapshot(state_dir: Path) -> dict[tuple, bytes | None]:
     return {(path, ordinal, text): (status, blob) for path, ordinal, text, status, blob in rows}
 
 
+def same_vector(blob: bytes, reference: bytes) -> bool:
+    """The same stored vector up to float noise (code vectors are not unit
+    length: they lean towards the signature view, corpus/embed_view.py)."""
+    a, b = np.frombuffer(blob, dtype="<f4"), np.frombuffer(reference, dtype="<f4")
+    return a.shape == b.shape == (384,) and np.allclose(a, b, atol=1e-4)
+
+
 def assert_same_index(found: dict, reference: dict) -> None:
     assert set(found) == set(reference)
     for key, (status, blob) in found.items():
         assert status == "ok", key
-        ref_status, ref_blob = reference[key]
-        a, b = np.frombuffer(blob, dtype="<f4"), np.frombuffer(ref_blob, dtype="<f4")
-        assert a.shape == b.shape == (384,)
-        assert float(a @ b) > 0.9999, key
+        assert same_vector(blob, reference[key][1]), key
 
 
 def rest(up, path: str, body: dict | None = None) -> httpx.Response:
@@ -199,7 +203,7 @@ def test_ctrl_c_during_embedding_stops_every_process_and_leaves_the_index_whole(
     embedded = [key for key, (status, _) in found.items() if status == "ok"]
     assert 0 < len(embedded) < len(clean)  # stopped mid-way, not before or after
     for key in embedded:  # what was stored is whole and right
-        assert np.frombuffer(found[key][1], dtype="<f4") @ np.frombuffer(clean[key][1], dtype="<f4") > 0.9999
+        assert same_vector(found[key][1], clean[key][1]), key
 
     resumed = cli("reindex", "--dir", str(root), "--incremental", env=LOCAL, timeout=600)
     assert resumed.returncode == 0, resumed.stderr

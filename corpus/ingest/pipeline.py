@@ -30,7 +30,7 @@ from django.db import transaction
 
 from corpus import errors
 from corpus.config import Config
-from corpus.embedding import embed_pending
+from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
 from corpus.ingest import writer
 from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, archive_format, iter_members
@@ -93,6 +93,11 @@ class Known:
     deleted: bool
 
 
+def _at_or_under(path: str, rel_path: str) -> bool:
+    """``path`` is ``rel_path``, inside it (a directory) or a member of it (an archive)."""
+    return path == rel_path or path.startswith((rel_path + "/", rel_path + "!/"))
+
+
 def capabilities_for(config: Config, secret: Callable[[str], str | None]) -> Capabilities:
     """Provider-backed conversions available now: those whose key is set.
 
@@ -126,8 +131,12 @@ class Indexer:
         capabilities: Capabilities | None = None,
         embedder: Embedder | None = None,
         providers: MediaProviders | None = None,
+        changes: Callable[[], set[str]] | None = None,
     ):
         self.root = root
+        #: the watcher's files changed since last asked (issue #17): re-read and
+        #: embedded first between two embedding batches of a long pass
+        self.changes = changes
         self.state = state
         self.config = config
         self.reporter = reporter or Reporter.silent()
@@ -247,6 +256,7 @@ class Indexer:
         def progress(count: int) -> None:
             self.counters.embedded_ok += count
             self._flush_counters()
+            self._take_changes()
 
         try:
             embed_pending(
@@ -259,6 +269,21 @@ class Indexer:
         except errors.Dir2mcpError as exc:
             self.embed_error = exc
             self.reporter.warn(f"embedding stopped, chunks stay pending: {exc}", code=exc.code)
+
+    def _take_changes(self) -> None:
+        """Files changed on disk while this pass embeds: re-read now, and
+        their chunks embedded before the rest of the pass's (issue #17)."""
+        paths = self.changes() if self.changes is not None else set()
+        if not paths:
+            return
+        for rel_path in sorted(paths):
+            if self.stop.is_set():
+                return
+            # The walk saw it: forget that, or a file deleted since would stay live.
+            self.seen = {p for p in self.seen if not _at_or_under(p, rel_path)}
+            self._refresh_path(rel_path)
+        self._flush_batch()
+        embed_first.add(paths)
 
     # -- job bookkeeping -----------------------------------------------------
 

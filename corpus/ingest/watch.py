@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 from pathlib import Path
 
@@ -79,50 +80,127 @@ def watch_directory(
     """Hold the index lock, index once, then follow changes until ``stop``,
     retrying the documents a provider failed on for a passing reason."""
     stop = stop or threading.Event()
+    # The OS watch goes in place before the first pass, so a file changed
+    # while that pass embeds is re-read and embedded ahead of the rest
+    # (issue #17) instead of waiting for the pass to end.
+    feed = _Feed(root, state, stop)
 
     def retry_indexer(mode: str = "incremental") -> Indexer:
         return Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder, mode=mode)
 
-    def walking() -> Indexer:
-        return walking_indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder)
+    def walking(changes=None) -> Indexer:
+        return walking_indexer(
+            root, state, config, reporter=reporter, stop=stop, embedder=embedder, changes=changes
+        )
 
     with IndexLock(state):
         if embedder is not None:
-            check_models(embedder, state)
-        if initial:
-            walking().run()
-        # In a thread of its own: events in the state directory (filtered out
-        # below) can keep the change iterator from ever yielding.
-        retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
-        changes = watchfiles.watch(
+            check_models(embedder, state, signature_weight=config.embed.signature_weight)
+        feed.start()
+        try:
+            if initial:
+                walking(changes=feed.take_paths).run()
+            _follow(root, feed, stop, walking, retry_indexer, ready=ready, reporter=reporter)
+        finally:
+            feed.close()
+
+
+def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, reporter) -> None:
+    """Apply the watcher's batches until ``stop``, beside the retry pass."""
+    retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
+    retrier.start()
+    try:
+        # The OS watch is in place: a file written from now on is seen.
+        if feed.wait_in_place(stop):
+            if ready is not None:
+                ready.set()
+            if reporter is not None:
+                reporter.event("watch_ready", {"root": str(root)})
+        while not stop.is_set():
+            batch = feed.next(timeout=0.5)
+            if batch:
+                with retrier.lock:
+                    _apply(root, batch, walking=walking, one_by_one=retry_indexer)
+    finally:
+        retrier.close()
+
+
+class _Feed:
+    """The OS watch, in a thread of its own from before the first pass:
+    events in the state directory (filtered out) can keep the change
+    iterator from ever yielding, and the first pass must not wait for it."""
+
+    def __init__(self, root: Path, state: StateDir, stop: threading.Event):
+        self.root = root
+        self.stop = stop
+        self._closed = threading.Event()
+        self._changes = watchfiles.watch(
             root,
             watch_filter=_Filter(state.path),
             debounce=DEBOUNCE_MS,
             step=50,
-            stop_event=stop,
+            stop_event=self,
             rust_timeout=500,
             yield_on_timeout=True,
             force_polling=os.environ.get("DIR2MCP_WATCH_POLLING") == "1" or None,
         )
-        retrier.start()
-        watching = False
+        self._batches: queue.Queue = queue.Queue()
+        self._in_place = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dir2mcp-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def is_set(self) -> bool:
+        """watchfiles' stop event: the caller's stop, or this feed closed."""
+        return self.stop.is_set() or self._closed.is_set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
         try:
-            for batch in changes:
-                # The first (possibly empty) batch means the OS watch is in place:
-                # a file written from now on is seen.
-                if not watching:
-                    watching = True
-                    if ready is not None:
-                        ready.set()
-                    if reporter is not None:
-                        reporter.event("watch_ready", {"root": str(root)})
-                if stop.is_set():
-                    break
+            for batch in self._changes:
+                # The first (possibly empty) batch means the OS watch is in place.
+                self._in_place.set()
                 if batch:
-                    with retrier.lock:
-                        _apply(root, batch, walking=walking, one_by_one=retry_indexer)
+                    self._batches.put(batch)
+        except Exception:  # a watch that cannot go on must not take the server with it
+            log.exception("the file watch stopped")
         finally:
-            retrier.close()
+            self._in_place.set()
+
+    def wait_in_place(self, stop: threading.Event) -> bool:
+        while not self._in_place.wait(0.2):
+            if stop.is_set():
+                return False
+        return not stop.is_set()
+
+    def next(self, timeout: float):
+        try:
+            return self._batches.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def take_paths(self) -> set[str]:
+        """What changed since last asked, for a pass under way: the paths of
+        every batch waiting, except a batch touching a ``.gitignore`` (what
+        is excluded changed: a walk's job, left for after the pass)."""
+        taken, later = set(), []
+        while True:
+            try:
+                batch = self._batches.get_nowait()
+            except queue.Empty:
+                break
+            paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
+            if any(Path(p).name == ".gitignore" for p in paths):
+                later.append(batch)
+            else:
+                taken |= paths
+        for batch in later:
+            self._batches.put(batch)
+        return taken
 
 
 def _apply(root: Path, batch, *, walking, one_by_one) -> None:

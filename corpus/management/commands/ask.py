@@ -43,7 +43,7 @@ class Command(Dir2mcpCommand):
         if not IndexJob.objects.filter(outcome="complete").exists():
             self._index_first(rt, embedder)
         elif embedder is not None:
-            check_models(embedder, rt.state)
+            check_models(embedder, rt.state, signature_weight=rt.config.embed.signature_weight)
         result = ask(
             options["question"],
             searcher=Searcher(rt.state, rt.config, embedder),

@@ -2,6 +2,7 @@ import json
 import time
 
 from corpus import errors
+from corpus.embedding import recipe_summary
 from corpus.events import format_progress, printable
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, error_code, indexer_state, scaleout_summary, summarize
@@ -24,10 +25,12 @@ class Command(Dir2mcpCommand):
         embedder = embedder_choice(rt.config, rt.state, secrets_lookup=rt.secret)
         celery = scaleout_summary()
         indexer = indexer_state()
+        recipe = recipe_summary(rt.config.embed.signature_weight)
         if rt.json:
             out = {
                 **self._as_dict(rt, summary),
                 "embedder": embedder.as_dict(),
+                "signature_weight": recipe,
                 "indexer": indexer,
                 "celery": celery,
             }
@@ -35,6 +38,8 @@ class Command(Dir2mcpCommand):
             return
         self._print(rt, summary)
         self._print_embedder(embedder)
+        if recipe["note"]:
+            self.stdout.write(f"  {recipe['note']}")
         if indexer is not None:
             self._print_indexer(indexer)
         if celery is not None:

