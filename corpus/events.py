@@ -115,6 +115,11 @@ class Reporter:
         elif not self.quiet and not self.tty:
             self._write(f"file_error: {printable(rel_path)}: {printable(code)}: {printable(message)}\n")
 
+    def documents_changed(self, rel_paths: list[str], *, listing: bool = False) -> None:
+        """The indexer (re)wrote or tombstoned these documents (committed);
+        ``listing``: some were added or removed. Nothing is printed: a server
+        turns this into MCP resource notifications (mcp_gateway/notify.py)."""
+
     def progress(self, counters: dict[str, int], *, final: bool = False, running: bool = True) -> None:
         """Report counters, throttled to ``interval`` unless ``final``."""
         now = time.monotonic()

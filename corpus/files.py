@@ -415,6 +415,33 @@ def _read_lines(fh, start: int, end: int | None, max_chars: int):
     return content, span, truncated, context
 
 
+# -- whole documents (resources/read, corpus/documents.py) ---------------------
+
+
+def decode_text(data: bytes, indexed_encoding: str | None) -> str:
+    """A text file's bytes as ``open_file`` reads them: the codec its mark or
+    the index names, undecodable bytes replaced, newlines normalised."""
+    encoding, mark = _encoding_for(data[:8192], indexed_encoding)
+    text = data[mark:].decode(encoding, errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def timed_pieces(rep) -> list[tuple[int, int, str]]:
+    """A transcript cut at its timed chunks, each piece without the overlap
+    the chunk shares with the one before: ``(start_ms, end_ms, text)``."""
+    chunks = _time_chunks(rep)
+    spots = _locate(rep.text, [c[2] for c in chunks]) if chunks else None
+    if not spots:  # the chunks are not in the stored text: each as it is
+        return chunks
+    pieces, done = [], 0
+    for (start_ms, end_ms, _), (low, high) in zip(chunks, spots, strict=True):
+        piece = rep.text[max(low, done) : high].strip("\n")
+        done = max(done, high)
+        if piece:
+            pieces.append((start_ms, end_ms, piece))
+    return pieces
+
+
 # -- list_files ----------------------------------------------------------------
 
 

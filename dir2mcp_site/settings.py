@@ -183,6 +183,22 @@ REDIS_URL = env.str(
     "REDIS_URL", default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
 
+# Resource change notifications fan out over a channel layer
+# (mcp_gateway/notify.py): Redis pub/sub across processes when REDIS_URL is
+# set, else within this process only.
+CHANNEL_LAYERS = {
+    "default": (
+        {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "dir2mcp"},
+        }
+        if REDIS_URL
+        else {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}
+    )
+}
+# Seconds between keep-alive comments on a standalone GET stream (mcp_gateway/standalone.py).
+DIR2MCP_SSE_KEEPALIVE = env.float("DIR2MCP_SSE_KEEPALIVE", default=15.0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,4 +1,4 @@
-"""MCP sessions in the admin: read-only, with a revoke action."""
+"""MCP sessions and their resource subscriptions in the admin: read-only, with a revoke action."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 
 from corpus.admin import ReadOnlyAdmin
 from mcp_gateway import sessions
-from mcp_gateway.models import McpSession
+from mcp_gateway.models import McpSession, McpSubscription
 
 
 def _stamp(unix: float | None) -> str:
@@ -51,3 +51,19 @@ class McpSessionAdmin(ReadOnlyAdmin):
         self.message_user(
             request, f"Revoked {ended} session(s); their clients must initialize again.", messages.SUCCESS
         )
+
+
+@admin.register(McpSubscription)
+class McpSubscriptionAdmin(ReadOnlyAdmin):
+    """``resources/subscribe``: which session hears about which file."""
+
+    list_display = ("session", "uri", "subscribed")
+    search_fields = ("uri", "session__session_id", "session__client_name")
+    list_select_related = ("session",)
+    ordering = ("-created_unix",)
+    fields = ("session", "uri", "rel_path", "subscribed")
+    readonly_fields = fields
+
+    @admin.display(description="subscribed", ordering="created_unix")
+    def subscribed(self, obj):
+        return _stamp(obj.created_unix)

@@ -9,6 +9,8 @@ then dispatches. Tool work runs in worker
 threads; a ``tools/call`` that carries a progress token (or whose session
 asked for log messages) is answered as an SSE stream carrying the
 notifications and then the response, everything else as one JSON object.
+``GET`` opens the session's standalone stream of resource notifications
+(``standalone.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from django.db import connection
 
 from corpus import errors
 from dir2mcp_site.ops import metrics
-from mcp_gateway import context, dispatch, sessions, tools, transport, workers
+from mcp_gateway import context, dispatch, notify, sessions, standalone, tools, transport, workers
 from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
 from mcp_gateway.transport import HttpError, Message
 
@@ -132,8 +134,8 @@ async def mcp_endpoint(request: Request) -> Response | StreamResponse:
             response = await _post(request, ctx)
         elif request.method == "DELETE":
             response = await _delete(request, ctx)
-        elif request.method == "GET":  # no server-initiated stream is offered
-            response = _json(None, 405, {"Allow": "POST, DELETE, OPTIONS"})
+        elif request.method == "GET":
+            response = await _get(request, ctx)
         else:
             response = _json(None, 405, {"Allow": ALLOW})
     except HttpError as exc:
@@ -381,4 +383,14 @@ async def _delete(request: Request, ctx: context.Context) -> Response:
     transport.check_protocol_version(request.headers.get("mcp-protocol-version"))
     row = await _session(transport.check_session_header(request.headers.get("mcp-session-id")), ctx)
     await _in_worker(sessions.end, row.session_id)
+    notify.session_ended(row.session_id)  # its stream ends, whichever process holds it
     return _json(None, 204)
+
+
+async def _get(request: Request, ctx: context.Context) -> StreamResponse:
+    """The session's standalone SSE stream (mcp_gateway/standalone.py)."""
+    transport.check_accept_get(request.headers.get("accept"))
+    transport.check_protocol_version(request.headers.get("mcp-protocol-version"))
+    row = await _session(transport.check_session_header(request.headers.get("mcp-session-id")), ctx)
+    last_event_id = request.headers.get("last-event-id")
+    return await standalone.open_stream(row.session_id, last_event_id, _limits(ctx), _in_worker)

@@ -15,7 +15,7 @@ from corpus.events import Reporter
 from corpus.ingest.watch import watch_directory
 from corpus.state import IndexLock
 from corpus.store import open_store
-from mcp_gateway import context
+from mcp_gateway import context, notify
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor
 from mcp_gateway.preflight import check_keys
 
@@ -84,6 +84,7 @@ def start_background_indexing(
 
     Returns something thread-like (``is_alive``, ``join``) that ends after ``stop``.
     """
+    reporter = notify.ChangeAnnouncer(reporter)  # changes become resource notifications
     launch = getattr(ctx, "indexer_launch", None)
     if ctx.config.server.indexer == "process" and launch is not None:
         DenseRefresher(ctx.state, stop).start()

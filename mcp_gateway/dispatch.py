@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mcp_gateway import schemas, tools
+from mcp_gateway import resources, schemas, tools
 from mcp_gateway.context import Context
 from mcp_gateway.transport import (
     INVALID_PARAMS,
@@ -77,7 +77,13 @@ def negotiate(params: dict) -> str:
 def initialize_result(version: str) -> dict:
     return {
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": False}, "logging": {}},
+        "capabilities": {
+            "tools": {"listChanged": False},
+            "logging": {},
+            "resources": {"subscribe": True, "listChanged": True},
+            "prompts": {"listChanged": False},
+            "completions": {},
+        },
         "serverInfo": {
             "name": SERVER_NAME,
             "title": SERVER_TITLE,
@@ -174,9 +180,47 @@ def respond(
             return error(msg.id, INVALID_PARAMS, "invalid cursor")
     if method == "tools/call":
         return _call_tool(msg, session, ctx, emit, cancel or threading.Event(), payment, reply or HttpReply())
-    if method in ("resources/list", "prompts/list", "resources/templates/list"):
-        return error(msg.id, METHOD_NOT_FOUND, f"{method}: this server offers tools only")
+    if method in resources.METHODS:
+        return _resources(msg, ctx)
+    if method in SUBSCRIPTION_METHODS:
+        return _subscription(msg, session, ctx)
+    if method in PROMPT_METHODS:
+        return _prompts(msg, ctx)
     return error(msg.id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")
+
+
+def _resources(msg: Message, ctx: Context) -> dict:
+    try:
+        return ok(msg.id, resources.handle(msg.method, msg.params, ctx))
+    except resources.ResourceError as exc:
+        return error(msg.id, exc.rpc_code, exc.message, exc.data)
+
+
+SUBSCRIPTION_METHODS = ("resources/subscribe", "resources/unsubscribe")
+
+
+def _subscription(msg: Message, session: SessionState, ctx: Context) -> dict:
+    # It reads models; stdio imports this module before the app registry is ready.
+    from mcp_gateway import notify
+
+    try:
+        return ok(msg.id, notify.respond(msg, session.id, ctx))
+    except resources.ResourceError as exc:
+        return error(msg.id, exc.rpc_code, exc.message, exc.data)
+
+
+PROMPT_METHODS = ("prompts/list", "prompts/get", "completion/complete")
+
+
+def _prompts(msg: Message, ctx: Context) -> dict:
+    # They read models; stdio imports this module before the app registry is ready.
+    from mcp_gateway import completion, prompts
+
+    run = completion.complete if msg.method == "completion/complete" else prompts.METHODS[msg.method]
+    try:
+        return ok(msg.id, run(ctx, msg.params))
+    except prompts.PromptError as exc:
+        return error(msg.id, exc.rpc_code, exc.message, exc.data)
 
 
 def _call_tool(

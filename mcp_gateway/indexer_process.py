@@ -78,7 +78,7 @@ EMBED_FIRST_MAX = 256
 REFRESH_SLICE = 4
 
 # The reporter calls a child may make on the server's reporter.
-_CALLS = ("event", "say", "warn", "file_error", "progress")
+_CALLS = ("event", "say", "warn", "file_error", "progress", "documents_changed")
 
 
 # -- the child's side ---------------------------------------------------------
@@ -113,6 +113,9 @@ class ForwardingReporter(Reporter):
 
     def file_error(self, rel_path: str, code: str, message: str) -> None:
         self._send("file_error", rel_path, code, message)
+
+    def documents_changed(self, rel_paths: list[str], *, listing: bool = False) -> None:
+        self._send("documents_changed", list(rel_paths), listing=listing)
 
     def progress(self, counters: dict[str, int], *, final: bool = False, running: bool = True) -> None:
         # The parent's reporter throttles what it shows; this only spares the pipe.

@@ -10,6 +10,10 @@ the two surfaces cannot drift: a 200 body is exactly the tool's
 * 200 bodies are documented with the tool's ``outputSchema`` itself, its
   ``$defs`` moved to ``components/schemas``.
 
+The MCP resources have two read-only routes, ``/resources`` and
+``/resources/read``, whose 200 body is the ``resources/list`` or
+``resources/read`` result itself (``mcp_gateway/resources.py``).
+
 Host, Origin, the bearer token and the shared per-client rate limit are
 checked before any route runs, by the gate every route passes
 (``mcp_gateway/route_gate.py``); here, ``Content-Type: application/json`` for
@@ -42,7 +46,7 @@ from ninja.security import HttpBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from corpus import errors
-from mcp_gateway import context, schemas, tools, transport, workers
+from mcp_gateway import context, resources, schemas, tools, transport, workers
 from mcp_gateway.route_gate import PASSED
 
 log = logging.getLogger(__name__)
@@ -194,6 +198,7 @@ class RestAPI(NinjaAPI):
             schema, defs = _openapi_schema(tools.REGISTRY[tool_name].output_schema)
             components.update(defs)
             components[name] = {"title": name, **schema}
+        components.update(copy.deepcopy(RESOURCE_SCHEMAS))
         envelope = ErrorEnvelope.model_json_schema(ref_template=REF_TEMPLATE)
         components.update(envelope.pop("$defs", {}))
         components["ErrorEnvelope"] = envelope
@@ -474,7 +479,16 @@ def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict:
 async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None = None):
     arguments = params.model_dump(exclude_unset=True) if params is not None else {}
     ctx = request.auth
-    # The MCP endpoint's slots and tool-call threads (mcp_gateway/workers.py).
+    if ctx.gate is not None and ctx.gate.price_for(tool_name) is not None:
+        payment = request.headers.get("PAYMENT-SIGNATURE")
+        route = (request.method, request.path)
+        return await _in_slot(ctx, paid_call, ctx, tool_name, arguments, payment, route)
+    return await _in_slot(ctx, run_tool, ctx, tool_name, arguments)
+
+
+async def _in_slot(ctx: context.Context, fn, *args):
+    """``fn(*args)`` in one of the MCP endpoint's slots and tool-call threads
+    (mcp_gateway/workers.py); 503 SERVER_BUSY when none is free."""
     limit = ctx.config.server.max_concurrent_calls
     if not workers.Slots.take(limit):
         return error_response(
@@ -484,14 +498,7 @@ async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None =
             headers={"Retry-After": "1"},
             retryable=True,
         )
-    if ctx.gate is not None and ctx.gate.price_for(tool_name) is not None:
-        payment = request.headers.get("PAYMENT-SIGNATURE")
-        route = (request.method, request.path)
-        work = asyncio.ensure_future(
-            workers.run(paid_call, ctx, tool_name, arguments, payment, route, limit=limit)
-        )
-    else:
-        work = asyncio.ensure_future(workers.run(run_tool, ctx, tool_name, arguments, limit=limit))
+    work = asyncio.ensure_future(workers.run(fn, *args, limit=limit))
     work.add_done_callback(workers.Slots.release)  # when the thread returns, even if the client left
     return await asyncio.shield(work)
 
@@ -589,3 +596,129 @@ async def find(request: HttpRequest, params: Query[FindQuery]):
 @api.get("/stats", **_operation("dir2mcp.stats", "stats"))
 async def stats(request: HttpRequest):
     return await _call(request, "dir2mcp.stats")
+
+
+# -- resources (issue #18): the MCP resources, read-only ----------------------------------
+
+
+class ResourcesQuery(Schema):
+    cursor: str | None = Field(
+        None,
+        min_length=1,
+        max_length=8192,
+        description="The nextCursor of the page before; omit it for the first page.",
+    )
+
+
+class ReadResourceQuery(Schema):
+    uri: str = Field(
+        min_length=1,
+        max_length=8192,
+        description=(
+            "A resource URI: dir2mcp:///<path> for a whole file, or a slice as citations name it: "
+            "?lines=A-B, ?page=N or ?time=A-B (milliseconds)."
+        ),
+    )
+
+
+_RESOURCE = {
+    "type": "object",
+    "properties": {
+        "uri": {"type": "string"},
+        "name": {"type": "string"},
+        "title": {"type": "string"},
+        "mimeType": {"type": "string"},
+        "size": {"type": "integer"},
+        "annotations": {"type": "object", "properties": {"lastModified": {"type": "string"}}},
+    },
+    "required": ["uri", "name"],
+}
+_CONTENTS = {
+    "type": "object",
+    "properties": {
+        "uri": {"type": "string"},
+        "mimeType": {"type": "string"},
+        "text": {"type": "string"},
+        "blob": {"type": "string", "contentEncoding": "base64"},
+        "_meta": {"type": "object"},
+    },
+    "required": ["uri"],
+    "oneOf": [{"required": ["text"]}, {"required": ["blob"]}],
+}
+#: components/schemas of the resource routes: the MCP results, as they are
+RESOURCE_SCHEMAS = {
+    "Resource": _RESOURCE,
+    "ResourceContents": _CONTENTS,
+    "ResourceList": {
+        "type": "object",
+        "properties": {
+            "resources": {"type": "array", "items": {"$ref": "#/components/schemas/Resource"}},
+            "nextCursor": {"type": "string"},
+        },
+        "required": ["resources"],
+    },
+    "ReadResourceResult": {
+        "type": "object",
+        "properties": {
+            "contents": {"type": "array", "items": {"$ref": "#/components/schemas/ResourceContents"}}
+        },
+        "required": ["contents"],
+    },
+}
+
+
+def _resource_operation(operation_id: str, summary: str, description: str, result: str) -> dict:
+    ok = {
+        "description": f"The MCP result of the same request ({result}).",
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{result}"}}},
+    }
+    codes = {**_ERRORS, **_FILE_ERRORS, 414: _error("The request line is over the 16,384-byte limit.")}
+    codes = {code: codes[code] for code in (400, 401, 403, 404, 414, 422, 429, 500, 503)}
+    return {
+        "operation_id": operation_id,
+        "summary": summary,
+        "description": description,
+        "tags": [TAG],
+        "openapi_extra": {"responses": {200: ok, **codes}},
+    }
+
+
+def _resource_result(fn, ctx: context.Context, argument):
+    try:
+        return fn(ctx, argument)
+    except resources.ResourceError as exc:
+        return error_response(exc.code, exc.message, retryable=exc.data.get("retryable"))
+
+
+def _read_contents(ctx: context.Context, uri: str) -> dict:
+    return {"contents": resources.read(ctx, uri)}
+
+
+@api.get(
+    "/resources",
+    **_resource_operation(
+        "listResources",
+        "List the directory's files as resources",
+        "Every indexed live file as an MCP resource (uri, name, title, mimeType, size, "
+        "annotations.lastModified), by path, 100 a page; follow nextCursor. Excluded and secret-bearing "
+        "files never appear. The MCP method `resources/list`.",
+        "ResourceList",
+    ),
+)
+async def list_resources(request: HttpRequest, params: Query[ResourcesQuery]):
+    return await _in_slot(request.auth, _resource_result, resources.list_page, request.auth, params.cursor)
+
+
+@api.get(
+    "/resources/read",
+    **_resource_operation(
+        "readResource",
+        "Read a resource: a whole file or a cited slice",
+        "A whole file (text; PDFs, scans and recordings as extracted text marked by page or time; other "
+        "files base64 up to 1 MiB) or exactly the slice a citation names. The same refusals and codes as "
+        "`dir2mcp.open_file`. The MCP method `resources/read`.",
+        "ReadResourceResult",
+    ),
+)
+async def read_resource(request: HttpRequest, params: Query[ReadResourceQuery]):
+    return await _in_slot(request.auth, _resource_result, _read_contents, request.auth, params.uri)

@@ -1,4 +1,5 @@
-"""Session lifecycle (spec §10.3): create, look up, touch, expire, evict, end.
+"""Session lifecycle (spec §10.3): create, look up, touch, expire, evict, end;
+who holds a session's standalone GET stream; its resource subscriptions.
 
 Sync functions over the ORM; the endpoint calls them in a worker thread.
 An expired session is deleted when it is looked up, and a sweep evicts the
@@ -16,13 +17,19 @@ import time
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Q
 
-from mcp_gateway.models import McpSession
+from mcp_gateway.models import McpSession, McpSubscription
 
 log = logging.getLogger(__name__)
 
 SWEEP_EVERY = 60.0
 MAX_SESSIONS = 10_000
+#: A stream holder that has not renewed its claim for this long (three
+#: keep-alives, mcp_gateway/standalone.py) is taken for gone: a crashed process.
+STREAM_STALE_SECONDS = 45.0
+#: Subscriptions one session may hold.
+MAX_SUBSCRIPTIONS = 1000
 _last_sweep = 0.0
 
 
@@ -143,3 +150,66 @@ def sweep(limits: Limits, *, force: bool = False) -> int:
     if evicted:
         log.info("evicted %d expired MCP sessions", evicted)
     return evicted
+
+
+# -- the standalone GET stream ----------------------------------------------------
+
+
+def claim_stream(session_id: str, holder: str, *, take_over: bool = False) -> bool:
+    """Make ``holder`` the session's one standalone stream; False when another
+    live one holds it. ``take_over`` (a client resuming its own stream,
+    whose old connection it has given up on) replaces the holder."""
+    now = time.time()
+    rows = McpSession.objects.filter(session_id=session_id)
+    if not take_over:
+        rows = rows.filter(Q(stream_holder="") | Q(stream_seen_unix__lt=now - STREAM_STALE_SECONDS))
+    return rows.update(stream_holder=holder, stream_seen_unix=now) == 1
+
+
+def renew_stream(session_id: str, holder: str, limits: Limits) -> bool:
+    """A keep-alive: False when the stream must end (the session was deleted
+    or expired, or another stream took over). An open stream is activity."""
+    now = time.time()
+    session = McpSession.objects.filter(session_id=session_id).first()
+    if session is None or session.stream_holder != holder:
+        return False
+    reason = expiry_reason(session, limits, now)
+    if reason:
+        McpSession.objects.filter(session_id=session_id).delete()
+        log.info("session %s expired (%s)", session_id, reason)
+        return False
+    rows = McpSession.objects.filter(session_id=session_id, stream_holder=holder)
+    return rows.update(stream_seen_unix=now, last_seen_unix=now) == 1
+
+
+def release_stream(session_id: str, holder: str) -> None:
+    McpSession.objects.filter(session_id=session_id, stream_holder=holder).update(stream_holder="")
+
+
+# -- resource subscriptions ----------------------------------------------------------
+
+
+class TooManySubscriptions(Exception):
+    pass
+
+
+def subscribe(session_id: str, uri: str, rel_path: str) -> None:
+    """Idempotent; :class:`TooManySubscriptions` past :data:`MAX_SUBSCRIPTIONS`."""
+    held = McpSubscription.objects.filter(session_id=session_id)
+    if held.filter(uri=uri).exists():
+        return
+    if held.count() >= MAX_SUBSCRIPTIONS:
+        raise TooManySubscriptions()
+    McpSubscription.objects.get_or_create(
+        session_id=session_id, uri=uri, defaults={"rel_path": rel_path, "created_unix": time.time()}
+    )
+
+
+def unsubscribe(session_id: str, uri: str) -> None:
+    McpSubscription.objects.filter(session_id=session_id, uri=uri).delete()
+
+
+def subscribers(session_ids: list[str], rel_paths: list[str]) -> list[tuple[str, str]]:
+    """``(session_id, uri)`` of these sessions' subscriptions to these files."""
+    rows = McpSubscription.objects.filter(session_id__in=session_ids, rel_path__in=rel_paths)
+    return list(rows.values_list("session_id", "uri"))

@@ -19,6 +19,10 @@ indexer) goes to stderr. The stream rules this module keeps:
   gets no response. The other methods are quick and are answered in order.
 * EOF on stdin, SIGINT or SIGTERM stop the indexer, give in-flight calls a
   moment to finish, and return (exit 0).
+* resource notifications (``notifications/resources/updated`` for the
+  session's subscriptions, ``list_changed``) are written as the indexer's
+  changes arrive (mcp_gateway/notify.py), once the client has sent
+  ``notifications/initialized``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ WORKERS = 4
 DRAIN_SECONDS = 5.0
 #: How long shutdown waits for the background indexer to reach a safe point.
 INDEXER_STOP_SECONDS = 30.0
+
+#: The key of stdio's one session among the notification hub's sinks.
+STDIO_SESSION = "stdio"
 
 _READ_CHUNK = 64 * 1024
 _TOO_LONG = object()
@@ -375,6 +382,20 @@ class StdioServer:
             self._jobs.put(None)
 
 
+class NotificationSink:
+    """The resource notifications of stdio's one session (``notify.Sink``)."""
+
+    def __init__(self, server: StdioServer):
+        self.server = server
+
+    def send(self, notification: dict) -> None:
+        if self.server.session.initialized:
+            self.server.writer.write(notification)
+
+    def close(self) -> None:
+        """The session lasts as long as the process."""
+
+
 def _readable_id(data):
     """The id of an invalid message, when one can be read (else null)."""
     if isinstance(data, dict):
@@ -405,6 +426,7 @@ def serve(
     """
     from corpus.events import Reporter
     from mcp_gateway.background import start_background_indexing
+    from mcp_gateway.notify import HUB, LOCAL  # it reads models: imported once Django is set up
 
     reporter = reporter or Reporter.silent()
     server = StdioServer(ctx, infd=infd, out=out)
@@ -420,8 +442,10 @@ def serve(
         {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     )
     indexer = None
+    sink = NotificationSink(server)
     try:
         server.start()
+        HUB.attach(STDIO_SESSION, sink, LOCAL)
         if index:
             indexer = start_background_indexing(ctx, reporter, stop)
         reason = ""
@@ -442,6 +466,7 @@ def serve(
         return reason
     finally:
         stop.set()
+        HUB.detach(STDIO_SESSION, sink)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

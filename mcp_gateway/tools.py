@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from corpus import errors
-from mcp_gateway import schemas, summaries
+from mcp_gateway import links, schemas, summaries
 from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class Tool:
     handler: Callable[[Call, dict], dict]
     summarize: Callable[[dict], str]
     annotations: dict = field(default_factory=lambda: dict(READ_ONLY))
-    #: splits non-text content (audio) off a result: ``result -> (structured, content items)``
+    #: content items after the text (audio, resource links): ``result -> (structured, content items)``
     split_content: Callable[[dict], tuple[dict, list[dict]]] | None = None
 
     def definition(self) -> dict:
@@ -356,6 +356,7 @@ register(
         output_schema=schemas.SEARCH_OUTPUT,
         handler=search,
         summarize=summaries.search,
+        split_content=links.search_links,
     )
 )
 register(
@@ -372,6 +373,7 @@ register(
         output_schema=schemas.ASK_OUTPUT,
         handler=ask,
         summarize=summaries.ask,
+        split_content=links.ask_links,
     )
 )
 register(

@@ -157,6 +157,12 @@ def check_accept_post(accept: str | None) -> None:
         )
 
 
+def check_accept_get(accept: str | None) -> None:
+    """A GET opens an SSE stream: its Accept must take text/event-stream (406 otherwise)."""
+    if not _accepts(_media_types(accept), "text/event-stream"):
+        raise HttpError(406, errors.INVALID_FIELD, "Accept must list text/event-stream to open the stream")
+
+
 def check_content_type(content_type: str | None) -> None:
     media = (content_type or "").split(";")[0].strip().lower()
     if media != "application/json":

@@ -62,7 +62,13 @@ def test_initialize_echoes_a_supported_version_and_offers_the_latest_otherwise(c
         "result"
     ]
     assert result["protocolVersion"] == "2025-11-25"
-    assert result["capabilities"] == {"tools": {"listChanged": False}, "logging": {}}
+    assert result["capabilities"] == {
+        "tools": {"listChanged": False},
+        "logging": {},
+        "resources": {"subscribe": True, "listChanged": True},
+        "prompts": {"listChanged": False},
+        "completions": {},
+    }
     assert result["serverInfo"]["name"] == "dir2mcp"
     assert result["serverInfo"]["schemaVersion"] == schemas.SCHEMA_VERSION
     assert "dir2mcp.search" in result["instructions"]
@@ -70,8 +76,10 @@ def test_initialize_echoes_a_supported_version_and_offers_the_latest_otherwise(c
 
 def test_ping_and_unknown_methods(ctx):
     assert dispatch.respond(request("ping"), session(), ctx) == {"jsonrpc": "2.0", "id": 1, "result": {}}
-    reply = dispatch.respond(request("resources/read", {"uri": "x"}), session(), ctx)
+    reply = dispatch.respond(request("resources/frobnicate", {"uri": "x"}), session(), ctx)
     assert reply["error"]["code"] == -32601
+    reply = dispatch.respond(request("resources/read", {"uri": "x"}), session(), ctx)
+    assert reply["error"]["code"] == -32002  # not a dir2mcp:/// URI: no such resource here
 
 
 def test_notifications_get_no_answer(ctx):

@@ -135,12 +135,11 @@ def test_delete_ends_the_session_then_404(server):
     assert again.status_code == 404
 
 
-def test_get_offers_no_stream_405_with_allow(server, session):
-    response = httpx.get(
-        server.url, headers={**server.headers(Accept="text/event-stream"), "MCP-Session-Id": session}
-    )
+def test_a_method_the_endpoint_does_not_serve_is_405_with_allow(server, session):
+    # GET opens the session's stream (tests/test_notifications.py); PUT is nothing.
+    response = httpx.put(server.url, headers={**server.headers(), "MCP-Session-Id": session}, json=PING)
     assert response.status_code == 405
-    assert "POST" in response.headers["allow"]
+    assert {"GET", "POST", "DELETE"} <= {m.strip() for m in response.headers["allow"].split(",")}
 
 
 def test_accept_lacking_a_type_is_406(server, session):

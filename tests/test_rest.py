@@ -419,6 +419,10 @@ OPERATIONS = {
 }
 
 
+# The MCP resources' read-only routes (tests/test_resources.py checks them).
+RESOURCE_OPERATIONS = {("/api/v1/resources", "get"), ("/api/v1/resources/read", "get")}
+
+
 def resolve(document: dict, node: dict) -> dict:
     while "$ref" in node:
         node = document["components"]["schemas"][node["$ref"].rsplit("/", 1)[-1]]
@@ -429,10 +433,10 @@ def test_openapi_lists_every_operation_with_bearer_security(openapi):
     assert openapi["openapi"].startswith("3.1")
     assert openapi["info"]["version"] == schemas.SCHEMA_VERSION
     ops = {(path, method) for path, item in openapi["paths"].items() for method in item}
-    assert ops == set(OPERATIONS)
+    assert ops == set(OPERATIONS) | RESOURCE_OPERATIONS
     schemes = openapi["components"]["securitySchemes"]
     assert list(schemes.values()) == [{"type": "http", "scheme": "bearer"}]
-    for path, method in OPERATIONS:
+    for path, method in [*OPERATIONS, *RESOURCE_OPERATIONS]:
         assert openapi["paths"][path][method]["security"] == [{name: []} for name in schemes]
 
 

@@ -52,7 +52,12 @@ def check_jsonrpc_line(line: bytes) -> dict:
     assert isinstance(msg, dict) and msg.get("jsonrpc") == "2.0", line[:200]
     if "method" in msg:  # we only ever send notifications
         assert "id" not in msg and isinstance(msg["method"], str)
-        assert msg["method"] in ("notifications/progress", "notifications/message"), msg
+        assert msg["method"] in (
+            "notifications/progress",
+            "notifications/message",
+            "notifications/resources/updated",  # mcp_gateway/notify.py: the indexer's changes
+            "notifications/resources/list_changed",
+        ), msg
     else:
         assert "id" in msg and ("result" in msg) != ("error" in msg), msg
         if "error" in msg:

@@ -163,6 +163,10 @@ class DispatchingIndexer(Indexer):
         self._tombstone_unseen()
         if not self._wait_for_workers():
             return False
+        # What the workers wrote, announced from here (their processes have no server to tell).
+        self._changed.extend(sorted(self._dispatched))
+        self._listing = self._listing or bool(self._dispatched)
+        self._announce_changes()
         self._embed()  # what a worker could not embed, and this process's dense index
         return True
 

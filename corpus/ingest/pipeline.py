@@ -165,6 +165,9 @@ class Indexer:
         #: archives (and nested ones) being read now, by rel_path: what their problems mark
         self._open_archives: dict[str, Prepared] = {}
         self.seen: set[str] = set()
+        #: documents written or tombstoned since the reporter was last told, and whether the set changed
+        self._changed: list[str] = []
+        self._listing = False
         self._batch: list[Prepared | Future] = []
         self._batch_started = 0.0
         self._last_flush = 0.0
@@ -677,7 +680,17 @@ class Indexer:
             for prepared in batch:
                 if prepared.rel_path not in written:
                     self._write_one(prepared)
+        self._announce_changes()
         self._flush_counters()
+
+    def _announce_changes(self) -> None:
+        """Tell the reporter which documents changed, once they are committed
+        (a server turns this into MCP resource notifications)."""
+        if not (self._changed or self._listing):
+            return
+        paths, listing = self._changed, self._listing
+        self._changed, self._listing = [], False
+        transaction.on_commit(lambda: self.reporter.documents_changed(paths, listing=listing))
 
     def _write_fresh(self, batch: list[Prepared]) -> set[str]:
         """Write documents new to the store together (a cold index is all
@@ -708,6 +721,9 @@ class Indexer:
 
     def _record(self, prepared: Prepared, delta: writer.Delta) -> None:
         """Count a written document and remember what the store now holds."""
+        before = self.known.get(prepared.rel_path)
+        self._listing = self._listing or before is None or before.deleted
+        self._changed.append(prepared.rel_path)
         self.known[prepared.rel_path] = Known(
             delta.doc_id,
             prepared.doc_type,
@@ -740,6 +756,9 @@ class Indexer:
             self.counters.deleted += len(part)
             self.counters.chunks_total -= delta.chunks_removed
             self.counters.embedded_ok -= delta.embedded_removed
+            self._changed.extend(part)
+            self._listing = True
+            self._announce_changes()
         self._flush_counters()
 
 

@@ -1,0 +1,383 @@
+"""``completion/complete``: values for a prompt's arguments and for the path
+of the resource templates, as a person types them.
+
+Paths complete one segment at a time, case-insensitively: ``sr`` gives
+``src/``, ``src/`` gives the entries of ``src`` (folders end with ``/``; a
+folder holding a single file completes straight to that file). Symbols
+complete over the names the index knows to be defined (a code unit's
+signature line, and the enclosing definitions in its ``context``),
+restricted to one file when the client has already chosen ``path``.
+
+Both come from in-memory sorted tables of the listable documents (live,
+not secret-bearing), so a request is a dictionary lookup and two binary
+searches however large the corpus is (docs/benchmarks.md: "Completion").
+A table is rebuilt, on a background thread while the old one keeps
+serving, when the index's stamp (its documents, live ones, newest id and
+write times) has moved; the stamp is read only while completions are asked
+for, at most once every :data:`CHECK_SECONDS`, so a change shows within a
+few seconds. Every value is judged by the exclusion engine again before it
+is sent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection
+from django.db.models import Count, Max, Q, Sum
+from django.db.models.functions import Substr
+
+from corpus import errors, uris
+from corpus.definitions import signature_line
+from corpus.models import Chunk, Document, IndexKind
+from corpus.security import normalize_rel_path
+from mcp_gateway import prompts
+from mcp_gateway.context import Context
+from mcp_gateway.prompts import invalid
+
+log = logging.getLogger(__name__)
+
+MAX_VALUES = 100  # the spec's bound on one answer
+MAX_VALUE_CHARS = 4096
+#: how often, at most, a table asks whether the index changed (seconds)
+CHECK_SECONDS = 2.0
+#: how much of a unit's text holds its signature line (after comments, decorators)
+_HEAD_CHARS = 600
+_LAST = "\U0010ffff"  # sorts after every character a name holds
+_NAME = r"[A-Za-z_$][\w$]*"
+_KEYWORD = r"def|class|function|func|fn|struct|interface|enum|trait|type|module|namespace|union|record"
+# Words that start a line which uses a name rather than declaring it.
+_USING = (
+    r"return|await|yield|if|elif|else|while|for|with|print|raise|throw|new|assert|not|case|echo|del"
+    r"|delete|typeof|import|from|go|defer|switch|catch|lambda|and|or|in|is"
+)
+# Where a declaration line names what it declares, most telling first (the
+# shapes corpus.definitions.defines accepts, without a pattern per name).
+_DECLARED = (
+    # def f(, class C, func (r *T) M(, fn f<, type T =, interface I
+    re.compile(rf"\b(?:{_KEYWORD})\s+(?:\([^)]*\)\s*)?\*?({_NAME})"),
+    # const f = () => …
+    re.compile(rf"^\s*(?:export\s+)?(?:const|let|var)\s+({_NAME})\s*[=:]"),
+    # exports.f = function …, A.prototype.m = (…) => …
+    re.compile(rf"^\s*(?:{_NAME}\.)+({_NAME})\s*=\s*(?:async\s+)?(?:function\b|\()"),
+    # static int *f(, public void run(
+    re.compile(rf"^\s*(?!(?:{_USING})\b)(?:[\w$*&<>\[\],.:]+\s+)+\**({_NAME})\s*(?:<[^>()]*>)?\s*\("),
+    # getN(): number {, run() {
+    re.compile(rf"^\s*(?!(?:{_USING})\b)({_NAME})\s*(?:<[^>()]*>)?\([^)]*\)\s*[:{{]"),
+    # readonly name?: string;
+    re.compile(
+        rf"^\s*(?:(?:readonly|public|private|protected|static|declare)\s+)*({_NAME})\??\s*:\s*[\w\[{{(<'\"|]"
+    ),
+)
+
+
+# -- sorted tables ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sorted:
+    """Values in the order of their lowercase keys, for prefix lookups."""
+
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+
+    @classmethod
+    def of(cls, pairs) -> Sorted:
+        ordered = sorted(pairs)
+        return cls(tuple(k for k, _ in ordered), tuple(v for _, v in ordered))
+
+    def matching(self, prefix: str) -> tuple[int, int]:
+        """The ``[lo, hi)`` range of entries whose key starts with ``prefix`` (lowercase)."""
+        lo = bisect.bisect_left(self.keys, prefix)
+        return lo, bisect.bisect_left(self.keys, prefix + _LAST, lo)
+
+
+EMPTY = Sorted((), ())
+
+
+@dataclass(frozen=True)
+class Completion:
+    values: list[str]
+    total: int
+
+    def as_result(self) -> dict:
+        shown = self.values[:MAX_VALUES]
+        return {"completion": {"values": shown, "total": self.total, "hasMore": self.total > len(shown)}}
+
+
+class PathTable:
+    """Each folder's entries (lowercase folder → :class:`Sorted` of its entries)."""
+
+    def __init__(self, paths):
+        entries: dict[str, dict[str, str]] = {}  # folder -> {entry's name, lowercase: entry}
+        files_below: dict[tuple[str, str], int] = {}  # a folder entry -> files under it
+        one_file: dict[tuple[str, str], str] = {}  # a folder entry -> a file under it
+        for path in paths:
+            parts = path.split("/")
+            folder = ""
+            for depth, part in enumerate(parts):
+                leaf = depth == len(parts) - 1
+                name = part if leaf else part + "/"
+                key = (folder.lower(), name.lower())
+                entries.setdefault(key[0], {}).setdefault(key[1], folder + name)
+                if not leaf:
+                    files_below[key] = files_below.get(key, 0) + 1
+                    one_file[key] = path
+                folder += name
+        #: value -> whether the exclusion engine lets it through (see _screened)
+        self.verdicts: dict[str, bool] = {}
+        self.folders = {
+            folder: Sorted.of(
+                (name, one_file[folder, name] if files_below.get((folder, name)) == 1 else entry)
+                for name, entry in children.items()
+            )
+            for folder, children in entries.items()
+        }
+
+    def complete(self, typed: str) -> tuple[list[str], int]:
+        lowered = typed.lower()
+        folder, slash, name = lowered.rpartition("/")
+        table = self.folders.get(folder + slash, EMPTY)
+        lo, hi = table.matching(name)
+        return list(table.values[lo : min(hi, lo + MAX_VALUES + 1)]), hi - lo
+
+
+class SymbolTable:
+    """The defined names of the index, as one :class:`Sorted`."""
+
+    def __init__(self, names):
+        self.names = Sorted.of({(name.lower(), name) for name in names})
+
+    def complete(self, typed: str) -> tuple[list[str], int]:
+        lo, hi = self.names.matching(typed.lower())
+        return list(self.names.values[lo : min(hi, lo + MAX_VALUES + 1)]), hi - lo
+
+
+# -- what the index holds -----------------------------------------------------------
+
+
+def stamp() -> tuple:
+    """What moves when the listable documents do: how many rows, the newest
+    id, how many are live, and the sum of their write times (a rewrite, to
+    secret-bearing or back, sets ``indexed_unix``). One scan of the table,
+    no filter on its text columns: about half the cost of counting the
+    listable ones (docs/benchmarks.md)."""
+    row = Document.objects.aggregate(
+        n=Count("doc_id"),
+        top=Max("doc_id"),
+        live=Count("doc_id", filter=Q(deleted=False)),
+        written=Sum("indexed_unix"),
+    )
+    return row["n"], row["top"], row["live"], row["written"]
+
+
+class _Stamp:
+    """:func:`stamp`, read at most once per :data:`CHECK_SECONDS` for all tables."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._value, self._read = None, float("-inf")
+
+    def get(self, *, fresh: bool = False) -> tuple:
+        with self._lock:
+            if fresh or time.monotonic() - self._read >= CHECK_SECONDS:
+                self._value, self._read = stamp(), time.monotonic()
+            return self._value
+
+
+STAMP = _Stamp()
+
+
+def build_paths() -> PathTable:
+    return PathTable(
+        prompts.listable_documents().values_list("rel_path", flat=True).iterator(chunk_size=5000)
+    )
+
+
+def declared_name(line: str) -> str | None:
+    """The name a declaration line (a unit's signature line, or a context line) declares."""
+    for pattern in _DECLARED:
+        match = pattern.search(line)
+        if match:
+            return match.group(1)
+    return None
+
+
+def unit_names(head: str, context: str) -> set[str]:
+    """The names a code unit defines: its own, and its enclosing definitions'."""
+    lines = [signature_line(head), *context.split("\n")[1:]]  # context: the unit's path, then signatures
+    return {name for name in map(declared_name, lines) if name}
+
+
+def _code_units(rel_path: str | None = None):
+    units = Chunk.objects.filter(
+        deleted=False, index_kind=IndexKind.CODE, representation__deleted=False
+    ).filter(representation__document__in=prompts.listable_documents())
+    if rel_path is not None:
+        units = units.filter(representation__document__rel_path=rel_path)
+    return units.annotate(head=Substr("text", 1, _HEAD_CHARS)).values_list("head", "context")
+
+
+def build_symbols(rel_path: str | None = None) -> SymbolTable:
+    names: set[str] = set()
+    for head, context in _code_units(rel_path).iterator(chunk_size=2000):
+        names |= unit_names(head, context)
+    return SymbolTable(names)
+
+
+class Cached:
+    """One table per process, rebuilt off the request path when the index moved.
+
+    The first request builds it; later ones get the table as it is and, at
+    most once per :data:`CHECK_SECONDS`, start a background check of the
+    stamp (and a rebuild if it moved)."""
+
+    def __init__(self, build: Callable[[], object]):
+        self._build = build
+        self._lock = threading.Lock()
+        self._table = None
+        self._stamp = None
+        self._checked = 0.0
+        self._refreshing = False
+
+    def get(self):
+        with self._lock:
+            if self._table is None:
+                self._stamp, self._table = STAMP.get(fresh=True), self._build()
+                self._checked = time.monotonic()
+            elif not self._refreshing and time.monotonic() - self._checked >= CHECK_SECONDS:
+                self._refreshing = True
+                threading.Thread(target=self._refresh, name="completion-refresh", daemon=True).start()
+            return self._table
+
+    def _refresh(self) -> None:
+        try:
+            now = STAMP.get()
+            table = self._build() if now != self._stamp else None
+            with self._lock:
+                if table is not None:
+                    self._stamp, self._table = now, table
+                self._checked = time.monotonic()
+        except Exception:  # a failed refresh keeps the table it has
+            log.exception("refreshing a completion table failed")
+        finally:
+            self._refreshing = False
+            connection.close()  # this thread's own connection
+
+
+PATHS = Cached(build_paths)
+SYMBOLS = Cached(build_symbols)
+
+
+# -- completers -----------------------------------------------------------------------
+
+
+def _screened(ctx: Context, table: PathTable, typed: str) -> Completion:
+    """The table's values for ``typed`` without any the exclusion engine
+    refuses (counted out of the total): the rules may have changed since
+    the files were indexed. Verdicts are kept with the table, which a
+    change of the index replaces."""
+    values, total = table.complete(typed)
+    engine, verdicts = ctx.engine, table.verdicts
+    with engine.pinned():
+        for value in values:
+            if value not in verdicts:
+                verdicts[value] = (
+                    engine.excluded_reason(value.rstrip("/"), is_dir=value.endswith("/")) is None
+                )
+    kept = [value for value in values if verdicts[value]]
+    return Completion(kept, total - (len(values) - len(kept)))
+
+
+def complete_path(ctx: Context, typed: str, _context: dict) -> Completion:
+    return _screened(ctx, PATHS.get(), typed)
+
+
+def complete_symbol(ctx: Context, typed: str, context: dict) -> Completion:
+    """Defined names; only those of ``path`` once the client has chosen one."""
+    path = context.get("path", "").strip()
+    if not path:
+        return Completion(*SYMBOLS.get().complete(typed))
+    try:
+        rel = normalize_rel_path(path)
+    except errors.Dir2mcpError:  # names no file under the root: nothing is defined there
+        return Completion([], 0)
+    return Completion(*build_symbols(rel).complete(typed))
+
+
+def complete_date(_ctx: Context, typed: str, _context: dict) -> Completion:
+    """Today, yesterday, a week and a month ago (UTC), for a ``since``."""
+    today = datetime.now(UTC).date()
+    days = [today - timedelta(days=n) for n in (0, 1, 7, 30)]
+    values = [d.isoformat() for d in days if d.isoformat().startswith(typed.strip())]
+    return Completion(values, len(values))
+
+
+def _nothing(_ctx: Context, _typed: str, _context: dict) -> Completion:
+    return Completion([], 0)
+
+
+COMPLETERS: dict[str, Callable[[Context, str, dict], Completion]] = {
+    "path": complete_path,
+    "symbol": complete_symbol,
+    "date": complete_date,
+}
+#: the resource templates' variables that complete (the slice ones do not)
+TEMPLATE_VARIABLES = {"path": "path", "lines": None, "page": None, "time": None}
+
+
+# -- the method -----------------------------------------------------------------------
+
+
+def complete(ctx: Context, params: dict) -> dict:
+    """A ``CompleteResult``; :class:`PromptError` for a request to fix."""
+    ref, argument = params.get("ref"), params.get("argument")
+    if not isinstance(ref, dict) or not isinstance(argument, dict):
+        raise invalid("completion/complete needs params.ref and params.argument (objects)")
+    name, typed = argument.get("name"), argument.get("value")
+    if not isinstance(name, str) or not isinstance(typed, str):
+        raise invalid("argument.name and argument.value must be strings")
+    if len(typed) > MAX_VALUE_CHARS:
+        raise invalid(f"argument.value is longer than {MAX_VALUE_CHARS} characters")
+    kind = _kind(ref, name)
+    completer = COMPLETERS.get(kind, _nothing) if kind else _nothing
+    return completer(ctx, typed, _context_arguments(params)).as_result()
+
+
+def _kind(ref: dict, name: str) -> str | None:
+    """What ``name`` of ``ref`` is (``path``, ``symbol``, ``date`` or None)."""
+    if ref.get("type") == "ref/prompt":
+        prompt = prompts.REGISTRY.get(ref.get("name")) if isinstance(ref.get("name"), str) else None
+        if prompt is None:
+            raise invalid(f"Unknown prompt: {str(ref.get('name'))[:128]}")
+        argument = next((a for a in prompt.arguments if a.name == name), None)
+        if argument is None:
+            raise invalid(f"prompt {prompt.name} has no argument {name[:128]!r}")
+        return argument.kind
+    if ref.get("type") == "ref/resource":
+        if ref.get("uri") not in (uris.FILE_TEMPLATE, uris.SLICE_TEMPLATE):
+            raise invalid(
+                f"ref.uri must be a resource template of this server: {uris.FILE_TEMPLATE} "
+                f"or {uris.SLICE_TEMPLATE}"
+            )
+        if name not in TEMPLATE_VARIABLES:
+            raise invalid(f"the template has no variable {name[:128]!r}")
+        return TEMPLATE_VARIABLES[name]
+    raise invalid("ref.type must be ref/prompt or ref/resource")
+
+
+def _context_arguments(params: dict) -> dict:
+    context = params.get("context")
+    arguments = context.get("arguments") if isinstance(context, dict) else None
+    if arguments is None:
+        return {}
+    if not isinstance(arguments, dict) or not all(isinstance(v, str) for v in arguments.values()):
+        raise invalid("context.arguments must map names to strings")
+    return arguments

@@ -1,0 +1,235 @@
+"""MCP resources (2025-11-25): the corpus's live documents as ``dir2mcp:///`` URIs.
+
+``resources/list`` pages through every readable live document by path
+(``corpus.documents.PAGE_SIZE``, 100, a page; an opaque cursor); ``resources/read`` reads a
+whole document (``corpus/documents.py``: text, marked pages or time ranges,
+or base64 up to 1 MiB) or exactly the slice a citation names, through
+``open_file`` itself; ``resources/templates/list`` gives the two URI
+templates of ``corpus/uris.py``. Refusals are ``open_file``'s, with its code
+in the error's ``data``.
+
+:func:`list_page` and :func:`read` are plain functions over a
+:class:`~mcp_gateway.context.Context`, for the REST mirror and for prompts
+that embed a resource; they raise :class:`ResourceError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from datetime import UTC, datetime
+
+from corpus import errors, uris
+from mcp_gateway.transport import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+
+log = logging.getLogger(__name__)
+
+METHODS = frozenset({"resources/list", "resources/read", "resources/templates/list"})
+#: The spec's "Resource not found" (server/resources.mdx, Error Handling).
+RESOURCE_NOT_FOUND = -32002
+#: The most text a slice URI returns (open_file's own ceiling).
+SLICE_MAX_CHARS = 50000
+_MAX_CURSOR_CHARS = 8192
+_CURSOR_PREFIX = "res:"
+
+# The resource is not there for this client: the same codes open_file refuses with.
+_NOT_FOUND = frozenset({errors.FILE_NOT_FOUND, errors.PATH_OUTSIDE_ROOT, errors.FORBIDDEN})
+_INVALID = frozenset(
+    {
+        errors.MISSING_FIELD,
+        errors.INVALID_FIELD,
+        errors.INVALID_RANGE,
+        errors.DOC_TYPE_UNSUPPORTED,
+        errors.FILE_TOO_LARGE,
+    }
+)
+
+TEMPLATES = [
+    {
+        "uriTemplate": uris.FILE_TEMPLATE,
+        "name": "file",
+        "title": "A file in the directory",
+        "description": (
+            "A whole file, named by its path under the root (each segment percent-encoded). Text files "
+            "read as text; PDFs, scans and recordings as their extracted text, marked '--- page N ---' or "
+            "'[mm:ss-mm:ss]'; other files as base64 up to 1 MiB. Excluded and secret-bearing files "
+            "are refused."
+        ),
+    },
+    {
+        "uriTemplate": uris.SLICE_TEMPLATE,
+        "name": "slice",
+        "title": "A cited slice of a file",
+        "description": (
+            "Exactly what a citation names, as dir2mcp.open_file reads it: lines=A-B (1-based, inclusive), "
+            "page=N (a PDF or scan page) or time=A-B (milliseconds of a recording). Each hit of "
+            "dir2mcp.search and citation of dir2mcp.ask links one."
+        ),
+        "mimeType": "text/plain",
+    },
+]
+
+
+class ResourceError(Exception):
+    """A request for resources that fails: a JSON-RPC error code, a message,
+    and ``data`` with the dir2mcp code (spec §14) and whether to retry."""
+
+    def __init__(self, rpc_code: int, message: str, data: dict):
+        super().__init__(message)
+        self.rpc_code, self.message, self.data = rpc_code, message, data
+
+    @classmethod
+    def of(cls, exc: errors.Dir2mcpError, uri: str | None = None) -> ResourceError:
+        if exc.code in _NOT_FOUND:
+            rpc_code = RESOURCE_NOT_FOUND
+        else:
+            rpc_code = INVALID_PARAMS if exc.code in _INVALID else INTERNAL_ERROR
+        data = {"code": exc.code, "retryable": exc.retryable}
+        return cls(rpc_code, exc.message, data | ({"uri": uri[:1000]} if uri is not None else {}))
+
+    @property
+    def code(self) -> str:
+        return self.data["code"]
+
+
+def _invalid(message: str, code: str = errors.INVALID_FIELD, **data) -> ResourceError:
+    return ResourceError(INVALID_PARAMS, message, {"code": code, "retryable": False, **data})
+
+
+def handle(method: str, params: dict, ctx) -> dict:
+    """The result of one resources method; :class:`ResourceError` otherwise."""
+    try:
+        if method == "resources/list":
+            return list_page(ctx, _string(params, "cursor", required=False))
+        if method == "resources/read":
+            uri = _string(params, "uri", required=True)
+            return {"contents": read(ctx, uri)}
+        if params.get("cursor") is not None:
+            raise _invalid("invalid cursor: the templates fit one page")
+        return {"resourceTemplates": TEMPLATES}
+    except ResourceError:
+        raise
+    except Exception:  # a bug must not become a traceback on the wire
+        log.exception("%s failed", method)
+        raise ResourceError(
+            INTERNAL_ERROR,
+            f"{method} failed; see the server log",
+            {"code": "INTERNAL_ERROR", "retryable": False},
+        ) from None
+
+
+def _string(params: dict, name: str, *, required: bool) -> str | None:
+    value = params.get(name)
+    if value is None and not required:
+        return None
+    if value is None:
+        raise _invalid(f"params.{name} is required", errors.MISSING_FIELD)
+    if not isinstance(value, str) or not value:
+        raise _invalid(f"params.{name} must be a non-empty string")
+    return value
+
+
+def _refuse_if_sold(ctx, tool_name: str) -> None:
+    """With x402 on, a read the gate sells as a tool is not given away as a resource."""
+    gate = getattr(ctx, "gate", None)
+    if gate is not None and gate.price_for(tool_name) is not None:
+        raise ResourceError(
+            INVALID_REQUEST,
+            f"this server sells file reads: call the tool {tool_name} instead (x402)",
+            {"code": errors.FORBIDDEN, "retryable": False},
+        )
+
+
+# -- resources/list ------------------------------------------------------------------
+
+
+def _encode_cursor(after: str) -> str:
+    raw = (_CURSOR_PREFIX + json.dumps(after)).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> str:
+    invalid = _invalid("invalid cursor")
+    if len(cursor) > _MAX_CURSOR_CHARS:
+        raise invalid
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        after = json.loads(raw.removeprefix(_CURSOR_PREFIX)) if raw.startswith(_CURSOR_PREFIX) else None
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise invalid from None
+    if not isinstance(after, str) or not after:
+        raise invalid
+    return after
+
+
+def resource(listed) -> dict:
+    """The MCP ``Resource`` of a :class:`corpus.documents.Listed`."""
+    modified = datetime.fromtimestamp(listed.mtime_unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "uri": uris.file_uri(listed.rel_path),
+        "name": listed.name,
+        "title": listed.rel_path,
+        "mimeType": listed.mime_type,
+        "size": listed.size_bytes,
+        "annotations": {"lastModified": modified},
+    }
+
+
+def list_page(ctx, cursor: str | None = None) -> dict:
+    """One ``resources/list`` page: ``{"resources": [...], "nextCursor"?}``."""
+    from corpus import documents  # models need the app registry; stdio imports this module before setup
+
+    _refuse_if_sold(ctx, "dir2mcp.list_files")
+    after = _decode_cursor(cursor) if cursor is not None else ""
+    page, more = documents.live_page(ctx.engine, after=after)
+    out: dict = {"resources": [resource(listed) for listed in page]}
+    if more:
+        out["nextCursor"] = _encode_cursor(page[-1].rel_path)
+    return out
+
+
+# -- resources/read ------------------------------------------------------------------
+
+
+def read(ctx, uri: str) -> list[dict]:
+    """The ``contents`` of ``resources/read`` for ``uri``: one text or blob item."""
+    _refuse_if_sold(ctx, "dir2mcp.open_file")
+    try:
+        rel_path, span = uris.parse(uri)
+    except uris.BadUri as exc:
+        # Another scheme names nothing here; a bad slice of ours is a bad parameter.
+        rpc_code = (
+            INVALID_PARAMS if isinstance(uri, str) and uri.startswith(uris.PREFIX) else RESOURCE_NOT_FOUND
+        )
+        data = {"code": errors.INVALID_FIELD, "retryable": False, "uri": str(uri)[:1000]}
+        raise ResourceError(rpc_code, str(exc), data) from None
+    try:
+        return [_slice(ctx, uri, rel_path, span) if span is not None else _whole(ctx, uri, rel_path)]
+    except errors.Dir2mcpError as exc:
+        raise ResourceError.of(exc, uri) from None
+
+
+def _slice(ctx, uri: str, rel_path: str, span) -> dict:
+    from corpus import files  # models need the app registry; stdio imports this module before setup
+
+    if span.kind == "page":
+        where = {"page": span.start}
+    elif span.kind == "time":
+        where = {"start_ms": span.start, "end_ms": span.end}
+    else:
+        where = {"start_line": span.start, "end_line": span.end}
+    opened = files.open_file(ctx.engine, rel_path=rel_path, max_chars=SLICE_MAX_CHARS, **where)
+    item = {"uri": uri, "mimeType": "text/plain", "text": opened["content"]}
+    meta = {f"dir2mcp/{key}": True for key in ("truncated", "from_index") if opened.get(key)}
+    return item | ({"_meta": meta} if meta else {})
+
+
+def _whole(ctx, uri: str, rel_path: str) -> dict:
+    from corpus import documents  # models need the app registry; stdio imports this module before setup
+
+    whole = documents.read_whole(ctx.engine, rel_path)
+    if whole.text is not None:
+        return {"uri": uri, "mimeType": whole.mime_type, "text": whole.text}
+    return {"uri": uri, "mimeType": whole.mime_type, "blob": base64.b64encode(whole.data).decode("ascii")}
