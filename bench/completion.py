@@ -34,25 +34,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from search import percentile, setup_django  # noqa: E402  (bench/search.py's, not written again)
 
 WORDS = (
     "alpha beta gamma delta parser loader config index search vector render model view "
     "client server cache queue worker store token stream event report"
 ).split()
-
-
-def setup_django(root: Path, state: Path) -> None:
-    from dir2mcp_site import bootstrap
-
-    bootstrap.prepare(["--dir", str(root), "--state-dir", str(state)])
-    import django
-
-    django.setup()
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 def tree_paths(files: int) -> list[str]:
