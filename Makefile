@@ -29,8 +29,10 @@ format:
 contract: install
 	$(BIN)/python -m mcp_gateway.contract
 
+# Two workers, one test file each at a time (files share module fixtures and
+# servers): about 13 min on 2 cores, against 35 min serially.
 test: install lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 # The store's tests on PostgreSQL (a local server on 127.0.0.1:5432).
 test-postgres: install
