@@ -18,7 +18,6 @@ from django.utils.text import Truncator
 
 from corpus import errors
 from corpus.models import Chunk, Document, IndexJob, Representation, Setting, Span
-from corpus.status import error_code
 
 TEXT_PREVIEW = 2000
 CHUNK_PREVIEW = 20
@@ -110,6 +109,7 @@ class DocumentAdmin(ReadOnlyAdmin):
         "source_type",
         "doc_type",
         "status",
+        "error_code",
         "error",
         "size_bytes",
         "modified",
@@ -143,7 +143,7 @@ class DocumentAdmin(ReadOnlyAdmin):
     @admin.display(description="error code")
     def problem(self, obj):
         """The code of a failed (or skipped) document's error; the full text is on its page."""
-        return error_code(obj.error) or ("-" if obj.status == "ok" else Truncator(obj.error or "").chars(40))
+        return obj.error_code or ("-" if obj.status == "ok" else Truncator(obj.error or "").chars(40))
 
     @admin.display(description="modified", ordering="mtime_unix")
     def modified(self, obj):

@@ -55,7 +55,7 @@ class IndexSummary:
     embed_error: str
     job: IndexJob | None
     job_alive: bool
-    recent_errors: list[tuple[str, str]] = field(default_factory=list)
+    recent_errors: list[RecentError] = field(default_factory=list)
     #: skipped documents waiting for a provider key, by reason ("needs MISTRAL_API_KEY": 3)
     needs_provider: dict[str, int] = field(default_factory=dict)
     #: live documents whose units an older format cut (re-cut by the next pass)
@@ -100,18 +100,33 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def recent_errors(limit: int = 10) -> list[tuple[str, str]]:
-    """Live documents in error, latest first: (rel_path, "CODE: message")."""
+@dataclass(frozen=True)
+class RecentError:
+    """A live document in error: its code (the stored column) and the text shown."""
+
+    rel_path: str
+    code: str
+    error: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"rel_path": self.rel_path, "code": self.code, "error": self.error}
+
+
+def recent_errors(limit: int = 10) -> list[RecentError]:
+    """Live documents in error, latest first."""
     rows = (
         Document.objects.filter(deleted=False, status="error")
         .order_by("-indexed_unix", "rel_path")
-        .values_list("rel_path", "error")[:limit]
+        .values_list("rel_path", "error_code", "error")[:limit]
     )
-    return [(path, error or "") for path, error in rows]
+    return [RecentError(path, code, error or "") for path, code, error in rows]
 
 
 def error_code(error: str | None) -> str:
-    """The code of a stored ``"CODE: message"`` error ("" when it has none)."""
+    """The code of a stored ``"CODE: message"`` error ("" when it has none).
+
+    Documents carry their code in ``Document.error_code``; read that. This
+    is left for ``corpus/files.py`` (list_files) until it reads the column."""
     code, sep, _ = (error or "").partition(": ")
     return code if sep and code.replace("_", "").isalnum() and code.isupper() else ""
 
@@ -253,9 +268,7 @@ def write_corpus_json(
             "mode": job.mode,
             **job.counters(),
         },
-        "recent_errors": [
-            {"rel_path": path, "code": error_code(error), "error": error} for path, error in recent_errors()
-        ],
+        "recent_errors": [error.as_dict() for error in recent_errors()],
     }
     try:
         write_json(state.corpus_json, summary)

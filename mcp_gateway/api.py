@@ -69,19 +69,15 @@ class _Inflight:
 # the cancellation utility allows.
 _inflight: dict[tuple[str, object], _Inflight] = {}
 
-SERVER_BUSY = -32001
-
 
 # Tool calls run in their own slots and threads (mcp_gateway/workers.py).
 _Slots = workers.Slots
 
 
 def _busy_error(msg_id, limit: int) -> dict:
-    return dispatch.error(
-        msg_id,
-        SERVER_BUSY,
-        f"server busy: {limit} tool calls already running; retry shortly",
-        {"code": errors.SERVER_BUSY, "retryable": True},
+    busy = errors.server_busy(limit)
+    return errors.rpc_error(
+        msg_id, errors.RPC_SERVER_BUSY, busy.message, {"code": busy.code, "retryable": busy.retryable}
     )
 
 
@@ -105,9 +101,7 @@ def _limits(ctx: context.Context) -> sessions.Limits:
 
 def _cors(response: Response | StreamResponse, origin: str | None) -> Response | StreamResponse:
     if origin:
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Expose-Headers"] = EXPOSED
-        response.headers["Vary"] = "Origin"
+        transport.allow_origin(response.headers, origin, EXPOSED)
     return response
 
 
@@ -144,10 +138,10 @@ async def mcp_endpoint(request: Request) -> Response | StreamResponse:
         raise
     except errors.Dir2mcpError as exc:  # the server itself cannot start serving (config, store)
         log.error("cannot serve MCP: %s", exc)
-        response = _refusal(HttpError(503, exc.code, exc.message, transport.INTERNAL_ERROR))
+        response = _refusal(transport.unavailable(exc))
     except Exception:  # a bug: logged here, a JSON-RPC error (never an HTML page) on the wire
         log.exception("MCP %s failed", request.method)
-        response = _refusal(HttpError(500, "INTERNAL_ERROR", "internal error; see the server log", -32603))
+        response = _refusal(transport.internal_error())
     return _cors(response, origin)
 
 
@@ -179,12 +173,7 @@ async def context_async() -> context.Context:
 
 
 def _preflight() -> Response:
-    headers = {
-        "Access-Control-Allow-Methods": ALLOW,
-        "Access-Control-Allow-Headers": ALLOWED_HEADERS,
-        "Access-Control-Max-Age": "600",
-    }
-    return _json(None, 204, headers)
+    return _json(None, 204, transport.preflight_headers(ALLOW, ALLOWED_HEADERS))
 
 
 async def _read_body(request: Request) -> bytes:
@@ -319,7 +308,7 @@ async def _run(key: tuple, msg_id, job, *, slot_limit: int | None = None) -> dic
             raise tools.Cancelled()
         return work.result()
     except tools.Cancelled:
-        return dispatch.error(msg_id, transport.REQUEST_CANCELLED, "request cancelled")
+        return errors.rpc_error(msg_id, errors.RPC_REQUEST_CANCELLED, "request cancelled")
     finally:
         _inflight.pop(key, None)
 
@@ -357,7 +346,7 @@ def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamResponse:
                     break
                 yield _sse(item)
             response = task.result()
-            if not (response and response.get("error", {}).get("code") == transport.REQUEST_CANCELLED):
+            if not (response and response.get("error", {}).get("code") == errors.RPC_REQUEST_CANCELLED):
                 yield _sse(response)
         finally:
             if not task.done():  # the client hung up: stop the work

@@ -52,18 +52,16 @@ class ConnectionLimits:
 
 
 def _refusal(limit: int) -> bytes:
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "error": {
-                "code": -32600,
-                "message": f"request body over the {limit}-byte limit",
-                "data": {"code": "INVALID_RANGE"},
-            },
-        }
-    ).encode()
+    message = f"request body over the {limit}-byte limit"
+    body = errors.rpc_refusal(errors.RPC_INVALID_REQUEST, message, {"code": errors.INVALID_RANGE})
+    return _answer(413, "Payload Too Large", body)
+
+
+def _answer(status: int, reason: str, payload: dict) -> bytes:
+    """A whole HTTP/1.1 answer with a JSON body, after which the connection closes."""
+    body = json.dumps(payload).encode()
     head = (
-        "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body
@@ -112,18 +110,10 @@ def _head_refusal(status: int, reason: str, path: bytes | None, mcp_path: str, m
     path expects: JSON-RPC on the MCP endpoint, the REST envelope elsewhere."""
     target = (path or b"").split(b"?", 1)[0].decode("latin-1")
     if target == mcp_path:
-        payload = {
-            "jsonrpc": "2.0",
-            "error": {"code": -32600, "message": message, "data": {"code": errors.INVALID_RANGE}},
-        }
+        payload = errors.rpc_refusal(errors.RPC_INVALID_REQUEST, message, {"code": errors.INVALID_RANGE})
     else:
-        payload = {"error": {"code": errors.INVALID_RANGE, "message": message, "retryable": False}}
-    body = json.dumps(payload).encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
+        payload = errors.rest_error_body(errors.INVALID_RANGE, message, retryable=False)
+    return _answer(status, reason, payload)
 
 
 def _request_target(line: bytes) -> bytes | None:

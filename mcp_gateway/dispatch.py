@@ -12,16 +12,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from corpus.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
 from mcp_gateway import resources, schemas, tools
 from mcp_gateway.context import Context
-from mcp_gateway.transport import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    LATEST_VERSION,
-    METHOD_NOT_FOUND,
-    SUPPORTED_VERSIONS,
-    Message,
-)
+from mcp_gateway.transport import LATEST_VERSION, SUPPORTED_VERSIONS, Message
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -98,13 +92,6 @@ def ok(msg_id, result: dict) -> dict:
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
 
-def error(msg_id, code: int, message: str, data=None) -> dict:
-    body = {"code": code, "message": message}
-    if data is not None:
-        body["data"] = data
-    return {"jsonrpc": "2.0", "id": msg_id, "error": body}
-
-
 class _Progress:
     """``notifications/progress`` for one request, strictly increasing."""
 
@@ -167,17 +154,17 @@ def respond(
     if method == "logging/setLevel":
         level = params.get("level")
         if level not in LOG_LEVELS:
-            return error(msg.id, INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
+            return rpc_error(msg.id, RPC_INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
         session.log_level = level
         return ok(msg.id, {})
     if method == "tools/list":
         cursor = params.get("cursor")
         if cursor is not None and not isinstance(cursor, str):
-            return error(msg.id, INVALID_PARAMS, "cursor must be a string")
+            return rpc_error(msg.id, RPC_INVALID_PARAMS, "cursor must be a string")
         try:
             return ok(msg.id, tools.list_page(cursor))
         except ValueError:
-            return error(msg.id, INVALID_PARAMS, "invalid cursor")
+            return rpc_error(msg.id, RPC_INVALID_PARAMS, "invalid cursor")
     if method == "tools/call":
         return _call_tool(msg, session, ctx, emit, cancel or threading.Event(), payment, reply or HttpReply())
     if method in resources.METHODS:
@@ -186,14 +173,14 @@ def respond(
         return _subscription(msg, session, ctx)
     if method in PROMPT_METHODS:
         return _prompts(msg, ctx)
-    return error(msg.id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")
+    return rpc_error(msg.id, RPC_METHOD_NOT_FOUND, f"method not found: {method[:100]}")
 
 
 def _resources(msg: Message, ctx: Context) -> dict:
     try:
         return ok(msg.id, resources.handle(msg.method, msg.params, ctx))
     except resources.ResourceError as exc:
-        return error(msg.id, exc.rpc_code, exc.message, exc.data)
+        return rpc_error(msg.id, exc.rpc_code, exc.message, exc.data)
 
 
 SUBSCRIPTION_METHODS = ("resources/subscribe", "resources/unsubscribe")
@@ -206,7 +193,7 @@ def _subscription(msg: Message, session: SessionState, ctx: Context) -> dict:
     try:
         return ok(msg.id, notify.respond(msg, session.id, ctx))
     except resources.ResourceError as exc:
-        return error(msg.id, exc.rpc_code, exc.message, exc.data)
+        return rpc_error(msg.id, exc.rpc_code, exc.message, exc.data)
 
 
 PROMPT_METHODS = ("prompts/list", "prompts/get", "completion/complete")
@@ -220,7 +207,7 @@ def _prompts(msg: Message, ctx: Context) -> dict:
     try:
         return ok(msg.id, run(ctx, msg.params))
     except prompts.PromptError as exc:
-        return error(msg.id, exc.rpc_code, exc.message, exc.data)
+        return rpc_error(msg.id, exc.rpc_code, exc.message, exc.data)
 
 
 def _call_tool(
@@ -234,13 +221,13 @@ def _call_tool(
 ) -> dict:
     name = msg.params.get("name")
     if not isinstance(name, str):
-        return error(msg.id, INVALID_PARAMS, "tools/call needs params.name (a string)")
+        return rpc_error(msg.id, RPC_INVALID_PARAMS, "tools/call needs params.name (a string)")
     tool = tools.REGISTRY.get(name)
     if tool is None:
-        return error(msg.id, INVALID_PARAMS, f"Unknown tool: {name[:128]}")
+        return rpc_error(msg.id, RPC_INVALID_PARAMS, f"Unknown tool: {name[:128]}")
     arguments = msg.params.get("arguments")
     if arguments is not None and not isinstance(arguments, dict):
-        return error(msg.id, INVALID_PARAMS, "params.arguments must be an object")
+        return rpc_error(msg.id, RPC_INVALID_PARAMS, "params.arguments must be an object")
     call = tools.Call(
         ctx, progress=_Progress(progress_token(msg), emit), log=_logger(session, emit), cancel=cancel
     )
@@ -276,8 +263,8 @@ def _paid_call(msg: Message, name: str, arguments, gate, run, payment: str | Non
     reply.headers.update(outcome.headers)
     if outcome.result is not None:
         return ok(msg.id, outcome.result)
-    return error(msg.id, outcome.error["code"], outcome.error["message"], outcome.error.get("data"))
+    return rpc_error(msg.id, outcome.error["code"], outcome.error["message"], outcome.error.get("data"))
 
 
 def not_initialized(msg: Message) -> dict:
-    return error(msg.id, INVALID_REQUEST, "send initialize first")
+    return rpc_error(msg.id, RPC_INVALID_REQUEST, "send initialize first")

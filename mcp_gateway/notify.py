@@ -43,8 +43,8 @@ from corpus.events import Reporter
 from corpus.models import DocStatus, Document
 from corpus.security import normalize_rel_path
 from mcp_gateway import sessions
-from mcp_gateway.resources import RESOURCE_NOT_FOUND, ResourceError
-from mcp_gateway.transport import INVALID_PARAMS, Message
+from mcp_gateway.resources import ResourceError
+from mcp_gateway.transport import Message
 
 log = logging.getLogger(__name__)
 
@@ -334,10 +334,12 @@ def respond(msg: Message, session_id: str | None, ctx) -> dict:
     ``session_id`` None is stdio's session (:data:`LOCAL`)."""
     uri = msg.params.get("uri")
     if not isinstance(uri, str) or not uri:
-        raise ResourceError(INVALID_PARAMS, "params.uri (a string) is required", _data(errors.MISSING_FIELD))
+        raise ResourceError(
+            errors.RPC_INVALID_PARAMS, "params.uri (a string) is required", _data(errors.MISSING_FIELD)
+        )
     if len(uri) > MAX_URI_CHARS:
         raise ResourceError(
-            INVALID_PARAMS,
+            errors.RPC_INVALID_PARAMS,
             f"a subscribed URI is at most {MAX_URI_CHARS} characters",
             _data(errors.INVALID_FIELD),
         )
@@ -355,7 +357,7 @@ def respond(msg: Message, session_id: str | None, ctx) -> dict:
             sessions.subscribe(session_id, uri, rel)
     except sessions.TooManySubscriptions:
         raise ResourceError(
-            INVALID_PARAMS,
+            errors.RPC_INVALID_PARAMS,
             f"a session holds at most {sessions.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe some first",
             _data(errors.INVALID_RANGE),
         ) from None
@@ -376,7 +378,7 @@ def subscribable(ctx, uri: str) -> str:
             raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"{rel} is not an indexed file")
         return rel
     except uris.BadUri as exc:  # as resources/read: another scheme names nothing here
-        rpc_code = INVALID_PARAMS if uri.startswith(uris.PREFIX) else RESOURCE_NOT_FOUND
+        rpc_code = errors.RPC_INVALID_PARAMS if uri.startswith(uris.PREFIX) else errors.RPC_RESOURCE_NOT_FOUND
         raise ResourceError(rpc_code, str(exc), _data(errors.INVALID_FIELD, uri=uri[:1000])) from None
     except errors.Dir2mcpError as exc:
         raise ResourceError.of(exc, uri) from None

@@ -26,7 +26,6 @@ from corpus.retrieval import Filters
 from corpus.security import normalize_rel_path
 from mcp_gateway import resources
 from mcp_gateway.context import Context
-from mcp_gateway.transport import INVALID_PARAMS
 
 PAGE_SIZE = 50
 #: files the ``changes`` prompt links at most (the rest are counted)
@@ -40,7 +39,7 @@ class PromptError(Exception):
     """A prompts or completion request that fails: a JSON-RPC code, a message
     safe to show, and optional ``data`` (the dir2mcp code of a refusal)."""
 
-    def __init__(self, message: str, data: dict | None = None, rpc_code: int = INVALID_PARAMS):
+    def __init__(self, message: str, data: dict | None = None, rpc_code: int = errors.RPC_INVALID_PARAMS):
         super().__init__(message)
         self.message, self.data, self.rpc_code = message, data, rpc_code
 
@@ -110,7 +109,7 @@ def embedded(ctx: Context, uri: str) -> dict:
         (contents,) = resources.read(ctx, uri)
     except resources.ResourceError as exc:
         # A file the argument names that is not there for this client: a bad argument.
-        code = INVALID_PARAMS if exc.rpc_code == resources.RESOURCE_NOT_FOUND else exc.rpc_code
+        code = errors.RPC_INVALID_PARAMS if exc.rpc_code == errors.RPC_RESOURCE_NOT_FOUND else exc.rpc_code
         raise PromptError(exc.message, exc.data, code) from None
     return _user({"type": "resource", "resource": contents})
 

@@ -22,13 +22,10 @@ import logging
 from datetime import UTC, datetime
 
 from corpus import errors, uris
-from mcp_gateway.transport import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 log = logging.getLogger(__name__)
 
 METHODS = frozenset({"resources/list", "resources/read", "resources/templates/list"})
-#: The spec's "Resource not found" (server/resources.mdx, Error Handling).
-RESOURCE_NOT_FOUND = -32002
 #: The most text a slice URI returns (open_file's own ceiling).
 SLICE_MAX_CHARS = 50000
 _MAX_CURSOR_CHARS = 8192
@@ -83,9 +80,9 @@ class ResourceError(Exception):
     @classmethod
     def of(cls, exc: errors.Dir2mcpError, uri: str | None = None) -> ResourceError:
         if exc.code in _NOT_FOUND:
-            rpc_code = RESOURCE_NOT_FOUND
+            rpc_code = errors.RPC_RESOURCE_NOT_FOUND
         else:
-            rpc_code = INVALID_PARAMS if exc.code in _INVALID else INTERNAL_ERROR
+            rpc_code = errors.RPC_INVALID_PARAMS if exc.code in _INVALID else errors.RPC_INTERNAL_ERROR
         data = {"code": exc.code, "retryable": exc.retryable}
         return cls(rpc_code, exc.message, data | ({"uri": uri[:1000]} if uri is not None else {}))
 
@@ -95,7 +92,7 @@ class ResourceError(Exception):
 
 
 def _invalid(message: str, code: str = errors.INVALID_FIELD, **data) -> ResourceError:
-    return ResourceError(INVALID_PARAMS, message, {"code": code, "retryable": False, **data})
+    return ResourceError(errors.RPC_INVALID_PARAMS, message, {"code": code, "retryable": False, **data})
 
 
 def handle(method: str, params: dict, ctx) -> dict:
@@ -114,9 +111,9 @@ def handle(method: str, params: dict, ctx) -> dict:
     except Exception:  # a bug must not become a traceback on the wire
         log.exception("%s failed", method)
         raise ResourceError(
-            INTERNAL_ERROR,
+            errors.RPC_INTERNAL_ERROR,
             f"{method} failed; see the server log",
-            {"code": "INTERNAL_ERROR", "retryable": False},
+            {"code": errors.INTERNAL_ERROR, "retryable": False},
         ) from None
 
 
@@ -136,7 +133,7 @@ def _refuse_if_sold(ctx, tool_name: str) -> None:
     gate = getattr(ctx, "gate", None)
     if gate is not None and gate.price_for(tool_name) is not None:
         raise ResourceError(
-            INVALID_REQUEST,
+            errors.RPC_INVALID_REQUEST,
             f"this server sells file reads: call the tool {tool_name} instead (x402)",
             {"code": errors.FORBIDDEN, "retryable": False},
         )
@@ -201,7 +198,9 @@ def read(ctx, uri: str) -> list[dict]:
     except uris.BadUri as exc:
         # Another scheme names nothing here; a bad slice of ours is a bad parameter.
         rpc_code = (
-            INVALID_PARAMS if isinstance(uri, str) and uri.startswith(uris.PREFIX) else RESOURCE_NOT_FOUND
+            errors.RPC_INVALID_PARAMS
+            if isinstance(uri, str) and uri.startswith(uris.PREFIX)
+            else errors.RPC_RESOURCE_NOT_FOUND
         )
         data = {"code": errors.INVALID_FIELD, "retryable": False, "uri": str(uri)[:1000]}
         raise ResourceError(rpc_code, str(exc), data) from None

@@ -1,9 +1,10 @@
 """The REST mirror of the MCP tools: django-ninja under ``/api/v1/``.
 
-Every endpoint runs the same registry entry as ``tools/call`` (input
-validation with :func:`tools.validate_arguments`, then ``tool.handler``), so
-the two surfaces cannot drift: a 200 body is exactly the tool's
-``structuredContent``. The contract is derived, not restated:
+Every endpoint runs its tool through :func:`tools.run`, as ``tools/call``
+does on the MCP endpoint and on stdio (input validation, the handler, the
+tool metrics), so the surfaces cannot drift: a 200 body is exactly the
+tool's ``structuredContent``, and a tool error is the error envelope.
+The contract is derived, not restated:
 
 * query parameters and JSON bodies are pydantic models generated from each
   tool's ``inputSchema`` (types, bounds, enums, defaults, descriptions);
@@ -26,8 +27,9 @@ store and audit, in the header variant (402 + ``PAYMENT-REQUIRED``, then
 ``PAYMENT-SIGNATURE``, then ``PAYMENT-RESPONSE``). See :func:`paid_call`.
 
 Every error is one envelope, ``{"error": {"code", "message", "retryable"}}``,
-with the §14 code and an HTTP status chosen by :func:`status_for`. Request
-validation errors, including ninja's own, are 400 (never 422).
+with the §14 code and the HTTP status of :func:`corpus.errors.http_status`,
+written by :func:`mcp_gateway.rest_edge.error_response`. Request validation
+errors, including ninja's own, are 400 (never 422).
 """
 
 import asyncio
@@ -47,71 +49,14 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from corpus import errors
 from mcp_gateway import context, resources, schemas, tools, transport, workers
+from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED
 
 log = logging.getLogger(__name__)
 
 TAG = "dir2mcp"
-INTERNAL_ERROR = "INTERNAL_ERROR"
-NOT_FOUND = "NOT_FOUND"
 
 # -- errors --------------------------------------------------------------------
-
-_STATUS = {
-    **dict.fromkeys((errors.MISSING_FIELD, errors.INVALID_FIELD, errors.INVALID_RANGE), 400),
-    errors.DOC_TYPE_UNSUPPORTED: 400,
-    errors.SESSION_NOT_FOUND: 400,
-    errors.UNAUTHORIZED: 401,
-    **dict.fromkeys(
-        (errors.FORBIDDEN, errors.FORBIDDEN_ORIGIN, errors.PATH_OUTSIDE_ROOT, errors.SECRET_DETECTED), 403
-    ),
-    errors.FILE_NOT_FOUND: 404,
-    NOT_FOUND: 404,
-    # The request is well formed but the file it names cannot be served.
-    **dict.fromkeys(
-        (errors.FILE_TOO_LARGE, errors.BINARY_SKIPPED, errors.ARCHIVE_REJECTED, errors.EXTRACT_FAILED), 422
-    ),
-    **dict.fromkeys(
-        (
-            errors.RATE_LIMITED,
-            errors.MISTRAL_RATE_LIMIT,
-            errors.ELEVENLABS_RATE_LIMIT,
-            errors.PROVIDER_RATE_LIMIT,
-        ),
-        429,
-    ),
-    **dict.fromkeys(
-        (
-            errors.MISTRAL_AUTH,
-            errors.MISTRAL_FAILED,
-            errors.ELEVENLABS_AUTH,
-            errors.ELEVENLABS_FAILED,
-            errors.PROVIDER_AUTH,
-            errors.PROVIDER_FAILED,
-            errors.OCR_FAILED,
-            errors.TRANSCRIBE_FAILED,
-            errors.ANNOTATE_FAILED,
-        ),
-        502,
-    ),
-    **dict.fromkeys(
-        (
-            errors.INDEX_NOT_READY,
-            errors.INDEX_LOCKED,
-            errors.INDEX_VERSION_MISMATCH,
-            errors.STORE_CORRUPT,
-            errors.CONFIG_INVALID,
-            errors.STATE_NOT_WRITABLE,
-            errors.ROOT_INACCESSIBLE,
-        ),
-        503,
-    ),
-}
-
-
-def status_for(code: str) -> int:
-    """The HTTP status of a §14 code; 500 for anything unknown."""
-    return _STATUS.get(code, 500)
 
 
 class ErrorBody(Schema):
@@ -124,16 +69,6 @@ class ErrorEnvelope(Schema):
     """Every error the REST mirror returns."""
 
     error: ErrorBody
-
-
-def error_response(
-    code: str, message: str, *, status: int | None = None, headers: dict | None = None, retryable=None
-) -> HttpResponse:
-    exc = errors.Dir2mcpError(code, message, retryable=retryable)
-    response = api.create_response(None, {"error": exc.as_dict()}, status=status or status_for(code))
-    for name, value in (headers or {}).items():
-        response[name] = value
-    return response
 
 
 # -- auth ------------------------------------------------------------------------
@@ -243,7 +178,7 @@ api = RestAPI(
 def _on_dir2mcp_error(request, exc: errors.Dir2mcpError) -> HttpResponse:
     headers = {}
     retry_after = getattr(exc, "retry_after", None)
-    if status_for(exc.code) == 429 and isinstance(retry_after, int | float) and retry_after > 0:
+    if errors.http_status(exc.code) == 429 and isinstance(retry_after, int | float) and retry_after > 0:
         headers["Retry-After"] = str(max(1, round(retry_after)))
     return error_response(exc.code, exc.message, headers=headers, retryable=exc.retryable)
 
@@ -285,12 +220,12 @@ def _on_ninja_http_error(request, exc: NinjaHttpError) -> HttpResponse:
             errors.UNAUTHORIZED, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}
         )
     status = exc.status_code if 400 <= exc.status_code < 500 else 500
-    code = errors.INVALID_FIELD if status < 500 else INTERNAL_ERROR
+    code = errors.INVALID_FIELD if status < 500 else errors.INTERNAL_ERROR
     return error_response(code, str(exc), status=status)
 
 
 def _on_not_found(request, exc: Http404) -> HttpResponse:
-    return error_response(NOT_FOUND, "no such endpoint; see /api/v1/docs")
+    return error_response(errors.NOT_FOUND, "no such endpoint; see /api/v1/docs")
 
 
 def _on_too_big(request, exc: RequestDataTooBig) -> HttpResponse:
@@ -302,7 +237,7 @@ def _on_too_big(request, exc: RequestDataTooBig) -> HttpResponse:
 
 def _on_unexpected(request, exc: Exception) -> HttpResponse:
     log.error("REST %s %s failed", request.method, request.path, exc_info=exc)
-    return error_response(INTERNAL_ERROR, "internal error; see the server log")
+    return error_response(errors.INTERNAL_ERROR, "internal error; see the server log")
 
 
 api.add_exception_handler(errors.Dir2mcpError, _on_dir2mcp_error)
@@ -469,11 +404,22 @@ def _operation(tool_name: str, operation_id: str, *extra: dict) -> dict:
 # -- the one way in ------------------------------------------------------------------
 
 
-def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict:
-    """What ``tools/call`` runs, minus the MCP packaging: the structured result or a raise."""
-    tool = tools.REGISTRY[tool_name]
-    args = tools.validate_arguments(tool, arguments)
-    return tool.handler(tools.Call(ctx), args)
+def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict | HttpResponse:
+    """What ``tools/call`` runs (``tools.run``: validated, run, counted in the
+    metrics), answered the REST way: the structured result, or the envelope."""
+    return tool_answer(tools.run(tools.REGISTRY[tool_name], arguments, tools.Call(ctx)))
+
+
+def tool_answer(result: dict) -> dict | HttpResponse:
+    """A ``CallToolResult`` as the REST mirror answers it: a tool error as
+    the error envelope (its §14 code and status), else ``structuredContent``."""
+    structured = result.get("structuredContent") or {}
+    if not result.get("isError"):
+        return structured
+    failure = structured.get("error") if isinstance(structured.get("error"), dict) else {}
+    code = str(failure.get("code") or errors.INTERNAL_ERROR)
+    message = str(failure.get("message") or "the tool failed")
+    return error_response(code, message, retryable=failure.get("retryable"))
 
 
 async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None = None):
@@ -491,13 +437,8 @@ async def _in_slot(ctx: context.Context, fn, *args):
     (mcp_gateway/workers.py); 503 SERVER_BUSY when none is free."""
     limit = ctx.config.server.max_concurrent_calls
     if not workers.Slots.take(limit):
-        return error_response(
-            errors.SERVER_BUSY,
-            f"server busy: {limit} tool calls already running; retry shortly",
-            status=503,
-            headers={"Retry-After": "1"},
-            retryable=True,
-        )
+        busy = errors.server_busy(limit)
+        return error_response(busy.code, busy.message, headers={"Retry-After": "1"}, retryable=True)
     work = asyncio.ensure_future(workers.run(fn, *args, limit=limit))
     work.add_done_callback(workers.Slots.release)  # when the thread returns, even if the client left
     return await asyncio.shield(work)
@@ -534,14 +475,11 @@ def payment_response(outcome) -> HttpResponse:
     structured result (200), or the error envelope with the x402 headers."""
     kind = outcome.replay_of or outcome.kind  # a replay answers what the first request got
     result = outcome.result or {}
-    if kind in ("paid", "free"):
-        response = api.create_response(None, result.get("structuredContent") or {}, status=200)
-    elif kind == "tool_error":  # nothing was settled; the tool's own error, as without x402
-        failure = (result.get("structuredContent") or {}).get("error")
-        failure = failure if isinstance(failure, dict) else {}
-        code = str(failure.get("code") or INTERNAL_ERROR)
-        message = str(failure.get("message") or "the tool failed")
-        response = error_response(code, message, retryable=failure.get("retryable"))
+    if kind in ("paid", "free", "tool_error"):  # a tool error settled nothing: as without x402
+        answer = tool_answer(result)
+        response = (
+            answer if isinstance(answer, HttpResponse) else api.create_response(None, answer, status=200)
+        )
     else:
         data = (outcome.error or {}).get("data") or {}
         status = outcome.http_status if outcome.http_status >= 400 else 402

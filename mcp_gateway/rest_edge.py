@@ -1,5 +1,6 @@
-"""The REST mirror's edge: CORS for allowed origins, and JSON errors where
-Django would answer with an HTML page.
+"""The REST mirror's edge: its one error writer (:func:`error_response`),
+CORS for allowed origins, and JSON errors where Django would answer with an
+HTML page.
 
 It wraps every ``/api/v1/`` request (``dir2mcp_site/asgi.py`` installs it as
 the only middleware of the gateway's Django handler), behind the gate every
@@ -20,31 +21,42 @@ missing or wrong bearer token and a client over its rate. So here:
 from __future__ import annotations
 
 from asgiref.sync import markcoroutinefunction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from corpus import errors
+from mcp_gateway import transport
 
 ALLOW_METHODS = "GET, POST, OPTIONS"
 ALLOW_HEADERS = "Authorization, Content-Type, Accept, PAYMENT-SIGNATURE"
 EXPOSE_HEADERS = "Retry-After, WWW-Authenticate, PAYMENT-REQUIRED, PAYMENT-RESPONSE"
-METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+CONTENT_TYPE = "application/json; charset=utf-8"  # what django-ninja's JSON renderer sends
 
 
-def _envelope(code: str, message: str, status: int, headers: dict | None = None) -> HttpResponse:
-    # Imported on use: rest.py builds the whole API (ninja, every tool's models), which the
-    # gate importing this module at startup must not wait for (mcp_gateway/server.py _load_urls).
-    from mcp_gateway.rest import error_response
-
-    return error_response(code, message, status=status, headers=headers, retryable=False)
-
-
-def _with_cors(response: HttpResponse, origin: str) -> HttpResponse:
-    response["Access-Control-Allow-Origin"] = origin
-    response["Access-Control-Expose-Headers"] = EXPOSE_HEADERS
-    response["Vary"] = "Origin"
+def error_response(
+    code: str, message: str, *, status: int | None = None, headers: dict | None = None, retryable=None
+) -> HttpResponse:
+    """Every REST error: the envelope of ``errors.rest_error_body``, with the
+    code's status (``errors.http_status``) unless ``status`` says otherwise."""
+    body = errors.rest_error_body(code, message, retryable=retryable)
+    response = JsonResponse(body, status=status or errors.http_status(code), content_type=CONTENT_TYPE)
+    for name, value in (headers or {}).items():
+        response[name] = value
     return response
 
 
 def _is_json(response: HttpResponse) -> bool:
     return response.get("Content-Type", "").startswith("application/json")
+
+
+def _as_envelope(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """Django's HTML 404 and 405 pages as the REST error envelope."""
+    if response.status_code == 404 and not _is_json(response):
+        return error_response(errors.NOT_FOUND, "no such endpoint; see /api/v1/docs", retryable=False)
+    if response.status_code == 405 and not _is_json(response):
+        allow = response.get("Allow", "")
+        message = f"{request.method} is not allowed here; allowed: {allow}"
+        return error_response(errors.METHOD_NOT_ALLOWED, message, headers={"Allow": allow}, retryable=False)
+    return response
 
 
 def rest_edge(get_response):
@@ -53,23 +65,14 @@ def rest_edge(get_response):
     async def middleware(request: HttpRequest) -> HttpResponse:
         origin = request.headers.get("Origin")  # an allowed one, or the gate refused the request
         if request.method == "OPTIONS" and origin is not None:
-            response = HttpResponse(status=204)
-            response["Access-Control-Allow-Methods"] = ALLOW_METHODS
-            response["Access-Control-Allow-Headers"] = ALLOW_HEADERS
-            response["Access-Control-Max-Age"] = "600"
-            return _with_cors(response, origin)
-        response = await get_response(request)
-        if response.status_code == 404 and not _is_json(response):
-            response = _envelope("NOT_FOUND", "no such endpoint; see /api/v1/docs", 404)
-        elif response.status_code == 405 and not _is_json(response):
-            allow = response.get("Allow", "")
-            response = _envelope(
-                METHOD_NOT_ALLOWED,
-                f"{request.method} is not allowed here; allowed: {allow}",
-                405,
-                {"Allow": allow},
+            response = HttpResponse(
+                status=204, headers=transport.preflight_headers(ALLOW_METHODS, ALLOW_HEADERS)
             )
-        return _with_cors(response, origin) if origin is not None else response
+        else:
+            response = _as_envelope(request, await get_response(request))
+        if origin is not None:
+            transport.allow_origin(response.headers, origin, EXPOSE_HEADERS)
+        return response
 
     markcoroutinefunction(middleware)
     return middleware

@@ -169,13 +169,10 @@ def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:
         response = Response.json(exc.body(), exc.status, exc.headers)
         expose = api.EXPOSED
     else:
-        envelope = {"error": errors.Dir2mcpError(exc.code, exc.message).as_dict()}
-        response = Response.json(envelope, exc.status, exc.headers)
+        response = Response.json(errors.rest_error_body(exc.code, exc.message), exc.status, exc.headers)
         expose = rest_edge.EXPOSE_HEADERS
     if cors_origin and route.surface != SITE:
-        response.headers["Access-Control-Allow-Origin"] = cors_origin
-        response.headers["Access-Control-Expose-Headers"] = expose
-        response.headers["Vary"] = "Origin"
+        transport.allow_origin(response.headers, cors_origin, expose)
     return response
 
 
@@ -197,14 +194,10 @@ def gate(app):
             return await _refuse(request, route, exc, cors_origin, send)
         except errors.Dir2mcpError as exc:  # the server itself cannot serve (config, store)
             log.error("cannot serve %s: %s", path, exc)
-            error = HttpError(503, exc.code, exc.message, transport.INTERNAL_ERROR)
-            return await _refuse(request, route, error, cors_origin, send)
+            return await _refuse(request, route, transport.unavailable(exc), cors_origin, send)
         except Exception:  # a bug: logged here, a JSON error (never an HTML page) on the wire
             log.exception("the gate failed on %s %s", request.method, path)
-            error = HttpError(
-                500, "INTERNAL_ERROR", "internal error; see the server log", transport.INTERNAL_ERROR
-            )
-            return await _refuse(request, route, error, cors_origin, send)
+            return await _refuse(request, route, transport.internal_error(), cors_origin, send)
         return await app({**scope, PASSED: route}, receive, send)
 
     return gated

@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from corpus import errors
 from mcp_gateway import dispatch, tools, transport
 from mcp_gateway.transport import HttpError, Message
 
@@ -126,7 +127,7 @@ class LineWriter:
             log.exception("cannot encode a protocol message")
             if "id" not in message or "method" in message:
                 return False
-            data = encode(dispatch.error(message["id"], transport.INTERNAL_ERROR, "internal error"))
+            data = encode(errors.rpc_error(message["id"], errors.RPC_INTERNAL_ERROR, "internal error"))
         with self._lock:
             if self.broken.is_set():
                 return False
@@ -252,9 +253,9 @@ class StdioServer:
                     break
                 if line is _TOO_LONG:
                     self.writer.write(
-                        dispatch.error(
+                        errors.rpc_error(
                             None,
-                            transport.INVALID_REQUEST,
+                            errors.RPC_INVALID_REQUEST,
                             f"message over the {self.max_line}-byte line limit",
                         )
                     )
@@ -272,13 +273,13 @@ class StdioServer:
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError):
-            self.writer.write(dispatch.error(None, transport.PARSE_ERROR, "parse error: not valid JSON"))
+            self.writer.write(errors.rpc_error(None, errors.RPC_PARSE_ERROR, "parse error: not valid JSON"))
             return
         if isinstance(data, list):
             self.writer.write(
-                dispatch.error(
+                errors.rpc_error(
                     None,
-                    transport.INVALID_REQUEST,
+                    errors.RPC_INVALID_REQUEST,
                     "JSON-RPC batches are not supported (removed in 2025-06-18)",
                 )
             )
@@ -286,8 +287,8 @@ class StdioServer:
         try:
             msg = transport.shape_message(data)
         except HttpError as exc:
-            code = exc.rpc_code if exc.rpc_code is not None else transport.INVALID_REQUEST
-            self.writer.write(dispatch.error(_readable_id(data), code, exc.message))
+            code = exc.rpc_code if exc.rpc_code is not None else errors.RPC_INVALID_REQUEST
+            self.writer.write(errors.rpc_error(_readable_id(data), code, exc.message))
             return
         self.handle(msg)
 
@@ -325,7 +326,9 @@ class StdioServer:
                 self._inflight[msg.id] = call
         if duplicate:
             self.writer.write(
-                dispatch.error(msg.id, transport.INVALID_REQUEST, f"request id {msg.id!r} is already in use")
+                errors.rpc_error(
+                    msg.id, errors.RPC_INVALID_REQUEST, f"request id {msg.id!r} is already in use"
+                )
             )
             return
         self._jobs.put(call)
@@ -351,8 +354,8 @@ class StdioServer:
             return None
         except Exception:  # a bug must not become a traceback on the wire
             log.exception("%s failed", msg.method)
-            return dispatch.error(
-                msg.id, transport.INTERNAL_ERROR, f"{msg.method} failed; see the server log"
+            return errors.rpc_error(
+                msg.id, errors.RPC_INTERNAL_ERROR, f"{msg.method} failed; see the server log"
             )
 
     def _cancel(self, request_id) -> None:

@@ -21,6 +21,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from corpus import errors
+from dir2mcp_site.ops import metrics
 from mcp_gateway import links, schemas, summaries
 from mcp_gateway.context import Context
 
@@ -168,13 +169,12 @@ def error_result(exc: errors.Dir2mcpError) -> dict:
 
 def run(tool: Tool, arguments, call: Call) -> dict:
     """Validate, run and package one call as a ``CallToolResult``, counted
-    in the metrics (``/metrics``: calls and latency by tool).
+    in the metrics (``/metrics``: calls and latency by tool). Every surface
+    runs tools here: ``tools/call`` over HTTP and stdio, and the REST mirror.
 
     :class:`Cancelled` propagates: the transport decides what a cancelled
     request answers (nothing on a stream).
     """
-    from dir2mcp_site.ops import metrics
-
     started = time.perf_counter()
     result = _run(tool, arguments, call)
     metrics.observe_tool(tool.name, time.perf_counter() - started, bool(result.get("isError")))
@@ -191,7 +191,9 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
         raise
     except Exception:  # a bug must not become a traceback on the wire
         log.exception("tool %s failed", tool.name)
-        return error_result(errors.Dir2mcpError("INTERNAL_ERROR", f"{tool.name} failed; see the server log"))
+        return error_result(
+            errors.Dir2mcpError(errors.INTERNAL_ERROR, f"{tool.name} failed; see the server log")
+        )
     extra: list[dict] = []
     if tool.split_content is not None:
         result, extra = tool.split_content(result)

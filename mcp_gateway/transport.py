@@ -4,7 +4,10 @@ Each check raises :class:`HttpError` carrying the status, our §14 code and,
 where the transport wants one, a JSON-RPC error code. They apply in the
 order the reference checklist gives: Host, Origin and bearer auth in the gate
 in front of every route (``route_gate.py``), then in the endpoint Accept and
-Content-Type, body size, then JSON parsing.
+Content-Type, body size, then JSON parsing. The CORS headers of every
+HTTP surface (``/mcp``, the REST mirror, the gate's refusals) are written
+here too, by :func:`allow_origin`. Error codes and envelopes live in
+``corpus/errors.py``.
 """
 
 from __future__ import annotations
@@ -22,13 +25,6 @@ LATEST_VERSION = "2025-11-25"
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 # No header and no other way to know: the transport spec says assume this.
 DEFAULT_HEADER_VERSION = "2025-03-26"
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-REQUEST_CANCELLED = -32800
 
 # The largest request body any endpoint reads (settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 # matches it; under `up`, mcp_gateway/bounded.py refuses more before buffering).
@@ -49,14 +45,41 @@ class HttpError(Exception):
 
     def body(self) -> dict:
         """A JSON-RPC error without ``id`` (the transport spec allows one)."""
-        return {
-            "jsonrpc": "2.0",
-            "error": {
-                "code": self.rpc_code if self.rpc_code is not None else INVALID_REQUEST,
-                "message": self.message,
-                "data": {"code": self.code},
-            },
-        }
+        rpc_code = self.rpc_code if self.rpc_code is not None else errors.RPC_INVALID_REQUEST
+        return errors.rpc_refusal(rpc_code, self.message, {"code": self.code})
+
+
+def unavailable(exc: errors.Dir2mcpError) -> HttpError:
+    """The server itself cannot serve (configuration, store): 503 with its code."""
+    return HttpError(503, exc.code, exc.message, errors.RPC_INTERNAL_ERROR)
+
+
+def internal_error() -> HttpError:
+    """A bug, logged by the caller: a JSON error on the wire, never a traceback or an HTML page."""
+    return HttpError(
+        500, errors.INTERNAL_ERROR, "internal error; see the server log", errors.RPC_INTERNAL_ERROR
+    )
+
+
+# -- CORS -----------------------------------------------------------------------
+
+
+def allow_origin(headers, origin: str, expose: str) -> None:
+    """The CORS headers of an answer to an allowed ``origin`` (its Origin
+    check passed), written into ``headers``, any mutable mapping: a browser
+    may then read the body and the ``expose`` headers."""
+    headers["Access-Control-Allow-Origin"] = origin
+    headers["Access-Control-Expose-Headers"] = expose
+    headers["Vary"] = "Origin"
+
+
+def preflight_headers(methods: str, allowed: str) -> dict[str, str]:
+    """The headers of a 204 answer to a CORS preflight."""
+    return {
+        "Access-Control-Allow-Methods": methods,
+        "Access-Control-Allow-Headers": allowed,
+        "Access-Control-Max-Age": "600",
+    }
 
 
 # -- Origin -------------------------------------------------------------------
@@ -234,20 +257,22 @@ def parse_message(body: bytes) -> Message:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
-        raise HttpError(400, errors.INVALID_FIELD, "body is not valid JSON", PARSE_ERROR) from None
+        raise HttpError(400, errors.INVALID_FIELD, "body is not valid JSON", errors.RPC_PARSE_ERROR) from None
     if isinstance(data, list):
         raise HttpError(
             400,
             errors.INVALID_FIELD,
             "JSON-RPC batches are not supported (removed in 2025-06-18)",
-            INVALID_REQUEST,
+            errors.RPC_INVALID_REQUEST,
         )
     return shape_message(data)
 
 
 def shape_message(data) -> Message:
     def invalid(why: str) -> HttpError:
-        return HttpError(400, errors.INVALID_FIELD, f"invalid JSON-RPC message: {why}", INVALID_REQUEST)
+        return HttpError(
+            400, errors.INVALID_FIELD, f"invalid JSON-RPC message: {why}", errors.RPC_INVALID_REQUEST
+        )
 
     if not isinstance(data, dict):
         raise invalid("expected an object")

@@ -10,7 +10,6 @@ from typing import Any
 from corpus import errors
 
 #: JSON-RPC code for "the payment could not be processed now, retry" (facilitator outage).
-JSONRPC_PAYMENT_UNAVAILABLE = -32003
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,11 @@ def unavailable(variant: str, status: int, detail: str, *, tool_ran: bool = Fals
     else:
         message = "The payment facilitator is unavailable; nothing was charged. Retry later."
     data = {"code": errors.PROVIDER_FAILED, "retryable": True, "reason": "facilitator_unavailable"}
-    error = {"code": JSONRPC_PAYMENT_UNAVAILABLE, "message": message, "data": {**data, "tool_ran": tool_ran}}
+    error = {
+        "code": errors.RPC_PAYMENT_UNAVAILABLE,
+        "message": message,
+        "data": {**data, "tool_ran": tool_ran},
+    }
     headers = {"Retry-After": "5"} if variant == "http" else {}
     http_status = status if variant == "http" else 200
     return Outcome("unavailable", http_status, variant, headers, error=error, reason=detail)
@@ -80,7 +83,7 @@ def unavailable(variant: str, status: int, detail: str, *, tool_ran: bool = Fals
 
 def in_progress(variant: str) -> Outcome:
     error = {
-        "code": JSONRPC_PAYMENT_UNAVAILABLE,
+        "code": errors.RPC_PAYMENT_UNAVAILABLE,
         "message": "This payment is already being processed; retry to get its result.",
         "data": {"code": errors.SERVER_BUSY, "retryable": True, "reason": "payment_in_progress"},
     }

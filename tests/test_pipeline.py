@@ -9,6 +9,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from corpus import errors
 from corpus.config import build_config
@@ -164,6 +166,7 @@ def test_file_with_secret_is_skipped_and_its_text_never_stored(corpus_dir, state
     for rel in ("creds.txt", "later.txt"):
         assert doc(rel).status == "skipped"
         assert doc(rel).error.startswith("SECRET_DETECTED")
+        assert doc(rel).error_code == errors.SECRET_DETECTED
         assert live_chunks(rel) == []
     assert not Chunk.objects.filter(text__contains=SECRET).exists()
     assert not Representation.objects.filter(text__contains=SECRET).exists()
@@ -275,13 +278,14 @@ def test_files_over_the_type_limit_are_skipped_without_reading(corpus_dir, state
 
     assert doc("huge.py").status == "skipped"
     assert doc("huge.py").error.startswith("FILE_TOO_LARGE")
+    assert doc("huge.py").error_code == errors.FILE_TOO_LARGE
 
 
 def test_needs_key_files_are_retried_when_a_key_appears(corpus_dir, state, monkeypatch):
     monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
     write(corpus_dir, "scan.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
     run(corpus_dir, state)
-    assert doc("scan.png").error == "needs MISTRAL_API_KEY"
+    assert (doc("scan.png").error, doc("scan.png").error_code) == ("needs MISTRAL_API_KEY", "")
 
     monkeypatch.setenv("MISTRAL_API_KEY", "test-key-not-real")
     again = run(corpus_dir, state)
@@ -523,6 +527,7 @@ def test_a_new_document_the_store_refuses_costs_only_itself(corpus_dir, state):
     assert (counters.indexed, counters.errors) == (6, 1)
     assert doc("notes/poison.md").status == "error"
     assert "refused" in doc("notes/poison.md").error
+    assert doc("notes/poison.md").error_code == errors.EXTRACT_FAILED
     assert not live_chunks("notes/poison.md")
     for i in range(6):
         assert doc(f"notes/n{i}.md").status == "ok"
@@ -551,3 +556,54 @@ def test_documents_cut_by_an_older_format_serve_until_a_pass_recuts_them(corpus_
 
 def zip_deflated(members: dict[str, bytes]) -> bytes:
     return zip_bytes(members, zipfile.ZIP_DEFLATED)
+
+
+# -- the error_code column (migration 0012) --------------------------------------------------
+
+BEFORE, AFTER = ("corpus", "0011_chunk_context"), ("corpus", "0012_error_code")
+
+
+def _migrate(target: tuple[str, str]):
+    """Migrate the corpus app to ``target``; the models as they were there."""
+    executor = MigrationExecutor(connection)
+    executor.migrate([target])
+    return executor.loader.project_state([target]).apps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_error_code_migration_splits_old_errors_once_and_folds_them_back():
+    old = _migrate(BEFORE)
+    documents, items = old.get_model("corpus", "Document"), old.get_model("corpus", "JobItem")
+    job = old.get_model("corpus", "IndexJob").objects.create(job_id="j1")
+    documents.objects.create(
+        rel_path="bad.pdf", doc_type="pdf", status="error", error="EXTRACT_FAILED: no xref"
+    )
+    documents.objects.create(
+        rel_path="k.txt", doc_type="text", status="skipped", error="SECRET_DETECTED: aws"
+    )
+    documents.objects.create(
+        rel_path="a.wav", doc_type="audio", status="skipped", error="needs a key: set it"
+    )
+    items.objects.create(job=job, rel_path="x", state="failed", error="CONFIG_INVALID: another config")
+    items.objects.create(job=job, rel_path="y", state="failed", error="given up after 3 deliveries")
+    try:
+        new = _migrate(AFTER)
+        rows = new.get_model("corpus", "Document").objects.values_list("rel_path", "error_code", "error")
+        assert set(rows) == {
+            ("bad.pdf", errors.EXTRACT_FAILED, "EXTRACT_FAILED: no xref"),
+            ("k.txt", errors.SECRET_DETECTED, "SECRET_DETECTED: aws"),
+            ("a.wav", "", "needs a key: set it"),
+        }
+        failed = new.get_model("corpus", "JobItem").objects.values_list("rel_path", "error_code", "error")
+        assert set(failed) == {
+            ("x", errors.CONFIG_INVALID, "another config"),
+            ("y", errors.EXTRACT_FAILED, "given up after 3 deliveries"),
+        }
+        back = _migrate(BEFORE).get_model("corpus", "JobItem").objects.values_list("rel_path", "error")
+        assert set(back) == {
+            ("x", "CONFIG_INVALID: another config"),
+            ("y", "EXTRACT_FAILED: given up after 3 deliveries"),
+        }
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())

@@ -26,9 +26,8 @@ from mcp.shared.exceptions import McpError
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error, response_schema_conformance, status_code_conformance
 
-from corpus import documents, uris
+from corpus import documents, errors, uris
 from corpus.citations import format_ms
-from mcp_gateway import resources
 from tests.fakes.facilitator import running_facilitator
 from tests.fakes.media import make_text_pdf, make_wav
 from tests.fakes.mistral import FakeMistral
@@ -235,7 +234,7 @@ def test_refusals_are_open_files_with_resource_not_found(served, uri, rel_path, 
         rpc_code, data = await refusal(session, uri)
         refused = await open_file(session, {"rel_path": rel_path})
         assert refused["error"]["code"] == code
-        assert (rpc_code, data["code"]) == (resources.RESOURCE_NOT_FOUND, code)
+        assert (rpc_code, data["code"]) == (errors.RPC_RESOURCE_NOT_FOUND, code)
         assert data["uri"] == uri
 
     run(served, walk)
@@ -244,7 +243,7 @@ def test_refusals_are_open_files_with_resource_not_found(served, uri, rel_path, 
 def test_a_literal_traversal_uri_is_refused(served):
     # The SDK normalises "../" away before sending; a raw client need not.
     error = rpc(served, "resources/read", {"uri": "dir2mcp:///../../etc/passwd"})["error"]
-    assert error["code"] == resources.RESOURCE_NOT_FOUND
+    assert error["code"] == errors.RPC_RESOURCE_NOT_FOUND
     assert error["data"]["code"] == "PATH_OUTSIDE_ROOT"
 
 
@@ -483,7 +482,7 @@ def test_resources_over_stdio(served, tmp_path):
                     [contents] = (await session.read_resource("dir2mcp:///notes.txt?lines=1-1")).contents
                     assert contents.text == "hnsw index notes"
                     rpc_code, data = await refusal(session, "dir2mcp:///creds.txt")
-                    assert (rpc_code, data["code"]) == (resources.RESOURCE_NOT_FOUND, "FORBIDDEN")
+                    assert (rpc_code, data["code"]) == (errors.RPC_RESOURCE_NOT_FOUND, "FORBIDDEN")
 
     anyio.run(walk)
     assert "Traceback" not in (tmp_path / "stderr.log").read_text()

@@ -13,6 +13,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from jsonschema import Draft202012Validator
+from prometheus_client.parser import text_string_to_metric_families
 from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
@@ -21,6 +22,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from corpus import errors
 from mcp_gateway import rest, schemas, tools
 from tests.mcp_http import start_daphne, stop, write_corpus
 
@@ -239,7 +241,7 @@ def test_errors_have_the_mcp_code_and_an_http_status(server, name, arguments, me
     response = rest_get(server, path, params) if method == "GET" else rest_post(server, path, params)
     error = assert_envelope(response, status, code)
     assert error["retryable"] is False
-    assert rest.status_for(code) == status
+    assert errors.http_status(code) == status
 
 
 def test_integers_past_int64_are_400(server):
@@ -271,6 +273,27 @@ def test_outside_root_and_missing_file(server):
     assert "root:" not in error["message"]
     assert_envelope(rest_get(server, "/files/slice", {"rel_path": "docs/nope.md"}), 404, "FILE_NOT_FOUND")
     assert_envelope(rest_get(server, "/search", {"query": "x", "k": "abc"}), 400, "INVALID_FIELD")
+
+
+def tool_calls(server, tool: str) -> dict[str, float]:
+    """``dir2mcp_tool_calls_total`` of ``tool`` by outcome, as the server's /metrics says."""
+    scraped = httpx.get(f"{server.base}/metrics", timeout=30)
+    assert scraped.status_code == 200, scraped.text
+    counts = {"ok": 0.0, "error": 0.0}
+    for family in text_string_to_metric_families(scraped.text):
+        for s in family.samples:
+            if s.name == "dir2mcp_tool_calls_total" and s.labels.get("tool") == tool:
+                counts[s.labels["outcome"]] = s.value
+    return counts
+
+
+def test_rest_tool_calls_are_counted_like_mcp_calls(server):
+    """The REST mirror runs tools through tools.run, so /metrics counts them, errors included."""
+    before = tool_calls(server, "dir2mcp.open_file")
+    assert rest_get(server, "/files/slice", {"rel_path": "notes.txt"}).status_code == 200
+    assert_envelope(rest_get(server, "/files/slice", {"rel_path": "docs/nope.md"}), 404, "FILE_NOT_FOUND")
+    after = tool_calls(server, "dir2mcp.open_file")
+    assert (after["ok"] - before["ok"], after["error"] - before["error"]) == (1, 1)
 
 
 def test_bad_bodies_are_400_or_415_with_the_envelope(server):

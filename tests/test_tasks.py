@@ -239,7 +239,8 @@ def test_a_worker_with_another_policy_fails_its_items_and_writes_nothing(dispatc
     assert not Document.objects.filter(rel_path__in=paths).exists()
     failed = JobItem.objects.filter(job_id=job_id, rel_path__in=paths)
     assert set(failed.values_list("state", flat=True)) == {JobItem.FAILED}
-    assert all(e.startswith(errors.CONFIG_INVALID) for e in failed.values_list("error", flat=True))
+    assert set(failed.values_list("error_code", flat=True)) == {errors.CONFIG_INVALID}
+    assert all("another configuration" in e for e in failed.values_list("error", flat=True))
     assert IndexJob.objects.get(job_id=job_id).errors == len(paths)
 
 
@@ -274,6 +275,7 @@ def test_an_item_that_keeps_killing_its_worker_is_given_up(dispatched):
     items = JobItem.objects.filter(job_id=job_id, rel_path__in=paths)
     assert set(items.values_list("state", flat=True)) == {JobItem.FAILED}
     assert "given up after 3 deliveries" in items.first().error
+    assert items.first().error_code == errors.EXTRACT_FAILED
     assert not Document.objects.filter(rel_path__in=paths).exists()
 
 

@@ -1,7 +1,9 @@
 """The pure transport checks of mcp_gateway/transport.py, case by case."""
 
 import pytest
+from django.http import HttpResponse
 
+from corpus import errors
 from corpus.config import DEFAULT_ALLOWED_ORIGINS
 from mcp_gateway import transport
 from mcp_gateway.transport import HttpError
@@ -184,3 +186,32 @@ def test_malformed_messages_are_refused_with_400(body, rpc_code):
 )
 def test_message_kinds(body, kind):
     assert transport.parse_message(body).kind == kind
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [pytest.param({}, id="asgi-response-dict"), pytest.param(HttpResponse().headers, id="django-response")],
+)
+def test_one_cors_writer_serves_both_kinds_of_response(headers):
+    transport.allow_origin(headers, "http://localhost:5173", "Retry-After")
+    assert (headers["Access-Control-Allow-Origin"], headers["Vary"]) == ("http://localhost:5173", "Origin")
+    assert headers["Access-Control-Expose-Headers"] == "Retry-After"
+
+
+@pytest.mark.parametrize(
+    "refusal, status, code, rpc_code",
+    [
+        pytest.param(transport.internal_error(), 500, errors.INTERNAL_ERROR, -32603, id="a-bug"),
+        pytest.param(
+            transport.unavailable(errors.Dir2mcpError(errors.STORE_CORRUPT, "x")),
+            503,
+            errors.STORE_CORRUPT,
+            -32603,
+            id="cannot-serve",
+        ),
+    ],
+)
+def test_refusals_of_the_server_itself(refusal, status, code, rpc_code):
+    assert (refusal.status, refusal.code) == (status, code)
+    assert refusal.body()["error"]["code"] == rpc_code
+    assert refusal.body()["error"]["data"] == {"code": code}

@@ -154,6 +154,8 @@ def test_failed_files_are_errors_everywhere_until_they_succeed(corpus_dir):
     stored = dict(rows(corpus_dir, "SELECT rel_path, status || ' ' || coalesce(error, '') FROM documents"))
     assert stored["bad.tar.gz"].startswith("error ARCHIVE_REJECTED: corrupt or truncated archive")
     assert stored["bomb.gz"].startswith("error ARCHIVE_REJECTED: compression ratio exceeds 100")
+    codes = dict(rows(corpus_dir, "SELECT rel_path, error_code FROM documents WHERE status = 'error'"))
+    assert codes == {"bad.tar.gz": errors.ARCHIVE_REJECTED, "bomb.gz": errors.ARCHIVE_REJECTED}
     report = json.loads(status.stdout)
     assert {e["rel_path"] for e in report["recent_errors"]} == {"bad.tar.gz", "bomb.gz"}
     assert report["by_status"] == {"error": 2, "ok": 2}
@@ -179,9 +181,8 @@ def test_failed_files_are_errors_everywhere_until_they_succeed(corpus_dir):
     fixed = cli("reindex", "--incremental", "--dir", str(corpus_dir), "--json")
 
     assert final_counters(fixed.stdout)["errors"] == 1
-    assert rows(corpus_dir, "SELECT status, error FROM documents WHERE rel_path = 'bad.tar.gz'") == [
-        ("ok", None)
-    ]
+    fixed_row = "SELECT status, error, error_code FROM documents WHERE rel_path = 'bad.tar.gz'"
+    assert rows(corpus_dir, fixed_row) == [("ok", None, "")]
     left = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)["recent_errors"]
     bomb = stored["bomb.gz"].removeprefix("error ")
     assert left == [{"rel_path": "bomb.gz", "code": errors.ARCHIVE_REJECTED, "error": bomb}]

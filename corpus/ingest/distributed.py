@@ -91,11 +91,6 @@ def _from_job(job: IndexJob) -> Counters:
     return Counters(**job.counters())
 
 
-def _error_parts(error: str) -> tuple[str, str]:
-    code, _, message = error.partition(": ")
-    return (code, message) if code.isupper() and message else (errors.EXTRACT_FAILED, error)
-
-
 def task_paths() -> int:
     """Paths per task (``DIR2MCP_CELERY_TASK_PATHS``), a slow file counting
     as SLOW_FILE_WEIGHT. Each task costs about 20 ms of CPU (worker,
@@ -232,8 +227,9 @@ class DispatchingIndexer(Indexer):
             self._flush_counters()  # the workers' progress, each FLUSH_SECONDS
             if self.stop.wait(WAIT_SECONDS):
                 return False
-        for rel_path, error in items.filter(state=JobItem.FAILED).values_list("rel_path", "error")[:20]:
-            self.reporter.file_error(rel_path, *_error_parts(error))
+        failed = items.filter(state=JobItem.FAILED).values_list("rel_path", "error_code", "error")
+        for rel_path, code, message in failed[:20]:
+            self.reporter.file_error(rel_path, code, message)
         return True
 
     def _flush_counters(self, *, force: bool = False) -> None:
@@ -391,8 +387,10 @@ def ingest(job_id: str, rel_paths: list[str], *, worker: str, runtime: WorkerRun
             raise  # the task retries these with backoff
         except Exception as exc:
             log.exception("worker %s failed on job %s", worker, job_id)
-            reason = str(exc) if isinstance(exc, errors.Dir2mcpError) else f"{type(exc).__name__}: {exc}"
-            fail_items(job_id, queued, reason)
+            if isinstance(exc, errors.Dir2mcpError):
+                fail_items(job_id, queued, exc.message, exc.code)
+            else:
+                fail_items(job_id, queued, f"{type(exc).__name__}: {exc}")
             return 0
     written = list(items.filter(state=JobItem.WRITTEN).values_list("rel_path", flat=True))
     if written:
@@ -434,14 +432,14 @@ def _write(job: IndexJob, queued: list[str], worker: str, rt: WorkerRuntime) -> 
     return queued
 
 
-def fail_items(job_id: str, rel_paths: list[str], reason: str) -> None:
-    """Give up on these items of a job: ``failed`` with the reason, counted
-    as errors once (only items not finished already change)."""
+def fail_items(job_id: str, rel_paths: list[str], reason: str, code: str = errors.EXTRACT_FAILED) -> None:
+    """Give up on these items of a job: ``failed`` with the reason and its
+    code, counted as errors once (only items not finished already change)."""
     with transaction.atomic():
         failed = (
             JobItem.objects.filter(job_id=job_id, rel_path__in=rel_paths)
             .exclude(state__in=JobItem.FINISHED)
-            .update(state=JobItem.FAILED, error=reason[:2000], finished_unix=time.time())
+            .update(state=JobItem.FAILED, error=reason[:2000], error_code=code, finished_unix=time.time())
         )
         add_to_job(job_id, {"errors": failed})
 

@@ -435,8 +435,7 @@ class Indexer:
             if exc.code == errors.FILE_TOO_LARGE:
                 self._queue(self.preparer.skipped(base, exc.code, exc.message))
             else:
-                base.status, base.error = "error", f"{exc.code}: {exc.message}"
-                self._queue(base)
+                self._queue(base.fail("error", exc.code, exc.message))
             return None
         name = gzip_inner_name(base.rel_path, data[:HEAD_BYTES]) or base.rel_path
         base.doc_type = classify(name, inner[:HEAD_BYTES])
@@ -492,7 +491,7 @@ class Indexer:
             return
         member = problem.rel_path[len(container) + 2 :]
         where = f"member {member!r}: " if member else ""
-        target.status, target.error = "error", f"{problem.code}: {where}{problem.message}"
+        target.fail("error", problem.code, f"{where}{problem.message}")
 
     def _consume_member(self, member: ArchiveMember) -> None:
         if member.rel_path in self.seen:  # inside a nested archive already counted unchanged
@@ -549,8 +548,7 @@ class Indexer:
             return self.preparer.prepare(base, data)
         except Exception as exc:  # one bad document must not stop the run
             log.exception("failed to prepare %s", base.rel_path)
-            base.status, base.error = "error", f"{errors.EXTRACT_FAILED}: {type(exc).__name__}: {exc}"
-            return base
+            return base.fail("error", errors.EXTRACT_FAILED, f"{type(exc).__name__}: {exc}")
 
     def _base(self, rel_path: str, source_type: str, head: bytes, size: int, mtime_ns: int) -> Prepared:
         doc_type = self.preparer.classify(rel_path.rsplit("/", 1)[-1], head)
@@ -627,10 +625,8 @@ class Indexer:
             mtime_ns=entry.mtime_ns,
         )
         if isinstance(exc, errors.Dir2mcpError):
-            base.status, base.error = "error", f"{exc.code}: {exc.message}"
-        else:
-            base.status, base.error = "error", f"{errors.EXTRACT_FAILED}: cannot read: {exc.strerror or exc}"
-        return base
+            return base.fail("error", exc.code, exc.message)
+        return base.fail("error", errors.EXTRACT_FAILED, f"cannot read: {exc.strerror or exc}")
 
     # -- targeted refresh (watcher) -----------------------------------------
 
@@ -713,7 +709,7 @@ class Indexer:
                 delta = writer.write_document(prepared, known.doc_id if known else None)
         except Exception as exc:  # one bad document must not stop the run
             log.exception("failed to store %s", prepared.rel_path)
-            prepared.status, prepared.error = "error", f"{errors.EXTRACT_FAILED}: {type(exc).__name__}: {exc}"
+            prepared.fail("error", errors.EXTRACT_FAILED, f"{type(exc).__name__}: {exc}")
             prepared.extracted, prepared.drafts = None, []
             with transaction.atomic():
                 delta = writer.write_document(prepared, known.doc_id if known else None)
@@ -743,7 +739,8 @@ class Indexer:
             self.counters.skipped += 1
         else:
             self.counters.errors += 1
-            self.reporter.file_error(prepared.rel_path, *_split_error(prepared.error))
+            code = prepared.error_code or errors.EXTRACT_FAILED
+            self.reporter.file_error(prepared.rel_path, code, prepared.error_message)
 
     def _tombstone_unseen(self) -> None:
         self._tombstone([p for p, k in self.known.items() if not k.deleted and p not in self.seen])
@@ -777,8 +774,3 @@ def _storable(rel_path: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _split_error(error: str | None) -> tuple[str, str]:
-    code, _, message = (error or "").partition(": ")
-    return (code, message) if message else (errors.EXTRACT_FAILED, error or "")

@@ -52,7 +52,9 @@ class Prepared:
     content_hash: str = ""
     policy_hash: str = ""
     status: str = "ok"
+    #: why it is not indexed, as shown; ``error_code`` is its canonical code ("" for none)
     error: str | None = None
+    error_code: str = ""
     index_kind: str = "text"
     extracted: Extracted | None = None
     drafts: list[ChunkDraft] = field(default_factory=list)
@@ -62,6 +64,18 @@ class Prepared:
     @property
     def has_text(self) -> bool:
         return self.status == "ok" and self.extracted is not None
+
+    def fail(self, status: str, code: str, message: str) -> Prepared:
+        """Record why this document is ``skipped`` or in ``error``: the code,
+        and the text shown, which leads with the code when there is one."""
+        self.status, self.error_code = status, code
+        self.error = f"{code}: {message}" if code else message
+        return self
+
+    @property
+    def error_message(self) -> str:
+        """``error`` without the code it leads with."""
+        return (self.error or "").removeprefix(f"{self.error_code}: " if self.error_code else "")
 
 
 @dataclass(frozen=True)
@@ -128,8 +142,7 @@ class Preparer:
         return size > self.config.max_bytes_for(doc_type)
 
     def skipped(self, base: Prepared, code: str, reason: str) -> Prepared:
-        base.status, base.error = "skipped", f"{code}: {reason}" if code else reason
-        return base
+        return base.fail("skipped", code, reason)
 
     def prepare(self, base: Prepared, data: bytes) -> Prepared:
         """Fill ``base`` (whose doc_type, size and mtime are set) from ``data``."""
@@ -151,14 +164,12 @@ class Preparer:
             # status makes the next run try this document again, and a
             # running watcher retries the retryable ones by itself.
             again = RETRYABLE_NOTE if exc.retryable else "(tried again on the next run)"
-            base.status, base.error = "error", f"{exc.code}: {exc.message} {again}"
             base.keep_existing = True
-            return base
+            return base.fail("error", exc.code, f"{exc.message} {again}")
         except errors.Dir2mcpError as exc:
             if exc.code == errors.DOC_TYPE_UNSUPPORTED:
                 return self.skipped(base, exc.code, exc.message)
-            base.status, base.error = "error", f"{exc.code}: {exc.message}"
-            return base
+            return base.fail("error", exc.code, exc.message)
         rule = self.engine.find_secret(extracted.text)
         if rule:
             return self.skipped(base, errors.SECRET_DETECTED, f"content matches {rule}")

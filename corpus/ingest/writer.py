@@ -180,6 +180,7 @@ def _document_fields(prepared: Prepared) -> dict:
         "policy_hash": prepared.policy_hash,
         "status": prepared.status,
         "error": prepared.error,
+        "error_code": prepared.error_code,
         "deleted": False,
         "indexed_unix": int(time.time()),
     }

@@ -32,7 +32,7 @@ def snapshot() -> dict:
         "pending": summary.pending,
         "embed_error": summary.embed_error,
         "needs_provider": summary.needs_provider,
-        "errors": [{"rel_path": path, "reason": reason} for path, reason in summary.recent_errors],
+        "errors": [{"rel_path": e.rel_path, "reason": e.error} for e in summary.recent_errors],
         "sessions": sessions(),
         "payments": payments_today(),
     }

@@ -5,7 +5,7 @@ from corpus import errors
 from corpus.embedding import recipe_summary
 from corpus.events import format_progress, printable
 from corpus.management.base import Dir2mcpCommand
-from corpus.status import embedder_choice, error_code, indexer_state, scaleout_summary, summarize
+from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
 
 
@@ -105,7 +105,7 @@ class Command(Dir2mcpCommand):
                 "updated_unix": job.updated_unix,
                 **job.counters(),
             },
-            "recent_errors": [{"rel_path": p, "code": error_code(e), "error": e} for p, e in s.recent_errors],
+            "recent_errors": [error.as_dict() for error in s.recent_errors],
             "needs_provider": s.needs_provider,
         }
 
@@ -134,8 +134,8 @@ class Command(Dir2mcpCommand):
             w(format_progress(job.counters()))
         if s.recent_errors:
             w("Recent errors:")
-            for path, error in s.recent_errors:
-                w(f"  {printable(path)}: {printable(error)}")
+            for error in s.recent_errors:
+                w(f"  {printable(error.rel_path)}: {printable(error.error)}")
         if s.needs_provider:
             waiting = ", ".join(f"{n} file(s) {reason}" for reason, n in s.needs_provider.items())
             w(f"Waiting for a key: {waiting}")
