@@ -171,12 +171,13 @@ def read_settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedF
     not yet written it again: no reader can tell that moment from a file
     that is empty.
     """
-    pause = _REREAD_PAUSE
+    pause, rel = _REREAD_PAUSE, rel_path
     for attempt in range(READ_ATTEMPTS):
         if attempt:
             time.sleep(pause)
             pause *= 2
         with engine.open(rel_path) as opened:
+            rel = opened.rel
             try:
                 value = read(opened)
             except errors.Dir2mcpError:
@@ -185,7 +186,7 @@ def read_settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedF
                 continue
             if not changed_while_open(opened):
                 return value
-    raise Unsettled(normalize_rel_path(rel_path))
+    raise Unsettled(rel)  # the canonical name the opener gave
 
 
 # -- open_file -----------------------------------------------------------------

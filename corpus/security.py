@@ -1,9 +1,12 @@
-"""The one exclusion engine and path resolver (spec §7.1, §7.2, §17).
+"""The one exclusion engine, containment rule and path resolver (spec §7.1, §7.2, §17).
 
 Ingestion asks :meth:`ExclusionEngine.excluded_reason` before reading a file,
 and every tool that opens a user-named path goes through
-:meth:`ExclusionEngine.resolve`. Keeping both here means a path rule added
-once applies everywhere; a second copy of a check would be a future bypass.
+:meth:`ExclusionEngine.resolve` (or :meth:`ExclusionEngine.open` to read it).
+Whether an absolute path lies inside a directory is :func:`relative_within`
+and :func:`is_within`, for everyone: the resolver, the walk, the watcher.
+Keeping them here means a path rule added once applies everywhere; a second
+copy of a check would be a future bypass.
 """
 
 from __future__ import annotations
@@ -70,12 +73,9 @@ def _secret_file_excludes(config, root: Path | None) -> tuple[str, ...]:
             continue
         path = Path(configured).expanduser()
         path = path if path.is_absolute() else root / path
-        try:
-            rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
-        except ValueError:
-            continue
-        if rel != ".." and not rel.startswith(".." + os.sep):
-            patterns.append("/" + Path(rel).as_posix())
+        rel = relative_within(os.path.abspath(path), os.path.abspath(root))
+        if rel:
+            patterns.append("/" + rel)
     return tuple(patterns)
 
 
@@ -137,12 +137,35 @@ def normalize_rel_path(rel_path: str) -> str:
     return "/".join(parts)
 
 
-def _is_under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+def relative_within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str | None:
+    """``path`` as a posix path relative to ``root`` (``""`` for the root
+    itself), or ``None`` if it does not lie inside: the one containment rule.
+
+    Both must be absolute. They are compared component by component, so
+    ``/a/root2`` is not inside ``/a/root``, trailing or doubled separators
+    and ``.`` components do not matter, and every path is inside ``/``.
+    The comparison is lexical and exact: pass real paths. A path with a
+    ``..`` component, a relative one or one with a NUL byte is never inside,
+    and case counts, so on a case-insensitive disk another spelling of the
+    root is refused rather than guessed at.
+    """
+    parts, base = _components(path), _components(root)
+    if parts is None or base is None or parts[: len(base)] != base:
+        return None
+    return "/".join(parts[len(base) :])
 
 
-def _is_rel_under(rel: str, base: str) -> bool:
-    return rel == base or rel.startswith(base + "/")
+def is_within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
+    """Whether absolute ``path`` is ``root`` or lies below it (:func:`relative_within`)."""
+    return relative_within(path, root) is not None
+
+
+def _components(path: str | os.PathLike[str]) -> list[str] | None:
+    path = os.fspath(path)
+    if not path.startswith(os.sep) or "\x00" in path:
+        return None
+    parts = [part for part in path.split(os.sep) if part not in ("", ".")]
+    return None if ".." in parts else parts
 
 
 class ExclusionEngine:
@@ -160,7 +183,7 @@ class ExclusionEngine:
         self._excludes = pathspec.GitIgnoreSpec.from_lines(policy.path_excludes)
         # Each rule with the test of the words every match holds (corpus/literals.py).
         self._secrets = tuple((rx, literals.prefilter(rx)) for rx in map(re.compile, policy.secret_patterns))
-        self._state_rel = self._state_rel_for(state_dir)
+        self._state_dir = self._state_dir_for(state_dir)
         self._gitignores: dict[str, tuple[int, int, GitignoreRule | None]] = {}
         # While pinned: each directory's verdict and .gitignore, judged once.
         self._pinned_dirs: dict[str, tuple[str | None, tuple[GitignoreRule, ...]]] | None = None
@@ -180,14 +203,12 @@ class ExclusionEngine:
         finally:
             self._pinned_dirs = self._pinned_rules = None
 
-    def _state_rel_for(self, state_dir: Path | None) -> str | None:
+    def _state_dir_for(self, state_dir: Path | None) -> str | None:
+        """The state directory's real path, if it lies below the root (not the root itself)."""
         if state_dir is None:
             return None
-        try:
-            rel = Path(state_dir).resolve().relative_to(self.root).as_posix()
-        except ValueError:
-            return None
-        return None if rel == "." else rel
+        real = str(Path(state_dir).resolve())
+        return real if relative_within(real, self._root_str) else None
 
     # -- exclusion ---------------------------------------------------------
 
@@ -244,7 +265,7 @@ class ExclusionEngine:
         name = rel_path.rpartition("/")[2]
         if is_dir and name in DEFAULT_IGNORED_DIRS:
             return f"default ignore: {name}"
-        if self._state_rel is not None and _is_rel_under(rel_path, self._state_rel):
+        if self._state_dir is not None and is_within(os.path.join(self._root_str, rel_path), self._state_dir):
             return "state directory"
         reason = self._excludes_reason(rel_path, is_dir=is_dir)
         if reason is not None:
@@ -315,12 +336,17 @@ class ExclusionEngine:
 
     # -- resolution --------------------------------------------------------
 
-    def resolve(self, rel_path: str) -> Path:
-        """Turn a user-supplied relative path into an absolute path under root.
+    def resolve(self, rel_path: str) -> Resolved:
+        """The one resolver: where a user-supplied relative path leads below the root.
 
-        For archive members (``a.zip!/x``) the archive itself is returned.
-        The path is only a name: it may be swapped once this returns, so
-        nothing may *read* through it. Readers use :meth:`open`.
+        Raises ``PATH_OUTSIDE_ROOT`` for a path or symlink that leaves the
+        root, ``FORBIDDEN`` for an excluded path or target, a symlink the
+        policy does not follow or a refused hard link, and
+        ``FILE_NOT_FOUND`` for a missing entry or one that is neither a
+        regular file nor a directory. For archive members (``a.zip!/x``)
+        the archive itself is resolved. The result is only a name: it may
+        be swapped once this returns, so nothing may *read* through it.
+        Readers use :meth:`open`.
         """
         rel = normalize_rel_path(rel_path)
         self._forbid_excluded(rel)
@@ -328,7 +354,8 @@ class ExclusionEngine:
         os.close(walked.fd)
         if walked.real_rel and stat.S_ISDIR(walked.st.st_mode):  # "node_modules" is excluded as a directory
             self._forbid_excluded(walked.real_rel, is_dir=True)
-        return self.root / walked.real_rel if walked.real_rel else self.root
+        path = self.root / walked.real_rel if walked.real_rel else self.root
+        return Resolved(rel, walked.real_rel, path, walked.st)
 
     def open(self, rel_path: str, *, judged: bool = False) -> OpenedFile:
         """Open the regular file ``rel_path`` names, with no window for a swap.
@@ -395,7 +422,7 @@ class ExclusionEngine:
                     links += 1
                     if links > _MAX_LINKS:
                         raise errors.Dir2mcpError(
-                            errors.FILE_NOT_FOUND, f"too many levels of symbolic links: {shown}"
+                            errors.FILE_NOT_FOUND, f"{LINK_LOOP_REASON}: {shown}"
                         ) from None
                     if link.target.startswith("/"):
                         for extra in dirs[1:]:
@@ -407,7 +434,7 @@ class ExclusionEngine:
                         pending.extend(link.target.split("/")[::-1])
                     continue
                 except PermissionError:
-                    raise errors.Dir2mcpError(errors.FORBIDDEN, f"permission denied: {shown}") from None
+                    raise errors.Dir2mcpError(errors.FORBIDDEN, f"{PERMISSION_REASON}: {shown}") from None
                 except OSError:
                     raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"no such file: {shown}") from None
                 names.append(part)
@@ -469,9 +496,9 @@ class ExclusionEngine:
         cannot redirect the open.
         """
         for candidate in (os.path.normpath(target), os.path.realpath(target)):
-            if _is_under(candidate, self._root_str):
-                rest = candidate[len(self._root_str) :].strip(os.sep)
-                return rest.split(os.sep) if rest else []
+            rest = relative_within(candidate, self._root_str)
+            if rest is not None:
+                return rest.split("/") if rest else []
         raise _outside("symlink points outside the root")
 
     def _check_opened(self, fd: int) -> None:
@@ -481,7 +508,7 @@ class ExclusionEngine:
             where = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             return  # no /proc: the walk alone decides
-        if where.startswith("/") and not _is_under(where.removesuffix(" (deleted)"), self._root_str):
+        if where.startswith("/") and not is_within(where.removesuffix(" (deleted)"), self._root_str):
             raise _outside("path resolves outside the root")
 
     def hardlink_refused(self, st: os.stat_result) -> bool:
@@ -497,6 +524,22 @@ _MAX_LINKS = 40
 class _IsLink(Exception):  # noqa: N818 (control flow, never raised out of the walk)
     def __init__(self, target: str):
         self.target = target
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where :meth:`ExclusionEngine.resolve` found a path to lead.
+
+    ``rel`` is the path asked for in canonical form (what callers name it
+    by), ``real_rel`` the entry it reached below the root after symlinks
+    (``""`` for the root), ``path`` that entry's absolute path, and ``st``
+    the ``fstat`` of the entry as it was opened.
+    """
+
+    rel: str
+    real_rel: str
+    path: Path
+    st: os.stat_result
 
 
 @dataclass(frozen=True)
@@ -529,6 +572,10 @@ class OpenedFile:
         return self.file.read(size)
 
 
+#: The messages of the resolver's refusals a walk reports as problems
+#: (beside ``PATH_OUTSIDE_ROOT``); each message starts with its constant.
+LINK_LOOP_REASON = "too many levels of symbolic links"
+PERMISSION_REASON = "permission denied"
 HARDLINK_REASON = (
     "hard link: the file has other names, which may lie outside the root; "
     "set ingest.follow_hardlinks: true to index it"

@@ -140,6 +140,58 @@ def test_walk_terminates_on_mutual_symlink_loops(corpus_dir: Path) -> None:
     }
 
 
+# Each link's verdict in the walk is the resolver's: a link the walk lists
+# is one every reader opens, and one the resolver refuses is never listed.
+# Columns: the link's target, the resolver's refusal of "link", the problem the walk reports.
+SIBLING = errors.PATH_OUTSIDE_ROOT
+LINK_TARGETS = [
+    pytest.param("docs/a.txt", None, None, id="file-inside"),
+    pytest.param("docs", None, None, id="directory-inside"),
+    pytest.param("../corpus2/secret.txt", SIBLING, SIBLING, id="sibling-whose-name-starts-with-the-roots"),
+    pytest.param("{root}2/secret.txt", SIBLING, SIBLING, id="absolute-into-that-sibling"),
+    pytest.param("../corpus/docs/a.txt", SIBLING, SIBLING, id="climbs-out-and-back-in"),
+    pytest.param("{root}/docs/a.txt", None, None, id="absolute-inside"),
+    pytest.param("{root}/docs/", None, None, id="absolute-with-trailing-separator"),
+    pytest.param("{upper}/docs/a.txt", SIBLING, SIBLING, id="root-spelled-in-other-case"),
+    pytest.param(".", None, errors.FORBIDDEN, id="the-root-itself-is-a-loop-not-walked"),
+    pytest.param("docs/.env", errors.FORBIDDEN, None, id="excluded-target-passed-over"),
+    pytest.param("nowhere", errors.FILE_NOT_FOUND, None, id="dangling-passed-over"),
+    pytest.param("link", errors.FILE_NOT_FOUND, errors.EXTRACT_FAILED, id="self-loop-reported"),
+]
+
+
+@pytest.mark.parametrize(("target", "refused", "reported"), LINK_TARGETS)
+def test_the_walk_and_the_resolver_agree_on_each_link(
+    tmp_path: Path, target: str, refused: str | None, reported: str | None
+) -> None:
+    root = tmp_path / "corpus"
+    write(root / "docs" / "a.txt")
+    write(root / "docs" / ".env")
+    write(tmp_path / "corpus2" / "secret.txt")
+    (root / "link").symlink_to(target.format(root=root, upper=str(root).upper()))
+    engine = ExclusionEngine(root, policy(follow_symlinks=True))
+    items = [item for item in walk(engine) if item.rel_path.split("/")[0] == "link"]
+    listed = [item.rel_path for item in items if isinstance(item, FileEntry)]
+    assert {item.code for item in items if isinstance(item, WalkProblem)} == ({reported} - {None})
+    if refused is None:
+        assert engine.resolve("link").path.is_relative_to(root)
+        assert all(engine.resolve(rel).path.is_relative_to(root) for rel in listed)
+        assert bool(listed) is (reported is None)
+    else:
+        with pytest.raises(Dir2mcpError) as info:
+            engine.resolve("link")
+        assert info.value.code == refused
+        assert listed == []
+
+
+def test_a_walk_below_a_root_of_slash_follows_links_anywhere(corpus_dir: Path, tmp_path: Path) -> None:
+    target = write(tmp_path / "elsewhere" / "doc.md")
+    (corpus_dir / "link.md").symlink_to(target)
+    engine = ExclusionEngine(Path("/"), policy(follow_symlinks=True))
+    start = str(corpus_dir).lstrip("/")
+    assert files(engine, start=start) == [f"{start}/link.md"]
+
+
 def test_walk_raises_root_inaccessible_for_missing_or_non_directory_root(tmp_path: Path) -> None:
     a_file = write(tmp_path / "file.txt")
     for root in (tmp_path / "missing", a_file):

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from corpus import errors
 from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, Config, build_config
 from corpus.errors import Dir2mcpError
-from corpus.security import DEFAULT_IGNORED_DIRS, ExclusionEngine, ExclusionPolicy, normalize_rel_path
+from corpus.security import (
+    DEFAULT_IGNORED_DIRS,
+    ExclusionEngine,
+    ExclusionPolicy,
+    is_within,
+    normalize_rel_path,
+    relative_within,
+)
 
 DEFAULT_POLICY = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), tuple(DEFAULT_SECRET_PATTERNS))
 FOLLOW_POLICY = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), (), follow_symlinks=True)
@@ -105,7 +112,7 @@ RESOLVE_ACCEPTS = [
 @pytest.mark.parametrize(("rel_path", "expected"), RESOLVE_ACCEPTS)
 def test_resolve_returns_absolute_path_under_root(tree: Path, rel_path: str, expected: str) -> None:
     engine = ExclusionEngine(tree, DEFAULT_POLICY)
-    assert engine.resolve(rel_path) == tree.resolve() / expected
+    assert engine.resolve(rel_path).path == tree.resolve() / expected
 
 
 FOLLOWED_SYMLINKS = [
@@ -123,9 +130,55 @@ def test_resolve_follows_symlinks_only_to_allowed_targets_under_root(
 ) -> None:
     engine = ExclusionEngine(tree, FOLLOW_POLICY)
     if code is None:
-        assert engine.resolve(rel_path) == tree.resolve() / target
+        assert engine.resolve(rel_path).path == tree.resolve() / target
     else:
         assert code_of(engine, rel_path) == code
+
+
+# The one containment rule. Where the copies it replaced disagreed, the safe
+# reading won (the walk's copy took nothing below a root of "/" to be inside,
+# the watcher's took "/root/../etc" to be "../etc" inside the root).
+CONTAINMENT = [
+    pytest.param("/a/root", "/a/root", "", id="root-itself"),
+    pytest.param("/a/root/x/y", "/a/root", "x/y", id="below"),
+    pytest.param("/a/root2", "/a/root", None, id="sibling-whose-name-starts-with-the-roots"),
+    pytest.param("/a/root2/x", "/a/root", None, id="below-that-sibling"),
+    pytest.param("/a", "/a/root", None, id="parent"),
+    pytest.param("/a/root/", "/a/root", "", id="trailing-separator-on-path"),
+    pytest.param("/a/root/x", "/a/root/", "x", id="trailing-separator-on-root"),
+    pytest.param("/a//root/./x", "/a/root", "x", id="doubled-separator-and-dot"),
+    pytest.param("/etc/passwd", "/", "etc/passwd", id="root-is-slash"),
+    pytest.param("/", "/", "", id="slash-itself"),
+    pytest.param("/", "//", "", id="slash-spelled-twice"),
+    pytest.param("/A/Root/x", "/a/root", None, id="other-case-is-not-inside"),
+    pytest.param("/a/root/../etc", "/a/root", None, id="dotdot-out-is-not-inside"),
+    pytest.param("/a/root/x/..", "/a/root", None, id="dotdot-anywhere-is-not-inside"),
+    pytest.param("/a/root/x", "/a/../a/root", None, id="dotdot-in-root-contains-nothing"),
+    pytest.param("a/root/x", "/a/root", None, id="relative-path"),
+    pytest.param("/a/root/x", "a/root", None, id="relative-root"),
+    pytest.param("", "/a/root", None, id="empty-path"),
+    pytest.param("/a/root/x\x00", "/a/root", None, id="nul-byte"),
+]
+
+
+@pytest.mark.parametrize(("path", "root", "rel"), CONTAINMENT)
+def test_containment_is_decided_component_by_component(path: str, root: str, rel: str | None) -> None:
+    assert relative_within(path, root) == rel
+    assert is_within(path, root) is (rel is not None)
+    assert is_within(Path(path), Path(root)) is (rel is not None)
+
+
+def test_a_root_of_slash_contains_every_absolute_symlink_target(corpus_dir: Path, tmp_path: Path) -> None:
+    target = write(tmp_path / "elsewhere" / "doc.md")
+    (corpus_dir / "link").symlink_to(target)
+    engine = ExclusionEngine(Path("/"), FOLLOW_POLICY)
+    assert engine.resolve(str(corpus_dir / "link").lstrip("/")).path == target.resolve()
+
+
+def test_resolve_names_the_canonical_path_asked_for_and_the_real_one(tree: Path) -> None:
+    resolved = ExclusionEngine(tree, FOLLOW_POLICY).resolve("./docs_link//readme.md")
+    assert (resolved.rel, resolved.real_rel) == ("docs_link/readme.md", "docs/readme.md")
+    assert resolved.st.st_size == len("hello")
 
 
 def test_resolve_rejects_dangling_symlink_as_missing(corpus_dir: Path) -> None:
@@ -145,7 +198,7 @@ def test_root_is_resolved_through_symlinks(tree: Path, tmp_path: Path) -> None:
     alias.symlink_to(tree, target_is_directory=True)
     engine = ExclusionEngine(alias, DEFAULT_POLICY)
     assert engine.root == tree.resolve()
-    assert engine.resolve("docs/readme.md") == tree.resolve() / "docs" / "readme.md"
+    assert engine.resolve("docs/readme.md").path == tree.resolve() / "docs" / "readme.md"
 
 
 EXCLUSIONS = [
@@ -258,6 +311,14 @@ def test_state_dir_under_root_is_excluded_and_outside_root_is_ignored(
     assert inside.excluded_reason("var/state/index.sqlite") == "state directory"
     assert inside.excluded_reason("var/statement.txt") is None
     assert outside.excluded_reason("var/state/index.sqlite") is None
+
+
+def test_a_state_dir_in_a_sibling_named_like_the_root_is_not_under_it(tmp_path: Path) -> None:
+    root, sibling = tmp_path / "corpus", tmp_path / "corpus2"
+    root.mkdir()
+    engine = ExclusionEngine(root, DEFAULT_POLICY, state_dir=sibling / "state")
+    assert engine.excluded_reason("state/index.sqlite") is None
+    assert ExclusionEngine(root, DEFAULT_POLICY, state_dir=root).excluded_reason("a.txt") is None
 
 
 def test_policy_from_config_carries_the_security_and_ingest_settings() -> None:

@@ -14,7 +14,13 @@ from operator import attrgetter
 from pathlib import Path
 
 from corpus import errors
-from corpus.security import HARDLINK_REASON, ExclusionEngine, GitignoreRule, normalize_rel_path
+from corpus.security import (
+    HARDLINK_REASON,
+    LINK_LOOP_REASON,
+    PERMISSION_REASON,
+    ExclusionEngine,
+    GitignoreRule,
+)
 
 _by_name = attrgetter("name")
 
@@ -78,23 +84,27 @@ def walk(engine: ExclusionEngine, *, start: str = "") -> Iterator[FileEntry | Wa
 
 def _start(engine: ExclusionEngine, start: str, stack: list[_Dir]) -> Iterator[FileEntry | WalkProblem]:
     try:
-        rel = normalize_rel_path(start)
-        real = str(engine.resolve(rel))
-        st = os.stat(real)
+        resolved = engine.resolve(start)
     except errors.Dir2mcpError as exc:
-        if exc.code == errors.PATH_OUTSIDE_ROOT or exc.message == HARDLINK_REASON:
-            yield WalkProblem(start, exc.code, exc.message)
+        yield from _refused(start, exc)
         return
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        yield _problem(start, exc)
-        return
+    rel, real, st = resolved.rel, str(resolved.path), resolved.st
     path = os.path.join(str(engine.root), rel)
     if stat.S_ISDIR(st.st_mode):
         stack.append(_Dir(path, real, rel, engine.gitignore_chain(rel), frozenset({str(engine.root), real})))
     elif stat.S_ISREG(st.st_mode):
         yield FileEntry(rel, Path(path), st.st_size, st.st_mtime_ns)
+
+
+def _refused(rel: str, exc: errors.Dir2mcpError) -> Iterator[WalkProblem]:
+    """A path the resolver refused, as the walk reports it: an escape, a
+    hard link, a symlink loop or a permission refusal is a problem; an
+    excluded, vanished or special target is passed over, as a plain entry
+    of that kind would be."""
+    if exc.code == errors.PATH_OUTSIDE_ROOT or exc.message.startswith((HARDLINK_REASON, PERMISSION_REASON)):
+        yield WalkProblem(rel, exc.code, exc.message)
+    elif exc.message.startswith(LINK_LOOP_REASON):
+        yield WalkProblem(rel, errors.EXTRACT_FAILED, f"cannot read: {exc.message}")
 
 
 def _check_root(root: str) -> None:
@@ -147,25 +157,19 @@ def _visit_symlink(
     subdirs: list[_Dir],
     followed: set[str],
 ) -> Iterator[FileEntry | WalkProblem]:
-    target = os.path.realpath(entry.path)
-    root = str(engine.root)
-    if not (target == root or target.startswith(root + os.sep)):
-        yield WalkProblem(rel, errors.PATH_OUTSIDE_ROOT, "symlink points outside the root")
+    # The resolver decides, as it does for every reader: a link the walk
+    # lists is one that open_file and the indexer's opener will follow.
+    try:
+        resolved = engine.resolve(rel)
+    except errors.Dir2mcpError as exc:
+        yield from _refused(rel, exc)
         return
-    st = os.stat(target)
-    is_dir = stat.S_ISDIR(st.st_mode)
-    target_rel = os.path.relpath(target, root).replace(os.sep, "/")
-    if engine.entry_reason(rel, is_dir=is_dir, chain=parent.chain) or (
-        target_rel != "." and engine.excluded_reason(target_rel, is_dir=is_dir)
-    ):
-        return
-    if not is_dir:
-        if engine.hardlink_refused(st):
-            yield WalkProblem(rel, errors.FORBIDDEN, HARDLINK_REASON)
-        elif stat.S_ISREG(st.st_mode):
-            yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
-        return
-    if target in parent.lineage:
+    st, target = resolved.st, str(resolved.path)
+    if stat.S_ISREG(st.st_mode):
+        yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
+    elif engine.entry_reason(rel, is_dir=True, chain=parent.chain) is not None:
+        return  # a link named like an ignored directory ("node_modules")
+    elif target in parent.lineage:
         yield WalkProblem(rel, errors.FORBIDDEN, "symlink loop: points to one of its own parent directories")
     elif target not in followed:
         followed.add(target)

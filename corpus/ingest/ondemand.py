@@ -30,7 +30,7 @@ from corpus.ingest.pipeline import capabilities_for
 from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, sha256_hex
 from corpus.ingest.transcripts import TRANSCRIPT, transcribe_audio
 from corpus.models import Document, Representation
-from corpus.security import ExclusionEngine, normalize_rel_path
+from corpus.security import ExclusionEngine
 from corpus.state import StateDir
 
 ANNOTATION_JSON = "annotation_json"
@@ -181,8 +181,7 @@ def stored_transcript(ws: Workspace, rel_path: str) -> Representation | None:
     The file is read (to compare its hash) only when there is a transcript
     to compare with.
     """
-    rel = normalize_rel_path(rel_path)
-    ws.engine.resolve(rel)
+    rel = ws.engine.resolve(rel_path).rel
     doc = Document.objects.filter(rel_path=rel, deleted=False).first()
     if doc is None or doc.status != "ok":
         return None
@@ -216,8 +215,7 @@ def annotate_document(
     """Structured extraction over a document's best text (spec §15.8 output)."""
     from corpus.providers.annotate import annotate, flatten
 
-    rel = normalize_rel_path(rel_path)
-    ws.engine.resolve(rel)  # the one path check: refuses excluded paths and escapes
+    rel = ws.engine.resolve(rel_path).rel  # the one path check: refuses excluded paths and escapes
     if schema.get("type", "object") != "object":
         raise errors.Dir2mcpError(errors.INVALID_FIELD, "schema_json must describe an object (type: object)")
     doc, source = best_text(rel)

@@ -32,7 +32,7 @@ from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
 from corpus.providers.base import Embedder
-from corpus.security import DEFAULT_IGNORED_DIRS
+from corpus.security import DEFAULT_IGNORED_DIRS, is_within, relative_within
 from corpus.state import IndexLock, StateDir
 
 log = logging.getLogger(__name__)
@@ -46,11 +46,8 @@ RETRY_MAX_SECONDS = 900.0
 
 
 def _relative(root: Path, path: str) -> str | None:
-    try:
-        rel = Path(path).relative_to(root).as_posix()
-    except ValueError:
-        return None
-    return None if rel in ("", ".") else rel
+    """The changed path below the root, or ``None`` for the root itself or a path outside it."""
+    return relative_within(path, root) or None
 
 
 class _Filter(watchfiles.DefaultFilter):
@@ -58,10 +55,10 @@ class _Filter(watchfiles.DefaultFilter):
 
     def __init__(self, state_dir: Path):
         super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS))
-        self.state_dir = str(state_dir)
+        self.state_dir = str(Path(state_dir).resolve())  # events name real paths: see _Feed
 
     def __call__(self, change: watchfiles.Change, path: str) -> bool:
-        if path == self.state_dir or path.startswith(self.state_dir + os.sep):
+        if is_within(path, self.state_dir):
             return False
         return super().__call__(change, path)
 
@@ -120,7 +117,7 @@ def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, rep
             batch = feed.next(timeout=0.5)
             if batch:
                 with retrier.lock:
-                    _apply(root, batch, walking=walking, one_by_one=retry_indexer)
+                    _apply(feed.root, batch, walking=walking, one_by_one=retry_indexer)
     finally:
         retrier.close()
 
@@ -131,11 +128,13 @@ class _Feed:
     iterator from ever yielding, and the first pass must not wait for it."""
 
     def __init__(self, root: Path, state: StateDir, stop: threading.Event):
-        self.root = root
+        # The real path is watched, so events name real paths, which the
+        # containment rule compares exactly (FSEvents reports them anyway).
+        self.root = Path(root).resolve()
         self.stop = stop
         self._closed = threading.Event()
         self._changes = watchfiles.watch(
-            root,
+            self.root,
             watch_filter=_Filter(state.path),
             debounce=DEBOUNCE_MS,
             step=50,
