@@ -199,6 +199,9 @@ TODAY = {
         "code_dense_weight": 0.5,
         "all_terms_first_max": 0,
         "other_index_weight": 0,
+        # later search features, off so that the row stays what it was
+        "code_lexical_lines": 0,
+        "feedback_units": 0,
     },
 }
 

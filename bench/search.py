@@ -126,6 +126,8 @@ def run_latency(size: int, queries: int) -> dict:
     dense_store(state).sync("text")
     ann_build_s = time.perf_counter() - started
     config = build_config({"embed": {"provider": "local"}}, {}, {})
+    # the default without its second dense round (search.feedback_units), for its cost
+    one_round = build_config({"embed": {"provider": "local"}, "search": {"feedback_units": 0}}, {}, {})
     embedder = LocalEmbedder()
     embedder.embed(["warm up"], kind="text")
     words = [w for line in stdlib_lines()[:20000] for w in line.split() if w.isidentifier() and len(w) > 3]
@@ -134,6 +136,7 @@ def run_latency(size: int, queries: int) -> dict:
     results: dict = {"chunks": size, "build_rows_s": round(build_s, 1), "build_ann_s": round(ann_build_s, 1)}
     for label, searcher, index in (
         ("lexical", Searcher(state, config, None), "text"),
+        ("hybrid, one dense round", Searcher(state, one_round, embedder), "text"),
         ("hybrid", Searcher(state, config, embedder), "text"),
     ):
         times = []

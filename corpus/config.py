@@ -270,6 +270,15 @@ class SearchConfig(Section):
     all_terms_first_max: int = Field(3, ge=0, le=32)
     # Such long queries leave English function words out of their BM25 ranking.
     drop_stop_words: bool = True
+    # A lexical hit on a code unit longer than this many lines counts
+    # this/lines of its weight in the fusion: a long block matches many
+    # words and costs an agent every one of its lines (0: off).
+    code_lexical_lines: int = Field(30, ge=0, le=100000)
+    # Pseudo-relevance feedback: each dense index is searched a second time
+    # with the query moved towards the mean vector of the best this many
+    # units of the first fusion, at this weight (0: one round).
+    feedback_units: int = Field(3, ge=0, le=20)
+    feedback_weight: float = Field(0.5, ge=0, le=4)
     # index=auto searches every dense index holding vectors; the one the
     # query's shape does not point at counts this much of its weight.
     other_index_weight: float = Field(1.0, ge=0, le=10)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 Ranking = list[tuple[int, float]]
 
 #: added to a unit that defines a name the query asks for, so it leads
@@ -26,6 +28,8 @@ class Weighted:
     ranking: Ranking
     weight: float
     absolute: bool = False
+    #: per-hit factors on the weight (a hit not named counts in full)
+    shares: dict[int, float] | None = None
 
 
 def rrf(rankings: Sequence[Weighted], rrf_k: int) -> Ranking:
@@ -40,6 +44,8 @@ def rrf(rankings: Sequence[Weighted], rrf_k: int) -> Ranking:
     for each in rankings:
         for rank, (cid, score) in enumerate(each.ranking, start=1):
             share = max(score, 0.0) / best if each.absolute and best > 0 else 1.0
+            if each.shares:
+                share *= each.shares.get(cid, 1.0)
             scores[cid] = scores.get(cid, 0.0) + each.weight * share / (rrf_k + rank)
     return _ordered(scores)
 
@@ -58,6 +64,8 @@ def score_fusion(rankings: Sequence[Weighted]) -> Ranking:
                 share = max(score, 0.0)
             else:  # a lone hit (or a tie) is that ranking's best: it counts in full
                 share = (score - low) / span if span else 1.0
+            if each.shares:
+                share *= each.shares.get(cid, 1.0)
             scores[cid] = scores.get(cid, 0.0) + each.weight * share
     return _ordered(scores)
 
@@ -66,6 +74,24 @@ def fuse(rankings: Sequence[Weighted], *, method: str, rrf_k: int) -> Ranking:
     if method == "score":
         return score_fusion(rankings)
     return rrf(rankings, rrf_k)
+
+
+def long_unit_shares(lines: dict[int, int], limit: int) -> dict[int, float]:
+    """The share of its weight each unit longer than ``limit`` lines keeps:
+    ``limit / lines``. A lexical hit on a long block is weak evidence (it
+    holds many words) and costly (an agent reads all of it)."""
+    if limit <= 0:
+        return {}
+    return {cid: limit / n for cid, n in lines.items() if n > limit}
+
+
+def feedback_query(query: np.ndarray, leaders: np.ndarray, weight: float) -> np.ndarray:
+    """Pseudo-relevance feedback (Rocchio): the unit-length ``query + weight
+    * mean(leaders)``, where ``leaders`` are the stored vectors of the units
+    the first fusion ranked best."""
+    moved = np.asarray(query, dtype=np.float32) + weight * leaders.mean(axis=0)
+    norm = float(np.linalg.norm(moved))
+    return moved / norm if norm > 0 else np.asarray(query, dtype=np.float32)
 
 
 def query_share(terms: int, full_at: int) -> float:

@@ -33,6 +33,9 @@ MAX_K = 50
 BRUTE_FORCE_LIMIT = 20000
 #: units a lexical search for a queried name reads to find its definition
 DEFINITION_POOL = 50
+#: how far down the fused ranking feedback looks for each index's units
+#: (``search.feedback_units`` times this)
+FEEDBACK_DEPTH = 4
 
 _CODE_HINTS = re.compile(
     # camelCase: a lowercase letter, digits, a capital. Found wherever
@@ -166,9 +169,14 @@ class Searcher:
         lexical_kinds = (used,) if index in ("text", "code") else ()
         lexical_hits, full = self._lexical(query, pool, filters, lexical_kinds)
         plan = self._dense_plan(query, index, used)
-        dense_rankings, dense = self._dense_rankings(query, plan, pool, filters)
-        rankings = [ranking.Weighted(lexical_hits, 1.0), *dense_rankings]
-        fused = ranking.fuse(rankings, method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
+        dense_rankings, dense, vectors = self._dense_rankings(query, plan, pool, filters)
+        lexical_ranking = ranking.Weighted(lexical_hits, 1.0, shares=self._long_shares(lexical_hits))
+        fused = ranking.fuse(
+            [lexical_ranking, *dense_rankings], method=search_cfg.fusion, rrf_k=search_cfg.rrf_k
+        )
+        if dense_rankings and search_cfg.feedback_units and search_cfg.feedback_weight:
+            again = self._feedback(fused, plan, dense_rankings, vectors, pool, filters)
+            fused = ranking.fuse([lexical_ranking, *again], method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
         fused = ranking.definitions_first(fused, self._defining(query, fused, filters, lexical_kinds))
         best = max((r.ranking[0][1] for r in dense_rankings if r.ranking), default=None)
         weak = ranking.is_weak(
@@ -213,10 +221,11 @@ class Searcher:
 
     def _dense_rankings(
         self, query: str, plan: list[tuple[str, float]], pool: int, filters: Filters
-    ) -> tuple[list[ranking.Weighted], dict]:
-        """The dense rankings of ``plan``, or none and why (degrade, don't fail)."""
+    ) -> tuple[list[ranking.Weighted], dict, dict[str, np.ndarray]]:
+        """The dense rankings of ``plan`` and the query vector of each kind,
+        or none and why (degrade, don't fail)."""
         if self.embedder is None:
-            return [], dense_status.off()
+            return [], dense_status.off(), {}
         vectors: dict = {}  # one query embedding per model, shared by the indices using it
         out = []
         for kind, weight in plan:
@@ -231,10 +240,37 @@ class Searcher:
                     dense["code"],
                     dense["message"],
                 )
-                return [], dense
+                return [], dense, {}
             hits = self._dense(vectors[model], kind, pool, filters)
             out.append(ranking.Weighted(hits, weight, absolute=True))
-        return out, dense_status.ok()
+        by_kind = {kind: vectors[self.embedder.model_info(kind)] for kind, _ in plan}
+        return out, dense_status.ok(), by_kind
+
+    def _feedback(
+        self,
+        fused: ranking.Ranking,
+        plan: list[tuple[str, float]],
+        first: list[ranking.Weighted],
+        vectors: dict[str, np.ndarray],
+        pool: int,
+        filters: Filters,
+    ) -> list[ranking.Weighted]:
+        """The dense rankings again, each index searched with its query
+        vector moved towards the vectors of the best fused units it holds
+        (``ranking.feedback_query``): what both halves agree on first tells
+        the model which neighbourhood the question is about. An index none of
+        whose units lead the fusion keeps its first ranking."""
+        cfg = self.config.search
+        leaders = _stored_vectors([cid for cid, _ in fused[: FEEDBACK_DEPTH * cfg.feedback_units]])
+        out = []
+        for (kind, weight), before in zip(plan, first, strict=True):
+            near = [vector for cid, (of, vector) in leaders.items() if of == kind][: cfg.feedback_units]
+            if not near or near[0].shape != vectors[kind].shape:
+                out.append(before)
+                continue
+            moved = ranking.feedback_query(vectors[kind], np.vstack(near), cfg.feedback_weight)
+            out.append(ranking.Weighted(self._dense(moved, kind, pool, filters), weight, absolute=True))
+        return out
 
     def _defining(self, query: str, fused: ranking.Ranking, filters: Filters, kinds) -> list[int]:
         """Units that define a name the query asks for, best ranked first:
@@ -278,6 +314,16 @@ class Searcher:
             if len(hits) >= pool or len(found) < limit or not filters.file_glob:
                 return hits[:pool], sum(1 for cid, _ in found[:full] if cid in kept)
             limit *= 4
+
+    def _long_shares(self, hits: ranking.Ranking) -> dict[int, float] | None:
+        """``ranking.long_unit_shares`` of the code units among ``hits``."""
+        limit = self.config.search.code_lexical_lines
+        if not limit or not hits:
+            return None
+        ids = [cid for cid, _ in hits]
+        with connection.cursor() as cursor:
+            cursor.execute(_LINES_SQL.format(marks=", ".join(["%s"] * len(ids))), ["lines", "code", *ids])
+            return ranking.long_unit_shares(dict(cursor.fetchall()), limit)
 
     def _glob_filter(self, ids: list[int], filters: Filters) -> list[int]:
         if not filters.file_glob or not ids:
@@ -375,6 +421,12 @@ class Searcher:
         return hits
 
 
+# How many lines each code unit among a lexical ranking's hits spans.
+_LINES_SQL = (
+    'SELECT s.chunk_id, s."end" - s.start + 1 FROM spans s JOIN chunks c ON c.chunk_id = s.chunk_id '
+    "WHERE s.span_kind = %s AND c.index_kind = %s AND s.chunk_id IN ({marks})"
+)
+
 # One round trip per search for what the ORM needed four queries for: on the
 # hot path each saved query is ~0.3 ms of a ~15 ms search.
 _HIT_SQL = (
@@ -407,6 +459,22 @@ def _label(extra) -> str | None:
             return None
     label = extra.get("label") if isinstance(extra, dict) else None
     return label if isinstance(label, str) and label else None
+
+
+def _stored_vectors(ids: list[int]) -> dict[int, tuple[str, np.ndarray]]:
+    """(index kind, stored vector) of each embedded live chunk of ``ids``, in
+    the order of ``ids``."""
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        marks = ", ".join(["%s"] * len(ids))
+        cursor.execute(
+            f"SELECT chunk_id, index_kind, embedding FROM chunks WHERE chunk_id IN ({marks}) "
+            "AND deleted = %s AND embedding_status = %s",
+            [*ids, False, EmbeddingStatus.OK],
+        )
+        found = {cid: (kind, from_bytes(blob)) for cid, kind, blob in cursor.fetchall() if blob}
+    return {cid: found[cid] for cid in ids if cid in found}
 
 
 def _live_embedded(ids: list[int], kind: str) -> set[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from corpus import ranking
@@ -57,3 +58,30 @@ def test_short_queries_keep_part_of_the_dense_weight(terms, share):
 def test_weak_means_no_unit_holds_every_term_and_nothing_is_near(full, hits, best, weak):
     verdict = ranking.is_weak(full_lexical_matches=full, lexical_hits=hits, best_cosine=best, threshold=0.35)
     assert verdict is weak
+
+
+def test_a_unit_longer_than_the_limit_keeps_limit_over_its_lines_of_its_weight():
+    assert ranking.long_unit_shares({1: 10, 2: 30, 3: 90}, 30) == {3: pytest.approx(1 / 3)}
+    assert ranking.long_unit_shares({3: 90}, 0) == {}
+
+
+@pytest.mark.parametrize("method", ["rrf", "score"])
+def test_shares_scale_a_hit_in_either_fusion(method):
+    lexical = [(1, 9.0), (2, 8.0), (3, 1.0)]
+    plain = dict(ranking.fuse([Weighted(lexical, 1.0)], method=method, rrf_k=30))
+    shared = dict(ranking.fuse([Weighted(lexical, 1.0, shares={1: 0.25})], method=method, rrf_k=30))
+
+    assert shared[1] == pytest.approx(plain[1] * 0.25)
+    assert shared[2] == pytest.approx(plain[2]) and shared[3] == pytest.approx(plain[3])
+
+
+def test_feedback_moves_the_query_towards_the_leaders_and_keeps_unit_length():
+    query = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    leaders = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+
+    moved = ranking.feedback_query(query, leaders, 0.5)
+
+    assert float(np.linalg.norm(moved)) == pytest.approx(1.0)
+    # query + 0.5 * mean(leaders) = (1, 0.25, 0.25), normalised
+    assert moved == pytest.approx(np.array([1.0, 0.25, 0.25]) / np.sqrt(1.125))
+    assert ranking.feedback_query(query, leaders, 0.0) == pytest.approx(query)

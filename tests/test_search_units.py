@@ -3,10 +3,12 @@ weak matches, and citations that open to exactly the cited lines."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from corpus import files
 from corpus.config import build_config
+from corpus.embedding import from_bytes
 from corpus.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
@@ -200,3 +202,51 @@ def test_every_unit_opens_to_exactly_its_cited_lines(indexed):
         opened = files.open_file(engine, rel_path=rel, start_line=span.start, end_line=span.end)
         assert opened["content"] == chunk.text
         assert chunk.context.split("\n")[0] == rel
+
+
+def test_a_long_block_matching_the_words_ranks_below_a_short_unit_that_matches_them(corpus_dir, state):
+    """``search.code_lexical_lines``: the lexical half weighs a long unit by
+    its length, so a table that repeats the words does not bury the function."""
+    rows = "\n".join(f"    ('refund', 'ledger', {n}),  # refund ledger entry {n}" for n in range(60))
+    (corpus_dir / "tables.py").write_text(f"REFUNDS = [\n{rows}\n]\n")
+    (corpus_dir / "refunds.py").write_text(
+        "def post_refund(ledger, amount):\n    ledger.append(('refund', amount))\n    return ledger\n"
+    )
+    found = {}
+    for limit in (30, 0):
+        config = build_config(
+            {"embed": {"provider": "none"}, "search": {"code_lexical_lines": limit}}, {}, {}
+        )
+        index_directory(corpus_dir, state=state, config=config, embedder=None)
+        found[limit] = [
+            hit.rel_path for hit in Searcher(state, config, None).search("refund ledger", k=2).hits
+        ]
+
+    assert found[0] == ["tables.py", "refunds.py"]  # BM25 alone: the table says it 120 times
+    assert found[30] == ["refunds.py", "tables.py"]
+
+
+def test_feedback_searches_again_from_the_query_moved_towards_the_first_leader(indexed, embedder):
+    """``search.feedback_units``: the dense index is searched a second time
+    with ``query + w * leader`` (unit length), the leader being the first
+    fusion's best unit. Checked against an exact search over the stored vectors."""
+    searcher, _ = indexed
+    question = "zqxv wvyq"  # no word of the corpus: the ranking is the dense one alone
+    one_round = build_config({"embed": {"provider": "local"}, "search": {"feedback_units": 0}}, {}, {})
+    two_rounds = build_config(
+        {"embed": {"provider": "local"}, "search": {"feedback_units": 1, "feedback_weight": 4.0}}, {}, {}
+    )
+    first = Searcher(searcher.state, one_round, embedder).search(question, k=50, index="code")
+    again = Searcher(searcher.state, two_rounds, embedder).search(question, k=50, index="code")
+
+    stored = {
+        c.chunk_id: from_bytes(c.embedding)
+        for c in Chunk.objects.filter(deleted=False, index_kind="code").exclude(embedding=None)
+    }
+    query = embedder.embed_query(question, kind="code")
+    moved = query + 4.0 * stored[first.hits[0].chunk_id]
+    moved /= np.linalg.norm(moved)
+    expected = sorted(stored, key=lambda cid: -float(stored[cid] @ moved))
+
+    assert [hit.chunk_id for hit in again.hits] == expected[: len(again.hits)]
+    assert [hit.chunk_id for hit in again.hits] != [hit.chunk_id for hit in first.hits]
