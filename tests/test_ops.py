@@ -13,13 +13,20 @@ from django.test import AsyncClient
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
+from corpus import observe
 from corpus.config import build_config
 from corpus.models import Setting
+from corpus.providers.annotate import annotate
 from corpus.providers.http import HttpOptions, ProviderClient, ProviderError
+from corpus.providers.ocr import MistralOcr
+from corpus.providers.stt import ElevenLabsStt, MistralStt
+from corpus.providers.tts import speak
 from corpus.state import INDEX_FORMAT_VERSION, StateDir
 from dir2mcp_site.ops import metrics
 from mcp_gateway import context
 from tests.factories import ChunkFactory, DocumentFactory
+from tests.fakes.elevenlabs import FakeElevenLabs
+from tests.fakes.media import make_png, make_wav
 
 pytestmark = pytest.mark.django_db
 
@@ -41,6 +48,11 @@ def sample(families: dict, name: str, **labels: str) -> float | None:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 return s.value
     return None
+
+
+def delta(before: dict, after: dict, name: str, **labels: str) -> float:
+    """How much the sample ``name`` with these labels grew between two scrapes."""
+    return (sample(after, name, **labels) or 0) - (sample(before, name, **labels) or 0)
 
 
 # -- /healthz -----------------------------------------------------------------
@@ -85,15 +97,15 @@ def test_metrics_count_site_requests_tool_calls_and_payments(client):
     metrics.observe_request("POST", 200)
     after = scrape(client)
 
-    def delta(name, **labels):
-        return (sample(after, name, **labels) or 0) - (sample(before, name, **labels) or 0)
+    def grew(name, **labels):
+        return delta(before, after, name, **labels)
 
-    assert delta("dir2mcp_http_requests_total", endpoint="site", method="GET", status="200") >= 2
-    assert delta("dir2mcp_http_requests_total", endpoint="mcp", method="POST", status="200") == 1
-    assert delta("dir2mcp_tool_calls_total", tool="dir2mcp.search", outcome="error") == 1
-    assert delta("dir2mcp_tool_call_seconds_bucket", tool="dir2mcp.search", le="0.25") == 1
-    assert delta("dir2mcp_tool_call_seconds_count", tool="dir2mcp.search") == 2
-    assert delta("dir2mcp_payments_total", outcome="settled") == 1
+    assert grew("dir2mcp_http_requests_total", endpoint="site", method="GET", status="200") >= 2
+    assert grew("dir2mcp_http_requests_total", endpoint="mcp", method="POST", status="200") == 1
+    assert grew("dir2mcp_tool_calls_total", tool="dir2mcp.search", outcome="error") == 1
+    assert grew("dir2mcp_tool_call_seconds_bucket", tool="dir2mcp.search", le="0.25") == 1
+    assert grew("dir2mcp_tool_call_seconds_count", tool="dir2mcp.search") == 2
+    assert grew("dir2mcp_payments_total", outcome="settled") == 1
 
 
 def test_metrics_count_provider_calls_and_errors(client, fake_mistral):
@@ -113,13 +125,78 @@ def test_metrics_count_provider_calls_and_errors(client, fake_mistral):
     provider.close()
     after = scrape(client)
 
-    def delta(outcome):
+    def grew(outcome):
         labels = {"provider": "Mistral", "operation": "/v1/embeddings", "outcome": outcome}
-        return (sample(after, "dir2mcp_provider_calls_total", **labels) or 0) - (
-            sample(before, "dir2mcp_provider_calls_total", **labels) or 0
-        )
+        return delta(before, after, "dir2mcp_provider_calls_total", **labels)
 
-    assert (delta("ok"), delta("http_503")) == (1, 2)
+    assert (grew("ok"), grew("http_503")) == (1, 2)
+
+
+@pytest.fixture
+def elevenlabs():
+    server = FakeElevenLabs().start()
+    yield server
+    server.close()
+
+
+def _ocr(config, fake) -> None:
+    ocr = MistralOcr(config, api_key=fake.api_key, cache_dir=None)
+    try:
+        ocr.image(make_png("the ferry timetable"), "image/png")
+    finally:
+        ocr.close()
+
+
+def _transcribe(stt_class):
+    def run(config, fake) -> None:
+        stt = stt_class(config, api_key=fake.api_key, cache_dir=None)
+        try:
+            stt.transcribe("talk.wav", make_wav([(0.0, 4.0, "The ferry leaves at noon.")]))
+        finally:
+            stt.close()
+
+    return run
+
+
+def _speak(config, fake) -> None:
+    speak(config, api_key=fake.api_key, text="The ferry leaves at noon.", voice_id="harbour1")
+
+
+def _annotate(config, fake) -> None:
+    schema = {"type": "object", "properties": {"vendor": {"type": "string"}}, "required": ["vendor"]}
+    annotate(config, api_key=fake.api_key, text="Invoice from Okapi.", schema=schema, cache_dir=None)
+
+
+#: id: (the call, the fake it goes to, the provider and operation labels it is counted under)
+MEDIA_CALLS = {
+    "ocr": (_ocr, "mistral", "Mistral OCR", "/v1/ocr"),
+    "mistral-stt": (_transcribe(MistralStt), "mistral", "Mistral transcription", "/v1/audio/transcriptions"),
+    "elevenlabs-stt": (_transcribe(ElevenLabsStt), "elevenlabs", "ElevenLabs", "/v1/speech-to-text"),
+    "tts": (_speak, "elevenlabs", "ElevenLabs", "/v1/text-to-speech/{voice_id}"),
+    "annotate": (_annotate, "mistral", "Mistral annotations", "/v1/chat/completions"),
+}
+
+
+@pytest.mark.parametrize("call, fake, provider, operation", list(MEDIA_CALLS.values()), ids=list(MEDIA_CALLS))
+def test_metrics_count_media_provider_calls_by_status(
+    client, fake_mistral, elevenlabs, call, fake, provider, operation
+):
+    """OCR, speech and annotation calls go through the same client and metric
+    as embeddings: the refused attempt and the retry that succeeded both show."""
+    config = build_config(
+        {"mistral": {"base_url": fake_mistral.url}, "elevenlabs": {"base_url": elevenlabs.url}}, {}, {}
+    )
+    server = {"mistral": fake_mistral, "elevenlabs": elevenlabs}[fake]
+    server.fail_next(503, retry_after="0")
+    before = scrape(client)
+
+    call(config, server)
+
+    after = scrape(client)
+    labels = {"provider": provider, "operation": operation}
+    outcomes = ("http_503", "ok")
+    grown = [delta(before, after, "dir2mcp_provider_calls_total", **labels, outcome=o) for o in outcomes]
+    assert grown == [1, 1]
 
 
 def test_a_failing_hook_never_breaks_the_caller(caplog):
@@ -129,9 +206,9 @@ def test_a_failing_hook_never_breaks_the_caller(caplog):
         metrics.observe_tool("dir2mcp.failing_hook", "not-a-number", False)  # the histogram refuses it
         return "the caller's result"
 
-    with caplog.at_level(logging.ERROR, logger=metrics.log.name):
+    with caplog.at_level(logging.ERROR, logger=observe.log.name):
         assert caller() == "the caller's result"
-    [record] = [r for r in caplog.records if r.name == metrics.log.name]
+    [record] = [r for r in caplog.records if r.name == observe.log.name]
     assert record.levelno == logging.ERROR and record.getMessage() == "metrics hook observe_tool failed"
     assert record.exc_info is not None and record.exc_info[0] is TypeError
 

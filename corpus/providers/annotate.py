@@ -42,9 +42,9 @@ def annotate(
             pass  # a damaged entry is not a hit
     # Bounded by ocr.concurrency, shared by every annotation call of the process.
     client = MediaClient(
-        config.mistral.base_url, api_key=api_key, prefix="MISTRAL", label="Mistral", auth_hint=AUTH_HINT,
-        options=HttpOptions(read_timeout=config.ocr.timeout_seconds), concurrency=config.ocr.concurrency,
-        limit_key="mistral/annotations",
+        config.mistral.base_url, api_key=api_key, prefix="MISTRAL", label="Mistral annotations",
+        auth_hint=AUTH_HINT, options=HttpOptions(read_timeout=config.ocr.timeout_seconds),
+        concurrency=config.ocr.concurrency, limit_key="mistral/annotations",
     )  # fmt: skip
     try:
         body = client.post_json(

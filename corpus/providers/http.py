@@ -1,5 +1,8 @@
-"""The one HTTP client every provider uses: timeouts, retries, error mapping.
+"""The one HTTP client every provider uses: timeouts, retries, error mapping, metrics.
 
+JSON calls, multipart uploads (speech-to-text) and binary answers (speech)
+all go through one retry loop, :meth:`ProviderClient._send`, which counts
+every attempt in ``dir2mcp_provider_calls`` (corpus/observe.py).
 Retries cover 429, 5xx and transport failures (connect errors, timeouts),
 with exponential backoff plus jitter, or the server's ``Retry-After`` (seconds
 or an HTTP date) when it sends one, capped at ``max_wait``. A final failure
@@ -33,7 +36,7 @@ from typing import Any
 import httpx
 
 from corpus import errors
-from dir2mcp_site.ops import metrics
+from corpus.observe import observe_provider_call
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +137,16 @@ def describe_error_body(body: Any) -> str:
     return str(body)
 
 
+def _outcome(response: httpx.Response) -> str:
+    return "ok" if response.is_success else f"http_{response.status_code}"
+
+
 def _attempts(count: int) -> str:
     return f"{count} attempt" if count == 1 else f"{count} attempts"
 
 
 class ProviderClient:
-    """POSTs JSON to one provider; see the module docstring for the policy."""
+    """POSTs JSON or multipart forms to one provider; see the module docstring for the policy."""
 
     def __init__(
         self,
@@ -178,37 +185,57 @@ class ProviderClient:
 
         ``options`` replaces the client's timeouts and retry policy for this
         call (e.g. :func:`query_options` on the search path)."""
-        url = self.base_url + path
+        return self._decode(path, self._send(path, options, json=body))
+
+    def post_form(self, path: str, data: dict[str, Any], files: dict[str, tuple[str, bytes, str]]) -> dict:
+        """POST multipart/form-data; list values become repeated fields (as the SDKs send them)."""
+        return self._decode(path, self._send(path, None, data=data, files=files))
+
+    def post_for_bytes(self, path: str, body: dict, *, operation: str | None = None) -> tuple[bytes, str]:
+        """POST JSON and return the raw body with its content type (audio answers).
+
+        ``operation`` names the call in the metrics when ``path`` carries
+        per-call parts (an id, a query string)."""
+        response = self._send(path, None, operation=operation, json=body, headers={"Accept": "*/*"})
+        return response.content, response.headers.get("Content-Type", "application/octet-stream")
+
+    def _send(
+        self, path: str, options: HttpOptions | None, *, operation: str | None = None, **request: Any
+    ) -> httpx.Response:
+        """The one retry loop: ``request`` holds httpx's body arguments (json, data, files, headers)."""
         opts = options or self.options
-        timeout = (
-            httpx.USE_CLIENT_DEFAULT
-            if options is None
-            else httpx.Timeout(opts.read_timeout, connect=opts.connect_timeout)
-        )
-        attempts = max(1, opts.max_attempts)
-        for attempt in range(1, attempts + 1):
-            last = attempt == attempts
-            try:
-                response = self._http.post(url, json=body, timeout=timeout)
-            except httpx.TransportError as exc:
-                metrics.observe_provider_call(self.label, path, "transport")
-                failure = self._transport_failure(path, exc)
-                if last or (isinstance(exc, httpx.TimeoutException) and not opts.retry_timeouts):
-                    raise failure from None
-                self._wait(path, attempt, None, failure.message, opts)
-                continue
-            outcome = "ok" if response.is_success else f"http_{response.status_code}"
-            metrics.observe_provider_call(self.label, path, outcome)
-            if response.status_code in RETRY_STATUSES and not last:
-                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-                too_long = opts.max_retry_after is not None and (retry_after or 0.0) > opts.max_retry_after
-                if not too_long:
-                    self._wait(path, attempt, retry_after, f"HTTP {response.status_code}", opts)
-                    continue
-            if response.is_success:
-                return self._decode(path, response)
-            raise self._status_failure(path, response, attempt)
+        if options is not None:
+            request["timeout"] = httpx.Timeout(opts.read_timeout, connect=opts.connect_timeout)
+        for attempt in range(1, max(1, opts.max_attempts) + 1):
+            response = self._attempt(path, operation or path, attempt, opts, request)
+            if response is not None:
+                return response
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(
+        self, path: str, operation: str, attempt: int, opts: HttpOptions, request: dict[str, Any]
+    ) -> httpx.Response | None:
+        """One try: a successful response, ``None`` once the wait before the next
+        try is over, or a raised :class:`ProviderError` when there is none."""
+        last = attempt >= opts.max_attempts
+        try:
+            response = self._http.post(self.base_url + path, **request)
+        except httpx.TransportError as exc:
+            observe_provider_call(self.label, operation, "transport")
+            failure = self._transport_failure(path, exc)
+            if last or (isinstance(exc, httpx.TimeoutException) and not opts.retry_timeouts):
+                raise failure from None
+            self._wait(path, attempt, None, failure.message, opts)
+            return None
+        observe_provider_call(self.label, operation, _outcome(response))
+        if response.is_success:
+            return response
+        retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+        too_long = opts.max_retry_after is not None and (retry_after or 0.0) > opts.max_retry_after
+        if response.status_code in RETRY_STATUSES and not last and not too_long:
+            self._wait(path, attempt, retry_after, f"HTTP {response.status_code}", opts)
+            return None
+        raise self._status_failure(path, response, attempt)
 
     def fail(self, message: str, *, status: int | None = None, retryable: bool = False) -> ProviderError:
         """A ``<PREFIX>_FAILED`` error; by default for a response the provider got wrong."""
@@ -218,9 +245,8 @@ class ProviderClient:
         return text.replace(self._api_key, "[redacted]") if self._api_key else text
 
     def _wait(
-        self, path: str, attempt: int, retry_after: float | None, reason: str, opts: HttpOptions | None = None
+        self, path: str, attempt: int, retry_after: float | None, reason: str, opts: HttpOptions
     ) -> None:
-        opts = opts or self.options
         if retry_after is None:
             base = min(opts.backoff_max, opts.backoff_initial * 2 ** (attempt - 1))
             delay = base + random.uniform(0, base / 2)

@@ -1,9 +1,9 @@
-"""Provider calls beyond JSON-in/JSON-out: multipart uploads, audio answers, concurrency.
+"""Bounded concurrency for OCR, speech and annotation calls.
 
-:class:`MediaClient` extends the shared :class:`ProviderClient` (same
-timeouts, backoff honouring ``Retry-After``, error mapping and key scrubbing)
-with multipart form posts and binary responses, and bounds how many calls
-run at once across threads.
+:class:`MediaClient` is the shared :class:`ProviderClient` (same send loop,
+timeouts, backoff honouring ``Retry-After``, error mapping, key scrubbing and
+metrics) with the key in a header of the provider's choosing and a bound on
+how many calls run at once across threads.
 
 The bound is per provider and per process: clients built with the same
 ``limit_key`` (every OCR client, every Mistral transcription client, every
@@ -15,12 +15,11 @@ clients they build.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from corpus.providers.http import RETRY_STATUSES, HttpOptions, ProviderClient, retry_after_seconds
+from corpus.providers.http import HttpOptions, ProviderClient
 
 
 class Limiter:
@@ -94,39 +93,8 @@ class MediaClient(ProviderClient):
             self._http.headers[auth_header] = api_key
         self._slots = shared_limiter(limit_key, concurrency) if limit_key else Limiter(concurrency)
 
-    def post_json(self, path: str, body: dict) -> dict:
+    def _send(self, path: str, options: HttpOptions | None, **kwargs: Any) -> httpx.Response:
+        # The slot is held across the retries' waits too: a retry does not
+        # jump the queue of calls already waiting for one.
         with self._slots:
-            return super().post_json(path, body)
-
-    def post_form(self, path: str, data: dict[str, Any], files: dict[str, tuple[str, bytes, str]]) -> dict:
-        """POST multipart/form-data; list values become repeated fields (as the SDKs send them)."""
-        response = self._send(path, lambda url: self._http.post(url, data=data, files=files))
-        return self._decode(path, response)
-
-    def post_for_bytes(self, path: str, body: dict) -> tuple[bytes, str]:
-        """POST JSON and return the raw body with its content type (audio answers)."""
-        response = self._send(path, lambda url: self._http.post(url, json=body, headers={"Accept": "*/*"}))
-        return response.content, response.headers.get("Content-Type", "application/octet-stream")
-
-    def _send(self, path: str, call: Callable[[str], httpx.Response]) -> httpx.Response:
-        url = self.base_url + path
-        attempts = max(1, self.options.max_attempts)
-        with self._slots:
-            for attempt in range(1, attempts + 1):
-                last = attempt == attempts
-                try:
-                    response = call(url)
-                except httpx.TransportError as exc:
-                    failure = self._transport_failure(path, exc)
-                    if last:
-                        raise failure from None
-                    self._wait(path, attempt, None, failure.message)
-                    continue
-                if response.status_code in RETRY_STATUSES and not last:
-                    after = retry_after_seconds(response.headers.get("Retry-After"))
-                    self._wait(path, attempt, after, f"HTTP {response.status_code}")
-                    continue
-                if response.is_success:
-                    return response
-                raise self._status_failure(path, response, attempts)
-        raise AssertionError("unreachable")  # pragma: no cover
+            return super()._send(path, options, **kwargs)

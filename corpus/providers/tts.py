@@ -34,7 +34,9 @@ def speak(
     )  # fmt: skip
     try:
         audio, _ = client.post_for_bytes(
-            f"/v1/text-to-speech/{voice}?output_format={output}", {"text": text, "model_id": cfg.tts_model}
+            f"/v1/text-to-speech/{voice}?output_format={output}",
+            {"text": text, "model_id": cfg.tts_model},
+            operation="/v1/text-to-speech/{voice_id}",  # one metric series, whatever the voice
         )
     finally:
         client.close()

@@ -1,7 +1,9 @@
-"""Prometheus metrics: the metric objects and the hooks that feed them.
+"""Prometheus metrics: the exposition, the site's metric objects and their hooks.
 
-Hooks (``observe_*``) are cheap and never raise, so the transport, the
-provider client and the payment gate can call them on every request.
+Hooks (``observe_*``) are cheap and never raise, so the transport and the
+payment gate can call them on every request. The provider client's hook
+lives below ``corpus`` in :mod:`corpus.observe`; its counter is in the same
+registry, so the exposition here includes it.
 Indexing figures are not counted by hooks: :class:`IndexCollector` reads
 them from the database at scrape time, so they agree across processes.
 
@@ -12,7 +14,6 @@ and :func:`exposition` merges every process's (docs/deploy.md).
 
 from __future__ import annotations
 
-import logging
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -20,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import REGISTRY
 
-log = logging.getLogger(__name__)
+from corpus.observe import never_raises
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 #: anything else a client sends is counted as OTHER, so labels stay few
@@ -40,36 +41,19 @@ TOOL_SECONDS = Histogram(
     ["tool"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
-PROVIDER_CALLS = Counter(
-    "dir2mcp_provider_calls",
-    "Provider HTTP attempts by provider, operation and outcome: ok, http_<status>, transport.",
-    ["provider", "operation", "outcome"],
-)
 PAYMENTS = Counter(
     "dir2mcp_payments", "x402 payment outcomes (verified, settled, rejected, ...).", ["outcome"]
 )
 
 
-def _safe(fn):
-    def wrapper(*args, **kwargs) -> None:
-        try:
-            fn(*args, **kwargs)
-        except Exception:  # metrics must never break the call they observe
-            log.exception("metrics hook %s failed", fn.__name__)
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
-
-
-@_safe
+@never_raises
 def observe_request(method: str, status: int | str, *, endpoint: str = "mcp") -> None:
     """One HTTP request answered (``method`` is the HTTP method)."""
     method = method.upper()
     HTTP_REQUESTS.labels(endpoint, method if method in METHODS else "OTHER", str(status)).inc()
 
 
-@_safe
+@never_raises
 def observe_tool(name: str, seconds: float, is_error: bool) -> None:
     """One ``tools/call`` finished after ``seconds`` (the histogram first: a bad
     value then counts nowhere rather than in one metric and not the other)."""
@@ -77,13 +61,7 @@ def observe_tool(name: str, seconds: float, is_error: bool) -> None:
     TOOL_CALLS.labels(name, "error" if is_error else "ok").inc()
 
 
-@_safe
-def observe_provider_call(provider: str, operation: str, outcome: str) -> None:
-    """One HTTP attempt to a provider: ``ok``, ``http_<status>`` or ``transport``."""
-    PROVIDER_CALLS.labels(provider, operation, outcome).inc()
-
-
-@_safe
+@never_raises
 def observe_payment(outcome: str) -> None:
     """One payment decision or settlement result."""
     PAYMENTS.labels(outcome).inc()
