@@ -1,4 +1,5 @@
-"""Shared fixtures: a temporary corpus directory and an isolated state dir."""
+"""Shared fixtures: a temporary corpus directory, an isolated state dir,
+and indexing that corpus in-process."""
 
 from __future__ import annotations
 
@@ -15,18 +16,54 @@ def corpus_dir(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def state(tmp_path: Path):
-    """An empty state directory; its dense store is dropped from the
-    process's cache afterwards, so the next test's loads afresh."""
+def _state_at(path: Path):
     # the models behind corpus.embedding load once pytest-django has set Django up
     from corpus import embedding
     from corpus.state import StateDir
 
-    state = StateDir(tmp_path / "state")
+    state = StateDir(path)
     state.ensure()
     yield state
     embedding._STORES.pop(state.path, None)
+
+
+@pytest.fixture
+def state(tmp_path: Path):
+    """An empty state directory outside the corpus (as ``--state-dir`` gives);
+    its dense store is dropped from the process's cache afterwards, so the
+    next test's loads afresh."""
+    yield from _state_at(tmp_path / "state")
+
+
+@pytest.fixture
+def root_state(corpus_dir: Path):
+    """An empty state directory where `up` keeps it by default: ``<corpus_dir>/.dir2mcp``."""
+    yield from _state_at(corpus_dir / ".dir2mcp")
+
+
+@pytest.fixture
+def index(corpus_dir: Path, state):
+    """Write files under the corpus root, then index it in-process into
+    ``state``: ``index({"a.py": "...", "gone.md": None})`` (None deletes).
+    Default config unless ``config=`` is given; returns the job's counters."""
+    from corpus.config import build_config
+    from corpus.indexing import index_directory
+
+    def run(files: dict[str, str | bytes | None] | None = None, *, config=None, mode: str = "incremental"):
+        for rel, data in (files or {}).items():
+            path = corpus_dir / rel
+            if data is None:
+                path.unlink()
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(data, bytes):
+                path.write_bytes(data)
+            else:
+                path.write_text(data, encoding="utf-8")
+        config = config if config is not None else build_config({}, {}, {})
+        return index_directory(corpus_dir, state=state, config=config, mode=mode)
+
+    return run
 
 
 PG_SERVER = "postgres://postgres@127.0.0.1:5432"

@@ -16,7 +16,6 @@ from corpus.config import build_config
 from corpus.indexing import index_directory
 from corpus.models import Representation
 from corpus.providers.annotate import flatten
-from corpus.state import StateDir
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
 from tests.fakes.elevenlabs import FakeElevenLabs
@@ -35,10 +34,8 @@ EXTRACTED = {"vendor": "Okapi Logistics", "total": "1,250 EUR", "lines": [{"sku"
 
 
 @pytest.fixture
-def ctx(corpus_dir: Path, tmp_path: Path, fake_mistral, monkeypatch) -> Context:
+def ctx(corpus_dir: Path, state, fake_mistral, monkeypatch) -> Context:
     monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
-    state = StateDir(tmp_path / "state")
-    state.ensure()
     config = build_config({"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "none"}}, {}, {})
     (corpus_dir / "invoice.txt").write_text(INVOICE)
     (corpus_dir / "talk.wav").write_bytes(

@@ -9,7 +9,6 @@ from jsonschema import Draft202012Validator
 
 from corpus.config import build_config
 from corpus.indexing import index_directory
-from corpus.state import StateDir
 from mcp_gateway import context, dispatch, schemas, tools
 from mcp_gateway.transport import shape_message
 
@@ -17,21 +16,16 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ctx(corpus_dir, tmp_path):
+def ctx(corpus_dir, state):
     (corpus_dir / "src").mkdir()
     (corpus_dir / "src" / "loader.py").write_text(
         "def parse_config_file(path):\n    return open(path).read()\n"
     )
     (corpus_dir / "README.md").write_text("# Loader\n\nThe loader reads configuration files.\n")
-    state = StateDir(tmp_path / "state")
-    state.ensure()
     config = build_config({"embed": {"provider": "none"}, "chat": {"provider": "none"}}, {}, {})
     index_directory(corpus_dir, state=state, config=config)
     built = context.build(root=corpus_dir, state=state, config=config, auth_spec="none")
-    yield built
-    from corpus import embedding
-
-    embedding._STORES.pop(state.path, None)
+    return built
 
 
 def request(method, params=None, msg_id=1):

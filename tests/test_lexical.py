@@ -8,7 +8,6 @@ import itertools
 import random
 import struct
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from django.apps import apps
@@ -16,40 +15,13 @@ from django.db import connection
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus.config import build_config
 from corpus.index import lexical
-from corpus.indexing import index_directory
 from corpus.models import Chunk
-from corpus.state import StateDir
 from corpus.store import wipe_index
 
 pytestmark = pytest.mark.django_db
 
 PREFIX_FILTER = "d.rel_path LIKE %s ESCAPE '\\'"
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    state.ensure()
-    return state
-
-
-@pytest.fixture
-def index(corpus_dir: Path, state: StateDir):
-    """Write files under the corpus root and index it: ``index({"a.py": "..."})``."""
-
-    def run(files: dict[str, str | None] | None = None):
-        for rel, text in (files or {}).items():
-            path = corpus_dir / rel
-            if text is None:
-                path.unlink()
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-        return index_directory(corpus_dir, state=state, config=build_config({}, {}, {}))
-
-    return run
 
 
 def paths(hits: list[tuple[int, float]]) -> list[str]:

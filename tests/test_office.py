@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import docx
 import openpyxl
@@ -15,12 +14,10 @@ from pptx.util import Inches
 from corpus import errors
 from corpus.config import build_config
 from corpus.files import open_file
-from corpus.indexing import index_directory
 from corpus.ingest.extract import extract
 from corpus.models import Chunk, Document
 from corpus.retrieval import Searcher
 from corpus.security import ExclusionEngine
-from corpus.state import StateDir
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
 
@@ -63,17 +60,6 @@ def make_xlsx(sheets: dict[str, list[list[object]]]) -> bytes:
     out = io.BytesIO()
     workbook.save(out)
     return out.getvalue()
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    state.ensure()
-    return state
-
-
-def index(root: Path, state: StateDir):
-    return index_directory(root, state=state, config=build_config({}, {}, {}))
 
 
 def spans_of(rel_path: str) -> list[tuple[str, int, int, dict | None]]:
@@ -134,12 +120,12 @@ def test_unreadable_or_unsupported_office_files_get_a_clear_code(name: str, data
     assert name in caught.value.message
 
 
-def test_indexed_slides_and_sheets_carry_page_spans_with_a_human_pointer(corpus_dir, state) -> None:
+def test_indexed_slides_and_sheets_carry_page_spans_with_a_human_pointer(corpus_dir, state, index) -> None:
     (corpus_dir / "deck.pptx").write_bytes(make_pptx([("Intro", "welcome"), ("Plan", "the axolotl plan")]))
     (corpus_dir / "book.xlsx").write_bytes(make_xlsx({"Q1": [["a", 1]], "Q2": [["wombat", 2]]}))
     (corpus_dir / "memo.docx").write_bytes(make_docx())
 
-    counters = index(corpus_dir, state)
+    counters = index()
 
     assert counters.indexed == 3
     assert spans_of("deck.pptx") == [
@@ -160,26 +146,26 @@ def test_indexed_slides_and_sheets_carry_page_spans_with_a_human_pointer(corpus_
     assert hit.snippet.startswith("[slide 2]")
 
 
-def test_office_files_skipped_by_an_older_version_are_read_on_the_next_run(corpus_dir, state) -> None:
+def test_office_files_skipped_by_an_older_version_are_read_on_the_next_run(corpus_dir, index) -> None:
     (corpus_dir / "memo.docx").write_bytes(make_docx())
-    index(corpus_dir, state)
+    index()
     Document.objects.filter(rel_path="memo.docx").update(
         status="skipped",
         error="DOC_TYPE_UNSUPPORTED: Office documents are not indexed yet",
         policy_hash="old",
     )
 
-    index(corpus_dir, state)
+    index()
 
     assert Document.objects.get(rel_path="memo.docx").status == "ok"
 
 
-def test_every_chunk_of_a_long_sheet_is_labelled_in_hits_and_citations(corpus_dir, state) -> None:
+def test_every_chunk_of_a_long_sheet_is_labelled_in_hits_and_citations(corpus_dir, state, index) -> None:
     rows = [[f"row {i}", "filler text that makes this sheet far longer than one chunk"] for i in range(200)]
     rows.append(["the last row names the quokka ledger", 3])
     (corpus_dir / "book.xlsx").write_bytes(make_xlsx({"Intro": [["hello", 1]], "Q2": rows}))
     config = build_config({"embed": {"provider": "none"}}, {}, {})
-    index_directory(corpus_dir, state=state, config=config)
+    index(config=config)
     labels = [extra["label"] for kind, _, _, extra in spans_of("book.xlsx")]
     assert len(labels) > 3 and labels[0] == "sheet 'Intro'" and set(labels[1:]) == {"sheet 'Q2'"}
     ctx = Context(root=corpus_dir, state=state, config=config, auth=AuthSetup(token=None, source="none"))
@@ -201,7 +187,7 @@ def test_every_chunk_of_a_long_sheet_is_labelled_in_hits_and_citations(corpus_di
     for name, result in (("dir2mcp.search", found), ("dir2mcp.ask", asked)):
         Draft202012Validator(tools.REGISTRY[name].output_schema).validate(result["structuredContent"])
     (corpus_dir / "notes.md").write_text("# Notes\n\nthe quokka ledger is elsewhere too\n")
-    index_directory(corpus_dir, state=state, config=config)
+    index(config=config)
     plain = Searcher(state, config, None).search("quokka ledger elsewhere", k=5).hits
     assert [h.label for h in plain if h.rel_path == "notes.md"] == [None]
     assert "label" not in next(h for h in plain if h.rel_path == "notes.md").as_dict()

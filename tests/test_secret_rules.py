@@ -22,10 +22,8 @@ import pytest
 
 from corpus import errors, files
 from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, build_config
-from corpus.indexing import index_directory
 from corpus.models import Chunk, Document, Representation
 from corpus.security import ExclusionEngine, ExclusionPolicy
-from corpus.state import StateDir
 
 pytestmark = pytest.mark.django_db
 
@@ -179,34 +177,24 @@ def _tar_gz(members: dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
-def write(root: Path, rel: str, data: str | bytes) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-
-
 @pytest.fixture
-def indexed(tmp_path: Path, corpus_dir: Path, monkeypatch):
+def indexed(corpus_dir: Path, state, index, monkeypatch):
     """The whole positive corpus and the look-alikes, indexed once."""
     monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    files: dict[str, str | bytes] = {}
     for name, (filename, text, _) in CONTENT_SECRETS.items():
         folder, _, base = filename.rpartition("/")
         # each kind in its own folder, so two kinds never share a file
-        rel = f"{name}/{base}" if folder else filename
-        write(corpus_dir, rel, text)
+        files[f"{name}/{base}" if folder else filename] = text
     for rel in EXCLUDED_NAMES:
-        write(corpus_dir, rel, f"VALUE={NAME_SECRET}\n")
-    for rel, text in HARMLESS.items():
-        write(corpus_dir, rel, text)
+        files[rel] = f"VALUE={NAME_SECRET}\n"
+    files.update(HARMLESS)
     members = _archive_members()
-    write(corpus_dir, "bundles/all.zip", _zip(members))
-    write(corpus_dir, "bundles/all.tar.gz", _tar_gz(members))
-    write(corpus_dir, "bundles/nested.zip", _zip({"inner.zip": _zip(members)}))
-    state = StateDir(tmp_path / "state")
-    state.ensure()
-    config = build_config({}, {}, {})
-    index_directory(corpus_dir, state=state, config=config)
-    return ExclusionEngine.from_config(corpus_dir, config, state_dir=state.path)
+    files["bundles/all.zip"] = _zip(members)
+    files["bundles/all.tar.gz"] = _tar_gz(members)
+    files["bundles/nested.zip"] = _zip({"inner.zip": _zip(members)})
+    index(files)
+    return ExclusionEngine.from_config(corpus_dir, build_config({}, {}, {}), state_dir=state.path)
 
 
 def content_paths() -> list[tuple[str, str]]:

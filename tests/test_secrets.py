@@ -30,7 +30,6 @@ from corpus.secrets import (
     store_secret,
     write_snapshot,
 )
-from corpus.state import StateDir
 
 KEYRING_FILE_ENV = "DIR2MCP_TEST_KEYRING_FILE"
 SECRET = "sk-test-5f2c9a1e0b7d4c3a"
@@ -121,13 +120,6 @@ def root(corpus_dir: Path) -> Path:
     return corpus_dir
 
 
-@pytest.fixture
-def state(root: Path) -> StateDir:
-    state = StateDir(root / ".dir2mcp")
-    state.path.mkdir()
-    return state
-
-
 def config_for(file_data: dict | None = None, environ: dict | None = None):
     return build_config(file_data or {}, env_overrides(environ or {}), {})
 
@@ -156,7 +148,7 @@ ALL_SOURCES = {"env", "keychain", "dotenv", "session"}
     ],
 )  # fmt: skip
 def test_sources_are_consulted_in_spec_order(
-    present, expected_source, expected_detail, keychain, root, state
+    present, expected_source, expected_detail, keychain, root, root_state
 ):
     config = config_for()
     environ = {"MISTRAL_API_KEY": "from-env"} if "env" in present else {}
@@ -166,42 +158,44 @@ def test_sources_are_consulted_in_spec_order(
         write_private(root / ".dir2mcp/secret.env", "MISTRAL_API_KEY=from-file\n")
     session = {"mistral_api_key": "from-session"} if "session" in present else None
 
-    secret = resolve_secret("mistral_api_key", config, state, session=session, environ=environ, root=root)
+    secret = resolve_secret(
+        "mistral_api_key", config, root_state, session=session, environ=environ, root=root
+    )
 
     assert (secret.source, secret.detail) == (expected_source, expected_detail.format(root=root))
     assert secret.value == (None if expected_source == "unset" else f"from-{expected_source}")
 
 
-def test_config_reference_names_the_variable_to_read(state):
+def test_config_reference_names_the_variable_to_read(root_state):
     config = config_for({"mistral": {"api_key": "${WORK_MISTRAL_KEY}"}})
     environ = {"WORK_MISTRAL_KEY": "work", "MISTRAL_API_KEY": "home"}
 
-    secret = resolve_secret("mistral_api_key", config, state, environ=environ)
+    secret = resolve_secret("mistral_api_key", config, root_state, environ=environ)
 
     assert (secret.source, secret.detail, secret.value) == ("env", "WORK_MISTRAL_KEY", "work")
 
 
-def test_unset_reference_falls_back_to_the_well_known_variable(state):
+def test_unset_reference_falls_back_to_the_well_known_variable(root_state):
     config = config_for({"mistral": {"api_key": "${WORK_MISTRAL_KEY}"}})
 
-    secret = resolve_secret("mistral_api_key", config, state, environ={"MISTRAL_API_KEY": "home"})
+    secret = resolve_secret("mistral_api_key", config, root_state, environ={"MISTRAL_API_KEY": "home"})
 
     assert (secret.detail, secret.value) == ("MISTRAL_API_KEY", "home")
 
 
-def test_literal_in_the_config_file_is_a_file_source(no_keychain, state):
+def test_literal_in_the_config_file_is_a_file_source(no_keychain, root_state):
     config = config_for({"stt": {"elevenlabs": {"api_key": "el-literal"}}})
 
-    secret = resolve_secret("elevenlabs_api_key", config, state, environ={})
+    secret = resolve_secret("elevenlabs_api_key", config, root_state, environ={})
 
     assert (secret.source, secret.detail, secret.value) == ("file", "config", "el-literal")
 
 
-def test_literal_from_a_dir2mcp_env_override_is_an_env_source(no_keychain, state):
+def test_literal_from_a_dir2mcp_env_override_is_an_env_source(no_keychain, root_state):
     environ = {"DIR2MCP_MISTRAL__API_KEY": "literal-from-env"}
     config = config_for(environ=environ)
 
-    secret = resolve_secret("mistral_api_key", config, state, environ=environ)
+    secret = resolve_secret("mistral_api_key", config, root_state, environ=environ)
 
     assert (secret.source, secret.detail) == ("env", "DIR2MCP_MISTRAL__API_KEY")
 
@@ -219,31 +213,33 @@ def test_literal_from_a_dir2mcp_env_override_is_an_env_source(no_keychain, state
         pytest.param("env", "unset", id="env-skips-every-store"),
     ],
 )
-def test_provider_restricts_the_stores_consulted(provider, expected_source, keychain, root, state):
+def test_provider_restricts_the_stores_consulted(provider, expected_source, keychain, root, root_state):
     config = config_for({"secrets": {"provider": provider}})
     keychain.set_password("dir2mcp", "default/mistral_api_key", "k")
     write_private(root / ".dir2mcp/secret.env", "MISTRAL_API_KEY=f\n")
 
-    secret = resolve_secret("mistral_api_key", config, state, session={"mistral_api_key": "s"}, environ={})
+    secret = resolve_secret(
+        "mistral_api_key", config, root_state, session={"mistral_api_key": "s"}, environ={}
+    )
 
     assert secret.source == expected_source
 
 
 @pytest.mark.parametrize("provider", ["auto", "keychain", "file", "session", "env"])
-def test_explicit_env_var_is_honoured_under_every_provider(provider, keychain, state):
+def test_explicit_env_var_is_honoured_under_every_provider(provider, keychain, root_state):
     config = config_for({"secrets": {"provider": provider}})
     keychain.set_password("dir2mcp", "default/mistral_api_key", "k")
 
-    secret = resolve_secret("mistral_api_key", config, state, environ={"MISTRAL_API_KEY": "e"})
+    secret = resolve_secret("mistral_api_key", config, root_state, environ={"MISTRAL_API_KEY": "e"})
 
     assert (secret.source, secret.value) == ("env", "e")
 
 
-def test_keychain_entry_uses_configured_service_and_account(keychain, state):
+def test_keychain_entry_uses_configured_service_and_account(keychain, root_state):
     config = config_for({"secrets": {"keychain": {"service": "acme", "account": "ci"}}})
     keychain.set_password("acme", "ci/elevenlabs_api_key", "el")
 
-    secret = resolve_secret("elevenlabs_api_key", config, state, environ={})
+    secret = resolve_secret("elevenlabs_api_key", config, root_state, environ={})
 
     assert (secret.source, secret.detail, secret.value) == ("keychain", "acme/ci/elevenlabs_api_key", "el")
 
@@ -251,33 +247,33 @@ def test_keychain_entry_uses_configured_service_and_account(keychain, state):
 # -- the bearer token ----------------------------------------------------------
 
 
-def test_auth_token_reads_the_variable_named_by_token_env(no_keychain, state):
+def test_auth_token_reads_the_variable_named_by_token_env(no_keychain, root_state):
     config = config_for({"security": {"auth": {"token_env": "MY_TOKEN"}}})
     environ = {"MY_TOKEN": "tok", "DIR2MCP_AUTH_TOKEN": "default-var"}
 
-    secret = resolve_secret("auth_token", config, state, environ=environ)
+    secret = resolve_secret("auth_token", config, root_state, environ=environ)
 
     assert (secret.source, secret.detail, secret.value) == ("env", "MY_TOKEN", "tok")
 
 
-def test_auth_token_file_is_relative_to_root_and_beats_state_token(no_keychain, root, state):
+def test_auth_token_file_is_relative_to_root_and_beats_state_token(no_keychain, root, root_state):
     write_private(root / "tokens/mcp.token", "from-token-file\n")
-    write_private(state.token_file, "from-state\n")
+    write_private(root_state.token_file, "from-state\n")
     config = config_for({"security": {"auth": {"mode": "file", "token_file": "tokens/mcp.token"}}})
 
-    secret = resolve_secret("auth_token", config, state, environ={}, root=root)
+    secret = resolve_secret("auth_token", config, root_state, environ={}, root=root)
 
     assert (secret.detail, secret.value) == (str(root / "tokens/mcp.token"), "from-token-file")
 
 
 @pytest.mark.parametrize("provider", ["env", "keychain", "auto"])
-def test_state_token_is_found_whatever_the_provider(provider, no_keychain, state):
-    write_private(state.token_file, "generated\n")
+def test_state_token_is_found_whatever_the_provider(provider, no_keychain, root_state):
+    write_private(root_state.token_file, "generated\n")
     config = config_for({"secrets": {"provider": provider}})
 
-    secret = resolve_secret("auth_token", config, state, environ={})
+    secret = resolve_secret("auth_token", config, root_state, environ={})
 
-    assert (secret.source, secret.detail, secret.value) == ("file", str(state.token_file), "generated")
+    assert (secret.source, secret.detail, secret.value) == ("file", str(root_state.token_file), "generated")
 
 
 # -- file permissions ----------------------------------------------------------
@@ -288,17 +284,17 @@ def test_state_token_is_found_whatever_the_provider(provider, no_keychain, state
     [pytest.param("dotenv", id="secret-env"), pytest.param("token", id="auth-token-file")],
 )
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
-def test_secret_file_readable_by_others_is_refused(which, mode, no_keychain, root, state):
+def test_secret_file_readable_by_others_is_refused(which, mode, no_keychain, root, root_state):
     if which == "dotenv":
         name, path = (
             "mistral_api_key",
             write_private(root / ".dir2mcp/secret.env", "MISTRAL_API_KEY=x\n", mode),
         )
     else:
-        name, path = "auth_token", write_private(state.token_file, "tok\n", mode)
+        name, path = "auth_token", write_private(root_state.token_file, "tok\n", mode)
 
     with pytest.raises(errors.Dir2mcpError) as caught:
-        resolve_secret(name, config_for(), state, environ={}, root=root)
+        resolve_secret(name, config_for(), root_state, environ={}, root=root)
 
     assert caught.value.code == errors.CONFIG_INVALID
     assert caught.value.exit_code == 2
@@ -306,10 +302,10 @@ def test_secret_file_readable_by_others_is_refused(which, mode, no_keychain, roo
     assert caught.value.hint == f"Run: chmod 600 {path}"
 
 
-def test_read_only_secret_file_is_accepted(no_keychain, root, state):
+def test_read_only_secret_file_is_accepted(no_keychain, root, root_state):
     write_private(root / ".dir2mcp/secret.env", "MISTRAL_API_KEY=ro\n", 0o400)
 
-    secret = resolve_secret("mistral_api_key", config_for(), state, environ={}, root=root)
+    secret = resolve_secret("mistral_api_key", config_for(), root_state, environ={}, root=root)
 
     assert secret.value == "ro"
 
@@ -317,24 +313,24 @@ def test_read_only_secret_file_is_accepted(no_keychain, root, state):
 # -- keychain availability -----------------------------------------------------
 
 
-def test_missing_keyring_backend_is_skipped_without_error(no_keychain, state):
+def test_missing_keyring_backend_is_skipped_without_error(no_keychain, root_state):
     assert keychain_available() is False
-    assert resolve_secret("mistral_api_key", config_for(), state, environ={}).source == "unset"
+    assert resolve_secret("mistral_api_key", config_for(), root_state, environ={}).source == "unset"
 
 
-def test_failing_keyring_backend_is_skipped_without_error(use_backend, state):
+def test_failing_keyring_backend_is_skipped_without_error(use_backend, root_state):
     use_backend(LockedKeyring())
 
     secret = resolve_secret(
-        "mistral_api_key", config_for(), state, environ={}, session={"mistral_api_key": "s"}
+        "mistral_api_key", config_for(), root_state, environ={}, session={"mistral_api_key": "s"}
     )
 
     assert secret.source == "session"
 
 
-def test_storing_in_an_unavailable_keychain_says_what_to_do(no_keychain, state):
+def test_storing_in_an_unavailable_keychain_says_what_to_do(no_keychain, root_state):
     with pytest.raises(errors.Dir2mcpError) as caught:
-        store_secret("mistral_api_key", SECRET, config_for(), state, provider="keychain")
+        store_secret("mistral_api_key", SECRET, config_for(), root_state, provider="keychain")
 
     assert caught.value.code == errors.CONFIG_INVALID
     assert "file, env or session" in caught.value.hint
@@ -344,44 +340,44 @@ def test_storing_in_an_unavailable_keychain_says_what_to_do(no_keychain, state):
 # -- storing -------------------------------------------------------------------
 
 
-def test_store_in_keychain_is_resolved_back(keychain, state):
+def test_store_in_keychain_is_resolved_back(keychain, root_state):
     config = config_for()
 
-    stored = store_secret("mistral_api_key", SECRET, config, state, provider="keychain")
-    resolved = resolve_secret("mistral_api_key", config, state, environ={})
+    stored = store_secret("mistral_api_key", SECRET, config, root_state, provider="keychain")
+    resolved = resolve_secret("mistral_api_key", config, root_state, environ={})
 
     assert stored.source == resolved.source == "keychain"
     assert resolved.value == SECRET
 
 
-def test_store_in_file_writes_0600_and_merges_existing_lines(no_keychain, root, state):
+def test_store_in_file_writes_0600_and_merges_existing_lines(no_keychain, root, root_state):
     path = write_private(
         root / ".dir2mcp/secret.env", "# keys\nELEVENLABS_API_KEY=el\nexport MISTRAL_API_KEY=old\n"
     )
     config = config_for()
 
-    stored = store_secret("mistral_api_key", SECRET, config, state, provider="file", root=root)
+    stored = store_secret("mistral_api_key", SECRET, config, root_state, provider="file", root=root)
 
     assert stored.detail == str(path)
     assert path.stat().st_mode & 0o777 == 0o600
     assert path.read_text() == f"# keys\nELEVENLABS_API_KEY=el\nMISTRAL_API_KEY={SECRET}\n"
-    assert resolve_secret("mistral_api_key", config, state, environ={}, root=root).value == SECRET
-    assert resolve_secret("elevenlabs_api_key", config, state, environ={}, root=root).value == "el"
+    assert resolve_secret("mistral_api_key", config, root_state, environ={}, root=root).value == SECRET
+    assert resolve_secret("elevenlabs_api_key", config, root_state, environ={}, root=root).value == "el"
 
 
-def test_store_in_file_creates_missing_directories_under_root(no_keychain, root, state):
+def test_store_in_file_creates_missing_directories_under_root(no_keychain, root, root_state):
     config = config_for({"secrets": {"file": {"path": "private/keys.env"}}})
 
-    store_secret("elevenlabs_api_key", SECRET, config, state, provider="file", root=root)
+    store_secret("elevenlabs_api_key", SECRET, config, root_state, provider="file", root=root)
 
     assert parse_dotenv((root / "private/keys.env").read_text()) == {"ELEVENLABS_API_KEY": SECRET}
 
 
-def test_store_in_file_refuses_a_loose_configured_mode(root, state):
+def test_store_in_file_refuses_a_loose_configured_mode(root, root_state):
     config = config_for({"secrets": {"file": {"mode": "0644"}}})
 
     with pytest.raises(errors.Dir2mcpError) as caught:
-        store_secret("mistral_api_key", SECRET, config, state, provider="file", root=root)
+        store_secret("mistral_api_key", SECRET, config, root_state, provider="file", root=root)
 
     assert caught.value.code == errors.CONFIG_INVALID
     assert not (root / ".dir2mcp/secret.env").exists()
@@ -394,17 +390,17 @@ def test_store_in_file_refuses_a_loose_configured_mode(root, state):
         pytest.param("session", ("session", ""), id="session-keeps-it-in-memory"),
     ],
 )
-def test_env_and_session_stores_write_nothing(provider, expected, root, state):
-    stored = store_secret("mistral_api_key", SECRET, config_for(), state, provider=provider, root=root)
+def test_env_and_session_stores_write_nothing(provider, expected, root, root_state):
+    stored = store_secret("mistral_api_key", SECRET, config_for(), root_state, provider=provider, root=root)
 
     assert (stored.source, stored.detail) == expected
     assert [p.name for p in root.rglob("*") if p.is_file()] == []
 
 
 @pytest.mark.parametrize("value", ["", "two\nlines", "cr\rhere"])
-def test_store_rejects_values_that_are_not_one_line(value, state):
+def test_store_rejects_values_that_are_not_one_line(value, root_state):
     with pytest.raises(errors.Dir2mcpError):
-        store_secret("mistral_api_key", value, config_for(), state, provider="session")
+        store_secret("mistral_api_key", value, config_for(), root_state, provider="session")
 
 
 @pytest.mark.parametrize(
@@ -432,10 +428,10 @@ def test_secret_repr_never_shows_the_value():
     assert secret.describe() == "<env:MISTRAL_API_KEY>"
 
 
-def test_redacted_config_replaces_every_secret_field_with_its_source(keychain, root, state):
+def test_redacted_config_replaces_every_secret_field_with_its_source(keychain, root, root_state):
     keychain.set_password("dir2mcp", "default/elevenlabs_api_key", SECRET + "-el")
     config = config_for()
-    secrets = resolve_all(config, state, environ={"MISTRAL_API_KEY": SECRET}, root=root)
+    secrets = resolve_all(config, root_state, environ={"MISTRAL_API_KEY": SECRET}, root=root)
 
     data = redacted_config(config, secrets)
 
@@ -445,9 +441,9 @@ def test_redacted_config_replaces_every_secret_field_with_its_source(keychain, r
     assert SECRET not in json.dumps(data)
 
 
-def test_redacted_config_hides_a_literal_even_when_env_wins(no_keychain, state):
+def test_redacted_config_hides_a_literal_even_when_env_wins(no_keychain, root_state):
     config = config_for({"mistral": {"api_key": "literal-in-yaml"}})
-    secrets = resolve_all(config, state, environ={"MISTRAL_API_KEY": "from-env"})
+    secrets = resolve_all(config, root_state, environ={"MISTRAL_API_KEY": "from-env"})
 
     data = redacted_config(config, secrets)
 
@@ -456,22 +452,22 @@ def test_redacted_config_hides_a_literal_even_when_env_wins(no_keychain, state):
     assert "literal-in-yaml" not in json.dumps(data)
 
 
-def test_snapshot_records_sources_and_no_values(no_keychain, root, state):
+def test_snapshot_records_sources_and_no_values(no_keychain, root, root_state):
     write_private(root / ".dir2mcp/secret.env", f"ELEVENLABS_API_KEY={SECRET}-el\n")
-    write_private(state.token_file, f"{SECRET}-tok\n")
+    write_private(root_state.token_file, f"{SECRET}-tok\n")
     (root / ".dir2mcp.yaml").write_text(f"mistral:\n  api_key: {SECRET}\n")
     config = load_config(root / ".dir2mcp.yaml", environ={})
-    secrets = resolve_all(config, state, environ={}, root=root)
+    secrets = resolve_all(config, root_state, environ={}, root=root)
 
-    write_snapshot(config, secrets, state)
+    write_snapshot(config, secrets, root_state)
 
-    text = state.snapshot.read_text()
+    text = root_state.snapshot.read_text()
     assert SECRET not in text
     snapshot = yaml.safe_load(text)
     assert snapshot["secret_sources"] == {
         "mistral_api_key": {"source": "file", "detail": "config"},
         "elevenlabs_api_key": {"source": "file", "detail": str(root / ".dir2mcp/secret.env")},
-        "auth_token": {"source": "file", "detail": str(state.token_file)},
+        "auth_token": {"source": "file", "detail": str(root_state.token_file)},
     }
     assert snapshot["mistral"]["api_key"] == "<file:config>"
     assert snapshot["rag"]["k_default"] == 10

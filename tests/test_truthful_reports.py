@@ -34,7 +34,6 @@ from corpus.indexing import index_directory
 from corpus.models import Representation
 from corpus.providers.mistral import MistralChat
 from corpus.retrieval import Searcher
-from corpus.state import StateDir
 from corpus.store import SPEC_SETTINGS
 from mcp_gateway import context, tools
 from mcp_gateway.context import AuthSetup, Context
@@ -107,10 +106,8 @@ def test_corpus_json_and_settings_name_the_local_model_the_index_uses(corpus_dir
 
 
 @pytest.mark.django_db
-def test_corpus_json_names_the_models_stats_names(corpus_dir, tmp_path, fake_mistral, monkeypatch):
+def test_corpus_json_names_the_models_stats_names(corpus_dir, state, fake_mistral, monkeypatch):
     monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
-    state = StateDir(tmp_path / "state")
-    state.ensure()
     config = build_config(
         {"mistral": {"base_url": fake_mistral.url, "chat_model": "mistral-medium-2508"}},
         {},
@@ -319,11 +316,9 @@ def test_ask_without_a_chat_model_says_so(corpus_dir):
     ],
 )
 def test_ask_reports_why_the_chat_model_did_not_answer(
-    corpus_dir, tmp_path, fake_mistral, sections, question, reason
+    corpus_dir, state, fake_mistral, sections, question, reason
 ):
     fake_mistral.chat_reply = "It leaves at noon [notes.md:L1-L3]."
-    state = StateDir(tmp_path / "state")
-    state.ensure()
     config = build_config(
         {"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "none"}, **sections}, {}, {}
     )
@@ -373,12 +368,10 @@ def test_up_read_only_refuses_to_store_an_annotation(corpus_dir, running, fake_m
 
 @pytest.mark.django_db
 def test_a_read_only_process_still_indexes_but_refuses_every_tool_write(
-    corpus_dir, tmp_path, fake_mistral, monkeypatch
+    corpus_dir, state, fake_mistral, monkeypatch
 ):
     monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
     fake_mistral.chat_reply = json.dumps({"vendor": "Okapi Logistics"})
-    state = StateDir(tmp_path / "state")
-    state.ensure()
     config = build_config({"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "none"}}, {}, {})
     (corpus_dir / "invoice.txt").write_text(INVOICE)
     (corpus_dir / "talk.wav").write_bytes(make_wav([(0.0, 4.0, "The ferry leaves at noon.")]))

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from corpus.index.vectors import VectorIndex, index_path
-from corpus.state import StateDir
 
 DIM = 16
 
@@ -20,9 +19,7 @@ def unit(rows: int, seed: int = 0) -> np.ndarray:
 
 
 @pytest.fixture
-def path(tmp_path):
-    state = StateDir(tmp_path / "state")
-    state.ensure()
+def path(state):
     return index_path(state, "text")
 
 
