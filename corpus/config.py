@@ -274,11 +274,15 @@ class SearchConfig(Section):
     # this/lines of its weight in the fusion: a long block matches many
     # words and costs an agent every one of its lines (0: off).
     code_lexical_lines: int = Field(30, ge=0, le=100000)
-    # Pseudo-relevance feedback: each dense index is searched a second time
-    # with the query moved towards the mean vector of the best this many
-    # units of the first fusion, at this weight (0: one round).
+    # Pseudo-relevance feedback: each of these dense indices is searched a
+    # second time with the query moved towards the mean vector of the best
+    # this many units of the first fusion (query + weight * mean), and that
+    # ranking takes this share of the index's weight (0 units: one round).
+    # Prose is left out: there it cost MRR (docs/benchmarks.md).
+    feedback_indices: list[Literal["text", "code"]] = ["code"]
     feedback_units: int = Field(3, ge=0, le=20)
-    feedback_weight: float = Field(0.5, ge=0, le=4)
+    feedback_weight: float = Field(1.0, ge=0, le=4)
+    feedback_share: float = Field(0.5, ge=0, le=1)
     # index=auto searches every dense index holding vectors; the one the
     # query's shape does not point at counts this much of its weight.
     other_index_weight: float = Field(1.0, ge=0, le=10)

@@ -174,7 +174,7 @@ class Searcher:
         fused = ranking.fuse(
             [lexical_ranking, *dense_rankings], method=search_cfg.fusion, rrf_k=search_cfg.rrf_k
         )
-        if dense_rankings and search_cfg.feedback_units and search_cfg.feedback_weight:
+        if dense_rankings and search_cfg.feedback_units and search_cfg.feedback_share:
             again = self._feedback(fused, plan, dense_rankings, vectors, pool, filters)
             fused = ranking.fuse([lexical_ranking, *again], method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
         fused = ranking.definitions_first(fused, self._defining(query, fused, filters, lexical_kinds))
@@ -255,21 +255,26 @@ class Searcher:
         pool: int,
         filters: Filters,
     ) -> list[ranking.Weighted]:
-        """The dense rankings again, each index searched with its query
-        vector moved towards the vectors of the best fused units it holds
-        (``ranking.feedback_query``): what both halves agree on first tells
-        the model which neighbourhood the question is about. An index none of
-        whose units lead the fusion keeps its first ranking."""
+        """The dense rankings with a second round: each index of
+        ``search.feedback_indices`` is searched again with its query vector
+        moved towards the vectors of the best fused units it holds
+        (``ranking.feedback_query``), and that ranking takes
+        ``search.feedback_share`` of the index's weight. What both halves agree
+        on first tells the model which neighbourhood the question is about.
+        An index none of whose units lead the fusion keeps its first ranking."""
         cfg = self.config.search
         leaders = _stored_vectors([cid for cid, _ in fused[: FEEDBACK_DEPTH * cfg.feedback_units]])
         out = []
         for (kind, weight), before in zip(plan, first, strict=True):
             near = [vector for cid, (of, vector) in leaders.items() if of == kind][: cfg.feedback_units]
-            if not near or near[0].shape != vectors[kind].shape:
+            if kind not in cfg.feedback_indices or not near or near[0].shape != vectors[kind].shape:
                 out.append(before)
                 continue
             moved = ranking.feedback_query(vectors[kind], np.vstack(near), cfg.feedback_weight)
-            out.append(ranking.Weighted(self._dense(moved, kind, pool, filters), weight, absolute=True))
+            again = self._dense(moved, kind, pool, filters)
+            if cfg.feedback_share < 1:
+                out.append(ranking.Weighted(before.ranking, weight * (1 - cfg.feedback_share), absolute=True))
+            out.append(ranking.Weighted(again, weight * cfg.feedback_share, absolute=True))
         return out
 
     def _defining(self, query: str, fused: ranking.Ranking, filters: Filters, kinds) -> list[int]:

@@ -229,12 +229,18 @@ def test_a_long_block_matching_the_words_ranks_below_a_short_unit_that_matches_t
 def test_feedback_searches_again_from_the_query_moved_towards_the_first_leader(indexed, embedder):
     """``search.feedback_units``: the dense index is searched a second time
     with ``query + w * leader`` (unit length), the leader being the first
-    fusion's best unit. Checked against an exact search over the stored vectors."""
+    fusion's best unit; at ``feedback_share: 1`` that ranking replaces the
+    first. Checked against an exact search over the stored vectors."""
     searcher, _ = indexed
     question = "zqxv wvyq"  # no word of the corpus: the ranking is the dense one alone
     one_round = build_config({"embed": {"provider": "local"}, "search": {"feedback_units": 0}}, {}, {})
     two_rounds = build_config(
-        {"embed": {"provider": "local"}, "search": {"feedback_units": 1, "feedback_weight": 4.0}}, {}, {}
+        {
+            "embed": {"provider": "local"},
+            "search": {"feedback_units": 1, "feedback_weight": 4.0, "feedback_share": 1.0},
+        },
+        {},
+        {},
     )
     first = Searcher(searcher.state, one_round, embedder).search(question, k=50, index="code")
     again = Searcher(searcher.state, two_rounds, embedder).search(question, k=50, index="code")
@@ -250,3 +256,20 @@ def test_feedback_searches_again_from_the_query_moved_towards_the_first_leader(i
 
     assert [hit.chunk_id for hit in again.hits] == expected[: len(again.hits)]
     assert [hit.chunk_id for hit in again.hits] != [hit.chunk_id for hit in first.hits]
+
+
+def test_feedback_leaves_an_index_it_is_not_configured_for_alone(indexed, embedder):
+    """``search.feedback_indices``: an index not named keeps its first ranking
+    (prose is left out by default). The same strong feedback on the code
+    index changes this ranking (the test above)."""
+    searcher, _ = indexed
+    question = "zqxv wvyq"
+    strong = {"feedback_units": 1, "feedback_weight": 4.0, "feedback_share": 1.0}
+    results = []
+    for search in ({"feedback_units": 0}, {**strong, "feedback_indices": ["text"]}):
+        config = build_config({"embed": {"provider": "local"}, "search": search}, {}, {})
+        found = Searcher(searcher.state, config, embedder).search(question, k=50, index="code")
+        results.append([hit.chunk_id for hit in found.hits])
+
+    assert results[0] and results[0] == results[1]
+    assert build_config({}, {}, {}).search.feedback_indices == ["code"]
