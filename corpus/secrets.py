@@ -243,7 +243,7 @@ def _from_config(name: str, config: Config, root: Path) -> Secret | None:
         if _literal(value):
             return Secret(name, value.strip(), "file", "config")
     if name == "auth_token" and config.security.auth.token_file:
-        return _from_token_file(name, _resolve_path(config.security.auth.token_file, root))
+        return from_token_file(name, _resolve_path(config.security.auth.token_file, root))
     return None
 
 
@@ -259,7 +259,7 @@ def _from_dotenv(name: str, config: Config, root: Path) -> Secret | None:
     return None
 
 
-def _from_token_file(name: str, path: Path) -> Secret | None:
+def from_token_file(name: str, path: Path) -> Secret | None:
     text = read_secret_file(path)
     token = text.strip().splitlines()[0].strip() if text and text.strip() else ""
     return Secret(name, token, "file", str(path)) if token else None
@@ -291,7 +291,7 @@ def resolve_secret(
     if found is None and "file" in stores:
         found = _from_dotenv(name, config, root)
     if found is None and name == "auth_token":
-        found = _from_token_file(name, state.token_file)
+        found = from_token_file(name, state.token_file)
     if found is None and "session" in stores and (session or {}).get(name):
         found = Secret(name, session[name], "session")
     return found or Secret(name, None, "unset")

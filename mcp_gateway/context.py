@@ -21,7 +21,15 @@ from django.conf import settings
 
 from corpus import errors, write_guard
 from corpus.config import Config, default_config_path, load_config
+from corpus.indexing import announce_embedder, choose_embedder
+from corpus.providers.registry import live_choice, make_chat
+from corpus.retrieval import Searcher
+from corpus.secrets import from_token_file, resolve_secret
+from corpus.security import ExclusionEngine
 from corpus.state import StateDir, ensure_token
+from corpus.status import recorded_embedder
+from corpus.store import open_store
+from mcp_gateway import registry
 
 AUTH_ENV = "DIR2MCP_AUTH"
 
@@ -47,8 +55,6 @@ def resolve_auth(spec: str, config: Config, state: StateDir, *, root: Path) -> A
     ``DIR2MCP_AUTH_TOKEN``), then ``security.auth.token_file``, then the
     generated ``secret.token`` (created 0600 on first use).
     """
-    from corpus.secrets import _from_token_file, resolve_secret
-
     spec = (spec or "auto").strip()
     if spec == "none":
         return AuthSetup(None, "none")
@@ -60,7 +66,7 @@ def resolve_auth(spec: str, config: Config, state: StateDir, *, root: Path) -> A
             )
         path = Path(raw).expanduser()
         path = path if path.is_absolute() else (root / path)
-        found = _from_token_file("auth_token", path)
+        found = from_token_file("auth_token", path)
         if found is None:
             raise errors.Dir2mcpError(
                 errors.CONFIG_INVALID,
@@ -108,15 +114,11 @@ class Context:
         with self._lock:
             if kind not in self._models:
                 if kind == "embedder":
-                    from corpus.indexing import announce_embedder, choose_embedder
-
                     embedder, choice = choose_embedder(self.config, self.state, secrets_lookup=self.secret)
                     announce_embedder(choice)
                     self._models[kind] = embedder
                 else:
-                    from corpus.providers import registry
-
-                    self._models[kind] = registry.make_chat(self.config, secrets_lookup=self.secret)
+                    self._models[kind] = make_chat(self.config, secrets_lookup=self.secret)
             return self._models[kind]
 
     @property
@@ -129,9 +131,6 @@ class Context:
     def embedder_choice(self):
         """How this process's embedder relates to the index's recorded one
         and the configured one, now (``stats``)."""
-        from corpus.providers.registry import live_choice
-        from corpus.status import recorded_embedder
-
         return live_choice(
             self.config,
             secrets_lookup=self.secret,
@@ -145,20 +144,14 @@ class Context:
         return self._model("chat")
 
     def secret(self, name: str) -> str | None:
-        from corpus.secrets import resolve_secret
-
         return resolve_secret(name, self.config, self.state, root=self.root).value
 
     @cached_property
     def searcher(self):
-        from corpus.retrieval import Searcher
-
         return Searcher(self.state, self.config, self.embedder)
 
     @cached_property
     def engine(self):
-        from corpus.security import ExclusionEngine
-
         return ExclusionEngine.from_config(self.root, self.config, state_dir=self.state.path)
 
     @property
@@ -209,8 +202,6 @@ def get() -> Context:
     if _current is None:
         with _build_lock:
             if _current is None:
-                from corpus.store import open_store
-
                 ctx = build()
                 open_store(ctx.state)
                 ctx.gate = payment_gate(ctx)
@@ -226,14 +217,9 @@ def payment_gate(ctx: Context, emit=None):
     """
     if ctx.config.x402.mode == "off":
         return None
-    from mcp_gateway import tools
-    from payments import gate
+    from payments import gate  # x402 and its eth libraries take ~1.4 s to import: paid servers only
 
-    catalog = {
-        name: {"description": t.description, "inputSchema": t.input_schema}
-        for name, t in tools.REGISTRY.items()
-    }
-    return gate.from_config(ctx.config, ctx.state.path, emit=emit, tools=catalog)
+    return gate.from_config(ctx.config, ctx.state.path, emit=emit, tools=registry.catalog())
 
 
 def peek() -> Context | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from mcp_gateway.schemas import _K, ASK_OUTPUT, QUESTION
+from mcp_gateway.schemas import ASK_OUTPUT, K_INPUT, QUESTION
 
 _REL_PATH = {"type": "string", "minLength": 1, "description": "The file, relative to the root."}
 
@@ -81,7 +81,7 @@ TRANSCRIBE_AND_ASK_INPUT = {
     "properties": {
         "rel_path": _REL_PATH,
         "question": QUESTION,
-        "k": _K,
+        "k": K_INPUT,
     },
     "required": ["rel_path", "question"],
 }

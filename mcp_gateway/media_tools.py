@@ -9,8 +9,13 @@ from __future__ import annotations
 import base64
 
 from corpus import errors
+from corpus.answer import ask as answer
+from corpus.ingest.ondemand import Workspace, annotate_document, stored_transcript, transcribe_file
+from corpus.providers.tts import speak
+from corpus.retrieval import Filters
 from mcp_gateway import media_schemas, summaries
-from mcp_gateway.tools import Call, Tool, register
+from mcp_gateway.registry import Tool
+from mcp_gateway.tools import Call
 
 # They leave the directory untouched (what they write is index data, as
 # indexing does) but reach external providers.
@@ -24,15 +29,11 @@ MAX_SPOKEN_CHARS = 5000
 
 
 def _workspace(call: Call):
-    from corpus.ingest.ondemand import Workspace
-
     ctx = call.ctx
     return Workspace(config=ctx.config, state=ctx.state, engine=ctx.engine, secret=ctx.secret)
 
 
 def transcribe(call: Call, args: dict) -> dict:
-    from corpus.ingest.ondemand import transcribe_file
-
     call.progress(0, 1, f"transcribing {args['rel_path']}")
     call.check()
     result = transcribe_file(
@@ -47,8 +48,6 @@ def transcribe(call: Call, args: dict) -> dict:
 
 
 def annotate(call: Call, args: dict) -> dict:
-    from corpus.ingest.ondemand import annotate_document
-
     call.progress(0, 1, f"annotating {args['rel_path']}")
     call.check()
     result = annotate_document(
@@ -62,10 +61,6 @@ def annotate(call: Call, args: dict) -> dict:
 
 
 def transcribe_and_ask(call: Call, args: dict) -> dict:
-    from corpus.answer import ask as answer
-    from corpus.ingest.ondemand import stored_transcript, transcribe_file
-    from corpus.retrieval import Filters
-
     ws = _workspace(call)
     call.progress(0, 3, "checking the transcript")
     rep = stored_transcript(ws, args["rel_path"])
@@ -94,9 +89,6 @@ def transcribe_and_ask(call: Call, args: dict) -> dict:
 
 
 def ask_audio(call: Call, args: dict) -> dict:
-    from corpus.answer import ask as answer
-    from corpus.providers.tts import speak
-
     ctx = call.ctx
     key = ctx.secret("elevenlabs_api_key")
     if not key:
@@ -125,7 +117,8 @@ def _audio_content(result: dict) -> tuple[dict, list[dict]]:
     return result, [{"type": "audio", "data": data, "mimeType": result["audio"]["mimeType"]}]
 
 
-register(
+#: The multimodal tools, registered after the core ones (``McpGatewayConfig.ready``).
+TOOLS = (
     Tool(
         name="dir2mcp.transcribe",
         title="Transcribe an audio file",
@@ -140,9 +133,7 @@ register(
         handler=transcribe,
         summarize=summaries.transcribe,
         annotations=dict(PROVIDER_CALL),
-    )
-)
-register(
+    ),
     Tool(
         name="dir2mcp.annotate",
         title="Extract structured fields from a document",
@@ -156,9 +147,7 @@ register(
         handler=annotate,
         summarize=summaries.annotate,
         annotations=dict(PROVIDER_CALL),
-    )
-)
-register(
+    ),
     Tool(
         name="dir2mcp.transcribe_and_ask",
         title="Answer a question about one recording",
@@ -171,9 +160,7 @@ register(
         handler=transcribe_and_ask,
         summarize=summaries.ask,
         annotations=dict(PROVIDER_CALL),
-    )
-)
-register(
+    ),
     Tool(
         name="dir2mcp.ask_audio",
         title="Answer a question out loud",
@@ -187,5 +174,5 @@ register(
         summarize=summaries.ask,
         annotations=dict(PROVIDER_CALL),
         split_content=_audio_content,
-    )
+    ),
 )

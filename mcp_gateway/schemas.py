@@ -143,7 +143,7 @@ def _with_defs(schema: dict, *names: str) -> dict:
 
 
 _INDEX = {"type": "string", "enum": ["auto", "text", "code", "both"], "default": "auto"}
-_K = {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
+K_INPUT = {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
 _FILTERS = {
     "path_prefix": {
         "type": "string",
@@ -171,7 +171,7 @@ SEARCH_INPUT = {
             "maxLength": MAX_QUERY_CHARS,
             "description": "What to look for, in words or identifiers.",
         },
-        "k": _K,
+        "k": K_INPUT,
         "index": _INDEX,
         **_FILTERS,
     },
@@ -202,7 +202,7 @@ ASK_INPUT = {
     "additionalProperties": False,
     "properties": {
         "question": QUESTION,
-        "k": _K,
+        "k": K_INPUT,
         "mode": {"type": "string", "enum": ["answer", "search_only"], "default": "answer"},
         "index": _INDEX,
         **_FILTERS,

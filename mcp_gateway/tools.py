@@ -1,5 +1,6 @@
-"""The one tool registry: it drives ``tools/list``, input validation, the
-output contract, the REST mirror and the committed snapshot.
+"""Running tools: ``tools/list`` pages, input validation, :func:`run` for
+every surface, and the core tools (search, ask, open_file, list_files, find,
+stats). The table itself is :mod:`mcp_gateway.registry`.
 
 Handlers are plain sync functions ``(call, args) -> dict`` over the corpus
 services; they raise :class:`~corpus.errors.Dir2mcpError` for anything the
@@ -17,17 +18,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from corpus import errors
+from corpus import errors, files
+from corpus.answer import ask as answer
+from corpus.embedding import recipe_summary
+from corpus.files import canonical_prefix
+from corpus.retrieval import Filters
+from corpus.status import latest_job, models_summary, older_format_documents
 from dir2mcp_site.ops import metrics
-from mcp_gateway import links, schemas, summaries
+from mcp_gateway import indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
+from mcp_gateway.registry import REGISTRY, Tool
+from mcp_gateway.transport import LATEST_VERSION
 
 log = logging.getLogger(__name__)
 
-READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 PAGE_SIZE = 50
 
 
@@ -51,43 +57,6 @@ class Call:
     def check(self) -> None:
         if self.cancel.is_set():
             raise Cancelled()
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    title: str
-    description: str
-    input_schema: dict
-    output_schema: dict
-    handler: Callable[[Call, dict], dict]
-    summarize: Callable[[dict], str]
-    annotations: dict = field(default_factory=lambda: dict(READ_ONLY))
-    #: content items after the text (audio, resource links): ``result -> (structured, content items)``
-    split_content: Callable[[dict], tuple[dict, list[dict]]] | None = None
-
-    def definition(self) -> dict:
-        return {
-            "name": self.name,
-            "title": self.title,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-            "outputSchema": self.output_schema,
-            "annotations": {"title": self.title, **self.annotations},
-        }
-
-    @property
-    def validator(self) -> Draft202012Validator:
-        return _validators.setdefault(self.name, Draft202012Validator(self.input_schema))
-
-
-_validators: dict[str, Draft202012Validator] = {}
-REGISTRY: dict[str, Tool] = {}
-
-
-def register(tool: Tool) -> Tool:
-    REGISTRY[tool.name] = tool
-    return tool
 
 
 # -- tools/list ---------------------------------------------------------------
@@ -207,9 +176,6 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
 
 
 def _filters(args: dict):
-    from corpus.files import canonical_prefix
-    from corpus.retrieval import Filters
-
     return Filters(
         path_prefix=canonical_prefix(args.get("path_prefix", "")),
         file_glob=args.get("file_glob", ""),
@@ -235,8 +201,6 @@ def _embed_first(ctx: Context, rel_paths: list[str]) -> None:
 
 
 def ask(call: Call, args: dict) -> dict:
-    from corpus.answer import ask as answer
-
     ctx = call.ctx
     chat = ctx.chat if args["mode"] == "answer" else None
     call.progress(0, 2, "searching")
@@ -264,8 +228,6 @@ def _retrieved(call: Call, found, *, generating: bool) -> None:
 
 
 def open_file(call: Call, args: dict) -> dict:
-    from corpus import files
-
     keys = ("start_line", "end_line", "page", "start_ms", "end_ms", "max_chars")
     _embed_first(call.ctx, [args["rel_path"]])
     return files.open_file(
@@ -274,8 +236,6 @@ def open_file(call: Call, args: dict) -> dict:
 
 
 def list_files(call: Call, args: dict) -> dict:
-    from corpus import files
-
     return files.list_files(
         path_prefix=args.get("path_prefix", ""),
         glob=args.get("glob", ""),
@@ -285,8 +245,6 @@ def list_files(call: Call, args: dict) -> dict:
 
 
 def find(call: Call, args: dict) -> dict:
-    from corpus import files
-
     keys = (
         "name_glob",
         "content",
@@ -309,12 +267,6 @@ def find(call: Call, args: dict) -> dict:
 
 
 def stats(call: Call, args: dict) -> dict:
-    # Both read models: this module is imported before the app registry is ready (stdio's guard).
-    from corpus.embedding import recipe_summary
-    from corpus.status import latest_job, models_summary, older_format_documents
-    from mcp_gateway import indexer_process
-    from mcp_gateway.transport import LATEST_VERSION
-
     ctx = call.ctx
     job = latest_job()
     counters = job.counters() if job else {}
@@ -343,7 +295,8 @@ def stats(call: Call, args: dict) -> dict:
     }
 
 
-register(
+#: The core tools, in the contract's order (``McpGatewayConfig.ready`` registers them).
+TOOLS = (
     Tool(
         name="dir2mcp.search",
         title="Search the directory",
@@ -359,9 +312,7 @@ register(
         handler=search,
         summarize=summaries.search,
         split_content=links.search_links,
-    )
-)
-register(
+    ),
     Tool(
         name="dir2mcp.ask",
         title="Answer a question from the directory",
@@ -376,9 +327,7 @@ register(
         handler=ask,
         summarize=summaries.ask,
         split_content=links.ask_links,
-    )
-)
-register(
+    ),
     Tool(
         name="dir2mcp.open_file",
         title="Open an exact slice of a file",
@@ -392,9 +341,7 @@ register(
         output_schema=schemas.OPEN_FILE_OUTPUT,
         handler=open_file,
         summarize=summaries.open_file,
-    )
-)
-register(
+    ),
     Tool(
         name="dir2mcp.list_files",
         title="List indexed files",
@@ -407,9 +354,7 @@ register(
         output_schema=schemas.LIST_FILES_OUTPUT,
         handler=list_files,
         summarize=summaries.list_files,
-    )
-)
-register(
+    ),
     Tool(
         name="dir2mcp.find",
         title="Find files by name, content or date",
@@ -423,9 +368,7 @@ register(
         output_schema=schemas.FIND_OUTPUT,
         handler=find,
         summarize=summaries.find,
-    )
-)
-register(
+    ),
     Tool(
         name="dir2mcp.stats",
         title="Index status and models",
@@ -438,8 +381,5 @@ register(
         output_schema=schemas.STATS_OUTPUT,
         handler=stats,
         summarize=summaries.stats,
-    )
+    ),
 )
-
-# The multimodal tools register themselves after the core ones (registry order is the contract's).
-from mcp_gateway import media_tools  # noqa: E402, F401

@@ -1,0 +1,64 @@
+"""The tool registry: every tool the server offers, in the contract's order.
+
+It sits below the context and the handlers (only :class:`Tool` and the
+table), so the payment gate can price the catalog without importing a
+handler; ``McpGatewayConfig.ready`` fills it from ``tools`` and
+``media_tools``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    input_schema: dict
+    output_schema: dict
+    #: ``(call, args) -> result``; the call is a :class:`mcp_gateway.tools.Call`
+    handler: Callable[[Any, dict], dict]
+    summarize: Callable[[dict], str]
+    annotations: dict = field(default_factory=lambda: dict(READ_ONLY))
+    #: content items after the text (audio, resource links): ``result -> (structured, content items)``
+    split_content: Callable[[dict], tuple[dict, list[dict]]] | None = None
+
+    def definition(self) -> dict:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "outputSchema": self.output_schema,
+            "annotations": {"title": self.title, **self.annotations},
+        }
+
+    @property
+    def validator(self) -> Draft202012Validator:
+        return _validators.setdefault(self.name, Draft202012Validator(self.input_schema))
+
+
+_validators: dict[str, Draft202012Validator] = {}
+REGISTRY: dict[str, Tool] = {}
+
+
+def register(tools: Iterable[Tool]) -> None:
+    """Add ``tools`` in order; registering the same tool again is a no-op."""
+    for tool in tools:
+        REGISTRY.setdefault(tool.name, tool)
+
+
+def catalog() -> dict[str, dict]:
+    """Each tool's description and input schema (the payment gate's Bazaar metadata)."""
+    return {
+        name: {"description": tool.description, "inputSchema": tool.input_schema}
+        for name, tool in REGISTRY.items()
+    }
