@@ -34,11 +34,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    TypeAdapter,
     ValidationError,
 )
 
 from corpus import errors
+from payments import config as payment_config
 
 CONFIG_FILENAME = ".dir2mcp.yaml"
 ENV_PREFIX = "DIR2MCP_"
@@ -799,77 +799,12 @@ def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
     )
 
 
-def _mode_word(value: Any) -> str | None:
-    word = _switch_word(value)
-    return word if word in ("off", "on", "required") else None  # else pydantic reports it
-
-
-def _truth(value: Any) -> bool | None:
-    try:
-        return TypeAdapter(bool).validate_python(value)
-    except ValidationError:
-        return None  # pydantic reports it
-
-
-def _with_tools_call_enabled(x402: dict, value: bool) -> None:
-    """Set ``route_policy.tools_call.enabled`` unless it is set (or the tree is malformed)."""
-    route = x402.get("route_policy", {})
-    tools_call = route.get("tools_call", {}) if isinstance(route, Mapping) else None
-    if isinstance(tools_call, Mapping) and "enabled" not in tools_call:
-        x402["route_policy"] = {**route, "tools_call": {**tools_call, "enabled": value}}
-
-
-def _x402_layer(data: Mapping, origin: str) -> Mapping:
-    """One layer's x402 switches made consistent (see :func:`_x402_switches`)."""
-    x402 = data.get("x402")
-    if not isinstance(x402, Mapping):
-        return data
-    x402 = dict(x402)
-    mode = _mode_word(x402["mode"]) if "mode" in x402 else None
-    enabled = _truth(x402["enabled"]) if "enabled" in x402 else None
-    if mode is not None and enabled is not None and enabled != (mode != "off"):
-        raise errors.Dir2mcpError(
-            errors.CONFIG_INVALID,
-            f"{origin}: x402.enabled is {str(enabled).lower()} but x402.mode is {mode!r}; "
-            "they say opposite things",
-            hint="x402.mode (off|on|required) is the switch: remove x402.enabled, or make it "
-            "true for on/required and false for off.",
-        )
-    if mode is not None and "enabled" not in x402:
-        x402["enabled"] = mode != "off"
-    elif enabled is False and "mode" not in x402:
-        x402["mode"] = "off"
-    if mode in ("on", "required") or (enabled is True and mode is None):
-        # Turning payments on sells tools/call, the one priced route, unless this layer says otherwise.
-        _with_tools_call_enabled(x402, True)
-    return {**data, "x402": x402}
-
-
 def _x402_switches(layers: list[tuple[Mapping, str]]) -> dict:
-    """Merge the layers, honouring ``x402.enabled`` and ``x402.route_policy.tools_call.enabled``.
-
-    The spec's config lists both beside ``x402.mode``. ``x402.enabled`` is the
-    boolean form of the mode: set alone, ``true`` means ``on`` and ``false``
-    means ``off``; a layer that sets the mode sets it too (as ``--x402`` does),
-    so a higher layer wins as for any key, and one layer saying opposite things
-    is ``CONFIG_INVALID``. ``tools_call.enabled`` says whether ``tools/call``
-    (and the REST routes priced like it) is sold: a layer that turns payments on
-    turns it on unless it sets it; ``false`` with payments on is a policy
-    problem (``required`` refuses to start, ``on`` serves free and warns).
-    """
+    """Merge the layers, honouring the x402 switches (payments/config.py)."""
     merged: dict = {}
     for data, origin in layers:
-        merged = _merge(merged, _x402_layer(data, origin))
-    if not isinstance(merged.get("x402"), Mapping):
-        return merged
-    x402 = merged["x402"] = dict(merged["x402"])
-    mode = _mode_word(x402.get("mode", "off"))
-    if mode == "off" and _truth(x402.get("enabled")) is True:
-        x402["mode"] = mode = "on"
-    if mode is not None:
-        x402.setdefault("enabled", mode != "off")
-        _with_tools_call_enabled(x402, mode != "off")
-    return merged
+        merged = _merge(merged, payment_config.layer_switches(data, origin))
+    return payment_config.merged_switches(merged)
 
 
 def build_config(

@@ -12,6 +12,7 @@ from x402.http import decode_payment_required_header
 from corpus import errors
 from corpus.config import Config, build_config, env_overrides
 from corpus.config_template import render_config
+from payments import config as payment_config
 from payments import gate as gate_mod
 from payments.policy import caip2_problem
 from tests.x402_client import BASE_SEPOLIA, PAY_TO
@@ -225,6 +226,23 @@ def test_x402_enabled_contradicting_the_mode_in_one_layer_is_config_invalid(x402
     assert caught.value.code == errors.CONFIG_INVALID and caught.value.exit_code == 2
     assert caught.value.message.startswith(".dir2mcp.yaml: x402.enabled is ")
     assert "x402.mode" in caught.value.hint
+
+
+@pytest.mark.parametrize(
+    "layer, expected",
+    [
+        pytest.param(
+            {"mode": True},
+            {"mode": True, "enabled": True, "route_policy": {"tools_call": {"enabled": True}}},
+            id="yaml-bare-on-sells-tools-call",
+        ),
+        pytest.param({"mode": False}, {"mode": False, "enabled": False}, id="yaml-bare-off"),
+        pytest.param({"enabled": False}, {"enabled": False, "mode": "off"}, id="disabled-alone"),
+        pytest.param({"mode": "banana"}, {"mode": "banana"}, id="bad-word-left-to-pydantic"),
+    ],
+)
+def test_one_layers_switches_are_made_consistent_before_merging(layer, expected):
+    assert payment_config.layer_switches({"x402": layer}, "flags") == {"x402": expected}
 
 
 def test_the_spec_template_loads_and_a_flag_turns_payments_on():

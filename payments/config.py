@@ -1,0 +1,89 @@
+"""The x402 switches of the configuration's layers (spec §16, §18).
+
+The spec's config lists ``x402.enabled`` and
+``x402.route_policy.tools_call.enabled`` beside ``x402.mode``.
+``x402.enabled`` is the boolean form of the mode: set alone, ``true`` means
+``on`` and ``false`` means ``off``; a layer that sets the mode sets it too
+(as ``--x402`` does), so a higher layer wins as for any key, and one layer
+saying opposite things is ``CONFIG_INVALID``. ``tools_call.enabled`` says
+whether ``tools/call`` (and the REST routes priced like it) is sold: a layer
+that turns payments on turns it on unless it sets it; ``false`` with
+payments on is a policy problem (``required`` refuses to start, ``on``
+serves free and warns).
+
+:mod:`corpus.config` merges the layers; it calls :func:`layer_switches` on
+each before merging and :func:`merged_switches` on the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from corpus import errors
+
+MODES = ("off", "on", "required")
+
+
+def mode_word(value: Any) -> str | None:
+    """The mode a value names, or None for pydantic to report; YAML 1.1 reads
+    a bare ``off``/``on`` as a boolean."""
+    word = ("on" if value else "off") if isinstance(value, bool) else value
+    return word if word in MODES else None
+
+
+def _truth(value: Any) -> bool | None:
+    try:
+        return TypeAdapter(bool).validate_python(value)
+    except ValidationError:
+        return None  # pydantic reports it
+
+
+def _with_tools_call_enabled(x402: dict, value: bool) -> None:
+    """Set ``route_policy.tools_call.enabled`` unless it is set (or the tree is malformed)."""
+    route = x402.get("route_policy", {})
+    tools_call = route.get("tools_call", {}) if isinstance(route, Mapping) else None
+    if isinstance(tools_call, Mapping) and "enabled" not in tools_call:
+        x402["route_policy"] = {**route, "tools_call": {**tools_call, "enabled": value}}
+
+
+def layer_switches(data: Mapping, origin: str) -> Mapping:
+    """One layer (``origin`` names it) with its x402 switches made consistent."""
+    x402 = data.get("x402")
+    if not isinstance(x402, Mapping):
+        return data
+    x402 = dict(x402)
+    mode = mode_word(x402["mode"]) if "mode" in x402 else None
+    enabled = _truth(x402["enabled"]) if "enabled" in x402 else None
+    if mode is not None and enabled is not None and enabled != (mode != "off"):
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID,
+            f"{origin}: x402.enabled is {str(enabled).lower()} but x402.mode is {mode!r}; "
+            "they say opposite things",
+            hint="x402.mode (off|on|required) is the switch: remove x402.enabled, or make it "
+            "true for on/required and false for off.",
+        )
+    if mode is not None and "enabled" not in x402:
+        x402["enabled"] = mode != "off"
+    elif enabled is False and "mode" not in x402:
+        x402["mode"] = "off"
+    if mode in ("on", "required") or (enabled is True and mode is None):
+        # Turning payments on sells tools/call, the one priced route, unless this layer says otherwise.
+        _with_tools_call_enabled(x402, True)
+    return {**data, "x402": x402}
+
+
+def merged_switches(merged: dict) -> dict:
+    """The merged layers with the x402 switches settled between them."""
+    if not isinstance(merged.get("x402"), Mapping):
+        return merged
+    x402 = merged["x402"] = dict(merged["x402"])
+    mode = mode_word(x402.get("mode", "off"))
+    if mode == "off" and _truth(x402.get("enabled")) is True:
+        x402["mode"] = mode = "on"
+    if mode is not None:
+        x402.setdefault("enabled", mode != "off")
+        _with_tools_call_enabled(x402, mode != "off")
+    return merged
