@@ -201,7 +201,7 @@ class DocumentAdmin(ReadOnlyAdmin):
         self._reindex(request, paths, full=False)
 
     def _reindex(self, request, rel_paths, *, full: bool) -> None:
-        from dir2mcp_site.ops import reindex
+        from mcp_gateway import reindex
 
         try:
             started = reindex.start(list(rel_paths), full=full)

@@ -14,6 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from dir2mcp_site.ops import health, metrics, snapshot
+from mcp_gateway import context
 
 #: How often the stream re-reads the database, and how long one stream lasts
 #: before the browser's EventSource reconnects (it does so by itself).
@@ -26,8 +27,6 @@ HEARTBEAT_EVERY = 15
 @never_cache
 @require_GET
 def status_page(request):
-    from mcp_gateway import context
-
     data = snapshot.snapshot()
     return render(
         request,

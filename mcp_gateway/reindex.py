@@ -1,4 +1,4 @@
-"""Re-indexing chosen documents from the admin, in the background.
+"""Re-indexing chosen documents from the admin (``DocumentAdmin``), in the background.
 
 The work is the CLI's: the pipeline's ``run_paths`` under the index lock,
 ``mode="full"`` to re-read files even when unchanged (``reindex``), or
@@ -22,8 +22,12 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.db import connections
+
 from corpus import errors
+from corpus.ingest.pipeline import Indexer
 from corpus.state import IndexLock
+from mcp_gateway import context
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +50,6 @@ def files_of(rel_paths: Iterable[str]) -> tuple[str, ...]:
 def start(rel_paths: Iterable[str], *, full: bool, ctx=None) -> Started:
     """Re-index ``rel_paths`` in a background thread; raises ``INDEX_LOCKED``
     when another process indexes."""
-    from mcp_gateway import context
-
     ctx = ctx or context.get()
     paths = files_of(rel_paths)
     supervisor = getattr(ctx, "indexer", None)
@@ -82,10 +84,6 @@ def _holder(lock: IndexLock) -> int:
 
 
 def _run(ctx, paths: tuple[str, ...], full: bool, lock: IndexLock | None) -> None:
-    from django.db import connections
-
-    from corpus.ingest.pipeline import Indexer
-
     try:
         with _admin_lock:
             if lock is None:  # an earlier admin run may have let go of it meanwhile
