@@ -10,7 +10,7 @@ from corpus import errors
 from corpus.config import build_config
 from corpus.indexing import index_directory
 from corpus.ingest.chunking import chunk_segments
-from corpus.ingest.extract import Segment
+from corpus.ingest.extracted import Segment
 from corpus.models import Chunk, Document, Representation
 from corpus.providers.stt import group_words
 from corpus.retrieval import Searcher

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from corpus.ingest.extract import Page, Segment
+from corpus.ingest.extracted import Page, Segment
 
 LINES = "lines"
 PAGE = "page"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import codecs
 import io
 import zlib
-from dataclasses import dataclass, field
 
 import charset_normalizer
 import html2text
@@ -19,9 +18,9 @@ from pypdf import PasswordType, PdfReader
 
 from corpus import errors
 from corpus.ingest.classify import GZIP_MAGIC
+from corpus.ingest.extracted import PAGE_SEPARATOR, RAW_TEXT, Extracted, NeedsProvider, Page
+from corpus.ingest.office import extract_office
 
-RAW_TEXT = "raw_text"
-PAGE_SEPARATOR = "\f"
 # Text-layer extraction is slow on huge or hostile files; past this many
 # pages the rest is left to OCR or simply not indexed.
 MAX_PDF_PAGES = 2000
@@ -37,43 +36,6 @@ _BOM_ENCODINGS = (
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
 _WESTERN_DEFAULT = "cp1252"
-
-
-@dataclass(frozen=True)
-class Page:
-    number: int
-    text: str
-    # A human pointer ("slide 7", "sheet 'Q2'") where a page number alone is not one.
-    label: str | None = None
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A timed stretch of a transcript, in milliseconds."""
-
-    start_ms: int
-    end_ms: int
-    text: str
-
-
-@dataclass(frozen=True)
-class Extracted:
-    """A document's text; for PDFs ``text`` is the pages joined with form feeds."""
-
-    rep_type: str
-    text: str
-    pages: tuple[Page, ...] | None = None
-    meta: dict = field(default_factory=dict)
-    #: transcripts with timestamps: chunked into time windows
-    segments: tuple[Segment, ...] | None = None
-
-
-class NeedsProvider(Exception):
-    """The document has no text without an external provider (``"ocr"`` or ``"stt"``)."""
-
-    def __init__(self, what: str):
-        super().__init__(f"document needs the {what} provider")
-        self.what = what
 
 
 def _normalize(text: str) -> str:
@@ -276,8 +238,6 @@ def extract(doc_type: str, name: str, data: bytes) -> Extracted:
     if doc_type == "pdf":
         return extract_pdf_text(data)
     if doc_type == "office":
-        from corpus.ingest.office import extract_office
-
         return extract_office(name, data)
     if doc_type in _PROVIDER_FOR:
         raise NeedsProvider(_PROVIDER_FOR[doc_type])

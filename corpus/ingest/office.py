@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 
 from corpus import errors
-from corpus.ingest.extract import PAGE_SEPARATOR, RAW_TEXT, Extracted, Page
+from corpus.ingest.extracted import PAGE_SEPARATOR, RAW_TEXT, Extracted, Page
 
 OFFICE_EXTENSIONS = ("docx", "pptx", "xlsx")
 # A workbook can hold millions of cells; past this many characters per sheet

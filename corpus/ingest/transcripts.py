@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corpus.ingest.extract import Extracted, Segment
+from corpus.ingest.extracted import Extracted, Segment
 
 TRANSCRIPT = "transcript"
 
