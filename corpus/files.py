@@ -39,7 +39,6 @@ from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
 from corpus.models import DocStatus, Document, Representation, RepType, Span
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile, normalize_rel_path
-from corpus.status import error_code
 
 FIND_BUDGET_SECONDS = 2.0
 MAX_PATTERN_CHARS = 1000
@@ -51,7 +50,7 @@ _CONTEXT = 256
 _HTML_READ_CAP = 16 * 1024 * 1024
 _TEXT_TYPES = frozenset({"code", "text", "md", "data"})
 _REP_ORDER = {t: i for i, t in enumerate(RepType.values)}
-_FILE_FIELDS = ("rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "error")
+_FILE_FIELDS = ("rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "error_code")
 #: Reads of a file that changed while it was read before the reader gives
 #: up on the file itself; the pause between them starts at _REREAD_PAUSE
 #: seconds and doubles (35 ms in all).
@@ -467,9 +466,8 @@ def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offse
 
 def _listed(row: dict) -> dict:
     """A ``list_files`` entry: a file in ``error`` carries its code (issue #24)."""
-    error = row.pop("error")
-    if row["status"] == "error" and (code := error_code(error)):
-        row["error_code"] = code
+    if row["status"] != "error" or not row["error_code"]:
+        del row["error_code"]
     return row | {"deleted": False}
 
 

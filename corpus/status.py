@@ -122,15 +122,6 @@ def recent_errors(limit: int = 10) -> list[RecentError]:
     return [RecentError(path, code, error or "") for path, code, error in rows]
 
 
-def error_code(error: str | None) -> str:
-    """The code of a stored ``"CODE: message"`` error ("" when it has none).
-
-    Documents carry their code in ``Document.error_code``; read that. This
-    is left for ``corpus/files.py`` (list_files) until it reads the column."""
-    code, sep, _ = (error or "").partition(": ")
-    return code if sep and code.replace("_", "").isalnum() and code.isupper() else ""
-
-
 def summarize(*, error_limit: int = 10) -> IndexSummary:
     by_type = doc_counts()
     live_chunks = Chunk.objects.filter(deleted=False)

@@ -41,7 +41,6 @@ from django.db import close_old_connections
 from corpus import errors, uris
 from corpus.events import Reporter
 from corpus.models import DocStatus, Document
-from corpus.security import normalize_rel_path
 from mcp_gateway import sessions
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import Message
@@ -370,8 +369,7 @@ def subscribable(ctx, uri: str) -> str:
     excluded, secret-bearing or not indexed)."""
     try:
         rel_path, _span = uris.parse(uri)
-        rel = normalize_rel_path(rel_path)
-        ctx.engine.resolve(rel)  # the one resolver: outside the root, excluded, gone
+        rel = ctx.engine.resolve(rel_path).rel  # the one resolver: outside the root, excluded, gone
         doc = Document.objects.filter(rel_path=rel, deleted=False).first()
         secret = doc is not None and doc.status == DocStatus.SKIPPED and _secret(doc.error)
         if doc is None or secret:

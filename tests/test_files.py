@@ -391,8 +391,14 @@ def small_tree(corpus_dir, index):
     index()
 
 
-def test_list_files_names_the_code_of_a_file_in_error():
-    DocumentFactory(rel_path="a.zip", doc_type="archive", status="error", error="ARCHIVE_REJECTED: corrupt")
+def test_list_files_names_the_stored_code_of_a_file_in_error():
+    DocumentFactory(
+        rel_path="a.zip",
+        doc_type="archive",
+        status="error",
+        error="ARCHIVE_REJECTED: corrupt",
+        error_code=errors.ARCHIVE_REJECTED,
+    )
     DocumentFactory(rel_path="b.md", status="error", error="odd failure without a code")
     DocumentFactory(rel_path="c.md")
     listed = {f["rel_path"]: f for f in files.list_files()["files"]}
