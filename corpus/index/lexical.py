@@ -44,7 +44,7 @@ BATCH = 500
 FILTER_WINDOW = 4096
 
 # An identifier with its connectors: snake_case, kebab-case, a.b.c, a/b.py, a::b.
-_COMPOUND = re.compile(r"\w+(?:[-./\\:]{1,3}\w+)*")
+COMPOUND = re.compile(r"\w+(?:[-./\\:]{1,3}\w+)*")
 _PIECE = re.compile(r"[^\W_]+")
 _ALL = itemgetter(0)  # of _expand's (all tokens, extra tokens)
 
@@ -60,13 +60,13 @@ def tokens(text: str) -> list[str]:
     sub-words (``http``, ``server`` after ``httpserver``).
     """
     # map and chain keep the per-compound loop in C: this runs over every chunk
-    return list(chain.from_iterable(map(_ALL, map(_expand, _COMPOUND.findall(text)))))
+    return list(chain.from_iterable(map(_ALL, map(_expand, COMPOUND.findall(text)))))
 
 
 def index_text(text: str) -> str:
     """What the index stores for a chunk: its text plus the extra sub-tokens
     of each distinct compound (once: the text itself carries the counts)."""
-    extras = [token for compound in dict.fromkeys(_COMPOUND.findall(text)) for token in _expand(compound)[1]]
+    extras = [token for compound in dict.fromkeys(COMPOUND.findall(text)) for token in _expand(compound)[1]]
     return f"{text}\n{' '.join(extras)}" if extras else text
 
 
@@ -162,13 +162,13 @@ def index_chunks(rows: Iterable[tuple[int, str]], *, new: bool = False) -> None:
     the ids were just created, so there is nothing to replace."""
     backend = _backend()
     write = backend.insert if new else backend.replace
-    for batch in _batches(rows):
+    for batch in batches(rows):
         write(batch)
 
 
 def remove_chunks(chunk_ids: Iterable[int]) -> None:
     backend = _backend()
-    for batch in _batches(chunk_ids):
+    for batch in batches(chunk_ids):
         backend.delete(batch)
 
 
@@ -251,13 +251,13 @@ def refill(backend: Backend, recreate) -> int:
     with transaction.atomic():
         with connection.cursor() as cursor:
             recreate(cursor)
-        for batch in _batches(rows):
+        for batch in batches(rows):
             backend.insert(batch)
             count += len(batch)
     return count
 
 
-def _batches(items: Iterable) -> Iterator[list]:
+def batches(items: Iterable) -> Iterator[list]:
     iterator = iter(items)
     while batch := list(islice(iterator, BATCH)):
         yield batch

@@ -32,7 +32,7 @@ from itertools import chain
 import Stemmer
 from django.db import connection, transaction
 
-from corpus.index.lexical import _COMPOUND, TableBackend, _batches, parts, piece_tokens
+from corpus.index.lexical import COMPOUND, TableBackend, batches, parts, piece_tokens
 
 TABLE = "chunks_lexical"
 CREATE_SQL = (
@@ -113,7 +113,7 @@ def document(text: str) -> bytes:
     ``tsvectorsend`` writes it), each lexeme with one position per
     occurrence, in PostgreSQL's order, so the server neither parses nor
     sorts it."""
-    compounds = _COMPOUND.findall(text)
+    compounds = COMPOUND.findall(text)
     known = _compounds if len(_compounds) < CACHE_LIMIT > len(_pieces) else _forget()
     new = [compound for compound in dict.fromkeys(compounds) if compound not in known]
     if new:
@@ -192,7 +192,7 @@ def reindex_all(cursor, rows) -> None:
     cursor.execute(f"DELETE FROM {TABLE}")
     # In batches: a COPY holds the connection, so the rows (a server-side
     # cursor on the same connection) are read between COPYs, not during one.
-    for batch in _batches(rows):
+    for batch in batches(rows):
         copy_rows(cursor, batch)
 
 

@@ -1,0 +1,235 @@
+"""The project's modules form layers: no import cycles, no borrowed private names.
+
+The graph is read from the source, not from ``sys.modules``: every ``import``
+and ``from ... import`` statement counts, at module level or inside a function,
+because a function-level import is still a dependency, only a hidden one.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("corpus", "mcp_gateway", "payments", "dir2mcp_site")
+
+# Imports that still close a cycle, each with the reason it is not cut yet;
+# the graph without them must have none. The goal is an empty dict.
+ALLOWED_EDGES: dict[tuple[str, str], str] = {
+    # The splitter and TableBackend belong in a module below both backends;
+    # not cut within issue #20 item 5's time.
+    ("corpus.index.lexical", "corpus.index.lexical_pg"): "backend choice imports the PostgreSQL backend",
+    # capabilities_for belongs below both; pipeline.py is owned by another change this session.
+    ("corpus.status", "corpus.ingest.pipeline"): "owned by another change this session",
+    # distributed, indexing and tasks are owned by another change this session.
+    ("corpus.ingest.distributed", "corpus.indexing"): "owned by another change this session",
+    ("corpus.ingest.distributed", "corpus.tasks"): "owned by another change this session",
+}
+
+
+@dataclass(frozen=True)
+class Edge:
+    importer: str
+    imported: str
+    line: int
+    names: tuple[str, ...]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            modules[_module_name(path)] = path
+    return modules
+
+
+def _absolute(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module that ``name`` (a dotted import target) lives in."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def import_edges(modules: dict[str, Path]) -> list[Edge]:
+    edges = []
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    target = _owner(alias.name, modules)
+                    if target and target != module:
+                        edges.append(Edge(module, target, node.lineno, ()))
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(module, is_package, node)
+                for alias in node.names:
+                    # ``from pkg import submodule`` depends on the submodule.
+                    target = _owner(f"{base}.{alias.name}", modules)
+                    names = ()
+                    if target != f"{base}.{alias.name}":
+                        target = _owner(base, modules)
+                        names = (alias.name,)
+                    if target and target != module:
+                        edges.append(Edge(module, target, node.lineno, names))
+    return edges
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative; components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def shortest_cycle(graph: dict[str, set[str]], members: list[str]) -> list[str]:
+    """One shortest cycle through the component, for a readable failure message."""
+    inside = set(members)
+    best: list[str] = []
+    for start in members:
+        paths = {start: [start]}
+        frontier = [start]
+        while frontier and not best:
+            step = []
+            for node in frontier:
+                for child in sorted(graph[node] & inside):
+                    if child == start and not best:
+                        best = paths[node] + [start]
+                    elif child not in paths:
+                        paths[child] = paths[node] + [child]
+                        step.append(child)
+            frontier = step
+        if best and len(best) == 3:
+            break
+    return best
+
+
+def _describe(cycle: list[str], edges: list[Edge]) -> str:
+    lines = []
+    for importer, imported in zip(cycle, cycle[1:], strict=False):
+        where = min(e.line for e in edges if (e.importer, e.imported) == (importer, imported))
+        lines.append(f"    {importer} (line {where}) -> {imported}")
+    return "\n".join(lines)
+
+
+def _graph(modules: dict[str, Path], edges: list[Edge]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for edge in edges:
+        graph[edge.importer].add(edge.imported)
+    return graph
+
+
+def test_project_modules_import_without_cycles():
+    modules = project_modules()
+    edges = [e for e in import_edges(modules) if (e.importer, e.imported) not in ALLOWED_EDGES]
+    graph = _graph(modules, edges)
+    problems = [
+        f"cycle among {len(component)} modules {component}, e.g.:\n"
+        + _describe(shortest_cycle(graph, component), edges)
+        for component in strongly_connected(graph)
+    ]
+    assert not problems, "import cycles:\n" + "\n".join(problems)
+
+
+def test_allowed_edges_still_close_a_cycle():
+    modules = project_modules()
+    graph = _graph(modules, import_edges(modules))
+    cyclic = {m: tuple(c) for c in strongly_connected(graph) for m in c}
+    stale = [
+        (importer, imported)
+        for importer, imported in ALLOWED_EDGES
+        if imported not in graph.get(importer, ()) or cyclic.get(importer, ()) != cyclic.get(imported)
+    ]
+    assert not stale, f"allowlisted imports that no longer close a cycle, remove them: {stale}"
+
+
+def test_no_module_imports_another_modules_private_names():
+    modules = project_modules()
+    borrowed = [
+        f"{e.importer}:{e.line} imports {name} from {e.imported}"
+        for e in import_edges(modules)
+        for name in e.names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert not borrowed, "private names used across modules:\n" + "\n".join(borrowed)
+
+
+CASES = [
+    pytest.param({"a": {"b"}, "b": {"a"}}, [["a", "b"]], id="two-module-cycle"),
+    pytest.param({"a": {"b"}, "b": {"c"}, "c": set()}, [], id="chain"),
+    pytest.param({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]], id="triangle"),
+]
+
+
+@pytest.mark.parametrize(("graph", "expected"), CASES)
+def test_strongly_connected_finds_cycles(graph, expected):
+    assert strongly_connected(graph) == expected
+
+
+def test_edges_resolve_relative_imports_and_submodules(tmp_path):
+    modules = {"pkg": tmp_path / "__init__.py", "pkg.a": tmp_path / "a.py"}
+    modules["pkg.b"] = tmp_path / "b.py"
+    modules["pkg"].write_text("")
+    modules["pkg.a"].write_text("def f():\n    from . import b\n    from .b import _x\n")
+    modules["pkg.b"].write_text("from pkg import a\n")
+    edges = {(e.importer, e.imported, e.names) for e in import_edges(modules)}
+    assert edges == {("pkg.a", "pkg.b", ()), ("pkg.a", "pkg.b", ("_x",)), ("pkg.b", "pkg.a", ())}
