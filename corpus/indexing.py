@@ -7,9 +7,12 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from django.conf import settings
+
 from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.ingest.distributed import Dispatch
 from corpus.ingest.pipeline import Counters, Indexer
 from corpus.providers.base import Embedder
 from corpus.providers.registry import (
@@ -29,15 +32,10 @@ logger = logging.getLogger(__name__)
 
 
 def walking_indexer(root: Path, state: StateDir, config: Config, **options) -> Indexer:
-    """The indexer for a walk of the whole tree: in this process, or handing
-    the files to Celery workers when a broker is configured (docs/scaling.md)."""
-    from django.conf import settings
-
-    if settings.CELERY_BROKER_URL:
-        from corpus.ingest.distributed import DispatchingIndexer
-
-        return DispatchingIndexer(root, state, config, **options)
-    return Indexer(root, state, config, **options)
+    """The indexer for a walk of the whole tree: writing in this process, or
+    handing the files to Celery workers when a broker is configured (docs/scaling.md)."""
+    step = Dispatch() if settings.CELERY_BROKER_URL else None
+    return Indexer(root, state, config, step=step, **options)
 
 
 def index_directory(

@@ -19,8 +19,8 @@ from corpus.embedding import dense_store
 from corpus.events import Reporter
 from corpus.indexing import walking_indexer
 from corpus.ingest.discover import walk
-from corpus.ingest.distributed import DispatchingIndexer, WorkerRuntime, ingest
-from corpus.ingest.pipeline import Indexer
+from corpus.ingest.distributed import Dispatch, WorkerRuntime, ingest
+from corpus.ingest.pipeline import Indexer, LocalWrite
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Span, Worker
 from corpus.state import StateDir
 from corpus.store import wipe_index
@@ -50,11 +50,12 @@ def dispatched(corpus_dir, state, runtime) -> tuple[str, list[str]]:
     """A job whose first batch of paths was sent (and not yet run)."""
     fill(corpus_dir)
     sent: list[tuple[str, list[str]]] = []
-    coordinator = DispatchingIndexer(corpus_dir, state, runtime.config, send=lambda j, p: sent.append((j, p)))
+    step = Dispatch(send=lambda j, p: sent.append((j, p)))
+    coordinator = Indexer(corpus_dir, state, runtime.config, step=step)
     coordinator._start()
     for item in walk(coordinator.engine):
         coordinator._consume(item)
-    coordinator._send_pending()
+    step.send_pending(coordinator)
     return sent[0]
 
 
@@ -67,8 +68,13 @@ def dispatch(root: Path, state: StateDir, config) -> list[list[str]]:
         sent.append(paths)
         ingest(job_id, paths, worker="w")
 
-    DispatchingIndexer(root, state, config, send=send).run()
+    dispatching(root, state, config, send=send).run()
     return sent
+
+
+def dispatching(root: Path, state: StateDir, config, send=None, **options) -> Indexer:
+    """The coordinator's indexer: it hands changed files to workers."""
+    return Indexer(root, state, config, step=Dispatch(send=send), **options)
 
 
 def write(root: Path, rel: str, data: str | bytes) -> None:
@@ -130,9 +136,14 @@ def counted(counters) -> dict[str, int]:
     return {name: getattr(counters, name) for name in COUNTED}
 
 
+def test_with_a_broker_walks_hand_their_files_to_workers(corpus_dir, state, settings):
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/15"
+    assert type(walking_indexer(corpus_dir, state, build_config({}, {}, {})).step) is Dispatch
+
+
 def test_without_a_broker_tasks_run_eagerly_and_walks_stay_in_process(corpus_dir, state):
     assert settings.CELERY_TASK_ALWAYS_EAGER and settings.CELERY_TASK_EAGER_PROPAGATES
-    assert type(walking_indexer(corpus_dir, state, build_config({}, {}, {}))) is Indexer
+    assert type(walking_indexer(corpus_dir, state, build_config({}, {}, {})).step) is LocalWrite
     assert ingest_paths.acks_late and ingest_paths.reject_on_worker_lost
     assert ingest_paths.max_retries and ingest_paths.retry_backoff
 
@@ -145,7 +156,7 @@ def test_dispatched_walk_builds_what_the_single_process_walk_builds(corpus_dir, 
     assert len(expected["documents"]) >= 30 and any("!/" in d[0] for d in expected["documents"])
 
     wipe_index()
-    spread = DispatchingIndexer(corpus_dir, state, config, mode="full").run()
+    spread = dispatching(corpus_dir, state, config, mode="full").run()
     assert view() == expected
     assert counted(spread) == counted(alone)
     job = IndexJob.objects.order_by("-started_unix").first()
@@ -200,11 +211,11 @@ def test_slow_files_count_heavier_so_they_are_shared_out_a_few_to_a_task(
 def test_an_incremental_dispatched_walk_follows_edits_deletions_and_archives(corpus_dir, state, runtime):
     fill(corpus_dir)
     config = runtime.config
-    DispatchingIndexer(corpus_dir, state, config).run()
+    dispatching(corpus_dir, state, config).run()
     write(corpus_dir, "pkg/mod_3.py", "def renamed(value):\n    return value\n")
     (corpus_dir / "docs/guide_2.md").unlink()
     write(corpus_dir, "bundle.zip", zip_bytes({"inner/a.txt": "alpha changed\n", "inner/c.txt": "gamma\n"}))
-    again = DispatchingIndexer(corpus_dir, state, config).run()
+    again = dispatching(corpus_dir, state, config).run()
     after = view()
     assert (again.indexed, again.deleted) == (
         4,
@@ -256,7 +267,7 @@ def test_a_job_whose_files_fail_on_workers_ends_and_reports_them(corpus_dir, sta
         def file_error(self, rel_path, code, message):
             reported.append((rel_path, code))
 
-    counters = DispatchingIndexer(corpus_dir, state, runtime.config, reporter=Listener.silent()).run()
+    counters = dispatching(corpus_dir, state, runtime.config, reporter=Listener.silent()).run()
     job = IndexJob.objects.order_by("-started_unix").first()
     assert job.outcome == "complete" and not job.running
     items = JobItem.objects.filter(job=job)
@@ -306,7 +317,7 @@ def test_workers_embed_into_the_database_and_servers_pick_them_up(corpus_dir, st
 
     # Later batches reach it too, read by the version they were stored under.
     write(corpus_dir, "notes/late.md", "# Late\n\nA note written after the server synced.\n")
-    DispatchingIndexer(corpus_dir, state, runtime.config).run()
+    dispatching(corpus_dir, state, runtime.config).run()
     late = set(
         Chunk.objects.filter(representation__document__rel_path="notes/late.md").values_list(
             "chunk_id", flat=True

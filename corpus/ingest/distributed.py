@@ -39,7 +39,8 @@ from corpus.config import Config, default_config_path, load_config
 from corpus.embedding import embed_chunks
 from corpus.ingest.archives import named_like_archive
 from corpus.ingest.classify import DOC_TYPES, doc_type_by_name
-from corpus.ingest.pipeline import FLUSH_SECONDS, Counters, Indexer
+from corpus.ingest.discover import FileEntry
+from corpus.ingest.pipeline import Counters, Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Worker
 from corpus.providers.base import Embedder
 from corpus.state import StateDir
@@ -98,8 +99,6 @@ def task_paths() -> int:
     source files, so larger tasks go faster; smaller ones share a small
     tree more evenly between workers, and a killed worker's task redoes
     less."""
-    from django.conf import settings
-
     return settings.DIR2MCP_CELERY_TASK_PATHS  # at least 1: settings.py refuses less
 
 
@@ -128,174 +127,147 @@ def _send_task(job_id: str, rel_paths: list[str]) -> None:
 # -- the coordinator ----------------------------------------------------------
 
 
-class DispatchingIndexer(Indexer):
-    """Walks the tree like :class:`Indexer`, but hands changed files to
-    Celery workers instead of reading them, then waits for the workers.
+class Dispatch:
+    """The coordinator's write step: the indexer walks as it would alone,
+    but hands changed files to Celery workers instead of reading them, then
+    waits for the workers.
 
     Its counters are the job's, read back from the database at every flush;
     what it counts itself (scanned, unchanged, deleted) is added as deltas,
     so the workers' additions are never overwritten.
     """
 
-    def __init__(self, *args, send: Callable[[str, list[str]], None] | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, send: Callable[[str, list[str]], None] | None = None):
         self._send = send or _send_task
         self._task_paths = task_paths()
         self._pending: list[str] = []
         self._pending_weight = 0
-        # Workers make their embedder from the same configuration and keys
-        # (the job's policy) as this process made its own; "auto" is on
-        # when that gave one.
-        provider = self.config.embed.provider
-        self._workers_embed = provider not in ("none", "auto") or self.embedder is not None
         self._pending_started = 0.0
+        self._workers_embed = False
         self._dispatched: set[str] = set()
         self._flushed = Counters()
         self._said_waiting = False
 
-    def _after_walk(self) -> bool:
-        self._send_pending()
-        self._tombstone_unseen()
-        if not self._wait_for_workers():
-            return False
-        # What the workers wrote, announced from here (their processes have no server to tell).
-        self._changed.extend(sorted(self._dispatched))
-        self._listing = self._listing or bool(self._dispatched)
-        self._announce_changes()
-        self._embed()  # what a worker could not embed, and this process's dense index
-        return True
+    def begin(self, indexer: Indexer) -> None:
+        set_setting(ROOT_KEY, str(indexer.root))  # before any task: workers compare theirs with it
+        job = indexer.job
+        assert job is not None
+        job.host = socket.gethostname()
+        job.policy = policy_fingerprint(indexer)
+        job.save(update_fields=["host", "policy"])
+        # Workers make their embedder from the same configuration and keys
+        # (the job's policy) as this process made its own; "auto" is on
+        # when that gave one.
+        provider = indexer.config.embed.provider
+        self._workers_embed = provider not in ("none", "auto") or indexer.embedder is not None
 
-    def _start(self) -> None:
-        super()._start()
-        set_setting(ROOT_KEY, str(self.root))  # before any task: workers compare theirs with it
-        assert self.job is not None
-        self.job.host = socket.gethostname()
-        self.job.policy = policy_fingerprint(self)
-        self.job.save(update_fields=["host", "policy"])
-
-    def _consume_file(self, entry) -> None:
-        known = self.known.get(entry.rel_path)
-        if known and self._stat_unchanged(known, entry.size, entry.mtime_ns):
-            self._unchanged(entry.rel_path, known)
-            return
-        self.counters.scanned -= 1  # the worker that reads it counts it
+    def take(self, indexer: Indexer, entry: FileEntry) -> bool:
+        indexer.counters.scanned -= 1  # the worker that reads it counts it
         if not self._pending:
             self._pending_started = time.monotonic()
         self._pending.append(entry.rel_path)
         self._pending_weight += dispatch_weight(entry.rel_path, embeds=self._workers_embed)
         self._dispatched.add(entry.rel_path)
+        return True
 
-    def _maybe_flush(self) -> None:
+    def tick(self, indexer: Indexer) -> None:
         if self._pending_weight >= self._task_paths or (
             self._pending and time.monotonic() - self._pending_started >= DISPATCH_SECONDS
         ):
-            self._send_pending()
-        self._flush_counters()
+            self.send_pending(indexer)
 
-    def _send_pending(self) -> None:
+    def send_pending(self, indexer: Indexer) -> None:
         if not self._pending:
             return
         paths, self._pending, self._pending_weight = self._pending, [], 0
-        assert self.job is not None
-        JobItem.objects.bulk_create([JobItem(job=self.job, rel_path=p) for p in paths], ignore_conflicts=True)
-        self._send(self.job.job_id, paths)
+        job = indexer.job
+        assert job is not None
+        JobItem.objects.bulk_create([JobItem(job=job, rel_path=p) for p in paths], ignore_conflicts=True)
+        self._send(job.job_id, paths)
 
-    def _tombstone_unseen(self) -> None:
+    def end_walk(self, indexer: Indexer) -> bool:
+        self.send_pending(indexer)
         # Members of a dispatched archive are the worker's to keep or tombstone.
-        def members_of_dispatched(path: str) -> bool:
-            return "!/" in path and path.split("!/", 1)[0] in self._dispatched
-
-        self._tombstone(
-            [
-                p
-                for p, k in self.known.items()
-                if not k.deleted and p not in self.seen and not members_of_dispatched(p)
-            ]
+        indexer._tombstone(
+            [p for p in indexer._unseen() if "!/" not in p or p.split("!/", 1)[0] not in self._dispatched]
         )
+        if not self._wait_for_workers(indexer):
+            return False
+        # What the workers wrote, announced from here (their processes have no server to tell).
+        indexer._changed.extend(sorted(self._dispatched))
+        indexer._listing = indexer._listing or bool(self._dispatched)
+        indexer._announce_changes()
+        indexer._embed()  # what a worker could not embed, and this process's dense index
+        return True
 
-    def _wait_for_workers(self) -> bool:
+    def _wait_for_workers(self, indexer: Indexer) -> bool:
         """Until every dispatched path is done or failed (True), or ``stop``."""
-        assert self.job is not None
-        items = JobItem.objects.filter(job=self.job)
+        items = JobItem.objects.filter(job=indexer.job)
         while True:
             left = items.exclude(state__in=JobItem.FINISHED).count()
             if not left:
                 break
             if not self._said_waiting:
                 self._said_waiting = True
-                self.reporter.say(f"Waiting for Celery workers: {left} files queued (docs/scaling.md).")
-            self._flush_counters()  # the workers' progress, each FLUSH_SECONDS
-            if self.stop.wait(WAIT_SECONDS):
+                indexer.reporter.say(f"Waiting for Celery workers: {left} files queued (docs/scaling.md).")
+            indexer._flush_counters()  # the workers' progress, each FLUSH_SECONDS
+            if indexer.stop.wait(WAIT_SECONDS):
                 return False
         failed = items.filter(state=JobItem.FAILED).values_list("rel_path", "error_code", "error")
         for rel_path, code, message in failed[:20]:
-            self.reporter.file_error(rel_path, code, message)
+            indexer.reporter.file_error(rel_path, code, message)
         return True
 
-    def _flush_counters(self, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_flush < FLUSH_SECONDS:
-            return
-        self._last_flush = now
-        job = self.job
+    def save_counters(self, indexer: Indexer, *, force: bool) -> None:
+        job = indexer.job
         assert job is not None
         with transaction.atomic():
-            add_to_job(job.job_id, _difference(self.counters, self._flushed))
+            add_to_job(job.job_id, _difference(indexer.counters, self._flushed))
             if not job.running:  # _finish: the outcome goes in with the last counts
                 IndexJob.objects.filter(job_id=job.job_id).update(
                     running=False, outcome=job.outcome, finished_unix=job.finished_unix
                 )
             IndexJob.objects.filter(job_id=job.job_id).update(updated_unix=time.time())
         job.refresh_from_db()
-        self.counters = _from_job(job)
+        indexer.counters = _from_job(job)
         self._flushed = _from_job(job)
-        write_corpus_json(self.root, self.state, self.config, job)
+        write_corpus_json(indexer.root, indexer.state, indexer.config, job)
         if job.running:
-            self.reporter.progress(self.counters.as_dict())
+            indexer.reporter.progress(indexer.counters.as_dict())
 
 
 # -- the worker ---------------------------------------------------------------
 
 
-class WorkerIndexer(Indexer):
-    """A worker's share of a job: its paths only, counted for the job.
+class WorkerWrite:
+    """A worker's write step: its indexer reads and prepares (OCR and
+    transcription included) with no transaction open and writes nothing
+    until :func:`_write` commits it all in one; its counts go into the job
+    once, with the writes. A worker does not walk, so it never begins a job
+    or ends a walk."""
 
-    It reads and prepares first (OCR and transcription included) with no
-    transaction open, holding what it would write; :meth:`commit` then
-    writes it all in the caller's transaction.
-    """
+    def begin(self, indexer: Indexer) -> None:
+        raise AssertionError("a worker works on a job it was given")
 
-    def __init__(self, root: Path, state: StateDir, config: Config, job: IndexJob, rel_paths: list[str]):
-        super().__init__(root, state, config)
-        self.job = job
-        self.mode = job.mode
-        self._load_known(Document.objects.filter(with_members("rel_path", rel_paths)))
-        self._holding = True
-        self._gone: list[str] = []
+    def take(self, indexer: Indexer, entry: FileEntry) -> bool:
+        return False
 
-    def prepare(self, rel_paths: list[str]) -> None:
-        # A task's paths share directories: judge each directory once.
-        with self.engine.pinned():
-            for rel_path in rel_paths:
-                self._refresh_path(rel_path)
+    def tick(self, indexer: Indexer) -> None:
+        pass
 
-    def commit(self) -> None:
-        self._holding = False
-        self._flush_batch()
-        self._tombstone(self._gone)
+    def save_counters(self, indexer: Indexer, *, force: bool) -> None:
+        pass
 
-    def _flush_batch(self) -> None:
-        if not self._holding:
-            super()._flush_batch()
+    def end_walk(self, indexer: Indexer) -> bool:
+        raise AssertionError("a worker does not walk")
 
-    def _tombstone(self, rel_paths: list[str]) -> None:
-        if self._holding:
-            self._gone.extend(rel_paths)
-        else:
-            super()._tombstone(rel_paths)
 
-    def _flush_counters(self, *, force: bool = False) -> None:
-        """Counted into the job once, with the writes (see :func:`ingest`)."""
+def worker_indexer(rt: WorkerRuntime, job: IndexJob, rel_paths: list[str]) -> Indexer:
+    """An indexer for a worker's share of ``job``: these paths only, counted for the job."""
+    indexer = Indexer(rt.root, rt.state, rt.config, mode=job.mode, step=WorkerWrite())
+    indexer.job = job
+    indexer._load_known(Document.objects.filter(with_members("rel_path", rel_paths)))
+    return indexer
 
 
 @dataclass
@@ -403,7 +375,7 @@ def ingest(job_id: str, rel_paths: list[str], *, worker: str, runtime: WorkerRun
 def _write(job: IndexJob, queued: list[str], worker: str, rt: WorkerRuntime) -> list[str]:
     """Prepare ``queued`` with no transaction open, then write, count and
     mark them written in one; [] when another delivery wrote them first."""
-    indexer = WorkerIndexer(rt.root, rt.state, rt.config, job, queued)
+    indexer = worker_indexer(rt, job, queued)
     try:
         if job.policy and policy_fingerprint(indexer) != job.policy:
             raise errors.Dir2mcpError(
@@ -412,7 +384,8 @@ def _write(job: IndexJob, queued: list[str], worker: str, rt: WorkerRuntime) -> 
                 f"than the process that started job {job.job_id}",
                 hint="Give every worker the same .dir2mcp.yaml, DIR2MCP_* settings and API keys.",
             )
-        indexer.prepare(queued)
+        with indexer.engine.pinned():  # a task's paths share directories: judge each once
+            gone = [path for rel_path in queued for path in indexer.read_path(rel_path)]
         with transaction.atomic():
             # The lock makes a concurrent second delivery wait for this one,
             # then find the items written.
@@ -422,7 +395,7 @@ def _write(job: IndexJob, queued: list[str], worker: str, rt: WorkerRuntime) -> 
             )
             if len(still) != len(queued):
                 return []
-            indexer.commit()
+            indexer.commit(gone)
             add_to_job(job.job_id, indexer.counters.as_dict())
             # With nothing to embed, written is finished.
             state = JobItem.WRITTEN if rt.embedder is not None else JobItem.DONE
@@ -481,8 +454,6 @@ def announce(name: str) -> None:
 
 def _seen(name: str, *, tasks: int = 0) -> None:
     """Record that worker ``name`` is alive (``status`` lists workers seen)."""
-    import os
-
     now = time.time()
     updated = Worker.objects.filter(name=name).update(
         last_seen_unix=now, pid=os.getpid(), tasks_done=F("tasks_done") + tasks

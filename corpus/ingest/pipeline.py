@@ -11,6 +11,10 @@ every document either as it was or fully updated. Documents new to the store
 go in together, one INSERT per table; the others each get a savepoint, as
 do new ones again if writing them together failed, so one bad document is
 all a batch loses.
+
+What differs between writing here, handing files to Celery workers and
+being one of them is the indexer's :class:`WriteStep`: :class:`LocalWrite`
+here, the others in corpus/ingest/distributed.py.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from django.db import transaction
 
@@ -116,8 +121,67 @@ def capabilities_for(config: Config, secret: Callable[[str], str | None]) -> Cap
     )
 
 
+class WriteStep(Protocol):
+    """The part of a pass that differs between writing here, handing files
+    to Celery workers, and being one of them. An indexer has one, for one job."""
+
+    def begin(self, indexer: Indexer) -> None:
+        """The job's row exists: record with it what this step needs."""
+
+    def take(self, indexer: Indexer, entry: FileEntry) -> bool:
+        """A file changed by size, mtime or policy: True when the step takes
+        it whole, so that this process does not read it."""
+
+    def tick(self, indexer: Indexer) -> None:
+        """After each file: write (or send) what is due."""
+
+    def save_counters(self, indexer: Indexer, *, force: bool) -> None:
+        """Put the counters in the job's row (at most every FLUSH_SECONDS unless forced)."""
+
+    def end_walk(self, indexer: Indexer) -> bool:
+        """The walk is through: write the rest, tombstone what was not seen,
+        embed. True when the job is complete."""
+
+
+class LocalWrite:
+    """Read, prepare and write every changed file in this process."""
+
+    def begin(self, indexer: Indexer) -> None:
+        pass
+
+    def take(self, indexer: Indexer, entry: FileEntry) -> bool:
+        return False
+
+    def tick(self, indexer: Indexer) -> None:
+        if len(indexer._batch) >= BATCH_DOCS or (
+            indexer._batch and time.monotonic() - indexer._batch_started >= BATCH_SECONDS
+        ):
+            indexer._flush_batch()
+
+    def save_counters(self, indexer: Indexer, *, force: bool) -> None:
+        job = indexer.job
+        assert job is not None
+        for name, value in indexer.counters.as_dict().items():
+            setattr(job, name, value)
+        job.updated_unix = time.time()
+        job.save()
+        write_corpus_json(indexer.root, indexer.state, indexer.config, job, models=indexer.models)
+        if not force:  # forced flushes start or end a job; _finish prints the final line
+            indexer.reporter.progress(indexer.counters.as_dict())
+
+    def end_walk(self, indexer: Indexer) -> bool:
+        indexer._flush_batch()
+        indexer._tombstone(indexer._unseen())
+        indexer._announce_complete("lexical")
+        indexer._embed()
+        if indexer.embedder is not None and indexer.embed_error is None and not indexer.stop.is_set():
+            indexer._announce_complete("dense")
+        return True
+
+
 class Indexer:
-    """One indexing job over one root and state directory."""
+    """One indexing job over one root and state directory; ``step`` writes
+    what changed (default :class:`LocalWrite`)."""
 
     def __init__(
         self,
@@ -132,8 +196,10 @@ class Indexer:
         embedder: Embedder | None = None,
         providers: MediaProviders | None = None,
         changes: Callable[[], set[str]] | None = None,
+        step: WriteStep | None = None,
     ):
         self.root = root
+        self.step = step or LocalWrite()
         #: the watcher's files changed since last asked (issue #17): re-read and
         #: embedded first between two embedding batches of a long pass
         self.changes = changes
@@ -191,22 +257,11 @@ class Indexer:
                     break
                 self._consume(item)
             else:
-                if self._after_walk():
+                if self.step.end_walk(self):
                     outcome = "complete"
         finally:
             self._finish(outcome)
         return self.counters
-
-    def _after_walk(self) -> bool:
-        """Once the walk is through: write the rest, tombstone what was not
-        seen, embed. True when the job is complete."""
-        self._flush_batch()
-        self._tombstone_unseen()
-        self._announce_complete("lexical")
-        self._embed()
-        if self.embedder is not None and self.embed_error is None and not self.stop.is_set():
-            self._announce_complete("dense")
-        return True
 
     def _announce_complete(self, half: str) -> None:
         """Say that a whole pass's half of the index is complete (issue #24):
@@ -333,6 +388,7 @@ class Indexer:
         )
         self.reporter.event("index_loaded", {"state_dir": str(self.state.path), "documents": len(self.known)})
         self._last_flush = time.monotonic()
+        self.step.begin(self)
 
     def _close_resources(self) -> None:
         """Stop the provider pools and close the clients this indexer made."""
@@ -358,14 +414,7 @@ class Indexer:
         if not force and now - self._last_flush < FLUSH_SECONDS:
             return
         self._last_flush = now
-        assert self.job is not None
-        for name, value in self.counters.as_dict().items():
-            setattr(self.job, name, value)
-        self.job.updated_unix = time.time()
-        self.job.save()
-        write_corpus_json(self.root, self.state, self.config, self.job, models=self.models)
-        if not force:  # forced flushes start or end a job; _finish prints the final line
-            self.reporter.progress(self.counters.as_dict())
+        self.step.save_counters(self, force=force)
 
     # -- walking -------------------------------------------------------------
 
@@ -393,6 +442,8 @@ class Indexer:
         known = self.known.get(entry.rel_path)
         if known and self._stat_unchanged(known, entry.size, entry.mtime_ns):
             self._unchanged(entry.rel_path, known)
+            return
+        if self.step.take(self, entry):
             return
         # Opened through the engine (corpus/security.py): a regular file
         # beneath the root, whatever the path has become since the walk.
@@ -631,13 +682,21 @@ class Indexer:
     # -- targeted refresh (watcher) -----------------------------------------
 
     def _refresh_path(self, rel_path: str) -> None:
+        self.commit(self.read_path(rel_path))
+
+    def read_path(self, rel_path: str) -> list[str]:
+        """Read ``rel_path`` (and what is beneath it) into the batch, which
+        the step may write as it goes; the known paths there now gone."""
         path = self.root / rel_path
         if self.engine.excluded_reason(rel_path, is_dir=path.is_dir()) is None and path.exists():
             for item in walk(self.engine, start=rel_path):
                 self._consume(item)
-            self._flush_batch()
         candidates = [rel_path, *self._known_under(rel_path + "/"), *self._known_under(rel_path + "!/")]
-        gone = [p for p in candidates if p in self.known and not self.known[p].deleted and p not in self.seen]
+        return [p for p in candidates if p in self.known and not self.known[p].deleted and p not in self.seen]
+
+    def commit(self, gone: list[str]) -> None:
+        """Write the batch, then tombstone ``gone``."""
+        self._flush_batch()
         self._tombstone(gone)
 
     def _known_under(self, prefix: str) -> Iterator[str]:
@@ -659,10 +718,7 @@ class Indexer:
         self._batch.append(prepared)
 
     def _maybe_flush(self) -> None:
-        if len(self._batch) >= BATCH_DOCS or (
-            self._batch and time.monotonic() - self._batch_started >= BATCH_SECONDS
-        ):
-            self._flush_batch()
+        self.step.tick(self)
         self._flush_counters()
 
     def _flush_batch(self) -> None:
@@ -742,8 +798,9 @@ class Indexer:
             code = prepared.error_code or errors.EXTRACT_FAILED
             self.reporter.file_error(prepared.rel_path, code, prepared.error_message)
 
-    def _tombstone_unseen(self) -> None:
-        self._tombstone([p for p, k in self.known.items() if not k.deleted and p not in self.seen])
+    def _unseen(self) -> list[str]:
+        """Live known paths this pass has not seen."""
+        return [p for p, k in self.known.items() if not k.deleted and p not in self.seen]
 
     def _tombstone(self, rel_paths: list[str]) -> None:
         for start in range(0, len(rel_paths), 500):
