@@ -3,11 +3,13 @@ measured by bench/retrieval.py.
 
     python bench/search.py latency [--sizes 10000 100000] [--queries 200]
 
-latency: builds a state directory of N chunks of real text (lines of the
-Python standard library) with random unit vectors as embeddings, then times
-`Searcher.search` in-process (lexical, dense and hybrid, the query embedded
-by the local model), reporting p50/p99 and the process's peak RSS. The
-reference in the same run is a bare FTS5 MATCH on the same table.
+latency: builds a state directory of N code chunks of real text (lines of
+the Python standard library) with random unit vectors as embeddings, then
+times `Searcher.search` on the code index in-process (lexical, hybrid with
+one dense round, and the default hybrid, whose code index is searched a
+second time from the first fusion's leaders; the query embedded by the
+local model), reporting p50/p99 and the process's peak RSS. The reference
+in the same run is a bare FTS5 MATCH on the same table.
 
 Each run runs in a fresh temp state directory; results go to bench/results/.
 """
@@ -88,7 +90,7 @@ def build_synthetic(size: int, dim: int) -> None:
                         ordinal=n % per_doc,
                         text="\n".join(lines[offset : offset + 40]),
                         text_hash=str(n),
-                        index_kind="text",
+                        index_kind="code",
                         embedding=to_bytes(vec),
                         embedding_status="ok",
                     )
@@ -123,21 +125,21 @@ def run_latency(size: int, queries: int) -> dict:
     build_synthetic(size, 384)
     build_s = time.perf_counter() - started
     started = time.perf_counter()
-    dense_store(state).sync("text")
+    dense_store(state).sync("code")
     ann_build_s = time.perf_counter() - started
     config = build_config({"embed": {"provider": "local"}}, {}, {})
     # the default without its second dense round (search.feedback_units), for its cost
     one_round = build_config({"embed": {"provider": "local"}, "search": {"feedback_units": 0}}, {}, {})
     embedder = LocalEmbedder()
-    embedder.embed(["warm up"], kind="text")
+    embedder.embed(["warm up"], kind="code")
     words = [w for line in stdlib_lines()[:20000] for w in line.split() if w.isidentifier() and len(w) > 3]
     rng = random.Random(11)
     qs = [" ".join(rng.sample(words, 3)) for _ in range(queries)]
     results: dict = {"chunks": size, "build_rows_s": round(build_s, 1), "build_ann_s": round(ann_build_s, 1)}
     for label, searcher, index in (
-        ("lexical", Searcher(state, config, None), "text"),
-        ("hybrid, one dense round", Searcher(state, one_round, embedder), "text"),
-        ("hybrid", Searcher(state, config, embedder), "text"),
+        ("lexical", Searcher(state, config, None), "code"),
+        ("hybrid, one dense round", Searcher(state, one_round, embedder), "code"),
+        ("hybrid", Searcher(state, config, embedder), "code"),
     ):
         times = []
         for q in qs:
@@ -151,7 +153,7 @@ def run_latency(size: int, queries: int) -> dict:
     times = []
     for q in qs:
         t = time.perf_counter()
-        embedder.embed([q], kind="text")
+        embedder.embed([q], kind="code")
         times.append((time.perf_counter() - t) * 1000)
     results["query_embedding"] = {
         "p50_ms": round(percentile(times, 50), 2),
