@@ -30,7 +30,7 @@ Rows, all on the same corpus and queries:
 
 - ``bm25s windows``: bm25s (default parameters, no stop words) over the
   spec's windows (``chunk_code`` 200/30 for code, ``chunk_prose`` for prose),
-  tokenised by ``corpus.index.lexical.tokens`` (identifier splitting);
+  tokenised by ``corpus.index.words.tokens`` (identifier splitting);
   ``bm25s windows, plain`` uses bm25s' own tokenizer;
 - ``bm25s units`` (and ``, plain``): the same over the live chunks of the
   units-mode index (``chunking.code.mode: units``), their ``context`` (when
@@ -279,12 +279,12 @@ def bm25s_rankings(docs: list[tuple[list, str]], queries: list[str], plain: bool
     import bm25s
     import numpy as np
 
-    from corpus.index import lexical
+    from corpus.index import words
 
     def tokenize(texts: list[str]) -> list[list[str]]:
         if plain:
             return bm25s.tokenize(texts, stopwords=None, return_ids=False, show_progress=False)
-        return [lexical.tokens(text) for text in texts]
+        return [words.tokens(text) for text in texts]
 
     retriever = bm25s.BM25()
     retriever.index(tokenize([text for _, text in docs]), show_progress=False)

@@ -17,7 +17,7 @@ from corpus.citations import SpanRef
 from corpus.config import Config
 from corpus.definitions import defines, query_identifiers
 from corpus.embedding import dense_store, from_bytes
-from corpus.index import lexical
+from corpus.index import lexical, words
 from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers.base import Embedder
@@ -211,7 +211,7 @@ class Searcher:
         if index == "both":
             return [("text", weight["text"]), ("code", weight["code"])]
         store = dense_store(self.state)
-        share = ranking.query_share(len(lexical.query_terms(query)), cfg.dense_full_terms)
+        share = ranking.query_share(len(words.query_terms(query)), cfg.dense_full_terms)
         weight = {kind: value * share for kind, value in weight.items()}
         return [
             (kind, weight[kind] if kind == used else weight[kind] * cfg.other_index_weight)
@@ -403,7 +403,7 @@ class Searcher:
 
     def _hits(self, query: str, fused: list[tuple[int, float]]) -> list[Hit]:
         rows = _hit_rows([cid for cid, _ in fused])
-        terms = lexical.tokens(query)
+        terms = words.tokens(query)
         hits = []
         for cid, score in fused:
             row = rows.get(cid)

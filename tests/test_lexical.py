@@ -15,7 +15,7 @@ from django.db import connection
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus.index import lexical
+from corpus.index import lexical, words
 from corpus.models import Chunk
 from corpus.store import wipe_index
 
@@ -99,7 +99,7 @@ def assert_in_sync() -> None:
     ],
 )
 def test_tokens_split_identifiers(text, expected):
-    assert lexical.tokens(text) == expected
+    assert words.tokens(text) == expected
 
 
 def test_the_ascii_splitter_cuts_where_the_rule_does():
@@ -110,12 +110,12 @@ def test_the_ascii_splitter_cuts_where_the_rule_does():
     for length in range(1, 8):
         for chars in itertools.product("aBZz09", repeat=length):
             piece = "".join(chars)
-            assert lexical._ASCII_SUBWORDS.findall(piece) == lexical._split_by_rule(piece), piece
+            assert words._ASCII_SUBWORDS.findall(piece) == words._split_by_rule(piece), piece
             checked += 1
     rng = random.Random(7)
     for _ in range(20_000):
         piece = "".join(rng.choice("abxyzABXYZ0189") for _ in range(rng.randint(8, 40)))
-        assert lexical._ASCII_SUBWORDS.findall(piece) == lexical._split_by_rule(piece), piece
+        assert words._ASCII_SUBWORDS.findall(piece) == words._split_by_rule(piece), piece
     assert checked == sum(6**n for n in range(1, 8))
 
 
@@ -124,7 +124,7 @@ def test_the_ascii_splitter_cuts_where_the_rule_does():
     [("plain", ("", ["plain"])), ("é2ü", ("", ["é2ü"])), ("a_b", ("ab", ["a", "b"])), ("__x__", ("", ["x"]))],
 )
 def test_parts(compound, expected):
-    assert lexical.parts(compound) == expected
+    assert words.parts(compound) == expected
 
 
 def read_tsvector(body: bytes) -> dict[str, int]:
@@ -150,12 +150,12 @@ IDENTIFIERS = st.text(alphabet="aZb_Yc.-/:9éß ", max_size=40)
 @given(st.lists(IDENTIFIERS, max_size=6))
 def test_a_postgres_row_counts_each_stemmed_token_of_the_splitter(texts):
     """The tsvector built from memoised pieces holds, for each text, exactly
-    the stemmed tokens of ``lexical.tokens`` with their counts; the caches
+    the stemmed tokens of ``words.tokens`` with their counts; the caches
     warmed by earlier texts change nothing."""
     from corpus.index.lexical_pg import MAX_POSITIONS, document, stem
 
     for text in [*texts, *texts]:
-        expected = Counter(word for word in map(stem, lexical.tokens(text)) if word)
+        expected = Counter(word for word in map(stem, words.tokens(text)) if word)
         assert read_tsvector(document(text)) == {w: min(n, MAX_POSITIONS) for w, n in expected.items()}
 
 
@@ -171,7 +171,7 @@ def test_postgres_rows_stay_right_when_the_caches_are_emptied_under_threads(monk
     texts = [f"fooBar{i} self.attr{i % 7} parse_config_{i % 13} HTTPServer{i} words" for i in range(400)]
 
     def row(text: str) -> tuple[dict[str, int], Counter]:
-        expected = Counter(filter(None, map(lexical_pg.stem, lexical.tokens(text))))
+        expected = Counter(filter(None, map(lexical_pg.stem, words.tokens(text))))
         return read_tsvector(lexical_pg.document(text)), expected
 
     with ThreadPoolExecutor(4) as pool:

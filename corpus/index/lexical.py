@@ -15,144 +15,25 @@ indexed, tying every delete to the splitter that wrote the row, and SQLite
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain, islice
-from operator import itemgetter
-from typing import Protocol
+from collections.abc import Iterable, Sequence
 
-from django.db import connection, transaction
+from django.db import connection
 
-from corpus.models import Chunk, with_context
+from corpus.index.tables import Backend, TableBackend, batches
+from corpus.index.words import index_text, query_terms
 
 TABLE = "chunks_fts"
 CREATE_SQL = (
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} "
     "USING fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
 )
-MAX_QUERY_TERMS = 32
 #: English function words a long question's BM25 ranking may leave out
 STOP_WORDS = frozenset(
     "a an and are as at be by for from has have if in into is it its of on or that the this to "
     "was were which with will can not no do does how what when where who why".split()
 )
-# Longer joined forms are URLs and blobs, not identifiers anyone types.
-MAX_JOINED = 64
-BATCH = 500
 # The largest top-N window read before a filtered query falls back to a join.
 FILTER_WINDOW = 4096
-
-# An identifier with its connectors: snake_case, kebab-case, a.b.c, a/b.py, a::b.
-COMPOUND = re.compile(r"\w+(?:[-./\\:]{1,3}\w+)*")
-_PIECE = re.compile(r"[^\W_]+")
-_ALL = itemgetter(0)  # of _expand's (all tokens, extra tokens)
-
-
-# -- the splitter --------------------------------------------------------------
-
-
-def tokens(text: str) -> list[str]:
-    """The lower-cased search tokens of ``text`` in order.
-
-    Each compound yields its joined form (``ospathjoin``), then each piece
-    (``os``, ``path``, ``join``) followed by its camelCase and digit
-    sub-words (``http``, ``server`` after ``httpserver``).
-    """
-    # map and chain keep the per-compound loop in C: this runs over every chunk
-    return list(chain.from_iterable(map(_ALL, map(_expand, COMPOUND.findall(text)))))
-
-
-def index_text(text: str) -> str:
-    """What the index stores for a chunk: its text plus the extra sub-tokens
-    of each distinct compound (once: the text itself carries the counts)."""
-    extras = [token for compound in dict.fromkeys(COMPOUND.findall(text)) for token in _expand(compound)[1]]
-    return f"{text}\n{' '.join(extras)}" if extras else text
-
-
-# Code repeats the same identifiers endlessly; memoising their expansion
-# made indexing the standard library's lexical rows about 5x faster.
-@functools.lru_cache(maxsize=200_000)
-def _expand(compound: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(all tokens, extra tokens) of one compound; extra tokens are the ones
-    the engine would not find by itself."""
-    joined, pieces = parts(compound)
-    every: list[str] = [joined] if joined else []
-    extra: list[str] = list(every)
-    for piece in pieces:
-        words = piece_tokens(piece)
-        every += words
-        extra += words[1:]
-    return tuple(every), tuple(extra)
-
-
-def parts(compound: str) -> tuple[str, list[str]]:
-    """(its joined form, lower-cased, or "" if it has none; its pieces)."""
-    if compound.isalnum():  # every character a piece character: one piece
-        return "", [compound]
-    pieces = _PIECE.findall(compound)
-    if len(pieces) > 1:
-        joined = "".join(pieces)
-        if len(joined) <= MAX_JOINED and not joined.isdigit():
-            return joined.lower(), pieces
-    return "", pieces
-
-
-# A new compound is mostly pieces seen before ("self.x", "self.y"): their
-# splitting is memoised on its own, which made a process's first sight of
-# each compound about a fifth cheaper.
-@functools.lru_cache(maxsize=200_000)
-def piece_tokens(piece: str) -> tuple[str, ...]:
-    """One piece's tokens: the piece lower-cased, then its camelCase and
-    digit sub-words if it has more than one."""
-    subwords = _subwords(piece)
-    if len(subwords) > 1:
-        return (piece.lower(), *(word.lower() for word in subwords))
-    return (piece.lower(),)
-
-
-def _subwords(piece: str) -> list[str]:
-    """Split at camelCase, acronym (``HTTPServer``) and letter/digit boundaries."""
-    if piece.isdigit() or (piece.isalpha() and (piece.islower() or piece.isupper() or piece[1:].islower())):
-        return [piece]
-    if piece.isascii():
-        return _ASCII_SUBWORDS.findall(piece)
-    return _split_by_rule(piece)
-
-
-#: ``_split_by_rule``'s cuts for an ASCII piece, in one pass in C: digit
-#: runs; capitals before a capital that starts a lower-case word
-#: (HTTP|Server); a word with its leading capitals; other capitals.
-#: tests/test_lexical.py checks it against the rule on every string of up
-#: to 7 characters over two letters of each case and two digits.
-_ASCII_SUBWORDS = re.compile(r"[0-9]+|[A-Z]+(?=[A-Z][a-z]{2})|[A-Z]*[a-z]+|[A-Z]+")
-
-
-def _split_by_rule(piece: str) -> list[str]:
-    """Cut where a digit meets a non-digit, a lower-case letter meets a
-    capital, and before a capital that follows a capital and starts two
-    lower-case letters (any script's letters and digits)."""
-    cuts = [0]
-    for i in range(1, len(piece)):
-        prev, cur = piece[i - 1], piece[i]
-        if (
-            prev.isdigit() != cur.isdigit()
-            or (prev.islower() and cur.isupper())
-            or (prev.isupper() and cur.isupper() and _is_lower_word(piece[i + 1 : i + 3]))
-        ):
-            cuts.append(i)
-    return [piece[a:b] for a, b in zip(cuts, cuts[1:] + [len(piece)], strict=True)]
-
-
-def _is_lower_word(text: str) -> bool:
-    # Two lower-case letters: HTTPServer splits before S, URLs and IPv6 stay whole.
-    return len(text) == 2 and text.isalpha() and text.islower()
-
-
-def query_terms(query: str) -> list[str]:
-    """Distinct query tokens, at most MAX_QUERY_TERMS, in query order."""
-    return list(dict.fromkeys(tokens(query)))[:MAX_QUERY_TERMS]
-
 
 # -- the public API --------------------------------------------------------------
 
@@ -242,73 +123,7 @@ def indexed_ids() -> set[int]:
     return _backend().ids()
 
 
-def refill(backend: Backend, recreate) -> int:
-    """Empty the index (``recreate(cursor)``) and write every live chunk into
-    it, in one transaction; returns the row count. Shared by the backends."""
-    live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", "text")
-    rows = ((cid, with_context(context, text)) for cid, context, text in live.iterator(chunk_size=BATCH))
-    count = 0
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            recreate(cursor)
-        for batch in batches(rows):
-            backend.insert(batch)
-            count += len(batch)
-    return count
-
-
-def batches(items: Iterable) -> Iterator[list]:
-    iterator = iter(items)
-    while batch := list(islice(iterator, BATCH)):
-        yield batch
-
-
 # -- backends ----------------------------------------------------------------------
-
-
-class Backend(Protocol):
-    def replace(self, rows: list[tuple[int, str]]) -> None: ...
-    def insert(self, rows: list[tuple[int, str]]) -> None: ...
-    def delete(self, chunk_ids: list[int]) -> None: ...
-    def query(
-        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
-    ) -> list[tuple[int, float]]: ...
-    def rebuild(self) -> int: ...
-    def clear(self) -> None: ...
-    def count(self) -> int: ...
-    def ids(self) -> set[int]: ...
-
-
-class TableBackend:
-    """What both backends do alike, each over its own table: ``TABLE``, keyed
-    by ``ID_COLUMN`` (the chunk id), made by ``create(cursor)``."""
-
-    TABLE: str
-    ID_COLUMN: str
-
-    def create(self, cursor) -> None:
-        raise NotImplementedError
-
-    def rebuild(self) -> int:
-        def recreate(cursor) -> None:
-            self.create(cursor)
-            cursor.execute(f"DELETE FROM {self.TABLE}")
-
-        return refill(self, recreate)
-
-    def clear(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {self.TABLE}")
-
-    def count(self) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM {self.TABLE}")
-            return cursor.fetchone()[0]
-
-    def ids(self) -> set[int]:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {self.ID_COLUMN} FROM {self.TABLE}")
-            return {row[0] for row in cursor.fetchall()}
 
 
 class SQLiteFTS5(TableBackend):

@@ -1,7 +1,7 @@
 """The lexical index on PostgreSQL: a tsvector per live chunk, under GIN.
 
 Each chunk is indexed as the tokens of the shared splitter
-(``lexical.tokens``: every identifier whole and in its parts), with
+(``words.tokens``: every identifier whole and in its parts), with
 diacritics folded as FTS5's ``remove_diacritics`` does, each stemmed by the
 Porter stemmer, the one FTS5 uses (PyStemmer's ``porter``), and no stop
 words, as in FTS5. The tsvector is built here and handed to PostgreSQL
@@ -32,7 +32,8 @@ from itertools import chain
 import Stemmer
 from django.db import connection, transaction
 
-from corpus.index.lexical import COMPOUND, TableBackend, batches, parts, piece_tokens
+from corpus.index.tables import TableBackend, batches
+from corpus.index.words import COMPOUND, parts, piece_tokens
 
 TABLE = "chunks_lexical"
 CREATE_SQL = (

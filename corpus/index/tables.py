@@ -1,0 +1,80 @@
+"""What the lexical index's backends share: the protocol each implements,
+and the table-keeping both the SQLite and the PostgreSQL backend do alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from typing import Protocol
+
+from django.db import connection, transaction
+
+from corpus.models import Chunk, with_context
+
+BATCH = 500
+
+
+def refill(backend: Backend, recreate) -> int:
+    """Empty the index (``recreate(cursor)``) and write every live chunk into
+    it, in one transaction; returns the row count. Shared by the backends."""
+    live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", "text")
+    rows = ((cid, with_context(context, text)) for cid, context, text in live.iterator(chunk_size=BATCH))
+    count = 0
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            recreate(cursor)
+        for batch in batches(rows):
+            backend.insert(batch)
+            count += len(batch)
+    return count
+
+
+def batches(items: Iterable) -> Iterator[list]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, BATCH)):
+        yield batch
+
+
+class Backend(Protocol):
+    def replace(self, rows: list[tuple[int, str]]) -> None: ...
+    def insert(self, rows: list[tuple[int, str]]) -> None: ...
+    def delete(self, chunk_ids: list[int]) -> None: ...
+    def query(
+        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
+    ) -> list[tuple[int, float]]: ...
+    def rebuild(self) -> int: ...
+    def clear(self) -> None: ...
+    def count(self) -> int: ...
+    def ids(self) -> set[int]: ...
+
+
+class TableBackend:
+    """What both backends do alike, each over its own table: ``TABLE``, keyed
+    by ``ID_COLUMN`` (the chunk id), made by ``create(cursor)``."""
+
+    TABLE: str
+    ID_COLUMN: str
+
+    def create(self, cursor) -> None:
+        raise NotImplementedError
+
+    def rebuild(self) -> int:
+        def recreate(cursor) -> None:
+            self.create(cursor)
+            cursor.execute(f"DELETE FROM {self.TABLE}")
+
+        return refill(self, recreate)
+
+    def clear(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {self.TABLE}")
+
+    def count(self) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {self.TABLE}")
+            return cursor.fetchone()[0]
+
+    def ids(self) -> set[int]:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {self.ID_COLUMN} FROM {self.TABLE}")
+            return {row[0] for row in cursor.fetchall()}
