@@ -1,10 +1,55 @@
-"""Helpers for tests that need real OS behaviour."""
+"""Helpers for tests: waiting on a condition, and real OS behaviour."""
 
 from __future__ import annotations
 
 import ctypes
 import io
+import time
 import zipfile
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+Message = str | Callable[[], str]
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    message: Message = "the condition",
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Poll ``predicate()`` until it returns something truthy, and return that.
+
+    An exception listed in ``ignoring`` counts as "not yet". After ``timeout``
+    seconds fail with an AssertionError naming ``message`` (a string, or a
+    callable evaluated then, to show the state the wait gave up on).
+    """
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except ignoring:
+            value = None
+        if value:
+            return value
+        if time.monotonic() >= end:
+            shown = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {shown}")
+        time.sleep(interval)
+
+
+async def wait_until_async(predicate: Callable[[], Awaitable[T]], **options) -> T:
+    """``wait_until`` for an async predicate: the same loop in a worker thread,
+    each ``predicate()`` run on the event loop, which stays free meanwhile."""
+    return await anyio.to_thread.run_sync(
+        lambda: wait_until(lambda: anyio.from_thread.run(predicate), **options)
+    )
 
 
 def drop_file_permission_override() -> None:
