@@ -11,12 +11,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
 import httpx
+
+from tests.support import wait_until, wait_until_async
 
 REPO = Path(__file__).resolve().parents[1]
 PROTOCOL = "2025-11-25"
@@ -148,16 +148,20 @@ def serve_daphne(root: Path, full_env: dict[str, str], *, auth: str = "auto") ->
     return Server(root, url, token, proc)
 
 
-def wait_until_serving(url: str, proc: subprocess.Popen, attempts: int = 600) -> None:
-    for _ in range(attempts):
+def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {proc.stderr.read().decode(errors='replace')[-2000:]}")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    raise RuntimeError("server did not start")
+        httpx.get(url, timeout=1)
+        return True
+
+    wait_until(
+        answers,
+        timeout=timeout,
+        interval=0.05,
+        message=f"a server at {url}",
+        ignoring=(httpx.TransportError,),
+    )
 
 
 def stop(server: Server) -> str:
@@ -174,9 +178,9 @@ def stop(server: Server) -> str:
 async def wait_for_index(session) -> dict:
     """Poll ``dir2mcp.stats`` over an MCP client session until the first
     indexing job has finished (never a fixed sleep)."""
-    for _ in range(600):
+
+    async def finished() -> dict | None:
         stats = (await session.call_tool("dir2mcp.stats", {})).structuredContent
-        if stats["indexing"]["job_id"] and not stats["indexing"]["running"]:
-            return stats
-        await anyio.sleep(0.1)
-    raise AssertionError("indexing did not finish")
+        return stats if stats["indexing"]["job_id"] and not stats["indexing"]["running"] else None
+
+    return await wait_until_async(finished, timeout=60, message="the first indexing job to finish")

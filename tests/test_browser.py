@@ -12,6 +12,7 @@ import pytest
 
 from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import REPO, base_env, start_daphne, stop, write_corpus
+from tests.support import wait_until
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -88,16 +89,17 @@ def browser(tmp_path):
 
 
 def wait_for(driver, condition):
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
+    """``condition(driver)`` once truthy; an element not there yet counts as not yet."""
+    from selenium.common.exceptions import NoSuchElementException
 
-    try:
-        return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(condition)
-    except TimeoutException as exc:  # say which page the browser was left on
+    def page() -> str:  # say which page the browser was left on
         body = driver.find_elements("tag name", "body")
         shown = body[0].text[:500] if body else ""
-        page = f"{driver.current_url} ({driver.title!r})"
-        raise AssertionError(f"not seen within {WAIT} s on {page}: {shown!r}") from exc
+        return f"the condition on {driver.current_url} ({driver.title!r}): {shown!r}"
+
+    return wait_until(
+        lambda: condition(driver), timeout=WAIT, message=page, ignoring=(NoSuchElementException,)
+    )
 
 
 def find(driver, by: str, value: str):

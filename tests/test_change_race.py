@@ -29,7 +29,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from corpus.models import Representation
 from corpus.security import ExclusionEngine
 from tests.churn import mixing, version
 from tests.mcp_http import Server
+from tests.support import wait_until
 from tests.test_cli import REPO
 from tests.up_process import Up
 
@@ -350,13 +350,12 @@ def test_open_file_and_find_over_up_while_files_are_rewritten(tmp_path):
 def wait_for_first_pass(root: Path) -> None:
     """Until the state database records a finished indexing job."""
     db = root / ".dir2mcp" / "meta.sqlite"
-    for _ in range(1200):
-        with contextlib.suppress(sqlite3.OperationalError):
-            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
-                if conn.execute("SELECT 1 FROM index_jobs WHERE running = 0").fetchone():
-                    return
-        time.sleep(0.1)
-    raise AssertionError("the first pass never finished")
+
+    def finished() -> bool:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+            return bool(conn.execute("SELECT 1 FROM index_jobs WHERE running = 0").fetchone())
+
+    wait_until(finished, timeout=120, message="the first pass", ignoring=(sqlite3.OperationalError,))
 
 
 def indexed_text(root: Path, rel_path: str) -> str | None:
@@ -400,10 +399,11 @@ def test_an_annotation_of_text_edited_during_the_call_is_not_stored(tmp_path, fa
         if not edited:  # the first call: the owner edits the file meanwhile
             edited.append(True)
             invoice.write_text("Vendor: Quokka Freight\nTotal: 99\n")
-            for _ in range(600):
-                if "Quokka" in (indexed_text(root, "invoice.txt") or ""):
-                    break
-                time.sleep(0.1)
+            wait_until(
+                lambda: "Quokka" in (indexed_text(root, "invoice.txt") or ""),
+                timeout=60,
+                message="the watcher to index the edit",
+            )
         return json.dumps({"vendor": "Okapi Logistics"})
 
     fake_mistral.chat_reply = reply

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from corpus.state import IndexLock, StateDir
+from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 DIR2MCP = Path(sys.executable).with_name("dir2mcp")
@@ -289,8 +290,12 @@ def test_status_works_while_another_process_indexes(corpus_dir):
         text=True,
     )
     seen_running, results = False, []
-    while not (corpus_dir / ".dir2mcp" / "meta.sqlite").exists() and indexer.poll() is None:
-        time.sleep(0.05)
+    wait_until(
+        lambda: (corpus_dir / ".dir2mcp" / "meta.sqlite").exists() or indexer.poll() is not None,
+        timeout=60,
+        interval=0.05,
+        message="the indexer to create its database",
+    )
     while indexer.poll() is None:
         result = cli("status", "--dir", str(corpus_dir), "--json")
         results.append(result.returncode)

@@ -4,12 +4,12 @@ of the reference's status table, plus sessions, SSE and CORS."""
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
 
 from tests.mcp_http import PROTOCOL, start_daphne, stop, write_corpus
+from tests.support import wait_until
 
 PING = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
 
@@ -369,10 +369,12 @@ def test_calls_past_the_concurrency_limit_are_refused_busy_not_queued(tmp_path, 
         replies = []
         slow = threading.Thread(target=lambda: replies.append(srv.post(ask_body(31), session=session)))
         slow.start()
-        for _ in range(600):  # until the slow call is in its chat request, holding the only slot
-            if fake_mistral.requests_to("/v1/chat/completions"):
-                break
-            time.sleep(0.01)
+        wait_until(  # the slow call is in its chat request, holding the only slot
+            lambda: fake_mistral.requests_to("/v1/chat/completions"),
+            timeout=10,
+            interval=0.01,
+            message="the slow call's chat request",
+        )
         refused = srv.post(ask_body(32), session=session).json()
         pinged = srv.post(PING, session=session).json()
         slow.join(timeout=30)

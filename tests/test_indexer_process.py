@@ -13,7 +13,6 @@ import shutil
 import signal
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -27,6 +26,7 @@ from corpus.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
 from mcp_gateway.indexer_process import ForwardingReporter, _Rate, replay
+from tests.support import wait_until
 from tests.test_cli import cli
 from tests.up_process import running  # noqa: F401  (the fixture)
 
@@ -191,10 +191,7 @@ def test_ctrl_c_during_embedding_stops_every_process_and_leaves_the_index_whole(
     child = rest(up, "/api/v1/stats").json()["indexer"]["pid"]
 
     assert up.stop(signal.SIGINT, timeout=60) == 0, up.stderr
-    deadline = time.monotonic() + 30
-    while not gone(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert gone(child), "the indexing child outlived its server"
+    wait_until(lambda: gone(child), timeout=30, message="the indexing child to exit with its server")
 
     state = root / ".dir2mcp"
     with contextlib.closing(sqlite3.connect(state / "meta.sqlite")) as conn:

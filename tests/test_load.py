@@ -38,6 +38,7 @@ import httpx
 import pytest
 
 from tests.churn import cut_inside_a_character
+from tests.support import wait_until
 from tests.up_process import Up
 
 SECONDS = float(os.environ.get("DIR2MCP_LOAD_SECONDS", "60"))
@@ -205,18 +206,17 @@ class TombstoneWatch:
         """Open the database once `up` has created the schema (a fresh
         tree's first pass tombstones nothing, so nothing is missed before
         that), and poll once."""
-        for _ in range(600):
-            try:
-                with contextlib.closing(
-                    sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)
-                ) as conn:
-                    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks'").fetchone():
-                        break
-            except sqlite3.OperationalError:
-                pass  # the database file is not there yet
-            time.sleep(0.1)
-        else:
-            raise AssertionError("`up` never created the chunks table")
+
+        def created() -> bool:
+            with contextlib.closing(sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)) as conn:
+                return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks'").fetchone())
+
+        wait_until(
+            created,
+            timeout=60,
+            message="`up` to create the chunks table",
+            ignoring=(sqlite3.OperationalError,),  # the database file is not there yet
+        )
         self._conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30, check_same_thread=False)
         self.poll()
 
@@ -525,12 +525,8 @@ def test_a_slow_sse_reader_does_not_stall_other_clients(tmp_path):
                     return server_side[0], client_side[1]
                 return None
 
-            for _ in range(600):  # no timing asserted: wait for the state, at most a minute
-                if full():
-                    break
-                time.sleep(0.1)
-            filled = full()
-            assert filled, "the slow stream's buffers never filled"
+            # no timing asserted: wait for the state, at most a minute
+            filled = wait_until(full, timeout=60, message="the slow stream's buffers to fill")
 
             async def others():
                 return await asyncio.gather(

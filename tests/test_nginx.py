@@ -10,7 +10,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.mcp_http import REPO, base_env, free_port, start_daphne, stop, write_corpus
+from tests.support import wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -88,15 +88,13 @@ def run_manage(*args: str, env: dict) -> None:
 
 
 def wait_for_port(port: int, proc: subprocess.Popen) -> None:
-    for _ in range(200):
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"nginx exited: {proc.stderr.read().decode(errors='replace')}")
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-            return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    raise RuntimeError("nginx did not start")
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+        return True
+
+    wait_until(answers, timeout=20, interval=0.05, message="nginx", ignoring=(httpx.TransportError,))
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from mcp_gateway import dispatch, prompts
 from mcp_gateway.completion import declared_name
 from mcp_gateway.transport import shape_message
 from tests.mcp_http import REPO, base_env, index, start_daphne, stop, write_corpus
+from tests.support import wait_until_async
 
 pytestmark = pytest.mark.slow
 
@@ -410,13 +411,12 @@ def test_completion_sees_files_indexed_while_it_serves(tmp_path):
         async def check(session):
             async def settled(ref, name: str, typed: str) -> list[str]:
                 """The values once the table has caught up (it is rebuilt in the
-                background, at most every few seconds), or the last ones seen."""
-                for _ in range(200):
-                    done = await session.complete(ref, {"name": name, "value": typed})
-                    if done.completion.values:
-                        break
-                    await anyio.sleep(0.1)
-                return done.completion.values
+                background, at most every few seconds)."""
+
+                async def values() -> list[str]:
+                    return (await session.complete(ref, {"name": name, "value": typed})).completion.values
+
+                return await wait_until_async(values, timeout=20, message=f"completions of {typed!r}")
 
             before = await session.complete(FILE, {"name": "path", "value": "fresh"})
             symbols = await session.complete(prompt("explain"), {"name": "symbol", "value": "brand_"})

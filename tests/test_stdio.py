@@ -8,6 +8,7 @@ oversized lines, requests before ``initialize``, cancellation, shutdown.
 
 from __future__ import annotations
 
+import itertools
 import json
 import queue
 import signal
@@ -24,6 +25,7 @@ from mcp.client.stdio import stdio_client
 
 from mcp_gateway import contract
 from tests.mcp_http import REPO, base_env, index, wait_for_index, write_corpus
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -138,12 +140,13 @@ class Raw:
         return reply["result"]
 
     def wait_for_index(self) -> dict:
-        for i in range(600):
-            stats = self.call(f"stats-{i}", "dir2mcp.stats", {})["structuredContent"]
-            if stats["indexing"]["job_id"] and not stats["indexing"]["running"]:
-                return stats
-            threading.Event().wait(0.1)
-        raise AssertionError("indexing did not finish")
+        ids = itertools.count()
+
+        def finished() -> dict | None:
+            stats = self.call(f"stats-{next(ids)}", "dir2mcp.stats", {})["structuredContent"]
+            return stats if stats["indexing"]["job_id"] and not stats["indexing"]["running"] else None
+
+        return wait_until(finished, timeout=60, message="the first indexing job to finish")
 
     def close(self, timeout: float = 30) -> int:
         """Close stdin (EOF) and wait: the exit code."""

@@ -8,11 +8,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.support import wait_until
 from tests.up_process import logged_event
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,17 +30,6 @@ def live_docs(root: Path) -> dict[str, str]:
         except sqlite3.OperationalError:
             return {}
     return dict(rows)
-
-
-def wait_for(predicate, what: str, deadline: float = 30.0):
-    """Poll until ``predicate()`` is truthy; fail naming ``what`` after ``deadline``."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -61,9 +50,9 @@ def watcher(corpus_dir, tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-    wait_for(lambda: len(live_docs(corpus_dir)) == 4, "the initial index")
+    wait_until(lambda: len(live_docs(corpus_dir)) == 4, message="the initial index")
     # The initial index is written before the OS watch starts: changes wait for it.
-    wait_for(lambda: logged_event(log, "watch_ready"), "the watch_ready event", deadline=60.0)
+    wait_until(lambda: logged_event(log, "watch_ready"), timeout=60, message="the watch_ready event")
     yield proc
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -76,7 +65,7 @@ def test_new_changed_and_deleted_files_are_synced(watcher, corpus_dir):
     (corpus_dir / "edit.txt").write_text("second version\n")
     (corpus_dir / "keep.md").unlink()
 
-    docs = wait_for(
+    docs = wait_until(
         lambda: (
             (d := live_docs(corpus_dir))
             and "new.md" in d
@@ -84,15 +73,15 @@ def test_new_changed_and_deleted_files_are_synced(watcher, corpus_dir):
             and d.get("edit.txt") != before
             and d
         ),
-        "the watcher to apply three changes",
+        message="the watcher to apply three changes",
     )
     assert set(docs) == {"new.md", "edit.txt", "sub/a.txt", "sub/b.txt"}
 
 
 def test_deleting_a_directory_tombstones_everything_below(watcher, corpus_dir):
     shutil.rmtree(corpus_dir / "sub")
-    docs = wait_for(
-        lambda: (d := live_docs(corpus_dir)) and "sub/a.txt" not in d and d, "the directory removal"
+    docs = wait_until(
+        lambda: (d := live_docs(corpus_dir)) and "sub/a.txt" not in d and d, message="the directory removal"
     )
     assert set(docs) == {"keep.md", "edit.txt"}
 
@@ -102,13 +91,13 @@ def test_moved_in_directory_is_indexed(watcher, corpus_dir, tmp_path):
     outside.mkdir()
     (outside / "x.txt").write_text("moved in\n")
     outside.rename(corpus_dir / "incoming")
-    wait_for(lambda: "incoming/x.txt" in live_docs(corpus_dir), "the moved-in directory")
+    wait_until(lambda: "incoming/x.txt" in live_docs(corpus_dir), message="the moved-in directory")
 
 
 def test_gitignore_change_excludes_files(watcher, corpus_dir):
     (corpus_dir / ".gitignore").write_text("sub/\n")
-    docs = wait_for(
-        lambda: (d := live_docs(corpus_dir)) and "sub/a.txt" not in d and d, "the gitignore rescan"
+    docs = wait_until(
+        lambda: (d := live_docs(corpus_dir)) and "sub/a.txt" not in d and d, message="the gitignore rescan"
     )
     assert ".gitignore" in docs and "sub/b.txt" not in docs
 
@@ -160,19 +149,21 @@ def test_a_file_changed_while_the_first_pass_embeds_is_embedded_ahead_of_it(corp
             stderr=subprocess.DEVNULL,
         )
     try:
-        wait_for(lambda: logged_event(log, "lexical_index_complete"), "the lexical half", deadline=120.0)
+        wait_until(
+            lambda: logged_event(log, "lexical_index_complete"), timeout=120, message="the lexical half"
+        )
         assert chunk_states(corpus_dir, "def f299_0")[1] > 600  # the pass has most of its embedding ahead
         (corpus_dir / "m299.py").write_text("def changed_marker(value):\n    return value\n")
 
-        statuses, pending = wait_for(
+        statuses, pending = wait_until(
             lambda: (found := chunk_states(corpus_dir, "changed_marker"))[0] == ["ok"] and found,
-            "the changed file's chunk embedded",
-            deadline=180.0,
+            timeout=180,
+            message="the changed file's chunk embedded",
         )
 
         assert pending > 0, "the changed file waited for the whole pass"
         assert chunk_states(corpus_dir, "def f299_0")[0] == []  # the old version is gone
-        wait_for(lambda: logged_event(log, "watch_ready"), "the end of the first pass", deadline=300.0)
+        wait_until(lambda: logged_event(log, "watch_ready"), timeout=300, message="the end of the first pass")
         assert chunk_states(corpus_dir, "def f")[1] == 0
     finally:
         proc.send_signal(signal.SIGINT)

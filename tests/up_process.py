@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.support import wait_until
 from tests.test_cli import REPO, base_env
 
 
@@ -32,7 +32,6 @@ class Up:
         )
         self.lines: list[str] = []
         self.err: list[str] = []
-        self._changed = threading.Condition()
         self._readers = [
             threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True),
             threading.Thread(target=self._pump, args=(self.proc.stderr, self.err), daemon=True),
@@ -42,11 +41,7 @@ class Up:
 
     def _pump(self, stream, into: list[str]) -> None:
         for line in stream:
-            with self._changed:
-                into.append(line.rstrip("\n"))
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
+            into.append(line.rstrip("\n"))
 
     @property
     def stdout(self) -> str:
@@ -60,20 +55,22 @@ class Up:
         return [json.loads(line) for line in list(self.lines) if line.startswith("{")]
 
     def wait_until(self, predicate, what: str, timeout: float = 90):
-        """Wait for ``predicate(self)`` to be truthy as output arrives."""
-        end = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                value = predicate(self)
-                if value:
-                    return value
-                if self.proc.poll() is not None and not any(r.is_alive() for r in self._readers):
-                    pytest.fail(
-                        f"`up` exited ({self.proc.returncode}) before {what}:\n{self.stdout}\n{self.stderr}"
-                    )
-                if time.monotonic() > end:
-                    pytest.fail(f"timed out waiting for {what}:\n{self.stdout}\n{self.stderr}")
-                self._changed.wait(0.2)
+        """Wait for ``predicate(self)`` to be truthy as output arrives; fail
+        at once if `up` has exited and all its output is read."""
+
+        def seen():
+            # whether it had all ended is read first: then no line can arrive after the predicate
+            ended = self.proc.poll() is not None and not any(r.is_alive() for r in self._readers)
+            value = predicate(self)
+            if not value and ended:
+                pytest.fail(
+                    f"`up` exited ({self.proc.returncode}) before {what}:\n{self.stdout}\n{self.stderr}"
+                )
+            return value
+
+        return wait_until(
+            seen, timeout=timeout, interval=0.05, message=lambda: f"{what}:\n{self.stdout}\n{self.stderr}"
+        )
 
     def event(self, name: str, where=lambda data: True, timeout: float = 90) -> dict:
         def found(up):
