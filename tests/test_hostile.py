@@ -303,7 +303,7 @@ def test_a_file_rewritten_while_it_is_indexed_ends_indexed_as_its_final_content(
         writer.start()
         up.url()
         up.event("watch_ready", timeout=120)  # the pass is over and the OS watch is in place
-        time.sleep(1)  # the watcher meets the churn too
+        time.sleep(1)  # the behaviour under test: the churn goes on for a second under the watch
         stop.set()
         writer.join(10)
         final = target.read_bytes()

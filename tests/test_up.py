@@ -185,7 +185,7 @@ def test_no_index_serves_the_index_as_it_is(corpus_dir, running):
 
     up = running("--dir", str(corpus_dir), "--no-index")
     response = initialize(up.url(), secret_token(corpus_dir))
-    time.sleep(1.5)  # long enough for a scan to have started, were there one
+    time.sleep(1.5)  # the behaviour under test is an absence: a window in which a scan would have started
     code = up.stop()
 
     assert code == 0, up.stderr
