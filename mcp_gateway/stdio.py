@@ -6,8 +6,9 @@ from our stdout; anything else we print (logs, progress of the background
 indexer) goes to stderr. The stream rules this module keeps:
 
 * stdout carries nothing but whole protocol messages, one per line, written
-  under a lock so lines never interleave. :class:`StdoutGuard` points file
-  descriptor 1 and ``sys.stdout`` at stderr for the whole run and keeps a
+  under a lock so lines never interleave. ``StdoutGuard``
+  (:mod:`mcp_gateway.stdout_guard`) points file descriptor 1 and
+  ``sys.stdout`` at stderr for the whole run and keeps a
   private handle on the real stdout, so a stray ``print``, a log handler or
   a child process cannot corrupt the stream.
 * every line is answered or deliberately ignored: invalid JSON -32700,
@@ -32,7 +33,6 @@ import logging
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -61,45 +61,6 @@ _TOO_LONG = object()
 
 
 # -- the stream -----------------------------------------------------------------
-
-
-class StdoutGuard:
-    """Reserve the real stdout for protocol messages.
-
-    On enter, file descriptor 1 and ``sys.stdout`` are pointed at stderr (so
-    ``print``, logging handlers bound to ``sys.__stdout__`` and inherited
-    child processes all land there) and a private binary handle on the
-    original stdout is returned. On exit both are restored.
-    """
-
-    def __enter__(self) -> BinaryIO:
-        for stream in (sys.stdout, sys.__stdout__):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except (OSError, ValueError):
-                pass
-        self._saved_stdout = sys.stdout
-        self.protocol = os.fdopen(os.dup(1), "wb")
-        os.dup2(2, 1)
-        sys.stdout = sys.stderr
-        return self.protocol
-
-    def __exit__(self, *exc_info) -> None:
-        try:
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
-        sys.stdout = self._saved_stdout
-        try:
-            self.protocol.flush()
-        except (OSError, ValueError):
-            pass
-        os.dup2(self.protocol.fileno(), 1)
-        try:
-            self.protocol.close()
-        except OSError:
-            pass
 
 
 def encode(message: dict) -> bytes:

@@ -505,7 +505,7 @@ def test_unusable_store_exits_with_the_spec_code_and_a_clean_stdout(tmp_path):
 def test_stdout_guard_sends_strays_to_stderr():
     script = (
         "import os, subprocess, sys\n"
-        "from mcp_gateway.stdio import StdoutGuard\n"
+        "from mcp_gateway.stdout_guard import StdoutGuard\n"
         "with StdoutGuard() as out:\n"
         "    print('stray print')\n"
         "    sys.__stdout__.write('dunder stdout\\n'); sys.__stdout__.flush()\n"

@@ -16,6 +16,7 @@ from django.core.management.base import OutputWrapper
 
 from corpus.management.base import Dir2mcpCommand
 from mcp_gateway import background, stdio
+from mcp_gateway.stdout_guard import StdoutGuard
 
 
 class Command(Dir2mcpCommand):
@@ -42,7 +43,7 @@ class Command(Dir2mcpCommand):
         # Before anything can print: the real stdout becomes a private handle
         # for protocol messages, and everything else (this command's own
         # output included) is written to stderr.
-        with stdio.StdoutGuard() as protocol:
+        with StdoutGuard() as protocol:
             self.protocol = protocol
             self.stdout = OutputWrapper(sys.stderr)
             options.pop("stdout", None)
