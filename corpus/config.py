@@ -272,8 +272,10 @@ class SearchConfig(Section):
     drop_stop_words: bool = True
     # A lexical hit on a code unit longer than this many lines counts
     # this/lines of its weight in the fusion: a long block matches many
-    # words and costs an agent every one of its lines (0: off).
-    code_lexical_lines: int = Field(30, ge=0, le=100000)
+    # words and costs an agent every one of its lines (0: off). Off by
+    # default: at 30 it helped Python and cost JavaScript and Java
+    # (docs/benchmarks.md).
+    code_lexical_lines: int = Field(0, ge=0, le=100000)
     # Pseudo-relevance feedback: each of these dense indices is searched a
     # second time with the query moved towards the mean vector of the best
     # this many units of the first fusion (query + weight * mean), and that
