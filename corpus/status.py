@@ -20,6 +20,7 @@ from django.db.models import Count
 
 from corpus import errors
 from corpus.config import Config
+from corpus.ingest.prepare import capabilities_for
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, Representation, Setting
 from corpus.providers.registry import UnavailableEmbedder, make_chat
 from corpus.state import StateDir, write_json
@@ -217,7 +218,7 @@ def _redacted(url: str) -> str:
 def _queue_depth(queue: str, timeout: float) -> int | None:
     """Messages waiting in the broker's queue; None when it cannot be asked."""
     try:
-        from dir2mcp_site.celery import app
+        from corpus.celery_app import app  # celery is imported only with a broker to ask
 
         with app.connection_for_read() as conn:
             conn.ensure_connection(max_retries=1, timeout=timeout)
@@ -348,8 +349,6 @@ def models_summary(
         if chat is None and secret is not None:
             summary["chat"] = f"none ({no_chat_reason(config)})"
     if live and secret is not None:
-        from corpus.ingest.pipeline import capabilities_for
-
         caps = capabilities_for(config, secret)
         if not caps.ocr:
             summary["ocr"] = f"none ({caps.ocr_missing})"

@@ -38,9 +38,9 @@ from django.db import (
 )
 
 from corpus import errors
+from corpus.celery_app import app
 from corpus.ingest.distributed import WorkerRuntime, announce, fail_items, ingest, root_conflict
 from corpus.management.base import resolve_root
-from dir2mcp_site.celery import app
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
     the whole process (it embeds queries; with ``server.indexer: thread`` the
     indexer shares it and its dense index). An embedder other than the one
     that built the index is not used: the recorded one is kept
-    (corpus.indexing.choose_embedder) until a full reindex switches.
+    (corpus.embedder_choice.choose_embedder) until a full reindex switches.
     """
     check_keys(rt)
     embedder = rt.embedder()

@@ -21,7 +21,7 @@ from django.conf import settings
 
 from corpus import errors, write_guard
 from corpus.config import Config, default_config_path, load_config
-from corpus.indexing import announce_embedder, choose_embedder
+from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.providers.registry import live_choice, make_chat
 from corpus.retrieval import Searcher
 from corpus.secrets import from_token_file, resolve_secret
@@ -125,7 +125,7 @@ class Context:
     def embedder(self):
         """The embedder, made once (None for lexical-only): the configured one,
         or the one the index was built with when they differ (see
-        corpus.indexing.choose_embedder)."""
+        corpus.embedder_choice.choose_embedder)."""
         return self._model("embedder")
 
     def embedder_choice(self):

@@ -23,7 +23,8 @@ from jsonschema import Draft202012Validator
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import choose_embedder, index_directory
+from corpus.embedder_choice import choose_embedder
+from corpus.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers import registry
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, plan_embedder

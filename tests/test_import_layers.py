@@ -1,5 +1,4 @@
 """The project's modules form layers: no import cycles, no borrowed private names.
-
 The graph is read from the source, not from ``sys.modules``: every ``import``
 and ``from ... import`` statement counts, at module level or inside a function,
 because a function-level import is still a dependency, only a hidden one.
@@ -15,16 +14,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("corpus", "mcp_gateway", "payments", "dir2mcp_site")
-
-# Imports that still close a cycle, each with the reason it is not cut yet;
-# the graph without them must have none. The goal is an empty dict.
-ALLOWED_EDGES: dict[tuple[str, str], str] = {
-    # capabilities_for belongs below both; pipeline.py is owned by another change this session.
-    ("corpus.status", "corpus.ingest.pipeline"): "owned by another change this session",
-    # distributed, indexing and tasks are owned by another change this session.
-    ("corpus.ingest.distributed", "corpus.indexing"): "owned by another change this session",
-    ("corpus.ingest.distributed", "corpus.tasks"): "owned by another change this session",
-}
 
 
 @dataclass(frozen=True)
@@ -177,7 +166,7 @@ def _graph(modules: dict[str, Path], edges: list[Edge]) -> dict[str, set[str]]:
 
 def test_project_modules_import_without_cycles():
     modules = project_modules()
-    edges = [e for e in import_edges(modules) if (e.importer, e.imported) not in ALLOWED_EDGES]
+    edges = import_edges(modules)
     graph = _graph(modules, edges)
     problems = [
         f"cycle among {len(component)} modules {component}, e.g.:\n"
@@ -185,18 +174,6 @@ def test_project_modules_import_without_cycles():
         for component in strongly_connected(graph)
     ]
     assert not problems, "import cycles:\n" + "\n".join(problems)
-
-
-def test_allowed_edges_still_close_a_cycle():
-    modules = project_modules()
-    graph = _graph(modules, import_edges(modules))
-    cyclic = {m: tuple(c) for c in strongly_connected(graph) for m in c}
-    stale = [
-        (importer, imported)
-        for importer, imported in ALLOWED_EDGES
-        if imported not in graph.get(importer, ()) or cyclic.get(importer, ()) != cyclic.get(imported)
-    ]
-    assert not stale, f"allowlisted imports that no longer close a cycle, remove them: {stale}"
 
 
 def test_no_module_imports_another_modules_private_names():

@@ -73,8 +73,9 @@ def dispatch(root: Path, state: StateDir, config) -> list[list[str]]:
 
 
 def dispatching(root: Path, state: StateDir, config, send=None, **options) -> Indexer:
-    """The coordinator's indexer: it hands changed files to workers."""
-    return Indexer(root, state, config, step=Dispatch(send=send), **options)
+    """The coordinator's indexer: it hands changed files to workers (by
+    default the Celery task, run eagerly here)."""
+    return Indexer(root, state, config, step=Dispatch(send=send or ingest_paths.delay), **options)
 
 
 def write(root: Path, rel: str, data: str | bytes) -> None:

@@ -36,6 +36,7 @@ from django.db.models import F, Q
 
 from corpus import errors
 from corpus.config import Config, default_config_path, load_config
+from corpus.embedder_choice import choose_embedder
 from corpus.embedding import embed_chunks
 from corpus.ingest.archives import named_like_archive
 from corpus.ingest.classify import DOC_TYPES, doc_type_by_name
@@ -43,6 +44,7 @@ from corpus.ingest.discover import FileEntry
 from corpus.ingest.pipeline import Counters, Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Worker
 from corpus.providers.base import Embedder
+from corpus.secrets import resolve_secret
 from corpus.state import StateDir
 from corpus.status import write_corpus_json
 from corpus.store import get_setting, open_store, set_setting
@@ -118,12 +120,6 @@ def with_members(field: str, rel_paths: list[str]) -> Q:
     return near
 
 
-def _send_task(job_id: str, rel_paths: list[str]) -> None:
-    from corpus.tasks import ingest_paths  # corpus.tasks imports this module (and the Celery app)
-
-    ingest_paths.delay(job_id, rel_paths)
-
-
 # -- the coordinator ----------------------------------------------------------
 
 
@@ -134,11 +130,12 @@ class Dispatch:
 
     Its counters are the job's, read back from the database at every flush;
     what it counts itself (scanned, unchanged, deleted) is added as deltas,
-    so the workers' additions are never overwritten.
+    so the workers' additions are never overwritten. ``send(job_id, paths)``
+    enqueues one task (corpus.tasks.ingest_paths.delay).
     """
 
-    def __init__(self, send: Callable[[str, list[str]], None] | None = None):
-        self._send = send or _send_task
+    def __init__(self, send: Callable[[str, list[str]], None]):
+        self._send = send
         self._task_paths = task_paths()
         self._pending: list[str] = []
         self._pending_weight = 0
@@ -284,10 +281,6 @@ class WorkerRuntime:
 
     @classmethod
     def from_settings(cls) -> WorkerRuntime:
-        # corpus.indexing builds on this module's dispatcher: imported here, at run time
-        from corpus.indexing import choose_embedder
-        from corpus.secrets import resolve_secret
-
         root = Path(settings.DIR2MCP_ROOT)
         state = StateDir(Path(settings.DIR2MCP_STATE_DIR))
         config = load_config(default_config_path(root))

@@ -26,8 +26,7 @@ from corpus.ingest.classify import classify
 from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import RAW_TEXT, Extracted
 from corpus.ingest.media import OCR_MARKDOWN
-from corpus.ingest.pipeline import capabilities_for
-from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, sha256_hex
+from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, capabilities_for, sha256_hex
 from corpus.ingest.transcripts import TRANSCRIPT, transcribe_audio
 from corpus.models import Document, Representation
 from corpus.security import ExclusionEngine

@@ -43,7 +43,7 @@ from corpus.ingest.classify import classify, gzip_inner_name
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.ingest.extract import gunzip_bounded
 from corpus.ingest.media import MediaProviders, media_providers
-from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, sha256_hex
+from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, capabilities_for, sha256_hex
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
 from corpus.providers.base import Embedder
 from corpus.secrets import resolve_secret
@@ -101,24 +101,6 @@ class Known:
 def _at_or_under(path: str, rel_path: str) -> bool:
     """``path`` is ``rel_path``, inside it (a directory) or a member of it (an archive)."""
     return path == rel_path or path.startswith((rel_path + "/", rel_path + "!/"))
-
-
-def capabilities_for(config: Config, secret: Callable[[str], str | None]) -> Capabilities:
-    """Provider-backed conversions available now: those whose key is set.
-
-    ``secret(name)`` is the one secret resolver (corpus.secrets), so a key in
-    the keychain or the secret file counts as much as one in the environment.
-    """
-    key = bool(secret("mistral_api_key"))
-    elevenlabs = config.stt.provider == "elevenlabs"
-    stt_key = bool(secret("elevenlabs_api_key" if elevenlabs else "mistral_api_key"))
-    stt_var = "ELEVENLABS_API_KEY" if elevenlabs else "MISTRAL_API_KEY"
-    return Capabilities(
-        ocr=key,
-        stt=stt_key,
-        ocr_missing="" if key else "needs MISTRAL_API_KEY",
-        stt_missing="" if stt_key else f"needs {stt_var}",
-    )
 
 
 class WriteStep(Protocol):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -86,6 +87,24 @@ class Capabilities:
     stt: bool = False
     ocr_missing: str = "needs MISTRAL_API_KEY"
     stt_missing: str = "needs MISTRAL_API_KEY"
+
+
+def capabilities_for(config: Config, secret: Callable[[str], str | None]) -> Capabilities:
+    """Provider-backed conversions available now: those whose key is set.
+
+    ``secret(name)`` is the one secret resolver (corpus.secrets), so a key in
+    the keychain or the secret file counts as much as one in the environment.
+    """
+    key = bool(secret("mistral_api_key"))
+    elevenlabs = config.stt.provider == "elevenlabs"
+    stt_key = bool(secret("elevenlabs_api_key" if elevenlabs else "mistral_api_key"))
+    stt_var = "ELEVENLABS_API_KEY" if elevenlabs else "MISTRAL_API_KEY"
+    return Capabilities(
+        ocr=key,
+        stt=stt_key,
+        ocr_missing="" if key else "needs MISTRAL_API_KEY",
+        stt_missing="" if stt_key else f"needs {stt_var}",
+    )
 
 
 class Preparer:

@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand
 
 from corpus import errors
 from corpus.config import Config, default_config_path, load_config
+from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.events import Reporter
 from corpus.state import StateDir
 
@@ -46,8 +47,6 @@ class Runtime:
         lexical only), and a warning and an NDJSON event (unless not
         ``events``) say so. ``switch``: a full reindex takes the configured
         one whatever the index holds."""
-        from corpus.indexing import announce_embedder, choose_embedder
-
         embedder, choice = choose_embedder(self.config, self.state, secrets_lookup=self.secret, switch=switch)
         self.embedder_choice = choice
         announce_embedder(choice, self.reporter if events else None)
