@@ -1,3 +1,1 @@
 """The dir2mcp Django project."""
-
-__version__ = "0.1.0"

@@ -23,8 +23,7 @@ import threading
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from corpus import errors
-from dir2mcp_site.ops import metrics
+from corpus import errors, observe
 from mcp_gateway import context, dispatch, notify, sessions, standalone, tools, transport, workers
 from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
 from mcp_gateway.transport import HttpError, Message
@@ -112,7 +111,7 @@ async def app(scope, receive, send) -> None:
         response = await mcp_endpoint(request)
     except ClientGone:
         return
-    metrics.observe_request(request.method, response.status, endpoint="mcp")
+    observe.observe_request(request.method, response.status, endpoint="mcp")
     await response.send(send, request)
 
 

@@ -9,6 +9,7 @@ comes with a ``SCHEMA_VERSION`` bump (rules in ``docs/contracts.md``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -31,9 +32,8 @@ def render() -> str:
 def main() -> int:
     import django
 
-    from dir2mcp_site import bootstrap
-
-    bootstrap.prepare([])
+    # The registry needs the app registry, not a corpus: no root to choose.
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dir2mcp_site.settings")
     django.setup()
     SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
     SNAPSHOT.write_text(render(), encoding="utf-8")

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.http.request import split_domain_port
 
-from corpus import errors
-from dir2mcp_site.ops import metrics
+from corpus import errors, observe
 from mcp_gateway import api, context, ratelimit, rest_edge, sessions, transport
 from mcp_gateway.asgi_io import Request, Response
 from mcp_gateway.listen import parse_listen
@@ -206,5 +205,5 @@ def gate(app):
 async def _refuse(request: Request, route: Route, exc: HttpError, cors_origin: str | None, send) -> None:
     response = refusal(route, exc, cors_origin)
     if route.surface != REST:  # the REST mirror is not counted (it skips the site's middleware)
-        metrics.observe_request(request.method, response.status, endpoint=route.surface)
+        observe.observe_request(request.method, response.status, endpoint=route.surface)
     await response.send(send, request)

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 
 from jsonschema.exceptions import ValidationError
 
-from corpus import errors, files
+from corpus import errors, files, observe
 from corpus.answer import ask as answer
 from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
 from corpus.retrieval import Filters
 from corpus.status import latest_job, models_summary, older_format_documents
-from dir2mcp_site.ops import metrics
 from mcp_gateway import indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
 from mcp_gateway.registry import REGISTRY, Tool
@@ -146,7 +145,7 @@ def run(tool: Tool, arguments, call: Call) -> dict:
     """
     started = time.perf_counter()
     result = _run(tool, arguments, call)
-    metrics.observe_tool(tool.name, time.perf_counter() - started, bool(result.get("isError")))
+    observe.observe_tool(tool.name, time.perf_counter() - started, bool(result.get("isError")))
     return result
 
 

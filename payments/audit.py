@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus import observe
 from corpus.events import utc_stamp
-from dir2mcp_site.ops import metrics
 from payments.models import SettlementLog
 from payments.policy import Price
 
@@ -69,7 +69,7 @@ class AuditTrail:
             request_hash=entry.request_hash,
             payment_key=entry.payment_key,
         )
-        metrics.observe_payment(entry.status)
+        observe.observe_payment(entry.status)
         event = {
             "ts": utc_stamp(),
             "level": "warn" if entry.status == SettlementLog.Status.FAILED else "info",

@@ -1,4 +1,6 @@
-"""The project's modules form layers: no import cycles, no borrowed private names.
+"""The project's modules form layers: no import cycles, no import from a
+higher package, no borrowed private names.
+
 The graph is read from the source, not from ``sys.modules``: every ``import``
 and ``from ... import`` statement counts, at module level or inside a function,
 because a function-level import is still a dependency, only a hidden one.
@@ -14,6 +16,27 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("corpus", "mcp_gateway", "payments", "dir2mcp_site")
+#: What each package must not import: corpus is the bottom; the gateway and
+#: payments sit side by side above it; the site is the top (DESIGN.md).
+ABOVE = {
+    "corpus": frozenset({"mcp_gateway", "payments", "dir2mcp_site"}),
+    "mcp_gateway": frozenset({"dir2mcp_site"}),
+    "payments": frozenset({"dir2mcp_site"}),
+    "dir2mcp_site": frozenset(),
+}
+# Imports against that direction that stay, each with its reason.
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {
+    ("corpus.config", "payments.config"): (
+        "payments/config.py is config-layer code importing only corpus.errors: the x402 switches "
+        "stay with the payment domain that defines them, and the one config loader calls them "
+        "while it merges the layers"
+    ),
+    ("corpus.admin", "mcp_gateway.reindex"): (
+        "the admins are a top-layer surface (DESIGN.md's map puts them beside mcp_gateway); "
+        "Django keeps the Document admin in corpus's app, and its re-index actions start the "
+        "gateway's background reindex, the one job the server and its status page share"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -174,6 +197,26 @@ def test_project_modules_import_without_cycles():
         for component in strongly_connected(graph)
     ]
     assert not problems, "import cycles:\n" + "\n".join(problems)
+
+
+def upward(edges: list[Edge]) -> list[Edge]:
+    """The edges from a package to one above it."""
+    return [e for e in edges if e.imported.partition(".")[0] in ABOVE[e.importer.partition(".")[0]]]
+
+
+def test_packages_import_only_downwards():
+    found = [
+        e for e in upward(import_edges(project_modules())) if (e.importer, e.imported) not in UPWARD_ALLOWED
+    ]
+    assert not found, "imports from a higher layer:\n" + "\n".join(
+        f"    {e.importer}:{e.line} -> {e.imported}" for e in found
+    )
+
+
+def test_allowed_upward_imports_are_still_there():
+    present = {(e.importer, e.imported) for e in upward(import_edges(project_modules()))}
+    stale = sorted(set(UPWARD_ALLOWED) - present)
+    assert not stale, f"allowlisted upward imports that are gone, remove them: {stale}"
 
 
 def test_no_module_imports_another_modules_private_names():

@@ -22,7 +22,6 @@ from corpus.providers.ocr import MistralOcr
 from corpus.providers.stt import ElevenLabsStt, MistralStt
 from corpus.providers.tts import speak
 from corpus.state import INDEX_FORMAT_VERSION, StateDir
-from dir2mcp_site.ops import metrics
 from mcp_gateway import context
 from tests.factories import ChunkFactory, DocumentFactory
 from tests.fakes.elevenlabs import FakeElevenLabs
@@ -91,10 +90,10 @@ def test_metrics_parse_as_prometheus_text_with_index_figures(client):
 def test_metrics_count_site_requests_tool_calls_and_payments(client):
     before = scrape(client)
     client.get("/healthz/live")
-    metrics.observe_tool("dir2mcp.search", 0.2, False)
-    metrics.observe_tool("dir2mcp.search", 3.0, True)
-    metrics.observe_payment("settled")
-    metrics.observe_request("POST", 200)
+    observe.observe_tool("dir2mcp.search", 0.2, False)
+    observe.observe_tool("dir2mcp.search", 3.0, True)
+    observe.observe_payment("settled")
+    observe.observe_request("POST", 200)
     after = scrape(client)
 
     def grew(name, **labels):
@@ -203,7 +202,7 @@ def test_a_failing_hook_never_breaks_the_caller(caplog):
     from prometheus_client import REGISTRY
 
     def caller() -> str:
-        metrics.observe_tool("dir2mcp.failing_hook", "not-a-number", False)  # the histogram refuses it
+        observe.observe_tool("dir2mcp.failing_hook", "not-a-number", False)  # the histogram refuses it
         return "the caller's result"
 
     with caplog.at_level(logging.ERROR, logger=observe.log.name):
@@ -212,7 +211,7 @@ def test_a_failing_hook_never_breaks_the_caller(caplog):
     assert record.levelno == logging.ERROR and record.getMessage() == "metrics hook observe_tool failed"
     assert record.exc_info is not None and record.exc_info[0] is TypeError
 
-    metrics.observe_tool("dir2mcp.failing_hook", 0.1, False)  # and the hook still counts afterwards
+    observe.observe_tool("dir2mcp.failing_hook", 0.1, False)  # and the hook still counts afterwards
     labels = {"tool": "dir2mcp.failing_hook"}
     assert REGISTRY.get_sample_value("dir2mcp_tool_call_seconds_count", labels) == 1
     assert REGISTRY.get_sample_value("dir2mcp_tool_calls_total", {**labels, "outcome": "ok"}) == 1
@@ -399,7 +398,7 @@ def test_multiprocess_mode_merges_every_process_counters(tmp_path):
     shared.mkdir()
     env = base_env(DIR2MCP_ROOT=str(root), PROMETHEUS_MULTIPROC_DIR=str(shared))
     index(root, env)
-    count = "from dir2mcp_site.ops import metrics; metrics.observe_tool('dir2mcp.find', 0.1, False)"
+    count = "from corpus import observe; observe.observe_tool('dir2mcp.find', 0.1, False)"
     for _ in range(2):
         subprocess.run([sys.executable, "-c", count], cwd=REPO, env=env, check=True, timeout=60)
     scrape_code = (

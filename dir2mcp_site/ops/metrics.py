@@ -1,9 +1,9 @@
-"""Prometheus metrics: the exposition, the site's metric objects and their hooks.
+"""Prometheus metrics: the ``/metrics`` exposition.
 
-Hooks (``observe_*``) are cheap and never raise, so the transport and the
-payment gate can call them on every request. The provider client's hook
-lives below ``corpus`` in :mod:`corpus.observe`; its counter is in the same
-registry, so the exposition here includes it.
+The hooks (``observe_*``) and their counters live below every project
+module in :mod:`corpus.observe`, so the gateway, the payment audit and the
+provider client count without reaching up into the site; they are in the
+default registry, so the exposition here includes them.
 Indexing figures are not counted by hooks: :class:`IndexCollector` reads
 them from the database at scrape time, so they agree across processes.
 
@@ -16,55 +16,12 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import REGISTRY
 
-from corpus.observe import never_raises
-
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-#: anything else a client sends is counted as OTHER, so labels stay few
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-
-HTTP_REQUESTS = Counter(
-    "dir2mcp_http_requests",
-    "HTTP requests answered, by endpoint (mcp, site), method and status.",
-    ["endpoint", "method", "status"],
-)
-TOOL_CALLS = Counter(
-    "dir2mcp_tool_calls", "MCP tool calls by tool and outcome (ok, error).", ["tool", "outcome"]
-)
-TOOL_SECONDS = Histogram(
-    "dir2mcp_tool_call_seconds",
-    "Latency of MCP tool calls, by tool.",
-    ["tool"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-)
-PAYMENTS = Counter(
-    "dir2mcp_payments", "x402 payment outcomes (verified, settled, rejected, ...).", ["outcome"]
-)
-
-
-@never_raises
-def observe_request(method: str, status: int | str, *, endpoint: str = "mcp") -> None:
-    """One HTTP request answered (``method`` is the HTTP method)."""
-    method = method.upper()
-    HTTP_REQUESTS.labels(endpoint, method if method in METHODS else "OTHER", str(status)).inc()
-
-
-@never_raises
-def observe_tool(name: str, seconds: float, is_error: bool) -> None:
-    """One ``tools/call`` finished after ``seconds`` (the histogram first: a bad
-    value then counts nowhere rather than in one metric and not the other)."""
-    TOOL_SECONDS.labels(name).observe(seconds)
-    TOOL_CALLS.labels(name, "error" if is_error else "ok").inc()
-
-
-@never_raises
-def observe_payment(outcome: str) -> None:
-    """One payment decision or settlement result."""
-    PAYMENTS.labels(outcome).inc()
 
 
 class IndexCollector:

@@ -1,14 +1,14 @@
 """Counts the site's requests (admin, status page, health) for ``/metrics``.
 
 The MCP endpoint bypasses Django's middleware; the transport counts its own
-requests with :func:`metrics.observe_request`.
+requests with :func:`observe.observe_request`.
 """
 
 from __future__ import annotations
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
-from dir2mcp_site.ops import metrics
+from corpus import observe
 
 
 class RequestMetrics:
@@ -24,10 +24,10 @@ class RequestMetrics:
         if iscoroutinefunction(self):
             return self._acall(request)
         response = self.get_response(request)
-        metrics.observe_request(request.method, response.status_code, endpoint="site")
+        observe.observe_request(request.method, response.status_code, endpoint="site")
         return response
 
     async def _acall(self, request):
         response = await self.get_response(request)
-        metrics.observe_request(request.method, response.status_code, endpoint="site")
+        observe.observe_request(request.method, response.status_code, endpoint="site")
         return response
