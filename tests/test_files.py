@@ -16,7 +16,6 @@ from corpus.config import build_config
 from corpus.indexing import index_directory
 from corpus.models import Chunk, Document, Representation
 from corpus.security import ExclusionEngine
-from corpus.state import StateDir
 from tests.factories import ChunkFactory, DocumentFactory, RepresentationFactory, SpanFactory
 from tests.samples import make_pdf
 
@@ -24,13 +23,6 @@ pytestmark = pytest.mark.django_db
 
 SECRET = "AKIAABCDEFGHIJKLMNOP"
 OPEN_KEYS = {"rel_path", "doc_type", "span", "content", "truncated"}
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    state.ensure()
-    return state
 
 
 @pytest.fixture

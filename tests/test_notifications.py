@@ -35,6 +35,7 @@ from mcp.types import ResourceListChangedNotification, ResourceUpdatedNotificati
 
 from mcp_gateway import notify, sessions, standalone
 from tests.mcp_http import PROTOCOL, REPO, Server, base_env, serve_daphne, stop, wait_for_index, write_corpus
+from tests.support import wait_until
 from tests.up_process import Up
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
@@ -169,13 +170,11 @@ def subscribe(server: Server, session: str, uri: str, method: str = "resources/s
 
 def indexed(server: Server, session: str, text: str, timeout: float = 60) -> None:
     """Wait until ``dir2mcp.find`` sees ``text`` in the stored text (the change is committed)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        found = server.call(session, "dir2mcp.find", {"content": text})["structuredContent"]
-        if found.get("matches"):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} was never indexed")
+    wait_until(
+        lambda: server.call(session, "dir2mcp.find", {"content": text})["structuredContent"].get("matches"),
+        timeout=timeout,
+        message=f"{text!r} to be indexed",
+    )
 
 
 # -- the stream itself ----------------------------------------------------------------------

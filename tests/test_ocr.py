@@ -9,7 +9,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -23,20 +22,13 @@ from corpus.models import Chunk, Document, Representation
 from corpus.providers.http import HttpOptions, ProviderError
 from corpus.providers.media_http import MediaClient
 from corpus.retrieval import Searcher
-from corpus.state import StateDir
 from corpus.status import summarize
 from tests.fakes.media import make_mixed_pdf, make_png, make_scanned_pdf, make_text_pdf
+from tests.support import wait_until
 from tests.up_process import logged_event
 
 pytestmark = pytest.mark.django_db
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    state.ensure()
-    return state
 
 
 @pytest.fixture
@@ -330,29 +322,30 @@ def test_a_running_watcher_retries_an_outage_by_itself_and_keeps_the_old_text_me
     )
     seen: list[tuple[str, str, str]] = []
 
+    def running() -> None:
+        if proc.poll() is not None:
+            pytest.fail(f"the watcher exited: {(tmp_path / 'watch.log').read_text()[-2000:]}")
+
     def until(predicate, what: str, deadline: float = 60.0) -> None:
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
+        def reached() -> bool:
+            running()
             state = _scan_state(corpus_dir)
             if state is not None:
                 seen.append(state)
-                if predicate(state):
-                    return
-            if proc.poll() is not None:
-                pytest.fail(f"the watcher exited: {(tmp_path / 'watch.log').read_text()[-2000:]}")
-            time.sleep(0.1)
-        pytest.fail(f"timed out waiting for {what}; last state {seen[-1:]}")
+            return state is not None and predicate(state)
+
+        wait_until(reached, timeout=deadline, message=lambda: f"{what}; last state {seen[-1:]}")
 
     try:
         until(lambda s: s[0] == "ok" and "version one heron" in s[2], "the first index")
         # The OS watch starts after the first index; write once it is in place.
         # The database is not read meanwhile: reads touch the state directory,
         # and the watcher announces itself once that has been quiet a moment.
-        end = time.monotonic() + 60
-        while logged_event(tmp_path / "watch.log", "watch_ready") is None:
-            if proc.poll() is not None or time.monotonic() > end:
-                pytest.fail(f"no watch_ready event: {(tmp_path / 'watch.log').read_text()[-2000:]}")
-            time.sleep(0.1)
+        wait_until(
+            lambda: running() or logged_event(tmp_path / "watch.log", "watch_ready"),
+            timeout=60,
+            message=lambda: f"a watch_ready event: {(tmp_path / 'watch.log').read_text()[-2000:]}",
+        )
         # The provider goes down for three calls, then recovers; the file is
         # written once and never touched again.
         keyed.fail_next(503, count=3)

@@ -29,13 +29,6 @@ def make_config(**sections):
     return build_config(sections, {}, {})
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    state.ensure()
-    return state
-
-
 def run(root: Path, state: StateDir, config=None, mode: str = "incremental"):
     return index_directory(root, state=state, config=config or make_config(), mode=mode)
 

@@ -18,13 +18,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.support import wait_until
 from tests.test_cli import REPO, base_env, cli
 from tests.test_crash import write_tree
 
@@ -74,13 +74,20 @@ class Workers:
              "--without-mingle", "--without-gossip", "--loglevel=INFO"],
             cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        deadline = time.monotonic() + 60
+
         # The main process's "ready." and each pool process's (store open,
         # embedder loaded): then the worker's start-up connections are made.
-        while not (" ready." in (text := log.read_text()) and "pool process ready" in text):
+        def started() -> bool:
             assert self.procs[name].poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"worker {name} did not start: {log.read_text()[-3000:]}"
-            time.sleep(0.2)
+            text = log.read_text()
+            return " ready." in text and "pool process ready" in text
+
+        wait_until(
+            started,
+            timeout=60,
+            interval=0.2,
+            message=lambda: f"worker {name} to start: {log.read_text()[-3000:]}",
+        )
 
     def kill(self, name: str) -> None:
         os.killpg(self.procs[name].pid, signal.SIGKILL)
@@ -190,14 +197,14 @@ def sessions(database: str) -> int:
 
 def announced(database: str, names: set[str]) -> None:
     """Wait until these workers' rows are in the workers table."""
-    deadline = time.monotonic() + 30
-    while True:
+    seen: set[str] = set()
+
+    def listed() -> bool:
         with psycopg.connect(database) as conn:
-            seen = {row[0].split("@")[0] for row in conn.execute("SELECT name FROM workers").fetchall()}
-        if names <= seen:
-            return
-        assert time.monotonic() < deadline, f"workers not announced: {seen}"
-        time.sleep(0.2)
+            seen.update(row[0].split("@")[0] for row in conn.execute("SELECT name FROM workers").fetchall())
+        return names <= seen
+
+    wait_until(listed, timeout=30, interval=0.2, message=lambda: f"workers {names} to be announced: {seen}")
 
 
 def status(root: Path, env: dict) -> dict:
@@ -277,18 +284,22 @@ def test_a_worker_killed_mid_task_loses_and_duplicates_nothing(scaleout, databas
     )  # fmt: skip
     try:
         # Wait until w1 has written a batch and is embedding it: mid-task.
-        victim = None
-        deadline = time.monotonic() + 300
-        while victim is None and time.monotonic() < deadline:
-            with contextlib.suppress(psycopg.Error), psycopg.connect(database) as conn:
+        def held_by_w1() -> str | None:
+            assert coordinator.poll() is None, "the run ended before w1 was caught mid-task"
+            with psycopg.connect(database) as conn:
                 row = conn.execute(
                     "SELECT rel_path FROM index_job_items "
                     "WHERE state = 'written' AND worker LIKE 'w1@%' LIMIT 1"
                 ).fetchone()
-                victim = row[0] if row else None
-            assert coordinator.poll() is None, "the run ended before w1 was caught mid-task"
-            time.sleep(0.05)
-        assert victim, "w1 never held a written batch"
+            return row[0] if row else None
+
+        victim = wait_until(
+            held_by_w1,
+            timeout=300,
+            interval=0.05,
+            message="w1 to hold a written batch",
+            ignoring=(psycopg.Error,),
+        )
         workers.kill("w1")
         out, err = coordinator.communicate(timeout=600)
     finally:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from corpus import errors
@@ -14,7 +12,6 @@ from corpus.ingest.extracted import Segment
 from corpus.models import Chunk, Document, Representation
 from corpus.providers.stt import group_words
 from corpus.retrieval import Searcher
-from corpus.state import StateDir
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_wav
 
@@ -34,13 +31,6 @@ def fake_elevenlabs():
     server = FakeElevenLabs().start()
     yield server
     server.close()
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    state.ensure()
-    return state
 
 
 def config_for(mistral, elevenlabs=None, **sections):
