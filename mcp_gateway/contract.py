@@ -17,6 +17,7 @@ SNAPSHOT = Path(__file__).resolve().parents[1] / "docs" / "contracts" / "tools.j
 
 
 def snapshot() -> dict:
+    # tools read models: `python -m mcp_gateway.contract` imports this before django.setup()
     from mcp_gateway import schemas, tools
 
     return {

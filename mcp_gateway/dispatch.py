@@ -248,6 +248,7 @@ def is_paid(msg: Message, ctx: Context) -> bool:
 def _paid_call(msg: Message, name: str, arguments, gate, run, payment: str | None, reply: HttpReply) -> dict:
     """x402 (payments/gate.py): challenge, or verify, run, settle; the
     in-band variant reads ``_meta["x402/payment"]``."""
+    # x402 and its eth libraries take ~0.6 s to import (measured): paid calls only
     from payments.gate import request_hash
 
     meta = msg.params.get("_meta")

@@ -455,6 +455,7 @@ def paid_call(
     The same gate as ``tools/call`` on the MCP endpoint: the same price,
     replay store and audit; the challenge names this route as the resource.
     """
+    # x402 and its eth libraries take ~0.6 s to import (measured): paid calls only
     from payments.gate import Route, request_hash
 
     tool = tools.REGISTRY[tool_name]

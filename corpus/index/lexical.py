@@ -248,6 +248,7 @@ def _backend() -> Backend:
     if connection.vendor == "sqlite":
         return SQLiteFTS5()
     if connection.vendor == "postgresql":
+        # it imports PyStemmer, of the optional `scale` extra: only a PostgreSQL store needs it
         from corpus.index.lexical_pg import PostgresFTS
 
         return PostgresFTS()

@@ -90,6 +90,7 @@ def _env_key(section: OpenAICompatibleConfig) -> str | None:
 
 def _local_embedder(config: Config) -> Embedder:
     try:
+        # tokenizers/safetensors may be absent: the ImportError becomes CONFIG_INVALID below
         from corpus.providers.local import LocalEmbedder
     except ImportError as exc:
         raise errors.Dir2mcpError(

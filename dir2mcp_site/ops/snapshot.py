@@ -99,6 +99,7 @@ def payments_today() -> dict:
 
 def in_asset_units(atomic: int, network: str, asset: str) -> tuple[str, str]:
     """``(amount, unit)``: ``("0.02", "USDC")`` for a known asset, else atomic units."""
+    # x402's EVM helpers (web3) take ~0.5 s to import (measured); only payment rows need it
     from payments.evm import get_asset_info
 
     try:

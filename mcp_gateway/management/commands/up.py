@@ -63,6 +63,7 @@ class Command(Dir2mcpCommand):
                 hint="Drop --auth none (a token is generated in secret.token), or use --auth file:<path>.",
             )
         if cfg.x402.mode != "off":  # before anything is written: `required` needs a complete policy
+            # x402 and its eth libraries take ~0.6 s to import (measured): paid servers only
             from payments.gate import problems
 
             unmet = problems(cfg)
