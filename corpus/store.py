@@ -16,7 +16,8 @@ from django.db import DatabaseError, connection
 from corpus import errors
 from corpus.config import PROTOCOL_VERSION
 from corpus.events import Reporter
-from corpus.models import Setting
+from corpus.index import lexical
+from corpus.models import Chunk, Document, Representation, Setting, Span
 from corpus.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
 
 #: The settings keys of spec §5.5 that name models, each with the key of
@@ -227,9 +228,6 @@ def _move_aside(state: StateDir) -> None:
 
 def wipe_index() -> None:
     """Delete every document and everything derived from it."""
-    from corpus.index import lexical
-    from corpus.models import Chunk, Document, Representation, Span
-
     lexical.clear()
     for model in (Span, Chunk, Representation, Document):
         model.objects.all().delete()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 
+from dir2mcp_site import bootstrap
+
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
-    from dir2mcp_site import bootstrap
 
     bootstrap.prepare(argv[1:])
     from django.core.management import execute_from_command_line

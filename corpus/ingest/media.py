@@ -13,8 +13,10 @@ from typing import Any
 from corpus.config import Config
 from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, Page
 from corpus.ingest.extract import extract_pdf_text as _text_layer
+from corpus.ingest.transcripts import transcribe_audio
 from corpus.providers.ocr import PROVIDER as OCR_PROVIDER
-from corpus.providers.ocr import image_mime
+from corpus.providers.ocr import MistralOcr, image_mime
+from corpus.providers.stt import ElevenLabsStt, MistralStt
 
 OCR_MARKDOWN = "ocr_markdown"
 
@@ -77,17 +79,12 @@ def extract_media(
     if doc_type == "image" and providers.ocr is not None:
         return ocr_image(name, data, providers.ocr)
     if doc_type == "audio" and providers.stt is not None:
-        from corpus.ingest.transcripts import transcribe_audio
-
         return transcribe_audio(name, data, providers.stt)
     return None
 
 
 def media_providers(config: Config, state, capabilities, secret) -> MediaProviders:
     """The OCR and speech providers whose keys are set, caching under ``state``."""
-    from corpus.providers.ocr import MistralOcr
-    from corpus.providers.stt import ElevenLabsStt, MistralStt
-
     providers = MediaProviders()
     if capabilities.ocr:
         providers.ocr = MistralOcr(config, api_key=secret("mistral_api_key"), cache_dir=state.cache / "ocr")

@@ -29,6 +29,8 @@ from corpus.ingest.media import OCR_MARKDOWN
 from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, capabilities_for, sha256_hex
 from corpus.ingest.transcripts import TRANSCRIPT, transcribe_audio
 from corpus.models import Document, Representation
+from corpus.providers.annotate import annotate, flatten
+from corpus.providers.stt import ElevenLabsStt, MistralStt
 from corpus.security import ExclusionEngine
 from corpus.state import StateDir
 
@@ -90,8 +92,6 @@ def _stt_key(ws: Workspace) -> str:
 
 
 def stt_provider(ws: Workspace):
-    from corpus.providers.stt import ElevenLabsStt, MistralStt
-
     cache = ws.state.cache / "transcribe" if ws.config.ingest.audio.cache else None
     if ws.config.stt.provider == "elevenlabs":
         return ElevenLabsStt(ws.config, api_key=_stt_key(ws), cache_dir=cache)
@@ -212,8 +212,6 @@ def annotate_document(
     ws: Workspace, rel_path: str, schema: dict, *, index_flattened_text: bool = True
 ) -> dict:
     """Structured extraction over a document's best text (spec §15.8 output)."""
-    from corpus.providers.annotate import annotate, flatten
-
     rel = ws.engine.resolve(rel_path).rel  # the one path check: refuses excluded paths and escapes
     if schema.get("type", "object") != "object":
         raise errors.Dir2mcpError(errors.INVALID_FIELD, "schema_json must describe an object (type: object)")

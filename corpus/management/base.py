@@ -16,7 +16,9 @@ from corpus import errors
 from corpus.config import Config, default_config_path, load_config
 from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.events import Reporter
-from corpus.state import StateDir
+from corpus.providers.registry import make_chat
+from corpus.secrets import resolve_all, resolve_secret, write_snapshot
+from corpus.state import StateDir, ensure_token
 
 
 @dataclass
@@ -35,8 +37,6 @@ class Runtime:
     embedder_choice: Any = None
 
     def secret(self, name: str) -> str | None:
-        from corpus.secrets import resolve_secret
-
         return resolve_secret(name, self.config, self.state, root=self.root).value
 
     def embedder(self, *, switch: bool = False, events: bool = True):
@@ -54,8 +54,6 @@ class Runtime:
 
     def chat(self):
         """The configured chat model, or None (answers become search-only)."""
-        from corpus.providers.registry import make_chat
-
         return make_chat(self.config, secrets_lookup=self.secret)
 
 
@@ -131,9 +129,6 @@ class Dir2mcpCommand(BaseCommand):
         """Write what every indexing command leaves in the state directory:
         the config snapshot (secrets as sources only) and, with
         ``security.auth.mode: auto`` and no token from elsewhere, ``secret.token``."""
-        from corpus.secrets import resolve_all, write_snapshot
-        from corpus.state import ensure_token
-
         secrets = resolve_all(rt.config, rt.state, root=rt.root)
         if rt.config.security.auth.mode == "auto" and secrets["auth_token"].source == "unset":
             ensure_token(rt.state)

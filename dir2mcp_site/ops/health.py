@@ -8,6 +8,10 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, connection
 
+from corpus.index import lexical
+from corpus.index.vectors import index_path
+from corpus.state import INDEX_FORMAT_VERSION, StateDir
+from corpus.store import get_setting
 from mcp_gateway import workers
 
 log = logging.getLogger(__name__)
@@ -30,9 +34,6 @@ def tool_calls() -> dict:
 
 def database() -> dict:
     """The database answers and holds an index of the format this build reads."""
-    from corpus.state import INDEX_FORMAT_VERSION
-    from corpus.store import get_setting
-
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -47,8 +48,6 @@ def database() -> dict:
 
 def lexical_index() -> dict:
     """The full-text index can be queried."""
-    from corpus.index import lexical
-
     try:
         rows = lexical.live_count()
     except DatabaseError as exc:
@@ -60,9 +59,6 @@ def lexical_index() -> dict:
 def vector_indices() -> dict:
     """Which ``.hnsw`` files exist. They are caches rebuilt on demand, so a
     missing one never makes the server unready."""
-    from corpus.index.vectors import index_path
-    from corpus.state import StateDir
-
     state = StateDir(Path(settings.DIR2MCP_STATE_DIR))
     files = {kind: index_path(state, kind).is_file() for kind in ("text", "code")}
     return {"ok": True, "files": files}

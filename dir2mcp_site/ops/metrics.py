@@ -21,6 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import REGISTRY
 
+from corpus.models import Chunk, Document, IndexJob
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -29,8 +31,6 @@ class IndexCollector:
 
     def collect(self):
         from django.db.models import Count
-
-        from corpus.models import Chunk, Document, IndexJob
 
         docs = GaugeMetricFamily(
             "dir2mcp_documents", "Live documents by type and status.", labels=["doc_type", "status"]

@@ -10,8 +10,11 @@ import time
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from corpus.secrets import resolve_all
 from corpus.status import models_summary, summarize
 from mcp_gateway.models import McpSession
+from payments.models import SettlementLog
+from payments.reports import totals_per_tool
 
 ERROR_LIMIT = 20
 SESSION_LIMIT = 20
@@ -75,9 +78,6 @@ def sessions() -> dict:
 def payments_today() -> dict:
     """Today's (UTC) payment events: a count per outcome, and per outcome and
     tool the count and the amount, in the asset's own units (``0.02 USDC``)."""
-    from payments.models import SettlementLog
-    from payments.reports import totals_per_tool
-
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     totals = totals_per_tool(SettlementLog.objects.all(), since=midnight, by_outcome=True)
     by_outcome: dict[str, int] = {}
@@ -112,8 +112,6 @@ def in_asset_units(atomic: int, network: str, asset: str) -> tuple[str, str]:
 
 def providers(ctx) -> dict:
     """Provider configuration: models in use and where each secret comes from."""
-    from corpus.secrets import resolve_all
-
     config = ctx.config
     secrets = resolve_all(config, ctx.state, root=ctx.root)
     return {

@@ -1,3 +1,4 @@
+from corpus.events import format_progress
 from corpus.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand
 from corpus.store import describe, open_store
@@ -27,6 +28,4 @@ class Command(Dir2mcpCommand):
             rt.root, state=rt.state, config=rt.config, mode=mode, reporter=rt.reporter, embedder=embedder
         )
         if rt.quiet and not rt.json:
-            from corpus.events import format_progress
-
             self.stdout.write(format_progress(counters.as_dict()))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from corpus import errors, store
 from corpus.management.base import Dir2mcpCommand, Runtime
+from corpus.models import Document
 from mcp_gateway import background, connection, context, listen, server
 
 
@@ -255,6 +256,4 @@ def _under(root: Path, path: str) -> Path | None:
 
 
 def _document_count() -> int:
-    from corpus.models import Document
-
     return Document.objects.filter(deleted=False).count()
