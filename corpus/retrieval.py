@@ -176,7 +176,10 @@ class Searcher:
         )
         if dense_rankings and search_cfg.feedback_units and search_cfg.feedback_share:
             again = self._feedback(fused, plan, dense_rankings, vectors, pool, filters)
-            fused = ranking.fuse([lexical_ranking, *again], method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
+            if again is not None:
+                fused = ranking.fuse(
+                    [lexical_ranking, *again], method=search_cfg.fusion, rrf_k=search_cfg.rrf_k
+                )
         fused = ranking.definitions_first(fused, self._defining(query, fused, filters, lexical_kinds))
         best = max((r.ranking[0][1] for r in dense_rankings if r.ranking), default=None)
         weak = ranking.is_weak(
@@ -254,8 +257,9 @@ class Searcher:
         vectors: dict[str, np.ndarray],
         pool: int,
         filters: Filters,
-    ) -> list[ranking.Weighted]:
-        """The dense rankings with a second round: each index of
+    ) -> list[ranking.Weighted] | None:
+        """The dense rankings with a second round (None when no index gets
+        one, so the first fusion stands): each index of
         ``search.feedback_indices`` is searched again with its query vector
         moved towards the vectors of the best fused units it holds
         (``ranking.feedback_query``), and that ranking takes
@@ -263,8 +267,10 @@ class Searcher:
         on first tells the model which neighbourhood the question is about.
         An index none of whose units lead the fusion keeps its first ranking."""
         cfg = self.config.search
+        if not any(kind in cfg.feedback_indices for kind, _ in plan):
+            return None  # e.g. a prose-only search: no stored vectors to read
         leaders = _stored_vectors([cid for cid, _ in fused[: FEEDBACK_DEPTH * cfg.feedback_units]])
-        out = []
+        out, moved_any = [], False
         for (kind, weight), before in zip(plan, first, strict=True):
             near = [vector for cid, (of, vector) in leaders.items() if of == kind][: cfg.feedback_units]
             if kind not in cfg.feedback_indices or not near or near[0].shape != vectors[kind].shape:
@@ -275,7 +281,8 @@ class Searcher:
             if cfg.feedback_share < 1:
                 out.append(ranking.Weighted(before.ranking, weight * (1 - cfg.feedback_share), absolute=True))
             out.append(ranking.Weighted(again, weight * cfg.feedback_share, absolute=True))
-        return out
+            moved_any = True
+        return out if moved_any else None
 
     def _defining(self, query: str, fused: ranking.Ranking, filters: Filters, kinds) -> list[int]:
         """Units that define a name the query asks for, best ranked first:
