@@ -1,5 +1,5 @@
-"""The corpus in the admin: read-only views of what the indexer stored, and
-actions that re-index through the same pipeline as the CLI.
+"""The corpus in the admin: read-only views of what the indexer stored.
+The document list's re-index actions are the gateway's (mcp_gateway/admin.py).
 
 Built to stay fast at 100k chunks: counts come from annotations, related
 rows from ``list_select_related``, and a document's chunks are a short
@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Count, F, Func, IntegerField, OuterRef, Prefetch, Subquery
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from corpus import errors
-from corpus.models import Chunk, Document, IndexJob, Representation, Setting, Span
+from corpus.models import Chunk, IndexJob, Representation, Setting, Span
 
 TEXT_PREVIEW = 2000
 CHUNK_PREVIEW = 20
@@ -36,7 +35,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-def _stamp(unix: float | None) -> str:
+def stamp(unix: float | None) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S") if unix else "-"
 
 
@@ -65,7 +64,7 @@ class RepresentationInline(admin.TabularInline):
 
     @admin.display(description="created")
     def created(self, obj):
-        return _stamp(obj.created_unix)
+        return stamp(obj.created_unix)
 
     @admin.display(description="chunks")
     def chunk_count(self, obj):
@@ -85,8 +84,10 @@ class RepresentationInline(admin.TabularInline):
         )
 
 
-@admin.register(Document)
 class DocumentAdmin(ReadOnlyAdmin):
+    """The document views. mcp_gateway/admin.py registers them with the
+    re-index actions, which start the gateway's background re-index."""
+
     list_display = (
         "rel_path",
         "doc_type",
@@ -103,7 +104,6 @@ class DocumentAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     list_per_page = 100
     inlines = (RepresentationInline,)
-    actions = ("reindex_selected", "retry_errored")
     fields = (
         "rel_path",
         "source_type",
@@ -147,11 +147,11 @@ class DocumentAdmin(ReadOnlyAdmin):
 
     @admin.display(description="modified", ordering="mtime_unix")
     def modified(self, obj):
-        return _stamp(obj.mtime_unix)
+        return stamp(obj.mtime_unix)
 
     @admin.display(description="indexed")
     def indexed(self, obj):
-        return _stamp(obj.indexed_unix)
+        return stamp(obj.indexed_unix)
 
     @admin.display(description="chunks and spans")
     def chunks(self, obj):
@@ -185,36 +185,6 @@ class DocumentAdmin(ReadOnlyAdmin):
             label,
         )
 
-    def has_reindex_permission(self, request):
-        return request.user.has_perm("corpus.change_document")
-
-    @admin.action(description="Re-index selected documents", permissions=["reindex"])
-    def reindex_selected(self, request, queryset):
-        self._reindex(request, queryset.values_list("rel_path", flat=True), full=True)
-
-    @admin.action(description="Retry selected documents that failed", permissions=["reindex"])
-    def retry_errored(self, request, queryset):
-        paths = list(queryset.filter(status="error").values_list("rel_path", flat=True))
-        if not paths:
-            self.message_user(request, "None of the selected documents failed.", messages.WARNING)
-            return
-        self._reindex(request, paths, full=False)
-
-    def _reindex(self, request, rel_paths, *, full: bool) -> None:
-        # ~30 ms to import (measured); admin autodiscovery imports this module at every setup
-        from mcp_gateway import reindex
-
-        try:
-            started = reindex.start(list(rel_paths), full=full)
-        except errors.Dir2mcpError as exc:
-            self.message_user(request, f"{exc.code}: {exc.message}", messages.ERROR)
-            return
-        self.message_user(
-            request,
-            f"Re-indexing {len(started.paths)} file(s) in the background; the status page shows progress.",
-            messages.SUCCESS,
-        )
-
 
 @admin.register(Representation)
 class RepresentationAdmin(ReadOnlyAdmin):
@@ -228,7 +198,7 @@ class RepresentationAdmin(ReadOnlyAdmin):
 
     @admin.display(description="created")
     def created(self, obj):
-        return _stamp(obj.created_unix)
+        return stamp(obj.created_unix)
 
     @admin.display(description="chunks")
     def chunks(self, obj):
@@ -315,4 +285,4 @@ class IndexJobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="started", ordering="started_unix")
     def started(self, obj):
-        return _stamp(obj.started_unix)
+        return stamp(obj.started_unix)

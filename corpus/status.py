@@ -15,16 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from django.db import connection
+from django.conf import settings
+from django.db import DatabaseError, connection
 from django.db.models import Count
 
-from corpus import errors
+from corpus import embedding, errors
 from corpus.config import Config
 from corpus.ingest.prepare import capabilities_for
-from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, Representation, Setting
-from corpus.providers.registry import UnavailableEmbedder, make_chat
+from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Representation, Setting, Worker
+from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, make_chat, plan_embedder
 from corpus.state import StateDir, write_json
-from corpus.store import MODEL_SETTINGS, get_setting, set_setting
+from corpus.store import MODEL_SETTINGS, get_setting, set_setting, uses_state_sqlite
 
 logger = logging.getLogger(__name__)
 
@@ -179,10 +180,6 @@ def scaleout_summary(*, queue_timeout: float = 2.0) -> dict | None:
     """Celery's side of the index for ``status``: the broker (host only,
     never credentials), messages waiting in the queue, files the latest job
     still waits for, and the workers seen lately. None without a broker."""
-    from django.conf import settings
-
-    from corpus.models import JobItem, Worker
-
     broker = settings.CELERY_BROKER_URL
     if not broker:
         return None
@@ -253,7 +250,7 @@ def write_corpus_json(
             "code_ratio": round(counts.get("code", 0) / total, 3),
             "status_counts": status_counts(),
         },
-        "models": models or recorded_models() or models_summary(config),
+        "models": models or recorded_job_models() or models_summary(config),
         "indexing": {
             "job_id": job.job_id,
             "running": job.running,
@@ -313,7 +310,7 @@ def record_models(models: dict[str, str], config: Config) -> None:
             set_setting(key, "0" if key.endswith("_dim") else "")
 
 
-def recorded_models() -> dict[str, str] | None:
+def recorded_job_models() -> dict[str, str] | None:
     """The ``models`` the latest indexing job recorded; None before any."""
     raw = get_setting(MODELS_KEY)
     try:
@@ -360,16 +357,10 @@ def models_summary(
 def recorded_embedder(state: StateDir):
     """The embedder the index's vectors came from (an EmbedderModels); None before any (or
     before the store exists: this is read before ``open_store`` creates it)."""
-    from django.db import DatabaseError
-
-    from corpus.embedding import recorded_models
-    from corpus.providers.registry import EmbedderModels
-    from corpus.store import uses_state_sqlite
-
     if uses_state_sqlite(state) and not state.meta_db.exists():
         return None
     try:
-        return EmbedderModels.from_infos(recorded_models())
+        return EmbedderModels.from_infos(embedding.recorded_models())
     except DatabaseError:  # no settings table yet: nothing recorded
         return None
 
@@ -379,6 +370,4 @@ def embedder_choice(config: Config, state: StateDir, *, secrets_lookup):
     (or any command) started now would use (an EmbedderChoice): ``status``
     reads it without making any model; a running server's own is in its
     ``stats``."""
-    from corpus.providers.registry import plan_embedder
-
     return plan_embedder(config, secrets_lookup=secrets_lookup, recorded=recorded_embedder(state))

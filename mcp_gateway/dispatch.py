@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corpus.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
-from mcp_gateway import resources, schemas, tools
+from mcp_gateway import completion, notify, prompts, resources, schemas, tools
 from mcp_gateway.context import Context
 from mcp_gateway.transport import LATEST_VERSION, SUPPORTED_VERSIONS, Message
 
@@ -187,9 +187,6 @@ SUBSCRIPTION_METHODS = ("resources/subscribe", "resources/unsubscribe")
 
 
 def _subscription(msg: Message, session: SessionState, ctx: Context) -> dict:
-    # It reads models; stdio imports this module before the app registry is ready.
-    from mcp_gateway import notify
-
     try:
         return ok(msg.id, notify.respond(msg, session.id, ctx))
     except resources.ResourceError as exc:
@@ -200,9 +197,6 @@ PROMPT_METHODS = ("prompts/list", "prompts/get", "completion/complete")
 
 
 def _prompts(msg: Message, ctx: Context) -> dict:
-    # They read models; stdio imports this module before the app registry is ready.
-    from mcp_gateway import completion, prompts
-
     run = completion.complete if msg.method == "completion/complete" else prompts.METHODS[msg.method]
     try:
         return ok(msg.id, run(ctx, msg.params))

@@ -21,7 +21,7 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from corpus import errors, uris
+from corpus import documents, errors, files, uris
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +176,6 @@ def resource(listed) -> dict:
 
 def list_page(ctx, cursor: str | None = None) -> dict:
     """One ``resources/list`` page: ``{"resources": [...], "nextCursor"?}``."""
-    from corpus import documents  # models need the app registry; stdio imports this module before setup
-
     _refuse_if_sold(ctx, "dir2mcp.list_files")
     after = _decode_cursor(cursor) if cursor is not None else ""
     page, more = documents.live_page(ctx.engine, after=after)
@@ -211,8 +209,6 @@ def read(ctx, uri: str) -> list[dict]:
 
 
 def _slice(ctx, uri: str, rel_path: str, span) -> dict:
-    from corpus import files  # models need the app registry; stdio imports this module before setup
-
     if span.kind == "page":
         where = {"page": span.start}
     elif span.kind == "time":
@@ -226,8 +222,6 @@ def _slice(ctx, uri: str, rel_path: str, span) -> dict:
 
 
 def _whole(ctx, uri: str, rel_path: str) -> dict:
-    from corpus import documents  # models need the app registry; stdio imports this module before setup
-
     whole = documents.read_whole(ctx.engine, rel_path)
     if whole.text is not None:
         return {"uri": uri, "mimeType": whole.mime_type, "text": whole.text}

@@ -39,7 +39,10 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from corpus import errors
+from corpus.events import Reporter
 from mcp_gateway import dispatch, tools, transport
+from mcp_gateway.background import start_background_indexing
+from mcp_gateway.notify import HUB, LOCAL
 from mcp_gateway.transport import HttpError, Message
 
 log = logging.getLogger(__name__)
@@ -388,11 +391,6 @@ def serve(
     for changes (the same indexer ``up`` runs), sharing ``ctx.embedder``
     with the tools.
     """
-    # background: ~90 ms to import (measured); only serving with `index` starts the indexer
-    from corpus.events import Reporter
-    from mcp_gateway.background import start_background_indexing
-    from mcp_gateway.notify import HUB, LOCAL  # it reads models: imported once Django is set up
-
     reporter = reporter or Reporter.silent()
     server = StdioServer(ctx, infd=infd, out=out)
     stop = threading.Event()  # the indexer's stop

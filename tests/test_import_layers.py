@@ -31,11 +31,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
         "stay with the payment domain that defines them, and the one config loader calls them "
         "while it merges the layers"
     ),
-    ("corpus.admin", "mcp_gateway.reindex"): (
-        "the admins are a top-layer surface (DESIGN.md's map puts them beside mcp_gateway); "
-        "Django keeps the Document admin in corpus's app, and its re-index actions start the "
-        "gateway's background reindex, the one job the server and its status page share"
-    ),
 }
 
 

@@ -16,7 +16,6 @@ import pytest
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import index_directory
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Chunk, Document, Representation
 from corpus.providers.http import HttpOptions, ProviderError
@@ -43,20 +42,16 @@ def config_for(fake, **sections):
     )
 
 
-def index(root, state, config, mode="incremental"):
-    return index_directory(root, state=state, config=config, mode=mode)
-
-
 def page_spans(rel_path: str) -> list[tuple[int, str]]:
     chunks = Chunk.objects.filter(representation__document__rel_path=rel_path, deleted=False)
     return [(c.spans.get().start, c.text) for c in chunks.prefetch_related("spans").order_by("ordinal")]
 
 
-def test_scanned_pdf_becomes_page_aware_ocr_markdown(corpus_dir, state, keyed) -> None:
+def test_scanned_pdf_becomes_page_aware_ocr_markdown(corpus_dir, state, keyed, index) -> None:
     (corpus_dir / "scan.pdf").write_bytes(make_scanned_pdf(["first page intro", "the pangolin ledger"]))
     config = config_for(keyed)
 
-    index(corpus_dir, state, config)
+    index(config=config)
 
     rep = Representation.objects.get(document__rel_path="scan.pdf", deleted=False)
     assert rep.rep_type == "ocr_markdown"
@@ -71,11 +66,11 @@ def test_scanned_pdf_becomes_page_aware_ocr_markdown(corpus_dir, state, keyed) -
     assert sent["document"]["document_url"].startswith("data:application/pdf;base64,")
 
 
-def test_auto_mode_ocrs_only_pages_without_a_text_layer(corpus_dir, state, keyed) -> None:
+def test_auto_mode_ocrs_only_pages_without_a_text_layer(corpus_dir, state, keyed, index) -> None:
     data = make_mixed_pdf([("typed narwhal page", False), ("scanned okapi page", True)])
     (corpus_dir / "mixed.pdf").write_bytes(data)
 
-    index(corpus_dir, state, config_for(keyed, ingest={"pdf": {"mode": "auto"}}))
+    index(config=config_for(keyed, ingest={"pdf": {"mode": "auto"}}))
 
     assert keyed.ocr_pages_served == 1
     spans = page_spans("mixed.pdf")
@@ -85,43 +80,43 @@ def test_auto_mode_ocrs_only_pages_without_a_text_layer(corpus_dir, state, keyed
     assert rep.meta_json["ocr_pages"] == [2]
 
 
-def test_auto_mode_keeps_a_full_text_layer_without_calling_ocr(corpus_dir, state, keyed) -> None:
+def test_auto_mode_keeps_a_full_text_layer_without_calling_ocr(corpus_dir, state, keyed, index) -> None:
     (corpus_dir / "typed.pdf").write_bytes(make_text_pdf(["all typed here", "and here too"]))
 
-    index(corpus_dir, state, config_for(keyed, ingest={"pdf": {"mode": "auto"}}))
+    index(config=config_for(keyed, ingest={"pdf": {"mode": "auto"}}))
 
     assert keyed.requests_to("/v1/ocr") == []
     assert Representation.objects.get(document__rel_path="typed.pdf").rep_type == "raw_text"
 
 
-def test_png_is_ocred_into_one_page(corpus_dir, state, keyed) -> None:
+def test_png_is_ocred_into_one_page(corpus_dir, state, keyed, index) -> None:
     (corpus_dir / "shot.png").write_bytes(make_png("whiteboard says capybara"))
 
-    index(corpus_dir, state, config_for(keyed))
+    index(config=config_for(keyed))
 
     assert page_spans("shot.png") == [(1, "# Page 1\n\nwhiteboard says capybara")]
     assert keyed.requests_to("/v1/ocr")[0].body["document"]["image_url"].startswith("data:image/png;base64,")
 
 
-def test_the_cache_prevents_a_second_ocr_call_across_reindexes(corpus_dir, state, keyed) -> None:
+def test_the_cache_prevents_a_second_ocr_call_across_reindexes(corpus_dir, state, keyed, index) -> None:
     (corpus_dir / "scan.pdf").write_bytes(make_scanned_pdf(["cached words"]))
     config = config_for(keyed)
-    index(corpus_dir, state, config)
+    index(config=config)
     assert len(keyed.requests_to("/v1/ocr")) == 1
 
-    index(corpus_dir, state, config, mode="full")
+    index(config=config, mode="full")
 
     assert len(keyed.requests_to("/v1/ocr")) == 1
     assert list((state.cache / "ocr").glob("*-mistral-ocr-latest.json"))
     assert "cached words" in page_spans("scan.pdf")[0][1]
 
 
-def test_pdfs_over_the_page_limit_are_split(corpus_dir, state, keyed) -> None:
+def test_pdfs_over_the_page_limit_are_split(corpus_dir, state, keyed, index) -> None:
     keyed.ocr_max_pages = 2
     texts = [f"page number {i} marmot" for i in range(1, 6)]
     (corpus_dir / "long.pdf").write_bytes(make_scanned_pdf(texts))
 
-    index(corpus_dir, state, config_for(keyed, ocr={"max_pages_per_call": 2}))
+    index(config=config_for(keyed, ocr={"max_pages_per_call": 2}))
 
     assert len(keyed.requests_to("/v1/ocr")) == 3
     spans = page_spans("long.pdf")
@@ -130,14 +125,14 @@ def test_pdfs_over_the_page_limit_are_split(corpus_dir, state, keyed) -> None:
 
 
 def test_without_a_key_scans_and_images_need_one_and_text_pdfs_still_work(
-    corpus_dir, state, monkeypatch, fake_mistral
+    corpus_dir, state, monkeypatch, fake_mistral, index
 ) -> None:
     monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
     (corpus_dir / "scan.pdf").write_bytes(make_scanned_pdf(["hidden"]))
     (corpus_dir / "shot.png").write_bytes(make_png("hidden too"))
     (corpus_dir / "typed.pdf").write_bytes(make_text_pdf(["visible text layer"]))
 
-    index(corpus_dir, state, config_for(fake_mistral))
+    index(config=config_for(fake_mistral))
 
     for name in ("scan.pdf", "shot.png"):
         doc = Document.objects.get(rel_path=name)
@@ -147,22 +142,24 @@ def test_without_a_key_scans_and_images_need_one_and_text_pdfs_still_work(
     assert summarize().needs_provider == {"needs MISTRAL_API_KEY": 2}
 
 
-def test_an_outage_marks_the_file_retryable_and_keeps_what_was_indexed(corpus_dir, state, keyed) -> None:
+def test_an_outage_marks_the_file_retryable_and_keeps_what_was_indexed(
+    corpus_dir, state, keyed, index
+) -> None:
     path = corpus_dir / "scan.pdf"
     path.write_bytes(make_scanned_pdf(["version one quetzal"]))
     config = config_for(keyed)
-    index(corpus_dir, state, config)
+    index(config=config)
     path.write_bytes(make_scanned_pdf(["version two quetzal"]))
     keyed.fail_next(429, count=5, retry_after="0")
 
-    index(corpus_dir, state, config)
+    index(config=config)
 
     doc = Document.objects.get(rel_path="scan.pdf")
     assert doc.status == "error"
     assert doc.error.startswith(errors.MISTRAL_RATE_LIMIT) and "retryable" in doc.error
     assert "version one quetzal" in page_spans("scan.pdf")[0][1]
 
-    index(corpus_dir, state, config)
+    index(config=config)
 
     assert Document.objects.get(rel_path="scan.pdf").status == "ok"
     assert "version two quetzal" in page_spans("scan.pdf")[0][1]
@@ -184,22 +181,24 @@ def test_fake_rejects_unknown_fields_and_the_client_maps_errors(keyed) -> None:
     assert "wrong" not in caught.value.message
 
 
-def test_ocr_calls_in_flight_never_exceed_the_concurrency_limit(corpus_dir, state, keyed) -> None:
+def test_ocr_calls_in_flight_never_exceed_the_concurrency_limit(corpus_dir, state, keyed, index) -> None:
     keyed.latency = 0.2
     for i in range(6):
         (corpus_dir / f"scan_{i}.pdf").write_bytes(make_scanned_pdf([f"document {i}"]))
 
-    counters = index(corpus_dir, state, config_for(keyed, ocr={"concurrency": 2}))
+    counters = index(config=config_for(keyed, ocr={"concurrency": 2}))
 
     assert counters.indexed == 6
     assert keyed.max_in_flight == 2
 
 
-def test_a_call_that_outlives_its_timeout_fails_as_retryable_for_the_file(corpus_dir, state, keyed) -> None:
+def test_a_call_that_outlives_its_timeout_fails_as_retryable_for_the_file(
+    corpus_dir, state, keyed, index
+) -> None:
     (corpus_dir / "scan.pdf").write_bytes(make_scanned_pdf(["slow"]))
     keyed.delay_next(5.0, count=2)
 
-    index(corpus_dir, state, config_for(keyed, ocr={"timeout_seconds": 0.3, "max_attempts": 2}))
+    index(config=config_for(keyed, ocr={"timeout_seconds": 0.3, "max_attempts": 2}))
 
     doc = Document.objects.get(rel_path="scan.pdf")
     assert doc.status == "error"
@@ -209,16 +208,16 @@ def test_a_call_that_outlives_its_timeout_fails_as_retryable_for_the_file(corpus
 
 
 def test_server_errors_that_outlast_the_retries_are_retryable_and_keep_what_was_indexed(
-    corpus_dir, state, keyed
+    corpus_dir, state, keyed, index
 ) -> None:
     path = corpus_dir / "scan.pdf"
     path.write_bytes(make_scanned_pdf(["first draft ibis"]))
     config = config_for(keyed, ocr={"max_attempts": 2})
-    index(corpus_dir, state, config)
+    index(config=config)
     path.write_bytes(make_scanned_pdf(["second draft ibis"]))
     keyed.fail_next(502, count=2, retry_after="0")
 
-    index(corpus_dir, state, config)
+    index(config=config)
 
     doc = Document.objects.get(rel_path="scan.pdf")
     assert doc.status == "error"
@@ -251,17 +250,17 @@ def test_refused_connections_and_5xx_are_retryable_but_bad_requests_are_not(keye
     assert (rejected.status, rejected.retryable) == (422, False)
 
 
-def test_a_server_error_is_retried_and_the_file_indexed(corpus_dir, state, keyed) -> None:
+def test_a_server_error_is_retried_and_the_file_indexed(corpus_dir, state, keyed, index) -> None:
     (corpus_dir / "scan.pdf").write_bytes(make_scanned_pdf(["after a hiccup"]))
     keyed.fail_next(503, retry_after="0")
 
-    index(corpus_dir, state, config_for(keyed))
+    index(config=config_for(keyed))
 
     assert Document.objects.get(rel_path="scan.pdf").status == "ok"
     assert [r.authorized for r in keyed.requests_to("/v1/ocr")] == [True, True]
 
 
-def test_pdfs_over_the_size_limit_are_split_into_smaller_pdfs(corpus_dir, state, keyed) -> None:
+def test_pdfs_over_the_size_limit_are_split_into_smaller_pdfs(corpus_dir, state, keyed, index) -> None:
     data = make_scanned_pdf(["heavy page one", "heavy page two", "heavy page three"])
     one_page = len(make_scanned_pdf(["heavy page one"]))
     limit = one_page + 500
@@ -269,7 +268,7 @@ def test_pdfs_over_the_size_limit_are_split_into_smaller_pdfs(corpus_dir, state,
     keyed.ocr_max_bytes = limit
     (corpus_dir / "heavy.pdf").write_bytes(data)
 
-    index(corpus_dir, state, config_for(keyed, ocr={"max_mb_per_call": limit / (1024 * 1024)}))
+    index(config=config_for(keyed, ocr={"max_mb_per_call": limit / (1024 * 1024)}))
 
     sent = keyed.requests_to("/v1/ocr")
     assert len(sent) == 3

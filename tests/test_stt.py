@@ -6,7 +6,6 @@ import pytest
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import index_directory
 from corpus.ingest.chunking import chunk_segments
 from corpus.ingest.extracted import Segment
 from corpus.models import Chunk, Document, Representation
@@ -40,10 +39,6 @@ def config_for(mistral, elevenlabs=None, **sections):
     return build_config({**base, **sections}, {}, {})
 
 
-def index(root, state, config, mode="incremental"):
-    return index_directory(root, state=state, config=config, mode=mode)
-
-
 def time_spans(rel_path: str) -> list[tuple[str, int, int, str]]:
     chunks = Chunk.objects.filter(representation__document__rel_path=rel_path, deleted=False)
     return [
@@ -72,12 +67,14 @@ def test_segments_are_grouped_into_overlapping_time_windows() -> None:
     ]
 
 
-def test_mistral_transcript_is_chunked_with_time_spans_and_meta(corpus_dir, state, fake_mistral, monkeypatch):
+def test_mistral_transcript_is_chunked_with_time_spans_and_meta(
+    corpus_dir, state, fake_mistral, monkeypatch, index
+):
     monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
     config = config_for(fake_mistral)
 
-    index(corpus_dir, state, config)
+    index(config=config)
 
     rep = Representation.objects.get(document__rel_path="talk.wav", deleted=False)
     assert rep.rep_type == "transcript"
@@ -102,12 +99,12 @@ def test_mistral_transcript_is_chunked_with_time_spans_and_meta(corpus_dir, stat
 
 
 def test_without_timestamps_the_transcript_falls_back_to_size_chunks(
-    corpus_dir, state, fake_mistral, monkeypatch
+    corpus_dir, state, fake_mistral, monkeypatch, index
 ):
     monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
 
-    index(corpus_dir, state, config_for(fake_mistral, stt={"mistral": {"timestamps": False}}))
+    index(config=config_for(fake_mistral, stt={"mistral": {"timestamps": False}}))
 
     rep = Representation.objects.get(document__rel_path="talk.wav", deleted=False)
     assert rep.meta_json["timestamps"] is False
@@ -122,12 +119,13 @@ def test_elevenlabs_words_are_grouped_into_timed_segments(
     fake_mistral,
     fake_elevenlabs,
     monkeypatch,
+    index,
 ):
     monkeypatch.setenv("ELEVENLABS_API_KEY", fake_elevenlabs.api_key)
     monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
 
-    index(corpus_dir, state, config_for(fake_mistral, fake_elevenlabs, stt={"provider": "elevenlabs"}))
+    index(config=config_for(fake_mistral, fake_elevenlabs, stt={"provider": "elevenlabs"}))
 
     rep = Representation.objects.get(document__rel_path="talk.wav", deleted=False)
     assert rep.meta_json["provider"] == "elevenlabs"
@@ -139,13 +137,13 @@ def test_elevenlabs_words_are_grouped_into_timed_segments(
     assert sent.headers["xi-api-key"] == "<redacted>"
 
 
-def test_the_transcript_cache_prevents_a_second_call(corpus_dir, state, fake_mistral, monkeypatch):
+def test_the_transcript_cache_prevents_a_second_call(corpus_dir, state, fake_mistral, monkeypatch, index):
     monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
     config = config_for(fake_mistral)
-    index(corpus_dir, state, config)
+    index(config=config)
 
-    index(corpus_dir, state, config, mode="full")
+    index(config=config, mode="full")
 
     assert len(fake_mistral.requests_to("/v1/audio/transcriptions")) == 1
     assert list((state.cache / "transcribe").glob("*-mistral-voxtral-mini-latest.json"))
@@ -161,7 +159,7 @@ def test_the_transcript_cache_prevents_a_second_call(corpus_dir, state, fake_mis
     ],
 )
 def test_audio_without_its_key_is_skipped_with_the_reason(
-    corpus_dir, state, fake_mistral, monkeypatch, stt, env, reason
+    corpus_dir, state, fake_mistral, monkeypatch, stt, env, reason, index
 ):
     for name in ("MISTRAL_API_KEY", "ELEVENLABS_API_KEY"):
         monkeypatch.delenv(name, raising=False)
@@ -169,17 +167,17 @@ def test_audio_without_its_key_is_skipped_with_the_reason(
         monkeypatch.setenv(name, value)
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
 
-    index(corpus_dir, state, config_for(fake_mistral, stt=stt, ingest={"pdf": {"mode": "off"}}))
+    index(config=config_for(fake_mistral, stt=stt, ingest={"pdf": {"mode": "off"}}))
 
     doc = Document.objects.get(rel_path="talk.wav")
     assert (doc.status, doc.error) == ("skipped", reason)
 
 
-def test_audio_mode_off_skips_without_calling(corpus_dir, state, fake_mistral, monkeypatch):
+def test_audio_mode_off_skips_without_calling(corpus_dir, state, fake_mistral, monkeypatch, index):
     monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
 
-    index(corpus_dir, state, config_for(fake_mistral, ingest={"audio": {"mode": "off"}}))
+    index(config=config_for(fake_mistral, ingest={"audio": {"mode": "off"}}))
 
     assert Document.objects.get(rel_path="talk.wav").error == "disabled by ingest.audio.mode=off"
     assert fake_mistral.requests_to("/v1/audio/transcriptions") == []
@@ -191,11 +189,12 @@ def test_a_rejected_elevenlabs_key_is_an_error_without_the_key(
     fake_mistral,
     fake_elevenlabs,
     monkeypatch,
+    index,
 ):
     monkeypatch.setenv("ELEVENLABS_API_KEY", "sk-wrong-key-123456")
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
 
-    index(corpus_dir, state, config_for(fake_mistral, fake_elevenlabs, stt={"provider": "elevenlabs"}))
+    index(config=config_for(fake_mistral, fake_elevenlabs, stt={"provider": "elevenlabs"}))
 
     doc = Document.objects.get(rel_path="talk.wav")
     assert doc.status == "error"
@@ -204,32 +203,32 @@ def test_a_rejected_elevenlabs_key_is_an_error_without_the_key(
 
 
 def test_elevenlabs_rate_limits_are_retried_after_retry_after(
-    corpus_dir, state, fake_mistral, fake_elevenlabs, monkeypatch
+    corpus_dir, state, fake_mistral, fake_elevenlabs, monkeypatch, index
 ):
     monkeypatch.setenv("ELEVENLABS_API_KEY", fake_elevenlabs.api_key)
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
     fake_elevenlabs.fail_next(429, count=2, retry_after="0")
 
-    index(corpus_dir, state, config_for(fake_mistral, fake_elevenlabs, stt={"provider": "elevenlabs"}))
+    index(config=config_for(fake_mistral, fake_elevenlabs, stt={"provider": "elevenlabs"}))
 
     assert Document.objects.get(rel_path="talk.wav").status == "ok"
     assert len(fake_elevenlabs.requests_to("/v1/speech-to-text")) == 3
 
 
 def test_elevenlabs_rate_limit_that_persists_is_retryable_for_the_file(
-    corpus_dir, state, fake_mistral, fake_elevenlabs, monkeypatch
+    corpus_dir, state, fake_mistral, fake_elevenlabs, monkeypatch, index
 ):
     monkeypatch.setenv("ELEVENLABS_API_KEY", fake_elevenlabs.api_key)
     (corpus_dir / "talk.wav").write_bytes(make_wav(SCRIPT))
     fake_elevenlabs.fail_next(429, count=2, retry_after="0")
     config = config_for(fake_mistral, fake_elevenlabs, stt={"provider": "elevenlabs", "max_attempts": 2})
 
-    index(corpus_dir, state, config)
+    index(config=config)
 
     doc = Document.objects.get(rel_path="talk.wav")
     assert doc.status == "error"
     assert doc.error.startswith(errors.ELEVENLABS_RATE_LIMIT) and "retryable" in doc.error
-    index(corpus_dir, state, config)
+    index(config=config)
     assert Document.objects.get(rel_path="talk.wav").status == "ok"
 
 
