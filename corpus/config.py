@@ -389,6 +389,9 @@ class ServerConfig(Section):
     # CPU priority (searches never wait for extraction or embedding), or a
     # thread of the serving process (docs/operations.md).
     indexer: Literal["process", "thread"] = "process"
+    # The indexing child's CPU niceness, added to the server's: 10 yields the
+    # CPU to requests; 0 shares it equally (a machine that only indexes).
+    indexer_nice: int = Field(default=10, ge=0, le=19)
 
 
 class KeychainConfig(Section):

@@ -49,7 +49,7 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
         _models={"embedder": embedder},
         **extra,
     )
-    ctx.indexer_launch = ChildLaunch(rt.root, rt.state, rt.config_path)
+    ctx.indexer_launch = ChildLaunch(rt.root, rt.state, rt.config_path, nice=rt.config.server.indexer_nice)
     ctx.gate = context.payment_gate(
         ctx, emit=lambda e: rt.reporter.event(e["event"], e.get("data"), level=e.get("level", "info"))
     )

@@ -68,7 +68,7 @@ SETTING_KEY = INDEXER_KEY
 FIRST_BACKOFF = 1.0
 MAX_BACKOFF = 60.0
 HEALTHY_SECONDS = 60.0
-#: CPU niceness of the child relative to the server.
+#: CPU niceness of the child relative to the server (``server.indexer_nice``).
 CHILD_NICE = 10
 #: How often the server's dense indices take new vectors from the store.
 REFRESH_SECONDS = 0.5
@@ -160,6 +160,7 @@ class ChildLaunch:
     state: StateDir
     config_path: Path | None = None
     extra_env: dict = field(default_factory=dict)
+    nice: int = CHILD_NICE
 
     def argv(self) -> list[str]:
         args = [
@@ -361,7 +362,7 @@ class IndexerSupervisor:
             encoding="utf-8",
             errors="replace",
             bufsize=1,
-            preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509  (prctl and nice: no locks, no imports)
+            preexec_fn=_child_setup(os.getpid(), self.launch.nice),  # noqa: PLW1509  (prctl and nice: no locks, no imports)
         )
         with self._stdin_lock:
             self._proc = proc
@@ -431,10 +432,10 @@ _PRCTL = _libc_prctl()
 _PR_SET_PDEATHSIG = 1
 
 
-def _child_setup(parent: int):
+def _child_setup(parent: int, nice: int):
     """What runs in the child between fork and exec: die with the server
     (a server killed outright takes its indexer with it, as a thread would
-    go), and yield the CPU to it. Only calls resolved before the fork."""
+    go), and yield the CPU to it by ``nice``. Only calls resolved before the fork."""
 
     def setup() -> None:
         if _PRCTL is not None:
@@ -442,7 +443,8 @@ def _child_setup(parent: int):
         if os.getppid() != parent:  # the server died before that took effect
             os._exit(1)
         try:
-            os.nice(CHILD_NICE)
+            if nice:
+                os.nice(nice)
         except OSError:
             pass
 

@@ -28,6 +28,12 @@ def base_env() -> dict[str, str]:
     tests are about indexing and the commands (test_search covers them)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL", "DJANGO_"))}
     env["DIR2MCP_EMBED__PROVIDER"] = "none"
+    # The suite keeps both cores busy (two workers). An indexing child at the
+    # default niceness 10 then gets about a tenth of a core, and every test
+    # waiting on `up`'s first pass waits for it (a 70-file pass: 9 s idle,
+    # 60 s beside two busy loops). The niceness itself is tested where it is
+    # set (test_indexer_process).
+    env["DIR2MCP_SERVER__INDEXER_NICE"] = "0"
     return env
 
 

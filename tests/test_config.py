@@ -257,3 +257,15 @@ def test_config_command_exits_2_on_a_bad_file(corpus_dir, text, phrase):
     assert phrase in stderr.getvalue()
     # A file it cannot read prints nothing; a key it cannot take is printed marked (issue #24).
     assert (stdout.getvalue() == "") is (phrase in ("must hold a mapping", "is not valid YAML"))
+
+
+@pytest.mark.parametrize("value", ["-1", "20", "low"])
+def test_an_indexer_niceness_outside_0_to_19_is_refused_naming_the_variable(tmp_path, value) -> None:
+    error = config_error(tmp_path, "", {"DIR2MCP_SERVER__INDEXER_NICE": value})
+    assert "DIR2MCP_SERVER__INDEXER_NICE" in error.message
+
+
+def test_the_indexer_niceness_defaults_to_10_and_takes_the_environment(tmp_path) -> None:
+    assert load_config(write_config(tmp_path, ""), environ={}).server.indexer_nice == 10
+    taken = load_config(write_config(tmp_path, ""), environ={"DIR2MCP_SERVER__INDEXER_NICE": "0"})
+    assert taken.server.indexer_nice == 0

@@ -125,11 +125,16 @@ def embedding_under_way(up) -> dict | None:
     )
 
 
-def up_mid_embedding(tree: Path, tmp_path: Path, running):  # noqa: F811
+def niceness(pid: int) -> int:
+    """Field 19 of /proc/PID/stat (the fields after the command's name start at 3)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[16])
+
+
+def up_mid_embedding(tree: Path, tmp_path: Path, running, **env: str):  # noqa: F811
     """`up` on a copy of ``tree``, once its child is embedding: (root, up)."""
     root = tmp_path / "root"
     shutil.copytree(tree, root)
-    up = running("--dir", str(root), "--json", "--auth", "none", env=LOCAL)
+    up = running("--dir", str(root), "--json", "--auth", "none", env={**LOCAL, **env})
     up.wait_until(embedding_under_way, "embedding under way")
     return root, up
 
@@ -140,11 +145,11 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
     running,  # noqa: F811
 ):
     clean = reference[1]
-    root, up = up_mid_embedding(reference[0], tmp_path, running)
+    root, up = up_mid_embedding(reference[0], tmp_path, running, DIR2MCP_SERVER__INDEXER_NICE="3")
     indexer = rest(up, "/api/v1/stats").json()["indexer"]
     assert indexer["mode"] == "process" and indexer["running"] and indexer["pid"] != up.proc.pid
     child = indexer["pid"]
-    assert int(Path(f"/proc/{child}/stat").read_text().split(") ", 1)[1].split()[16]) > 0  # niced
+    assert niceness(child) == niceness(up.proc.pid) + 3  # server.indexer_nice
 
     answers: list[int] = []
     halt = threading.Event()
