@@ -120,7 +120,7 @@ def in_process(mode: str, root: Path, state_dir: Path, queries: list[str], n: in
     from mcp_gateway import context, tools
 
     ctx = context.build(root=root, state=StateDir(state_dir), auth_spec="none")
-    tool = tools.REGISTRY["dir2mcp.search"]
+    tool = tools.table()["dir2mcp.search"]
     for q in queries[:10]:
         tools.run(tool, arguments(q), tools.Call(ctx))
     times = []

@@ -46,7 +46,7 @@ def make_app(sdk_validation: bool):
     ctx = context.build(auth_spec="none")
     open_store(ctx.state)
     context.install(ctx)
-    tool = tools.REGISTRY["dir2mcp.search"]
+    tool = tools.table()["dir2mcp.search"]
     definition = types.Tool.model_validate(tool.definition())
 
     server = Server("dir2mcp-reference")

@@ -22,7 +22,7 @@ def snapshot() -> dict:
 
     return {
         "schemaVersion": schemas.SCHEMA_VERSION,
-        "tools": tools.list_page(page_size=len(tools.REGISTRY))["tools"],
+        "tools": tools.list_page(page_size=len(tools.table()))["tools"],
     }
 
 

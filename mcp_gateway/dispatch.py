@@ -216,7 +216,7 @@ def _call_tool(
     name = msg.params.get("name")
     if not isinstance(name, str):
         return rpc_error(msg.id, RPC_INVALID_PARAMS, "tools/call needs params.name (a string)")
-    tool = tools.REGISTRY.get(name)
+    tool = tools.table().get(name)
     if tool is None:
         return rpc_error(msg.id, RPC_INVALID_PARAMS, f"Unknown tool: {name[:128]}")
     arguments = msg.params.get("arguments")

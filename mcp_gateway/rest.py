@@ -130,7 +130,7 @@ class RestAPI(NinjaAPI):
         document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         components = document.setdefault("components", {}).setdefault("schemas", {})
         for name, tool_name in RESULTS.items():
-            schema, defs = _openapi_schema(tools.REGISTRY[tool_name].output_schema)
+            schema, defs = _openapi_schema(tools.table()[tool_name].output_schema)
             components.update(defs)
             components[name] = {"title": name, **schema}
         components.update(copy.deepcopy(RESOURCE_SCHEMAS))
@@ -286,7 +286,7 @@ def input_model(name: str, tool_name: str, *, body: bool) -> type[BaseModel]:
     unknown fields; query strings are coerced ("5" to 5) and unknown
     parameters are ignored.
     """
-    schema = tools.REGISTRY[tool_name].input_schema
+    schema = tools.table()[tool_name].input_schema
     required = set(schema.get("required", ()))
     fields = {}
     for field_name, prop in schema.get("properties", {}).items():
@@ -391,7 +391,7 @@ def _responses(tool_name: str, *extra: dict) -> dict:
 
 
 def _operation(tool_name: str, operation_id: str, *extra: dict) -> dict:
-    tool = tools.REGISTRY[tool_name]
+    tool = tools.table()[tool_name]
     return {
         "operation_id": operation_id,
         "summary": tool.title,
@@ -407,7 +407,7 @@ def _operation(tool_name: str, operation_id: str, *extra: dict) -> dict:
 def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict | HttpResponse:
     """What ``tools/call`` runs (``tools.run``: validated, run, counted in the
     metrics), answered the REST way: the structured result, or the envelope."""
-    return tool_answer(tools.run(tools.REGISTRY[tool_name], arguments, tools.Call(ctx)))
+    return tool_answer(tools.run(tools.table()[tool_name], arguments, tools.Call(ctx)))
 
 
 def tool_answer(result: dict) -> dict | HttpResponse:
@@ -458,7 +458,7 @@ def paid_call(
     # x402 and its eth libraries take ~0.6 s to import (measured): paid calls only
     from payments.gate import Route, request_hash
 
-    tool = tools.REGISTRY[tool_name]
+    tool = tools.table()[tool_name]
     outcome = ctx.gate.handle(
         tool_name=tool_name,
         arguments=arguments,

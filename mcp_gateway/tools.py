@@ -28,7 +28,7 @@ from corpus.retrieval import Filters
 from corpus.status import latest_job, models_summary, older_format_documents
 from mcp_gateway import indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
-from mcp_gateway.registry import REGISTRY, Tool
+from mcp_gateway.registry import Tool, table
 from mcp_gateway.transport import LATEST_VERSION
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def _decode_cursor(cursor: str) -> int:
         offset = int(number)
     except (ValueError, UnicodeDecodeError):
         raise ValueError("invalid cursor") from None
-    if prefix != "tools" or not 0 <= offset < len(REGISTRY):
+    if prefix != "tools" or not 0 <= offset < len(table()):
         raise ValueError("invalid cursor")
     return offset
 
@@ -81,7 +81,7 @@ def list_page(cursor: str | None = None, page_size: int | None = None) -> dict:
     """One page of tool definitions; ``ValueError`` for a bad cursor."""
     size = page_size or PAGE_SIZE
     start = 0 if cursor is None else _decode_cursor(cursor)
-    tools = list(REGISTRY.values())
+    tools = list(table().values())
     page = {"tools": [tool.definition() for tool in tools[start : start + size]]}
     if start + size < len(tools):
         page["nextCursor"] = _encode_cursor(start + size)

@@ -46,7 +46,7 @@ def ctx(corpus_dir: Path, state, fake_mistral, monkeypatch) -> Context:
 
 
 def call(ctx: Context, name: str, arguments: dict) -> dict:
-    tool = tools.REGISTRY[name]
+    tool = tools.table()[name]
     result = tools.run(tool, arguments, tools.Call(ctx))
     if not result.get("isError"):
         Draft202012Validator(tool.output_schema).validate(result["structuredContent"])
@@ -130,7 +130,7 @@ def test_a_reply_that_is_not_json_is_annotate_failed(ctx, fake_mistral) -> None:
 
 def test_transcribe_tool_returns_segments_from_the_cache(ctx, fake_mistral) -> None:
     progress: list[tuple] = []
-    tool = tools.REGISTRY["dir2mcp.transcribe"]
+    tool = tools.table()["dir2mcp.transcribe"]
 
     result = tools.run(
         tool, {"rel_path": "talk.wav"}, tools.Call(ctx, progress=lambda *a: progress.append(a))
@@ -158,7 +158,7 @@ def test_a_cancelled_call_stops_before_the_provider(ctx, fake_mistral) -> None:
     call_.cancel.set()
 
     with pytest.raises(tools.Cancelled):
-        tools.run(tools.REGISTRY["dir2mcp.transcribe"], {"rel_path": "talk.wav", "retranscribe": True}, call_)
+        tools.run(tools.table()["dir2mcp.transcribe"], {"rel_path": "talk.wav", "retranscribe": True}, call_)
 
     assert len(fake_mistral.requests_to("/v1/audio/transcriptions")) == 1
 

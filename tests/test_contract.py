@@ -35,8 +35,8 @@ def test_the_snapshot_is_rendered_canonically():
 
 def test_core_tools_keep_the_spec_schemas():
     core = {"dir2mcp.search", "dir2mcp.ask", "dir2mcp.open_file", "dir2mcp.list_files", "dir2mcp.stats"}
-    assert core <= set(tools.REGISTRY)
-    search = tools.REGISTRY["dir2mcp.search"]
+    assert core <= set(tools.table())
+    search = tools.table()["dir2mcp.search"]
     assert search.input_schema["required"] == ["query"]
     assert search.output_schema["required"] == ["query", "hits", "indexing_complete"]
     assert set(search.output_schema["$defs"]) == {"Span", "Hit"}

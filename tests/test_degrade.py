@@ -143,7 +143,7 @@ def call(ctx, name: str, arguments: dict) -> dict:
         "result"
     ]
     assert not result.get("isError"), result
-    Draft202012Validator(tools.REGISTRY[name].output_schema).validate(result["structuredContent"])
+    Draft202012Validator(tools.table()[name].output_schema).validate(result["structuredContent"])
     return result
 
 
@@ -384,8 +384,8 @@ def search_and_ask(state, config, embedder) -> list[tuple[dict, str]]:
     searched = searcher.search(QUERY).as_dict()
     asked = ask(QUERY, searcher=searcher, chat=None, config=config).as_dict()
     return [
-        (searched, tools.REGISTRY["dir2mcp.search"].summarize(searched)),
-        (asked, tools.REGISTRY["dir2mcp.ask"].summarize(asked)),
+        (searched, tools.table()["dir2mcp.search"].summarize(searched)),
+        (asked, tools.table()["dir2mcp.ask"].summarize(asked)),
     ]
 
 
@@ -476,7 +476,7 @@ def test_over_mcp_search_and_ask_degrade(server, module_fake, name, tool):
     result = server.call(session, tool, arguments, msg_id=2)
 
     assert not result.get("isError"), result
-    Draft202012Validator(tools.REGISTRY[tool].output_schema).validate(result["structuredContent"])
+    Draft202012Validator(tools.table()[tool].output_schema).validate(result["structuredContent"])
     assert_degraded(
         result["structuredContent"],
         result["content"][0]["text"],
@@ -497,10 +497,10 @@ def test_over_rest_search_and_ask_degrade(server, module_fake, name):
     for response, tool in ((searched, "dir2mcp.search"), (asked, "dir2mcp.ask")):
         assert response.status_code == 200, response.text
         body = response.json()
-        Draft202012Validator(tools.REGISTRY[tool].output_schema).validate(body)
+        Draft202012Validator(tools.table()[tool].output_schema).validate(body)
         # REST answers the structured result alone: the notice is the summary of that body.
         assert_degraded(
-            body, tools.REGISTRY[tool].summarize(body), outage.code, outage.says, key=module_fake.API_KEY
+            body, tools.table()[tool].summarize(body), outage.code, outage.says, key=module_fake.API_KEY
         )
 
 
@@ -515,9 +515,9 @@ def test_over_mcp_and_rest_ask_lists_the_hits_when_the_chat_model_fails(server, 
     assert over_rest.status_code == 200, over_rest.text
     for structured, text in (
         (over_mcp["structuredContent"], over_mcp["content"][0]["text"]),
-        (over_rest.json(), tools.REGISTRY["dir2mcp.ask"].summarize(over_rest.json())),
+        (over_rest.json(), tools.table()["dir2mcp.ask"].summarize(over_rest.json())),
     ):
-        Draft202012Validator(tools.REGISTRY["dir2mcp.ask"].output_schema).validate(structured)
+        Draft202012Validator(tools.table()["dir2mcp.ask"].output_schema).validate(structured)
         assert_generation_unavailable(structured, text, errors.MISTRAL_AUTH, "HTTP 401", module_fake.API_KEY)
 
 

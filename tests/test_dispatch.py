@@ -101,7 +101,7 @@ def test_tools_list_pages_with_cursors(ctx, monkeypatch):
         cursor = result.get("nextCursor")
         if not cursor:
             break
-    assert names == list(tools.REGISTRY)
+    assert names == list(tools.table())
     assert {
         "dir2mcp.search",
         "dir2mcp.ask",
@@ -118,7 +118,7 @@ def test_bad_cursor_is_invalid_params(ctx, cursor):
 
 
 def test_every_tool_definition_is_well_formed():
-    for tool in tools.REGISTRY.values():
+    for tool in tools.table().values():
         definition = tool.definition()
         assert definition["name"].startswith("dir2mcp.")
         assert definition["inputSchema"]["type"] == "object"
@@ -163,7 +163,7 @@ def test_bad_arguments_are_tool_errors_with_codes(ctx, arguments, code):
 
 def validate_output(name, result):
     assert not result.get("isError"), result
-    Draft202012Validator(tools.REGISTRY[name].output_schema).validate(result["structuredContent"])
+    Draft202012Validator(tools.table()[name].output_schema).validate(result["structuredContent"])
 
 
 def test_search_result_validates_and_cites(ctx):

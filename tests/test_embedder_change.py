@@ -166,7 +166,7 @@ def call(ctx, name: str, arguments: dict) -> dict:
     }
     result = dispatch.respond(shape_message(message), dispatch.SessionState("s", "2025-11-25"), ctx)["result"]
     assert not result.get("isError"), result
-    Draft202012Validator(tools.REGISTRY[name].output_schema).validate(result["structuredContent"])
+    Draft202012Validator(tools.table()[name].output_schema).validate(result["structuredContent"])
     return result
 
 

@@ -170,9 +170,9 @@ def test_every_chunk_of_a_long_sheet_is_labelled_in_hits_and_citations(corpus_di
     assert len(labels) > 3 and labels[0] == "sheet 'Intro'" and set(labels[1:]) == {"sheet 'Q2'"}
     ctx = Context(root=corpus_dir, state=state, config=config, auth=AuthSetup(token=None, source="none"))
 
-    found = tools.run(tools.REGISTRY["dir2mcp.search"], {"query": "quokka ledger"}, tools.Call(ctx))
+    found = tools.run(tools.table()["dir2mcp.search"], {"query": "quokka ledger"}, tools.Call(ctx))
     asked = tools.run(
-        tools.REGISTRY["dir2mcp.ask"], {"question": "quokka ledger", "mode": "search_only"}, tools.Call(ctx)
+        tools.table()["dir2mcp.ask"], {"question": "quokka ledger", "mode": "search_only"}, tools.Call(ctx)
     )
 
     hit = found["structuredContent"]["hits"][0]
@@ -185,7 +185,7 @@ def test_every_chunk_of_a_long_sheet_is_labelled_in_hits_and_citations(corpus_di
     assert "[book.xlsx#p=2] (sheet 'Q2')" in found["content"][0]["text"]
     assert asked["structuredContent"]["citations"][0]["label"] == "sheet 'Q2'"
     for name, result in (("dir2mcp.search", found), ("dir2mcp.ask", asked)):
-        Draft202012Validator(tools.REGISTRY[name].output_schema).validate(result["structuredContent"])
+        Draft202012Validator(tools.table()[name].output_schema).validate(result["structuredContent"])
     (corpus_dir / "notes.md").write_text("# Notes\n\nthe quokka ledger is elsewhere too\n")
     index(config=config)
     plain = Searcher(state, config, None).search("quokka ledger elsewhere", k=5).hits

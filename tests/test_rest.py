@@ -158,7 +158,7 @@ def test_rest_and_mcp_give_the_same_result(server, name, arguments, method, path
     assert response.headers["content-type"].startswith("application/json")
     body = response.json()
     assert body == expected["structuredContent"]
-    Draft202012Validator(tools.REGISTRY[name].output_schema).validate(body)
+    Draft202012Validator(tools.table()[name].output_schema).validate(body)
 
 
 def test_parity_results_are_not_empty(server):
@@ -465,7 +465,7 @@ def test_openapi_lists_every_operation_with_bearer_security(openapi):
 
 @pytest.mark.parametrize(("path", "method"), list(OPERATIONS))
 def test_openapi_200_is_the_tool_output_schema(openapi, path, method):
-    tool = tools.REGISTRY[OPERATIONS[(path, method)]]
+    tool = tools.table()[OPERATIONS[(path, method)]]
     op = openapi["paths"][path][method]
     schema = resolve(openapi, op["responses"]["200"]["content"]["application/json"]["schema"])
     expected, defs = rest._openapi_schema(tool.output_schema)
@@ -480,7 +480,7 @@ def test_openapi_200_is_the_tool_output_schema(openapi, path, method):
 
 @pytest.mark.parametrize(("path", "method"), list(OPERATIONS))
 def test_openapi_inputs_mirror_the_tool_input_schema(openapi, path, method):
-    tool = tools.REGISTRY[OPERATIONS[(path, method)]]
+    tool = tools.table()[OPERATIONS[(path, method)]]
     op = openapi["paths"][path][method]
     properties = tool.input_schema.get("properties", {})
     required = set(tool.input_schema.get("required", ()))

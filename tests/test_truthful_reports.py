@@ -118,7 +118,7 @@ def test_corpus_json_names_the_models_stats_names(corpus_dir, state, fake_mistra
 
     index_directory(corpus_dir, state=state, config=config, embedder=served.embedder)
 
-    stats = tools.run(tools.REGISTRY["dir2mcp.stats"], {}, tools.Call(served))["structuredContent"]
+    stats = tools.run(tools.table()["dir2mcp.stats"], {}, tools.Call(served))["structuredContent"]
     written = json.loads(state.corpus_json.read_text())["models"]
     assert written == stats["models"]
     assert (
@@ -378,7 +378,7 @@ def test_a_read_only_process_still_indexes_but_refuses_every_tool_write(
     ctx = Context(root=corpus_dir, state=state, config=config, auth=AuthSetup(None, "none"), read_only=True)
 
     def run(name: str, arguments: dict) -> dict:
-        tool = tools.REGISTRY[name]
+        tool = tools.table()[name]
         result = tools.run(tool, arguments, tools.Call(ctx))
         if not result.get("isError"):
             Draft202012Validator(tool.output_schema).validate(result["structuredContent"])
