@@ -27,7 +27,7 @@ from corpus import errors
 from corpus.embed_view import embedding_text, signature_text
 from corpus.index.vectors import KINDS, VectorIndex, index_path, remove_files
 from corpus.models import Chunk, EmbeddingStatus, Setting
-from corpus.providers.base import Embedder, ModelInfo
+from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.state import StateDir
 from corpus.store import get_setting, set_setting
 
@@ -389,7 +389,10 @@ def _embed_batches(embedder, queue_for, *, batch_size, stop=None, on_stored=None
 
     An embedder that sorts its texts into forward passes of like lengths
     (the local one) says how many it wants a call (``texts_per_call``): 32
-    chunks in id order leave it 6% padding, 256 leave 1%."""
+    chunks in id order leave it 6% padding, 256 leave 1%. Such a call takes
+    seconds, so one that is ``interruptible`` is handed ``stop`` too: a stop
+    ends the run after the forward pass under way, and that call's chunks
+    stay pending."""
     per_call = max(batch_size, getattr(embedder, "texts_per_call", 0))
     queues = {kind: queue_for(kind) for kind in KINDS}
     for kind in KINDS:
@@ -407,12 +410,16 @@ def _embed_batches(embedder, queue_for, *, batch_size, stop=None, on_stored=None
                 if not batch:
                     break
                 last_id = batch[-1][0]
-            yield _embed_batch(embedder, first_kind, batch, on_stored)
+            try:
+                done = _embed_batch(embedder, first_kind, batch, on_stored, stop)
+            except Interrupted:
+                return
+            yield done
 
 
-def _embed_batch(embedder, kind: str, batch: list, on_stored):
+def _embed_batch(embedder, kind: str, batch: list, on_stored, stop=None):
     try:
-        vectors = _vectors(embedder, kind, batch)
+        vectors = _vectors(embedder, kind, batch, stop)
     except errors.Dir2mcpError as exc:
         set_setting(LAST_ERROR_KEY, str(exc))
         logger.warning("embedding stopped: %s", exc)
@@ -422,15 +429,18 @@ def _embed_batch(embedder, kind: str, batch: list, on_stored):
     return kind, ids, vectors, stored, version
 
 
-def _vectors(embedder, kind: str, batch: list) -> np.ndarray:
+def _vectors(embedder, kind: str, batch: list, stop=None) -> np.ndarray:
     """The stored vectors of a batch of (id, context, text): each unit's,
     and for code, leaning towards its signature view by the recorded weight
     (one call for both views, so a length-sorting embedder packs them)."""
     texts = [embedding_text(context, text, kind, embedder.window_chars) for _, context, text in batch]
     weight = signature_weight() if kind == "code" else 0.0
+    options = {"stop": stop} if stop is not None and getattr(embedder, "interruptible", False) else {}
     if weight <= 0:
-        return embedder.embed(texts, kind=kind)
-    views = embedder.embed(texts + [signature_text(context, text) for _, context, text in batch], kind=kind)
+        return embedder.embed(texts, kind=kind, **options)
+    views = embedder.embed(
+        texts + [signature_text(context, text) for _, context, text in batch], kind=kind, **options
+    )
     views = np.asarray(views, dtype=np.float32)
     return (views[: len(batch)] + np.float32(weight) * views[len(batch) :]) / np.float32(1 + weight)
 

@@ -8,6 +8,7 @@ import math
 import shutil
 import sys
 import sysconfig
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,8 +17,9 @@ import pytest
 
 from corpus import errors
 from corpus.embedding import embed_pending
+from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers import local
-from corpus.providers.base import Embedder, ModelInfo
+from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.providers.local import (
     LocalEmbedder,
     _Scratch,
@@ -291,6 +293,60 @@ def test_embed_pending_hands_the_embedder_as_many_texts_a_call_as_it_asks(state)
 
     assert stored == 25
     assert fake.calls == [10, 10, 5]
+
+
+class StopAfter(threading.Event):
+    """A stop event that reads as set from its ``checks``+1-th look on."""
+
+    def __init__(self, checks: int):
+        super().__init__()
+        self.looks = 0
+        self.checks = checks
+        self._count = threading.Lock()
+
+    def is_set(self) -> bool:
+        with self._count:
+            self.looks += 1
+            return self.looks > self.checks
+
+
+LONG_TEXTS = [
+    f"def handler_{i}(request):\n    " + "return compute(request, limit) " * (i % 40 + 1) for i in range(96)
+]
+
+
+def test_a_stop_set_before_the_last_pass_interrupts_the_call() -> None:
+    one_thread = LocalEmbedder(threads=1)
+    one_thread.load()
+    lengths = [len(e.ids) for e in one_thread._tokenizer.encode_batch(LONG_TEXTS)]
+    passes = local.pack_batches(lengths, max_texts=32, max_tokens=local.PADDED_TOKENS_PER_PASS, padded=True)
+    assert len(passes) > 3
+    stop = StopAfter(checks=2)  # two passes run, the third sees the stop
+    with pytest.raises(Interrupted):
+        one_thread.embed(LONG_TEXTS, kind="code", stop=stop)
+    assert stop.looks == 3  # it stopped at the third pass, not after all of them
+
+
+def test_a_stop_never_set_changes_nothing(embedder: LocalEmbedder) -> None:
+    unset = threading.Event()
+    assert np.array_equal(
+        embedder.embed(LONG_TEXTS, kind="code", stop=unset), embedder.embed(LONG_TEXTS, kind="code")
+    )
+
+
+@pytest.mark.django_db
+def test_a_stop_mid_call_stores_nothing_of_that_call_and_leaves_it_pending(state, embedder) -> None:
+    ChunkFactory.create_batch(40, index_kind="code")
+    # The run looks once per index kind (text: none pending; code), then the
+    # call's first forward pass sees the stop.
+    stop = StopAfter(checks=2)
+
+    stored = embed_pending(embedder, state, stop=stop)
+
+    assert stored == 0
+    assert stop.looks >= 3  # the call looked, so the stop landed inside it
+    assert Chunk.objects.filter(embedding_status=EmbeddingStatus.PENDING).count() == 40
+    assert not Chunk.objects.exclude(embedding=None).exists()
 
 
 def test_embedding_restores_the_blas_thread_count(embedder: LocalEmbedder) -> None:

@@ -22,6 +22,11 @@ class ModelInfo:
     dim: int
 
 
+class Interrupted(Exception):  # noqa: N818  (a stop asked for, not an error)
+    """An ``embed`` call given ``stop`` saw it set between its forward passes:
+    it returns nothing, and the texts stay to be embedded another time."""
+
+
 class Embedder(ABC):
     """Turns chunk texts into vectors, for ``kind`` "text" or "code"."""
 

@@ -39,7 +39,7 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
 from corpus import errors
-from corpus.providers.base import Embedder, ModelInfo
+from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.providers.openai_compatible import check_kind
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -549,6 +549,9 @@ class LocalEmbedder(Embedder):
     #: texts worth handing to one ``embed`` call: enough to sort into
     #: batches of like lengths (corpus.embedding fetches this many at a time)
     texts_per_call = 256
+    #: ``embed`` takes ``stop`` and checks it between forward passes (a call
+    #: of 256 texts takes seconds; a stop waits for one pass, not the call)
+    interruptible = True
 
     def __init__(
         self,
@@ -582,7 +585,9 @@ class LocalEmbedder(Embedder):
         with self._lock:
             self._load()
 
-    def embed(self, texts: Sequence[str], *, kind: str) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, kind: str, stop: threading.Event | None = None) -> np.ndarray:
+        """Rows in ``texts``' order; raises :class:`Interrupted` when ``stop``
+        is set before the last forward pass starts."""
         check_kind(kind)
         vectors = np.zeros((len(texts), DIM), np.float32)
         if not texts:
@@ -597,14 +602,18 @@ class LocalEmbedder(Embedder):
                 max_tokens=PADDED_TOKENS_PER_PASS if padded else TOKENS_PER_PASS,
                 padded=padded,
             )
-            for batch, rows in zip(batches, self._forward(batches, ids), strict=True):
+            for batch, rows in zip(batches, self._forward(batches, ids, stop), strict=True):
                 vectors[batch] = rows
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors /= np.maximum(norms, np.float32(1e-12))
         return vectors
 
-    def _forward(self, batches: list[list[int]], ids: list[list[int]]) -> list[np.ndarray]:
+    def _forward(
+        self, batches: list[list[int]], ids: list[list[int]], stop: threading.Event | None = None
+    ) -> list[np.ndarray]:
         def run(batch: list[int]) -> np.ndarray:
+            if stop is not None and stop.is_set():
+                raise Interrupted
             return self._bert.mean_pooled([ids[i] for i in batch])
 
         if self.backend == "onnx":
