@@ -167,6 +167,15 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
     restarted = up.event("indexer_restarted")
     assert restarted["signal"] == "SIGKILL" and restarted["restarts"] == 1
 
+    def estimating(_):
+        dense = rest(up, "/api/v1/stats").json()["indexer"]["dense"]
+        return dense if dense["embedded"] < dense["total"] and (dense["eta_seconds"] or 0) > 0 else None
+
+    # The restarted child embeds the rest, and stats says when it will be done.
+    estimate = up.wait_until(estimating, "an estimate of the time to full coverage", timeout=120)
+    left = estimate["total"] - estimate["embedded"]
+    assert estimate["eta_seconds"] == pytest.approx(left / estimate["rate_per_second"], rel=0.05, abs=0.2)
+
     def covered(_):
         stats = rest(up, "/api/v1/stats").json()
         dense = stats["indexer"]["dense"]
@@ -177,6 +186,7 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
     halt.set()
     searcher.join(30)
     assert stats["indexer"]["restarts"] == 1 and stats["indexer"]["pid"] not in (None, child)
+    assert stats["indexer"]["dense"]["eta_seconds"] == 0
     assert len(answers) >= 3 and set(answers) == {200}, answers
     assert up.stop() == 0, up.stderr
     assert_same_index(snapshot(root / ".dir2mcp"), clean)
