@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from corpus import admin as corpus_admin
 from corpus import errors
-from corpus.admin import ReadOnlyAdmin
+from corpus.admin import DocumentAdmin as DocumentViews
+from corpus.admin import ReadOnlyAdmin, stamp
 from corpus.models import Document
 from mcp_gateway import sessions
 from mcp_gateway.models import McpSession, McpSubscription
 
 
 @admin.register(Document)
-class DocumentAdmin(corpus_admin.DocumentAdmin):
+class DocumentAdmin(DocumentViews):
     """The corpus's document views, with the re-index actions."""
 
     actions = ("reindex_selected", "retry_errored")
@@ -73,11 +73,11 @@ class McpSessionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="opened", ordering="created_unix")
     def opened(self, obj):
-        return corpus_admin.stamp(obj.created_unix)
+        return stamp(obj.created_unix)
 
     @admin.display(description="last seen", ordering="last_seen_unix")
     def last_seen(self, obj):
-        return corpus_admin.stamp(obj.last_seen_unix)
+        return stamp(obj.last_seen_unix)
 
     def has_revoke_permission(self, request):
         return request.user.has_perm("mcp_gateway.delete_mcpsession")
@@ -103,4 +103,4 @@ class McpSubscriptionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="subscribed", ordering="created_unix")
     def subscribed(self, obj):
-        return corpus_admin.stamp(obj.created_unix)
+        return stamp(obj.created_unix)

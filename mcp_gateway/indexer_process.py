@@ -68,8 +68,6 @@ SETTING_KEY = INDEXER_KEY
 FIRST_BACKOFF = 1.0
 MAX_BACKOFF = 60.0
 HEALTHY_SECONDS = 60.0
-#: CPU niceness of the child relative to the server (``server.indexer_nice``).
-CHILD_NICE = 10
 #: How often the server's dense indices take new vectors from the store.
 REFRESH_SECONDS = 0.5
 #: How many files asked about (search hits, open_file) the child keeps to embed first.
@@ -160,7 +158,8 @@ class ChildLaunch:
     state: StateDir
     config_path: Path | None = None
     extra_env: dict = field(default_factory=dict)
-    nice: int = CHILD_NICE
+    #: CPU niceness of the child relative to the server (``server.indexer_nice``)
+    nice: int = field(kw_only=True)
 
     def argv(self) -> list[str]:
         args = [
