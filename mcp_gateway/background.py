@@ -16,7 +16,7 @@ from corpus.ingest.watch import watch_directory
 from corpus.state import IndexLock
 from corpus.store import open_store
 from mcp_gateway import context, notify
-from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor
+from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
 from mcp_gateway.preflight import check_keys
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ def start_background_indexing(
     priority, and a thread here adds the vectors it stores to this process's
     dense indices (:mod:`mcp_gateway.indexer_process`): request handling never
     waits for extraction or embedding. With ``thread``, it runs in a daemon
-    thread of this process with ``ctx.embedder``. Either way, when another
+    thread of this process with ``ctx.embedder`` (``IndexerThread``: the
+    same embed-first requests and ETA, none of the isolation). Either way, when another
     process holds the index lock (another ``up``, a ``reindex``), the indexer
     says so once and the server serves what is on disk, retrying the lock
     until it frees up or ``stop`` is set.
@@ -91,27 +92,30 @@ def start_background_indexing(
         supervisor = IndexerSupervisor(launch, reporter, stop, ready=ready, stop_wait=stop_wait).start()
         ctx.indexer, ctx.indexer_mode = supervisor, "process"
         return supervisor
-    ctx.indexer_mode = "thread"
-    thread = threading.Thread(
-        target=_index_in_background,
-        args=(ctx, _JobReporter(reporter), stop, ready, lock_retry),
-        name="dir2mcp-indexer",
-        daemon=True,
+    thread = IndexerThread()
+    ctx.indexer, ctx.indexer_mode = thread, "thread"
+    return thread.start(
+        _index_in_background, ctx, _JobReporter(reporter, rate=thread.rate), stop, ready, lock_retry
     )
-    thread.start()
-    return thread
 
 
 class _JobReporter:
     """The indexer's reporter under a server: everything but ``index_loaded``,
     which the server announced once before it started (each indexing job,
-    every watch batch included, would announce it again)."""
+    every watch batch included, would announce it again); progress also
+    feeds ``rate``, the embedding rate ``stats`` estimates the ETA from."""
 
-    def __init__(self, inner: Reporter):
+    def __init__(self, inner: Reporter, *, rate=None):
         self._inner = inner
+        self._rate = rate
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+    def progress(self, counters: dict[str, int], **options) -> None:
+        if self._rate is not None:
+            self._rate.add(counters)
+        self._inner.progress(counters, **options)
 
     def event(self, event: str, data=None, *, level: str = "info") -> None:
         if event != "index_loaded":

@@ -51,7 +51,7 @@ from typing import IO, Any
 
 from django.db import connections
 
-from corpus.embedding import dense_store
+from corpus.embedding import dense_store, embed_first
 from corpus.events import Reporter
 from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
@@ -204,6 +204,10 @@ class _Rate:
             self._points.popleft()
         self.total, self.done = total, done
 
+    def complete(self) -> bool:
+        """Whether the current job has embedded every chunk it counts."""
+        return bool(self.total) and self.done >= self.total
+
     def per_second(self) -> float:
         if len(self._points) < 2:
             return 0.0
@@ -284,7 +288,7 @@ class IndexerSupervisor:
     def embed_first(self, rel_paths: list[str]) -> bool:
         """Ask the child to embed these files' pending chunks before the rest
         (a client asked about them); nothing is sent once embedding is done."""
-        if self.rate.total and self.rate.done >= self.rate.total:
+        if self.rate.complete():
             return False
         fresh = [p for p in dict.fromkeys(rel_paths) if p not in self._asked]
         if not fresh:
@@ -420,6 +424,51 @@ class IndexerSupervisor:
             log.warning("cannot record the indexer's state", exc_info=True)
 
 
+class IndexerThread:
+    """The indexer in a daemon thread of the serving process
+    (``server.indexer: thread``), with the supervisor's face: thread-like,
+    the embedding rate for ``stats``' ETA (``track`` wraps the reporter the
+    pipeline reports progress to), and embed-first requests, which go
+    straight to this process's queue since the pipeline runs here."""
+
+    def __init__(self):
+        self.rate = _Rate()
+        self._thread: threading.Thread | None = None
+
+    def start(self, target, *args) -> IndexerThread:
+        self._thread = threading.Thread(target=target, args=args, name="dir2mcp-indexer", daemon=True)
+        self._thread.start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def request_reindex(self, rel_paths: list[str], *, full: bool) -> bool:
+        """Never taken here: the admin's run goes beside the live sync in
+        this process (mcp_gateway.reindex)."""
+        return False
+
+    def embed_first(self, rel_paths: list[str]) -> bool:
+        if self.rate.complete() or not rel_paths:
+            return False
+        embed_first.add(rel_paths)
+        return True
+
+    def describe(self) -> dict:
+        return {
+            "mode": "thread",
+            "pid": None,
+            "running": self.is_alive(),
+            "restarts": 0,
+            "last_exit": None,
+            "embed_rate_per_second": round(self.rate.per_second(), 2),
+        }
+
+
 def _libc_prctl():
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
@@ -523,7 +572,7 @@ def summary(ctx) -> dict:
     eta = 0.0 if embedded >= total else (round((total - embedded) / rate, 1) if rate > 0 else None)
     return {
         "mode": found.get("mode", "none"),
-        "running": bool(found.get("running", found.get("mode") == "thread")),
+        "running": bool(found.get("running")),
         "pid": found.get("pid"),
         "restarts": int(found.get("restarts", 0)),
         "last_exit": found.get("last_exit"),

@@ -193,7 +193,8 @@ def search(call: Call, args: dict) -> dict:
 
 def _embed_first(ctx: Context, rel_paths: list[str]) -> None:
     """Files a client asks about are embedded before the rest (issue #17):
-    ask the indexing child, when one runs and embedding is not complete."""
+    ask the indexer (the child process, or the thread in this process) while
+    embedding is not complete."""
     supervisor = getattr(ctx, "indexer", None)
     if supervisor is not None and rel_paths:
         supervisor.embed_first(rel_paths)

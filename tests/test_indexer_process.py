@@ -222,6 +222,59 @@ def test_ctrl_c_during_embedding_stops_every_process_and_leaves_the_index_whole(
     assert_same_index(snapshot(state), clean)
 
 
+def pending_by_file(state_dir: Path) -> tuple[str, dict[str, int]]:
+    """(the file whose chunks come last in the embedding queue, pending chunks per file)."""
+    with contextlib.closing(sqlite3.connect(state_dir / "meta.sqlite")) as conn:
+        rows = conn.execute(
+            "SELECT d.rel_path, count(*), max(c.chunk_id) FROM chunks c "
+            "JOIN representations r ON r.rep_id = c.representation_id "
+            "JOIN documents d ON d.doc_id = r.document_id "
+            "WHERE c.deleted = 0 AND c.embedding_status = 'pending' GROUP BY d.rel_path"
+        ).fetchall()
+    last = max(rows, key=lambda row: row[2])[0] if rows else ""
+    return last, {path: count for path, count, _ in rows}
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_a_file_a_client_opens_is_embedded_ahead_of_the_queue_and_stats_estimates_the_rest(
+    mode,
+    reference,
+    tmp_path,
+    running,  # noqa: F811
+):
+    root, up = up_mid_embedding(reference[0], tmp_path, running, DIR2MCP_SERVER__INDEXER=mode)
+    state = root / ".dir2mcp"
+    indexer = rest(up, "/api/v1/stats").json()["indexer"]
+    assert indexer["mode"] == mode and indexer["running"]
+    assert (indexer["pid"] is None) == (mode == "thread")
+
+    # The file at the end of the queue (chunks are embedded in id order).
+    asked, pending = pending_by_file(state)
+    assert pending[asked] > 0 and sum(pending.values()) > pending[asked]
+    opened = rest(up, f"/api/v1/files/slice?rel_path={asked}&start_line=1&end_line=3")
+    assert opened.status_code == 200, opened.text
+
+    def embedded(_):
+        _, now = pending_by_file(state)
+        return now if asked not in now else None
+
+    # In id order it would be embedded with the last call, nothing left
+    # after it; asked about, it goes ahead of the rest.
+    left = up.wait_until(embedded, f"{asked}'s chunks embedded", timeout=120)
+    assert sum(left.values()) > 0, "embedded only in its turn, with the last of the queue"
+
+    def estimating(_):
+        dense = rest(up, "/api/v1/stats").json()["indexer"]["dense"]
+        return dense if dense["embedded"] < dense["total"] and (dense["eta_seconds"] or 0) > 0 else None
+
+    estimate = up.wait_until(estimating, "an estimate of the time to full coverage", timeout=120)
+    remaining = estimate["total"] - estimate["embedded"]
+    assert estimate["eta_seconds"] == pytest.approx(
+        remaining / estimate["rate_per_second"], rel=0.05, abs=0.2
+    )
+    assert up.stop() == 0, up.stderr
+
+
 def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, running):  # noqa: F811
     root = tmp_path / "root"
     root.mkdir()
