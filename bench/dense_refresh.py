@@ -4,12 +4,13 @@
 The indexing child stores vectors in the database; the server must add
 them to its in-memory hnswlib index. Two ways, measured on the same
 vectors: **incremental** (add the new vectors, what DenseRefresher does, in
-slices of 4 per hold of the index's lock) and **reload** (read the whole
+slices of ``--slice`` per hold of the index's lock; the server's is
+mcp_gateway.indexer_process.REFRESH_SLICE, 4) and **reload** (read the whole
 index file the child saved). Reported per index size: the time to take one
 batch of 32 new vectors each way, and the longest a search waits behind
 one incremental slice.
 
-    python bench/dense_refresh.py --sizes 10000,50000
+    python bench/dense_refresh.py --sizes 10000,50000 --rounds 10 --slice 4
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="10000,50000")
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--slice", type=int, default=4)
     args = parser.parse_args()
     print(f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(
-        "| vectors | incremental: 32 new (ms, median) | slice of 4 (ms, max) | reload (ms, median) | ratio |"
+        f"| vectors | incremental: 32 new (ms, median) | slice of {args.slice} (ms, max) "
+        "| reload (ms, median) | ratio |"
     )
     print("|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as folder:
@@ -66,9 +69,9 @@ def main() -> None:
                 ids = np.arange(next_id, next_id + 32)
                 next_id += 32
                 began = time.perf_counter()
-                for at in range(0, 32, 4):
+                for at in range(0, 32, args.slice):
                     t0 = time.perf_counter()
-                    reader.add(ids[at : at + 4], batch[at : at + 4])
+                    reader.add(ids[at : at + args.slice], batch[at : at + args.slice])
                     slices.append(time.perf_counter() - t0)
                 incremental.append(time.perf_counter() - began)
                 writer.add(ids, batch)

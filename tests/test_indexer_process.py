@@ -13,6 +13,7 @@ import shutil
 import signal
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ import pytest
 from corpus.config import build_config
 from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
+from corpus.index.words import index_text, tokens
 from corpus.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
@@ -275,6 +277,26 @@ def test_a_file_a_client_opens_is_embedded_ahead_of_the_queue_and_stats_estimate
     assert up.stop() == 0, up.stderr
 
 
+#: Seconds from a vector stored by the child to a search in the server finding it.
+STORED_TO_FOUND_BOUND = 5.0
+
+
+def all_stored(state_dir: Path, rel_path: str) -> bool:
+    """Whether every live chunk of ``rel_path`` has its vector stored."""
+    with contextlib.closing(sqlite3.connect(state_dir / "meta.sqlite")) as conn:
+        found = {
+            status
+            for (status,) in conn.execute(
+                "SELECT c.embedding_status FROM chunks c "
+                "JOIN representations r ON r.rep_id = c.representation_id "
+                "JOIN documents d ON d.doc_id = r.document_id "
+                "WHERE d.rel_path = ? AND c.deleted = 0",
+                (rel_path,),
+            )
+        }
+    return found == {"ok"}
+
+
 def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, running):  # noqa: F811
     root = tmp_path / "root"
     root.mkdir()
@@ -290,22 +312,35 @@ def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, runn
     lexical, dense = up.event("lexical_index_complete"), up.event("dense_index_complete")
     assert lexical["documents"] == 6 and lexical["chunks"] == dense["chunks"] == dense["embedded"] > 0
 
-    (root / "shipping.py").write_text(
+    body = (
         "def compute_shipping_cost(weight_kg, distance_km):\n"
-        "    # freight charge for sending a parcel by courier\n"
+        "    # freight charge by courier\n"
         "    return 4.5 + weight_kg * 0.8 + distance_km * 0.05\n"
     )
-    query = {"query": "what does it cost to mail a package", "k": 5, "index": "code"}
+    query = {"query": "what is the price to mail a package", "k": 5, "index": "code"}
+    # Found by meaning: the query shares no word with the file, so its
+    # lexical half cannot find it, only the vector the child stores.
+    assert not set(tokens(query["query"])) & set(tokens(index_text(body)))
+    # A search first: from then on the server's dense index takes new
+    # vectors only from its refresher, never at search time.
+    assert rest(up, "/api/v1/search", query).json()["hits"]
+    (root / "shipping.py").write_text(body)
+
+    up.wait_until(
+        lambda _: all_stored(root / ".dir2mcp", "shipping.py"), "the new file's vector stored", timeout=120
+    )
+    stored = time.monotonic()
 
     def found(_):
         hits = rest(up, "/api/v1/search", query).json()["hits"]
         return hits if any(h["rel_path"] == "shipping.py" for h in hits) else None
 
-    hits = up.wait_until(found, "the new file's vector in the server's search", timeout=120)
+    hits = up.wait_until(found, "the new file's vector in the server's search", timeout=60)
+    # bench/store_to_search.py: 0.13 s median, 0.40 s at most on 2 idle
+    # cores (the server takes new vectors every 0.5 s); the bound leaves
+    # room for a loaded machine.
+    assert time.monotonic() - stored < STORED_TO_FOUND_BOUND
     assert hits[0]["rel_path"] == "shipping.py"
-    # Found by meaning: no word of the query is in the file.
-    text = (root / "shipping.py").read_text().lower()
-    assert not {"mail", "package"} & set(text.replace("_", " ").split())
     assert up.stop() == 0, up.stderr
 
 
