@@ -86,14 +86,6 @@ def assert_same_index(found: dict, reference: dict) -> None:
         assert same_vector(blob, reference[key][1]), key
 
 
-def rest(up, path: str, body: dict | None = None) -> httpx.Response:
-    base = up.url().removesuffix("/mcp")
-    with httpx.Client(timeout=30) as client:
-        if body is None:
-            return client.get(base + path)
-        return client.post(base + path, json=body)
-
-
 def gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:
@@ -148,7 +140,7 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
 ):
     clean = reference[1]
     root, up = up_mid_embedding(reference[0], tmp_path, running, DIR2MCP_SERVER__INDEXER_NICE="3")
-    indexer = rest(up, "/api/v1/stats").json()["indexer"]
+    indexer = up.rest("/api/v1/stats").json()["indexer"]
     assert indexer["mode"] == "process" and indexer["running"] and indexer["pid"] != up.proc.pid
     child = indexer["pid"]
     assert niceness(child) == niceness(up.proc.pid) + 3  # server.indexer_nice
@@ -170,7 +162,7 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
     assert restarted["signal"] == "SIGKILL" and restarted["restarts"] == 1
 
     def estimating(_):
-        dense = rest(up, "/api/v1/stats").json()["indexer"]["dense"]
+        dense = up.rest("/api/v1/stats").json()["indexer"]["dense"]
         return dense if dense["embedded"] < dense["total"] and (dense["eta_seconds"] or 0) > 0 else None
 
     # The restarted child embeds the rest, and stats says when it will be done.
@@ -179,7 +171,7 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
     assert estimate["eta_seconds"] == pytest.approx(left / estimate["rate_per_second"], rel=0.05, abs=0.2)
 
     def covered(_):
-        stats = rest(up, "/api/v1/stats").json()
+        stats = up.rest("/api/v1/stats").json()
         dense = stats["indexer"]["dense"]
         done = not stats["indexing"]["running"] and dense["total"] == len(clean) == dense["embedded"]
         return stats if done else None
@@ -205,7 +197,7 @@ def test_ctrl_c_during_embedding_stops_every_process_and_leaves_the_index_whole(
 ):
     clean = reference[1]
     root, up = up_mid_embedding(reference[0], tmp_path, running)
-    child = rest(up, "/api/v1/stats").json()["indexer"]["pid"]
+    child = up.rest("/api/v1/stats").json()["indexer"]["pid"]
 
     assert up.stop(signal.SIGINT, timeout=60) == 0, up.stderr
     wait_until(lambda: gone(child), timeout=30, message="the indexing child to exit with its server")
@@ -246,14 +238,14 @@ def test_a_file_a_client_opens_is_embedded_ahead_of_the_queue_and_stats_estimate
 ):
     root, up = up_mid_embedding(reference[0], tmp_path, running, DIR2MCP_SERVER__INDEXER=mode)
     state = root / ".dir2mcp"
-    indexer = rest(up, "/api/v1/stats").json()["indexer"]
+    indexer = up.rest("/api/v1/stats").json()["indexer"]
     assert indexer["mode"] == mode and indexer["running"]
     assert (indexer["pid"] is None) == (mode == "thread")
 
     # The file at the end of the queue (chunks are embedded in id order).
     asked, pending = pending_by_file(state)
     assert pending[asked] > 0 and sum(pending.values()) > pending[asked]
-    opened = rest(up, f"/api/v1/files/slice?rel_path={asked}&start_line=1&end_line=3")
+    opened = up.rest(f"/api/v1/files/slice?rel_path={asked}&start_line=1&end_line=3")
     assert opened.status_code == 200, opened.text
 
     def embedded(_):
@@ -266,7 +258,7 @@ def test_a_file_a_client_opens_is_embedded_ahead_of_the_queue_and_stats_estimate
     assert sum(left.values()) > 0, "embedded only in its turn, with the last of the queue"
 
     def estimating(_):
-        dense = rest(up, "/api/v1/stats").json()["indexer"]["dense"]
+        dense = up.rest("/api/v1/stats").json()["indexer"]["dense"]
         return dense if dense["embedded"] < dense["total"] and (dense["eta_seconds"] or 0) > 0 else None
 
     estimate = up.wait_until(estimating, "an estimate of the time to full coverage", timeout=120)
@@ -323,7 +315,7 @@ def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, runn
     assert not set(tokens(query["query"])) & set(tokens(index_text(body)))
     # A search first: from then on the server's dense index takes new
     # vectors only from its refresher, never at search time.
-    assert rest(up, "/api/v1/search", query).json()["hits"]
+    assert up.rest("/api/v1/search", query).json()["hits"]
     (root / "shipping.py").write_text(body)
 
     up.wait_until(
@@ -332,7 +324,7 @@ def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, runn
     stored = time.monotonic()
 
     def found(_):
-        hits = rest(up, "/api/v1/search", query).json()["hits"]
+        hits = up.rest("/api/v1/search", query).json()["hits"]
         return hits if any(h["rel_path"] == "shipping.py" for h in hits) else None
 
     hits = up.wait_until(found, "the new file's vector in the server's search", timeout=60)

@@ -4,7 +4,8 @@ Each test gets its own PostgreSQL database and Celery queue on the
 machine's servers (`.ci/services` starts them). The reference is the
 embedded default: `reindex` in one process into the state directory's
 SQLite. Workers embed with the local model, so tasks last long enough for
-a SIGKILL to land inside one.
+a SIGKILL to land inside one. `up` with the broker set runs its indexing
+child as the coordinator, and serves what the workers store.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from corpus.index.lexical_pg import stem, tsquery
+from corpus.index.words import index_text, query_terms, tokens
 from tests.support import wait_until
 from tests.test_cli import REPO, base_env, cli
 from tests.test_crash import write_tree
@@ -317,3 +320,129 @@ def test_a_worker_killed_mid_task_loses_and_duplicates_nothing(scaleout, databas
     assert lexical == len(view["chunks"])
     assert state == "done" and finished  # the redelivered task finished what w1 started
     assert job_counters(status(root, env)) == job_counters(reference["status"])
+
+
+def rest(up, path: str, body: dict | None = None) -> dict:
+    response = up.rest(path, body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def lexical_matches(database: str, query: str) -> int:
+    """Live chunks the lexical index matches on any word of ``query`` (the
+    terms as corpus/index/lexical_pg.py sends them): 0 means a hit can only
+    come from the dense index."""
+    terms = tsquery(query_terms(query), require_all=False)
+    assert terms, query
+    with psycopg.connect(database) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM chunks_lexical l JOIN chunks c ON c.chunk_id = l.chunk_id "
+            "WHERE c.deleted = false AND l.body @@ %s::tsquery",
+            [terms],
+        ).fetchone()[0]
+
+
+def shares_no_word(query: str, text: str) -> bool:
+    """No token of ``query`` is one of ``text``'s, even once stemmed."""
+    return not {stem(t) for t in tokens(query)} & {stem(t) for t in tokens(index_text(text))}
+
+
+def chunk_texts(database: str, ids: list[int]) -> list[str]:
+    with psycopg.connect(database) as conn:
+        rows = conn.execute("SELECT chunk_id, text FROM chunks WHERE chunk_id = ANY(%s)", [ids]).fetchall()
+    found = dict(rows)
+    return [found[i] for i in ids]
+
+
+#: Words none of the tree's chunks holds, meaning its ``sheet_*`` functions.
+SPREADSHEET = "spreadsheet workbook"
+#: Words none of the tree's chunks nor SHIPPING holds, meaning SHIPPING.
+POSTAGE = "postage price of mailing packages"
+SHIPPING = (
+    "def compute_shipping_cost(weight_kg, distance_km):\n"
+    "    # freight charge for sending a parcel by courier\n"
+    "    return 4.5 + weight_kg * 0.8 + distance_km * 0.05\n"
+)
+
+
+def test_up_with_a_broker_serves_what_the_workers_index_and_follows_changes(
+    scaleout, database, reference, running
+):
+    """`up` with CELERY_BROKER_URL set (issue #17): its indexing child walks
+    and hands the files to Celery workers, the vectors they store in
+    PostgreSQL reach the serving process's dense index (DenseRefresher), and
+    a file written meanwhile is found by meaning once live sync has it."""
+    root, env, workers = scaleout
+    workers.start("w1")
+    workers.start("w2")
+    announced(database, {"w1", "w2"})
+    up = running("--dir", str(root), "--json", "--auth", "none", env=env)
+
+    # The watch is ready once the first pass has ended: by then each half
+    # of the index has said it is complete, as without a broker.
+    up.event("watch_ready", timeout=300)
+    events = up.events()
+    names = [e["event"] for e in events]
+    assert "dense_index_complete" in names, names
+    assert (
+        names.index("lexical_index_complete")
+        < names.index("dense_index_complete")
+        < names.index("watch_ready")
+    )
+    dense = events[names.index("dense_index_complete")]["data"]
+
+    # The workers read, wrote and embedded every file; the index is the
+    # single-process build's, every chunk with its vector.
+    with psycopg.connect(database) as conn:
+        view = snapshot(conn)
+        by_worker = dict(
+            conn.execute(
+                "SELECT worker, count(*) FROM index_job_items WHERE state = 'done' GROUP BY worker"
+            ).fetchall()
+        )
+    assert view == reference["view"] and view["unembedded"] == [] and view["duplicates"] == []
+    host = os.uname().nodename
+    assert set(by_worker) == {f"w1@{host}", f"w2@{host}"}, by_worker
+    assert sum(by_worker.values()) == len(view["documents"])
+    assert dense["chunks"] == dense["embedded"] == len(view["chunks"])
+
+    stats = rest(up, "/api/v1/stats")
+    indexer = stats["indexer"]
+    assert indexer["mode"] == "process" and indexer["running"] and indexer["restarts"] == 0
+    assert indexer["pid"] not in (None, up.proc.pid)
+    assert indexer["dense"]["embedded"] == indexer["dense"]["total"] == len(view["chunks"])
+    assert indexer["dense"]["eta_seconds"] == 0
+    assert not stats["indexing"]["running"]
+    assert job_counters(stats) == job_counters(reference["status"])
+
+    def search(query: str) -> dict:
+        return rest(up, "/api/v1/search", {"query": query, "k": 5, "index": "code"})
+
+    # Found by meaning, from the vectors the workers stored: no chunk holds
+    # a word of the query, so the lexical index has nothing to give.
+    assert lexical_matches(database, SPREADSHEET) == 0
+
+    def sheets(_):
+        result = search(SPREADSHEET)
+        texts = chunk_texts(database, [hit["chunk_id"] for hit in result["hits"][:3]])
+        return result if len(texts) == 3 and all(t.startswith("def sheet_") for t in texts) else None
+
+    result = up.wait_until(sheets, "the sheet_* functions first in the server's search", timeout=60)
+    assert result["dense"] == {"status": "ok"}
+    top = chunk_texts(database, [result["hits"][0]["chunk_id"]])[0]
+    assert shares_no_word(SPREADSHEET, top), top
+
+    # Live sync goes on beside the broker: a file written now is found by meaning.
+    (root / "shipping.py").write_text(SHIPPING)
+
+    def shipping(_):
+        hits = search(POSTAGE)["hits"]
+        return hits if hits and hits[0]["rel_path"] == "shipping.py" else None
+
+    up.wait_until(shipping, "the new file first in the server's search", timeout=120)
+    assert shares_no_word(POSTAGE, SHIPPING)
+    assert lexical_matches(database, POSTAGE) == 0
+
+    assert up.stop() == 0, up.stderr
+    workers.stop()
+    assert [proc.returncode for proc in workers.procs.values()] == [0, 0]

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support import wait_until
@@ -92,6 +93,12 @@ class Up:
             return None
 
         return self.wait_until(found, "the endpoint URL")
+
+    def rest(self, path: str, body: dict | None = None) -> httpx.Response:
+        """A call on the REST mirror (``/api/v1/...``): GET, or POST with ``body``."""
+        base = self.url().removesuffix("/mcp")
+        with httpx.Client(timeout=30) as client:
+            return client.get(base + path) if body is None else client.post(base + path, json=body)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
         if self.proc.poll() is None:
