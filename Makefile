@@ -30,9 +30,8 @@ contract: install
 	$(BIN)/python -m mcp_gateway.contract
 
 # Two workers, one test file each at a time (files share module fixtures and
-# servers): about 22-23 min on 2 cores for 3,163 tests (2026-11-28, 36 CPU-minutes),
-# against 13 min for 3,083 tests three days before; the 15-minute goal is missed
-# (docs/benchmarks.md, "The test suite").
+# servers): 12 min for 3,169 tests on 2 Intel Xeon vCPUs (2026-11-28), 22-23 min
+# on a slower 2-core AMD EPYC the same day (docs/benchmarks.md, "The test suite").
 test: install lint
 	$(BIN)/pytest -n 2 --dist loadfile
 
