@@ -60,15 +60,22 @@ def small_modules(root: Path, files: int) -> None:
         (root / f"pkg_{i // 20}" / f"{a}_{i}.py").write_text(body + "\n")
 
 
-def snapshot(state_dir: Path) -> dict[tuple, bytes | None]:
-    """Every live chunk, by (path, ordinal, text), with its vector."""
+def chunk_rows(state_dir: Path, select: str, where: str = "", params: tuple = (), tail: str = "") -> list:
+    """``SELECT select`` over the live chunks (c) joined to their
+    representation (r) and document (d), read straight from the state's SQLite."""
     with contextlib.closing(sqlite3.connect(state_dir / "meta.sqlite")) as conn:
-        rows = conn.execute(
-            "SELECT d.rel_path, c.ordinal, c.text, c.embedding_status, c.embedding FROM chunks c "
+        return conn.execute(
+            f"SELECT {select} FROM chunks c "
             "JOIN representations r ON r.rep_id = c.representation_id "
             "JOIN documents d ON d.doc_id = r.document_id "
-            "WHERE c.deleted = 0 AND r.deleted = 0 AND d.deleted = 0"
+            f"WHERE c.deleted = 0 AND r.deleted = 0 AND d.deleted = 0 {where} {tail}",
+            params,
         ).fetchall()
+
+
+def snapshot(state_dir: Path) -> dict[tuple, bytes | None]:
+    """Every live chunk, by (path, ordinal, text), with its vector."""
+    rows = chunk_rows(state_dir, "d.rel_path, c.ordinal, c.text, c.embedding_status, c.embedding")
     return {(path, ordinal, text): (status, blob) for path, ordinal, text, status, blob in rows}
 
 
@@ -218,13 +225,12 @@ def test_ctrl_c_during_embedding_stops_every_process_and_leaves_the_index_whole(
 
 def pending_by_file(state_dir: Path) -> tuple[str, dict[str, int]]:
     """(the file whose chunks come last in the embedding queue, pending chunks per file)."""
-    with contextlib.closing(sqlite3.connect(state_dir / "meta.sqlite")) as conn:
-        rows = conn.execute(
-            "SELECT d.rel_path, count(*), max(c.chunk_id) FROM chunks c "
-            "JOIN representations r ON r.rep_id = c.representation_id "
-            "JOIN documents d ON d.doc_id = r.document_id "
-            "WHERE c.deleted = 0 AND c.embedding_status = 'pending' GROUP BY d.rel_path"
-        ).fetchall()
+    rows = chunk_rows(
+        state_dir,
+        "d.rel_path, count(*), max(c.chunk_id)",
+        "AND c.embedding_status = 'pending'",
+        tail="GROUP BY d.rel_path",
+    )
     last = max(rows, key=lambda row: row[2])[0] if rows else ""
     return last, {path: count for path, count, _ in rows}
 
@@ -275,18 +281,8 @@ STORED_TO_FOUND_BOUND = 5.0
 
 def all_stored(state_dir: Path, rel_path: str) -> bool:
     """Whether every live chunk of ``rel_path`` has its vector stored."""
-    with contextlib.closing(sqlite3.connect(state_dir / "meta.sqlite")) as conn:
-        found = {
-            status
-            for (status,) in conn.execute(
-                "SELECT c.embedding_status FROM chunks c "
-                "JOIN representations r ON r.rep_id = c.representation_id "
-                "JOIN documents d ON d.doc_id = r.document_id "
-                "WHERE d.rel_path = ? AND c.deleted = 0",
-                (rel_path,),
-            )
-        }
-    return found == {"ok"}
+    found = chunk_rows(state_dir, "DISTINCT c.embedding_status", "AND d.rel_path = ?", (rel_path,))
+    return {status for (status,) in found} == {"ok"}
 
 
 def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, running):  # noqa: F811
