@@ -2,9 +2,9 @@
 
 With the indexer in a child process (``server.indexer: process``, the
 default) a vector reaches the server's search only when the server's
-``DenseRefresher`` sees the store's version move and adds it (every
-0.5 s). With ``thread`` the indexer adds it to the serving process's own
-index as it stores it: the reference, measured in the same run.
+``DenseRefresher`` sees the store's version move and adds it (woken by the
+child's progress reports, and every 0.5 s besides). With ``thread`` the
+indexer adds it to the serving process's own index as it stores it: the reference, measured in the same run.
 
 Both servers run at once, each on its own copy of a small tree (fully
 indexed first). Each round writes one new file into each tree in turn,

@@ -88,8 +88,10 @@ def start_background_indexing(
     reporter = notify.ChangeAnnouncer(reporter)  # changes become resource notifications
     launch = getattr(ctx, "indexer_launch", None)
     if ctx.config.server.indexer == "process" and launch is not None:
-        DenseRefresher(ctx.state, stop).start()
-        supervisor = IndexerSupervisor(launch, reporter, stop, ready=ready, stop_wait=stop_wait).start()
+        refresher = DenseRefresher(ctx.state, stop).start()
+        supervisor = IndexerSupervisor(
+            launch, reporter, stop, ready=ready, stop_wait=stop_wait, on_progress=refresher.wake
+        ).start()
         ctx.indexer, ctx.indexer_mode = supervisor, "process"
         return supervisor
     thread = IndexerThread()

@@ -229,8 +229,11 @@ class IndexerSupervisor:
         ready: threading.Event | None = None,
         stop_wait: float = 30.0,
         first_backoff: float = FIRST_BACKOFF,
+        on_progress=None,
     ):
         self.launch = launch
+        #: called on each progress report of the child (it reports after storing vectors)
+        self.on_progress = on_progress
         self.reporter = reporter
         self.stop = stop
         self.ready = ready
@@ -398,6 +401,8 @@ class IndexerSupervisor:
                 self.ready.set()
             if call == "progress" and args:
                 self.rate.add(args[0])
+                if self.on_progress is not None:
+                    self.on_progress()
 
     def _terminate(self, proc: subprocess.Popen) -> None:
         """SIGTERM (stop at a safe point), then SIGKILL after ``stop_wait``."""
@@ -522,13 +527,17 @@ class DenseRefresher:
 
     Each pass compares each kind's embeddings version with the one last
     taken (one settings read when nothing changed) and adds only the rows
-    stored since (``DenseStore.sync``)."""
+    stored since (``DenseStore.sync``). Passes run every ``every`` seconds
+    (what other machines' workers store is seen that way) and at once when
+    ``wake`` is called: the supervisor calls it on each progress report of
+    its child, which reports after storing."""
 
     def __init__(self, state: StateDir, stop: threading.Event, *, every: float = REFRESH_SECONDS):
         self.state = state
         self.stop = stop
         self.every = every
         self.passes = 0
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dir2mcp-dense-refresh", daemon=True)
 
     def start(self) -> DenseRefresher:
@@ -538,11 +547,20 @@ class DenseRefresher:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    def wake(self) -> None:
+        """Take new vectors now rather than at the next tick (the indexing
+        child reported progress: it may have stored some)."""
+        self._wake.set()
+
     def _loop(self) -> None:
         store = dense_store(self.state)
         store.refresher = self
         try:
-            while not self.stop.wait(self.every):
+            while not self.stop.is_set():
+                self._wake.wait(self.every)
+                self._wake.clear()
+                if self.stop.is_set():
+                    break
                 for kind in KINDS:
                     try:
                         store.sync(kind, slice_size=REFRESH_SLICE)
