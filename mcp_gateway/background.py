@@ -107,7 +107,7 @@ class _JobReporter:
     every watch batch included, would announce it again); progress also
     feeds ``rate``, the embedding rate ``stats`` estimates the ETA from."""
 
-    def __init__(self, inner: Reporter, *, rate=None):
+    def __init__(self, inner: Reporter, *, rate):
         self._inner = inner
         self._rate = rate
 
@@ -115,8 +115,7 @@ class _JobReporter:
         return getattr(self._inner, name)
 
     def progress(self, counters: dict[str, int], **options) -> None:
-        if self._rate is not None:
-            self._rate.add(counters)
+        self._rate.add(counters)
         self._inner.progress(counters, **options)
 
     def event(self, event: str, data=None, *, level: str = "info") -> None:

@@ -432,8 +432,8 @@ class IndexerSupervisor:
 class IndexerThread:
     """The indexer in a daemon thread of the serving process
     (``server.indexer: thread``), with the supervisor's face: thread-like,
-    the embedding rate for ``stats``' ETA (``track`` wraps the reporter the
-    pipeline reports progress to), and embed-first requests, which go
+    the embedding rate for ``stats``' ETA (fed by the reporter the pipeline
+    reports progress to, mcp_gateway.background), and embed-first requests, which go
     straight to this process's queue since the pipeline runs here."""
 
     def __init__(self):

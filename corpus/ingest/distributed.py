@@ -194,12 +194,8 @@ class Dispatch:
         indexer._changed.extend(sorted(self._dispatched))
         indexer._listing = indexer._listing or bool(self._dispatched)
         indexer._announce_changes()
-        # Every file is read, chunked and written (each item finished): as
-        # LocalWrite.end_walk, say so, then once every chunk has its vector.
-        indexer._announce_complete("lexical")
-        indexer._embed()  # what a worker could not embed, and this process's dense index
-        if indexer.embedder is not None and indexer.embed_error is None and not indexer.stop.is_set():
-            indexer._announce_complete("dense")
+        # Every item finished: what a worker could not embed, and the two halves' announcements.
+        indexer._embed_walked()
         return True
 
     def _wait_for_workers(self, indexer: Indexer) -> bool:

@@ -154,10 +154,7 @@ class LocalWrite:
     def end_walk(self, indexer: Indexer) -> bool:
         indexer._flush_batch()
         indexer._tombstone(indexer._unseen())
-        indexer._announce_complete("lexical")
-        indexer._embed()
-        if indexer.embedder is not None and indexer.embed_error is None and not indexer.stop.is_set():
-            indexer._announce_complete("dense")
+        indexer._embed_walked()
         return True
 
 
@@ -244,6 +241,15 @@ class Indexer:
         finally:
             self._finish(outcome)
         return self.counters
+
+    def _embed_walked(self) -> None:
+        """Once every file of the walk is written: say the lexical half is
+        complete, embed what is pending, and say the dense half is complete
+        when that ran to the end (whichever step wrote the files)."""
+        self._announce_complete("lexical")
+        self._embed()
+        if self.embedder is not None and self.embed_error is None and not self.stop.is_set():
+            self._announce_complete("dense")
 
     def _announce_complete(self, half: str) -> None:
         """Say that a whole pass's half of the index is complete (issue #24):
