@@ -4,8 +4,12 @@ One generated tree (code, markdown, text, data) is indexed once cleanly with
 `reindex` into a separate state directory. Then, per seed, `up` indexes a
 fresh copy of the tree with the local embedder and is SIGKILLed during its
 first pass (every third seed twice), restarted, and left to finish. The
-kill lands at a random amount of work done (documents indexed plus chunks
-embedded, read from the job's live counters). After every run:
+kill lands at a random moment of the pass: even seeds aim into the walk
+(documents being written), odd seeds into the embedding, each uniformly
+within that phase's duration as an uninterrupted `up` measured it. What
+the kill left is read from the database afterwards: the documents and
+embeddings committed, and whether the job was still running. After every
+run:
 
 - the database passes ``PRAGMA integrity_check``;
 - its live documents, representations, chunks and spans equal the clean
@@ -17,13 +21,14 @@ embedded, read from the job's live counters). After every run:
   file was written) is one the query-time filter drops, so search can never
   return it (the design of spec §6.3: nothing is deleted from an index).
 
-``DIR2MCP_CRASH_RUNS`` sets the number of seeds (default 20; the long
+``DIR2MCP_CRASH_RUNS`` sets the number of seeds (default 12; the long
 variant is run by hand, docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import random
 import shutil
@@ -41,10 +46,10 @@ from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
 
-RUNS = int(os.environ.get("DIR2MCP_CRASH_RUNS", "20"))
-# Per kill: whether it hit a running pass, and the units of work done by
-# then (see test_the_kills_landed_mid_pass).
-KILLS: list[tuple[bool, int]] = []
+RUNS = int(os.environ.get("DIR2MCP_CRASH_RUNS", "12"))
+# Per kill: whether it hit a running pass, and the documents and embeddings
+# committed by then (see test_the_kills_landed_mid_pass).
+KILLS: list[tuple[bool, int, int]] = []
 # Per run: labels in the dense files that are not live chunks (all filtered).
 STALE_LABELS: list[int] = []
 ENV = {"DIR2MCP_EMBED__PROVIDER": "local"}
@@ -221,53 +226,76 @@ def clean(tree, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def first_pass(tree, clean, tmp_path_factory) -> dict:
-    """`up`'s first pass, uninterrupted: its final counters (and its result)."""
+    """`up`'s first pass, uninterrupted: how long its walk and its embedding
+    took (seconds), from its job's start to ``lexical_index_complete`` and
+    from there to the job's end."""
     root = tmp_path_factory.mktemp("calibrate") / "root"
     shutil.copytree(tree, root)
+    launched = time.time()
     up = run_up(root)
     try:
-        done = up.event("scan_progress", finished, timeout=300)
+        up.event("scan_progress", finished, timeout=300)
+        walked = next(e for e in up.events() if e["event"] == "lexical_index_complete")
         assert up.stop() == 0, up.stderr
     finally:
         up.close()
-    assert_consistent(snapshot(root / ".dir2mcp"), clean)
-    return done
+    state = root / ".dir2mcp"
+    assert_consistent(snapshot(state), clean)
+    job = newest_job(state, launched)
+    assert job is not None and not job["running"], job
+    walked_at = datetime.datetime.fromisoformat(walked["ts"].replace("Z", "+00:00")).timestamp()
+    return {
+        "walk_seconds": max(walked_at - job["started"], 0.05),
+        "embed_seconds": max(job["finished"] - walked_at, 0.05),
+    }
 
 
-def job_progress(state: Path) -> tuple[int, bool] | None:
-    """(documents indexed + chunks embedded, still running) of the newest job."""
+def newest_job(state: Path, since: float) -> dict | None:
+    """The newest job started at or after ``since`` (unix time), or None."""
     db = state / "meta.sqlite"
     if not db.exists():
         return None
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
             row = conn.execute(
-                "SELECT indexed + embedded_ok, running FROM index_jobs ORDER BY started_unix DESC LIMIT 1"
+                "SELECT job_id, started_unix, finished_unix, running FROM index_jobs "
+                "WHERE started_unix >= ? ORDER BY started_unix DESC LIMIT 1",
+                (since,),
             ).fetchone()
     except sqlite3.Error:  # the schema is still being created
         return None
-    return (row[0], bool(row[1])) if row else None
+    if row is None:
+        return None
+    return {"id": row[0], "started": row[1], "finished": row[2], "running": bool(row[3])}
 
 
-def kill_at(up: Up, state: Path, target: int, linger: float = 0.0) -> tuple[bool, int]:
-    """SIGKILL ``up`` once its job has done ``target`` units of work, and
-    ``linger`` seconds more if it is still running. Returns whether the job
-    was still running (or had not begun) at that moment, and the units it
-    had done."""
+def committed(state: Path, job_id: str) -> tuple[bool, int, int]:
+    """After a kill: whether the job was still running (a finished job is
+    marked so), and the live documents and embedded chunks committed."""
+    with contextlib.closing(sqlite3.connect(state / "meta.sqlite", timeout=30)) as conn:
+        running = conn.execute("SELECT running FROM index_jobs WHERE job_id = ?", (job_id,)).fetchone()[0]
+        documents = conn.execute("SELECT count(*) FROM documents WHERE deleted = 0").fetchone()[0]
+        embedded = conn.execute(
+            "SELECT count(*) FROM chunks WHERE deleted = 0 AND embedding_status = 'ok'"
+        ).fetchone()[0]
+    return bool(running), documents, embedded
+
+
+def kill_at(up: Up, state: Path, launched: float, delay: float) -> tuple[bool, int, int]:
+    """SIGKILL ``up`` ``delay`` seconds after the job it started (at or after
+    ``launched``) began, not a job an earlier, killed process left behind.
+    Returns what :func:`committed` reads then."""
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        progress = job_progress(state)
-        if progress is not None and (progress[0] >= target or not progress[1]):
-            break
+    while (job := newest_job(state, launched)) is None:
         if up.proc.poll() is not None:
             pytest.fail(f"`up` exited early: {up.stderr[-2000:]}")
-        time.sleep(0.01)
-    if linger and progress is not None and progress[1]:
-        time.sleep(linger)
-        progress = job_progress(state) or progress
+        if time.monotonic() > deadline:
+            pytest.fail(f"`up` started no job: {up.stderr[-2000:]}")
+        time.sleep(0.005)
+    time.sleep(max(0.0, job["started"] + delay - time.time()))
     up.proc.send_signal(signal.SIGKILL)
     up.proc.wait(30)
-    return (progress is None or progress[1]), (progress[0] if progress else 0)
+    return committed(state, job["id"])
 
 
 @pytest.mark.parametrize("seed", range(RUNS))
@@ -275,29 +303,20 @@ def test_sigkill_mid_indexing_then_restart_equals_a_clean_build(seed, tree, clea
     rng = random.Random(seed)
     root = tmp_path / "root"
     shutil.copytree(tree, root)
-    remaining = first_pass["indexed"] + first_pass["embedded_ok"]
-    first = True
-    for _ in range(2 if seed % 3 == 2 else 1):  # every third seed is killed twice
+    walk, embed = first_pass["walk_seconds"], first_pass["embed_seconds"]
+    # Even seeds aim into the walk, odd ones into the embedding (its last
+    # tenth left out: a pass may run faster than the calibrating one, and a
+    # kill after the end tests nothing). A restarted pass skips what the
+    # killed one committed, so a second kill (every third seed) aims within
+    # the first half of the whole pass's time.
+    delays = [rng.uniform(0, walk) if seed % 2 == 0 else walk + rng.uniform(0, 0.9 * embed)]
+    if seed % 3 == 2:
+        delays.append(rng.uniform(0, (walk + embed) / 2))
+    for delay in delays:
+        launched = time.time()
         up = run_up(root)
         try:
-            # From before the first document into the embeddings. The
-            # counters are flushed a few times a second and embeddings
-            # count a batch at a time, so the last fifth of the units may
-            # only show with the end of the pass: a kill aimed there lands
-            # after it (on a loaded CI machine, 6 of 26 did). A restarted
-            # pass skips what the killed one committed, so a second kill
-            # aims inside the work that is left, not the whole tree's.
-            target = rng.randrange(0, max(1, remaining * 4 // 5))
-            linger = 0.0
-            if first and target > first_pass["indexed"]:
-                # The local embedder stores up to 256 chunks a call, so the
-                # embeddings of this tree show as one step at the end: a kill
-                # aimed into them waits for the documents, then a moment.
-                target, linger = first_pass["indexed"] * 9 // 10, rng.uniform(0.0, 0.6)
-            hit, done = kill_at(up, root / ".dir2mcp", target, linger)
-            first = False
-            KILLS.append((hit, done))
-            remaining = (remaining - done) // 2
+            KILLS.append(kill_at(up, root / ".dir2mcp", launched, delay))
         finally:
             up.close()
 
@@ -313,16 +332,25 @@ def test_sigkill_mid_indexing_then_restart_equals_a_clean_build(seed, tree, clea
     STALE_LABELS.append(sum(dense["stale"] for dense in view["dense"].values()))
 
 
-def test_the_kills_landed_mid_pass():
-    """The harness itself: most kills must hit a running pass (run last).
-    Prints the figures docs/reliability.md records (run with -s)."""
+def test_the_kills_landed_mid_pass(tree):
+    """The harness itself: most kills must hit a running pass, some while
+    documents were being written and some while chunks were being embedded
+    (run last). Prints the figures docs/reliability.md records (run with -s)."""
     if len(KILLS) < RUNS:
         pytest.skip("runs only after the whole crash series")
-    mid_pass = sum(hit for hit, _ in KILLS)
-    before_any_work = sum(hit and done == 0 for hit, done in KILLS)
+    documents = sum(1 for path in tree.rglob("*") if path.is_file())
+    mid_pass = sum(hit for hit, _, _ in KILLS)
+    in_walk = sum(hit and done < documents for hit, done, _ in KILLS)
+    before_any_document = sum(hit and done == 0 for hit, done, _ in KILLS)
+    in_embedding = sum(hit and done == documents for hit, done, _ in KILLS)
     print(
-        f"crash figures: seeds={RUNS} kills={len(KILLS)} mid_pass={mid_pass} "
-        f"before_any_work={before_any_work} stale_labels_filtered={sum(STALE_LABELS)} "
+        f"crash figures: seeds={RUNS} kills={len(KILLS)} mid_pass={mid_pass} in_walk={in_walk} "
+        f"(before_any_document={before_any_document}) in_embedding={in_embedding} "
+        f"documents_at_kill={sorted(done for _, done, _ in KILLS)} "
+        f"embedded_at_kill={sorted(embedded for _, _, embedded in KILLS)} "
+        f"stale_labels_filtered={sum(STALE_LABELS)} "
         f"runs_with_stale_labels={sum(1 for n in STALE_LABELS if n)}"
     )
     assert mid_pass >= 0.8 * len(KILLS), KILLS
+    if RUNS >= 4:
+        assert in_walk >= 1 and in_embedding >= 1, KILLS
