@@ -30,8 +30,8 @@ contract: install
 	$(BIN)/python -m mcp_gateway.contract
 
 # Two workers, one test file each at a time (files share module fixtures and
-# servers): 12 min for 3,169 tests on 2 Intel Xeon vCPUs (2026-11-28), 22-23 min
-# on a slower 2-core AMD EPYC the same day (docs/benchmarks.md, "The test suite").
+# servers): 12 min on 2 Intel Xeon vCPUs, 13.5 min on a 2-core AMD EPYC
+# (2026-11-28; docs/benchmarks.md, "The test suite").
 test: install lint
 	$(BIN)/pytest -n 2 --dist loadfile
 
