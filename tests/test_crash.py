@@ -271,8 +271,11 @@ def newest_job(state: Path, since: float) -> dict | None:
 
 def committed(state: Path, job_id: str) -> tuple[bool, int, int]:
     """After a kill: whether the job was still running (a finished job is
-    marked so), and the live documents and embedded chunks committed."""
-    with contextlib.closing(sqlite3.connect(state / "meta.sqlite", timeout=30)) as conn:
+    marked so), and the live documents and embedded chunks committed. Read
+    only: a writer's close would checkpoint the write-ahead log that the
+    restart is meant to find as the kill left it."""
+    db = state / "meta.sqlite"
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
         running = conn.execute("SELECT running FROM index_jobs WHERE job_id = ?", (job_id,)).fetchone()[0]
         documents = conn.execute("SELECT count(*) FROM documents WHERE deleted = 0").fetchone()[0]
         embedded = conn.execute(
