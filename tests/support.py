@@ -1,12 +1,15 @@
-"""Helpers for tests: waiting on a condition, and real OS behaviour."""
+"""Helpers for tests: waiting on a condition, reading a state's database, and real OS behaviour."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
+import sqlite3
 import time
 import zipfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import anyio
@@ -14,6 +17,13 @@ import anyio
 T = TypeVar("T")
 
 Message = str | Callable[[], str]
+
+
+def read_only(db: Path | str, *, timeout: float = 30) -> contextlib.closing[sqlite3.Connection]:
+    """A read-only connection to a state's SQLite database, closed on exit.
+    It never writes, so its close never checkpoints another process's
+    write-ahead log."""
+    return contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=timeout))
 
 
 def wait_until(

@@ -22,7 +22,6 @@ shifted, is seen in their marker lines.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import json
 import random
 import sqlite3
@@ -42,7 +41,7 @@ from corpus.models import Representation
 from corpus.security import ExclusionEngine
 from tests.churn import mixing, version
 from tests.mcp_http import Server
-from tests.support import wait_until
+from tests.support import read_only, wait_until
 from tests.test_cli import REPO
 from tests.up_process import Up
 
@@ -357,7 +356,7 @@ def wait_for_first_pass(root: Path) -> None:
     db = root / ".dir2mcp" / "meta.sqlite"
 
     def finished() -> bool:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+        with read_only(db) as conn:
             return bool(conn.execute("SELECT 1 FROM index_jobs WHERE running = 0").fetchone())
 
     wait_until(finished, timeout=120, message="the first pass", ignoring=(sqlite3.OperationalError,))
@@ -366,7 +365,7 @@ def wait_for_first_pass(root: Path) -> None:
 def indexed_text(root: Path, rel_path: str) -> str | None:
     """The live raw text the state database holds for ``rel_path``."""
     db = root / ".dir2mcp" / "meta.sqlite"
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+    with read_only(db) as conn:
         row = conn.execute(
             "SELECT r.text FROM representations r JOIN documents d ON d.doc_id = r.document_id "
             "WHERE d.rel_path = ? AND d.deleted = 0 AND r.deleted = 0 AND r.rep_type = 'raw_text'",
@@ -377,7 +376,7 @@ def indexed_text(root: Path, rel_path: str) -> str | None:
 
 def annotations(root: Path, rel_path: str) -> list[str]:
     db = root / ".dir2mcp" / "meta.sqlite"
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+    with read_only(db) as conn:
         rows = conn.execute(
             "SELECT r.text FROM representations r JOIN documents d ON d.doc_id = r.document_id "
             "WHERE d.rel_path = ? AND r.deleted = 0 AND r.rep_type = 'annotation_json'",

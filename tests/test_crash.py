@@ -27,7 +27,6 @@ variant is run by hand, docs/reliability.md).
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 import random
@@ -41,6 +40,7 @@ import hnswlib
 import numpy as np
 import pytest
 
+from tests.support import read_only
 from tests.test_cli import cli
 from tests.up_process import Up
 
@@ -90,7 +90,7 @@ def write(path: Path, text: str) -> None:
 def snapshot(state: Path) -> dict:
     """Everything a clean build and a crashed-then-finished one must share."""
     db = state / "meta.sqlite"
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+    with read_only(db) as conn:
         integrity = conn.execute("PRAGMA integrity_check").fetchall()
         duplicates = conn.execute(
             "SELECT rel_path FROM documents GROUP BY rel_path HAVING count(*) > 1"
@@ -256,7 +256,7 @@ def newest_job(state: Path, since: float) -> dict | None:
     if not db.exists():
         return None
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        with read_only(db, timeout=5) as conn:
             row = conn.execute(
                 "SELECT job_id, started_unix, finished_unix, running FROM index_jobs "
                 "WHERE started_unix >= ? ORDER BY started_unix DESC LIMIT 1",
@@ -275,7 +275,7 @@ def committed(state: Path, job_id: str) -> tuple[bool, int, int]:
     only: a writer's close would checkpoint the write-ahead log that the
     restart is meant to find as the kill left it."""
     db = state / "meta.sqlite"
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+    with read_only(db) as conn:
         running = conn.execute("SELECT running FROM index_jobs WHERE job_id = ?", (job_id,)).fetchone()[0]
         documents = conn.execute("SELECT count(*) FROM documents WHERE deleted = 0").fetchone()[0]
         embedded = conn.execute(

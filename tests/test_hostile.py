@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.mcp_http import base_env, start_daphne, stop
+from tests.support import read_only
 from tests.test_cli import cli
 
 pytestmark = pytest.mark.slow
@@ -311,7 +312,7 @@ def test_a_file_rewritten_while_it_is_indexed_ends_indexed_as_its_final_content(
         db = tmp_path / ".dir2mcp" / "meta.sqlite"
 
         def indexed_hash(_up):
-            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+            with read_only(db) as conn:
                 row = conn.execute(
                     "SELECT content_hash FROM documents WHERE rel_path = 'churn.txt' AND deleted = 0"
                 ).fetchone()

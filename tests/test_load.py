@@ -38,7 +38,7 @@ import httpx
 import pytest
 
 from tests.churn import cut_inside_a_character
-from tests.support import wait_until
+from tests.support import read_only, wait_until
 from tests.up_process import Up
 
 SECONDS = float(os.environ.get("DIR2MCP_LOAD_SECONDS", "60"))
@@ -254,7 +254,7 @@ def chunk_states(state: Path, ids: list[int]) -> dict[int, tuple[str, bool]]:
     """Per chunk id that exists: its document's path, and whether the chunk
     is live now."""
     db = state / "meta.sqlite"
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+    with read_only(db) as conn:
         found: dict[int, tuple[str, bool]] = {}
         for start in range(0, len(ids), 500):
             batch = ids[start : start + 500]

@@ -11,12 +11,10 @@ are the fakes at the network edge.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
 import json
 import resource
-import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -39,6 +37,7 @@ from mcp_gateway import context, tools
 from mcp_gateway.context import AuthSetup, Context
 from tests.fakes.media import make_wav
 from tests.mcp_http import Server
+from tests.support import read_only
 from tests.test_cli import REPO, base_env, cli
 from tests.test_stdio import Raw, command
 
@@ -66,7 +65,7 @@ def tar_gz(members: dict[str, bytes]) -> bytes:
 
 def rows(root: Path, sql: str, *args) -> list[tuple]:
     db = root / ".dir2mcp" / "meta.sqlite"
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+    with read_only(db) as conn:
         return conn.execute(sql, args).fetchall()
 
 

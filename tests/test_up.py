@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from corpus.state import IndexLock, StateDir
+from tests.support import read_only
 from tests.test_cli import REPO, base_env, cli, make_tree
 
 pytestmark = pytest.mark.slow
@@ -57,7 +58,7 @@ def final_progress(data: dict) -> bool:
 
 def latest_job(root: Path) -> dict | None:
     db = root / ".dir2mcp" / "meta.sqlite"
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+    with read_only(db) as conn:
         conn.row_factory = sqlite3.Row
         row = conn.execute("SELECT * FROM index_jobs ORDER BY started_unix DESC LIMIT 1").fetchone()
     return dict(row) if row else None
