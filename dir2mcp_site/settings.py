@@ -36,6 +36,17 @@ def _whole(name: str, default: int, *, minimum: int) -> int:
     return value
 
 
+def _script_name(raw: str) -> str | None:
+    """``DJANGO_FORCE_SCRIPT_NAME``: empty, or ``/a/b`` (no trailing slash,
+    no dot segment, no query), else ImproperlyConfigured."""
+    if not raw:
+        return None
+    segments = raw.split("/")
+    if segments[0] or not all(segments[1:]) or any(s in (".", "..") for s in segments) or "?" in raw:
+        raise ImproperlyConfigured(f"DJANGO_FORCE_SCRIPT_NAME must look like /prefix, not {raw!r}")
+    return raw
+
+
 DIR2MCP_ROOT = bootstrap.root_dir()
 DIR2MCP_STATE_DIR = bootstrap.state_dir()
 
@@ -146,6 +157,11 @@ DIR2MCP_SERVE_STATIC = env.bool("DIR2MCP_SERVE_STATIC", default=True)
 if DJANGO_BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     USE_X_FORWARDED_HOST = True
+# The one URL prefix the site is served under when a proxy mounts it below
+# its root (``/dir2mcp``; the proxy passes the full path on). A prefix a request
+# names itself (daphne's ``Daphne-Root-Path`` header) is ignored: the gate
+# decides on the path Django resolves, and only this setting shifts it.
+FORCE_SCRIPT_NAME = _script_name(env.str("DJANGO_FORCE_SCRIPT_NAME", default=""))
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 

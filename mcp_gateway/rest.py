@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from corpus import errors
 from mcp_gateway import context, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
-from mcp_gateway.route_gate import PASSED
+from mcp_gateway.route_gate import PASSED, REST
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +79,16 @@ class BearerAuth(HttpBearer):
 
     The gate in front of every route (``mcp_gateway/route_gate.py``) has
     checked Host, Origin, the token and the rate limit; a request it did not
-    pass (this app served some other way, as by ``runserver``) is refused,
-    never served unchecked. Returns the
+    pass as a REST request (this app served some other way, as by
+    ``runserver``, or reached under a route the gate took for another
+    surface) is refused, never served unchecked. Returns the
     :class:`~mcp_gateway.context.Context` (``request.auth``), or raises
     :class:`transport.HttpError`, which becomes the error envelope.
     """
 
     def __call__(self, request: HttpRequest):
-        if PASSED not in getattr(request, "scope", {}):
+        route = getattr(request, "scope", {}).get(PASSED)
+        if route is None or route.surface != REST:
             raise transport.HttpError(
                 503, errors.CONFIG_INVALID, "not served through the gate; serve with `up` or daphne"
             )

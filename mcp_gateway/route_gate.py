@@ -20,6 +20,16 @@ any of them runs:
    the server listens beyond loopback (:func:`beyond_loopback`). A CORS
    preflight (``OPTIONS``) carries no credential and is not asked for one.
 
+The route is read from the path Django will resolve, never from one a
+request can shift: daphne copies a ``Daphne-Root-Path`` request header into
+``scope["root_path"]``, which Django strips from the path before routing, so
+a route decided on the raw path could be one surface to the gate and another
+to Django (issue #34). The gate replaces the scope's ``root_path`` with the
+deployment's own prefix (``FORCE_SCRIPT_NAME``, ``DJANGO_FORCE_SCRIPT_NAME``;
+none by default) and decides on the path less that prefix, which is what
+Django routes. ``X-Forwarded-Prefix``, ``X-Script-Name`` and the like are
+read by nothing here.
+
 A refusal is written the way its surface writes errors: a JSON-RPC error on
 ``/mcp``, the REST envelope ``{"error": {"code", "message", "retryable"}}``
 everywhere else, with CORS headers for an allowed Origin on ``/mcp`` and
@@ -88,6 +98,14 @@ def route_of(path: str) -> Route:
     if path == METRICS_PATH:
         return METRICS_ROUTE
     return SITE_ROUTE
+
+
+def resolved(scope: dict) -> tuple[dict, str]:
+    """``scope`` with the deployment's prefix as its ``root_path``, and the
+    path Django routes for it (``ASGIRequest.path_info``, by the same rule)."""
+    prefix = settings.FORCE_SCRIPT_NAME or ""
+    path = scope.get("path", "")
+    return {**scope, "root_path": prefix}, path.removeprefix(prefix) if prefix else path
 
 
 def beyond_loopback(ctx: context.Context) -> bool:
@@ -181,8 +199,8 @@ def gate(app):
     async def gated(scope, receive, send):
         if scope["type"] != "http":
             return await app(scope, receive, send)
+        scope, path = resolved(scope)
         request = Request(scope, receive)
-        path = scope.get("path", "")
         route = route_of(path)
         cors_origin = None  # set once the Origin is known to be allowed
         try:

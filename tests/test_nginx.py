@@ -4,12 +4,15 @@ static files, the status stream and the metrics, all through the proxy."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import re
 import secrets
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -241,3 +244,83 @@ def test_health_and_metrics_through_nginx(proxy):
     assert scraped.status_code == 200
     names = {family.name for family in text_string_to_metric_families(scraped.text)}
     assert {"dir2mcp_documents", "dir2mcp_http_requests", "dir2mcp_index_jobs"} <= names
+
+
+# -- prefix headers (issue #34) ----------------------------------------------------------------------
+
+PREFIX_HEADERS = {
+    "Daphne-Root-Path": "/x",
+    "X-Forwarded-Prefix": "/x",
+    "X-Forwarded-Path": "/x",
+    "X-Script-Name": "/x",
+    "Script-Name": "/x",
+    "X-Original-URL": "/api/v1/stats",
+    "X-Rewrite-URL": "/api/v1/stats",
+}
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """An upstream that answers with the request headers it received."""
+
+    def do_GET(self):  # noqa: N802 - the stdlib's name
+        body = json.dumps({name.lower(): value for name, value in self.headers.items()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def echo_proxy(tmp_path_factory):
+    """The documented config in front of an upstream that echoes headers."""
+    tmp = tmp_path_factory.mktemp("nginx-echo")
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-keyout", str(tmp / "key.pem"), "-out", str(tmp / "cert.pem"), "-days", "1", "-subj", "/CN=x"],
+        check=True,
+        capture_output=True,
+    )
+    http_port, https_port = free_port(), free_port()
+    site = site_config(tmp, upstream=upstream.server_address[1], http=http_port, https=https_port, static=tmp)
+    (tmp / "dir2mcp.conf").write_text(site)
+    (tmp / "nginx.conf").write_text(main_config(tmp))
+    proc = subprocess.Popen(
+        ["nginx", "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(http_port, proc)
+        yield f"https://127.0.0.1:{https_port}"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+        upstream.shutdown()
+        upstream.server_close()
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/mcp", "/ops/status/stream", "/x/api/v1/stats"])
+def test_the_documented_proxy_passes_no_prefix_header_on(echo_proxy, path):
+    sent = {**PREFIX_HEADERS, "X-Kept": "yes"}
+    received = httpx.get(echo_proxy + path, headers=sent, verify=False, timeout=30)
+    assert received.status_code == 200, received.text[:300]
+    headers = received.json()
+    assert headers["x-kept"] == "yes"  # the upstream does see what the client sends
+    assert not {name.lower() for name in PREFIX_HEADERS} & set(headers), headers
+
+
+def test_a_prefix_header_through_nginx_reaches_no_data(proxy):
+    """The issue's request from outside: refused or not found, never served."""
+    with httpx.Client(base_url=proxy.https, verify=False, timeout=30) as client:
+        for path in ("/x/api/v1/files/slice?rel_path=docs/guide.md", "/x/api/v1/stats", "/x/metrics"):
+            got = client.get(path, headers={"Daphne-Root-Path": "/x"})
+            assert got.status_code == 404 and "loader" not in got.text, (path, got.text[:300])
+        refused = client.get("/api/v1/stats", headers={"Daphne-Root-Path": "/x"})
+    assert refused.status_code == 401

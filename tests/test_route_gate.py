@@ -14,9 +14,10 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from django.urls import URLResolver, get_resolver
 
 from corpus.config import build_config
-from mcp_gateway import route_gate
+from mcp_gateway import rest, route_gate, transport
 from tests.mcp_http import ACCEPT, PROTOCOL, write_corpus
 from tests.test_cli import cli
 from tests.up_process import Up
@@ -347,6 +348,144 @@ def test_public_metrics_are_rate_limited_like_every_token_route(tmp_path, runnin
     assert live == [200] * 8
 
 
+# -- every route Django knows, under every prefix trick (issue #34) ------------------------------------
+
+# Headers by which a request could name a prefix or another path for itself. daphne copies
+# Daphne-Root-Path into scope["root_path"], which Django strips before routing; the rest are
+# read by nothing here. Each: (header, its value, the URL path sent, given the route's path P).
+TRICKS = {
+    "Daphne-Root-Path, prefixed path": ({"Daphne-Root-Path": "/x"}, lambda p: "/x" + p),
+    "Daphne-Root-Path, plain path": ({"Daphne-Root-Path": "/x"}, lambda p: p),
+    "Daphne-Root-Path, encoded": ({"Daphne-Root-Path": "%2Fx"}, lambda p: "/x" + p),
+    "Daphne-Root-Path, the route itself": ({"Daphne-Root-Path": "/api/v1"}, lambda p: "/api/v1" + p),
+    "X-Forwarded-Prefix": ({"X-Forwarded-Prefix": "/x"}, lambda p: "/x" + p),
+    "X-Script-Name": ({"X-Script-Name": "/x"}, lambda p: "/x" + p),
+    "Script-Name": ({"Script-Name": "/x"}, lambda p: "/x" + p),
+    "X-Original-URL": ({"X-Original-URL": "{P}"}, lambda p: "/healthz"),
+    "X-Rewrite-URL": ({"X-Rewrite-URL": "{P}"}, lambda p: "/healthz"),
+    "double slash": ({}, lambda p: "/" + p),
+}
+# What corpus text or state looks like in an answer (write_corpus's files, the root's path).
+CORPUS_MARKS = ("parse_config_file", "configuration files from disk", "hnsw index notes", ".dir2mcp")
+QUERY = "?rel_path=docs/guide.md&uri=dir2mcp:///docs/guide.md&query=loader&k=5"
+
+
+def _concrete(pattern: str) -> str:
+    """A path a URL pattern matches: each converter or group filled with a sample."""
+    pattern = re.sub(r"<(?:int:)?(\w+)>", "1", pattern)
+    pattern = re.sub(r"<(?:str|path|slug|uuid):\w+>", "1", pattern)
+    pattern = re.sub(r"\(\?P<path>\.\*\)", "admin/css/base.css", pattern)
+    pattern = re.sub(r"\(\?P<\w+>([^)|]*)[^)]*\)", lambda m: m.group(1) or "1", pattern)
+    return "/" + pattern.replace("^", "").replace("$", "").replace("\\", "")
+
+
+def known_paths() -> list[str]:
+    """Every route Django knows (its resolver, so a new route is walked too), and the MCP endpoint."""
+
+    def walk(patterns, prefix=""):
+        for entry in patterns:
+            if isinstance(entry, URLResolver):
+                yield from walk(entry.url_patterns, prefix + str(entry.pattern))
+            else:
+                yield prefix + str(entry.pattern)
+
+    found = {_concrete(pattern) for pattern in walk(get_resolver().url_patterns)}
+    assert "/api/v1/files/slice" in found and "/admin/login/" in found and "/metrics" in found
+    return sorted(found | {"/mcp"})
+
+
+def _send(http: httpx.Client, site: Site, method: str, path: str, headers: dict, token: bool):
+    headers = {**headers, "Accept": ACCEPT}
+    if token:
+        headers.update(bearer(site))
+    body = INITIALIZE if path.endswith("/mcp") else {"query": "loader", "rel_path": "docs/guide.md"}
+    if method == "GET":
+        return http.get(site.base + path + QUERY, headers=headers)
+    return http.post(site.base + path, json=body, headers=headers)
+
+
+def expected_without_token(path: str) -> set[int] | None:
+    """What the gate's table says of ``path`` with no token: 401 where it takes
+    the token, else None (whatever the route itself answers)."""
+    route = route_gate.route_of(path)
+    return {401} if route.bearer == route_gate.ALWAYS else None
+
+
+@pytest.mark.parametrize("trick", sorted(TRICKS))
+def test_no_header_shifts_a_route_past_the_gate(loopback, trick):
+    """Every route, GET and POST, with and without the token: a request under a
+    prefix header answers exactly as the same URL without the header (the header
+    shifts nothing), a route that takes the token refuses without it, and no
+    answer without the token carries corpus text."""
+    headers, sent_path = TRICKS[trick]
+    baselines: dict[tuple, tuple] = {}
+    with http_client() as http:
+        for path in known_paths():
+            url_path = sent_path(path)
+            trick_headers = {name: value.replace("{P}", path) for name, value in headers.items()}
+            for method in ("GET", "POST"):
+                for token in (False, True):
+                    got = _send(http, loopback, method, url_path, trick_headers, token)
+                    key = (method, url_path, token)
+                    if key not in baselines:
+                        plain = _send(http, loopback, method, url_path, {}, token)
+                        baselines[key] = (plain.status_code, plain.headers.get("location"))
+                    where = f"{method} {url_path} token={token} under {trick_headers}: {got.text[:300]}"
+                    assert (got.status_code, got.headers.get("location")) == baselines[key], where
+                    if token:
+                        continue
+                    gate_says = expected_without_token(url_path)
+                    if gate_says is not None:
+                        assert got.status_code in gate_says, where
+                    assert not any(mark in got.text for mark in CORPUS_MARKS), where
+
+
+def test_a_prefix_header_does_not_open_the_rest_mirror(loopback):
+    """The issue's own request: no token, the header, the prefixed path."""
+    with http_client() as http:
+        for path in ("/x/api/v1/files/slice?rel_path=docs/guide.md", "/x/api/v1/stats", "/x/metrics"):
+            got = http.get(loopback.base + path, headers={"Daphne-Root-Path": "/x"})
+            assert got.status_code == 404, (path, got.text[:300])
+        refused = http.get(loopback.base + "/api/v1/stats", headers={"Daphne-Root-Path": "/x"})
+        served = http.get(
+            loopback.base + "/api/v1/stats", headers={"Daphne-Root-Path": "/x", **bearer(loopback)}
+        )
+    assert refused.status_code == 401
+    assert served.status_code == 200 and "indexing" in served.json()
+
+
+def test_under_public_a_rebinding_page_gains_nothing_from_the_header(public):
+    """--public accepts any Host (a DNS-rebound page is same-origin): still 404 / 401."""
+    with http_client() as http:
+        shifted = http.get(
+            public.base + "/x/api/v1/stats", headers={"Daphne-Root-Path": "/x", "Host": "rebound.example"}
+        )
+        plain = http.get(
+            public.base + "/api/v1/stats", headers={"Daphne-Root-Path": "/x", "Host": "rebound.example"}
+        )
+    assert shifted.status_code == 404 and "indexing" not in shifted.text
+    assert plain.status_code == 401
+
+
+def test_a_configured_prefix_is_the_only_one_stripped(tmp_path, running):
+    """DJANGO_FORCE_SCRIPT_NAME names the prefix a proxy mounts the site under:
+    the gate strips it as Django does, and still takes the token under it."""
+    write_corpus(tmp_path)
+    up = running("--dir", str(tmp_path), "--json", env={"DJANGO_FORCE_SCRIPT_NAME": "/dir2mcp"})
+    base = up.url().removesuffix("/mcp")
+    token = {"Authorization": f"Bearer {(tmp_path / '.dir2mcp' / 'secret.token').read_text().strip()}"}
+    with http_client() as http:
+        refused = http.get(base + "/dir2mcp/api/v1/stats")
+        served = http.get(base + "/dir2mcp/api/v1/stats", headers=token)
+        shifted = http.get(base + "/x/api/v1/stats", headers={"Daphne-Root-Path": "/x"})
+        login = http.get(base + "/dir2mcp/admin/login/")
+    assert up.stop() == 0, up.stderr[-3000:]
+    assert refused.status_code == 401
+    assert served.status_code == 200 and "indexing" in served.json()
+    assert shifted.status_code == 404
+    assert login.status_code == 200 and 'action="/dir2mcp/admin/login/' in login.text
+
+
 # -- without a server -------------------------------------------------------------------------------
 
 
@@ -385,6 +524,16 @@ def test_metrics_take_the_token_beyond_loopback(server, public, beyond):
 )
 def test_routes_are_classified(path, surface, bearer):
     assert route_gate.route_of(path) == route_gate.Route(surface, bearer)
+
+
+@pytest.mark.parametrize("route", [route_gate.SITE_ROUTE, route_gate.METRICS_ROUTE, route_gate.MCP_ROUTE])
+def test_the_rest_mirror_takes_only_the_gates_rest_decision(rf, route):
+    """A request the gate passed as another surface is refused by the mirror's own check."""
+    request = rf.get("/api/v1/stats", HTTP_AUTHORIZATION="Bearer anything")
+    request.scope = {route_gate.PASSED: route}
+    with pytest.raises(transport.HttpError) as refused:
+        rest.BearerAuth()(request)
+    assert (refused.value.status, refused.value.code) == (503, "CONFIG_INVALID")
 
 
 def test_the_rest_mirror_refuses_a_request_that_did_not_pass_the_gate(client):
