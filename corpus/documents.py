@@ -28,7 +28,7 @@ from corpus import errors, files
 from corpus.citations import format_ms
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR
-from corpus.models import DocStatus, Document, Representation, RepType
+from corpus.models import DocStatus, Document, RepType
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 
 #: Documents per page of a listing.
@@ -124,19 +124,12 @@ def read_whole(engine: ExclusionEngine, rel_path: str) -> Whole:
 
 
 def _whole(engine: ExclusionEngine, rel: str, opened: OpenedFile | None) -> Whole:
-    doc = Document.objects.filter(rel_path=rel, deleted=False).first()
-    if (
-        doc is not None
-        and doc.status == DocStatus.SKIPPED
-        and (doc.error or "").startswith(errors.SECRET_DETECTED)
-    ):
-        raise errors.Dir2mcpError(errors.FORBIDDEN, f"{rel}: content matches a secret pattern; not returned")
-    reps = {r.rep_type: r for r in Representation.objects.filter(document=doc, deleted=False)} if doc else {}
+    doc, reps = files.live_document(rel)
     text = _extracted(rel, reps)
     if text is None:
         return _from_file(engine, rel, doc, reps.get(RepType.RAW_TEXT), opened)
     _check_size(rel, len(text.encode("utf-8")), "read it by page or time range (a slice URI)")
-    _screen(engine, rel, text)
+    files.screen(engine, rel, text)
     return Whole(rel, "text/plain", text=text)
 
 
@@ -172,7 +165,7 @@ def _from_file(engine: ExclusionEngine, rel: str, doc, raw, opened: OpenedFile |
                 errors.INDEX_NOT_READY,
                 f"{rel} changed each time it was read and has no indexed text; try again",
             )
-        _screen(engine, rel, raw.text)
+        files.screen(engine, rel, raw.text)
         return Whole(rel, mime_type(rel, doc_type), text=raw.text)
     hint = "read a slice (?lines=A-B)" if doc_type in _TEXTUAL else "it is not served whole"
     _check_size(rel, opened.st.st_size, hint)
@@ -183,9 +176,9 @@ def _from_file(engine: ExclusionEngine, rel: str, doc, raw, opened: OpenedFile |
         doc_type = sniffed
     if doc_type in _TEXTUAL and sniffed in _TEXTUAL:
         text = files.decode_text(data, (raw.meta_json or {}).get("encoding") if raw is not None else None)
-        _screen(engine, rel, text)
+        files.screen(engine, rel, text)
         return Whole(rel, mime_type(rel, doc_type), text=text)
-    _screen(engine, rel, data.decode("latin-1"))  # a key stored in a binary file is still a key
+    files.screen(engine, rel, data.decode("latin-1"))  # a key stored in a binary file is still a key
     return Whole(rel, mime_type(rel, doc_type), data=data)
 
 
@@ -193,12 +186,4 @@ def _check_size(rel: str, size: int, hint: str) -> None:
     if size > MAX_BYTES:
         raise errors.Dir2mcpError(
             errors.FILE_TOO_LARGE, f"{rel} is over the {MAX_BYTES}-byte limit of a whole read; {hint}"
-        )
-
-
-def _screen(engine: ExclusionEngine, rel: str, text: str) -> None:
-    rule = engine.find_secret(text)
-    if rule:
-        raise errors.Dir2mcpError(
-            errors.FORBIDDEN, f"{rel}: content matches a secret pattern ({rule}); not returned"
         )

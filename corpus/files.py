@@ -28,6 +28,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -124,7 +125,8 @@ def _glob(glob):
     return globs.compile_glob(glob) if glob else None  # linear-time matching (corpus/globs.py)
 
 
-def _screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
+def screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
+    """FORBIDDEN when ``text``, about to be returned, holds a secret."""
     rule = engine.find_secret(text)
     if rule:
         raise _fail(errors.FORBIDDEN, f"{rel_path}: content matches a secret pattern ({rule}); not returned")
@@ -223,15 +225,22 @@ def open_file(
         return _open_slice(engine, unsettled.rel, None, *where) | {"from_index": True}
 
 
+def live_document(rel: str) -> tuple[Document | None, dict]:
+    """The live document at ``rel`` and its representations by type; a
+    document skipped for a secret is refused here, for every reader."""
+    doc = Document.objects.filter(rel_path=rel, deleted=False).first()
+    if doc is not None and doc.status == "skipped" and (doc.error or "").startswith(errors.SECRET_DETECTED):
+        raise _fail(errors.FORBIDDEN, f"{rel}: content matches a secret pattern; not returned")
+    reps = {r.rep_type: r for r in Representation.objects.filter(document=doc, deleted=False)} if doc else {}
+    return doc, reps
+
+
 def _open_slice(
     engine: ExclusionEngine, rel: str, file, start_line, end_line, page, start_ms, end_ms, max_chars
 ) -> dict:
     """The slice, from ``file`` (as :meth:`ExclusionEngine.open` opened it,
     left open), or, with ``file`` None, from the document's indexed text."""
-    doc = Document.objects.filter(rel_path=rel, deleted=False).first()
-    if doc is not None and doc.status == "skipped" and (doc.error or "").startswith(errors.SECRET_DETECTED):
-        raise _fail(errors.FORBIDDEN, f"{rel}: content matches a secret pattern; not returned")
-    reps = {r.rep_type: r for r in Representation.objects.filter(document=doc, deleted=False)} if doc else {}
+    doc, reps = live_document(rel)
     paged, transcript = _paged(reps), reps.get(RepType.TRANSCRIPT)
     no_lines = start_line is None and end_line is None
     no_time = start_ms is None and end_ms is None
@@ -255,9 +264,59 @@ def _open_slice(
         finally:
             if isinstance(source, io.TextIOWrapper):
                 source.detach()  # the file stays open: read_settled looks at it after the read
-        _screen(engine, rel, context)
+        screen(engine, rel, context)
     out = {"rel_path": rel, "doc_type": doc_type, "content": content, "truncated": truncated}
     return out | ({"span": span.as_dict()} if span else {})
+
+
+@dataclass(frozen=True)
+class DocumentText:
+    """A document's whole text as the spans of its hits count it: ``lines``
+    (the file's text, or the stored text of a converted format), or ``pages``
+    (a PDF's or an OCR'd file's text, page by page)."""
+
+    rel_path: str
+    doc_type: str
+    lines: str | None = None
+    pages: list[str] | None = None
+    #: more text than ``max_chars`` was there; ``lines`` holds the first part
+    truncated: bool = False
+    #: the file kept changing while it was read: this is its indexed text
+    from_index: bool = False
+
+
+def read_document(engine: ExclusionEngine, rel_path, *, max_chars: int) -> DocumentText:
+    """The text of ``rel_path`` through the one check and open that
+    ``open_file`` uses (containment, exclusions, a secret-skipped document
+    refused): what the navigation tools read."""
+    if rel_path is None or rel_path == "":
+        raise _fail(errors.MISSING_FIELD, "rel_path is required")
+    _str("rel_path", rel_path, limit=4096)
+    try:
+        return read_settled(
+            engine, rel_path, lambda opened: _document_text(opened.rel, opened.file, max_chars)
+        )
+    except Unsettled as unsettled:
+        found = _document_text(unsettled.rel, None, max_chars)
+        return DocumentText(**{**found.__dict__, "from_index": True})
+
+
+def _document_text(rel: str, file, max_chars: int) -> DocumentText:
+    doc, reps = live_document(rel)
+    paged = _paged(reps)
+    if paged is not None:
+        return DocumentText(rel, doc.doc_type, pages=paged.text.split(PAGE_SEPARATOR))
+    if reps.get(RepType.TRANSCRIPT) is not None:
+        raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} is a recording; open it by start_ms/end_ms")
+    doc_type, source = _line_source(file, rel, doc, reps.get(RepType.RAW_TEXT))
+    try:
+        text = source.read(max_chars + 1)
+    except UnicodeError:
+        raise _fail(errors.EXTRACT_FAILED, f"{rel} cannot be decoded as it is now") from None
+    finally:
+        if isinstance(source, io.TextIOWrapper):
+            source.detach()  # the file stays open: read_settled looks at it after the read
+    return DocumentText(rel, doc_type, lines=text[:max_chars], truncated=len(text) > max_chars)
 
 
 def _paged(reps: dict) -> Representation | None:
@@ -273,7 +332,7 @@ def _page_slice(engine, rel: str, rep, page: int, max_chars: int) -> tuple[str, 
     if page > len(pages):
         raise _fail(errors.INVALID_RANGE, f"page {page} does not exist: {rel} has {len(pages)} page(s)")
     text = pages[page - 1]
-    _screen(engine, rel, text)
+    screen(engine, rel, text)
     return text[:max_chars], SpanRef("page", page, page), len(text) > max_chars
 
 
@@ -300,7 +359,7 @@ def _time_slice(engine, rel, rep, start_ms, end_ms, max_chars) -> tuple[str, Spa
         raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no transcript")
     chunks = _time_chunks(rep)
     if not chunks and start_ms is None and end_ms is None:  # untimed transcript: its beginning
-        _screen(engine, rel, rep.text[: max_chars + _CONTEXT])
+        screen(engine, rel, rep.text[: max_chars + _CONTEXT])
         return rep.text[:max_chars], None, len(rep.text) > max_chars
     if not chunks:
         raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"the transcript of {rel} has no timestamps")
@@ -318,7 +377,7 @@ def _time_slice(engine, rel, rep, start_ms, end_ms, max_chars) -> tuple[str, Spa
         text, begin = "\n".join(c[2] for c in picked), 0
         ends = list(itertools.accumulate(len(c[2]) + 1 for c in picked))
         ends[-1] -= 1
-    _screen(engine, rel, text[begin : ends[-1]])
+    screen(engine, rel, text[begin : ends[-1]])
     count = max(1, sum(1 for end in ends if end - begin <= max_chars))
     content = text[begin : ends[count - 1]]
     span = SpanRef("time", picked[0][0], max(c[1] for c in picked[:count]))

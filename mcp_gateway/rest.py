@@ -317,6 +317,7 @@ AskBody = input_model("AskRequest", "dir2mcp.ask", body=True)
 ListFilesQuery = input_model("ListFilesQuery", "dir2mcp.list_files", body=False)
 OpenFileQuery = input_model("OpenFileQuery", "dir2mcp.open_file", body=False)
 FindQuery = input_model("FindQuery", "dir2mcp.find", body=False)
+OutlineQuery = input_model("OutlineQuery", "dir2mcp.outline", body=False)
 
 # components/schemas name -> tool, for the 200 bodies
 RESULTS = {
@@ -325,6 +326,7 @@ RESULTS = {
     "OpenFileResult": "dir2mcp.open_file",
     "ListFilesResult": "dir2mcp.list_files",
     "FindResult": "dir2mcp.find",
+    "OutlineResult": "dir2mcp.outline",
     "StatsResult": "dir2mcp.stats",
 }
 _RESULT_FOR = {tool_name: name for name, tool_name in RESULTS.items()}
@@ -527,6 +529,11 @@ async def list_files(request: HttpRequest, params: Query[ListFilesQuery]):
 @api.get("/files/slice", **_operation("dir2mcp.open_file", "openFile", _FILE_ERRORS))
 async def open_file(request: HttpRequest, params: Query[OpenFileQuery]):
     return await _call(request, "dir2mcp.open_file", params)
+
+
+@api.get("/files/outline", **_operation("dir2mcp.outline", "outline", _FILE_ERRORS))
+async def outline(request: HttpRequest, params: Query[OutlineQuery]):
+    return await _call(request, "dir2mcp.outline", params)
 
 
 @api.get("/find", **_operation("dir2mcp.find", "find"))

@@ -198,3 +198,23 @@ def annotate(result: dict) -> str:
         head = f"Annotated {result['rel_path']}, not stored: it changed during the call"
         return f"{head} (annotate it again to store it).\n\n{preview}".rstrip()
     return f"Stored the annotation of {result['rel_path']}{indexed}.\n\n{preview}".rstrip()
+
+
+def outline(result: dict) -> str:
+    """One line per entry, indented by depth: its citation, kind and signature."""
+    rel = result["rel_path"]
+    size = f"{result['pages']} pages" if "pages" in result else f"{result.get('lines', 0)} lines"
+    lines = [
+        f"Outline of {rel} ({result['outline']}, {size}): {result['count']} of {result['total']} entries"
+    ]
+
+    def add(entries: list[dict], depth: int) -> None:
+        for entry in entries:
+            text = entry["signature"] or entry["name"]
+            lines.append(f"{'  ' * depth}{cite(rel, entry['span'])} {entry['kind']} {_one_line(text, 160)}")
+            add(entry.get("children", []), depth + 1)
+
+    add(result["entries"], 0)
+    if result["truncated"]:
+        lines.append("(truncated: raise max_entries, or open_file a span and outline less)")
+    return "\n".join(lines)

@@ -35,6 +35,7 @@ TOOLS = [
     "dir2mcp.open_file",
     "dir2mcp.list_files",
     "dir2mcp.find",
+    "dir2mcp.outline",
     "dir2mcp.stats",
 ]
 

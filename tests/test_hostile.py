@@ -58,6 +58,7 @@ TRAVERSALS = [
 # Every argument that names a path, with the other arguments its tool needs.
 PATH_ARGUMENTS = [
     ("dir2mcp.open_file", "rel_path", {}),
+    ("dir2mcp.outline", "rel_path", {}),
     ("dir2mcp.transcribe", "rel_path", {}),
     ("dir2mcp.transcribe_and_ask", "rel_path", {"question": "what is said?"}),
     ("dir2mcp.annotate", "rel_path", {"schema_json": {"type": "object"}}),

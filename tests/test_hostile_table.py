@@ -76,6 +76,7 @@ ROWS = [
 # (tool, argument, kind, other arguments); REST: (path, method) or None.
 ARGS = [
     ("dir2mcp.open_file", "rel_path", "path", {}, ("/files/slice", "get")),
+    ("dir2mcp.outline", "rel_path", "path", {}, ("/files/outline", "get")),
     ("dir2mcp.transcribe", "rel_path", "path", {}, None),
     ("dir2mcp.transcribe_and_ask", "rel_path", "path", {"question": "what is said?"}, None),
     ("dir2mcp.annotate", "rel_path", "path", {"schema_json": {"type": "object"}}, None),

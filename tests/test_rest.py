@@ -129,6 +129,20 @@ PARITY = [
     ),
     ("dir2mcp.find", {"content": "loader"}, "GET", "/find", {"content": "loader"}),
     (
+        "dir2mcp.outline",
+        {"rel_path": "src/loader.py"},
+        "GET",
+        "/files/outline",
+        {"rel_path": "src/loader.py"},
+    ),
+    (
+        "dir2mcp.outline",
+        {"rel_path": "docs/guide.md", "max_entries": 1},
+        "GET",
+        "/files/outline",
+        {"rel_path": "docs/guide.md", "max_entries": "1"},
+    ),
+    (
         "dir2mcp.find",
         {"content": "^h\\w+", "regex": True, "case_sensitive": True, "limit": 1},
         "GET",
@@ -438,6 +452,7 @@ OPERATIONS = {
     ("/api/v1/files", "get"): "dir2mcp.list_files",
     ("/api/v1/files/slice", "get"): "dir2mcp.open_file",
     ("/api/v1/find", "get"): "dir2mcp.find",
+    ("/api/v1/files/outline", "get"): "dir2mcp.outline",
     ("/api/v1/stats", "get"): "dir2mcp.stats",
 }
 

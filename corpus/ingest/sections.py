@@ -298,6 +298,21 @@ class _MarkdownScanner:
         self.block_end = self.line
 
 
+class Heading(NamedTuple):
+    """A heading as a reader sees it: its 1-based line, level and title."""
+
+    line: int
+    level: int
+    title: str
+
+
+def headings(text: str, fmt: str) -> list[Heading]:
+    """The headings of Markdown (``"md"``) or reStructuredText (``"rst"``) text,
+    by the same scan that cuts its sections."""
+    found = _rst_headings(text) if fmt == "rst" else _md_headings(text)
+    return [Heading(h.line + 1, h.level, h.title) for h in found]
+
+
 def _md_headings(text: str) -> list[_Heading]:
     return _MarkdownScanner(text).scan()
 

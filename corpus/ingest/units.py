@@ -303,12 +303,74 @@ class _Piece:
     context: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Parsed:
+    """One file parsed by its grammar: the tree, and which nodes are definitions.
+
+    The units and the outline (``corpus/navigation/outline.py``) read
+    definitions through this one rule, so an outline entry is a unit's
+    definition and the reverse."""
+
+    grammar: Grammar
+    tree: tree_sitter.Tree
+    lines: list[str]
+
+    def is_definition(self, node: tree_sitter.Node) -> bool:
+        grammar = self.grammar
+        if node.type in grammar.wrappers:
+            return any(self.is_definition(child) for child in node.named_children)
+        if node.type in grammar.definitions:
+            return True
+        return grammar.sometimes is not None and grammar.sometimes(node)
+
+    def core(self, node: tree_sitter.Node) -> tree_sitter.Node:
+        """The definition a wrapper wraps (a decorated function's function)."""
+        while node.type in self.grammar.wrappers:
+            inner = next((c for c in node.named_children if self.is_definition(c)), None)
+            if inner is None:
+                break
+            node = inner
+        return node
+
+    def inner(self, node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
+        """The nearest definitions under ``node``, in order (wrappers included)."""
+        stack = list(reversed(node.children))
+        while stack:
+            child = stack.pop()
+            # Named nodes only: Ruby's ``class`` keyword is a node of type "class" too.
+            if child.is_named and self.is_definition(child):
+                yield child
+            elif child.child_count:
+                stack.extend(reversed(child.children))
+
+    def is_class_like(self, node: tree_sitter.Node) -> bool:
+        return node.type in self.grammar.class_like
+
+
+def parse(text: str, rel_path: str) -> Parsed | None:
+    """``text`` parsed by the grammar its path names, or None when none does,
+    the file is empty, or it mostly fails to parse."""
+    name = language_for(rel_path, text)
+    if name is None:
+        return None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        return None
+    tree = _parser(name).parse(text.encode("utf-8", "surrogatepass"))
+    if _mostly_broken(tree.root_node, len(lines)):
+        return None
+    return Parsed(_GRAMMARS[name], tree, lines)
+
+
 class _Cutter:
     """Walks one parsed file and yields its pieces in line order."""
 
-    def __init__(self, grammar: Grammar, lines: list[str], unit_max_lines: int):
-        self.grammar = grammar
-        self.lines = lines
+    def __init__(self, parsed: Parsed, unit_max_lines: int):
+        self.parsed = parsed
+        self.grammar = parsed.grammar
+        self.lines = parsed.lines
         self.max_lines = unit_max_lines
         self.class_lines = max(unit_max_lines // 4, 5)
 
@@ -323,11 +385,11 @@ class _Cutter:
                 start = cursor
             yield from self._rest(cursor, start - 1, context)
             yield from self._definition(definition, start, context)
-            cursor = max(cursor, _last_row(definition) + 1)
+            cursor = max(cursor, last_row(definition) + 1)
         yield from self._rest(cursor, last, context)
 
     def _definition(self, node: tree_sitter.Node, start: int, context: tuple) -> Iterator[_Piece]:
-        end = _last_row(node)
+        end = last_row(node)
         core = self._core(node)
         length = end - start + 1
         opened = length > self.max_lines or (
@@ -368,40 +430,21 @@ class _Cutter:
 
     def _inner(self, node: tree_sitter.Node) -> Iterator[tuple[int, tree_sitter.Node]]:
         """(first line with leading comments, node) of the nearest definitions under ``node``."""
-        stack = list(reversed(node.children))
-        while stack:
-            child = stack.pop()
-            if self._is_definition(child):
-                yield self._leading_start(child), child
-            elif child.child_count:
-                stack.extend(reversed(child.children))
+        for child in self.parsed.inner(node):
+            yield self._leading_start(child), child
 
     def _inner_exists(self, node: tree_sitter.Node) -> bool:
-        return next(self._inner(node), None) is not None
-
-    def _is_definition(self, node: tree_sitter.Node) -> bool:
-        grammar = self.grammar
-        if node.type in grammar.wrappers:
-            return any(self._is_definition(child) for child in node.named_children)
-        if node.type in grammar.definitions:
-            return True
-        return grammar.sometimes is not None and grammar.sometimes(node)
+        return next(self.parsed.inner(node), None) is not None
 
     def _core(self, node: tree_sitter.Node) -> tree_sitter.Node:
-        """The definition a wrapper wraps (a decorated function's function)."""
-        while node.type in self.grammar.wrappers:
-            inner = next((c for c in node.named_children if self._is_definition(c)), None)
-            if inner is None:
-                break
-            node = inner
-        return node
+        return self.parsed.core(node)
 
     def _leading_start(self, node: tree_sitter.Node) -> int:
         """The first line of the comments and attributes directly above ``node``."""
         start = node.start_point.row
         previous = node.prev_sibling
         while previous is not None and previous.type in self.grammar.leading:
-            if _last_row(previous) < start - 1 or self._shares_line(previous):
+            if last_row(previous) < start - 1 or self._shares_line(previous):
                 break
             start = previous.start_point.row
             previous = previous.prev_sibling
@@ -410,7 +453,7 @@ class _Cutter:
     def _shares_line(self, comment: tree_sitter.Node) -> bool:
         """A trailing comment (``x = 1  # note``) belongs to the code before it."""
         before = comment.prev_sibling
-        return before is not None and _last_row(before) == comment.start_point.row
+        return before is not None and last_row(before) == comment.start_point.row
 
     def _signature(self, node: tree_sitter.Node) -> str:
         line = self.lines[node.start_point.row].strip()
@@ -420,27 +463,21 @@ class _Cutter:
 def code_units(text: str, rel_path: str, *, unit_max_lines: int = 80) -> list[ChunkDraft] | None:
     """The definition-level units of a code file, or None when no grammar
     parses it (the caller then uses line windows)."""
-    name = language_for(rel_path, text)
-    if name is None:
+    if language_for(rel_path, text) is None:
         return None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if not lines:
-        return []
-    tree = _parser(name).parse(text.encode("utf-8", "surrogatepass"))
-    if _mostly_broken(tree.root_node, len(lines)):
-        return None
-    cutter = _Cutter(_GRAMMARS[name], lines, unit_max_lines)
+    parsed = parse(text, rel_path)
+    if parsed is None:
+        return [] if not text.rstrip("\n") else None
+    lines = parsed.lines
     drafts = []
-    for piece in cutter.pieces(tree.root_node):
+    for piece in _Cutter(parsed, unit_max_lines).pieces(parsed.tree.root_node):
         body = "\n".join(lines[piece.start : piece.end + 1])
         context = "\n".join((rel_path, *piece.context)) if rel_path else "\n".join(piece.context)
         drafts.append(ChunkDraft(len(drafts), body, LINES, piece.start + 1, piece.end + 1, context=context))
     return drafts
 
 
-def _last_row(node: tree_sitter.Node) -> int:
+def last_row(node: tree_sitter.Node) -> int:
     """The last line a node covers: a line comment ends at column 0 of the next."""
     end = node.end_point
     return end.row - 1 if end.column == 0 and end.row > node.start_point.row else end.row
@@ -450,7 +487,7 @@ def _mostly_broken(root: tree_sitter.Node, line_count: int) -> bool:
     if not root.has_error:
         return False
     broken = sum(
-        _last_row(child) - child.start_point.row + 1
+        last_row(child) - child.start_point.row + 1
         for child in root.children
         if child.is_error or child.is_missing
     )

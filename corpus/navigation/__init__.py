@@ -1,0 +1,1 @@
+"""Navigation for agents: a file's outline (issue #32)."""

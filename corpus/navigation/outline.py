@@ -1,0 +1,299 @@
+"""A file's outline: its definitions as a tree, or its headings, with spans.
+
+Code is read by the grammar its units come from (``corpus/ingest/units.py``:
+:func:`~corpus.ingest.units.parse` and :class:`~corpus.ingest.units.Parsed`),
+so an outline entry is a definition the index cuts a unit at. Markdown and
+reStructuredText (and HTML, by the text it is indexed as) give their
+headings, by the scan that cuts their sections, nested by level. Each entry
+names its kind, its name, its signature line (cut at
+:data:`~corpus.ingest.units.SIGNATURE_CHARS`) and its 1-based line span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+import tree_sitter
+
+from corpus import errors, files
+from corpus.citations import SpanRef
+from corpus.ingest import sections, units
+
+#: the most text an outline reads (characters): a generated file past it is outlined in part
+MAX_CHARS = 4 * 1024 * 1024
+# Prose formats with headings, by document type or extension.
+_PROSE = {"md": "md", "markdown": "md", "html": "md", "rst": "rst"}
+
+#: node types named for a reader; a definition inside a class-like one is a method
+_KINDS = {
+    "function_definition": "function",
+    "function_declaration": "function",
+    "generator_function_declaration": "function",
+    "function_item": "function",
+    "function_signature_item": "function",
+    "function_signature": "function",
+    "preproc_function_def": "macro",
+    "macro_definition": "macro",
+    "method_definition": "method",
+    "method_declaration": "method",
+    "method_signature": "method",
+    "abstract_method_signature": "method",
+    "method": "method",
+    "singleton_method": "method",
+    "constructor_declaration": "constructor",
+    "compact_constructor_declaration": "constructor",
+    "class_definition": "class",
+    "class_declaration": "class",
+    "abstract_class_declaration": "class",
+    "class_specifier": "class",
+    "class": "class",
+    "singleton_class": "class",
+    "interface_declaration": "interface",
+    "annotation_type_declaration": "interface",
+    "trait_item": "trait",
+    "impl_item": "impl",
+    "struct_item": "struct",
+    "struct_specifier": "struct",
+    "union_item": "union",
+    "union_specifier": "union",
+    "enum_item": "enum",
+    "enum_declaration": "enum",
+    "enum_specifier": "enum",
+    "record_declaration": "record",
+    "type_alias_declaration": "type",
+    "type_declaration": "type",
+    "type_definition": "type",
+    "type_item": "type",
+    "mod_item": "module",
+    "module": "module",
+    "internal_module": "module",
+    "namespace_definition": "namespace",
+    "const_item": "constant",
+    "static_item": "static",
+    "property_signature": "property",
+    "public_field_definition": "field",
+    "field_declaration": "field",
+    "declaration": "declaration",
+    "lexical_declaration": "function",
+    "variable_declaration": "function",
+    "expression_statement": "function",
+}
+# Where a declarator chain ends in the name (C, C++).
+_NAME_NODES = frozenset(
+    {
+        "identifier",
+        "field_identifier",
+        "type_identifier",
+        "qualified_identifier",
+        "destructor_name",
+        "operator_name",
+        "property_identifier",
+        "constant",
+    }
+)
+_FUNCTION_KINDS = frozenset({"function", "macro"})
+
+
+@dataclass
+class Entry:
+    """One definition, heading or page, with what is nested in it. ``start``
+    and ``end`` are 1-based lines, or a page number twice (``span_kind`` page)."""
+
+    kind: str
+    name: str
+    signature: str
+    start: int
+    end: int
+    children: list[Entry] = field(default_factory=list)
+    span_kind: str = "lines"
+    #: the signature's own line where the span starts above it (decorators, attributes)
+    line: int | None = None
+
+    def as_dict(self) -> dict:
+        out = {
+            "kind": self.kind,
+            "name": self.name,
+            "signature": self.signature,
+            "span": SpanRef(self.span_kind, self.start, self.end).as_dict(),
+        }
+        if self.line is not None and self.line != self.start:
+            out["line"] = self.line
+        if self.children:
+            out["children"] = [child.as_dict() for child in self.children]
+        return out
+
+
+def walk(entries: list[Entry]) -> Iterator[Entry]:
+    """Every entry, depth first, in line order."""
+    for entry in entries:
+        yield entry
+        yield from walk(entry.children)
+
+
+# -- a document ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outline:
+    rel_path: str
+    doc_type: str
+    #: "definitions" (code), "headings" (prose) or "pages"
+    of: str
+    entries: list[Entry]
+    #: lines, or pages, in the document
+    length: int
+    #: the document was longer than was read; the outline covers its beginning
+    truncated: bool = False
+    #: the file kept changing while it was read: this is the outline of its indexed text
+    from_index: bool = False
+
+    def as_dict(self) -> dict:
+        out = {
+            "rel_path": self.rel_path,
+            "doc_type": self.doc_type,
+            "outline": self.of,
+            "entries": [entry.as_dict() for entry in self.entries],
+            "count": sum(1 for _ in walk(self.entries)),
+            ("pages" if self.of == "pages" else "lines"): self.length,
+            "truncated": self.truncated,
+        }
+        return out | ({"from_index": True} if self.from_index else {})
+
+
+def outline(engine, rel_path: str, *, max_chars: int = MAX_CHARS) -> Outline:
+    """The outline of ``rel_path``, read as ``open_file`` reads it (the one
+    check and open; a secret-bearing document refused), its names and
+    signatures screened for secrets like any returned text."""
+    document = files.read_document(engine, rel_path, max_chars=max_chars)
+    rel = document.rel_path
+    if document.pages is not None:
+        entries = page_outline(document.pages)
+        of, length = "pages", len(document.pages)
+    else:
+        text = document.lines or ""
+        length = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+        fmt = _PROSE.get(document.doc_type) or _PROSE.get(rel.rsplit(".", 1)[-1].lower())
+        code = code_outline(text, rel) if fmt is None else None
+        if code is not None:
+            entries, of = code, "definitions"
+        elif fmt is not None:
+            entries, of = heading_outline(text, fmt), "headings"
+        else:
+            raise errors.Dir2mcpError(
+                errors.DOC_TYPE_UNSUPPORTED,
+                f"{rel} has no outline: no grammar or headings for a {document.doc_type} file; "
+                "use open_file or search",
+            )
+    files.screen(engine, rel, "\n".join(f"{e.name}\n{e.signature}" for e in walk(entries)))
+    return Outline(rel, document.doc_type, of, entries, length, document.truncated, document.from_index)
+
+
+def prune(entries: list[Entry], limit: int) -> tuple[list[Entry], int]:
+    """At most ``limit`` entries, the outer levels first (every top-level entry
+    before any member), each kept entry with its kept children; and how many
+    there were."""
+    kept: set[int] = set()
+    level, total = list(entries), 0
+    while level:
+        for entry in level:
+            total += 1
+            if len(kept) < limit:
+                kept.add(id(entry))
+        level = [child for entry in level for child in entry.children]
+
+    def rebuilt(group: list[Entry]) -> list[Entry]:
+        return [replace(e, children=rebuilt(e.children)) for e in group if id(e) in kept]
+
+    return rebuilt(entries), total
+
+
+# -- code ---------------------------------------------------------------------------
+
+
+def code_outline(text: str, rel_path: str) -> list[Entry] | None:
+    """The definitions of a code file as a tree, or None when no grammar reads it."""
+    parsed = units.parse(text, rel_path)
+    if parsed is None:
+        return None
+    return _entries(parsed, parsed.tree.root_node, inside_class=False)
+
+
+def _entries(parsed: units.Parsed, node: tree_sitter.Node, *, inside_class: bool) -> list[Entry]:
+    found = []
+    for outer in parsed.inner(node):
+        core = parsed.core(outer)
+        kind = _KINDS.get(core.type, core.type)
+        if inside_class and kind in _FUNCTION_KINDS:
+            kind = "method"
+        row = core.start_point.row
+        entry = Entry(
+            kind,
+            _name(core),
+            parsed.lines[row].strip()[: units.SIGNATURE_CHARS] if row < len(parsed.lines) else "",
+            outer.start_point.row + 1,
+            units.last_row(outer) + 1,
+            line=row + 1,
+        )
+        entry.children = _entries(parsed, core, inside_class=parsed.is_class_like(core))
+        found.append(entry)
+    return found
+
+
+def _name(node: tree_sitter.Node) -> str:
+    """What a definition declares, as written: ``parse``, ``Config``, ``impl Display for Config``."""
+    if node.type == "impl_item":
+        trait, of = node.child_by_field_name("trait"), node.child_by_field_name("type")
+        return " for ".join(_text(part) for part in (trait, of) if part is not None)
+    named = node.child_by_field_name("name")
+    if named is not None:
+        return _text(named)
+    if node.type in ("lexical_declaration", "variable_declaration", "type_declaration"):
+        inner = next((c for c in node.named_children if c.type in ("variable_declarator", "type_spec")), None)
+        return _name(inner) if inner is not None else ""
+    if node.type == "expression_statement" and node.named_child_count == 1:
+        left = node.named_children[0].child_by_field_name("left")
+        return _text(left) if left is not None else ""
+    declarator = node.child_by_field_name("declarator")
+    while declarator is not None:
+        if declarator.type in _NAME_NODES:
+            return _text(declarator)
+        declarator = declarator.child_by_field_name("declarator") or next(
+            (c for c in declarator.named_children if c.type in _NAME_NODES), None
+        )
+    return ""
+
+
+def _text(node: tree_sitter.Node) -> str:
+    return node.text.decode("utf-8", "replace")[: units.SIGNATURE_CHARS]
+
+
+# -- prose and pages -------------------------------------------------------------------
+
+
+def heading_outline(text: str, fmt: str) -> list[Entry]:
+    """Headings nested by level; each spans to the line before the next heading
+    of the same or a higher level (or the end)."""
+    line_count = text.count("\n") + (0 if text.endswith("\n") else 1)
+    found = sections.headings(text, "rst" if fmt == "rst" else "md")
+    top: list[Entry] = []
+    open_: list[tuple[int, Entry]] = []  # (level, entry) of the headings still open
+    for heading in found:
+        while open_ and open_[-1][0] >= heading.level:
+            open_.pop()[1].end = heading.line - 1
+        entry = Entry("heading", heading.title, heading.title, heading.line, line_count)
+        (open_[-1][1].children if open_ else top).append(entry)
+        open_.append((heading.level, entry))
+    for _, entry in open_:
+        entry.end = max(entry.start, line_count)
+    return top
+
+
+def page_outline(pages: list[str]) -> list[Entry]:
+    """One entry per page, named by its first line of text."""
+    entries = []
+    for number, page in enumerate(pages, 1):
+        first = next((line.strip() for line in page.split("\n") if line.strip()), "")
+        first = first.lstrip("#").strip()[: units.SIGNATURE_CHARS]
+        entries.append(Entry("page", f"page {number}", first, number, number, span_kind="page"))
+    return entries
