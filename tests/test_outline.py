@@ -167,12 +167,7 @@ CODE = {
     ),
     "cpp": (
         "m.cpp",
-        "namespace store {\n"
-        "class Table {\n"
-        "  public:\n"
-        "    int rows() const { return 0; }\n"
-        "};\n"
-        "}\n",
+        "namespace store {\nclass Table {\n  public:\n    int rows() const { return 0; }\n};\n}\n",
         [
             (0, "namespace", "store", 1, 6),
             (1, "class", "Table", 2, 5),
