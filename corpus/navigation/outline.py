@@ -226,10 +226,10 @@ def _entries(parsed: units.Parsed, node: tree_sitter.Node, *, inside_class: bool
         kind = _KINDS.get(core.type, core.type)
         if inside_class and kind in _FUNCTION_KINDS:
             kind = "method"
-        row = core.start_point.row
+        name, row = _name(core)
         entry = Entry(
             kind,
-            _name(core),
+            name,
             parsed.lines[row].strip()[: units.SIGNATURE_CHARS] if row < len(parsed.lines) else "",
             outer.start_point.row + 1,
             units.last_row(outer) + 1,
@@ -240,28 +240,35 @@ def _entries(parsed: units.Parsed, node: tree_sitter.Node, *, inside_class: bool
     return found
 
 
-def _name(node: tree_sitter.Node) -> str:
-    """What a definition declares, as written: ``parse``, ``Config``, ``impl Display for Config``."""
+def _name(node: tree_sitter.Node) -> tuple[str, int]:
+    """What a definition declares, as written (``parse``, ``Config``, ``impl
+    Display for Config``), and the 0-based row it is named on: a Java method's
+    name under its annotations, a C function's under its return type."""
     if node.type == "impl_item":
         trait, of = node.child_by_field_name("trait"), node.child_by_field_name("type")
-        return " for ".join(_text(part) for part in (trait, of) if part is not None)
+        parts = [part for part in (trait, of) if part is not None]
+        return " for ".join(_text(part) for part in parts), (parts[-1] if parts else node).start_point.row
+    named = _name_node(node)
+    return (_text(named), named.start_point.row) if named is not None else ("", node.start_point.row)
+
+
+def _name_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
     named = node.child_by_field_name("name")
     if named is not None:
-        return _text(named)
+        return named
     if node.type in ("lexical_declaration", "variable_declaration", "type_declaration"):
         inner = next((c for c in node.named_children if c.type in ("variable_declarator", "type_spec")), None)
-        return _name(inner) if inner is not None else ""
+        return _name_node(inner) if inner is not None else None
     if node.type == "expression_statement" and node.named_child_count == 1:
-        left = node.named_children[0].child_by_field_name("left")
-        return _text(left) if left is not None else ""
+        return node.named_children[0].child_by_field_name("left")
     declarator = node.child_by_field_name("declarator")
     while declarator is not None:
         if declarator.type in _NAME_NODES:
-            return _text(declarator)
+            return declarator
         declarator = declarator.child_by_field_name("declarator") or next(
             (c for c in declarator.named_children if c.type in _NAME_NODES), None
         )
-    return ""
+    return None
 
 
 def _text(node: tree_sitter.Node) -> str:

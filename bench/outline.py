@@ -1,0 +1,209 @@
+"""dir2mcp.outline against a reference parser, on trees nobody here wrote (issue #32).
+
+For each file, the definitions the outline lists are compared with a
+reference list of (name, the line the definition is named on):
+
+- Python: the standard library, against :mod:`ast` (every ``def``,
+  ``async def`` and ``class``, nested ones included);
+- Java (the JDK's ``src.zip``), TypeScript (``lib.*.d.ts`` of the
+  ``typescript`` npm package), JavaScript (lodash's modules) and C (this
+  machine's ``/usr/include``): against the grammar's own ``tags.scm``
+  definitions (``@definition.class|function|method|interface``), shipped in
+  each ``tree-sitter-*`` wheel.
+
+It prints, per language: files, reference definitions, the share the outline
+lists at the exact line (coverage, goal >= 0.98), the outline's entries that
+the reference does not have, and the outline's size against the file's
+(the JSON an agent receives, and its ``content[0]`` text).
+
+    .venv/bin/python bench/outline.py [--files 400] [--languages python,java,ts,js,c]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import glob
+import json
+import re
+import sys
+import sysconfig
+import tarfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import tree_sitter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.corpora import LODASH_VERSION, TS_VERSION, jdk_src_zip, npm_package  # noqa: E402
+
+TAG_KINDS = {"class", "function", "method", "interface"}
+GRAMMARS = {  # language -> (module, loader name, extension for the outline)
+    "java": ("tree_sitter_java", "language", "java"),
+    "ts": ("tree_sitter_typescript", "language_typescript", "ts"),
+    "js": ("tree_sitter_javascript", "language", "js"),
+    "c": ("tree_sitter_c", "language", "h"),
+}
+
+
+def setup_django() -> None:
+    import os
+
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dir2mcp_site.settings")
+    django.setup()
+
+
+# -- sources -------------------------------------------------------------------------------
+
+
+def python_sources(limit: int) -> Iterator[tuple[str, str]]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    paths = sorted(
+        p for p in stdlib.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts
+    )
+    for path in paths[:limit]:
+        yield str(path.relative_to(stdlib)), path.read_text(errors="replace")
+
+
+def java_sources(limit: int) -> Iterator[tuple[str, str]]:
+    path = jdk_src_zip()
+    if path is None:
+        return
+    archive = zipfile.ZipFile(path)
+    wanted = re.compile(r"java\.base/java/(util|io|lang)/\w+\.java")
+    names = sorted(n for n in archive.namelist() if wanted.fullmatch(n))
+    for name in names[:limit]:
+        yield name, archive.read(name).decode(errors="replace")
+
+
+def _tarball(spec: str, keep) -> Iterator[tuple[str, str]]:
+    with tarfile.open(npm_package(spec)) as archive:
+        for member in sorted(archive.getmembers(), key=lambda m: m.name):
+            name = member.name.removeprefix("package/")
+            if member.isfile() and keep(name):
+                yield name, archive.extractfile(member).read().decode(errors="replace")
+
+
+def ts_sources(limit: int) -> Iterator[tuple[str, str]]:
+    keep = lambda name: re.fullmatch(r"lib/lib\..*\.d\.ts", name) is not None  # noqa: E731
+    yield from list(_tarball(f"typescript@{TS_VERSION}", keep))[:limit]
+
+
+def js_sources(limit: int) -> Iterator[tuple[str, str]]:
+    keep = lambda name: "/" not in name and name.endswith(".js") and not name.endswith(".min.js")  # noqa: E731
+    yield from list(_tarball(f"lodash@{LODASH_VERSION}", keep))[:limit]
+
+
+def c_sources(limit: int) -> Iterator[tuple[str, str]]:
+    for path in sorted(glob.glob("/usr/include/**/*.h", recursive=True))[:limit]:
+        yield path.removeprefix("/usr/include/"), Path(path).read_text(errors="replace")
+
+
+SOURCES = {"python": python_sources, "java": java_sources, "ts": ts_sources, "js": js_sources, "c": c_sources}
+
+
+# -- references ------------------------------------------------------------------------------
+
+
+def python_reference(text: str) -> set[tuple[str, int]] | None:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {(node.name, node.lineno) for node in ast.walk(tree) if isinstance(node, kinds)}
+
+
+class Tags:
+    """The grammar's own definitions, from its ``queries/tags.scm``."""
+
+    def __init__(self, language: str):
+        module_name, loader, _ = GRAMMARS[language]
+        module = __import__(module_name)
+        self.language = tree_sitter.Language(getattr(module, loader)())
+        scm = Path(module.__file__).parent / "queries" / "tags.scm"
+        self.query = tree_sitter.Query(self.language, scm.read_text())
+        self.parser = tree_sitter.Parser(self.language)
+
+    def reference(self, text: str) -> set[tuple[str, int]]:
+        tree = self.parser.parse(text.encode("utf-8", "surrogatepass"))
+        found = set()
+        for _, captures in tree_sitter.QueryCursor(self.query).matches(tree.root_node):
+            names = captures.get("name", [])
+            for key in captures:
+                kind = key.removeprefix("definition.")
+                if key.startswith("definition.") and kind in TAG_KINDS and names:
+                    found.add((names[0].text.decode("utf-8", "replace"), names[0].start_point.row + 1))
+        return found
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def measure(language: str, limit: int) -> dict | None:
+    from corpus.navigation import outline as outlines
+    from mcp_gateway import summaries
+
+    tags = Tags(language) if language in GRAMMARS else None
+    ext = GRAMMARS[language][2] if tags else "py"
+    files = reference_total = covered = extra = 0
+    file_bytes = json_bytes = text_bytes = 0
+    started = time.perf_counter()
+    for rel, text in SOURCES[language](limit):
+        reference = python_reference(text) if tags is None else tags.reference(text)
+        if reference is None:
+            continue
+        rel_path = rel if rel.endswith("." + ext) else rel + "." + ext
+        entries = outlines.code_outline(text, rel_path)
+        if entries is None:
+            continue
+        listed = {(e.name, e.line or e.start) for e in outlines.walk(entries)}
+        files += 1
+        reference_total += len(reference)
+        covered += len(reference & listed)
+        extra += len(listed - reference)
+        result = outlines.Outline(rel_path, "code", "definitions", entries, text.count("\n")).as_dict()
+        result |= {"count": result["count"], "total": result["count"]}
+        file_bytes += len(text.encode())
+        json_bytes += len(json.dumps(result).encode())
+        text_bytes += len(summaries.outline(result).encode())
+    if not files:
+        return None
+    return {
+        "language": language,
+        "files": files,
+        "reference": reference_total,
+        "coverage": round(covered / max(reference_total, 1), 4),
+        "outline_only": extra,
+        "json_to_file": round(json_bytes / file_bytes, 3),
+        "text_to_file": round(text_bytes / file_bytes, 3),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=400, help="files per language")
+    parser.add_argument("--languages", default="python,java,ts,js,c")
+    args = parser.parse_args()
+    setup_django()
+    columns = "files | reference definitions | coverage | outline-only entries | JSON / file | text / file"
+    print(f"| language | {columns} |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for language in args.languages.split(","):
+        row = measure(language, args.files)
+        if row is None:
+            print(f"| {language} | (no sources on this machine) | | | | | |")
+            continue
+        print(
+            f"| {row['language']} | {row['files']} | {row['reference']} | {row['coverage']:.4f} | "
+            f"{row['outline_only']} | {row['json_to_file']:.3f} | {row['text_to_file']:.3f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
