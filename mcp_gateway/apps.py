@@ -6,9 +6,9 @@ from mcp_gateway import registry
 def _gateway_tools():
     # The handlers import most of corpus (~0.45 s, measured): loaded on the
     # tool table's first use, not by every process that sets up Django.
-    from mcp_gateway import media_tools, navigation, tools
+    from mcp_gateway import media_tools, navigation, read_tools, tools
 
-    return (*tools.TOOLS, *navigation.TOOLS, *media_tools.TOOLS)
+    return (*tools.TOOLS, *navigation.TOOLS, *read_tools.TOOLS, *media_tools.TOOLS)
 
 
 class McpGatewayConfig(AppConfig):

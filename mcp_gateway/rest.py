@@ -278,7 +278,14 @@ def _union(members: tuple):
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_BOUNDS = {"minimum": "ge", "maximum": "le", "minLength": "min_length", "maxLength": "max_length"}
+_BOUNDS = {
+    "minimum": "ge",
+    "maximum": "le",
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "minItems": "min_length",
+    "maxItems": "max_length",
+}
 
 
 def input_model(name: str, tool_name: str, *, body: bool) -> type[BaseModel]:
@@ -300,6 +307,9 @@ def input_model(name: str, tool_name: str, *, body: bool) -> type[BaseModel]:
             kwargs.setdefault("le", INT64_MAX)
         if "description" in prop:
             kwargs["description"] = prop["description"]
+        if prop.get("type") == "array" and prop.get("items", {}).get("type") == "object":
+            # A list of objects is checked by the tool's own schema; the document shows it whole.
+            kwargs["json_schema_extra"] = {"items": copy.deepcopy(prop["items"])}
         if field_name in required:
             default = ...
         elif "default" in prop:
@@ -318,6 +328,9 @@ ListFilesQuery = input_model("ListFilesQuery", "dir2mcp.list_files", body=False)
 OpenFileQuery = input_model("OpenFileQuery", "dir2mcp.open_file", body=False)
 FindQuery = input_model("FindQuery", "dir2mcp.find", body=False)
 OutlineQuery = input_model("OutlineQuery", "dir2mcp.outline", body=False)
+ChecksumQuery = input_model("ChecksumQuery", "dir2mcp.checksum", body=False)
+DiffQuery = input_model("DiffQuery", "dir2mcp.diff", body=False)
+OpenFilesBody = input_model("OpenFilesRequest", "dir2mcp.open_files", body=True)
 
 # components/schemas name -> tool, for the 200 bodies
 RESULTS = {
@@ -327,6 +340,9 @@ RESULTS = {
     "ListFilesResult": "dir2mcp.list_files",
     "FindResult": "dir2mcp.find",
     "OutlineResult": "dir2mcp.outline",
+    "OpenFilesResult": "dir2mcp.open_files",
+    "ChecksumResult": "dir2mcp.checksum",
+    "DiffResult": "dir2mcp.diff",
     "StatsResult": "dir2mcp.stats",
 }
 _RESULT_FOR = {tool_name: name for name, tool_name in RESULTS.items()}
@@ -534,6 +550,21 @@ async def open_file(request: HttpRequest, params: Query[OpenFileQuery]):
 @api.get("/files/outline", **_operation("dir2mcp.outline", "outline", _FILE_ERRORS))
 async def outline(request: HttpRequest, params: Query[OutlineQuery]):
     return await _call(request, "dir2mcp.outline", params)
+
+
+@api.post("/files/slices", **_operation("dir2mcp.open_files", "openFiles", _POST_ERRORS))
+async def open_files(request: HttpRequest, body: Body[OpenFilesBody]):
+    return await _call(request, "dir2mcp.open_files", body)
+
+
+@api.get("/files/checksum", **_operation("dir2mcp.checksum", "checksum", _FILE_ERRORS))
+async def checksum(request: HttpRequest, params: Query[ChecksumQuery]):
+    return await _call(request, "dir2mcp.checksum", params)
+
+
+@api.get("/files/diff", **_operation("dir2mcp.diff", "diff", _FILE_ERRORS))
+async def diff(request: HttpRequest, params: Query[DiffQuery]):
+    return await _call(request, "dir2mcp.diff", params)
 
 
 @api.get("/find", **_operation("dir2mcp.find", "find"))

@@ -218,3 +218,28 @@ def outline(result: dict) -> str:
     if result["truncated"]:
         lines.append("(truncated: raise max_entries, or open_file a span and outline less)")
     return "\n".join(lines)
+
+
+def open_files(result: dict) -> str:
+    """Each slice as open_file's summary writes it, or its error, in order."""
+    parts = []
+    for piece in result["slices"]:
+        if "result" in piece:
+            parts.append(open_file(piece["result"]))
+        else:
+            error = piece["error"]
+            parts.append(f"(refused: {error['code']}: {error['message']})")
+    return "\n\n".join(parts)
+
+
+def checksum(result: dict) -> str:
+    return f"{result['algorithm']} {result['digest']}  [{result['rel_path']}] ({result['size_bytes']} B)"
+
+
+def diff(result: dict) -> str:
+    a, b = result["rel_path_a"], result["rel_path_b"]
+    if result["identical"]:
+        return f"[{a}] and [{b}] have the same text."
+    head = f"[{a}] -> [{b}]: {result['removed']} line(s) removed, {result['added']} added"
+    note = "\n(truncated: raise max_chars, or diff smaller files)" if result["truncated"] else ""
+    return f"{head}\n\n{result['diff']}{note}"

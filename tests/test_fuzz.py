@@ -36,6 +36,9 @@ TOOLS = [
     "dir2mcp.list_files",
     "dir2mcp.find",
     "dir2mcp.outline",
+    "dir2mcp.open_files",
+    "dir2mcp.checksum",
+    "dir2mcp.diff",
     "dir2mcp.stats",
 ]
 

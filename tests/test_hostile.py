@@ -59,6 +59,9 @@ TRAVERSALS = [
 PATH_ARGUMENTS = [
     ("dir2mcp.open_file", "rel_path", {}),
     ("dir2mcp.outline", "rel_path", {}),
+    ("dir2mcp.checksum", "rel_path", {}),
+    ("dir2mcp.diff", "rel_path_a", {"rel_path_b": "docs/guide.md"}),
+    ("dir2mcp.diff", "rel_path_b", {"rel_path_a": "docs/guide.md"}),
     ("dir2mcp.transcribe", "rel_path", {}),
     ("dir2mcp.transcribe_and_ask", "rel_path", {"question": "what is said?"}),
     ("dir2mcp.annotate", "rel_path", {"schema_json": {"type": "object"}}),
@@ -170,10 +173,35 @@ def test_every_path_argument_of_every_tool_is_attacked(server):
     found = {
         (tool["name"], name)
         for tool in listed["tools"]
-        for name in tool["inputSchema"].get("properties", {})
-        if name in ("rel_path", "path_prefix") or name.endswith("glob")
+        for name in _arguments(tool["inputSchema"])
+        if name.rsplit(".", 1)[-1].startswith("rel_path") or name.endswith(("path_prefix", "glob"))
     }
-    assert found == {case[:2] for case in PATH_ARGUMENTS + GLOB_ARGUMENTS}
+    assert found == {case[:2] for case in PATH_ARGUMENTS + GLOB_ARGUMENTS + NESTED_PATH_ARGUMENTS}
+
+
+def _arguments(schema: dict, prefix: str = "") -> list[str]:
+    """Every property name of an input schema, nested ones as ``slices[].rel_path``."""
+    names = []
+    for name, prop in schema.get("properties", {}).items():
+        names.append(prefix + name)
+        if prop.get("type") == "array" and isinstance(prop.get("items"), dict):
+            names += _arguments(prop["items"], f"{prefix}{name}[].")
+    return names
+
+
+# Path arguments inside a list: each item's refusal is in its place in the result.
+NESTED_PATH_ARGUMENTS = [("dir2mcp.open_files", "slices[].rel_path")]
+
+
+@pytest.mark.parametrize(("path", "reason"), TRAVERSALS)
+def test_a_traversal_in_one_slice_is_refused_in_its_place(server, path, reason):
+    path = path.replace("{outside}", str(server.outside))
+    slices = [{"rel_path": "docs/guide.md"}, {"rel_path": path}]
+    result = call(server, "dir2mcp.open_files", {"slices": slices})
+    first, second = result["structuredContent"]["slices"]
+    assert first["result"]["rel_path"] == "docs/guide.md"
+    assert (second["error"]["code"], second["error"]["retryable"]) == ("PATH_OUTSIDE_ROOT", False)
+    assert reason in second["error"]["message"]
 
 
 @pytest.mark.parametrize(("path", "reason"), TRAVERSALS)
@@ -191,7 +219,7 @@ def test_a_traversal_in_a_path_argument_is_path_outside_root(server, tool, field
 def test_a_plain_path_in_the_same_argument_gets_past_the_check(server, tool, field, extra):
     """The refusals above are about the traversal, not the argument: a
     missing file is FILE_NOT_FOUND, a plain prefix is served."""
-    if field == "rel_path":
+    if field.startswith("rel_path"):
         assert error_code(call(server, tool, {field: "docs/missing.wav", **extra})) == "FILE_NOT_FOUND"
         assert error_code(call(server, tool, {field: "./", **extra})) == "INVALID_FIELD"  # names no file
     else:

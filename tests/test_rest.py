@@ -136,6 +136,28 @@ PARITY = [
         {"rel_path": "src/loader.py"},
     ),
     (
+        "dir2mcp.open_files",
+        {"slices": [{"rel_path": "notes.txt", "start_line": 2, "end_line": 2}, {"rel_path": "nope.txt"}]},
+        "POST",
+        "/files/slices",
+        {"slices": [{"rel_path": "notes.txt", "start_line": 2, "end_line": 2}, {"rel_path": "nope.txt"}]},
+    ),
+    ("dir2mcp.checksum", {"rel_path": "notes.txt"}, "GET", "/files/checksum", {"rel_path": "notes.txt"}),
+    (
+        "dir2mcp.checksum",
+        {"rel_path": "notes.txt", "algorithm": "md5"},
+        "GET",
+        "/files/checksum",
+        {"rel_path": "notes.txt", "algorithm": "md5"},
+    ),
+    (
+        "dir2mcp.diff",
+        {"rel_path_a": "notes.txt", "rel_path_b": "docs/guide.md"},
+        "GET",
+        "/files/diff",
+        {"rel_path_a": "notes.txt", "rel_path_b": "docs/guide.md"},
+    ),
+    (
         "dir2mcp.outline",
         {"rel_path": "docs/guide.md", "max_entries": 1},
         "GET",
@@ -453,6 +475,9 @@ OPERATIONS = {
     ("/api/v1/files/slice", "get"): "dir2mcp.open_file",
     ("/api/v1/find", "get"): "dir2mcp.find",
     ("/api/v1/files/outline", "get"): "dir2mcp.outline",
+    ("/api/v1/files/slices", "post"): "dir2mcp.open_files",
+    ("/api/v1/files/checksum", "get"): "dir2mcp.checksum",
+    ("/api/v1/files/diff", "get"): "dir2mcp.diff",
     ("/api/v1/stats", "get"): "dir2mcp.stats",
 }
 

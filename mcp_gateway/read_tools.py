@@ -1,0 +1,77 @@
+"""The read utilities (issue #32, seed 002): checksum, diff, several slices at once."""
+
+from __future__ import annotations
+
+from corpus import errors
+from corpus.navigation import reads
+from mcp_gateway import read_schemas, summaries
+from mcp_gateway.registry import Tool
+from mcp_gateway.tools import Call, open_file
+
+
+def checksum(call: Call, args: dict) -> dict:
+    return reads.checksum(call.ctx.engine, args["rel_path"], algorithm=args["algorithm"], check=call.check)
+
+
+def diff(call: Call, args: dict) -> dict:
+    return reads.diff(
+        call.ctx.engine,
+        args["rel_path_a"],
+        args["rel_path_b"],
+        context=args["context"],
+        max_chars=args["max_chars"],
+    )
+
+
+def open_files(call: Call, args: dict) -> dict:
+    """Each slice as dir2mcp.open_file answers it, an error for one refused."""
+    share = max(200, args["max_chars"] // len(args["slices"]))
+    out = []
+    for piece in args["slices"]:
+        call.check()
+        try:
+            out.append({"result": open_file(call, {**piece, "max_chars": share})})
+        except errors.Dir2mcpError as exc:
+            out.append({"error": exc.as_dict()})
+    return {"slices": out, "truncated": any(s.get("result", {}).get("truncated") for s in out)}
+
+
+TOOLS = (
+    Tool(
+        name="dir2mcp.open_files",
+        title="Open several slices at once",
+        description=(
+            "Read up to 20 slices in one call, each as dir2mcp.open_file takes it (rel_path with "
+            "start_line/end_line, page, or start_ms/end_ms), sharing max_chars. A slice that is refused "
+            "gets its error in place; the others are still returned."
+        ),
+        input_schema=read_schemas.OPEN_FILES_INPUT,
+        output_schema=read_schemas.OPEN_FILES_OUTPUT,
+        handler=open_files,
+        summarize=summaries.open_files,
+    ),
+    Tool(
+        name="dir2mcp.checksum",
+        title="Checksum a file",
+        description=(
+            "The digest of a file's bytes as they are now: sha256 (default), md5, sha1 or sha512. Use it "
+            "to tell whether two files, or a file and a copy elsewhere, are the same."
+        ),
+        input_schema=read_schemas.CHECKSUM_INPUT,
+        output_schema=read_schemas.CHECKSUM_OUTPUT,
+        handler=checksum,
+        summarize=summaries.checksum,
+    ),
+    Tool(
+        name="dir2mcp.diff",
+        title="Diff two files",
+        description=(
+            "A unified diff of two files' text: lines of text and code files, or the extracted text of "
+            "converted ones (two PDFs' text, page by page). Capped by max_chars, with truncated."
+        ),
+        input_schema=read_schemas.DIFF_INPUT,
+        output_schema=read_schemas.DIFF_OUTPUT,
+        handler=diff,
+        summarize=summaries.diff,
+    ),
+)
