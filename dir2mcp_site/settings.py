@@ -65,6 +65,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "dir2mcp_site.ops.middleware.RequestMetrics",
+    "dir2mcp_site.ops.middleware.SecurityHeaders",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -137,6 +138,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+# The status page's script and styles (dir2mcp_site is not an app).
+STATICFILES_DIRS = [BASE_DIR / "dir2mcp_site" / "static"]
 STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
 # The daphne process serves /static/ itself (admin CSS/JS) unless a reverse
 # proxy serves STATIC_ROOT after collectstatic (docs/deploy.md).
@@ -146,8 +149,12 @@ DIR2MCP_SERVE_STATIC = env.bool("DIR2MCP_SERVE_STATIC", default=True)
 if DJANGO_BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     USE_X_FORWARDED_HOST = True
+# Behind a proxy: set it. `up --tls-cert` sets both itself (mcp_gateway/server.py).
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Strict-Transport-Security on every answer sent over https (up --tls-cert, or
+# a proxy's X-Forwarded-Proto with DJANGO_BEHIND_PROXY), never over http; 0 turns it off.
+SECURE_HSTS_SECONDS = _whole("DJANGO_HSTS_SECONDS", 31_536_000, minimum=0)
 
 # Celery: with no broker, tasks run in-process (see corpus/tasks.py).
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
