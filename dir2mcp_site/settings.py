@@ -125,6 +125,13 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Admin sign-in: refused before the password hash is computed once a client
+# or a username has failed DIR2MCP_LOGIN_FAILURES times; one more try every
+# DIR2MCP_LOGIN_WINDOW / DIR2MCP_LOGIN_FAILURES seconds (dir2mcp_site/ops/logins.py).
+AUTHENTICATION_BACKENDS = ["dir2mcp_site.ops.logins.ThrottledModelBackend"]
+DIR2MCP_LOGIN_FAILURES = _whole("DIR2MCP_LOGIN_FAILURES", 5, minimum=1)
+DIR2MCP_LOGIN_WINDOW = _whole("DIR2MCP_LOGIN_WINDOW", 900, minimum=1)
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
