@@ -23,6 +23,7 @@ CSV_FIELDS = (
     "network",
     "pay_to",
     "payer",
+    "payer_verified",
     "transaction",
     "error_reason",
     "request_hash",

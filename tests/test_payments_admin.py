@@ -190,6 +190,19 @@ def test_csv_cells_that_cannot_start_a_formula_are_kept_as_they_are(staff, cell)
     assert table[0]["tool"] == cell
 
 
+def test_a_payer_the_facilitator_did_not_confirm_is_shown_as_unverified(staff):
+    claimed = SettlementLogFactory(status="failed", payer="0x" + "ab" * 20, payer_verified=False)
+    confirmed = SettlementLogFactory(payer="0x" + "cd" * 20, payer_verified=True)
+    page = staff.get(LIST).content.decode()
+    assert f"{claimed.payer} (unverified)" in page
+    assert confirmed.payer in page and f"{confirmed.payer} (unverified)" not in page
+    table = {
+        r["payer"]: r["payer_verified"]
+        for r in csv.DictReader(io.StringIO(staff.get(EXPORT).content.decode()))
+    }
+    assert table == {claimed.payer: "False", confirmed.payer: "True"}
+
+
 def test_export_needs_a_staff_login(client, rows):
     response = client.get(EXPORT)
     assert response.status_code == 302 and "login" in response["Location"]
