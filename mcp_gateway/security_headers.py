@@ -1,9 +1,11 @@
 """The security headers of every answer, whichever surface writes it (issue #34).
 
-Three writers, each calling :func:`add_to` once: the MCP endpoint and the
+Four writers, each calling :func:`add_to` once: the MCP endpoint and the
 gate's refusals (``asgi_io.Response`` and ``StreamResponse``), the REST
-mirror's edge (``rest_edge.py``) and the site's middleware (the admin, the
-status page, health, metrics; ``dir2mcp_site/ops/middleware.py``). So every
+mirror's edge (``rest_edge.py``), the site's middleware (the admin, the
+status page, health, metrics; ``dir2mcp_site/ops/middleware.py``), and the
+connection's own refusals before any app runs (408, 413, 414, 431;
+``bounded.py``). So every
 route sends the same ``X-Content-Type-Options``, ``X-Frame-Options``,
 ``Referrer-Policy``, ``Cross-Origin-Opener-Policy`` and
 ``Content-Security-Policy``, and ``Strict-Transport-Security`` over https.

@@ -49,6 +49,7 @@ ROUTES = {
     "healthz/live": ("GET", "/healthz/live", "none", None),
     "metrics": ("GET", "/metrics", "none", None),
     "unknown site page": ("GET", "/no-such-page", "none", None),
+    "connection refusal (414)": ("GET", "/api/v1/search?query=" + "a" * 20_480, "bearer", None),
 }
 #: the routes whose answers carry (or could carry) corpus content: never stored by a cache
 NO_STORE = {kind for kind, (_m, path, _c, _b) in ROUTES.items() if path.startswith(("/api/v1/", "/mcp"))}
@@ -68,6 +69,7 @@ def fetch(site: Site, method: str, path: str, credential: str, body) -> httpx.Re
 def test_every_route_kind_sends_the_security_headers(site, kind):
     response = fetch(site, *ROUTES[kind])
     assert response.status_code < 500, response.text[:300]
+    assert (response.status_code == 414) is (kind == "connection refusal (414)")
     headers = response.headers
     assert headers["X-Content-Type-Options"] == "nosniff"
     assert headers["X-Frame-Options"] == "DENY"
