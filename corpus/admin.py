@@ -56,6 +56,9 @@ class RepresentationInline(admin.TabularInline):
     can_delete = False
     show_change_link = True
 
+    class Media:
+        css = {"all": ("corpus/admin.css",)}  # the preview's style: pages allow no style attribute (CSP)
+
     def has_add_permission(self, request, obj=None):
         return False
 
@@ -78,7 +81,7 @@ class RepresentationInline(admin.TabularInline):
     def text_preview(self, obj):
         more = len(obj.text) > TEXT_PREVIEW
         return format_html(
-            '<pre style="white-space: pre-wrap; max-height: 20em; overflow: auto">{}{}</pre>',
+            '<pre class="text-preview">{}{}</pre>',
             obj.text[:TEXT_PREVIEW],
             "\n…" if more else "",
         )

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "dir2mcp_site.ops.middleware.RequestMetrics",
+    "dir2mcp_site.ops.middleware.SecurityHeaders",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -135,6 +136,13 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Admin sign-in: refused before the password hash is computed once a client
+# or a username has failed DIR2MCP_LOGIN_FAILURES times; one more try every
+# DIR2MCP_LOGIN_WINDOW / DIR2MCP_LOGIN_FAILURES seconds (dir2mcp_site/ops/logins.py).
+AUTHENTICATION_BACKENDS = ["dir2mcp_site.ops.logins.ThrottledModelBackend"]
+DIR2MCP_LOGIN_FAILURES = _whole("DIR2MCP_LOGIN_FAILURES", 5, minimum=1)
+DIR2MCP_LOGIN_WINDOW = _whole("DIR2MCP_LOGIN_WINDOW", 900, minimum=1)
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -148,6 +156,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+# The status page's script and styles (dir2mcp_site is not an app).
+STATICFILES_DIRS = [BASE_DIR / "dir2mcp_site" / "static"]
 STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
 # The daphne process serves /static/ itself (admin CSS/JS) unless a reverse
 # proxy serves STATIC_ROOT after collectstatic (docs/deploy.md).
@@ -162,8 +172,12 @@ if DJANGO_BEHIND_PROXY:
 # names itself (daphne's ``Daphne-Root-Path`` header) is ignored: the gate
 # decides on the path Django resolves, and only this setting shifts it.
 FORCE_SCRIPT_NAME = _script_name(env.str("DJANGO_FORCE_SCRIPT_NAME", default=""))
+# Behind a proxy: set it. `up --tls-cert` sets both itself (mcp_gateway/server.py).
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Strict-Transport-Security on every answer sent over https (up --tls-cert, or
+# a proxy's X-Forwarded-Proto with DJANGO_BEHIND_PROXY), never over http; 0 turns it off.
+SECURE_HSTS_SECONDS = _whole("DJANGO_HSTS_SECONDS", 31_536_000, minimum=0)
 
 # Celery: with no broker, tasks run in-process (see corpus/tasks.py).
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")

@@ -3,6 +3,11 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 
+from dir2mcp_site.ops.logins import ThrottledLoginForm
+
+# Says so when a sign-in is refused by the throttle (dir2mcp_site/ops/logins.py).
+admin.site.login_form = ThrottledLoginForm
+
 
 def static_files(request, path):
     """The admin's CSS and JS under daphne, found in the installed apps (no

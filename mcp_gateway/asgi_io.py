@@ -6,7 +6,9 @@ machinery on every call, about a third of the endpoint's own CPU per
 ``tools/call`` (docs/benchmarks.md). What the endpoint took from Django is
 kept here, to the letter: the Host check against ``ALLOWED_HOSTS`` (with
 ``USE_X_FORWARDED_HOST``), repeated headers joined with commas, and a body
-that never grows past the limit while it is read.
+that never grows past the limit while it is read. Every answer written here
+(the endpoint's and the gate's refusals) carries the security headers and
+``Cache-Control: no-store`` (``security_headers.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
+
+from mcp_gateway import security_headers
 
 
 class ClientGone(Exception):
@@ -31,7 +35,7 @@ class BodyTooLarge(Exception):
 class Request:
     """The parts of an ASGI HTTP request the endpoint reads."""
 
-    __slots__ = ("method", "headers", "client", "server", "_receive")
+    __slots__ = ("method", "headers", "client", "server", "scheme", "_receive")
 
     def __init__(self, scope: dict, receive):
         self.method: str = scope["method"]
@@ -43,7 +47,19 @@ class Request:
         client = scope.get("client") or ("", 0)
         self.client: str = client[0] or ""
         self.server = scope.get("server") or ("", None)
+        self.scheme: str = scope.get("scheme") or "http"
         self._receive = receive
+
+    def is_secure(self) -> bool:
+        """Whether the client reached us over https, read as Django's
+        ``is_secure()`` reads it (``SECURE_PROXY_SSL_HEADER`` behind a proxy)."""
+        proxy = settings.SECURE_PROXY_SSL_HEADER
+        if proxy:
+            name, secure = proxy
+            forwarded = self.headers.get(name.removeprefix("HTTP_").replace("_", "-").lower())
+            if forwarded is not None:
+                return forwarded.split(",", 1)[0].strip() == secure
+        return self.scheme == "https"
 
     def host(self) -> str:
         """The host the client asked for, read as Django's ``get_host()`` reads it."""
@@ -102,6 +118,7 @@ class Response:
 
     async def send(self, send, request: Request) -> None:
         headers = {**self.headers, "Content-Length": str(len(self.body))}
+        security_headers.add_to(headers, secure=request.is_secure(), no_store=True)
         await send({"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)})
         await send({"type": "http.response.body", "body": self.body})
 
@@ -116,12 +133,8 @@ class StreamResponse:
     headers: dict[str, str] = field(default_factory=dict)
 
     async def send(self, send, request: Request) -> None:
-        headers = {
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **self.headers,
-        }
+        headers = {"Content-Type": "text/event-stream", "X-Accel-Buffering": "no", **self.headers}
+        security_headers.add_to(headers, secure=request.is_secure(), no_store=True)
         await send({"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)})
         gone = asyncio.ensure_future(request.disconnected())
         events = aiter(self.events)

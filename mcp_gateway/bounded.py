@@ -35,6 +35,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
 
 from corpus import errors
+from mcp_gateway import security_headers
 from mcp_gateway.transport import MAX_BODY_BYTES
 
 #: After an error answer, how long input is still read (and dropped) so the
@@ -58,13 +59,13 @@ def _refusal(limit: int) -> bytes:
 
 
 def _answer(status: int, reason: str, payload: dict) -> bytes:
-    """A whole HTTP/1.1 answer with a JSON body, after which the connection closes."""
+    """A whole HTTP/1.1 answer with a JSON body, after which the connection
+    closes; with the security headers every answer carries."""
     body = json.dumps(payload).encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close"}
+    security_headers.add_to(headers, secure=False, no_store=True)  # no HSTS: no request to say https
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"HTTP/1.1 {status} {reason}\r\n{lines}\r\n".encode() + body
 
 
 class BoundedRequest(WebRequest):

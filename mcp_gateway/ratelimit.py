@@ -1,4 +1,5 @@
-"""Per-client limits for ``server.rate_limit_per_minute``.
+"""Per-client limits for ``server.rate_limit_per_minute``, and for failed
+admin sign-ins (:func:`failure_limiter`, ``dir2mcp_site/ops/logins.py``).
 
 One server process keeps token buckets in memory. Several processes behind
 one address share the limit through Redis when ``REDIS_URL`` (or a Redis
@@ -28,50 +29,75 @@ class _Bucket:
 
 
 class RateLimiter:
-    def __init__(self, per_minute: int):
+    """Token buckets: ``capacity`` at once (by default a tenth of a minute's
+    rate, at least 5), refilled at ``per_minute``."""
+
+    def __init__(self, per_minute: float, *, capacity: int | None = None):
         self.rate = per_minute / 60.0
-        self.capacity = float(max(5, per_minute // 10))
+        self.capacity = float(capacity if capacity is not None else max(5, int(per_minute) // 10))
         self._buckets: dict[str, _Bucket] = {}
         self._lock = threading.Lock()
 
     def retry_after(self, key: str, now: float | None = None) -> int:
-        """0 when the request may go; else whole seconds until it may."""
+        """0 when the request may go (it takes a token); else whole seconds until it may."""
+        return self._take(key, now, take=True)
+
+    def blocked(self, key: str, now: float | None = None) -> int:
+        """:meth:`retry_after` without taking a token: 0, or whole seconds to wait."""
+        return self._take(key, now, take=False)
+
+    def _take(self, key: str, now: float | None, *, take: bool) -> int:
         now = time.monotonic() if now is None else now
         with self._lock:
             bucket = self._buckets.get(key)
             if bucket is None:
+                if not take:
+                    return 0
                 if len(self._buckets) >= MAX_CLIENTS:
                     self._buckets.clear()
                 bucket = self._buckets[key] = _Bucket(self.capacity, now)
             bucket.tokens = min(self.capacity, bucket.tokens + (now - bucket.stamp) * self.rate)
             bucket.stamp = now
             if bucket.tokens >= 1:
-                bucket.tokens -= 1
+                bucket.tokens -= take
                 return 0
             return max(1, math.ceil((1 - bucket.tokens) / self.rate))
 
 
 class RedisRateLimiter:
-    """Fixed one-minute windows in Redis, shared by every server process."""
+    """Fixed windows (one minute unless ``window`` says otherwise) in Redis,
+    shared by every server process: ``per_minute`` calls a window."""
 
     PREFIX = "dir2mcp:rate:"
 
-    def __init__(self, url: str, per_minute: int):
+    def __init__(self, url: str, per_minute: int, *, window: int = 60):
         import redis
 
         self.per_minute = per_minute
+        self.window = window
         self._redis = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
         self._warned = False
 
     def retry_after(self, key: str, now: float | None = None) -> int:
+        """0 when the call may go (it is counted); else whole seconds until it may."""
+        return self._count(key, now, take=True)
+
+    def blocked(self, key: str, now: float | None = None) -> int:
+        """:meth:`retry_after` without counting a call."""
+        return self._count(key, now, take=False)
+
+    def _count(self, key: str, now: float | None, *, take: bool) -> int:
         now = time.time() if now is None else now
-        window = int(now // 60)
-        name = f"{self.PREFIX}{window}:{key}"
+        window = int(now // self.window)
+        name = f"{self.PREFIX}{self.window}:{window}:{key}"
         try:
-            pipe = self._redis.pipeline()
-            pipe.incr(name)
-            pipe.expire(name, 120)
-            count = pipe.execute()[0]
+            if take:
+                pipe = self._redis.pipeline()
+                pipe.incr(name)
+                pipe.expire(name, 2 * self.window)
+                count = pipe.execute()[0]
+            else:
+                count = int(self._redis.get(name) or 0) + 1
         except Exception as exc:  # redis.RedisError or a socket error: let the call through
             if not self._warned:
                 log.warning("rate limit store unreachable, not limiting: %s", type(exc).__name__)
@@ -80,7 +106,7 @@ class RedisRateLimiter:
         self._warned = False
         if count <= self.per_minute:
             return 0
-        return max(1, math.ceil((window + 1) * 60 - now))
+        return max(1, math.ceil((window + 1) * self.window - now))
 
 
 _limiters: dict[tuple[int, str], RateLimiter | RedisRateLimiter] = {}
@@ -95,4 +121,21 @@ def limiter(per_minute: int) -> RateLimiter | RedisRateLimiter | None:
     key = (per_minute, url)
     if key not in _limiters:
         _limiters[key] = RedisRateLimiter(url, per_minute) if url else RateLimiter(per_minute)
+    return _limiters[key]
+
+
+def failure_limiter(failures: int, window: int) -> RateLimiter | RedisRateLimiter:
+    """``failures`` at once, then one more every ``window / failures`` seconds
+    (with Redis: ``failures`` per fixed ``window``), for a process or, with
+    ``REDIS_URL``, for every process."""
+    from django.conf import settings
+
+    url = getattr(settings, "REDIS_URL", "")
+    key = (-failures, f"{window}|{url}")
+    if key not in _limiters:
+        _limiters[key] = (
+            RedisRateLimiter(url, failures, window=window)
+            if url
+            else RateLimiter(failures * 60 / window, capacity=failures)
+        )
     return _limiters[key]

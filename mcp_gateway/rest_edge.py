@@ -15,7 +15,9 @@ missing or wrong bearer token and a client over its rate. So here:
   errors included, so a browser can read the envelope (and the x402
   ``PAYMENT-REQUIRED`` / ``PAYMENT-RESPONSE`` headers);
 - an unknown route (404) or method (405, ``Allow`` kept) gets the same error
-  envelope as every other REST error, never Django's HTML.
+  envelope as every other REST error, never Django's HTML;
+- every answer carries the security headers and ``Cache-Control: no-store``
+  (``security_headers.py``): the mirror skips the site's middleware.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from asgiref.sync import markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from corpus import errors
-from mcp_gateway import transport
+from mcp_gateway import security_headers, transport
 
 ALLOW_METHODS = "GET, POST, OPTIONS"
 ALLOW_HEADERS = "Authorization, Content-Type, Accept, PAYMENT-SIGNATURE"
@@ -72,6 +74,7 @@ def rest_edge(get_response):
             response = _as_envelope(request, await get_response(request))
         if origin is not None:
             transport.allow_origin(response.headers, origin, EXPOSE_HEADERS)
+        security_headers.add_to(response.headers, secure=request.is_secure(), no_store=True)
         return response
 
     markcoroutinefunction(middleware)

@@ -73,6 +73,17 @@ def allow_hosts(address: ListenAddress, *, public: bool) -> None:
     settings.ALLOWED_HOSTS = hosts
 
 
+def secure_cookies() -> None:
+    """Session and CSRF cookies only over https: ``up --tls-cert`` serves
+    nothing else, so a cookie it sets must never travel in clear text.
+    (Strict-Transport-Security follows from the https scheme by itself:
+    ``mcp_gateway/security_headers.py``.)"""
+    from django.conf import settings
+
+    settings.SESSION_COOKIE_SECURE = True
+    settings.CSRF_COOKIE_SECURE = True
+
+
 @dataclass
 class Listening:
     """What :func:`serve` hands its ``announce`` callback."""
@@ -97,6 +108,8 @@ def serve(
     indexed by then). ``announce`` runs once the socket listens, before the
     background indexer starts.
     """
+    if tls is not None:
+        secure_cookies()
     Gateway(
         ctx, address, reporter=reporter, tls=tls, announce=announce, index=index, stop_wait=stop_wait
     ).run()

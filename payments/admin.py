@@ -15,14 +15,30 @@ from payments.models import SettlementLog
 
 @admin.register(SettlementLog)
 class SettlementLogAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "tool", "status", "price", "amount", "network", "payer", "transaction")
-    list_filter = ("status", "tool", "network", ("created_at", admin.DateFieldListFilter))
+    list_display = (
+        "created_at",
+        "tool",
+        "status",
+        "price",
+        "amount",
+        "network",
+        "payer_shown",
+        "transaction",
+    )
+    list_filter = ("status", "tool", "network", "payer_verified", ("created_at", admin.DateFieldListFilter))
     search_fields = ("payer", "transaction")
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-id")
     readonly_fields = [f.name for f in SettlementLog._meta.fields]
     actions = ("export_csv",)
     change_list_template = "admin/payments/settlementlog/change_list.html"
+
+    @admin.display(description="payer", ordering="payer")
+    def payer_shown(self, obj):
+        """A payer the facilitator did not confirm is what the payment claimed: said so."""
+        if obj.payer and not obj.payer_verified:
+            return f"{obj.payer} (unverified)"
+        return obj.payer
 
     def get_urls(self):
         export = self.admin_site.admin_view(self.export_view)

@@ -42,6 +42,7 @@ class Entry:
     price: Price
     request_hash: str
     payer: str = ""
+    payer_verified: bool = False  # the facilitator accepted the payment; else a claim
     transaction: str = ""
     error_reason: str = ""
     payment_key: str = ""
@@ -64,6 +65,7 @@ class AuditTrail:
             network=entry.price.network,
             pay_to=entry.price.pay_to,
             payer=entry.payer[:66],
+            payer_verified=bool(entry.payer) and entry.payer_verified,
             transaction=entry.transaction[:132],
             error_reason=entry.error_reason[:128],
             request_hash=entry.request_hash,
@@ -97,6 +99,8 @@ class AuditTrail:
         for key in ("payer", "transaction", "error_reason"):
             if getattr(row, key):
                 data[key] = getattr(row, key)
+        if row.payer:
+            data["payer_verified"] = row.payer_verified
         return data
 
     def _append(self, event: dict) -> None:

@@ -234,7 +234,8 @@ class Gate:
             reason = verified.invalid_reason or "invalid_payload"
             self.audit.record(_with(entry, Status.FAILED, error_reason=reason, payer=payer))
             return step.done(self._rejected(entry.tool, step.variant, reason, route=step.route))
-        step.entry = entry = _with(entry, Status.VERIFIED, payer=payer)
+        # From here the facilitator has accepted the payment its payer signed.
+        step.entry = entry = _with(entry, Status.VERIFIED, payer=payer, payer_verified=True)
         self.audit.record(entry)
         result = run()
         crash_point("after_run")
@@ -288,6 +289,7 @@ class Gate:
             price=price,
             request_hash=attempt.request_hash,
             payer=attempt.payer or step.entry.payer,
+            payer_verified=bool(attempt.payer),  # held only once verified (_process)
         )
         mismatch = _match_problem(price, step.payload.accepted)
         if mismatch:  # same signature and nonce, other terms: not this payment
@@ -415,7 +417,7 @@ class _Step:
         return outcome
 
 
-def _with(entry: Entry, status: str, **changes: str) -> Entry:
+def _with(entry: Entry, status: str, **changes: str | bool) -> Entry:
     return Entry(**{**entry.__dict__, "status": status, **changes})
 
 

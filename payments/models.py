@@ -26,6 +26,11 @@ class SettlementLog(models.Model):
     network = models.CharField(max_length=64, db_index=True)
     pay_to = models.CharField(max_length=66, blank=True)
     payer = models.CharField(max_length=66, blank=True, db_index=True)
+    payer_verified = models.BooleanField(
+        default=False,
+        help_text="the facilitator accepted the payment signed by this payer; "
+        "otherwise the payer is only what the payment claimed",
+    )
     transaction = models.CharField(max_length=132, blank=True, db_index=True)
     error_reason = models.CharField(max_length=128, blank=True)
     request_hash = models.CharField(max_length=64, db_index=True)

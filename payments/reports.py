@@ -23,6 +23,7 @@ CSV_FIELDS = (
     "network",
     "pay_to",
     "payer",
+    "payer_verified",
     "transaction",
     "error_reason",
     "request_hash",
@@ -91,12 +92,22 @@ def write_csv(rows: Iterable[SettlementLog], stream: IO[str]) -> int:
     for row in rows:
         values = [getattr(row, name) for name in CSV_FIELDS]
         values[1] = row.created_at.isoformat()
-        writer.writerow([_safe_cell(v) for v in values])
+        writer.writerow([spreadsheet_safe(v) for v in values])
         count += 1
     return count
 
 
-def _safe_cell(value) -> str:
-    # Spreadsheet formula injection: a cell must not start with = + - @.
+#: What makes a spreadsheet read a cell as a formula (OWASP, "CSV Injection"):
+#: = + - @, a leading tab or carriage return, their full-width forms (some
+#: spreadsheets fold them to ASCII) and a line feed (trimmed by some importers).
+FORMULA_LEADS = frozenset("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+
+
+def spreadsheet_safe(value) -> str:
+    """``value`` as text a spreadsheet shows as text: a cell whose first
+    character, or first after leading white space, could start a formula gets
+    a leading apostrophe."""
     text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    if text[:1] in FORMULA_LEADS or text.lstrip()[:1] in FORMULA_LEADS:
+        return "'" + text
+    return text

@@ -1,6 +1,8 @@
 """Headless Chromium against a real daphne: sign in, browse a document to its
 chunks, and watch the status page update, without a reload, while a
-re-index started from the admin runs."""
+re-index started from the admin runs. Every page runs under the server's
+Content-Security-Policy (mcp_gateway/security_headers.py), and the browser
+reports no violation of it."""
 
 from __future__ import annotations
 
@@ -82,6 +84,7 @@ def browser(tmp_path):
         f"--user-data-dir={tmp_path / 'profile'}",
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations land there
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.implicitly_wait(0)
     yield driver
@@ -106,6 +109,13 @@ def find(driver, by: str, value: str):
     """The element once it is there: a click that submits a form or follows a
     link may return before the next page has loaded."""
     return wait_for(driver, lambda d: (d.find_elements(by, value) or [None])[0])
+
+
+def assert_no_csp_violation(driver) -> None:
+    """Nothing the pages did was refused by their Content-Security-Policy
+    (the browser's console since the last call)."""
+    refused = [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert not refused, refused
 
 
 def text_of(driver, field: str) -> str:
@@ -137,6 +147,7 @@ def test_browse_a_document_to_its_chunks(browser, server):
     rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     assert rows and all("src/loader.py" in row.text for row in rows)
     assert browser.find_element(By.CSS_SELECTOR, "#result_list td.field-spans").text.startswith("lines 1-")
+    assert_no_csp_violation(browser)
 
 
 def test_status_page_updates_live_while_a_reindex_runs(browser, server):
@@ -175,6 +186,7 @@ def test_status_page_updates_live_while_a_reindex_runs(browser, server):
     assert text_of(browser, "job.scanned") == str(EXTRA_FILES + 3)
     assert text_of(browser, "job.indexed") == str(EXTRA_FILES + 3)
     assert browser.execute_script("return window.opsMarker;") == "same page"
+    assert_no_csp_violation(browser)
 
 
 def test_the_api_docs_render_from_the_server_alone(browser, server):
@@ -189,3 +201,22 @@ def test_the_api_docs_render_from_the_server_alone(browser, server):
     fetched = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name);")
     assert any(url.endswith("/static/ninja/swagger-ui-bundle.js") for url in fetched), fetched
     assert fetched and all(url.startswith(f"{server.base}/") for url in fetched), fetched
+    assert_no_csp_violation(browser)
+
+
+def test_every_admin_list_and_first_record_run_under_the_csp(browser, server):
+    """Each model's list and its first record's page: nothing refused by the
+    Content-Security-Policy, so no admin page needs an inline script or style."""
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, server.base)
+    lists = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "#content-main th a")]
+    assert len(lists) >= 5, lists
+    for url in lists:
+        browser.get(url)
+        records = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody th a, #result_list tbody td a")
+        if records:
+            browser.get(records[0].get_attribute("href"))
+        assert_no_csp_violation(browser)
+    browser.get(f"{server.base}/admin/password_change/")
+    assert_no_csp_violation(browser)

@@ -160,10 +160,47 @@ def test_csv_export_action_on_selected_rows(staff, rows):
     assert {int(r["id"]) for r in table} == set(chosen)
 
 
-def test_csv_cells_cannot_inject_formulas(staff):
-    SettlementLogFactory(tool="=HYPERLINK(1)")
-    table = list(csv.DictReader(io.StringIO(staff.get(EXPORT).content.decode())))
-    assert table[0]["tool"] == "'=HYPERLINK(1)"
+@pytest.mark.parametrize(
+    "cell",
+    [
+        pytest.param("=HYPERLINK(1)", id="equals"),
+        pytest.param("+1+cmd|' /C calc'!A0", id="plus"),
+        pytest.param("-2+3", id="minus"),
+        pytest.param("@SUM(A1)", id="at"),
+        pytest.param("\t=1+1", id="tab"),
+        pytest.param("\r=1+1", id="carriage-return"),
+        pytest.param("\n=1+1", id="line-feed"),
+        pytest.param("\uff1dHYPERLINK(1)", id="full-width-equals"),
+        pytest.param("\uff0b1", id="full-width-plus"),
+        pytest.param("\uff0d1", id="full-width-minus"),
+        pytest.param("\uff20SUM(A1)", id="full-width-at"),
+        pytest.param("  =1+1", id="spaces-then-equals"),
+    ],
+)
+def test_csv_cells_cannot_inject_formulas(staff, cell):
+    SettlementLogFactory(tool=cell, payer=cell[:66], error_reason=cell)
+    table = list(csv.DictReader(io.StringIO(staff.get(EXPORT).content.decode(), newline="")))
+    assert [table[0][name] for name in ("tool", "payer", "error_reason")] == ["'" + cell] * 3
+
+
+@pytest.mark.parametrize("cell", ["dir2mcp.search", "0xfeedface", "a=b", "x-y", "user@example.com", ""])
+def test_csv_cells_that_cannot_start_a_formula_are_kept_as_they_are(staff, cell):
+    SettlementLogFactory(tool=cell)
+    table = list(csv.DictReader(io.StringIO(staff.get(EXPORT).content.decode(), newline="")))
+    assert table[0]["tool"] == cell
+
+
+def test_a_payer_the_facilitator_did_not_confirm_is_shown_as_unverified(staff):
+    claimed = SettlementLogFactory(status="failed", payer="0x" + "ab" * 20, payer_verified=False)
+    confirmed = SettlementLogFactory(payer="0x" + "cd" * 20, payer_verified=True)
+    page = staff.get(LIST).content.decode()
+    assert f"{claimed.payer} (unverified)" in page
+    assert confirmed.payer in page and f"{confirmed.payer} (unverified)" not in page
+    table = {
+        r["payer"]: r["payer_verified"]
+        for r in csv.DictReader(io.StringIO(staff.get(EXPORT).content.decode()))
+    }
+    assert table == {claimed.payer: "False", confirmed.payer: "True"}
 
 
 def test_export_needs_a_staff_login(client, rows):

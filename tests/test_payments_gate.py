@@ -148,6 +148,10 @@ def test_valid_payment_runs_tool_settles_once_and_returns_payment_response(gate,
     assert statuses == ["required", "verified", "settling", "settled"]
     settled = SettlementLog.objects.get(status="settled")
     assert settled.transaction == receipt.transaction and settled.payer == TEST_ADDRESS
+    # the payer is the one the facilitator accepted, from verification on
+    verified = SettlementLog.objects.exclude(status="required")
+    assert [row.payer_verified for row in verified] == [True, True, True]
+    assert all(e["data"]["payer_verified"] is True for e in gate.events[1:])
     events = [e["event"] for e in gate.events]
     assert events == ["payment_required", "payment_verified", "payment_settling", "payment_settled"]
     # the intent to settle, recorded before the facilitator was asked
@@ -220,6 +224,7 @@ def test_rejected_payment_gets_402_with_reason_and_tool_does_not_run(gate, fake_
     assert fake_facilitator.count("/settle") == 0
     failed = SettlementLog.objects.get(status="failed")
     assert failed.error_reason == REASONS[case]
+    assert failed.payer and failed.payer_verified is False  # only what the payment claimed
     # a mismatch with the requirements is caught before the facilitator is asked
     assert fake_facilitator.count("/verify") == (0 if case.endswith("declared") else 1)
 

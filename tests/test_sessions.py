@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import time
 
 import pytest
 
 from mcp_gateway import sessions
 from mcp_gateway.models import McpSession
-from mcp_gateway.ratelimit import RateLimiter
+from mcp_gateway.ratelimit import RateLimiter, RedisRateLimiter
+from tests.mcp_http import free_port
+from tests.support import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -131,9 +135,51 @@ def test_rate_limiter_buckets_refill_at_the_configured_rate():
     assert limiter.retry_after("a", now + 1.01) == 0
 
 
-def test_a_shared_limiter_that_cannot_reach_redis_lets_requests_through(caplog):
-    from mcp_gateway.ratelimit import RedisRateLimiter
+def test_a_failure_budget_is_read_without_being_spent():
+    """The sign-in throttle's use (dir2mcp_site/ops/logins.py): ``blocked``
+    asks, ``retry_after`` spends; 3 at once, then one every 100 s."""
+    limiter = RateLimiter(per_minute=3 * 60 / 300, capacity=3)
+    now = time.monotonic()
+    assert [limiter.blocked("a", now) for _ in range(10)] == [0] * 10
+    assert [limiter.retry_after("a", now) for _ in range(3)] == [0, 0, 0]
+    assert limiter.blocked("a", now) == 100 and limiter.blocked("b", now) == 0
+    assert limiter.blocked("a", now + 100.5) == 0
 
+
+@pytest.fixture
+def redis_url():
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        wait_until(lambda: _answers(port), timeout=30, message="redis-server", ignoring=(OSError,))
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _answers(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+        conn.sendall(b"PING\r\n")
+        return conn.recv(16).startswith(b"+PONG")
+
+
+def test_a_shared_failure_budget_is_read_without_being_spent(redis_url):
+    limiter = RedisRateLimiter(redis_url, 3, window=300)
+    now = 300 * 1000 + 10.0  # 10 s into a window
+    assert [limiter.blocked("a", now) for _ in range(10)] == [0] * 10
+    assert [limiter.retry_after("a", now) for _ in range(3)] == [0, 0, 0]
+    assert limiter.blocked("a", now) == 290 and limiter.blocked("b", now) == 0
+    assert limiter.blocked("a", now + 290) == 0  # the next window
+
+
+def test_a_shared_limiter_that_cannot_reach_redis_lets_requests_through(caplog):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -1,7 +1,10 @@
-"""Counts the site's requests (admin, status page, health) for ``/metrics``.
+"""The site's own middleware (admin, status page, health, metrics):
+:class:`RequestMetrics` counts its requests for ``/metrics`` and
+:class:`SecurityHeaders` adds the headers every surface sends.
 
-The MCP endpoint bypasses Django's middleware; the transport counts its own
-requests with :func:`observe.observe_request`.
+The MCP endpoint and the REST mirror bypass the site's middleware; they
+count their own requests with :func:`observe.observe_request` and write the
+same headers where they write their answers (``mcp_gateway/security_headers.py``).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
 from corpus import observe
+from mcp_gateway import security_headers
 
 
 class RequestMetrics:
@@ -30,4 +34,29 @@ class RequestMetrics:
     async def _acall(self, request):
         response = await self.get_response(request)
         observe.observe_request(request.method, response.status_code, endpoint="site")
+        return response
+
+
+class SecurityHeaders:
+    """``mcp_gateway.security_headers`` on every answer of the site, a
+    Content-Security-Policy among them (a view's own value is kept)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self._acall(request)
+        response = self.get_response(request)
+        security_headers.add_to(response.headers, secure=request.is_secure())
+        return response
+
+    async def _acall(self, request):
+        response = await self.get_response(request)
+        security_headers.add_to(response.headers, secure=request.is_secure())
         return response
