@@ -17,6 +17,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from django.conf import settings
+
 log = logging.getLogger(__name__)
 
 MAX_CLIENTS = 50_000
@@ -112,11 +114,19 @@ class RedisRateLimiter:
 _limiters: dict[tuple[int, str], RateLimiter | RedisRateLimiter] = {}
 
 
+def client_address(peer: str, real_ip: str | None) -> str:
+    """Whom a budget is kept for: behind the documented proxy
+    (``DJANGO_BEHIND_PROXY``), the ``X-Real-IP`` it sets itself from the
+    connection (deploy/nginx), else the peer of the connection, which
+    behind a proxy is the proxy for every client."""
+    if settings.DJANGO_BEHIND_PROXY and real_ip:
+        return real_ip.strip()[:64]
+    return peer
+
+
 def limiter(per_minute: int) -> RateLimiter | RedisRateLimiter | None:
     if per_minute <= 0:
         return None
-    from django.conf import settings
-
     url = getattr(settings, "REDIS_URL", "")
     key = (per_minute, url)
     if key not in _limiters:

@@ -178,7 +178,7 @@ async def check_credential(request: Request, route: Route, ctx: context.Context 
         return
     authorization = request.headers.get("authorization")
     transport.check_bearer(authorization, ctx.auth.token)
-    check_rate(request.client, authorization, ctx)
+    check_rate(ratelimit.client_address(request.client, request.headers.get("x-real-ip")), authorization, ctx)
 
 
 def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:

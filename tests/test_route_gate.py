@@ -486,6 +486,29 @@ def test_a_configured_prefix_is_the_only_one_stripped(tmp_path, running):
     assert login.status_code == 200 and 'action="/dir2mcp/admin/login/' in login.text
 
 
+@pytest.mark.parametrize("behind_proxy", [True, False], ids=["behind-proxy", "direct"])
+def test_the_rate_limit_is_per_client_behind_the_proxy(tmp_path, running, behind_proxy):
+    """Behind the documented proxy every request comes from 127.0.0.1: the
+    budget is kept per X-Real-IP, which nginx sets from the connection. Not
+    behind one, the header is the client's own word and is ignored."""
+    write_corpus(tmp_path)
+    env = {"DIR2MCP_SERVER__RATE_LIMIT_PER_MINUTE": "5"}  # a burst of 5 (the least), then 429
+    if behind_proxy:
+        env |= {"DJANGO_BEHIND_PROXY": "1", "DJANGO_SECRET_KEY": "k" * 40 + "-route-gate-test"}
+    up = running("--dir", str(tmp_path), "--json", env=env)
+    base = up.url().removesuffix("/mcp")
+    token = {"Authorization": f"Bearer {(tmp_path / '.dir2mcp' / 'secret.token').read_text().strip()}"}
+    with http_client() as http:
+        first = [
+            http.get(f"{base}/api/v1/stats", headers={**token, "X-Real-IP": "192.0.2.1"}).status_code
+            for _ in range(6)
+        ]
+        other = http.get(f"{base}/api/v1/stats", headers={**token, "X-Real-IP": "192.0.2.2"}).status_code
+    assert up.stop() == 0, up.stderr[-3000:]
+    assert first == [200] * 5 + [429]
+    assert other == (200 if behind_proxy else 429)
+
+
 # -- without a server -------------------------------------------------------------------------------
 
 

@@ -32,11 +32,8 @@ LOCKED_FOR = "dir2mcp_login_locked_for"
 
 
 def client_address(request) -> str:
-    """The client's address: behind the documented proxy, the ``X-Real-IP``
-    it sets itself (deploy/nginx), else the peer of the connection."""
-    if settings.DJANGO_BEHIND_PROXY and request.META.get("HTTP_X_REAL_IP"):
-        return request.META["HTTP_X_REAL_IP"].strip()
-    return request.META.get("REMOTE_ADDR", "")
+    """The client's address (:func:`mcp_gateway.ratelimit.client_address`)."""
+    return ratelimit.client_address(request.META.get("REMOTE_ADDR", ""), request.META.get("HTTP_X_REAL_IP"))
 
 
 def _keys(request, username: str) -> tuple[str, str]:
