@@ -5,19 +5,10 @@ from __future__ import annotations
 import copy
 
 from corpus.navigation.reads import ALGORITHMS
-from mcp_gateway.schemas import OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN
+from mcp_gateway.schemas import ERROR, OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN, VERIFICATION
 
 _REL_PATH = {"type": "string", "minLength": 1, "description": "The file, relative to the root."}
-_ERROR = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "code": {"type": "string"},
-        "message": {"type": "string"},
-        "retryable": {"type": "boolean"},
-    },
-    "required": ["code", "message", "retryable"],
-}
+_ERROR = ERROR
 MAX_SLICES = 20
 
 CHECKSUM_INPUT = {
@@ -113,3 +104,19 @@ OPEN_FILES_OUTPUT = {
     "required": ["slices", "truncated"],
     "$defs": {"Span": copy.deepcopy(SPAN), "Error": _ERROR},
 }
+
+VERIFY_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "text": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 100_000,
+            "description": "Text with citations ([path:L1-L9], [doc.pdf#p=3], [talk.wav@t=01:05-01:35]).",
+        },
+    },
+    "required": ["text"],
+}
+
+VERIFY_OUTPUT = VERIFICATION

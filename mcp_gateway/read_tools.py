@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from corpus import errors
 from corpus.navigation import reads
+from corpus.navigation import verify as grounding
 from mcp_gateway import read_schemas, summaries
 from mcp_gateway.registry import Tool
 from mcp_gateway.tools import Call, open_file
@@ -21,6 +22,10 @@ def diff(call: Call, args: dict) -> dict:
         context=args["context"],
         max_chars=args["max_chars"],
     )
+
+
+def verify(call: Call, args: dict) -> dict:
+    return grounding.verify(call.ctx.engine, args["text"])
 
 
 def open_files(call: Call, args: dict) -> dict:
@@ -73,5 +78,18 @@ TOOLS = (
         output_schema=read_schemas.DIFF_OUTPUT,
         handler=diff,
         summarize=summaries.diff,
+    ),
+    Tool(
+        name="dir2mcp.verify",
+        title="Check the citations in a text",
+        description=(
+            "Check every citation in a text ([path:L1-L9], [doc.pdf#p=3], [talk.wav@t=01:05-01:35]): "
+            "the file exists, the span lies inside it, and each quotation made right before a citation "
+            "(in quotes or backticks) is in the cited slice. Use it on a draft answer before relying on it."
+        ),
+        input_schema=read_schemas.VERIFY_INPUT,
+        output_schema=read_schemas.VERIFY_OUTPUT,
+        handler=verify,
+        summarize=summaries.verify,
     ),
 )

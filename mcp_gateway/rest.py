@@ -331,6 +331,7 @@ OutlineQuery = input_model("OutlineQuery", "dir2mcp.outline", body=False)
 ChecksumQuery = input_model("ChecksumQuery", "dir2mcp.checksum", body=False)
 DiffQuery = input_model("DiffQuery", "dir2mcp.diff", body=False)
 OpenFilesBody = input_model("OpenFilesRequest", "dir2mcp.open_files", body=True)
+VerifyBody = input_model("VerifyRequest", "dir2mcp.verify", body=True)
 
 # components/schemas name -> tool, for the 200 bodies
 RESULTS = {
@@ -343,6 +344,7 @@ RESULTS = {
     "OpenFilesResult": "dir2mcp.open_files",
     "ChecksumResult": "dir2mcp.checksum",
     "DiffResult": "dir2mcp.diff",
+    "VerifyResult": "dir2mcp.verify",
     "StatsResult": "dir2mcp.stats",
 }
 _RESULT_FOR = {tool_name: name for name, tool_name in RESULTS.items()}
@@ -565,6 +567,11 @@ async def checksum(request: HttpRequest, params: Query[ChecksumQuery]):
 @api.get("/files/diff", **_operation("dir2mcp.diff", "diff", _FILE_ERRORS))
 async def diff(request: HttpRequest, params: Query[DiffQuery]):
     return await _call(request, "dir2mcp.diff", params)
+
+
+@api.post("/verify", **_operation("dir2mcp.verify", "verify", _POST_ERRORS))
+async def verify(request: HttpRequest, body: Body[VerifyBody]):
+    return await _call(request, "dir2mcp.verify", body)
 
 
 @api.get("/find", **_operation("dir2mcp.find", "find"))

@@ -13,7 +13,7 @@ import copy
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 
-SCHEMA_VERSION = "6.1.0"
+SCHEMA_VERSION = "7.0.0"
 
 SPAN = {
     "type": "object",
@@ -210,6 +210,59 @@ ASK_INPUT = {
     "required": ["question"],
 }
 
+ERROR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "code": {"type": "string"},
+        "message": {"type": "string"},
+        "retryable": {"type": "boolean"},
+    },
+    "required": ["code", "message", "retryable"],
+}
+
+# dir2mcp.verify's result, and ask's check of its own answer (issue #32).
+VERIFICATION = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "citations": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "citation": {"type": "string"},
+                    "rel_path": {"type": "string"},
+                    "exists": {"type": "boolean", "description": "The file is there and may be read."},
+                    "in_bounds": {
+                        "type": "boolean",
+                        "description": "The cited lines, page or time range are in it.",
+                    },
+                    "quotes": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {"text": {"type": "string"}, "found": {"type": "boolean"}},
+                            "required": ["text", "found"],
+                        },
+                        "description": "Each quotation made right before the citation; found in the slice?",
+                    },
+                    "ok": {"type": "boolean"},
+                    "error": ERROR,
+                },
+                "required": ["citation", "exists", "in_bounds", "quotes", "ok"],
+            },
+        },
+        "checked": {"type": "integer"},
+        "unchecked": {"type": "integer", "description": "Citations past the 50 that are checked."},
+        "ok": {"type": "integer"},
+        "all_ok": {"type": "boolean"},
+    },
+    "required": ["citations", "checked", "unchecked", "ok", "all_ok"],
+}
+
 ASK_OUTPUT = _with_defs(
     {
         "type": "object",
@@ -245,6 +298,14 @@ ASK_OUTPUT = _with_defs(
                 ),
             },
             "generation": GENERATION,
+            # An addition (issue #32, 7.0.0): the generated answer's citations checked.
+            "verification": {
+                **VERIFICATION,
+                "description": (
+                    "When a chat model wrote the answer: each of its citations checked against the "
+                    "files (dir2mcp.verify)."
+                ),
+            },
         },
         "required": ["question", "citations", "hits", "indexing_complete"],
     },

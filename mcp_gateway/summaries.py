@@ -243,3 +243,22 @@ def diff(result: dict) -> str:
     head = f"[{a}] -> [{b}]: {result['removed']} line(s) removed, {result['added']} added"
     note = "\n(truncated: raise max_chars, or diff smaller files)" if result["truncated"] else ""
     return f"{head}\n\n{result['diff']}{note}"
+
+
+def verify(result: dict) -> str:
+    lines = [f"{result['ok']} of {result['checked']} citation(s) hold"]
+    for checked in result["citations"]:
+        if checked["ok"]:
+            lines.append(f"ok {checked['citation']}")
+            continue
+        if "error" in checked:
+            why = f"{checked['error']['code']}: {checked['error']['message']}"
+        elif not checked["in_bounds"]:
+            why = "the span is past the end of the file"
+        else:
+            missing = [q["text"] for q in checked["quotes"] if not q["found"]]
+            why = "not in the slice: " + "; ".join(repr(_one_line(q, 80)) for q in missing)
+        lines.append(f"FAILS {checked['citation']}: {why}")
+    if result["unchecked"]:
+        lines.append(f"({result['unchecked']} more not checked)")
+    return "\n".join(lines)

@@ -24,6 +24,7 @@ from corpus import errors, files, observe
 from corpus.answer import ask as answer
 from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
+from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters
 from corpus.status import latest_job, models_summary, older_format_documents
 from mcp_gateway import indexer_process, links, schemas, summaries
@@ -219,7 +220,10 @@ def ask(call: Call, args: dict) -> dict:
     )
     call.check()
     call.progress(2, 2, "answered")
-    return result.as_dict()
+    out = result.as_dict()
+    if result.generated:  # the model's own citations, checked against the files
+        out["verification"] = grounding.verify(ctx.engine, result.answer)
+    return out
 
 
 def _retrieved(call: Call, found, *, generating: bool) -> None:

@@ -39,6 +39,7 @@ TOOLS = [
     "dir2mcp.open_files",
     "dir2mcp.checksum",
     "dir2mcp.diff",
+    "dir2mcp.verify",
     "dir2mcp.stats",
 ]
 

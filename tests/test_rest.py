@@ -158,6 +158,13 @@ PARITY = [
         {"rel_path_a": "notes.txt", "rel_path_b": "docs/guide.md"},
     ),
     (
+        "dir2mcp.verify",
+        {"text": 'It "reads configuration files" [docs/guide.md:L3-L3]; [notes.txt:L9-L9]'},
+        "POST",
+        "/verify",
+        {"text": 'It "reads configuration files" [docs/guide.md:L3-L3]; [notes.txt:L9-L9]'},
+    ),
+    (
         "dir2mcp.outline",
         {"rel_path": "docs/guide.md", "max_entries": 1},
         "GET",
@@ -478,6 +485,7 @@ OPERATIONS = {
     ("/api/v1/files/slices", "post"): "dir2mcp.open_files",
     ("/api/v1/files/checksum", "get"): "dir2mcp.checksum",
     ("/api/v1/files/diff", "get"): "dir2mcp.diff",
+    ("/api/v1/verify", "post"): "dir2mcp.verify",
     ("/api/v1/stats", "get"): "dir2mcp.stats",
 }
 
