@@ -407,7 +407,14 @@ def test_file_name_that_is_not_utf8_is_reported_not_fatal(corpus_dir, state):
     counters = run(corpus_dir, state)
 
     assert counters.errors == 1 and counters.indexed == 1
-    assert set(Document.objects.values_list("rel_path", flat=True)) == {"fine.txt"}
+    rows = dict(Document.objects.values_list("rel_path", "status"))
+    assert rows == {"fine.txt": "ok", "caf\\xe9.txt": "error"}  # recorded by its escaped name
+    again = run(corpus_dir, state)  # recorded again, not tombstoned as unseen
+    assert (again.errors, again.deleted) == (1, 0)
+    assert Document.objects.get(rel_path="caf\\xe9.txt").deleted is False
+    (corpus_dir / name).unlink()
+    assert run(corpus_dir, state).deleted == 1
+    assert Document.objects.get(rel_path="caf\\xe9.txt").deleted is True
 
 
 def test_refreshing_a_directory_and_a_file_inside_it_together(corpus_dir, state):

@@ -409,13 +409,14 @@ class Indexer:
     def _consume(self, item: FileEntry | WalkProblem) -> None:
         if isinstance(item, WalkProblem):
             self.counters.errors += 1
-            self.reporter.file_error(item.rel_path, item.code, item.message)
+            self.reporter.file_error(stored_name(item.rel_path), item.code, item.message)
             return
         if item.rel_path in self.seen:
             return
         self.counters.scanned += 1
         if not _storable(item.rel_path):
-            self._undecodable_name(item.rel_path)
+            self._undecodable_name(item.rel_path, "file", item.size, item.mtime_ns)
+            self._maybe_flush()
             return
         self.seen.add(item.rel_path)
         try:
@@ -537,7 +538,7 @@ class Indexer:
             return
         self.counters.scanned += 1
         if not _storable(member.rel_path):
-            self._undecodable_name(member.rel_path)
+            self._undecodable_name(member.rel_path, "archive_member", member.size, member.mtime_ns)
             return
         self.seen.add(member.rel_path)
         head = member.data[:HEAD_BYTES]
@@ -642,10 +643,23 @@ class Indexer:
         if touch is not None:
             writer.touch(known.doc_id, touch.size, touch.mtime_ns)
 
-    def _undecodable_name(self, rel_path: str) -> None:
-        self.counters.errors += 1
-        shown = rel_path.encode("utf-8", "replace").decode("utf-8")
-        self.reporter.file_error(shown, errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed")
+    def _undecodable_name(self, rel_path: str, source_type: str, size: int, mtime_ns: int) -> None:
+        """A file whose name is not valid UTF-8 is recorded, in error, by
+        :func:`stored_name` (its undecodable bytes written ``\\xNN``), so
+        ``status``, ``stats``, ``list_files`` and the admin count and list it
+        like any file in error; it is never read."""
+        shown = stored_name(rel_path)
+        if shown in self.seen:  # a valid name spelled like this escape was met first
+            self.counters.errors += 1
+            self.reporter.file_error(
+                shown, errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed"
+            )
+            return
+        self.seen.add(shown)
+        base = Prepared(
+            rel_path=shown, source_type=source_type, doc_type="unknown", size=size, mtime_ns=mtime_ns
+        )
+        self._queue(base.fail("error", errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed"))
 
     def _too_large(self, base: Prepared) -> Prepared:
         limit = self.config.max_bytes_for(base.doc_type)
@@ -679,6 +693,7 @@ class Indexer:
         if self.engine.excluded_reason(rel_path, is_dir=path.is_dir()) is None and path.exists():
             for item in walk(self.engine, start=rel_path):
                 self._consume(item)
+        rel_path = stored_name(rel_path)  # an undecodable name is known by its escaped form
         candidates = [rel_path, *self._known_under(rel_path + "/"), *self._known_under(rel_path + "!/")]
         return [p for p in candidates if p in self.known and not self.known[p].deleted and p not in self.seen]
 
@@ -810,6 +825,21 @@ def _from_gzip(prepared: Prepared) -> Prepared:
     if prepared.extracted is not None:
         prepared.extracted.meta["converted_from"] = "gzip"
     return prepared
+
+
+def stored_name(rel_path: str) -> str:
+    """The name ``rel_path`` is recorded and shown by: itself, or for a name
+    that is not valid UTF-8 (held in Python as surrogate escapes), the same
+    name with each undecodable byte written ``\\xNN``: valid UTF-8, one
+    line, and distinct for distinct names (a real name holding that
+    backslash spelling is the one clash, and the one met first wins)."""
+    if _storable(rel_path):
+        return rel_path
+    try:
+        raw = rel_path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file system decoding makes
+        return rel_path.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def _storable(rel_path: str) -> bool:
