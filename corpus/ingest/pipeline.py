@@ -59,7 +59,10 @@ FLUSH_SECONDS = 0.5
 #: Bump when how this module reads archives changes, so every archive is
 #: read again on the next pass. 2: a plain ``.gz`` is the text it holds, and
 #: an archive that cannot be read (or holds a member that cannot) is an error.
-ARCHIVE_READER_VERSION = "2"
+#: 3: an archive over an archive-wide limit has no member indexed.
+ARCHIVE_READER_VERSION = "3"
+#: The most member bytes of one archive held while it is checked against its limits.
+HELD_MEMBER_BYTES = 64 * 2**20
 #: A plain gzip file's doc_type until it is decompressed (never stored).
 GZIP = "gzip"
 
@@ -500,12 +503,16 @@ class Indexer:
         if mode == "off":
             self._queue(self.preparer.skipped(base, "", "disabled by ingest.archives.mode=off"))
             return
-        self._queue(base)
         if mode != "deep":
+            self._queue(base)
             return
+        items = self._within_limits(base, data)
+        if items is None:
+            return
+        self._queue(base)
         self._open_archives = {base.rel_path: base}
         try:
-            for member in iter_members(data, rel_path=base.rel_path, limits=self.limits, engine=self.engine):
+            for member in items:
                 if self.stop.is_set():
                     return
                 if isinstance(member, MemberProblem):
@@ -514,6 +521,39 @@ class Indexer:
                 self._consume_member(member)
         finally:
             self._open_archives = {}
+
+    def _within_limits(self, base: Prepared, data: bytes) -> Iterable[ArchiveMember | MemberProblem] | None:
+        """The archive's members and problems, once it is known to be within
+        its archive-wide limits (members, total bytes, a compressed tar's
+        ratio; nested archives count). One over them has no member indexed:
+        it is queued ``skipped`` with the limit's code, like a file over its
+        size limit, so it is recorded once and read again only when its
+        size, mtime (then its hash) or the limits change; None then, or when
+        the run stops meanwhile. Members are held while they total at most
+        HELD_MEMBER_BYTES, so a small archive is read once; a larger one is
+        read again, as the same bytes read the same way."""
+
+        def read() -> Iterator[ArchiveMember | MemberProblem]:
+            return iter_members(data, rel_path=base.rel_path, limits=self.limits, engine=self.engine)
+
+        held: list | None = []
+        size = 0
+        for item in read():
+            if self.stop.is_set():
+                return None
+            if isinstance(item, MemberProblem) and item.stops_archive:
+                member = item.rel_path[len(base.rel_path) + 2 :]
+                where = f"member {member!r}: " if member else ""
+                reason = f"{where}{item.message}; none of its members is indexed"
+                self._queue(self.preparer.skipped(base, item.code, reason))
+                return None
+            if held is not None:
+                size += item.size if isinstance(item, ArchiveMember) else 0
+                if size > HELD_MEMBER_BYTES:
+                    held = None  # read again below rather than held
+                else:
+                    held.append(item)
+        return held if held is not None else read()
 
     def _member_failed(self, problem: MemberProblem) -> None:
         """An archive (or a nested one) that cannot be read, or that holds a
