@@ -67,3 +67,30 @@ def test_up_lists_and_counts_it(corpus_dir, running):
     assert [e["data"]["rel_path"] for e in up.events() if e["event"] == "file_error"] == [SHOWN]
     assert up.stop() == 0
     assert "Traceback" not in up.stderr, up.stderr[-3000:]
+
+
+def test_live_sync_records_and_forgets_it_and_goes_on_watching(corpus_dir, running):
+    """watchfiles gives up at the first event naming such a file; the watch
+    is set up again and the tree walked, so the file is recorded, and a
+    file written after it is still picked up."""
+    (corpus_dir / "fine.txt").write_text("fine\n")
+    up = running("--dir", str(corpus_dir), "--json")
+    base = up.url().removesuffix("/mcp")
+    up.event("watch_ready")
+    token = (corpus_dir / ".dir2mcp" / "secret.token").read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def listed() -> dict[str, str]:
+        page = httpx.get(f"{base}/api/v1/files", headers=headers, timeout=30).json()
+        return {f["rel_path"]: f["status"] for f in page["files"]}
+
+    later = os.fsdecode(b"r\xe9sum\xe9.md")
+    (corpus_dir / later).write_bytes(b"# cv\n")
+    up.wait_until(lambda u: listed().get("r\\xe9sum\\xe9.md") == "error", "live sync to record the new name")
+    (corpus_dir / "after.txt").write_text("written after\n")
+    up.wait_until(lambda u: listed().get("after.txt") == "ok", "live sync to go on")
+    (corpus_dir / later).unlink()
+    up.wait_until(lambda u: "r\\xe9sum\\xe9.md" not in listed(), "live sync to forget the deleted name")
+    assert listed() == {"fine.txt": "ok", "after.txt": "ok"}
+    assert up.stop() == 0
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
