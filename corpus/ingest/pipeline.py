@@ -870,9 +870,10 @@ def _from_gzip(prepared: Prepared) -> Prepared:
 def stored_name(rel_path: str) -> str:
     """The name ``rel_path`` is recorded and shown by: itself, or for a name
     that is not valid UTF-8 (held in Python as surrogate escapes), the same
-    name with each undecodable byte written ``\\xNN``: valid UTF-8, one
-    line, and distinct for distinct names (a real name holding that
-    backslash spelling is the one clash, and the one met first wins)."""
+    name with each undecodable byte written ``\\xNN``: valid UTF-8, and
+    distinct for distinct names (a real name holding that backslash
+    spelling is the one clash, and the one met first wins). Human output
+    escapes it further (``corpus.events.printable``), as every name."""
     if _storable(rel_path):
         return rel_path
     try:
