@@ -39,7 +39,7 @@ from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
 from corpus.models import DocStatus, Document, Representation, RepType, Span
-from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile, normalize_rel_path
+from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile, canonical_rel_path
 
 FIND_BUDGET_SECONDS = 2.0
 MAX_PATTERN_CHARS = 1000
@@ -106,18 +106,18 @@ def canonical_prefix(path_prefix) -> str:
 
     The one check every ``path_prefix`` goes through (``list_files``, ``find``,
     ``search``, ``ask``): a prefix that could name anything outside the root is
-    ``PATH_OUTSIDE_ROOT``, not an empty page of hits; ``"."`` is the whole root.
+    ``PATH_OUTSIDE_ROOT``, not an empty page of hits; ``"."`` is the whole root;
+    another spelling of a path (``./src``, ``src//x``, ``src/./x``) is
+    ``INVALID_FIELD`` (:func:`~corpus.security.canonical_rel_path`).
     """
     prefix = _str("path_prefix", path_prefix, limit=4096)
-    if not prefix:
+    if prefix in ("", ".", "./"):  # the whole root
         return ""
-    try:
-        canonical = normalize_rel_path(prefix)
-    except errors.Dir2mcpError as exc:
-        if exc.code == errors.INVALID_FIELD:  # "." or "./": the whole root
-            return ""
-        raise
-    return canonical + "/" if prefix.endswith("/") else canonical
+    # A canonical path, or one with a single trailing slash (a directory's
+    # prefix); any other spelling is refused, as for every path.
+    directory = prefix.endswith("/") and prefix != "/"  # "/" is absolute: PATH_OUTSIDE_ROOT
+    canonical = canonical_rel_path(prefix[:-1] if directory else prefix)
+    return canonical + "/" if directory else canonical
 
 
 def _glob(glob):

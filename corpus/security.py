@@ -137,6 +137,23 @@ def normalize_rel_path(rel_path: str) -> str:
     return "/".join(parts)
 
 
+def canonical_rel_path(rel_path: str) -> str:
+    """``rel_path`` itself, if it is the one canonical name of what it names.
+
+    Every path a client supplies must be: segments joined by single ``/``,
+    with no ``.`` segment, no leading ``./`` and no trailing ``/``. So a
+    file has one name on every surface, and what is echoed, cited, cached
+    or subscribed to is that name. Besides :func:`normalize_rel_path`'s
+    refusals, another spelling of a path inside the root is
+    ``INVALID_FIELD``, naming the canonical form.
+    """
+    canonical = normalize_rel_path(rel_path)
+    if canonical != rel_path:
+        shown = canonical if len(canonical) <= 200 else canonical[:200] + "…"
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"path is not in canonical form; use {shown!r}")
+    return canonical
+
+
 def relative_within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str | None:
     """``path`` as a posix path relative to ``root`` (``""`` for the root
     itself), or ``None`` if it does not lie inside: the one containment rule.
@@ -339,8 +356,9 @@ class ExclusionEngine:
     def resolve(self, rel_path: str) -> Resolved:
         """The one resolver: where a user-supplied relative path leads below the root.
 
-        Raises ``PATH_OUTSIDE_ROOT`` for a path or symlink that leaves the
-        root, ``FORBIDDEN`` for an excluded path or target, a symlink the
+        Raises ``INVALID_FIELD`` for a path not in canonical form
+        (:func:`canonical_rel_path`), ``PATH_OUTSIDE_ROOT`` for a path or
+        symlink that leaves the root, ``FORBIDDEN`` for an excluded path or target, a symlink the
         policy does not follow or a refused hard link, and
         ``FILE_NOT_FOUND`` for a missing entry or one that is neither a
         regular file nor a directory. For archive members (``a.zip!/x``)
@@ -348,7 +366,7 @@ class ExclusionEngine:
         be swapped once this returns, so nothing may *read* through it.
         Readers use :meth:`open`.
         """
-        rel = normalize_rel_path(rel_path)
+        rel = canonical_rel_path(rel_path)
         self._forbid_excluded(rel)
         walked = self._walk(rel.partition(ARCHIVE_SEPARATOR)[0], rel)
         os.close(walked.fd)
@@ -370,7 +388,7 @@ class ExclusionEngine:
         (the indexer's walk) has already applied the exclusion rules to
         ``rel_path``; a symlink's real target is judged either way.
         """
-        rel = normalize_rel_path(rel_path)
+        rel = canonical_rel_path(rel_path)
         if not judged:
             self._forbid_excluded(rel)
         walked = self._walk(rel.partition(ARCHIVE_SEPARATOR)[0], rel)

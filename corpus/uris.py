@@ -15,7 +15,7 @@ speaks, so the URI of a file never changes while the file exists.
 from __future__ import annotations
 
 import re
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from corpus.citations import SpanRef
 
@@ -49,17 +49,39 @@ def slice_uri(rel_path: str, span: SpanRef) -> str:
 def parse(uri: str) -> tuple[str, SpanRef | None]:
     """``(rel_path, span or None)`` of a ``dir2mcp:`` URI; :class:`BadUri` otherwise.
 
-    The path is only decoded here, not checked: containment and exclusion
-    are the resolver's (``corpus.files``), as for every tool."""
+    Each path segment is percent-decoded once, by itself; one holding an
+    encoded ``/`` (``%2F``) is passed on as sent, for the resolver to refuse
+    as it refuses that in any path (``PATH_OUTSIDE_ROOT``). The decoded path
+    is not checked here: containment, exclusion
+    and canonical form (``./``, ``//``, a trailing ``/`` are refused) are
+    the resolver's (``corpus.security``), as for every tool. A URI that
+    spells a path's characters another way (``%41`` for ``A``, ``!`` for
+    ``%21``, lower-case hex, ``lines=010-20``) names the same slice, and is
+    answered as :func:`canonical` writes it.
+    """
     if not isinstance(uri, str) or not uri.startswith(PREFIX):
         raise BadUri(f"not a {SCHEME} resource URI (expected {PREFIX}<path>)")
-    parts = urlsplit(uri)
-    if parts.fragment:
+    # Split by hand: urlsplit drops tabs and newlines and strips spaces, so
+    # it would read another spelling of the URI than the one sent.
+    rest = uri[len(PREFIX) :]
+    if "#" in rest:
         raise BadUri("a resource URI has no fragment")
-    rel_path = unquote(parts.path.lstrip("/"))
+    path, _, query = rest.partition("?")
+    rel_path = "/".join(_decoded(segment) for segment in path.split("/"))
     if not rel_path or "\x00" in rel_path:
         raise BadUri("the URI names no file")
-    return rel_path, _span(parts.query)
+    return rel_path, _span(query)
+
+
+def _decoded(segment: str) -> str:
+    decoded = unquote(segment)
+    return segment if "/" in decoded else decoded
+
+
+def canonical(rel_path: str, span: SpanRef | None) -> str:
+    """The one URI of ``rel_path`` (canonical) and ``span``: the one
+    ``resources/read`` answers with, however the request spelled it."""
+    return file_uri(rel_path) if span is None else slice_uri(rel_path, span)
 
 
 def _span(query: str) -> SpanRef | None:

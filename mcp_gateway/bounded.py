@@ -52,12 +52,6 @@ class ConnectionLimits:
     mcp_path: str = "/mcp"  # answered in JSON-RPC shape; other paths in the REST envelope
 
 
-def _refusal(limit: int) -> bytes:
-    message = f"request body over the {limit}-byte limit"
-    body = errors.rpc_refusal(errors.RPC_INVALID_REQUEST, message, {"code": errors.INVALID_RANGE})
-    return _answer(413, "Payload Too Large", body)
-
-
 def _answer(status: int, reason: str, payload: dict) -> bytes:
     """A whole HTTP/1.1 answer with a JSON body, after which the connection
     closes; with the security headers every answer carries."""
@@ -101,9 +95,17 @@ class BoundedRequest(WebRequest):
             super().requestReceived(command, path, version)
 
     def _refuse(self) -> None:
-        transport = self.channel.transport
-        transport.write(_refusal(self.max_body))
-        transport.loseConnection()
+        """413 in the shape the request's path expects: JSON-RPC on the MCP
+        endpoint, the REST envelope everywhere else (the REST mirror's
+        ``{"error": {"code", "message", "retryable"}}``)."""
+        channel = self.channel
+        message = f"request body over the {self.max_body}-byte limit"
+        # The request line's target, as the channel parsed it (requestReceived, which
+        # sets self.path, runs only once the whole body is in).
+        target = getattr(channel, "_path", None)
+        mcp_path = getattr(channel, "limits", ConnectionLimits()).mcp_path
+        channel.transport.write(_head_refusal(413, "Payload Too Large", target, mcp_path, message))
+        channel.transport.loseConnection()
 
 
 def _head_refusal(status: int, reason: str, path: bytes | None, mcp_path: str, message: str) -> bytes:

@@ -37,7 +37,7 @@ from django.db.models.functions import Substr
 from corpus import errors, uris
 from corpus.definitions import signature_line
 from corpus.models import Chunk, Document, IndexKind
-from corpus.security import normalize_rel_path
+from corpus.security import canonical_rel_path
 from mcp_gateway import prompts
 from mcp_gateway.context import Context
 from mcp_gateway.prompts import invalid
@@ -306,7 +306,7 @@ def complete_symbol(ctx: Context, typed: str, context: dict) -> Completion:
     if not path:
         return Completion(*SYMBOLS.get().complete(typed))
     try:
-        rel = normalize_rel_path(path)
+        rel = canonical_rel_path(path)
     except errors.Dir2mcpError:  # names no file under the root: nothing is defined there
         return Completion([], 0)
     return Completion(*build_symbols(rel).complete(typed))

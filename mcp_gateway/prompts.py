@@ -23,7 +23,7 @@ from corpus.citations import SpanRef, format_citation
 from corpus.definitions import defines
 from corpus.models import DocStatus, Document
 from corpus.retrieval import Filters
-from corpus.security import normalize_rel_path
+from corpus.security import canonical_rel_path
 from mcp_gateway import resources
 from mcp_gateway.context import Context
 
@@ -152,7 +152,7 @@ def build_explain(ctx: Context, args: dict) -> tuple[str, list[dict]]:
     if symbol:
         return _explain_symbol(ctx, symbol, path)
     try:
-        rel = normalize_rel_path(path)
+        rel = canonical_rel_path(path)
     except errors.Dir2mcpError as exc:
         raise invalid(exc.message, {"code": exc.code}) from None
     resource, partial = _whole_or_head(ctx, rel)

@@ -202,8 +202,13 @@ def read(ctx, uri: str) -> list[dict]:
         )
         data = {"code": errors.INVALID_FIELD, "retryable": False, "uri": str(uri)[:1000]}
         raise ResourceError(rpc_code, str(exc), data) from None
+    # Answered by its one URI, however the request spelled it (corpus/uris.py); the
+    # resolver refuses a path not in canonical form, so this names what was read.
+    answered = uris.canonical(rel_path, span)
     try:
-        return [_slice(ctx, uri, rel_path, span) if span is not None else _whole(ctx, uri, rel_path)]
+        return [
+            _slice(ctx, answered, rel_path, span) if span is not None else _whole(ctx, answered, rel_path)
+        ]
     except errors.Dir2mcpError as exc:
         raise ResourceError.of(exc, uri) from None
 

@@ -235,6 +235,7 @@ def test_too_many_members_yields_one_problem_and_stops() -> None:
     items = run(data, limits=ArchiveLimits(max_members=5))
     assert len(members(items)) == 5
     assert problems(items) == [("bundle.zip", errors.ARCHIVE_REJECTED)]
+    assert items[-1].stops_archive  # the last item: the pipeline indexes none of the five
 
 
 @pytest.fixture(scope="module")

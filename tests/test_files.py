@@ -424,8 +424,8 @@ def test_list_files_prefix_and_glob(small_tree):
 
     assert paths(path_prefix="docs/") == ["docs/deep/notes.md", "docs/guide.md"]
     assert paths(path_prefix="docs") == ["docs/deep/notes.md", "docs/guide.md", "docs2/other.txt"]
-    assert paths(path_prefix="./docs/deep/") == ["docs/deep/notes.md"]
-    assert paths(path_prefix="./") == paths()
+    assert paths(path_prefix="docs/deep/") == ["docs/deep/notes.md"]
+    assert paths(path_prefix="./") == paths(path_prefix=".") == paths()
     assert paths(glob="*.md") == ["README.md", "docs/deep/notes.md", "docs/guide.md"]
     assert paths(glob="docs/*.md") == ["docs/guide.md"]
     assert paths(glob="*.md", path_prefix="docs/", limit=1, offset=1) == ["docs/guide.md"]

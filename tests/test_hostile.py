@@ -289,7 +289,10 @@ def test_awkward_file_names(server):
     assert "line\nbreak.txt" in names  # a newline is data in JSON, nothing more
     bad = [data for path, data in server.file_errors.items() if path.endswith("-utf8.txt")]
     assert bad and bad[0]["code"] == "EXTRACT_FAILED" and "UTF-8" in bad[0]["message"]
-    assert not [name for name in names if name.endswith("-utf8.txt")]
+    # Listed in error by its name with the undecodable byte escaped (issue #34).
+    assert [(f["rel_path"], f["status"]) for f in files if f["rel_path"].endswith("-utf8.txt")] == [
+        ("bad-\\xff-utf8.txt", "error")
+    ]
 
 
 def test_a_huge_single_line_file_is_bounded(server):

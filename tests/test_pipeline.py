@@ -15,6 +15,7 @@ from django.db.migrations.executor import MigrationExecutor
 from corpus import errors
 from corpus.config import build_config
 from corpus.indexing import index_directory
+from corpus.ingest import pipeline
 from corpus.models import Chunk, Document, Representation
 from corpus.state import IndexLock, StateDir
 from corpus.status import older_format_documents
@@ -407,7 +408,14 @@ def test_file_name_that_is_not_utf8_is_reported_not_fatal(corpus_dir, state):
     counters = run(corpus_dir, state)
 
     assert counters.errors == 1 and counters.indexed == 1
-    assert set(Document.objects.values_list("rel_path", flat=True)) == {"fine.txt"}
+    rows = dict(Document.objects.values_list("rel_path", "status"))
+    assert rows == {"fine.txt": "ok", "caf\\xe9.txt": "error"}  # recorded by its escaped name
+    again = run(corpus_dir, state)  # recorded again, not tombstoned as unseen
+    assert (again.errors, again.deleted) == (1, 0)
+    assert Document.objects.get(rel_path="caf\\xe9.txt").deleted is False
+    (corpus_dir / name).unlink()
+    assert run(corpus_dir, state).deleted == 1
+    assert Document.objects.get(rel_path="caf\\xe9.txt").deleted is True
 
 
 def test_refreshing_a_directory_and_a_file_inside_it_together(corpus_dir, state):
@@ -600,3 +608,21 @@ def test_the_error_code_migration_splits_old_errors_once_and_folds_them_back():
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.parametrize(("count", "indexed"), [(8, 8), (12, 0)])
+def test_an_archive_too_large_to_hold_is_read_again_and_judged_the_same(
+    corpus_dir, state, monkeypatch, count, indexed
+):
+    # Nothing is held past 100 bytes: every archive takes the second read.
+    monkeypatch.setattr(pipeline, "HELD_MEMBER_BYTES", 100)
+    members = {f"f{i:02}.txt": f"member {i} " * 5 for i in range(count)}
+    write(corpus_dir, "bundle.zip", zip_bytes(members))
+    config = make_config(ingest={"archives": {"mode": "deep", "max_members": 10}})
+
+    counters = run(corpus_dir, state, config)
+
+    live = dict(Document.objects.filter(deleted=False).values_list("rel_path", "status"))
+    assert sum(path.startswith("bundle.zip!/") for path in live) == indexed
+    assert live["bundle.zip"] == ("ok" if indexed else "skipped")
+    assert counters.errors == 0

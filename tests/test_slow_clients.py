@@ -213,6 +213,80 @@ def test_an_oversized_request_head_gets_431_with_a_json_body(server):
     assert response.json()["error"]["code"] == "INVALID_RANGE"
 
 
+# -- every REST error in the REST envelope ---------------------------------------------
+
+
+def _rest_envelope(raw: bytes, status: int, code: str) -> dict:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), raw[:300]
+    assert b"application/json" in head.lower(), head
+    payload = json.loads(body)
+    assert set(payload) == {"error"}, payload  # no "jsonrpc": the REST mirror's envelope
+    assert set(payload["error"]) == {"code", "message", "retryable"}
+    assert payload["error"]["code"] == code
+    return payload["error"]
+
+
+def _post_head(srv: Server, path: str, *lines: str) -> bytes:
+    host, port = address(srv)
+    head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", f"Authorization: Bearer {srv.token}"]
+    return ("\r\n".join([*head, "Content-Type: application/json", *lines]) + "\r\n\r\n").encode()
+
+
+def test_a_rest_body_over_the_limit_by_its_declared_length_gets_413_in_the_rest_envelope(server):
+    with connect(server) as sock:
+        sock.sendall(_post_head(server, "/api/v1/ask", "Content-Length: 100000000") + b"{")
+        error = _rest_envelope(read_to_close(sock), 413, "INVALID_RANGE")
+    assert "byte limit" in error["message"] and error["retryable"] is False
+
+
+def test_a_chunked_rest_body_over_the_limit_gets_413_in_the_rest_envelope(server):
+    block = b"x" * 65536
+    with connect(server) as sock:
+        sock.sendall(_post_head(server, "/api/v1/ask", "Transfer-Encoding: chunked"))
+        try:
+            for _ in range(100):  # 6.4 MB, past the 4 MiB limit
+                sock.sendall(b"%x\r\n%s\r\n" % (len(block), block))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused mid-body: the answer is already waiting
+        _rest_envelope(read_to_close(sock), 413, "INVALID_RANGE")
+
+
+def test_the_mcp_endpoint_keeps_its_json_rpc_413(server):
+    path = urlsplit(server.url).path
+    with connect(server) as sock:
+        sock.sendall(_post_head(server, path, "Content-Length: 100000000") + b"{")
+        reply = read_to_close(sock)
+    assert reply.startswith(b"HTTP/1.1 413 ")
+    body = json.loads(reply.partition(b"\r\n\r\n")[2])
+    assert body["jsonrpc"] == "2.0" and body["error"]["data"]["code"] == "INVALID_RANGE"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content_type", "body", "status", "code"),
+    [
+        pytest.param(
+            "POST", "/ask", "application/json", b"{not json", 400, "INVALID_FIELD", id="malformed-json"
+        ),
+        pytest.param("GET", "/no-such-endpoint", None, None, 404, "NOT_FOUND", id="unknown-route"),
+        pytest.param("DELETE", "/search", None, None, 405, "METHOD_NOT_ALLOWED", id="wrong-method"),
+        pytest.param("POST", "/ask", "text/plain", b'{"question": "x"}', 415, "INVALID_FIELD", id="not-json"),
+    ],
+)
+def test_rest_errors_under_up_are_the_rest_envelope(server, method, path, content_type, body, status, code):
+    headers = {"Authorization": f"Bearer {server.token}"} | (
+        {"Content-Type": content_type} if content_type else {}
+    )
+    response = httpx.request(
+        method, f"{server.base}/api/v1{path}", content=body, headers=headers, timeout=WAIT
+    )
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    payload = response.json()
+    assert set(payload) == {"error"} and set(payload["error"]) == {"code", "message", "retryable"}
+    assert payload["error"]["code"] == code
+
+
 # -- the API docs page ----------------------------------------------------------------
 
 

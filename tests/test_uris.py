@@ -46,3 +46,31 @@ def test_the_file_uri_does_not_depend_on_the_slice():
 def test_what_is_not_a_uri_of_this_server_is_refused(uri):
     with pytest.raises(uris.BadUri):
         uris.parse(uri)
+
+
+@pytest.mark.parametrize(
+    ("uri", "rel_path", "canonical"),
+    [
+        ("dir2mcp:///docs/gu%69de.md", "docs/guide.md", "dir2mcp:///docs/guide.md"),
+        ("dir2mcp:///a.zip!/x%2emd", "a.zip!/x.md", "dir2mcp:///a.zip%21/x.md"),
+        ("dir2mcp:///a%e2%80%99s.md", "a\u2019s.md", "dir2mcp:///a%E2%80%99s.md"),
+        ("dir2mcp:///a\tb.md", "a\tb.md", "dir2mcp:///a%09b.md"),  # urlsplit would drop the tab
+    ],
+)
+def test_another_encoding_names_the_same_file_and_has_one_canonical_uri(uri, rel_path, canonical):
+    parsed, span = uris.parse(uri)
+    assert parsed == rel_path
+    assert uris.canonical(parsed, span) == canonical
+
+
+@pytest.mark.parametrize(
+    ("uri", "rel_path"),
+    [
+        ("dir2mcp:///./docs/guide.md", "./docs/guide.md"),  # the resolver refuses these forms
+        ("dir2mcp:///docs/guide.md/", "docs/guide.md/"),
+        ("dir2mcp:////etc/passwd", "/etc/passwd"),
+        ("dir2mcp:///docs%2F..%2Fx", "docs%2F..%2Fx"),  # an encoded separator stays encoded
+    ],
+)
+def test_the_path_is_passed_on_as_spelled_for_the_resolver_to_judge(uri, rel_path):
+    assert uris.parse(uri)[0] == rel_path

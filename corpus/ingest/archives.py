@@ -16,7 +16,7 @@ import tarfile
 import zipfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -82,6 +82,9 @@ class MemberProblem:
     rel_path: str
     code: str
     message: str
+    #: an archive-wide limit (members, total bytes, a compressed tar's ratio)
+    #: was passed: the read stopped here, and the whole archive is over its limits
+    stops_archive: bool = False
 
 
 class _Budget:
@@ -150,8 +153,14 @@ def iter_members(
     """Yield the files inside an archive (and inside archives within it, up to ``max_depth``).
 
     Problems come back as :class:`MemberProblem`; this never raises for a bad archive.
+    The problem of a limit that stops the whole read is the last item, marked
+    ``stops_archive``.
     """
-    yield from _iter_archive(path_or_bytes, rel_path, depth, _Budget(limits, engine))
+    budget = _Budget(limits, engine)
+    for item in _iter_archive(path_or_bytes, rel_path, depth, budget):
+        if isinstance(item, MemberProblem) and budget.stopped:
+            item = replace(item, stops_archive=True)
+        yield item
 
 
 def _iter_archive(

@@ -59,7 +59,10 @@ FLUSH_SECONDS = 0.5
 #: Bump when how this module reads archives changes, so every archive is
 #: read again on the next pass. 2: a plain ``.gz`` is the text it holds, and
 #: an archive that cannot be read (or holds a member that cannot) is an error.
-ARCHIVE_READER_VERSION = "2"
+#: 3: an archive over an archive-wide limit has no member indexed.
+ARCHIVE_READER_VERSION = "3"
+#: The most member bytes of one archive held while it is checked against its limits.
+HELD_MEMBER_BYTES = 64 * 2**20
 #: A plain gzip file's doc_type until it is decompressed (never stored).
 GZIP = "gzip"
 
@@ -409,13 +412,14 @@ class Indexer:
     def _consume(self, item: FileEntry | WalkProblem) -> None:
         if isinstance(item, WalkProblem):
             self.counters.errors += 1
-            self.reporter.file_error(item.rel_path, item.code, item.message)
+            self.reporter.file_error(stored_name(item.rel_path), item.code, item.message)
             return
         if item.rel_path in self.seen:
             return
         self.counters.scanned += 1
         if not _storable(item.rel_path):
-            self._undecodable_name(item.rel_path)
+            self._undecodable_name(item.rel_path, "file", item.size, item.mtime_ns)
+            self._maybe_flush()
             return
         self.seen.add(item.rel_path)
         try:
@@ -499,12 +503,16 @@ class Indexer:
         if mode == "off":
             self._queue(self.preparer.skipped(base, "", "disabled by ingest.archives.mode=off"))
             return
-        self._queue(base)
         if mode != "deep":
+            self._queue(base)
             return
+        items = self._within_limits(base, data)
+        if items is None:
+            return
+        self._queue(base)
         self._open_archives = {base.rel_path: base}
         try:
-            for member in iter_members(data, rel_path=base.rel_path, limits=self.limits, engine=self.engine):
+            for member in items:
                 if self.stop.is_set():
                     return
                 if isinstance(member, MemberProblem):
@@ -513,6 +521,39 @@ class Indexer:
                 self._consume_member(member)
         finally:
             self._open_archives = {}
+
+    def _within_limits(self, base: Prepared, data: bytes) -> Iterable[ArchiveMember | MemberProblem] | None:
+        """The archive's members and problems, once it is known to be within
+        its archive-wide limits (members, total bytes, a compressed tar's
+        ratio; nested archives count). One over them has no member indexed:
+        it is queued ``skipped`` with the limit's code, like a file over its
+        size limit, so it is recorded once and read again only when its
+        size, mtime (then its hash) or the limits change; None then, or when
+        the run stops meanwhile. Members are held while they total at most
+        HELD_MEMBER_BYTES, so a small archive is read once; a larger one is
+        read again, as the same bytes read the same way."""
+
+        def read() -> Iterator[ArchiveMember | MemberProblem]:
+            return iter_members(data, rel_path=base.rel_path, limits=self.limits, engine=self.engine)
+
+        held: list | None = []
+        size = 0
+        for item in read():
+            if self.stop.is_set():
+                return None
+            if isinstance(item, MemberProblem) and item.stops_archive:
+                member = item.rel_path[len(base.rel_path) + 2 :]
+                where = f"member {member!r}: " if member else ""
+                reason = f"{where}{item.message}; none of its members is indexed"
+                self._queue(self.preparer.skipped(base, item.code, reason))
+                return None
+            if held is not None:
+                size += item.size if isinstance(item, ArchiveMember) else 0
+                if size > HELD_MEMBER_BYTES:
+                    held = None  # read again below rather than held
+                else:
+                    held.append(item)
+        return held if held is not None else read()
 
     def _member_failed(self, problem: MemberProblem) -> None:
         """An archive (or a nested one) that cannot be read, or that holds a
@@ -537,7 +578,7 @@ class Indexer:
             return
         self.counters.scanned += 1
         if not _storable(member.rel_path):
-            self._undecodable_name(member.rel_path)
+            self._undecodable_name(member.rel_path, "archive_member", member.size, member.mtime_ns)
             return
         self.seen.add(member.rel_path)
         head = member.data[:HEAD_BYTES]
@@ -642,10 +683,23 @@ class Indexer:
         if touch is not None:
             writer.touch(known.doc_id, touch.size, touch.mtime_ns)
 
-    def _undecodable_name(self, rel_path: str) -> None:
-        self.counters.errors += 1
-        shown = rel_path.encode("utf-8", "replace").decode("utf-8")
-        self.reporter.file_error(shown, errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed")
+    def _undecodable_name(self, rel_path: str, source_type: str, size: int, mtime_ns: int) -> None:
+        """A file whose name is not valid UTF-8 is recorded, in error, by
+        :func:`stored_name` (its undecodable bytes written ``\\xNN``), so
+        ``status``, ``stats``, ``list_files`` and the admin count and list it
+        like any file in error; it is never read."""
+        shown = stored_name(rel_path)
+        if shown in self.seen:  # a valid name spelled like this escape was met first
+            self.counters.errors += 1
+            self.reporter.file_error(
+                shown, errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed"
+            )
+            return
+        self.seen.add(shown)
+        base = Prepared(
+            rel_path=shown, source_type=source_type, doc_type="unknown", size=size, mtime_ns=mtime_ns
+        )
+        self._queue(base.fail("error", errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed"))
 
     def _too_large(self, base: Prepared) -> Prepared:
         limit = self.config.max_bytes_for(base.doc_type)
@@ -679,6 +733,7 @@ class Indexer:
         if self.engine.excluded_reason(rel_path, is_dir=path.is_dir()) is None and path.exists():
             for item in walk(self.engine, start=rel_path):
                 self._consume(item)
+        rel_path = stored_name(rel_path)  # an undecodable name is known by its escaped form
         candidates = [rel_path, *self._known_under(rel_path + "/"), *self._known_under(rel_path + "!/")]
         return [p for p in candidates if p in self.known and not self.known[p].deleted and p not in self.seen]
 
@@ -810,6 +865,22 @@ def _from_gzip(prepared: Prepared) -> Prepared:
     if prepared.extracted is not None:
         prepared.extracted.meta["converted_from"] = "gzip"
     return prepared
+
+
+def stored_name(rel_path: str) -> str:
+    """The name ``rel_path`` is recorded and shown by: itself, or for a name
+    that is not valid UTF-8 (held in Python as surrogate escapes), the same
+    name with each undecodable byte written ``\\xNN``: valid UTF-8, and
+    distinct for distinct names (a real name holding that backslash
+    spelling is the one clash, and the one met first wins). Human output
+    escapes it further (``corpus.events.printable``), as every name."""
+    if _storable(rel_path):
+        return rel_path
+    try:
+        raw = rel_path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file system decoding makes
+        return rel_path.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def _storable(rel_path: str) -> bool:

@@ -20,6 +20,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from pathlib import Path
 
 import watchfiles
@@ -43,6 +44,13 @@ DEBOUNCE_MS = 400
 #: RETRY_MAX_SECONDS while documents keep failing.
 RETRY_SECONDS = 30.0
 RETRY_MAX_SECONDS = 900.0
+#: After the OS watch fails (watchfiles gives up for good on a file name that
+#: is not valid UTF-8), it is set up again this long after (seconds), twice
+#: as long after each failure in a row, up to WATCH_RESTART_MAX_SECONDS.
+WATCH_RESTART_SECONDS = 1.0
+WATCH_RESTART_MAX_SECONDS = 60.0
+#: A batch meaning "changes may have been missed": the whole tree is walked.
+RESCAN = "rescan"
 
 
 def _relative(root: Path, path: str) -> str | None:
@@ -133,16 +141,7 @@ class _Feed:
         self.root = Path(root).resolve()
         self.stop = stop
         self._closed = threading.Event()
-        self._changes = watchfiles.watch(
-            self.root,
-            watch_filter=_Filter(state.path),
-            debounce=DEBOUNCE_MS,
-            step=50,
-            stop_event=self,
-            rust_timeout=500,
-            yield_on_timeout=True,
-            force_polling=os.environ.get("DIR2MCP_WATCH_POLLING") == "1" or None,
-        )
+        self._state_dir = state.path
         self._batches: queue.Queue = queue.Queue()
         self._in_place = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dir2mcp-watch", daemon=True)
@@ -158,15 +157,47 @@ class _Feed:
         self._closed.set()
         self._thread.join(timeout=5)
 
+    def _watch(self):
+        return watchfiles.watch(
+            self.root,
+            watch_filter=_Filter(self._state_dir),
+            debounce=DEBOUNCE_MS,
+            step=50,
+            stop_event=self,
+            rust_timeout=500,
+            yield_on_timeout=True,
+            force_polling=os.environ.get("DIR2MCP_WATCH_POLLING") == "1" or None,
+        )
+
     def _run(self) -> None:
+        """Follow the OS watch until closed. A watch that fails is set up
+        again, after a pause that doubles while it keeps failing within
+        WATCH_RESTART_MAX_SECONDS of starting, and a :data:`RESCAN` batch
+        walks the tree for what it missed: watchfiles stops for good at the
+        first event naming a file whose name is not valid UTF-8, which would
+        otherwise end live sync for every file."""
+        pause, missed = WATCH_RESTART_SECONDS, False
         try:
-            for batch in self._changes:
-                # The first (possibly empty) batch means the OS watch is in place.
-                self._in_place.set()
-                if batch:
-                    self._batches.put(batch)
-        except Exception:  # a watch that cannot go on must not take the server with it
-            log.exception("the file watch stopped")
+            while not self.is_set():
+                started = time.monotonic()
+                try:
+                    for batch in self._watch():
+                        # The first (possibly empty) batch means the OS watch is in place.
+                        self._in_place.set()
+                        if missed:  # walked once the new watch is in place: nothing falls between
+                            self._batches.put(RESCAN)
+                            missed = False
+                        if batch:
+                            self._batches.put(batch)
+                    return  # closed
+                except Exception as exc:  # a watch that cannot go on must not take the server with it
+                    log.warning("the file watch stopped (%s); setting it up again in %g s", exc, pause)
+                    self._in_place.set()
+                if time.monotonic() - started > WATCH_RESTART_MAX_SECONDS:
+                    pause = WATCH_RESTART_SECONDS  # it had been well for a while
+                if self._closed.wait(pause) or self.stop.is_set():
+                    return
+                pause, missed = min(pause * 2, WATCH_RESTART_MAX_SECONDS), True
         finally:
             self._in_place.set()
 
@@ -192,6 +223,9 @@ class _Feed:
                 batch = self._batches.get_nowait()
             except queue.Empty:
                 break
+            if batch == RESCAN:
+                later.append(batch)
+                continue
             paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
             if any(Path(p).name == ".gitignore" for p in paths):
                 later.append(batch)
@@ -205,7 +239,14 @@ class _Feed:
 def _apply(root: Path, batch, *, walking, one_by_one) -> None:
     """Re-index a batch of changes: the touched paths, or the whole tree when
     a ``.gitignore`` changed (what is excluded changed). Only the indexer
-    that runs is made: each owns provider clients until its run ends."""
+    that runs is made: each owns provider clients until its run ends. A
+    :data:`RESCAN` batch (the watch was set up again) walks the whole tree."""
+    if batch == RESCAN:
+        try:
+            walking().run()
+        except Exception:
+            log.exception("the walk after the file watch was set up again failed")
+        return
     rel_paths = {rel for _, path in batch if (rel := _relative(root, path))}
     if not rel_paths:
         return
