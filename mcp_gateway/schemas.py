@@ -65,6 +65,14 @@ HIT = {
         "span": {"$ref": "#/$defs/Span"},
         # Where the span carries one (Office slides and sheets).
         "label": LABEL,
+        # With search's max_tokens (issue #32): the passage itself.
+        "content": {"type": "string", "description": "The cited text (search with max_tokens)."},
+        "chunk_ids": {
+            "type": "array",
+            "items": {"type": "integer"},
+            "description": "The hits merged into this passage (search with max_tokens).",
+        },
+        "tokens": {"type": "integer", "description": "Estimated tokens of the passage (with max_tokens)."},
     },
     "required": ["chunk_id", "rel_path", "score", "snippet", "span"],
 }
@@ -174,6 +182,16 @@ SEARCH_INPUT = {
         "k": K_INPUT,
         "index": _INDEX,
         **_FILTERS,
+        "max_tokens": {
+            "type": "integer",
+            "minimum": 100,
+            "maximum": 100_000,
+            "description": (
+                "Return the cited text itself, as many hits as fit in this many tokens (4 characters "
+                "each), in rank order; hits of one file whose lines overlap or touch are merged into "
+                "one passage. budget says what was left out."
+            ),
+        },
     },
     "required": ["query"],
 }
@@ -190,6 +208,19 @@ SEARCH_OUTPUT = _with_defs(
             "indexing_complete": {"type": "boolean"},
             "dense": DENSE,
             "match": MATCH,
+            "budget": {
+                "type": "object",
+                "additionalProperties": False,
+                "description": "With max_tokens: what fit.",
+                "properties": {
+                    "max_tokens": {"type": "integer"},
+                    "used_tokens": {"type": "integer"},
+                    "truncated": {"type": "boolean", "description": "Some passages did not fit."},
+                    "omitted": {"type": "integer", "description": "Passages left out (raise max_tokens)."},
+                    "merged": {"type": "integer", "description": "Hits merged into a passage above them."},
+                },
+                "required": ["max_tokens", "used_tokens", "truncated", "omitted", "merged"],
+            },
         },
         "required": ["query", "hits", "indexing_complete"],
     },

@@ -40,7 +40,8 @@ def _where(hit: dict) -> str:
 
 def _hits(hits: list[dict]) -> list[str]:
     return [
-        f"{n}. {_where(h)} score={h['score']:.4f}\n   {_one_line(h['snippet'])}"
+        f"{n}. {_where(h)} score={h['score']:.4f}\n"
+        + (h["content"] if "content" in h else f"   {_one_line(h['snippet'])}")
         for n, h in enumerate(hits, 1)
     ]
 
@@ -63,6 +64,9 @@ def search(result: dict) -> str:
     head = f"{len(hits)} hit(s) for {result['query']!r} (index: {result.get('index_used', 'text')})"
     if not hits:
         return "\n".join([head + ". Try other words, a broader filter, or dir2mcp.find.", *_notes(result)])
+    spent = result.get("budget")
+    if spent and spent["truncated"]:
+        head += f"; {spent['omitted']} more did not fit in max_tokens={spent['max_tokens']}"
     return "\n".join([head + ":", *_hits(hits), *_notes(result)])
 
 

@@ -24,6 +24,7 @@ from corpus import errors, files, observe
 from corpus.answer import ask as answer
 from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
+from corpus.navigation import budget
 from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters
 from corpus.status import latest_job, models_summary, older_format_documents
@@ -189,7 +190,28 @@ def search(call: Call, args: dict) -> dict:
     call.check()
     call.progress(1, 1, f"{len(result.hits)} hits")
     _embed_first(call.ctx, [hit.rel_path for hit in result.hits])
-    return result.as_dict()
+    out = result.as_dict()
+    if "max_tokens" in args:
+        out |= _within_budget(call, result, args["max_tokens"])
+    return out
+
+
+def _within_budget(call: Call, result, max_tokens: int) -> dict:
+    """The hits as passages with their text, merged per file and cut to the budget."""
+    passages = budget.merge(result.hits)
+    kept, used = budget.pack(passages, max_tokens, budget.Contents())
+    for passage in kept:
+        files.screen(call.ctx.engine, passage.best.rel_path, passage.content)
+    return {
+        "hits": [passage.as_dict() for passage in kept],
+        "budget": {
+            "max_tokens": max_tokens,
+            "used_tokens": used,
+            "truncated": len(kept) < len(passages),
+            "omitted": len(passages) - len(kept),
+            "merged": len(result.hits) - len(passages),
+        },
+    }
 
 
 def _embed_first(ctx: Context, rel_paths: list[str]) -> None:
