@@ -15,7 +15,10 @@ from corpus import observe
 from mcp_gateway import security_headers
 
 
-class RequestMetrics:
+class _AfterResponse:
+    """A middleware that works on each answer (:meth:`after`), sync or async
+    as the chain below it is."""
+
     sync_capable = True
     async_capable = True
 
@@ -28,35 +31,26 @@ class RequestMetrics:
         if iscoroutinefunction(self):
             return self._acall(request)
         response = self.get_response(request)
-        observe.observe_request(request.method, response.status_code, endpoint="site")
+        self.after(request, response)
         return response
 
     async def _acall(self, request):
         response = await self.get_response(request)
-        observe.observe_request(request.method, response.status_code, endpoint="site")
+        self.after(request, response)
         return response
 
+    def after(self, request, response) -> None:
+        raise NotImplementedError
 
-class SecurityHeaders:
+
+class RequestMetrics(_AfterResponse):
+    def after(self, request, response) -> None:
+        observe.observe_request(request.method, response.status_code, endpoint="site")
+
+
+class SecurityHeaders(_AfterResponse):
     """``mcp_gateway.security_headers`` on every answer of the site, a
     Content-Security-Policy among them (a view's own value is kept)."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if iscoroutinefunction(self):
-            return self._acall(request)
-        response = self.get_response(request)
+    def after(self, request, response) -> None:
         security_headers.add_to(response.headers, secure=request.is_secure())
-        return response
-
-    async def _acall(self, request):
-        response = await self.get_response(request)
-        security_headers.add_to(response.headers, secure=request.is_secure())
-        return response
