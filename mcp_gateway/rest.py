@@ -47,7 +47,8 @@ from ninja.openapi.schema import REF_TEMPLATE
 from ninja.security import HttpBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from corpus import errors
+from corpus import errors, uris
+from corpus.security import MAX_PATH_SEGMENTS
 from mcp_gateway import context, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED
@@ -199,6 +200,8 @@ def _on_validation_error(request, exc: NinjaValidationError) -> HttpResponse:
         message = f"{where} is required" if loc else "a JSON object body is required"
     elif kind == "model_type":
         code, message = errors.INVALID_FIELD, f"{where} must be a JSON object"
+    elif kind == "string_pattern_mismatch":  # only path arguments have a pattern (schemas.path_argument)
+        code, message = errors.INVALID_RANGE, f"{where} has more than {MAX_PATH_SEGMENTS} segments"
     elif kind in _RANGE_ERRORS:
         code, message = errors.INVALID_RANGE, f"{where}: {first.get('msg', 'out of range')}"
     elif kind == "extra_forbidden":
@@ -276,7 +279,13 @@ def _union(members: tuple):
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_BOUNDS = {"minimum": "ge", "maximum": "le", "minLength": "min_length", "maxLength": "max_length"}
+_BOUNDS = {
+    "minimum": "ge",
+    "maximum": "le",
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "pattern": "pattern",
+}
 
 
 def input_model(name: str, tool_name: str, *, body: bool) -> type[BaseModel]:
@@ -544,7 +553,7 @@ class ResourcesQuery(Schema):
     cursor: str | None = Field(
         None,
         min_length=1,
-        max_length=8192,
+        max_length=uris.MAX_URI_CHARS,
         description="The nextCursor of the page before; omit it for the first page.",
     )
 
@@ -552,7 +561,7 @@ class ResourcesQuery(Schema):
 class ReadResourceQuery(Schema):
     uri: str = Field(
         min_length=1,
-        max_length=8192,
+        max_length=uris.MAX_URI_CHARS,
         description=(
             "A resource URI: dir2mcp:///<path> for a whole file, or a slice as citations name it: "
             "?lines=A-B, ?page=N or ?time=A-B (milliseconds)."
