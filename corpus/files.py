@@ -38,7 +38,14 @@ from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
 from corpus.models import DocStatus, Document, Representation, RepType, Span
-from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile, normalize_rel_path
+from corpus.security import (
+    ARCHIVE_SEPARATOR,
+    MAX_PATH_CHARS,
+    ExclusionEngine,
+    OpenedFile,
+    check_path_bounds,
+    normalize_rel_path,
+)
 
 FIND_BUDGET_SECONDS = 2.0
 MAX_PATTERN_CHARS = 1000
@@ -107,9 +114,10 @@ def canonical_prefix(path_prefix) -> str:
     ``search``, ``ask``): a prefix that could name anything outside the root is
     ``PATH_OUTSIDE_ROOT``, not an empty page of hits; ``"."`` is the whole root.
     """
-    prefix = _str("path_prefix", path_prefix, limit=4096)
+    prefix = _str("path_prefix", path_prefix, limit=MAX_PATH_CHARS)
     if not prefix:
         return ""
+    check_path_bounds(prefix, "path_prefix")  # so the INVALID_FIELD below is the empty path's
     try:
         canonical = normalize_rel_path(prefix)
     except errors.Dir2mcpError as exc:

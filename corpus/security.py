@@ -123,21 +123,20 @@ def _fully_unquoted(path: str) -> str:
 
 
 def check_path_bounds(path: str, name: str = "path") -> None:
-    """``INVALID_RANGE`` for a path past :data:`MAX_PATH_CHARS` characters or
-    :data:`MAX_PATH_SEGMENTS` segments: the one bound on a path's size (the
-    code the tools' schemas give a ``maxLength`` they refuse)."""
+    """``INVALID_FIELD`` for a path past :data:`MAX_PATH_CHARS` characters or
+    :data:`MAX_PATH_SEGMENTS` segments: the one bound on a path's size."""
     if len(path) > MAX_PATH_CHARS:
-        raise errors.Dir2mcpError(errors.INVALID_RANGE, f"{name} is longer than {MAX_PATH_CHARS} characters")
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"{name} is longer than {MAX_PATH_CHARS} characters")
     if path.count("/") >= MAX_PATH_SEGMENTS:
-        raise errors.Dir2mcpError(errors.INVALID_RANGE, f"{name} has more than {MAX_PATH_SEGMENTS} segments")
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"{name} has more than {MAX_PATH_SEGMENTS} segments")
 
 
 def normalize_rel_path(rel_path: str) -> str:
     """Validate a user- or archive-supplied relative path and return it in canonical posix form.
 
     Raises ``PATH_OUTSIDE_ROOT`` for anything that could name a file outside
-    its root, ``INVALID_FIELD`` for an empty path, and ``INVALID_RANGE`` for
-    one past the bounds of :func:`check_path_bounds`.
+    its root, and ``INVALID_FIELD`` for an empty path or one past the bounds
+    of :func:`check_path_bounds`.
     """
     if not isinstance(rel_path, str):
         raise errors.Dir2mcpError(errors.INVALID_FIELD, "path must be a string")

@@ -25,8 +25,8 @@ PREFIX = f"{SCHEME}:///"
 FILE_TEMPLATE = PREFIX + "{+path}"
 SLICE_TEMPLATE = PREFIX + "{+path}{?lines,page,time}"
 
-#: The longest URI ``resources/read`` takes (its REST mirror too): a path at
-#: corpus.security's bound, percent-encoded, and a slice.
+#: The longest URI ``resources/read`` takes (mcp_gateway/resources.py; its
+#: REST mirror too): a path at corpus.security's bound, percent-encoded, and a slice.
 MAX_URI_CHARS = 8192
 
 _RANGE = re.compile(r"(\d{1,12})-(\d{1,12})")
@@ -57,8 +57,6 @@ def parse(uri: str) -> tuple[str, SpanRef | None]:
     are the resolver's (``corpus.files``), as for every tool."""
     if not isinstance(uri, str) or not uri.startswith(PREFIX):
         raise BadUri(f"not a {SCHEME} resource URI (expected {PREFIX}<path>)")
-    if len(uri) > MAX_URI_CHARS:
-        raise BadUri(f"the URI is longer than {MAX_URI_CHARS} characters")
     parts = urlsplit(uri)
     if parts.fragment:
         raise BadUri("a resource URI has no fragment")
