@@ -32,7 +32,6 @@ written by :func:`mcp_gateway.rest_edge.error_response`. Request validation
 errors, including ninja's own, are 400 (never 422).
 """
 
-import asyncio
 import copy
 import logging
 from typing import Any, Literal
@@ -460,8 +459,8 @@ async def _in_slot(request: HttpRequest, fn, *args):
         work = workers.start(fn, *args, bounds=bounds, client=client)
     except workers.Refused as busy:
         return error_response(busy.code, busy.message, headers={"Retry-After": "1"}, retryable=True)
-    try:  # shielded: a client that hangs up does not cancel the thread's bookkeeping
-        await asyncio.shield(workers.finish(work, bounds))
+    try:  # a client that hangs up cancels this wait, never ``work`` (its slot is released by its thread)
+        await workers.finish(work, bounds)
     except workers.Overdue as overdue:
         return error_response(overdue.code, overdue.message, retryable=True)
     return work.result()
