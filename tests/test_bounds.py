@@ -19,7 +19,9 @@ a fake Mistral at the network edge as the chat model. Then:
    held at the provider: they started before step 3 and outlive it;
 5. SIGTERM ends the process although those threads are still stuck.
 
-Nothing is timed: the waits are bounds a broken server runs into.
+Nothing is timed: the waits are bounds a broken server runs into. The
+admission rule itself (a client's share, the process limit) is checked on
+``mcp_gateway.workers`` directly at the end.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import httpx
 import pytest
 
 from corpus import errors
+from mcp_gateway import workers
 from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import ACCEPT, PROTOCOL, write_corpus
 from tests.support import wait_until
@@ -214,3 +217,39 @@ def test_hostile_and_stuck_calls_never_starve_another_client_and_sigterm_ends_up
     assert code == 0, up.stderr[-3000:]
     assert "Traceback" not in up.stderr, up.stderr[-3000:]
     assert "without waiting for 6 call(s)" in up.stdout + up.stderr
+
+
+def test_one_client_holds_at_most_its_share_and_another_is_still_admitted():
+    bounds = workers.Bounds(limit=8, share=3, deadline=0)
+    held = []
+    try:
+        for _ in range(3):
+            workers.admit(bounds, "greedy")
+            held.append("greedy")
+        with pytest.raises(workers.Refused) as refused:
+            workers.admit(bounds, "greedy")
+        assert refused.value.code == errors.SERVER_BUSY and refused.value.retryable
+        assert "max_calls_per_client" in refused.value.message
+        workers.admit(bounds, "other")  # the greedy client's share is not everyone's
+        held.append("other")
+        workers.release(held.pop(0))
+        workers.admit(bounds, "greedy")  # a finished call gives its client a slot back
+        held.append("greedy")
+    finally:
+        for client in held:
+            workers.release(client)
+    assert workers.Slots.by_client == {}
+
+
+def test_the_process_limit_refuses_every_client_once_reached():
+    bounds = workers.Bounds(limit=2, share=2, deadline=0)
+    workers.admit(bounds, "a")
+    workers.admit(bounds, "b")
+    try:
+        with pytest.raises(workers.Refused):
+            workers.admit(bounds, "c")
+        assert workers.readiness()["degraded"] is True
+    finally:
+        workers.release("a")
+        workers.release("b")
+    assert workers.readiness()["ok"] is True
