@@ -196,8 +196,8 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
         _notification(msg, row.session_id)
         return _json(None, 202)
     tool_call = msg.method == "tools/call"
-    bounds = workers.Bounds.of(ctx.config) if msg.method in CALL_METHODS else None
     paid = tool_call and dispatch.is_paid(msg, ctx)
+    bounds = workers.Bounds.of(ctx.config, paid=paid) if msg.method in CALL_METHODS else None
     if not tool_call or paid or dispatch.progress_token(msg) is None:
         # The common case: one worker hop for the session and the method.
         reply = dispatch.HttpReply()

@@ -444,15 +444,16 @@ async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None =
     if ctx.gate is not None and ctx.gate.price_for(tool_name) is not None:
         payment = request.headers.get("PAYMENT-SIGNATURE")
         route = (request.method, request.path)
-        return await _in_slot(request, paid_call, ctx, tool_name, arguments, payment, route)
+        return await _in_slot(request, paid_call, ctx, tool_name, arguments, payment, route, paid=True)
     return await _in_slot(request, run_tool, ctx, tool_name, arguments)
 
 
-async def _in_slot(request: HttpRequest, fn, *args):
+async def _in_slot(request: HttpRequest, fn, *args, paid: bool = False):
     """``fn(*args)`` admitted as this client's call (its address and
-    credential) on a call thread, under the deadline (mcp_gateway/workers.py):
-    503 SERVER_BUSY when not admitted, DEADLINE_EXCEEDED past the deadline."""
-    bounds = workers.Bounds.of(request.auth.config)
+    credential) on a call thread, under the deadline (mcp_gateway/workers.py;
+    none for a ``paid`` call): 503 SERVER_BUSY when not admitted,
+    DEADLINE_EXCEEDED past the deadline."""
+    bounds = workers.Bounds.of(request.auth.config, paid=paid)
     credential = token_digest(request.headers.get("Authorization"))
     client = f"rest|{request.META.get('REMOTE_ADDR', '')}|{credential}"
     try:

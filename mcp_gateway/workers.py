@@ -47,9 +47,13 @@ class Bounds:
     deadline: float  # call_timeout, seconds; 0 = none
 
     @classmethod
-    def of(cls, config) -> Bounds:
+    def of(cls, config, *, paid: bool = False) -> Bounds:
+        """The configured bounds; a paid call (x402) has no deadline: its
+        answer carries the settlement, which must not be settled behind a
+        DEADLINE_EXCEEDED its client was given."""
         server = config.server
-        return cls(server.max_concurrent_calls, server.max_calls_per_client, server.call_timeout)
+        deadline = 0.0 if paid else server.call_timeout
+        return cls(server.max_concurrent_calls, server.max_calls_per_client, deadline)
 
 
 class Refused(errors.Dir2mcpError):
