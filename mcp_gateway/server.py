@@ -5,7 +5,9 @@ address, and once the socket is listening it announces the real URL (the
 port may have been 0) and starts the background indexer, so the
 server accepts requests while the corpus is still being read. SIGINT and
 SIGTERM stop the reactor, then the indexer (it checks its stop event between
-files and commits each document whole), and :func:`serve` returns.
+files and commits each document whole), and :func:`serve` returns; a process
+still alive ``EXIT_GRACE_SECONDS`` later (call threads stuck on a provider or
+a disk, which Python would wait for at exit) exits hard.
 
 The listen address and TLS live in ``listen.py``, what clients are told in
 ``connection.py``, the preflight and the indexer in ``background.py``.
