@@ -36,7 +36,7 @@ _DRIVE_RE = re.compile(r"^[A-Za-z]:")
 #: The longest relative path any surface takes (Linux's PATH_MAX), in characters,
 #: and the most ``/``-separated segments in it (issue #34: a URI of 4,000
 #: segments held a worker for 10 s). The tools' schemas state the same
-#: bounds (mcp_gateway/schemas.py: REL_PATH); :func:`normalize_rel_path`
+#: bounds (mcp_gateway/schemas.py: path_argument); :func:`normalize_rel_path`
 #: enforces them for every caller, whatever surface it came from.
 MAX_PATH_CHARS = 4096
 MAX_PATH_SEGMENTS = 256
