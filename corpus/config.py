@@ -378,6 +378,12 @@ class ServerConfig(Section):
     rate_limit_per_minute: int = Field(default=0, ge=0)
     # Tool calls one server process runs at once; more are answered -32001 (busy).
     max_concurrent_calls: int = Field(default=64, ge=1, le=1024)
+    # Of those, the most one client runs at once (an MCP session; on the REST
+    # mirror an address and credential): no client takes every slot.
+    max_calls_per_client: int = Field(default=16, ge=1, le=1024)
+    # How long a request waits for its call (a tool, resources/read, prompts/get,
+    # a completion) before answering DEADLINE_EXCEEDED; 0 = no deadline.
+    call_timeout: Duration = 600.0
     # Sessions one credential may hold; a new one evicts its least recently used.
     max_sessions_per_token: int = Field(default=64, ge=1, le=10_000)
     # Slow clients (`up`): a request head must arrive whole within header_timeout

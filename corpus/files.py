@@ -39,7 +39,14 @@ from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
 from corpus.models import DocStatus, Document, Representation, RepType, Span
-from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile, canonical_rel_path
+from corpus.security import (
+    ARCHIVE_SEPARATOR,
+    MAX_PATH_CHARS,
+    ExclusionEngine,
+    OpenedFile,
+    canonical_rel_path,
+    check_path_bounds,
+)
 
 FIND_BUDGET_SECONDS = 2.0
 MAX_PATTERN_CHARS = 1000
@@ -110,9 +117,10 @@ def canonical_prefix(path_prefix) -> str:
     another spelling of a path (``./src``, ``src//x``, ``src/./x``) is
     ``INVALID_FIELD`` (:func:`~corpus.security.canonical_rel_path`).
     """
-    prefix = _str("path_prefix", path_prefix, limit=4096)
+    prefix = _str("path_prefix", path_prefix, limit=MAX_PATH_CHARS)
     if prefix in ("", ".", "./"):  # the whole root
         return ""
+    check_path_bounds(prefix, "path_prefix")
     # A canonical path, or one with a single trailing slash (a directory's
     # prefix); any other spelling is refused, as for every path.
     directory = prefix.endswith("/") and prefix != "/"  # "/" is absolute: PATH_OUTSIDE_ROOT

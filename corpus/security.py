@@ -33,6 +33,14 @@ DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
 ARCHIVE_SEPARATOR = "!/"
 _DRIVE_RE = re.compile(r"^[A-Za-z]:")
 
+#: The longest relative path any surface takes (Linux's PATH_MAX), in characters,
+#: and the most ``/``-separated segments in it (issue #34: a URI of 4,000
+#: segments held a worker for 10 s). The tools' schemas state the same
+#: bounds (mcp_gateway/schemas.py: path_argument); :func:`normalize_rel_path`
+#: enforces them for every caller, whatever surface it came from.
+MAX_PATH_CHARS = 4096
+MAX_PATH_SEGMENTS = 256
+
 
 @dataclass(frozen=True)
 class ExclusionPolicy:
@@ -114,14 +122,25 @@ def _fully_unquoted(path: str) -> str:
     return path
 
 
+def check_path_bounds(path: str, name: str = "path") -> None:
+    """``INVALID_FIELD`` for a path past :data:`MAX_PATH_CHARS` characters or
+    :data:`MAX_PATH_SEGMENTS` segments: the one bound on a path's size."""
+    if len(path) > MAX_PATH_CHARS:
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"{name} is longer than {MAX_PATH_CHARS} characters")
+    if path.count("/") >= MAX_PATH_SEGMENTS:
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"{name} has more than {MAX_PATH_SEGMENTS} segments")
+
+
 def normalize_rel_path(rel_path: str) -> str:
     """Validate a user- or archive-supplied relative path and return it in canonical posix form.
 
     Raises ``PATH_OUTSIDE_ROOT`` for anything that could name a file outside
-    its root, and ``INVALID_FIELD`` for an empty path.
+    its root, and ``INVALID_FIELD`` for an empty path or one past the bounds
+    of :func:`check_path_bounds`.
     """
     if not isinstance(rel_path, str):
         raise errors.Dir2mcpError(errors.INVALID_FIELD, "path must be a string")
+    check_path_bounds(rel_path)
     _check_lexical(rel_path)
     decoded = _fully_unquoted(rel_path)
     if decoded != rel_path:
@@ -254,13 +273,26 @@ class ExclusionEngine:
 
     def _dir_verdict(self, dir_rel: str) -> tuple[str | None, tuple[GitignoreRule, ...]]:
         """Why directory ``dir_rel`` or one above it is excluded (``None``
-        if neither is), and the ``.gitignore`` chain that applies inside it."""
+        if neither is), and the ``.gitignore`` chain that applies inside it.
+
+        Each directory that exists is judged on its own, outermost first (a
+        ``.gitignore`` inside it applies below it). From the first prefix
+        that is not a directory on disk, nothing below exists to hold a
+        ``.gitignore``, so the rest is judged in one step (:meth:`_rest_reason`).
+        The cost is then linear in the length of a made-up path, where judging
+        each of its prefixes was quadratic (issue #34: 4,000 segments, 10 s).
+        """
         memo = self._pinned_dirs
         reason, chain = None, self.gitignore_chain("")
         parts = dir_rel.split("/") if dir_rel else []
-        for depth in range(1, len(parts) + 1):
-            prefix = "/".join(parts[:depth])
+        prefix = ""
+        for depth, part in enumerate(parts):
+            prefix = f"{prefix}/{part}" if prefix else part
             verdict = memo.get(prefix) if memo is not None else None
+            if verdict is _MISSING or (verdict is None and not self._is_dir(prefix)):
+                if memo is not None:  # missing when the block began: so it stays within it
+                    memo[prefix] = _MISSING
+                return self._rest_reason(dir_rel, parts[depth:], chain), chain
             if verdict is None:
                 reason = self.entry_reason(prefix, is_dir=True, chain=chain)
                 verdict = (reason, chain if reason is not None else self.gitignore_chain(prefix, chain))
@@ -270,6 +302,22 @@ class ExclusionEngine:
             if reason is not None:
                 break
         return reason, chain
+
+    def _is_dir(self, dir_rel: str) -> bool:
+        try:
+            return stat.S_ISDIR(os.stat(os.path.join(self._root_str, dir_rel)).st_mode)
+        except (OSError, ValueError):
+            return False
+
+    def _rest_reason(self, dir_rel: str, rest: list[str], chain: tuple[GitignoreRule, ...]) -> str | None:
+        """Why directory ``dir_rel`` is excluded, judged whole: a default-ignored
+        name among its segments ``rest`` that do not exist, or a rule matching
+        it (a rule that matches a directory matches everything below it, so the
+        whole path answers for its prefixes)."""
+        for name in rest:
+            if name in DEFAULT_IGNORED_DIRS:
+                return f"default ignore: {name}"
+        return self.entry_reason(dir_rel, is_dir=True, chain=chain)
 
     def entry_reason(
         self, rel_path: str, *, is_dir: bool = False, chain: tuple[GitignoreRule, ...] = ()
@@ -310,10 +358,15 @@ class ExclusionEngine:
         return parent_chain + (rule,) if rule else parent_chain
 
     def _chain_from_root(self, dir_rel: str) -> tuple[GitignoreRule, ...]:
-        parts = dir_rel.split("/")
+        """The ``.gitignore`` files above ``dir_rel``, read down to the first
+        directory that does not exist (nothing below it holds one)."""
         chain: tuple[GitignoreRule, ...] = ()
-        for depth in range(len(parts)):
-            rule = self._gitignore_for("/".join(parts[:depth]))
+        prefix = ""
+        for part in ["", *dir_rel.split("/")[:-1]]:
+            prefix = f"{prefix}/{part}" if prefix else part
+            if prefix and not self._is_dir(prefix):
+                break
+            rule = self._gitignore_for(prefix)
             chain = chain + (rule,) if rule else chain
         return chain
 
@@ -535,6 +588,8 @@ class ExclusionEngine:
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+#: A pinned verdict: this prefix was no directory when the block began.
+_MISSING = (None, ())
 _LEAF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _MAX_LINKS = 40
 

@@ -25,6 +25,10 @@ PREFIX = f"{SCHEME}:///"
 FILE_TEMPLATE = PREFIX + "{+path}"
 SLICE_TEMPLATE = PREFIX + "{+path}{?lines,page,time}"
 
+#: The longest URI ``resources/read`` takes (mcp_gateway/resources.py; its
+#: REST mirror too): a path at corpus.security's bound, percent-encoded, and a slice.
+MAX_URI_CHARS = 8192
+
 _RANGE = re.compile(r"(\d{1,12})-(\d{1,12})")
 _NUMBER = re.compile(r"\d{1,12}")
 

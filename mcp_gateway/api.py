@@ -69,19 +69,17 @@ class _Inflight:
 _inflight: dict[tuple[str, object], _Inflight] = {}
 
 
-# Tool calls run in their own slots and threads (mcp_gateway/workers.py).
-_Slots = workers.Slots
+#: Methods that read files, search or call a provider: each is admitted to a
+#: call slot and runs on a call thread under a deadline (mcp_gateway/workers.py).
+#: Everything else is cheap and runs on the loop's default pool.
+CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 
 
-def _busy_error(msg_id, limit: int) -> dict:
-    busy = errors.server_busy(limit)
+def _call_error(msg_id, exc: errors.Dir2mcpError) -> dict:
+    """A refused (SERVER_BUSY) or overdue (DEADLINE_EXCEEDED) call, as JSON-RPC -32001."""
     return errors.rpc_error(
-        msg_id, errors.RPC_SERVER_BUSY, busy.message, {"code": busy.code, "retryable": busy.retryable}
+        msg_id, errors.RPC_SERVER_BUSY, exc.message, {"code": exc.code, "retryable": exc.retryable}
     )
-
-
-def _busy(msg: Message, limit: int) -> Response:
-    return _json(_busy_error(msg.id, limit), headers={"Retry-After": "1"})
 
 
 _json = Response.json
@@ -198,10 +196,8 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
         _notification(msg, row.session_id)
         return _json(None, 202)
     tool_call = msg.method == "tools/call"
-    limit = ctx.config.server.max_concurrent_calls
-    if tool_call and _Slots.taken >= limit:
-        return _busy(msg, limit)
     paid = tool_call and dispatch.is_paid(msg, ctx)
+    bounds = workers.Bounds.of(ctx.config, paid=paid) if msg.method in CALL_METHODS else None
     if not tool_call or paid or dispatch.progress_token(msg) is None:
         # The common case: one worker hop for the session and the method.
         reply = dispatch.HttpReply()
@@ -211,10 +207,13 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
                 (session_id, msg.id),
                 msg.id,
                 lambda cancel: _lookup_and_respond(session_id, msg, version, ctx, cancel, payment, reply),
-                slot_limit=limit if tool_call else None,
+                bounds=bounds,
+                client=session_id,
             )
         except sessions.SessionGone as gone:
             raise _gone(gone) from None
+        except workers.Refused as refused:  # not admitted: no slot free, or the session's share taken
+            return _json(_call_error(msg.id, refused), headers={"Retry-After": "1"})
         if outcome is not _NEEDS_STREAM:
             return _json(outcome, reply.status, reply.headers)
     row = await _session(session_id, ctx)
@@ -282,26 +281,31 @@ def _notification(msg: Message, session_id: str) -> None:
             entry.cancel()
 
 
-async def _run(key: tuple, msg_id, job, *, slot_limit: int | None = None) -> dict | None:
+async def _run(
+    key: tuple, msg_id, job, *, bounds: workers.Bounds | None = None, client: str = ""
+) -> dict | None:
     """Run ``job(cancel_event)`` in a worker thread, registered under ``key``
-    for cancellation meanwhile; with ``slot_limit``, in one of the process's
-    tool-call slots (-32001 when none is free).
+    for cancellation meanwhile. With ``bounds``, admitted as ``client``'s
+    call (``SERVER_BUSY`` raised when it is not: workers.admit) on a call
+    thread, and answered ``DEADLINE_EXCEEDED`` past the deadline.
 
     A cancel answers at once; the worker stops at its next check and its
     late result is dropped.
     """
-    if slot_limit is not None and not _Slots.take(slot_limit):
-        return _busy_error(msg_id, slot_limit)
     entry = _Inflight(asyncio.get_running_loop())
-    _inflight[key] = entry
-    if slot_limit is None:
+    if bounds is None:
         work = asyncio.ensure_future(_in_worker(job, entry.event))
-    else:  # a tool call: on a tool-call thread, never one of the loop's few shared ones
-        work = asyncio.ensure_future(workers.run(_usable_connection, job, entry.event, limit=slot_limit))
-    if slot_limit is not None:
-        work.add_done_callback(_Slots.release)
+    else:  # never on one of the loop's few shared threads
+        work = workers.start(_usable_connection, job, entry.event, bounds=bounds, client=client)
+    _inflight[key] = entry
     try:
-        await asyncio.wait({work, entry.cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        if bounds is None:
+            await asyncio.wait({work, entry.cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        else:
+            try:
+                await workers.finish(work, bounds, alongside=(entry.cancelled,), stop=entry.event)
+            except workers.Overdue as overdue:
+                return _call_error(msg_id, overdue)
         if not work.done():
             work.add_done_callback(_drop)
             raise tools.Cancelled()
@@ -310,6 +314,15 @@ async def _run(key: tuple, msg_id, job, *, slot_limit: int | None = None) -> dic
         return errors.rpc_error(msg_id, errors.RPC_REQUEST_CANCELLED, "request cancelled")
     finally:
         _inflight.pop(key, None)
+
+
+async def _run_or_refuse(key: tuple, msg_id, job, *, bounds: workers.Bounds, client: str) -> dict | None:
+    """:func:`_run`, with a refused admission as the JSON-RPC answer (an SSE
+    answer has begun: no status or header can say it any more)."""
+    try:
+        return await _run(key, msg_id, job, bounds=bounds, client=client)
+    except workers.Refused as refused:
+        return _call_error(msg_id, refused)
 
 
 def _drop(task: asyncio.Future) -> None:
@@ -335,8 +348,10 @@ def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamResponse:
 
     async def events():
         job = lambda cancel: dispatch.respond(msg, state, ctx, emit=emit, cancel=cancel)  # noqa: E731
-        limit = ctx.config.server.max_concurrent_calls
-        task = asyncio.ensure_future(_run((state.id, msg.id), msg.id, job, slot_limit=limit))
+        bounds = workers.Bounds.of(ctx.config)
+        task = asyncio.ensure_future(
+            _run_or_refuse((state.id, msg.id), msg.id, job, bounds=bounds, client=state.id)
+        )
         done = asyncio.ensure_future(_when_done(task, queue))
         try:
             while True:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 
-from mcp_gateway.schemas import ASK_OUTPUT, K_INPUT, QUESTION
+from mcp_gateway.schemas import ASK_OUTPUT, K_INPUT, QUESTION, path_argument
 
-_REL_PATH = {"type": "string", "minLength": 1, "description": "The file, relative to the root."}
+_REL_PATH = path_argument("The file, relative to the root.")
 
 TRANSCRIBE_INPUT = {
     "type": "object",

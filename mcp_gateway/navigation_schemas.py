@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from mcp_gateway.schemas import SPAN
+from mcp_gateway.schemas import SPAN, path_argument
 
 MAX_ENTRIES = 5000
 
@@ -12,7 +12,7 @@ OUTLINE_INPUT = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "rel_path": {"type": "string", "minLength": 1, "description": "The file, relative to the root."},
+        "rel_path": path_argument("The file, relative to the root."),
         "max_entries": {
             "type": "integer",
             "minimum": 1,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 from corpus.navigation.reads import ALGORITHMS
-from mcp_gateway.schemas import ERROR, OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN, VERIFICATION
+from mcp_gateway.schemas import ERROR, OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN, VERIFICATION, path_argument
 
-_REL_PATH = {"type": "string", "minLength": 1, "description": "The file, relative to the root."}
+_REL_PATH = path_argument("The file, relative to the root.")
 _ERROR = ERROR
 MAX_SLICES = 20
 

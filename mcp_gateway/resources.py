@@ -191,6 +191,9 @@ def list_page(ctx, cursor: str | None = None) -> dict:
 def read(ctx, uri: str) -> list[dict]:
     """The ``contents`` of ``resources/read`` for ``uri``: one text or blob item."""
     _refuse_if_sold(ctx, "dir2mcp.open_file")
+    if len(uri) > uris.MAX_URI_CHARS:
+        message = f"the URI is longer than {uris.MAX_URI_CHARS} characters"
+        raise _invalid(message, uri=uri[:1000])
     try:
         rel_path, span = uris.parse(uri)
     except uris.BadUri as exc:

@@ -32,7 +32,6 @@ written by :func:`mcp_gateway.rest_edge.error_response`. Request validation
 errors, including ninja's own, are 400 (never 422).
 """
 
-import asyncio
 import copy
 import logging
 from typing import Any, Literal
@@ -47,10 +46,12 @@ from ninja.openapi.schema import REF_TEMPLATE
 from ninja.security import HttpBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from corpus import errors
+from corpus import errors, uris
+from corpus.security import MAX_PATH_SEGMENTS
 from mcp_gateway import context, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED, REST
+from mcp_gateway.sessions import token_digest
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,13 @@ def _on_validation_error(request, exc: NinjaValidationError) -> HttpResponse:
         message = f"{where} is required" if loc else "a JSON object body is required"
     elif kind == "model_type":
         code, message = errors.INVALID_FIELD, f"{where} must be a JSON object"
+    elif kind == "string_pattern_mismatch":  # only path arguments have a pattern (schemas.path_argument)
+        code, message = errors.INVALID_FIELD, f"{where} has more than {MAX_PATH_SEGMENTS} segments"
+    elif kind == "string_too_long" and loc[-1:] and loc[-1] in _PATH_FIELDS:  # as check_path_bounds says it
+        code, message = (
+            errors.INVALID_FIELD,
+            f"{where} is longer than {first['ctx']['max_length']} characters",
+        )
     elif kind in _RANGE_ERRORS:
         code, message = errors.INVALID_RANGE, f"{where}: {first.get('msg', 'out of range')}"
     elif kind == "extra_forbidden":
@@ -210,6 +218,8 @@ def _on_validation_error(request, exc: NinjaValidationError) -> HttpResponse:
     return error_response(code, message, status=400)
 
 
+#: The path and URI arguments: past their bounds, INVALID_FIELD on every surface.
+_PATH_FIELDS = frozenset({"rel_path", "path_prefix", "uri"})
 _RANGE_ERRORS = frozenset(
     {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"}
     | {"string_too_long", "too_short", "too_long"}
@@ -285,6 +295,7 @@ _BOUNDS = {
     "maxLength": "max_length",
     "minItems": "min_length",
     "maxItems": "max_length",
+    "pattern": "pattern",
 }
 
 
@@ -450,20 +461,27 @@ async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None =
     if ctx.gate is not None and ctx.gate.price_for(tool_name) is not None:
         payment = request.headers.get("PAYMENT-SIGNATURE")
         route = (request.method, request.path)
-        return await _in_slot(ctx, paid_call, ctx, tool_name, arguments, payment, route)
-    return await _in_slot(ctx, run_tool, ctx, tool_name, arguments)
+        return await _in_slot(request, paid_call, ctx, tool_name, arguments, payment, route, paid=True)
+    return await _in_slot(request, run_tool, ctx, tool_name, arguments)
 
 
-async def _in_slot(ctx: context.Context, fn, *args):
-    """``fn(*args)`` in one of the MCP endpoint's slots and tool-call threads
-    (mcp_gateway/workers.py); 503 SERVER_BUSY when none is free."""
-    limit = ctx.config.server.max_concurrent_calls
-    if not workers.Slots.take(limit):
-        busy = errors.server_busy(limit)
+async def _in_slot(request: HttpRequest, fn, *args, paid: bool = False):
+    """``fn(*args)`` admitted as this client's call (its address and
+    credential) on a call thread, under the deadline (mcp_gateway/workers.py;
+    none for a ``paid`` call): 503 SERVER_BUSY when not admitted,
+    DEADLINE_EXCEEDED past the deadline."""
+    bounds = workers.Bounds.of(request.auth.config, paid=paid)
+    credential = token_digest(request.headers.get("Authorization"))
+    client = f"rest|{request.META.get('REMOTE_ADDR', '')}|{credential}"
+    try:
+        work = workers.start(fn, *args, bounds=bounds, client=client)
+    except workers.Refused as busy:
         return error_response(busy.code, busy.message, headers={"Retry-After": "1"}, retryable=True)
-    work = asyncio.ensure_future(workers.run(fn, *args, limit=limit))
-    work.add_done_callback(workers.Slots.release)  # when the thread returns, even if the client left
-    return await asyncio.shield(work)
+    try:  # a client that hangs up cancels this wait, never ``work`` (its slot is released by its thread)
+        await workers.finish(work, bounds)
+    except workers.Overdue as overdue:
+        return error_response(overdue.code, overdue.message, retryable=True)
+    return work.result()
 
 
 # -- x402: a route is sold like the tool it runs -------------------------------------
@@ -599,7 +617,7 @@ class ResourcesQuery(Schema):
 class ReadResourceQuery(Schema):
     uri: str = Field(
         min_length=1,
-        max_length=8192,
+        max_length=uris.MAX_URI_CHARS,
         description=(
             "A resource URI: dir2mcp:///<path> for a whole file, or a slice as citations name it: "
             "?lines=A-B, ?page=N or ?time=A-B (milliseconds)."
@@ -692,7 +710,7 @@ def _read_contents(ctx: context.Context, uri: str) -> dict:
     ),
 )
 async def list_resources(request: HttpRequest, params: Query[ResourcesQuery]):
-    return await _in_slot(request.auth, _resource_result, resources.list_page, request.auth, params.cursor)
+    return await _in_slot(request, _resource_result, resources.list_page, request.auth, params.cursor)
 
 
 @api.get(
@@ -707,4 +725,4 @@ async def list_resources(request: HttpRequest, params: Query[ResourcesQuery]):
     ),
 )
 async def read_resource(request: HttpRequest, params: Query[ReadResourceQuery]):
-    return await _in_slot(request.auth, _resource_result, _read_contents, request.auth, params.uri)
+    return await _in_slot(request, _resource_result, _read_contents, request.auth, params.uri)

@@ -12,6 +12,7 @@ import copy
 
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
+from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 
 SCHEMA_VERSION = "7.0.0"
 
@@ -143,6 +144,24 @@ QUESTION = {
 }
 
 
+#: At most MAX_PATH_SEGMENTS segments: a path with fewer than that many slashes.
+PATH_SEGMENTS_PATTERN = f"^(?:[^/]*/){{0,{MAX_PATH_SEGMENTS - 1}}}[^/]*$"
+
+
+def path_argument(description: str, *, required: bool = True) -> dict:
+    """Every path-bearing argument: at most ``MAX_PATH_CHARS`` characters in
+    at most ``MAX_PATH_SEGMENTS`` segments (corpus/security.py enforces the
+    same bounds behind every surface, schema or not)."""
+    bounds = {"minLength": 1} if required else {}
+    return {
+        "type": "string",
+        **bounds,
+        "maxLength": MAX_PATH_CHARS,
+        "pattern": PATH_SEGMENTS_PATTERN,
+        "description": description,
+    }
+
+
 def _with_defs(schema: dict, *names: str) -> dict:
     defs = {"Span": SPAN, "Hit": HIT}
     out = copy.deepcopy(schema)
@@ -153,10 +172,7 @@ def _with_defs(schema: dict, *names: str) -> dict:
 _INDEX = {"type": "string", "enum": ["auto", "text", "code", "both"], "default": "auto"}
 K_INPUT = {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
 _FILTERS = {
-    "path_prefix": {
-        "type": "string",
-        "description": "Only files under this relative directory, e.g. 'src/'.",
-    },
+    "path_prefix": path_argument("Only files under this relative directory, e.g. 'src/'.", required=False),
     "file_glob": {
         "type": "string",
         "maxLength": MAX_GLOB_CHARS,
@@ -348,11 +364,7 @@ OPEN_FILE_INPUT = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "rel_path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Path relative to the root, as in a hit.",
-        },
+        "rel_path": path_argument("Path relative to the root, as in a hit."),
         "start_line": {"type": "integer", "minimum": 1},
         "end_line": {"type": "integer", "minimum": 1},
         "page": {"type": "integer", "minimum": 1},
@@ -392,7 +404,7 @@ LIST_FILES_INPUT = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "path_prefix": {"type": "string"},
+        "path_prefix": _FILTERS["path_prefix"],
         "glob": {"type": "string", "maxLength": MAX_GLOB_CHARS},
         "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
         "offset": {"type": "integer", "minimum": 0, "default": 0},

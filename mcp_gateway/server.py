@@ -5,7 +5,9 @@ address, and once the socket is listening it announces the real URL (the
 port may have been 0) and starts the background indexer, so the
 server accepts requests while the corpus is still being read. SIGINT and
 SIGTERM stop the reactor, then the indexer (it checks its stop event between
-files and commits each document whole), and :func:`serve` returns.
+files and commits each document whole), and :func:`serve` returns; a process
+still alive ``EXIT_GRACE_SECONDS`` later (call threads stuck on a provider or
+a disk, which Python would wait for at exit) exits hard.
 
 The listen address and TLS live in ``listen.py``, what clients are told in
 ``connection.py``, the preflight and the indexer in ``background.py``.
@@ -13,15 +15,18 @@ The listen address and TLS live in ``listen.py``, what clients are told in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from corpus import errors
 from corpus.events import Reporter
+from mcp_gateway import workers
 from mcp_gateway.background import start_background_indexing
 from mcp_gateway.listen import ListenAddress, TlsFiles, bracket, endpoint_description, endpoint_url
 
@@ -29,6 +34,9 @@ log = logging.getLogger(__name__)
 
 #: How long shutdown waits for the indexer to reach a safe point.
 STOP_WAIT_SECONDS = 30.0
+#: How long a stopped server may take to exit before it exits hard: a call
+#: thread cannot be killed, and the interpreter would wait for it at exit.
+EXIT_GRACE_SECONDS = 3.0
 
 
 # -- daphne -------------------------------------------------------------------
@@ -153,6 +161,8 @@ class Gateway:
             self._join_indexer()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self._stopping.is_set():
+                self._exit_within(EXIT_GRACE_SECONDS)
 
     def _serve(self) -> None:
         server_class = _server_class()
@@ -221,6 +231,29 @@ class Gateway:
             reactor.stop()
         except ReactorNotRunning:
             pass
+
+    def _exit_within(self, grace: float) -> None:
+        """End the process ``grace`` seconds from now if it is still alive.
+
+        Serving has stopped and the indexer has reached a safe point; what is
+        left are call threads, which may be stuck on a slow disk or provider
+        (issue #34: `up` said "Stopped." and lived on for 75 s). Python waits
+        for every pool thread at exit and no thread can be killed, so a daemon
+        timer exits hard instead; the index is consistent (documents are
+        committed whole) and calls only read.
+        """
+
+        def hard_exit() -> None:
+            running = workers.Slots.taken
+            self.reporter.warn(f"exiting without waiting for {running} call(s) still running")
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(errors.EXIT_OK)
+
+        timer = threading.Timer(grace, hard_exit)
+        timer.daemon = True
+        timer.start()
 
     def _join_indexer(self) -> None:
         thread = self._indexer

@@ -27,6 +27,7 @@ from corpus.files import canonical_prefix
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters
+from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from corpus.status import latest_job, models_summary, older_format_documents
 from mcp_gateway import indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
@@ -97,11 +98,25 @@ def _validation_error(exc: ValidationError) -> errors.Dir2mcpError:
     where = ".".join(str(p) for p in exc.absolute_path) or "arguments"
     if exc.validator == "required":
         return errors.Dir2mcpError(errors.MISSING_FIELD, exc.message)
+    if (
+        exc.validator in ("maxLength", "pattern")
+        and exc.schema.get("pattern") == schemas.PATH_SEGMENTS_PATTERN
+    ):
+        # A path argument past its bounds: INVALID_FIELD, as corpus.security.check_path_bounds says it.
+        if exc.validator == "maxLength":
+            return errors.Dir2mcpError(
+                errors.INVALID_FIELD, f"{where} is longer than {MAX_PATH_CHARS} characters"
+            )
+        return errors.Dir2mcpError(
+            errors.INVALID_FIELD, f"{where} has more than {MAX_PATH_SEGMENTS} segments"
+        )
+    if exc.validator == "maxLength":  # the message would quote the whole value
+        limit = exc.validator_value
+        return errors.Dir2mcpError(errors.INVALID_RANGE, f"{where} is longer than {limit} characters")
     if exc.validator in (
         "minimum",
         "maximum",
         "minLength",
-        "maxLength",
         "exclusiveMinimum",
         "exclusiveMaximum",
     ):

@@ -1,46 +1,109 @@
-"""Where tool calls run: threads of their own, never the event loop's default pool.
+"""Where calls that do work run: threads of their own, never the event loop's
+default pool, admitted per client and awaited under a deadline.
 
-Everything else a request needs (initialize, the session lookup, DELETE,
-the REST mirror's edge) runs in the loop's default executor, which is small
-(``min(32, CPUs + 4)`` threads: six on a two-CPU machine). A tool call may
-wait on I/O (a provider, a slow disk); run there, six stuck calls would
-starve every later request while ``/healthz`` still said ok. Tool calls,
-MCP and REST alike, take one of ``server.max_concurrent_calls`` slots and
-run in a pool exactly that wide, so a call never queues behind another, one
-past the limit is refused at once (busy, retryable), and the slots are what
-``/healthz`` reports as ``tool_calls``.
+Everything cheap a request needs (``initialize``, ``ping``, ``tools/list``,
+``resources/list``, the session lookup, DELETE, the REST mirror's edge) runs
+in the loop's default executor, which is small (``min(32, CPUs + 4)``
+threads: six on a two-CPU machine). What reads files, searches or calls a
+provider may take long: run there, six slow calls would starve every later
+request while ``/healthz`` still said ok (issue #34). So every such call,
+MCP and REST alike (``tools/call``, ``resources/read``, ``prompts/get``,
+``completion/complete``, every REST tool and resource route), is *admitted*
+first (:func:`admit`):
+
+* it takes one of ``server.max_concurrent_calls`` slots, and runs in a pool
+  exactly that wide, so it never queues behind another;
+* one client (an MCP session; on the REST mirror, an address and credential)
+  holds at most ``server.max_calls_per_client`` of them, so no client can
+  take every slot;
+* one past either limit is refused at once (``SERVER_BUSY``, retryable).
+
+The request then waits at most ``server.call_timeout`` (:func:`finish`).
+Past it the client is answered ``DEADLINE_EXCEEDED``, the call's stop event
+is set (the handlers check it between steps), and the call, still holding its
+slot until its thread returns, is counted as overdue: ``/healthz`` then says
+degraded. A thread cannot be killed; it is abandoned, and ``up`` exits
+without waiting for it (mcp_gateway/server.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 
+from corpus import errors
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The ``server.*`` limits a call is admitted and awaited under."""
+
+    limit: int  # max_concurrent_calls: slots in the process
+    share: int  # max_calls_per_client: slots one client may hold
+    deadline: float  # call_timeout, seconds; 0 = none
+
+    @classmethod
+    def of(cls, config, *, paid: bool = False) -> Bounds:
+        """The configured bounds; a paid call (x402) has no deadline: its
+        answer carries the settlement, which must not be settled behind a
+        DEADLINE_EXCEEDED its client was given."""
+        server = config.server
+        deadline = 0.0 if paid else server.call_timeout
+        return cls(server.max_concurrent_calls, server.max_calls_per_client, deadline)
+
+
+class Refused(errors.Dir2mcpError):
+    """A call not admitted (``SERVER_BUSY``): no slot free, or its client's share taken."""
+
+
+class Overdue(errors.Dir2mcpError):
+    """A call not finished within its deadline (``DEADLINE_EXCEEDED``)."""
+
 
 class Slots:
-    """Tool calls running in this process, up to ``server.max_concurrent_calls``.
+    """Calls running in this process, in all and by client.
 
     A call holds its slot until its worker thread returns, even when the
-    client cancelled or hung up, so the limit bounds real work. Taken and
-    released on the event loop's thread; ``/healthz`` only reads.
+    client cancelled, hung up or was answered past the deadline, so the
+    limits bound real work. Taken and released on the event loop's thread;
+    ``/healthz`` only reads.
     """
 
     taken = 0
     limit: int | None = None  # the limit last asked for: None until the first call
+    by_client: dict[str, int] = {}
+    overdue = 0  # calls still running past their deadline
 
-    @classmethod
-    def take(cls, limit: int) -> bool:
-        cls.limit = limit
-        if cls.taken >= limit:
-            return False
-        cls.taken += 1
-        return True
 
-    @classmethod
-    def release(cls, _future=None) -> None:
-        cls.taken -= 1
+def admit(bounds: Bounds, client: str) -> None:
+    """Take a slot for ``client``; :class:`Refused` (``SERVER_BUSY``) when
+    none is free or the client already holds its share. Release it with
+    :func:`release`."""
+    Slots.limit = bounds.limit
+    if Slots.taken >= bounds.limit:
+        raise Refused(errors.SERVER_BUSY, errors.server_busy(bounds.limit).message)
+    held = Slots.by_client.get(client, 0)
+    if held >= bounds.share:
+        raise Refused(
+            errors.SERVER_BUSY,
+            f"this client already has {held} calls running (server.max_calls_per_client); "
+            "retry when one has finished",
+        )
+    Slots.taken += 1
+    Slots.by_client[client] = held + 1
+
+
+def release(client: str) -> None:
+    Slots.taken -= 1
+    held = Slots.by_client.get(client, 0) - 1
+    if held > 0:
+        Slots.by_client[client] = held
+    else:
+        Slots.by_client.pop(client, None)
 
 
 _lock = threading.Lock()
@@ -49,7 +112,7 @@ _pool_size = 0
 
 
 def executor(limit: int) -> ThreadPoolExecutor:
-    """The tool-call pool, at least ``limit`` threads wide (threads start only as calls need them)."""
+    """The call pool, at least ``limit`` threads wide (threads start only as calls need them)."""
     global _pool, _pool_size
     with _lock:
         if _pool is None or _pool_size < limit:
@@ -61,15 +124,62 @@ def executor(limit: int) -> ThreadPoolExecutor:
 
 
 def run(fn, *args, limit: int, **kwargs):
-    """``fn(*args, **kwargs)`` on a tool-call thread, awaitable. The caller holds a slot."""
+    """``fn(*args, **kwargs)`` on a call thread, awaitable. The caller holds a slot."""
     return sync_to_async(fn, thread_sensitive=False, executor=executor(limit))(*args, **kwargs)
 
 
+def start(fn, *args, bounds: Bounds, client: str) -> asyncio.Future:
+    """Admit ``client`` (:func:`admit`, which may refuse) and start
+    ``fn(*args)`` on a call thread; the slot comes back when the thread returns."""
+    admit(bounds, client)
+    work = asyncio.ensure_future(run(fn, *args, limit=bounds.limit))
+    work.add_done_callback(lambda _done: release(client))
+    return work
+
+
+async def finish(work: asyncio.Future, bounds: Bounds, *, alongside=(), stop: threading.Event | None = None):
+    """Wait for ``work``, or for any of ``alongside`` (a cancel), up to the
+    deadline. Returns the futures done; past the deadline ``DEADLINE_EXCEEDED``
+    (:class:`Overdue`) is raised, ``stop`` set, and ``work`` counted overdue until its thread returns."""
+    done, _ = await asyncio.wait(
+        {work, *alongside}, timeout=bounds.deadline or None, return_when=asyncio.FIRST_COMPLETED
+    )
+    if done:
+        return done
+    if stop is not None:
+        stop.set()
+    Slots.overdue += 1
+    work.add_done_callback(_no_longer_overdue)
+    raise deadline_exceeded(bounds.deadline)
+
+
+def _no_longer_overdue(work: asyncio.Future) -> None:
+    Slots.overdue -= 1
+    if not work.cancelled():
+        work.exception()  # retrieved: its client was answered long ago
+
+
+def deadline_exceeded(seconds: float) -> Overdue:
+    return Overdue(
+        errors.DEADLINE_EXCEEDED,
+        f"the call did not finish within {seconds:g} s (server.call_timeout); it was asked to stop",
+    )
+
+
 def readiness() -> dict:
-    """``/healthz``: can this process take another tool call?"""
-    limit, running = Slots.limit, Slots.taken
-    if limit is None:
-        return {"ok": True, "running": running}
-    if running >= limit:
-        return {"ok": False, "running": running, "limit": limit, "error": "every tool-call slot is taken"}
-    return {"ok": True, "running": running, "limit": limit}
+    """``/healthz``: can this process take another call, and are calls
+    finishing within their deadline? (``degraded`` when not.)"""
+    limit, running, overdue = Slots.limit, Slots.taken, Slots.overdue
+    out: dict = {"ok": True, "running": running}
+    if limit is not None:
+        out["limit"] = limit
+    if overdue:
+        return out | {
+            "ok": False,
+            "degraded": True,
+            "overdue": overdue,
+            "error": f"{overdue} calls running past their deadline (server.call_timeout)",
+        }
+    if limit is not None and running >= limit:
+        return out | {"ok": False, "degraded": True, "error": "every call slot is taken"}
+    return out

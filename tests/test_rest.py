@@ -8,10 +8,12 @@ OpenAPI document, and Schemathesis over that document.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from jsonschema import Draft202012Validator
 from prometheus_client.parser import text_string_to_metric_families
 from schemathesis import GenerationMode
@@ -582,6 +584,11 @@ def test_openapi_conformance(api_schema, server, path, method, mode):
     )
     @given(case=operation.as_strategy(generation_mode=mode))
     def conforms(case):
+        # A path argument one past its 4,096 characters, percent-encoded, can
+        # pass twisted's 16 KiB request-line limit: bare daphne (this server)
+        # drops such a connection without a word; `up` answers 414
+        # (tests/test_slow_clients.py), and a body carries it on POST routes.
+        assume(len(urlencode(case.query or {}, doseq=True)) < 16000)
         case.call_and_validate(base_url=server.base, headers=auth(server), checks=CHECKS, timeout=30)
 
     conforms()

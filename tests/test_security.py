@@ -15,6 +15,8 @@ from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, Config
 from corpus.errors import Dir2mcpError
 from corpus.security import (
     DEFAULT_IGNORED_DIRS,
+    MAX_PATH_CHARS,
+    MAX_PATH_SEGMENTS,
     ExclusionEngine,
     ExclusionPolicy,
     is_within,
@@ -266,6 +268,49 @@ def test_nested_gitignores_apply_relative_to_their_directory(
 ) -> None:
     engine = ExclusionEngine(nested_gitignores, DEFAULT_POLICY)
     assert engine.excluded_reason(rel_path) == reason
+
+
+BELOW_MISSING_DIRECTORIES = [
+    "nowhere/node_modules/x.js",
+    "nowhere/deeper/.env",
+    "nowhere/secret/x.txt",
+    "nowhere/deeper/a.log",
+    "nowhere/deeper/keep.log",
+    "sub/nowhere/keep.log",
+    "sub/nowhere/id_rsa",
+    "nowhere/deeper/notes.txt",
+]
+
+
+def test_a_path_below_missing_directories_gets_the_verdict_it_gets_once_they_exist(
+    nested_gitignores: Path,
+) -> None:
+    """From the first directory that does not exist, the rest of a path is
+    judged in one step (issue #34: judging each prefix was quadratic); the
+    verdicts are the ones the per-directory walk gives when the directories
+    are there."""
+    engine = ExclusionEngine(nested_gitignores, DEFAULT_POLICY)
+    before = {path: engine.excluded_reason(path) for path in BELOW_MISSING_DIRECTORIES}
+    for path in BELOW_MISSING_DIRECTORIES:
+        (nested_gitignores / path).parent.mkdir(parents=True, exist_ok=True)
+    after = {path: engine.excluded_reason(path) for path in BELOW_MISSING_DIRECTORIES}
+    assert before == after
+    assert before["nowhere/node_modules/x.js"] == "default ignore: node_modules"
+    assert before["nowhere/deeper/notes.txt"] is None
+    assert all(before[path] for path in ("nowhere/deeper/.env", "nowhere/secret/x.txt", "sub/nowhere/id_rsa"))
+
+
+def test_a_path_past_its_bounds_is_invalid_field_and_one_at_them_is_looked_up(corpus_dir: Path) -> None:
+    engine = ExclusionEngine(corpus_dir, DEFAULT_POLICY)
+    too_long, too_deep = "a" * (MAX_PATH_CHARS + 1), "/".join(["a"] * (MAX_PATH_SEGMENTS + 1))
+    for path in (too_long, too_deep):
+        with pytest.raises(Dir2mcpError) as caught:
+            engine.resolve(path)
+        assert caught.value.code == errors.INVALID_FIELD
+        assert str(MAX_PATH_CHARS if path is too_long else MAX_PATH_SEGMENTS) in caught.value.message
+    with pytest.raises(Dir2mcpError) as caught:
+        engine.resolve("/".join(["a"] * MAX_PATH_SEGMENTS))
+    assert caught.value.code == errors.FILE_NOT_FOUND
 
 
 def test_a_pinned_batch_judges_every_path_as_an_unpinned_engine_does(nested_gitignores: Path) -> None:

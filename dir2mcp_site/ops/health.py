@@ -27,8 +27,9 @@ def readiness() -> dict[str, dict]:
 
 
 def tool_calls() -> dict:
-    """A tool-call slot is free: with every one held (calls stuck on I/O,
-    say), the server answers but cannot take calls, so it is not ready."""
+    """A call slot is free and no call runs past its deadline: with every
+    slot held (calls stuck on I/O, say) the server answers but cannot take
+    calls, and overdue calls mean it is falling behind: degraded either way."""
     return workers.readiness()
 
 

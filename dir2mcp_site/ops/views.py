@@ -73,12 +73,14 @@ async def status_stream(request):
 @never_cache
 @require_GET
 def healthz(request):
-    """Liveness, plus readiness of the database and the indices (503 if not ready)."""
+    """Liveness, plus readiness of the database, the indices and the call
+    slots (503 if not ready): ``degraded`` when only the calls are behind
+    (every slot taken, or calls running past their deadline), else
+    ``unavailable``."""
     checks = health.readiness()
-    ready = all(check["ok"] for check in checks.values())
-    return JsonResponse(
-        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
-    )
+    failing = {name for name, check in checks.items() if not check["ok"]}
+    status = "ok" if not failing else "degraded" if failing == {"tool_calls"} else "unavailable"
+    return JsonResponse({"status": status, "checks": checks}, status=200 if not failing else 503)
 
 
 @never_cache
