@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -13,12 +14,14 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, connection
 
-from corpus import errors
+from corpus import errors, store_faults
 from corpus.config import PROTOCOL_VERSION
 from corpus.events import Reporter
 from corpus.index import lexical
 from corpus.models import Chunk, Document, Representation, Setting, Span
 from corpus.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
+
+log = logging.getLogger(__name__)
 
 #: The settings keys of spec §5.5 that name models, each with the key of
 #: corpus.json's ``models`` it holds (corpus.status.record_models). The
@@ -152,11 +155,51 @@ def owner_only_database(state: StateDir) -> None:
 
 
 def _corrupt(state: StateDir, exc: Exception) -> errors.Dir2mcpError:
+    found = store_faults.classify(exc)
+    if found is not None:
+        return found
     return errors.Dir2mcpError(
         errors.STORE_CORRUPT,
         f"the index database in {state.path} cannot be read ({exc})",
-        hint="Run `dir2mcp reindex` to rebuild it.",
+        hint=store_faults.CORRUPT_HINT,
     )
+
+
+#: How long the integrity check at open may take (seconds). SQLite's
+#: quick_check reads every page: about N s per GB here (docs/reliability.md);
+#: past the budget it stops, and what it did not reach is checked as queries
+#: touch it (a damaged page is STORE_CORRUPT then, through store_faults).
+QUICK_CHECK_SECONDS = 2.0
+
+
+def check_integrity(state: StateDir, *, budget: float = QUICK_CHECK_SECONDS) -> bool:
+    """``PRAGMA quick_check`` on the state directory's database, bounded by
+    ``budget`` seconds: STORE_CORRUPT when it finds damage (or the file is
+    not a database), True when it read every page, False when it ran out
+    of time first. Only reads. Other databases (PostgreSQL) check their own pages."""
+    if not uses_state_sqlite(state) or not state.meta_db.is_file() or state.meta_db.stat().st_size == 0:
+        return True
+    deadline = time.monotonic() + budget
+    try:
+        connection.ensure_connection()
+        raw = connection.connection
+        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA quick_check(5)")
+                found = [row[0] for row in cursor.fetchall()]
+        finally:
+            raw.set_progress_handler(None, 0)
+    except DatabaseError as exc:
+        if time.monotonic() > deadline and "interrupted" in str(exc):
+            log.info(
+                "integrity check of %s stopped after %.1f s; queries check the rest", state.meta_db, budget
+            )
+            return False
+        raise _corrupt(state, exc) from exc
+    if found != ["ok"]:
+        raise store_faults.corrupt(" ".join(" ".join(found).split())[:300])
+    return True
 
 
 def get_setting(key: str, default: str | None = None) -> str | None:
@@ -193,12 +236,16 @@ def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Report
     if uses_state_sqlite(state):
         owner_only_database(state)
     try:
+        check_integrity(state)
         migrate(state)
         found = get_setting("index_format_version")
-    except errors.Dir2mcpError:
-        if not (allow_rebuild and uses_state_sqlite(state)):
+    except errors.Dir2mcpError as exc:
+        if not (allow_rebuild and uses_state_sqlite(state)) or exc.code != errors.STORE_CORRUPT:
             raise
-        _move_aside(state)
+        moved = _move_aside(state)
+        if reporter is not None:
+            reporter.warn(f"{exc.message}; moved it aside as {moved} and rebuilding", code=exc.code)
+        store_faults.forget_corruption()
         migrate(state)
         found = None
     if found not in (None, INDEX_FORMAT_VERSION):
@@ -217,13 +264,16 @@ def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Report
         set_setting("corpus_id", f"corpus_{os.urandom(6).hex()}")
 
 
-def _move_aside(state: StateDir) -> None:
+def _move_aside(state: StateDir) -> str:
+    """Rename the damaged database (and its -wal and -shm) to
+    ``meta.sqlite.corrupt-<time>``; returns that name."""
     connection.close()
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for suffix in ("", "-wal", "-shm"):
         path = state.meta_db.with_name(state.meta_db.name + suffix)
         if path.exists():
             path.rename(path.with_name(f"{path.name}.corrupt-{stamp}"))
+    return f"{state.meta_db.name}.corrupt-{stamp}"
 
 
 def wipe_index() -> None:

@@ -97,7 +97,12 @@ def start_background_indexing(
     thread = IndexerThread()
     ctx.indexer, ctx.indexer_mode = thread, "thread"
     return thread.start(
-        _index_in_background, ctx, _JobReporter(reporter, rate=thread.rate), stop, ready, lock_retry
+        _index_in_background,
+        ctx,
+        _JobReporter(reporter, rate=thread.rate, unwritten=thread.unwritten),
+        stop,
+        ready,
+        lock_retry,
     )
 
 
@@ -107,9 +112,10 @@ class _JobReporter:
     every watch batch included, would announce it again); progress also
     feeds ``rate``, the embedding rate ``stats`` estimates the ETA from."""
 
-    def __init__(self, inner: Reporter, *, rate):
+    def __init__(self, inner: Reporter, *, rate, unwritten):
         self._inner = inner
         self._rate = rate
+        self._unwritten = unwritten
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -119,6 +125,7 @@ class _JobReporter:
         self._inner.progress(counters, **options)
 
     def event(self, event: str, data=None, *, level: str = "info") -> None:
+        self._unwritten.note(event, data)
         if event != "index_loaded":
             self._inner.event(event, data, level=level)
 

@@ -13,7 +13,7 @@ import copy
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 
-SCHEMA_VERSION = "6.0.0"
+SCHEMA_VERSION = "7.0.0"
 
 SPAN = {
     "type": "object",
@@ -423,6 +423,19 @@ STATS_OUTPUT = {
                 "pid": {"type": ["integer", "null"]},
                 "restarts": {"type": "integer"},
                 "last_exit": {"type": ["object", "null"]},
+                # Changes the store refused to write (a full disk), retried
+                # until they land; null when none wait (docs/reliability.md).
+                "unwritten": {
+                    "type": ["object", "null"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "paths": {"type": "integer"},
+                        "walk": {"type": "boolean"},
+                        "code": {"type": "string"},
+                        "message": {"type": "string"},
+                    },
+                    "required": ["paths", "walk", "code", "message"],
+                },
                 "dense": {
                     "type": "object",
                     "additionalProperties": False,
