@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
 import logging
 import os
+import shutil
+import sqlite3
+import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 from django.core.management import call_command
@@ -55,7 +60,53 @@ def describe(state: StateDir, *, dense: bool = False) -> str:
 
 def uses_state_sqlite(state: StateDir) -> bool:
     db = settings.DATABASES["default"]
-    return db["ENGINE"].endswith("sqlite3") and str(db["NAME"]) == str(state.meta_db)
+    return db["ENGINE"].endswith("sqlite3") and str(db["NAME"]) in (str(state.meta_db), read_only_uri(state))
+
+
+def writable(state: StateDir) -> bool:
+    """Whether this process may write the state directory and its database
+    (False on a read-only file system, whoever the user is)."""
+    return os.access(state.path, os.W_OK) and (
+        not state.meta_db.exists() or os.access(state.meta_db, os.W_OK)
+    )
+
+
+def read_only_uri(state: StateDir) -> str:
+    """The database opened for reading only. Without a write-ahead log left
+    beside it, ``immutable``: SQLite cannot create the ``-shm`` file a WAL
+    database needs in a directory it may not write, and nothing can change
+    the file under a read-only directory. With one, its ``-shm`` is read."""
+    log_file = state.meta_db.with_name(state.meta_db.name + "-wal")
+    has_log = log_file.exists() and log_file.stat().st_size > 0
+    return f"file:{quote(str(state.meta_db))}?mode=ro" + ("" if has_log else "&immutable=1")
+
+
+def open_read_only(state: StateDir) -> None:
+    """Open the state directory's database for reading only, writing
+    nothing anywhere: `status` on a read-only state directory. The index must
+    be migrated and of this build's format already (nothing can be written
+    to make it so); it is checked for damage like any other."""
+    connection.close()
+    settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = read_only_uri(state)
+    check_integrity(state)
+    try:
+        migrated = _migrated(migrations_fingerprint())
+        found = get_setting("index_format_version")
+    except DatabaseError as exc:
+        raise _corrupt(state, exc) from exc
+    if found != INDEX_FORMAT_VERSION:
+        raise errors.Dir2mcpError(
+            errors.INDEX_VERSION_MISMATCH,
+            f"the index in {state.path} has format {found}; this dir2mcp reads format {INDEX_FORMAT_VERSION}",
+            hint="Run `dir2mcp reindex` where the state directory can be written.",
+        )
+    if not migrated:
+        raise errors.Dir2mcpError(
+            errors.STATE_NOT_WRITABLE,
+            f"the index in {state.path} was written by another dir2mcp version and must be migrated, "
+            "but the state directory is read-only",
+            hint="Run any dir2mcp command once where the state directory can be written.",
+        )
 
 
 MIGRATIONS_KEY = "migrations_fingerprint"
@@ -214,7 +265,47 @@ def set_setting(key: str, value: str) -> None:
     Setting.objects.update_or_create(key=key, defaults={"value": value})
 
 
-def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Reporter | None = None) -> None:
+#: What a private copy takes from a read-only state directory besides the
+#: database: the token clients hold, and the dense indices (linked: read only).
+_COPIED = ("secret.token",)
+_LINKED = ("vectors_text.hnsw", "vectors_text.hnsw.json", "vectors_code.hnsw", "vectors_code.hnsw.json")
+
+
+def serving_copy(state: StateDir) -> StateDir:
+    """A private, writable copy of a read-only state directory's index, in
+    a new 0700 temporary directory removed when the process exits, and the
+    process's database switched to it: ``up --no-index`` serves a read-only
+    copy this way, since serving writes (MCP sessions, the connection file).
+    The database is copied page by page with SQLite's backup API, so a copy
+    of a damaged one is found damaged by the check that follows."""
+    copy = StateDir(Path(tempfile.mkdtemp(prefix="dir2mcp-read-only-")))
+    atexit.register(shutil.rmtree, copy.path, ignore_errors=True)
+    source = sqlite3.connect(read_only_uri(state), uri=True)
+    target = sqlite3.connect(copy.meta_db)
+    try:
+        source.backup(target)
+    except sqlite3.Error as exc:
+        raise _corrupt(state, exc) from exc
+    finally:
+        target.close()
+        source.close()
+    os.chmod(copy.meta_db, FILE_MODE)
+    for name in _COPIED:
+        if (state.path / name).is_file():
+            shutil.copyfile(state.path / name, copy.path / name)
+            os.chmod(copy.path / name, FILE_MODE)
+    for name in _LINKED:
+        if (state.path / name).is_file():
+            (copy.path / name).symlink_to(state.path / name)
+    connection.close()
+    settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = copy.meta_db
+    settings.DIR2MCP_STATE_DIR = copy.path
+    return copy
+
+
+def open_store(
+    state: StateDir, *, allow_rebuild: bool = False, reporter: Reporter | None = None, reading: bool = False
+) -> None:
     """Make the store usable, or explain why it is not.
 
     A database from an incompatible index format stops with
@@ -224,7 +315,14 @@ def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Report
 
     A state directory found readable by group or others is tightened with a
     logged warning, and, given a ``reporter``, a ``warning`` event too.
+
+    ``reading``: the caller only reads (``status``); on a state directory it
+    may not write, the database is opened read-only (:func:`open_read_only`)
+    instead of failing with STATE_NOT_WRITABLE.
     """
+    if reading and uses_state_sqlite(state) and state.meta_db.is_file() and not writable(state):
+        open_read_only(state)
+        return
     tightened = state.ensure()
     if tightened and reporter is not None:
         reporter.warn(

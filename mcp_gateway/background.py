@@ -14,7 +14,7 @@ from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.ingest.watch import watch_directory
 from corpus.state import IndexLock
-from corpus.store import open_store
+from corpus.store import open_store, serving_copy, uses_state_sqlite, writable
 from mcp_gateway import context, notify
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
 from mcp_gateway.preflight import check_keys
@@ -25,6 +25,23 @@ log = logging.getLogger(__name__)
 LOCK_RETRY_SECONDS = 2.0
 
 # -- background indexing ------------------------------------------------------
+
+
+def serve_read_only_state(rt) -> None:
+    """``--no-index`` on a state directory this process may not write (a
+    read-only file system, another user's directory): serve a private copy
+    of its index (corpus.store.serving_copy), and say so. Anything else is
+    left as it is (and an unwritable state directory then fails as before,
+    with STATE_NOT_WRITABLE)."""
+    state = rt.state
+    if not (uses_state_sqlite(state) and state.meta_db.is_file() and not writable(state)):
+        return
+    rt.state = serving_copy(state)
+    rt.reporter.warn(
+        f"the state directory {state.path} is read-only: serving a private copy of its index "
+        f"from {rt.state.path} (removed at exit; sessions and connection.json live there)",
+        code="STATE_READ_ONLY",
+    )
 
 
 def serving_context(rt, prepare_state, *, auth_spec: str, **extra):

@@ -203,3 +203,35 @@ def test_live_sync_keeps_what_a_full_disk_refused_counts_it_and_writes_it_when_s
     assert waiting is not None and waiting["paths"] >= 1 and waiting["code"] == "STATE_NOT_WRITABLE"
     assert stored == 3 + 68
     assert after is None
+
+
+# -- a read-only state directory ---------------------------------------------------
+
+
+def test_status_and_up_no_index_serve_a_read_only_state_directory_and_write_nothing(
+    corpus_dir, tmp_path, running
+):
+    make_tree(corpus_dir, files=2)
+    with small_tmpfs(tmp_path / "state", "8m") as state:
+        built = cli("reindex", "--dir", str(corpus_dir), "--state-dir", str(state), "--quiet")
+        assert built.returncode == 0, built.stderr
+        token = (state / "secret.token").read_text().strip()
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(state)], capture_output=True)
+        assert remounted.returncode == 0, remounted.stderr
+        before = sorted((path.name, path.stat().st_mtime_ns) for path in state.iterdir())
+
+        status = cli("status", "--dir", str(corpus_dir), "--state-dir", str(state))
+        up = running("--dir", str(corpus_dir), "--state-dir", str(state), "--no-index")
+        server = Server(corpus_dir, up.url(), token, up.proc)
+        session = server.initialize()
+        found = server.call(session, "dir2mcp.search", {"query": "handler_1", "k": 3})
+        code = up.stop()
+        after = sorted((path.name, path.stat().st_mtime_ns) for path in state.iterdir())
+
+    assert status.returncode == 0, status.stderr
+    assert "Documents: 4" in status.stdout and "STATE_NOT_WRITABLE" not in status.stderr
+    assert not found.get("isError"), found
+    assert any(hit["rel_path"] == "src/mod1.py" for hit in found["structuredContent"]["hits"])
+    assert "is read-only: serving a private copy of its index" in up.stdout + up.stderr
+    assert code == 0, up.stderr
+    assert after == before

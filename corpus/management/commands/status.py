@@ -20,7 +20,7 @@ class Command(Dir2mcpCommand):
                 f"no index at {rt.state.path}",
                 hint="Run `dir2mcp reindex` or `dir2mcp up` first.",
             )
-        open_store(rt.state)
+        open_store(rt.state, reading=True)
         summary = summarize()
         embedder = embedder_choice(rt.config, rt.state, secrets_lookup=rt.secret)
         celery = scaleout_summary()
