@@ -55,7 +55,7 @@ from corpus.embedding import dense_store, embed_first
 from corpus.events import Reporter
 from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
-from corpus.state import StateDir
+from corpus.state import SpaceReserve, StateDir
 from corpus.status import INDEXER_KEY
 from corpus.store import set_setting
 
@@ -328,6 +328,8 @@ class IndexerSupervisor:
 
     def _supervise(self) -> None:
         backoff = self.first_backoff
+        reserve = SpaceReserve(self.launch.state)
+        reserve.hold()
         try:
             while not self.stop.is_set():
                 started = time.monotonic()
@@ -358,6 +360,7 @@ class IndexerSupervisor:
             self.reporter.warn("indexer supervision failed; still serving the index as it is")
         finally:
             self._record(stopped=True)
+            reserve.release()
             _close_connections()
 
     def _run_child(self) -> int:
@@ -403,8 +406,7 @@ class IndexerSupervisor:
             if call == "event" and args and args[0] == "watch_ready" and self.ready is not None:
                 self.ready.set()
             if call == "event" and args and self.unwritten.note(args[0], args[1] if len(args) > 1 else None):
-                self._record()  # status reads it from the store (when it can be written)
-                _close_connections()
+                self._record_unwritten()
             if call == "progress" and args:
                 self.rate.add(args[0])
                 if self.on_progress is not None:
@@ -424,6 +426,19 @@ class IndexerSupervisor:
                 "time, so the index stays consistent; the next run picks up the rest)"
             )
             proc.kill()
+
+    def _record_unwritten(self) -> None:
+        """Record what waits to be written, for ``status``: on a full disk,
+        in the space the reserve gave back; the reserve is taken again once
+        nothing waits."""
+        reserve = SpaceReserve(self.launch.state)
+        waiting = self.unwritten.as_dict() is not None
+        if waiting:
+            reserve.release()
+        self._record()
+        if not waiting:
+            reserve.hold()
+        _close_connections()
 
     def _record(self, *, stopped: bool = False) -> None:
         state = self.describe()

@@ -192,17 +192,27 @@ def test_live_sync_keeps_what_a_full_disk_refused_counts_it_and_writes_it_when_s
             lambda: up.rest("/api/v1/stats").json()["indexer"]["unwritten"], message="stats counting it"
         )
         assert documents_in(state / "meta.sqlite") == 3
+        status = wait_until(
+            lambda: (
+                (found := cli("status", "--dir", str(root), "--state-dir", str(state))).returncode == 0
+                and "not yet written" in found.stdout
+                and found
+            ),
+            message="status counting what waits",
+        )
         filler.unlink()
         up.event("store_write_landed", timeout=120)
-        stored = documents_in(state / "meta.sqlite")
+        wait_until(lambda: documents_in(state / "meta.sqlite") == 3 + 68, message="every added file stored")
         after = up.rest("/api/v1/stats").json()["indexer"]["unwritten"]
         assert up.stop() == 0, up.stderr
+        reserve_left = (state / "locks" / "reserve").exists()
 
     assert failed["code"] == "STATE_NOT_WRITABLE"
     assert "database or disk is full" in failed["message"] or "No space left" in failed["message"]
     assert waiting is not None and waiting["paths"] >= 1 and waiting["code"] == "STATE_NOT_WRITABLE"
-    assert stored == 3 + 68
+    assert "retried until they land (STATE_NOT_WRITABLE: " in status.stdout
     assert after is None
+    assert not reserve_left
 
 
 # -- a read-only state directory ---------------------------------------------------
