@@ -163,7 +163,7 @@ def big_tree(root: Path, files: int) -> None:
 
 def test_full_disk_reindex_exits_6_in_the_file_system_s_words(tmp_path):
     big_tree(tmp_path / "root", 300)
-    with small_tmpfs(tmp_path / "state", "1m") as state:
+    with small_tmpfs(tmp_path / "state", "2m") as state:
         result = cli("reindex", "--dir", str(tmp_path / "root"), "--state-dir", str(state), "--quiet")
 
     assert_named(result, "STATE_NOT_WRITABLE", 6)
