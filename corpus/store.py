@@ -58,9 +58,13 @@ def describe(state: StateDir, *, dense: bool = False) -> str:
     return f"{meta} + vectors_text.hnsw + vectors_code.hnsw" if dense else meta
 
 
+#: The URI this process opened the state database by, read-only (open_read_only).
+_read_only_name: str | None = None
+
+
 def uses_state_sqlite(state: StateDir) -> bool:
     db = settings.DATABASES["default"]
-    return db["ENGINE"].endswith("sqlite3") and str(db["NAME"]) in (str(state.meta_db), read_only_uri(state))
+    return db["ENGINE"].endswith("sqlite3") and str(db["NAME"]) in (str(state.meta_db), _read_only_name)
 
 
 def writable(state: StateDir) -> bool:
@@ -86,8 +90,10 @@ def open_read_only(state: StateDir) -> None:
     nothing anywhere: `status` on a read-only state directory. The index must
     be migrated and of this build's format already (nothing can be written
     to make it so); it is checked for damage like any other."""
+    global _read_only_name
     connection.close()
-    settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = read_only_uri(state)
+    _read_only_name = read_only_uri(state)
+    settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = _read_only_name
     check_integrity(state)
     try:
         migrated = _migrated(migrations_fingerprint())

@@ -53,9 +53,8 @@ FULL_HINT = (
 
 def classify(exc: BaseException) -> errors.Dir2mcpError | None:
     """The store fault behind ``exc`` (or any exception it was raised from)
-    as a coded error, or None when it is none of them."""
-    if isinstance(exc, errors.Dir2mcpError):
-        return exc
+    as a coded error (``STORE_CORRUPT``, ``STATE_NOT_WRITABLE``), or None
+    when it is none of them."""
     for cause in _chain(exc):
         found = _one(cause)
         if found is not None:

@@ -278,10 +278,10 @@ class Unwritten:
         self.walk = self.walk or walk
         self.failing = True
         self.next_try = time.monotonic() + self.delay
-        self.delay = min(self.delay * 2, self.MAX_SECONDS)
         log.warning(
             "%d changed path(s) not written, retried in %.0f s: %s", len(self.paths), self.delay, fault
         )
+        self.delay = min(self.delay * 2, self.MAX_SECONDS)
         if self.reporter is not None:
             self.reporter.event(
                 "store_write_failed",

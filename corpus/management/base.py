@@ -141,7 +141,7 @@ class Dir2mcpCommand(BaseCommand):
         except Exception as exc:
             # A coded error, or a store fault (a damaged database, a full
             # disk) found under whatever the failing call raised.
-            found = store_faults.classify(exc)
+            found = exc if isinstance(exc, errors.Dir2mcpError) else store_faults.classify(exc)
             if found is None:
                 raise
             self.report_fatal(found, json_mode=options.get("json", False))
