@@ -15,6 +15,7 @@ writes gets its mode explicitly (docs/security.md, "Secrets at rest").
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -178,6 +179,37 @@ def read_json(path: Path) -> dict | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+class SpaceReserve:
+    """A few hundred KiB held in ``locks/reserve`` while a server runs, and
+    given back when the file system fills up, so that the server can still
+    record what is waiting to be written (``status`` reads it from the
+    database) while the disk is full; taken again once writes land."""
+
+    SIZE = 256 * 1024
+
+    def __init__(self, state: StateDir):
+        self.path = state.locks / "reserve"
+
+    def hold(self) -> bool:
+        """Set the space aside (if it is free); whether it is held now."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+        except OSError:
+            return False
+        try:
+            os.posix_fallocate(fd, 0, self.SIZE)
+            return True
+        except OSError:  # not that much free: hold none rather than part
+            os.ftruncate(fd, 0)
+            return False
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
 
 
 class IndexLock:

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
+import shutil
+import sqlite3
+import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, connection
 
-from corpus import errors
+from corpus import errors, store_faults
 from corpus.config import PROTOCOL_VERSION
 from corpus.events import Reporter
 from corpus.index import lexical
 from corpus.models import Chunk, Document, Representation, Setting, Span
 from corpus.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
+
+log = logging.getLogger(__name__)
 
 #: The settings keys of spec §5.5 that name models, each with the key of
 #: corpus.json's ``models`` it holds (corpus.status.record_models). The
@@ -50,9 +58,61 @@ def describe(state: StateDir, *, dense: bool = False) -> str:
     return f"{meta} + vectors_text.hnsw + vectors_code.hnsw" if dense else meta
 
 
+#: The URI this process opened the state database by, read-only (open_read_only).
+_read_only_name: str | None = None
+
+
 def uses_state_sqlite(state: StateDir) -> bool:
     db = settings.DATABASES["default"]
-    return db["ENGINE"].endswith("sqlite3") and str(db["NAME"]) == str(state.meta_db)
+    return db["ENGINE"].endswith("sqlite3") and str(db["NAME"]) in (str(state.meta_db), _read_only_name)
+
+
+def writable(state: StateDir) -> bool:
+    """Whether this process may write the state directory and its database
+    (False on a read-only file system, whoever the user is)."""
+    return os.access(state.path, os.W_OK) and (
+        not state.meta_db.exists() or os.access(state.meta_db, os.W_OK)
+    )
+
+
+def read_only_uri(state: StateDir) -> str:
+    """The database opened for reading only. Without a write-ahead log left
+    beside it, ``immutable``: SQLite cannot create the ``-shm`` file a WAL
+    database needs in a directory it may not write, and nothing can change
+    the file under a read-only directory. With one, its ``-shm`` is read."""
+    log_file = state.meta_db.with_name(state.meta_db.name + "-wal")
+    has_log = log_file.exists() and log_file.stat().st_size > 0
+    return f"file:{quote(str(state.meta_db))}?mode=ro" + ("" if has_log else "&immutable=1")
+
+
+def open_read_only(state: StateDir) -> None:
+    """Open the state directory's database for reading only, writing
+    nothing anywhere: `status` on a read-only state directory. The index must
+    be migrated and of this build's format already (nothing can be written
+    to make it so); it is checked for damage like any other."""
+    global _read_only_name
+    connection.close()
+    _read_only_name = read_only_uri(state)
+    settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = _read_only_name
+    check_integrity(state)
+    try:
+        migrated = _migrated(migrations_fingerprint())
+        found = get_setting("index_format_version")
+    except DatabaseError as exc:
+        raise _corrupt(state, exc) from exc
+    if found != INDEX_FORMAT_VERSION:
+        raise errors.Dir2mcpError(
+            errors.INDEX_VERSION_MISMATCH,
+            f"the index in {state.path} has format {found}; this dir2mcp reads format {INDEX_FORMAT_VERSION}",
+            hint="Run `dir2mcp reindex` where the state directory can be written.",
+        )
+    if not migrated:
+        raise errors.Dir2mcpError(
+            errors.STATE_NOT_WRITABLE,
+            f"the index in {state.path} was written by another dir2mcp version and must be migrated, "
+            "but the state directory is read-only",
+            hint="Run any dir2mcp command once where the state directory can be written.",
+        )
 
 
 MIGRATIONS_KEY = "migrations_fingerprint"
@@ -152,11 +212,52 @@ def owner_only_database(state: StateDir) -> None:
 
 
 def _corrupt(state: StateDir, exc: Exception) -> errors.Dir2mcpError:
+    found = store_faults.classify(exc)
+    if found is not None:
+        return found
     return errors.Dir2mcpError(
         errors.STORE_CORRUPT,
         f"the index database in {state.path} cannot be read ({exc})",
-        hint="Run `dir2mcp reindex` to rebuild it.",
+        hint=store_faults.CORRUPT_HINT,
     )
+
+
+#: How long the integrity check at open may take (seconds). SQLite's
+#: quick_check reads every page: 3.6 s for 2.6 GB with a warm page cache on
+#: a 2-vCPU machine (docs/reliability.md);
+#: past the budget it stops, and what it did not reach is checked as queries
+#: touch it (a damaged page is STORE_CORRUPT then, through store_faults).
+QUICK_CHECK_SECONDS = 2.0
+
+
+def check_integrity(state: StateDir, *, budget: float = QUICK_CHECK_SECONDS) -> bool:
+    """``PRAGMA quick_check`` on the state directory's database, bounded by
+    ``budget`` seconds: STORE_CORRUPT when it finds damage (or the file is
+    not a database), True when it read every page, False when it ran out
+    of time first. Only reads. Other databases (PostgreSQL) check their own pages."""
+    if not uses_state_sqlite(state) or not state.meta_db.is_file() or state.meta_db.stat().st_size == 0:
+        return True
+    deadline = time.monotonic() + budget
+    try:
+        connection.ensure_connection()
+        raw = connection.connection
+        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA quick_check(5)")
+                found = [row[0] for row in cursor.fetchall()]
+        finally:
+            raw.set_progress_handler(None, 0)
+    except DatabaseError as exc:
+        if time.monotonic() > deadline and "interrupted" in str(exc):
+            log.info(
+                "integrity check of %s stopped after %.1f s; queries check the rest", state.meta_db, budget
+            )
+            return False
+        raise _corrupt(state, exc) from exc
+    if found != ["ok"]:
+        raise store_faults.corrupt(" ".join(" ".join(found).split())[:300])
+    return True
 
 
 def get_setting(key: str, default: str | None = None) -> str | None:
@@ -171,7 +272,47 @@ def set_setting(key: str, value: str) -> None:
     Setting.objects.update_or_create(key=key, defaults={"value": value})
 
 
-def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Reporter | None = None) -> None:
+#: What a private copy takes from a read-only state directory besides the
+#: database: the token clients hold, and the dense indices (linked: read only).
+_COPIED = ("secret.token",)
+_LINKED = ("vectors_text.hnsw", "vectors_text.hnsw.json", "vectors_code.hnsw", "vectors_code.hnsw.json")
+
+
+def serving_copy(state: StateDir) -> StateDir:
+    """A private, writable copy of a read-only state directory's index, in
+    a new 0700 temporary directory removed when the process exits, and the
+    process's database switched to it: ``up --no-index`` serves a read-only
+    copy this way, since serving writes (MCP sessions, the connection file).
+    The database is copied page by page with SQLite's backup API, so a copy
+    of a damaged one is found damaged by the check that follows."""
+    copy = StateDir(Path(tempfile.mkdtemp(prefix="dir2mcp-read-only-")))
+    atexit.register(shutil.rmtree, copy.path, ignore_errors=True)
+    source = sqlite3.connect(read_only_uri(state), uri=True)
+    target = sqlite3.connect(copy.meta_db)
+    try:
+        source.backup(target)
+    except sqlite3.Error as exc:
+        raise _corrupt(state, exc) from exc
+    finally:
+        target.close()
+        source.close()
+    os.chmod(copy.meta_db, FILE_MODE)
+    for name in _COPIED:
+        if (state.path / name).is_file():
+            shutil.copyfile(state.path / name, copy.path / name)
+            os.chmod(copy.path / name, FILE_MODE)
+    for name in _LINKED:
+        if (state.path / name).is_file():
+            (copy.path / name).symlink_to(state.path / name)
+    connection.close()
+    settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = copy.meta_db
+    settings.DIR2MCP_STATE_DIR = copy.path
+    return copy
+
+
+def open_store(
+    state: StateDir, *, allow_rebuild: bool = False, reporter: Reporter | None = None, reading: bool = False
+) -> None:
     """Make the store usable, or explain why it is not.
 
     A database from an incompatible index format stops with
@@ -181,7 +322,14 @@ def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Report
 
     A state directory found readable by group or others is tightened with a
     logged warning, and, given a ``reporter``, a ``warning`` event too.
+
+    ``reading``: the caller only reads (``status``); on a state directory it
+    may not write, the database is opened read-only (:func:`open_read_only`)
+    instead of failing with STATE_NOT_WRITABLE.
     """
+    if reading and uses_state_sqlite(state) and state.meta_db.is_file() and not writable(state):
+        open_read_only(state)
+        return
     tightened = state.ensure()
     if tightened and reporter is not None:
         reporter.warn(
@@ -193,12 +341,16 @@ def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Report
     if uses_state_sqlite(state):
         owner_only_database(state)
     try:
+        check_integrity(state)
         migrate(state)
         found = get_setting("index_format_version")
-    except errors.Dir2mcpError:
-        if not (allow_rebuild and uses_state_sqlite(state)):
+    except errors.Dir2mcpError as exc:
+        if not (allow_rebuild and uses_state_sqlite(state)) or exc.code != errors.STORE_CORRUPT:
             raise
-        _move_aside(state)
+        moved = _move_aside(state)
+        if reporter is not None:
+            reporter.warn(f"{exc.message}; moved it aside as {moved} and rebuilding", code=exc.code)
+        store_faults.forget_corruption()
         migrate(state)
         found = None
     if found not in (None, INDEX_FORMAT_VERSION):
@@ -217,13 +369,16 @@ def open_store(state: StateDir, *, allow_rebuild: bool = False, reporter: Report
         set_setting("corpus_id", f"corpus_{os.urandom(6).hex()}")
 
 
-def _move_aside(state: StateDir) -> None:
+def _move_aside(state: StateDir) -> str:
+    """Rename the damaged database (and its -wal and -shm) to
+    ``meta.sqlite.corrupt-<time>``; returns that name."""
     connection.close()
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for suffix in ("", "-wal", "-shm"):
         path = state.meta_db.with_name(state.meta_db.name + suffix)
         if path.exists():
             path.rename(path.with_name(f"{path.name}.corrupt-{stamp}"))
+    return f"{state.meta_db.name}.corrupt-{stamp}"
 
 
 def wipe_index() -> None:

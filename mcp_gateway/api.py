@@ -23,7 +23,7 @@ import threading
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from corpus import errors, observe
+from corpus import errors, observe, store_faults
 from mcp_gateway import context, dispatch, notify, sessions, standalone, tools, transport, workers
 from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
 from mcp_gateway.transport import HttpError, Message
@@ -136,9 +136,14 @@ async def mcp_endpoint(request: Request) -> Response | StreamResponse:
     except errors.Dir2mcpError as exc:  # the server itself cannot start serving (config, store)
         log.error("cannot serve MCP: %s", exc)
         response = _refusal(transport.unavailable(exc))
-    except Exception:  # a bug: logged here, a JSON-RPC error (never an HTML page) on the wire
-        log.exception("MCP %s failed", request.method)
-        response = _refusal(transport.internal_error())
+    except Exception as exc:  # a bug: logged here, a JSON-RPC error (never an HTML page) on the wire
+        fault = store_faults.classify(exc)  # a damaged database, a full disk: named, not a bug
+        if fault is not None:
+            log.error("cannot serve MCP: %s", fault)
+            response = _refusal(transport.unavailable(fault))
+        else:
+            log.exception("MCP %s failed", request.method)
+            response = _refusal(transport.internal_error())
     return _cors(response, origin)
 
 

@@ -14,7 +14,7 @@ from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.ingest.watch import watch_directory
 from corpus.state import IndexLock
-from corpus.store import open_store
+from corpus.store import open_store, serving_copy, uses_state_sqlite, writable
 from mcp_gateway import context, notify
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
 from mcp_gateway.preflight import check_keys
@@ -25,6 +25,23 @@ log = logging.getLogger(__name__)
 LOCK_RETRY_SECONDS = 2.0
 
 # -- background indexing ------------------------------------------------------
+
+
+def serve_read_only_state(rt) -> None:
+    """``--no-index`` on a state directory this process may not write (a
+    read-only file system, another user's directory): serve a private copy
+    of its index (corpus.store.serving_copy), and say so. Anything else is
+    left as it is (and an unwritable state directory then fails as before,
+    with STATE_NOT_WRITABLE)."""
+    state = rt.state
+    if not (uses_state_sqlite(state) and state.meta_db.is_file() and not writable(state)):
+        return
+    rt.state = serving_copy(state)
+    rt.reporter.warn(
+        f"the state directory {state.path} is read-only: serving a private copy of its index "
+        f"from {rt.state.path} (removed at exit; sessions and connection.json live there)",
+        code="STATE_READ_ONLY",
+    )
 
 
 def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
@@ -97,7 +114,12 @@ def start_background_indexing(
     thread = IndexerThread()
     ctx.indexer, ctx.indexer_mode = thread, "thread"
     return thread.start(
-        _index_in_background, ctx, _JobReporter(reporter, rate=thread.rate), stop, ready, lock_retry
+        _index_in_background,
+        ctx,
+        _JobReporter(reporter, rate=thread.rate, unwritten=thread.unwritten),
+        stop,
+        ready,
+        lock_retry,
     )
 
 
@@ -107,9 +129,10 @@ class _JobReporter:
     every watch batch included, would announce it again); progress also
     feeds ``rate``, the embedding rate ``stats`` estimates the ETA from."""
 
-    def __init__(self, inner: Reporter, *, rate):
+    def __init__(self, inner: Reporter, *, rate, unwritten):
         self._inner = inner
         self._rate = rate
+        self._unwritten = unwritten
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -119,6 +142,7 @@ class _JobReporter:
         self._inner.progress(counters, **options)
 
     def event(self, event: str, data=None, *, level: str = "info") -> None:
+        self._unwritten.note(event, data)
         if event != "index_loaded":
             self._inner.event(event, data, level=level)
 

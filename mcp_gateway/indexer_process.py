@@ -55,7 +55,7 @@ from corpus.embedding import dense_store, embed_first
 from corpus.events import Reporter
 from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
-from corpus.state import StateDir
+from corpus.state import SpaceReserve, StateDir
 from corpus.status import INDEXER_KEY
 from corpus.store import set_setting
 
@@ -242,6 +242,8 @@ class IndexerSupervisor:
         self.restarts = 0
         self.last_exit: dict | None = None
         self.rate = _Rate()
+        #: changes a full disk kept from being written (corpus.ingest.watch.Unwritten)
+        self.unwritten = UnwrittenCount()
         self._proc: subprocess.Popen | None = None
         self._stdin_lock = threading.Lock()
         # Paths already asked to be embedded first (recent ones only).
@@ -319,12 +321,15 @@ class IndexerSupervisor:
             "restarts": self.restarts,
             "last_exit": self.last_exit,
             "embed_rate_per_second": round(self.rate.per_second(), 2),
+            "unwritten": self.unwritten.as_dict(),
         }
 
     # -- supervision --
 
     def _supervise(self) -> None:
         backoff = self.first_backoff
+        reserve = SpaceReserve(self.launch.state)
+        reserve.hold()
         try:
             while not self.stop.is_set():
                 started = time.monotonic()
@@ -355,6 +360,7 @@ class IndexerSupervisor:
             self.reporter.warn("indexer supervision failed; still serving the index as it is")
         finally:
             self._record(stopped=True)
+            reserve.release()
             _close_connections()
 
     def _run_child(self) -> int:
@@ -399,6 +405,8 @@ class IndexerSupervisor:
             call, args, _ = done
             if call == "event" and args and args[0] == "watch_ready" and self.ready is not None:
                 self.ready.set()
+            if call == "event" and args and self.unwritten.note(args[0], args[1] if len(args) > 1 else None):
+                self._record_unwritten()
             if call == "progress" and args:
                 self.rate.add(args[0])
                 if self.on_progress is not None:
@@ -419,6 +427,19 @@ class IndexerSupervisor:
             )
             proc.kill()
 
+    def _record_unwritten(self) -> None:
+        """Record what waits to be written, for ``status``: on a full disk,
+        in the space the reserve gave back; the reserve is taken again once
+        nothing waits."""
+        reserve = SpaceReserve(self.launch.state)
+        waiting = self.unwritten.as_dict() is not None
+        if waiting:
+            reserve.release()
+        self._record()
+        if not waiting:
+            reserve.hold()
+        _close_connections()
+
     def _record(self, *, stopped: bool = False) -> None:
         state = self.describe()
         if stopped:
@@ -438,6 +459,7 @@ class IndexerThread:
 
     def __init__(self):
         self.rate = _Rate()
+        self.unwritten = UnwrittenCount()
         self._thread: threading.Thread | None = None
 
     def start(self, target, *args) -> IndexerThread:
@@ -471,7 +493,36 @@ class IndexerThread:
             "restarts": 0,
             "last_exit": None,
             "embed_rate_per_second": round(self.rate.per_second(), 2),
+            "unwritten": self.unwritten.as_dict(),
         }
+
+
+class UnwrittenCount:
+    """What the indexer last said about changes a full disk kept from being
+    written: its ``store_write_failed`` and ``store_write_landed`` events
+    (corpus.ingest.watch.Unwritten), for ``stats`` and ``status``."""
+
+    def __init__(self):
+        self.paths = 0
+        self.walk = False
+        self.code = ""
+        self.message = ""
+
+    def note(self, event: str, data) -> bool:
+        """Take one event in; whether it was one of these."""
+        if event == "store_write_failed" and isinstance(data, dict):
+            self.paths, self.walk = int(data.get("paths") or 0), bool(data.get("walk"))
+            self.code, self.message = str(data.get("code") or ""), str(data.get("message") or "")
+            return True
+        if event == "store_write_landed":
+            self.paths, self.walk, self.code, self.message = 0, False, "", ""
+            return True
+        return False
+
+    def as_dict(self) -> dict | None:
+        if not (self.paths or self.walk):
+            return None
+        return {"paths": self.paths, "walk": self.walk, "code": self.code, "message": self.message}
 
 
 def _libc_prctl():
@@ -594,6 +645,7 @@ def summary(ctx) -> dict:
         "pid": found.get("pid"),
         "restarts": int(found.get("restarts", 0)),
         "last_exit": found.get("last_exit"),
+        "unwritten": found.get("unwritten"),
         "dense": {
             "embedded": embedded,
             "total": total,

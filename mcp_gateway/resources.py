@@ -21,7 +21,7 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from corpus import documents, errors, files, uris
+from corpus import documents, errors, files, store_faults, uris
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,10 @@ def handle(method: str, params: dict, ctx) -> dict:
         return {"resourceTemplates": TEMPLATES}
     except ResourceError:
         raise
-    except Exception:  # a bug must not become a traceback on the wire
+    except Exception as exc:  # a bug must not become a traceback on the wire
+        fault = store_faults.classify(exc)  # a damaged database, a full disk: named, not a bug
+        if fault is not None:
+            raise ResourceError.of(fault) from None
         log.exception("%s failed", method)
         raise ResourceError(
             errors.RPC_INTERNAL_ERROR,

@@ -46,7 +46,7 @@ from ninja.openapi.schema import REF_TEMPLATE
 from ninja.security import HttpBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from corpus import errors, uris
+from corpus import errors, store_faults, uris
 from corpus.security import MAX_PATH_SEGMENTS
 from mcp_gateway import context, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
@@ -248,6 +248,9 @@ def _on_too_big(request, exc: RequestDataTooBig) -> HttpResponse:
 
 
 def _on_unexpected(request, exc: Exception) -> HttpResponse:
+    fault = store_faults.classify(exc)  # a damaged database, a full disk: named, not a bug
+    if fault is not None:
+        return _on_dir2mcp_error(request, fault)
     log.error("REST %s %s failed", request.method, request.path, exc_info=exc)
     return error_response(errors.INTERNAL_ERROR, "internal error; see the server log")
 

@@ -527,6 +527,19 @@ STATS_OUTPUT = {
                 "pid": {"type": ["integer", "null"]},
                 "restarts": {"type": "integer"},
                 "last_exit": {"type": ["object", "null"]},
+                # Changes the store refused to write (a full disk), retried
+                # until they land; null when none wait (docs/reliability.md).
+                "unwritten": {
+                    "type": ["object", "null"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "paths": {"type": "integer"},
+                        "walk": {"type": "boolean"},
+                        "code": {"type": "string"},
+                        "message": {"type": "string"},
+                    },
+                    "required": ["paths", "walk", "code", "message"],
+                },
                 "dense": {
                     "type": "object",
                     "additionalProperties": False,

@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from corpus import errors
+from corpus import errors, store_faults
 from corpus.events import Reporter
 from mcp_gateway import dispatch, tools, transport
 from mcp_gateway.background import start_background_indexing
@@ -316,7 +316,10 @@ class StdioServer:
             return dispatch.respond(msg, self.session, self.ctx, emit=emit, cancel=cancel)
         except tools.Cancelled:
             return None
-        except Exception:  # a bug must not become a traceback on the wire
+        except Exception as exc:  # a bug must not become a traceback on the wire
+            fault = store_faults.classify(exc)  # a damaged database, a full disk: named, not a bug
+            if fault is not None:
+                return errors.rpc_error(msg.id, errors.RPC_INTERNAL_ERROR, fault.message, fault.as_dict())
             log.exception("%s failed", msg.method)
             return errors.rpc_error(
                 msg.id, errors.RPC_INTERNAL_ERROR, f"{msg.method} failed; see the server log"

@@ -144,7 +144,15 @@ def _indexer_line(indexer: dict | None) -> str:
     eta = dense["eta_seconds"]
     if dense["embedded"] < dense["total"] and eta is not None:
         line += f", about {_duration(eta)} to full coverage"
-    return line + "\n"
+    return line + "\n" + unwritten_line(indexer.get("unwritten"))
+
+
+def unwritten_line(unwritten: dict | None) -> str:
+    """Changes the store could not write (a full disk), waiting to be retried."""
+    if not unwritten:
+        return ""
+    what = f"{unwritten['paths']} changed path(s)" + (" and a walk of the tree" if unwritten["walk"] else "")
+    return f"Not yet written: {what}, retried until they land ({unwritten['code']}: {unwritten['message']})\n"
 
 
 def _duration(seconds: float) -> str:

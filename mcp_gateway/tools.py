@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from jsonschema.exceptions import ValidationError
 
-from corpus import errors, files, observe
+from corpus import errors, files, observe, store_faults
 from corpus.answer import ask as answer
 from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
@@ -174,7 +174,11 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
         return error_result(exc)
     except Cancelled:
         raise
-    except Exception:  # a bug must not become a traceback on the wire
+    except Exception as exc:  # a bug must not become a traceback on the wire
+        fault = store_faults.classify(exc)  # a damaged database, a full disk: named, not a bug
+        if fault is not None:
+            log.warning("tool %s: %s", tool.name, fault)
+            return error_result(fault)
         log.exception("tool %s failed", tool.name)
         return error_result(
             errors.Dir2mcpError(errors.INTERNAL_ERROR, f"{tool.name} failed; see the server log")

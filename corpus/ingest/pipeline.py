@@ -33,7 +33,7 @@ from typing import Protocol
 
 from django.db import transaction
 
-from corpus import errors
+from corpus import errors, store_faults
 from corpus.config import Config
 from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
@@ -794,7 +794,8 @@ class Indexer:
         try:
             with transaction.atomic():
                 deltas = writer.write_new_documents(batch)
-        except Exception:
+        except Exception as exc:
+            _raise_store_fault(exc)
             log.info("writing %d new documents together failed; writing them one by one", len(batch))
             return set()
         for prepared, delta in zip(batch, deltas, strict=True):
@@ -807,6 +808,7 @@ class Indexer:
             with transaction.atomic():
                 delta = writer.write_document(prepared, known.doc_id if known else None)
         except Exception as exc:  # one bad document must not stop the run
+            _raise_store_fault(exc)
             log.exception("failed to store %s", prepared.rel_path)
             prepared.fail("error", errors.EXTRACT_FAILED, f"{type(exc).__name__}: {exc}")
             prepared.extracted, prepared.drafts = None, []
@@ -857,6 +859,16 @@ class Indexer:
             self._listing = True
             self._announce_changes()
         self._flush_counters()
+
+
+def _raise_store_fault(exc: Exception) -> None:
+    """A write that failed because of the store (a damaged database, a full
+    or read-only disk) is no document's fault: it stops the run, with its
+    code (STORE_CORRUPT, STATE_NOT_WRITABLE), and the batch is rolled back
+    whole, to be written again by the next pass (live sync retries it)."""
+    fault = store_faults.classify(exc)
+    if fault is not None:
+        raise fault from exc
 
 
 def _from_gzip(prepared: Prepared) -> Prepared:

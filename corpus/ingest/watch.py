@@ -25,6 +25,7 @@ from pathlib import Path
 
 import watchfiles
 
+from corpus import errors, store_faults
 from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
@@ -98,20 +99,28 @@ def watch_directory(
             root, state, config, reporter=reporter, stop=stop, embedder=embedder, changes=changes
         )
 
+    unwritten = Unwritten(reporter)
     with IndexLock(state):
         if embedder is not None:
             check_models(embedder, state, signature_weight=config.embed.signature_weight)
         feed.start()
         try:
             if initial:
-                walking(changes=feed.take_paths).run()
-            _follow(root, feed, stop, walking, retry_indexer, ready=ready, reporter=reporter)
+                try:
+                    walking(changes=feed.take_paths).run()
+                except Exception as exc:  # a full disk: the pass is walked again once it can be written
+                    if not unwritten.keep(exc, set(), walk=True):
+                        raise
+            _follow(
+                root, feed, stop, walking, retry_indexer, ready=ready, reporter=reporter, unwritten=unwritten
+            )
         finally:
             feed.close()
 
 
-def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, reporter) -> None:
-    """Apply the watcher's batches until ``stop``, beside the retry pass."""
+def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, reporter, unwritten) -> None:
+    """Apply the watcher's batches until ``stop``, beside the retry pass;
+    what a full disk kept from being written is applied again meanwhile."""
     retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
     retrier.start()
     try:
@@ -123,9 +132,20 @@ def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, rep
                 reporter.event("watch_ready", {"root": str(root)})
         while not stop.is_set():
             batch = feed.next(timeout=0.5)
-            if batch:
-                with retrier.lock:
-                    _apply(feed.root, batch, walking=walking, one_by_one=retry_indexer)
+            rescan = batch == RESCAN  # the watch was set up again: walk for what it missed
+            changed = () if rescan else batch or ()
+            rel_paths = {rel for _, path in changed if (rel := _relative(feed.root, path))}
+            if not (rel_paths or rescan) and not unwritten.due():
+                continue
+            earlier, walk_again = unwritten.take()
+            with retrier.lock:
+                _apply(
+                    rel_paths | earlier,
+                    walking=walking,
+                    one_by_one=retry_indexer,
+                    unwritten=unwritten,
+                    walk=walk_again or rescan,
+                )
     finally:
         retrier.close()
 
@@ -236,27 +256,92 @@ class _Feed:
         return taken
 
 
-def _apply(root: Path, batch, *, walking, one_by_one) -> None:
+def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, walk: bool = False) -> None:
     """Re-index a batch of changes: the touched paths, or the whole tree when
-    a ``.gitignore`` changed (what is excluded changed). Only the indexer
-    that runs is made: each owns provider clients until its run ends. A
-    :data:`RESCAN` batch (the watch was set up again) walks the whole tree."""
-    if batch == RESCAN:
-        try:
-            walking().run()
-        except Exception:
-            log.exception("the walk after the file watch was set up again failed")
-        return
-    rel_paths = {rel for _, path in batch if (rel := _relative(root, path))}
-    if not rel_paths:
+    a ``.gitignore`` changed (what is excluded changed) or an earlier walk
+    could not be written. Only the indexer that runs is made: each owns
+    provider clients until its run ends. A batch the store refused (a full
+    disk) is kept in ``unwritten``, to be applied again. A :data:`RESCAN`
+    batch (the watch was set up again) is a walk."""
+    walk = walk or any(Path(p).name == ".gitignore" for p in rel_paths)
+    if not (rel_paths or walk):
         return
     try:
-        if any(Path(p).name == ".gitignore" for p in rel_paths):
+        if walk:
             walking().run()
         else:
             one_by_one().run_paths(rel_paths)
-    except Exception:  # the watcher must outlive one failed batch
-        log.exception("live sync failed for %d paths", len(rel_paths))
+    except Exception as exc:  # the watcher must outlive one failed batch
+        if not unwritten.keep(exc, rel_paths, walk=walk):
+            log.exception("live sync failed for %d paths", len(rel_paths))
+            fault = store_faults.classify(exc)
+            if fault is not None and unwritten.reporter is not None:
+                unwritten.reporter.warn(f"live sync failed: {fault}", code=fault.code)
+        return
+    unwritten.landed()
+
+
+class Unwritten:
+    """Changes whose write the store refused because it could not be
+    written (``STATE_NOT_WRITABLE``: a full disk, a read-only file system):
+    kept, and applied again after 1 s, then twice as long each time up to
+    :data:`MAX_SECONDS`, until they land. A ``store_write_failed`` event
+    (how many paths wait, and the file system's words) goes out at each
+    failure and a ``store_write_landed`` event once they are written, so
+    the server's ``stats`` and ``status`` count them while they wait.
+
+    Any other failure is logged, and its batch dropped, as before: a bug or
+    a damaged database (STORE_CORRUPT) does not go away by itself."""
+
+    FIRST_SECONDS = 1.0
+    MAX_SECONDS = 30.0
+
+    def __init__(self, reporter: Reporter | None):
+        self.reporter = reporter
+        self.paths: set[str] = set()
+        self.walk = False
+        self.delay = self.FIRST_SECONDS
+        self.next_try = 0.0
+        self.failing = False
+
+    def keep(self, exc: Exception, rel_paths: set[str], *, walk: bool) -> bool:
+        """Keep these changes when ``exc`` is the store refusing writes;
+        whether it was (anything else is the caller's to report)."""
+        fault = store_faults.classify(exc)
+        if fault is None or fault.code != errors.STATE_NOT_WRITABLE:
+            return False
+        self.paths |= rel_paths
+        self.walk = self.walk or walk
+        self.failing = True
+        self.next_try = time.monotonic() + self.delay
+        log.warning(
+            "%d changed path(s) not written, retried in %.0f s: %s", len(self.paths), self.delay, fault
+        )
+        self.delay = min(self.delay * 2, self.MAX_SECONDS)
+        if self.reporter is not None:
+            self.reporter.event(
+                "store_write_failed",
+                {"paths": len(self.paths), "walk": self.walk, "code": fault.code, "message": fault.message},
+                level="error",
+            )
+        return True
+
+    def due(self) -> bool:
+        return (bool(self.paths) or self.walk) and time.monotonic() >= self.next_try
+
+    def take(self) -> tuple[set[str], bool]:
+        """What waits, handed to the next attempt (kept again if it fails)."""
+        paths, walk = self.paths, self.walk
+        self.paths, self.walk = set(), False
+        return paths, walk
+
+    def landed(self) -> None:
+        if self.failing and not (self.paths or self.walk):
+            self.failing = False
+            self.delay = self.FIRST_SECONDS
+            log.info("the changes kept from a failed write are written")
+            if self.reporter is not None:
+                self.reporter.event("store_write_landed", {"paths": 0})
 
 
 def _retry_seconds() -> float:

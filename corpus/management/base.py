@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from corpus import errors
+from corpus import errors, store_faults
 from corpus.config import Config, default_config_path, load_config
 from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.events import Reporter
@@ -138,9 +138,14 @@ class Dir2mcpCommand(BaseCommand):
     def execute(self, *args, **options):
         try:
             return super().execute(*args, **options)
-        except errors.Dir2mcpError as exc:
-            self.report_fatal(exc, json_mode=options.get("json", False))
-            raise SystemExit(exc.exit_code) from None
+        except Exception as exc:
+            # A coded error, or a store fault (a damaged database, a full
+            # disk) found under whatever the failing call raised.
+            found = exc if isinstance(exc, errors.Dir2mcpError) else store_faults.classify(exc)
+            if found is None:
+                raise
+            self.report_fatal(found, json_mode=options.get("json", False))
+            raise SystemExit(found.exit_code) from None
 
     def report_fatal(self, exc: errors.Dir2mcpError, *, json_mode: bool) -> None:
         if json_mode:

@@ -8,6 +8,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, connection
 
+from corpus import errors, store_faults
 from corpus.index import lexical
 from corpus.index.vectors import index_path
 from corpus.state import INDEX_FORMAT_VERSION, StateDir
@@ -34,14 +35,18 @@ def tool_calls() -> dict:
 
 
 def database() -> dict:
-    """The database answers and holds an index of the format this build reads."""
+    """The database answers, holds an index of the format this build reads,
+    and no query of this process has met a damaged page (STORE_CORRUPT)."""
+    damaged = store_faults.corrupt_seen()
+    if damaged is not None:
+        return {"ok": False, "code": errors.STORE_CORRUPT, "error": f"database damaged: {damaged[:200]}"}
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         found = get_setting("index_format_version")
     except DatabaseError as exc:
         log.warning("healthz: database not ready: %s", exc)
-        return {"ok": False, "error": f"database unavailable: {type(exc).__name__}"}
+        return _unavailable("database", exc)
     if found != INDEX_FORMAT_VERSION:
         return {"ok": False, "error": f"index format {found or 'missing'}, expected {INDEX_FORMAT_VERSION}"}
     return {"ok": True, "vendor": connection.vendor}
@@ -53,8 +58,16 @@ def lexical_index() -> dict:
         rows = lexical.live_count()
     except DatabaseError as exc:
         log.warning("healthz: lexical index not ready: %s", exc)
-        return {"ok": False, "error": f"lexical index unavailable: {type(exc).__name__}"}
+        return _unavailable("lexical index", exc)
     return {"ok": True, "rows": rows}
+
+
+def _unavailable(what: str, exc: DatabaseError) -> dict:
+    """Not ok, with the store fault's code when it is one (a damaged page: STORE_CORRUPT)."""
+    fault = store_faults.classify(exc)
+    if fault is None:
+        return {"ok": False, "error": f"{what} unavailable: {type(exc).__name__}"}
+    return {"ok": False, "code": fault.code, "error": f"{what} unavailable: {fault.message[:200]}"}
 
 
 def vector_indices() -> dict:

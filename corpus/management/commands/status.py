@@ -20,7 +20,7 @@ class Command(Dir2mcpCommand):
                 f"no index at {rt.state.path}",
                 hint="Run `dir2mcp reindex` or `dir2mcp up` first.",
             )
-        open_store(rt.state)
+        open_store(rt.state, reading=True)
         summary = summarize()
         embedder = embedder_choice(rt.config, rt.state, secrets_lookup=rt.secret)
         celery = scaleout_summary()
@@ -62,6 +62,18 @@ class Command(Dir2mcpCommand):
         if isinstance(last, dict) and last.get("reason"):
             line += f"; last exit: {last['reason']}"
         self.stdout.write(line)
+        unwritten = found.get("unwritten")
+        if (
+            found.get("running")
+            and isinstance(unwritten, dict)
+            and (unwritten.get("paths") or unwritten.get("walk"))
+        ):
+            self.stdout.write(
+                f"  not yet written: {unwritten.get('paths', 0)} changed path(s)"
+                + (" and a walk of the tree" if unwritten.get("walk") else "")
+                + f", retried until they land ({printable(str(unwritten.get('code')))}: "
+                + f"{printable(str(unwritten.get('message')))})"
+            )
 
     def _print_celery(self, c: dict) -> None:
         w = self.stdout.write

@@ -51,6 +51,8 @@ class Command(Dir2mcpCommand):
 
     def handle(self, *args, **options):
         rt = self.runtime(options)
+        if options["no_index"]:
+            background.serve_read_only_state(rt)
         # auth off: a private pipe, whoever holds it started us
         ctx = background.serving_context(
             rt, self.prepare_state, auth_spec="none", read_only=bool(options["read_only"])

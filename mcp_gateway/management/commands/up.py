@@ -80,6 +80,8 @@ class Command(Dir2mcpCommand):
                     "x402 mode 'on' but payments are NOT enforced (tools are free): " + "; ".join(unmet)
                 )
         tls = tls_files(rt)
+        if options["no_index"]:
+            background.serve_read_only_state(rt)
         if spec.startswith("file:"):  # a missing or empty token file fails before any state is written
             context.resolve_auth(spec, cfg, rt.state, root=rt.root)
         ctx = background.serving_context(
