@@ -506,7 +506,9 @@ DEFAULT_SECRET_PATTERNS = [
     r"(?i:AccountKey|SharedAccessKey)[ \t]*=[ \t]*[A-Za-z0-9+/]{30}"
     rf"|{_BEFORE}SG\.[{_TOKEN}]{{22}}\.[{_TOKEN}]{{43}}(?:[^{_TOKEN}]|$)",
     # 21: HTTP basic credentials in a header or config: Authorization: Basic <base64>.
-    r"(?i:authorization)['\"]?[ \t]*[:=][ \t]*['\"]?(?i:basic)[ \t]+(?P<value>[A-Za-z0-9+/]{8,}={0,2})",
+    # (Authorization: Basic, "authorization": "Basic, nginx's Authorization "Basic.)
+    r"(?i:authorization)['\"]?(?:[ \t]*[:=][ \t]*|[ \t]+)['\"]?(?i:basic)[ \t]+"
+    r"(?P<value>[A-Za-z0-9+/]{8,}={0,2})",
     # 22: a password or credential assigned under a name rule 17 does not
     # know (DB_PASS, REDIS_AUTH, MYSQL_PWD, ADMIN_PASSWD) or a shorter
     # generated password (8 or more characters, e.g. POSTGRES_PASSWORD in a
