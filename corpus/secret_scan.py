@@ -25,6 +25,7 @@ linear) only when the set says it matched somewhere.
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Callable, Iterable
 
@@ -32,6 +33,10 @@ import re2
 
 from corpus import literals
 
+#: a file screened in blocks (one too large to index) is read this much at a time,
+#: each block screened with the end of the one before it
+BLOCK_BYTES = 8 << 20
+OVERLAP_CHARS = 64 << 10
 #: RE2's memory for the set's program and automaton; the default 8 MiB is
 #: enough for the defaults, this leaves room for users' rules.
 MAX_MEM = 64 << 20
@@ -163,3 +168,18 @@ class SecretScanner:
                 if may_match(text, lowered) and rx.search(text):
                     return index
         return found
+
+    def first_in_stream(self, read: Callable[[int], bytes], start: bytes = b"") -> int | None:
+        """:meth:`first` over a file too large to hold: ``start``, then
+        ``read(BLOCK_BYTES)`` until it returns nothing, as UTF-8 (undecodable
+        bytes replaced), each block with the last :data:`OVERLAP_CHARS` of the
+        one before, so a credential across a boundary is seen whole."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        tail, data = "", start
+        while True:
+            text = tail + decoder.decode(data, final=not data)
+            found = self.first(text)
+            if found is not None or not data:
+                return found
+            tail = text[-OVERLAP_CHARS:]
+            data = read(BLOCK_BYTES)

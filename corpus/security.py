@@ -181,7 +181,7 @@ class ExclusionEngine:
         self.root = Path(root).resolve()
         self.policy = policy
         self._root_str = str(self.root)
-        self._excludes = pathspec.GitIgnoreSpec.from_lines(policy.path_excludes)
+        self._excludes = _spec(policy.path_excludes)
         # All the rules in one linear-time pass (corpus/secret_scan.py).
         self._secrets = SecretScanner(policy.secret_patterns)
         self._state_dir = self._state_dir_for(state_dir)
@@ -336,6 +336,11 @@ class ExclusionEngine:
     def find_secret(self, text: str) -> str | None:
         """Which secret pattern ``text`` matches, as ``secret_patterns[i]``; never the match itself."""
         index = self._secrets.first(text)
+        return None if index is None else f"secret_patterns[{index}]"
+
+    def find_secret_in_stream(self, read, start: bytes = b"") -> str | None:
+        """:meth:`find_secret` over a file read block by block (``read(size)``)."""
+        index = self._secrets.first_in_stream(read, start)
         return None if index is None else f"secret_patterns[{index}]"
 
     def _name_reason(self, name: str) -> str | None:
@@ -608,19 +613,26 @@ def _load_gitignore(path: str, dir_rel: str) -> GitignoreRule | None:
     return GitignoreRule(base=dir_rel, source=source, spec=spec)
 
 
+def _spec(lines) -> pathspec.GitIgnoreSpec:
+    # pathspec's own regex engine: with google-re2 installed (the secret
+    # rules') it would pick its RE2 backend, which cannot take a file name
+    # that is not valid UTF-8 (a lone surrogate) and raises.
+    return pathspec.GitIgnoreSpec.from_lines(lines, backend="simple")
+
+
 def _gitignore_spec(lines: list[str]) -> pathspec.GitIgnoreSpec:
     """The rules of a ``.gitignore``, without the lines pathspec refuses (a
     trailing backslash, a lone ``!``, a reversed range): git ignores those
     too, and a file caught mid-write ends with any of them."""
     try:
-        return pathspec.GitIgnoreSpec.from_lines(lines)
+        return _spec(lines)
     except (ValueError, re.error):
-        return pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid_gitignore_line(line)])
+        return _spec([line for line in lines if _valid_gitignore_line(line)])
 
 
 def _valid_gitignore_line(line: str) -> bool:
     try:
-        pathspec.GitIgnoreSpec.from_lines([line])
+        _spec([line])
     except (ValueError, re.error):
         return False
     return True

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from corpus import errors, files
+from corpus import errors, files, secret_scan
 from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, build_config
+from corpus.ingest.prepare import HEAD_BYTES
 from corpus.models import Chunk, Document, Representation
 from corpus.security import ExclusionEngine, ExclusionPolicy
 
@@ -470,3 +471,26 @@ def test_no_text_makes_the_rules_slow(piece):
     start = time.perf_counter()
     engine.find_secret(text)
     assert time.perf_counter() - start < 3.0
+
+
+def test_a_text_file_too_large_to_index_is_screened_in_full(corpus_dir, state, index):
+    """open_file serves slices of a text file too large to index, so it is
+    screened whole, block by block (issue #34): one holding a credential, even
+    across the boundary of two blocks, is secret-bearing, listed nowhere and
+    refused; one without stays listed as too large."""
+    config = build_config({"ingest": {"max_file_mb": 1}}, {}, {})
+    secret = f"ghp_{rand(36)}"
+    boundary = HEAD_BYTES + secret_scan.BLOCK_BYTES  # where the second block starts
+    filler = ("a line of an ordinary large log file\n" * (boundary // 37 + 1))[: boundary - 20]
+    across = filler + f"token {secret}\n" + "tail\n" * 1000
+    assert across.index(secret) < boundary < across.index(secret) + len(secret)
+    index({"logs/across.log": across, "logs/clean.log": filler + "tail\n"}, config=config)
+
+    statuses = dict(Document.objects.filter(rel_path__startswith="logs/").values_list("rel_path", "error"))
+    assert statuses["logs/across.log"].startswith("SECRET_DETECTED: content matches secret_patterns[7]")
+    assert statuses["logs/clean.log"].startswith("FILE_TOO_LARGE")
+    listed = {f["rel_path"] for f in files.list_files()["files"]}
+    assert "logs/clean.log" in listed and "logs/across.log" not in listed
+    engine = ExclusionEngine.from_config(corpus_dir, config, state_dir=state.path)
+    assert _refused(engine, "logs/across.log")
+    assert files.open_file(engine, rel_path="logs/clean.log", start_line=1, end_line=1)["content"]
