@@ -25,6 +25,7 @@ from corpus import errors, files, secret_scan
 from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, build_config
 from corpus.ingest.prepare import HEAD_BYTES
 from corpus.models import Chunk, Document, Representation
+from corpus.secret_scan import SecretScanner
 from corpus.security import ExclusionEngine, ExclusionPolicy
 
 pytestmark = pytest.mark.django_db
@@ -458,6 +459,10 @@ CRAFTED = {
     "assignments": "password = ",
     "assignment values": "api_key=aB3",
     "one long run": "a",
+    "url credentials": "postgres://u:",
+    "base64 pem starts": "LS0tLS1CRUdJTi",
+    "basic auth": "Authorization: Basic ",
+    "short passwords": "DB_PASS=",
 }
 
 
@@ -494,3 +499,29 @@ def test_a_text_file_too_large_to_index_is_screened_in_full(corpus_dir, state, i
     engine = ExclusionEngine.from_config(corpus_dir, config, state_dir=state.path)
     assert _refused(engine, "logs/across.log")
     assert files.open_file(engine, rel_path="logs/clean.log", start_line=1, end_line=1)["content"]
+
+
+def test_every_default_rule_runs_in_the_linear_set():
+    """No default rule falls back to Python's re (which backtracks): each
+    compiles for RE2, and all of them for Python's re too (config checks)."""
+    assert SecretScanner(DEFAULT_SECRET_PATTERNS).linear
+    for pattern in DEFAULT_SECRET_PATTERNS:
+        assert secret_scan.compiles_in_re2(pattern), pattern
+        re.compile(pattern)
+
+
+def test_a_rule_only_python_compiles_still_runs_after_the_set():
+    """A user's look-around rule is accepted and judged in list order."""
+    lookbehind = r"(?<!not )internal-\d{6}"
+    engine = ExclusionEngine(
+        Path("/nonexistent"), ExclusionPolicy((), (lookbehind, DEFAULT_SECRET_PATTERNS[0]))
+    )
+    assert not SecretScanner([lookbehind]).linear
+    assert engine.find_secret("id internal-123456") == "secret_patterns[0]"
+    assert engine.find_secret("not internal-123456") is None
+    assert (
+        engine.find_secret(f"not internal-123456 AKIA{rand(16, string.ascii_uppercase)}")
+        == "secret_patterns[1]"
+    )
+    config = build_config({"security": {"secret_patterns": [lookbehind]}}, {}, {})
+    assert config.security.secret_patterns == [lookbehind]
