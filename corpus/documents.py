@@ -86,8 +86,7 @@ def mime_type(rel_path: str, doc_type: str) -> str:
 
 def _readable():
     """Live documents by rel_path, without those refused for a secret."""
-    docs = Document.objects.filter(deleted=False).order_by("rel_path")
-    return docs.exclude(status=DocStatus.SKIPPED, error__startswith=errors.SECRET_DETECTED)
+    return files.listable_documents().order_by("rel_path")
 
 
 def live_page(

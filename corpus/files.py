@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 import regex
+from django.db.models import Q
 
 from corpus import errors, globs, patterns
 from corpus.citations import SpanRef
@@ -512,12 +513,20 @@ def timed_pieces(rep) -> list[tuple[int, int, str]]:
 # -- list_files ----------------------------------------------------------------
 
 
+def listable_documents():
+    """Live documents a client may see: not the ones skipped as secret-bearing,
+    which every read refuses. The one rule of every listing: ``list_files``,
+    ``resources/list``, completions and the recent-files prompt."""
+    secret = Q(status=DocStatus.SKIPPED, error__startswith=errors.SECRET_DETECTED)
+    return Document.objects.filter(deleted=False).exclude(secret)
+
+
 def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offset: int = 0) -> dict:
-    """The §15.5 page of live documents, by rel_path; the glob runs over paths only."""
+    """The §15.5 page of listable documents, by rel_path; the glob runs over paths only."""
     prefix, spec = canonical_prefix(path_prefix), _glob(glob)
     limit = _int("limit", limit, low=1, high=5000, default=200)
     offset = _int("offset", offset, low=0, default=0)
-    docs = Document.objects.filter(deleted=False).order_by("rel_path")
+    docs = listable_documents().order_by("rel_path")
     if prefix:
         docs = docs.filter(rel_path__startswith=prefix)
     if spec is None:

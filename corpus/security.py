@@ -24,8 +24,9 @@ from urllib.parse import unquote
 
 import pathspec
 
-from corpus import errors, literals
+from corpus import errors
 from corpus.config import DEFAULT_PATH_EXCLUDES
+from corpus.secret_scan import SecretScanner
 
 DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
     {".git", "node_modules", "dist", "build", ".venv", ".dir2mcp", "__pycache__"}
@@ -216,9 +217,9 @@ class ExclusionEngine:
         self.root = Path(root).resolve()
         self.policy = policy
         self._root_str = str(self.root)
-        self._excludes = pathspec.GitIgnoreSpec.from_lines(policy.path_excludes)
-        # Each rule with the test of the words every match holds (corpus/literals.py).
-        self._secrets = tuple((rx, literals.prefilter(rx)) for rx in map(re.compile, policy.secret_patterns))
+        self._excludes = _spec(policy.path_excludes)
+        # All the rules in one linear-time pass (corpus/secret_scan.py).
+        self._secrets = SecretScanner(policy.secret_patterns)
         self._state_dir = self._state_dir_for(state_dir)
         self._gitignores: dict[str, tuple[int, int, GitignoreRule | None]] = {}
         # While pinned: each directory's verdict and .gitignore, judged once.
@@ -259,7 +260,10 @@ class ExclusionEngine:
         if reason is not None:
             return reason
         for index, member in enumerate(members):
-            reason = self._excludes_reason(member.strip("/"), is_dir=is_dir and index == len(members) - 1)
+            member = member.strip("/")
+            reason = self._name_reason(member) or self._excludes_reason(
+                member, is_dir=is_dir and index == len(members) - 1
+            )
             if reason is not None:
                 return reason
         return None
@@ -330,6 +334,9 @@ class ExclusionEngine:
         name = rel_path.rpartition("/")[2]
         if is_dir and name in DEFAULT_IGNORED_DIRS:
             return f"default ignore: {name}"
+        reason = self._name_reason(name)
+        if reason is not None:
+            return reason
         if self._state_dir is not None and is_within(os.path.join(self._root_str, rel_path), self._state_dir):
             return "state directory"
         reason = self._excludes_reason(rel_path, is_dir=is_dir)
@@ -398,11 +405,19 @@ class ExclusionEngine:
 
     def find_secret(self, text: str) -> str | None:
         """Which secret pattern ``text`` matches, as ``secret_patterns[i]``; never the match itself."""
-        lowered = literals.lowered_if_ascii(text)
-        for index, (pattern, may_match) in enumerate(self._secrets):
-            if may_match(text, lowered) and pattern.search(text):
-                return f"secret_patterns[{index}]"
-        return None
+        index = self._secrets.first(text)
+        return None if index is None else f"secret_patterns[{index}]"
+
+    def find_secret_in_stream(self, read, start: bytes = b"") -> str | None:
+        """:meth:`find_secret` over a file read block by block (``read(size)``)."""
+        index = self._secrets.first_in_stream(read, start)
+        return None if index is None else f"secret_patterns[{index}]"
+
+    def _name_reason(self, name: str) -> str | None:
+        """A file or directory name (or an archive member's path) that matches
+        a secret rule: ``ghp_….md`` is refused like its content would be."""
+        rule = self.find_secret(name)
+        return None if rule is None else f"{errors.SECRET_DETECTED}: name matches {rule}"
 
     # -- resolution --------------------------------------------------------
 
@@ -671,19 +686,26 @@ def _load_gitignore(path: str, dir_rel: str) -> GitignoreRule | None:
     return GitignoreRule(base=dir_rel, source=source, spec=spec)
 
 
+def _spec(lines) -> pathspec.GitIgnoreSpec:
+    # pathspec's own regex engine: with google-re2 installed (the secret
+    # rules') it would pick its RE2 backend, which cannot take a file name
+    # that is not valid UTF-8 (a lone surrogate) and raises.
+    return pathspec.GitIgnoreSpec.from_lines(lines, backend="simple")
+
+
 def _gitignore_spec(lines: list[str]) -> pathspec.GitIgnoreSpec:
     """The rules of a ``.gitignore``, without the lines pathspec refuses (a
     trailing backslash, a lone ``!``, a reversed range): git ignores those
     too, and a file caught mid-write ends with any of them."""
     try:
-        return pathspec.GitIgnoreSpec.from_lines(lines)
+        return _spec(lines)
     except (ValueError, re.error):
-        return pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid_gitignore_line(line)])
+        return _spec([line for line in lines if _valid_gitignore_line(line)])
 
 
 def _valid_gitignore_line(line: str) -> bool:
     try:
-        pathspec.GitIgnoreSpec.from_lines([line])
+        _spec([line])
     except (ValueError, re.error):
         return False
     return True

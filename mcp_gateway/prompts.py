@@ -21,7 +21,7 @@ from django.db.models import Q
 from corpus import documents, errors, files, uris
 from corpus.citations import SpanRef, format_citation
 from corpus.definitions import defines
-from corpus.models import DocStatus, Document
+from corpus.models import Document
 from corpus.retrieval import Filters
 from corpus.security import canonical_rel_path
 from mcp_gateway import resources
@@ -86,9 +86,7 @@ class Prompt:
 
 def listable_documents():
     """Live documents a client may see: not the ones skipped as secret-bearing."""
-    # The rule of corpus.documents' listing (resources/list).
-    secret = Q(status=DocStatus.SKIPPED, error__startswith=errors.SECRET_DETECTED)
-    return Document.objects.filter(deleted=False).exclude(secret)
+    return files.listable_documents()
 
 
 # -- content blocks -----------------------------------------------------------------

@@ -66,6 +66,11 @@ def test_the_default_rules_words():
         {(".eyJ", False)},
         {("npm_", False), ("pypi-AgE", False), ("hf_", False)},
         {("passw", True), ("secret", True), ("api", True), ("access", True), ("private", True)},
+        {("LS0tLS1CRUdJTi", False), ("client-key-data", True)},
+        {("://", False)},
+        {("AccountKey", True), ("SharedAccessKey", True), ("SG.", False)},
+        {("authorization", True)},
+        {("pass", True), ("pwd", True), ("auth", True)},
     ]
 
 

@@ -9,6 +9,7 @@ token-shaped literal sits in this file for a scanner to flag.
 
 from __future__ import annotations
 
+import base64
 import io
 import random
 import re
@@ -20,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from corpus import errors, files
+from corpus import errors, files, secret_scan
 from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, build_config
+from corpus.ingest.prepare import HEAD_BYTES
 from corpus.models import Chunk, Document, Representation
+from corpus.secret_scan import SecretScanner
 from corpus.security import ExclusionEngine, ExclusionPolicy
 
 pytestmark = pytest.mark.django_db
@@ -100,6 +103,60 @@ _add("client-secret-json", "app/oauth.json", rand(40, URLSAFE), '{{"client_secre
 _add("secret-env-style", "app/settings.txt", rand(24), "STRIPE_SECRET={}\n")
 _add("example-file-with-a-real-key", "service/.env.example", f"ghp_{rand(36)}", "GITHUB_TOKEN={}\n")
 
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+# Issue #34, "Seen 3": shapes the rules above did not catch.
+_KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n"
+    "    client-certificate-data: {cert}\n    client-key-data: {{}}\n"
+)
+_add(
+    "kubeconfig-rsa",
+    "k8s/admin.conf",
+    b64(pem("RSA")),
+    _KUBECONFIG.format(cert=b64("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")),
+)
+_add("kubeconfig-pkcs8", "k8s/cluster.yaml", b64(pem("")), _KUBECONFIG.format(cert="LS0t"))
+_add("kubeconfig-ec", "k8s/dev.yml", b64(pem("EC")), _KUBECONFIG.format(cert="LS0t"))
+_add("k8s-secret-tls-key", "k8s/tls.yaml", b64(pem("")), "kind: Secret\ndata:\n  tls.key: {}\n")
+_add("postgres-url", "app/settings.py", rand(14), 'DATABASE_URL = "postgres://app:{}@db.internal:5432/app"\n')
+_add("postgresql-url", "app/alembic.ini", rand(14), "sqlalchemy.url = postgresql+psycopg://app:{}@db/app\n")
+_add("mysql-url", "app/shop.yaml", rand(14), "dsn: mysql://root:{}@127.0.0.1:3306/shop\n")
+_add("redis-url", "app/cache.txt", rand(14), "REDIS_URL=redis://:{}@cache:6379/0\n")
+_add("amqp-url", "app/celery.py", rand(14), 'broker_url = "amqp://worker:{}@rabbit:5672//"\n')
+_add(
+    "azure-storage",
+    "cloud/azure.txt",
+    rand(86, ALNUM + "+/") + "==",
+    "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={};EndpointSuffix=core.windows.net\n",
+)
+_add(
+    "sendgrid",
+    "mail/send.py",
+    f"SG.{rand(22, URLSAFE)}.{rand(43, URLSAFE)}",
+    'sg = SendGridAPIClient("{}")\n',
+)
+_add("basic-auth-header", "http/requests.http", b64(f"svc:{rand(16)}"), "GET /api\nAuthorization: Basic {}\n")
+_add(
+    "basic-auth-nginx",
+    "proxy/upstream.conf",
+    b64(f"svc:{rand(16)}"),
+    'proxy_set_header Authorization "Basic {}";\n',
+)
+_add("db-pass", "deploy/app.sh", rand(12), "export DB_PASS={}\n")
+_add("redis-auth", "deploy/redis.cfg", rand(12), "REDIS_AUTH={}\n")
+_add("mysql-pwd", "deploy/mysql.txt", rand(10), "MYSQL_PWD='{}'\n")
+_add("admin-passwd", "deploy/admin.ini", rand(12), "ADMIN_PASSWD = {}\n")
+_add(
+    "compose-password-15",
+    "compose/docker-compose.yml",
+    rand(15),
+    "services:\n  db:\n    image: postgres\n    environment:\n      POSTGRES_PASSWORD: {}\n",
+)
+
 # Files whose name alone keeps them out, whatever they hold.
 EXCLUDED_NAMES = [
     ".env",
@@ -128,6 +185,12 @@ EXCLUDED_NAMES = [
     "home/.docker/config.json",
     "home/.kube/config",
     "infra/terraform.tfstate",
+    # issue #34: env files named the other way round, kubeconfig files
+    "deploy/production.env",
+    "deploy/env.production",
+    "config/app.env",
+    "k8s/kubeconfig",
+    "k8s/prod.kubeconfig",
 ]
 NAME_SECRET = "opaque-value-without-any-shape"  # no content rule would catch it
 
@@ -145,7 +208,25 @@ HARMLESS = {
     ),
     "docs/keys.md": "Keys start with `ghp_`, `sk-` or `AIza`; a PEM key begins with -----BEGIN.\n",
     "src/identity.py": "def id_rsa_fingerprint(key):\n    return key.digest()\n",
+    "docs/databases.md": (
+        "Connect with postgres://user:password@localhost/db, redis://:${REDIS_PASSWORD}@cache\n"
+        "or the classic demo mysql://scott:tiger@db/test; f'amqp://{user}:{password}@{host}//'.\n"
+        "Send `Authorization: Basic <credentials>`.\n"
+    ),
+    "compose/example/docker-compose.yml": "services:\n  db:\n    environment:\n"
+    "      POSTGRES_PASSWORD: example\n",
+    "deploy/example.env": "DB_PASS=\nREDIS_AUTH=changeme\n",
+    "migrations/env.py": "from alembic import context\n\nconfig = context.config\n",
+    "k8s/public.yaml": "client-certificate-data: " + b64("-----BEGIN CERTIFICATE-----\nMIIB\n") + "\n",
 }
+
+# Issue #34, "Seen 4": names that are credentials, whatever the file holds.
+TOKEN_NAMES = [
+    f"notes/ghp_{rand(36)}.md",
+    f"drafts/sk-proj-{rand(40, URLSAFE)}/readme.md",
+    f"AKIA{rand(16, string.ascii_uppercase + string.digits)}.txt",
+]
+TOKEN_NAME_TEXT = "an ordinary note in a file with an unusual name\n"
 
 
 ARCHIVES = ("bundles/all.zip", "bundles/all.tar.gz", "bundles/nested.zip!/inner.zip")
@@ -154,6 +235,8 @@ ARCHIVES = ("bundles/all.zip", "bundles/all.tar.gz", "bundles/nested.zip!/inner.
 def _archive_members() -> dict[str, str]:
     members = {f"secrets/{name}.txt": text for name, (_, text, _) in CONTENT_SECRETS.items()}
     members["conf/.env.local"] = f"VALUE={NAME_SECRET}\n"
+    members["conf/production.env"] = f"VALUE={NAME_SECRET}\n"
+    members.update({f"names/{name}": TOKEN_NAME_TEXT for name in TOKEN_NAMES})
     members["readme.md"] = "# Archive\n\nNothing secret here.\n"
     return members
 
@@ -189,6 +272,7 @@ def indexed(corpus_dir: Path, state, index, monkeypatch):
     for rel in EXCLUDED_NAMES:
         files[rel] = f"VALUE={NAME_SECRET}\n"
     files.update(HARMLESS)
+    files.update(dict.fromkeys(TOKEN_NAMES, TOKEN_NAME_TEXT))
     members = _archive_members()
     files["bundles/all.zip"] = _zip(members)
     files["bundles/all.tar.gz"] = _tar_gz(members)
@@ -242,13 +326,33 @@ def test_find_never_returns_a_secret(indexed):
 
 def test_files_kept_out_by_name_are_neither_indexed_nor_opened(indexed):
     engine = indexed
-    members = [f"{archive}!/conf/.env.local" for archive in ARCHIVES]
+    members = [f"{archive}!/conf/{name}" for archive in ARCHIVES for name in (".env.local", "production.env")]
     served = []
     for rel in [*EXCLUDED_NAMES, *members]:
         if Document.objects.filter(rel_path=rel).exists() or not _refused(engine, rel):
             served.append(rel)
     assert served == []
     assert not Representation.objects.filter(text__contains=NAME_SECRET).exists()
+
+
+def test_files_named_like_credentials_are_neither_indexed_nor_opened(indexed):
+    """A name is screened by the content rules: the file, a file below a
+    directory so named, and archive members so named are refused, and no
+    row of the index holds the name."""
+    engine = indexed
+    members = [f"{archive}!/names/{name}" for archive in ARCHIVES for name in TOKEN_NAMES]
+    served = [
+        rel
+        for rel in [*TOKEN_NAMES, *members]
+        if Document.objects.filter(rel_path=rel).exists() or not _refused(engine, rel)
+    ]
+    assert served == []
+    for name in TOKEN_NAMES:
+        token = name.split("/")[-1 if name.count("/") < 2 else 1].rsplit(".", 1)[0]
+        assert not Document.objects.filter(rel_path__contains=token[:20]).exists(), name
+        reason = engine.excluded_reason(name)
+        assert reason.startswith("SECRET_DETECTED: name matches secret_patterns["), reason
+        assert token not in reason
 
 
 def test_look_alikes_stay_indexed_and_readable(indexed):
@@ -288,6 +392,24 @@ def test_each_rule_is_what_catches_its_kind():
         "api-key-yaml": 17,
         "client-secret-json": 17,
         "secret-env-style": 17,
+        "kubeconfig-rsa": 18,
+        "kubeconfig-pkcs8": 18,
+        "kubeconfig-ec": 18,
+        "k8s-secret-tls-key": 18,
+        "postgres-url": 19,
+        "postgresql-url": 19,
+        "mysql-url": 19,
+        "redis-url": 19,
+        "amqp-url": 19,
+        "azure-storage": 20,
+        "sendgrid": 20,
+        "basic-auth-header": 21,
+        "basic-auth-nginx": 21,
+        "db-pass": 22,
+        "redis-auth": 22,
+        "mysql-pwd": 22,
+        "admin-passwd": 22,
+        "compose-password-15": 22,
     }
     for name, index in expected.items():
         _, text, _ = CONTENT_SECRETS[name]
@@ -337,6 +459,10 @@ CRAFTED = {
     "assignments": "password = ",
     "assignment values": "api_key=aB3",
     "one long run": "a",
+    "url credentials": "postgres://u:",
+    "base64 pem starts": "LS0tLS1CRUdJTi",
+    "basic auth": "Authorization: Basic ",
+    "short passwords": "DB_PASS=",
 }
 
 
@@ -350,3 +476,52 @@ def test_no_text_makes_the_rules_slow(piece):
     start = time.perf_counter()
     engine.find_secret(text)
     assert time.perf_counter() - start < 3.0
+
+
+def test_a_text_file_too_large_to_index_is_screened_in_full(corpus_dir, state, index):
+    """open_file serves slices of a text file too large to index, so it is
+    screened whole, block by block (issue #34): one holding a credential, even
+    across the boundary of two blocks, is secret-bearing, listed nowhere and
+    refused; one without stays listed as too large."""
+    config = build_config({"ingest": {"max_file_mb": 1}}, {}, {})
+    secret = f"ghp_{rand(36)}"
+    boundary = HEAD_BYTES + secret_scan.BLOCK_BYTES  # where the second block starts
+    filler = ("a line of an ordinary large log file\n" * (boundary // 37 + 1))[: boundary - 20]
+    across = filler + f"token {secret}\n" + "tail\n" * 1000
+    assert across.index(secret) < boundary < across.index(secret) + len(secret)
+    index({"logs/across.log": across, "logs/clean.log": filler + "tail\n"}, config=config)
+
+    statuses = dict(Document.objects.filter(rel_path__startswith="logs/").values_list("rel_path", "error"))
+    assert statuses["logs/across.log"].startswith("SECRET_DETECTED: content matches secret_patterns[7]")
+    assert statuses["logs/clean.log"].startswith("FILE_TOO_LARGE")
+    listed = {f["rel_path"] for f in files.list_files()["files"]}
+    assert "logs/clean.log" in listed and "logs/across.log" not in listed
+    engine = ExclusionEngine.from_config(corpus_dir, config, state_dir=state.path)
+    assert _refused(engine, "logs/across.log")
+    assert files.open_file(engine, rel_path="logs/clean.log", start_line=1, end_line=1)["content"]
+
+
+def test_every_default_rule_runs_in_the_linear_set():
+    """No default rule falls back to Python's re (which backtracks): each
+    compiles for RE2, and all of them for Python's re too (config checks)."""
+    assert SecretScanner(DEFAULT_SECRET_PATTERNS).linear
+    for pattern in DEFAULT_SECRET_PATTERNS:
+        assert secret_scan.compiles_in_re2(pattern), pattern
+        re.compile(pattern)
+
+
+def test_a_rule_only_python_compiles_still_runs_after_the_set():
+    """A user's look-around rule is accepted and judged in list order."""
+    lookbehind = r"(?<!not )internal-\d{6}"
+    engine = ExclusionEngine(
+        Path("/nonexistent"), ExclusionPolicy((), (lookbehind, DEFAULT_SECRET_PATTERNS[0]))
+    )
+    assert not SecretScanner([lookbehind]).linear
+    assert engine.find_secret("id internal-123456") == "secret_patterns[0]"
+    assert engine.find_secret("not internal-123456") is None
+    assert (
+        engine.find_secret(f"not internal-123456 AKIA{rand(16, string.ascii_uppercase)}")
+        == "secret_patterns[1]"
+    )
+    config = build_config({"security": {"secret_patterns": [lookbehind]}}, {}, {})
+    assert config.security.secret_patterns == [lookbehind]

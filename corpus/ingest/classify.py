@@ -74,7 +74,7 @@ _BY_FILENAME = {
     ".dockerignore": "text",
 }
 
-_TEXTUAL_TYPES = frozenset({"code", "text", "md", "data", "html"})
+TEXTUAL_TYPES = frozenset({"code", "text", "md", "data", "html"})
 _CODE_LIKE_DATA = frozenset({"json", "yaml", "yml", "toml", "ini", "cfg", "xml"})
 
 _BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
@@ -156,7 +156,7 @@ def classify(name: str, head: bytes) -> str:
     ``binary_ignored``: decoding it would index garbage.
     """
     by_name = _by_name(name)
-    if by_name in _TEXTUAL_TYPES:
+    if by_name in TEXTUAL_TYPES:
         return "binary_ignored" if sniff_binary(head) else by_name
     if by_name is not None:
         return by_name

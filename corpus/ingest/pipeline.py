@@ -39,7 +39,7 @@ from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
 from corpus.ingest import writer
 from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, archive_format, iter_members
-from corpus.ingest.classify import classify, gzip_inner_name
+from corpus.ingest.classify import TEXTUAL_TYPES, classify, gzip_inner_name
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.ingest.extract import gunzip_bounded
 from corpus.ingest.media import MediaProviders, media_providers
@@ -442,13 +442,13 @@ class Indexer:
         with self.engine.open(entry.rel_path, judged=True) as handle:
             head = handle.read(HEAD_BYTES)
             base = self._base(entry.rel_path, "file", head, entry.size, entry.mtime_ns)
-            if self.preparer.too_large(base.doc_type, entry.size):
-                self._queue(self._too_large(base))
+            data, limit = head, self.config.max_bytes_for(base.doc_type)
+            too_large = self.preparer.too_large(base.doc_type, entry.size)
+            if not too_large:
+                data = head + handle.read(limit + 1 - len(head))
+            if too_large or len(data) > limit:
+                self._queue(self._too_large(base, screen=(handle.read, data)))
                 return
-            data = head + handle.read(self.config.max_bytes_for(base.doc_type) + 1 - len(head))
-        if len(data) > self.config.max_bytes_for(base.doc_type):
-            self._queue(self._too_large(base))
-            return
         base.content_hash = sha256_hex(data)
         gzipped = base.doc_type == GZIP
         if gzipped:
@@ -701,7 +701,15 @@ class Indexer:
         )
         self._queue(base.fail("error", errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed"))
 
-    def _too_large(self, base: Prepared) -> Prepared:
+    def _too_large(self, base: Prepared, *, screen=None) -> Prepared:
+        """Skipped as too large to index. A text file (``screen``: its
+        ``read`` and what was read of it) is screened in full first, block by
+        block: open_file serves slices of it, so one holding a credential is
+        recorded as secret-bearing, refused and listed nowhere (issue #34)."""
+        if screen is not None and base.doc_type in TEXTUAL_TYPES:
+            rule = self.engine.find_secret_in_stream(*screen)
+            if rule:
+                return self.preparer.skipped(base, errors.SECRET_DETECTED, f"content matches {rule}")
         limit = self.config.max_bytes_for(base.doc_type)
         return self.preparer.skipped(
             base,
