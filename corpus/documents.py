@@ -28,7 +28,7 @@ from corpus import errors, files
 from corpus.citations import format_ms
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR
-from corpus.models import DocStatus, Document, RepType
+from corpus.models import DocStatus, RepType
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 
 #: Documents per page of a listing.
