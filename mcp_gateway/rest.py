@@ -33,6 +33,7 @@ errors, including ninja's own, are 400 (never 422).
 """
 
 import copy
+import functools
 import logging
 from typing import Any, Literal
 
@@ -204,7 +205,7 @@ def _on_validation_error(request, exc: NinjaValidationError) -> HttpResponse:
         code, message = errors.INVALID_FIELD, f"{where} must be a JSON object"
     elif kind == "string_pattern_mismatch":  # only path arguments have a pattern (schemas.path_argument)
         code, message = errors.INVALID_FIELD, f"{where} has more than {MAX_PATH_SEGMENTS} segments"
-    elif kind == "string_too_long" and loc[-1:] and loc[-1] in _PATH_FIELDS:  # as check_path_bounds says it
+    elif kind == "string_too_long" and loc[-1:] and loc[-1] in _path_fields():  # as check_path_bounds says it
         code, message = (
             errors.INVALID_FIELD,
             f"{where} is longer than {first['ctx']['max_length']} characters",
@@ -218,8 +219,18 @@ def _on_validation_error(request, exc: NinjaValidationError) -> HttpResponse:
     return error_response(code, message, status=400)
 
 
-#: The path and URI arguments: past their bounds, INVALID_FIELD on every surface.
-_PATH_FIELDS = frozenset({"rel_path", "path_prefix", "uri"})
+@functools.cache
+def _path_fields() -> frozenset[str]:
+    """The path and URI arguments (past their bounds, INVALID_FIELD on every
+    surface): every argument a tool declares with ``schemas.path_argument``."""
+    return frozenset(
+        name
+        for tool in tools.table().values()
+        for name, prop in tool.input_schema.get("properties", {}).items()
+        if prop.get("pattern") == schemas.PATH_SEGMENTS_PATTERN
+    ) | {"uri"}
+
+
 _RANGE_ERRORS = frozenset(
     {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"}
     | {"string_too_long", "too_short", "too_long"}

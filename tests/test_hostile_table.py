@@ -70,6 +70,12 @@ ROWS = [
     ("archive-encoded", "bundle.zip!/%2e%2e/%2e%2e/x", OUT, OUT),
     ("archive-absolute", "bundle.zip!//etc/passwd", "any", "any"),
     ("archive-member", "bundle.zip!/inner.txt", "any", None),
+    # One name per path (issue #34): another spelling is refused, naming the canonical one.
+    ("dot-first", "./docs/guide.md", INVALID, INVALID),
+    ("dot-middle", "docs/./guide.md", INVALID, INVALID),
+    ("double-slash", "docs//guide.md", INVALID, INVALID),
+    ("trailing-slash", "docs/guide.md/", INVALID, None),  # a prefix may end in one slash
+    ("too-many-segments", "a/" * 300 + "x", INVALID, INVALID),  # 256 segments at most
     ("plain", "docs/guide.md", None, None),
 ]
 
