@@ -289,8 +289,14 @@ def language_for(rel_path: str, text: str = "") -> str | None:
 
 
 @functools.cache
+def language(name: str) -> tree_sitter.Language:
+    """The compiled language of grammar ``name`` (``python``, ``go``, …)."""
+    return tree_sitter.Language(_GRAMMARS[name].load())
+
+
+@functools.cache
 def _parser(name: str) -> tree_sitter.Parser:
-    return tree_sitter.Parser(tree_sitter.Language(_GRAMMARS[name].load()))
+    return tree_sitter.Parser(language(name))
 
 
 # -- cutting ----------------------------------------------------------------------
@@ -460,12 +466,16 @@ class _Cutter:
         return line[:SIGNATURE_CHARS]
 
 
-def code_units(text: str, rel_path: str, *, unit_max_lines: int = 80) -> list[ChunkDraft] | None:
+def code_units(
+    text: str, rel_path: str, *, unit_max_lines: int = 80, parsed: Parsed | None = None
+) -> list[ChunkDraft] | None:
     """The definition-level units of a code file, or None when no grammar
-    parses it (the caller then uses line windows)."""
+    parses it (the caller then uses line windows). ``parsed`` is ``text``
+    already parsed, when the caller has it (the indexer: the symbol index
+    reads the same parse)."""
     if language_for(rel_path, text) is None:
         return None
-    parsed = parse(text, rel_path)
+    parsed = parsed or parse(text, rel_path)
     if parsed is None:
         return [] if not text.rstrip("\n") else None
     lines = parsed.lines
