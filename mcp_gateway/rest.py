@@ -318,6 +318,8 @@ ListFilesQuery = input_model("ListFilesQuery", "dir2mcp.list_files", body=False)
 OpenFileQuery = input_model("OpenFileQuery", "dir2mcp.open_file", body=False)
 FindQuery = input_model("FindQuery", "dir2mcp.find", body=False)
 OutlineQuery = input_model("OutlineQuery", "dir2mcp.outline", body=False)
+SymbolsQuery = input_model("SymbolsQuery", "dir2mcp.symbols", body=False)
+ReferencesQuery = input_model("ReferencesQuery", "dir2mcp.references", body=False)
 
 # components/schemas name -> tool, for the 200 bodies
 RESULTS = {
@@ -327,6 +329,8 @@ RESULTS = {
     "ListFilesResult": "dir2mcp.list_files",
     "FindResult": "dir2mcp.find",
     "OutlineResult": "dir2mcp.outline",
+    "SymbolsResult": "dir2mcp.symbols",
+    "ReferencesResult": "dir2mcp.references",
     "StatsResult": "dir2mcp.stats",
 }
 _RESULT_FOR = {tool_name: name for name, tool_name in RESULTS.items()}
@@ -534,6 +538,16 @@ async def open_file(request: HttpRequest, params: Query[OpenFileQuery]):
 @api.get("/files/outline", **_operation("dir2mcp.outline", "outline", _FILE_ERRORS))
 async def outline(request: HttpRequest, params: Query[OutlineQuery]):
     return await _call(request, "dir2mcp.outline", params)
+
+
+@api.get("/symbols", **_operation("dir2mcp.symbols", "symbols"))
+async def symbols(request: HttpRequest, params: Query[SymbolsQuery]):
+    return await _call(request, "dir2mcp.symbols", params)
+
+
+@api.get("/references", **_operation("dir2mcp.references", "references"))
+async def references(request: HttpRequest, params: Query[ReferencesQuery]):
+    return await _call(request, "dir2mcp.references", params)
 
 
 @api.get("/find", **_operation("dir2mcp.find", "find"))

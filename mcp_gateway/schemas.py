@@ -13,7 +13,7 @@ import copy
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 
-SCHEMA_VERSION = "6.1.0"
+SCHEMA_VERSION = "6.2.0"
 
 SPAN = {
     "type": "object",

@@ -36,6 +36,8 @@ TOOLS = [
     "dir2mcp.list_files",
     "dir2mcp.find",
     "dir2mcp.outline",
+    "dir2mcp.symbols",
+    "dir2mcp.references",
     "dir2mcp.stats",
 ]
 

@@ -192,13 +192,18 @@ def test_a_file_that_turns_into_no_code_loses_its_rows(index):
     )
 
 
+def test_a_name_past_the_longest_stored_is_invalid_range():
+    for call in (names.find_symbols, names.find_references):
+        with pytest.raises(errors.Dir2mcpError) as info:
+            call("x" * 10_000)
+        assert info.value.code == errors.INVALID_RANGE
+
+
 @pytest.mark.parametrize(
     "call,kwargs",
     [
-        (names.find_symbols, {"name": "x" * 10_000}),
         (names.find_symbols, {"name": ""}),
         (names.find_symbols, {"name": "load", "kind": "gizmo"}),
-        (names.find_references, {"name": "x" * 10_000}),
         (names.find_references, {"name": "load", "cursor": "not a cursor"}),
         (names.find_references, {"name": 7}),
     ],

@@ -61,8 +61,8 @@ def _fail(message: str) -> errors.Dir2mcpError:
 def _name(value) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _fail("name must be a non-empty string")
-    if len(value) > symbols.MAX_NAME:
-        raise _fail(f"name is longer than {symbols.MAX_NAME} characters")
+    if len(value) > symbols.MAX_NAME:  # the schema's maxLength, which the validator reports so
+        raise errors.Dir2mcpError(errors.INVALID_RANGE, f"name is longer than {symbols.MAX_NAME} characters")
     return value.strip()
 
 
