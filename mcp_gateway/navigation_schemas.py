@@ -138,7 +138,11 @@ REFERENCES_INPUT = {
         "name": NAME,
         "path_prefix": PATH_PREFIX,
         "limit": {"type": "integer", "minimum": 1, "maximum": names.MAX_LIMIT, "default": 50},
-        "cursor": {"type": "string", "maxLength": 8192, "description": "next_cursor from the previous page."},
+        "cursor": {
+            "type": "string",
+            "maxLength": names.MAX_CURSOR,
+            "description": "next_cursor from the previous page.",
+        },
     },
     "required": ["name"],
 }

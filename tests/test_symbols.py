@@ -137,6 +137,8 @@ def test_references_are_identifiers_not_comments_strings_or_the_definition(index
     assert used("load", path_prefix="pkg/") == used("load")[:3]
     # Names too short or receivers are not indexed as uses.
     assert used("self") == [] and not Reference.objects.filter(name__in=["self", "l"]).exists()
+    # A parameter's name is its definition, not a use: store.py's path is used on lines 5 and 12.
+    assert used("path", path_prefix="pkg/store.py") == [("pkg/store.py", 5), ("pkg/store.py", 12)]
 
 
 def test_references_page_with_a_cursor_and_every_use_comes_once(index):

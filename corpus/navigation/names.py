@@ -13,6 +13,7 @@ is read from the document's indexed text, as search snippets are.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 
 from corpus import errors
@@ -49,6 +50,8 @@ MAX_LIMIT = 500
 #: rows read per tier before ranking: a name defined more often than this is cut to it
 TIER_ROWS = 2000
 LINE_CHARS = 200
+#: the longest cursor accepted (those given out are about 50 characters)
+MAX_CURSOR = 256
 _TIERS = ("exact", "case_insensitive", "prefix", "substring")
 # Sorted after the definitions of a name: what declares or extends it elsewhere.
 _LATER_KINDS = frozenset({"declaration", "impl"})
@@ -156,7 +159,8 @@ def find_references(
 ) -> dict:
     """Where ``name`` is used: a page of hits and, when there are more, a cursor."""
     name, limit, prefix = _name(name), _limit(limit, 50), canonical_prefix(path_prefix)
-    key = f"{name}\0{prefix}"
+    # The cursor names its query by a digest: short whatever the prefix's length.
+    key = hashlib.sha256(f"{name}\0{prefix}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
     after, skip = _resume(cursor, key) if cursor else (0, 0)
     rows = Reference.objects.filter(name=name, document__deleted=False, id__gte=after)
     if prefix:
@@ -201,7 +205,7 @@ def _cursor(key: str, row_id: int, skip: int) -> str:
 def _resume(cursor, key: str) -> tuple[int, int]:
     """``(row id, k)``: resume at that row after its first k lines."""
     invalid = _fail("invalid cursor")
-    if not isinstance(cursor, str) or len(cursor) > 8192:
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR:
         raise invalid
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))

@@ -5,7 +5,8 @@ Both come from the parse the units are cut from (``units.Parsed``), at index
 time: the definitions are exactly the outline's entries
 (:func:`~corpus.navigation.outline.definitions`); the uses are the
 identifier nodes of the syntax tree (so never a comment or a string), less
-each definition's own name, less names too short or too common to look up
+each definition's own name and each parameter's name (a local's
+definition), less names too short or too common to look up
 (:data:`MIN_NAME`, :data:`_NOT_SYMBOLS`). A use is kept once per line, and a
 file's uses of one name are one row (:class:`Uses`): the rows stay few.
 """
@@ -38,6 +39,38 @@ _IDENTIFIERS = (
     "package_identifier",
     "constant",
     "variable_name",
+)
+# A parameter's name is the definition of a local, not a use: left out, per
+# grammar by these patterns (those naming nodes a grammar lacks are skipped).
+_PARAMETERS = (
+    # Python
+    "(parameters (identifier) @p)",
+    "(lambda_parameters (identifier) @p)",
+    "(default_parameter name: (identifier) @p)",
+    "(typed_parameter . (identifier) @p)",
+    "(typed_default_parameter name: (identifier) @p)",
+    "(list_splat_pattern (identifier) @p)",
+    "(dictionary_splat_pattern (identifier) @p)",
+    # JavaScript, TypeScript
+    "(formal_parameters (identifier) @p)",
+    "(formal_parameters (assignment_pattern left: (identifier) @p))",
+    "(formal_parameters (rest_pattern (identifier) @p))",
+    "(required_parameter pattern: (identifier) @p)",
+    "(optional_parameter pattern: (identifier) @p)",
+    # Go, C, C++
+    "(parameter_declaration name: (identifier) @p)",
+    "(variadic_parameter_declaration name: (identifier) @p)",
+    "(parameter_declaration declarator: (identifier) @p)",
+    "(parameter_declaration declarator: (pointer_declarator declarator: (identifier) @p))",
+    # Rust
+    "(parameter pattern: (identifier) @p)",
+    "(closure_parameters (identifier) @p)",
+    # Java
+    "(formal_parameter name: (identifier) @p)",
+    # Ruby
+    "(method_parameters (identifier) @p)",
+    "(block_parameters (identifier) @p)",
+    "(optional_parameter name: (identifier) @p)",
 )
 # Receivers and contextual keywords that parse as identifiers: never a symbol.
 _NOT_SYMBOLS = frozenset({"self", "cls", "this", "super", "undefined", "nil", "null"})
@@ -91,6 +124,7 @@ def extract(parsed: units.Parsed) -> Navigation:
             own = _last_identifier(entry.name_node)
             if own is not None:
                 skip.add(own.start_byte)
+    skip.update(node.start_byte for node in _captures(_parameters(parsed.grammar.name), parsed))
     return Navigation(found, _uses(parsed, skip))
 
 
@@ -134,9 +168,28 @@ def _uses(parsed: units.Parsed, skip: set[int]) -> list[Uses]:
 
 
 def _identifiers(parsed: units.Parsed) -> list[tree_sitter.Node]:
-    query = _query(parsed.grammar.name)
+    return _captures(_query(parsed.grammar.name), parsed)
+
+
+def _captures(query: tree_sitter.Query | None, parsed: units.Parsed) -> list[tree_sitter.Node]:
+    if query is None:
+        return []
     captures = tree_sitter.QueryCursor(query).captures(parsed.tree.root_node)
     return [node for nodes in captures.values() for node in nodes]
+
+
+@functools.cache
+def _parameters(grammar: str) -> tree_sitter.Query | None:
+    """One query capturing the parameter names of ``grammar``, or None."""
+    language = units.language(grammar)
+    kept = []
+    for pattern in _PARAMETERS:
+        try:
+            tree_sitter.Query(language, pattern)
+        except (tree_sitter.QueryError, NameError, ValueError):
+            continue
+        kept.append(pattern)
+    return tree_sitter.Query(language, " ".join(kept)) if kept else None
 
 
 @functools.cache
