@@ -61,6 +61,9 @@ class Grammar:
     leading: frozenset[str] = _COMMENTS
     #: a predicate for node types that are definitions only sometimes
     sometimes: Callable[[tree_sitter.Node], bool] | None = None
+    #: nodes that never hold a definition (simple statements): the walk for
+    #: definitions does not enter them, unless they hold a parse error
+    opaque: frozenset[str] = frozenset()
 
 
 _JS_FUNCTION_VALUES = frozenset(
@@ -143,6 +146,37 @@ _GRAMMARS: dict[str, Grammar] = {
             frozenset({"function_definition", "class_definition"}),
             class_like=frozenset({"class_definition"}),
             wrappers=frozenset({"decorated_definition"}),
+            # A def or class is a statement: no simple statement and no expression holds one.
+            opaque=frozenset(
+                {
+                    "parameters",
+                    "lambda_parameters",
+                    "argument_list",
+                    "call",
+                    "string",
+                    "comparison_operator",
+                    "boolean_operator",
+                    "binary_operator",
+                    "not_operator",
+                    "attribute",
+                    "subscript",
+                    "type",
+                    "parenthesized_expression",
+                    "expression_statement",
+                    "return_statement",
+                    "import_statement",
+                    "import_from_statement",
+                    "future_import_statement",
+                    "assert_statement",
+                    "raise_statement",
+                    "delete_statement",
+                    "global_statement",
+                    "nonlocal_statement",
+                    "print_statement",
+                    "exec_statement",
+                    "type_alias_statement",
+                }
+            ),
         ),
         Grammar(
             "javascript",
@@ -340,13 +374,14 @@ class Parsed:
 
     def inner(self, node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
         """The nearest definitions under ``node``, in order (wrappers included)."""
+        opaque = self.grammar.opaque
         stack = list(reversed(node.children))
         while stack:
             child = stack.pop()
             # Named nodes only: Ruby's ``class`` keyword is a node of type "class" too.
             if child.is_named and self.is_definition(child):
                 yield child
-            elif child.child_count:
+            elif child.child_count and (child.type not in opaque or child.has_error):
                 stack.extend(reversed(child.children))
 
     def is_class_like(self, node: tree_sitter.Node) -> bool:
