@@ -171,6 +171,64 @@ class Span(models.Model):
         return f"{self.span_kind} {self.start}-{self.end}"
 
 
+class Symbol(models.Model):
+    """Where a code file defines a name: one row per outline entry
+    (corpus/navigation/outline.py), replaced with the document's text and
+    deleted with the document (corpus/ingest/writer.py)."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="symbols", db_index=False)
+    #: the name as declared, its last part for a qualified one (``m`` of ``A.prototype.m``)
+    name = models.CharField(max_length=200)
+    #: ``name`` lowercased: the case-insensitive and prefix look-ups read this index
+    name_lower = models.CharField(max_length=200)
+    #: the declared name where it differs from ``name`` (``Foo::bar``, ``impl Display for Config``)
+    qualified = models.CharField(max_length=200, blank=True, default="")
+    kind = models.CharField(max_length=16)
+    #: the 1-based line the name is on; the span (with decorators or comments) is start-end
+    line = models.IntegerField()
+    start = models.IntegerField()
+    end = models.IntegerField()
+    #: the enclosing definition's name ("" at the top level)
+    enclosing = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        db_table = "symbols"
+        indexes = [
+            models.Index(fields=["name"], name="symbol_name"),
+            models.Index(fields=["name_lower"], name="symbol_name_lower"),
+            models.Index(fields=["document"], name="symbol_doc"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+class Reference(models.Model):
+    """Where a code file uses a name: the lines of the identifiers of its
+    syntax tree spelled ``name`` that are not a definition's own name
+    (corpus/navigation/symbols.py). One row per file and name, its lines
+    packed, since most names recur in a file: a row per use took several
+    times the space (docs/benchmarks.md). The enclosing definition of a use
+    is read from the file's symbols when it is returned."""
+
+    document = models.ForeignKey(
+        Document, on_delete=models.CASCADE, related_name="references", db_index=False
+    )
+    name = models.CharField(max_length=200)
+    #: 1-based line numbers, ascending, separated by spaces
+    lines = models.TextField()
+
+    class Meta:
+        db_table = "symbol_references"
+        indexes = [
+            models.Index(fields=["name"], name="reference_name"),
+            models.Index(fields=["document"], name="reference_doc"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.lines.count(' ') + 1} lines)"
+
+
 class Setting(models.Model):
     """Key/value facts about the index: format version, models, dimensions."""
 

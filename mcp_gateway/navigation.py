@@ -1,7 +1,8 @@
-"""The navigation tools (issue #32): a file's outline."""
+"""The navigation tools (issue #32): a file's outline, where a name is defined, where it is used."""
 
 from __future__ import annotations
 
+from corpus.navigation import names
 from corpus.navigation import outline as outlines
 from mcp_gateway import navigation_schemas, summaries
 from mcp_gateway.registry import Tool
@@ -19,6 +20,18 @@ def outline(call: Call, args: dict) -> dict:
     }
 
 
+def symbols(call: Call, args: dict) -> dict:
+    return names.find_symbols(
+        args["name"], kind=args.get("kind"), path_prefix=args.get("path_prefix", ""), limit=args["limit"]
+    )
+
+
+def references(call: Call, args: dict) -> dict:
+    return names.find_references(
+        args["name"], path_prefix=args.get("path_prefix", ""), limit=args["limit"], cursor=args.get("cursor")
+    )
+
+
 TOOLS = (
     Tool(
         name="dir2mcp.outline",
@@ -34,5 +47,34 @@ TOOLS = (
         output_schema=navigation_schemas.OUTLINE_OUTPUT,
         handler=outline,
         summarize=summaries.outline,
+    ),
+    Tool(
+        name="dir2mcp.symbols",
+        title="Find where a name is defined",
+        description=(
+            "Find the definitions of a name (function, class, method, type, …) across the indexed code: "
+            "exact matches first, then other case, then names it begins, then names containing it; each "
+            "with its file, line span, kind, signature line and enclosing definition. Filter by kind or "
+            "path_prefix. Pass a span to dir2mcp.open_file to read the definition, or the name to "
+            "dir2mcp.references to see its uses."
+        ),
+        input_schema=navigation_schemas.SYMBOLS_INPUT,
+        output_schema=navigation_schemas.SYMBOLS_OUTPUT,
+        handler=symbols,
+        summarize=summaries.symbols,
+    ),
+    Tool(
+        name="dir2mcp.references",
+        title="Find where a name is used",
+        description=(
+            "Find the uses of a name across the indexed code: identifiers of the syntax tree spelled "
+            "exactly so (never comments or strings, never its own definition), each with its file, line, "
+            "enclosing definition and the line's text, paged by cursor. Kept in step with the files "
+            "by the live index."
+        ),
+        input_schema=navigation_schemas.REFERENCES_INPUT,
+        output_schema=navigation_schemas.REFERENCES_OUTPUT,
+        handler=references,
+        summarize=summaries.references,
     ),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+from corpus.navigation import names, symbols
 from mcp_gateway.schemas import SPAN, path_argument
 
 MAX_ENTRIES = 5000
@@ -67,4 +68,110 @@ OUTLINE_OUTPUT = {
     },
     "required": ["rel_path", "doc_type", "outline", "entries", "count", "total", "truncated"],
     "$defs": {"Span": copy.deepcopy(SPAN), "OutlineEntry": OUTLINE_ENTRY},
+}
+
+NAME = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": symbols.MAX_NAME,
+    "description": "An identifier as written in the code, e.g. 'load_config' or 'Store'.",
+}
+PATH_PREFIX = path_argument("Only files under this relative directory, e.g. 'src/'.", required=False)
+
+SYMBOLS_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": NAME,
+        "kind": {
+            "type": "string",
+            "enum": list(names.KINDS),
+            "description": "Only definitions of this kind.",
+        },
+        "path_prefix": PATH_PREFIX,
+        "limit": {"type": "integer", "minimum": 1, "maximum": names.MAX_LIMIT, "default": 20},
+    },
+    "required": ["name"],
+}
+
+SYMBOLS_OUTPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "symbols": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "rel_path": {"type": "string"},
+                    "name": {"type": "string"},
+                    "qualified": {
+                        "type": "string",
+                        "description": "The name as declared, where it is qualified ('Foo::bar').",
+                    },
+                    "kind": {"type": "string"},
+                    "span": {"$ref": "#/$defs/Span"},
+                    "line": {"type": "integer", "description": "The line the name is on."},
+                    "signature": {"type": "string", "description": "That line's text."},
+                    "enclosing": {"type": "string", "description": "The enclosing definition's name."},
+                    "match": {
+                        "type": "string",
+                        "enum": ["exact", "case_insensitive", "prefix", "substring"],
+                    },
+                },
+                "required": ["rel_path", "name", "kind", "span", "line", "signature", "match"],
+            },
+        },
+        "count": {"type": "integer"},
+        "truncated": {"type": "boolean", "description": "More definitions matched than were returned."},
+    },
+    "required": ["name", "symbols", "count", "truncated"],
+    "$defs": {"Span": copy.deepcopy(SPAN)},
+}
+
+REFERENCES_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": NAME,
+        "path_prefix": PATH_PREFIX,
+        "limit": {"type": "integer", "minimum": 1, "maximum": names.MAX_LIMIT, "default": 50},
+        "cursor": {
+            "type": "string",
+            "maxLength": names.MAX_CURSOR,
+            "description": "next_cursor from the previous page.",
+        },
+    },
+    "required": ["name"],
+}
+
+REFERENCES_OUTPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "references": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "rel_path": {"type": "string"},
+                    "span": {"$ref": "#/$defs/Span"},
+                    "snippet": {"type": "string", "description": "The line's text."},
+                    "enclosing": {"type": "string", "description": "The enclosing definition's name."},
+                },
+                "required": ["rel_path", "span", "snippet"],
+            },
+        },
+        "count": {"type": "integer"},
+        "next_cursor": {
+            "type": "string",
+            "description": "Pass as cursor for the next page; absent on the last.",
+        },
+    },
+    "required": ["name", "references", "count"],
+    "$defs": {"Span": copy.deepcopy(SPAN)},
 }

@@ -357,6 +357,8 @@ ChecksumQuery = input_model("ChecksumQuery", "dir2mcp.checksum", body=False)
 DiffQuery = input_model("DiffQuery", "dir2mcp.diff", body=False)
 OpenFilesBody = input_model("OpenFilesRequest", "dir2mcp.open_files", body=True)
 VerifyBody = input_model("VerifyRequest", "dir2mcp.verify", body=True)
+SymbolsQuery = input_model("SymbolsQuery", "dir2mcp.symbols", body=False)
+ReferencesQuery = input_model("ReferencesQuery", "dir2mcp.references", body=False)
 
 # components/schemas name -> tool, for the 200 bodies
 RESULTS = {
@@ -370,6 +372,8 @@ RESULTS = {
     "ChecksumResult": "dir2mcp.checksum",
     "DiffResult": "dir2mcp.diff",
     "VerifyResult": "dir2mcp.verify",
+    "SymbolsResult": "dir2mcp.symbols",
+    "ReferencesResult": "dir2mcp.references",
     "StatsResult": "dir2mcp.stats",
 }
 _RESULT_FOR = {tool_name: name for name, tool_name in RESULTS.items()}
@@ -604,6 +608,16 @@ async def diff(request: HttpRequest, params: Query[DiffQuery]):
 @api.post("/verify", **_operation("dir2mcp.verify", "verify", _POST_ERRORS))
 async def verify(request: HttpRequest, body: Body[VerifyBody]):
     return await _call(request, "dir2mcp.verify", body)
+
+
+@api.get("/symbols", **_operation("dir2mcp.symbols", "symbols"))
+async def symbols(request: HttpRequest, params: Query[SymbolsQuery]):
+    return await _call(request, "dir2mcp.symbols", params)
+
+
+@api.get("/references", **_operation("dir2mcp.references", "references"))
+async def references(request: HttpRequest, params: Query[ReferencesQuery]):
+    return await _call(request, "dir2mcp.references", params)
 
 
 @api.get("/find", **_operation("dir2mcp.find", "find"))

@@ -274,3 +274,31 @@ def verify(result: dict) -> str:
     if result["unchecked"]:
         lines.append(f"({result['unchecked']} more not checked)")
     return "\n".join(lines)
+
+
+def symbols(result: dict) -> str:
+    """One line per definition: its citation, kind, where it sits and its signature."""
+    hits = result["symbols"]
+    if not hits:
+        return f"No definition of {result['name']!r} in the index."
+    more = " (more: raise limit)" if result["truncated"] else ""
+    lines = [f"Definitions of {result['name']!r}: {result['count']}{more}"]
+    for hit in hits:
+        inside = f" in {hit['enclosing']}" if hit.get("enclosing") else ""
+        match = "" if hit["match"] == "exact" else f" [{hit['match']}: {hit['name']}]"
+        where = f"{cite(hit['rel_path'], hit['span'])} {hit['kind']}{inside}{match}"
+        lines.append(f"{where}: {_one_line(hit['signature'], 160)}")
+    return "\n".join(lines)
+
+
+def references(result: dict) -> str:
+    """One line per use: its citation, enclosing definition and the line's text."""
+    hits = result["references"]
+    if not hits:
+        return f"No use of {result['name']!r} in the index."
+    more = " (more: pass next_cursor)" if "next_cursor" in result else ""
+    lines = [f"Uses of {result['name']!r}: {result['count']}{more}"]
+    for hit in hits:
+        inside = f" in {hit['enclosing']}" if hit.get("enclosing") else ""
+        lines.append(f"{cite(hit['rel_path'], hit['span'])}{inside}: {_one_line(hit['snippet'], 160)}")
+    return "\n".join(lines)

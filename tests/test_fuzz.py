@@ -40,6 +40,8 @@ TOOLS = [
     "dir2mcp.checksum",
     "dir2mcp.diff",
     "dir2mcp.verify",
+    "dir2mcp.symbols",
+    "dir2mcp.references",
     "dir2mcp.stats",
 ]
 

@@ -67,6 +67,8 @@ PATH_ARGUMENTS = [
     ("dir2mcp.annotate", "rel_path", {"schema_json": {"type": "object"}}),
     ("dir2mcp.list_files", "path_prefix", {}),
     ("dir2mcp.find", "path_prefix", {"content": "secret"}),
+    ("dir2mcp.symbols", "path_prefix", {"name": "secret"}),
+    ("dir2mcp.references", "path_prefix", {"name": "secret"}),
     ("dir2mcp.search", "path_prefix", {"query": "secret never serve"}),
     ("dir2mcp.ask", "path_prefix", {"question": "what is the secret?", "mode": "search_only"}),
 ]

@@ -187,6 +187,22 @@ PARITY = [
         "/find",
         {"name_glob": "*.md", "modified_after": "0", "doc_types": "md"},
     ),
+    ("dir2mcp.symbols", {"name": "parse_config_file"}, "GET", "/symbols", {"name": "parse_config_file"}),
+    (
+        "dir2mcp.symbols",
+        {"name": "PARSE", "kind": "function", "path_prefix": "src/", "limit": 5},
+        "GET",
+        "/symbols",
+        {"name": "PARSE", "kind": "function", "path_prefix": "src/", "limit": "5"},
+    ),
+    ("dir2mcp.references", {"name": "path"}, "GET", "/references", {"name": "path"}),
+    (
+        "dir2mcp.references",
+        {"name": "path", "limit": 1, "path_prefix": "src"},
+        "GET",
+        "/references",
+        {"name": "path", "limit": "1", "path_prefix": "src"},
+    ),
     ("dir2mcp.stats", {}, "GET", "/stats", {}),
 ]
 
@@ -212,6 +228,32 @@ def test_parity_results_are_not_empty(server):
     assert rest_get(server, "/find", {"content": "loader"}).json()["matches"]
     assert rest_get(server, "/files").json()["total"] == 4
     assert "second line" in rest_get(server, "/files/slice", {"rel_path": "notes.txt"}).json()["content"]
+    assert rest_get(server, "/symbols", {"name": "PARSE"}).json()["symbols"][0]["match"] == "prefix"
+    # The parameter on line 1 defines path; line 3 uses it.
+    page = rest_get(server, "/references", {"name": "path"}).json()
+    assert [(hit["span"]["start_line"], hit["snippet"]) for hit in page["references"]] == [(3, "return path")]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "path", "code"),
+    [
+        # A length past the schema's maxLength is INVALID_RANGE, as for every bounded string.
+        ("dir2mcp.symbols", {"name": "x" * 10_000}, "/symbols", "INVALID_RANGE"),
+        ("dir2mcp.references", {"name": "x" * 10_000}, "/references", "INVALID_RANGE"),
+        ("dir2mcp.symbols", {"name": "load", "kind": "gizmo"}, "/symbols", "INVALID_FIELD"),
+        (
+            "dir2mcp.references",
+            {"name": "path", "cursor": "bm90IGEgY3Vyc29y"},
+            "/references",
+            "INVALID_FIELD",
+        ),
+    ],
+)
+def test_bad_names_kinds_and_cursors_get_their_code(server, name, arguments, path, code):
+    result = mcp(server, name, arguments)
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"]["code"] == code
+    assert_envelope(rest_get(server, path, arguments), 400, code)
 
 
 # (tool, MCP arguments, REST method, path, params, status)
@@ -488,6 +530,8 @@ OPERATIONS = {
     ("/api/v1/files/checksum", "get"): "dir2mcp.checksum",
     ("/api/v1/files/diff", "get"): "dir2mcp.diff",
     ("/api/v1/verify", "post"): "dir2mcp.verify",
+    ("/api/v1/symbols", "get"): "dir2mcp.symbols",
+    ("/api/v1/references", "get"): "dir2mcp.references",
     ("/api/v1/stats", "get"): "dir2mcp.stats",
 }
 

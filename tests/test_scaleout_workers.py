@@ -139,7 +139,7 @@ def scaleout(tree, database, tmp_path):
 
 
 def snapshot(conn) -> dict:
-    """Documents, representations, chunks and spans by path and position."""
+    """Documents, representations, chunks, spans, symbols and references by path and position."""
     live = "c.deleted = false AND r.deleted = false AND d.deleted = false"
     joins = (
         "FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
@@ -166,6 +166,15 @@ def snapshot(conn) -> dict:
             f"JOIN spans s ON s.chunk_id = c.chunk_id WHERE {live}"
         ),
         "unembedded": rows(f"SELECT c.chunk_id {joins} WHERE {live} AND c.embedding_status != 'ok'"),
+        # The symbol index rides with the chunks through the workers (issue #32).
+        "symbols": rows(
+            'SELECT d.rel_path, s.name, s.kind, s.line, s.start, s."end", s.enclosing FROM symbols s '
+            "JOIN documents d ON d.doc_id = s.document_id WHERE d.deleted = false"
+        ),
+        "references": rows(
+            "SELECT d.rel_path, x.name, x.lines FROM symbol_references x "
+            "JOIN documents d ON d.doc_id = x.document_id WHERE d.deleted = false"
+        ),
     }
 
 
@@ -244,6 +253,7 @@ def test_two_workers_into_postgres_build_what_one_process_builds(scaleout, datab
             conn.execute("SELECT worker, count(*) FROM index_job_items GROUP BY worker").fetchall()
         )
     assert view == reference["view"] and view["unembedded"] == [] and view["duplicates"] == []
+    assert view["symbols"] and view["references"]
     assert lexical == len(view["chunks"])
     assert set(by_worker) == {f"w1@{os.uname().nodename}", f"w2@{os.uname().nodename}"}, by_worker
 

@@ -521,3 +521,40 @@ def test_stdout_guard_sends_strays_to_stderr():
     assert done.stdout == b'{"jsonrpc":"2.0","id":1,"result":{}}\nrestored\n'
     for stray in (b"stray print", b"dunder stdout", b"raw fd write", b"child process"):
         assert stray in done.stderr
+
+
+def test_symbols_and_references_follow_a_rename_and_a_deletion_under_live_sync(tmp_path, raw_server):
+    """Over stdio, with the server's own indexer and watcher: the symbol
+    index changes with the file (issue #32 items 2 and 3)."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    write_corpus(root)
+    server = raw_server(root)
+    server.initialize()
+    server.wait_for_index()
+    ids = itertools.count()
+
+    def call(name: str, arguments: dict) -> dict:
+        return server.call(f"nav-{next(ids)}", name, arguments)["structuredContent"]
+
+    def uses(name: str) -> list[tuple[str, int]]:
+        found = call("dir2mcp.references", {"name": name})["references"]
+        return [(hit["rel_path"], hit["span"]["start_line"]) for hit in found]
+
+    definition = call("dir2mcp.symbols", {"name": "parse_config_file"})["symbols"]
+    assert [(d["rel_path"], d["kind"], d["line"]) for d in definition] == [("src/loader.py", "function", 1)]
+    assert uses("path") == [("src/loader.py", 3)]  # line 1 is the parameter: its definition
+
+    loader = root / "src" / "loader.py"
+    loader.write_text(
+        "def read_settings(source):\n    return source\n\n\ndef other():\n    return read_settings(1)\n"
+    )
+    wait_until(lambda: uses("source") == [("src/loader.py", 2)], timeout=60, message="rename")
+    assert uses("path") == []
+    assert call("dir2mcp.symbols", {"name": "parse_config_file"})["symbols"] == []
+    assert uses("read_settings") == [("src/loader.py", 6)]
+
+    loader.unlink()
+    wait_until(lambda: uses("read_settings") == [], timeout=60, message="deletion")
+    assert call("dir2mcp.symbols", {"name": "read_settings"})["symbols"] == []
+    assert server.close() == 0

@@ -16,24 +16,35 @@ from corpus.ingest.chunking import (
 )
 from corpus.ingest.extract import Extracted
 from corpus.ingest.sections import chunk_sections
-from corpus.ingest.units import code_units
+from corpus.ingest.units import Parsed, code_units
 
 
 def chunk_document(
-    extracted: Extracted, *, kind: str, config: ChunkingConfig, rel_path: str = "", doc_type: str = ""
+    extracted: Extracted,
+    *,
+    kind: str,
+    config: ChunkingConfig,
+    rel_path: str = "",
+    doc_type: str = "",
+    parsed: Parsed | None = None,
 ) -> list[ChunkDraft]:
     """Chunk a representation: per page if it has pages, code by definitions
     (or line windows), prose by sections (or character windows). Every chunk
     has a context, at least its path: a chunk without one was cut by an
     older format (status reports those until they are re-cut)."""
-    drafts = _cut(extracted, kind, config, rel_path, doc_type)
+    drafts = _cut(extracted, kind, config, rel_path, doc_type, parsed)
     if not rel_path:
         return drafts
     return [draft if draft.context else replace(draft, context=rel_path) for draft in drafts]
 
 
 def _cut(
-    extracted: Extracted, kind: str, config: ChunkingConfig, rel_path: str, doc_type: str
+    extracted: Extracted,
+    kind: str,
+    config: ChunkingConfig,
+    rel_path: str,
+    doc_type: str,
+    parsed: Parsed | None,
 ) -> list[ChunkDraft]:
     sizes = {
         "max_chars": config.max_chars,
@@ -51,7 +62,7 @@ def _cut(
         code = config.code
         drafts = None
         if code.mode == "units":
-            drafts = code_units(extracted.text, rel_path, unit_max_lines=code.unit_max_lines)
+            drafts = code_units(extracted.text, rel_path, unit_max_lines=code.unit_max_lines, parsed=parsed)
         if drafts is None:
             drafts = chunk_code(extracted.text, max_lines=code.max_lines, overlap_lines=code.overlap_lines)
         if all(len(draft.text) <= MAX_CODE_CHUNK_CHARS for draft in drafts):

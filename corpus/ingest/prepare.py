@@ -21,6 +21,8 @@ from corpus.ingest.classify import classify, index_kind_for
 from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import Extracted, NeedsProvider, extract
 from corpus.ingest.media import MediaProviders, extract_media
+from corpus.ingest.units import parse
+from corpus.navigation import symbols
 from corpus.providers.http import ProviderError
 from corpus.security import ExclusionEngine
 
@@ -28,6 +30,8 @@ from corpus.security import ExclusionEngine
 # document is then re-processed on the next run.
 EXTRACTOR_VERSION = "2"
 OFFICE_READER_VERSION = "1"
+# Bump when what the symbol index stores of a code file changes: code files are then re-read.
+SYMBOLS_VERSION = "1"
 HEAD_BYTES = 8192
 NEEDS_PROVIDER_TYPES = ("pdf", "image", "audio")
 #: ends the error of a document whose provider failed for a passing reason
@@ -61,6 +65,8 @@ class Prepared:
     drafts: list[ChunkDraft] = field(default_factory=list)
     #: a provider failed: keep what the store already holds for this document
     keep_existing: bool = False
+    #: a code file's definitions and uses (the symbol index); None when no grammar reads it
+    navigation: symbols.Navigation | None = None
 
     @property
     def has_text(self) -> bool:
@@ -152,6 +158,9 @@ class Preparer:
         elif doc_type == "office":
             # Office files were skipped before they were read; this re-reads them.
             policy["office"] = OFFICE_READER_VERSION
+        elif doc_type == "code":
+            # Code indexed before the symbol index (or by an older one) is read again.
+            policy["symbols"] = SYMBOLS_VERSION
         return sha256_hex(json.dumps(policy, sort_keys=True))[:32]
 
     def classify(self, name: str, head: bytes) -> str:
@@ -197,12 +206,18 @@ class Preparer:
             if pending:
                 extracted.meta["ocr_pending"] = pending
         base.extracted = extracted
+        # One parse for the units and the symbol index.
+        parsed = None
+        if base.index_kind == "code" and extracted.pages is None and not extracted.segments:
+            parsed = parse(extracted.text, base.rel_path)
+            base.navigation = symbols.extract(parsed) if parsed is not None else None
         base.drafts = chunk_document(
             extracted,
             kind=base.index_kind,
             config=self.config.chunking,
             rel_path=base.rel_path,
             doc_type=base.doc_type,
+            parsed=parsed,
         )
         return base
 

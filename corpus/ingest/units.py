@@ -61,6 +61,9 @@ class Grammar:
     leading: frozenset[str] = _COMMENTS
     #: a predicate for node types that are definitions only sometimes
     sometimes: Callable[[tree_sitter.Node], bool] | None = None
+    #: nodes that never hold a definition (simple statements): the walk for
+    #: definitions does not enter them, unless they hold a parse error
+    opaque: frozenset[str] = frozenset()
 
 
 _JS_FUNCTION_VALUES = frozenset(
@@ -143,6 +146,37 @@ _GRAMMARS: dict[str, Grammar] = {
             frozenset({"function_definition", "class_definition"}),
             class_like=frozenset({"class_definition"}),
             wrappers=frozenset({"decorated_definition"}),
+            # A def or class is a statement: no simple statement and no expression holds one.
+            opaque=frozenset(
+                {
+                    "parameters",
+                    "lambda_parameters",
+                    "argument_list",
+                    "call",
+                    "string",
+                    "comparison_operator",
+                    "boolean_operator",
+                    "binary_operator",
+                    "not_operator",
+                    "attribute",
+                    "subscript",
+                    "type",
+                    "parenthesized_expression",
+                    "expression_statement",
+                    "return_statement",
+                    "import_statement",
+                    "import_from_statement",
+                    "future_import_statement",
+                    "assert_statement",
+                    "raise_statement",
+                    "delete_statement",
+                    "global_statement",
+                    "nonlocal_statement",
+                    "print_statement",
+                    "exec_statement",
+                    "type_alias_statement",
+                }
+            ),
         ),
         Grammar(
             "javascript",
@@ -289,8 +323,14 @@ def language_for(rel_path: str, text: str = "") -> str | None:
 
 
 @functools.cache
+def language(name: str) -> tree_sitter.Language:
+    """The compiled language of grammar ``name`` (``python``, ``go``, …)."""
+    return tree_sitter.Language(_GRAMMARS[name].load())
+
+
+@functools.cache
 def _parser(name: str) -> tree_sitter.Parser:
-    return tree_sitter.Parser(tree_sitter.Language(_GRAMMARS[name].load()))
+    return tree_sitter.Parser(language(name))
 
 
 # -- cutting ----------------------------------------------------------------------
@@ -334,13 +374,14 @@ class Parsed:
 
     def inner(self, node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
         """The nearest definitions under ``node``, in order (wrappers included)."""
+        opaque = self.grammar.opaque
         stack = list(reversed(node.children))
         while stack:
             child = stack.pop()
             # Named nodes only: Ruby's ``class`` keyword is a node of type "class" too.
             if child.is_named and self.is_definition(child):
                 yield child
-            elif child.child_count:
+            elif child.child_count and (child.type not in opaque or child.has_error):
                 stack.extend(reversed(child.children))
 
     def is_class_like(self, node: tree_sitter.Node) -> bool:
@@ -460,12 +501,16 @@ class _Cutter:
         return line[:SIGNATURE_CHARS]
 
 
-def code_units(text: str, rel_path: str, *, unit_max_lines: int = 80) -> list[ChunkDraft] | None:
+def code_units(
+    text: str, rel_path: str, *, unit_max_lines: int = 80, parsed: Parsed | None = None
+) -> list[ChunkDraft] | None:
     """The definition-level units of a code file, or None when no grammar
-    parses it (the caller then uses line windows)."""
+    parses it (the caller then uses line windows). ``parsed`` is ``text``
+    already parsed, when the caller has it (the indexer: the symbol index
+    reads the same parse)."""
     if language_for(rel_path, text) is None:
         return None
-    parsed = parse(text, rel_path)
+    parsed = parsed or parse(text, rel_path)
     if parsed is None:
         return [] if not text.rstrip("\n") else None
     lines = parsed.lines

@@ -21,7 +21,16 @@ from dataclasses import dataclass
 from corpus import bulk
 from corpus.index import lexical
 from corpus.ingest.prepare import Prepared, sha256_hex
-from corpus.models import Chunk, Document, EmbeddingStatus, Representation, Span, with_context
+from corpus.models import (
+    Chunk,
+    Document,
+    EmbeddingStatus,
+    Reference,
+    Representation,
+    Span,
+    Symbol,
+    with_context,
+)
 from corpus.write_guard import check_writable, indexing, refuse_writes  # noqa: F401  (writer.indexing() et al.)
 
 
@@ -50,6 +59,8 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     if not prepared.has_text:
         retire = not is_new and not prepared.keep_existing
         delta = _retire_representations(doc, keep=None) if retire else Delta()
+        if retire:
+            _drop_navigation([doc.doc_id])
         delta.doc_id = doc.doc_id
         return delta
     extracted = prepared.extracted
@@ -71,6 +82,9 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     rep.save()
     delta.representations += 1
     _sync_chunks(rep, prepared, delta, fresh=is_new)
+    if not is_new:
+        _drop_navigation([doc.doc_id])
+    _create_navigation([(doc.doc_id, prepared)])
     return delta
 
 
@@ -109,6 +123,7 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
         deltas[i].chunks_added = len(prepared.drafts)
         new_chunks.extend((_new_chunk(rep, prepared, draft), draft) for draft in prepared.drafts)
     _create_chunks(new_chunks)
+    _create_navigation([(doc.doc_id, prepared) for doc, prepared in zip(docs, batch, strict=True)])
     return deltas
 
 
@@ -167,6 +182,44 @@ def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
         ],
     )
     return created
+
+
+def _create_navigation(written: list[tuple[int, Prepared]]) -> None:
+    """Insert the symbol and reference rows of these documents (code files
+    a grammar read; the others have none)."""
+    defined: list[Symbol] = []
+    used: list[Reference] = []
+    for doc_id, prepared in written:
+        navigation = prepared.navigation
+        if navigation is None or not prepared.has_text:
+            continue
+        defined.extend(
+            Symbol(
+                document_id=doc_id,
+                name=d.name,
+                name_lower=d.name.lower(),
+                qualified=d.qualified,
+                kind=d.kind,
+                line=d.line,
+                start=d.start,
+                end=d.end,
+                enclosing=d.enclosing,
+            )
+            for d in navigation.definitions
+        )
+        used.extend(
+            Reference(document_id=doc_id, name=u.name, lines=" ".join(map(str, u.lines)))
+            for u in navigation.uses
+        )
+    bulk.create(Symbol, defined)
+    bulk.create(Reference, used)
+
+
+def _drop_navigation(doc_ids: list[int]) -> None:
+    """Delete the symbol and reference rows of these documents: nothing
+    points at them (no ANN label), so they go, not tombstoned."""
+    Symbol.objects.filter(document_id__in=doc_ids).delete()
+    Reference.objects.filter(document_id__in=doc_ids).delete()
 
 
 def _document_fields(prepared: Prepared) -> dict:
@@ -268,6 +321,7 @@ def tombstone(rel_paths: list[str]) -> Delta:
         part = _retire_representations(doc, keep=None)
         delta.chunks_removed += part.chunks_removed
         delta.embedded_removed += part.embedded_removed
+    _drop_navigation([d.doc_id for d in docs])
     Document.objects.filter(doc_id__in=[d.doc_id for d in docs]).update(deleted=True)
     return delta
 

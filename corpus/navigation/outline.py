@@ -109,6 +109,10 @@ class Entry:
     span_kind: str = "lines"
     #: the signature's own line where the span starts above it (decorators, attributes)
     line: int | None = None
+    #: a definition's syntax node and the node of its name (None for a heading, a page, an impl),
+    #: for the symbol index (corpus/navigation/symbols.py); never returned
+    node: tree_sitter.Node | None = field(default=None, repr=False, compare=False)
+    name_node: tree_sitter.Node | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict:
         out = {
@@ -216,6 +220,11 @@ def code_outline(text: str, rel_path: str) -> list[Entry] | None:
     parsed = units.parse(text, rel_path)
     if parsed is None:
         return None
+    return definitions(parsed)
+
+
+def definitions(parsed: units.Parsed) -> list[Entry]:
+    """The definitions of a parsed code file as a tree."""
     return _entries(parsed, parsed.tree.root_node, inside_class=False)
 
 
@@ -234,6 +243,8 @@ def _entries(parsed: units.Parsed, node: tree_sitter.Node, *, inside_class: bool
             outer.start_point.row + 1,
             units.last_row(outer) + 1,
             line=row + 1,
+            node=core,
+            name_node=None if core.type == "impl_item" else _name_node(core),
         )
         entry.children = _entries(parsed, core, inside_class=parsed.is_class_like(core))
         found.append(entry)

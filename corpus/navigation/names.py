@@ -1,0 +1,255 @@
+"""Where a name is defined (``dir2mcp.symbols``) and where it is used
+(``dir2mcp.references``), read from the symbol index the indexer keeps
+(corpus/navigation/symbols.py, corpus/ingest/writer.py).
+
+Definitions come in tiers: the name as spelled, then the same name in
+another case, then names it begins, then names it is part of; within a tier,
+definitions before declarations and impl blocks, top-level ones before
+members, then by path and line. Uses come in index order, one file's lines
+together, paged by a cursor. Each hit's line text (its signature or snippet)
+is read from the document's indexed text, as search snippets are.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+
+from corpus import errors
+from corpus.citations import SpanRef
+from corpus.files import canonical_prefix
+from corpus.models import Reference, Representation, RepType, Symbol
+from corpus.navigation import symbols
+
+#: the kinds a definition can have (corpus/navigation/outline.py)
+KINDS = (
+    "function",
+    "method",
+    "constructor",
+    "macro",
+    "class",
+    "interface",
+    "trait",
+    "impl",
+    "struct",
+    "union",
+    "enum",
+    "record",
+    "type",
+    "module",
+    "namespace",
+    "constant",
+    "static",
+    "property",
+    "field",
+    "declaration",
+)
+#: the most hits one call returns
+MAX_LIMIT = 500
+#: rows read per tier before ranking: a name defined more often than this is cut to it
+TIER_ROWS = 2000
+LINE_CHARS = 200
+#: the longest cursor accepted (those given out are about 50 characters)
+MAX_CURSOR = 256
+_TIERS = ("exact", "case_insensitive", "prefix", "substring")
+# Sorted after the definitions of a name: what declares or extends it elsewhere.
+_LATER_KINDS = frozenset({"declaration", "impl"})
+
+
+def _fail(message: str) -> errors.Dir2mcpError:
+    return errors.Dir2mcpError(errors.INVALID_FIELD, message)
+
+
+def _name(value) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _fail("name must be a non-empty string")
+    if len(value) > symbols.MAX_NAME:  # the schema's maxLength, which the validator reports so
+        raise errors.Dir2mcpError(errors.INVALID_RANGE, f"name is longer than {symbols.MAX_NAME} characters")
+    return value.strip()
+
+
+def _limit(value, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail("limit must be an integer")
+    if not 1 <= value <= MAX_LIMIT:
+        raise errors.Dir2mcpError(errors.INVALID_RANGE, f"limit must be from 1 to {MAX_LIMIT}")
+    return value
+
+
+# -- symbols --------------------------------------------------------------------------
+
+
+def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit: int | None = None) -> dict:
+    """Where ``name`` is defined, best first (the tiers above)."""
+    name, limit, prefix = _name(name), _limit(limit, 20), canonical_prefix(path_prefix)
+    if kind not in (None, "") and kind not in KINDS:
+        raise _fail(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+    lower = name.lower()
+    rows = Symbol.objects.filter(document__deleted=False)
+    if prefix:
+        rows = rows.filter(document__rel_path__startswith=prefix)
+    if kind:
+        rows = rows.filter(kind=kind)
+    tiers = (
+        rows.filter(name=name),
+        rows.filter(name_lower=lower).exclude(name=name),
+        rows.filter(name_lower__startswith=lower).exclude(name_lower=lower),
+        rows.filter(name_lower__contains=lower).exclude(name_lower__startswith=lower),
+    )
+    hits: list[dict] = []
+    cut = False
+    for tier, query in zip(_TIERS, tiers, strict=True):
+        found = list(
+            query.values(
+                "document_id",
+                "document__rel_path",
+                "name",
+                "qualified",
+                "kind",
+                "line",
+                "start",
+                "end",
+                "enclosing",
+            )[: TIER_ROWS + 1]
+        )
+        cut = cut or len(found) > TIER_ROWS
+        found.sort(
+            key=lambda r: (
+                r["kind"] in _LATER_KINDS,
+                r["enclosing"] != "",
+                r["document__rel_path"],
+                r["line"],
+            )
+        )
+        hits.extend(dict(row, match=tier) for row in found)
+        if len(hits) > limit:
+            break
+    more = len(hits) > limit or cut
+    hits = hits[:limit]
+    texts = _line_texts({(hit["document_id"], hit["line"]) for hit in hits})
+    out = [_symbol(hit, texts.get((hit["document_id"], hit["line"]), "")) for hit in hits]
+    return {"name": name, "symbols": out, "count": len(out), "truncated": more}
+
+
+def _symbol(row: dict, signature: str) -> dict:
+    hit = {
+        "rel_path": row["document__rel_path"],
+        "name": row["name"],
+        "kind": row["kind"],
+        "span": SpanRef("lines", row["start"], row["end"]).as_dict(),
+        "line": row["line"],
+        "signature": signature,
+        "match": row["match"],
+    }
+    if row["qualified"]:
+        hit["qualified"] = row["qualified"]
+    if row["enclosing"]:
+        hit["enclosing"] = row["enclosing"]
+    return hit
+
+
+# -- references ---------------------------------------------------------------------
+
+
+def find_references(
+    name, *, path_prefix: str = "", limit: int | None = None, cursor: str | None = None
+) -> dict:
+    """Where ``name`` is used: a page of hits and, when there are more, a cursor."""
+    name, limit, prefix = _name(name), _limit(limit, 50), canonical_prefix(path_prefix)
+    # The cursor names its query by a digest: short whatever the prefix's length.
+    key = hashlib.sha256(f"{name}\0{prefix}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    after, skip = _resume(cursor, key) if cursor else (0, 0)
+    rows = Reference.objects.filter(name=name, document__deleted=False, id__gte=after)
+    if prefix:
+        rows = rows.filter(document__rel_path__startswith=prefix)
+    page = list(
+        rows.order_by("id").values_list("id", "document_id", "document__rel_path", "lines")[: limit + 1]
+    )
+    hits: list[tuple[int, str, int]] = []
+    resume: tuple[int, int] | None = None
+    for row_id, doc_id, rel_path, packed in page:
+        lines = [int(n) for n in packed.split()]
+        start = skip if row_id == after else 0
+        for index in range(start, len(lines)):
+            if len(hits) == limit:
+                resume = (row_id, index)
+                break
+            hits.append((doc_id, rel_path, lines[index]))
+        if resume is not None:
+            break
+    texts = _line_texts({(doc_id, line) for doc_id, _, line in hits})
+    enclosing = _enclosing({doc_id for doc_id, _, _ in hits})
+    out = []
+    for doc_id, rel_path, line in hits:
+        hit = {
+            "rel_path": rel_path,
+            "span": SpanRef("lines", line, line).as_dict(),
+            "snippet": texts.get((doc_id, line), ""),
+        }
+        inside = _innermost(enclosing.get(doc_id, ()), line)
+        if inside:
+            hit["enclosing"] = inside
+        out.append(hit)
+    result = {"name": name, "references": out, "count": len(out)}
+    return result | ({"next_cursor": _cursor(key, *resume)} if resume else {})
+
+
+def _cursor(key: str, row_id: int, skip: int) -> str:
+    raw = json.dumps({"q": key, "r": row_id, "k": skip}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _resume(cursor, key: str) -> tuple[int, int]:
+    """``(row id, k)``: resume at that row after its first k lines."""
+    invalid = _fail("invalid cursor")
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR:
+        raise invalid
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, TypeError):
+        raise invalid from None
+    if not isinstance(data, dict) or data.get("q") != key:
+        raise invalid
+    row_id, skip = data.get("r"), data.get("k")
+    for value in (row_id, skip):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise invalid
+    return row_id, skip
+
+
+def _enclosing(doc_ids: set[int]) -> dict[int, list[tuple[int, int, str]]]:
+    """Each document's definitions as (start, end, name)."""
+    found: dict[int, list[tuple[int, int, str]]] = {}
+    rows = Symbol.objects.filter(document_id__in=doc_ids).values_list("document_id", "start", "end", "name")
+    for doc_id, start, end, name in rows:
+        found.setdefault(doc_id, []).append((start, end, name))
+    return found
+
+
+def _innermost(definitions, line: int) -> str:
+    """The name of the innermost definition whose span holds ``line``."""
+    best: tuple[int, int, str] | None = None
+    for start, end, name in definitions:
+        if start <= line <= end and (best is None or (start, -end) > (best[0], -best[1])):
+            best = (start, end, name)
+    return best[2] if best else ""
+
+
+def _line_texts(wanted: set[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """The text of these (document, line)s, stripped and cut, from the indexed text."""
+    by_doc: dict[int, set[int]] = {}
+    for doc_id, line in wanted:
+        by_doc.setdefault(doc_id, set()).add(line)
+    out: dict[tuple[int, int], str] = {}
+    reps = Representation.objects.filter(
+        document_id__in=by_doc, rep_type=RepType.RAW_TEXT, deleted=False
+    ).values_list("document_id", "text")
+    for doc_id, text in reps:
+        lines = text.split("\n")
+        for line in by_doc[doc_id]:
+            if 0 < line <= len(lines):
+                out[(doc_id, line)] = lines[line - 1].strip()[:LINE_CHARS]
+    return out
