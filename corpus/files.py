@@ -49,7 +49,21 @@ from corpus.security import (
     check_path_bounds,
 )
 
-FIND_BUDGET_SECONDS = 2.0
+
+def _find_budget() -> float:
+    """``DIR2MCP_FIND_BUDGET_SECONDS`` (0.1-60, default 2): how long one
+    ``find`` call may scan or run its regex before it answers ``timed_out``."""
+    raw = os.environ.get("DIR2MCP_FIND_BUDGET_SECONDS") or "2"
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID, f"DIR2MCP_FIND_BUDGET_SECONDS must be a number, not {raw!r}"
+        ) from None
+    return min(60.0, max(0.1, seconds))
+
+
+FIND_BUDGET_SECONDS = _find_budget()
 MAX_PATTERN_CHARS = 1000
 SNIPPET_CHARS = 240
 _READ_BLOCK = 64 * 1024

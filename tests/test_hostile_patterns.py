@@ -45,8 +45,8 @@ def build(root: Path) -> None:
     (root / "bad.txt").write_text("a" * 5000 + "b\n")
 
 
-def start(root: Path) -> tuple[Up, Server]:
-    up = Up("--dir", str(root), "--json", env=base_env())
+def start(root: Path, **env: str) -> tuple[Up, Server]:
+    up = Up("--dir", str(root), "--json", env=base_env(**env))
     url = up.url()
     up.event("scan_progress", lambda data: data.get("running") is False)
     token = (root / ".dir2mcp" / "secret.token").read_text().strip()
@@ -199,7 +199,8 @@ def test_concurrent_catastrophic_finds_share_one_worker(server):
 
 def test_the_rest_regex_variant_and_sigterm_stop_within_the_deadline(tmp_path):
     build(tmp_path)
-    up, srv = start(tmp_path)
+    # A budget the probe cannot outlast on a loaded machine: SIGTERM must land mid-call.
+    up, srv = start(tmp_path, DIR2MCP_FIND_BUDGET_SECONDS="30")
     try:
         params = {"content": NESTED, "regex": "true"}
         hostile = Call(rest, srv, "GET", "/find", params=params)
