@@ -23,14 +23,10 @@ from tests.test_secret_rules import (
     ARCHIVES,
     CONTENT_SECRETS,
     EXCLUDED_NAMES,
-    HARMLESS,
     NAME_SECRET,
-    TOKEN_NAME_TEXT,
     TOKEN_NAMES,
-    _archive_members,
-    _tar_gz,
-    _zip,
     content_paths,
+    positive_corpus,
 )
 
 
@@ -62,19 +58,7 @@ def refused_paths() -> list[str]:
 
 
 def write_tree(root: Path) -> None:
-    files: dict[str, str | bytes] = {}
-    for name, (filename, text, _) in CONTENT_SECRETS.items():
-        folder, _, base = filename.rpartition("/")
-        files[f"{name}/{base}" if folder else filename] = text
-    for rel in EXCLUDED_NAMES:
-        files[rel] = f"VALUE={NAME_SECRET}\n"
-    files.update(HARMLESS)
-    files.update(dict.fromkeys(TOKEN_NAMES, TOKEN_NAME_TEXT))
-    members = _archive_members()
-    files["bundles/all.zip"] = _zip(members)
-    files["bundles/all.tar.gz"] = _tar_gz(members)
-    files["bundles/nested.zip"] = _zip({"inner.zip": _zip(members)})
-    for rel, data in files.items():
+    for rel, data in positive_corpus().items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data if isinstance(data, bytes) else data.encode())

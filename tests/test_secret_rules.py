@@ -260,10 +260,9 @@ def _tar_gz(members: dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture
-def indexed(corpus_dir: Path, state, index, monkeypatch):
-    """The whole positive corpus and the look-alikes, indexed once."""
-    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+def positive_corpus() -> dict[str, str | bytes]:
+    """Every secret shape, excluded name and token-like name, the harmless
+    look-alikes, and all of them again inside a zip, a tar.gz and a zip in a zip."""
     files: dict[str, str | bytes] = {}
     for name, (filename, text, _) in CONTENT_SECRETS.items():
         folder, _, base = filename.rpartition("/")
@@ -277,7 +276,14 @@ def indexed(corpus_dir: Path, state, index, monkeypatch):
     files["bundles/all.zip"] = _zip(members)
     files["bundles/all.tar.gz"] = _tar_gz(members)
     files["bundles/nested.zip"] = _zip({"inner.zip": _zip(members)})
-    index(files)
+    return files
+
+
+@pytest.fixture
+def indexed(corpus_dir: Path, state, index, monkeypatch):
+    """The whole positive corpus and the look-alikes, indexed once."""
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    index(positive_corpus())
     return ExclusionEngine.from_config(corpus_dir, build_config({}, {}, {}), state_dir=state.path)
 
 
