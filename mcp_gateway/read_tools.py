@@ -5,8 +5,8 @@ from __future__ import annotations
 from corpus import errors
 from corpus.navigation import reads
 from corpus.navigation import verify as grounding
-from mcp_gateway import read_schemas, summaries
-from mcp_gateway.registry import Tool
+from mcp_gateway import budgets, read_schemas, summaries
+from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call, open_file
 
 
@@ -42,54 +42,63 @@ def open_files(call: Call, args: dict) -> dict:
 
 
 TOOLS = (
-    Tool(
-        name="dir2mcp.open_files",
-        title="Open several slices at once",
-        description=(
-            "Read up to 20 slices in one call, each as dir2mcp.open_file takes it (rel_path with "
-            "start_line/end_line, page, or start_ms/end_ms), sharing max_chars. A slice that is refused "
-            "gets its error in place; the others are still returned."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.open_files",
+            title="Open several slices at once",
+            description=(
+                "Read up to 20 slices in one call, each as dir2mcp.open_file takes it (rel_path with "
+                "start_line/end_line, page, or start_ms/end_ms), sharing max_chars. A slice that is refused "
+                "gets its error in place; the others are still returned."
+            ),
+            input_schema=read_schemas.OPEN_FILES_INPUT,
+            output_schema=read_schemas.OPEN_FILES_OUTPUT,
+            handler=open_files,
+            summarize=summaries.open_files,
         ),
-        input_schema=read_schemas.OPEN_FILES_INPUT,
-        output_schema=read_schemas.OPEN_FILES_OUTPUT,
-        handler=open_files,
-        summarize=summaries.open_files,
+        Budget(knob="max_chars", floor=200, advice="open fewer slices at a time"),
     ),
     Tool(
         name="dir2mcp.checksum",
         title="Checksum a file",
         description=(
-            "The digest of a file's bytes as they are now: sha256 (default), md5, sha1 or sha512. Use it "
-            "to tell whether two files, or a file and a copy elsewhere, are the same."
+            "The digest of a file's bytes as they are now: sha256 (default), md5, sha1 or sha512. Use it to "
+            "tell whether two files, or a file and a copy elsewhere, are the same."
         ),
         input_schema=read_schemas.CHECKSUM_INPUT,
         output_schema=read_schemas.CHECKSUM_OUTPUT,
         handler=checksum,
         summarize=summaries.checksum,
     ),
-    Tool(
-        name="dir2mcp.diff",
-        title="Diff two files",
-        description=(
-            "A unified diff of two files' text: lines of text and code files, or the extracted text of "
-            "converted ones (two PDFs' text, page by page). Capped by max_chars, with truncated."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.diff",
+            title="Diff two files",
+            description=(
+                "A unified diff of two files' text: lines of text and code files, or the extracted text of "
+                "converted ones (two PDFs' text, page by page). Capped by max_chars, with truncated."
+            ),
+            input_schema=read_schemas.DIFF_INPUT,
+            output_schema=read_schemas.DIFF_OUTPUT,
+            handler=diff,
+            summarize=summaries.diff,
         ),
-        input_schema=read_schemas.DIFF_INPUT,
-        output_schema=read_schemas.DIFF_OUTPUT,
-        handler=diff,
-        summarize=summaries.diff,
+        Budget(knob="max_chars", floor=200),
     ),
-    Tool(
-        name="dir2mcp.verify",
-        title="Check the citations in a text",
-        description=(
-            "Check every citation in a text ([path:L1-L9], [doc.pdf#p=3], [talk.wav@t=01:05-01:35]): "
-            "the file exists, the span lies inside it, and each quotation made right before a citation "
-            "(in quotes or backticks) is in the cited slice. Use it on a draft answer before relying on it."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.verify",
+            title="Check the citations in a text",
+            description=(
+                "Check every citation in a text ([path:L1-L9], [doc.pdf#p=3], [talk.wav@t=01:05-01:35]): the "
+                "file exists, the span lies inside it, and each quotation made right before a citation (in "
+                "quotes or backticks) is in the cited slice. Use it on a draft answer before relying on it."
+            ),
+            input_schema=read_schemas.VERIFY_INPUT,
+            output_schema=read_schemas.VERIFY_OUTPUT,
+            handler=verify,
+            summarize=summaries.verify,
         ),
-        input_schema=read_schemas.VERIFY_INPUT,
-        output_schema=read_schemas.VERIFY_OUTPUT,
-        handler=verify,
-        summarize=summaries.verify,
+        Budget(items="citations"),
     ),
 )

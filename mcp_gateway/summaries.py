@@ -64,9 +64,6 @@ def search(result: dict) -> str:
     head = f"{len(hits)} hit(s) for {result['query']!r} (index: {result.get('index_used', 'text')})"
     if not hits:
         return "\n".join([head + ". Try other words, a broader filter, or dir2mcp.find.", *_notes(result)])
-    spent = result.get("budget")
-    if spent and spent["truncated"]:
-        head += f"; {spent['omitted']} more did not fit in max_tokens={spent['max_tokens']}"
     return "\n".join([head + ":", *_hits(hits), *_notes(result)])
 
 
