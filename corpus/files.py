@@ -438,7 +438,8 @@ def _line_source(engine: ExclusionEngine, handle, rel: str, doc, raw) -> tuple[s
     than close it, when done. In redact mode the file's text is read whole
     and redacted (:func:`redacted_text`), up to :data:`_REDACT_READ_CAP`
     bytes; a larger file is read as a stream and screened as in exclude
-    mode (the indexer never redacts one that large: it is too large to index).
+    mode, or, when the indexer redacted it (``ingest.max_file_mb`` above the
+    cap), its indexed text is what is read.
     """
     if ARCHIVE_SEPARATOR in rel or (raw is not None and (raw.meta_json or {}).get("converted_from")):
         if raw is None:
@@ -470,8 +471,13 @@ def _line_source(engine: ExclusionEngine, handle, rel: str, doc, raw) -> tuple[s
     handle.seek(mark)
     # Universal newlines split lines exactly as ingestion's normalisation does.
     stream = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline=None)
-    if not engine.redacts or os.fstat(handle.fileno()).st_size > _REDACT_READ_CAP:
+    if not engine.redacts:
         return doc_type, stream
+    if os.fstat(handle.fileno()).st_size > _REDACT_READ_CAP:
+        if raw is None or not (raw.meta_json or {}).get("redacted"):
+            return doc_type, stream
+        stream.detach()  # indexed redacted (ingest.max_file_mb over the cap): what the index holds
+        return doc_type, io.StringIO(raw.text)
     try:
         return doc_type, io.StringIO(redacted_text(engine, rel, stream.read()))
     finally:

@@ -45,11 +45,15 @@ MAX_PASSES = 4
 _BREAKS = frozenset("\n\r\f")
 #: the characters of keys and tokens (base64, base64url)
 _KEY_CHARS = frozenset(string.ascii_letters + string.digits + "+/=_-")
-_QUOTES = frozenset("'\"`")
 _PEM_BEGIN = re.compile(r"BEGIN[ A-Z0-9]{0,40}PRIVATE KEY")
 _PEM_END = re.compile(r"-{4,5} ?END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}")
 _PUTTY = "PuTTY-User-Key-File-"
 _PUTTY_END = re.compile(r"Private-MAC:[ \t]*[0-9A-Fa-f]*")
+#: a match up to the last character that ends a label before a value: a
+#: space, a quote, or ``:``/``=`` followed by more than base64 padding
+_LABEL = re.compile(r"(?s:.*)(?:[\s'\"`]|[:=](?=[^=]))")
+#: the rest of a key a rule matched the head of
+_KEY_RUN = re.compile(r"[A-Za-z0-9+/=_-]*")
 
 
 @dataclass(frozen=True)
@@ -80,25 +84,13 @@ def credential_span(text: str, match: Match) -> tuple[int, int]:
 def _last_word(text: str, start: int, end: int) -> tuple[int, int]:
     while end > start and text[end - 1] not in _KEY_CHARS:  # what the rule matched after it
         end -= 1
-    word = end
-    while word > start and not _separates(text, word - 1, end):
-        word -= 1
+    label = _LABEL.match(text, start, end)
+    word = label.end() if label else start
     while word < end and not text[word].isalnum():  # what the rule matched before it
         word += 1
     if word >= end:  # no word: the whole match
         return start, max(end, start + 1)
-    while end < len(text) and text[end] in _KEY_CHARS:
-        end += 1
-    return word, end
-
-
-def _separates(text: str, at: int, end: int) -> bool:
-    """Whether the character at ``at`` ends a label before a value: a space,
-    a quote, or ``:``/``=`` followed by more than base64 padding."""
-    char = text[at]
-    if char.isspace() or char in _QUOTES:
-        return True
-    return char in ":=" and at + 1 < end and text[at + 1] != "="
+    return word, _KEY_RUN.match(text, end).end()
 
 
 def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:

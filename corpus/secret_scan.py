@@ -28,7 +28,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import re2
 
@@ -107,8 +107,7 @@ def _encoded(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-@dataclass(frozen=True)
-class Match:
+class Match(NamedTuple):
     """Where rule ``rule`` matched, in characters of the text, and the span
     of the group holding the credential itself when the rule names one
     (``secret``, else a checked ``value`` or ``mixed``)."""
