@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 
 from corpus import documents, errors, files, uris
@@ -20,8 +19,16 @@ from corpus.config import DEFAULT_SECRET_PATTERNS, build_config
 from corpus.models import Chunk, Document, Reference, Representation, Symbol
 from corpus.navigation import outline, reads
 from corpus.security import ExclusionEngine, ExclusionPolicy
-from tests.mcp_http import start_daphne, stop
-from tests.test_secret_routes import FRAGMENTS, call, fragment, rest, rpc
+from tests.test_secret_routes import (
+    FRAGMENTS,
+    call,
+    fragment,
+    rest,
+    rpc,
+    serving,
+    state_traces,
+    write_tree,
+)
 from tests.test_secret_rules import (
     ARCHIVES,
     CONTENT_SECRETS,
@@ -262,18 +269,8 @@ ALL_FRAGMENTS = FRAGMENTS + [fragment(secret) for secret in PLANTED_SECRETS]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
-    for rel, data in (positive_corpus() | PLANTED).items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data if isinstance(data, bytes) else data.encode())
-    srv = start_daphne(root, env={"DIR2MCP_SECURITY__SECRET_MODE": "redact"})
-    srv.session = srv.initialize()
-    with httpx.Client(timeout=30) as client:
-        srv.client = client
-        yield srv
-    err = stop(srv)
-    assert "Traceback" not in err, err[-3000:]
-    assert [piece for piece in ALL_FRAGMENTS if piece in err] == []
+    write_tree(root, positive_corpus() | PLANTED)
+    yield from serving(root, ALL_FRAGMENTS, env={"DIR2MCP_SECURITY__SECRET_MODE": "redact"})
 
 
 def _leaked(text: str) -> list[str]:
@@ -281,14 +278,8 @@ def _leaked(text: str) -> list[str]:
 
 
 def test_the_state_directory_holds_no_trace_of_any_secret(server):
-    found = {}
-    for path in (server.root / ".dir2mcp").rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            hits = [piece for piece in ALL_FRAGMENTS if piece.encode() in data]
-            if hits:
-                found[path.name] = hits
-    assert found == {}
+    assert state_traces(server.root, ALL_FRAGMENTS) == {}
+    assert (server.root / ".dir2mcp" / "meta.sqlite").stat().st_size > 0
 
 
 def test_search_finds_the_rest_of_a_redacted_file_at_its_own_lines(server):
