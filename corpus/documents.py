@@ -175,6 +175,7 @@ def _from_file(engine: ExclusionEngine, rel: str, doc, raw, opened: OpenedFile |
         doc_type = sniffed
     if doc_type in _TEXTUAL and sniffed in _TEXTUAL:
         text = files.decode_text(data, (raw.meta_json or {}).get("encoding") if raw is not None else None)
+        text = files.redacted_text(engine, rel, text)
         files.screen(engine, rel, text)
         return Whole(rel, mime_type(rel, doc_type), text=text)
     files.screen(engine, rel, data.decode("latin-1"))  # a key stored in a binary file is still a key

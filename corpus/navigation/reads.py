@@ -45,7 +45,7 @@ def checksum(
             raise errors.Dir2mcpError(
                 errors.DOC_TYPE_UNSUPPORTED, "a checksum is of a file's bytes: ask for the archive itself"
             )
-        files.live_document(opened.rel)  # refuses a document skipped for a secret
+        files.live_document(opened.rel, raw_bytes=True)  # refuses one skipped for, or redacted of, a secret
         if opened.st.st_size > MAX_CHECKSUM_BYTES:
             raise errors.Dir2mcpError(
                 errors.FILE_TOO_LARGE, f"{opened.rel} is over the {MAX_CHECKSUM_BYTES}-byte checksum limit"
