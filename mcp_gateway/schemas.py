@@ -14,7 +14,7 @@ from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 
-SCHEMA_VERSION = "7.0.0"
+SCHEMA_VERSION = "7.1.0"
 
 SPAN = {
     "type": "object",
