@@ -22,9 +22,11 @@ from corpus import errors
 from corpus.config import build_config
 from corpus.navigation import images, reads
 from mcp_gateway import context, tools
-from tests.mcp_http import Server
+from tests.mcp_http import Server, base_env
+from tests.mcp_http import index as reindex
 from tests.support import wait_until
 from tests.test_mcp_client import start_up
+from tests.test_stdio import Raw, command
 
 TEXT = "plain words\nsecond line\n"
 ACCENTS = "h\u00e9llo w\u00f6rld \U0001f600 end\n"  # é and ö take 2 bytes, the emoji 4
@@ -45,6 +47,17 @@ def noise(size: tuple[int, int], mode: str, fmt: str) -> bytes:
     data = random.Random(7).randbytes(int(size[0] * size[1] * channels))
     buffer = io.BytesIO()
     Image.frombytes(mode, size, data).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+@functools.cache
+def rotated_jpeg() -> bytes:
+    """A landscape photo over the cap whose EXIF says: turn it upright (portrait)."""
+    image = Image.frombytes("RGB", (1600, 1200), random.Random(1).randbytes(1600 * 1200 * 3))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to view
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=95, exif=exif)
     return buffer.getvalue()
 
 
@@ -76,6 +89,7 @@ def call(index, corpus_dir, state):
             "big.log": "".join(f"line {n:06d}\n" for n in range(20_000)),  # 240,000 bytes
             "pic.png": png(),
             "scan.tiff": tiff(),
+            "photo.jpg": rotated_jpeg(),  # 2.2 MB
             "noise.png": noise((1600, 1200), "RGB", "PNG"),  # 5.8 MB
             "clear.png": noise((700, 600), "RGBA", "PNG"),  # 1.7 MB, with transparency
             "huge.png": noise((8000, 6000), "1", "PNG"),  # 48 MP, 6 MB
@@ -235,6 +249,14 @@ def test_an_image_over_the_cap_is_scaled_down_to_fit(call, corpus_dir, rel_path,
     assert structured["image"]["downscaled"] is True and structured["image"]["recompressed"] is True
     assert image.width < structured["image"]["source_width"]
     assert "encoded again" in result["content"][0]["text"]
+
+
+@pytest.mark.django_db
+def test_a_photo_encoded_again_is_turned_upright_as_its_exif_says(call):
+    result = call({"rel_path": "photo.jpg"})
+    image, size = ok(result)["image"], decoded(result["content"][1]).size
+    assert size == (image["width"], image["height"]) and size[1] > size[0]  # portrait now
+    assert (image["source_width"], image["source_height"]) == (1600, 1200)
 
 
 @pytest.mark.django_db
@@ -403,3 +425,25 @@ def test_mcp_answers_an_image_as_image_content_and_rest_as_data(served, rel_path
     answer = rest(server, {"rel_path": rel_path, "format": "image"}).json()
     assert decoded(answer).size == decoded(item).size and answer["mime_type"] == mime
     assert {k: v for k, v in answer.items() if k != "data"} == structured
+
+
+def test_stdio_answers_an_image_and_a_range_as_http_does(tmp_path):
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "pic.png").write_bytes(png())
+    (root / "accents.txt").write_text(ACCENTS)
+    reindex(root, base_env(DIR2MCP_ROOT=str(root)))
+    server = Raw(command(root, "--no-index"))
+    try:
+        server.initialize()
+        image = server.call(1, "dir2mcp.read_bytes", {"rel_path": "pic.png"})
+        assert [item["type"] for item in image["content"]] == ["text", "image"]
+        assert base64.b64decode(image["content"][1]["data"]) == png()
+        text = server.call(2, "dir2mcp.read_bytes", {"rel_path": "accents.txt", "offset": 2, "length": 7})
+        assert (text["structuredContent"]["content"], text["structuredContent"]["offset"]) == (
+            "\u00e9llo w",
+            1,
+        )
+        assert server.close() == 0
+    finally:
+        server.kill()

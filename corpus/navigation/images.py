@@ -15,7 +15,7 @@ import io
 import math
 from dataclasses import dataclass
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from corpus import errors
 
@@ -54,7 +54,7 @@ class Fitted:
 
     @property
     def downscaled(self) -> bool:
-        return (self.width, self.height) != (self.source_width, self.source_height)
+        return self.width * self.height < self.source_width * self.source_height
 
 
 def fit(rel: str, data: bytes, *, cap: int = MAX_IMAGE_BYTES) -> Fitted:
@@ -93,9 +93,10 @@ def _too_many_pixels(rel: str) -> errors.Dir2mcpError:
 
 
 def _flattened(image: Image.Image) -> Image.Image:
-    """The decoded frame as RGBA when it has transparency, RGB otherwise."""
+    """The decoded frame upright (a camera's EXIF orientation applied: the
+    encoding again drops the tag), as RGBA when it has transparency, RGB otherwise."""
     alpha = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
-    return image.convert("RGBA" if alpha else "RGB")
+    return ImageOps.exif_transpose(image).convert("RGBA" if alpha else "RGB")
 
 
 def _shrunk(rel: str, frame: Image.Image, cap: int) -> tuple[bytes, str, tuple[int, int]]:
