@@ -34,6 +34,7 @@ BLOB = bytes(range(256)) * 4
 SECRET_LINE = "aws_key = AKIAIOSFODNN7EXAMPLE\n"
 
 
+@functools.cache
 def png(size=(40, 30), color=(200, 30, 30)) -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", size, color).save(buffer, "PNG")
@@ -93,6 +94,7 @@ def call(index, corpus_dir, state):
             "noise.png": noise((1600, 1200), "RGB", "PNG"),  # 5.8 MB
             "clear.png": noise((700, 600), "RGBA", "PNG"),  # 1.7 MB, with transparency
             "huge.png": noise((8000, 6000), "1", "PNG"),  # 48 MP, 6 MB
+            "tall.png": png((20, 2_100_000), (0, 0, 0)),  # 42 MP in a few KB: a bomb for the client
             "fake.png": "not an image at all\n",
             "keys.txt": "config\n" + SECRET_LINE,
             ".env": "TOKEN=1\n",
@@ -270,6 +272,7 @@ def test_a_tiff_is_sent_in_a_format_clients_show(call):
 
 BAD_READS = [
     ("over-pixel-cap", {"rel_path": "huge.png"}, errors.FILE_TOO_LARGE, "40000000-pixel"),
+    ("small-file-over-pixel-cap", {"rel_path": "tall.png"}, errors.FILE_TOO_LARGE, "40000000-pixel"),
     ("binary-as-text", {"rel_path": "blob.bin", "format": "text"}, errors.DOC_TYPE_UNSUPPORTED, "base64"),
     (
         "text-as-image",

@@ -5,8 +5,9 @@ is. Anything else the indexer classifies as an image (a larger file, a TIFF
 or BMP, which clients do not display) is decoded with Pillow and encoded
 again, as PNG when it has transparency and JPEG otherwise, scaled down until
 it fits the cap; an animation keeps its first frame. Decoding is bounded:
-a file over :data:`MAX_SOURCE_BYTES` is not read and one over
-:data:`MAX_PIXELS` is not decoded (``FILE_TOO_LARGE`` names the cap).
+a file over :data:`MAX_SOURCE_BYTES` is not read and an image over
+:data:`MAX_PIXELS` is neither decoded nor sent, however small its file
+(``FILE_TOO_LARGE`` names the cap).
 """
 
 from __future__ import annotations
@@ -72,10 +73,10 @@ def fit(rel: str, data: bytes, *, cap: int = MAX_IMAGE_BYTES) -> Fitted:
     with image:
         fmt, (width, height) = image.format, image.size
         source_mime = PASSED.get(fmt) or Image.MIME.get(fmt, "application/octet-stream")
+        if width * height > MAX_PIXELS:  # a client would decode it too: even a small file is refused
+            raise _too_many_pixels(rel)
         if fmt in PASSED and len(data) <= cap:
             return Fitted(data, source_mime, width, height, source_mime, width, height)
-        if width * height > MAX_PIXELS:
-            raise _too_many_pixels(rel)
         try:
             image.seek(0)
             frame = _flattened(image)
