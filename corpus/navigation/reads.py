@@ -47,12 +47,13 @@ def _no_check() -> None:
 
 
 def _the_file_itself(opened: OpenedFile, what: str) -> None:
-    """Refuse an archive member (the opener opened the archive) and a document skipped for a secret."""
+    """Refuse a document skipped for a secret (an archive member too), and
+    an archive member (the opener opened the archive)."""
+    files.live_document(opened.rel)
     if ARCHIVE_SEPARATOR in opened.rel:
         raise errors.Dir2mcpError(
             errors.DOC_TYPE_UNSUPPORTED, f"{what} is of a file's bytes: ask for the archive itself"
         )
-    files.live_document(opened.rel)  # refuses a document skipped for a secret
 
 
 def checksum(
