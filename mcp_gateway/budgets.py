@@ -41,6 +41,8 @@ MAX_MAX_TOKENS = 200_000
 #: what the budget field, the note and the token estimate add: the knob aims below the limit by it
 RESERVE_TOKENS = 96
 #: a budget cursor starts so; a tool's own cursors are base64url (no dot)
+#: a model's cost of one image (Claude's, for an image of about 1.15 megapixels or less)
+IMAGE_TOKENS = 1_600
 CURSOR_PREFIX = "b."
 MAX_CURSOR_CHARS = 1024
 META_TOKENS = "dir2mcp/tokens"
@@ -141,8 +143,13 @@ class Cut:
 
 
 def measure(packaged: dict) -> int:
-    """The estimate of a packaged result: its JSON as the HTTP transport sends it."""
-    return estimate_tokens(json.dumps(packaged, ensure_ascii=False))
+    """The estimate of a packaged result: its JSON as the HTTP transport
+    sends it, but an image item at what a model reads of an image
+    (:data:`IMAGE_TOKENS`), not its base64."""
+    images = [item for item in packaged.get("content") or () if item.get("type") == "image"]
+    if images:
+        packaged = packaged | {"content": [item for item in packaged["content"] if item not in images]}
+    return estimate_tokens(json.dumps(packaged, ensure_ascii=False)) + IMAGE_TOKENS * len(images)
 
 
 def finish(packaged: dict, cut: Cut | None) -> dict:
@@ -169,7 +176,7 @@ def finish(packaged: dict, cut: Cut | None) -> dict:
 def _lower(budget: Budget, args, result, handler, package, limit: int) -> dict:
     """Lower the knob and run again until the result fits (a few runs at
     most: each aims by the ratio of the limit to what the last run used)."""
-    value, fitted = args.get(budget.knob), None
+    value, fitted = args.get(budget.knob, budget.start), None
     used = measure(package(result))
     for _ in range(8):
         if value is None or value <= budget.floor:

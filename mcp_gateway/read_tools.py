@@ -1,4 +1,4 @@
-"""The read utilities (issue #32, seed 002): checksum, diff, several slices at once."""
+"""The read utilities (issue #32, seed 002): checksum, diff, several slices, byte ranges, images."""
 
 from __future__ import annotations
 
@@ -22,6 +22,28 @@ def diff(call: Call, args: dict) -> dict:
         context=args["context"],
         max_chars=args["max_chars"],
     )
+
+
+def read_bytes(call: Call, args: dict) -> dict:
+    return reads.read_bytes(
+        call.ctx.engine,
+        args["rel_path"],
+        offset=args.get("offset"),
+        length=args.get("length"),
+        fmt=args["format"],
+        check=call.check,
+    )
+
+
+def image_content(result: dict) -> tuple[dict, list[dict]]:
+    """``Tool.split_content`` of read_bytes: an image's data as an image
+    content item, not in ``structuredContent`` (a client that shows the
+    structured result to its model would read megabytes of base64)."""
+    data = result.get("_image_data")
+    if data is None:
+        return result, []
+    structured = {k: v for k, v in result.items() if k != "_image_data"}  # packaged again under a budget
+    return structured, [{"type": "image", "data": data, "mimeType": result["mime_type"]}]
 
 
 def verify(call: Call, args: dict) -> dict:
@@ -84,6 +106,25 @@ TOOLS = (
             summarize=summaries.diff,
         ),
         Budget(knob="max_chars", floor=200),
+    ),
+    budgets.declared(
+        Tool(
+            name="dir2mcp.read_bytes",
+            title="Read a file's bytes, or an image",
+            description=(
+                "Read a file by byte range (offset, length: default 65536, at most 1 MiB) as UTF-8 text or "
+                "base64, with eof and next_offset to continue; or an image file (PNG, JPEG, GIF, WebP; TIFF "
+                "and BMP as PNG or JPEG) whole as MCP image content, scaled down to fit 1 MiB. Use "
+                "dir2mcp.open_file for lines, pages and time ranges; this is for exact bytes, files that are "
+                "not indexed as text, and looking at an image."
+            ),
+            input_schema=read_schemas.READ_BYTES_INPUT,
+            output_schema=read_schemas.READ_BYTES_OUTPUT,
+            handler=read_bytes,
+            summarize=summaries.read_bytes,
+            split_content=image_content,
+        ),
+        Budget(knob="length", start=reads.DEFAULT_LENGTH, floor=256, advice="continue from next_offset"),
     ),
     budgets.declared(
         Tool(

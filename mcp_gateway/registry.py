@@ -30,6 +30,8 @@ class Budget:
     #: or the integer argument lowered (down to ``floor``) and the call run again
     knob: str = ""
     floor: int = 0
+    #: the knob's value when the call leaves it out (its schema has no default)
+    start: int | None = None
     #: "cursor": a budget cursor continues a cut list; "offset": ``next_offset``
     paging: str = ""
     #: the text's advice when nothing continues the cut

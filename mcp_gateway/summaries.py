@@ -254,6 +254,23 @@ def diff(result: dict) -> str:
     return f"{head}\n\n{result['diff']}{note}"
 
 
+def read_bytes(result: dict) -> str:
+    where, size = f"[{result['rel_path']}]", result["size_bytes"]
+    if result["format"] == "image":
+        image = result["image"]
+        head = f"{where} {result['mime_type']} {image['width']}x{image['height']}, {image['data_bytes']} B"
+        if image["recompressed"]:
+            source = f"{image['source_mime_type']} {image['source_width']}x{image['source_height']}"
+            head += f" (encoded again from the file's {source}, {size} B)"
+        return head
+    first, end = result["offset"], result["offset"] + result["length"]
+    head = f"{where} bytes {first}-{end} of {size} as {result['format']}"
+    head += " (end of file)" if result["eof"] else f" (more: next_offset={result['next_offset']})"
+    if result.get("lossy"):
+        head += " (bytes that are not UTF-8 shown as U+FFFD)"
+    return f"{head}\n\n{result['content']}"
+
+
 def verify(result: dict) -> str:
     lines = [f"{result['ok']} of {result['checked']} citation(s) hold"]
     for checked in result["citations"]:

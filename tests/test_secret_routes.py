@@ -1,7 +1,7 @@
 """The positive corpus of tests/test_secret_rules.py (every credential shape,
 as files and inside a zip, a tar.gz and a zip in a zip; files kept out by
 name; files, directories and members named like tokens) served by a real
-server (daphne), asked for on every route (issue #34): ``open_file``,
+server (daphne), asked for on every route (issue #34): ``open_file``, ``read_bytes``,
 ``search``, ``find``, ``list_files``, ``resources/list``,
 ``resources/read``, ``completion/complete``, ``prompts/get`` and the REST
 mirror. Every one is refused or absent, no answer holds a secret, and no
@@ -131,6 +131,9 @@ def test_every_secret_bearing_path_is_refused_on_every_read_route(server):
         result = call(server, "dir2mcp.open_file", {"rel_path": rel})
         if not result.get("isError") or result["structuredContent"]["error"]["code"] != "FORBIDDEN":
             served.append(("open_file", rel))
+        raw = call(server, "dir2mcp.read_bytes", {"rel_path": rel, "format": "base64"})
+        if not raw.get("isError") or raw["structuredContent"]["error"]["code"] != "FORBIDDEN":
+            served.append(("read_bytes", rel))
         read = rpc(server, "resources/read", {"uri": uris.file_uri(rel)})
         if "error" not in read:
             served.append(("resources/read", rel))
@@ -139,6 +142,8 @@ def test_every_secret_bearing_path_is_refused_on_every_read_route(server):
             served.append(("prompts/get explain", rel))
         if rest(server, "/files/slice", {"rel_path": rel}).status_code != 403:
             served.append(("REST files/slice", rel))
+        if rest(server, "/files/bytes", {"rel_path": rel}).status_code != 403:
+            served.append(("REST files/bytes", rel))
         if rest(server, "/resources/read", {"uri": uris.file_uri(rel)}).status_code < 400:
             served.append(("REST resources/read", rel))
     assert served == []

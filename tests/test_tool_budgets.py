@@ -293,3 +293,10 @@ def test_a_budget_holds_over_http_and_its_cursor_continues(server):
     assert (
         too_small["structuredContent"]["error"]["code"] == errors.INVALID_RANGE
     )  # under the schema's minimum
+
+
+def test_an_image_item_counts_what_a_model_reads_of_it_not_its_base64():
+    text = {"content": [{"type": "text", "text": "a picture"}], "structuredContent": {"n": 1}}
+    image = {"type": "image", "data": "A" * 1_000_000, "mimeType": "image/png"}
+    with_image = text | {"content": [*text["content"], image]}
+    assert budgets.measure(with_image) == budgets.measure(text) + budgets.IMAGE_TOKENS
