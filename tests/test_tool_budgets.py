@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from corpus import errors
@@ -300,3 +301,19 @@ def test_an_image_item_counts_what_a_model_reads_of_it_not_its_base64():
     image = {"type": "image", "data": "A" * 1_000_000, "mimeType": "image/png"}
     with_image = text | {"content": [*text["content"], image]}
     assert budgets.measure(with_image) == budgets.measure(text) + budgets.IMAGE_TOKENS
+
+
+def test_the_rest_mirror_takes_the_budget_and_its_cursor(server):
+    def find(**params) -> httpx.Response:
+        auth = {"Authorization": f"Bearer {server.token}"}
+        return httpx.get(f"{server.base}/api/v1/find", params=params, headers=auth, timeout=30)
+
+    params = {"content": "shared_helper", "limit": 200, "max_tokens": 500}
+    first = find(**params)
+    assert first.status_code == 200, first.text
+    found = first.json()
+    assert found["budget"]["truncated"] and found["budget"]["used_tokens"] <= 500
+    again = find(**params, cursor=found["next_cursor"]).json()
+    assert again["matches"] and again["matches"][0] not in found["matches"]
+    small = find(**(params | {"max_tokens": 10}))
+    assert small.status_code == 400 and small.json()["error"]["code"] == errors.INVALID_RANGE
