@@ -237,15 +237,16 @@ def budgets(agent: Agent, queries: list[str]) -> dict:
     out = {}
     for limit in BUDGETS:
         used_ratio = text_ratio = json_ratio = 0.0
-        truncated = 0
+        truncated = text_over = json_over = 0
         for query in queries:
             before = agent.text_tokens, agent.json_tokens
             result = agent.call("dir2mcp.search", {"query": query, "max_tokens": limit})
             spent = result["budget"]
             assert spent["used_tokens"] <= limit, (query, limit, spent)
             used_ratio = max(used_ratio, spent["used_tokens"] / limit)
-            text_ratio = max(text_ratio, (agent.text_tokens - before[0]) / limit)
-            json_ratio = max(json_ratio, (agent.json_tokens - before[1]) / limit)
+            text, whole = agent.text_tokens - before[0], agent.json_tokens - before[1]
+            text_ratio, json_ratio = max(text_ratio, text / limit), max(json_ratio, whole / limit)
+            text_over, json_over = text_over + (text > limit), json_over + (whole > limit)
             truncated += spent["truncated"]
         agent.reset()
         out[str(limit)] = {
@@ -254,6 +255,8 @@ def budgets(agent: Agent, queries: list[str]) -> dict:
             "max_used_ratio": round(used_ratio, 3),
             "max_text_ratio": round(text_ratio, 3),
             "max_json_ratio": round(json_ratio, 3),
+            "text_over": text_over,
+            "json_over": json_over,
             "truncated": truncated,
         }
     return out

@@ -1,4 +1,6 @@
-"""Labelled corpora for bench/retrieval.py: real code and prose, doc comments as queries.
+"""Labelled corpora for bench/retrieval.py: real code and prose, doc comments as queries;
+and whole trees with their reference definitions and uses for the navigation
+benchmarks (``nav_tree`` and what follows it, at the end).
 
 Each builder copies source files nobody on this project wrote into a root
 directory with their documentation removed (line numbers kept), and returns
