@@ -76,20 +76,12 @@ from bench.corpora import (  # noqa: E402
     python_definitions,
     write_tree,
 )
+from bench.search import setup_django  # noqa: E402
 
 BUDGETS = (500, 2000, 8000)
 MAX_OPENS = 3  # symbols: hits opened at most before giving up
 MIN_USES, MAX_USES = 20, 500
 SEARCH_K_USES = 50
-
-
-def setup(tree: Path, state: Path) -> None:
-    from dir2mcp_site import bootstrap
-
-    bootstrap.prepare(["--dir", str(tree), "--state-dir", str(state)])
-    import django
-
-    django.setup()
 
 
 def reference_definitions(language: str) -> Callable[[str], list[Definition] | None]:
@@ -267,7 +259,7 @@ def budgets(agent: Agent, queries: list[str]) -> dict:
 
 def phase_run(language: str, work: Path, names: int, uses_sample: int) -> dict:
     tree, state = work / "tree", work / "state"
-    setup(tree, state)
+    setup_django(tree, state)
     from corpus.config import load_config
     from corpus.ingest.pipeline import Indexer
     from corpus.models import Document
