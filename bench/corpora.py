@@ -1,4 +1,6 @@
-"""Labelled corpora for bench/retrieval.py: real code and prose, doc comments as queries.
+"""Labelled corpora for bench/retrieval.py: real code and prose, doc comments as queries;
+and whole trees with their reference definitions and uses for the navigation
+benchmarks (``nav_tree`` and what follows it, at the end).
 
 Each builder copies source files nobody on this project wrote into a root
 directory with their documentation removed (line numbers kept), and returns
@@ -374,3 +376,235 @@ _BUILDERS = {
     "java": _Builder(_java_sources, lambda path, text: label_doc_comments("java", path, text)),
     "prose": _Builder(_prose_sources, label_prose),
 }
+
+
+# -- navigation trees (bench/outline.py, bench/symbols.py, bench/agent_tokens.py) ----------------
+#
+# Whole source trees, as they are, for the navigation tools (issue #32): no
+# labels, nothing blanked. Each is ``{rel_path: text}`` in path order.
+
+RXJS_VERSION = "7.8.1"
+GO_SRC_PACKAGE = "golang-1.19-src"  # Debian's Go standard library source (bookworm: 1.19.8)
+NAV_LANGUAGES = ("python", "ts", "go")
+_GENERATED = re.compile(r"^// Code generated .* DO NOT EDIT\.$", re.MULTILINE)
+
+
+def nav_tree(language: str) -> tuple[dict[str, str], str]:
+    """``language``'s tree for the navigation benchmarks and what it is.
+
+    - ``python``: the standard library's modules (``test``/``tests``
+      directories and ``site-packages`` left out);
+    - ``ts``: rxjs's TypeScript sources (``src/**/*.ts`` of ``npm pack rxjs``);
+    - ``go``: Go's standard library (Debian's ``golang-*-src``), without
+      ``cmd``, ``vendor``, ``testdata``, ``_test.go`` files and files marked
+      ``Code generated … DO NOT EDIT``.
+    """
+    if language == "python":
+        lib = Path(sysconfig.get_paths()["stdlib"])
+        texts = {}
+        for path in sorted(lib.rglob("*.py")):
+            rel = path.relative_to(lib)
+            if not ({"site-packages", "test", "tests"} & set(rel.parts)):
+                texts[rel.as_posix()] = path.read_text(errors="replace")
+        return texts, f"CPython {sys.version.split()[0]} standard library"
+    if language == "ts":
+        texts = _tar_texts(
+            npm_package(f"rxjs@{RXJS_VERSION}"),
+            lambda name: name.startswith("src/") and name.endswith(".ts") and not name.endswith(".d.ts"),
+        )
+        return dict(sorted(texts.items())), f"rxjs@{RXJS_VERSION} src/**/*.ts"
+    if language == "go":
+        src, version = go_src()
+        texts = {}
+        for path in sorted(src.rglob("*.go")):
+            rel = path.relative_to(src)
+            skip = {"cmd", "vendor", "testdata"} & set(rel.parts) or path.name.endswith("_test.go")
+            if skip:
+                continue
+            text = path.read_text(errors="replace")
+            if not _GENERATED.search(text):
+                texts[rel.as_posix()] = text
+        return texts, f"Go {version} standard library ({GO_SRC_PACKAGE}, Debian), hand-written files"
+    raise ValueError(f"no navigation tree for {language!r}")
+
+
+def go_src(cache: Path = CACHE) -> tuple[Path, str]:
+    """Go's ``src`` directory from Debian's package (``apt-get download``,
+    unpacked under ``cache``; nothing installed) and its version."""
+    target = cache / GO_SRC_PACKAGE
+    found = sorted(target.glob("usr/share/go-*/src"))
+    if not found:
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["apt-get", "download", GO_SRC_PACKAGE], cwd=cache, check=True, capture_output=True)
+        deb = sorted(cache.glob(f"{GO_SRC_PACKAGE}_*.deb"))[-1]
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)
+        found = sorted(target.glob("usr/share/go-*/src"))
+    debs = sorted(cache.glob(f"{GO_SRC_PACKAGE}_*.deb"))
+    version = debs[-1].name.split("_")[1] if debs else found[-1].parent.name.removeprefix("go-")
+    return found[-1], version
+
+
+def write_tree(texts: dict[str, str], root: Path) -> None:
+    """The tree's files under ``root``."""
+    for rel, text in texts.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A reference definition: the line its name is on, and its span (1-based)."""
+
+    name: str
+    line: int
+    start: int
+    end: int
+
+
+def python_definitions(text: str) -> list[Definition] | None:
+    """Every ``def``, ``async def`` and ``class`` by :mod:`ast`, nested ones too."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return [
+        Definition(
+            node.name,
+            node.lineno,
+            min([node.lineno, *(d.lineno for d in node.decorator_list)]),
+            node.end_lineno,
+        )
+        for node in ast.walk(tree)
+        if isinstance(node, kinds)
+    ]
+
+
+_GO_FUNC = re.compile(r"func (?:\([^)]*\) *)?(\w+)")
+_GO_TYPE = re.compile(r"type (\w+)\b")
+_GO_SPEC = re.compile(r"\t(\w+)\b")
+
+
+def go_definitions(text: str) -> list[Definition]:
+    """Go's top-level ``func``s, methods and ``type``s by a line scan (no
+    parser): ``func Name``/``func (recv) Name`` and ``type Name`` at the start
+    of a line, and each ``\\tName`` directly inside a ``type (`` block. A span
+    ends at the first ``}`` or ``)`` at the start of a later line when the
+    declaration's line opens a block, else on its own line."""
+    lines = text.split("\n")
+    found: list[Definition] = []
+    in_types = False
+    for number, line in enumerate(lines, 1):
+        if in_types:
+            if line.startswith(")"):
+                in_types = False
+            elif (match := _GO_SPEC.match(line)) and not line.startswith("\t//"):
+                found.append(_go_span(lines, match.group(1), number, "\t}"))
+            continue
+        if line.startswith("type ("):
+            in_types = True
+        elif match := _GO_FUNC.match(line):
+            found.append(_go_span(lines, match.group(1), number, "}"))
+        elif match := _GO_TYPE.match(line):
+            found.append(_go_span(lines, match.group(1), number, "}"))
+    return found
+
+
+def _go_span(lines: list[str], name: str, number: int, closer: str) -> Definition:
+    opened = lines[number - 1].rstrip()
+    if not opened.endswith(("{", "(")):
+        return Definition(name, number, number, number)
+    for end in range(number, len(lines)):
+        if lines[end].startswith(closer) or lines[end].startswith(closer.replace("}", ")")):
+            return Definition(name, number, number, end + 1)
+    return Definition(name, number, number, number)
+
+
+# Keywords and the names of built-in types that no grammar calls an identifier.
+_GO_WORDS = frozenset(
+    "break case chan const continue default defer else fallthrough for func go goto if import interface "
+    "map package range return select struct switch type var true false iota".split()
+)
+_TS_WORDS = frozenset(
+    "break case catch class const continue debugger default delete do else enum export extends false "
+    "finally for function if import in instanceof new null return super switch this throw true try "
+    "typeof var void while with as implements interface let package private protected public static "
+    "yield any boolean number string symbol bigint object never unknown undefined type from of get set "
+    "async await declare readonly keyof infer is abstract override satisfies asserts unique namespace "
+    "module require global constructor accessor out".split()
+)
+_WORD = re.compile(r"[A-Za-z_$][\w$]*")
+_REGEX_BEFORE = set("(,=:[!&|?{};+-*%<>~^") | {""}
+
+
+def lexical_uses(language: str, text: str) -> set[tuple[str, int]]:
+    """(name, line) of every identifier token of a Go or TypeScript file
+    outside comments, strings, runes and (TypeScript) regular expressions,
+    keywords and built-in type names left out: a scan with no parser, as
+    an independent reference for ``references``. A template literal's
+    ``${…}`` is scanned as code."""
+    words = _GO_WORDS if language == "go" else _TS_WORDS
+    found: set[tuple[str, int]] = set()
+    _scan(text, 0, len(text), 1, language, words, found, nested=False)
+    return {(name, line) for name, line in found if 2 <= len(name) and name not in ("nil", "self", "cls")}
+
+
+def _scan(text, i, end, line, language, words, found, *, nested) -> tuple[int, int]:
+    """Scan ``text[i:end]``; returns where it stopped and the line there
+    (a nested scan stops at the ``}`` closing its ``${``)."""
+    depth, last = 0, ""
+    while i < end:
+        c = text[i]
+        if c == "\n":
+            line, i = line + 1, i + 1
+        elif c in " \t\r":
+            i += 1
+        elif text.startswith("//", i):
+            i = text.find("\n", i) if text.find("\n", i) != -1 else end
+        elif text.startswith("/*", i):
+            close = text.find("*/", i + 2)
+            close = end if close == -1 else close + 2
+            line, i = line + text.count("\n", i, close), close
+        elif c in "\"'" or (c == "`" and language == "go"):
+            j = i + 1
+            while j < end and text[j] != c and not (text[j] == "\n" and c != "`"):
+                j += 2 if text[j] == "\\" and c != "`" else 1
+            line, i, last = line + text.count("\n", i, j), j + 1, "s"
+        elif c == "`":  # a TypeScript template literal
+            j = i + 1
+            while j < end and text[j] != "`":
+                if text[j] == "\\":
+                    j += 2
+                elif text.startswith("${", j):
+                    line += text.count("\n", i, j)
+                    j, line = _scan(text, j + 2, end, line, language, words, found, nested=True)
+                    i = j
+                else:
+                    j += 1
+            line, i, last = line + text.count("\n", i, j), j + 1, "s"
+        elif c == "/" and language != "go" and (last in _REGEX_BEFORE or last in ("return", "typeof")):
+            j, klass = i + 1, False
+            while j < end and text[j] != "\n" and (text[j] != "/" or klass):
+                klass = (klass or text[j] == "[") and text[j] != "]"
+                j += 2 if text[j] == "\\" else 1
+            i, last = (j if j < end and text[j] == "\n" else j + 1), "r"
+            while i < end and text[i].isalpha():
+                i += 1
+        elif (match := _WORD.match(text, i)) is not None:
+            word = match.group()
+            if word not in words:
+                found.add((word, line))
+            i, last = match.end(), word if word in words else "w"
+        elif c.isdigit():
+            i = re.compile(r"[\w.]+").match(text, i).end()
+            last = "n"
+        else:
+            if nested and c == "{":
+                depth += 1
+            elif nested and c == "}":
+                if depth == 0:
+                    return i + 1, line
+                depth -= 1
+            # ``x! / y``: TypeScript's non-null assertion, not a negation before a regular expression
+            i, last = i + 1, ("!x" if c == "!" and last in ("w", ")", "]") else c)
+    return i, line

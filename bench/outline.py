@@ -9,14 +9,20 @@ reference list of (name, the line the definition is named on):
   ``typescript`` npm package), JavaScript (lodash's modules) and C (this
   machine's ``/usr/include``): against the grammar's own ``tags.scm``
   definitions (``@definition.class|function|method|interface``), shipped in
-  each ``tree-sitter-*`` wheel.
+  each ``tree-sitter-*`` wheel (TypeScript's with JavaScript's, which it
+  extends);
+- rxjs's TypeScript sources (``rxjs``) and Go's standard library (``go``):
+  the same, Go's tags being ``@definition.function|method|type``; and Go
+  again against a line scan that uses no parser at all (``go-scan``:
+  ``func``/``type`` at the start of a line and the specs of ``type (``
+  blocks; see ``bench/corpora.go_definitions``).
 
 It prints, per language: files, reference definitions, the share the outline
 lists at the exact line (coverage, goal >= 0.98), the outline's entries that
 the reference does not have, and the outline's size against the file's
 (the JSON an agent receives, and its ``content[0]`` text).
 
-    .venv/bin/python bench/outline.py [--files 400] [--languages python,java,ts,js,c]
+    .venv/bin/python bench/outline.py [--files 400] [--languages python,java,ts,js,c,rxjs,go,go-scan]
 """
 
 from __future__ import annotations
@@ -37,15 +43,32 @@ from pathlib import Path
 import tree_sitter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.corpora import LODASH_VERSION, TS_VERSION, jdk_src_zip, npm_package  # noqa: E402
+from bench.corpora import (  # noqa: E402
+    LODASH_VERSION,
+    TS_VERSION,
+    Definition,
+    go_definitions,
+    jdk_src_zip,
+    nav_tree,
+    npm_package,
+)
 
 TAG_KINDS = {"class", "function", "method", "interface"}
-GRAMMARS = {  # language -> (module, loader name, extension for the outline)
-    "java": ("tree_sitter_java", "language", "java"),
-    "ts": ("tree_sitter_typescript", "language_typescript", "ts"),
-    "js": ("tree_sitter_javascript", "language", "js"),
-    "c": ("tree_sitter_c", "language", "h"),
+GO_TAG_KINDS = {"function", "method", "type"}  # Go's tags.scm names no class or interface
+GRAMMARS = {  # language -> (module, loader name, extension for the outline, tags.scm of these modules)
+    "java": ("tree_sitter_java", "language", "java", ("tree_sitter_java",)),
+    # TypeScript's tags.scm holds only what it adds to JavaScript's (as its grammar does)
+    "ts": (
+        "tree_sitter_typescript",
+        "language_typescript",
+        "ts",
+        ("tree_sitter_javascript", "tree_sitter_typescript"),
+    ),
+    "js": ("tree_sitter_javascript", "language", "js", ("tree_sitter_javascript",)),
+    "c": ("tree_sitter_c", "language", "h", ("tree_sitter_c",)),
+    "go": ("tree_sitter_go", "language", "go", ("tree_sitter_go",)),
 }
+GRAMMARS["rxjs"] = GRAMMARS["ts"]
 
 
 def setup_django() -> None:
@@ -103,7 +126,24 @@ def c_sources(limit: int) -> Iterator[tuple[str, str]]:
         yield path.removeprefix("/usr/include/"), Path(path).read_text(errors="replace")
 
 
-SOURCES = {"python": python_sources, "java": java_sources, "ts": ts_sources, "js": js_sources, "c": c_sources}
+def rxjs_sources(limit: int) -> Iterator[tuple[str, str]]:
+    yield from list(nav_tree("ts")[0].items())[:limit]
+
+
+def go_sources(limit: int) -> Iterator[tuple[str, str]]:
+    yield from list(nav_tree("go")[0].items())[:limit]
+
+
+SOURCES = {
+    "python": python_sources,
+    "java": java_sources,
+    "ts": ts_sources,
+    "js": js_sources,
+    "c": c_sources,
+    "rxjs": rxjs_sources,
+    "go": go_sources,
+    "go-scan": go_sources,
+}
 
 
 # -- references ------------------------------------------------------------------------------
@@ -122,23 +162,33 @@ class Tags:
     """The grammar's own definitions, from its ``queries/tags.scm``."""
 
     def __init__(self, language: str):
-        module_name, loader, _ = GRAMMARS[language]
+        module_name, loader, _, scms = GRAMMARS[language]
         module = __import__(module_name)
         self.language = tree_sitter.Language(getattr(module, loader)())
-        scm = Path(module.__file__).parent / "queries" / "tags.scm"
-        self.query = tree_sitter.Query(self.language, scm.read_text())
+        scm = "\n".join(
+            (Path(__import__(name).__file__).parent / "queries" / "tags.scm").read_text() for name in scms
+        )
+        self.query = tree_sitter.Query(self.language, scm)
         self.parser = tree_sitter.Parser(self.language)
+        self.kinds = GO_TAG_KINDS if language == "go" else TAG_KINDS
 
     def reference(self, text: str) -> set[tuple[str, int]]:
+        return {(d.name, d.line) for d in self.definitions(text)}
+
+    def definitions(self, text: str) -> list[Definition]:
+        """Each definition the tags query captures, with the span of its node."""
         tree = self.parser.parse(text.encode("utf-8", "surrogatepass"))
-        found = set()
+        found = {}
         for _, captures in tree_sitter.QueryCursor(self.query).matches(tree.root_node):
             names = captures.get("name", [])
-            for key in captures:
+            for key, nodes in captures.items():
                 kind = key.removeprefix("definition.")
-                if key.startswith("definition.") and kind in TAG_KINDS and names:
-                    found.add((names[0].text.decode("utf-8", "replace"), names[0].start_point.row + 1))
-        return found
+                if key.startswith("definition.") and kind in self.kinds and names:
+                    name = names[0].text.decode("utf-8", "replace")
+                    line = names[0].start_point.row + 1
+                    start, end = nodes[0].start_point.row + 1, nodes[0].end_point.row + 1
+                    found[(name, line)] = Definition(name, line, start, end)
+        return list(found.values())
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -149,12 +199,15 @@ def measure(language: str, limit: int) -> dict | None:
     from mcp_gateway import summaries
 
     tags = Tags(language) if language in GRAMMARS else None
-    ext = GRAMMARS[language][2] if tags else "py"
+    ext = GRAMMARS[language][2] if tags else "go" if language == "go-scan" else "py"
     files = reference_total = covered = extra = 0
     file_bytes = json_bytes = text_bytes = 0
     started = time.perf_counter()
     for rel, text in SOURCES[language](limit):
-        reference = python_reference(text) if tags is None else tags.reference(text)
+        if language == "go-scan":  # an independent count: a line scan, no parser
+            reference = {(d.name, d.line) for d in go_definitions(text)}
+        else:
+            reference = python_reference(text) if tags is None else tags.reference(text)
         if reference is None:
             continue
         rel_path = rel if rel.endswith("." + ext) else rel + "." + ext
@@ -188,7 +241,7 @@ def measure(language: str, limit: int) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=400, help="files per language")
-    parser.add_argument("--languages", default="python,java,ts,js,c")
+    parser.add_argument("--languages", default="python,java,ts,js,c,rxjs,go,go-scan")
     args = parser.parse_args()
     setup_django()
     columns = "files | reference definitions | coverage | outline-only entries | JSON / file | text / file"

@@ -1,7 +1,9 @@
-"""dir2mcp.symbols and dir2mcp.references on the Python standard library (issue #32).
+"""dir2mcp.symbols and dir2mcp.references on trees nobody here wrote (issue #32).
 
-One run indexes a copy of the standard library's modules (``test``
-directories and ``site-packages`` left out) twice, each in its own process
+One run indexes a copy of a tree (``--language``: ``python``, the standard
+library's modules, ``test`` directories and ``site-packages`` left out;
+``ts``, rxjs's TypeScript sources; ``go``, Go's standard library, see
+``bench/corpora.nav_tree``) twice, each in its own process
 and state directory: with the symbol index as shipped, and without it (the
 definitions and uses are not extracted: the parse still runs, for the
 units). It reports both index times and database sizes, then, on the index
@@ -18,10 +20,18 @@ with symbols:
   the index means to store. Both filtered by the same rule
   the index applies (at least two characters, not ``self``/``cls``). Goal:
   precision and recall >= 0.9.
+
+  For TypeScript and Go the reference definitions are the grammar's own
+  ``tags.scm`` ones (TypeScript) and a line scan of ``func``/``type``
+  declarations (Go, no parser: ``bench/corpora.go_definitions``); the
+  reference uses are the identifier tokens of a scan outside comments,
+  strings and regular expressions, keywords left out, less the reference
+  definitions' names (``lexical``; ``bench/corpora.lexical_uses``): it
+  holds parameters, which the index leaves out by design.
 - ``references`` latency: p50 and p95 of a first page (50 hits) for names
   drawn at random from those used.
 
-    .venv/bin/python bench/symbols.py [--tree PATH] [--names 2000]
+    .venv/bin/python bench/symbols.py [--language python|ts|go] [--tree PATH] [--names 2000]
 """
 
 from __future__ import annotations
@@ -43,6 +53,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from bench.corpora import go_definitions, lexical_uses, nav_tree, write_tree  # noqa: E402
+
+EXTENSIONS = {"python": ".py", "ts": ".ts", "go": ".go"}
 
 
 def copy_tree(source: Path, target: Path) -> int:
@@ -162,24 +175,39 @@ def ast_uses(text: str, *, strict: bool) -> set[tuple[str, int]] | None:
     return {(name, line) for name, line in found if plausible(name)}
 
 
-def phase_query(tree: Path, state: Path, sample: int) -> dict:
+def reference_definitions(language: str):
+    """``text -> [(name, line)]`` of ``language``'s reference (None: unparsable)."""
+    if language == "python":
+        return ast_definitions
+    if language == "go":
+        return lambda text: [(d.name, d.line) for d in go_definitions(text)]
+    from bench.outline import Tags  # tree-sitter's tags queries: only the TypeScript run needs them
+
+    tags = Tags(language)
+    return lambda text: sorted(tags.reference(text))
+
+
+def phase_query(tree: Path, state: Path, sample: int, language: str = "python") -> dict:
     _django(tree, state)
-    from corpus.models import Document, Reference
+    from corpus.models import Document, Reference, Symbol
     from corpus.navigation import names
 
     # The files the index holds: one it skipped (a secret rule matched) has no rows to compare.
     indexed = set(Document.objects.filter(deleted=False, status="ok").values_list("rel_path", flat=True))
     texts = {
         p.relative_to(tree).as_posix(): p.read_text(errors="replace")
-        for p in sorted(tree.rglob("*.py"))
+        for p in sorted(tree.rglob("*" + EXTENSIONS[language]))
         if p.relative_to(tree).as_posix() in indexed
     }
+    definitions_of = reference_definitions(language)
 
     # symbols: every uniquely defined name
     where: dict[str, list[tuple[str, int]]] = {}
+    defined: dict[str, set[tuple[str, int]]] = {}
     for rel, text in texts.items():
-        for name, line in ast_definitions(text) or ():
+        for name, line in definitions_of(text) or ():
             where.setdefault(name, []).append((rel, line))
+            defined.setdefault(rel, set()).add((name, line))
     unique = sorted(name for name, places in where.items() if len(places) == 1)
     random.Random(7).shuffle(unique)
     checked = unique[:sample] if sample else unique
@@ -197,22 +225,32 @@ def phase_query(tree: Path, state: Path, sample: int) -> dict:
     docs = dict(Document.objects.filter(deleted=False).values_list("doc_id", "rel_path"))
     for doc_id, name, lines in Reference.objects.values_list("document_id", "name", "lines").iterator(5000):
         stored.setdefault(docs[doc_id], set()).update((name, int(n)) for n in lines.split())
+    signature_lines: dict[str, set[int]] = {}
+    for doc_id, line in Symbol.objects.values_list("document_id", "line").iterator(5000):
+        signature_lines.setdefault(docs[doc_id], set()).add(line)
     scores = {}
-    for mode in ("strict", "identifiers"):
-        true = predicted = both = 0
+    for mode in ("strict", "identifiers") if language == "python" else ("lexical",):
+        true = predicted = both = on_signatures = 0
         for rel, text in texts.items():
-            expected = ast_uses(text, strict=mode == "strict")
+            if mode == "lexical":
+                expected = lexical_uses(language, text) - defined.get(rel, set())
+            else:
+                expected = ast_uses(text, strict=mode == "strict")
             if expected is None:
                 continue
             got = stored.get(rel, set())
             true += len(expected)
             predicted += len(got)
             both += len(expected & got)
+            lines = signature_lines.get(rel, set())
+            on_signatures += sum(1 for _, line in expected - got if line in lines)
         scores[mode] = {
             "reference_uses": true,
             "stored_uses": predicted,
             "precision": round(both / predicted, 4) if predicted else None,
             "recall": round(both / true, 4) if true else None,
+            # parameters and the names of members the outline lists are on these lines
+            "unstored_on_definition_lines": on_signatures,
         }
 
     # latency of a first page of references
@@ -246,7 +284,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--tree", default=sysconfig.get_paths()["stdlib"])
+    parser.add_argument("--language", choices=sorted(EXTENSIONS), default="python")
+    parser.add_argument("--tree", default=sysconfig.get_paths()["stdlib"], help="Python only.")
     parser.add_argument("--names", type=int, default=2000, help="Unique names checked (0: all).")
     parser.add_argument("--phase", choices=["index", "query"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -258,14 +297,20 @@ def main() -> None:
         if args.phase == "index":
             result = phase_index(work / "tree", state, work / "bench.yaml", args.without)
         else:
-            result = phase_query(work / "tree", state, args.names)
+            result = phase_query(work / "tree", state, args.names, args.language)
         print(json.dumps(result))
         return
 
     work = Path(tempfile.mkdtemp(prefix="dir2mcp-bench-symbols-"))
-    files = copy_tree(Path(args.tree), work / "tree")
+    if args.language == "python":
+        files, source = copy_tree(Path(args.tree), work / "tree"), f"{args.tree} (.py)"
+    else:
+        texts, source = nav_tree(args.language)
+        write_tree(texts, work / "tree")
+        files = len(texts)
     (work / "bench.yaml").write_text("embed:\n  provider: none\n")
     me = [sys.executable, str(Path(__file__).resolve()), "--work", str(work), "--names", str(args.names)]
+    me += ["--language", args.language]
 
     def run(*extra: str) -> dict:
         out = subprocess.run([*me, *extra], capture_output=True, text=True, check=True)
@@ -278,6 +323,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
         "python": platform.python_version(),
+        "tree": source,
         "files": files,
         "without_symbols": without,
         "with_symbols": with_,

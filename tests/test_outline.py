@@ -205,6 +205,12 @@ def test_a_signature_is_the_definitions_own_line_not_its_decorator():
     assert "line" not in outlines.code_outline(text, rel)[1].as_dict()  # no decorator: the span says it
 
 
+def test_a_go_type_alias_is_named():
+    # Go's standard library: builtin/builtin.go's ``type any = interface{}`` was listed with no name.
+    text = "package p\n\ntype any = interface{}\n\ntype (\n\tA = int\n\tB struct{}\n)\n"
+    assert flat(outlines.code_outline(text, "p.go")) == [(0, "type", "any", 3, 3), (0, "type", "A", 5, 8)]
+
+
 def test_a_file_no_grammar_reads_has_no_code_outline():
     assert outlines.code_outline("just words\n", "notes.txt") is None
 

@@ -268,7 +268,10 @@ def _name_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
     if named is not None:
         return named
     if node.type in ("lexical_declaration", "variable_declaration", "type_declaration"):
-        inner = next((c for c in node.named_children if c.type in ("variable_declarator", "type_spec")), None)
+        inner = next(
+            (c for c in node.named_children if c.type in ("variable_declarator", "type_spec", "type_alias")),
+            None,
+        )
         return _name_node(inner) if inner is not None else None
     if node.type == "expression_statement" and node.named_child_count == 1:
         return node.named_children[0].child_by_field_name("left")
