@@ -34,7 +34,10 @@ class Passage:
         return estimate_tokens(self.content) + PASSAGE_OVERHEAD_TOKENS
 
     def as_dict(self) -> dict:
+        """The best hit's fields with the passage's span and text; its snippet
+        is empty (the text is there whole: a budget pays for it once)."""
         return self.best.as_dict() | {
+            "snippet": "",
             "span": self.span.as_dict(),
             "chunk_ids": self.chunk_ids,
             "content": self.content,
