@@ -68,7 +68,10 @@ HIT = {
         # Where the span carries one (Office slides and sheets).
         "label": LABEL,
         # With search's max_tokens (issue #32): the passage itself.
-        "content": {"type": "string", "description": "The cited text (search with max_tokens; snippet is then empty)."},
+        "content": {
+            "type": "string",
+            "description": "The cited text (search with max_tokens; snippet is then empty).",
+        },
         "chunk_ids": {
             "type": "array",
             "items": {"type": "integer"},
