@@ -9,7 +9,9 @@ import pytest
 
 from corpus import errors
 from corpus.config import build_config
+from corpus.ingest import units
 from corpus.navigation import outline as outlines
+from corpus.navigation import symbols
 from corpus.security import ExclusionEngine
 from tests.samples import make_pdf
 
@@ -208,7 +210,23 @@ def test_a_signature_is_the_definitions_own_line_not_its_decorator():
 def test_a_go_type_alias_is_named():
     # Go's standard library: builtin/builtin.go's ``type any = interface{}`` was listed with no name.
     text = "package p\n\ntype any = interface{}\n\ntype (\n\tA = int\n\tB struct{}\n)\n"
-    assert flat(outlines.code_outline(text, "p.go")) == [(0, "type", "any", 3, 3), (0, "type", "A", 5, 8)]
+    assert flat(outlines.code_outline(text, "p.go")) == [
+        (0, "type", "any", 3, 3),
+        (0, "type", "A", 6, 6),
+        (0, "type", "B", 7, 7),
+    ]
+
+
+def test_each_type_of_a_grouped_go_declaration_is_its_own_entry():
+    # go/ast/ast.go declares twenty statement types in one type ( … ): the outline listed only the first.
+    text = "package p\n\ntype (\n\tBadStmt struct {\n\t\tFrom int\n\t}\n\n\tDeclStmt struct{ Decl int }\n)\n"
+    assert flat(outlines.code_outline(text, "p.go")) == [
+        (0, "type", "BadStmt", 4, 6),
+        (0, "type", "DeclStmt", 8, 8),
+    ]
+    found = symbols.extract(units.parse(text, "p.go"))  # the symbol index: each a definition, neither a use
+    assert [(d.name, d.line) for d in found.definitions] == [("BadStmt", 4), ("DeclStmt", 8)]
+    assert not {use.name for use in found.uses} & {"BadStmt", "DeclStmt"}
 
 
 def test_a_file_no_grammar_reads_has_no_code_outline():

@@ -232,6 +232,10 @@ def _entries(parsed: units.Parsed, node: tree_sitter.Node, *, inside_class: bool
     found = []
     for outer in parsed.inner(node):
         core = parsed.core(outer)
+        specs = _grouped_specs(core)
+        if specs:  # Go's type ( A …; B … ): one unit, but each spec its own definition
+            found += [_spec_entry(parsed, spec) for spec in specs]
+            continue
         kind = _KINDS.get(core.type, core.type)
         if inside_class and kind in _FUNCTION_KINDS:
             kind = "method"
@@ -249,6 +253,28 @@ def _entries(parsed: units.Parsed, node: tree_sitter.Node, *, inside_class: bool
         entry.children = _entries(parsed, core, inside_class=parsed.is_class_like(core))
         found.append(entry)
     return found
+
+
+def _grouped_specs(node: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """The specs of a Go ``type ( … )`` that declares more than one type."""
+    if node.type != "type_declaration":
+        return []
+    specs = [c for c in node.named_children if c.type in ("type_spec", "type_alias")]
+    return specs if len(specs) > 1 else []
+
+
+def _spec_entry(parsed: units.Parsed, spec: tree_sitter.Node) -> Entry:
+    name, row = _name(spec)
+    return Entry(
+        "type",
+        name,
+        parsed.lines[row].strip()[: units.SIGNATURE_CHARS] if row < len(parsed.lines) else "",
+        spec.start_point.row + 1,
+        units.last_row(spec) + 1,
+        line=row + 1,
+        node=spec,
+        name_node=_name_node(spec),
+    )
 
 
 def _name(node: tree_sitter.Node) -> tuple[str, int]:
