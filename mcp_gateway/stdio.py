@@ -40,7 +40,7 @@ from typing import BinaryIO
 
 from corpus import errors, store_faults
 from corpus.events import Reporter
-from mcp_gateway import dispatch, tools, transport
+from mcp_gateway import dispatch, modern, tools, transport
 from mcp_gateway.background import start_background_indexing
 from mcp_gateway.notify import HUB, LOCAL
 from mcp_gateway.transport import HttpError, Message
@@ -264,9 +264,10 @@ class StdioServer:
                 self._cancel(msg.params.get("requestId"))
             dispatch.respond(msg, self.session, self.ctx)
             return
+        stateless = modern.is_modern(msg)
         if msg.method == "initialize":
             self.initialized = True
-        elif not self.initialized and msg.method != "ping":
+        elif not (stateless or self.initialized or msg.method == "ping"):
             self.writer.write(dispatch.not_initialized(msg))
             return
         if msg.method == "tools/call":
@@ -313,6 +314,8 @@ class StdioServer:
 
     def _respond(self, msg: Message, emit, cancel) -> dict | None:
         try:
+            if modern.is_modern(msg):  # 2026-07-28: no session, everything in the request
+                return modern.respond(msg, self.ctx, emit=emit, cancel=cancel)
             return dispatch.respond(msg, self.session, self.ctx, emit=emit, cancel=cancel)
         except tools.Cancelled:
             return None
