@@ -1,4 +1,4 @@
-"""The ``/mcp`` endpoint: MCP Streamable HTTP (2025-11-25) as an ASGI app.
+"""The ``/mcp`` endpoint: MCP Streamable HTTP (2025-11-25 and 2026-07-28) as an ASGI app.
 
 One async handler, served by daphne beside Django (``dir2mcp_site/asgi.py``)
 without Django's request machinery (``asgi_io.py`` says why). The gate in
@@ -11,6 +11,12 @@ asked for log messages) is answered as an SSE stream carrying the
 notifications and then the response, everything else as one JSON object.
 ``GET`` opens the session's standalone stream of resource notifications
 (``standalone.py``).
+
+A 2026-07-28 request (``modern.is_modern``) takes no session: its mirrored
+headers are checked against the body (``mirrored.py``), then it runs the
+same way, admitted as its address and credential, and is answered in that
+revision's form (``modern.py``); ``subscriptions/listen`` is answered with
+a stream that stays open (``subscriptions.py``).
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ from mcp_gateway import (
     ratelimit,
     sessions,
     standalone,
+    subscriptions,
     tools,
     transport,
     workers,
 )
 from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
+from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import HttpError, Message
 
 log = logging.getLogger(__name__)
@@ -270,6 +278,8 @@ async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Re
         modern.check_version(envelope.version)
     except modern.Refusal as refusal:
         return _json(refusal.response(msg.id), refusal.status)
+    if msg.method == subscriptions.METHOD:
+        return await _listen(msg, ctx)
     client = _stateless_client(request)
     key = ("stateless", next(_stateless_keys))
     paid = dispatch.is_paid(msg, ctx)
@@ -292,6 +302,47 @@ async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Re
         return _json(_call_error(msg.id, refused), headers={"Retry-After": "1"})
     status = reply.status if reply.status != 200 else modern.status_of(outcome)
     return _json(outcome, status, reply.headers)
+
+
+async def _listen(msg: Message, ctx: context.Context) -> Response | StreamResponse:
+    """``subscriptions/listen``: its acknowledgment, then the change
+    notifications it asked for, on an SSE answer that stays open
+    (mcp_gateway/subscriptions.py); a keep-alive comment when quiet."""
+    try:
+        listen = await _in_worker(subscriptions.open_listen, msg, ctx)
+    except ResourceError as exc:
+        return _json(errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data))
+    return StreamResponse(_listen_events(listen))
+
+
+async def _listen_events(listen: subscriptions.Listen):
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def put(item) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop has closed: the server is stopping
+            pass
+
+    sink = subscriptions.Sink(listen, put, lambda: put(_END))
+    key = f"listen-{next(_stateless_keys)}"
+    notify.HUB.attach(key, sink, listen.local)
+    every = standalone.keepalive_seconds()
+    try:
+        yield _sse(subscriptions.acknowledged(listen))
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), every)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if item is _END:
+                yield _sse(subscriptions.closing(listen))
+                return
+            yield _sse(item)
+    finally:
+        notify.HUB.detach(key, sink)
 
 
 def _input_schema(msg: Message) -> dict | None:

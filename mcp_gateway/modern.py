@@ -162,10 +162,16 @@ def server_info() -> dict:
 
 
 def capabilities() -> dict:
-    """What a modern client may use. No ``listChanged``/``subscribe``: change
-    notifications are not offered statelessly yet (no ``subscriptions/listen``);
-    sessions keep theirs (``dispatch.initialize_result``)."""
-    return {"tools": {}, "resources": {}, "prompts": {}, "completions": {}, "logging": {}}
+    """What a modern client may use. Resource changes come through
+    ``subscriptions/listen`` (mcp_gateway/subscriptions.py); the tool and
+    prompt lists do not change while the server runs."""
+    return {
+        "tools": {},
+        "resources": {"subscribe": True, "listChanged": True},
+        "prompts": {},
+        "completions": {},
+        "logging": {},
+    }
 
 
 def discover_result() -> dict:

@@ -6,7 +6,8 @@ the other tests use). tests/test_mcp2_client.py runs it as a subprocess:
     python tests/mcp2_client.py MODE stdio PYTHON MANAGE_PY ROOT
 
 It lists the tools, searches, opens the first hit's file (2026-07-28 mirrors
-its rel_path as Mcp-Param-Path) and reads it as a resource, then prints one
+its rel_path as Mcp-Param-Path) and reads it as a resource (2026-07-28: and opens a subscriptions/listen
+for it), then prints one
 JSON object with what it saw. It imports nothing of dir2mcp.
 """
 
@@ -27,8 +28,14 @@ async def walk(client: Client) -> dict:
     found = await client.call_tool("dir2mcp.search", {"query": "parse config file", "k": 3})
     hit = found.structured_content["hits"][0]
     opened = await client.call_tool("dir2mcp.open_file", {"rel_path": hit["rel_path"]})
-    read = await client.read_resource(f"dir2mcp:///{hit['rel_path']}")
+    uri = f"dir2mcp:///{hit['rel_path']}"
+    read = await client.read_resource(uri)
+    honored = None
+    if client.protocol_version == "2026-07-28":  # subscriptions/listen: its acknowledgment
+        async with client.listen(resources_list_changed=True, resource_subscriptions=[uri]) as sub:
+            honored = sub.honored.model_dump(by_alias=True, exclude_none=True)
     return {
+        "listen_honored": honored,
         "protocol_version": client.protocol_version,
         "tools": sorted(tool.name for tool in tools),
         "search_is_error": bool(found.is_error),

@@ -61,6 +61,9 @@ def check_walk(seen: dict, version: str) -> None:
     assert not seen["search_is_error"] and seen["hit"] == "src/loader.py"
     assert not seen["open_file_is_error"] and "parse_config_file" in seen["open_file_content"]
     assert "parse_config_file" in seen["resource_text"]
+    if version == "2026-07-28":
+        honored = {"resourcesListChanged": True, "resourceSubscriptions": ["dir2mcp:///src/loader.py"]}
+        assert seen["listen_honored"] == honored
 
 
 @pytest.mark.parametrize(
