@@ -419,7 +419,7 @@ def test_progress_and_logs_only_for_the_request_that_asks(server):
 @pytest.fixture
 def stdio_server():
     started: list[Raw] = []
-    yield lambda root, *extra: started.append(Raw(command(root, *extra))) or started[-1]
+    yield lambda root, *extra, env=None: started.append(Raw(command(root, *extra), env=env)) or started[-1]
     for server in started:
         server.kill()
 
@@ -457,3 +457,34 @@ def test_stdio_serves_stateless_requests_before_and_beside_initialize(tmp_path, 
     again = server.request(8, "tools/list", {"_meta": META})["result"]
     assert again["resultType"] == "complete"
     assert server.close() == 0
+
+
+def test_stdio_cancels_a_stateless_call_by_its_id(tmp_path, stdio_server, fake_mistral):
+    root = tmp_path / "corpus"
+    root.mkdir()
+    write_corpus(root)
+    index(root, base_env(DIR2MCP_ROOT=str(root)))
+    env = {
+        "MISTRAL_API_KEY": fake_mistral.API_KEY,
+        "DIR2MCP_MISTRAL__BASE_URL": fake_mistral.url,
+        "DIR2MCP_CHAT__PROVIDER": "mistral",
+    }
+    server = stdio_server(root, "--no-index", env=env)
+    fake_mistral.delay_next(3.0, count=4)
+    asked = {"name": "dir2mcp.ask", "arguments": {"question": "what reads configuration files?"}}
+    server.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 31,
+            "method": "tools/call",
+            "params": asked | {"_meta": META | {"progressToken": 7}},
+        }
+    )
+    first = server.recv()
+    assert first["method"] == "notifications/progress" and first["params"]["progressToken"] == 7
+    server.notify("notifications/cancelled", {"requestId": 31})
+    # Answered while the cancelled call still runs; nothing more of the call comes.
+    assert server.request(32, "server/discover", {"_meta": META})["result"]["resultType"] == "complete"
+    assert server.close() == 0
+    replies = [json.loads(line) for line in server.lines]
+    assert not [r for r in replies if r.get("id") == 31]
