@@ -308,11 +308,18 @@ async def _listen(msg: Message, ctx: context.Context) -> Response | StreamRespon
     """``subscriptions/listen``: its acknowledgment, then the change
     notifications it asked for, on an SSE answer that stays open
     (mcp_gateway/subscriptions.py); a keep-alive comment when quiet."""
+    if len(_listening) >= subscriptions.max_open():
+        busy = errors.Dir2mcpError(errors.SERVER_BUSY, "too many subscriptions are open here; retry later")
+        return _json(_call_error(msg.id, busy), headers={"Retry-After": "1"})
     try:
         listen = await _in_worker(subscriptions.open_listen, msg, ctx)
     except ResourceError as exc:
         return _json(errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data))
     return StreamResponse(_listen_events(listen))
+
+
+# The subscriptions/listen streams open on this process, by hub key.
+_listening: set[str] = set()
 
 
 async def _listen_events(listen: subscriptions.Listen):
@@ -327,6 +334,7 @@ async def _listen_events(listen: subscriptions.Listen):
 
     sink = subscriptions.Sink(listen, put, lambda: put(_END))
     key = f"listen-{next(_stateless_keys)}"
+    _listening.add(key)
     notify.HUB.attach(key, sink, listen.local)
     every = standalone.keepalive_seconds()
     try:
@@ -343,6 +351,7 @@ async def _listen_events(listen: subscriptions.Listen):
             yield _sse(item)
     finally:
         notify.HUB.detach(key, sink)
+        _listening.discard(key)
 
 
 def _input_schema(msg: Message) -> dict | None:

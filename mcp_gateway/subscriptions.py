@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
 from corpus import errors
 from mcp_gateway import notify, sessions
 from mcp_gateway.modern import META_SERVER_INFO, server_info
@@ -50,6 +52,13 @@ class Listen:
         if self.uris:
             out["resourceSubscriptions"] = list(self.uris)
         return out
+
+
+def max_open() -> int:
+    """Subscriptions one HTTP process keeps open at once (``DIR2MCP_MAX_LISTENS``);
+    one more is SERVER_BUSY: each holds a connection and a hub sink, and no
+    session bounds them."""
+    return int(getattr(settings, "DIR2MCP_MAX_LISTENS", 1000))
 
 
 def _invalid(message: str) -> ResourceError:

@@ -195,3 +195,38 @@ def test_stdio_listen_until_cancelled(tmp_path):
         assert closing["id"] == "M" and closing["result"]["_meta"][SUBSCRIPTION] == "M"
     finally:
         server.kill()
+
+
+def test_subscriptions_past_the_process_limit_are_server_busy(tmp_path):
+    root = tmp_path / "corpus"
+    root.mkdir()
+    write_files(root)
+    up, server = start_up(Up, root, env={"DIR2MCP_MAX_LISTENS": "1"})
+    try:
+        first = Listening(server, {"resourcesListChanged": True}, msg_id=1)
+        assert first.messages.get(timeout=30)["method"] == ACK
+        body = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "subscriptions/listen",
+            "params": {"_meta": META, "notifications": {"resourcesListChanged": True}},
+        }
+        headers = server.headers(**{"MCP-Protocol-Version": VERSION, "Mcp-Method": "subscriptions/listen"})
+        busy = httpx.post(server.url, headers=headers, json=body, timeout=30)
+        assert busy.headers["Retry-After"] == "1"
+        assert (busy.json()["id"], busy.json()["error"]["code"]) == (2, -32001)
+        first.close()  # its slot is free once the server sees the hang-up
+        assert wait_until(lambda: reopened(server, body), timeout=30, message="a free subscription slot")
+        assert up.stop() == 0
+    finally:
+        up.close()
+
+
+def reopened(server: Server, body: dict) -> bool:
+    """Whether a subscription opens now (its acknowledgment arrives)."""
+    probe = Listening(server, body["params"]["notifications"], msg_id="probe")
+    try:
+        first = probe.messages.get(timeout=30)
+        return first is not None and first.get("method") == ACK
+    finally:
+        probe.close()
