@@ -272,7 +272,7 @@ class StdioServer:
             dispatch.respond(msg, self.session, self.ctx)
             return
         stateless = modern.is_modern(msg)
-        if msg.method == "initialize":
+        if msg.method == "initialize" and not stateless:  # a 2026-07-28 one is refused (-32601)
             self.initialized = True
         elif not (stateless or self.initialized or msg.method == "ping"):
             self.writer.write(dispatch.not_initialized(msg))

@@ -445,6 +445,8 @@ def test_stdio_serves_stateless_requests_before_and_beside_initialize(tmp_path, 
     ]
     assert read["contents"][0]["text"] and read["resultType"] == "complete"
     assert server.request(4, "ping", {"_meta": META})["error"]["code"] == -32601
+    assert server.request("i", "initialize", {"_meta": META})["error"]["code"] == -32601
+    assert server.request("l2", "tools/list", {})["error"]["code"] == -32600  # so no session began
     missing = server.request(5, "resources/read", {"uri": "test://nothing", "_meta": META})["error"]
     assert (missing["code"], missing["data"]["uri"]) == (-32602, "test://nothing")
     unsupported = server.request(
