@@ -524,6 +524,41 @@ DEFAULT_SECRET_PATTERNS = [
     rf"{_ASSIGN}(?P<mixed>{_VALUE}{{8,}})(?:[\s'\"]|$)",
 ]
 
+# The name of each default rule, in order: what a redaction marker says
+# ([REDACTED:aws-access-key]); a rule of the user's own is rule-<index>.
+DEFAULT_SECRET_RULE_NAMES = [
+    "aws-access-key",
+    "aws-secret-key",
+    "bearer-jwt",
+    "token-assignment",
+    "api-key",
+    "private-key",
+    "putty-private-key",
+    "github-token",
+    "github-pat",
+    "gitlab-token",
+    "slack-token",
+    "slack-webhook",
+    "stripe-live-key",
+    "google-api-key",
+    "openai-anthropic-key",
+    "jwt",
+    "package-registry-token",
+    "password-assignment",
+    "base64-private-key",
+    "connection-string-password",
+    "azure-sendgrid-key",
+    "basic-auth",
+    "credential-assignment",
+]
+SECRET_RULE_NAMES = dict(zip(DEFAULT_SECRET_PATTERNS, DEFAULT_SECRET_RULE_NAMES, strict=True))
+
+
+def secret_rule_names(patterns) -> list[str]:
+    """The marker name of each rule of ``patterns``."""
+    return [SECRET_RULE_NAMES.get(pattern, f"rule-{index}") for index, pattern in enumerate(patterns)]
+
+
 DEFAULT_ALLOWED_ORIGINS = [
     "http://localhost",
     "http://127.0.0.1",
@@ -614,6 +649,10 @@ class SecurityConfig(Section):
     secret_patterns: Annotated[list[str], AfterValidator(_check_patterns)] = Field(
         default_factory=lambda: list(DEFAULT_SECRET_PATTERNS)
     )
+    # exclude: a file holding a detected credential is indexed and served
+    # nowhere; redact: it is indexed and served with each credential replaced
+    # by [REDACTED:<rule>] (corpus/redaction.py). See docs/security.md.
+    secret_mode: Literal["exclude", "redact"] = "exclude"
 
 
 class Config(Section):

@@ -69,6 +69,8 @@ class Whole:
     mime_type: str
     text: str | None = None
     data: bytes | None = None
+    #: ``text`` is read by lines (a line slice of it is the same lines), not by pages or times
+    lines: bool = True
 
 
 def mime_type(rel_path: str, doc_type: str) -> str:
@@ -129,7 +131,8 @@ def _whole(engine: ExclusionEngine, rel: str, opened: OpenedFile | None) -> Whol
         return _from_file(engine, rel, doc, reps.get(RepType.RAW_TEXT), opened)
     _check_size(rel, len(text.encode("utf-8")), "read it by page or time range (a slice URI)")
     files.screen(engine, rel, text)
-    return Whole(rel, "text/plain", text=text)
+    marked = RepType.OCR_MARKDOWN in reps or RepType.TRANSCRIPT in reps or text.startswith("--- page 1 ---\n")
+    return Whole(rel, "text/plain", text=text, lines=not marked)
 
 
 def _extracted(rel: str, reps: dict) -> str | None:
@@ -175,6 +178,7 @@ def _from_file(engine: ExclusionEngine, rel: str, doc, raw, opened: OpenedFile |
         doc_type = sniffed
     if doc_type in _TEXTUAL and sniffed in _TEXTUAL:
         text = files.decode_text(data, (raw.meta_json or {}).get("encoding") if raw is not None else None)
+        text = files.redacted_text(engine, rel, text)
         files.screen(engine, rel, text)
         return Whole(rel, mime_type(rel, doc_type), text=text)
     files.screen(engine, rel, data.decode("latin-1"))  # a key stored in a binary file is still a key

@@ -71,6 +71,8 @@ _READ_BLOCK = 64 * 1024
 # through a key ("AKIA" + 15 of its 16 characters) cannot leak it.
 _CONTEXT = 256
 _HTML_READ_CAP = 16 * 1024 * 1024
+#: redact mode: the largest file read whole to be redacted (beyond it, streamed and screened)
+_REDACT_READ_CAP = 16 * 1024 * 1024
 _TEXT_TYPES = frozenset({"code", "text", "md", "data"})
 _REP_ORDER = {t: i for i, t in enumerate(RepType.values)}
 _FILE_FIELDS = ("rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "error_code")
@@ -153,6 +155,20 @@ def screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
     rule = engine.find_secret(text)
     if rule:
         raise _fail(errors.FORBIDDEN, f"{rel_path}: content matches a secret pattern ({rule}); not returned")
+
+
+def redacted_text(engine: ExclusionEngine, rel_path: str, text: str) -> str:
+    """Redact mode: the text of ``rel_path`` as read from the file, whole,
+    with each credential replaced by the redaction the indexer applies
+    (:meth:`ExclusionEngine.redact`), so a slice cut from it says what the
+    index says; FORBIDDEN when it holds one it cannot be redacted of.
+    Exclude mode: ``text`` as it is, for :func:`screen` to judge."""
+    if not engine.redacts:
+        return text
+    redacted = engine.redact(text)
+    if redacted is None:
+        raise _fail(errors.FORBIDDEN, f"{rel_path}: content matches a secret pattern; cannot be redacted")
+    return redacted.text
 
 
 # -- reading a file that may change -------------------------------------------
@@ -248,13 +264,19 @@ def open_file(
         return _open_slice(engine, unsettled.rel, None, *where) | {"from_index": True}
 
 
-def live_document(rel: str) -> tuple[Document | None, dict]:
+def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None, dict]:
     """The live document at ``rel`` and its representations by type; a
-    document skipped for a secret is refused here, for every reader."""
+    document skipped for a secret is refused here, for every reader.
+    ``raw_bytes``: the caller answers from the file's bytes as they are (a
+    checksum), so a document indexed with its credentials redacted is
+    refused too (a digest of the bytes would test guesses of a short
+    password against the rest of the file, which redact mode serves)."""
     doc = Document.objects.filter(rel_path=rel, deleted=False).first()
     if doc is not None and doc.status == "skipped" and (doc.error or "").startswith(errors.SECRET_DETECTED):
         raise _fail(errors.FORBIDDEN, f"{rel}: content matches a secret pattern; not returned")
     reps = {r.rep_type: r for r in Representation.objects.filter(document=doc, deleted=False)} if doc else {}
+    if raw_bytes and any((rep.meta_json or {}).get("redacted") for rep in reps.values()):
+        raise _fail(errors.FORBIDDEN, f"{rel}: holds a credential, served only redacted; not its raw bytes")
     return doc, reps
 
 
@@ -279,7 +301,7 @@ def _open_slice(
             raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no lines; open it by {unit}")
         if start_line and end_line and start_line > end_line:
             raise _fail(errors.INVALID_RANGE, "start_line must not be greater than end_line")
-        doc_type, source = _line_source(file, rel, doc, reps.get(RepType.RAW_TEXT))
+        doc_type, source = _line_source(engine, file, rel, doc, reps.get(RepType.RAW_TEXT))
         try:
             content, span, truncated, context = _read_lines(source, start_line or 1, end_line, max_chars)
         except UnicodeError:  # no codec chosen raises; a decoder that does meets a changed file
@@ -317,21 +339,21 @@ def read_document(engine: ExclusionEngine, rel_path, *, max_chars: int) -> Docum
     _str("rel_path", rel_path, limit=4096)
     try:
         return read_settled(
-            engine, rel_path, lambda opened: _document_text(opened.rel, opened.file, max_chars)
+            engine, rel_path, lambda opened: _document_text(engine, opened.rel, opened.file, max_chars)
         )
     except Unsettled as unsettled:
-        found = _document_text(unsettled.rel, None, max_chars)
+        found = _document_text(engine, unsettled.rel, None, max_chars)
         return DocumentText(**{**found.__dict__, "from_index": True})
 
 
-def _document_text(rel: str, file, max_chars: int) -> DocumentText:
+def _document_text(engine: ExclusionEngine, rel: str, file, max_chars: int) -> DocumentText:
     doc, reps = live_document(rel)
     paged = _paged(reps)
     if paged is not None:
         return DocumentText(rel, doc.doc_type, pages=paged.text.split(PAGE_SEPARATOR))
     if reps.get(RepType.TRANSCRIPT) is not None:
         raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} is a recording; open it by start_ms/end_ms")
-    doc_type, source = _line_source(file, rel, doc, reps.get(RepType.RAW_TEXT))
+    doc_type, source = _line_source(engine, file, rel, doc, reps.get(RepType.RAW_TEXT))
     try:
         text = source.read(max_chars + 1)
     except UnicodeError:
@@ -407,12 +429,17 @@ def _time_slice(engine, rel, rep, start_ms, end_ms, max_chars) -> tuple[str, Spa
     return content[:max_chars], span, count < len(picked) or len(content) > max_chars
 
 
-def _line_source(handle, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
+def _line_source(engine: ExclusionEngine, handle, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
     """The doc type and a text stream whose lines are the lines search spans count.
 
     ``handle`` is the file as :meth:`ExclusionEngine.open` opened it, or
-    None for the indexed text. A :class:`io.TextIOWrapper` returned reads
-    the handle; detach it, rather than close it, when done.
+    None for the indexed text (redacted when indexed in redact mode). A
+    :class:`io.TextIOWrapper` returned reads the handle; detach it, rather
+    than close it, when done. In redact mode the file's text is read whole
+    and redacted (:func:`redacted_text`), up to :data:`_REDACT_READ_CAP`
+    bytes; a larger file is read as a stream and screened as in exclude
+    mode, or, when the indexer redacted it (``ingest.max_file_mb`` above the
+    cap), its indexed text is what is read.
     """
     if ARCHIVE_SEPARATOR in rel or (raw is not None and (raw.meta_json or {}).get("converted_from")):
         if raw is None:
@@ -435,7 +462,7 @@ def _line_source(handle, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
         data = handle.read(_HTML_READ_CAP + 1)
         if len(data) > _HTML_READ_CAP:
             raise _fail(errors.FILE_TOO_LARGE, f"{rel} is too large to convert before it is indexed")
-        return doc_type, io.StringIO(extract("html", rel, data).text)
+        return doc_type, io.StringIO(redacted_text(engine, rel, extract("html", rel, data).text))
     if doc_type not in _TEXT_TYPES or sniffed not in _TEXT_TYPES:
         raise _fail(
             errors.DOC_TYPE_UNSUPPORTED, f"{rel} is a {doc_type} file, not text (binary files are not read)"
@@ -443,7 +470,18 @@ def _line_source(handle, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
     encoding, mark = _encoding_for(head, (raw.meta_json or {}).get("encoding") if raw is not None else None)
     handle.seek(mark)
     # Universal newlines split lines exactly as ingestion's normalisation does.
-    return doc_type, io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline=None)
+    stream = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline=None)
+    if not engine.redacts:
+        return doc_type, stream
+    if os.fstat(handle.fileno()).st_size > _REDACT_READ_CAP:
+        if raw is None or not (raw.meta_json or {}).get("redacted"):
+            return doc_type, stream
+        stream.detach()  # indexed redacted (ingest.max_file_mb over the cap): what the index holds
+        return doc_type, io.StringIO(raw.text)
+    try:
+        return doc_type, io.StringIO(redacted_text(engine, rel, stream.read()))
+    finally:
+        stream.detach()  # the file stays open: read_settled looks at it after the read
 
 
 def _encoding_for(head: bytes, indexed: str | None) -> tuple[str, int]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import re2
 
@@ -81,6 +82,8 @@ CHECKS: dict[str, Callable[[str], bool]] = {
     "mixed": is_mixed,
     "value": lambda value: not is_placeholder(value),
 }
+#: a group that holds the credential itself (what redaction replaces), checked or not
+SECRET_GROUP = "secret"
 
 
 def compiles_in_re2(pattern: str) -> bool:
@@ -104,6 +107,26 @@ def _encoded(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+class Match(NamedTuple):
+    """Where rule ``rule`` matched, in characters of the text, and the span
+    of the group holding the credential itself when the rule names one
+    (``secret``, else a checked ``value`` or ``mixed``)."""
+
+    rule: int
+    start: int
+    end: int
+    group: tuple[int, int] | None = None
+
+
+def _credential_group(groupindex) -> int | None:
+    """The number of the group that holds the credential, if the rule names one."""
+    names = {(name.decode() if isinstance(name, bytes) else name): n for name, n in groupindex.items()}
+    for name in (SECRET_GROUP, *CHECKS):
+        if name in names:
+            return names[name]
+    return None
+
+
 class _Checked:
     """An RE2 rule with named checks: which matches count."""
 
@@ -115,12 +138,45 @@ class _Checked:
             for name, number in self.rx.groupindex.items()
             if name.decode() in CHECKS
         ]
+        self.group = _credential_group(self.rx.groupindex)
+
+    def passes(self, match) -> bool:
+        return all(check((match.group(n) or b"").decode("utf-8", "replace")) for n, check in self.checks)
 
     def confirmed(self, data: bytes) -> bool:
-        for match in self.rx.finditer(data):
-            if all(check((match.group(n) or b"").decode("utf-8", "replace")) for n, check in self.checks):
-                return True
-        return False
+        return any(self.passes(match) for match in self.rx.finditer(data))
+
+
+class _CharOffsets:
+    """Byte offsets of the UTF-8 text RE2 matched, as offsets in the ``str``.
+
+    A byte offset inside a character (RE2 reads the bytes of a lone
+    surrogate as three invalid bytes) moves to that character's start, or
+    past its end with ``up``: a span only ever grows."""
+
+    def __init__(self, text: str, data: bytes):
+        self.data = data
+        self.ascii = len(data) == len(text)
+        self._known: dict[int, int] = {0: 0}
+
+    def _aligned(self, offset: int, up: bool) -> int:
+        data = self.data
+        while 0 < offset < len(data) and data[offset] & 0xC0 == 0x80:
+            offset += 1 if up else -1
+        return offset
+
+    def prepare(self, offsets: Iterable[tuple[int, bool]]) -> None:
+        """Decode once, in order, up to each offset that will be asked for."""
+        if self.ascii:
+            return
+        wanted = sorted({self._aligned(offset, up) for offset, up in offsets})
+        done, chars = 0, 0
+        for offset in wanted:
+            chars += len(self.data[done:offset].decode("utf-8", "surrogatepass"))
+            self._known[offset], done = chars, offset
+
+    def char(self, offset: int, *, up: bool = False) -> int:
+        return offset if self.ascii else self._known[self._aligned(offset, up)]
 
 
 class SecretScanner:
@@ -132,13 +188,15 @@ class SecretScanner:
         #: set index -> rule index; rule index -> its checks (if it has any)
         self._set_rules: list[int] = []
         self._checked: dict[int, _Checked] = {}
+        #: every rule in the set, compiled alone, to find where it matches
+        self._alone: dict[int, _Checked] = {}
         #: rules RE2 refuses, run by Python's re: (rule index, pattern, word test)
         self._python: list[tuple[int, re.Pattern[str], Callable[[str, str | None], bool]]] = []
         for index, pattern in enumerate(self.patterns):
             if compiles_in_re2(pattern):
                 self._set.Add(pattern.encode())
                 self._set_rules.append(index)
-                checked = _Checked(pattern)
+                checked = self._alone[index] = _Checked(pattern)
                 if checked.checks:
                     self._checked[index] = checked
             else:
@@ -183,3 +241,42 @@ class SecretScanner:
                 return found
             tail = text[-OVERLAP_CHARS:]
             data = read(BLOCK_BYTES)
+
+    def matches(self, text: str) -> list[Match]:
+        """Every match of every rule in ``text`` (each rule's own matches do
+        not overlap; two rules' may), in characters: the set says which
+        rules match, then each of those runs alone (RE2, linear)."""
+        found: list[tuple[int, int, int, tuple[int, int] | None]] = []
+        data = _encoded(text) if self._set_rules else b""
+        for i in sorted(self._set.Match(data) or ()) if self._set_rules else ():
+            rule = self._set_rules[i]
+            checked = self._alone[rule]
+            for match in checked.rx.finditer(data):
+                if checked.passes(match):
+                    group = match.span(checked.group) if checked.group is not None else None
+                    found.append((rule, *match.span(), group if group and group[0] >= 0 else None))
+        offsets = _CharOffsets(text, data)
+        # starts move down and ends up to a character boundary: a span only grows
+        offsets.prepare(
+            bound
+            for _, start, end, group in found
+            for bound in (
+                (start, False),
+                (end, True),
+                *(((group[0], False), (group[1], True)) if group else ()),
+            )
+        )
+
+        def chars(start: int, end: int) -> tuple[int, int]:
+            return offsets.char(start), offsets.char(end, up=True)
+
+        out = [
+            Match(rule, *chars(start, end), chars(*group) if group else None)
+            for rule, start, end, group in found
+        ]
+        for index, rx, _ in self._python:
+            number = _credential_group(rx.groupindex)
+            for match in rx.finditer(text):
+                group = match.span(number) if number is not None and match.start(number) >= 0 else None
+                out.append(Match(index, *match.span(), group))
+        return out

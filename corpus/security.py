@@ -24,8 +24,9 @@ from urllib.parse import unquote
 
 import pathspec
 
-from corpus import errors
-from corpus.config import DEFAULT_PATH_EXCLUDES
+from corpus import errors, redaction
+from corpus.config import DEFAULT_PATH_EXCLUDES, secret_rule_names
+from corpus.redaction import Redacted
 from corpus.secret_scan import SecretScanner
 
 DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
@@ -50,6 +51,8 @@ class ExclusionPolicy:
     use_gitignore: bool = True
     follow_symlinks: bool = False
     follow_hardlinks: bool = False
+    #: ``exclude`` (a file holding a credential is served nowhere) or ``redact``
+    secret_mode: str = "exclude"
 
     @classmethod
     def from_config(cls, config, *, root: Path | None = None) -> ExclusionPolicy:
@@ -64,6 +67,7 @@ class ExclusionPolicy:
             use_gitignore=config.ingest.gitignore,
             follow_symlinks=config.ingest.follow_symlinks,
             follow_hardlinks=config.ingest.follow_hardlinks,
+            secret_mode=config.security.secret_mode,
         )
 
 
@@ -220,6 +224,7 @@ class ExclusionEngine:
         self._excludes = _spec(policy.path_excludes)
         # All the rules in one linear-time pass (corpus/secret_scan.py).
         self._secrets = SecretScanner(policy.secret_patterns)
+        self._rule_names = secret_rule_names(policy.secret_patterns)
         self._state_dir = self._state_dir_for(state_dir)
         self._gitignores: dict[str, tuple[int, int, GitignoreRule | None]] = {}
         # While pinned: each directory's verdict and .gitignore, judged once.
@@ -412,6 +417,19 @@ class ExclusionEngine:
         """:meth:`find_secret` over a file read block by block (``read(size)``)."""
         index = self._secrets.first_in_stream(read, start)
         return None if index is None else f"secret_patterns[{index}]"
+
+    @property
+    def redacts(self) -> bool:
+        """``security.secret_mode: redact``: a file holding a credential is
+        served with it replaced rather than not at all (a name never is)."""
+        return self.policy.secret_mode == "redact"
+
+    def redact(self, text: str) -> Redacted | None:
+        """``text`` with each credential replaced by ``[REDACTED:<rule>]``,
+        line breaks kept (:func:`corpus.redaction.redact`); None when it
+        cannot be made clean. The one redaction the indexer and every
+        reader use."""
+        return redaction.redact(self._secrets, text, self._rule_names)
 
     def _name_reason(self, name: str) -> str | None:
         """A file or directory name (or an archive member's path) that matches

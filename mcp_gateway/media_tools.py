@@ -13,8 +13,8 @@ from corpus.answer import ask as answer
 from corpus.ingest.ondemand import Workspace, annotate_document, stored_transcript, transcribe_file
 from corpus.providers.tts import speak
 from corpus.retrieval import Filters
-from mcp_gateway import media_schemas, summaries
-from mcp_gateway.registry import Tool
+from mcp_gateway import budgets, media_schemas, summaries
+from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call
 
 # They leave the directory untouched (what they write is index data, as
@@ -119,20 +119,23 @@ def _audio_content(result: dict) -> tuple[dict, list[dict]]:
 
 #: The multimodal tools, registered after the core ones (``McpGatewayConfig.ready``).
 TOOLS = (
-    Tool(
-        name="dir2mcp.transcribe",
-        title="Transcribe an audio file",
-        description=(
-            "Transcribe an audio file under the root now (Mistral or ElevenLabs, as configured), store and "
-            "index the transcript, and return its timed segments. Afterwards search and ask cite it as "
-            "[file@t=mm:ss-mm:ss] and open_file reads start_ms/end_ms ranges. Cached: an unchanged file is "
-            "not sent again unless retranscribe is true."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.transcribe",
+            title="Transcribe an audio file",
+            description=(
+                "Transcribe an audio file under the root now (Mistral or ElevenLabs, as configured), store "
+                "and index the transcript, and return its timed segments. Afterwards search and ask cite it "
+                "as [file@t=mm:ss-mm:ss] and open_file reads start_ms/end_ms ranges. Cached: an unchanged "
+                "file is not sent again unless retranscribe is true."
+            ),
+            input_schema=media_schemas.TRANSCRIBE_INPUT,
+            output_schema=media_schemas.TRANSCRIBE_OUTPUT,
+            handler=transcribe,
+            summarize=summaries.transcribe,
+            annotations=dict(PROVIDER_CALL),
         ),
-        input_schema=media_schemas.TRANSCRIBE_INPUT,
-        output_schema=media_schemas.TRANSCRIBE_OUTPUT,
-        handler=transcribe,
-        summarize=summaries.transcribe,
-        annotations=dict(PROVIDER_CALL),
+        Budget(items="segments", advice="open_file with start_ms/end_ms reads the rest"),
     ),
     Tool(
         name="dir2mcp.annotate",
@@ -148,25 +151,28 @@ TOOLS = (
         summarize=summaries.annotate,
         annotations=dict(PROVIDER_CALL),
     ),
-    Tool(
-        name="dir2mcp.transcribe_and_ask",
-        title="Answer a question about one recording",
-        description=(
-            "Answer a question about one audio file: it is transcribed first if its transcript is missing "
-            "or stale, then the answer is grounded in that transcript with time-range citations."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.transcribe_and_ask",
+            title="Answer a question about one recording",
+            description=(
+                "Answer a question about one audio file: it is transcribed first if its transcript is "
+                "missing or stale, then the answer is grounded in that transcript with time-range citations."
+            ),
+            input_schema=media_schemas.TRANSCRIBE_AND_ASK_INPUT,
+            output_schema=media_schemas.TRANSCRIBE_AND_ASK_OUTPUT,
+            handler=transcribe_and_ask,
+            summarize=summaries.ask,
+            annotations=dict(PROVIDER_CALL),
         ),
-        input_schema=media_schemas.TRANSCRIBE_AND_ASK_INPUT,
-        output_schema=media_schemas.TRANSCRIBE_AND_ASK_OUTPUT,
-        handler=transcribe_and_ask,
-        summarize=summaries.ask,
-        annotations=dict(PROVIDER_CALL),
+        Budget(knob="k", floor=1, advice="dir2mcp.search with a cursor reads further"),
     ),
     Tool(
         name="dir2mcp.ask_audio",
         title="Answer a question out loud",
         description=(
-            "Like dir2mcp.ask, and the answer also comes back spoken (ElevenLabs text-to-speech) as an "
-            "audio content item (base64, mp3 or wav) next to the text with its citations."
+            "Like dir2mcp.ask, and the answer also comes back spoken (ElevenLabs text-to-speech) as an audio "
+            "content item (base64, mp3 or wav) next to the text with its citations."
         ),
         input_schema=media_schemas.ASK_AUDIO_INPUT,
         output_schema=media_schemas.ASK_AUDIO_OUTPUT,

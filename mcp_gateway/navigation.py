@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from corpus.navigation import names
 from corpus.navigation import outline as outlines
-from mcp_gateway import navigation_schemas, summaries
-from mcp_gateway.registry import Tool
+from mcp_gateway import budgets, hints, navigation_schemas, summaries
+from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call
 
 
@@ -33,48 +33,59 @@ def references(call: Call, args: dict) -> dict:
 
 
 TOOLS = (
-    Tool(
-        name="dir2mcp.outline",
-        title="Outline a file",
-        description=(
-            "List a file's definitions as a tree (functions, classes, methods, types … with their signature "
-            "line and line span), or a document's headings, or a PDF's pages: what is in a file, at a "
-            "fraction of its tokens. Code in Python, JavaScript/TypeScript/TSX, Go, Rust, Java, C, C++, "
-            "Ruby and shell; Markdown, reStructuredText and HTML headings. Pass a span to "
-            "dir2mcp.open_file to read one entry."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.outline",
+            title="Outline a file",
+            description=(
+                "List a file's definitions as a tree (functions, classes, methods, types … with their "
+                "signature line and line span), or a document's headings, or a PDF's pages: what is in a "
+                "file, at a fraction of its tokens. Code in Python, JavaScript/TypeScript/TSX, Go, Rust, "
+                "Java, C, C++, Ruby and shell; Markdown, reStructuredText and HTML headings. Pass a span to "
+                "dir2mcp.open_file to read one entry."
+            ),
+            input_schema=navigation_schemas.OUTLINE_INPUT,
+            output_schema=navigation_schemas.OUTLINE_OUTPUT,
+            handler=outline,
+            summarize=summaries.outline,
         ),
-        input_schema=navigation_schemas.OUTLINE_INPUT,
-        output_schema=navigation_schemas.OUTLINE_OUTPUT,
-        handler=outline,
-        summarize=summaries.outline,
+        Budget(knob="max_entries", floor=1, advice="outer levels are kept first"),
     ),
-    Tool(
-        name="dir2mcp.symbols",
-        title="Find where a name is defined",
-        description=(
-            "Find the definitions of a name (function, class, method, type, …) across the indexed code: "
-            "exact matches first, then other case, then names it begins, then names containing it; each "
-            "with its file, line span, kind, signature line and enclosing definition. Filter by kind or "
-            "path_prefix. Pass a span to dir2mcp.open_file to read the definition, or the name to "
-            "dir2mcp.references to see its uses."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.symbols",
+            title="Find where a name is defined",
+            description=(
+                "Find the definitions of a name (function, class, method, type, …) across the indexed code: "
+                "exact matches first, then other case, then names it begins, then names containing it; each "
+                "with its file, line span, kind, signature line and enclosing definition. Filter by kind or "
+                "path_prefix. Pass a span to dir2mcp.open_file to read the definition, or the name to "
+                "dir2mcp.references to see its uses."
+            ),
+            input_schema=navigation_schemas.SYMBOLS_INPUT,
+            output_schema=navigation_schemas.SYMBOLS_OUTPUT,
+            handler=symbols,
+            summarize=summaries.symbols,
         ),
-        input_schema=navigation_schemas.SYMBOLS_INPUT,
-        output_schema=navigation_schemas.SYMBOLS_OUTPUT,
-        handler=symbols,
-        summarize=summaries.symbols,
+        Budget(items="symbols", paging="cursor"),
+        hints.symbols,
     ),
-    Tool(
-        name="dir2mcp.references",
-        title="Find where a name is used",
-        description=(
-            "Find the uses of a name across the indexed code: identifiers of the syntax tree spelled "
-            "exactly so (never comments or strings, never its own definition), each with its file, line, "
-            "enclosing definition and the line's text, paged by cursor. Kept in step with the files "
-            "by the live index."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.references",
+            title="Find where a name is used",
+            description=(
+                "Find the uses of a name across the indexed code: identifiers of the syntax tree spelled "
+                "exactly so (never comments or strings, never its own definition), each with its file, line, "
+                "enclosing definition and the line's text, paged by cursor. Kept in step with the files by "
+                "the live index."
+            ),
+            input_schema=navigation_schemas.REFERENCES_INPUT,
+            output_schema=navigation_schemas.REFERENCES_OUTPUT,
+            handler=references,
+            summarize=summaries.references,
         ),
-        input_schema=navigation_schemas.REFERENCES_INPUT,
-        output_schema=navigation_schemas.REFERENCES_OUTPUT,
-        handler=references,
-        summarize=summaries.references,
+        Budget(items="references", paging="cursor"),
+        hints.references,
     ),
 )

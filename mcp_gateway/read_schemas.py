@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from corpus.navigation.reads import ALGORITHMS
+from corpus.navigation import images
+from corpus.navigation.reads import ALGORITHMS, DEFAULT_LENGTH, FORMATS, MAX_LENGTH
 from mcp_gateway.schemas import ERROR, OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN, VERIFICATION, path_argument
 
 _REL_PATH = path_argument("The file, relative to the root.")
@@ -121,3 +122,83 @@ VERIFY_INPUT = {
 }
 
 VERIFY_OUTPUT = VERIFICATION
+
+READ_BYTES_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "rel_path": _REL_PATH,
+        "offset": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 2**53 - 1,
+            "description": "The first byte (default 0). Past the end: no content, eof true.",
+        },
+        "length": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LENGTH,
+            "description": f"How many bytes (default {DEFAULT_LENGTH}, at most {MAX_LENGTH}).",
+        },
+        "format": {
+            "type": "string",
+            "enum": list(FORMATS),
+            "default": "auto",
+            "description": (
+                "text: UTF-8, the range moved to whole characters (a file that is not text is "
+                "DOC_TYPE_UNSUPPORTED); base64: the raw bytes; image: an image file whole as MCP image "
+                "content (no offset or length), scaled down to fit "
+                f"{images.MAX_IMAGE_BYTES} bytes; auto: image for an image file when no offset or length "
+                "is given, text for a text file, base64 otherwise."
+            ),
+        },
+    },
+    "required": ["rel_path"],
+}
+
+READ_BYTES_OUTPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "rel_path": {"type": "string"},
+        "format": {"type": "string", "enum": ["text", "base64", "image"], "description": "As returned."},
+        "offset": {"type": "integer", "description": "The first byte returned (text: a character's start)."},
+        "length": {"type": "integer", "description": "The bytes returned (of the file, for an image)."},
+        "size_bytes": {"type": "integer", "description": "The file's size."},
+        "eof": {"type": "boolean", "description": "The range reaches the end of the file."},
+        "next_offset": {"type": "integer", "description": "offset + length: where the next range starts."},
+        "mime_type": {"type": "string", "description": "The file's (of the returned data, for an image)."},
+        "content": {"type": "string", "description": "The text, or the bytes in base64 (not for an image)."},
+        "lossy": {"type": "boolean", "description": "text: bytes that are not UTF-8 became U+FFFD."},
+        "image": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "format image: the image content item's data, and the file's image it came from.",
+            "properties": {
+                "width": {"type": "integer"},
+                "height": {"type": "integer"},
+                "data_bytes": {"type": "integer", "description": "The image data's size (before base64)."},
+                "downscaled": {"type": "boolean", "description": "Fewer pixels than the file's image."},
+                "recompressed": {"type": "boolean", "description": "Encoded again (scaled, or TIFF/BMP)."},
+                "source_mime_type": {"type": "string"},
+                "source_width": {"type": "integer"},
+                "source_height": {"type": "integer"},
+            },
+            "required": [
+                "width",
+                "height",
+                "data_bytes",
+                "downscaled",
+                "recompressed",
+                "source_mime_type",
+                "source_width",
+                "source_height",
+            ],
+        },
+        "data": {
+            "type": "string",
+            "description": "REST only, format image: the image in base64 (over MCP: the image content item).",
+        },
+    },
+    "required": ["rel_path", "format", "offset", "length", "size_bytes", "eof", "next_offset", "mime_type"],
+}

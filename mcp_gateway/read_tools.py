@@ -1,12 +1,12 @@
-"""The read utilities (issue #32, seed 002): checksum, diff, several slices at once."""
+"""The read utilities (issue #32, seed 002): checksum, diff, several slices, byte ranges, images."""
 
 from __future__ import annotations
 
 from corpus import errors
 from corpus.navigation import reads
 from corpus.navigation import verify as grounding
-from mcp_gateway import read_schemas, summaries
-from mcp_gateway.registry import Tool
+from mcp_gateway import budgets, read_schemas, summaries
+from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call, open_file
 
 
@@ -22,6 +22,28 @@ def diff(call: Call, args: dict) -> dict:
         context=args["context"],
         max_chars=args["max_chars"],
     )
+
+
+def read_bytes(call: Call, args: dict) -> dict:
+    return reads.read_bytes(
+        call.ctx.engine,
+        args["rel_path"],
+        offset=args.get("offset"),
+        length=args.get("length"),
+        fmt=args["format"],
+        check=call.check,
+    )
+
+
+def image_content(result: dict) -> tuple[dict, list[dict]]:
+    """``Tool.split_content`` of read_bytes: an image's data as an image
+    content item, not in ``structuredContent`` (a client that shows the
+    structured result to its model would read megabytes of base64)."""
+    data = result.get("_image_data")
+    if data is None:
+        return result, []
+    structured = {k: v for k, v in result.items() if k != "_image_data"}  # packaged again under a budget
+    return structured, [{"type": "image", "data": data, "mimeType": result["mime_type"]}]
 
 
 def verify(call: Call, args: dict) -> dict:
@@ -42,54 +64,82 @@ def open_files(call: Call, args: dict) -> dict:
 
 
 TOOLS = (
-    Tool(
-        name="dir2mcp.open_files",
-        title="Open several slices at once",
-        description=(
-            "Read up to 20 slices in one call, each as dir2mcp.open_file takes it (rel_path with "
-            "start_line/end_line, page, or start_ms/end_ms), sharing max_chars. A slice that is refused "
-            "gets its error in place; the others are still returned."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.open_files",
+            title="Open several slices at once",
+            description=(
+                "Read up to 20 slices in one call, each as dir2mcp.open_file takes it (rel_path with "
+                "start_line/end_line, page, or start_ms/end_ms), sharing max_chars. A slice that is refused "
+                "gets its error in place; the others are still returned."
+            ),
+            input_schema=read_schemas.OPEN_FILES_INPUT,
+            output_schema=read_schemas.OPEN_FILES_OUTPUT,
+            handler=open_files,
+            summarize=summaries.open_files,
         ),
-        input_schema=read_schemas.OPEN_FILES_INPUT,
-        output_schema=read_schemas.OPEN_FILES_OUTPUT,
-        handler=open_files,
-        summarize=summaries.open_files,
+        Budget(knob="max_chars", floor=200, advice="open fewer slices at a time"),
     ),
     Tool(
         name="dir2mcp.checksum",
         title="Checksum a file",
         description=(
-            "The digest of a file's bytes as they are now: sha256 (default), md5, sha1 or sha512. Use it "
-            "to tell whether two files, or a file and a copy elsewhere, are the same."
+            "The digest of a file's bytes as they are now: sha256 (default), md5, sha1 or sha512. Use it to "
+            "tell whether two files, or a file and a copy elsewhere, are the same."
         ),
         input_schema=read_schemas.CHECKSUM_INPUT,
         output_schema=read_schemas.CHECKSUM_OUTPUT,
         handler=checksum,
         summarize=summaries.checksum,
     ),
-    Tool(
-        name="dir2mcp.diff",
-        title="Diff two files",
-        description=(
-            "A unified diff of two files' text: lines of text and code files, or the extracted text of "
-            "converted ones (two PDFs' text, page by page). Capped by max_chars, with truncated."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.diff",
+            title="Diff two files",
+            description=(
+                "A unified diff of two files' text: lines of text and code files, or the extracted text of "
+                "converted ones (two PDFs' text, page by page). Capped by max_chars, with truncated."
+            ),
+            input_schema=read_schemas.DIFF_INPUT,
+            output_schema=read_schemas.DIFF_OUTPUT,
+            handler=diff,
+            summarize=summaries.diff,
         ),
-        input_schema=read_schemas.DIFF_INPUT,
-        output_schema=read_schemas.DIFF_OUTPUT,
-        handler=diff,
-        summarize=summaries.diff,
+        Budget(knob="max_chars", floor=200),
     ),
-    Tool(
-        name="dir2mcp.verify",
-        title="Check the citations in a text",
-        description=(
-            "Check every citation in a text ([path:L1-L9], [doc.pdf#p=3], [talk.wav@t=01:05-01:35]): "
-            "the file exists, the span lies inside it, and each quotation made right before a citation "
-            "(in quotes or backticks) is in the cited slice. Use it on a draft answer before relying on it."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.read_bytes",
+            title="Read a file's bytes, or an image",
+            description=(
+                "Read a file by byte range (offset, length: default 65536, at most 1 MiB) as UTF-8 text or "
+                "base64, with eof and next_offset to continue; or an image file (PNG, JPEG, GIF, WebP; TIFF "
+                "and BMP as PNG or JPEG) whole as MCP image content, scaled down to fit 1 MiB. Use "
+                "dir2mcp.open_file for lines, pages and time ranges; this is for exact bytes, files that are "
+                "not indexed as text, and looking at an image."
+            ),
+            input_schema=read_schemas.READ_BYTES_INPUT,
+            output_schema=read_schemas.READ_BYTES_OUTPUT,
+            handler=read_bytes,
+            summarize=summaries.read_bytes,
+            split_content=image_content,
         ),
-        input_schema=read_schemas.VERIFY_INPUT,
-        output_schema=read_schemas.VERIFY_OUTPUT,
-        handler=verify,
-        summarize=summaries.verify,
+        Budget(knob="length", start=reads.DEFAULT_LENGTH, floor=256, advice="continue from next_offset"),
+    ),
+    budgets.declared(
+        Tool(
+            name="dir2mcp.verify",
+            title="Check the citations in a text",
+            description=(
+                "Check every citation in a text ([path:L1-L9], [doc.pdf#p=3], [talk.wav@t=01:05-01:35]): the "
+                "file exists, the span lies inside it, and each quotation made right before a citation (in "
+                "quotes or backticks) is in the cited slice. Use it on a draft answer before relying on it."
+            ),
+            input_schema=read_schemas.VERIFY_INPUT,
+            output_schema=read_schemas.VERIFY_OUTPUT,
+            handler=verify,
+            summarize=summaries.verify,
+        ),
+        Budget(items="citations"),
     ),
 )

@@ -22,6 +22,23 @@ READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": T
 
 
 @dataclass(frozen=True)
+class Budget:
+    """How one tool's result is brought under ``max_tokens`` (:mod:`mcp_gateway.budgets`)."""
+
+    #: the list field cut from its end
+    items: str = ""
+    #: or the integer argument lowered (down to ``floor``) and the call run again
+    knob: str = ""
+    floor: int = 0
+    #: the knob's value when the call leaves it out (its schema has no default)
+    start: int | None = None
+    #: "cursor": a budget cursor continues a cut list; "offset": ``next_offset``
+    paging: str = ""
+    #: the text's advice when nothing continues the cut
+    advice: str = "ask again with a larger max_tokens"
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     title: str
@@ -34,6 +51,11 @@ class Tool:
     annotations: dict = field(default_factory=lambda: dict(READ_ONLY))
     #: content items after the text (audio, resource links): ``result -> (structured, content items)``
     split_content: Callable[[dict], tuple[dict, list[dict]]] | None = None
+    #: how the result is brought under ``max_tokens`` (:mod:`mcp_gateway.budgets`); None: not text
+    budget: Budget | None = None
+    #: ``(result, args) -> [{"tool", "arguments", "why"}]``: the calls an agent would make next
+    #: (:mod:`mcp_gateway.hints`)
+    next_actions: Callable[[dict, dict], list[dict]] | None = None
 
     def definition(self) -> dict:
         return {

@@ -19,15 +19,23 @@ import base64
 import binascii
 import json
 import logging
+import re
 from datetime import UTC, datetime
 
 from corpus import documents, errors, files, store_faults, uris
+from corpus.citations import SpanRef
+from corpus.navigation.tokens import CHARS_PER_TOKEN
+from mcp_gateway import budgets
 
 log = logging.getLogger(__name__)
 
 METHODS = frozenset({"resources/list", "resources/read", "resources/templates/list"})
 #: The most text a slice URI returns (open_file's own ceiling).
 SLICE_MAX_CHARS = 50000
+#: The most text a whole document's read returns: a tool's default budget
+#: (mcp_gateway/budgets.py), so a client that hands it to a model stays under its cap.
+WHOLE_MAX_CHARS = budgets.DEFAULT_MAX_TOKENS * CHARS_PER_TOKEN
+PAGE_MARK = re.compile(r"^--- page (\d+) ---$", re.M)
 _MAX_CURSOR_CHARS = 8192
 _CURSOR_PREFIX = "res:"
 
@@ -235,5 +243,24 @@ def _slice(ctx, uri: str, rel_path: str, span) -> dict:
 def _whole(ctx, uri: str, rel_path: str) -> dict:
     whole = documents.read_whole(ctx.engine, rel_path)
     if whole.text is not None:
-        return {"uri": uri, "mimeType": whole.mime_type, "text": whole.text}
+        return _bounded({"uri": uri, "mimeType": whole.mime_type, "text": whole.text}, rel_path, whole.lines)
     return {"uri": uri, "mimeType": whole.mime_type, "blob": base64.b64encode(whole.data).decode("ascii")}
+
+
+def _bounded(item: dict, rel_path: str, by_lines: bool) -> dict:
+    """A whole text over :data:`WHOLE_MAX_CHARS` cut after its last whole
+    line that fits, and said so in ``_meta``: ``dir2mcp/truncated``, and
+    ``dir2mcp/next``, the slice URI of the lines after the cut (a file read
+    by lines), or of the page it cut (a document read by pages)."""
+    text = item["text"]
+    if len(text) <= WHOLE_MAX_CHARS:
+        return item
+    head = text[: text.rfind("\n", 0, WHOLE_MAX_CHARS) + 1] or text[:WHOLE_MAX_CHARS]
+    meta: dict = {"dir2mcp/truncated": True, "dir2mcp/total_chars": len(text)}
+    if by_lines:
+        shown = head.count("\n")
+        total = text.count("\n") + (not text.endswith("\n"))
+        meta["dir2mcp/next"] = uris.slice_uri(rel_path, SpanRef("lines", shown + 1, total))
+    elif pages := PAGE_MARK.findall(head):
+        meta["dir2mcp/next"] = uris.slice_uri(rel_path, SpanRef("page", int(pages[-1]), int(pages[-1])))
+    return item | {"text": head, "_meta": meta}

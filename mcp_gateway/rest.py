@@ -355,6 +355,7 @@ FindQuery = input_model("FindQuery", "dir2mcp.find", body=False)
 OutlineQuery = input_model("OutlineQuery", "dir2mcp.outline", body=False)
 ChecksumQuery = input_model("ChecksumQuery", "dir2mcp.checksum", body=False)
 DiffQuery = input_model("DiffQuery", "dir2mcp.diff", body=False)
+ReadBytesQuery = input_model("ReadBytesQuery", "dir2mcp.read_bytes", body=False)
 OpenFilesBody = input_model("OpenFilesRequest", "dir2mcp.open_files", body=True)
 VerifyBody = input_model("VerifyRequest", "dir2mcp.verify", body=True)
 SymbolsQuery = input_model("SymbolsQuery", "dir2mcp.symbols", body=False)
@@ -371,6 +372,7 @@ RESULTS = {
     "OpenFilesResult": "dir2mcp.open_files",
     "ChecksumResult": "dir2mcp.checksum",
     "DiffResult": "dir2mcp.diff",
+    "ReadBytesResult": "dir2mcp.read_bytes",
     "VerifyResult": "dir2mcp.verify",
     "SymbolsResult": "dir2mcp.symbols",
     "ReferencesResult": "dir2mcp.references",
@@ -463,10 +465,12 @@ def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict | Ht
 
 def tool_answer(result: dict) -> dict | HttpResponse:
     """A ``CallToolResult`` as the REST mirror answers it: a tool error as
-    the error envelope (its §14 code and status), else ``structuredContent``."""
+    the error envelope (its §14 code and status), else ``structuredContent``
+    (with an image content item's base64 as ``data``: dir2mcp.read_bytes)."""
     structured = result.get("structuredContent") or {}
     if not result.get("isError"):
-        return structured
+        image = next((c for c in result.get("content", ()) if c.get("type") == "image"), None)
+        return (structured | {"data": image["data"]}) if image else structured
     failure = structured.get("error") if isinstance(structured.get("error"), dict) else {}
     code = str(failure.get("code") or errors.INTERNAL_ERROR)
     message = str(failure.get("message") or "the tool failed")
@@ -603,6 +607,11 @@ async def checksum(request: HttpRequest, params: Query[ChecksumQuery]):
 @api.get("/files/diff", **_operation("dir2mcp.diff", "diff", _FILE_ERRORS))
 async def diff(request: HttpRequest, params: Query[DiffQuery]):
     return await _call(request, "dir2mcp.diff", params)
+
+
+@api.get("/files/bytes", **_operation("dir2mcp.read_bytes", "readBytes", _FILE_ERRORS))
+async def read_bytes(request: HttpRequest, params: Query[ReadBytesQuery]):
+    return await _call(request, "dir2mcp.read_bytes", params)
 
 
 @api.post("/verify", **_operation("dir2mcp.verify", "verify", _POST_ERRORS))

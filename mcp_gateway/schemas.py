@@ -13,8 +13,9 @@ import copy
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
+from mcp_gateway import budgets
 
-SCHEMA_VERSION = "7.0.0"
+SCHEMA_VERSION = "8.0.0"
 
 SPAN = {
     "type": "object",
@@ -198,16 +199,11 @@ SEARCH_INPUT = {
         "k": K_INPUT,
         "index": _INDEX,
         **_FILTERS,
-        "max_tokens": {
-            "type": "integer",
-            "minimum": 100,
-            "maximum": 100_000,
-            "description": (
-                "Return the cited text itself, as many hits as fit in this many tokens (4 characters "
-                "each), in rank order; hits of one file whose lines overlap or touch are merged into "
-                "one passage. budget says what was left out."
-            ),
-        },
+        "max_tokens": budgets.argument(
+            "the result",
+            "With it, search returns the cited text itself: as many hits as fit, in rank order, "
+            "hits of one file whose lines overlap or touch merged into one passage.",
+        ),
     },
     "required": ["query"],
 }
@@ -224,19 +220,8 @@ SEARCH_OUTPUT = _with_defs(
             "indexing_complete": {"type": "boolean"},
             "dense": DENSE,
             "match": MATCH,
-            "budget": {
-                "type": "object",
-                "additionalProperties": False,
-                "description": "With max_tokens: what fit.",
-                "properties": {
-                    "max_tokens": {"type": "integer"},
-                    "used_tokens": {"type": "integer"},
-                    "truncated": {"type": "boolean", "description": "Some passages did not fit."},
-                    "omitted": {"type": "integer", "description": "Passages left out (raise max_tokens)."},
-                    "merged": {"type": "integer", "description": "Hits merged into a passage above them."},
-                },
-                "required": ["max_tokens", "used_tokens", "truncated", "omitted", "merged"],
-            },
+            "budget": budgets.OUTPUT,
+            "next_cursor": budgets.NEXT_CURSOR,
         },
         "required": ["query", "hits", "indexing_complete"],
     },

@@ -64,9 +64,6 @@ def search(result: dict) -> str:
     head = f"{len(hits)} hit(s) for {result['query']!r} (index: {result.get('index_used', 'text')})"
     if not hits:
         return "\n".join([head + ". Try other words, a broader filter, or dir2mcp.find.", *_notes(result)])
-    spent = result.get("budget")
-    if spent and spent["truncated"]:
-        head += f"; {spent['omitted']} more did not fit in max_tokens={spent['max_tokens']}"
     return "\n".join([head + ":", *_hits(hits), *_notes(result)])
 
 
@@ -255,6 +252,23 @@ def diff(result: dict) -> str:
     head = f"[{a}] -> [{b}]: {result['removed']} line(s) removed, {result['added']} added"
     note = "\n(truncated: raise max_chars, or diff smaller files)" if result["truncated"] else ""
     return f"{head}\n\n{result['diff']}{note}"
+
+
+def read_bytes(result: dict) -> str:
+    where, size = f"[{result['rel_path']}]", result["size_bytes"]
+    if result["format"] == "image":
+        image = result["image"]
+        head = f"{where} {result['mime_type']} {image['width']}x{image['height']}, {image['data_bytes']} B"
+        if image["recompressed"]:
+            source = f"{image['source_mime_type']} {image['source_width']}x{image['source_height']}"
+            head += f" (encoded again from the file's {source}, {size} B)"
+        return head
+    first, end = result["offset"], result["offset"] + result["length"]
+    head = f"{where} bytes {first}-{end} of {size} as {result['format']}"
+    head += " (end of file)" if result["eof"] else f" (more: next_offset={result['next_offset']})"
+    if result.get("lossy"):
+        head += " (bytes that are not UTF-8 shown as U+FFFD)"
+    return f"{head}\n\n{result['content']}"
 
 
 def verify(result: dict) -> str:

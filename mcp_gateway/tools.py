@@ -29,9 +29,9 @@ from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from corpus.status import latest_job, models_summary, older_format_documents
-from mcp_gateway import indexer_process, links, schemas, summaries
+from mcp_gateway import budgets, hints, indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
-from mcp_gateway.registry import Tool, table
+from mcp_gateway.registry import Budget, Tool, table
 from mcp_gateway.transport import LATEST_VERSION
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,10 @@ def run(tool: Tool, arguments, call: Call) -> dict:
 def _run(tool: Tool, arguments, call: Call) -> dict:
     try:
         args = validate_arguments(tool, arguments)
-        result = tool.handler(call, args)
+        given = arguments or {}  # the hints repeat what the client gave, not the defaults
+        return budgets.run(
+            tool.name, tool.budget, args, lambda a: tool.handler(call, a), lambda r: package(tool, r, given)
+        )
     except errors.Dir2mcpError as exc:
         return error_result(exc)
     except Cancelled:
@@ -183,13 +186,21 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
         return error_result(
             errors.Dir2mcpError(errors.INTERNAL_ERROR, f"{tool.name} failed; see the server log")
         )
+
+
+def package(tool: Tool, result: dict, args: dict) -> dict:
+    """The ``CallToolResult`` of a handler's result: its summary, any further
+    content items, the structured result and the next actions it suggests."""
     extra: list[dict] = []
     if tool.split_content is not None:
         result, extra = tool.split_content(result)
-    return {
-        "content": [{"type": "text", "text": tool.summarize(result)}, *extra],
-        "structuredContent": result,
-    }
+    text = tool.summarize(result)
+    packaged = {"content": [{"type": "text", "text": text}, *extra], "structuredContent": result}
+    actions = tool.next_actions(result, args)[: hints.MOST] if tool.next_actions is not None else []
+    if actions:
+        packaged["content"][0]["text"] = f"{text}\n{hints.line(actions)}"
+        packaged["_meta"] = {hints.META_NEXT: actions}
+    return packaged
 
 
 # -- the tools ------------------------------------------------------------------
@@ -216,20 +227,16 @@ def search(call: Call, args: dict) -> dict:
 
 
 def _within_budget(call: Call, result, max_tokens: int) -> dict:
-    """The hits as passages with their text, merged per file and cut to the budget."""
+    """The hits as passages with their text, merged per file, in rank order
+    (:func:`mcp_gateway.budgets.run` keeps those that fit)."""
     passages = budget.merge(result.hits)
-    kept, used = budget.pack(passages, max_tokens, budget.Contents())
-    for passage in kept:
+    contents = budget.Contents()
+    for passage in passages:
+        passage.content = contents(passage)
         files.screen(call.ctx.engine, passage.best.rel_path, passage.content)
     return {
-        "hits": [passage.as_dict() for passage in kept],
-        "budget": {
-            "max_tokens": max_tokens,
-            "used_tokens": used,
-            "truncated": len(kept) < len(passages),
-            "omitted": len(passages) - len(kept),
-            "merged": len(result.hits) - len(passages),
-        },
+        "hits": [passage.as_dict() for passage in passages],
+        "budget": {"merged": len(result.hits) - len(passages)},
     }
 
 
@@ -342,85 +349,106 @@ def stats(call: Call, args: dict) -> dict:
 
 #: The core tools, in the contract's order (``McpGatewayConfig.ready`` registers them).
 TOOLS = (
-    Tool(
-        name="dir2mcp.search",
-        title="Search the directory",
-        description=(
-            "Hybrid keyword + semantic search over every indexed file in this directory: code, docs, "
-            "PDFs (per page), OCR'd images and audio transcripts. Use it first to locate where something "
-            "is written or implemented; identifiers (snake_case, camelCase, paths) match well. Each hit has "
-            "rel_path, a snippet and a span (line range, PDF page or audio time range) that you can pass to "
-            "dir2mcp.open_file to read the exact source. Narrow with path_prefix, file_glob or doc_types."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.search",
+            title="Search the directory",
+            description=(
+                "Hybrid keyword + semantic search over every indexed file in this directory: code, docs, "
+                "PDFs (per page), OCR'd images and audio transcripts. Use it first to locate where something "
+                "is written or implemented; identifiers (snake_case, camelCase, paths) match well. Each hit "
+                "has rel_path, a snippet and a span (line range, PDF page or audio time range) that you can "
+                "pass to dir2mcp.open_file to read the exact source. Narrow with path_prefix, file_glob or "
+                "doc_types."
+            ),
+            input_schema=schemas.SEARCH_INPUT,
+            output_schema=schemas.SEARCH_OUTPUT,
+            handler=search,
+            summarize=summaries.search,
+            split_content=links.search_links,
         ),
-        input_schema=schemas.SEARCH_INPUT,
-        output_schema=schemas.SEARCH_OUTPUT,
-        handler=search,
-        summarize=summaries.search,
-        split_content=links.search_links,
+        Budget(items="hits", paging="cursor"),
+        hints.search,
     ),
-    Tool(
-        name="dir2mcp.ask",
-        title="Answer a question from the directory",
-        description=(
-            "Answer a natural-language question from this directory's contents, with citations "
-            "([path:L10-L20], [file.pdf#p=3], [audio.wav@t=01:05-01:35]). It retrieves the top k passages "
-            "and, when a chat model is configured, writes an answer grounded only in them; otherwise (or "
-            "with mode=search_only) it returns the passages. Verify important claims with dir2mcp.open_file."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.ask",
+            title="Answer a question from the directory",
+            description=(
+                "Answer a natural-language question from this directory's contents, with citations "
+                "([path:L10-L20], [file.pdf#p=3], [audio.wav@t=01:05-01:35]). It retrieves the top k "
+                "passages and, when a chat model is configured, writes an answer grounded only in them; "
+                "otherwise (or with mode=search_only) it returns the passages. Verify important claims with "
+                "dir2mcp.open_file."
+            ),
+            input_schema=schemas.ASK_INPUT,
+            output_schema=schemas.ASK_OUTPUT,
+            handler=ask,
+            summarize=summaries.ask,
+            split_content=links.ask_links,
         ),
-        input_schema=schemas.ASK_INPUT,
-        output_schema=schemas.ASK_OUTPUT,
-        handler=ask,
-        summarize=summaries.ask,
-        split_content=links.ask_links,
+        Budget(knob="k", floor=1, advice="dir2mcp.search with a cursor reads further"),
+        hints.ask,
     ),
-    Tool(
-        name="dir2mcp.open_file",
-        title="Open an exact slice of a file",
-        description=(
-            "Read an exact slice of a file under the root to verify a citation or see more context: "
-            "lines (start_line/end_line), a PDF page (page), or an audio transcript time range "
-            "(start_ms/end_ms). Without a range it returns the beginning. Output is capped by max_chars "
-            "and says when it was truncated. Excluded or secret-bearing files are refused."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.open_file",
+            title="Open an exact slice of a file",
+            description=(
+                "Read an exact slice of a file under the root to verify a citation or see more context: "
+                "lines (start_line/end_line), a PDF page (page), or an audio transcript time range "
+                "(start_ms/end_ms). Without a range it returns the beginning. Output is capped by max_chars "
+                "and says when it was truncated. Excluded or secret-bearing files are refused."
+            ),
+            input_schema=schemas.OPEN_FILE_INPUT,
+            output_schema=schemas.OPEN_FILE_OUTPUT,
+            handler=open_file,
+            summarize=summaries.open_file,
         ),
-        input_schema=schemas.OPEN_FILE_INPUT,
-        output_schema=schemas.OPEN_FILE_OUTPUT,
-        handler=open_file,
-        summarize=summaries.open_file,
+        Budget(knob="max_chars", floor=200, advice="open the lines after the span"),
+        hints.open_file,
     ),
-    Tool(
-        name="dir2mcp.list_files",
-        title="List indexed files",
-        description=(
-            "List the indexed files (path, type, size, modified time, index status), filtered by "
-            "path_prefix and glob, paged with limit/offset. Use it to explore the directory's layout "
-            "or to pick filters for search."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.list_files",
+            title="List indexed files",
+            description=(
+                "List the indexed files (path, type, size, modified time, index status), filtered by "
+                "path_prefix and glob, paged with limit/offset. Use it to explore the directory's layout or "
+                "to pick filters for search."
+            ),
+            input_schema=schemas.LIST_FILES_INPUT,
+            output_schema=schemas.LIST_FILES_OUTPUT,
+            handler=list_files,
+            summarize=summaries.list_files,
         ),
-        input_schema=schemas.LIST_FILES_INPUT,
-        output_schema=schemas.LIST_FILES_OUTPUT,
-        handler=list_files,
-        summarize=summaries.list_files,
+        Budget(items="files", paging="offset"),
     ),
-    Tool(
-        name="dir2mcp.find",
-        title="Find files by name, content or date",
-        description=(
-            "Find files by name glob, exact text or regular expression in their content (including OCR "
-            "text and transcripts), document type or modification date. Unlike search, it is exhaustive "
-            "and literal: use it for exact strings, error messages or every occurrence of an identifier. "
-            "Matches carry line/page/time spans; page through with cursor."
+    budgets.declared(
+        Tool(
+            name="dir2mcp.find",
+            title="Find files by name, content or date",
+            description=(
+                "Find files by name glob, exact text or regular expression in their content (including OCR "
+                "text and transcripts), document type or modification date. Unlike search, it is exhaustive "
+                "and literal: use it for exact strings, error messages or every occurrence of an identifier. "
+                "Matches carry line/page/time spans; page through with cursor."
+            ),
+            input_schema=schemas.FIND_INPUT,
+            output_schema=schemas.FIND_OUTPUT,
+            handler=find,
+            summarize=summaries.find,
         ),
-        input_schema=schemas.FIND_INPUT,
-        output_schema=schemas.FIND_OUTPUT,
-        handler=find,
-        summarize=summaries.find,
+        Budget(items="matches", paging="cursor"),
+        hints.find,
     ),
     Tool(
         name="dir2mcp.stats",
         title="Index status and models",
         description=(
-            "Report indexing progress (scanned, indexed, chunks, embedded, errors; whether indexing is "
-            "still running) and which models serve embeddings, OCR, transcription and answers. Check it "
-            "when results look incomplete."
+            "Report indexing progress (scanned, indexed, chunks, embedded, errors; whether indexing is still "
+            "running) and which models serve embeddings, OCR, transcription and answers. Check it when "
+            "results look incomplete."
         ),
         input_schema=schemas.STATS_INPUT,
         output_schema=schemas.STATS_OUTPUT,

@@ -39,6 +39,7 @@ TOOLS = [
     "dir2mcp.open_files",
     "dir2mcp.checksum",
     "dir2mcp.diff",
+    "dir2mcp.read_bytes",
     "dir2mcp.verify",
     "dir2mcp.symbols",
     "dir2mcp.references",

@@ -60,6 +60,7 @@ PATH_ARGUMENTS = [
     ("dir2mcp.open_file", "rel_path", {}),
     ("dir2mcp.outline", "rel_path", {}),
     ("dir2mcp.checksum", "rel_path", {}),
+    ("dir2mcp.read_bytes", "rel_path", {}),
     ("dir2mcp.diff", "rel_path_a", {"rel_path_b": "docs/guide.md"}),
     ("dir2mcp.diff", "rel_path_b", {"rel_path_a": "docs/guide.md"}),
     ("dir2mcp.transcribe", "rel_path", {}),

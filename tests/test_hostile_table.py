@@ -84,6 +84,7 @@ ARGS = [
     ("dir2mcp.open_file", "rel_path", "path", {}, ("/files/slice", "get")),
     ("dir2mcp.outline", "rel_path", "path", {}, ("/files/outline", "get")),
     ("dir2mcp.checksum", "rel_path", "path", {}, ("/files/checksum", "get")),
+    ("dir2mcp.read_bytes", "rel_path", "path", {}, ("/files/bytes", "get")),
     ("dir2mcp.diff", "rel_path_a", "path", {"rel_path_b": "docs/guide.md"}, ("/files/diff", "get")),
     ("dir2mcp.transcribe", "rel_path", "path", {}, None),
     ("dir2mcp.transcribe_and_ask", "rel_path", "path", {"question": "what is said?"}, None),

@@ -28,6 +28,7 @@ from schemathesis.checks import not_a_server_error, response_schema_conformance,
 
 from corpus import documents, errors, uris
 from corpus.citations import format_ms
+from mcp_gateway import resources
 from tests.fakes.facilitator import running_facilitator
 from tests.fakes.media import make_text_pdf, make_wav
 from tests.fakes.mistral import FakeMistral
@@ -57,6 +58,7 @@ def write_files(root, outside) -> None:
     (root / "report.pdf").write_bytes(make_text_pdf(["Otters hold hands.", "Beavers build dams."]))
     (root / "briefing.wav").write_bytes(make_wav(SCRIPT))
     (root / "small.bin").write_bytes(BLOB)
+    (root / "long.txt").write_text("".join(f"line {n} of a long text file\n" for n in range(1, 4001)))
     (root / "big.bin").write_bytes(BIG)
     (outside / "elsewhere.txt").write_text("outside the root\n")
     (root / "escape.txt").symlink_to(outside / "elsewhere.txt")
@@ -522,3 +524,16 @@ def test_a_server_selling_open_file_does_not_give_reads_away(tmp_path):
     assert "dir2mcp.open_file" in refused["message"]
     assert response.status_code == 403 and response.json()["error"]["code"] == "FORBIDDEN"
     assert "Traceback" not in err, err[-2000:]
+
+
+def test_a_long_text_reads_whole_up_to_the_default_budget_and_names_the_lines_after(served):
+    long_text = (served.root / "long.txt").read_text()
+    first = rpc(served, "resources/read", {"uri": "dir2mcp:///long.txt"})["result"]["contents"][0]
+    assert len(first["text"]) <= resources.WHOLE_MAX_CHARS < len(long_text)
+    assert long_text.startswith(first["text"]) and first["text"].endswith("\n")
+    meta = first["_meta"]
+    assert meta["dir2mcp/truncated"] and meta["dir2mcp/total_chars"] == len(long_text)
+    shown = first["text"].count("\n")
+    assert meta["dir2mcp/next"] == f"dir2mcp:///long.txt?lines={shown + 1}-4000"
+    rest = rpc(served, "resources/read", {"uri": meta["dir2mcp/next"]})["result"]["contents"][0]
+    assert long_text.split("\n")[shown] == rest["text"].split("\n")[0]

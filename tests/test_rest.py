@@ -160,6 +160,13 @@ PARITY = [
         {"rel_path_a": "notes.txt", "rel_path_b": "docs/guide.md"},
     ),
     (
+        "dir2mcp.read_bytes",
+        {"rel_path": "notes.txt", "offset": 5, "length": 12},
+        "GET",
+        "/files/bytes",
+        {"rel_path": "notes.txt", "offset": "5", "length": "12"},
+    ),
+    (
         "dir2mcp.verify",
         {"text": 'It "reads configuration files" [docs/guide.md:L3-L3]; [notes.txt:L9-L9]'},
         "POST",
@@ -529,6 +536,7 @@ OPERATIONS = {
     ("/api/v1/files/slices", "post"): "dir2mcp.open_files",
     ("/api/v1/files/checksum", "get"): "dir2mcp.checksum",
     ("/api/v1/files/diff", "get"): "dir2mcp.diff",
+    ("/api/v1/files/bytes", "get"): "dir2mcp.read_bytes",
     ("/api/v1/verify", "post"): "dir2mcp.verify",
     ("/api/v1/symbols", "get"): "dir2mcp.symbols",
     ("/api/v1/references", "get"): "dir2mcp.references",

@@ -1,7 +1,7 @@
 """The positive corpus of tests/test_secret_rules.py (every credential shape,
 as files and inside a zip, a tar.gz and a zip in a zip; files kept out by
 name; files, directories and members named like tokens) served by a real
-server (daphne), asked for on every route (issue #34): ``open_file``,
+server (daphne), asked for on every route (issue #34): ``open_file``, ``read_bytes``,
 ``search``, ``find``, ``list_files``, ``resources/list``,
 ``resources/read``, ``completion/complete``, ``prompts/get`` and the REST
 mirror. Every one is refused or absent, no answer holds a secret, and no
@@ -12,6 +12,7 @@ trace of one.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -57,26 +58,43 @@ def refused_paths() -> list[str]:
     return paths
 
 
-def write_tree(root: Path) -> None:
-    for rel, data in positive_corpus().items():
+def write_tree(root: Path, tree: dict[str, str | bytes] | None = None) -> None:
+    for rel, data in (tree if tree is not None else positive_corpus()).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data if isinstance(data, bytes) else data.encode())
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    write_tree(root)
-    srv = start_daphne(root)
+def serving(root: Path, fragments: list[str], *, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A real server on ``root`` with an initialized session and a kept-alive
+    client; once stopped, its log holds no traceback and none of ``fragments``."""
+    srv = start_daphne(root, env=env)
     srv.session = srv.initialize()
     with httpx.Client(timeout=30) as client:
         srv.client = client
         yield srv
     err = stop(srv)
     assert "Traceback" not in err, err[-3000:]
-    for piece in FRAGMENTS:
-        assert piece not in err
+    assert [piece for piece in fragments if piece in err] == []
+
+
+def state_traces(root: Path, fragments: list[str]) -> dict[str, list[str]]:
+    """Each file of the state directory that holds one of ``fragments``, with those it holds."""
+    found = {}
+    for path in (root / ".dir2mcp").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            hits = [piece for piece in fragments if piece.encode() in data]
+            if hits:
+                found[path.name] = hits
+    return found
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    write_tree(root)
+    yield from serving(root, FRAGMENTS)
 
 
 def rpc(server: Server, method: str, params: dict) -> dict:
@@ -103,16 +121,8 @@ def leaked(text: str) -> list[str]:
 
 
 def test_the_state_directory_holds_no_trace_of_any_secret(server):
-    state = server.root / ".dir2mcp"
-    found = {}
-    for path in state.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            hits = [piece for piece in FRAGMENTS if piece.encode() in data]
-            if hits:
-                found[path.name] = hits
-    assert found == {}
-    assert (state / "meta.sqlite").stat().st_size > 0
+    assert state_traces(server.root, FRAGMENTS) == {}
+    assert (server.root / ".dir2mcp" / "meta.sqlite").stat().st_size > 0
 
 
 def test_every_secret_bearing_path_is_refused_on_every_read_route(server):
@@ -121,6 +131,9 @@ def test_every_secret_bearing_path_is_refused_on_every_read_route(server):
         result = call(server, "dir2mcp.open_file", {"rel_path": rel})
         if not result.get("isError") or result["structuredContent"]["error"]["code"] != "FORBIDDEN":
             served.append(("open_file", rel))
+        raw = call(server, "dir2mcp.read_bytes", {"rel_path": rel, "format": "base64"})
+        if not raw.get("isError") or raw["structuredContent"]["error"]["code"] != "FORBIDDEN":
+            served.append(("read_bytes", rel))
         read = rpc(server, "resources/read", {"uri": uris.file_uri(rel)})
         if "error" not in read:
             served.append(("resources/read", rel))
@@ -129,6 +142,8 @@ def test_every_secret_bearing_path_is_refused_on_every_read_route(server):
             served.append(("prompts/get explain", rel))
         if rest(server, "/files/slice", {"rel_path": rel}).status_code != 403:
             served.append(("REST files/slice", rel))
+        if rest(server, "/files/bytes", {"rel_path": rel}).status_code != 403:
+            served.append(("REST files/bytes", rel))
         if rest(server, "/resources/read", {"uri": uris.file_uri(rel)}).status_code < 400:
             served.append(("REST resources/read", rel))
     assert served == []

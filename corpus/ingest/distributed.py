@@ -75,8 +75,11 @@ ROOT_KEY = "corpus_root"
 
 def policy_fingerprint(indexer: Indexer) -> str:
     """What every process writing one job must agree on: the policy hash of
-    each document type (configuration, and which provider keys are set)."""
-    return json.dumps({t: indexer.preparer.policy_hash(t) for t in DOC_TYPES}, sort_keys=True)
+    each document type (configuration, and which provider keys are set),
+    and of one that holds a credential (``security.secret_mode``)."""
+    preparer = indexer.preparer
+    policies = {t: [preparer.policy_hash(t), preparer.policy_hash(t, secret=True)] for t in DOC_TYPES}
+    return json.dumps(policies, sort_keys=True)
 
 
 def add_to_job(job_id: str, deltas: dict[str, int]) -> None:

@@ -99,6 +99,7 @@ class Known:
     policy_hash: str
     status: str
     deleted: bool
+    error_code: str = ""
 
 
 def _at_or_under(path: str, rel_path: str) -> bool:
@@ -348,6 +349,7 @@ class Indexer:
             "policy_hash",
             "status",
             "deleted",
+            "error_code",
         )
         self.known = {row[0]: Known(*row[1:]) for row in rows.iterator(chunk_size=5000)}
         self._sorted_paths = sorted(self.known)
@@ -658,7 +660,7 @@ class Indexer:
             and known.doc_id not in self._failed_containers
             and known.size == size
             and known.mtime_ns == mtime_ns
-            and known.policy_hash == self._policy_hash(known.doc_type)
+            and self._policy_current(known, self._policy_hash(known.doc_type))
         )
 
     def _content_unchanged(self, known: Known, base: Prepared) -> bool:
@@ -668,9 +670,19 @@ class Indexer:
             and known.status != "error"
             and known.doc_id not in self._failed_containers
             and known.doc_type == base.doc_type
-            and known.policy_hash == base.policy_hash
+            and self._policy_current(known, base.policy_hash)
             and known.content_hash == base.content_hash
         )
+
+    def _policy_current(self, known: Known, policy_hash: str) -> bool:
+        """Whether ``known`` was made under today's policy: ``policy_hash``,
+        or for a document that holds a credential the same policy with
+        today's ``security.secret_mode`` (:meth:`Preparer.policy_hash`). One
+        kept out for a credential under the plain policy (before the mode
+        was part of it) is read again, once."""
+        if known.policy_hash == policy_hash:
+            return known.error_code != errors.SECRET_DETECTED
+        return known.policy_hash == self.preparer.policy_hash(known.doc_type, secret=True)
 
     def _unchanged(self, rel_path: str, known: Known, *, touch: Prepared | None = None) -> None:
         self.counters.unchanged += 1
@@ -705,10 +717,12 @@ class Indexer:
         """Skipped as too large to index. A text file (``screen``: its
         ``read`` and what was read of it) is screened in full first, block by
         block: open_file serves slices of it, so one holding a credential is
-        recorded as secret-bearing, refused and listed nowhere (issue #34)."""
+        recorded as secret-bearing, refused and listed nowhere (issue #34),
+        in redact mode too: a file too large to index is too large to redact."""
         if screen is not None and base.doc_type in TEXTUAL_TYPES:
             rule = self.engine.find_secret_in_stream(*screen)
             if rule:
+                base.policy_hash = self.preparer.policy_hash(base.doc_type, secret=True)
                 return self.preparer.skipped(base, errors.SECRET_DETECTED, f"content matches {rule}")
         limit = self.config.max_bytes_for(base.doc_type)
         return self.preparer.skipped(
@@ -838,6 +852,7 @@ class Indexer:
             prepared.policy_hash,
             prepared.status,
             False,
+            prepared.error_code,
         )
         self.counters.chunks_total += delta.chunks_added - delta.chunks_removed
         self.counters.embedded_ok -= delta.embedded_removed

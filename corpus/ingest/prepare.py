@@ -8,6 +8,7 @@ are read, decoded, scanned for secrets and chunked.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from corpus.config import Config
 from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.classify import classify, index_kind_for
 from corpus.ingest.cut import chunk_document
-from corpus.ingest.extract import Extracted, NeedsProvider, extract
+from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, extract
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.ingest.units import parse
 from corpus.navigation import symbols
@@ -139,9 +140,13 @@ class Preparer:
             "limits": [cfg.ingest.max_file_mb, cfg.ingest.max_file_mb_by_type],
         }
 
-    def policy_hash(self, doc_type: str) -> str:
-        """A fingerprint of every setting that shapes a ``doc_type`` document."""
+    def policy_hash(self, doc_type: str, *, secret: bool = False) -> str:
+        """A fingerprint of every setting that shapes a ``doc_type`` document;
+        ``secret``: of one that holds a credential, which ``security.secret_mode``
+        shapes too (so flipping it re-reads those documents, and only those)."""
         policy = dict(self._base_policy)
+        if secret:
+            policy["secret_mode"] = self.config.security.secret_mode
         ingest = self.config.ingest
         caps = self.capabilities
         # The reason a provider is missing is part of the policy, so a file
@@ -200,7 +205,12 @@ class Preparer:
             return base.fail("error", exc.code, exc.message)
         rule = self.engine.find_secret(extracted.text)
         if rule:
-            return self.skipped(base, errors.SECRET_DETECTED, f"content matches {rule}")
+            base.policy_hash = self.policy_hash(base.doc_type, secret=True)
+            redacted = redact_extracted(self.engine, extracted) if self.engine.redacts else None
+            if redacted is None:
+                unredacted = "; it could not be redacted" if self.engine.redacts else ""
+                return self.skipped(base, errors.SECRET_DETECTED, f"content matches {rule}{unredacted}")
+            extracted = redacted
         if extracted.pages and extracted.meta.get("pages_without_text"):
             pending = self.capabilities.ocr_missing if not self.capabilities.ocr else ""
             if pending:
@@ -238,3 +248,28 @@ class Preparer:
             if not self.capabilities.stt:
                 return "", self.capabilities.stt_missing
         return None
+
+
+def redact_extracted(engine: ExclusionEngine, extracted: Extracted) -> Extracted | None:
+    """``extracted`` with each credential replaced (:meth:`ExclusionEngine.redact`),
+    its pages and timed segments too, and the rules that found them in its
+    meta (``redacted``); None when it cannot be made clean."""
+    whole = engine.redact(extracted.text)
+    if whole is None:
+        return None
+    pages, segments = extracted.pages, extracted.segments
+    if pages is not None:
+        if extracted.text == PAGE_SEPARATOR.join(page.text for page in pages):
+            texts = whole.text.split(PAGE_SEPARATOR)  # a marker keeps the page breaks it replaced
+        else:
+            texts = [getattr(engine.redact(page.text), "text", None) for page in pages]
+        if None in texts or len(texts) != len(pages):
+            return None
+        pages = tuple(dataclasses.replace(page, text=text) for page, text in zip(pages, texts, strict=True))
+    if segments is not None:
+        texts = [getattr(engine.redact(segment.text), "text", None) for segment in segments]
+        if None in texts:
+            return None
+        segments = tuple(dataclasses.replace(s, text=text) for s, text in zip(segments, texts, strict=True))
+    meta = extracted.meta | {"redacted": {"rules": list(whole.rules), "count": whole.count}}
+    return dataclasses.replace(extracted, text=whole.text, pages=pages, segments=segments, meta=meta)

@@ -3,28 +3,21 @@
 An agent reads hits in rank order, each costing the lines it cites. With a
 budget, search returns the cited text itself, as many hits as fit in rank
 order, and merges the hits of one file whose line spans overlap or touch
-into one passage, so no line is read twice. Tokens are estimated as one per
-:data:`CHARS_PER_TOKEN` characters (rounded up), the usual rule of thumb
-for English and code; a client's own tokenizer may count 10–30% either way.
+into one passage, so no line is read twice. Tokens are estimated by
+:func:`corpus.navigation.tokens.estimate_tokens`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corpus.citations import SpanRef, format_citation
 from corpus.models import Chunk
+from corpus.navigation.tokens import estimate_tokens
 from corpus.retrieval import Hit
 
-CHARS_PER_TOKEN = 4
 #: what a passage costs beyond its text: its citation line and fields
 PASSAGE_OVERHEAD_TOKENS = 24
-
-
-def estimate_tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
 @dataclass
@@ -76,22 +69,6 @@ def _touches(span: SpanRef, rel_path: str, hit: Hit) -> bool:
     if rel_path != hit.rel_path or span.kind != "lines" or hit.span.kind != "lines":
         return False
     return hit.span.start <= span.end + 1 and span.start <= hit.span.end + 1
-
-
-def pack(
-    passages: list[Passage], max_tokens: int, content_of: Callable[[Passage], str]
-) -> tuple[list[Passage], int]:
-    """The passages that fit in ``max_tokens``, in rank order, each with its
-    content; stops at the first that does not fit. Returns them and the
-    tokens they use."""
-    kept, used = [], 0
-    for passage in passages:
-        passage.content = content_of(passage)
-        if used + passage.tokens > max_tokens:
-            break
-        kept.append(passage)
-        used += passage.tokens
-    return kept, used
 
 
 class Contents:

@@ -1,14 +1,17 @@
 """Read utilities for agents (issue #32, from seed 002): a file's checksum, a
-unified diff of two documents' text, and several slices in one call.
+unified diff of two documents' text, several slices in one call, and a
+file's bytes by range (text or base64) or an image file as an image.
 
 Each reads through the one check and open (``corpus/files.py``,
 :meth:`~corpus.security.ExclusionEngine.open`): a path outside the root, an
 excluded or secret-bearing file is refused as ``open_file`` refuses it, and
-what a diff returns is screened for secrets like any returned text.
+what a diff or a byte range returns is screened for secrets like any
+returned text.
 """
 
 from __future__ import annotations
 
+import base64
 import difflib
 import hashlib
 import itertools
@@ -16,7 +19,10 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from corpus import errors, files
-from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine
+from corpus.documents import mime_type
+from corpus.ingest.classify import SNIFF_BYTES, TEXTUAL_TYPES, classify
+from corpus.navigation import images
+from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 
 ALGORITHMS = ("sha256", "md5", "sha1", "sha512")
 #: the largest file a checksum reads
@@ -25,6 +31,30 @@ _BLOCK = 1024 * 1024
 #: the text a diff reads of each side (characters), and the lines it compares
 MAX_DIFF_CHARS = 2 * 1024 * 1024
 MAX_DIFF_LINES = 50_000
+FORMATS = ("auto", "text", "base64", "image")
+#: the bytes a range read returns unless asked for another length, and the most
+DEFAULT_LENGTH = 64 * 1024
+MAX_LENGTH = 1024 * 1024
+# Bytes screened for secrets on each side of a returned range, so a range
+# that cuts a key ("AKIA" + 15 of its 16 characters) cannot leak it.
+_CONTEXT = 256
+# The longest UTF-8 character, less one: how far a text range moves to whole characters.
+_UTF8_TAIL = 3
+
+
+def _no_check() -> None:
+    return None
+
+
+def _the_file_itself(opened: OpenedFile, what: str) -> None:
+    """Refuse a document skipped for a secret (an archive member too) or
+    served only redacted (its bytes hold the credential), and an archive
+    member (the opener opened the archive)."""
+    files.live_document(opened.rel, raw_bytes=True)
+    if ARCHIVE_SEPARATOR in opened.rel:
+        raise errors.Dir2mcpError(
+            errors.DOC_TYPE_UNSUPPORTED, f"{what} is of a file's bytes: ask for the archive itself"
+        )
 
 
 def checksum(
@@ -41,11 +71,7 @@ def checksum(
         raise errors.Dir2mcpError(errors.MISSING_FIELD, "rel_path is required")
 
     def hashed(opened) -> dict:
-        if ARCHIVE_SEPARATOR in opened.rel:  # the opener opened the archive
-            raise errors.Dir2mcpError(
-                errors.DOC_TYPE_UNSUPPORTED, "a checksum is of a file's bytes: ask for the archive itself"
-            )
-        files.live_document(opened.rel)  # refuses a document skipped for a secret
+        _the_file_itself(opened, "a checksum")
         if opened.st.st_size > MAX_CHECKSUM_BYTES:
             raise errors.Dir2mcpError(
                 errors.FILE_TOO_LARGE, f"{opened.rel} is over the {MAX_CHECKSUM_BYTES}-byte checksum limit"
@@ -63,8 +89,13 @@ def checksum(
             "size_bytes": size,
         }
 
+    return _settled(engine, rel_path, hashed)
+
+
+def _settled(engine: ExclusionEngine, rel_path, read: Callable[[OpenedFile], dict]) -> dict:
+    """``read`` of one version of the file (:func:`files.read_settled`)."""
     try:
-        return files.read_settled(engine, rel_path, hashed)
+        return files.read_settled(engine, rel_path, read)
     except files.Unsettled as unsettled:
         raise errors.Dir2mcpError(
             errors.INDEX_NOT_READY, f"{unsettled.rel} kept changing while it was read; try again"
@@ -123,3 +154,173 @@ def _diff_text(engine: ExclusionEngine, rel_path) -> _Side:
     if len(lines) > MAX_DIFF_LINES:
         return _Side(document.rel_path, lines[:MAX_DIFF_LINES], True)
     return _Side(document.rel_path, lines, document.truncated)
+
+
+# -- bytes -----------------------------------------------------------------------
+
+
+def read_bytes(
+    engine: ExclusionEngine,
+    rel_path,
+    *,
+    offset: int | None = None,
+    length: int | None = None,
+    fmt: str = "auto",
+    check: Callable[[], None] = _no_check,
+) -> dict:
+    """``length`` bytes of the file from ``offset``, as text or base64, or an
+    image file whole as an image (``_image_data``: base64).
+
+    ``auto`` is ``image`` for an image file when no range is given, ``text``
+    for a text file and ``base64`` otherwise. ``text`` decodes UTF-8 and
+    moves the range to whole characters: its start back to the start of the
+    character it falls in, its end back before a character it cuts (or on
+    past the one character a range inside it holds); ``offset`` and
+    ``length`` say what was returned, and ``lossy`` that bytes that are no
+    UTF-8 became U+FFFD. A file that is not text is ``DOC_TYPE_UNSUPPORTED``
+    as text. An offset past the end returns nothing, with ``eof``.
+    """
+    if fmt not in FORMATS:
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"format must be one of {', '.join(FORMATS)}")
+    if not isinstance(rel_path, str) or not rel_path:
+        raise errors.Dir2mcpError(errors.MISSING_FIELD, "rel_path is required")
+    ranged = offset is not None or length is not None
+    if fmt == "image" and ranged:
+        raise errors.Dir2mcpError(
+            errors.INVALID_FIELD, "an image is read whole: leave out offset and length, or ask format base64"
+        )
+    start = _bound("offset", offset, 0, 2**53 - 1, 0)
+    count = _bound("length", length, 1, MAX_LENGTH, DEFAULT_LENGTH)
+
+    def read(opened: OpenedFile) -> dict:
+        _the_file_itself(opened, "a byte range")
+        kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
+        chosen = _chosen(fmt, kind, ranged)
+        check()
+        if chosen == "image":
+            return _image(engine, opened, kind, check)
+        if chosen == "text" and kind not in TEXTUAL_TYPES:
+            raise errors.Dir2mcpError(
+                errors.DOC_TYPE_UNSUPPORTED,
+                f"{opened.rel} is a {kind} file, not text: ask format base64 (or image for an image)",
+            )
+        return _range(engine, opened, start, count, chosen) | {"mime_type": mime_type(opened.rel, kind)}
+
+    return _settled(engine, rel_path, read)
+
+
+def _bound(name: str, value, low: int, high: int, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, f"{name} must be an integer")
+    if not low <= value <= high:
+        raise errors.Dir2mcpError(errors.INVALID_RANGE, f"{name} must be from {low} to {high}")
+    return value
+
+
+def _chosen(fmt: str, kind: str, ranged: bool) -> str:
+    if fmt != "auto":
+        return fmt
+    if kind == "image" and not ranged:
+        return "image"
+    return "text" if kind in TEXTUAL_TYPES else "base64"
+
+
+def _range(engine: ExclusionEngine, opened: OpenedFile, offset: int, length: int, fmt: str) -> dict:
+    """The range with :data:`_CONTEXT` bytes on each side read and screened."""
+    size = opened.st.st_size
+    seek = max(0, min(offset, size) - _CONTEXT)
+    opened.file.seek(seek)
+    window = opened.read(offset - seek + length + _CONTEXT) if offset <= size else b""
+    begin = min(offset - seek, len(window))
+    end = min(begin + length, len(window))
+    if fmt == "text":
+        begin, end = _whole_characters(window, begin, end)
+    _screen_bytes(engine, opened.rel, window)
+    data = window[begin:end]
+    first = seek + begin if window else offset
+    out = {
+        "rel_path": opened.rel,
+        "format": fmt,
+        "offset": first,
+        "length": len(data),
+        "size_bytes": size,
+        "eof": first + len(data) >= size,
+        "next_offset": first + len(data),
+    }
+    if fmt == "base64":
+        return out | {"content": base64.b64encode(data).decode("ascii")}
+    try:
+        return out | {"content": data.decode("utf-8"), "lossy": False}
+    except UnicodeDecodeError:
+        return out | {"content": data.decode("utf-8", errors="replace"), "lossy": True}
+
+
+def _continues(buf: bytes, i: int) -> bool:
+    """Whether ``buf[i]`` continues a UTF-8 character begun before it."""
+    return 0 < i < len(buf) and buf[i] & 0xC0 == 0x80
+
+
+def _whole_characters(buf: bytes, begin: int, end: int) -> tuple[int, int]:
+    """``begin:end`` moved to whole UTF-8 characters (see :func:`read_bytes`)."""
+    for _ in range(_UTF8_TAIL):
+        begin -= _continues(buf, begin)
+    cut = end
+    for _ in range(_UTF8_TAIL):
+        cut -= _continues(buf, cut)
+    if cut > begin or end <= begin:
+        return begin, cut
+    # The range lies inside one character: that character, whole.
+    end = begin + 1
+    while end - begin <= _UTF8_TAIL and _continues(buf, end):
+        end += 1
+    return begin, end
+
+
+def _screen_bytes(engine: ExclusionEngine, rel: str, data: bytes) -> None:
+    """FORBIDDEN when the bytes hold a secret: as Latin-1 (every byte one
+    character, so ASCII and UTF-8 keys read as themselves), and without
+    their NULs (a key in UTF-16 or UTF-32, at any alignment)."""
+    files.screen(engine, rel, data.decode("latin-1"))
+    if b"\x00" in data:
+        files.screen(engine, rel, data.replace(b"\x00", b"").decode("latin-1"))
+
+
+def _image(engine: ExclusionEngine, opened: OpenedFile, kind: str, check: Callable[[], None]) -> dict:
+    rel, size = opened.rel, opened.st.st_size
+    if kind != "image":
+        raise errors.Dir2mcpError(
+            errors.DOC_TYPE_UNSUPPORTED, f"{rel} is a {kind} file, not an image: ask format text or base64"
+        )
+    if size > images.MAX_SOURCE_BYTES:
+        raise errors.Dir2mcpError(
+            errors.FILE_TOO_LARGE,
+            f"{rel} is over the {images.MAX_SOURCE_BYTES}-byte limit of an image read; read it as base64",
+        )
+    opened.file.seek(0)
+    data = opened.read(size + 1)
+    check()
+    fitted = images.fit(rel, data)
+    _screen_bytes(engine, rel, fitted.data)
+    return {
+        "rel_path": rel,
+        "format": "image",
+        "offset": 0,
+        "length": len(data),
+        "size_bytes": size,
+        "eof": True,
+        "next_offset": len(data),
+        "mime_type": fitted.mime_type,
+        "image": {
+            "width": fitted.width,
+            "height": fitted.height,
+            "data_bytes": len(fitted.data),
+            "downscaled": fitted.downscaled,
+            "recompressed": fitted.recompressed,
+            "source_mime_type": fitted.source_mime_type,
+            "source_width": fitted.source_width,
+            "source_height": fitted.source_height,
+        },
+        "_image_data": base64.b64encode(fitted.data).decode("ascii"),
+    }
