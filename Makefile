@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DIR ?= .
 
-.PHONY: install run test test-postgres lint format bench bench-retrieval bench-scaleout contract equivalence-env equivalence
+.PHONY: install run test test-postgres lint format bench bench-retrieval bench-scaleout contract equivalence-env equivalence mcp2-env
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,3 +67,12 @@ equivalence-env:
 
 equivalence:
 	$(TORCH_VENV)/bin/pytest -p no:cacheprovider -o addopts="-ra" tests/test_local_embedder.py -k sentence_transformers
+
+# The official MCP Python SDK 2.x client (the 2026-07-28 revision) in a side
+# venv: tests/test_mcp2_client.py runs it against `up` and `mcp_stdio` (and
+# makes this venv itself when it is missing).
+MCP2_VENV := .venv-mcp2
+
+mcp2-env:
+	$(PYTHON) -m venv $(MCP2_VENV)
+	$(MCP2_VENV)/bin/pip install -q -r requirements-mcp2.txt

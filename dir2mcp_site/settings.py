@@ -228,6 +228,8 @@ CHANNEL_LAYERS = {
 }
 # Seconds between keep-alive comments on a standalone GET stream (mcp_gateway/standalone.py).
 DIR2MCP_SSE_KEEPALIVE = env.float("DIR2MCP_SSE_KEEPALIVE", default=15.0)
+# subscriptions/listen streams one process keeps open at once (mcp_gateway/subscriptions.py).
+DIR2MCP_MAX_LISTENS = env.int("DIR2MCP_MAX_LISTENS", default=1000)
 
 LOGGING = {
     "version": 1,

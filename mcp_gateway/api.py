@@ -1,4 +1,4 @@
-"""The ``/mcp`` endpoint: MCP Streamable HTTP (2025-11-25) as an ASGI app.
+"""The ``/mcp`` endpoint: MCP Streamable HTTP (2025-11-25 and 2026-07-28) as an ASGI app.
 
 One async handler, served by daphne beside Django (``dir2mcp_site/asgi.py``)
 without Django's request machinery (``asgi_io.py`` says why). The gate in
@@ -11,11 +11,18 @@ asked for log messages) is answered as an SSE stream carrying the
 notifications and then the response, everything else as one JSON object.
 ``GET`` opens the session's standalone stream of resource notifications
 (``standalone.py``).
+
+A 2026-07-28 request (``modern.is_modern``) takes no session: its mirrored
+headers are checked against the body (``mirrored.py``), then it runs the
+same way, admitted as its address and credential, and is answered in that
+revision's form (``modern.py``); ``subscriptions/listen`` is answered with
+a stream that stays open (``subscriptions.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import threading
@@ -24,8 +31,22 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from corpus import errors, observe, store_faults
-from mcp_gateway import context, dispatch, notify, sessions, standalone, tools, transport, workers
+from mcp_gateway import (
+    context,
+    dispatch,
+    mirrored,
+    modern,
+    notify,
+    ratelimit,
+    sessions,
+    standalone,
+    subscriptions,
+    tools,
+    transport,
+    workers,
+)
 from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
+from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import HttpError, Message
 
 log = logging.getLogger(__name__)
@@ -192,6 +213,11 @@ async def _read_body(request: Request) -> bytes:
 
 async def _post(request: Request, ctx: context.Context) -> Response | StreamResponse:
     msg = transport.parse_message(await _read_body(request))
+    headers = request.headers
+    if modern.is_modern(
+        msg, header_version=headers.get("mcp-protocol-version"), session_id=headers.get("mcp-session-id")
+    ):
+        return await _stateless(request, msg, ctx)
     if msg.kind == "request" and msg.method == "initialize":
         return await _initialize(msg, ctx)
     version = transport.check_protocol_version(request.headers.get("mcp-protocol-version"))
@@ -222,7 +248,117 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
         if outcome is not _NEEDS_STREAM:
             return _json(outcome, reply.status, reply.headers)
     row = await _session(session_id, ctx)
-    return _stream(msg, dispatch.SessionState(row.session_id, version, row.log_level, initialized=True), ctx)
+    state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
+    job = lambda emit, cancel: dispatch.respond(msg, state, ctx, emit=emit, cancel=cancel)  # noqa: E731
+    return _stream(msg, (state.id, msg.id), state.id, job, ctx)
+
+
+# Keys of stateless calls among the in-flight ones: nothing cancels them by
+# id (an HTTP client cancels by closing the stream), so each is its own.
+_stateless_keys = itertools.count()
+
+
+def _stateless_client(request: Request) -> str:
+    """Who a stateless call is admitted as (mcp_gateway/workers.py): its
+    address and credential, as for the REST mirror."""
+    address = ratelimit.client_address(request.client, request.headers.get("x-real-ip"))
+    return f"mcp|{address}|{sessions.token_digest(request.headers.get('authorization'))}"
+
+
+async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Response | StreamResponse:
+    """A 2026-07-28 request (mcp_gateway/modern.py): no session, every fact in
+    the request; its mirrored headers checked first (mcp_gateway/mirrored.py)."""
+    if msg.kind != "request":
+        # The revision defines no client notification over HTTP (a client
+        # cancels by closing the request's stream): accepted, nothing to do.
+        return _json(None, 202)
+    try:
+        envelope = modern.envelope(msg)
+        mirrored.check(msg, request.headers, _input_schema(msg))
+        modern.check_version(envelope.version)
+    except modern.Refusal as refusal:
+        return _json(refusal.response(msg.id), refusal.status)
+    if msg.method == subscriptions.METHOD:
+        return await _listen(msg, ctx)
+    client = _stateless_client(request)
+    key = ("stateless", next(_stateless_keys))
+    paid = dispatch.is_paid(msg, ctx)
+    streams = dispatch.progress_token(msg) is not None or envelope.log_level
+    if msg.method == "tools/call" and not paid and streams:
+        job = lambda emit, cancel: modern.respond(msg, ctx, emit=emit, cancel=cancel)  # noqa: E731
+        return _stream(msg, key, client, job, ctx)
+    reply = dispatch.HttpReply()
+    payment = request.headers.get("payment-signature")
+    bounds = workers.Bounds.of(ctx.config, paid=paid) if msg.method in CALL_METHODS else None
+    try:
+        outcome = await _run(
+            key,
+            msg.id,
+            lambda cancel: modern.respond(msg, ctx, cancel=cancel, payment=payment, reply=reply),
+            bounds=bounds,
+            client=client,
+        )
+    except workers.Refused as refused:
+        return _json(_call_error(msg.id, refused), headers={"Retry-After": "1"})
+    status = reply.status if reply.status != 200 else modern.status_of(outcome)
+    return _json(outcome, status, reply.headers)
+
+
+async def _listen(msg: Message, ctx: context.Context) -> Response | StreamResponse:
+    """``subscriptions/listen``: its acknowledgment, then the change
+    notifications it asked for, on an SSE answer that stays open
+    (mcp_gateway/subscriptions.py); a keep-alive comment when quiet."""
+    if len(_listening) >= subscriptions.max_open():
+        busy = errors.Dir2mcpError(errors.SERVER_BUSY, "too many subscriptions are open here; retry later")
+        return _json(_call_error(msg.id, busy), headers={"Retry-After": "1"})
+    try:
+        listen = await _in_worker(subscriptions.open_listen, msg, ctx)
+    except ResourceError as exc:
+        return _json(errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data))
+    return StreamResponse(_listen_events(listen))
+
+
+# The subscriptions/listen streams open on this process, by hub key.
+_listening: set[str] = set()
+
+
+async def _listen_events(listen: subscriptions.Listen):
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def put(item) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop has closed: the server is stopping
+            pass
+
+    sink = subscriptions.Sink(listen, put, lambda: put(_END))
+    key = f"listen-{next(_stateless_keys)}"
+    _listening.add(key)
+    notify.HUB.attach(key, sink, listen.local)
+    every = standalone.keepalive_seconds()
+    try:
+        yield _sse(subscriptions.acknowledged(listen))
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), every)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if item is _END:
+                yield _sse(subscriptions.closing(listen))
+                return
+            yield _sse(item)
+    finally:
+        notify.HUB.detach(key, sink)
+        _listening.discard(key)
+
+
+def _input_schema(msg: Message) -> dict | None:
+    """The called tool's input schema, for its ``Mcp-Param-*`` headers."""
+    name = msg.params.get("name") if msg.method == "tools/call" else None
+    tool = tools.table().get(name) if isinstance(name, str) else None
+    return tool.input_schema if tool is not None else None
 
 
 _NEEDS_STREAM = {"stream": True}
@@ -339,8 +475,9 @@ def _sse(message: dict) -> bytes:
     return b"event: message\ndata: " + json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
-def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamResponse:
-    """Answer on an SSE stream: notifications as they come, then the response.
+def _stream(msg: Message, key: tuple, client: str, job, ctx) -> StreamResponse:
+    """Answer on an SSE stream: notifications as they come, then the response
+    of ``job(emit, cancel)``, run as ``client``'s call under ``key``.
 
     A cancelled call ends the stream without a response, as the
     cancellation utility asks; a client that hangs up cancels the work.
@@ -352,10 +489,9 @@ def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamResponse:
         loop.call_soon_threadsafe(queue.put_nowait, notification)
 
     async def events():
-        job = lambda cancel: dispatch.respond(msg, state, ctx, emit=emit, cancel=cancel)  # noqa: E731
         bounds = workers.Bounds.of(ctx.config)
         task = asyncio.ensure_future(
-            _run_or_refuse((state.id, msg.id), msg.id, job, bounds=bounds, client=state.id)
+            _run_or_refuse(key, msg.id, lambda cancel: job(emit, cancel), bounds=bounds, client=client)
         )
         done = asyncio.ensure_future(_when_done(task, queue))
         try:
@@ -369,7 +505,7 @@ def _stream(msg: Message, state: dispatch.SessionState, ctx) -> StreamResponse:
                 yield _sse(response)
         finally:
             if not task.done():  # the client hung up: stop the work
-                entry = _inflight.get((state.id, msg.id))
+                entry = _inflight.get(key)
                 if entry is not None:
                     entry.cancel()
             done.cancel()

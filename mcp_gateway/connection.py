@@ -8,6 +8,7 @@ import os
 
 from corpus.state import StateDir, write_json
 from mcp_gateway.listen import ListenAddress
+from mcp_gateway.modern import VERSION as STATELESS_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ def connection_document(ctx, url: str, address: ListenAddress) -> dict:
             "header_name": SESSION_HEADER,
             "assigned_on_initialize": True,
         },
+        # 2026-07-28: no initialize and no session; every request says its version.
+        "protocol_versions": {"stateless": [STATELESS_VERSION], "session": [PROTOCOL_VERSION]},
         "token_source": ctx.auth.source,
     }
     if ctx.auth.source in ("file", "secret.token"):
@@ -92,4 +95,5 @@ def connection_block(ctx, url: str, spec: str = "") -> list[str]:
     lines = ["MCP endpoint:", f"  URL:    {url}", f"  Auth:   {auth_line(ctx, spec)}", "  Headers:"]
     lines += [f"    {name}: {value}" for name, value in headers(ctx).items()]
     lines.append(f"    {SESSION_HEADER}: (assigned after initialize response)")
+    lines.append(f"  {STATELESS_VERSION} clients: no initialize and no {SESSION_HEADER} (stateless)")
     return lines

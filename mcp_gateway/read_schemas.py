@@ -63,6 +63,7 @@ DIFF_OUTPUT = {
 
 _SLICE = copy.deepcopy(OPEN_FILE_INPUT)
 _SLICE["properties"].pop("max_chars")
+_SLICE["properties"]["rel_path"].pop("x-mcp-header")  # only on a top-level argument (never under items)
 OPEN_FILES_INPUT = {
     "type": "object",
     "additionalProperties": False,

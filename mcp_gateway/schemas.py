@@ -352,7 +352,9 @@ OPEN_FILE_INPUT = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "rel_path": path_argument("Path relative to the root, as in a hit."),
+        # Mirrored as the Mcp-Param-Path header by 2026-07-28 clients over HTTP
+        # (a gateway may route or audit by it; mcp_gateway/mirrored.py checks it).
+        "rel_path": {**path_argument("Path relative to the root, as in a hit."), "x-mcp-header": "Path"},
         "start_line": {"type": "integer", "minimum": 1},
         "end_line": {"type": "integer", "minimum": 1},
         "page": {"type": "integer", "minimum": 1},

@@ -1,4 +1,4 @@
-"""MCP over stdio (2025-11-25): newline-delimited JSON-RPC on stdin/stdout.
+"""MCP over stdio (2025-11-25 and 2026-07-28): newline-delimited JSON-RPC on stdin/stdout.
 
 ``mcp_stdio`` runs :func:`serve`. The client launches us as a subprocess,
 writes one JSON-RPC message per line on our stdin and reads one per line
@@ -24,6 +24,11 @@ indexer) goes to stderr. The stream rules this module keeps:
   session's subscriptions, ``list_changed``) are written as the indexer's
   changes arrive (mcp_gateway/notify.py), once the client has sent
   ``notifications/initialized``.
+* a 2026-07-28 request (its ``_meta`` names the version, or
+  ``server/discover``) needs no ``initialize`` and is answered statelessly
+  (mcp_gateway/modern.py), beside the session; each ``subscriptions/listen``
+  writes its acknowledgment, then its tagged notifications, until
+  ``notifications/cancelled`` names it (mcp_gateway/subscriptions.py).
 """
 
 from __future__ import annotations
@@ -40,9 +45,10 @@ from typing import BinaryIO
 
 from corpus import errors, store_faults
 from corpus.events import Reporter
-from mcp_gateway import dispatch, tools, transport
+from mcp_gateway import dispatch, modern, subscriptions, tools, transport
 from mcp_gateway.background import start_background_indexing
 from mcp_gateway.notify import HUB, LOCAL
+from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import HttpError, Message
 
 log = logging.getLogger(__name__)
@@ -195,6 +201,7 @@ class StdioServer:
         self.initialized = False
         self.eof = threading.Event()
         self._inflight: dict[object, _Call] = {}
+        self._listens: dict[object, subscriptions.Sink] = {}  # open subscriptions/listen, by request id
         self._lock = threading.Lock()
         self._jobs: queue.Queue = queue.Queue()
         # Daemon threads, not a ThreadPoolExecutor: a call that never returns
@@ -264,10 +271,14 @@ class StdioServer:
                 self._cancel(msg.params.get("requestId"))
             dispatch.respond(msg, self.session, self.ctx)
             return
-        if msg.method == "initialize":
+        stateless = modern.is_modern(msg)
+        if msg.method == "initialize" and not stateless:  # a 2026-07-28 one is refused (-32601)
             self.initialized = True
-        elif not self.initialized and msg.method != "ping":
+        elif not (stateless or self.initialized or msg.method == "ping"):
             self.writer.write(dispatch.not_initialized(msg))
+            return
+        if stateless and msg.method == subscriptions.METHOD:
+            self._listen(msg)
             return
         if msg.method == "tools/call":
             self._submit(msg)
@@ -277,6 +288,50 @@ class StdioServer:
             self.session.protocol_version = response["result"]["protocolVersion"]
         if response is not None:
             self.writer.write(response)
+
+    # -- subscriptions/listen (2026-07-28) --
+
+    def _listen(self, msg: Message) -> None:
+        """Acknowledge, then write the subscription's notifications as they
+        come, until ``notifications/cancelled`` names it or the server stops."""
+        try:
+            modern.check_version(modern.envelope(msg).version)
+            listen = subscriptions.open_listen(msg, self.ctx)
+        except modern.Refusal as refusal:
+            self.writer.write(refusal.response(msg.id))
+            return
+        except ResourceError as exc:
+            self.writer.write(errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data))
+            return
+        with self._lock:
+            duplicate = msg.id in self._listens or msg.id in self._inflight
+            if not duplicate:
+                sink = subscriptions.Sink(listen, self.writer.write, lambda: self.end_listen(msg.id))
+                self._listens[msg.id] = sink
+        if duplicate:
+            in_use = f"request id {msg.id!r} is already in use"
+            self.writer.write(errors.rpc_error(msg.id, errors.RPC_INVALID_REQUEST, in_use))
+            return
+        self.writer.write(subscriptions.acknowledged(listen))  # first, before any notification
+        HUB.attach(_listen_key(msg.id), sink, listen.local)
+
+    def end_listen(self, request_id, *, graceful: bool = True) -> bool:
+        """Close one subscription (with its closing result when ``graceful``);
+        False when there was none."""
+        with self._lock:
+            sink = self._listens.pop(request_id, None)
+        if sink is None:
+            return False
+        HUB.detach(_listen_key(request_id), sink)
+        if graceful:
+            self.writer.write(subscriptions.closing(sink.listen))
+        return True
+
+    def end_listens(self) -> None:
+        with self._lock:
+            ids = list(self._listens)
+        for request_id in ids:
+            self.end_listen(request_id)
 
     # -- calls --
 
@@ -313,6 +368,8 @@ class StdioServer:
 
     def _respond(self, msg: Message, emit, cancel) -> dict | None:
         try:
+            if modern.is_modern(msg):  # 2026-07-28: no session, everything in the request
+                return modern.respond(msg, self.ctx, emit=emit, cancel=cancel)
             return dispatch.respond(msg, self.session, self.ctx, emit=emit, cancel=cancel)
         except tools.Cancelled:
             return None
@@ -328,6 +385,8 @@ class StdioServer:
     def _cancel(self, request_id) -> None:
         if not isinstance(request_id, str | int) or isinstance(request_id, bool):
             return  # invalid cancellations are ignored
+        if self.end_listen(request_id, graceful=False):
+            return
         with self._lock:
             call = self._inflight.get(request_id)
         if call is not None:
@@ -364,6 +423,11 @@ class NotificationSink:
 
     def close(self) -> None:
         """The session lasts as long as the process."""
+
+
+def _listen_key(request_id) -> str:
+    """A subscription's key among the hub's sinks (``repr``: 1 and "1" differ)."""
+    return f"{STDIO_SESSION}-listen:{request_id!r}"
 
 
 def _readable_id(data):
@@ -432,6 +496,7 @@ def serve(
         return reason
     finally:
         stop.set()
+        server.end_listens()
         HUB.detach(STDIO_SESSION, sink)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

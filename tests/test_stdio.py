@@ -59,6 +59,7 @@ def check_jsonrpc_line(line: bytes) -> dict:
             "notifications/message",
             "notifications/resources/updated",  # mcp_gateway/notify.py: the indexer's changes
             "notifications/resources/list_changed",
+            "notifications/subscriptions/acknowledged",  # subscriptions/listen (2026-07-28)
         ), msg
     else:
         assert "id" in msg and ("result" in msg) != ("error" in msg), msg

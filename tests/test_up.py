@@ -135,6 +135,7 @@ def test_json_events_connection_json_and_auth(corpus_dir, running):
         "header_name": "MCP-Session-Id",
         "assigned_on_initialize": True,
     }
+    assert saved["protocol_versions"] == {"stateless": ["2026-07-28"], "session": ["2025-11-25"]}
     assert oct((state / "secret.token").stat().st_mode & 0o777) == "0o600"
     for text in (
         up.stdout,
@@ -169,6 +170,7 @@ def test_human_output_block(corpus_dir, running):
         "    Authorization: Bearer <token>",
         "    MCP-Session-Id: (assigned after initialize response)",
     ]
+    assert block[7] == "  2026-07-28 clients: no initialize and no MCP-Session-Id (stateless)"
     site = url.removesuffix("/mcp")
     assert f"  Admin:  {site}/admin/  (first user: dir2mcp createadmin --dir {corpus_dir})" in block
     assert f"  Status: {site}/ops/status/" in block

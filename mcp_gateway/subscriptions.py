@@ -1,0 +1,122 @@
+"""``subscriptions/listen`` (MCP 2026-07-28): one long-lived request whose
+answer is the stream of change notifications it asked for.
+
+The request's ``notifications`` filter may ask for
+``resourcesListChanged`` (``notifications/resources/list_changed`` when files
+are added or removed) and ``resourceSubscriptions`` (URIs of files whose
+changes send ``notifications/resources/updated``). Each URI is screened as
+``resources/read`` would screen it (``notify.subscribable``: outside the
+root, excluded, secret-bearing or not indexed is refused); the
+acknowledgment (``notifications/subscriptions/acknowledged``, always the
+first message) lists what is honoured, leaving out the rest and the tool
+and prompt lists, which do not change while the server runs.
+
+The subscription is a sink of ``notify.HUB`` with its own
+:class:`notify.LocalSubscriptions`: the same channel-layer fan-out as a
+2025-11-25 session's stream (in memory in one process, Redis across
+several), with nothing stored in the database. Every message carries the
+subscription's id (the request's id) in ``_meta``. It ends when the client
+closes the stream (HTTP) or cancels the request (stdio), or, gracefully,
+with a result when the server stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from corpus import errors
+from mcp_gateway import notify, sessions
+from mcp_gateway.modern import META_SERVER_INFO, server_info
+from mcp_gateway.resources import ResourceError
+from mcp_gateway.transport import Message
+
+METHOD = "subscriptions/listen"
+META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
+
+
+@dataclass
+class Listen:
+    """One open subscription: its id and what it honours."""
+
+    id: object
+    list_changed: bool
+    local: notify.LocalSubscriptions = field(default_factory=notify.LocalSubscriptions)
+    uris: list[str] = field(default_factory=list)
+
+    @property
+    def honored(self) -> dict:
+        out: dict = {"resourcesListChanged": True} if self.list_changed else {}
+        if self.uris:
+            out["resourceSubscriptions"] = list(self.uris)
+        return out
+
+
+def max_open() -> int:
+    """Subscriptions one HTTP process keeps open at once (``DIR2MCP_MAX_LISTENS``);
+    one more is SERVER_BUSY: each holds a connection and a hub sink, and no
+    session bounds them."""
+    return int(getattr(settings, "DIR2MCP_MAX_LISTENS", 1000))
+
+
+def _invalid(message: str) -> ResourceError:
+    data = {"code": errors.INVALID_FIELD, "retryable": False}
+    return ResourceError(errors.RPC_INVALID_PARAMS, message, data)
+
+
+def open_listen(msg: Message, ctx) -> Listen:
+    """The subscription ``msg`` asks for; :class:`ResourceError` (-32602) for a
+    malformed filter. Reads the database (a worker thread's call)."""
+    wanted = msg.params.get("notifications", {})
+    if not isinstance(wanted, dict):
+        raise _invalid("params.notifications must be an object")
+    uris = wanted.get("resourceSubscriptions", [])
+    if not isinstance(uris, list) or not all(isinstance(uri, str) for uri in uris):
+        raise _invalid("params.notifications.resourceSubscriptions must be a list of URIs")
+    if len(uris) > sessions.MAX_SUBSCRIPTIONS:
+        raise _invalid(f"at most {sessions.MAX_SUBSCRIPTIONS} resource subscriptions a request")
+    listen = Listen(msg.id, wanted.get("resourcesListChanged") is True)
+    for uri in dict.fromkeys(uris):
+        if len(uri) > notify.MAX_URI_CHARS:
+            continue
+        try:
+            listen.local.add(uri, notify.subscribable(ctx, uri))
+        except ResourceError:
+            continue  # not a file this client may read: not honoured, left out of the acknowledgment
+        listen.uris.append(uri)
+    return listen
+
+
+def tagged(notification: dict, subscription_id) -> dict:
+    params = dict(notification.get("params") or {})
+    params["_meta"] = {**(params.get("_meta") or {}), META_SUBSCRIPTION: subscription_id}
+    return {**notification, "params": params}
+
+
+def acknowledged(listen: Listen) -> dict:
+    note = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged"}
+    return tagged(note | {"params": {"notifications": listen.honored}}, listen.id)
+
+
+def closing(listen: Listen) -> dict:
+    """The result that ends a subscription the server closes."""
+    meta = {META_SUBSCRIPTION: listen.id, META_SERVER_INFO: server_info()}
+    return {"jsonrpc": "2.0", "id": listen.id, "result": {"resultType": "complete", "_meta": meta}}
+
+
+class Sink:
+    """``notify.Sink`` of one subscription: what it asked for, tagged, to
+    ``deliver``; ``on_close`` when the hub ends it."""
+
+    def __init__(self, listen: Listen, deliver: Callable[[dict], None], on_close: Callable[[], None]):
+        self.listen, self._deliver, self._on_close = listen, deliver, on_close
+
+    def send(self, notification: dict) -> None:
+        if notification.get("method") == notify.LIST_CHANGED["method"] and not self.listen.list_changed:
+            return
+        self._deliver(tagged(notification, self.listen.id))
+
+    def close(self) -> None:
+        self._on_close()
