@@ -1,0 +1,170 @@
+"""On-demand transcripts and annotations are screened as the indexer screens
+what it stores (issue #32, review): a recording whose transcript holds a
+credential (every one-line shape of the positive corpus, spoken into a WAV
+the fake STT reads back) is refused ``FORBIDDEN`` in exclude mode and comes
+back redacted in redact mode, through ``dir2mcp.transcribe``,
+``transcribe_and_ask`` and ``annotate`` on a real server (daphne) with the
+fake Mistral; no answer, and no file of the state directory (the
+transcript cache included), holds a piece of any credential.
+
+The indexer's audio pass is off on these servers, so whatever the state
+directory holds of a recording was put there by the on-demand path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from corpus.config import build_config
+from corpus.ingest import ondemand
+from corpus.models import Representation
+from corpus.security import ExclusionEngine
+from tests.fakes.media import make_wav
+from tests.fakes.mistral import FakeMistral
+from tests.test_redact import leaks, windows
+from tests.test_secret_routes import call, serving, state_traces
+from tests.test_secret_rules import CONTENT_SECRETS
+
+INTRO = "Welcome to the quagga briefing."
+# one recording per credential shape that fits on one spoken line
+SPOKEN = {
+    name: (text.strip(), secret)
+    for name, (_, text, secret) in sorted(CONTENT_SECRETS.items())
+    if "\n" not in text.strip()
+}
+TOKEN = CONTENT_SECRETS["github-ghp"][2]
+# a "Key: value" line, which the fake's structured extraction fills a field from
+MEMO = [(0.0, 10.0, INTRO), (10.0, 20.0, f"Token: {TOKEN}"), (20.0, 30.0, "Vendor: Okapi Logistics")]
+SCHEMA = {"type": "object", "properties": {"token": {"type": "string"}, "vendor": {"type": "string"}}}
+SECRETS = [secret for _, secret in SPOKEN.values()]
+FRAGMENTS = sorted({piece for secret in SECRETS for piece in windows(secret)})
+
+
+def recordings() -> dict[str, bytes]:
+    files = {
+        f"audio/{name}.wav": make_wav([(0.0, 10.0, INTRO), (10.0, 20.0, line)])
+        for name, (line, _) in SPOKEN.items()
+    }
+    files["audio/memo.wav"] = make_wav(MEMO)
+    files["audio/clean.wav"] = make_wav([(0.0, 10.0, INTRO), (10.0, 20.0, "The ferry leaves at nine.")])
+    return files
+
+
+def serve(root: Path, mode: str):
+    for rel, data in recordings().items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    fake = FakeMistral().start()
+    env = {
+        "MISTRAL_API_KEY": fake.api_key,
+        "DIR2MCP_MISTRAL__BASE_URL": fake.url,
+        "DIR2MCP_INGEST__AUDIO__MODE": "off",
+        "DIR2MCP_SECURITY__SECRET_MODE": mode,
+    }
+    try:
+        yield from serving(root, FRAGMENTS, env=env)
+    finally:
+        fake.close()
+
+
+@pytest.fixture(scope="module")
+def excluding(tmp_path_factory):
+    yield from serve(tmp_path_factory.mktemp("corpus"), "exclude")
+
+
+@pytest.fixture(scope="module")
+def redacting(tmp_path_factory):
+    yield from serve(tmp_path_factory.mktemp("corpus"), "redact")
+
+
+def code(result: dict) -> str | None:
+    return result["structuredContent"]["error"]["code"] if result.get("isError") else None
+
+
+def test_exclude_mode_refuses_a_transcript_holding_a_credential_and_keeps_none(excluding):
+    clean = call(excluding, "dir2mcp.transcribe", {"rel_path": "audio/clean.wav"})
+    assert [s["text"] for s in clean["structuredContent"]["segments"]] == [INTRO, "The ferry leaves at nine."]
+    answers, codes = [], {}
+    for name in SPOKEN:
+        rel = f"audio/{name}.wav"
+        made = call(excluding, "dir2mcp.transcribe", {"rel_path": rel})
+        codes[name] = code(made)
+        answers.append(json.dumps(made))
+        opened = call(excluding, "dir2mcp.open_file", {"rel_path": rel, "start_ms": 0, "end_ms": 20_000})
+        codes[f"{name} open_file"] = code(opened)
+        answers.append(json.dumps(opened))
+    asked = call(
+        excluding, "dir2mcp.transcribe_and_ask", {"rel_path": "audio/memo.wav", "question": "token?"}
+    )
+    annotated = call(excluding, "dir2mcp.annotate", {"rel_path": "audio/memo.wav", "schema_json": SCHEMA})
+    searched = call(excluding, "dir2mcp.search", {"query": "quagga briefing", "k": 50})
+    answers += [json.dumps(asked), json.dumps(annotated), json.dumps(searched)]
+
+    assert set(codes.values()) == {"FORBIDDEN"}, codes
+    assert (code(asked), code(annotated)) == ("FORBIDDEN", "FORBIDDEN")
+    assert [hit["rel_path"] for hit in searched["structuredContent"]["hits"]] == ["audio/clean.wav"]
+    assert leaks("\n".join(answers), SECRETS) == []
+    assert state_traces(excluding.root, FRAGMENTS) == {}
+
+
+def test_redact_mode_returns_and_stores_the_transcript_redacted(redacting):
+    answers, unredacted = [], []
+    for name in SPOKEN:
+        rel = f"audio/{name}.wav"
+        made = call(redacting, "dir2mcp.transcribe", {"rel_path": rel})
+        assert code(made) is None, made
+        segments = [s["text"] for s in made["structuredContent"]["segments"]]
+        if segments[0] != INTRO or "[REDACTED:" not in segments[1]:
+            unredacted.append((name, segments))
+        opened = call(redacting, "dir2mcp.open_file", {"rel_path": rel, "start_ms": 10_000, "end_ms": 20_000})
+        assert "[REDACTED:" in opened["structuredContent"]["content"], (name, opened)
+        answers += [json.dumps(made), json.dumps(opened)]
+    searched = call(redacting, "dir2mcp.search", {"query": "quagga briefing", "k": 50})
+    asked = call(
+        redacting, "dir2mcp.transcribe_and_ask", {"rel_path": "audio/memo.wav", "question": "token?"}
+    )
+    answers += [json.dumps(searched), json.dumps(asked)]
+
+    assert unredacted == []
+    assert code(asked) is None, asked
+    found = {hit["rel_path"] for hit in searched["structuredContent"]["hits"]}
+    assert found == {f"audio/{name}.wav" for name in SPOKEN}
+    assert leaks("\n".join(answers), SECRETS) == []
+    assert state_traces(redacting.root, FRAGMENTS) == {}
+
+
+def test_redact_mode_annotates_the_redacted_text(redacting):
+    made = call(redacting, "dir2mcp.transcribe", {"rel_path": "audio/memo.wav"})
+    annotated = call(redacting, "dir2mcp.annotate", {"rel_path": "audio/memo.wav", "schema_json": SCHEMA})
+
+    assert code(made) is None, made
+    fields = annotated["structuredContent"]["annotation_json"]
+    assert fields == {"token": "[REDACTED:token-assignment]", "vendor": "Okapi Logistics"}, annotated
+    assert annotated["structuredContent"]["stored"] is True
+    assert leaks(json.dumps(annotated), SECRETS) == []
+    assert state_traces(redacting.root, FRAGMENTS) == {}
+
+
+# -- one function for the indexer and the tool ---------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_tool_stores_what_the_indexer_stores(corpus_dir, state, index, fake_mistral, monkeypatch):
+    monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
+    config = build_config({"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "none"},
+                           "security": {"secret_mode": "redact"}}, {}, {})  # fmt: skip
+    index({"memo.wav": make_wav(MEMO)}, config=config)
+    indexed = Representation.objects.get(document__rel_path="memo.wav", deleted=False)
+    by_indexer = (indexed.text, indexed.meta_json["redacted"])
+    engine = ExclusionEngine.from_config(corpus_dir, config, state_dir=state.path)
+    ws = ondemand.Workspace(config=config, state=state, engine=engine, secret=lambda _: fake_mistral.api_key)
+
+    made = ondemand.transcribe_file(ws, "memo.wav", refresh=True)
+    stored = Representation.objects.get(document__rel_path="memo.wav", deleted=False)
+
+    assert "[REDACTED:token-assignment]" in by_indexer[0] and TOKEN not in by_indexer[0]
+    assert (stored.text, stored.meta_json["redacted"]) == by_indexer
+    assert "\n".join(s["text"] for s in made["segments"]) == stored.text
