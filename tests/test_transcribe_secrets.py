@@ -3,7 +3,7 @@ what it stores (issue #32, review): a recording whose transcript holds a
 credential (every one-line shape of the positive corpus, spoken into a WAV
 the fake STT reads back) is refused ``FORBIDDEN`` in exclude mode and comes
 back redacted in redact mode, through ``dir2mcp.transcribe``,
-``transcribe_and_ask`` and ``annotate`` on a real server (daphne) with the
+``transcribe_and_ask``, ``annotate`` and ``ask_audio`` on a real server (daphne) with the
 fake Mistral; no answer, and no file of the state directory (the
 transcript cache included), holds a piece of any credential.
 
@@ -22,6 +22,7 @@ from corpus.config import build_config
 from corpus.ingest import ondemand
 from corpus.models import Representation
 from corpus.security import ExclusionEngine
+from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_wav
 from tests.fakes.mistral import FakeMistral
 from tests.test_redact import leaks, windows
@@ -54,20 +55,27 @@ def recordings() -> dict[str, bytes]:
 
 
 def serve(root: Path, mode: str):
+    """A real server on the recordings in ``mode``, with the fake Mistral
+    (STT, chat, annotations) and the fake ElevenLabs (speech) as ``srv.tts``."""
     for rel, data in recordings().items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
-    fake = FakeMistral().start()
+    mistral, elevenlabs = FakeMistral().start(), FakeElevenLabs().start()
     env = {
-        "MISTRAL_API_KEY": fake.api_key,
-        "DIR2MCP_MISTRAL__BASE_URL": fake.url,
+        "MISTRAL_API_KEY": mistral.api_key,
+        "DIR2MCP_MISTRAL__BASE_URL": mistral.url,
+        "ELEVENLABS_API_KEY": elevenlabs.api_key,
+        "DIR2MCP_ELEVENLABS__BASE_URL": elevenlabs.url,
         "DIR2MCP_INGEST__AUDIO__MODE": "off",
         "DIR2MCP_SECURITY__SECRET_MODE": mode,
     }
     try:
-        yield from serving(root, FRAGMENTS, env=env)
+        for srv in serving(root, FRAGMENTS, env=env):
+            srv.tts = elevenlabs
+            yield srv
     finally:
-        fake.close()
+        mistral.close()
+        elevenlabs.close()
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +109,13 @@ def test_exclude_mode_refuses_a_transcript_holding_a_credential_and_keeps_none(e
     )
     annotated = call(excluding, "dir2mcp.annotate", {"rel_path": "audio/memo.wav", "schema_json": SCHEMA})
     searched = call(excluding, "dir2mcp.search", {"query": "quagga briefing", "k": 50})
-    answers += [json.dumps(asked), json.dumps(annotated), json.dumps(searched)]
+    spoken = call(excluding, "dir2mcp.ask_audio", {"question": "what was said at the quagga briefing?"})
+    answers += [json.dumps(asked), json.dumps(annotated), json.dumps(searched), json.dumps(spoken)]
+    answers += excluding.tts.tts_texts
 
     assert set(codes.values()) == {"FORBIDDEN"}, codes
-    assert (code(asked), code(annotated)) == ("FORBIDDEN", "FORBIDDEN")
+    assert (code(asked), code(annotated), code(spoken)) == ("FORBIDDEN", "FORBIDDEN", None)
+    assert excluding.tts.tts_texts  # the answer was spoken
     assert [hit["rel_path"] for hit in searched["structuredContent"]["hits"]] == ["audio/clean.wav"]
     assert leaks("\n".join(answers), SECRETS) == []
     assert state_traces(excluding.root, FRAGMENTS) == {}
@@ -126,10 +137,12 @@ def test_redact_mode_returns_and_stores_the_transcript_redacted(redacting):
     asked = call(
         redacting, "dir2mcp.transcribe_and_ask", {"rel_path": "audio/memo.wav", "question": "token?"}
     )
-    answers += [json.dumps(searched), json.dumps(asked)]
+    spoken = call(redacting, "dir2mcp.ask_audio", {"question": "what token was read out at the briefing?"})
+    answers += [json.dumps(searched), json.dumps(asked), json.dumps(spoken)] + redacting.tts.tts_texts
 
     assert unredacted == []
-    assert code(asked) is None, asked
+    assert (code(asked), code(spoken)) == (None, None), (asked, spoken)
+    assert "[REDACTED:" in "\n".join(redacting.tts.tts_texts + [json.dumps(asked)])
     found = {hit["rel_path"] for hit in searched["structuredContent"]["hits"]}
     assert found == {f"audio/{name}.wav" for name in SPOKEN}
     assert leaks("\n".join(answers), SECRETS) == []
