@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from corpus import errors
 from corpus.config import build_config
 from corpus.ingest import ondemand
-from corpus.models import Representation
+from corpus.models import Document, Representation
 from corpus.security import ExclusionEngine
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_wav
@@ -164,20 +165,55 @@ def test_redact_mode_annotates_the_redacted_text(redacting):
 # -- one function for the indexer and the tool ---------------------------------------------
 
 
-@pytest.mark.django_db
-def test_the_tool_stores_what_the_indexer_stores(corpus_dir, state, index, fake_mistral, monkeypatch):
+def keyed(fake_mistral, monkeypatch, mode: str):
     monkeypatch.setenv("MISTRAL_API_KEY", fake_mistral.api_key)
-    config = build_config({"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "none"},
-                           "security": {"secret_mode": "redact"}}, {}, {})  # fmt: skip
+    return build_config({"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "none"},
+                         "security": {"secret_mode": mode}}, {}, {})  # fmt: skip
+
+
+def recorded(rel: str) -> tuple:
+    doc = Document.objects.get(rel_path=rel)
+    reps = Representation.objects.filter(document=doc, deleted=False)
+    return doc.status, doc.error, doc.policy_hash, [(r.text, r.meta_json.get("redacted")) for r in reps]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("mode", ["exclude", "redact"])
+def test_the_tool_records_what_the_indexer_records(corpus_dir, state, index, fake_mistral, monkeypatch, mode):
+    config = keyed(fake_mistral, monkeypatch, mode)
     index({"memo.wav": make_wav(MEMO)}, config=config)
-    indexed = Representation.objects.get(document__rel_path="memo.wav", deleted=False)
-    by_indexer = (indexed.text, indexed.meta_json["redacted"])
+    by_indexer = recorded("memo.wav")
     engine = ExclusionEngine.from_config(corpus_dir, config, state_dir=state.path)
     ws = ondemand.Workspace(config=config, state=state, engine=engine, secret=lambda _: fake_mistral.api_key)
 
-    made = ondemand.transcribe_file(ws, "memo.wav", refresh=True)
-    stored = Representation.objects.get(document__rel_path="memo.wav", deleted=False)
+    try:
+        made = ondemand.transcribe_file(ws, "memo.wav", refresh=True)
+    except errors.Dir2mcpError as exc:
+        made = exc.code
 
-    assert "[REDACTED:token-assignment]" in by_indexer[0] and TOKEN not in by_indexer[0]
-    assert (stored.text, stored.meta_json["redacted"]) == by_indexer
-    assert "\n".join(s["text"] for s in made["segments"]) == stored.text
+    assert recorded("memo.wav") == by_indexer
+    if mode == "exclude":
+        assert made == errors.FORBIDDEN
+        assert by_indexer[0] == "skipped" and by_indexer[1].startswith("SECRET_DETECTED: content matches")
+        assert by_indexer[3] == []
+    else:
+        [(text, redacted)] = by_indexer[3]
+        assert "Token: [REDACTED:token-assignment]" in text and TOKEN not in text
+        assert redacted == {"rules": ["token-assignment"], "count": 1}
+        assert "\n".join(s["text"] for s in made["segments"]) == text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("mode", ["exclude", "redact"])
+def test_the_indexer_caches_no_transcript_holding_a_credential(
+    corpus_dir, state, index, fake_mistral, monkeypatch, mode
+):
+    config = keyed(fake_mistral, monkeypatch, mode)
+    index({"memo.wav": make_wav(MEMO), "clean.wav": make_wav([(0.0, 10.0, INTRO)])}, config=config)
+
+    cached = [path.read_text() for path in (state.path / "cache" / "transcribe").glob("*.json")]
+    held = [
+        path.name for path in state.path.rglob("*") if path.is_file() and TOKEN.encode() in path.read_bytes()
+    ]
+    assert len(cached) == 1 and "Token" not in cached[0]  # the clean one is cached
+    assert held == []

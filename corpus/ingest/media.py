@@ -83,8 +83,9 @@ def extract_media(
     return None
 
 
-def media_providers(config: Config, state, capabilities, secret) -> MediaProviders:
-    """The OCR and speech providers whose keys are set, caching under ``state``."""
+def media_providers(config: Config, state, capabilities, secret, *, holds_secret=None) -> MediaProviders:
+    """The OCR and speech providers whose keys are set, caching under ``state``
+    (a transcript for which ``holds_secret(text)`` is truthy is not cached)."""
     providers = MediaProviders()
     if capabilities.ocr:
         providers.ocr = MistralOcr(config, api_key=secret("mistral_api_key"), cache_dir=state.cache / "ocr")
@@ -94,4 +95,5 @@ def media_providers(config: Config, state, capabilities, secret) -> MediaProvide
             providers.stt = ElevenLabsStt(config, api_key=secret("elevenlabs_api_key"), cache_dir=cache)
         else:
             providers.stt = MistralStt(config, api_key=secret("mistral_api_key"), cache_dir=cache)
+        providers.stt.holds_secret = holds_secret
     return providers
