@@ -24,7 +24,7 @@ from corpus.ingest import ondemand
 from corpus.models import Document, Representation
 from corpus.security import ExclusionEngine
 from tests.fakes.elevenlabs import FakeElevenLabs
-from tests.fakes.media import make_wav
+from tests.fakes.media import make_scanned_pdf, make_wav
 from tests.fakes.mistral import FakeMistral
 from tests.test_redact import leaks, windows
 from tests.test_secret_routes import call, serving, state_traces
@@ -205,15 +205,18 @@ def test_the_tool_records_what_the_indexer_records(corpus_dir, state, index, fak
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("mode", ["exclude", "redact"])
-def test_the_indexer_caches_no_transcript_holding_a_credential(
+def test_the_indexer_caches_no_transcript_or_ocr_text_holding_a_credential(
     corpus_dir, state, index, fake_mistral, monkeypatch, mode
 ):
     config = keyed(fake_mistral, monkeypatch, mode)
-    index({"memo.wav": make_wav(MEMO), "clean.wav": make_wav([(0.0, 10.0, INTRO)])}, config=config)
+    scans = {
+        "memo.pdf": make_scanned_pdf(["cover page", f"Token: {TOKEN}"]),
+        "clean.pdf": make_scanned_pdf(["cover page", "the pangolin inventory"]),
+    }
+    index({"memo.wav": make_wav(MEMO), "clean.wav": make_wav([(0.0, 10.0, INTRO)])} | scans, config=config)
 
-    cached = [path.read_text() for path in (state.path / "cache" / "transcribe").glob("*.json")]
-    held = [
-        path.name for path in state.path.rglob("*") if path.is_file() and TOKEN.encode() in path.read_bytes()
-    ]
-    assert len(cached) == 1 and "Token" not in cached[0]  # the clean one is cached
+    cache = state.path / "cache"
+    cached = [path.read_text() for kind in ("transcribe", "ocr") for path in (cache / kind).glob("*.json")]
+    held = [p.name for p in state.path.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
+    assert len(cached) == 2 and [text for text in cached if "Token" in text] == []  # the clean ones
     assert held == []

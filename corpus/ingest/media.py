@@ -85,10 +85,11 @@ def extract_media(
 
 def media_providers(config: Config, state, capabilities, secret, *, holds_secret=None) -> MediaProviders:
     """The OCR and speech providers whose keys are set, caching under ``state``
-    (a transcript for which ``holds_secret(text)`` is truthy is not cached)."""
+    (a transcript or OCR text for which ``holds_secret(text)`` is truthy is not cached)."""
     providers = MediaProviders()
     if capabilities.ocr:
         providers.ocr = MistralOcr(config, api_key=secret("mistral_api_key"), cache_dir=state.cache / "ocr")
+        providers.ocr.holds_secret = holds_secret
     if capabilities.stt and config.ingest.audio.mode != "off":
         cache = state.cache / "transcribe" if config.ingest.audio.cache else None
         if config.stt.provider == "elevenlabs":
