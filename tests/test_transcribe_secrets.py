@@ -31,6 +31,7 @@ from tests.test_secret_routes import call, serving, state_traces
 from tests.test_secret_rules import CONTENT_SECRETS
 
 INTRO = "Welcome to the quagga briefing."
+STT_PATH = "/v1/audio/transcriptions"
 # one recording per credential shape that fits on one spoken line
 SPOKEN = {
     name: (text.strip(), secret)
@@ -194,6 +195,12 @@ def test_the_tool_records_what_the_indexer_records(corpus_dir, state, index, fak
     assert recorded("memo.wav") == by_indexer
     if mode == "exclude":
         assert made == errors.FORBIDDEN
+        # Asked again (not retranscribe): refused without sending the recording again.
+        sent = len(fake_mistral.requests_to(STT_PATH))
+        with pytest.raises(errors.Dir2mcpError) as again:
+            ondemand.transcribe_file(ws, "memo.wav")
+        assert again.value.code == errors.FORBIDDEN
+        assert (sent, len(fake_mistral.requests_to(STT_PATH))) == (2, 2)
         assert by_indexer[0] == "skipped" and by_indexer[1].startswith("SECRET_DETECTED: content matches")
         assert by_indexer[3] == []
     else:

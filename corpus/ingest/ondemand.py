@@ -131,13 +131,15 @@ def transcribe_file(
         raise errors.Dir2mcpError(errors.DOC_TYPE_UNSUPPORTED, f"{rel} is not an audio file ({doc_type})")
     if len(data) > ws.config.max_bytes_for("audio"):
         raise errors.Dir2mcpError(errors.FILE_TOO_LARGE, f"{rel} exceeds the audio size limit")
+    preparer = Preparer(ws.config, ws.engine, capabilities_for(ws.config, ws.secret))
+    if not refresh:
+        _refuse_known_secret(rel, sha256_hex(data), preparer.policy_hash("audio", secret=True))
     stt = stt_provider(ws)
     stt.timestamps, stt.language = timestamps, language
     try:
         extracted = transcribe_audio(rel.rsplit("/", 1)[-1], data, _Refreshing(stt, refresh))
     finally:
         stt.close()
-    preparer = Preparer(ws.config, ws.engine, capabilities_for(ws.config, ws.secret))
     rule, extracted = screen_extracted(ws.engine, extracted)
     prepared = Prepared(
         rel_path=rel,
@@ -171,6 +173,20 @@ def transcribe_file(
         segments = extracted.segments or ()
         result["segments"] = [{"start_ms": s.start_ms, "end_ms": s.end_ms, "text": s.text} for s in segments]
     return result
+
+
+def _refuse_known_secret(rel: str, content_hash: str, policy_hash: str) -> None:
+    """FORBIDDEN, without sending the recording again, when this content was
+    found to hold a credential under this policy (by the indexer or by a
+    transcription before): skipped ``SECRET_DETECTED``, and not cached."""
+    found = Document.objects.filter(
+        rel_path=rel, deleted=False, status="skipped", error__startswith=errors.SECRET_DETECTED,
+        content_hash=content_hash, policy_hash=policy_hash,
+    )  # fmt: skip
+    if found.exists():
+        raise errors.Dir2mcpError(
+            errors.FORBIDDEN, f"{rel}: its transcript matches a secret pattern; not stored, not returned"
+        )
 
 
 def _write_document(prepared: Prepared) -> None:
