@@ -83,15 +83,18 @@ def extract_media(
     return None
 
 
-def media_providers(config: Config, state, capabilities, secret) -> MediaProviders:
-    """The OCR and speech providers whose keys are set, caching under ``state``."""
+def media_providers(config: Config, state, capabilities, secret, *, holds_secret=None) -> MediaProviders:
+    """The OCR and speech providers whose keys are set, caching under ``state``
+    (a transcript or OCR text for which ``holds_secret(text)`` is truthy is not cached)."""
     providers = MediaProviders()
     if capabilities.ocr:
         providers.ocr = MistralOcr(config, api_key=secret("mistral_api_key"), cache_dir=state.cache / "ocr")
+        providers.ocr.holds_secret = holds_secret
     if capabilities.stt and config.ingest.audio.mode != "off":
         cache = state.cache / "transcribe" if config.ingest.audio.cache else None
         if config.stt.provider == "elevenlabs":
             providers.stt = ElevenLabsStt(config, api_key=secret("elevenlabs_api_key"), cache_dir=cache)
         else:
             providers.stt = MistralStt(config, api_key=secret("mistral_api_key"), cache_dir=cache)
+        providers.stt.holds_secret = holds_secret
     return providers

@@ -7,6 +7,13 @@ The file may change meanwhile (the watcher's indexer works on it too). The
 audio is read as one version (:func:`corpus.files.read_settled`); an
 annotation is stored only if the text it was made from is still the
 document's, else returned with ``stored: false``.
+
+Both are screened as the indexer screens what it stores (the one
+:func:`corpus.ingest.prepare.screen_extracted`, the one
+:meth:`~corpus.security.ExclusionEngine.redact`): a transcript holding a
+credential is refused (``FORBIDDEN``) and recorded skipped, or stored and
+returned redacted in redact mode, and is never cached; an annotation is
+made only from text the index may hold, and refused or redacted likewise.
 """
 
 from __future__ import annotations
@@ -26,7 +33,15 @@ from corpus.ingest.classify import classify
 from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import RAW_TEXT, Extracted
 from corpus.ingest.media import OCR_MARKDOWN
-from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, capabilities_for, sha256_hex
+from corpus.ingest.prepare import (
+    HEAD_BYTES,
+    Prepared,
+    Preparer,
+    capabilities_for,
+    screen_extracted,
+    secret_reason,
+    sha256_hex,
+)
 from corpus.ingest.transcripts import TRANSCRIPT, transcribe_audio
 from corpus.models import Document, Representation
 from corpus.providers.annotate import annotate, flatten
@@ -93,9 +108,10 @@ def _stt_key(ws: Workspace) -> str:
 
 def stt_provider(ws: Workspace):
     cache = ws.state.cache / "transcribe" if ws.config.ingest.audio.cache else None
-    if ws.config.stt.provider == "elevenlabs":
-        return ElevenLabsStt(ws.config, api_key=_stt_key(ws), cache_dir=cache)
-    return MistralStt(ws.config, api_key=_stt_key(ws), cache_dir=cache)
+    provider = ElevenLabsStt if ws.config.stt.provider == "elevenlabs" else MistralStt
+    stt = provider(ws.config, api_key=_stt_key(ws), cache_dir=cache)
+    stt.holds_secret = ws.engine.find_secret
+    return stt
 
 
 def transcribe_file(
@@ -115,13 +131,16 @@ def transcribe_file(
         raise errors.Dir2mcpError(errors.DOC_TYPE_UNSUPPORTED, f"{rel} is not an audio file ({doc_type})")
     if len(data) > ws.config.max_bytes_for("audio"):
         raise errors.Dir2mcpError(errors.FILE_TOO_LARGE, f"{rel} exceeds the audio size limit")
+    preparer = Preparer(ws.config, ws.engine, capabilities_for(ws.config, ws.secret))
+    if not refresh:
+        _refuse_known_secret(rel, sha256_hex(data), preparer.policy_hash("audio", secret=True))
     stt = stt_provider(ws)
     stt.timestamps, stt.language = timestamps, language
     try:
         extracted = transcribe_audio(rel.rsplit("/", 1)[-1], data, _Refreshing(stt, refresh))
     finally:
         stt.close()
-    caps = capabilities_for(ws.config, ws.secret)
+    rule, extracted = screen_extracted(ws.engine, extracted)
     prepared = Prepared(
         rel_path=rel,
         source_type="file",
@@ -129,11 +148,19 @@ def transcribe_file(
         size=st.st_size,
         mtime_ns=st.st_mtime_ns,
         content_hash=sha256_hex(data),
-        policy_hash=Preparer(ws.config, ws.engine, caps).policy_hash("audio"),
-        extracted=extracted,
-        drafts=chunk_document(
-            extracted, kind="text", config=ws.config.chunking, rel_path=rel, doc_type="audio"
-        ),
+        policy_hash=preparer.policy_hash("audio", secret=rule is not None),
+    )
+    if extracted is None:
+        # Recorded as the indexer records it: skipped, what the document held
+        # retired, refused to every reader (corpus.files.live_document).
+        _write_document(preparer.skipped(prepared, errors.SECRET_DETECTED, secret_reason(ws.engine, rule)))
+        raise errors.Dir2mcpError(
+            errors.FORBIDDEN,
+            f"{rel}: its transcript matches a secret pattern ({rule}); not stored, not returned",
+        )
+    prepared.extracted = extracted
+    prepared.drafts = chunk_document(
+        extracted, kind="text", config=ws.config.chunking, rel_path=rel, doc_type="audio"
     )
     _write_document(prepared)
     result = {
@@ -146,6 +173,20 @@ def transcribe_file(
         segments = extracted.segments or ()
         result["segments"] = [{"start_ms": s.start_ms, "end_ms": s.end_ms, "text": s.text} for s in segments]
     return result
+
+
+def _refuse_known_secret(rel: str, content_hash: str, policy_hash: str) -> None:
+    """FORBIDDEN, without sending the recording again, when this content was
+    found to hold a credential under this policy (by the indexer or by a
+    transcription before): skipped ``SECRET_DETECTED``, and not cached."""
+    found = Document.objects.filter(
+        rel_path=rel, deleted=False, status="skipped", error__startswith=errors.SECRET_DETECTED,
+        content_hash=content_hash, policy_hash=policy_hash,
+    )  # fmt: skip
+    if found.exists():
+        raise errors.Dir2mcpError(
+            errors.FORBIDDEN, f"{rel}: its transcript matches a secret pattern; not stored, not returned"
+        )
 
 
 def _write_document(prepared: Prepared) -> None:
@@ -197,8 +238,8 @@ def stored_transcript(ws: Workspace, rel_path: str) -> Representation | None:
 
 
 def best_text(rel: str) -> tuple[Document, Representation]:
-    doc = Document.objects.filter(rel_path=rel, deleted=False).first()
-    reps = {r.rep_type: r for r in Representation.objects.filter(document=doc, deleted=False)} if doc else {}
+    """The document's best text; FORBIDDEN for one skipped for a secret, as every reader."""
+    doc, reps = files.live_document(rel)
     for rep_type in BEST_TEXT:
         if rep_type in reps and reps[rep_type].text.strip():
             return doc, reps[rep_type]
@@ -219,13 +260,13 @@ def annotate_document(
     result, _cached = annotate(
         ws.config,
         api_key=_key(ws, "mistral_api_key", "MISTRAL_API_KEY"),
-        text=source.text,
+        text=_screened(ws, rel, source.text),
         schema=schema,
         cache_dir=ws.state.cache / "annotations",
     )
+    result = _screened_result(ws, rel, result)
     meta = {"provider": "mistral", "model": ws.config.annotations.model, "source": source.rep_type}
-    lines = flatten(result)
-    text = "\n".join(lines)
+    text = _screened(ws, rel, "\n".join(flatten(result)))
     with transaction.atomic():
         stored = _still_current(doc, source)
         if stored:
@@ -248,6 +289,27 @@ def annotate_document(
         "annotation_json": result,
         "annotation_text_preview": text[:1000],
     }
+
+
+def _screened(ws: Workspace, rel: str, text: str) -> str:
+    """``text`` as the index may hold it: redacted in redact mode, else
+    FORBIDDEN when it holds a credential (what is sent to the provider or
+    stored passes here)."""
+    text = files.redacted_text(ws.engine, rel, text)
+    files.screen(ws.engine, rel, text)
+    return text
+
+
+def _screened_result(ws: Workspace, rel: str, value):
+    """An annotation (JSON) with each string :func:`_screened`: the model
+    may echo or make up what matches a secret rule."""
+    if isinstance(value, str):
+        return _screened(ws, rel, value)
+    if isinstance(value, dict):
+        return {_screened(ws, rel, key): _screened_result(ws, rel, item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_screened_result(ws, rel, item) for item in value]
+    return value
 
 
 def _still_current(doc: Document, source: Representation) -> bool:

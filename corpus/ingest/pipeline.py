@@ -202,7 +202,9 @@ class Indexer:
         if capabilities is None:
             capabilities = capabilities_for(config, secret)
             if providers is None:
-                providers = self._owned_providers = media_providers(config, state, capabilities, secret)
+                providers = self._owned_providers = media_providers(
+                    config, state, capabilities, secret, holds_secret=self.engine.find_secret
+                )
         self.preparer = Preparer(config, self.engine, capabilities, providers)
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self.embedder = embedder

@@ -203,14 +203,12 @@ class Preparer:
             if exc.code == errors.DOC_TYPE_UNSUPPORTED:
                 return self.skipped(base, exc.code, exc.message)
             return base.fail("error", exc.code, exc.message)
-        rule = self.engine.find_secret(extracted.text)
+        rule, screened = screen_extracted(self.engine, extracted)
         if rule:
             base.policy_hash = self.policy_hash(base.doc_type, secret=True)
-            redacted = redact_extracted(self.engine, extracted) if self.engine.redacts else None
-            if redacted is None:
-                unredacted = "; it could not be redacted" if self.engine.redacts else ""
-                return self.skipped(base, errors.SECRET_DETECTED, f"content matches {rule}{unredacted}")
-            extracted = redacted
+            if screened is None:
+                return self.skipped(base, errors.SECRET_DETECTED, secret_reason(self.engine, rule))
+        extracted = screened
         if extracted.pages and extracted.meta.get("pages_without_text"):
             pending = self.capabilities.ocr_missing if not self.capabilities.ocr else ""
             if pending:
@@ -248,6 +246,23 @@ class Preparer:
             if not self.capabilities.stt:
                 return "", self.capabilities.stt_missing
         return None
+
+
+def screen_extracted(engine: ExclusionEngine, extracted: Extracted) -> tuple[str | None, Extracted | None]:
+    """How the index holds ``extracted``: the rule that found a credential in
+    it (None when none did), and what to store: ``extracted`` as it is,
+    redacted (``security.secret_mode: redact``), or None when the document
+    is skipped for it. The indexer and on-demand transcription both call it,
+    so what either stores agrees."""
+    rule = engine.find_secret(extracted.text)
+    if rule is None:
+        return None, extracted
+    return rule, redact_extracted(engine, extracted) if engine.redacts else None
+
+
+def secret_reason(engine: ExclusionEngine, rule: str) -> str:
+    """Why a document is skipped for the credential ``rule`` found (never the credential)."""
+    return f"content matches {rule}" + ("; it could not be redacted" if engine.redacts else "")
 
 
 def redact_extracted(engine: ExclusionEngine, extracted: Extracted) -> Extracted | None:

@@ -13,7 +13,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -52,6 +52,9 @@ class MistralOcr:
         self.max_pages = ocr.max_pages_per_call
         self.max_bytes = int(ocr.max_mb_per_call * 1024 * 1024)
         self.cache_dir = cache_dir
+        #: ``holds_secret(text)`` truthy for a page: the document's pages are
+        #: not cached, so the state directory keeps no credential they hold
+        self.holds_secret: Callable[[str], object] | None = None
         self.calls = 0
         self._workers = ocr.concurrency
         self.client = MediaClient(
@@ -154,7 +157,8 @@ class MistralOcr:
 
     def _store(self, data: bytes, result: OcrResult) -> OcrResult:
         path = self._cache_path(data)
-        if path is not None:
+        held = self.holds_secret is not None and any(map(self.holds_secret, result.pages.values()))
+        if path is not None and not held:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.{id(result)}.tmp")
             tmp.write_text(json.dumps({"model": result.model, "pages": result.pages}), "utf-8")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,9 @@ class _CachedStt:
         self.timestamps = True
         #: ISO language code hint; None lets the provider detect it
         self.language: str | None = None
+        #: ``holds_secret(text)`` truthy: a transcript with that text is not
+        #: cached, so the state directory keeps no credential it holds
+        self.holds_secret: Callable[[str], object] | None = None
 
     def close(self) -> None:
         self.client.close()
@@ -75,12 +79,18 @@ class _CachedStt:
         self.calls += 1
         mime = _AUDIO_MIME.get(name.rsplit(".", 1)[-1].lower(), "application/octet-stream")
         transcript = self._call(name, data, mime)
-        if path is not None:
+        if path is not None and not self._held_back(transcript):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.{id(transcript)}.tmp")
             tmp.write_text(json.dumps(asdict(transcript)), "utf-8")
             os.replace(tmp, path)
         return transcript
+
+    def _held_back(self, transcript: Transcript) -> bool:
+        if self.holds_secret is None:
+            return False
+        timed = "\n".join(text for _, _, text in transcript.segments)
+        return bool(self.holds_secret(transcript.text) or self.holds_secret(timed))
 
     def _cache_path(self, data: bytes) -> Path | None:
         if self.cache_dir is None:
