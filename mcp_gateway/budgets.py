@@ -191,11 +191,13 @@ def _lower(budget: Budget, args, result, handler, package, limit: int) -> dict:
 
 
 def _shorten(tool_name: str, budget: Budget, args, result, package, limit: int, skip: int) -> dict:
-    """Keep the longest prefix of the list that fits, with what continues it."""
+    """Keep the longest prefix of the list that fits, with what continues it;
+    when not even the first item fits, the first cut short (``budget.shrink``)."""
     items = result.get(budget.items, [])
 
-    def kept(count: int) -> dict:
-        shortened, omitted = result | {budget.items: items[:count]}, len(items) - count
+    def kept(count: int, first: dict | None = None) -> dict:
+        listed = items[:count] if first is None else [first, *items[1:count]]
+        shortened, omitted = result | {budget.items: listed}, len(items) - count
         if budget.paging == "cursor":
             shortened["next_cursor"] = encode_cursor(tool_name, args, skip + count)
             how = "pass next_cursor to continue"
@@ -205,6 +207,8 @@ def _shorten(tool_name: str, budget: Budget, args, result, package, limit: int, 
         else:
             how = budget.advice
         note = f"{omitted} more left out to fit max_tokens {limit}: {how}"
+        if first is not None:
+            note = f"the first cut short and {note}"
         return finish(package(shortened), Cut(limit, True, omitted, note))
 
     low, high = 0, len(items) - 1  # the longest prefix that fits is in [low, high]
@@ -214,9 +218,27 @@ def _shorten(tool_name: str, budget: Budget, args, result, package, limit: int, 
             low = middle
         else:
             high = middle - 1
-    if low == 0:  # nothing to read and nothing to page past: say what would fit
-        raise _too_small(limit, measure(kept(1)))
-    return kept(low)
+    if low > 0:
+        return kept(low)
+    if items and budget.shrink is not None:
+        fitted = _first_cut_short(budget, items[0], lambda first: kept(1, first), limit)
+        if fitted is not None:
+            return fitted
+    raise _too_small(limit, measure(kept(1)))  # nothing to read and nothing to page past
+
+
+def _first_cut_short(budget: Budget, item: dict, kept, limit: int) -> dict | None:
+    """The result with its one item cut to the most characters that fit, or None."""
+    low, high, best = 1, budget.shrink(item, None), None  # shrink(item, None): the item's full length
+    while low <= high:
+        middle = (low + high) // 2
+        cut = budget.shrink(item, middle)
+        fitted = kept(cut) if cut is not None else None
+        if fitted is not None and measure(fitted) <= limit:
+            best, low = fitted, middle + 1
+        else:
+            high = middle - 1
+    return best
 
 
 def _too_small(limit: int, needed: int) -> errors.Dir2mcpError:

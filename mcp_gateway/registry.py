@@ -34,6 +34,9 @@ class Budget:
     start: int | None = None
     #: "cursor": a budget cursor continues a cut list; "offset": ``next_offset``
     paging: str = ""
+    #: ``(item, chars) -> item`` cut to at most ``chars`` characters of its text (None: too
+    #: short to cut); ``(item, None)``: its full length. Used when not even one item fits.
+    shrink: Callable[[dict, int | None], Any] | None = None
     #: the text's advice when nothing continues the cut
     advice: str = "ask again with a larger max_tokens"
 

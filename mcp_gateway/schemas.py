@@ -78,6 +78,10 @@ HIT = {
             "description": "The hits merged into this passage (search with max_tokens).",
         },
         "tokens": {"type": "integer", "description": "Estimated tokens of the passage (with max_tokens)."},
+        "truncated": {
+            "type": "boolean",
+            "description": "The passage alone was over max_tokens: its first lines (open_file reads on).",
+        },
     },
     "required": ["chunk_id", "rel_path", "score", "snippet", "span"],
 }

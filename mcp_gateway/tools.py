@@ -367,7 +367,7 @@ TOOLS = (
             summarize=summaries.search,
             split_content=links.search_links,
         ),
-        Budget(items="hits", paging="cursor"),
+        Budget(items="hits", paging="cursor", shrink=budget.cut_passage),
         hints.search,
     ),
     budgets.declared(

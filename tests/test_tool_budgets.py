@@ -121,6 +121,19 @@ def test_ask_under_a_budget_retrieves_fewer_passages_and_says_so(ctx):
     assert "k lowered to" in result["content"][0]["text"]
 
 
+@pytest.mark.django_db
+def test_a_passage_alone_over_the_budget_comes_back_as_its_first_lines(ctx, corpus_dir):
+    result = ok(ctx, "dir2mcp.search", query="value line", k=5, max_tokens=1000)
+    found = result["structuredContent"]
+    assert budgets.measure(result) <= 1000
+    (passage,) = found["hits"]  # the first, cut; the rest follow by cursor
+    assert passage["truncated"] and found["budget"]["truncated"] and found["next_cursor"]
+    span = passage["span"]
+    lines = (corpus_dir / passage["rel_path"]).read_text().split("\n")
+    assert passage["content"] == "\n".join(lines[span["start_line"] - 1 : span["end_line"]])
+    assert "the first cut short" in result["content"][0]["text"]
+
+
 # -- text: the tool's own cut, lowered ------------------------------------------------------------
 
 

@@ -96,3 +96,27 @@ class Contents:
         if lines is None:
             lines = self._lines[rep_id] = (text or "").split("\n")
         return "\n".join(lines[passage.span.start - 1 : passage.span.end])
+
+
+def cut_passage(passage: dict, chars: int | None) -> dict | int | None:
+    """A passage (as :meth:`Passage.as_dict` gives it) cut to at most
+    ``chars`` characters of its text, after its last whole line for a line
+    span (its ``end_line`` moved up to match), marked ``truncated``; None
+    when not one line fits. ``chars`` None: the length of its text."""
+    content = passage.get("content")
+    if content is None:  # a hit without its text (search without max_tokens): nothing to cut
+        return None if chars is not None else 0
+    if chars is None:
+        return len(content)
+    cut, span = content[:chars], dict(passage["span"])
+    if span["kind"] == "lines":
+        if len(content) > chars:
+            end = cut.rfind("\n")
+            if end <= 0:
+                return None
+            cut = content[:end]
+        span["end_line"] = span["start_line"] + cut.count("\n")
+    elif not cut:
+        return None
+    tokens = estimate_tokens(cut) + PASSAGE_OVERHEAD_TOKENS
+    return passage | {"content": cut, "span": span, "truncated": True, "tokens": tokens}
