@@ -17,18 +17,13 @@ from x402.http import decode_payment_required_header, decode_payment_response_he
 
 from tests.fakes.facilitator import running_facilitator
 from tests.mcp_http import write_corpus
+from tests.test_modern import META, VERSION
 from tests.test_payments_e2e import ACCEPT, INIT, x402_flags
 from tests.up_process import Up
 from tests.x402_client import payment_header, payment_meta
 
 pytestmark = pytest.mark.slow
 
-VERSION = "2026-07-28"
-META = {
-    "io.modelcontextprotocol/protocolVersion": VERSION,
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
-}
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 
 

@@ -24,7 +24,7 @@ from tests.mcp_http import base_env, serve_daphne, stop, write_corpus
 from tests.test_listen import ACK, LIST_CHANGED, SUBSCRIPTION, UPDATED, Listening
 from tests.test_modern import post
 from tests.test_notifications import FAST, REDIS_URL, start_up
-from tests.x402_client import BASE_SEPOLIA, PAY_TO, payment_header
+from tests.x402_client import payment_header, x402_env
 
 pytestmark = pytest.mark.slow
 
@@ -119,14 +119,7 @@ def test_a_payment_is_answered_once_whichever_process_it_reaches(tmp_path, runni
     """The replay store is the shared database: a payment settled through
     one process buys nothing more through the other."""
     with running_facilitator() as facilitator:
-        env = {
-            "DIR2MCP_X402_MODE": "required",
-            "DIR2MCP_X402_FACILITATOR_URL": facilitator.url,
-            "DIR2MCP_X402_RESOURCE_BASE_URL": "https://files.example.com",
-            "DIR2MCP_X402_NETWORK": BASE_SEPOLIA,
-            "DIR2MCP_X402_PRICE": "0.01",
-            "DIR2MCP_X402_PAY_TO": PAY_TO,
-        }
+        env = x402_env(facilitator.url)
         with serve_pair(tmp_path, running, pg_database, env) as (indexing, serving):
             search = {"name": "dir2mcp.search", "arguments": {"query": "loader"}}
             unpaid = post(indexing, "tools/call", search)
