@@ -6,7 +6,8 @@ challenged (HTTP 402, ``PAYMENT-REQUIRED``, JSON-RPC error 402 with the
 request's id), answered and settled once paid (header or in-band ``_meta``),
 and a payment sent again buys nothing more: the stored answer of its first
 request, with no tool run and no second settlement, whichever revision
-carried it first (the replay store is the database, not a session).
+carried it first (the replay store is the database, not a session). Over
+stdio, a stateless call pays in-band.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import pytest
 from x402.http import decode_payment_required_header, decode_payment_response_header
 
 from tests.fakes.facilitator import running_facilitator
-from tests.mcp_http import write_corpus
-from tests.test_modern import META, VERSION
+from tests.mcp_http import base_env, index, write_corpus
+from tests.test_modern import META, VERSION, stdio_server  # noqa: F401 (a fixture)
 from tests.test_payments_e2e import ACCEPT, INIT, x402_flags
 from tests.up_process import Up
-from tests.x402_client import payment_header, payment_meta
+from tests.x402_client import payment_header, payment_meta, x402_env
 
 pytestmark = pytest.mark.slow
 
@@ -158,3 +159,27 @@ def test_a_payment_spent_in_a_session_buys_nothing_statelessly(paid):
     assert stateless.status_code == 200, stateless.text
     assert stateless.json()["result"]["structuredContent"] == in_session.json()["result"]["structuredContent"]
     assert paid.facilitator.count("/settle") == settled
+
+
+def test_a_stateless_call_over_stdio_pays_in_band(tmp_path, stdio_server):  # noqa: F811
+    """stdio has no headers: the challenge is the JSON-RPC error's data, the
+    payment goes in ``_meta`` beside the revision's fields."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    write_corpus(root)
+    index(root, base_env(DIR2MCP_ROOT=str(root)))
+    with running_facilitator() as facilitator:
+        server = stdio_server(root, "--no-index", env=x402_env(facilitator.url))
+        call = {"name": "dir2mcp.search", "arguments": {"query": "loader"}, "_meta": META}
+        unpaid = server.request(1, "tools/call", call)
+        assert unpaid["error"]["code"] == 402 and unpaid["error"]["data"]["accepts"]
+        required = {k: v for k, v in unpaid["error"]["data"].items() if k not in ("code", "retryable")}
+        payment = {**META, "x402/payment": payment_meta(required)}
+        paid = server.request(2, "tools/call", {**call, "_meta": payment})["result"]
+        assert not paid.get("isError") and paid["structuredContent"]["hits"]
+        assert paid["_meta"]["x402/payment-response"]["success"] is True
+        assert paid["resultType"] == "complete"
+        again = server.request(3, "tools/call", {**call, "_meta": payment})["result"]
+        assert again["structuredContent"] == paid["structuredContent"]
+        assert facilitator.count("/settle") == 1
+        assert server.close() == 0
