@@ -2,6 +2,7 @@
 
     python bench/mcp_http.py [--size 10000] [--modes lexical hybrid] [--rounds 2]
                              [--sequential N] [--clients 32] [--calls N]
+                             [--without-reference]
 
 Builds a state directory of N chunks with ``bench/search.py``'s
 ``build_synthetic`` (40 stdlib lines per chunk, random 384-dim unit vectors
@@ -29,6 +30,13 @@ hybrid: the local embedder) and round (the order of the servers alternates):
   once, a fixed number of calls each: requests/s and latency under load
   (``--calls`` per client over all rounds: 30 lexical, 12 hybrid);
 - each server's CPU time per request (from /proc), and the client's.
+
+Ours is measured a second time in the same rounds as ``ours-stateless``: the
+same server process asked by MCP 2026-07-28 clients, which open no session
+and send every ``tools/call`` with its version and capabilities in
+``_meta`` and its ``Mcp-Method``/``Mcp-Name`` headers (issue #33: stateless
+must not be slower than a session); the ratios compare the two.
+``--without-reference`` leaves the reference server out.
 
 The floor both share, ``tools.run`` called in-process without HTTP, is timed
 too. Results go to bench/results/ and are printed as a table.
@@ -65,6 +73,12 @@ sys.path.insert(0, str(BENCH))
 from search import build_synthetic, percentile, setup_django, stdlib_lines  # noqa: E402
 
 PROTOCOL = "2025-11-25"
+STATELESS = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": STATELESS,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+}
 ACCEPT = "application/json, text/event-stream"
 PROVIDERS = {"lexical": "none", "hybrid": "local"}
 # Per mode: timed 1-client calls and calls per concurrent client, per server over all
@@ -151,6 +165,25 @@ class Served:
     log: Path
 
 
+@dataclass(frozen=True)
+class Target:
+    """What is measured: a server, asked through sessions or statelessly."""
+
+    name: str
+    served: Served
+    stateless: bool = False
+
+    def client(self, token: str) -> Client:
+        return Client(self.served.url, token, stateless=self.stateless)
+
+
+def targets_of(servers: list[Served]) -> list[Target]:
+    ours = next(s for s in servers if s.name == "ours")
+    return [Target("ours", ours), Target("ours-stateless", ours, stateless=True)] + [
+        Target(s.name, s) for s in servers if s.name != "ours"
+    ]
+
+
 def server_env(mode: str, root: Path, state_dir: Path, token: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL", "DJANGO_"))}
     env.update(
@@ -159,6 +192,12 @@ def server_env(mode: str, root: Path, state_dir: Path, token: str) -> dict[str, 
         DIR2MCP_AUTH="auto",
         DIR2MCP_AUTH_TOKEN=token,
         DIR2MCP_EMBED__PROVIDER=PROVIDERS[mode],
+        # Stateless callers are one client per address and token for the
+        # per-client share (16 calls at once by default), a session is one
+        # per session: every client here is on one address with one token,
+        # so the share is raised to the process's bound for both to be
+        # admitted alike.
+        DIR2MCP_SERVER__MAX_CALLS_PER_CLIENT="64",
     )
     return env
 
@@ -170,7 +209,9 @@ def start(name: str, argv: list[str], port: int, env: dict[str, str], logdir: Pa
     return Served(name, f"http://127.0.0.1:{port}/mcp", proc, log)
 
 
-def start_servers(mode: str, root: Path, state_dir: Path, token: str, sdk_validation: bool) -> list[Served]:
+def start_servers(
+    mode: str, root: Path, state_dir: Path, token: str, sdk_validation: bool, reference: bool = True
+) -> list[Served]:
     env = server_env(mode, root, state_dir, token)
     ours_port, ref_port = free_port(), free_port()
     logdir = state_dir.parent
@@ -203,10 +244,10 @@ def start_servers(mode: str, root: Path, state_dir: Path, token: str, sdk_valida
         "--port",
         str(ref_port),
     ]
-    reference = start(
-        "reference", ref_argv + (["--sdk-validation"] if sdk_validation else []), ref_port, env, logdir
-    )
-    servers = [ours, reference]
+    servers = [ours]
+    if reference:
+        ref_argv += ["--sdk-validation"] if sdk_validation else []
+        servers.append(start("reference", ref_argv, ref_port, env, logdir))
     try:
         for served in servers:
             wait_until_serving(served)
@@ -261,27 +302,33 @@ def rss_mb(pid: int) -> float:
 
 @dataclass
 class Client:
-    """One MCP session over one keep-alive connection, raw JSON-RPC."""
+    """One MCP session over one keep-alive connection, raw JSON-RPC; or,
+    ``stateless``, a 2026-07-28 client on one connection and no session."""
 
     url: str
     token: str
+    stateless: bool = False
     session: str = ""
     next_id: int = 1
     http: object = field(default=None, repr=False)
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, body: dict | None = None) -> dict[str, str]:
         headers = {
             "Accept": ACCEPT,
             "Content-Type": "application/json",
             "Authorization": f"Bearer {self.token}",
-            "MCP-Protocol-Version": PROTOCOL,
+            "MCP-Protocol-Version": STATELESS if self.stateless else PROTOCOL,
         }
         if self.session:
             headers["MCP-Session-Id"] = self.session
+        if self.stateless and body is not None:  # the revision's mirrored headers
+            headers["Mcp-Method"] = body["method"]
+            headers["Mcp-Name"] = body["params"]["name"]
         return headers
 
     async def post(self, body: dict):
-        response = await self.http.post(self.url, headers=self.headers(), content=json.dumps(body).encode())
+        headers = self.headers(body)
+        response = await self.http.post(self.url, headers=headers, content=json.dumps(body).encode())
         if response.status_code not in (200, 202):
             raise RuntimeError(f"{self.url}: HTTP {response.status_code}: {response.text[:500]}")
         return response
@@ -290,6 +337,8 @@ class Client:
         import httpx
 
         self.http = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1))
+        if self.stateless:
+            return  # nothing to open: every request says who it is
         response = await self.post(
             {
                 "jsonrpc": "2.0",
@@ -313,37 +362,43 @@ class Client:
             "method": "tools/call",
             "params": {"name": "dir2mcp.search", "arguments": arguments(query)},
         }
+        if self.stateless:
+            body["params"]["_meta"] = META
         message = (await self.post(body)).json()
         result = message.get("result")
         if not result or result.get("isError"):
             raise RuntimeError(f"{self.url}: tools/call failed: {json.dumps(message)[:500]}")
+        if self.stateless and result.get("resultType") != "complete":
+            raise RuntimeError(f"{self.url}: not a 2026-07-28 result: {json.dumps(message)[:500]}")
         return result["structuredContent"]
 
     async def close(self) -> None:
         try:
-            await self.http.delete(self.url, headers=self.headers())
+            if self.session:
+                await self.http.delete(self.url, headers=self.headers())
         finally:
             await self.http.aclose()
 
 
-async def same_hits(servers: list[Served], token: str, queries: list[str]) -> int:
-    """Both servers must answer the same structured hits (same search function)."""
-    clients = [Client(s.url, token) for s in servers]
+async def same_hits(targets: list[Target], token: str, queries: list[str]) -> int:
+    """Every target must answer the same structured hits (same search function)."""
+    clients = [t.client(token) for t in targets]
     for client in clients:
         await client.open()
     try:
         for q in queries:
             answers = [await c.search(q) for c in clients]
-            if answers[0] != answers[1]:
-                raise RuntimeError(f"the servers disagree on {q!r}")
+            if any(answer != answers[0] for answer in answers):
+                raise RuntimeError(f"the targets disagree on {q!r}")
     finally:
         for client in clients:
             await client.close()
     return len(queries)
 
 
-async def sequential(served: Served, token: str, queries: list[str], n: int, warmup: int) -> dict:
-    client = Client(served.url, token)
+async def sequential(target: Target, token: str, queries: list[str], n: int, warmup: int) -> dict:
+    served = target.served
+    client = target.client(token)
     await client.open()
     try:
         for i in range(warmup):
@@ -360,8 +415,9 @@ async def sequential(served: Served, token: str, queries: list[str], n: int, war
     return {"times": times, "server_cpu_ms_per_call": cpu * 1000 / n}
 
 
-async def concurrent(served: Served, token: str, queries: list[str], clients: int, calls: int) -> dict:
-    pool = [Client(served.url, token) for _ in range(clients)]
+async def concurrent(target: Target, token: str, queries: list[str], clients: int, calls: int) -> dict:
+    served = target.served
+    pool = [target.client(token) for _ in range(clients)]
     await asyncio.gather(*(c.open() for c in pool))
     try:
         await asyncio.gather(*(c.search(queries[i % len(queries)]) for i, c in enumerate(pool)))
@@ -404,10 +460,12 @@ def summarize(rounds: list[dict]) -> dict:
 
     return {
         "p50_ms": round(percentile(seq, 50), 2),
+        "p95_ms": round(percentile(seq, 95), 2),
         "p99_ms": round(percentile(seq, 99), 2),
         "rps": round(sum(rps) / len(rps), 1),
         "rps_rounds": [round(x, 1) for x in rps],
         "p50_ms_under_load": round(percentile(conc, 50), 1),
+        "p95_ms_under_load": round(percentile(conc, 95), 1),
         "p99_ms_under_load": round(percentile(conc, 99), 1),
         "server_cpu_ms_per_call_1_client": mean("server_cpu_ms_per_call", "sequential"),
         "server_cpu_ms_per_call_concurrent": mean("server_cpu_ms_per_call", "concurrent"),
@@ -418,10 +476,11 @@ def summarize(rounds: list[dict]) -> dict:
 
 async def measure(servers: list[Served], token: str, queries: list[str], args, counts) -> dict:
     n_seq, n_calls = counts
-    checked = await same_hits(servers, token, queries[:20])
-    per: dict[str, list[dict]] = {s.name: [] for s in servers}
+    targets = targets_of(servers)
+    checked = await same_hits(targets, token, queries[:20])
+    per: dict[str, list[dict]] = {t.name: [] for t in targets}
     for r in range(args.rounds):
-        order = servers if r % 2 == 0 else servers[::-1]
+        order = targets if r % 2 == 0 else targets[::-1]
         seq, conc = {}, {}
         for s in order:
             progress(f"round {r + 1}: {s.name}, 1 client")
@@ -429,22 +488,37 @@ async def measure(servers: list[Served], token: str, queries: list[str], args, c
         for s in order:
             progress(f"round {r + 1}: {s.name}, {args.clients} clients")
             conc[s.name] = await concurrent(s, token, queries, args.clients, n_calls)
-        for s in servers:
+        for s in targets:
             per[s.name].append({"sequential": seq[s.name], "concurrent": conc[s.name]})
     out: dict = {
         "sequential_calls": n_seq * args.rounds,
         "calls_per_client": n_calls * args.rounds,
         **{name: summarize(rounds) for name, rounds in per.items()},
     }
-    for s in servers:
-        out[s.name]["rss_mb"] = rss_mb(s.proc.pid)
-    ours, ref = out["ours"], out["reference"]
+    for t in targets:
+        out[t.name]["rss_mb"] = rss_mb(t.served.proc.pid)
+    ours, stateless = out["ours"], out["ours-stateless"]
     out["ratios"] = {
-        "p50_ours_over_reference": round(ours["p50_ms"] / ref["p50_ms"], 2),
-        "p99_ours_over_reference": round(ours["p99_ms"] / ref["p99_ms"], 2),
-        "throughput_ours_over_reference": round(ours["rps"] / ref["rps"], 2),
+        "p50_stateless_over_session": round(stateless["p50_ms"] / ours["p50_ms"], 2),
+        "p95_stateless_over_session": round(stateless["p95_ms"] / ours["p95_ms"], 2),
+        "throughput_stateless_over_session": round(stateless["rps"] / ours["rps"], 2),
+        "p95_under_load_stateless_over_session": round(
+            stateless["p95_ms_under_load"] / ours["p95_ms_under_load"], 2
+        ),
     }
-    out["goals"] = {"p50_le_15ms": ours["p50_ms"] <= 15.0, "throughput_ge_1x": ours["rps"] >= ref["rps"]}
+    out["goals"] = {
+        "p50_le_15ms": ours["p50_ms"] <= 15.0,
+        "stateless_p50_le_session": stateless["p50_ms"] <= ours["p50_ms"],
+        "stateless_throughput_ge_session": stateless["rps"] >= ours["rps"],
+    }
+    if "reference" in out:
+        ref = out["reference"]
+        out["ratios"].update(
+            p50_ours_over_reference=round(ours["p50_ms"] / ref["p50_ms"], 2),
+            p99_ours_over_reference=round(ours["p99_ms"] / ref["p99_ms"], 2),
+            throughput_ours_over_reference=round(ours["rps"] / ref["rps"], 2),
+        )
+        out["goals"]["throughput_ge_1x"] = ours["rps"] >= ref["rps"]
     out["identical_hits_checked"] = checked
     return out
 
@@ -475,27 +549,30 @@ def print_table(results: dict) -> None:
     print()
     for mode in results["modes"]:
         r = results[mode]
-        ours, ref, ratio = r["ours"], r["reference"], r["ratios"]
+        names = [n for n in ("ours", "ours-stateless", "reference") if n in r]
         print(
             f"{mode}: {r['sequential_calls']} sequential calls, {results['clients']} clients x "
             f"{r['calls_per_client']} calls; in-process tools.run p50 {r['in_process']['p50_ms']} ms, "
             f"p99 {r['in_process']['p99_ms']} ms"
         )
         rows = [
-            ("1 client p50 ms", "p50_ms", ratio["p50_ours_over_reference"]),
-            ("1 client p99 ms", "p99_ms", ratio["p99_ours_over_reference"]),
-            (f"{results['clients']} clients, req/s", "rps", ratio["throughput_ours_over_reference"]),
-            ("  p50 ms under load", "p50_ms_under_load", None),
-            ("  p99 ms under load", "p99_ms_under_load", None),
-            ("server CPU ms/call, 1 client", "server_cpu_ms_per_call_1_client", None),
-            ("server CPU ms/call, loaded", "server_cpu_ms_per_call_concurrent", None),
-            ("server CPU cores used, loaded", "server_cpu_cores_concurrent", None),
-            ("client CPU ms/call, loaded", "client_cpu_ms_per_call_concurrent", None),
-            ("server RSS MB", "rss_mb", None),
+            ("1 client p50 ms", "p50_ms"),
+            ("1 client p95 ms", "p95_ms"),
+            ("1 client p99 ms", "p99_ms"),
+            (f"{results['clients']} clients, req/s", "rps"),
+            ("  p50 ms under load", "p50_ms_under_load"),
+            ("  p95 ms under load", "p95_ms_under_load"),
+            ("  p99 ms under load", "p99_ms_under_load"),
+            ("server CPU ms/call, 1 client", "server_cpu_ms_per_call_1_client"),
+            ("server CPU ms/call, loaded", "server_cpu_ms_per_call_concurrent"),
+            ("server CPU cores used, loaded", "server_cpu_cores_concurrent"),
+            ("client CPU ms/call, loaded", "client_cpu_ms_per_call_concurrent"),
+            ("server RSS MB", "rss_mb"),
         ]
-        print(f"  {'measure':32} {'ours':>10} {'reference':>10} {'ours/ref':>9}")
-        for label, key, rat in rows:
-            print(f"  {label:32} {ours[key]:>10} {ref[key]:>10} {'' if rat is None else rat:>9}")
+        print(f"  {'measure':32} " + " ".join(f"{n:>15}" for n in names))
+        for label, key in rows:
+            print(f"  {label:32} " + " ".join(f"{r[n][key]:>15}" for n in names))
+        print(f"  ratios: {r['ratios']}")
         print(f"  goals: {r['goals']}")
         print()
 
@@ -523,6 +600,11 @@ def main() -> None:
         help="Leave OpenBLAS at its default thread count (pinned to 1 in every process otherwise).",
     )
     parser.add_argument(
+        "--without-reference",
+        action="store_true",
+        help="Measure only ours (sessions and stateless), not the SDK reference server.",
+    )
+    parser.add_argument(
         "--reference-sdk-validation",
         action="store_true",
         help="Leave the SDK's per-call jsonschema.validate on in the reference (off by default).",
@@ -544,6 +626,7 @@ def main() -> None:
         "clients": args.clients,
         "rounds": args.rounds,
         "reference_sdk_validation": args.reference_sdk_validation,
+        "reference": not args.without_reference,
         "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
         "load_average_start": os.getloadavg(),
     }
@@ -560,7 +643,9 @@ def main() -> None:
 
             connections.close_all()
             progress(f"{mode}: starting both servers")
-            servers = start_servers(mode, root, state_dir, token, args.reference_sdk_validation)
+            servers = start_servers(
+                mode, root, state_dir, token, args.reference_sdk_validation, not args.without_reference
+            )
             try:
                 measured = asyncio.run(measure(servers, token, queries, args, counts))
             finally:

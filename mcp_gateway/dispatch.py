@@ -8,6 +8,7 @@ notifications of a call (progress, log messages) go through ``emit``.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class SessionState:
     initialized: bool = False
 
 
+@functools.cache  # a metadata lookup costs ~2 ms of CPU, and every 2026-07-28 result names it
 def server_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

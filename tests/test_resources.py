@@ -35,7 +35,7 @@ from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import REPO, Server, base_env, start_daphne, stop, wait_for_index, write_corpus
 from tests.support import read_only
 from tests.test_mcp_client import start_up
-from tests.x402_client import BASE_SEPOLIA, PAY_TO
+from tests.x402_client import x402_env
 
 MANY = 230  # with the rest, three pages of resources/list
 SCRIPT = [
@@ -504,12 +504,7 @@ def test_a_server_selling_open_file_does_not_give_reads_away(tmp_path):
     write_corpus(root)
     with running_facilitator() as facilitator:
         env = {
-            "DIR2MCP_X402_MODE": "required",
-            "DIR2MCP_X402_FACILITATOR_URL": facilitator.url,
-            "DIR2MCP_X402_RESOURCE_BASE_URL": "https://files.example",
-            "DIR2MCP_X402_NETWORK": BASE_SEPOLIA,
-            "DIR2MCP_X402_PRICE": "0.01",
-            "DIR2MCP_X402_PAY_TO": PAY_TO,
+            **x402_env(facilitator.url, resource_base="https://files.example"),
             "DIR2MCP_X402__ROUTE_POLICY__TOOLS_CALL__PRICES": '{dir2mcp.list_files: "0"}',
         }
         server = start_daphne(root, env=env)

@@ -31,6 +31,20 @@ BASE_SEPOLIA = "eip155:84532"
 BASE_SEPOLIA_USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 
 
+def x402_env(facilitator_url: str, *, resource_base: str = "https://files.example.com") -> dict[str, str]:
+    """The environment of a server that sells every tool call at $0.01 on
+    Base Sepolia through ``facilitator_url`` (what ``--x402 required`` and
+    its flags set)."""
+    return {
+        "DIR2MCP_X402_MODE": "required",
+        "DIR2MCP_X402_FACILITATOR_URL": facilitator_url,
+        "DIR2MCP_X402_RESOURCE_BASE_URL": resource_base,
+        "DIR2MCP_X402_NETWORK": BASE_SEPOLIA,
+        "DIR2MCP_X402_PRICE": "0.01",
+        "DIR2MCP_X402_PAY_TO": PAY_TO,
+    }
+
+
 def as_payment_required(value: PaymentRequired | str | dict) -> PaymentRequired:
     """Accept the decoded object, the ``PAYMENT-REQUIRED`` header value or its JSON dict."""
     if isinstance(value, PaymentRequired):
