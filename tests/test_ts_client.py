@@ -1,11 +1,13 @@
 """The official MCP TypeScript SDK v2 client (``@modelcontextprotocol/client``
-2.4.0) against one daphne-served ``up`` with live sync, in each of its
-version-negotiation modes: pinned to ``2026-07-28`` (stateless; it asks
-``server/discover`` at connect and falls back to nothing),
-``auto`` (probes ``server/discover``: stateless here) and ``legacy``
-(``initialize`` and a session). Each run lists the tools, searches, opens and
+2.4.0) in each of its version-negotiation modes: pinned to ``2026-07-28``
+(stateless; it asks ``server/discover`` at connect and falls back to
+nothing), ``auto`` (probes ``server/discover``: stateless here) and ``legacy``
+(``initialize`` and a session), against one daphne-served ``up`` with live
+sync and against ``mcp_stdio``. Each run lists the tools, searches, opens and
 reads the hit, then hears a file it watches change: through
-``subscriptions/listen`` on 2026-07-28, ``resources/subscribe`` on a session.
+``subscriptions/listen`` on 2026-07-28, ``resources/subscribe`` in a session.
+Over HTTP every exchange is checked too (stateless: one POST per request, no
+session, no GET stream).
 
 The client is a Node script (tests/ts_client/client.mjs) whose dependencies
 tests/ts_client/package-lock.json pins; ``npm ci`` installs them into
@@ -21,10 +23,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from tests.mcp_http import REPO
+from tests.mcp_http import REPO, base_env, index
 from tests.test_notifications import start_up, write_files
 from tests.up_process import Up
 
@@ -73,6 +76,7 @@ def served(tmp_path_factory):
 
 
 def run_client(env: dict, *args: str) -> dict:
+    """``client.mjs ARGS``: the JSON object it prints."""
     done = subprocess.run(
         ["node", str(CLIENT_DIR / "client.mjs"), *args],
         capture_output=True,
@@ -93,12 +97,42 @@ def run_client(env: dict, *args: str) -> dict:
         ("legacy", "watched/replayed.txt", "2025-11-25", "legacy"),
     ],
 )
-def test_ts_client_in_every_mode(node_env, served, mode, watched, version, era):
-    seen = run_client(node_env, mode, served.url, served.token, str(served.root), watched)
-    assert seen["era"] == era and seen["protocol_version"] == version
-    assert seen["server"] == "dir2mcp"
+def test_ts_client_over_http_in_every_mode(node_env, served, mode, watched, version, era):
+    seen = run_client(node_env, mode, "http", served.url, served.token, str(served.root), watched)
+    check_walk(seen, mode, watched, version, era, served.root)
     # Stateless: no MCP-Session-Id was handed out; a legacy session has one.
     assert (seen["session_id"] is None) == (era == "modern")
+    check_http(seen["http"], era)
+
+
+@pytest.fixture(scope="module")
+def stdio_root(tmp_path_factory):
+    """An indexed corpus for ``mcp_stdio`` (which indexes and watches it live as it serves)."""
+    root = tmp_path_factory.mktemp("ts_stdio")
+    write_files(root)
+    index(root, base_env())
+    return root
+
+
+@pytest.mark.parametrize(
+    ("mode", "watched", "version", "era"),
+    [
+        ("2026-07-28", "watched/updated.txt", "2026-07-28", "modern"),
+        # The client probes server/discover on a sibling mcp_stdio process it then stops.
+        ("auto", "watched/sliced.txt", "2026-07-28", "modern"),
+        ("legacy", "watched/replayed.txt", "2025-11-25", "legacy"),
+    ],
+)
+def test_ts_client_over_stdio(node_env, stdio_root, mode, watched, version, era):
+    env = base_env(PATH=node_env["PATH"])
+    seen = run_client(env, mode, "stdio", sys.executable, str(REPO / "manage.py"), str(stdio_root), watched)
+    check_walk(seen, mode, watched, version, era, stdio_root)
+    assert seen["session_id"] is None and seen["http"] == []
+
+
+def check_walk(seen: dict, mode: str, watched: str, version: str, era: str, root) -> None:
+    assert seen["era"] == era and seen["protocol_version"] == version
+    assert seen["server"] == "dir2mcp"
     # A tool whose schema or x-mcp-header the client found invalid would be left out of the list.
     assert {"dir2mcp.search", "dir2mcp.open_file", "dir2mcp.open_files"} <= set(seen["tools"])
     assert len(seen["tools"]) >= 17
@@ -110,8 +144,7 @@ def test_ts_client_in_every_mode(node_env, served, mode, watched, version, era):
         honored = {"resourcesListChanged": True, "resourceSubscriptions": [f"dir2mcp:///{watched}"]}
         assert seen["listen_honored"] == honored
         assert seen["listen_closed"] == "local"
-    assert (served.root / watched).read_text().startswith(f"changed by the {mode} TypeScript client at ")
-    check_http(seen["http"], era)
+    assert (root / watched).read_text().startswith(f"changed by the {mode} TypeScript client at ")
 
 
 def check_http(exchanges: list, era: str) -> None:

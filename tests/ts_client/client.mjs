@@ -1,7 +1,9 @@
 // The official MCP TypeScript SDK v2 client (@modelcontextprotocol/client,
-// pinned in package.json) against a live `up`. tests/test_ts_client.py runs it:
+// pinned in package.json) against a live `up` or `mcp_stdio`.
+// tests/test_ts_client.py runs it:
 //
-//     node tests/ts_client/client.mjs MODE URL TOKEN ROOT WATCHED
+//     node tests/ts_client/client.mjs MODE http URL TOKEN ROOT WATCHED
+//     node tests/ts_client/client.mjs MODE stdio PYTHON MANAGE_PY ROOT WATCHED
 //
 // MODE is the client's versionNegotiation mode: "2026-07-28" (pinned: the
 // stateless revision), "auto" (probes server/discover) or "legacy"
@@ -13,13 +15,14 @@
 // resources/subscribe on a legacy session. It writes the file itself once the
 // subscription is in place and prints one JSON object with what it saw,
 // every HTTP exchange included (method, Mcp-Method and Mcp-Param-Path
-// headers, status). It
+// headers, status; none over stdio). It
 // imports nothing of dir2mcp.
 
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 const WAIT_MS = 120_000;
 
@@ -32,7 +35,7 @@ function waitFor(promise, what) {
 }
 
 async function main() {
-    const [mode, url, token, root, watched] = process.argv.slice(2);
+    const [mode, transportName, ...rest] = process.argv.slice(2);
     const negotiation = mode === 'auto' || mode === 'legacy' ? mode : { pin: mode };
     const client = new Client(
         { name: 'dir2mcp-ts-client-test', version: '1.0.0' },
@@ -46,10 +49,24 @@ async function main() {
         exchanges.push([init?.method ?? 'GET', headers.get('mcp-method'), headers.get('mcp-param-path'), response.status]);
         return response;
     };
-    const transport = new StreamableHTTPClientTransport(new URL(url), {
-        authProvider: { token: async () => token },
-        fetch: recording
-    });
+    let transport, root, watched;
+    if (transportName === 'http') {
+        let url, token;
+        [url, token, root, watched] = rest;
+        transport = new StreamableHTTPClientTransport(new URL(url), {
+            authProvider: { token: async () => token },
+            fetch: recording
+        });
+    } else {
+        let python, manage;
+        [python, manage, root, watched] = rest;
+        transport = new StdioClientTransport({
+            command: python,
+            args: [manage, 'mcp_stdio', '--dir', root],
+            env: process.env,
+            stderr: 'inherit'
+        });
+    }
     await client.connect(transport);
 
     const tools = (await client.listTools()).tools;
