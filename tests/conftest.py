@@ -3,9 +3,26 @@ and indexing that corpus in-process."""
 
 from __future__ import annotations
 
+import compileall
+import sys
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    """Write the project's bytecode caches before any test starts a process.
+
+    Where PYTHONDONTWRITEBYTECODE is set (as on the shared machine), no
+    process writes them, so every `manage.py` the suite starts (several
+    hundred; `up` is two processes) compiled our 200-odd modules from
+    source: 0.2 of its 1.3 CPU-seconds to start. Caches are only read
+    when they match the source, so what runs is the same."""
+    if sys.dont_write_bytecode:
+        for package in ("corpus", "dir2mcp_site", "mcp_gateway", "payments", "tests"):
+            compileall.compile_dir(REPO / package, quiet=1)
 
 
 @pytest.fixture

@@ -11,15 +11,18 @@ from __future__ import annotations
 import codecs
 import io
 import zlib
+from typing import TYPE_CHECKING
 
 import charset_normalizer
 import html2text
-from pypdf import PasswordType, PdfReader
 
 from corpus import errors
 from corpus.ingest.classify import GZIP_MAGIC
 from corpus.ingest.extracted import PAGE_SEPARATOR, RAW_TEXT, Extracted, NeedsProvider, Page
 from corpus.ingest.office import extract_office
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
 
 # Text-layer extraction is slow on huge or hostile files; past this many
 # pages the rest is left to OCR or simply not indexed.
@@ -112,6 +115,9 @@ def _failed(message: str, exc: BaseException | None = None) -> errors.Dir2mcpErr
 
 
 def _open_pdf(data: bytes) -> PdfReader:
+    # imported on the first PDF: 0.11 CPU-s that every process (up, its indexer, each command) paid at start
+    from pypdf import PasswordType, PdfReader
+
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:

@@ -3,6 +3,7 @@ state directory, the effective config, and the error → exit code mapping."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from dataclasses import dataclass
@@ -136,6 +137,11 @@ class Dir2mcpCommand(BaseCommand):
         write_snapshot(rt.config, secrets, rt.state)
 
     def execute(self, *args, **options):
+        # The collector was off while the command loaded (dir2mcp_site/cli.py:
+        # main). What loading made lives as long as the process, so frozen,
+        # the command's own collections no longer walk it.
+        gc.freeze()
+        gc.enable()
         try:
             return super().execute(*args, **options)
         except Exception as exc:

@@ -17,8 +17,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pypdf import PdfReader, PdfWriter
-
 from corpus.config import Config
 from corpus.providers.http import HttpOptions
 from corpus.providers.media_http import MediaClient
@@ -75,6 +73,9 @@ class MistralOcr:
 
     def pdf(self, data: bytes, pages: Sequence[int] | None = None) -> OcrResult:
         """OCR these 0-based ``pages`` of a PDF (all when ``None``)."""
+        # imported on the first PDF, as corpus.ingest.extract does: 0.11 CPU-s at every process's start
+        from pypdf import PdfReader
+
         total = len(PdfReader(io.BytesIO(data)).pages)
         wanted = sorted(set(range(total) if pages is None else pages))
         cached = self._cached(data)
@@ -107,6 +108,8 @@ class MistralOcr:
 
     def _split(self, data: bytes, wanted: list[int]):
         """Sub-PDFs of at most ``max_pages`` pages and ``max_bytes`` bytes, with their page indices."""
+        from pypdf import PdfReader, PdfWriter  # on first use, as in pdf() above
+
         reader = PdfReader(io.BytesIO(data))
         groups = [wanted[i : i + self.max_pages] for i in range(0, len(wanted), self.max_pages)]
         while groups:
