@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from pathlib import Path
 
 from dir2mcp_site import bootstrap
 
@@ -13,8 +14,10 @@ def main(argv: list[str] | None = None) -> None:
     # No collections while Django and the command's modules load: they make
     # some 200,000 objects and almost no garbage, and the collector walked
     # them about 0.15 CPU-s of a command's 1.1 to start. Every dir2mcp
-    # command turns it back on as it starts (corpus/management/base.py).
-    gc.disable()
+    # command turns it back on as it starts (corpus/management/base.py); a
+    # command of Django's own (runserver, shell) keeps it on throughout.
+    if len(argv) > 1 and argv[1] in own_commands():
+        gc.disable()
 
     bootstrap.prepare(argv[1:])
     from django.core.management import execute_from_command_line
@@ -30,9 +33,17 @@ def main(argv: list[str] | None = None) -> None:
             return
         execute_from_command_line(argv)
     finally:
-        gc.enable()  # a command of Django's own (migrate, shell) ran with it off
+        gc.enable()
 
         skip_the_last_collection()
+
+
+def own_commands() -> frozenset[str]:
+    """The names of dir2mcp's management commands (each a ``Dir2mcpCommand``),
+    from their files: nothing is imported to know them."""
+    root = Path(__file__).resolve().parents[1]
+    folders = (root / "corpus" / "management" / "commands", root / "mcp_gateway" / "management" / "commands")
+    return frozenset(path.stem for folder in folders for path in folder.glob("[a-z]*.py"))
 
 
 def skip_the_last_collection() -> None:

@@ -13,8 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from django.core.management import load_command_class
 
+from corpus.management.base import Dir2mcpCommand
 from corpus.state import IndexLock, StateDir
+from dir2mcp_site.cli import own_commands
 from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -452,3 +455,12 @@ def test_ask_with_another_embedder_than_the_index_keeps_the_index_s(corpus_dir, 
     assert lost.returncode == 0, lost.stderr
     assert "[a.md:L1-L3]" in lost.stdout and "needs MISTRAL_API_KEY" in lost.stderr
     assert "results are lexical only" in lost.stderr and "Traceback" not in lost.stderr
+
+
+def test_every_command_that_loads_without_the_collector_turns_it_back_on():
+    # dir2mcp_site/cli.py turns the garbage collector off while these load; Dir2mcpCommand.execute
+    # turns it on again, so none of them (up, indexer_child, …) runs with it off.
+    for name in own_commands():
+        in_corpus = (REPO / "corpus" / "management" / "commands" / f"{name}.py").exists()
+        app = "corpus" if in_corpus else "mcp_gateway"
+        assert isinstance(load_command_class(app, name), Dir2mcpCommand), name
