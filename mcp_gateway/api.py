@@ -338,6 +338,7 @@ async def _listen_events(listen: subscriptions.Listen):
     notify.HUB.attach(key, sink, listen.local)
     every = standalone.keepalive_seconds()
     try:
+        await asyncio.to_thread(notify.HUB.ready)  # acknowledged once a change anywhere reaches it
         yield _sse(subscriptions.acknowledged(listen))
         while True:
             try:

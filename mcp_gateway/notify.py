@@ -56,6 +56,8 @@ INBOX_MAX = 10_000
 #: The listener renews its group membership this often (the in-memory
 #: layer forgets a member after a day).
 REJOIN_SECONDS = 3600.0
+#: the longest a new subscription waits for this process to join the fan-out group
+READY_SECONDS = 5.0
 
 #: The longest URI a subscription stores (McpSubscription.uri).
 MAX_URI_CHARS = 2048
@@ -234,6 +236,14 @@ class Hub:
                     self._inbox.put_nowait(message)
                 except queue.Full:
                     self._overflow.set()
+
+    def ready(self, timeout: float = READY_SECONDS) -> bool:
+        """Wait (at most ``timeout``) until this process is in the fan-out
+        group: a subscription acknowledged before then could miss a change
+        published meanwhile by another process. False when it is not (the
+        channel layer is away: the stream still opens, and hears once it is)."""
+        self.start()
+        return self.listening.wait(timeout)
 
     def publish(self, message: dict) -> None:
         self.start()

@@ -312,6 +312,7 @@ class StdioServer:
             in_use = f"request id {msg.id!r} is already in use"
             self.writer.write(errors.rpc_error(msg.id, errors.RPC_INVALID_REQUEST, in_use))
             return
+        HUB.ready()  # acknowledged once a change anywhere reaches this process
         self.writer.write(subscriptions.acknowledged(listen))  # first, before any notification
         HUB.attach(_listen_key(msg.id), sink, listen.local)
 

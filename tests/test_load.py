@@ -496,7 +496,8 @@ def test_a_slow_sse_reader_does_not_stall_other_clients(tmp_path):
                 "method": "tools/call",
                 "params": {
                     "name": "dir2mcp.open_file",
-                    "arguments": {"rel_path": "big.txt", "max_chars": 50000},
+                    # the largest budget: max_chars alone cuts (the default would cut CJK text first)
+                    "arguments": {"rel_path": "big.txt", "max_chars": 50000, "max_tokens": 200_000},
                     "_meta": {"progressToken": "slow"},
                 },
             }
