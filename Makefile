@@ -30,9 +30,8 @@ contract: install
 	$(BIN)/python -m mcp_gateway.contract
 
 # Two workers, one test file each at a time (files share module fixtures and
-# servers): 15 min on a 2-core AMD EPYC, idle, with 3,929 tests (13.5 min with
-# 3,162); 28.4 CPU-minutes with 3,926 tests after the start-up cuts, measured
-# on a shared Intel Xeon only (2026-11-28; docs/benchmarks.md, "The test suite").
+# servers): 16 min 50 s on an idle 2-core Intel Xeon with 4,250 tests (15 min
+# with 3,929 on a 2-core AMD EPYC) (2026-11-28; docs/benchmarks.md, "The test suite").
 test: install lint
 	$(BIN)/pytest -n 2 --dist loadfile
 
