@@ -16,7 +16,7 @@ import pytest
 from tests.mcp_http import Server
 from tests.support import wait_until
 from tests.test_modern import META, VERSION
-from tests.test_notifications import start_up, write_files
+from tests.test_notifications import serving, start_up, write_files
 from tests.test_stdio import Raw, command
 from tests.up_process import Up
 
@@ -79,15 +79,8 @@ class Listening:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    root = tmp_path_factory.mktemp("listened")
-    write_files(root)
-    up, server = start_up(Up, root)
-    try:
+    with serving(tmp_path_factory.mktemp("listened")) as server:
         yield server
-        assert up.stop() == 0
-        assert "Traceback" not in up.stderr, up.stderr[-3000:]
-    finally:
-        up.close()
 
 
 def test_listen_acknowledges_then_sends_what_was_asked_tagged(served):

@@ -15,6 +15,7 @@ session held by the other) and ``mcp_stdio``. The pieces without a server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import signal
 import sqlite3
@@ -69,10 +70,10 @@ def start_up(start, root: Path, env: dict | None = None):
     return up, Server(root, url, token, up.proc)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """One ``up`` for the tests that change files no other test here reads."""
-    root = tmp_path_factory.mktemp("served")
+@contextlib.contextmanager
+def serving(root: Path):
+    """An ``up`` over :func:`write_files`' corpus at ``root``, which must stop
+    cleanly with no traceback."""
     write_files(root)
     up, server = start_up(Up, root)
     try:
@@ -81,6 +82,13 @@ def served(tmp_path_factory):
         assert "Traceback" not in up.stderr, up.stderr[-3000:]
     finally:
         up.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One ``up`` for the tests that change files no other test here reads."""
+    with serving(tmp_path_factory.mktemp("served")) as server:
+        yield server
 
 
 class Stream:

@@ -28,8 +28,7 @@ import sys
 import pytest
 
 from tests.mcp_http import REPO, base_env, index
-from tests.test_notifications import start_up, write_files
-from tests.up_process import Up
+from tests.test_notifications import serving, write_files
 
 CLIENT_DIR = REPO / "tests" / "ts_client"
 PINNED = "2.4.0"
@@ -64,15 +63,8 @@ def node_env() -> dict:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ts_corpus")
-    write_files(root)
-    up, server = start_up(Up, root)
-    try:
+    with serving(tmp_path_factory.mktemp("ts_corpus")) as server:
         yield server
-        assert up.stop() == 0
-        assert "Traceback" not in up.stderr, up.stderr[-3000:]
-    finally:
-        up.close()
 
 
 def run_client(env: dict, *args: str) -> dict:
