@@ -7,6 +7,7 @@ live in test_up.py; these fixtures serve the transport and tool tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -162,6 +163,18 @@ def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 30) ->
         message=f"a server at {url}",
         ignoring=(httpx.TransportError,),
     )
+
+
+@contextlib.contextmanager
+def daphne_serving(root: Path, **kwargs):
+    """:func:`start_daphne` on ``root`` for a ``with`` block; stopped after,
+    with no traceback in its stderr."""
+    server = start_daphne(root, **kwargs)
+    try:
+        yield server
+    finally:
+        err = stop(server)
+    assert "Traceback" not in err, err[-3000:]
 
 
 def stop(server: Server) -> str:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.mcp_http import ACCEPT, PROTOCOL, start_daphne, stop, write_corpus
+from tests.mcp_http import ACCEPT, PROTOCOL, daphne_serving, write_corpus
 
 METHODS = [
     "initialize",
@@ -92,11 +92,9 @@ header_text = st.text(alphabet=string.printable.strip("\r\n\x0b\x0c"), max_size=
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     write_corpus(root)
-    srv = start_daphne(root)
-    srv.session = srv.initialize()
-    yield srv
-    err = stop(srv)
-    assert "Traceback" not in err, err[-3000:]
+    with daphne_serving(root) as srv:
+        srv.session = srv.initialize()
+        yield srv
 
 
 @settings(

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from tests.mcp_http import PROTOCOL, start_daphne, stop, write_corpus
+from tests.mcp_http import PROTOCOL, daphne_serving, start_daphne, stop, write_corpus
 from tests.support import wait_until
 
 PING = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
@@ -18,10 +18,8 @@ PING = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     write_corpus(root)
-    srv = start_daphne(root)
-    yield srv
-    err = stop(srv)
-    assert "Traceback" not in err, err
+    with daphne_serving(root) as srv:
+        yield srv
 
 
 @pytest.fixture

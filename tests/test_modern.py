@@ -12,7 +12,7 @@ import pytest
 
 from mcp_gateway import mirrored, modern
 from mcp_gateway.transport import shape_message
-from tests.mcp_http import base_env, index, start_daphne, stop, write_corpus
+from tests.mcp_http import base_env, daphne_serving, index, write_corpus
 from tests.test_stdio import Raw, command
 
 VERSION = "2026-07-28"
@@ -247,10 +247,8 @@ def test_mismatched_or_missing_headers_are_refused(method, params, sent):
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     write_corpus(root)
-    srv = start_daphne(root)
-    yield srv
-    err = stop(srv)
-    assert "Traceback" not in err, err
+    with daphne_serving(root) as srv:
+        yield srv
 
 
 def post(server, method: str, params: dict | None = None, *, msg_id=1, extra: dict | None = None, meta=META):

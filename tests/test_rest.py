@@ -26,7 +26,7 @@ from schemathesis.checks import (
 
 from corpus import errors
 from mcp_gateway import rest, schemas, tools
-from tests.mcp_http import start_daphne, stop, write_corpus
+from tests.mcp_http import daphne_serving, start_daphne, stop, write_corpus
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +34,9 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     write_corpus(root)
     (root / "docs" / "setup.md").write_text("# Setup\n\nInstall the loader, then run it.\n")
-    srv = start_daphne(root)
-    srv.session = srv.initialize()
-    yield srv
-    err = stop(srv)
-    assert "Traceback" not in err, err[-3000:]
+    with daphne_serving(root) as srv:
+        srv.session = srv.initialize()
+        yield srv
 
 
 def api_url(server, path: str) -> str:

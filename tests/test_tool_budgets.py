@@ -14,7 +14,7 @@ from corpus import errors
 from corpus.config import build_config
 from corpus.indexing import index_directory
 from mcp_gateway import budgets, context, hints, tools
-from tests.mcp_http import start_daphne, stop, write_corpus
+from tests.mcp_http import daphne_serving, write_corpus
 
 MODULES, FUNCTIONS = 15, 6
 LONG_LINES = 1500
@@ -288,10 +288,8 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     write_corpus(root)
     write_tree(root)
-    srv = start_daphne(root)
-    yield srv
-    err = stop(srv)
-    assert "Traceback" not in err, err
+    with daphne_serving(root) as srv:
+        yield srv
 
 
 def test_a_budget_holds_over_http_and_its_cursor_continues(server):
