@@ -135,6 +135,28 @@ def test_functions_named_inside_an_expression_are_definitions_not_uses(index):
     assert [(h["span"]["start_line"], h.get("enclosing")) for h in hits] == [(11, "onopen")]
 
 
+def test_typescript_declarations_of_every_shape_are_not_uses(index):
+    # rxjs 7.8.1 against its syntax tree's uses: a rest parameter and a type
+    # parameter were stored as uses, a computed method name's names were not.
+    index(
+        {
+            "web/pipe.ts": (
+                "export function pipe<TValue>(...operations: unknown[]) {\n"
+                "  return operations as TValue;\n"
+                "}\n"
+                "class Observable {\n"
+                "  [Symbol_observable]() {\n"
+                "    return this;\n"
+                "  }\n"
+                "}\n"
+            )
+        }
+    )
+    assert used("operations") == [("web/pipe.ts", 2)]
+    assert used("TValue") == [("web/pipe.ts", 2)]
+    assert used("Symbol_observable") == [("web/pipe.ts", 5)]
+
+
 MORE = "def STORE():\n    pass\n\ndef store_all():\n    pass\n\ndef restore():\n    pass\n"
 
 

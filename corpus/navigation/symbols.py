@@ -56,10 +56,14 @@ _PARAMETERS = (
     "(formal_parameters (assignment_pattern left: (identifier) @p))",
     "(formal_parameters (rest_pattern (identifier) @p))",
     "(required_parameter pattern: (identifier) @p)",
+    "(required_parameter pattern: (rest_pattern (identifier) @p))",
     "(optional_parameter pattern: (identifier) @p)",
+    # A type parameter (TypeScript, Rust; Go's below): a local type's definition
+    "(type_parameter name: (type_identifier) @p)",
     # Go, C, C++
     "(parameter_declaration name: (identifier) @p)",
     "(variadic_parameter_declaration name: (identifier) @p)",
+    "(type_parameter_declaration name: (identifier) @p)",
     "(parameter_declaration declarator: (identifier) @p)",
     "(parameter_declaration declarator: (pointer_declarator declarator: (identifier) @p))",
     # Rust
@@ -120,7 +124,8 @@ def extract(parsed: units.Parsed) -> Navigation:
                 short_name(parent.name)[:MAX_NAME] if parent is not None else "",
             )
         )
-        if entry.name_node is not None:
+        # A computed name (``[Symbol.observable]()``) uses the names it is computed from.
+        if entry.name_node is not None and entry.name_node.type != "computed_property_name":
             own = _last_identifier(entry.name_node)
             if own is not None:
                 skip.add(own.start_byte)
