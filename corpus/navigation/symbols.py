@@ -5,7 +5,8 @@ Both come from the parse the units are cut from (``units.Parsed``), at index
 time: the definitions are exactly the outline's entries
 (:func:`~corpus.navigation.outline.definitions`); the uses are the
 identifier nodes of the syntax tree (so never a comment or a string), less
-each definition's own name and each parameter's name (a local's
+each definition's own name (not the names a computed one is made of) and
+each parameter's name, rest and type parameters too (a local's
 definition), less names too short or too common to look up
 (:data:`MIN_NAME`, :data:`_NOT_SYMBOLS`). A use is kept once per line, and a
 file's uses of one name are one row (:class:`Uses`): the rows stay few.
