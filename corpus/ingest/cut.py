@@ -15,6 +15,7 @@ from corpus.ingest.chunking import (
     chunk_segments,
 )
 from corpus.ingest.extract import Extracted
+from corpus.ingest.generated import is_generated
 from corpus.ingest.sections import chunk_sections
 from corpus.ingest.units import Parsed, code_units
 
@@ -29,9 +30,10 @@ def chunk_document(
     parsed: Parsed | None = None,
 ) -> list[ChunkDraft]:
     """Chunk a representation: per page if it has pages, code by definitions
-    (or line windows), prose by sections (or character windows). Every chunk
-    has a context, at least its path: a chunk without one was cut by an
-    older format (status reports those until they are re-cut)."""
+    (or line windows, as a generated file is: corpus/ingest/generated.py),
+    prose by sections (or character windows). Every chunk has a context, at
+    least its path: a chunk without one was cut by an older format (status
+    reports those until they are re-cut)."""
     drafts = _cut(extracted, kind, config, rel_path, doc_type, parsed)
     if not rel_path:
         return drafts
@@ -61,7 +63,7 @@ def _cut(
     if kind == "code":
         code = config.code
         drafts = None
-        if code.mode == "units":
+        if code.mode == "units" and not is_generated(extracted.text):
             drafts = code_units(extracted.text, rel_path, unit_max_lines=code.unit_max_lines, parsed=parsed)
         if drafts is None:
             drafts = chunk_code(extracted.text, max_lines=code.max_lines, overlap_lines=code.overlap_lines)

@@ -21,6 +21,7 @@ from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.classify import classify, index_kind_for
 from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, extract
+from corpus.ingest.generated import RULE_VERSION as GENERATED_RULE_VERSION
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.ingest.units import parse
 from corpus.navigation import symbols
@@ -166,6 +167,9 @@ class Preparer:
         elif doc_type == "code":
             # Code indexed before the symbol index (or by an older one) is read again.
             policy["symbols"] = SYMBOLS_VERSION
+            # An index cut before the generated-file rule re-cuts its code
+            # (chunks whose text survives keep their ids and embeddings).
+            policy["generated"] = GENERATED_RULE_VERSION
         return sha256_hex(json.dumps(policy, sort_keys=True))[:32]
 
     def classify(self, name: str, head: bytes) -> str:

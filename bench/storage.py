@@ -1,0 +1,97 @@
+"""What ``meta.sqlite`` spends its bytes on, and what two ways of storing
+each text once would save (issue #37 item 5; a benchmark, not a test).
+
+Reads a state directory built by ``manage.py reindex`` and prints, as JSON:
+the bytes of representation text indexed, the database's size as it is and
+after ``VACUUM``, the bytes of each table and index (``dbstat``), and the
+vacuumed size of two copies changed the way each option would store them:
+
+- ``offsets``: chunks hold no text of their own (two integers into their
+  representation's text instead);
+- ``zlib``: chunk and representation texts stored zlib-compressed.
+
+    python bench/storage.py --state S
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import sqlite3
+import tempfile
+import zlib
+from pathlib import Path
+
+
+def vacuumed_size(db: Path) -> int:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.execute("VACUUM")
+    return db.stat().st_size
+
+
+def by_table(db: Path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC").fetchall()
+    return {name: size for name, size in rows}
+
+
+def variant(db: Path, work: Path, name: str, change) -> int:
+    copy = work / f"{name}.sqlite"
+    shutil.copyfile(db, copy)
+    with contextlib.closing(sqlite3.connect(copy)) as conn:
+        change(conn)
+        conn.commit()
+    return vacuumed_size(copy)
+
+
+def no_chunk_text(conn: sqlite3.Connection) -> None:
+    # Two integers the size of a typical offset and length stand in for the text.
+    conn.execute("UPDATE chunks SET text = ''")
+    conn.execute("ALTER TABLE chunks ADD COLUMN text_start integer")
+    conn.execute("ALTER TABLE chunks ADD COLUMN text_end integer")
+    conn.execute("UPDATE chunks SET text_start = 123456, text_end = 124456")
+
+
+def compressed(conn: sqlite3.Connection) -> None:
+    conn.create_function("zpack", 1, lambda s: zlib.compress(s.encode(), 6) if s else s)
+    conn.execute("UPDATE chunks SET text = zpack(text)")
+    conn.execute("UPDATE representations SET text = zpack(text)")
+
+
+def main() -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--state", type=Path, required=True)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        db = work / "meta.sqlite"
+        with contextlib.closing(sqlite3.connect(args.state / "meta.sqlite")) as source:
+            source.execute(f"VACUUM INTO '{db}'")
+            text = source.execute(
+                "SELECT sum(length(CAST(text AS BLOB))), count(*) FROM representations WHERE NOT deleted"
+            ).fetchone()
+            chunks = source.execute("SELECT count(*) FROM chunks WHERE NOT deleted").fetchone()[0]
+        on_disk = sum(p.stat().st_size for p in args.state.glob("meta.sqlite*"))
+        vacuumed = db.stat().st_size
+        report = {
+            "text_bytes": text[0],
+            "representations": text[1],
+            "chunks": chunks,
+            "meta_sqlite_bytes": on_disk,
+            "vacuumed_bytes": vacuumed,
+            "ratio": round(on_disk / text[0], 2),
+            "vacuumed_ratio": round(vacuumed / text[0], 2),
+            "tables_mib": {k: round(v / 2**20, 2) for k, v in by_table(db).items() if v > 2**16},
+        }
+        for name, change in (("offsets", no_chunk_text), ("zlib", compressed)):
+            size = variant(db, work, name, change)
+            report[f"{name}_vacuumed_ratio"] = round(size / text[0], 2)
+        print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
