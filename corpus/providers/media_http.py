@@ -19,7 +19,11 @@ from typing import Any
 
 import httpx
 
+from corpus.config import Config
 from corpus.providers.http import HttpOptions, ProviderClient
+from corpus.providers.mistral import AUTH_HINT as MISTRAL_HINT
+
+ELEVENLABS_HINT = "Check ELEVENLABS_API_KEY: set env ELEVENLABS_API_KEY=... or run: dir2mcp config init"
 
 
 class Limiter:
@@ -98,3 +102,50 @@ class MediaClient(ProviderClient):
         # jump the queue of calls already waiting for one.
         with self._slots:
             return super()._send(path, options, **kwargs)
+
+
+def limits(section) -> dict[str, Any]:
+    """The call limits of a config section with ``timeout_seconds``,
+    ``concurrency`` and ``max_attempts`` (``ocr``, ``stt``)."""
+    return {
+        "timeout": section.timeout_seconds,
+        "concurrency": section.concurrency,
+        "max_attempts": section.max_attempts,
+    }
+
+
+#: the label of each media service in messages and metrics, by its limit key
+LABELS = {
+    "mistral/ocr": "Mistral OCR",
+    "mistral/stt": "Mistral transcription",
+    "mistral/annotations": "Mistral annotations",
+    "elevenlabs/stt": "ElevenLabs",
+    "elevenlabs/tts": "ElevenLabs",
+}
+#: the header carrying a provider's key, where it is not ``Authorization: Bearer``
+_KEY_HEADERS = {"elevenlabs": "xi-api-key"}
+
+
+def media_client(
+    config: Config,
+    api_key: str | None,
+    service: str,
+    *,
+    timeout: float,
+    concurrency: int,
+    max_attempts: int = HttpOptions.max_attempts,
+) -> MediaClient:
+    """A client of ``service`` (``<provider>/<service>``, a key of :data:`LABELS`),
+    bounded with every other client of it in the process."""
+    provider = service.partition("/")[0]
+    return MediaClient(
+        getattr(config, provider).base_url,
+        api_key=api_key,
+        prefix=provider.upper(),
+        label=LABELS[service],
+        auth_hint=MISTRAL_HINT if provider == "mistral" else ELEVENLABS_HINT,
+        options=HttpOptions(read_timeout=timeout, max_attempts=max_attempts),
+        auth_header=_KEY_HEADERS.get(provider, "Authorization"),
+        concurrency=concurrency,
+        limit_key=service,
+    )

@@ -15,11 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from corpus.config import Config
-from corpus.providers.http import HttpOptions
-from corpus.providers.media_http import MediaClient
-from corpus.providers.mistral import AUTH_HINT as MISTRAL_HINT
+from corpus.providers.media_http import MediaClient, limits, media_client
 
-ELEVENLABS_HINT = "Check ELEVENLABS_API_KEY: set env ELEVENLABS_API_KEY=... or run: dir2mcp config init"
 # Scribe returns words; a segment ends at a sentence end, a pause or this length.
 MAX_SEGMENT_MS = 30_000
 PAUSE_MS = 1_000
@@ -110,16 +107,7 @@ class MistralStt(_CachedStt):
 
     def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None):
         stt = config.stt
-        client = MediaClient(
-            config.mistral.base_url,
-            api_key=api_key,
-            prefix="MISTRAL",
-            label="Mistral transcription",
-            auth_hint=MISTRAL_HINT,
-            options=HttpOptions(read_timeout=stt.timeout_seconds, max_attempts=stt.max_attempts),
-            concurrency=stt.concurrency,
-            limit_key="mistral/stt",
-        )
+        client = media_client(config, api_key, "mistral/stt", **limits(stt))
         super().__init__(stt.mistral.model or "voxtral-mini-latest", client, cache_dir)
         self.timestamps = stt.mistral.timestamps
 
@@ -158,17 +146,7 @@ class ElevenLabsStt(_CachedStt):
 
     def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None):
         stt = config.stt
-        client = MediaClient(
-            config.elevenlabs.base_url,
-            api_key=api_key,
-            prefix="ELEVENLABS",
-            label="ElevenLabs",
-            auth_hint=ELEVENLABS_HINT,
-            options=HttpOptions(read_timeout=stt.timeout_seconds, max_attempts=stt.max_attempts),
-            auth_header="xi-api-key",
-            concurrency=stt.concurrency,
-            limit_key="elevenlabs/stt",
-        )
+        client = media_client(config, api_key, "elevenlabs/stt", **limits(stt))
         super().__init__(stt.elevenlabs.model or "scribe_v1", client, cache_dir)
         self.timestamps = stt.elevenlabs.timestamps
 
