@@ -70,28 +70,24 @@ def shared_limiter(key: str, limit: int) -> Limiter:
 class MediaClient(ProviderClient):
     """A provider client for OCR, speech and annotations.
 
-    ``auth_header`` names the header carrying the key (``Authorization`` gets
-    ``Bearer``; ElevenLabs uses ``xi-api-key``). ``concurrency`` bounds the
-    calls in flight: across every client with the same ``limit_key``, or
-    through this client alone without one.
+    ``client`` are :class:`ProviderClient`'s keywords (``api_key``,
+    ``prefix``, ``label``, ...). ``auth_header`` names the header carrying the
+    key (``Authorization`` gets ``Bearer``; ElevenLabs uses ``xi-api-key``).
+    ``concurrency`` bounds the calls in flight: across every client with the
+    same ``limit_key``, or through this client alone without one.
     """
 
     def __init__(
         self,
         base_url: str,
         *,
-        api_key: str | None,
-        prefix: str,
-        label: str,
-        auth_hint: str = "",
-        options: HttpOptions | None = None,
         auth_header: str = "Authorization",
         concurrency: int = 4,
         limit_key: str | None = None,
+        **client: Any,
     ):
-        super().__init__(
-            base_url, api_key=api_key, prefix=prefix, label=label, auth_hint=auth_hint, options=options
-        )
+        super().__init__(base_url, **client)
+        api_key = client.get("api_key")
         if auth_header != "Authorization" and api_key:
             self._http.headers.pop("Authorization", None)
             self._http.headers[auth_header] = api_key
