@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connection
 
-from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks
+from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks, scored
 from corpus.index.words import index_text, query_terms
 
 TABLE = "chunks_fts"
@@ -191,9 +191,7 @@ class SQLiteFTS5(TableBackend):
             f"WHERE {TABLE} MATCH %s AND {LIVE} AND ({filter_sql}) "
             "ORDER BY bm25_score, c.chunk_id LIMIT %s"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [match, *params, limit])
-            return [(chunk_id, -score) for chunk_id, score in cursor.fetchall()]
+        return scored(sql, [match, *params, limit], sign=-1.0)
 
 
 def _live_ids(chunk_ids: list[int], cursor, filter_sql: str = "", params: Sequence = ()) -> set[int]:

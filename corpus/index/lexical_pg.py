@@ -32,7 +32,7 @@ from itertools import chain
 import Stemmer
 from django.db import connection, transaction
 
-from corpus.index.tables import LIVE, TO_DOCUMENT, TableBackend, batches
+from corpus.index.tables import LIVE, TO_DOCUMENT, TableBackend, batches, scored
 from corpus.index.words import COMPOUND, parts, piece_tokens
 
 TABLE = "chunks_lexical"
@@ -234,6 +234,4 @@ class PostgresFTS(TableBackend):
             f"WHERE l.body @@ q.query AND {LIVE} {extra} "
             "ORDER BY score DESC, c.chunk_id LIMIT %s"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [query, *params, limit])
-            return [(chunk_id, float(score)) for chunk_id, score in cursor.fetchall()]
+        return scored(sql, [query, *params, limit])

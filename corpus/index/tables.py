@@ -33,6 +33,14 @@ def marks(ids) -> str:
     return ", ".join(["%s"] * len(ids))
 
 
+def scored(sql: str, params: Sequence, *, sign: float = 1.0) -> list[tuple[int, float]]:
+    """(chunk id, score times ``sign``) of each row of a ranked query: both
+    backends' scores are best highest once bm25's (best lowest) is negated."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(chunk_id, sign * float(score)) for chunk_id, score in cursor.fetchall()]
+
+
 def refill(backend: Backend, recreate) -> int:
     """Empty the index (``recreate(cursor)``) and write every live chunk into
     it, in one transaction; returns the row count. Shared by the backends."""
