@@ -829,17 +829,14 @@ def _x402_switches(layers: list[tuple[Mapping, str]]) -> dict:
     return merged_switches(merged)
 
 
-def build_config(
-    file_data: Mapping,
-    env_data: Mapping,
-    flag_data: Mapping,
-    *,
-    origin: str = "config",
-    env_vars: Mapping[str, str] | None = None,
-) -> Config:
+def build_config(file_data: Mapping, env_data: Mapping, flag_data: Mapping, **where: Any) -> Config:
     """Merge the layers (flags > env > file > defaults) and validate; any
-    problem is CONFIG_INVALID naming each key and where it was set."""
-    config, problems = validate_layers(file_data, env_data, flag_data, origin=origin, env_vars=env_vars)
+    problem is CONFIG_INVALID naming each key and where it was set
+    (``where``: :func:`validate_layers`' ``origin`` and ``env_vars``)."""
+    return _whole(*validate_layers(file_data, env_data, flag_data, **where))
+
+
+def _whole(config: Config, problems: list[ConfigProblem]) -> Config:
     if problems:
         raise _describe(problems)
     return config
@@ -871,10 +868,7 @@ def load_config(
     flags: Mapping | None = None,
 ) -> Config:
     """The effective configuration for ``path`` (missing file = defaults)."""
-    config, problems = load_config_marked(path, environ=environ, flags=flags)
-    if problems:
-        raise _describe(problems)
-    return config
+    return _whole(*load_config_marked(path, environ=environ, flags=flags))
 
 
 def default_config_path(root: Path) -> Path:
