@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connection
 
-from corpus.index.tables import Backend, TableBackend, batches, refill
+from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks, refill, scored
 from corpus.index.words import index_text, query_terms
 from corpus.models import with_context
 
@@ -170,14 +170,14 @@ class SQLiteFTS5(TableBackend):
         FTS5 never held would corrupt its counts)."""
         if not chunk_ids:
             return
-        marks = ", ".join(["%s"] * len(chunk_ids))
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT rowid FROM {TABLE} WHERE rowid IN ({marks})", chunk_ids)
+            cursor.execute(f"SELECT rowid FROM {TABLE} WHERE rowid IN ({marks(chunk_ids)})", chunk_ids)
             held = [row[0] for row in cursor.fetchall()]
             if not held:
                 return
-            marks = ", ".join(["%s"] * len(held))
-            cursor.execute(f"SELECT chunk_id, context, text FROM chunks WHERE chunk_id IN ({marks})", held)
+            cursor.execute(
+                f"SELECT chunk_id, context, text FROM chunks WHERE chunk_id IN ({marks(held)})", held
+            )
             cursor.executemany(
                 f"INSERT INTO {TABLE}({TABLE}, rowid, body) VALUES ('delete', %s, %s)",
                 [
@@ -233,27 +233,21 @@ class SQLiteFTS5(TableBackend):
     def _joined(self, match: str, limit: int, filter_sql: str, params: Sequence) -> list[tuple[int, float]]:
         sql = (
             f"SELECT c.chunk_id, bm25({TABLE}) AS bm25_score FROM {TABLE} "
-            f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid "
-            "JOIN representations r ON r.rep_id = c.representation_id "
-            "JOIN documents d ON d.doc_id = r.document_id "
-            f"WHERE {TABLE} MATCH %s AND c.deleted = 0 AND d.deleted = 0 AND ({filter_sql}) "
+            f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid {TO_DOCUMENT} "
+            f"WHERE {TABLE} MATCH %s AND {LIVE} AND ({filter_sql}) "
             "ORDER BY bm25_score, c.chunk_id LIMIT %s"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [match, *params, limit])
-            return [(chunk_id, -score) for chunk_id, score in cursor.fetchall()]
+        return scored(sql, [match, *params, limit], sign=-1.0)
 
 
 def _live_ids(chunk_ids: list[int], cursor, filter_sql: str = "", params: Sequence = ()) -> set[int]:
     """Those of ``chunk_ids`` that are live and pass ``filter_sql``."""
     if not chunk_ids:
         return set()
-    marks = ", ".join(["%s"] * len(chunk_ids))
     extra = f" AND ({filter_sql})" if filter_sql else ""
     cursor.execute(
-        "SELECT c.chunk_id FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
-        "JOIN documents d ON d.doc_id = r.document_id "
-        f"WHERE c.chunk_id IN ({marks}) AND c.deleted = 0 AND d.deleted = 0{extra}",
+        f"SELECT c.chunk_id FROM chunks c {TO_DOCUMENT} "
+        f"WHERE c.chunk_id IN ({marks(chunk_ids)}) AND {LIVE}{extra}",
         [*chunk_ids, *params],
     )
     return {row[0] for row in cursor.fetchall()}

@@ -259,17 +259,7 @@ def _entries(parsed: units.Parsed, node: tree_sitter.Node, *, inside_class: bool
         kind = _KINDS.get(core.type, core.type)
         if inside_class and kind in _FUNCTION_KINDS:
             kind = "method"
-        name, row = _name(core)
-        entry = Entry(
-            kind,
-            name,
-            parsed.lines[row].strip()[: units.SIGNATURE_CHARS] if row < len(parsed.lines) else "",
-            outer.start_point.row + 1,
-            units.last_row(outer) + 1,
-            line=row + 1,
-            node=core,
-            name_node=None if core.type == "impl_item" else _name_node(core),
-        )
+        entry = _entry(parsed, kind, core, outer)
         entry.children = _entries(parsed, core, inside_class=parsed.is_class_like(core))
         found.append(entry)
     return found
@@ -292,16 +282,22 @@ def _declarators(node: tree_sitter.Node) -> list[tree_sitter.Node]:
 
 
 def _spec_entry(parsed: units.Parsed, spec: tree_sitter.Node, kind: str) -> Entry:
-    name, row = _name(spec)
+    return _entry(parsed, kind, spec, spec)
+
+
+def _entry(parsed: units.Parsed, kind: str, core: tree_sitter.Node, outer: tree_sitter.Node) -> Entry:
+    """The definition ``core`` of ``kind``, spanning ``outer`` (its wrapper, as
+    a decorated function, or itself), named and signed on its name's line."""
+    name, row = _name(core)
     return Entry(
         kind,
         name,
         parsed.lines[row].strip()[: units.SIGNATURE_CHARS] if row < len(parsed.lines) else "",
-        spec.start_point.row + 1,
-        units.last_row(spec) + 1,
+        outer.start_point.row + 1,
+        units.last_row(outer) + 1,
         line=row + 1,
-        node=spec,
-        name_node=_name_node(spec),
+        node=core,
+        name_node=None if core.type == "impl_item" else _name_node(core),
     )
 
 
