@@ -8,7 +8,9 @@ vacuumed size of two copies changed the way each option would store them:
 
 - ``offsets``: chunks hold no text of their own (two integers into their
   representation's text instead);
-- ``zlib``: chunk and representation texts stored zlib-compressed.
+- ``zlib``: chunk and representation texts stored zlib-compressed (what
+  corpus/packed.py does; on a database that already packs them, only the
+  rows left as text change).
 
     python bench/storage.py --state S
 """
@@ -20,9 +22,15 @@ import contextlib
 import json
 import shutil
 import sqlite3
+import sys
 import tempfile
 import zlib
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from corpus.packed import unpack  # noqa: E402  (the repository on the path first)
 
 
 def vacuumed_size(db: Path) -> int:
@@ -56,7 +64,9 @@ def no_chunk_text(conn: sqlite3.Connection) -> None:
 
 
 def compressed(conn: sqlite3.Connection) -> None:
-    conn.create_function("zpack", 1, lambda s: zlib.compress(s.encode(), 6) if s else s)
+    conn.create_function(
+        "zpack", 1, lambda s: zlib.compress(s.encode(), 6) if isinstance(s, str) and s else s
+    )
     conn.execute("UPDATE chunks SET text = zpack(text)")
     conn.execute("UPDATE representations SET text = zpack(text)")
 
@@ -71,9 +81,8 @@ def main() -> None:
         db = work / "meta.sqlite"
         with contextlib.closing(sqlite3.connect(args.state / "meta.sqlite")) as source:
             source.execute(f"VACUUM INTO '{db}'")
-            text = source.execute(
-                "SELECT sum(length(CAST(text AS BLOB))), count(*) FROM representations WHERE NOT deleted"
-            ).fetchone()
+            texts = source.execute("SELECT text FROM representations WHERE NOT deleted").fetchall()
+            text = (sum(len(unpack(value).encode()) for (value,) in texts), len(texts))
             chunks = source.execute("SELECT count(*) FROM chunks WHERE NOT deleted").fetchone()[0]
         on_disk = sum(p.stat().st_size for p in args.state.glob("meta.sqlite*"))
         vacuumed = db.stat().st_size

@@ -231,7 +231,9 @@ class ChunkAdmin(ReadOnlyAdmin):
         "preview",
     )
     list_filter = ("index_kind", "embedding_status", "deleted")
-    search_fields = ("text",)
+    # By path: chunk text is stored compressed on SQLite (corpus/packed.py),
+    # and a text scan of every chunk was slow on a big tree anyway.
+    search_fields = ("representation__document__rel_path",)
     list_select_related = ("representation__document",)
     show_full_result_count = False
     list_per_page = 100

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db import models
 
 from corpus import counters
+from corpus.packed import PackedTextField
 
 
 class DocStatus(models.TextChoices):
@@ -100,7 +101,8 @@ class Representation(models.Model):
     meta_json = models.JSONField(default=dict, blank=True)
     # The full representation text: open_file slices it for converted
     # formats (HTML, PDF pages), and chunks can always be rebuilt from it.
-    text = models.TextField(blank=True, default="")
+    # Compressed on SQLite (corpus/packed.py).
+    text = PackedTextField(blank=True, default="")
     deleted = models.BooleanField(default=False)
 
     class Meta:
@@ -121,7 +123,8 @@ class Chunk(models.Model):
     )
     ordinal = models.IntegerField()
     #: the file's own text of the span; what hits and snippets show
-    text = models.TextField()
+    #: (compressed on SQLite: corpus/packed.py)
+    text = PackedTextField()
     #: what the unit sits in (its path, enclosing definitions or headings):
     #: indexed and embedded with ``text`` (see :func:`with_context`)
     context = models.TextField(blank=True, default="")

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import anyio
+from django.db import models
+
+from corpus.packed import unpack
 
 T = TypeVar("T")
 
@@ -24,6 +27,40 @@ def read_only(db: Path | str, *, timeout: float = 30) -> contextlib.closing[sqli
     It never writes, so its close never checkpoints another process's
     write-ahead log."""
     return contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=timeout))
+
+
+def packed_texts(db: Path) -> list[str]:
+    """The chunk and representation texts a state's database stores
+    compressed (corpus/packed.py), decoded: what a scan of its raw bytes
+    cannot see."""
+    with read_only(db) as conn:
+        return [
+            unpack(value)
+            for table in ("chunks", "representations")
+            for (value,) in conn.execute(f"SELECT text FROM {table} WHERE typeof(text) = 'blob'")
+        ]
+
+
+def stored_text(path: Path) -> str:
+    """A state file as text to scan for a secret: its bytes, and for the
+    database every text it stores compressed, decoded, so the scan cannot
+    pass because a secret was stored compressed."""
+    text = path.read_bytes().decode("latin-1")
+    if path.name == "meta.sqlite":
+        text += "\n".join(packed_texts(path))
+    return text
+
+
+def holds(path: Path, needle: str) -> bool:
+    """Whether a state file holds ``needle`` (see :func:`stored_text`)."""
+    return needle in stored_text(path)
+
+
+def texts_hold(model: type[models.Model], needle: str) -> bool:
+    """Whether any stored text of ``model`` (Chunk, Representation) holds
+    ``needle``, decoded: on SQLite ``text__contains`` cannot look into a
+    compressed text and refuses to (corpus/packed.py)."""
+    return any(needle in text for text in model.objects.values_list("text", flat=True).iterator())
 
 
 def wait_until(

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from corpus.config import Config, load_config
+from tests.support import holds
 
 MANAGE = Path(settings.BASE_DIR) / "manage.py"
 SECRET = "sk-wizard-8d3f61c2a94e"
@@ -148,9 +149,7 @@ def run_config(*args: str) -> tuple[str, str]:
 
 
 def files_containing(root: Path, needle: str) -> list[str]:
-    return sorted(
-        str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and needle.encode() in p.read_bytes()
-    )
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and holds(p, needle))
 
 
 # -- config print ----------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.mcp_http import base_env, start_daphne, stop
-from tests.support import read_only
+from tests.support import holds, read_only
 from tests.test_cli import cli
 
 pytestmark = pytest.mark.slow
@@ -384,7 +384,7 @@ def test_hard_links_are_refused_unless_allowed(tmp_path):
     events = [json.loads(line) for line in refused.stdout.splitlines()]
     errors_ = {e["data"]["rel_path"]: e["data"] for e in events if e["event"] == "file_error"}
     assert errors_["linked.txt"]["code"] == "FORBIDDEN" and "hard link" in errors_["linked.txt"]["message"]
-    assert MARKER.encode() not in (root / ".dir2mcp" / "meta.sqlite").read_bytes()
+    assert not holds(root / ".dir2mcp" / "meta.sqlite", MARKER)
     found = cli("ask", "--dir", str(root), "behind a hard link", "--mode", "search_only", env=base_env())
     assert MARKER not in found.stdout
 
@@ -403,7 +403,7 @@ def test_hard_links_are_refused_unless_allowed(tmp_path):
     allowed_env = {"DIR2MCP_INGEST__FOLLOW_HARDLINKS": "true"}
     allowed = cli("reindex", "--dir", str(root), "--json", env=base_env(**allowed_env))
     assert "file_error" not in allowed.stdout
-    assert MARKER.encode() in (root / ".dir2mcp" / "meta.sqlite").read_bytes()
+    assert holds(root / ".dir2mcp" / "meta.sqlite", MARKER)
     srv = start_daphne(root, env=allowed_env)
     try:
         opened = srv.call(srv.initialize(), "dir2mcp.open_file", {"rel_path": "linked.txt"})

@@ -19,7 +19,7 @@ import pytest
 
 from corpus import errors
 from tests.mcp_http import PROTOCOL
-from tests.support import zip_bytes
+from tests.support import holds, zip_bytes
 from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
@@ -178,7 +178,7 @@ def served(tmp_path_factory):
         up.close()
     assert CANARY not in up.stdout + up.stderr
     assert "Traceback" not in up.stderr
-    assert CANARY.encode() not in (root / ".dir2mcp" / "meta.sqlite").read_bytes()
+    assert not holds(root / ".dir2mcp" / "meta.sqlite", CANARY)
 
 
 def expected_codes(row, kind: str, tool: str) -> set | None:

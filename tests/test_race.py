@@ -29,6 +29,7 @@ from corpus.ingest import ondemand
 from corpus.models import Representation
 from corpus.security import ExclusionEngine, ExclusionPolicy
 from tests.mcp_http import PROTOCOL, free_port
+from tests.support import holds
 from tests.up_process import Up
 
 CANARY = "CANARY-OUTSIDE-ROOT-9b41e7"
@@ -217,4 +218,4 @@ def test_a_served_root_never_answers_from_outside_while_names_are_swapped(tmp_pa
     finally:
         up.close()
     assert CANARY not in up.stdout + up.stderr
-    assert CANARY.encode() not in (root / ".dir2mcp" / "meta.sqlite").read_bytes()
+    assert not holds(root / ".dir2mcp" / "meta.sqlite", CANARY)

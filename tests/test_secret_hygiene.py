@@ -21,6 +21,7 @@ import pytest
 
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_wav
+from tests.support import stored_text
 from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
@@ -130,7 +131,7 @@ def test_no_secret_in_output_state_or_answers(tmp_path, fake_mistral, fake_eleve
     places = {"stdout": up.stdout, "stderr": up.stderr, "answers": "\n".join(answers)}
     for path in sorted((root / ".dir2mcp").rglob("*")):
         if path.is_file():
-            places[str(path.relative_to(root))] = path.read_bytes().decode("latin-1")
+            places[str(path.relative_to(root))] = stored_text(path)
     assert any("meta.sqlite" in place for place in places) and "connection.json" in str(list(places))
     for secret in (fake_mistral.API_KEY, fake_elevenlabs.API_KEY, TOKEN, PRIVATE_KEY):
         leaks = [place for place, text in places.items() if secret in text]
@@ -225,7 +226,7 @@ def test_payments_and_the_admin_leak_no_secret(tmp_path, running):
     places = {"stdout": up.stdout, "stderr": up.stderr, **pages}
     for path in sorted((root / ".dir2mcp").rglob("*")):
         if path.is_file():
-            places[str(path.relative_to(root))] = path.read_bytes().decode("latin-1")
+            places[str(path.relative_to(root))] = stored_text(path)
     payer_key = TEST_KEY.removeprefix("0x")
     for secret in (TOKEN, payer_key, password):
         leaks = [place for place, text in places.items() if secret in text]

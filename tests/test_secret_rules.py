@@ -27,6 +27,7 @@ from corpus.ingest.prepare import HEAD_BYTES
 from corpus.models import Chunk, Document, Representation
 from corpus.secret_scan import SecretScanner
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from tests.support import texts_hold
 
 pytestmark = pytest.mark.django_db
 
@@ -313,8 +314,8 @@ def test_every_kind_is_kept_out_in_files_and_archives(indexed):
     for rel, secret in positives:
         doc = Document.objects.filter(rel_path=rel).first()
         skipped = doc is not None and doc.status == "skipped" and doc.error.startswith("SECRET_DETECTED")
-        stored = Representation.objects.filter(text__contains=secret[:40]).exists()
-        chunked = Chunk.objects.filter(text__contains=secret[:40]).exists()
+        stored = texts_hold(Representation, secret[:40])
+        chunked = texts_hold(Chunk, secret[:40])
         if skipped and not stored and not chunked and _refused(engine, rel):
             kept_out.append(rel)
     missed = sorted({rel for rel, _ in positives} - set(kept_out))
@@ -338,7 +339,7 @@ def test_files_kept_out_by_name_are_neither_indexed_nor_opened(indexed):
         if Document.objects.filter(rel_path=rel).exists() or not _refused(engine, rel):
             served.append(rel)
     assert served == []
-    assert not Representation.objects.filter(text__contains=NAME_SECRET).exists()
+    assert not texts_hold(Representation, NAME_SECRET)
 
 
 def test_files_named_like_credentials_are_neither_indexed_nor_opened(indexed):

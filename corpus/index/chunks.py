@@ -15,6 +15,7 @@ from corpus.citations import SpanRef
 from corpus.embedding import from_bytes
 from corpus.index.tables import TO_DOCUMENT, marks
 from corpus.models import EmbeddingStatus
+from corpus.packed import unpack
 
 
 class HitRow(NamedTuple):
@@ -46,7 +47,7 @@ def hit_rows(ids: list[int]) -> dict[int, HitRow]:
         cursor.execute(_HIT_SQL.format(marks=marks(ids)), ids)
         for cid, text, rep_type, rel_path, doc_type, kind, start, end, extra in cursor.fetchall():
             span = SpanRef(kind, start, end) if kind else SpanRef("lines", 1, 1)
-            rows.setdefault(cid, HitRow(text, rep_type, rel_path, doc_type, span, _label(extra)))
+            rows.setdefault(cid, HitRow(unpack(text), rep_type, rel_path, doc_type, span, _label(extra)))
     return rows
 
 

@@ -29,6 +29,7 @@ from django.db import connection
 from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks, refill, scored
 from corpus.index.words import index_text, query_terms
 from corpus.models import with_context
+from corpus.packed import unpack
 
 TABLE = "chunks_fts"
 #: Bumped, with a migration that rebuilds the table, whenever :func:`index_text`
@@ -181,7 +182,7 @@ class SQLiteFTS5(TableBackend):
             cursor.executemany(
                 f"INSERT INTO {TABLE}({TABLE}, rowid, body) VALUES ('delete', %s, %s)",
                 [
-                    (chunk_id, index_text(with_context(context, text)))
+                    (chunk_id, index_text(with_context(context, unpack(text))))
                     for chunk_id, context, text in cursor.fetchall()
                 ],
             )
