@@ -31,6 +31,9 @@ from corpus.secret_scan import SecretScanner
 DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
     {".git", "node_modules", "dist", "build", ".venv", ".dir2mcp", "__pycache__"}
 )
+#: Default-ignored names that are build output only when git does not track
+#: files in them: the kernel's tools/build is source, and git says so.
+OUTPUT_DIR_NAMES: frozenset[str] = frozenset({"build", "dist"})
 ARCHIVE_SEPARATOR = "!/"
 _DRIVE_RE = re.compile(r"^[A-Za-z]:")
 
@@ -330,7 +333,7 @@ class ExclusionEngine:
         ``chain`` is :meth:`gitignore_chain` of the entry's parent directory.
         """
         name = rel_path.rpartition("/")[2]
-        if is_dir and name in DEFAULT_IGNORED_DIRS:
+        if is_dir and name in DEFAULT_IGNORED_DIRS and not self._tracked_source(name, rel_path):
             return f"default ignore: {name}"
         reason = self._name_reason(name)
         if reason is not None:
@@ -344,6 +347,12 @@ class ExclusionEngine:
         if reason is not None and self._repo is not None and self._repo.is_tracked(rel_path, is_dir=is_dir):
             return None  # git tracks it: part of the work tree whatever the rules say
         return reason
+
+    def _tracked_source(self, name: str, dir_rel: str) -> bool:
+        """A ``build`` or ``dist`` directory git tracks files in: source, not output."""
+        if name not in OUTPUT_DIR_NAMES or self._repo is None:
+            return False
+        return self._repo.is_tracked(dir_rel, is_dir=True)
 
     def _excludes_reason(self, rel: str, *, is_dir: bool) -> str | None:
         result = self._excludes.check_file(rel + "/" if is_dir else rel)

@@ -22,9 +22,8 @@ from django.core.management import call_command
 from corpus.config import DEFAULT_PATH_EXCLUDES, build_config
 from corpus.events import Reporter
 from corpus.indexing import index_directory
-from corpus.ingest.coverage import coverage_warning
 from corpus.ingest.discover import FileEntry, walk
-from corpus.ingest.exclusions import ExclusionTally
+from corpus.ingest.exclusions import ExclusionTally, coverage_warning
 from corpus.security import ExclusionEngine, ExclusionPolicy
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
@@ -54,6 +53,8 @@ FILES = {
     "data/deep/nested/file.txt": "re-included below a '*' rule",
     "data/deep/nested/other.txt": "ignored by data/deep/.gitignore",
     "config/.env": "TOKEN=policy-excluded even though git lists it",
+    "tools/build/Build.include": "a tracked build directory is source",
+    "build/out.txt": "an untracked build directory is output: policy excludes it, git lists it",
 }
 
 
@@ -100,7 +101,7 @@ def make_repo(root: Path, home: Path, monkeypatch, *, global_via: str) -> None:
         (home / "xdg" / "git" / "ignore").write_text("*.log\n")
     git(root, "add", "-A")
     git(root, "add", "-f", "vendor/lib.c")
-    git(root, "rm", "-q", "--cached", "new_untracked.txt")  # untracked, and ignored by no rule
+    git(root, "rm", "-q", "--cached", "new_untracked.txt", "build/out.txt")  # untracked, ignored by no rule
 
 
 def walked(root: Path, tally: ExclusionTally | None = None) -> set[str]:
@@ -118,15 +119,16 @@ def test_walk_finds_what_git_ls_files_lists_minus_policy(tmp_path, git_home, mon
 
     found = walked(root, tally)
 
-    assert found == reference - {"config/.env"}
+    assert found == reference - {"config/.env", "build/out.txt"}
     # The cases the reference must hold for the comparison to mean anything:
     assert {"vendor/lib.c", "src/keep.pyc", "logs/keep.log", "data/deep/nested/file.txt"} <= found
+    assert "tools/build/Build.include" in found
     assert not {"logs/app.log", "docs/draft/notes.md", "src/gen/wanted.c", "vendor/extra.c"} & found
     assert tally.files["path_excludes"] == 1
     assert tally.reasons["gitignore: core.excludesFile"] == 1  # logs/app.log
     assert tally.reasons["gitignore: .git/info/exclude"] == 1  # the docs/draft directory
     assert tally.dirs["gitignore"] == 2  # docs/draft, src/gen: pruned, counted once each
-    assert tally.dirs["default_ignore"] == 1  # .git
+    assert tally.dirs["default_ignore"] == 2  # .git, build
 
 
 def test_a_root_below_the_top_of_the_work_tree_follows_the_rules_above_it(

@@ -1,4 +1,4 @@
-"""What a walk leaves out, counted by reason (issue #37).
+"""What a walk leaves out, counted by reason, and when coverage looks wrong (issue #37).
 
 Kept free of Django: the walk (corpus/ingest/discover.py) counts into an
 :class:`ExclusionTally` as it prunes, and runs where no app is loaded.
@@ -10,6 +10,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from corpus import errors
+
+#: An index this many times the files git tracks, and at least
+#: MUCH_LARGER_MIN files more, is "much larger" than the work tree.
+MUCH_LARGER_RATIO = 2.0
+MUCH_LARGER_MIN = 1000
+#: Reasons shown beside a warning, the most frequent first.
+SHOWN_SOURCES = 5
 
 #: A walk's reason (corpus/security.py's wording) by its start, and its kind.
 _WALK_KINDS = (
@@ -48,3 +55,37 @@ class ExclusionTally:
     def by_kind(self) -> dict[str, dict[str, int]]:
         kinds = sorted(set(self.files) | set(self.dirs))
         return {kind: {"files": self.files[kind], "dirs": self.dirs[kind]} for kind in kinds}
+
+
+def coverage_warning(
+    walked: int, *, indexed: int, git_tracked: int | None, tally: ExclusionTally | None = None
+) -> str:
+    """The loud line for an index that covers nothing or far more than git
+    tracks; empty when the coverage looks sound."""
+    shown = _top_reasons(tally)
+    if walked == 0:
+        where = f"; excluded: {shown}" if shown else ""
+        tracked = f" (git tracks {git_tracked} files here)" if git_tracked else ""
+        return (
+            f"the index holds 0 files: the walk found no file to index{tracked}{where}. "
+            "Check the .gitignore files (a top-level '/*' ignores everything) and security.path_excludes"
+        )
+    if indexed == 0:
+        return f"the index holds 0 files: all {walked} files found were skipped (status shows why, by kind)"
+    if git_tracked is not None and _much_larger(walked, git_tracked):
+        return (
+            f"the index holds {walked} files but git tracks only {git_tracked} here: untracked files no "
+            ".gitignore rule excludes (build output, downloads, data?) are indexed; add them to .gitignore "
+            "or security.path_excludes"
+        )
+    return ""
+
+
+def _much_larger(walked: int, git_tracked: int) -> bool:
+    return walked >= MUCH_LARGER_RATIO * git_tracked and walked - git_tracked >= MUCH_LARGER_MIN
+
+
+def _top_reasons(tally: ExclusionTally | None) -> str:
+    if tally is None or not tally.reasons:
+        return ""
+    return ", ".join(f"{reason} ({n})" for reason, n in tally.reasons.most_common(SHOWN_SOURCES))

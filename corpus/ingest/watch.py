@@ -35,7 +35,7 @@ from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
 from corpus.providers.base import Embedder
-from corpus.security import DEFAULT_IGNORED_DIRS, is_within, relative_within
+from corpus.security import DEFAULT_IGNORED_DIRS, OUTPUT_DIR_NAMES, is_within, relative_within
 from corpus.state import IndexLock, StateDir
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,12 @@ def _relative(root: Path, path: str) -> str | None:
 
 
 class _Filter(watchfiles.DefaultFilter):
-    """Drop events inside the state directory and default-ignored dirs."""
+    """Drop events inside the state directory and default-ignored dirs (but
+    ``build`` and ``dist``, which hold source when git tracks files in them:
+    the exclusion engine decides those)."""
 
     def __init__(self, state_dir: Path):
-        super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS))
+        super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS - OUTPUT_DIR_NAMES))
         self.state_dir = str(Path(state_dir).resolve())  # events name real paths: see _Feed
 
     def __call__(self, change: watchfiles.Change, path: str) -> bool:
