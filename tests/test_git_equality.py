@@ -21,6 +21,7 @@ from django.core.management import call_command
 
 from corpus.config import DEFAULT_PATH_EXCLUDES, build_config
 from corpus.events import Reporter
+from corpus.gitignore import spec
 from corpus.indexing import index_directory
 from corpus.ingest.discover import FileEntry, walk
 from corpus.ingest.exclusions import ExclusionTally, coverage_warning
@@ -202,3 +203,38 @@ def test_a_tree_whose_gitignore_excludes_everything_says_so_in_up_status_and_sta
     status = io.StringIO()
     call_command("status", "--dir", str(corpus_dir), "--state-dir", str(state.path), stdout=status)
     assert status.getvalue().startswith("WARNING: the index holds 0 files")
+
+
+# -- the pre-check gives pathspec's answers -------------------------------------
+
+RULE_LINES = [
+    "*.pyc",
+    "/vendor/",
+    "!keep.pyc",
+    "gen/",
+    "!gen/wanted.c",
+    "**/.env.*",
+    "!**/.env.example",
+    "nested/*",
+    "!nested/file.txt",
+    "docs/**/draft",
+    "a?c[0-9].txt",
+    "\\#literal",
+    "trailing\\ ",
+    *DEFAULT_PATH_EXCLUDES,
+]
+PATHS = [
+    "x.pyc", "src/x.pyc", "src/keep.pyc", "vendor/", "vendor/a.c", "src/vendor/a.c", "gen/", "src/gen/out.c",
+    "gen/wanted.c", ".env.local", "cfg/.env.example", "nested/a", "nested/file.txt", "docs/a/b/draft",
+    "docs/draft", "abc1.txt", "abcd.txt", "#literal", "trailing ", "README.md", "id_rsa", "k/server.pem",
+    "deep/node_modules/x.js", "\udcff.txt",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_one_regex_pre_check_answers_as_pathspec_does(path: str) -> None:
+    rules = spec(RULE_LINES)
+
+    for candidate in (path, path.rstrip("/") + "/"):
+        ours, theirs = rules.check_file(candidate), rules.spec.check_file(candidate)
+        assert (ours.include, ours.index) == (theirs.include, theirs.index), candidate
