@@ -23,7 +23,7 @@ from corpus import errors
 from corpus.gitignore import git_files
 from corpus.ingest.exclusions import SHOWN_SOURCES, ExclusionTally, coverage_warning
 from corpus.models import Document
-from corpus.store import get_setting, set_setting
+from corpus.store import get_json_setting, set_setting
 
 #: settings key: the last whole walk's coverage (JSON)
 COVERAGE_KEY = "walk_coverage"
@@ -79,12 +79,8 @@ def skipped_by_kind() -> dict[str, int]:
 def summary() -> dict | None:
     """The last whole walk's coverage with the skipped counts as they stand;
     None before any whole walk was recorded."""
-    raw = get_setting(COVERAGE_KEY)
-    try:
-        found = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    if not isinstance(found, dict):
+    found = get_json_setting(COVERAGE_KEY)
+    if found is None:
         return None
     found["skipped"] = skipped_by_kind()
     return found
