@@ -238,3 +238,20 @@ def test_the_one_regex_pre_check_answers_as_pathspec_does(path: str) -> None:
     for candidate in (path, path.rstrip("/") + "/"):
         ours, theirs = rules.check_file(candidate), rules.spec.check_file(candidate)
         assert (ours.include, ours.index) == (theirs.include, theirs.index), candidate
+
+
+@pytest.mark.django_db
+def test_a_whole_pass_prints_its_coverage_line_by_kind(corpus_dir: Path, state, git_home) -> None:
+    (corpus_dir / ".gitignore").write_text("*.log\n")
+    for rel in ("a.py", "b.md", "c.log", "blob.bin", "k/server.pem"):
+        (corpus_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (corpus_dir / rel).write_bytes(b"\x00\x01\x02" * 50 if rel.endswith(".bin") else b"text\n")
+    out = io.StringIO()
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+
+    index_directory(corpus_dir, state=state, config=config, reporter=Reporter(out))
+
+    (line,) = [line for line in out.getvalue().splitlines() if line.startswith("Coverage:")]
+    assert line.startswith("Coverage: 4 files found, 3 indexed; left out: ")
+    assert "gitignore=1 files" in line and "path_excludes=1 files" in line and "binary=1" in line
+    assert "WARNING" not in out.getvalue()

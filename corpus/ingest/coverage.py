@@ -48,6 +48,7 @@ def record(root, tally: ExclusionTally, *, walked: int) -> dict:
         "git_tracked_files": git_tracked,
         "excluded": tally.by_kind(),
         "excluded_reasons": dict(tally.reasons.most_common(SHOWN_SOURCES * 4)),
+        "skipped": skipped_by_kind(),
         "warning": coverage_warning(walked, indexed=indexed, git_tracked=git_tracked, tally=tally),
         "recorded_unix": time.time(),
     }

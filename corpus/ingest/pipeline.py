@@ -266,6 +266,7 @@ class Indexer:
         when it covers nothing or far more than git tracks (issue #37)."""
         found = coverage.record(self.root, self.tally, walked=self.counters.scanned)
         self.reporter.event("coverage", found)
+        self.reporter.say(coverage.describe(found))
         if found["warning"]:
             self.reporter.warn(found["warning"], kind="coverage")
 
