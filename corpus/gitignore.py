@@ -260,7 +260,6 @@ class Repository:
     #: the root's path below the work tree's top ("" when it is the top)
     prefix: str
     _rules: dict[str, tuple[tuple | None, GitignoreRule | None]] = field(default_factory=dict)
-    _tracked: tuple[tuple | None, list[str]] | None = None
 
     @classmethod
     def find(cls, root: str) -> Repository | None:
@@ -298,11 +297,15 @@ class Repository:
 
     def tracked(self) -> list[str]:
         """Every path git tracks below the root, relative to it, sorted; read
-        again when git's index changes. Empty when git cannot tell."""
+        again when git's index changes, and shared by every engine of the
+        process (the watcher makes one per batch). Empty when git cannot tell."""
         stamp = _stamp(os.path.join(self.git_dir, "index"))
-        if self._tracked is None or self._tracked[0] != stamp:
-            self._tracked = (stamp, _ls_files(self.root, ["--cached"]))
-        return self._tracked[1]
+        cached = _TRACKED.get(self.root)
+        if cached is None or cached[0] != stamp:
+            cached = (stamp, _ls_files(self.root, ["--cached"]))
+            _TRACKED.clear()  # one tree per process in practice: hold one list
+            _TRACKED[self.root] = cached
+        return cached[1]
 
     def is_tracked(self, rel: str, *, is_dir: bool) -> bool:
         """Whether git tracks ``rel`` (a directory: any file below it). A
@@ -313,6 +316,10 @@ class Repository:
         key = rel + "/" if is_dir else rel
         at = bisect.bisect_left(tracked, key)
         return at < len(tracked) and (tracked[at].startswith(key) if is_dir else tracked[at] == key)
+
+
+#: root -> (the stat of git's index, the paths it tracks below the root)
+_TRACKED: dict[str, tuple[tuple | None, list[str]]] = {}
 
 
 def _ls_files(cwd: str, options: list[str]) -> list[str]:
