@@ -15,6 +15,7 @@ from corpus.citations import SpanRef
 from corpus.config import Config
 from corpus.definitions import defines, query_identifiers
 from corpus.embedding import dense_store, from_bytes
+from corpus.files import prefix_range, under_prefix
 from corpus.index import chunks, lexical, words
 from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
@@ -64,6 +65,10 @@ class Filters:
             escaped = self.path_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             clauses.append("d.rel_path LIKE %s ESCAPE '\\'")
             params.append(escaped + "%")
+            bounds = prefix_range(self.path_prefix)
+            if bounds is not None:  # case-sensitive, as under_prefix
+                clauses.append("d.rel_path >= %s AND d.rel_path < %s")
+                params.extend(bounds)
         if self.doc_types:
             clauses.append(f"d.doc_type IN ({', '.join(['%s'] * len(self.doc_types))})")
             params.extend(self.doc_types)
@@ -367,7 +372,7 @@ class Searcher:
             return None
         query = _live(kind)
         if filters.path_prefix:
-            query = query.filter(representation__document__rel_path__startswith=filters.path_prefix)
+            query = query.filter(under_prefix("representation__document__rel_path", filters.path_prefix))
         if filters.doc_types:
             query = query.filter(representation__document__doc_type__in=filters.doc_types)
         return list(query.values_list("chunk_id", flat=True)[: BRUTE_FORCE_LIMIT + 1])

@@ -24,6 +24,7 @@ from corpus import errors, files, observe, store_faults
 from corpus.answer import ask as answer
 from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
+from corpus.ingest import coverage
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters
@@ -344,6 +345,7 @@ def stats(call: Call, args: dict) -> dict:
         "signature_weight": recipe_summary(ctx.config.embed.signature_weight),
         "indexer": indexer_process.summary(ctx),
         "documents_on_older_format": older_format_documents(),
+        "coverage": coverage.summary(),
     }
 
 

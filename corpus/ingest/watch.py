@@ -30,11 +30,12 @@ from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.indexing import walking_indexer
+from corpus.ingest import watch_limits
 from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
 from corpus.providers.base import Embedder
-from corpus.security import DEFAULT_IGNORED_DIRS, is_within, relative_within
+from corpus.security import DEFAULT_IGNORED_DIRS, OUTPUT_DIR_NAMES, is_within, relative_within
 from corpus.state import IndexLock, StateDir
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,12 @@ def _relative(root: Path, path: str) -> str | None:
 
 
 class _Filter(watchfiles.DefaultFilter):
-    """Drop events inside the state directory and default-ignored dirs."""
+    """Drop events inside the state directory and default-ignored dirs (but
+    ``build`` and ``dist``, which hold source when git tracks files in them:
+    the exclusion engine decides those)."""
 
     def __init__(self, state_dir: Path):
-        super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS))
+        super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS - OUTPUT_DIR_NAMES))
         self.state_dir = str(Path(state_dir).resolve())  # events name real paths: see _Feed
 
     def __call__(self, change: watchfiles.Change, path: str) -> bool:
@@ -89,7 +92,7 @@ def watch_directory(
     # The OS watch goes in place before the first pass, so a file changed
     # while that pass embeds is re-read and embedded ahead of the rest
     # (issue #17) instead of waiting for the pass to end.
-    feed = _Feed(root, state, stop)
+    feed = _Feed(root, state, stop, reporter=reporter, watch_limit=watch_limits.configured_limit())
 
     def retry_indexer(mode: str = "incremental") -> Indexer:
         return Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder, mode=mode)
@@ -155,11 +158,23 @@ class _Feed:
     events in the state directory (filtered out) can keep the change
     iterator from ever yielding, and the first pass must not wait for it."""
 
-    def __init__(self, root: Path, state: StateDir, stop: threading.Event):
+    def __init__(
+        self,
+        root: Path,
+        state: StateDir,
+        stop: threading.Event,
+        *,
+        reporter: Reporter | None = None,
+        watch_limit: int | None = None,
+    ):
         # The real path is watched, so events name real paths, which the
         # containment rule compares exactly (FSEvents reports them anyway).
         self.root = Path(root).resolve()
         self.stop = stop
+        self.reporter = reporter
+        self.watch_limit = watch_limit
+        #: how the tree is watched: by the OS, or polled (decided in the watch's thread)
+        self.plan = watch_limits.WatchPlan(polling=False)
         self._closed = threading.Event()
         self._state_dir = state.path
         self._batches: queue.Queue = queue.Queue()
@@ -186,8 +201,18 @@ class _Feed:
             stop_event=self,
             rust_timeout=500,
             yield_on_timeout=True,
-            force_polling=os.environ.get("DIR2MCP_WATCH_POLLING") == "1" or None,
+            force_polling=self.plan.polling or None,
+            poll_delay_ms=self.plan.poll_ms,
         )
+
+    def _poll(self, plan: watch_limits.WatchPlan) -> None:
+        """Watch by polling from now on, and say why."""
+        self.plan = plan
+        if plan.reason.startswith("DIR2MCP_WATCH_POLLING"):
+            return  # asked for: nothing to warn about
+        log.warning("%s", plan.reason)
+        if self.reporter is not None:
+            self.reporter.warn(plan.reason, kind="watch_polling")
 
     def _run(self) -> None:
         """Follow the OS watch until closed. A watch that fails is set up
@@ -197,7 +222,11 @@ class _Feed:
         first event naming a file whose name is not valid UTF-8, which would
         otherwise end live sync for every file."""
         pause, missed = WATCH_RESTART_SECONDS, False
+        forced = os.environ.get("DIR2MCP_WATCH_POLLING") == "1"
         try:
+            first = watch_limits.plan(self.root, limit=self.watch_limit, forced=forced)
+            if first.polling:
+                self._poll(first)
             while not self.is_set():
                 started = time.monotonic()
                 try:
@@ -211,8 +240,12 @@ class _Feed:
                             self._batches.put(batch)
                     return  # closed
                 except Exception as exc:  # a watch that cannot go on must not take the server with it
-                    log.warning("the file watch stopped (%s); setting it up again in %g s", exc, pause)
                     self._in_place.set()
+                    if not self.plan.polling and watch_limits.is_limit_error(exc):
+                        self._poll(watch_limits.after_failure(exc, self.root))
+                        pause, missed = WATCH_RESTART_SECONDS, True
+                        continue  # polled at once: what the failed watch missed is walked
+                    log.warning("the file watch stopped (%s); setting it up again in %g s", exc, pause)
                 if time.monotonic() - started > WATCH_RESTART_MAX_SECONDS:
                     pause = WATCH_RESTART_SECONDS  # it had been well for a while
                 if self._closed.wait(pause) or self.stop.is_set():
