@@ -12,7 +12,7 @@ import numpy as np
 
 from corpus import dense_status, errors, globs, patterns, ranking
 from corpus.citations import SpanRef
-from corpus.config import Config
+from corpus.config import MAX_K, Config
 from corpus.definitions import defines, query_identifiers
 from corpus.embedding import dense_store, from_bytes
 from corpus.files import prefix_range, under_prefix
@@ -26,7 +26,6 @@ from corpus.status import indexing_complete
 log = logging.getLogger(__name__)
 
 INDEXES = ("auto", "text", "code", "both")
-MAX_K = 50
 # Below this many filtered candidates, exact search over their stored
 # vectors beats growing an ANN oversample until enough of them turn up.
 BRUTE_FORCE_LIMIT = 20000
@@ -166,9 +165,7 @@ class Searcher:
         validate(query, k, index)
         used = route(query, index, filters)
         search_cfg = self.config.search
-        # Fusion needs each ranking deeper than k; a lone lexical ranking is
-        # already in its final order, so its top k are the answer.
-        pool = k * self.config.rag.oversample_factor if self.embedder is not None else k
+        pool = self._pool(k)
         lexical_kinds = (used,) if index in ("text", "code") else ()
         lexical_hits, full = self._lexical(query, pool, filters, lexical_kinds)
         plan = self._dense_plan(query, index, used)
@@ -195,11 +192,21 @@ class Searcher:
             query=query,
             k=k,
             index_used=_index_used(used, plan, dense),
-            hits=self._hits(query, fused[:k]),
+            hits=self._hits(query, fused, k),
             indexing_complete=indexing_complete(self.embedder is not None),
             dense=dense,
             match="weak" if weak else "good",
         )
+
+    def _pool(self, k: int) -> int:
+        """Candidates each ranking hands the fusion: ``search.candidates``,
+        whatever ``k`` is, so that every stage after it (fusion, feedback,
+        definitions first) sees the same lists and the first ``k`` hits are
+        the first ``k`` of any larger ``k``. With 0, the earlier per-request
+        pool: ``k × rag.oversample_factor``, or ``k`` for a lone lexical ranking."""
+        if self.config.search.candidates:
+            return self.config.search.candidates
+        return k * self.config.rag.oversample_factor if self.embedder is not None else k
 
     # -- dense rankings -----------------------------------------------------
 
@@ -389,7 +396,8 @@ class Searcher:
         if not ids:
             return []
         scores = np.vstack(vecs) @ vector
-        return [(ids[i], float(scores[i])) for i in np.argsort(-scores)]
+        # best first, ties by chunk id: the order never depends on the rows' order
+        return [(ids[i], float(scores[i])) for i in np.lexsort((np.asarray(ids), -scores))]
 
     def _approximate(
         self, index, vector: np.ndarray, kind: str, pool: int, filters: Filters
@@ -408,9 +416,21 @@ class Searcher:
 
     # -- results ------------------------------------------------------------
 
-    def _hits(self, query: str, fused: list[tuple[int, float]]) -> list[Hit]:
-        rows = chunks.hit_rows([cid for cid, _ in fused])
+    def _hits(self, query: str, fused: ranking.Ranking, k: int) -> list[Hit]:
+        """The first ``k`` units of ``fused`` that still exist (one deleted
+        since the ranking was read is passed over, so ``k`` hits are still
+        the first ``k`` of a larger ``k``)."""
         terms = words.tokens(query)
+        hits: list[Hit] = []
+        start = 0
+        while len(hits) < k and start < len(fused):
+            batch = fused[start : start + k - len(hits)]
+            start += len(batch)
+            hits.extend(self._hits_of(batch, terms))
+        return hits
+
+    def _hits_of(self, fused: ranking.Ranking, terms: list[str]) -> list[Hit]:
+        rows = chunks.hit_rows([cid for cid, _ in fused])
         hits = []
         for cid, score in fused:
             row = rows.get(cid)
