@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import TypeVar
 
 import anyio
+import httpx
 
 T = TypeVar("T")
+
+#: One TLS context for every request the tests send (``verify=TLS``). httpx
+#: builds a context for each ``httpx.get``/``post`` and each ``Client``, and
+#: loading certifi's bundle into it costs 15-50 ms of CPU, though nearly
+#: every server under test speaks plain HTTP: the suite sends thousands.
+#: It is the context httpx would build (``verify=True``), made once.
+TLS = httpx.create_ssl_context()
 
 Message = str | Callable[[], str]
 

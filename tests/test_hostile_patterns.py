@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from corpus import errors, globs, patterns
 from tests.mcp_http import Server, base_env
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.up_process import Up
 
 NESTED = "(?:(?:(?:(?:(?:(?:a{9}){9}){9}){9}){9}){9}){9}"
@@ -159,7 +159,7 @@ class Call(threading.Thread):
 
 def probe(srv: Server) -> None:
     """Another client: the liveness probe and a search, both answered correctly."""
-    live = httpx.get(f"{srv.base}/healthz/live", timeout=120)
+    live = httpx.get(f"{srv.base}/healthz/live", timeout=120, verify=TLS)
     assert live.status_code == 200, live.text
     found = srv.call(srv.other, "dir2mcp.search", {"query": PROBE_QUERY, "k": 3})
     assert not found.get("isError"), found

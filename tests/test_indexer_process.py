@@ -27,7 +27,7 @@ from corpus.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
 from mcp_gateway.indexer_process import DenseRefresher, ForwardingReporter, _Rate, replay
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.test_cli import cli
 from tests.up_process import running  # noqa: F401  (the fixture)
 
@@ -155,7 +155,7 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
     halt = threading.Event()
 
     def search_all_along() -> None:
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(timeout=30, verify=TLS) as client:
             base = up.url().removesuffix("/mcp")
             while not halt.is_set():
                 response = client.post(base + "/api/v1/search", json={"query": "invoice tax total", "k": 5})

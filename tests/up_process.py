@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.test_cli import REPO, base_env
 
 
@@ -97,7 +97,7 @@ class Up:
     def rest(self, path: str, body: dict | None = None) -> httpx.Response:
         """A call on the REST mirror (``/api/v1/...``): GET, or POST with ``body``."""
         base = self.url().removesuffix("/mcp")
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(timeout=30, verify=TLS) as client:
             return client.get(base + path) if body is None else client.post(base + path, json=body)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
