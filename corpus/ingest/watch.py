@@ -24,12 +24,14 @@ import time
 from pathlib import Path
 
 import watchfiles
+from django.db import connection
 
 from corpus import errors, store_faults
 from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.indexing import walking_indexer
+from corpus.ingest.pending import PendingChanges
 from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
@@ -108,6 +110,7 @@ def watch_directory(
             if initial:
                 try:
                     walking(changes=feed.take_paths).run()
+                    feed.pending.written()
                 except Exception as exc:  # a full disk: the pass is walked again once it can be written
                     if not unwritten.keep(exc, set(), walk=True):
                         raise
@@ -138,14 +141,17 @@ def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, rep
             if not (rel_paths or rescan) and not unwritten.due():
                 continue
             earlier, walk_again = unwritten.take()
+            walk = walk_again or rescan or _walks(rel_paths | earlier)
             with retrier.lock:
-                _apply(
+                landed = _apply(
                     rel_paths | earlier,
                     walking=walking,
                     one_by_one=retry_indexer,
                     unwritten=unwritten,
-                    walk=walk_again or rescan,
+                    walk=walk,
                 )
+            if landed:
+                feed.pending.written(None if walk else rel_paths | earlier)
     finally:
         retrier.close()
 
@@ -162,7 +168,12 @@ class _Feed:
         self.stop = stop
         self._closed = threading.Event()
         self._state_dir = state.path
+        #: (batch number, batch) in the order seen; the number is :attr:`pending`'s
         self._batches: queue.Queue = queue.Queue()
+        #: what live sync has not yet written, recorded for every process's answers
+        self.pending = PendingChanges()
+        #: the paths :meth:`take_paths` last handed to a pass under way
+        self._handed: set[str] = set()
         self._in_place = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dir2mcp-watch", daemon=True)
 
@@ -195,7 +206,9 @@ class _Feed:
         WATCH_RESTART_MAX_SECONDS of starting, and a :data:`RESCAN` batch
         walks the tree for what it missed: watchfiles stops for good at the
         first event naming a file whose name is not valid UTF-8, which would
-        otherwise end live sync for every file."""
+        otherwise end live sync for every file. The count of pending changes
+        is recorded here, at each batch and at least every half second (the
+        watch yields that often when nothing changes)."""
         pause, missed = WATCH_RESTART_SECONDS, False
         try:
             while not self.is_set():
@@ -205,10 +218,12 @@ class _Feed:
                         # The first (possibly empty) batch means the OS watch is in place.
                         self._in_place.set()
                         if missed:  # walked once the new watch is in place: nothing falls between
-                            self._batches.put(RESCAN)
+                            self._batches.put((self.pending.saw(()), RESCAN))
                             missed = False
                         if batch:
-                            self._batches.put(batch)
+                            paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
+                            self._batches.put((self.pending.saw(paths), batch))
+                        self.pending.publish()
                     return  # closed
                 except Exception as exc:  # a watch that cannot go on must not take the server with it
                     log.warning("the file watch stopped (%s); setting it up again in %g s", exc, pause)
@@ -220,6 +235,8 @@ class _Feed:
                 pause, missed = min(pause * 2, WATCH_RESTART_MAX_SECONDS), True
         finally:
             self._in_place.set()
+            self.pending.publish()
+            connection.close()
 
     def wait_in_place(self, stop: threading.Event) -> bool:
         while not self._in_place.wait(0.2):
@@ -229,43 +246,50 @@ class _Feed:
 
     def next(self, timeout: float):
         try:
-            return self._batches.get(timeout=timeout)
+            number, batch = self._batches.get(timeout=timeout)
         except queue.Empty:
             return None
+        self.pending.taken(number)
+        return batch
 
     def take_paths(self) -> set[str]:
         """What changed since last asked, for a pass under way: the paths of
         every batch waiting, except a batch touching a ``.gitignore`` (what
-        is excluded changed: a walk's job, left for after the pass)."""
+        is excluded changed: a walk's job, left for after the pass). What it
+        handed last time is written by now: the pass refreshed it at once."""
+        self.pending.written(self._handed)
         taken, later = set(), []
         while True:
             try:
-                batch = self._batches.get_nowait()
+                number, batch = self._batches.get_nowait()
             except queue.Empty:
                 break
             if batch == RESCAN:
-                later.append(batch)
+                later.append((number, batch))
                 continue
             paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
-            if any(Path(p).name == ".gitignore" for p in paths):
-                later.append(batch)
+            if _walks(paths):
+                later.append((number, batch))
             else:
                 taken |= paths
-        for batch in later:
-            self._batches.put(batch)
+                self.pending.taken(number)
+        for item in later:
+            self._batches.put(item)
+        self._handed = taken
         return taken
 
 
-def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, walk: bool = False) -> None:
+def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, walk: bool = False) -> bool:
     """Re-index a batch of changes: the touched paths, or the whole tree when
     a ``.gitignore`` changed (what is excluded changed) or an earlier walk
     could not be written. Only the indexer that runs is made: each owns
     provider clients until its run ends. A batch the store refused (a full
     disk) is kept in ``unwritten``, to be applied again. A :data:`RESCAN`
-    batch (the watch was set up again) is a walk."""
-    walk = walk or any(Path(p).name == ".gitignore" for p in rel_paths)
+    batch (the watch was set up again) is a walk. Whether the batch landed
+    (False: kept for later, or dropped)."""
+    walk = walk or _walks(rel_paths)
     if not (rel_paths or walk):
-        return
+        return True
     try:
         if walk:
             walking().run()
@@ -277,8 +301,15 @@ def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, wa
             fault = store_faults.classify(exc)
             if fault is not None and unwritten.reporter is not None:
                 unwritten.reporter.warn(f"live sync failed: {fault}", code=fault.code)
-        return
+        return False
     unwritten.landed()
+    return True
+
+
+def _walks(rel_paths: set[str]) -> bool:
+    """Whether these changes need a walk of the whole tree: a ``.gitignore``
+    among them changes what is excluded."""
+    return any(Path(p).name == ".gitignore" for p in rel_paths)
 
 
 class Unwritten:
@@ -386,8 +417,6 @@ class _Retrier:
         self._thread.join()
 
     def _loop(self) -> None:
-        from django.db import connection
-
         try:
             while not self._done.wait(self.delay) and not self.stop.is_set():
                 with self.lock:
