@@ -84,8 +84,7 @@ def own_path(result: dict) -> Iterable[str]:
 def declared(tool: Tool, cites: Cites) -> Tool:
     """``tool`` with ``freshness`` in its output, citing what ``cites`` names."""
     out = copy.deepcopy(tool.output_schema)
-    out["properties"][FIELD] = OUTPUT
-    out["required"] = [*out.get("required", ()), FIELD]
+    out["properties"][FIELD] = OUTPUT  # always there, but not required: the spec's schemas stay as they are
     return replace(tool, output_schema=out, cites=cites)
 
 
