@@ -32,8 +32,8 @@ LIVE_SYNC_KEY = "live_sync"
 class PendingChanges:
     """The paths the watcher saw change and the indexer has not yet written.
 
-    The watch thread calls :meth:`saw` and :meth:`publish`; the indexing
-    thread calls :meth:`taken` and :meth:`written`.
+    The watch thread calls :meth:`saw`, the indexing thread :meth:`taken`
+    and :meth:`written`, and both :meth:`publish`.
     """
 
     def __init__(self) -> None:
@@ -44,6 +44,8 @@ class PendingChanges:
         #: the newest batch handed to the indexer
         self._taken = 0
         self._published: int | None = None
+        #: one publisher at a time, so the last count written is the latest
+        self._publishing = threading.Lock()
 
     def saw(self, rel_paths: Iterable[str]) -> int:
         """Record a batch of changed paths; its number, for :meth:`taken`."""
@@ -73,15 +75,16 @@ class PendingChanges:
     def publish(self) -> None:
         """Record the count in the database when it changed since last
         recorded; a store that refuses the write is asked again next time."""
-        count = self.count
-        if count == self._published:
-            return
-        try:
-            record_pending(count)
-        except Exception as exc:  # bookkeeping must not stop the watch: a busy or full store
-            log.debug("pending changes not recorded: %s", exc)
-            return
-        self._published = count
+        with self._publishing:
+            count = self.count
+            if count == self._published:
+                return
+            try:
+                record_pending(count)
+            except Exception as exc:  # bookkeeping must not stop the watch: a busy or full store
+                log.debug("pending changes not recorded: %s", exc)
+                return
+            self._published = count
 
 
 def record_pending(count: int) -> None:

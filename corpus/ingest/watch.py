@@ -134,6 +134,7 @@ def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, rep
             if reporter is not None:
                 reporter.event("watch_ready", {"root": str(root)})
         while not stop.is_set():
+            feed.pending.publish()  # what the last batch wrote, here: the watch may not yield for a while
             batch = feed.next(timeout=0.5)
             rescan = batch == RESCAN  # the watch was set up again: walk for what it missed
             changed = () if rescan else batch or ()
@@ -207,8 +208,9 @@ class _Feed:
         walks the tree for what it missed: watchfiles stops for good at the
         first event naming a file whose name is not valid UTF-8, which would
         otherwise end live sync for every file. The count of pending changes
-        is recorded here, at each batch and at least every half second (the
-        watch yields that often when nothing changes)."""
+        is recorded here as each batch arrives (and by the indexing thread as
+        each is written: events in the state directory, filtered out, can
+        keep the watch from yielding for long)."""
         pause, missed = WATCH_RESTART_SECONDS, False
         try:
             while not self.is_set():
