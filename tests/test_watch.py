@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -106,7 +107,7 @@ def test_gitignore_change_excludes_files(watcher, corpus_dir):
 def pending_recorded(root: Path) -> int | None:
     """The count of changes live sync last recorded as not yet written (issue #37)."""
     db = root / ".dir2mcp" / "meta.sqlite"
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as conn:
         row = conn.execute("SELECT value FROM settings WHERE key = 'live_sync'").fetchone()
     return json.loads(row[0])["pending"] if row else None
 

@@ -110,7 +110,7 @@ def watch_directory(
             if initial:
                 try:
                     walking(changes=feed.take_paths).run()
-                    feed.pending.written()
+                    feed.handed_written()
                 except Exception as exc:  # a full disk: the pass is walked again once it can be written
                     if not unwritten.keep(exc, set(), walk=True):
                         raise
@@ -254,12 +254,17 @@ class _Feed:
         self.pending.taken(number)
         return batch
 
+    def handed_written(self) -> None:
+        """What :meth:`take_paths` handed the pass is in the index now."""
+        self.pending.written(self._handed)
+        self._handed = set()
+
     def take_paths(self) -> set[str]:
         """What changed since last asked, for a pass under way: the paths of
         every batch waiting, except a batch touching a ``.gitignore`` (what
         is excluded changed: a walk's job, left for after the pass). What it
         handed last time is written by now: the pass refreshed it at once."""
-        self.pending.written(self._handed)
+        self.handed_written()
         taken, later = set(), []
         while True:
             try:
