@@ -196,6 +196,7 @@ class Tags:
 
 def measure(language: str, limit: int) -> dict | None:
     from corpus.navigation import outline as outlines
+    from corpus.navigation.symbols import short_name
     from mcp_gateway import summaries
 
     tags = Tags(language) if language in GRAMMARS else None
@@ -214,7 +215,10 @@ def measure(language: str, limit: int) -> dict | None:
         entries = outlines.code_outline(text, rel_path)
         if entries is None:
             continue
-        listed = {(e.name, e.line or e.start) for e in outlines.walk(entries)}
+        # By the name a definition binds: ``socket.onopen = …`` and
+        # ``A.prototype.m = …`` bind ``onopen`` and ``m`` (the tags query's
+        # @name, and what ``symbols`` files them under).
+        listed = {(short_name(e.name), e.line or e.start) for e in outlines.walk(entries)}
         files += 1
         reference_total += len(reference)
         covered += len(reference & listed)

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class SpanForms(NamedTuple):
+    """How one span is written: in a citation, in a slice URI's query, and as fields."""
+
+    anchor: str  # after the path in a citation: ``:L10-L20``, ``#p=3``, ``@t=01:05-01:35``
+    query: str  # a slice URI's query: ``lines=10-20``, ``page=3``, ``time=65000-95000``
+    fields: dict  # ``start_line``/``end_line``, ``page``, or ``start_ms``/``end_ms``
 
 
 @dataclass(frozen=True)
@@ -14,12 +23,26 @@ class SpanRef:
     start: int
     end: int
 
-    def as_dict(self) -> dict:
+    def forms(self) -> SpanForms:
+        """The span written each way; the one place that switches on its kind
+        (any kind but ``page`` and ``time`` is lines)."""
         if self.kind == "page":
-            return {"kind": "page", "page": self.start}
+            return SpanForms(f"#p={self.start}", f"page={self.start}", {"page": self.start})
         if self.kind == "time":
-            return {"kind": "time", "start_ms": self.start, "end_ms": self.end}
-        return {"kind": "lines", "start_line": self.start, "end_line": self.end}
+            return SpanForms(
+                f"@t={format_ms(self.start)}-{format_ms(self.end)}",
+                f"time={self.start}-{self.end}",
+                {"start_ms": self.start, "end_ms": self.end},
+            )
+        return SpanForms(
+            f":L{self.start}-L{self.end}",
+            f"lines={self.start}-{self.end}",
+            {"start_line": self.start, "end_line": self.end},
+        )
+
+    def as_dict(self) -> dict:
+        kind = self.kind if self.kind in ("page", "time") else "lines"
+        return {"kind": kind, **self.forms().fields}
 
 
 def format_ms(ms: int) -> str:
@@ -32,11 +55,7 @@ def format_ms(ms: int) -> str:
 
 def format_citation(rel_path: str, span: SpanRef) -> str:
     """``[path:L10-L20]``, ``[path#p=3]`` or ``[path@t=01:05-01:35]``."""
-    if span.kind == "page":
-        return f"[{rel_path}#p={span.start}]"
-    if span.kind == "time":
-        return f"[{rel_path}@t={format_ms(span.start)}-{format_ms(span.end)}]"
-    return f"[{rel_path}:L{span.start}-L{span.end}]"
+    return f"[{rel_path}{span.forms().anchor}]"
 
 
 _CITATION_RE = re.compile(r"\[([^\[\]\n]+?(?::L\d+-L\d+|#p=\d+|@t=[\d:]+-[\d:]+))\]")

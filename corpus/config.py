@@ -22,23 +22,21 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainSerializer,
     ValidationError,
 )
 
 from corpus import errors, secret_scan
-from payments import config as payment_config
+from corpus.config_base import Section, Switch
+from corpus.x402_config import X402Config, layer_switches, merged_switches
 
 CONFIG_FILENAME = ".dir2mcp.yaml"
 ENV_PREFIX = "DIR2MCP_"
@@ -82,21 +80,6 @@ def format_duration(seconds: float) -> str:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration)]
-
-
-def _switch_word(value: Any) -> Any:
-    # YAML 1.1 reads a bare `off`/`on` as a boolean, and the spec's own
-    # template writes `mode: off`; map the booleans back to the words.
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return value
-
-
-Switch = BeforeValidator(_switch_word)
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class MistralConfig(Section):
@@ -292,61 +275,6 @@ class SearchConfig(Section):
     # query term, a result is reported as a weak match.
     weak_cosine: float = Field(0.35, ge=-1, le=1)
     snippet_chars: int = Field(300, ge=80, le=4000)
-
-
-def _money_text(value: Any) -> Any:
-    # An unquoted YAML or env price (0.001) arrives as a float; keep its text.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)
-    return value
-
-
-Money = Annotated[str, BeforeValidator(_money_text)]
-
-
-def _address_text(value: Any) -> Any:
-    # YAML and env values read an unquoted 0x… address as a hex integer.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"0x{value:040x}"
-    return value
-
-
-Address = Annotated[str, BeforeValidator(_address_text)]
-
-
-class ToolsCallPolicy(Section):
-    enabled: bool = False
-    #: default price of a paid tool call, in USD ("0.001", "$0.01") or atomic units with an asset
-    price: Money = "0.001"
-    #: per-tool prices; "0" makes a tool free
-    prices: dict[str, Money] = Field(default_factory=dict)
-    network: str = "eip155:8453"
-    scheme: str = "exact"
-    asset: Address = ""
-    pay_to: Address = ""
-    max_timeout_seconds: int = Field(300, ge=1, le=86400)
-    #: EIP-712 domain of a custom asset, e.g. {"name": "USDC", "version": "2"}
-    extra: dict[str, str] = Field(default_factory=dict)
-
-
-class RoutePolicy(Section):
-    tools_call: ToolsCallPolicy = ToolsCallPolicy()
-
-
-class BazaarConfig(Section):
-    enabled: bool = False
-    metadata: dict[str, Any] = Field(default_factory=lambda: {"description": ""})
-    #: per-tool example arguments shown in the discovery catalog
-    examples: dict[str, dict[str, Any]] = Field(default_factory=dict)
-
-
-class X402Config(Section):
-    enabled: bool = False
-    mode: Annotated[Literal["off", "on", "required"], Switch] = "off"
-    facilitator_url: str = ""
-    resource_base_url: str = ""
-    route_policy: RoutePolicy = RoutePolicy()
-    bazaar: BazaarConfig = BazaarConfig()
 
 
 class TlsConfig(Section):
@@ -894,24 +822,21 @@ def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
 
 
 def _x402_switches(layers: list[tuple[Mapping, str]]) -> dict:
-    """Merge the layers, honouring the x402 switches (payments/config.py)."""
+    """Merge the layers, honouring the x402 switches (corpus/x402_config.py)."""
     merged: dict = {}
     for data, origin in layers:
-        merged = _merge(merged, payment_config.layer_switches(data, origin))
-    return payment_config.merged_switches(merged)
+        merged = _merge(merged, layer_switches(data, origin))
+    return merged_switches(merged)
 
 
-def build_config(
-    file_data: Mapping,
-    env_data: Mapping,
-    flag_data: Mapping,
-    *,
-    origin: str = "config",
-    env_vars: Mapping[str, str] | None = None,
-) -> Config:
+def build_config(file_data: Mapping, env_data: Mapping, flag_data: Mapping, **where: Any) -> Config:
     """Merge the layers (flags > env > file > defaults) and validate; any
-    problem is CONFIG_INVALID naming each key and where it was set."""
-    config, problems = validate_layers(file_data, env_data, flag_data, origin=origin, env_vars=env_vars)
+    problem is CONFIG_INVALID naming each key and where it was set
+    (``where``: :func:`validate_layers`' ``origin`` and ``env_vars``)."""
+    return _whole(*validate_layers(file_data, env_data, flag_data, **where))
+
+
+def _whole(config: Config, problems: list[ConfigProblem]) -> Config:
     if problems:
         raise _describe(problems)
     return config
@@ -943,10 +868,7 @@ def load_config(
     flags: Mapping | None = None,
 ) -> Config:
     """The effective configuration for ``path`` (missing file = defaults)."""
-    config, problems = load_config_marked(path, environ=environ, flags=flags)
-    if problems:
-        raise _describe(problems)
-    return config
+    return _whole(*load_config_marked(path, environ=environ, flags=flags))
 
 
 def default_config_path(root: Path) -> Path:

@@ -15,18 +15,7 @@ import time
 from datetime import UTC, datetime
 from typing import IO, Any
 
-PROGRESS_FIELDS = (
-    ("scanned", "scanned"),
-    ("indexed", "indexed"),
-    ("skipped", "skipped"),
-    ("unchanged", "unchanged"),
-    ("deleted", "deleted"),
-    ("reps", "representations"),
-    ("chunks", "chunks_total"),
-    ("embedded", "embedded_ok"),
-    ("errors", "errors"),
-)
-
+from corpus.counters import PROGRESS_FIELDS
 
 # Characters a terminal or a log reader acts on rather than shows: C0 and C1
 # controls (newline, carriage return, ESC, CSI ...), DEL, the Unicode line and

@@ -35,7 +35,7 @@ from typing import TypeVar
 import regex
 from django.db.models import Q
 
-from corpus import errors, globs, patterns
+from corpus import arguments, errors, globs, patterns
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
@@ -64,7 +64,6 @@ def _find_budget() -> float:
 
 
 FIND_BUDGET_SECONDS = _find_budget()
-MAX_PATTERN_CHARS = 1000
 SNIPPET_CHARS = 240
 _READ_BLOCK = 64 * 1024
 # Text screened for secrets on each side of a returned slice, so a cut
@@ -100,31 +99,6 @@ def _fail(code: str, message: str) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(code, message)
 
 
-# The largest integer SQLite (and any 64-bit field) can hold.
-INT64_MAX = 2**63 - 1
-
-
-def _int(name: str, value, *, low: int, high: int = INT64_MAX, default: int | None = None) -> int | None:
-    """REST callers may bypass JSON-schema validation, so check types and ranges here too."""
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(errors.INVALID_FIELD, f"{name} must be an integer")
-    if not low <= value <= high:
-        raise _fail(errors.INVALID_RANGE, f"{name} must be from {low} to {high}")
-    return value
-
-
-def _str(name: str, value, *, limit: int = MAX_PATTERN_CHARS) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _fail(errors.INVALID_FIELD, f"{name} must be a string")
-    if len(value) > limit:
-        raise _fail(errors.INVALID_FIELD, f"{name} is longer than {limit} characters")
-    return value
-
-
 def canonical_prefix(path_prefix) -> str:
     """A canonical path prefix; ``src/`` keeps its slash so it does not match ``src2/``.
 
@@ -134,7 +108,7 @@ def canonical_prefix(path_prefix) -> str:
     another spelling of a path (``./src``, ``src//x``, ``src/./x``) is
     ``INVALID_FIELD`` (:func:`~corpus.security.canonical_rel_path`).
     """
-    prefix = _str("path_prefix", path_prefix, limit=MAX_PATH_CHARS)
+    prefix = arguments.text("path_prefix", path_prefix, limit=MAX_PATH_CHARS)
     if prefix in ("", ".", "./"):  # the whole root
         return ""
     check_path_bounds(prefix, "path_prefix")
@@ -146,7 +120,7 @@ def canonical_prefix(path_prefix) -> str:
 
 
 def _glob(glob):
-    glob = _str("glob", glob, limit=globs.MAX_GLOB_CHARS)
+    glob = arguments.text("glob", glob, limit=globs.MAX_GLOB_CHARS)
     return globs.compile_glob(glob) if glob else None  # linear-time matching (corpus/globs.py)
 
 
@@ -246,11 +220,17 @@ def open_file(
     """The §15.4 output for one slice of ``rel_path``: page, time range, lines, or the beginning."""
     if rel_path is None or rel_path == "":
         raise _fail(errors.MISSING_FIELD, "rel_path is required")
-    _str("rel_path", rel_path, limit=4096)
-    start_line, end_line = _int("start_line", start_line, low=1), _int("end_line", end_line, low=1)
-    page = _int("page", page, low=1)
-    start_ms, end_ms = _int("start_ms", start_ms, low=0), _int("end_ms", end_ms, low=0)
-    max_chars = _int("max_chars", max_chars, low=200, high=50000, default=20000)
+    arguments.text("rel_path", rel_path, limit=MAX_PATH_CHARS)
+    start_line, end_line = (
+        arguments.LINE.check("start_line", start_line),
+        arguments.LINE.check("end_line", end_line),
+    )
+    page = arguments.PAGE.check("page", page)
+    start_ms, end_ms = (
+        arguments.MILLISECOND.check("start_ms", start_ms),
+        arguments.MILLISECOND.check("end_ms", end_ms),
+    )
+    max_chars = arguments.MAX_CHARS.check("max_chars", max_chars)
     where = (start_line, end_line, page, start_ms, end_ms, max_chars)
 
     def read(opened: OpenedFile) -> dict:
@@ -336,7 +316,7 @@ def read_document(engine: ExclusionEngine, rel_path, *, max_chars: int) -> Docum
     refused): what the navigation tools read."""
     if rel_path is None or rel_path == "":
         raise _fail(errors.MISSING_FIELD, "rel_path is required")
-    _str("rel_path", rel_path, limit=4096)
+    arguments.text("rel_path", rel_path, limit=MAX_PATH_CHARS)
     try:
         return read_settled(
             engine, rel_path, lambda opened: _document_text(engine, opened.rel, opened.file, max_chars)
@@ -576,8 +556,8 @@ def listable_documents():
 def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offset: int = 0) -> dict:
     """The §15.5 page of listable documents, by rel_path; the glob runs over paths only."""
     prefix, spec = canonical_prefix(path_prefix), _glob(glob)
-    limit = _int("limit", limit, low=1, high=5000, default=200)
-    offset = _int("offset", offset, low=0, default=0)
+    limit = arguments.LIST_LIMIT.check("limit", limit)
+    offset = arguments.OFFSET.check("offset", offset)
     docs = listable_documents().order_by("rel_path")
     if prefix:
         docs = docs.filter(rel_path__startswith=prefix)
@@ -712,10 +692,11 @@ def find(
         raise _fail(errors.INVALID_FIELD, "regex and case_sensitive must be booleans")
     if not isinstance(doc_types, list | tuple) or not all(isinstance(t, str) for t in doc_types):
         raise _fail(errors.INVALID_FIELD, "doc_types must be a list of strings")
-    name_glob, content = _str("name_glob", name_glob), _str("content", content)
+    name_glob = arguments.text("name_glob", name_glob, limit=globs.MAX_GLOB_CHARS)
+    content = arguments.text("content", content, limit=patterns.MAX_REGEX_CHARS)
     spec, prefix, after_ns = _glob(name_glob), canonical_prefix(path_prefix), _modified_after(modified_after)
-    limit = _int("limit", limit, low=1, high=200, default=50)
-    per_file = _int("max_matches_per_file", max_matches_per_file, low=1, high=100, default=5)
+    limit = arguments.FIND_LIMIT.check("limit", limit)
+    per_file = arguments.MATCHES_PER_FILE.check("max_matches_per_file", max_matches_per_file)
     deadline = time.monotonic() + FIND_BUDGET_SECONDS
     pattern = _compile(content, regex, case_sensitive, deadline) if content else None
     params = [name_glob, content, regex, case_sensitive, sorted(doc_types), prefix, after_ns, per_file]

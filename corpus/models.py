@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from corpus import counters
+
 
 class DocStatus(models.TextChoices):
     OK = "ok"
@@ -271,17 +273,7 @@ class IndexJob(models.Model):
     host = models.CharField(max_length=255, blank=True, default="")
     policy = models.TextField(blank=True, default="")
 
-    COUNTERS = (
-        "scanned",
-        "indexed",
-        "skipped",
-        "unchanged",
-        "deleted",
-        "representations",
-        "chunks_total",
-        "embedded_ok",
-        "errors",
-    )
+    COUNTERS = counters.NAMES  # one field above for each
 
     class Meta:
         db_table = "index_jobs"

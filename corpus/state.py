@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
 from corpus import errors
 
 INDEX_FORMAT_VERSION = "1"
@@ -270,3 +272,25 @@ def ensure_token(state: StateDir) -> str:
     token = secrets.token_urlsafe(32)
     atomic_write(state.token_file, token + "\n", mode=0o600)
     return token
+
+
+def resolve_root(option: str | None) -> Path:
+    """The directory to serve: ``--dir`` (``option``), else ``settings.DIR2MCP_ROOT``."""
+    root = Path(option).expanduser().absolute() if option else Path(settings.DIR2MCP_ROOT)
+    if not root.is_dir() or not os.access(root, os.R_OK | os.X_OK):
+        raise errors.Dir2mcpError(
+            errors.ROOT_INACCESSIBLE,
+            f"root directory {root} does not exist or cannot be read",
+            hint="Pass an existing, readable directory with --dir.",
+        )
+    return root
+
+
+def resolve_state(option: str | None, root_option: str | None, root: Path) -> StateDir:
+    """The state directory: ``--state-dir`` (``option``); else ``<root>/.dir2mcp`` when
+    ``--dir`` (``root_option``) is given and ``DIR2MCP_STATE_DIR`` is not set; else the setting."""
+    if option:
+        return StateDir(Path(option).expanduser().absolute())
+    if root_option and not os.environ.get("DIR2MCP_STATE_DIR"):
+        return StateDir(root / ".dir2mcp")
+    return StateDir(Path(settings.DIR2MCP_STATE_DIR))

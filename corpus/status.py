@@ -102,6 +102,21 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def indexing_complete(dense: bool) -> bool:
+    """False while an indexer is alive or chunks still wait for embeddings."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT running FROM index_jobs ORDER BY started_unix DESC LIMIT 1), "
+            "(SELECT pid FROM index_jobs ORDER BY started_unix DESC LIMIT 1), "
+            "EXISTS (SELECT 1 FROM chunks WHERE deleted = %s AND embedding_status = %s)",
+            [False, EmbeddingStatus.PENDING],
+        )
+        running, pid, pending = cursor.fetchone()
+    if running and pid_alive(pid):
+        return False
+    return not (dense and pending)
+
+
 @dataclass(frozen=True)
 class RecentError:
     """A live document in error: its code (the stored column) and the text shown."""

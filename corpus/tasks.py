@@ -40,7 +40,7 @@ from django.db import (
 from corpus import errors
 from corpus.celery_app import app
 from corpus.ingest.distributed import WorkerRuntime, announce, fail_items, ingest, root_conflict
-from corpus.management.base import resolve_root
+from corpus.state import resolve_root
 
 log = logging.getLogger(__name__)
 

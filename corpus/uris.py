@@ -43,11 +43,7 @@ def file_uri(rel_path: str) -> str:
 
 def slice_uri(rel_path: str, span: SpanRef) -> str:
     """The URI a citation of ``span`` names."""
-    if span.kind == "page":
-        return f"{file_uri(rel_path)}?page={span.start}"
-    if span.kind == "time":
-        return f"{file_uri(rel_path)}?time={span.start}-{span.end}"
-    return f"{file_uri(rel_path)}?lines={span.start}-{span.end}"
+    return f"{file_uri(rel_path)}?{span.forms().query}"
 
 
 def parse(uri: str) -> tuple[str, SpanRef | None]:

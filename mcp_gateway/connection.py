@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
+from corpus import store
 from corpus.state import StateDir, write_json
 from mcp_gateway.listen import ListenAddress
 from mcp_gateway.modern import VERSION as STATELESS_VERSION
@@ -97,3 +98,49 @@ def connection_block(ctx, url: str, spec: str = "") -> list[str]:
     lines.append(f"    {SESSION_HEADER}: (assigned after initialize response)")
     lines.append(f"  {STATELESS_VERSION} clients: no initialize and no {SESSION_HEADER} (stateless)")
     return lines
+
+
+# -- what `up` says once it listens ---------------------------------------------
+
+
+def started_data(ctx, url: str, address: ListenAddress) -> dict:
+    """The ``server_started`` event's data."""
+    return {
+        "listen": str(address),
+        "url": url,
+        "pid": os.getpid(),
+        "tls": url.startswith("https:"),
+        "public": ctx.public,
+        "read_only": ctx.read_only,
+        "mcp_path": ctx.mcp_path,
+        "x402_mode": ctx.config.x402.mode,
+        "admin_url": url.removesuffix(ctx.mcp_path) + "/admin/",
+    }
+
+
+def index_lines(ctx, *, indexing: bool) -> list[str]:
+    """Where the index is, what it holds, and whether it is kept in sync."""
+    files = store.describe(ctx.state, dense=ctx.embedder is not None)
+    mode = (
+        "Mode: incremental  (server-first; indexing in background)"
+        if indexing
+        else "Mode: serving the index as it is  (--no-index: no scan, no live sync)"
+    )
+    return [f"Index: {ctx.state.path}  ({files})", mode]
+
+
+def started_block(ctx, url: str, address: ListenAddress, spec: str = "") -> list[str]:
+    """The §3.1 block with where it listens, the payments, the admin and the status page."""
+    block = connection_block(ctx, url, spec)
+    if address.wildcard:
+        block.insert(2, f"  Listen: {address}  (all interfaces)")
+    mode = ctx.config.x402.mode
+    if mode != "off":
+        state = "enforced" if ctx.gate is not None else "NOT enforced: configuration incomplete"
+        block.append(f"  Payments: x402 {mode} ({state})")
+    site = url.removesuffix(ctx.mcp_path)
+    return [
+        *block,
+        f"  Admin:  {site}/admin/  (first user: dir2mcp createadmin --dir {ctx.root})",
+        f"  Status: {site}/ops/status/",
+    ]

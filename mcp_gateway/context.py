@@ -174,14 +174,18 @@ def build(
     root = root or Path(settings.DIR2MCP_ROOT)
     state = state or StateDir(Path(settings.DIR2MCP_STATE_DIR))
     config = config or load_config(default_config_path(root))
-    spec = auth_spec or os.environ.get(AUTH_ENV) or _auth_spec_from_config(config)
+    spec = auth_spec or default_auth_spec(config)
     extra.setdefault("mcp_path", config.server.mcp_path)
     return Context(
         root=root, state=state, config=config, auth=resolve_auth(spec, config, state, root=root), **extra
     )
 
 
-def _auth_spec_from_config(config: Config) -> str:
+def default_auth_spec(config: Config) -> str:
+    """The auth spec when no flag names one: ``DIR2MCP_AUTH``, then ``security.auth``."""
+    from_env = os.environ.get(AUTH_ENV, "").strip()
+    if from_env:
+        return from_env
     auth = config.security.auth
     if auth.mode == "file" and auth.token_file:
         return f"file:{auth.token_file}"

@@ -72,6 +72,12 @@ def public_address(address: ListenAddress) -> ListenAddress:
     return address
 
 
+def serving_address(server) -> ListenAddress:
+    """Where ``server`` (the ``server`` section) binds: ``listen``, on every interface when ``public``."""
+    address = parse_listen(server.listen)
+    return public_address(address) if server.public else address
+
+
 def client_host(host: str) -> str:
     """The host a local client connects to (a wildcard bind answers on loopback)."""
     if host in ("0.0.0.0", ""):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from corpus import errors
 from corpus.config import Config
+from mcp_gateway.listen import ListenAddress
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,23 @@ def check_keys(rt, *, ask=getpass.getpass) -> None:
                 "`dir2mcp config init` (keychain or 0600 file), or change that setting."
             ),
         )
+
+
+def check_reach(spec: str, address: ListenAddress, *, public: bool) -> None:
+    """``--auth none`` is refused beyond loopback (exit 2)."""
+    if spec == "none" and (public or not address.loopback):
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID,
+            f"serving {address} (beyond loopback) requires a bearer token; --auth none is refused",
+            hint="Drop --auth none (a token is generated in secret.token), or use --auth file:<path>.",
+        )
+
+
+def payments_warning(config: Config) -> str | None:
+    """x402's start-up verdict (payments/gate.py): mode ``required`` without a
+    complete policy raises CONFIG_INVALID; ``on`` with one gives the warning."""
+    if config.x402.mode == "off":
+        return None
+    from payments import gate  # x402 and its eth libraries take ~0.6 s to import: paid servers only
+
+    return gate.verdict(config).warning

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from django.db.models import Q
 
-from corpus import documents, errors, files, uris
+from corpus import arguments, documents, errors, files, uris
 from corpus.citations import SpanRef, format_citation
 from corpus.definitions import defines
 from corpus.models import Document
@@ -216,7 +216,9 @@ def changed_since(ctx: Context, since: datetime) -> tuple[list[Document], int]:
     """The listable documents modified after ``since``, newest first (at
     most :data:`MAX_CHANGED`), and how many there are in all."""
     seconds = since.timestamp()
-    nanoseconds = max(-files.INT64_MAX, min(files.INT64_MAX, int(seconds * 1_000_000_000)))  # a bigint column
+    nanoseconds = max(
+        -arguments.INT64_MAX, min(arguments.INT64_MAX, int(seconds * 1_000_000_000))
+    )  # a bigint column
     after = Q(mtime_ns__gt=nanoseconds) | Q(mtime_ns=0, mtime_unix__gt=int(seconds))
     docs = listable_documents().filter(after).order_by("-mtime_ns", "-mtime_unix", "rel_path")
     engine = ctx.engine

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+from corpus import arguments
 from corpus.navigation import images
 from corpus.navigation.reads import ALGORITHMS, DEFAULT_LENGTH, FORMATS, MAX_LENGTH
 from mcp_gateway.schemas import ERROR, OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN, VERIFICATION, path_argument
@@ -41,7 +42,7 @@ DIFF_INPUT = {
         "rel_path_a": _REL_PATH,
         "rel_path_b": _REL_PATH,
         "context": {"type": "integer", "minimum": 0, "maximum": 20, "default": 3},
-        "max_chars": {"type": "integer", "minimum": 200, "maximum": 50000, "default": 20000},
+        "max_chars": arguments.MAX_CHARS.schema(),
     },
     "required": ["rel_path_a", "rel_path_b"],
 }
@@ -76,10 +77,7 @@ OPEN_FILES_INPUT = {
             "description": "Each as dir2mcp.open_file takes it: rel_path and lines, a page or a time range.",
         },
         "max_chars": {
-            "type": "integer",
-            "minimum": 200,
-            "maximum": 50000,
-            "default": 20000,
+            **arguments.MAX_CHARS.schema(),
             "description": "For all slices together, shared equally (at least 200 each).",
         },
     },

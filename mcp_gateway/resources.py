@@ -228,13 +228,7 @@ def read(ctx, uri: str) -> list[dict]:
 
 
 def _slice(ctx, uri: str, rel_path: str, span) -> dict:
-    if span.kind == "page":
-        where = {"page": span.start}
-    elif span.kind == "time":
-        where = {"start_ms": span.start, "end_ms": span.end}
-    else:
-        where = {"start_line": span.start, "end_line": span.end}
-    opened = files.open_file(ctx.engine, rel_path=rel_path, max_chars=SLICE_MAX_CHARS, **where)
+    opened = files.open_file(ctx.engine, rel_path=rel_path, max_chars=SLICE_MAX_CHARS, **span.forms().fields)
     item = {"uri": uri, "mimeType": "text/plain", "text": opened["content"]}
     meta = {f"dir2mcp/{key}": True for key in ("truncated", "from_index") if opened.get(key)}
     return item | ({"_meta": meta} if meta else {})

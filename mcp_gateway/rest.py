@@ -44,7 +44,7 @@ from ninja.errors import AuthenticationError
 from ninja.errors import HttpError as NinjaHttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.openapi.schema import REF_TEMPLATE
-from ninja.security import HttpBearer
+from ninja.security.http import HttpAuthBase
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from corpus import errors, store_faults, uris
@@ -76,17 +76,22 @@ class ErrorEnvelope(Schema):
 # -- auth ------------------------------------------------------------------------
 
 
-class BearerAuth(HttpBearer):
+class BearerAuth(HttpAuthBase):
     """The bearer scheme of the OpenAPI document, and Content-Type for POST.
 
-    The gate in front of every route (``mcp_gateway/route_gate.py``) has
-    checked Host, Origin, the token and the rate limit; a request it did not
-    pass as a REST request (this app served some other way, as by
-    ``runserver``, or reached under a route the gate took for another
-    surface) is refused, never served unchecked. Returns the
-    :class:`~mcp_gateway.context.Context` (``request.auth``), or raises
-    :class:`transport.HttpError`, which becomes the error envelope.
+    ninja's auth hook is the callable itself (``AuthBase.__call__``); its
+    ``HttpBearer`` would read the token here, but the gate in front of every
+    route (``mcp_gateway/route_gate.py``) has already checked Host, Origin,
+    the token and the rate limit, and a server with ``--auth none`` takes
+    requests with no token at all. A request the gate did not pass as a REST
+    request (this app served some other way, as by ``runserver``, or reached
+    under a route the gate took for another surface) is refused, never
+    served unchecked. Returns the :class:`~mcp_gateway.context.Context`
+    (``request.auth``), or raises :class:`transport.HttpError`, which
+    becomes the error envelope.
     """
+
+    openapi_scheme = "bearer"
 
     def __call__(self, request: HttpRequest):
         route = getattr(request, "scope", {}).get(PASSED)
@@ -97,9 +102,6 @@ class BearerAuth(HttpBearer):
         if request.method == "POST":
             transport.check_content_type(request.headers.get("Content-Type"))
         return context.get()
-
-    def authenticate(self, request: HttpRequest, token: str):  # pragma: no cover - __call__ does it all
-        raise NotImplementedError
 
 
 # -- the API ---------------------------------------------------------------------

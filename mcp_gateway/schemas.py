@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+from corpus import arguments, counters
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
@@ -359,12 +360,12 @@ OPEN_FILE_INPUT = {
         # Mirrored as the Mcp-Param-Path header by 2026-07-28 clients over HTTP
         # (a gateway may route or audit by it; mcp_gateway/mirrored.py checks it).
         "rel_path": {**path_argument("Path relative to the root, as in a hit."), "x-mcp-header": "Path"},
-        "start_line": {"type": "integer", "minimum": 1},
-        "end_line": {"type": "integer", "minimum": 1},
-        "page": {"type": "integer", "minimum": 1},
-        "start_ms": {"type": "integer", "minimum": 0},
-        "end_ms": {"type": "integer", "minimum": 0},
-        "max_chars": {"type": "integer", "minimum": 200, "maximum": 50000, "default": 20000},
+        "start_line": arguments.LINE.schema(),
+        "end_line": arguments.LINE.schema(),
+        "page": arguments.PAGE.schema(),
+        "start_ms": arguments.MILLISECOND.schema(),
+        "end_ms": arguments.MILLISECOND.schema(),
+        "max_chars": arguments.MAX_CHARS.schema(),
     },
     "required": ["rel_path"],
 }
@@ -400,8 +401,8 @@ LIST_FILES_INPUT = {
     "properties": {
         "path_prefix": _FILTERS["path_prefix"],
         "glob": {"type": "string", "maxLength": MAX_GLOB_CHARS},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
-        "offset": {"type": "integer", "minimum": 0, "default": 0},
+        "limit": arguments.LIST_LIMIT.schema(),
+        "offset": arguments.OFFSET.schema(),
     },
 }
 
@@ -465,37 +466,12 @@ STATS_OUTPUT = {
                 "job_id": {"type": "string"},
                 "running": {"type": "boolean"},
                 "mode": {"type": "string", "enum": ["incremental", "full"]},
-                **{
-                    name: _COUNTER
-                    for name in (
-                        "scanned",
-                        "indexed",
-                        "skipped",
-                        "deleted",
-                        "representations",
-                        "chunks_total",
-                        "embedded_ok",
-                        "errors",
-                    )
-                },
-                # An addition to §15.6 (docs/contracts.md, 5.0.0): what an
-                # incremental pass found unchanged; skipped is what a policy left out.
-                "unchanged": _COUNTER,
+                # corpus/counters.py; unchanged is an addition to §15.6 (docs/contracts.md,
+                # 5.0.0): what an incremental pass found unchanged, where skipped is what a
+                # policy left out.
+                **{name: _COUNTER for name in counters.NAMES},
             },
-            "required": [
-                "job_id",
-                "running",
-                "mode",
-                "scanned",
-                "indexed",
-                "skipped",
-                "unchanged",
-                "deleted",
-                "representations",
-                "chunks_total",
-                "embedded_ok",
-                "errors",
-            ],
+            "required": ["job_id", "running", "mode", *counters.NAMES],
         },
         "models": {
             "type": "object",
@@ -620,7 +596,7 @@ FIND_INPUT = {
             "type": ["string", "integer"],
             "description": "ISO 8601 date or datetime, or Unix seconds.",
         },
-        "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+        "limit": arguments.FIND_LIMIT.schema(),
         "cursor": {"type": "string", "description": "next_cursor from the previous page."},
     },
 }

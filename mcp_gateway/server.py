@@ -23,6 +23,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from corpus import errors
 from corpus.events import Reporter
@@ -100,27 +101,17 @@ class Listening:
     url: str
 
 
-def serve(
-    ctx,
-    address: ListenAddress,
-    *,
-    reporter: Reporter,
-    tls: TlsFiles | None = None,
-    announce: Callable[[Listening], None] | None = None,
-    index: bool = True,
-    stop_wait: float = STOP_WAIT_SECONDS,
-) -> None:
-    """Serve ``ctx`` on ``address`` until SIGINT/SIGTERM.
+def serve(ctx, address: ListenAddress, **options: Any) -> None:
+    """Serve ``ctx`` on ``address`` until SIGINT/SIGTERM (``options``:
+    :class:`Gateway`'s ``reporter``, ``tls``, ``announce``, ``index``, ``stop_wait``).
 
     Raises BIND_FAILED when the address cannot be bound (nothing has been
     indexed by then). ``announce`` runs once the socket listens, before the
     background indexer starts.
     """
-    if tls is not None:
+    if options.get("tls") is not None:
         secure_cookies()
-    Gateway(
-        ctx, address, reporter=reporter, tls=tls, announce=announce, index=index, stop_wait=stop_wait
-    ).run()
+    Gateway(ctx, address, **options).run()
 
 
 class Gateway:

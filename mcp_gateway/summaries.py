@@ -292,27 +292,30 @@ def verify(result: dict) -> str:
 
 def symbols(result: dict) -> str:
     """One line per definition: its citation, kind, where it sits and its signature."""
-    hits = result["symbols"]
-    if not hits:
-        return f"No definition of {result['name']!r} in the index."
-    more = " (more: raise limit)" if result["truncated"] else ""
-    lines = [f"Definitions of {result['name']!r}: {result['count']}{more}"]
-    for hit in hits:
+
+    def line(hit: dict) -> str:
         inside = f" in {hit['enclosing']}" if hit.get("enclosing") else ""
         match = "" if hit["match"] == "exact" else f" [{hit['match']}: {hit['name']}]"
         where = f"{cite(hit['rel_path'], hit['span'])} {hit['kind']}{inside}{match}"
-        lines.append(f"{where}: {_one_line(hit['signature'], 160)}")
-    return "\n".join(lines)
+        return f"{where}: {_one_line(hit['signature'], 160)}"
+
+    more = " (more: raise limit)" if result["truncated"] else ""
+    return _of_name(result, result["symbols"], ("definition", "Definitions"), more, line)
 
 
 def references(result: dict) -> str:
     """One line per use: its citation, enclosing definition and the line's text."""
-    hits = result["references"]
-    if not hits:
-        return f"No use of {result['name']!r} in the index."
-    more = " (more: pass next_cursor)" if "next_cursor" in result else ""
-    lines = [f"Uses of {result['name']!r}: {result['count']}{more}"]
-    for hit in hits:
+
+    def line(hit: dict) -> str:
         inside = f" in {hit['enclosing']}" if hit.get("enclosing") else ""
-        lines.append(f"{cite(hit['rel_path'], hit['span'])}{inside}: {_one_line(hit['snippet'], 160)}")
-    return "\n".join(lines)
+        return f"{cite(hit['rel_path'], hit['span'])}{inside}: {_one_line(hit['snippet'], 160)}"
+
+    more = " (more: pass next_cursor)" if "next_cursor" in result else ""
+    return _of_name(result, result["references"], ("use", "Uses"), more, line)
+
+
+def _of_name(result: dict, hits: list, words: tuple[str, str], more: str, line) -> str:
+    """``Definitions of 'x': 3`` (``words``: one and many) and a line per hit, or that there is none."""
+    if not hits:
+        return f"No {words[0]} of {result['name']!r} in the index."
+    return "\n".join([f"{words[1]} of {result['name']!r}: {result['count']}{more}", *map(line, hits)])

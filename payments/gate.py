@@ -49,7 +49,18 @@ from payments.models import SettlementLog
 from payments.outcome import Outcome, in_progress, request_hash, unavailable
 from payments.policy import LIFECYCLE_METHODS, Policy, PolicyProblems, Price, build_policy, write_snapshot
 
-__all__ = ["Gate", "Outcome", "Price", "Route", "from_config", "gated_method", "problems", "request_hash"]
+__all__ = [
+    "Gate",
+    "Outcome",
+    "Price",
+    "Route",
+    "Verdict",
+    "from_config",
+    "gated_method",
+    "problems",
+    "request_hash",
+    "verdict",
+]
 
 logger = logging.getLogger(__name__)
 Status = SettlementLog.Status
@@ -441,6 +452,41 @@ def _settled_earlier(settled: SettleResponse, attempt) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """x402's start-up verdict on a configuration: the policy that gates
+    tool calls (``None``: calls are free), and why mode ``on`` serves free."""
+
+    policy: Policy | None
+    problems: list[str]
+
+    @property
+    def warning(self) -> str | None:
+        """What a server in mode ``on`` with an incomplete policy says, or ``None``."""
+        if not self.problems:
+            return None
+        return "x402 mode 'on' but payments are NOT enforced (tools are free): " + "; ".join(self.problems)
+
+
+def verdict(config) -> Verdict:
+    """The verdict on ``config.x402``; mode ``required`` with an incomplete or
+    invalid policy raises ``CONFIG_INVALID`` (exit 2)."""
+    x402 = config.x402
+    if x402.mode == "off":
+        return Verdict(None, [])
+    try:
+        return Verdict(build_policy(x402, mcp_path=config.server.mcp_path), [])
+    except PolicyProblems as exc:
+        if x402.mode == "required":
+            raise errors.Dir2mcpError(
+                errors.CONFIG_INVALID,
+                "x402 mode 'required' needs a complete payment configuration: " + "; ".join(exc.problems),
+                hint="Set --x402-facilitator-url, --x402-resource-base-url, --x402-network, --x402-price "
+                "and x402.route_policy.tools_call.pay_to (see docs/payments.md).",
+            ) from None
+        return Verdict(None, exc.problems)
+
+
 def problems(config) -> list[str]:
     """What keeps ``config.x402`` from gating: empty when the policy is complete."""
     try:
@@ -462,27 +508,18 @@ def from_config(
 
     ``required`` with an incomplete or invalid configuration raises
     ``CONFIG_INVALID`` (exit 2). ``on`` with one logs and emits a warning
-    and serves ungated; :func:`problems` gives the caller the reasons to print.
+    and serves ungated (:func:`verdict` says so once, for every caller).
     """
-    x402 = config.x402
-    if x402.mode == "off":
-        return None
-    try:
-        policy = build_policy(x402, mcp_path=config.server.mcp_path)
-    except PolicyProblems as exc:
-        if x402.mode == "required":
-            raise errors.Dir2mcpError(
-                errors.CONFIG_INVALID,
-                "x402 mode 'required' needs a complete payment configuration: " + "; ".join(exc.problems),
-                hint="Set --x402-facilitator-url, --x402-resource-base-url, --x402-network, --x402-price "
-                "and x402.route_policy.tools_call.pay_to (see docs/payments.md).",
-            ) from None
-        message = "x402 mode 'on' but payments are NOT enforced (tools are free): " + "; ".join(exc.problems)
-        logger.warning(message)
+    found = verdict(config)
+    if found.warning is not None:
+        logger.warning(found.warning)
         if emit is not None:
-            data = {"message": message, "problems": exc.problems}
+            data = {"message": found.warning, "problems": found.problems}
             emit({"ts": utc_stamp(), "level": "warn", "event": "warning", "data": data})
+    policy = found.policy
+    if policy is None:
         return None
+    x402 = config.x402
     write_snapshot(policy, state_dir)
     return Gate(
         policy,

@@ -25,13 +25,7 @@ ABOVE = {
     "dir2mcp_site": frozenset(),
 }
 # Imports against that direction that stay, each with its reason.
-UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    ("corpus.config", "payments.config"): (
-        "payments/config.py is config-layer code importing only corpus.errors: the x402 switches "
-        "stay with the payment domain that defines them, and the one config loader calls them "
-        "while it merges the layers"
-    ),
-}
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corpus.index import lexical, words
-from corpus.models import Chunk
+from corpus.models import Chunk, with_context
 from corpus.store import wipe_index
 
 pytestmark = pytest.mark.django_db
@@ -284,6 +284,69 @@ def test_tombstoned_chunk_never_matches_even_if_its_row_leaked(index):
     assert lexical.search("quokkaword", limit=10) == []
 
 
+def regular_table_ranks(match: str) -> list[tuple[int, float]]:
+    """What a regular (content-keeping) FTS5 table built afresh from the live
+    chunks ranks for ``match``: the contentless table, however it got there
+    (inserts, deletes by body, edits), must rank the same."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE VIRTUAL TABLE reference_fts "
+            "USING fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
+        )
+        try:
+            live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", "text")
+            cursor.executemany(
+                "INSERT INTO reference_fts(rowid, body) VALUES (%s, %s)",
+                [(cid, lexical.index_text(with_context(context, text))) for cid, context, text in live],
+            )
+            cursor.execute(
+                "SELECT rowid, rank FROM reference_fts WHERE reference_fts MATCH %s ORDER BY rank, rowid",
+                [match],
+            )
+            return cursor.fetchall()
+        finally:
+            cursor.execute("DROP TABLE reference_fts")
+
+
+def contentless_ranks(match: str) -> list[tuple[int, float]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH %s ORDER BY rank, rowid", [match]
+        )
+        return cursor.fetchall()
+
+
+@pytest.mark.skipif("connection.vendor != 'sqlite'", reason="the contentless table is SQLite's")
+def test_the_table_keeps_no_copy_of_the_text_and_ranks_as_a_regular_table_after_edits(index):
+    steps = [
+        {"big.py": code_file(120), "a.md": "first note about value\n", "b.md": "second note\n"},
+        {"big.py": code_file(120, "def appendedFunction(value):\n    pass\n")},
+        {"a.md": None, "b.md": "second note, edited with value\n"},
+        {"big.py": code_file(30), "a.md": "the note is back with value\n"},
+    ]
+    for step in steps:
+        index(step)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*), count(body) FROM chunks_fts")
+            rows, bodies = cursor.fetchone()
+        assert rows == Chunk.objects.filter(deleted=False).count() and bodies == 0
+        for match in ('"value"', '"function"', '"note"', '"appended" OR "second"'):
+            found, expected = contentless_ranks(match), regular_table_ranks(match)
+            assert [rowid for rowid, _ in found] == [rowid for rowid, _ in expected]
+            assert [rank for _, rank in found] == pytest.approx([rank for _, rank in expected], rel=1e-9)
+
+
+def test_the_splitter_is_pinned_because_rows_are_deleted_by_their_body():
+    """Contentless rows are deleted by the exact body written: a change to
+    what index_text writes must bump SPLITTER_VERSION and ship a migration
+    that rebuilds chunks_fts (as 0014_contentless_fts does), then update this."""
+    sample = "class HTTPServer(socketserver.TCPServer):\n    parse_config_file(os.path.join(a, b)) # café"
+    assert (lexical.SPLITTER_VERSION, lexical.index_text(sample)) == (
+        1,
+        sample + "\nhttp server socketservertcpserver tcp server parseconfigfile ospathjoin",
+    )
+
+
 def code_file(functions: int, tail: str = "") -> str:
     return "".join(f"def function_{i}(value):\n    return value + {i}\n" for i in range(functions)) + tail
 
@@ -456,6 +519,9 @@ def create_by_migration() -> None:
     chunks it holds, run again."""
     if connection.vendor == "sqlite":
         importlib.import_module("corpus.migrations.0003_chunk_fts").create_fts(apps, FakeSchemaEditor())
+        importlib.import_module("corpus.migrations.0014_contentless_fts").to_contentless(
+            apps, FakeSchemaEditor()
+        )
     else:
         importlib.import_module("corpus.migrations.0008_lexical_postgres_python_stems").reindex(
             apps, FakeSchemaEditor()

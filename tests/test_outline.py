@@ -199,6 +199,86 @@ def test_code_outline_lists_each_definition_with_its_span(language):
     assert flat(outlines.code_outline(text, rel)) == expected
 
 
+# Functions named inside an expression (rxjs 7.8.1's shapes): outline entries,
+# nested in their enclosing definition, though no unit is cut at them.
+LOCAL = [
+    pytest.param(
+        "m.ts",
+        "export function first<T>(source: Observable<T>): Promise<T> {\n"
+        "  return new Promise((resolve, reject) => {\n"
+        "    source.subscribe({\n"
+        "      next: (value) => resolve(value),\n"
+        "      error: function (err) {\n"
+        "        reject(err);\n"
+        "      },\n"
+        "    });\n"
+        "  });\n"
+        "}\n",
+        [(0, "function", "first", 1, 10), (1, "function", "next", 4, 4), (1, "function", "error", 5, 7)],
+        id="ts-object-literal-values",
+    ),
+    pytest.param(
+        "m.ts",
+        "export const EmptyError: EmptyErrorCtor = createErrorClass(\n"
+        "  (_super) =>\n"
+        "    function EmptyErrorImpl(this: any) {\n"
+        "      _super(this);\n"
+        "    }\n"
+        ");\n",
+        [(0, "function", "EmptyErrorImpl", 3, 5)],
+        id="ts-named-function-expression-in-a-call",
+    ),
+    pytest.param(
+        "m.ts",
+        "class WebSocketSubject {\n"
+        "  connect() {\n"
+        "    const socket = new WebSocket(url);\n"
+        "    socket.onopen = (evt: Event) => {\n"
+        "      this.open = true;\n"
+        "    };\n"
+        "    const closing = (socket.onclose = () => this.close());\n"
+        "  }\n"
+        "}\n",
+        [
+            (0, "class", "WebSocketSubject", 1, 9),
+            (1, "method", "connect", 2, 8),
+            (2, "function", "socket.onopen", 4, 6),
+            (2, "function", "socket.onclose", 7, 7),
+        ],
+        id="ts-member-assigned-in-a-body",
+    ),
+    pytest.param(
+        "m.js",
+        "function subscribe(source) {\n"
+        "  return source.subscribe({ complete: () => done(), next(value) { push(value); } });\n"
+        "}\n",
+        [(0, "function", "subscribe", 1, 3), (1, "function", "complete", 2, 2), (1, "method", "next", 2, 2)],
+        id="js-object-literal-values",
+    ),
+    pytest.param(
+        "m.js",
+        "var runInContext = (function runInContext(context) {\n  return context;\n});\n",
+        [(0, "function", "runInContext", 1, 3)],
+        id="js-named-function-expression-in-parentheses",
+    ),
+    pytest.param(
+        "m.js",
+        "function wrapperAt(paths) {\n"
+        "  var length = paths.length,\n"
+        "      interceptor = function(object) { return object; };\n"
+        "  return interceptor;\n"
+        "}\n",
+        [(0, "function", "wrapperAt", 1, 5), (1, "function", "interceptor", 3, 3)],
+        id="js-function-among-several-declarators",
+    ),
+]
+
+
+@pytest.mark.parametrize(("rel", "text", "expected"), LOCAL)
+def test_functions_named_inside_an_expression_are_nested_entries(rel, text, expected):
+    assert flat(outlines.code_outline(text, rel)) == expected
+
+
 def test_a_signature_is_the_definitions_own_line_not_its_decorator():
     rel, text, _ = CODE["python"]
     load = outlines.code_outline(text, rel)[0]

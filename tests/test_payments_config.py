@@ -9,10 +9,9 @@ import pytest
 import yaml
 from x402.http import decode_payment_required_header
 
-from corpus import errors
+from corpus import errors, x402_config
 from corpus.config import Config, build_config, env_overrides
 from corpus.config_template import render_config
-from payments import config as payment_config
 from payments import gate as gate_mod
 from payments.policy import caip2_problem
 from tests.x402_client import BASE_SEPOLIA, PAY_TO
@@ -242,7 +241,7 @@ def test_x402_enabled_contradicting_the_mode_in_one_layer_is_config_invalid(x402
     ],
 )
 def test_one_layers_switches_are_made_consistent_before_merging(layer, expected):
-    assert payment_config.layer_switches({"x402": layer}, "flags") == {"x402": expected}
+    assert x402_config.layer_switches({"x402": layer}, "flags") == {"x402": expected}
 
 
 def test_the_spec_template_loads_and_a_flag_turns_payments_on():

@@ -97,6 +97,66 @@ def test_definitions_are_the_outline_entries_with_their_enclosing_definition(ind
     ]
 
 
+SOCKET = (
+    "export function first(source) {\n"
+    "  return new Promise((resolve) => source.subscribe({\n"
+    "    next: (value) => resolve(value),\n"
+    "  }));\n"
+    "}\n"
+    "export const EmptyError = createErrorClass((_super) => function EmptyErrorImpl(this: any) {\n"
+    "  _super(this);\n"
+    "});\n"
+    "class Subject {\n"
+    "  connect(socket: WebSocket) {\n"
+    "    socket.onopen = (evt) => this.next(evt);\n"
+    "  }\n"
+    "}\n"
+)
+
+
+def test_functions_named_inside_an_expression_are_definitions_not_uses(index):
+    # rxjs 7.8.1's shapes: an object literal's arrow function, a named function
+    # expression passed to a call, an arrow function assigned to a member.
+    index({"web/socket.ts": SOCKET})
+    found = {
+        (h["name"], h["line"]): (h["kind"], h.get("enclosing"), h.get("qualified"))
+        for name in ("next", "EmptyErrorImpl", "onopen")
+        for h in names.find_symbols(name)["symbols"]
+        if h["match"] == "exact"
+    }
+    assert found == {
+        ("next", 3): ("function", "first", None),
+        ("EmptyErrorImpl", 6): ("function", None, None),
+        ("onopen", 11): ("function", "connect", "socket.onopen"),
+    }
+    # Their own names are not uses; this.next(evt) on line 11 is one, inside onopen.
+    assert used("EmptyErrorImpl") == [] and used("onopen") == []
+    hits = names.find_references("next")["references"]
+    assert [(h["span"]["start_line"], h.get("enclosing")) for h in hits] == [(11, "onopen")]
+
+
+def test_typescript_declarations_of_every_shape_are_not_uses(index):
+    # rxjs 7.8.1 against its syntax tree's uses: a rest parameter and a type
+    # parameter were stored as uses, a computed method name's names were not.
+    index(
+        {
+            "web/pipe.ts": (
+                "export function pipe<TValue>(...operations: unknown[]) {\n"
+                "  return operations as TValue;\n"
+                "}\n"
+                "class Observable {\n"
+                "  [Symbol_observable]() {\n"
+                "    return this;\n"
+                "  }\n"
+                "}\n"
+            )
+        }
+    )
+    assert used("operations") == [("web/pipe.ts", 2)]
+    assert used("TValue") == [("web/pipe.ts", 2)]
+    assert used("Symbol_observable") == [("web/pipe.ts", 5)]
+
+
 MORE = "def STORE():\n    pass\n\ndef store_all():\n    pass\n\ndef restore():\n    pass\n"
 
 

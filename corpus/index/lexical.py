@@ -6,11 +6,18 @@ by "parse config file" and ``os.path.join`` by "path join". Queries go
 through the same splitter and reach the engine only as quoted tokens, so no
 user input can form query syntax.
 
-On SQLite this is a regular FTS5 table. A contentless table would not store
-the text twice, but it can only delete a row given the exact text it
-indexed, tying every delete to the splitter that wrote the row, and SQLite
-3.40 predates ``contentless_delete``. PostgreSQL has a tsvector table
-(``lexical_pg.py``); other databases get a backend that indexes nothing.
+On SQLite this is a contentless FTS5 table (``content=''``): it keeps the
+terms, their counts and positions, and no copy of the text, which the
+``chunks`` table already holds (a regular table stored each chunk's text a
+second time, about a third of ``meta.sqlite``; issue #37). SQLite 3.40
+predates ``contentless_delete``, so a row is deleted by handing FTS5 the
+exact body it indexed, rebuilt from the chunk's stored ``context`` and
+``text`` with the current splitter. Chunk text is never rewritten in place
+(a changed unit is a new chunk; an old one is only flagged ``deleted``), so
+the body can always be rebuilt, and a change to :func:`index_text` ships
+with a migration that rebuilds the table (``SPLITTER_VERSION``; a test pins
+the splitter's output). PostgreSQL has a tsvector table (``lexical_pg.py``);
+other databases get a backend that indexes nothing.
 """
 
 from __future__ import annotations
@@ -19,14 +26,23 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connection
 
-from corpus.index.tables import Backend, TableBackend, batches
+from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks, refill, scored
 from corpus.index.words import index_text, query_terms
+from corpus.models import with_context
 
 TABLE = "chunks_fts"
-CREATE_SQL = (
-    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} "
-    "USING fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
-)
+#: Bumped, with a migration that rebuilds the table, whenever :func:`index_text`
+#: changes what it writes: contentless rows are deleted by their exact body.
+SPLITTER_VERSION = 1
+
+
+def create_sql(table: str = TABLE) -> str:
+    return (
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} "
+        "USING fts5(body, content = '', tokenize = 'porter unicode61 remove_diacritics 2')"
+    )
+
+
 #: English function words a long question's BM25 ranking may leave out
 STOP_WORDS = frozenset(
     "a an and are as at be by for from has have if in into is it its of on or that the this to "
@@ -128,13 +144,14 @@ def indexed_ids() -> set[int]:
 
 class SQLiteFTS5(TableBackend):
     """FTS5 with the unicode61 tokenizer, which folds case and diacritics,
-    under the Porter stemmer, so "uploads" and "capped" match "upload cap"."""
+    under the Porter stemmer, so "uploads" and "capped" match "upload cap";
+    contentless, so a row is removed by its body (the module's docstring)."""
 
     TABLE = TABLE
     ID_COLUMN = "rowid"
 
     def create(self, cursor) -> None:
-        cursor.execute(CREATE_SQL)
+        cursor.execute(create_sql())
 
     def replace(self, rows: list[tuple[int, str]]) -> None:
         self.delete([chunk_id for chunk_id, _ in rows])
@@ -148,9 +165,37 @@ class SQLiteFTS5(TableBackend):
             )
 
     def delete(self, chunk_ids: list[int]) -> None:
-        marks = ", ".join(["%s"] * len(chunk_ids))
+        """Remove the rows of these chunks that the table holds, each by the
+        body it was written with (a row absent is left alone: deleting a body
+        FTS5 never held would corrupt its counts)."""
+        if not chunk_ids:
+            return
         with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {TABLE} WHERE rowid IN ({marks})", chunk_ids)
+            cursor.execute(f"SELECT rowid FROM {TABLE} WHERE rowid IN ({marks(chunk_ids)})", chunk_ids)
+            held = [row[0] for row in cursor.fetchall()]
+            if not held:
+                return
+            cursor.execute(
+                f"SELECT chunk_id, context, text FROM chunks WHERE chunk_id IN ({marks(held)})", held
+            )
+            cursor.executemany(
+                f"INSERT INTO {TABLE}({TABLE}, rowid, body) VALUES ('delete', %s, %s)",
+                [
+                    (chunk_id, index_text(with_context(context, text)))
+                    for chunk_id, context, text in cursor.fetchall()
+                ],
+            )
+
+    def rebuild(self) -> int:
+        def recreate(cursor) -> None:
+            self.create(cursor)
+            cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
+
+        return refill(self, recreate)
+
+    def clear(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
 
     def query(
         self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
@@ -188,27 +233,21 @@ class SQLiteFTS5(TableBackend):
     def _joined(self, match: str, limit: int, filter_sql: str, params: Sequence) -> list[tuple[int, float]]:
         sql = (
             f"SELECT c.chunk_id, bm25({TABLE}) AS bm25_score FROM {TABLE} "
-            f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid "
-            "JOIN representations r ON r.rep_id = c.representation_id "
-            "JOIN documents d ON d.doc_id = r.document_id "
-            f"WHERE {TABLE} MATCH %s AND c.deleted = 0 AND d.deleted = 0 AND ({filter_sql}) "
+            f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid {TO_DOCUMENT} "
+            f"WHERE {TABLE} MATCH %s AND {LIVE} AND ({filter_sql}) "
             "ORDER BY bm25_score, c.chunk_id LIMIT %s"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [match, *params, limit])
-            return [(chunk_id, -score) for chunk_id, score in cursor.fetchall()]
+        return scored(sql, [match, *params, limit], sign=-1.0)
 
 
 def _live_ids(chunk_ids: list[int], cursor, filter_sql: str = "", params: Sequence = ()) -> set[int]:
     """Those of ``chunk_ids`` that are live and pass ``filter_sql``."""
     if not chunk_ids:
         return set()
-    marks = ", ".join(["%s"] * len(chunk_ids))
     extra = f" AND ({filter_sql})" if filter_sql else ""
     cursor.execute(
-        "SELECT c.chunk_id FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
-        "JOIN documents d ON d.doc_id = r.document_id "
-        f"WHERE c.chunk_id IN ({marks}) AND c.deleted = 0 AND d.deleted = 0{extra}",
+        f"SELECT c.chunk_id FROM chunks c {TO_DOCUMENT} "
+        f"WHERE c.chunk_id IN ({marks(chunk_ids)}) AND {LIVE}{extra}",
         [*chunk_ids, *params],
     )
     return {row[0] for row in cursor.fetchall()}

@@ -32,7 +32,7 @@ from itertools import chain
 import Stemmer
 from django.db import connection, transaction
 
-from corpus.index.tables import TableBackend, batches
+from corpus.index.tables import LIVE, TO_DOCUMENT, TableBackend, batches, scored
 from corpus.index.words import COMPOUND, parts, piece_tokens
 
 TABLE = "chunks_lexical"
@@ -230,12 +230,8 @@ class PostgresFTS(TableBackend):
         sql = (
             "WITH q AS (SELECT %s::tsquery AS query) "
             f"SELECT c.chunk_id, ts_rank(l.body, q.query, 1) AS score FROM q, {TABLE} l "
-            "JOIN chunks c ON c.chunk_id = l.chunk_id "
-            "JOIN representations r ON r.rep_id = c.representation_id "
-            "JOIN documents d ON d.doc_id = r.document_id "
-            f"WHERE l.body @@ q.query AND NOT c.deleted AND NOT d.deleted {extra} "
+            f"JOIN chunks c ON c.chunk_id = l.chunk_id {TO_DOCUMENT} "
+            f"WHERE l.body @@ q.query AND {LIVE} {extra} "
             "ORDER BY score DESC, c.chunk_id LIMIT %s"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [query, *params, limit])
-            return [(chunk_id, float(score)) for chunk_id, score in cursor.fetchall()]
+        return scored(sql, [query, *params, limit])

@@ -1,5 +1,12 @@
 """What the lexical index's backends share: the protocol each implements,
-and the table-keeping both the SQLite and the PostgreSQL backend do alike."""
+the table-keeping both the SQLite and the PostgreSQL backend do alike, and
+the one join and liveness rule of every query over chunks.
+
+A chunk ``c`` reaches its document ``d`` through its representation ``r``
+(:data:`TO_DOCUMENT`); it is live when neither it nor its document is a
+tombstone (:data:`LIVE`). Both backends and ``chunks.py`` write their SQL
+with these, so a filter over ``d`` (``corpus.retrieval.Filters.sql``) means
+the same in each."""
 
 from __future__ import annotations
 
@@ -12,6 +19,26 @@ from django.db import connection, transaction
 from corpus.models import Chunk, with_context
 
 BATCH = 500
+
+#: joins a chunk ``c`` to its document ``d``, through its representation ``r``
+TO_DOCUMENT = (
+    "JOIN representations r ON r.rep_id = c.representation_id JOIN documents d ON d.doc_id = r.document_id"
+)
+#: neither the chunk ``c`` nor its document ``d`` is a tombstone
+LIVE = "c.deleted = FALSE AND d.deleted = FALSE"
+
+
+def marks(ids) -> str:
+    """One ``%s`` per id, for an ``IN (...)`` list."""
+    return ", ".join(["%s"] * len(ids))
+
+
+def scored(sql: str, params: Sequence, *, sign: float = 1.0) -> list[tuple[int, float]]:
+    """(chunk id, score times ``sign``) of each row of a ranked query: both
+    backends' scores are best highest once bm25's (best lowest) is negated."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(chunk_id, sign * float(score)) for chunk_id, score in cursor.fetchall()]
 
 
 def refill(backend: Backend, recreate) -> int:

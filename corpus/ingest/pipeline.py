@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -35,6 +35,7 @@ from django.db import transaction
 
 from corpus import errors, store_faults
 from corpus.config import Config
+from corpus.counters import Counters
 from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
 from corpus.ingest import writer
@@ -65,26 +66,6 @@ ARCHIVE_READER_VERSION = "3"
 HELD_MEMBER_BYTES = 64 * 2**20
 #: A plain gzip file's doc_type until it is decompressed (never stored).
 GZIP = "gzip"
-
-
-@dataclass
-class Counters:
-    """A job's counts. ``skipped`` is what a policy left out (binary, too
-    large, a secret, a missing provider key); ``unchanged`` what an
-    incremental pass found as the store holds it."""
-
-    scanned: int = 0
-    indexed: int = 0
-    skipped: int = 0
-    unchanged: int = 0
-    deleted: int = 0
-    representations: int = 0
-    chunks_total: int = 0
-    embedded_ok: int = 0
-    errors: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

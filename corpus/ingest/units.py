@@ -64,6 +64,9 @@ class Grammar:
     #: nodes that never hold a definition (simple statements): the walk for
     #: definitions does not enter them, unless they hold a parse error
     opaque: frozenset[str] = frozenset()
+    #: a predicate for definitions the outline lists but the units are not cut
+    #: at: functions named by where an expression puts them
+    local: Callable[[tree_sitter.Node], bool] | None = None
 
 
 _JS_FUNCTION_VALUES = frozenset(
@@ -75,15 +78,37 @@ def _js_binds_function(node: tree_sitter.Node) -> bool:
     """``const f = () => …``, ``exports.f = function …``, ``A.prototype.m = …``."""
     if node.type in ("lexical_declaration", "variable_declaration"):
         return any(
-            (value := child.child_by_field_name("value")) is not None and value.type in _JS_FUNCTION_VALUES
+            is_function_value(child.child_by_field_name("value"))
             for child in node.named_children
             if child.type == "variable_declarator"
         )
     if node.type == "expression_statement" and node.named_child_count == 1:
         expr = node.named_children[0]
-        right = expr.child_by_field_name("right") if expr.type == "assignment_expression" else None
-        return right is not None and right.type in _JS_FUNCTION_VALUES
+        return expr.type == "assignment_expression" and is_function_value(expr.child_by_field_name("right"))
     return False
+
+
+def _js_local_function(node: tree_sitter.Node) -> bool:
+    """A function inside an expression, named where it is put: a named
+    function or class expression (``createErrorClass((_super) => function
+    EmptyErrorImpl() …)``), an object literal's key (``next: (value) => …``),
+    an assignment that is not a statement of its own (``a = b.f = () => …``)."""
+    if node.type in ("function_expression", "function", "generator_function", "class"):
+        return node.child_by_field_name("name") is not None
+    if node.type == "pair":
+        key, value = node.child_by_field_name("key"), node.child_by_field_name("value")
+        return key is not None and key.type == "property_identifier" and is_function_value(value)
+    if node.type == "assignment_expression":
+        parent = node.parent
+        if parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1:
+            return False  # a definition already (_js_binds_function)
+        return is_function_value(node.child_by_field_name("right"))
+    return False
+
+
+def is_function_value(node: tree_sitter.Node | None) -> bool:
+    """A JavaScript function, arrow function or class as a value."""
+    return node is not None and node.type in _JS_FUNCTION_VALUES
 
 
 def _c_declares(node: tree_sitter.Node) -> bool:
@@ -134,6 +159,7 @@ def _typescript(loader: Callable[[], object], name: str) -> Grammar:
         class_like=_TS_CLASS_LIKE,
         wrappers=frozenset({"export_statement", "ambient_declaration"}),
         sometimes=_js_binds_function,
+        local=_js_local_function,
     )
 
 
@@ -185,6 +211,7 @@ _GRAMMARS: dict[str, Grammar] = {
             class_like=frozenset({"class_declaration"}),
             wrappers=frozenset({"export_statement"}),
             sometimes=_js_binds_function,
+            local=_js_local_function,
         ),
         _typescript(tree_sitter_typescript.language_typescript, "typescript"),
         _typescript(tree_sitter_typescript.language_tsx, "tsx"),
@@ -348,8 +375,9 @@ class Parsed:
     """One file parsed by its grammar: the tree, and which nodes are definitions.
 
     The units and the outline (``corpus/navigation/outline.py``) read
-    definitions through this one rule, so an outline entry is a unit's
-    definition and the reverse."""
+    definitions through this one rule, so every unit's definition is an
+    outline entry; the outline adds the grammar's local definitions
+    (:attr:`Grammar.local`), which are cut with the unit that holds them."""
 
     grammar: Grammar
     tree: tree_sitter.Tree
@@ -372,14 +400,16 @@ class Parsed:
             node = inner
         return node
 
-    def inner(self, node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
-        """The nearest definitions under ``node``, in order (wrappers included)."""
+    def inner(self, node: tree_sitter.Node, *, local: bool = False) -> Iterator[tree_sitter.Node]:
+        """The nearest definitions under ``node``, in order (wrappers included);
+        with ``local``, the outline's local definitions too (:attr:`Grammar.local`)."""
         opaque = self.grammar.opaque
+        is_local = self.grammar.local if local else None
         stack = list(reversed(node.children))
         while stack:
             child = stack.pop()
             # Named nodes only: Ruby's ``class`` keyword is a node of type "class" too.
-            if child.is_named and self.is_definition(child):
+            if child.is_named and (self.is_definition(child) or (is_local is not None and is_local(child))):
                 yield child
             elif child.child_count and (child.type not in opaque or child.has_error):
                 stack.extend(reversed(child.children))

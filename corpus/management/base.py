@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from corpus import errors, store_faults
@@ -19,7 +18,7 @@ from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.events import Reporter
 from corpus.providers.registry import make_chat
 from corpus.secrets import resolve_all, resolve_secret, write_snapshot
-from corpus.state import StateDir, ensure_token
+from corpus.state import StateDir, ensure_token, resolve_root, resolve_state
 
 
 @dataclass
@@ -56,25 +55,6 @@ class Runtime:
     def chat(self):
         """The configured chat model, or None (answers become search-only)."""
         return make_chat(self.config, secrets_lookup=self.secret)
-
-
-def resolve_root(option: str | None) -> Path:
-    root = Path(option).expanduser().absolute() if option else Path(settings.DIR2MCP_ROOT)
-    if not root.is_dir() or not os.access(root, os.R_OK | os.X_OK):
-        raise errors.Dir2mcpError(
-            errors.ROOT_INACCESSIBLE,
-            f"root directory {root} does not exist or cannot be read",
-            hint="Pass an existing, readable directory with --dir.",
-        )
-    return root
-
-
-def resolve_state(option: str | None, root_option: str | None, root: Path) -> StateDir:
-    if option:
-        return StateDir(Path(option).expanduser().absolute())
-    if root_option and not os.environ.get("DIR2MCP_STATE_DIR"):
-        return StateDir(root / ".dir2mcp")
-    return StateDir(Path(settings.DIR2MCP_STATE_DIR))
 
 
 class Dir2mcpCommand(BaseCommand):

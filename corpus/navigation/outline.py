@@ -2,7 +2,11 @@
 
 Code is read by the grammar its units come from (``corpus/ingest/units.py``:
 :func:`~corpus.ingest.units.parse` and :class:`~corpus.ingest.units.Parsed`),
-so an outline entry is a definition the index cuts a unit at. Markdown and
+so a definition the index cuts a unit at is an outline entry; JavaScript's
+and TypeScript's functions named inside an expression (an object literal's
+``next: (value) => …``, a named function expression passed to a call) are
+entries too, nested in their enclosing definition, though no unit is cut at
+them. Markdown and
 reStructuredText (and HTML, by the text it is indexed as) give their
 headings, by the scan that cuts their sections, nested by level. Each entry
 names its kind, its name, its signature line (cut at
@@ -78,6 +82,12 @@ _KINDS = {
     "lexical_declaration": "function",
     "variable_declaration": "function",
     "expression_statement": "function",
+    "variable_declarator": "function",
+    "pair": "function",
+    "assignment_expression": "function",
+    "function_expression": "function",
+    "function": "function",
+    "generator_function": "function",
 }
 # Where a declarator chain ends in the name (C, C++).
 _NAME_NODES = frozenset(
@@ -230,26 +240,26 @@ def definitions(parsed: units.Parsed) -> list[Entry]:
 
 def _entries(parsed: units.Parsed, node: tree_sitter.Node, *, inside_class: bool) -> list[Entry]:
     found = []
-    for outer in parsed.inner(node):
+    for outer in parsed.inner(node, local=True):
         core = parsed.core(outer)
         specs = _grouped_specs(core)
         if specs:  # Go's type ( A …; B … ): one unit, but each spec its own definition
-            found += [_spec_entry(parsed, spec) for spec in specs]
+            found += [_spec_entry(parsed, spec, "type") for spec in specs]
+            continue
+        declarators = _declarators(core)
+        if declarators:  # var a = 1, f = function …: one unit, each function its own definition
+            for declarator in declarators:
+                if units.is_function_value(declarator.child_by_field_name("value")):
+                    entry = _spec_entry(parsed, declarator, "function")
+                    entry.children = _entries(parsed, declarator, inside_class=False)
+                    found.append(entry)
+                else:
+                    found += _entries(parsed, declarator, inside_class=False)
             continue
         kind = _KINDS.get(core.type, core.type)
         if inside_class and kind in _FUNCTION_KINDS:
             kind = "method"
-        name, row = _name(core)
-        entry = Entry(
-            kind,
-            name,
-            parsed.lines[row].strip()[: units.SIGNATURE_CHARS] if row < len(parsed.lines) else "",
-            outer.start_point.row + 1,
-            units.last_row(outer) + 1,
-            line=row + 1,
-            node=core,
-            name_node=None if core.type == "impl_item" else _name_node(core),
-        )
+        entry = _entry(parsed, kind, core, outer)
         entry.children = _entries(parsed, core, inside_class=parsed.is_class_like(core))
         found.append(entry)
     return found
@@ -263,17 +273,31 @@ def _grouped_specs(node: tree_sitter.Node) -> list[tree_sitter.Node]:
     return specs if len(specs) > 1 else []
 
 
-def _spec_entry(parsed: units.Parsed, spec: tree_sitter.Node) -> Entry:
-    name, row = _name(spec)
+def _declarators(node: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """The declarators of a JavaScript ``var``/``let``/``const`` that declares more than one name."""
+    if node.type not in ("lexical_declaration", "variable_declaration"):
+        return []
+    found = [c for c in node.named_children if c.type == "variable_declarator"]
+    return found if len(found) > 1 else []
+
+
+def _spec_entry(parsed: units.Parsed, spec: tree_sitter.Node, kind: str) -> Entry:
+    return _entry(parsed, kind, spec, spec)
+
+
+def _entry(parsed: units.Parsed, kind: str, core: tree_sitter.Node, outer: tree_sitter.Node) -> Entry:
+    """The definition ``core`` of ``kind``, spanning ``outer`` (its wrapper, as
+    a decorated function, or itself), named and signed on its name's line."""
+    name, row = _name(core)
     return Entry(
-        "type",
+        kind,
         name,
         parsed.lines[row].strip()[: units.SIGNATURE_CHARS] if row < len(parsed.lines) else "",
-        spec.start_point.row + 1,
-        units.last_row(spec) + 1,
+        outer.start_point.row + 1,
+        units.last_row(outer) + 1,
         line=row + 1,
-        node=spec,
-        name_node=_name_node(spec),
+        node=core,
+        name_node=None if core.type == "impl_item" else _name_node(core),
     )
 
 
@@ -301,6 +325,8 @@ def _name_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
         return _name_node(inner) if inner is not None else None
     if node.type == "expression_statement" and node.named_child_count == 1:
         return node.named_children[0].child_by_field_name("left")
+    if node.type in ("pair", "assignment_expression"):
+        return node.child_by_field_name("key" if node.type == "pair" else "left")
     declarator = node.child_by_field_name("declarator")
     while declarator is not None:
         if declarator.type in _NAME_NODES:

@@ -5,7 +5,8 @@ Both come from the parse the units are cut from (``units.Parsed``), at index
 time: the definitions are exactly the outline's entries
 (:func:`~corpus.navigation.outline.definitions`); the uses are the
 identifier nodes of the syntax tree (so never a comment or a string), less
-each definition's own name and each parameter's name (a local's
+each definition's own name (not the names a computed one is made of) and
+each parameter's name, rest and type parameters too (a local's
 definition), less names too short or too common to look up
 (:data:`MIN_NAME`, :data:`_NOT_SYMBOLS`). A use is kept once per line, and a
 file's uses of one name are one row (:class:`Uses`): the rows stay few.
@@ -56,10 +57,14 @@ _PARAMETERS = (
     "(formal_parameters (assignment_pattern left: (identifier) @p))",
     "(formal_parameters (rest_pattern (identifier) @p))",
     "(required_parameter pattern: (identifier) @p)",
+    "(required_parameter pattern: (rest_pattern (identifier) @p))",
     "(optional_parameter pattern: (identifier) @p)",
+    # A type parameter (TypeScript, Rust; Go's below): a local type's definition
+    "(type_parameter name: (type_identifier) @p)",
     # Go, C, C++
     "(parameter_declaration name: (identifier) @p)",
     "(variadic_parameter_declaration name: (identifier) @p)",
+    "(type_parameter_declaration name: (identifier) @p)",
     "(parameter_declaration declarator: (identifier) @p)",
     "(parameter_declaration declarator: (pointer_declarator declarator: (identifier) @p))",
     # Rust
@@ -120,7 +125,8 @@ def extract(parsed: units.Parsed) -> Navigation:
                 short_name(parent.name)[:MAX_NAME] if parent is not None else "",
             )
         )
-        if entry.name_node is not None:
+        # A computed name (``[Symbol.observable]()``) uses the names it is computed from.
+        if entry.name_node is not None and entry.name_node.type != "computed_property_name":
             own = _last_identifier(entry.name_node)
             if own is not None:
                 skip.add(own.start_byte)

@@ -13,9 +13,7 @@ from pathlib import Path
 
 from corpus import errors
 from corpus.config import Config
-from corpus.providers.http import HttpOptions
-from corpus.providers.media_http import MediaClient
-from corpus.providers.mistral import AUTH_HINT
+from corpus.providers.media_http import media_client
 
 SYSTEM_PROMPT = (
     "Extract the requested fields from the document as JSON matching the schema. "
@@ -41,11 +39,13 @@ def annotate(
         except (OSError, ValueError):
             pass  # a damaged entry is not a hit
     # Bounded by ocr.concurrency, shared by every annotation call of the process.
-    client = MediaClient(
-        config.mistral.base_url, api_key=api_key, prefix="MISTRAL", label="Mistral annotations",
-        auth_hint=AUTH_HINT, options=HttpOptions(read_timeout=config.ocr.timeout_seconds),
-        concurrency=config.ocr.concurrency, limit_key="mistral/annotations",
-    )  # fmt: skip
+    client = media_client(
+        config,
+        api_key,
+        "mistral/annotations",
+        timeout=config.ocr.timeout_seconds,
+        concurrency=config.ocr.concurrency,
+    )
     try:
         body = client.post_json(
             "/v1/chat/completions",

@@ -19,7 +19,11 @@ from typing import Any
 
 import httpx
 
+from corpus.config import Config
 from corpus.providers.http import HttpOptions, ProviderClient
+from corpus.providers.mistral import AUTH_HINT as MISTRAL_HINT
+
+ELEVENLABS_HINT = "Check ELEVENLABS_API_KEY: set env ELEVENLABS_API_KEY=... or run: dir2mcp config init"
 
 
 class Limiter:
@@ -66,28 +70,24 @@ def shared_limiter(key: str, limit: int) -> Limiter:
 class MediaClient(ProviderClient):
     """A provider client for OCR, speech and annotations.
 
-    ``auth_header`` names the header carrying the key (``Authorization`` gets
-    ``Bearer``; ElevenLabs uses ``xi-api-key``). ``concurrency`` bounds the
-    calls in flight: across every client with the same ``limit_key``, or
-    through this client alone without one.
+    ``client`` are :class:`ProviderClient`'s keywords (``api_key``,
+    ``prefix``, ``label``, ...). ``auth_header`` names the header carrying the
+    key (``Authorization`` gets ``Bearer``; ElevenLabs uses ``xi-api-key``).
+    ``concurrency`` bounds the calls in flight: across every client with the
+    same ``limit_key``, or through this client alone without one.
     """
 
     def __init__(
         self,
         base_url: str,
         *,
-        api_key: str | None,
-        prefix: str,
-        label: str,
-        auth_hint: str = "",
-        options: HttpOptions | None = None,
         auth_header: str = "Authorization",
         concurrency: int = 4,
         limit_key: str | None = None,
+        **client: Any,
     ):
-        super().__init__(
-            base_url, api_key=api_key, prefix=prefix, label=label, auth_hint=auth_hint, options=options
-        )
+        super().__init__(base_url, **client)
+        api_key = client.get("api_key")
         if auth_header != "Authorization" and api_key:
             self._http.headers.pop("Authorization", None)
             self._http.headers[auth_header] = api_key
@@ -98,3 +98,50 @@ class MediaClient(ProviderClient):
         # jump the queue of calls already waiting for one.
         with self._slots:
             return super()._send(path, options, **kwargs)
+
+
+def limits(section) -> dict[str, Any]:
+    """The call limits of a config section with ``timeout_seconds``,
+    ``concurrency`` and ``max_attempts`` (``ocr``, ``stt``)."""
+    return {
+        "timeout": section.timeout_seconds,
+        "concurrency": section.concurrency,
+        "max_attempts": section.max_attempts,
+    }
+
+
+#: the label of each media service in messages and metrics, by its limit key
+LABELS = {
+    "mistral/ocr": "Mistral OCR",
+    "mistral/stt": "Mistral transcription",
+    "mistral/annotations": "Mistral annotations",
+    "elevenlabs/stt": "ElevenLabs",
+    "elevenlabs/tts": "ElevenLabs",
+}
+#: the header carrying a provider's key, where it is not ``Authorization: Bearer``
+_KEY_HEADERS = {"elevenlabs": "xi-api-key"}
+
+
+def media_client(
+    config: Config,
+    api_key: str | None,
+    service: str,
+    *,
+    timeout: float,
+    concurrency: int,
+    max_attempts: int = HttpOptions.max_attempts,
+) -> MediaClient:
+    """A client of ``service`` (``<provider>/<service>``, a key of :data:`LABELS`),
+    bounded with every other client of it in the process."""
+    provider = service.partition("/")[0]
+    return MediaClient(
+        getattr(config, provider).base_url,
+        api_key=api_key,
+        prefix=provider.upper(),
+        label=LABELS[service],
+        auth_hint=MISTRAL_HINT if provider == "mistral" else ELEVENLABS_HINT,
+        options=HttpOptions(read_timeout=timeout, max_attempts=max_attempts),
+        auth_header=_KEY_HEADERS.get(provider, "Authorization"),
+        concurrency=concurrency,
+        limit_key=service,
+    )

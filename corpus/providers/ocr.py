@@ -18,9 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from corpus.config import Config
-from corpus.providers.http import HttpOptions
-from corpus.providers.media_http import MediaClient
-from corpus.providers.mistral import AUTH_HINT
+from corpus.providers.media_http import limits, media_client
 
 PROVIDER = "mistral"
 _IMAGE_MIME = {
@@ -55,16 +53,7 @@ class MistralOcr:
         self.holds_secret: Callable[[str], object] | None = None
         self.calls = 0
         self._workers = ocr.concurrency
-        self.client = MediaClient(
-            config.mistral.base_url,
-            api_key=api_key,
-            prefix="MISTRAL",
-            label="Mistral OCR",
-            auth_hint=AUTH_HINT,
-            options=HttpOptions(read_timeout=ocr.timeout_seconds, max_attempts=ocr.max_attempts),
-            concurrency=ocr.concurrency,
-            limit_key="mistral/ocr",
-        )
+        self.client = media_client(config, api_key, "mistral/ocr", **limits(ocr))
 
     def close(self) -> None:
         self.client.close()

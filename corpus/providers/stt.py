@@ -15,11 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from corpus.config import Config
-from corpus.providers.http import HttpOptions
-from corpus.providers.media_http import MediaClient
-from corpus.providers.mistral import AUTH_HINT as MISTRAL_HINT
+from corpus.providers.media_http import limits, media_client
 
-ELEVENLABS_HINT = "Check ELEVENLABS_API_KEY: set env ELEVENLABS_API_KEY=... or run: dir2mcp config init"
 # Scribe returns words; a segment ends at a sentence end, a pause or this length.
 MAX_SEGMENT_MS = 30_000
 PAUSE_MS = 1_000
@@ -49,14 +46,20 @@ def _ms(seconds) -> int:
 
 
 class _CachedStt:
-    provider = ""
+    """A transcription provider's client and its transcript cache; ``provider``
+    names its section of ``stt`` (model, timestamps) and its limit key."""
 
-    def __init__(self, model: str, client: MediaClient, cache_dir: Path | None):
-        self.model = model
-        self.client = client
+    provider = ""
+    default_model = ""
+
+    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None):
+        stt = config.stt
+        own = getattr(stt, self.provider)
+        self.model = own.model or self.default_model
+        self.client = media_client(config, api_key, f"{self.provider}/stt", **limits(stt))
         self.cache_dir = cache_dir
         self.calls = 0
-        self.timestamps = True
+        self.timestamps = own.timestamps
         #: ISO language code hint; None lets the provider detect it
         self.language: str | None = None
         #: ``holds_secret(text)`` truthy: a transcript with that text is not
@@ -107,21 +110,7 @@ class _CachedStt:
 
 class MistralStt(_CachedStt):
     provider = "mistral"
-
-    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None):
-        stt = config.stt
-        client = MediaClient(
-            config.mistral.base_url,
-            api_key=api_key,
-            prefix="MISTRAL",
-            label="Mistral transcription",
-            auth_hint=MISTRAL_HINT,
-            options=HttpOptions(read_timeout=stt.timeout_seconds, max_attempts=stt.max_attempts),
-            concurrency=stt.concurrency,
-            limit_key="mistral/stt",
-        )
-        super().__init__(stt.mistral.model or "voxtral-mini-latest", client, cache_dir)
-        self.timestamps = stt.mistral.timestamps
+    default_model = "voxtral-mini-latest"
 
     def _call(self, name: str, data: bytes, mime: str) -> Transcript:
         form: dict = {"model": self.model}
@@ -155,22 +144,7 @@ class MistralStt(_CachedStt):
 
 class ElevenLabsStt(_CachedStt):
     provider = "elevenlabs"
-
-    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None):
-        stt = config.stt
-        client = MediaClient(
-            config.elevenlabs.base_url,
-            api_key=api_key,
-            prefix="ELEVENLABS",
-            label="ElevenLabs",
-            auth_hint=ELEVENLABS_HINT,
-            options=HttpOptions(read_timeout=stt.timeout_seconds, max_attempts=stt.max_attempts),
-            auth_header="xi-api-key",
-            concurrency=stt.concurrency,
-            limit_key="elevenlabs/stt",
-        )
-        super().__init__(stt.elevenlabs.model or "scribe_v1", client, cache_dir)
-        self.timestamps = stt.elevenlabs.timestamps
+    default_model = "scribe_v1"
 
     def _call(self, name: str, data: bytes, mime: str) -> Transcript:
         form = {"model_id": self.model, "timestamps_granularity": "word" if self.timestamps else "none"}

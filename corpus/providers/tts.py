@@ -8,9 +8,7 @@ import wave
 
 from corpus import errors
 from corpus.config import Config
-from corpus.providers.http import HttpOptions
-from corpus.providers.media_http import MediaClient
-from corpus.providers.stt import ELEVENLABS_HINT
+from corpus.providers.media_http import media_client
 
 _VOICE = re.compile(r"^[A-Za-z0-9]{1,64}$")
 # ElevenLabs sends WAV-ready audio only as raw 16-bit mono PCM; we add the header.
@@ -27,11 +25,9 @@ def speak(
         raise errors.Dir2mcpError(errors.INVALID_FIELD, "voice_id must be 1-64 letters or digits")
     output = f"pcm_{_PCM_RATE}" if fmt == "wav" else cfg.output_format
     # Speech calls are bounded by stt.concurrency, shared by every TTS call of the process.
-    client = MediaClient(
-        cfg.base_url, api_key=api_key, prefix="ELEVENLABS", label="ElevenLabs", auth_hint=ELEVENLABS_HINT,
-        options=HttpOptions(read_timeout=cfg.timeout_seconds), auth_header="xi-api-key",
-        concurrency=config.stt.concurrency, limit_key="elevenlabs/tts",
-    )  # fmt: skip
+    client = media_client(
+        config, api_key, "elevenlabs/tts", timeout=cfg.timeout_seconds, concurrency=config.stt.concurrency
+    )
     try:
         audio, _ = client.post_for_bytes(
             f"/v1/text-to-speech/{voice}?output_format={output}",

@@ -23,9 +23,9 @@ from corpus import secrets as secret_store
 from corpus.config import Config, ConfigProblem, default_config_path, load_config, load_config_marked
 from corpus.config_template import render_config
 from corpus.events import Reporter
-from corpus.management.base import Dir2mcpCommand, resolve_root, resolve_state
+from corpus.management.base import Dir2mcpCommand
 from corpus.setup_wizard import WizardResult, run_wizard
-from corpus.state import StateDir, atomic_write
+from corpus.state import StateDir, atomic_write, resolve_root, resolve_state
 
 
 def _write_snapshot(config_path: Path, state: StateDir, root: Path, session: dict[str, str]) -> bool:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from corpus import errors, store
+from corpus import errors
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import Document
-from mcp_gateway import background, connection, context, listen, server
+from mcp_gateway import background, connection, context, listen, preflight, server
 
 
 class Command(Dir2mcpCommand):
@@ -52,33 +51,12 @@ class Command(Dir2mcpCommand):
     def handle(self, *args, **options):
         rt = self.runtime(options, config_flags=config_flags(options))
         cfg = rt.config
-        address = listen.parse_listen(cfg.server.listen)
-        public = cfg.server.public
-        if public:
-            address = listen.public_address(address)
+        address = listen.serving_address(cfg.server)
         spec = auth_spec(options, cfg)
-        if spec == "none" and (public or not address.loopback):
-            raise errors.Dir2mcpError(
-                errors.CONFIG_INVALID,
-                f"serving {address} (beyond loopback) requires a bearer token; --auth none is refused",
-                hint="Drop --auth none (a token is generated in secret.token), or use --auth file:<path>.",
-            )
-        if cfg.x402.mode != "off":  # before anything is written: `required` needs a complete policy
-            # x402 and its eth libraries take ~0.6 s to import (measured): paid servers only
-            from payments.gate import problems
-
-            unmet = problems(cfg)
-            if unmet and cfg.x402.mode == "required":
-                raise errors.Dir2mcpError(
-                    errors.CONFIG_INVALID,
-                    "x402 mode 'required' needs a complete payment configuration: " + "; ".join(unmet),
-                    hint="Set --x402-facilitator-url, --x402-resource-base-url, --x402-network, --x402-price "
-                    "and x402.route_policy.tools_call.pay_to (docs/payments.md).",
-                )
-            if unmet:
-                rt.reporter.warn(
-                    "x402 mode 'on' but payments are NOT enforced (tools are free): " + "; ".join(unmet)
-                )
+        preflight.check_reach(spec, address, public=cfg.server.public)
+        warning = preflight.payments_warning(cfg)  # before anything is written
+        if warning:
+            rt.reporter.warn(warning)
         tls = tls_files(rt)
         if options["no_index"]:
             background.serve_read_only_state(rt)
@@ -89,23 +67,21 @@ class Command(Dir2mcpCommand):
             self.prepare_state,
             auth_spec=spec,
             read_only=bool(options["read_only"]),
-            public=public,
+            public=cfg.server.public,
             mcp_path=normalize_path(cfg.server.mcp_path),
         )
         if not address.loopback and not ctx.auth.required:
             rt.reporter.warn(f"serving {address} with no authentication")
-        server.allow_hosts(address, public=public)
+        server.allow_hosts(address, public=cfg.server.public)
         rt.reporter.event("index_loaded", {"state_dir": str(rt.state.path), "documents": _document_count()})
-
+        indexing = not options["no_index"]
         server.serve(
             ctx,
             address,
             reporter=rt.reporter,
             tls=tls,
-            announce=lambda listening: self.announce(
-                rt, ctx, listening, spec, indexing=not options["no_index"]
-            ),
-            index=not options["no_index"],
+            announce=lambda listening: self.announce(rt, ctx, listening, spec, indexing=indexing),
+            index=indexing,
         )
         rt.reporter.say("Stopped.")
 
@@ -114,54 +90,16 @@ class Command(Dir2mcpCommand):
         connection.write_connection_json(
             rt.state, connection.connection_document(ctx, listening.url, listening.address)
         )
-        reporter = rt.reporter
         if rt.json:
-            reporter.event(
-                "server_started",
-                {
-                    "listen": str(listening.address),
-                    "url": listening.url,
-                    "pid": os.getpid(),
-                    "tls": listening.url.startswith("https:"),
-                    "public": ctx.public,
-                    "read_only": ctx.read_only,
-                    "mcp_path": ctx.mcp_path,
-                    "x402_mode": rt.config.x402.mode,
-                    "admin_url": listening.url.removesuffix(ctx.mcp_path) + "/admin/",
-                },
+            rt.reporter.event(
+                "server_started", connection.started_data(ctx, listening.url, listening.address)
             )
-            reporter.event("connection", connection.connection_data(ctx, listening.url))
+            rt.reporter.event("connection", connection.connection_data(ctx, listening.url))
             return
-        dense = ctx.embedder is not None
-        files = store.describe(rt.state, dense=dense)
-        mode = (
-            "Mode: incremental  (server-first; indexing in background)"
-            if indexing
-            else "Mode: serving the index as it is  (--no-index: no scan, no live sync)"
-        )
-        lines = (
-            []
-            if rt.quiet
-            else [
-                f"Index: {rt.state.path}  ({files})",
-                mode,
-                "",
-            ]
-        )
-        block = connection.connection_block(ctx, listening.url, spec)
-        if listening.address.wildcard:
-            block.insert(2, f"  Listen: {listening.address}  (all interfaces)")
-        if rt.config.x402.mode != "off":
-            state = "enforced" if ctx.gate is not None else "NOT enforced: configuration incomplete"
-            block.append(f"  Payments: x402 {rt.config.x402.mode} ({state})")
-        site = listening.url.removesuffix(ctx.mcp_path)
-        block += [
-            f"  Admin:  {site}/admin/  (first user: dir2mcp createadmin --dir {rt.root})",
-            f"  Status: {site}/ops/status/",
-        ]
-        lines += [*block, ""]
-        reporter.stream.write("\n".join(lines) + "\n")
-        reporter.stream.flush()
+        lines = [] if rt.quiet else [*connection.index_lines(ctx, indexing=indexing), ""]
+        lines += [*connection.started_block(ctx, listening.url, listening.address, spec), ""]
+        rt.reporter.stream.write("\n".join(lines) + "\n")
+        rt.reporter.stream.flush()
 
 
 def config_flags(options: dict) -> dict:
@@ -218,13 +156,7 @@ def auth_spec(options: dict, cfg) -> str:
             f"--auth must be auto, none or file:<path>, not {raw!r}",
             hint="Never pass the token itself: put it in a file (chmod 600) and use --auth file:<path>.",
         )
-    raw = os.environ.get(context.AUTH_ENV, "").strip()
-    if raw:
-        return raw
-    auth = cfg.security.auth
-    if auth.mode == "file" and auth.token_file:
-        return f"file:{auth.token_file}"
-    return auth.mode
+    return context.default_auth_spec(cfg)
 
 
 def tls_files(rt: Runtime) -> listen.TlsFiles | None:

@@ -1,4 +1,5 @@
-"""The x402 switches of the configuration's layers (spec §16, §18).
+"""x402's configuration (spec §16, §18): the ``x402`` section of the
+configuration and the rules that keep its switches consistent.
 
 The spec's config lists ``x402.enabled`` and
 ``x402.route_policy.tools_call.enabled`` beside ``x402.mode``.
@@ -9,7 +10,7 @@ saying opposite things is ``CONFIG_INVALID``. ``tools_call.enabled`` says
 whether ``tools/call`` (and the REST routes priced like it) is sold: a layer
 that turns payments on turns it on unless it sets it; ``false`` with
 payments on is a policy problem (``required`` refuses to start, ``on``
-serves free and warns).
+serves free and warns; ``payments/policy.py`` checks the policy as a whole).
 
 :mod:`corpus.config` merges the layers; it calls :func:`layer_switches` on
 each before merging and :func:`merged_switches` on the result.
@@ -18,19 +19,75 @@ each before merging and :func:`merged_switches` on the result.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from decimal import Decimal
+from typing import Annotated, Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
 from corpus import errors
+from corpus.config_base import Section, Switch, switch_word
 
 MODES = ("off", "on", "required")
 
 
+def _money_text(value: Any) -> Any:
+    # An unquoted YAML or env price (0.001) arrives as a float; keep its text.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)
+    return value
+
+
+Money = Annotated[str, BeforeValidator(_money_text)]
+
+
+def _address_text(value: Any) -> Any:
+    # YAML and env values read an unquoted 0x… address as a hex integer.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"0x{value:040x}"
+    return value
+
+
+Address = Annotated[str, BeforeValidator(_address_text)]
+
+
+class ToolsCallPolicy(Section):
+    enabled: bool = False
+    #: default price of a paid tool call, in USD ("0.001", "$0.01") or atomic units with an asset
+    price: Money = "0.001"
+    #: per-tool prices; "0" makes a tool free
+    prices: dict[str, Money] = Field(default_factory=dict)
+    network: str = "eip155:8453"
+    scheme: str = "exact"
+    asset: Address = ""
+    pay_to: Address = ""
+    max_timeout_seconds: int = Field(300, ge=1, le=86400)
+    #: EIP-712 domain of a custom asset, e.g. {"name": "USDC", "version": "2"}
+    extra: dict[str, str] = Field(default_factory=dict)
+
+
+class RoutePolicy(Section):
+    tools_call: ToolsCallPolicy = ToolsCallPolicy()
+
+
+class BazaarConfig(Section):
+    enabled: bool = False
+    metadata: dict[str, Any] = Field(default_factory=lambda: {"description": ""})
+    #: per-tool example arguments shown in the discovery catalog
+    examples: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class X402Config(Section):
+    enabled: bool = False
+    mode: Annotated[Literal["off", "on", "required"], Switch] = "off"
+    facilitator_url: str = ""
+    resource_base_url: str = ""
+    route_policy: RoutePolicy = RoutePolicy()
+    bazaar: BazaarConfig = BazaarConfig()
+
+
 def mode_word(value: Any) -> str | None:
-    """The mode a value names, or None for pydantic to report; YAML 1.1 reads
-    a bare ``off``/``on`` as a boolean."""
-    word = ("on" if value else "off") if isinstance(value, bool) else value
+    """The mode a value names, or None for pydantic to report."""
+    word = switch_word(value)
     return word if word in MODES else None
 
 

@@ -1,0 +1,311 @@
+"""The Linux kernel as a user's tree (issue #37; a benchmark, not a test).
+
+Unpacks Debian's ``linux-source-6.12`` tarball (``apt-get install
+linux-source-6.12`` puts it in /usr/src) into ``--work`` (kept between
+runs), drops Debian's packaging lines from the top ``.gitignore`` (``/*``
+then ``!/debian/``: under them git tracks nothing), makes the tree a git
+repository and runs ``up --json`` on it, recording:
+
+- the physical floor: ``git ls-files -z | xargs -0 cat > /dev/null`` (cold
+  when this process may drop the page cache, else said to be warm);
+- the time until ``initialize`` is answered over MCP;
+- the time until the lexical index is complete (``lexical_index_complete``)
+  and files/s, against that floor;
+- searches over MCP (2026-07-28, stateless) once a second during the pass and
+  after it, each sent to the indexing server and to an ``up --no-index``
+  server on the same state, interleaved: p50/p99 and their ratio;
+- ``find`` with a literal and with a regular expression over the whole tree;
+- peak RSS of the server and of each indexing child, the database and the
+  hnswlib index size at the end;
+- with ``--embed local``: the dense rate over ``--dense-window`` seconds after
+  the lexical pass, and the ETA ``stats`` shows then.
+
+    python bench/big_tree.py --work ~/.cache/dir2mcp-bench/big-tree --embed none
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from serving import Server, peak_rss_mib, percentile  # noqa: E402  (bench/serving.py's, not written again)
+
+TARBALL = Path("/usr/src/linux-source-6.12.tar.xz")
+STATELESS = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": STATELESS,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "big-tree", "version": "1"},
+}
+QUERIES = [
+    "schedule a task on another cpu run queue",
+    "ext4 journal commit transaction",
+    "tcp retransmit timer",
+    "page fault handler for anonymous memory",
+    "kmalloc slab cache allocation",
+    "usb device enumeration descriptor",
+    "spin_lock_irqsave",
+    "copy_from_user",
+    "inode cache eviction",
+    "pci config space read",
+]
+DEBIAN_PACKAGING = ("/*", "!/debian/")
+T0 = time.monotonic()
+
+
+def say(message: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def prepare(tarball: Path, work: Path) -> Path:
+    """The unpacked tree as a git repository with one commit (kept)."""
+    tree = work / tarball.name.removesuffix(".tar.xz")
+    if (tree / ".git").is_dir():
+        return tree
+    work.mkdir(parents=True, exist_ok=True)
+    say(f"unpacking {tarball} into {work}")
+    subprocess.run(["tar", "-xf", str(tarball), "-C", str(work)], check=True)
+    ignore = tree / ".gitignore"
+    kept = [line for line in ignore.read_text().splitlines() if line.strip() not in DEBIAN_PACKAGING]
+    ignore.write_text("\n".join(kept) + "\n")
+    git = ["git", "-C", str(tree), "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "unpacked"], check=True)
+    return tree
+
+
+def tracked(tree: Path) -> list[str]:
+    out = subprocess.run(["git", "-C", str(tree), "ls-files", "-z"], capture_output=True, check=True).stdout
+    return [p for p in out.decode().split("\0") if p]
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def floor_read(tree: Path) -> dict:
+    cold = drop_caches()
+    began = time.monotonic()
+    subprocess.run(
+        f"git -C '{tree}' ls-files -z | (cd '{tree}' && xargs -0 cat > /dev/null)", shell=True, check=True
+    )
+    return {"seconds": round(time.monotonic() - began, 1), "cache": "cold" if cold else "warm"}
+
+
+class Mcp:
+    """A stateless 2026-07-28 client: one POST per call, no session."""
+
+    def __init__(self, url: str):
+        self.url = url + "/mcp"
+        self.http = httpx.Client(timeout=300)
+        self.next_id = 0
+
+    def post(self, method: str, params: dict, name: str = "") -> dict:
+        self.next_id += 1
+        body = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": {**params, "_meta": META}}
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": STATELESS,
+            "Mcp-Method": method,
+        }
+        if name:
+            headers["Mcp-Name"] = name
+        response = self.http.post(self.url, headers=headers, content=json.dumps(body))
+        response.raise_for_status()
+        message = response.json()
+        if "error" in message or message["result"].get("isError"):
+            raise RuntimeError(json.dumps(message)[:500])
+        return message["result"]
+
+    def call(self, tool: str, arguments: dict) -> dict:
+        return self.post("tools/call", {"name": tool, "arguments": arguments}, name=tool)["structuredContent"]
+
+    def timed(self, tool: str, arguments: dict) -> tuple[float, dict]:
+        began = time.perf_counter()
+        result = self.call(tool, arguments)
+        return (time.perf_counter() - began) * 1000, result
+
+
+def first_initialize(url: str, deadline: float) -> float:
+    """Seconds from now until ``server/discover`` is answered."""
+    client = Mcp(url)
+    while time.monotonic() < deadline:
+        try:
+            client.post("server/discover", {})
+            return time.monotonic()
+        except (httpx.HTTPError, RuntimeError):
+            time.sleep(0.05)
+    raise SystemExit("the server never answered")
+
+
+class Searcher(threading.Thread):
+    """Once a second, the same query to the indexing server and to the
+    reference (when it is up), alternating which goes first."""
+
+    def __init__(self, indexing: str):
+        super().__init__(daemon=True)
+        self.indexing = Mcp(indexing)
+        self.reference: Mcp | None = None
+        self.phase = "during"
+        self.times: dict[tuple[str, str], list[float]] = {}
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.halt.wait(1.0):
+            args = {"query": QUERIES[i % len(QUERIES)], "k": 10}
+            pairs = [("indexing", self.indexing)]
+            if self.reference is not None:
+                pairs.append(("reference", self.reference))
+            if i % 2:
+                pairs.reverse()
+            phase = self.phase
+            for label, client in pairs:
+                try:
+                    ms, _ = client.timed("dir2mcp.search", args)
+                except (httpx.HTTPError, RuntimeError) as exc:
+                    say(f"search on {label} failed: {exc}")
+                    continue
+                self.times.setdefault((phase, label), []).append(ms)
+            i += 1
+
+    def summary(self) -> dict:
+        found: dict = {}
+        for (phase, label), values in sorted(self.times.items()):
+            found.setdefault(phase, {})[label] = {
+                "n": len(values),
+                "p50_ms": round(statistics.median(values), 1),
+                "p99_ms": round(percentile(values, 0.99), 1),
+            }
+        for servers in found.values():
+            if "indexing" in servers and "reference" in servers:
+                ratio = servers["indexing"]["p50_ms"] / servers["reference"]["p50_ms"]
+                servers["ratio_p50"] = round(ratio, 2)
+        return found
+
+
+def sizes(state: Path) -> dict:
+    def mib(paths) -> float:
+        return round(sum(p.stat().st_size for p in paths if p.is_file()) / 2**20, 1)
+
+    return {
+        "database_mib": mib(state.glob("meta.sqlite*")),
+        "vectors_mib": mib(p for p in state.rglob("*") if "hnsw" in p.name or p.suffix in (".bin", ".hnsw")),
+        "state_mib": mib(state.rglob("*")),
+    }
+
+
+def run(tree: Path, work: Path, embed: str, dense_window: float, timeout: float) -> dict:
+    state = work / f"state-{embed}"
+    shutil.rmtree(state, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL"))}
+    env["DIR2MCP_EMBED__PROVIDER"] = embed
+    began = time.monotonic()
+    indexing = Server(tree, state, env)
+    reference = None
+    peaks: dict[str, float] = {}
+    result: dict = {"embed": embed}
+    try:
+        indexing.wait(lambda s: bool(s.url), timeout=120)
+        result["initialize_seconds"] = round(first_initialize(indexing.url, began + 120) - began, 2)
+        searcher = Searcher(indexing.url)
+        searcher.start()
+        deadline = began + timeout
+        while not any(e["event"] == "lexical_index_complete" for e in indexing.events):
+            if time.monotonic() > deadline or indexing.proc.poll() is not None:
+                raise SystemExit("the lexical pass did not complete")
+            if reference is None and any(e["event"] == "scan_progress" for e in indexing.events):
+                reference = Server(tree, state, env, "--no-index")
+                reference.wait(lambda s: bool(s.url), timeout=120)
+                searcher.reference = Mcp(reference.url)
+            sample(indexing, peaks)
+            time.sleep(1.0)
+        lexical = next(e for e in indexing.events if e["event"] == "lexical_index_complete")
+        result["lexical_seconds"] = round(time.monotonic() - began, 1)
+        result["lexical"] = lexical["data"]
+        result["files_per_second"] = round(lexical["data"]["documents"] / result["lexical_seconds"], 1)
+        searcher.phase = "after"
+        client = Mcp(indexing.url)
+        for label, arguments in (
+            ("find_literal", {"content": "EXPORT_SYMBOL_GPL(kmalloc", "limit": 50}),
+            ("find_regex", {"content": r"static\s+int\s+\w+_probe\(", "regex": True, "limit": 50}),
+        ):
+            ms, found = client.timed("dir2mcp.find", arguments)
+            result[label] = {"ms": round(ms, 1), "matches": len(found.get("matches") or [])}
+        if embed != "none":
+            window_end = time.monotonic() + dense_window
+            while time.monotonic() < window_end:
+                sample(indexing, peaks)
+                time.sleep(2.0)
+            stats = client.call("dir2mcp.stats", {})
+            result["dense"] = stats["indexer"]["dense"]
+        else:
+            time.sleep(min(30.0, dense_window))
+        searcher.halt.set()
+        searcher.join()
+        result["search"] = searcher.summary()
+        sample(indexing, peaks)
+        result["peak_rss_mib"] = {k: round(v, 1) for k, v in peaks.items()}
+        result["peak_rss_total_mib"] = round(sum(peaks.values()), 1)
+    finally:
+        if reference is not None:
+            reference.stop()
+        indexing.stop()
+    result.update(sizes(state))
+    return result
+
+
+def sample(server: Server, peaks: dict[str, float]) -> None:
+    pids = server.pids()
+    labelled = [("server", pids[0])] + [(f"child {n}", pid) for n, pid in enumerate(pids[1:], 1)]
+    for label, pid in labelled:
+        peaks[label] = max(peaks.get(label, 0.0), peak_rss_mib(pid))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tarball", type=Path, default=TARBALL)
+    parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "dir2mcp-bench" / "big-tree")
+    parser.add_argument("--embed", default="none", help="embed.provider: none (lexical only) or local.")
+    parser.add_argument("--dense-window", type=float, default=300.0, help="Seconds of dense work measured.")
+    parser.add_argument("--timeout", type=float, default=7200.0, help="Seconds before giving up.")
+    args = parser.parse_args()
+    if not args.tarball.is_file():
+        raise SystemExit(f"{args.tarball} is missing: apt-get install linux-source-6.12")
+    tree = prepare(args.tarball, args.work)
+    files = tracked(tree)
+    load = os.getloadavg()
+    print(
+        f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load {load[0]:.1f}, {len(files)} files tracked by git",
+        flush=True,
+    )
+    print(json.dumps({"floor_read": floor_read(tree)}), flush=True)
+    print(json.dumps(run(tree, args.work, args.embed, args.dense_window, args.timeout)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The chunk rows a search reads once it has ranked their ids: what a hit
+shows, the lines of code units, stored vectors, and which are live and
+embedded. The SQL is written with the join and liveness rule of
+``tables.py`` (``TO_DOCUMENT``, ``LIVE``), as the lexical backends' is."""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+import numpy as np
+from django.db import connection
+
+from corpus.citations import SpanRef
+from corpus.embedding import from_bytes
+from corpus.index.tables import TO_DOCUMENT, marks
+from corpus.models import EmbeddingStatus
+
+
+class HitRow(NamedTuple):
+    """What a search hit shows of its chunk."""
+
+    text: str
+    rep_type: str
+    rel_path: str
+    doc_type: str
+    span: SpanRef
+    label: str | None
+
+
+# One round trip per search for what the ORM needed four queries for: on the
+# hot path each saved query is ~0.3 ms of a ~15 ms search.
+_HIT_SQL = (
+    'SELECT c.chunk_id, c.text, r.rep_type, d.rel_path, d.doc_type, s.span_kind, s.start, s."end", '
+    f"s.extra_json FROM chunks c {TO_DOCUMENT} LEFT JOIN spans s ON s.chunk_id = c.chunk_id "
+    "WHERE c.chunk_id IN ({marks})"
+)
+
+
+def hit_rows(ids: list[int]) -> dict[int, HitRow]:
+    """The row of each chunk of ``ids`` (live or not: the ranking checked that)."""
+    if not ids:
+        return {}
+    rows: dict[int, HitRow] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_HIT_SQL.format(marks=marks(ids)), ids)
+        for cid, text, rep_type, rel_path, doc_type, kind, start, end, extra in cursor.fetchall():
+            span = SpanRef(kind, start, end) if kind else SpanRef("lines", 1, 1)
+            rows.setdefault(cid, HitRow(text, rep_type, rel_path, doc_type, span, _label(extra)))
+    return rows
+
+
+def _label(extra) -> str | None:
+    """The span's human pointer; ``extra_json`` comes back as text or decoded, by backend."""
+    if isinstance(extra, str | bytes):
+        try:
+            extra = json.loads(extra)
+        except ValueError:
+            return None
+    label = extra.get("label") if isinstance(extra, dict) else None
+    return label if isinstance(label, str) and label else None
+
+
+def code_unit_lines(ids: list[int]) -> dict[int, int]:
+    """How many lines each code unit of ``ids`` spans (chunks that are not code units are left out)."""
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            'SELECT s.chunk_id, s."end" - s.start + 1 FROM spans s JOIN chunks c ON c.chunk_id = s.chunk_id '
+            f"WHERE s.span_kind = %s AND c.index_kind = %s AND s.chunk_id IN ({marks(ids)})",
+            ["lines", "code", *ids],
+        )
+        return dict(cursor.fetchall())
+
+
+def stored_vectors(ids: list[int]) -> dict[int, tuple[str, np.ndarray]]:
+    """(index kind, stored vector) of each embedded live chunk of ``ids``, in
+    the order of ``ids``."""
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT chunk_id, index_kind, embedding FROM chunks WHERE chunk_id IN ({marks(ids)}) "
+            "AND deleted = %s AND embedding_status = %s",
+            [*ids, False, EmbeddingStatus.OK],
+        )
+        found = {cid: (kind, from_bytes(blob)) for cid, kind, blob in cursor.fetchall() if blob}
+    return {cid: found[cid] for cid in ids if cid in found}
+
+
+def live_embedded(ids: list[int], kind: str) -> set[int]:
+    """Those of ``ids`` that are live chunks of ``kind`` with a stored vector."""
+    if not ids:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks(ids)}) "
+            "AND deleted = %s AND index_kind = %s AND embedding_status = %s",
+            [*ids, False, kind, EmbeddingStatus.OK],
+        )
+        return {row[0] for row in cursor.fetchall()}

@@ -1,0 +1,44 @@
+"""The SQLite lexical table becomes contentless (corpus/index/lexical.py):
+the same terms, counts and positions, without a second copy of each chunk's
+text. The new table is filled from the live chunks with the current
+splitter, then takes the old one's name. PostgreSQL: nothing to do (its
+table holds tsvectors, not text).
+"""
+
+from django.db import migrations
+
+from corpus.index.lexical import create_sql, index_text
+from corpus.models import with_context
+
+BATCH = 2000
+
+
+def to_contentless(apps, schema_editor):
+    if schema_editor.connection.vendor != "sqlite":
+        return
+    Chunk = apps.get_model("corpus", "Chunk")
+    live = Chunk.objects.using(schema_editor.connection.alias).filter(deleted=False)
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS chunks_fts_contentless")
+        cursor.execute(create_sql("chunks_fts_contentless"))
+        rows = live.values_list("chunk_id", "context", "text").iterator(chunk_size=BATCH)
+        batch = []
+        for chunk_id, context, text in rows:
+            batch.append((chunk_id, index_text(with_context(context, text))))
+            if len(batch) >= BATCH:
+                cursor.executemany("INSERT INTO chunks_fts_contentless(rowid, body) VALUES (%s, %s)", batch)
+                batch = []
+        if batch:
+            cursor.executemany("INSERT INTO chunks_fts_contentless(rowid, body) VALUES (%s, %s)", batch)
+        cursor.execute("DROP TABLE IF EXISTS chunks_fts")
+        cursor.execute("ALTER TABLE chunks_fts_contentless RENAME TO chunks_fts")
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("corpus", "0013_symbols"),
+    ]
+
+    operations = [
+        migrations.RunPython(to_contentless, migrations.RunPython.noop),
+    ]
