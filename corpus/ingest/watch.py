@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import watchfiles
+from django.db import connection
 
 from corpus import errors, store_faults
 from corpus.config import Config
@@ -31,6 +32,7 @@ from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.indexing import walking_indexer
 from corpus.ingest import watch_limits
+from corpus.ingest.pending import PendingChanges
 from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
@@ -41,6 +43,12 @@ from corpus.state import IndexLock, StateDir
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 400
+#: A batch of at least this many paths starts a burst (a branch switch, an
+#: unpacked archive): the batches that follow within SETTLE_SECONDS of each
+#: other, up to SETTLE_MAX_SECONDS in all, join it in one pass (issue #37).
+SETTLE_FROM = 50
+SETTLE_SECONDS = 1.0
+SETTLE_MAX_SECONDS = 20.0
 #: The first retry of a retryable failure comes this long after it (seconds;
 #: env DIR2MCP_RETRY_SECONDS), the next ones twice as long each, up to
 #: RETRY_MAX_SECONDS while documents keep failing.
@@ -111,6 +119,7 @@ def watch_directory(
             if initial:
                 try:
                     walking(changes=feed.take_paths).run()
+                    feed.handed_written()
                 except Exception as exc:  # a full disk: the pass is walked again once it can be written
                     if not unwritten.keep(exc, set(), walk=True):
                         raise
@@ -134,21 +143,29 @@ def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, rep
             if reporter is not None:
                 reporter.event("watch_ready", {"root": str(root)})
         while not stop.is_set():
+            feed.pending.publish()  # what the last batch wrote, here: the watch may not yield for a while
             batch = feed.next(timeout=0.5)
             rescan = batch == RESCAN  # the watch was set up again: walk for what it missed
             changed = () if rescan else batch or ()
             rel_paths = {rel for _, path in changed if (rel := _relative(feed.root, path))}
+            if len(rel_paths) >= SETTLE_FROM:
+                more, again = feed.settle()
+                rel_paths |= more
+                rescan = rescan or again
             if not (rel_paths or rescan) and not unwritten.due():
                 continue
             earlier, walk_again = unwritten.take()
+            walk = walk_again or rescan or _walks(rel_paths | earlier)
             with retrier.lock:
-                _apply(
+                landed = _apply(
                     rel_paths | earlier,
                     walking=walking,
                     one_by_one=retry_indexer,
                     unwritten=unwritten,
-                    walk=walk_again or rescan,
+                    walk=walk,
                 )
+            if landed:
+                feed.pending.written(None if walk else rel_paths | earlier)
     finally:
         retrier.close()
 
@@ -177,7 +194,12 @@ class _Feed:
         self.plan = watch_limits.WatchPlan(polling=False)
         self._closed = threading.Event()
         self._state_dir = state.path
+        #: (batch number, batch) in the order seen; the number is :attr:`pending`'s
         self._batches: queue.Queue = queue.Queue()
+        #: what live sync has not yet written, recorded for every process's answers
+        self.pending = PendingChanges()
+        #: the paths :meth:`take_paths` last handed to a pass under way
+        self._handed: set[str] = set()
         self._in_place = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dir2mcp-watch", daemon=True)
 
@@ -220,7 +242,10 @@ class _Feed:
         WATCH_RESTART_MAX_SECONDS of starting, and a :data:`RESCAN` batch
         walks the tree for what it missed: watchfiles stops for good at the
         first event naming a file whose name is not valid UTF-8, which would
-        otherwise end live sync for every file."""
+        otherwise end live sync for every file. The count of pending changes
+        is recorded here as each batch arrives (and by the indexing thread as
+        each is written: events in the state directory, filtered out, can
+        keep the watch from yielding for long)."""
         pause, missed = WATCH_RESTART_SECONDS, False
         forced = os.environ.get("DIR2MCP_WATCH_POLLING") == "1"
         try:
@@ -234,10 +259,12 @@ class _Feed:
                         # The first (possibly empty) batch means the OS watch is in place.
                         self._in_place.set()
                         if missed:  # walked once the new watch is in place: nothing falls between
-                            self._batches.put(RESCAN)
+                            self._batches.put((self.pending.saw(()), RESCAN))
                             missed = False
                         if batch:
-                            self._batches.put(batch)
+                            paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
+                            self._batches.put((self.pending.saw(paths), batch))
+                        self.pending.publish()
                     return  # closed
                 except Exception as exc:  # a watch that cannot go on must not take the server with it
                     self._in_place.set()
@@ -253,6 +280,8 @@ class _Feed:
                 pause, missed = min(pause * 2, WATCH_RESTART_MAX_SECONDS), True
         finally:
             self._in_place.set()
+            self.pending.publish()
+            connection.close()
 
     def wait_in_place(self, stop: threading.Event) -> bool:
         while not self._in_place.wait(0.2):
@@ -262,43 +291,74 @@ class _Feed:
 
     def next(self, timeout: float):
         try:
-            return self._batches.get(timeout=timeout)
+            number, batch = self._batches.get(timeout=timeout)
         except queue.Empty:
             return None
+        self.pending.taken(number)
+        return batch
+
+    def settle(
+        self, quiet: float = SETTLE_SECONDS, most: float = SETTLE_MAX_SECONDS
+    ) -> tuple[set[str], bool]:
+        """The paths of the batches that follow one another within ``quiet``
+        seconds (``most`` in all), and whether one was a :data:`RESCAN`: a
+        burst of changes becomes one pass, not one per batch."""
+        paths: set[str] = set()
+        rescan = False
+        end = time.monotonic() + most
+        while (left := end - time.monotonic()) > 0:
+            batch = self.next(timeout=min(quiet, left))
+            if batch is None:
+                break
+            if batch == RESCAN:
+                rescan = True
+            else:
+                paths |= {rel for _, path in batch if (rel := _relative(self.root, path))}
+        return paths, rescan
+
+    def handed_written(self) -> None:
+        """What :meth:`take_paths` handed the pass is in the index now."""
+        self.pending.written(self._handed)
+        self._handed = set()
 
     def take_paths(self) -> set[str]:
         """What changed since last asked, for a pass under way: the paths of
         every batch waiting, except a batch touching a ``.gitignore`` (what
-        is excluded changed: a walk's job, left for after the pass)."""
+        is excluded changed: a walk's job, left for after the pass). What it
+        handed last time is written by now: the pass refreshed it at once."""
+        self.handed_written()
         taken, later = set(), []
         while True:
             try:
-                batch = self._batches.get_nowait()
+                number, batch = self._batches.get_nowait()
             except queue.Empty:
                 break
             if batch == RESCAN:
-                later.append(batch)
+                later.append((number, batch))
                 continue
             paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
-            if any(Path(p).name == ".gitignore" for p in paths):
-                later.append(batch)
+            if _walks(paths):
+                later.append((number, batch))
             else:
                 taken |= paths
-        for batch in later:
-            self._batches.put(batch)
+                self.pending.taken(number)
+        for item in later:
+            self._batches.put(item)
+        self._handed = taken
         return taken
 
 
-def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, walk: bool = False) -> None:
+def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, walk: bool = False) -> bool:
     """Re-index a batch of changes: the touched paths, or the whole tree when
     a ``.gitignore`` changed (what is excluded changed) or an earlier walk
     could not be written. Only the indexer that runs is made: each owns
     provider clients until its run ends. A batch the store refused (a full
     disk) is kept in ``unwritten``, to be applied again. A :data:`RESCAN`
-    batch (the watch was set up again) is a walk."""
-    walk = walk or any(Path(p).name == ".gitignore" for p in rel_paths)
+    batch (the watch was set up again) is a walk. Whether the batch landed
+    (False: kept for later, or dropped)."""
+    walk = walk or _walks(rel_paths)
     if not (rel_paths or walk):
-        return
+        return True
     try:
         if walk:
             walking().run()
@@ -310,8 +370,15 @@ def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, wa
             fault = store_faults.classify(exc)
             if fault is not None and unwritten.reporter is not None:
                 unwritten.reporter.warn(f"live sync failed: {fault}", code=fault.code)
-        return
+        return False
     unwritten.landed()
+    return True
+
+
+def _walks(rel_paths: set[str]) -> bool:
+    """Whether these changes need a walk of the whole tree: a ``.gitignore``
+    among them changes what is excluded."""
+    return any(Path(p).name == ".gitignore" for p in rel_paths)
 
 
 class Unwritten:
@@ -419,8 +486,6 @@ class _Retrier:
         self._thread.join()
 
     def _loop(self) -> None:
-        from django.db import connection
-
         try:
             while not self._done.wait(self.delay) and not self.stop.is_set():
                 with self.lock:
