@@ -4,6 +4,7 @@
     python bench/retrieval.py --smoke              # tiny corpora, 20 queries: proves the pipeline
     python bench/retrieval.py --languages python java --queries 200 \\
         --try search.dense_weight=0.3 --try search.rrf_k=20
+    python bench/retrieval.py --units-only --build embed.precision=int8   # the int8 model
 
 The measure. An agent reads hits in rank order and each hit costs the lines
 it cites (``end - start + 1``; a page or time span costs its whole file). A
@@ -389,7 +390,7 @@ def build_index(
     state = StateDir(state_dir)
     open_store(state)
     config = build_config(config_data(mode, builds if mode == "units" else []), {}, {})
-    embedder = LocalEmbedder()
+    embedder = LocalEmbedder(precision=config.embed.precision)
     embedder.embed(["warm up"], kind="code")
     started = time.perf_counter()
     counters = index_directory(root, state=state, config=config, embedder=embedder)
@@ -675,6 +676,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help=f"tiny corpora ({SMOKE_MAX_LINES} lines, {SMOKE_QUERIES} queries each), to prove the pipeline",
     )
+    parser.add_argument(
+        "--units-only",
+        action="store_true",
+        help="build the units index only: no `today` or `bm25s windows` rows (half the indexing)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the corpora and state directories")
     parser.add_argument("--work", type=Path, help="where to build (default: a new temp directory)")
     return parser.parse_args(argv)
@@ -701,7 +707,7 @@ def run_language(lang: str, work: Path, args: argparse.Namespace, max_lines: int
         flush=True,
     )
     runs = {}
-    for mode in MODES:
+    for mode in ("units",) if args.units_only else MODES:
         started = time.perf_counter()
         units = mode == "units"
         runs[mode] = spawn_worker(
