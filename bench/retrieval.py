@@ -623,8 +623,9 @@ def cost_table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_tries(tries: list[str]) -> None:
-    """Fail before any indexing when an override is not a valid config."""
+def check_tries(tries: list[str], *, built: bool = False) -> None:
+    """Fail before any indexing when an override is not a valid config
+    (``built``: ``--build`` overrides, which the index is built with)."""
     from corpus import errors
     from corpus.config import build_config
 
@@ -633,7 +634,7 @@ def check_tries(tries: list[str]) -> None:
             build_config(config_data("units", [text]), {}, {})
         except (errors.Dir2mcpError, argparse.ArgumentTypeError) as exc:
             sys.exit(f"--try {text}: {exc}")
-        if text.split(".", 1)[0] in ("chunking", "embed", "ingest"):
+        if not built and text.split(".", 1)[0] in ("chunking", "embed", "ingest"):
             print(
                 f"note: --try {text} is evaluated without reindexing, so it changes nothing", file=sys.stderr
             )
@@ -733,7 +734,8 @@ def main(argv: list[str]) -> None:
         run_worker(argv[1:])
         return
     args = parse_args(argv)
-    check_tries([*args.tries, *args.builds])
+    check_tries(args.tries)
+    check_tries(args.builds, built=True)
     sizes = max_lines_for(args)
     work = args.work or Path(tempfile.mkdtemp(prefix="dir2mcp-retrieval-"))
     out_dir = REPO / "bench" / "results"
