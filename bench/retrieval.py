@@ -4,6 +4,7 @@
     python bench/retrieval.py --smoke              # tiny corpora, 20 queries: proves the pipeline
     python bench/retrieval.py --languages python java --queries 200 \\
         --try search.dense_weight=0.3 --try search.rrf_k=20
+    python bench/retrieval.py --units-only --build embed.precision=int8   # the int8 model
 
 The measure. An agent reads hits in rank order and each hit costs the lines
 it cites (``end - start + 1``; a page or time span costs its whole file). A
@@ -410,7 +411,7 @@ def build_index(
     state = StateDir(state_dir)
     open_store(state)
     config = build_config(config_data(mode, builds if mode == "units" else []), {}, {})
-    embedder = LocalEmbedder()
+    embedder = LocalEmbedder(precision=config.embed.precision)
     embedder.embed(["warm up"], kind="code")
     started = time.perf_counter()
     counters = index_directory(root, state=state, config=config, embedder=embedder)
@@ -651,8 +652,9 @@ def cost_table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_tries(tries: list[str]) -> None:
-    """Fail before any indexing when an override is not a valid config."""
+def check_tries(tries: list[str], *, built: bool = False) -> None:
+    """Fail before any indexing when an override is not a valid config
+    (``built``: ``--build`` overrides, which the index is built with)."""
     from corpus import errors
     from corpus.config import build_config
 
@@ -661,7 +663,7 @@ def check_tries(tries: list[str]) -> None:
             build_config(config_data("units", [text]), {}, {})
         except (errors.Dir2mcpError, argparse.ArgumentTypeError) as exc:
             sys.exit(f"--try {text}: {exc}")
-        if text.split(".", 1)[0] in ("chunking", "embed", "ingest"):
+        if not built and text.split(".", 1)[0] in ("chunking", "embed", "ingest"):
             print(
                 f"note: --try {text} is evaluated without reindexing, so it changes nothing", file=sys.stderr
             )
@@ -711,6 +713,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=list(MODES),
         help="which indexes to build: lines (the today and bm25s windows rows), units (the rest)",
     )
+    parser.add_argument(
+        "--units-only",
+        action="store_true",
+        help="the same as --modes units: no `today` or `bm25s windows` rows (half the indexing)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the corpora and state directories")
     parser.add_argument("--work", type=Path, help="where to build (default: a new temp directory)")
     return parser.parse_args(argv)
@@ -737,7 +744,7 @@ def run_language(lang: str, work: Path, args: argparse.Namespace, max_lines: int
         flush=True,
     )
     runs = {}
-    for mode in args.modes:
+    for mode in ("units",) if args.units_only else args.modes:
         started = time.perf_counter()
         units = mode == "units"
         runs[mode] = spawn_worker(
@@ -763,7 +770,8 @@ def main(argv: list[str]) -> None:
         run_worker(argv[1:])
         return
     args = parse_args(argv)
-    check_tries([*args.tries, *args.builds])
+    check_tries(args.tries)
+    check_tries(args.builds, built=True)
     sizes = max_lines_for(args)
     work = args.work or Path(tempfile.mkdtemp(prefix="dir2mcp-retrieval-"))
     out_dir = REPO / "bench" / "results"

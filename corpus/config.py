@@ -226,6 +226,10 @@ class EmbedConfig(Section):
     # stored = (unit + w * signature) / (1 + w). Recorded with the index's
     # vectors; a change takes effect at the next full `reindex` (0: off).
     signature_weight: float = Field(0.3, ge=0, le=4)
+    # The local model's arithmetic: fp32, or int8 weights and activations in
+    # onnxruntime (faster; docs/benchmarks.md). Part of the model's recorded
+    # name, so a change applies at the next full `reindex`, as a model change.
+    precision: Literal["fp32", "int8"] = "fp32"
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 
