@@ -4,6 +4,7 @@
     python bench/retrieval.py --smoke              # tiny corpora, 20 queries: proves the pipeline
     python bench/retrieval.py --languages python java --queries 200 \\
         --try search.dense_weight=0.3 --try search.rrf_k=20
+    python bench/retrieval.py --units-only --build embed.precision=int8   # the int8 model
 
 The measure. An agent reads hits in rank order and each hit costs the lines
 it cites (``end - start + 1``; a page or time span costs its whole file). A
@@ -12,7 +13,11 @@ each one's cost, a hit overlapping the target (same file, line ranges
 intersect) is reached with the running cost still <= B. Per language and
 row: found@200, found@1000 (over the top 50 hits, ``MAX_K``), recall@10 (an
 overlapping hit in the top 10), MRR@10, and lines/hit (the mean cost of a
-top-10 hit). Overlapping hits are paid for in full each time.
+top-10 hit), all from ``search(k=50)``; then recall@10 and MRR@10 of
+``search(k=10)``, what an agent asking for the default ten reads, and "top 10
+same": the share of queries whose ``k=10`` hits are the first ten of the
+``k=50`` ones (1.0 when the ranking does not depend on k). Overlapping hits
+are paid for in full each time.
 
 The corpora (bench/corpora.py) are real code and prose nobody on this
 project wrote, with their documentation removed (line numbers kept); each
@@ -313,19 +318,36 @@ def window_docs(root: Path, kind: str) -> list[tuple[list, str]]:
     return docs
 
 
-def search_rankings(searcher, queries: list[str]) -> tuple[list[list[list]], dict]:
-    """``search(q, k=DEEP)`` hits per query, and how often each index was routed to."""
-    ranked, routed = [], {}
+def search_rankings(searcher, queries: list[str]) -> tuple[list[list[list]], dict, list[list[list]]]:
+    """``search(q, k=DEEP)`` hits per query, how often each index was routed
+    to, and ``search(q, k=TOP)`` hits per query (what an agent asking for the
+    default ten gets)."""
+    ranked, routed, top = [], {}, []
     for query in queries:
         result = searcher.search(query, k=DEEP)
         routed[result.index_used] = routed.get(result.index_used, 0) + 1
-        ranked.append(
-            [
-                [h.rel_path, h.span.start, h.span.end] if h.span.kind == "lines" else [h.rel_path, None, None]
-                for h in result.hits
-            ]
-        )
-    return ranked, routed
+        ranked.append(hit_list(result.hits))
+        top.append(hit_list(searcher.search(query, k=TOP).hits))
+    return ranked, routed, top
+
+
+def hit_list(hits) -> list[list]:
+    return [
+        [h.rel_path, h.span.start, h.span.end] if h.span.kind == "lines" else [h.rel_path, None, None]
+        for h in hits
+    ]
+
+
+def at_top(top: list[list[list]], deep: list[list[list]], labels: list[dict], file_lines: dict) -> dict:
+    """recall@10 and MRR@10 of the ``k=TOP`` searches, and the share of
+    queries whose ``k=TOP`` hits are the first ``TOP`` of the ``k=DEEP`` ones."""
+    measured = summarise(top, labels, file_lines)
+    same = sum(a == b[:TOP] for a, b in zip(top, deep, strict=True))
+    return {
+        f"recall@{TOP}_k{TOP}": measured[f"recall@{TOP}"],
+        f"mrr@{TOP}_k{TOP}": measured[f"mrr@{TOP}"],
+        "prefix_same": round(same / max(len(top), 1), 3),
+    }
 
 
 def latency(searcher, queries: list[str]) -> dict:
@@ -389,7 +411,7 @@ def build_index(
     state = StateDir(state_dir)
     open_store(state)
     config = build_config(config_data(mode, builds if mode == "units" else []), {}, {})
-    embedder = LocalEmbedder()
+    embedder = LocalEmbedder(precision=config.embed.precision)
     embedder.embed(["warm up"], kind="code")
     started = time.perf_counter()
     counters = index_directory(root, state=state, config=config, embedder=embedder)
@@ -453,8 +475,8 @@ def units_rows(
     for text in tries:
         config = build_config(config_data("units", [*builds, text]), {}, {})
         tried = Searcher(searcher.state, config, searcher.embedder)
-        ranked, routed = search_rankings(tried, queries)
-        rows[f"try {text}"] = {"hits": ranked, "routed": routed, "units": len(chunks)}
+        ranked, routed, top = search_rankings(tried, queries)
+        rows[f"try {text}"] = {"hits": ranked, "routed": routed, "top": top, "units": len(chunks)}
     return rows
 
 
@@ -507,10 +529,10 @@ def run_worker(argv: list[str]) -> None:
     say(f"searching ({args.mode}, {len(queries)} queries)")
     searcher = Searcher(state, config, embedder)
     name = "today" if args.mode == "lines" else "default"
-    ranked, routed = search_rankings(searcher, queries)
+    ranked, routed, top = search_rankings(searcher, queries)
     out = {"mode": args.mode, **facts, "cost": index_cost(chunks, facts)}
     out["latency"] = {name: latency(searcher, queries)}
-    out["rows"] = {name: {"hits": ranked, "routed": routed, "units": len(chunks)}}
+    out["rows"] = {name: {"hits": ranked, "routed": routed, "top": top, "units": len(chunks)}}
     if args.mode == "lines":
         out["rows"].update(lines_rows(root, args.kind, queries))
     else:
@@ -556,6 +578,8 @@ def language_report(corpus: corpora.Corpus, runs: dict[str, dict], file_lines: d
             rows[name] = {**summarise(row["hits"], corpus.labels, file_lines), "units": row["units"]}
             if "routed" in row:
                 rows[name]["routed"] = row["routed"]
+            if "top" in row:
+                rows[name].update(at_top(row["top"], row["hits"], corpus.labels, file_lines))
     ordered = {name: rows[name] for name in ROW_ORDER if name in rows}
     ordered.update({name: value for name, value in rows.items() if name not in ordered})
     return {
@@ -582,12 +606,14 @@ def metric_table(language: str, report: dict) -> str:
     head = (
         f"### {language}: {corpus['queries']} queries, {corpus['files']} files, {corpus['lines']} lines "
         f"({corpus['source']}; {level})\n\n"
-        "| row | found@200 | found@1000 | recall@10 | MRR@10 | lines/hit | n | units |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| row | found@200 | found@1000 | recall@10 | MRR@10 | recall@10, k 10 | MRR@10, k 10 "
+        "| top 10 same | lines/hit | n | units |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     body = "".join(
         f"| {name} | {r['found@200']:.3f} | {r['found@1000']:.3f} | {r['recall@10']:.3f} | "
-        f"{r['mrr@10']:.3f} | {r['lines_per_hit']} | {r['n']} | {r['units']} |\n"
+        f"{r['mrr@10']:.3f} | {_cell(r, f'recall@{TOP}_k{TOP}')} | {_cell(r, f'mrr@{TOP}_k{TOP}')} | "
+        f"{_cell(r, 'prefix_same')} | {r['lines_per_hit']} | {r['n']} | {r['units']} |\n"
         for name, r in report["rows"].items()
     )
     weak = report["indexes"].get("units", {}).get("weak")
@@ -599,6 +625,10 @@ def metric_table(language: str, report: dict) -> str:
             for name, w in weak.items()
         )
     return head + body
+
+
+def _cell(row: dict, key: str) -> str:
+    return f"{row[key]:.3f}" if key in row else "—"
 
 
 def cost_table(report: dict) -> str:
@@ -622,8 +652,9 @@ def cost_table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_tries(tries: list[str]) -> None:
-    """Fail before any indexing when an override is not a valid config."""
+def check_tries(tries: list[str], *, built: bool = False) -> None:
+    """Fail before any indexing when an override is not a valid config
+    (``built``: ``--build`` overrides, which the index is built with)."""
     from corpus import errors
     from corpus.config import build_config
 
@@ -632,7 +663,7 @@ def check_tries(tries: list[str]) -> None:
             build_config(config_data("units", [text]), {}, {})
         except (errors.Dir2mcpError, argparse.ArgumentTypeError) as exc:
             sys.exit(f"--try {text}: {exc}")
-        if text.split(".", 1)[0] in ("chunking", "embed", "ingest"):
+        if not built and text.split(".", 1)[0] in ("chunking", "embed", "ingest"):
             print(
                 f"note: --try {text} is evaluated without reindexing, so it changes nothing", file=sys.stderr
             )
@@ -675,6 +706,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help=f"tiny corpora ({SMOKE_MAX_LINES} lines, {SMOKE_QUERIES} queries each), to prove the pipeline",
     )
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES,
+        default=list(MODES),
+        help="which indexes to build: lines (the today and bm25s windows rows), units (the rest)",
+    )
+    parser.add_argument(
+        "--units-only",
+        action="store_true",
+        help="the same as --modes units: no `today` or `bm25s windows` rows (half the indexing)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the corpora and state directories")
     parser.add_argument("--work", type=Path, help="where to build (default: a new temp directory)")
     return parser.parse_args(argv)
@@ -701,7 +744,7 @@ def run_language(lang: str, work: Path, args: argparse.Namespace, max_lines: int
         flush=True,
     )
     runs = {}
-    for mode in MODES:
+    for mode in ("units",) if args.units_only else args.modes:
         started = time.perf_counter()
         units = mode == "units"
         runs[mode] = spawn_worker(
@@ -727,7 +770,8 @@ def main(argv: list[str]) -> None:
         run_worker(argv[1:])
         return
     args = parse_args(argv)
-    check_tries([*args.tries, *args.builds])
+    check_tries(args.tries)
+    check_tries(args.builds, built=True)
     sizes = max_lines_for(args)
     work = args.work or Path(tempfile.mkdtemp(prefix="dir2mcp-retrieval-"))
     out_dir = REPO / "bench" / "results"

@@ -1,14 +1,17 @@
 """Search benchmarks (not tests): latency and memory. Retrieval quality is
 measured by bench/retrieval.py.
 
-    python bench/search.py latency [--sizes 10000 100000] [--queries 200]
+    python bench/search.py latency [--size 10000] [--queries 200] [--depths 50 100 200 400]
 
 latency: builds a state directory of N code chunks of real text (lines of
 the Python standard library) with random unit vectors as embeddings, then
-times `Searcher.search` on the code index in-process (lexical, hybrid with
-one dense round, and the default hybrid, whose code index is searched a
+times `Searcher.search` (k=10) on the code index in-process (lexical, hybrid
+with one dense round, and the default hybrid, whose code index is searched a
 second time from the first fusion's leaders; the query embedded by the
-local model), reporting p50/p99 and the process's peak RSS. The reference
+local model), reporting p50/p99 and the process's peak RSS. The same run
+times the earlier per-request candidate pool (``search.candidates: 0``) and,
+with ``--depths``, each candidate depth, every query through every variant
+in turn. The reference
 in the same run is a bare FTS5 MATCH on the same table.
 
 Each run runs in a fresh temp state directory; results go to bench/results/.
@@ -104,7 +107,25 @@ def build_synthetic(size: int, dim: int) -> None:
         set_setting(f"embed_{kind}_dim", str(dim))
 
 
-def run_latency(size: int, queries: int) -> dict:
+def variants(depths: list[int]) -> list[tuple[str, dict, bool]]:
+    """(label, config data, dense?) of each timed searcher: lexical and
+    hybrid at the default candidate depth, hybrid with one dense round, the
+    earlier per-request pool (``search.candidates: 0``: k × 5 candidates
+    with dense, k without), and hybrid at each of ``depths``."""
+    local = {"embed": {"provider": "local"}}
+    out = [
+        ("lexical", local, False),
+        ("hybrid, one dense round", {**local, "search": {"feedback_units": 0}}, True),
+        ("hybrid", local, True),
+        ("lexical, k-sized pool (before)", {**local, "search": {"candidates": 0}}, False),
+        ("hybrid, k × 5 pool (before)", {**local, "search": {"candidates": 0}}, True),
+    ]
+    out += [(f"hybrid, {d} candidates", {**local, "search": {"candidates": d}}, True) for d in depths]
+    out += [(f"lexical, {d} candidates", {**local, "search": {"candidates": d}}, False) for d in depths]
+    return out
+
+
+def run_latency(size: int, queries: int, depths: list[int]) -> dict:
     work = Path(tempfile.mkdtemp(prefix="dir2mcp-search-"))
     root, state_dir = work / "root", work / "state"
     root.mkdir()
@@ -127,28 +148,28 @@ def run_latency(size: int, queries: int) -> dict:
     started = time.perf_counter()
     dense_store(state).sync("code")
     ann_build_s = time.perf_counter() - started
-    config = build_config({"embed": {"provider": "local"}}, {}, {})
-    # the default without its second dense round (search.feedback_units), for its cost
-    one_round = build_config({"embed": {"provider": "local"}, "search": {"feedback_units": 0}}, {}, {})
     embedder = LocalEmbedder()
     embedder.embed(["warm up"], kind="code")
     words = [w for line in stdlib_lines()[:20000] for w in line.split() if w.isidentifier() and len(w) > 3]
     rng = random.Random(11)
     qs = [" ".join(rng.sample(words, 3)) for _ in range(queries)]
     results: dict = {"chunks": size, "build_rows_s": round(build_s, 1), "build_ann_s": round(ann_build_s, 1)}
-    for label, searcher, index in (
-        ("lexical", Searcher(state, config, None), "code"),
-        ("hybrid, one dense round", Searcher(state, one_round, embedder), "code"),
-        ("hybrid", Searcher(state, config, embedder), "code"),
-    ):
-        times = []
-        for q in qs:
+    searchers = [
+        (label, Searcher(state, build_config(data, {}, {}), embedder if dense else None))
+        for label, data, dense in variants(depths)
+    ]
+    times: dict[str, list[float]] = {label: [] for label, _ in searchers}
+    for n, q in enumerate(qs):
+        # each query through every variant, from a rotating start, so that
+        # the machine's load falls on all of them alike
+        for label, searcher in searchers[n % len(searchers) :] + searchers[: n % len(searchers)]:
             t = time.perf_counter()
-            searcher.search(q, k=10, index=index)
-            times.append((time.perf_counter() - t) * 1000)
+            searcher.search(q, k=10, index="code")
+            times[label].append((time.perf_counter() - t) * 1000)
+    for label, values in times.items():
         results[label] = {
-            "p50_ms": round(percentile(times, 50), 2),
-            "p99_ms": round(percentile(times, 99), 2),
+            "p50_ms": round(percentile(values, 50), 2),
+            "p99_ms": round(percentile(values, 99), 2),
         }
     times = []
     for q in qs:
@@ -189,8 +210,15 @@ def main() -> None:
     lat = sub.add_parser("latency")
     lat.add_argument("--size", type=int, default=10000)
     lat.add_argument("--queries", type=int, default=200)
+    lat.add_argument(
+        "--depths",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also time search.candidates at each of these depths (hybrid and lexical), e.g. 50 100 200 400",
+    )
     args = parser.parse_args()
-    result = run_latency(args.size, args.queries)
+    result = run_latency(args.size, args.queries, args.depths)
     result.update(
         date=time.strftime("%Y-%m-%d"),
         machine=f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",

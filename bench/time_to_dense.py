@@ -12,18 +12,25 @@ variant in alternating rounds, every round in a fresh child process (so the
 peak RSS is that variant's own and background load falls on all of them),
 and reports chunks/s, tokens, the ratio to the first variant, the cosine to
 the first variant's vectors and the time the whole tree would take at that
-rate. A variant is ``BACKEND:CALL[:THREADS[:PROCESSES]]``: the embedder
-backend (onnx, numpy), how many texts one ``embed`` call gets (what
-corpus.embedding fetches at a time), its worker threads (default: one per
-core) and how many processes share the calls between them (default 1; their
-peak RSS is summed). ``numpy:32:2`` is the implementation before 2026-11-25.
+rate. A variant is ``BACKEND[-PRECISION][+sig]:CALL[:THREADS[:PROCESSES]]``:
+the embedder backend (onnx, numpy), its precision (``embed.precision``:
+fp32, the default, or int8), whether each code call also embeds its units'
+signature views as corpus.embedding does when ``embed.signature_weight`` is
+above 0 (``+sig``; the cosines compare the units' own vectors), how many
+texts one ``embed`` call gets (what corpus.embedding fetches at a time), its
+worker threads (default: one per core) and how many processes share the
+calls between them (default 1; their peak RSS is summed). ``numpy:32:2`` is
+the implementation before 2026-11-25.
 
 ``--full VARIANT`` instead runs the real ``corpus.embedding.embed_pending``
 over every pending chunk of a copy of the indexed state, database writes and
-index saves included: the time to dense itself.
+index saves included: the time to dense itself. There ``+sig`` records
+the configured ``embed.signature_weight`` (0.3) with the index, as a real
+run does; without it the code vectors are the units' alone (weight 0, what
+the runs before 2026-11-29 measured).
 
     python bench/time_to_dense.py [--sample 2000] [--rounds 3]
-        [--variants numpy:32:2,onnx:256] [--work DIR] [--full onnx:256]
+        [--variants numpy:32:2,onnx:256,onnx-int8+sig:256] [--work DIR] [--full onnx+sig:256]
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,14 +76,15 @@ import json, sys
 from dir2mcp_site import bootstrap
 bootstrap.prepare(["--dir", sys.argv[1], "--state-dir", sys.argv[2]])
 import django; django.setup()
-from corpus.embed_view import embedding_text
+from corpus.embed_view import embedding_text, signature_text
 from corpus.embedding import _pending
 from corpus.index.vectors import KINDS
 window = int(sys.argv[4])
 rows = []
 for kind in KINDS:
     for cid, context, text in _pending(kind).order_by("chunk_id").values_list("chunk_id", "context", "text"):
-        rows.append([kind, cid, embedding_text(context, text, kind, window)])
+        view = signature_text(context, text) if kind == "code" else ""
+        rows.append([kind, cid, embedding_text(context, text, kind, window), view])
 with open(sys.argv[3], "w") as out:
     json.dump(rows, out)
 """
@@ -86,15 +95,20 @@ from dir2mcp_site import bootstrap
 bootstrap.prepare(["--dir", sys.argv[1], "--state-dir", sys.argv[2]])
 import django; django.setup()
 from pathlib import Path
-from corpus.embedding import embed_pending
+from corpus.config import EmbedConfig
+from corpus.embedding import check_models, embed_pending
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers.local import LocalEmbedder
 from corpus.state import StateDir
 sys.path.insert(0, "bench")
-from time_to_dense import peak_rss_mb
-backend, call, threads = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) or None
-embedder = LocalEmbedder(backend=backend, threads=threads)
-embedder.texts_per_call = call
+from time_to_dense import parse_variant, peak_rss_mb
+variant = parse_variant(sys.argv[3])
+embedder = LocalEmbedder(
+    backend=variant.backend, threads=variant.threads or None, precision=variant.precision
+)
+embedder.texts_per_call = variant.call
+weight = EmbedConfig().signature_weight if variant.signature else 0.0
+check_models(embedder, StateDir(Path(sys.argv[2])), signature_weight=weight)
 start = time.perf_counter()
 embedder.load()
 load_s = time.perf_counter() - start
@@ -102,8 +116,9 @@ start = time.perf_counter()
 done = embed_pending(embedder, StateDir(Path(sys.argv[2])))
 seconds = time.perf_counter() - start
 left = Chunk.objects.filter(deleted=False, embedding_status=EmbeddingStatus.PENDING).count()
+cpu_s = time.process_time()
 print(json.dumps({"embedded": done, "left_pending": left, "seconds": seconds, "load_s": load_s,
-                  "peak_rss_mb": peak_rss_mb()}))
+                  "cpu_s": cpu_s, "signature_weight": weight, "peak_rss_mb": peak_rss_mb()}))
 """
 
 
@@ -116,12 +131,24 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def parse_variant(text: str) -> tuple[str, int, int, int]:
-    """``BACKEND:CALL[:THREADS[:PROCESSES]]`` (threads 0: one per core)."""
-    backend, call, *rest = text.split(":")
+@dataclass(frozen=True)
+class Variant:
+    backend: str
+    precision: str
+    signature: bool
+    call: int
+    threads: int
+    processes: int
+
+
+def parse_variant(text: str) -> Variant:
+    """``BACKEND[-PRECISION][+sig]:CALL[:THREADS[:PROCESSES]]`` (threads 0: one per core)."""
+    name, call, *rest = text.split(":")
+    name, plus, _ = name.partition("+sig")
+    backend, _, precision = name.partition("-")
     threads = int(rest[0]) if rest else 0
     processes = int(rest[1]) if len(rest) > 1 else 1
-    return backend, int(call), threads, processes
+    return Variant(backend, precision or "fp32", bool(plus), int(call), threads, processes)
 
 
 def index_tree(tree: Path, work: Path) -> Path:
@@ -196,13 +223,16 @@ def computed_tokens(groups: list[list[int]], call: int, backend: str) -> int:
 def child_embed(args: argparse.Namespace) -> None:
     """One timed round in this process: embed the sample, report, save the vectors."""
     rows = json.loads(Path(args.texts).read_text())
-    backend, call, threads, _ = parse_variant(args.variant)
-    embedder = LocalEmbedder(backend=backend, threads=threads or None)
+    variant = parse_variant(args.variant)
+    call = variant.call
+    embedder = LocalEmbedder(
+        backend=variant.backend, threads=variant.threads or None, precision=variant.precision
+    )
     start = time.perf_counter()
     embedder.load()
     load_s = time.perf_counter() - start
     by_kind: dict[str, list[int]] = {}
-    for row, (kind, _, _) in enumerate(rows):
+    for row, (kind, *_) in enumerate(rows):
         by_kind.setdefault(kind, []).append(row)
     # every call of the sample in order; a process of ``--parts`` takes every parts-th
     calls = [
@@ -215,7 +245,8 @@ def child_embed(args: argparse.Namespace) -> None:
     vectors = []
     start, cpu_start = time.perf_counter(), time.process_time()
     for kind, part in mine:
-        vectors.append(embedder.embed([rows[row][2] for row in part], kind=kind))
+        views = [rows[row][3] for row in part if rows[row][3]] if variant.signature else []
+        vectors.append(embedder.embed([rows[row][2] for row in part] + views, kind=kind)[: len(part)])
     seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     np.savez(args.out, rows=np.array([row for _, part in mine for row in part]), vectors=np.vstack(vectors))
     print(json.dumps({"seconds": seconds, "cpu_s": cpu_s, "load_s": load_s, "peak_rss_mb": peak_rss_mb()}))
@@ -224,7 +255,7 @@ def child_embed(args: argparse.Namespace) -> None:
 def run_variant(variant: str, texts_path: Path, out: Path, size: int) -> dict:
     """One round of ``variant`` in fresh child processes (all of them at once
     when it has several); its vectors are saved in sample order to ``out``."""
-    processes = parse_variant(variant)[3]
+    processes = parse_variant(variant).processes
     parts = [out.with_name(f"{out.stem}-part{i}.npz") for i in range(processes)]
     children = [
         subprocess.Popen(
@@ -274,10 +305,12 @@ def sample_mode(args, rows: list[list], work: Path, result: dict) -> None:
     sample = [rows[i] for i in picked]
     sample_path = work / f"sample-{args.seed}-{len(sample)}.json"
     sample_path.write_text(json.dumps(sample))
-    lengths = token_counts([text for _, _, text in sample])
+    lengths = token_counts([row[2] for row in sample])
     groups: dict[str, list[int]] = {}
-    for (kind, _, _), n in zip(sample, lengths, strict=True):
+    for (kind, *_), n in zip(sample, lengths, strict=True):
         groups.setdefault(kind, []).append(n)
+    views = [row[3] for row in sample if row[3]]
+    view_tokens = sum(token_counts(views)) if views else 0
     rounds: dict[str, list[dict]] = {v: [] for v in variants}
     load_before = os.getloadavg()[0]
     for number in range(args.rounds):
@@ -296,7 +329,7 @@ def sample_mode(args, rows: list[list], work: Path, result: dict) -> None:
         cosines = np.sum(vectors * reference, axis=1)
         seconds = statistics.median(r["seconds"] for r in rounds[variant])
         cpu_s = statistics.median(r["cpu_s"] for r in rounds[variant])
-        backend, call, _, _ = parse_variant(variant)
+        parsed = parse_variant(variant)
         table.append(
             {
                 "variant": variant,
@@ -306,8 +339,8 @@ def sample_mode(args, rows: list[list], work: Path, result: dict) -> None:
                 # CPU seconds (all threads) per round: steadier than wall time on a shared machine
                 "cpu_s": round(cpu_s, 1),
                 "cpu_ratio": round(base_cpu / cpu_s, 3),
-                "tokens_real": sum(lengths),
-                "tokens_computed": computed_tokens(list(groups.values()), call, backend),
+                "tokens_real": sum(lengths) + (view_tokens if parsed.signature else 0),
+                "tokens_computed": computed_tokens(list(groups.values()), parsed.call, parsed.backend),
                 "cosine_min": float(cosines.min()),
                 "load_s": round(statistics.median(r["load_s"] for r in rounds[variant]), 2),
                 "peak_rss_mb": round(max(r["peak_rss_mb"] for r in rounds[variant])),
@@ -333,22 +366,27 @@ def sample_mode(args, rows: list[list], work: Path, result: dict) -> None:
 
 
 def full_mode(args, tree: Path, state: Path, result: dict) -> None:
-    backend, call, threads, _ = parse_variant(args.full)
-    copy = Path(tempfile.mkdtemp(prefix="dir2mcp-ttd-")) / "state"
-    shutil.copytree(state, copy)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", FULL_SNIPPET, str(tree), str(copy), backend, str(call), str(threads)],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-        )
-    finally:
-        shutil.rmtree(copy.parent, ignore_errors=True)
-    run = json.loads(done.stdout.strip().splitlines()[-1])
-    result["full"] = {"variant": args.full, **run, "chunks_per_s": round(run["embedded"] / run["seconds"], 1)}
-    print(json.dumps(result["full"], indent=2))
+    """Each of ``--full``'s variants over its own copy of the indexed state, one after another."""
+    result["full"] = []
+    for variant in args.full.split(","):
+        copy = Path(tempfile.mkdtemp(prefix="dir2mcp-ttd-")) / "state"
+        shutil.copytree(state, copy)
+        load_before = os.getloadavg()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", FULL_SNIPPET, str(tree), str(copy), variant],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+            )
+        finally:
+            shutil.rmtree(copy.parent, ignore_errors=True)
+        run = json.loads(done.stdout.strip().splitlines()[-1])
+        run |= {"chunks_per_s": round(run["embedded"] / run["seconds"], 1)}
+        run |= {"load_avg_before_after": [load_before, os.getloadavg()]}
+        result["full"].append({"variant": variant, **run})
+        print(json.dumps(result["full"][-1], indent=2), flush=True)
 
 
 def main() -> None:
@@ -366,7 +404,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3, help="Alternating rounds (median reported).")
     parser.add_argument("--variants", default="numpy:32:2,onnx:256", help="First is the reference.")
-    parser.add_argument("--full", help="Time embed_pending over the whole tree with this variant instead.")
+    parser.add_argument(
+        "--full", help="Time embed_pending over the whole tree with these variants (comma-separated) instead."
+    )
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--texts", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -382,7 +422,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     state = index_tree(tree, work)
     rows = export_texts(tree, state, work)
-    lengths = token_counts([text for _, _, text in rows])
+    lengths = token_counts([row[2] for row in rows])
     result = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",

@@ -96,6 +96,7 @@ class RagConfig(Section):
     k_default: int = Field(10, ge=1, le=50)
     system_prompt: str = "You are a retrieval-augmented assistant.\nUse citations and never invent sources.\n"
     max_context_chars: int = Field(20000, ge=500)
+    # Candidates per wanted hit, used only with search.candidates: 0.
     oversample_factor: int = Field(5, ge=1, le=100)
 
 
@@ -225,6 +226,10 @@ class EmbedConfig(Section):
     # stored = (unit + w * signature) / (1 + w). Recorded with the index's
     # vectors; a change takes effect at the next full `reindex` (0: off).
     signature_weight: float = Field(0.3, ge=0, le=4)
+    # The local model's arithmetic: fp32, or int8 weights and activations in
+    # onnxruntime (faster; docs/benchmarks.md). Part of the model's recorded
+    # name, so a change applies at the next full `reindex`, as a model change.
+    precision: Literal["fp32", "int8"] = "fp32"
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 
@@ -235,7 +240,23 @@ class ChatConfig(Section):
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 
+#: the most hits one search returns (``k``): a fixed candidate depth reaches it
+MAX_K = 50
+
+
+def _candidate_depth(value: int) -> int:
+    if value and value < MAX_K:
+        raise ValueError(f"must be 0 or at least {MAX_K}, the largest k")
+    return value
+
+
 class SearchConfig(Section):
+    # How many candidates each ranking (lexical, each dense index) hands the
+    # fusion, whatever k is asked: the first k hits are then the first k of
+    # any larger k (docs/retrieval.md; depth measured in docs/benchmarks.md).
+    # 0: the pool of earlier versions, k × rag.oversample_factor, whose top
+    # ten differ between k 10 and k 50 (kept to measure against).
+    candidates: Annotated[int, AfterValidator(_candidate_depth)] = Field(200, ge=0, le=5000)
     # How rankings are fused: reciprocal rank fusion, or normalised scores
     # (bench/retrieval.py measured both; docs/benchmarks.md).
     fusion: Literal["rrf", "score"] = "rrf"

@@ -75,6 +75,8 @@ def _declares_inside(name: str) -> re.Pattern:
 def defines(text: str, name: str) -> bool:
     """True when the unit declares ``name``: on its signature line, or as a
     member inside it (a method of a class kept whole, an interface field)."""
+    if name not in text:  # both patterns match the name literally; most candidates lack it
+        return False
     line = signature_line(text)
     if line and _declares(name).search(line):
         return True

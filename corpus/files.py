@@ -26,6 +26,7 @@ import itertools
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 import regex
+from django.db import connection
 from django.db.models import Q
 
 from corpus import arguments, errors, globs, patterns
@@ -117,6 +119,26 @@ def canonical_prefix(path_prefix) -> str:
     directory = prefix.endswith("/") and prefix != "/"  # "/" is absolute: PATH_OUTSIDE_ROOT
     canonical = canonical_rel_path(prefix[:-1] if directory else prefix)
     return canonical + "/" if directory else canonical
+
+
+def under_prefix(field: str, prefix: str) -> Q:
+    """Rows whose ``field`` (a path) starts with ``prefix``: case-sensitively,
+    as on PostgreSQL, and on SQLite as an index range (:func:`prefix_range`)."""
+    q = Q(**{f"{field}__startswith": prefix})
+    bounds = prefix_range(prefix)
+    if bounds is not None:
+        q &= Q(**{f"{field}__gte": bounds[0], f"{field}__lt": bounds[1]})
+    return q
+
+
+def prefix_range(prefix: str) -> tuple[str, str] | None:
+    """``[prefix, successor)``, the paths starting with ``prefix``, on SQLite
+    (None elsewhere): there a ``LIKE`` is case-insensitive and scans the
+    whole path index, where the range reads only the matches (issue #37).
+    Paths are stored as valid UTF-8, whose byte order is code-point order."""
+    if connection.vendor != "sqlite" or not prefix or ord(prefix[-1]) >= sys.maxunicode:
+        return None
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def _glob(glob):
@@ -560,7 +582,7 @@ def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offse
     offset = arguments.OFFSET.check("offset", offset)
     docs = listable_documents().order_by("rel_path")
     if prefix:
-        docs = docs.filter(rel_path__startswith=prefix)
+        docs = docs.filter(under_prefix("rel_path", prefix))
     if spec is None:
         total, page = docs.count(), docs.values_list(*_FILE_FIELDS)[offset : offset + limit]
     else:
@@ -718,7 +740,7 @@ def _find_page(engine, key: str, where: tuple, pattern, page: tuple, stop) -> di
     spec, prefix, doc_types, after_ns = where
     limit, per_file, (start_path, start_skip), deadline, waited = page
     docs = Document.objects.filter(deleted=False).order_by("rel_path")
-    docs = docs.filter(rel_path__startswith=prefix) if prefix else docs
+    docs = docs.filter(under_prefix("rel_path", prefix)) if prefix else docs
     docs = docs.filter(doc_type__in=list(doc_types)) if doc_types else docs
     docs = docs.filter(mtime_ns__gt=after_ns) if after_ns is not None else docs
     if start_path:

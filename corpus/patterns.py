@@ -137,6 +137,15 @@ _worker = _Worker()
 atexit.register(_worker.kill)
 
 
+def stop_worker() -> None:
+    """Kill the worker now, whatever it is doing: for a process about to exit
+    hard (``os._exit``), whose atexit hooks do not run. Not under the turn
+    lock, which a call stuck on a compiling pattern holds."""
+    proc = _worker.proc
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+
+
 class RegexScan:
     """A regular expression compiled in the worker, for one call.
 

@@ -12,9 +12,10 @@ import numpy as np
 
 from corpus import dense_status, errors, globs, patterns, ranking
 from corpus.citations import SpanRef
-from corpus.config import Config
+from corpus.config import MAX_K, Config
 from corpus.definitions import defines, query_identifiers
 from corpus.embedding import dense_store, from_bytes
+from corpus.files import prefix_range, under_prefix
 from corpus.index import chunks, lexical, words
 from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
@@ -25,7 +26,6 @@ from corpus.status import indexing_complete
 log = logging.getLogger(__name__)
 
 INDEXES = ("auto", "text", "code", "both")
-MAX_K = 50
 # Below this many filtered candidates, exact search over their stored
 # vectors beats growing an ANN oversample until enough of them turn up.
 BRUTE_FORCE_LIMIT = 20000
@@ -64,6 +64,10 @@ class Filters:
             escaped = self.path_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             clauses.append("d.rel_path LIKE %s ESCAPE '\\'")
             params.append(escaped + "%")
+            bounds = prefix_range(self.path_prefix)
+            if bounds is not None:  # case-sensitive, as under_prefix
+                clauses.append("d.rel_path >= %s AND d.rel_path < %s")
+                params.extend(bounds)
         if self.doc_types:
             clauses.append(f"d.doc_type IN ({', '.join(['%s'] * len(self.doc_types))})")
             params.extend(self.doc_types)
@@ -161,9 +165,7 @@ class Searcher:
         validate(query, k, index)
         used = route(query, index, filters)
         search_cfg = self.config.search
-        # Fusion needs each ranking deeper than k; a lone lexical ranking is
-        # already in its final order, so its top k are the answer.
-        pool = k * self.config.rag.oversample_factor if self.embedder is not None else k
+        pool = self._pool(k)
         lexical_kinds = (used,) if index in ("text", "code") else ()
         lexical_hits, full = self._lexical(query, pool, filters, lexical_kinds)
         plan = self._dense_plan(query, index, used)
@@ -190,11 +192,21 @@ class Searcher:
             query=query,
             k=k,
             index_used=_index_used(used, plan, dense),
-            hits=self._hits(query, fused[:k]),
+            hits=self._hits(query, fused, k),
             indexing_complete=indexing_complete(self.embedder is not None),
             dense=dense,
             match="weak" if weak else "good",
         )
+
+    def _pool(self, k: int) -> int:
+        """Candidates each ranking hands the fusion: ``search.candidates``,
+        whatever ``k`` is, so that every stage after it (fusion, feedback,
+        definitions first) sees the same lists and the first ``k`` hits are
+        the first ``k`` of any larger ``k``. With 0, the earlier per-request
+        pool: ``k × rag.oversample_factor``, or ``k`` for a lone lexical ranking."""
+        if self.config.search.candidates:
+            return self.config.search.candidates
+        return k * self.config.rag.oversample_factor if self.embedder is not None else k
 
     # -- dense rankings -----------------------------------------------------
 
@@ -367,7 +379,7 @@ class Searcher:
             return None
         query = _live(kind)
         if filters.path_prefix:
-            query = query.filter(representation__document__rel_path__startswith=filters.path_prefix)
+            query = query.filter(under_prefix("representation__document__rel_path", filters.path_prefix))
         if filters.doc_types:
             query = query.filter(representation__document__doc_type__in=filters.doc_types)
         return list(query.values_list("chunk_id", flat=True)[: BRUTE_FORCE_LIMIT + 1])
@@ -384,7 +396,8 @@ class Searcher:
         if not ids:
             return []
         scores = np.vstack(vecs) @ vector
-        return [(ids[i], float(scores[i])) for i in np.argsort(-scores)]
+        # best first, ties by chunk id: the order never depends on the rows' order
+        return [(ids[i], float(scores[i])) for i in np.lexsort((np.asarray(ids), -scores))]
 
     def _approximate(
         self, index, vector: np.ndarray, kind: str, pool: int, filters: Filters
@@ -403,9 +416,21 @@ class Searcher:
 
     # -- results ------------------------------------------------------------
 
-    def _hits(self, query: str, fused: list[tuple[int, float]]) -> list[Hit]:
-        rows = chunks.hit_rows([cid for cid, _ in fused])
+    def _hits(self, query: str, fused: ranking.Ranking, k: int) -> list[Hit]:
+        """The first ``k`` units of ``fused`` that still exist (one deleted
+        since the ranking was read is passed over, so ``k`` hits are still
+        the first ``k`` of a larger ``k``)."""
         terms = words.tokens(query)
+        hits: list[Hit] = []
+        start = 0
+        while len(hits) < k and start < len(fused):
+            batch = fused[start : start + k - len(hits)]
+            start += len(batch)
+            hits.extend(self._hits_of(batch, terms))
+        return hits
+
+    def _hits_of(self, fused: ranking.Ranking, terms: list[str]) -> list[Hit]:
+        rows = chunks.hit_rows([cid for cid, _ in fused])
         hits = []
         for cid, score in fused:
             row = rows.get(cid)

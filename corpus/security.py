@@ -22,16 +22,18 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote
 
-import pathspec
-
 from corpus import errors, redaction
 from corpus.config import DEFAULT_PATH_EXCLUDES, secret_rule_names
+from corpus.gitignore import GitignoreRule, Repository, gitignore_reason, load_rule, spec
 from corpus.redaction import Redacted
 from corpus.secret_scan import SecretScanner
 
 DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
     {".git", "node_modules", "dist", "build", ".venv", ".dir2mcp", "__pycache__"}
 )
+#: Default-ignored names that are build output only when git does not track
+#: files in them: the kernel's tools/build is source, and git says so.
+OUTPUT_DIR_NAMES: frozenset[str] = frozenset({"build", "dist"})
 ARCHIVE_SEPARATOR = "!/"
 _DRIVE_RE = re.compile(r"^[A-Za-z]:")
 
@@ -90,15 +92,6 @@ def _secret_file_excludes(config, root: Path | None) -> tuple[str, ...]:
         if rel:
             patterns.append("/" + rel)
     return tuple(patterns)
-
-
-@dataclass(frozen=True)
-class GitignoreRule:
-    """A parsed ``.gitignore``; its patterns apply to paths below ``base``."""
-
-    base: str
-    source: str
-    spec: pathspec.GitIgnoreSpec
 
 
 def _outside(message: str) -> errors.Dir2mcpError:
@@ -221,7 +214,9 @@ class ExclusionEngine:
         self.root = Path(root).resolve()
         self.policy = policy
         self._root_str = str(self.root)
-        self._excludes = _spec(policy.path_excludes)
+        self._excludes = spec(policy.path_excludes)
+        #: the git work tree the root lies in: its outer rules and tracked files
+        self._repo = Repository.find(self._root_str) if policy.use_gitignore else None
         # All the rules in one linear-time pass (corpus/secret_scan.py).
         self._secrets = SecretScanner(policy.secret_patterns)
         self._rule_names = secret_rule_names(policy.secret_patterns)
@@ -230,6 +225,7 @@ class ExclusionEngine:
         # While pinned: each directory's verdict and .gitignore, judged once.
         self._pinned_dirs: dict[str, tuple[str | None, tuple[GitignoreRule, ...]]] | None = None
         self._pinned_rules: dict[str, GitignoreRule | None] | None = None
+        self._pinned_outer: tuple[GitignoreRule, ...] | None = None
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:
@@ -243,7 +239,7 @@ class ExclusionEngine:
         try:
             yield
         finally:
-            self._pinned_dirs = self._pinned_rules = None
+            self._pinned_dirs = self._pinned_rules = self._pinned_outer = None
 
     def _state_dir_for(self, state_dir: Path | None) -> str | None:
         """The state directory's real path, if it lies below the root (not the root itself)."""
@@ -337,7 +333,7 @@ class ExclusionEngine:
         ``chain`` is :meth:`gitignore_chain` of the entry's parent directory.
         """
         name = rel_path.rpartition("/")[2]
-        if is_dir and name in DEFAULT_IGNORED_DIRS:
+        if is_dir and name in DEFAULT_IGNORED_DIRS and not self._tracked_source(name, rel_path):
             return f"default ignore: {name}"
         reason = self._name_reason(name)
         if reason is not None:
@@ -347,7 +343,16 @@ class ExclusionEngine:
         reason = self._excludes_reason(rel_path, is_dir=is_dir)
         if reason is not None:
             return reason
-        return _gitignore_reason(chain, rel_path, is_dir=is_dir)
+        reason = gitignore_reason(chain, rel_path, is_dir=is_dir)
+        if reason is not None and self._repo is not None and self._repo.is_tracked(rel_path, is_dir=is_dir):
+            return None  # git tracks it: part of the work tree whatever the rules say
+        return reason
+
+    def _tracked_source(self, name: str, dir_rel: str) -> bool:
+        """A ``build`` or ``dist`` directory git tracks files in: source, not output."""
+        if name not in OUTPUT_DIR_NAMES or self._repo is None:
+            return False
+        return self._repo.is_tracked(dir_rel, is_dir=True)
 
     def _excludes_reason(self, rel: str, *, is_dir: bool) -> str | None:
         result = self._excludes.check_file(rel + "/" if is_dir else rel)
@@ -365,14 +370,14 @@ class ExclusionEngine:
         if not self.policy.use_gitignore:
             return ()
         if parent_chain is None:
-            parent_chain = () if not dir_rel else self._chain_from_root(dir_rel)
+            parent_chain = self._outer_rules() if not dir_rel else self._chain_from_root(dir_rel)
         rule = self._gitignore_for(dir_rel)
         return parent_chain + (rule,) if rule else parent_chain
 
     def _chain_from_root(self, dir_rel: str) -> tuple[GitignoreRule, ...]:
         """The ``.gitignore`` files above ``dir_rel``, read down to the first
         directory that does not exist (nothing below it holds one)."""
-        chain: tuple[GitignoreRule, ...] = ()
+        chain = self._outer_rules()
         prefix = ""
         for part in ["", *dir_rel.split("/")[:-1]]:
             prefix = f"{prefix}/{part}" if prefix else part
@@ -381,6 +386,17 @@ class ExclusionEngine:
             rule = self._gitignore_for(prefix)
             chain = chain + (rule,) if rule else chain
         return chain
+
+    def _outer_rules(self) -> tuple[GitignoreRule, ...]:
+        """The git rules from outside the root (global excludes, ``info/exclude``,
+        the ``.gitignore`` files above it), lowest precedence first."""
+        if self._repo is None:
+            return ()
+        if self._pinned_rules is None:
+            return self._repo.outer_rules()
+        if self._pinned_outer is None:
+            self._pinned_outer = self._repo.outer_rules()
+        return self._pinned_outer
 
     def _gitignore_for(self, dir_rel: str) -> GitignoreRule | None:
         pinned = self._pinned_rules
@@ -402,7 +418,7 @@ class ExclusionEngine:
         cached = self._gitignores.get(dir_rel)
         if cached and cached[:2] == (st.st_mtime_ns, st.st_size):
             return cached[2]
-        rule = _load_gitignore(path, dir_rel)
+        rule = load_rule(path, dir_rel, f"{dir_rel}/.gitignore" if dir_rel else ".gitignore")
         self._gitignores[dir_rel] = (st.st_mtime_ns, st.st_size, rule)
         return rule
 
@@ -686,55 +702,3 @@ HARDLINK_REASON = (
     "hard link: the file has other names, which may lie outside the root; "
     "set ingest.follow_hardlinks: true to index it"
 )
-
-
-def _load_gitignore(path: str, dir_rel: str) -> GitignoreRule | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with open(fd, encoding="utf-8", errors="replace") as fh:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO since the stat
-                return None
-            spec = _gitignore_spec(fh.read().splitlines())
-        except OSError:
-            return None
-    source = f"{dir_rel}/.gitignore" if dir_rel else ".gitignore"
-    return GitignoreRule(base=dir_rel, source=source, spec=spec)
-
-
-def _spec(lines) -> pathspec.GitIgnoreSpec:
-    # pathspec's own regex engine: with google-re2 installed (the secret
-    # rules') it would pick its RE2 backend, which cannot take a file name
-    # that is not valid UTF-8 (a lone surrogate) and raises.
-    return pathspec.GitIgnoreSpec.from_lines(lines, backend="simple")
-
-
-def _gitignore_spec(lines: list[str]) -> pathspec.GitIgnoreSpec:
-    """The rules of a ``.gitignore``, without the lines pathspec refuses (a
-    trailing backslash, a lone ``!``, a reversed range): git ignores those
-    too, and a file caught mid-write ends with any of them."""
-    try:
-        return _spec(lines)
-    except (ValueError, re.error):
-        return _spec([line for line in lines if _valid_gitignore_line(line)])
-
-
-def _valid_gitignore_line(line: str) -> bool:
-    try:
-        _spec([line])
-    except (ValueError, re.error):
-        return False
-    return True
-
-
-def _gitignore_reason(chain: tuple[GitignoreRule, ...], rel: str, *, is_dir: bool) -> str | None:
-    # Like git, the deepest .gitignore with an opinion wins, so a nested
-    # "!pattern" can re-include what an outer file ignored.
-    for rule in reversed(chain):
-        sub = rel[len(rule.base) + 1 :] if rule.base else rel
-        result = rule.spec.check_file(sub + "/" if is_dir else sub)
-        if result.include is not None:
-            return f"gitignore: {rule.source}" if result.include else None
-    return None

@@ -25,7 +25,7 @@ from corpus.ingest.prepare import capabilities_for
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Representation, Setting, Worker
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, make_chat, plan_embedder
 from corpus.state import StateDir, write_json
-from corpus.store import MODEL_SETTINGS, get_setting, set_setting, uses_state_sqlite
+from corpus.store import MODEL_SETTINGS, get_json_setting, get_setting, set_setting, uses_state_sqlite
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +77,8 @@ def indexer_state() -> dict | None:
     """What the indexer supervisor of a server last recorded, with
     ``running`` checked against the process table; None when no server
     has run an indexing child here."""
-    raw = get_setting(INDEXER_KEY)
-    try:
-        found = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    if not isinstance(found, dict):
+    found = get_json_setting(INDEXER_KEY)
+    if found is None:
         return None
     pid = found.get("pid")
     if not (isinstance(pid, int) and pid_alive(pid)):
@@ -327,12 +323,7 @@ def record_models(models: dict[str, str], config: Config) -> None:
 
 def recorded_job_models() -> dict[str, str] | None:
     """The ``models`` the latest indexing job recorded; None before any."""
-    raw = get_setting(MODELS_KEY)
-    try:
-        found = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None
+    return get_json_setting(MODELS_KEY)
 
 
 def models_summary(

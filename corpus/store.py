@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -266,6 +267,16 @@ def get_setting(key: str, default: str | None = None) -> str | None:
         cursor.execute("SELECT value FROM settings WHERE key = %s", [key])
         row = cursor.fetchone()
     return row[0] if row else default
+
+
+def get_json_setting(key: str) -> dict | None:
+    """A setting holding a JSON object; None when unset or not an object."""
+    raw = get_setting(key)
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def set_setting(key: str, value: str) -> None:

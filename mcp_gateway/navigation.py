@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from corpus.navigation import names
 from corpus.navigation import outline as outlines
-from mcp_gateway import budgets, hints, navigation_schemas, summaries
+from mcp_gateway import budgets, freshness, hints, navigation_schemas, summaries
 from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call
 
@@ -88,4 +88,14 @@ TOOLS = (
         Budget(items="references", paging="cursor"),
         hints.references,
     ),
+)
+
+# Their answers say how fresh they are, checking the files each result cites.
+TOOLS = freshness.citing(
+    TOOLS,
+    {
+        "dir2mcp.outline": freshness.own_path,
+        "dir2mcp.symbols": freshness.items("symbols"),
+        "dir2mcp.references": freshness.items("references"),
+    },
 )

@@ -59,6 +59,9 @@ class Tool:
     #: ``(result, args) -> [{"tool", "arguments", "why"}]``: the calls an agent would make next
     #: (:mod:`mcp_gateway.hints`)
     next_actions: Callable[[dict, dict], list[dict]] | None = None
+    #: ``result -> rel_paths`` the result cites: its ``freshness`` checks them
+    #: (:mod:`mcp_gateway.freshness`); None: no ``freshness``
+    cites: Callable[[dict], Any] | None = None
 
     def definition(self) -> dict:
         return {

@@ -16,7 +16,7 @@ from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "8.0.0"
+SCHEMA_VERSION = "9.0.0"
 
 SPAN = {
     "type": "object",
@@ -450,6 +450,9 @@ EMBEDDER_MODELS = {
 }
 
 _COUNTER = {"type": "integer"}
+#: Counts by name.
+COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+
 STATS_OUTPUT = {
     "type": "object",
     "additionalProperties": False,
@@ -564,6 +567,47 @@ STATS_OUTPUT = {
                 "note": {"type": "string"},
             },
             "required": ["recorded", "configured", "note"],
+        },
+        # An addition to §15.6 (issue #37, docs/contracts.md).
+        "coverage": {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "description": (
+                "What the last whole walk covered: the files it found, those indexed, the files git tracks "
+                "below the root (null outside a git work tree), what it left out by kind (gitignore, "
+                "default_ignore, path_excludes, secret_name, state_dir, symlink: files and directories, "
+                "a directory counted once) and by exact reason, and what was skipped after reading "
+                "(size_cap, binary, secret ...). warning is non-empty, and loud, when the index holds 0 "
+                "files or far more than git tracks. Null before a whole walk has finished."
+            ),
+            "properties": {
+                "walked_files": {"type": "integer"},
+                "indexed_files": {"type": "integer"},
+                "git_tracked_files": {"type": ["integer", "null"]},
+                "excluded": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"files": {"type": "integer"}, "dirs": {"type": "integer"}},
+                        "required": ["files", "dirs"],
+                    },
+                },
+                "excluded_reasons": COUNTS,
+                "skipped": COUNTS,
+                "warning": {"type": "string"},
+                "recorded_unix": {"type": "number"},
+            },
+            "required": [
+                "walked_files",
+                "indexed_files",
+                "git_tracked_files",
+                "excluded",
+                "excluded_reasons",
+                "skipped",
+                "warning",
+                "recorded_unix",
+            ],
         },
     },
     "required": ["root", "state_dir", "protocol_version", "indexing", "models"],

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from corpus import errors
+from corpus import errors, patterns
 from corpus.events import Reporter
 from mcp_gateway import workers
 from mcp_gateway.background import start_background_indexing
@@ -240,6 +240,7 @@ class Gateway:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
+            patterns.stop_worker()  # atexit does not run: a worker mid-compile would outlive us
             os._exit(errors.EXIT_OK)
 
         timer = threading.Timer(grace, hard_exit)

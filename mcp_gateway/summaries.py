@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from corpus import dense_status
 from corpus.citations import SpanRef, format_citation
+from corpus.ingest import coverage
 
 SNIPPET_CHARS = 300
 
@@ -115,7 +116,8 @@ def stats(result: dict) -> str:
     state = "running" if ix["running"] else "idle"
     models = result["models"]
     return (
-        f"Indexing {state} (job {ix['job_id'] or '-'}, {ix['mode']}): scanned={ix['scanned']} "
+        _coverage_warning(result.get("coverage"))
+        + f"Indexing {state} (job {ix['job_id'] or '-'}, {ix['mode']}): scanned={ix['scanned']} "
         f"indexed={ix['indexed']} skipped={ix['skipped']} deleted={ix['deleted']} "
         f"chunks={ix['chunks_total']} embedded={ix['embedded_ok']} errors={ix['errors']}\n"
         f"Root: {result['root']}\nModels: embed_text={models['embed_text']} chat={models['chat']} "
@@ -123,8 +125,19 @@ def stats(result: dict) -> str:
         + _embedder_line(result.get("embedder"))
         + _note_line(result.get("signature_weight"))
         + _indexer_line(result.get("indexer"))
+        + _coverage_line(result.get("coverage"))
         + f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
     )
+
+
+def _coverage_warning(found: dict | None) -> str:
+    """The loud line, first, for an index that covers nothing or far more than git tracks."""
+    return f"WARNING: {found['warning']}\n" if found and found["warning"] else ""
+
+
+def _coverage_line(found: dict | None) -> str:
+    """What the last whole walk found, against git, and what it left out."""
+    return coverage.describe(found) + "\n" if found else ""
 
 
 def _indexer_line(indexer: dict | None) -> str:

@@ -24,12 +24,13 @@ from corpus import errors, files, observe, store_faults
 from corpus.answer import ask as answer
 from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
+from corpus.ingest import coverage
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from corpus.status import latest_job, models_summary, older_format_documents
-from mcp_gateway import budgets, hints, indexer_process, links, schemas, summaries
+from mcp_gateway import budgets, freshness, hints, indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
 from mcp_gateway.registry import Budget, Tool, table
 from mcp_gateway.transport import LATEST_VERSION
@@ -171,7 +172,11 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
         args = validate_arguments(tool, arguments)
         given = arguments or {}  # the hints repeat what the client gave, not the defaults
         return budgets.run(
-            tool.name, tool.budget, args, lambda a: tool.handler(call, a), lambda r: package(tool, r, given)
+            tool.name,
+            tool.budget,
+            args,
+            lambda a: freshness.attach(tool, tool.handler(call, a), call.ctx.root),
+            lambda r: package(tool, r, given),
         )
     except errors.Dir2mcpError as exc:
         return error_result(exc)
@@ -190,11 +195,15 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
 
 def package(tool: Tool, result: dict, args: dict) -> dict:
     """The ``CallToolResult`` of a handler's result: its summary, any further
-    content items, the structured result and the next actions it suggests."""
+    content items, the structured result, how fresh it is and the next
+    actions it suggests."""
     extra: list[dict] = []
     if tool.split_content is not None:
         result, extra = tool.split_content(result)
+    result = freshness.narrow(tool, result)
     text = tool.summarize(result)
+    if (stale := freshness.note(result)) is not None:
+        text = f"{text}\n{stale}"
     packaged = {"content": [{"type": "text", "text": text}, *extra], "structuredContent": result}
     actions = tool.next_actions(result, args)[: hints.MOST] if tool.next_actions is not None else []
     if actions:
@@ -344,6 +353,7 @@ def stats(call: Call, args: dict) -> dict:
         "signature_weight": recipe_summary(ctx.config.embed.signature_weight),
         "indexer": indexer_process.summary(ctx),
         "documents_on_older_format": older_format_documents(),
+        "coverage": coverage.summary(),
     }
 
 
@@ -455,4 +465,16 @@ TOOLS = (
         handler=stats,
         summarize=summaries.stats,
     ),
+)
+
+# Their answers say how fresh they are, checking the files each result cites.
+TOOLS = freshness.citing(
+    TOOLS,
+    {
+        "dir2mcp.search": freshness.items("hits"),
+        "dir2mcp.ask": freshness.items("citations", "hits"),
+        "dir2mcp.open_file": freshness.own_path,
+        "dir2mcp.list_files": freshness.items("files"),
+        "dir2mcp.find": freshness.items("matches"),
+    },
 )

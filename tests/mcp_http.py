@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import wait_until, wait_until_async
+from tests.support import TLS, wait_until, wait_until_async
 
 REPO = Path(__file__).resolve().parents[1]
 PROTOCOL = "2025-11-25"
@@ -79,6 +79,7 @@ class Server:
             content=content,
             json=None if content else body,
             timeout=30,
+            verify=TLS,
         )
 
     def initialize(self) -> str:
@@ -96,6 +97,7 @@ class Server:
                 },
             },
             timeout=30,
+            verify=TLS,
         )
         assert response.status_code == 200, response.text
         session = response.headers["MCP-Session-Id"]
@@ -153,7 +155,7 @@ def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 30) ->
     def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {proc.stderr.read().decode(errors='replace')[-2000:]}")
-        httpx.get(url, timeout=1)
+        httpx.get(url, timeout=1, verify=TLS)
         return True
 
     wait_until(

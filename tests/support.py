@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import math
 import sqlite3
 import time
 import zipfile
@@ -13,11 +14,19 @@ from pathlib import Path
 from typing import TypeVar
 
 import anyio
+import httpx
 from django.db import models
 
 from corpus.packed import unpack
 
 T = TypeVar("T")
+
+#: One TLS context for every request the tests send (``verify=TLS``). httpx
+#: builds a context for each ``httpx.get``/``post`` and each ``Client``, and
+#: loading certifi's bundle into it costs 15-50 ms of CPU, though nearly
+#: every server under test speaks plain HTTP: the suite sends thousands.
+#: It is the context httpx would build (``verify=True``), made once.
+TLS = httpx.create_ssl_context()
 
 Message = str | Callable[[], str]
 
@@ -97,6 +106,31 @@ async def wait_until_async(predicate: Callable[[], Awaitable[T]], **options) -> 
     return await anyio.to_thread.run_sync(
         lambda: wait_until(lambda: anyio.from_thread.run(predicate), **options)
     )
+
+
+def cpu_seconds(work: Callable[[], object]) -> float:
+    """The CPU time this process spent in ``work()`` (other processes' load does not count)."""
+    began = time.process_time()
+    work()
+    return time.process_time() - began
+
+
+def assert_linear(small: Callable[[], object], large: Callable[[], object], *, most: float = 10.0) -> None:
+    """``large()``, four times ``small()``'s input, costs less than ``most``
+    times its CPU time: about 4x when the work is linear, 16x when it is
+    quadratic. A ratio in one process, never a duration, so no machine is
+    too slow for it. Each side is the least of up to five rounds, taken in
+    turn and only until the ratio holds: on a busy machine another process
+    can slow either side (a shared cache, a busy hyperthread), never speed
+    it up, so the least is the work's own cost, and a quadratic cost stays
+    above the line however often it is measured."""
+    least_small = least_large = math.inf
+    for _ in range(5):
+        least_small = min(least_small, cpu_seconds(small))
+        least_large = min(least_large, cpu_seconds(large))
+        if least_large < most * max(least_small, 0.01):
+            return
+    raise AssertionError(f"not linear: {least_small:.3f} CPU s, then {least_large:.3f} for 4x the input")
 
 
 def drop_file_permission_override() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import read_only
+from tests.support import TLS, read_only
 from tests.test_cli import cli
 
 pytestmark = pytest.mark.slow
@@ -126,10 +126,12 @@ def test_a_tar_of_20000_members_under_the_default_limit_has_no_member_searchable
     token = (corpus_dir / ".dir2mcp" / "secret.token").read_text().strip()
     headers = {"Authorization": f"Bearer {token}"}
 
-    hits = httpx.get(f"{base}/api/v1/search", params={"query": WORD, "k": 50}, headers=headers, timeout=60)
+    hits = httpx.get(
+        f"{base}/api/v1/search", params={"query": WORD, "k": 50}, headers=headers, timeout=60, verify=TLS
+    )
     assert hits.status_code == 200, hits.text
     assert [hit["rel_path"] for hit in hits.json()["hits"]] == ["notes.txt"]
-    files = httpx.get(f"{base}/api/v1/files", headers=headers, timeout=60).json()["files"]
+    files = httpx.get(f"{base}/api/v1/files", headers=headers, timeout=60, verify=TLS).json()["files"]
     assert {f["rel_path"]: f["status"] for f in files} == {"notes.txt": "ok", "huge.tar": "skipped"}
     assert documents(corpus_dir)["huge.tar"] == ("skipped", "ARCHIVE_REJECTED")
     assert up.stop() == 0

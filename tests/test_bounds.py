@@ -39,7 +39,7 @@ from corpus import errors
 from mcp_gateway import workers
 from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import ACCEPT, PROTOCOL, write_corpus
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 
 WAIT = 60.0  # a socket's bound: only a starved server reaches it
 STOP_WAIT = 60.0  # how long SIGTERM may take before the test fails (the fix: a few seconds)
@@ -128,7 +128,7 @@ def rpc_code(body: dict) -> str | None:
 
 
 def health(base: str) -> httpx.Response:
-    return httpx.get(f"{base}/healthz", timeout=WAIT)
+    return httpx.get(f"{base}/healthz", timeout=WAIT, verify=TLS)
 
 
 def test_hostile_and_stuck_calls_never_starve_another_client_and_sigterm_ends_up(tmp_path, running, fake):
@@ -195,7 +195,7 @@ def test_hostile_and_stuck_calls_never_starve_another_client_and_sigterm_ends_up
     found = other.call("tools/call", {"name": "dir2mcp.search", "arguments": {"query": "loader", "k": 3}})
     assert not found["result"].get("isError"), found
     assert found["result"]["structuredContent"]["hits"], found
-    assert httpx.get(f"{base}/healthz/live", timeout=WAIT).status_code == 200
+    assert httpx.get(f"{base}/healthz/live", timeout=WAIT, verify=TLS).status_code == 200
 
     # 4. Every hostile call was answered with the bound it broke.
     with ThreadPoolExecutor(len(sent) * COPIES) as pool:

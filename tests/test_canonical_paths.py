@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.mcp_http import Server, write_corpus
+from tests.support import TLS
 from tests.test_stdio import Raw, command
 from tests.up_process import Up
 
@@ -64,7 +65,7 @@ def tool_error(srv: Server, name: str, arguments: dict) -> dict:
 
 def rest(srv: Server, path: str, params: dict) -> httpx.Response:
     headers = {"Authorization": f"Bearer {srv.token}"}
-    return httpx.get(f"{srv.base}/api/v1{path}", params=params, headers=headers, timeout=30)
+    return httpx.get(f"{srv.base}/api/v1{path}", params=params, headers=headers, timeout=30, verify=TLS)
 
 
 def test_the_canonical_path_is_served(server):

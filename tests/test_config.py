@@ -269,3 +269,16 @@ def test_the_indexer_niceness_defaults_to_10_and_takes_the_environment(tmp_path)
     assert load_config(write_config(tmp_path, ""), environ={}).server.indexer_nice == 10
     taken = load_config(write_config(tmp_path, ""), environ={"DIR2MCP_SERVER__INDEXER_NICE": "0"})
     assert taken.server.indexer_nice == 0
+
+
+@pytest.mark.parametrize("depth", [1, 10, 49], ids=["one", "ten", "below-max-k"])
+def test_a_candidate_depth_below_the_largest_k_is_refused(tmp_path, depth):
+    # a depth under k=50 could not return 50 hits that are the same at every k
+    problem = config_error(tmp_path, f"search:\n  candidates: {depth}\n")
+    assert "search.candidates" in problem.message
+
+
+@pytest.mark.parametrize("depth", [0, 50, 400])
+def test_a_candidate_depth_of_zero_or_at_least_the_largest_k_is_kept(tmp_path, depth):
+    config = load_config(write_config(tmp_path, f"search:\n  candidates: {depth}\n"), environ={})
+    assert config.search.candidates == depth

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.mcp_http import Server
-from tests.support import read_only, wait_until
+from tests.support import TLS, read_only, wait_until
 from tests.test_cli import cli, make_tree
 
 pytestmark = pytest.mark.slow
@@ -102,13 +102,13 @@ def test_damage_met_by_a_query_is_store_corrupt_on_every_surface_and_healthz_is_
     up = running("--dir", str(corpus_dir), "--auth", "none", "--no-index")
     server = Server(corpus_dir, up.url(), None, up.proc)
     base = server.base
-    assert httpx.get(base + "/healthz", timeout=30).status_code == 200
+    assert httpx.get(base + "/healthz", timeout=30, verify=TLS).status_code == 200
     scramble_lexical_index(db)
 
-    rest = httpx.post(base + "/api/v1/search", json={"query": "alpha beta", "k": 5}, timeout=30)
+    rest = httpx.post(base + "/api/v1/search", json={"query": "alpha beta", "k": 5}, timeout=30, verify=TLS)
     session = server.initialize()
     tool = server.call(session, "dir2mcp.search", {"query": "gamma delta", "k": 5})
-    health = httpx.get(base + "/healthz", timeout=30)
+    health = httpx.get(base + "/healthz", timeout=30, verify=TLS)
 
     assert rest.status_code == 503, rest.text
     assert rest.json()["error"]["code"] == "STORE_CORRUPT"

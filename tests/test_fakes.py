@@ -11,6 +11,7 @@ import pytest
 
 from tests.fakes.media import make_wav
 from tests.mcp_http import REPO
+from tests.support import TLS
 
 
 @pytest.mark.parametrize(
@@ -28,9 +29,13 @@ def test_a_fake_serves_from_its_own_process(module: str, path: str, auth: str) -
         model = {"model": "voxtral-mini-latest"} if "mistral" in module else {"model_id": "scribe_v1"}
         files = {"file": ("a.wav", make_wav([(0.0, 1.0, "hello there")]), "audio/wav")}
 
-        denied = httpx.post(info["url"] + path, data=model, files=files, timeout=10)
-        answer = httpx.post(info["url"] + path, data=model, files=files, headers={auth: key}, timeout=10)
-        extra = httpx.post(info["url"] + path, data={**model, "bogus": "1"}, files=files, headers={auth: key})
+        denied = httpx.post(info["url"] + path, data=model, files=files, timeout=10, verify=TLS)
+        answer = httpx.post(
+            info["url"] + path, data=model, files=files, headers={auth: key}, timeout=10, verify=TLS
+        )
+        extra = httpx.post(
+            info["url"] + path, data={**model, "bogus": "1"}, files=files, headers={auth: key}, verify=TLS
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=10)

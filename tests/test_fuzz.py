@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.mcp_http import ACCEPT, PROTOCOL, daphne_serving, write_corpus
+from tests.support import TLS
 
 METHODS = [
     "initialize",
@@ -124,7 +125,7 @@ def test_random_requests_never_break_the_server(server, body, accept, content_ty
         headers["MCP-Session-Id"] = server.session if session == "valid" else session
     if method == "DELETE" and session == "valid":
         headers["MCP-Session-Id"] = "sess_not_this_one"  # keep the fixture's session alive
-    with httpx.stream(method, server.url, headers=headers, content=body, timeout=30) as response:
+    with httpx.stream(method, server.url, headers=headers, content=body, timeout=30, verify=TLS) as response:
         streaming = response.headers.get("content-type", "").startswith("text/event-stream")
         if streaming and method == "GET":
             # The session's standalone stream (kept open by keep-alives): its

@@ -19,7 +19,7 @@ import pytest
 
 from corpus import errors
 from tests.mcp_http import PROTOCOL
-from tests.support import holds, zip_bytes
+from tests.support import TLS, holds, zip_bytes
 from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
@@ -119,7 +119,7 @@ class Served:
         self.up, self.outside = up, outside
         self.url = up.url()
         self.base = self.url.rsplit("/", 1)[0]
-        self.client = httpx.Client(timeout=60)
+        self.client = httpx.Client(timeout=60, verify=TLS)
         self.headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL}
         init = {
             "jsonrpc": "2.0",

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.mcp_http import PROTOCOL, daphne_serving, start_daphne, stop, write_corpus
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 
 PING = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
 
@@ -66,6 +66,7 @@ def test_bad_origin_is_403_before_auth(server):
         server.url,
         headers=server.headers(Origin="http://evil.example.com", Authorization="Bearer wrong"),
         json=PING,
+        verify=TLS,
     )
     assert response.status_code == 403
     assert response.json()["error"]["data"]["code"] == "FORBIDDEN_ORIGIN"
@@ -79,12 +80,12 @@ def test_loopback_origin_is_allowed_with_cors_headers(server, session):
 
 
 def test_preflight_for_allowed_origins_only(server):
-    ok = httpx.options(server.url, headers={"Origin": "http://127.0.0.1:3000"})
+    ok = httpx.options(server.url, headers={"Origin": "http://127.0.0.1:3000"}, verify=TLS)
     assert ok.status_code == 204
     assert ok.headers["access-control-allow-origin"] == "http://127.0.0.1:3000"
     assert "Authorization" in ok.headers["access-control-allow-headers"]
     assert "POST" in ok.headers["access-control-allow-methods"]
-    refused = httpx.options(server.url, headers={"Origin": "http://evil.example.com"})
+    refused = httpx.options(server.url, headers={"Origin": "http://evil.example.com"}, verify=TLS)
     assert refused.status_code == 403
     assert "access-control-allow-origin" not in refused.headers
 
@@ -95,14 +96,14 @@ def test_missing_or_wrong_bearer_is_401(server, authorization):
     headers.pop("Authorization")
     if authorization:
         headers["Authorization"] = authorization
-    response = httpx.post(server.url, headers=headers, json=PING)
+    response = httpx.post(server.url, headers=headers, json=PING, verify=TLS)
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer")
     assert server.token not in response.text
 
 
 def test_disallowed_host_is_refused(server):
-    response = httpx.post(server.url, headers=server.headers(Host="evil.example.com"), json=PING)
+    response = httpx.post(server.url, headers=server.headers(Host="evil.example.com"), json=PING, verify=TLS)
     assert response.status_code == 400
 
 
@@ -126,16 +127,18 @@ def test_missing_session_is_400_and_unknown_session_is_404(server):
 
 def test_delete_ends_the_session_then_404(server):
     session = server.initialize()
-    deleted = httpx.delete(server.url, headers={**server.headers(), "MCP-Session-Id": session})
+    deleted = httpx.delete(server.url, headers={**server.headers(), "MCP-Session-Id": session}, verify=TLS)
     assert deleted.status_code == 204
     assert server.post(PING, session=session).status_code == 404
-    again = httpx.delete(server.url, headers={**server.headers(), "MCP-Session-Id": session})
+    again = httpx.delete(server.url, headers={**server.headers(), "MCP-Session-Id": session}, verify=TLS)
     assert again.status_code == 404
 
 
 def test_a_method_the_endpoint_does_not_serve_is_405_with_allow(server, session):
     # GET opens the session's stream (tests/test_notifications.py); PUT is nothing.
-    response = httpx.put(server.url, headers={**server.headers(), "MCP-Session-Id": session}, json=PING)
+    response = httpx.put(
+        server.url, headers={**server.headers(), "MCP-Session-Id": session}, json=PING, verify=TLS
+    )
     assert response.status_code == 405
     assert {"GET", "POST", "DELETE"} <= {m.strip() for m in response.headers["allow"].split(",")}
 
@@ -283,7 +286,7 @@ def test_cancel_ends_a_streamed_call_without_a_response(slow_chat_server):
     # Without the cancel, the stream would end after the chat model's 6 s
     # with the answer; with it, it ends with no response at all.
     with httpx.stream(
-        "POST", server.url, headers=headers, json=ask_body(21, progressToken="c"), timeout=10
+        "POST", server.url, headers=headers, json=ask_body(21, progressToken="c"), timeout=10, verify=TLS
     ) as r:
         for line in r.iter_lines():
             if not line.startswith("data: "):
@@ -394,7 +397,7 @@ def test_mcp_requests_and_tool_calls_show_in_metrics(server, session):
     server.call(session, "dir2mcp.open_file", {"rel_path": "../outside"})  # an error result
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(httpx.get(f"{server.base}/metrics").text)
+        for family in text_string_to_metric_families(httpx.get(f"{server.base}/metrics", verify=TLS).text)
         for sample in family.samples
     }
 
@@ -410,7 +413,7 @@ def test_mcp_requests_and_tool_calls_show_in_metrics(server, session):
 def test_gateway_skips_the_site_middleware_but_the_admin_keeps_it(server, session):
     mcp = server.post(PING, session=session)
     assert "set-cookie" not in mcp.headers and "vary" not in mcp.headers  # no sessions, no CSRF
-    admin = httpx.get(f"{server.base}/admin/login/")
+    admin = httpx.get(f"{server.base}/admin/login/", verify=TLS)
     assert admin.status_code == 200
     # the same security headers all the same, written by the gateway itself (security_headers.py)
     assert admin.headers["x-frame-options"] == mcp.headers["x-frame-options"] == "DENY"

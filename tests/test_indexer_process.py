@@ -13,7 +13,6 @@ import shutil
 import signal
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -28,7 +27,7 @@ from corpus.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
 from mcp_gateway.indexer_process import DenseRefresher, ForwardingReporter, _Rate, replay
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.test_cli import cli
 from tests.up_process import running  # noqa: F401  (the fixture)
 
@@ -156,7 +155,7 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
     halt = threading.Event()
 
     def search_all_along() -> None:
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(timeout=30, verify=TLS) as client:
             base = up.url().removesuffix("/mcp")
             while not halt.is_set():
                 response = client.post(base + "/api/v1/search", json={"query": "invoice tax total", "k": 5})
@@ -277,10 +276,6 @@ def test_a_file_a_client_opens_is_embedded_ahead_of_the_queue_and_stats_estimate
     assert up.stop() == 0, up.stderr
 
 
-#: Seconds from a vector stored by the child to a search in the server finding it.
-STORED_TO_FOUND_BOUND = 5.0
-
-
 def all_stored(state_dir: Path, rel_path: str) -> bool:
     """Whether every live chunk of ``rel_path`` has its vector stored."""
     found = chunk_rows(state_dir, "DISTINCT c.embedding_status", "AND d.rel_path = ?", (rel_path,))
@@ -319,17 +314,14 @@ def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, runn
     up.wait_until(
         lambda _: all_stored(root / ".dir2mcp", "shipping.py"), "the new file's vector stored", timeout=120
     )
-    stored = time.monotonic()
 
     def found(_):
         hits = up.rest("/api/v1/search", query).json()["hits"]
         return hits if any(h["rel_path"] == "shipping.py" for h in hits) else None
 
+    # How soon is bench/store_to_search.py's (0.016 s median on 2 idle
+    # cores): the suite asserts the outcome, never a duration.
     hits = up.wait_until(found, "the new file's vector in the server's search", timeout=60)
-    # bench/store_to_search.py: 0.016 s median, 0.041 s at most on 2 idle
-    # cores (the refresher is woken by the child's progress report, and
-    # ticks every 0.5 s besides); the bound leaves room for a loaded machine.
-    assert time.monotonic() - stored < STORED_TO_FOUND_BOUND
     assert hits[0]["rel_path"] == "shipping.py"
     assert up.stop() == 0, up.stderr
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.mcp_http import Server
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.test_modern import META, VERSION
 from tests.test_notifications import serving, start_up, write_files
 from tests.test_stdio import Raw, command
@@ -45,7 +45,7 @@ class Listening:
         headers = server.headers(**{"MCP-Protocol-Version": VERSION, "Mcp-Method": "subscriptions/listen"})
         self.messages: queue.Queue = queue.Queue()
         self.content_type: queue.Queue = queue.Queue()
-        self._client = httpx.Client(timeout=httpx.Timeout(10, read=None))
+        self._client = httpx.Client(timeout=httpx.Timeout(10, read=None), verify=TLS)
         self._thread = threading.Thread(target=self._read, args=(server.url, headers, body), daemon=True)
         self._thread.start()
 
@@ -141,7 +141,7 @@ def test_a_malformed_filter_is_invalid_params(served):
         "params": {"_meta": META, "notifications": {"resourceSubscriptions": "dir2mcp:///a"}},
     }
     headers = served.headers(**{"MCP-Protocol-Version": VERSION, "Mcp-Method": "subscriptions/listen"})
-    answer = httpx.post(served.url, headers=headers, json=body, timeout=30).json()
+    answer = httpx.post(served.url, headers=headers, json=body, timeout=30, verify=TLS).json()
     assert (answer["id"], answer["error"]["code"]) == (5, -32602)
 
 
@@ -205,7 +205,7 @@ def test_subscriptions_past_the_process_limit_are_server_busy(tmp_path):
             "params": {"_meta": META, "notifications": {"resourcesListChanged": True}},
         }
         headers = server.headers(**{"MCP-Protocol-Version": VERSION, "Mcp-Method": "subscriptions/listen"})
-        busy = httpx.post(server.url, headers=headers, json=body, timeout=30)
+        busy = httpx.post(server.url, headers=headers, json=body, timeout=30, verify=TLS)
         assert busy.headers["Retry-After"] == "1"
         assert (busy.json()["id"], busy.json()["error"]["code"]) == (2, -32001)
         first.close()  # its slot is free once the server sees the hang-up

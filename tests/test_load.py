@@ -38,7 +38,7 @@ import httpx
 import pytest
 
 from tests.churn import cut_inside_a_character
-from tests.support import read_only, wait_until
+from tests.support import TLS, read_only, wait_until
 from tests.up_process import Up
 
 SECONDS = float(os.environ.get("DIR2MCP_LOAD_SECONDS", "60"))
@@ -138,7 +138,7 @@ def call_for(rng: random.Random, seen_paths: list[str]) -> tuple[str, dict]:
 async def client_loop(url: str, seed: int, deadline: float, results: dict) -> None:
     rng = random.Random(seed)
     seen_paths: list[str] = []
-    async with httpx.AsyncClient(timeout=120, trust_env=False) as http:
+    async with httpx.AsyncClient(timeout=120, trust_env=False, verify=TLS) as http:
         client = Client(http, url)
         await client.open()
         while time.monotonic() < deadline:
@@ -436,7 +436,7 @@ async def other_client(url: str, seed: int) -> list[str]:
     """A client with its own session: one call of each kind, one of them on
     an SSE stream of its own. Returns what each call came back as."""
     outcomes = []
-    async with httpx.AsyncClient(timeout=120, trust_env=False) as http:
+    async with httpx.AsyncClient(timeout=120, trust_env=False, verify=TLS) as http:
         client = Client(http, url)
         await client.open()
         calls = [
@@ -483,7 +483,7 @@ def test_a_slow_sse_reader_does_not_stall_other_clients(tmp_path):
         parsed = httpx.URL(url)
 
         async def session() -> str:
-            async with httpx.AsyncClient(timeout=60, trust_env=False) as http:
+            async with httpx.AsyncClient(timeout=60, trust_env=False, verify=TLS) as http:
                 client = Client(http, url)
                 await client.open()
                 return client.session
@@ -580,7 +580,7 @@ def test_a_slow_sse_reader_does_not_stall_other_clients(tmp_path):
 
 async def same_session_call(url: str, session: str) -> str:
     """A call on the slow client's own session, over another connection."""
-    async with httpx.AsyncClient(timeout=120, trust_env=False) as http:
+    async with httpx.AsyncClient(timeout=120, trust_env=False, verify=TLS) as http:
         client = Client(http, url)
         client.session = session
         response = await client.post("tools/call", {"name": "dir2mcp.list_files", "arguments": {"limit": 5}})

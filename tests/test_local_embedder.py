@@ -269,6 +269,29 @@ def test_an_unknown_backend_is_refused() -> None:
         LocalEmbedder(backend="torch")
 
 
+def test_an_unknown_precision_is_refused() -> None:
+    with pytest.raises(ValueError, match="precision"):
+        LocalEmbedder(precision="fp16")
+
+
+def test_int8_needs_onnxruntime() -> None:
+    with pytest.raises(errors.Dir2mcpError, match="needs onnxruntime"):
+        LocalEmbedder(backend="numpy", precision="int8")
+
+
+def test_identical_texts_get_the_same_row_in_their_place(embedder: LocalEmbedder) -> None:
+    # past the 256-token cut these two read the same: one forward pass serves both
+    long = long_prose(400)
+    texts = [CODE[0], long, PROSE[0], CODE[0], long + " zebra" * 60, PROSE[1]]
+
+    vectors = embedder.embed(texts, kind="code")
+    alone = embedder.embed([CODE[0], long, PROSE[0], PROSE[1]], kind="code")
+
+    np.testing.assert_array_equal(vectors[0], vectors[3])
+    np.testing.assert_array_equal(vectors[1], vectors[4])
+    np.testing.assert_allclose(vectors[[0, 1, 2, 5]], alone, atol=1e-5)
+
+
 class _CallSizes(Embedder):
     provider = "fake"
     texts_per_call = 10
@@ -402,6 +425,38 @@ def test_onnx_query_matches_the_numpy_reference(embedder: LocalEmbedder, referen
         expected = reference.embed_query(query, kind="text")
 
         assert float(ours @ expected) >= 0.999, query
+
+
+# -- int8: the quantized graph against the float32 one --------------------------
+
+
+@pytest.fixture(scope="module")
+def int8() -> LocalEmbedder:
+    return LocalEmbedder(precision="int8")
+
+
+def test_int8_is_recorded_as_its_own_model(int8: LocalEmbedder) -> None:
+    assert int8.model_info("code") == ModelInfo("local", "all-MiniLM-L6-v2-int8", 384)
+
+
+def test_int8_vectors_stay_near_the_float32_ones(embedder: LocalEmbedder, int8: LocalEmbedder) -> None:
+    # measured 0.983 at worst over 557 standard-library pieces (docs/benchmarks.md);
+    # a broken quantization (a wrong scale, a saturated product) falls far below
+    texts = SENTENCES + stdlib_pieces()
+
+    cosines = np.sum(int8.embed(texts, kind="code") * embedder.embed(texts, kind="code"), axis=1)
+
+    assert cosines.min() >= 0.97, dict(zip(texts, cosines.tolist(), strict=True))
+    assert cosines.mean() >= 0.985
+
+
+def test_int8_ranks_a_paraphrase_as_float32_does(int8: LocalEmbedder) -> None:
+    anchor, paraphrase, unrelated = int8.embed(
+        ["How do I reset my password?", "What are the steps to change a forgotten password?", PROSE[2]],
+        kind="text",
+    )
+
+    assert float(anchor @ paraphrase) > float(anchor @ unrelated) + 0.3
 
 
 # -- equivalence with sentence-transformers ----------------------------------

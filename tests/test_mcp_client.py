@@ -19,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_gateway import contract
 from tests.mcp_http import REPO, base_env, wait_for_index, write_corpus
+from tests.support import TLS
 
 
 def start_up(root, *extra: str, env: dict | None = None):
@@ -61,7 +62,9 @@ def validate(name: str, schemas: dict, result) -> dict:
 
 
 async def session_walkthrough(url: str, token: str) -> None:
-    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+    async with httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=60, verify=TLS
+    ) as http:
         async with streamable_http_client(url, http_client=http) as (read, write, get_session_id):
             async with ClientSession(read, write) as session:
                 init = await session.initialize()
@@ -152,7 +155,9 @@ def test_the_client_closes_its_session_with_delete(served):
     ids: list[str] = []
 
     async def open_and_close():
-        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        async with httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}, timeout=60, verify=TLS
+        ) as http:
             async with streamable_http_client(url, http_client=http) as (read, write, get_session_id):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
@@ -168,6 +173,7 @@ def test_the_client_closes_its_session_with_delete(served):
             "Accept": "application/json, text/event-stream",
         },
         json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        verify=TLS,
     )
     assert after.status_code == 404
 

@@ -13,6 +13,7 @@ import pytest
 from mcp_gateway import mirrored, modern
 from mcp_gateway.transport import shape_message
 from tests.mcp_http import base_env, daphne_serving, index, write_corpus
+from tests.support import TLS
 from tests.test_stdio import Raw, command
 
 VERSION = "2026-07-28"
@@ -261,7 +262,7 @@ def post(server, method: str, params: dict | None = None, *, msg_id=1, extra: di
         sent["Mcp-Name"] = name
     sent.update(extra or {})
     body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
-    return httpx.post(server.url, headers=server.headers(**sent), json=body, timeout=60)
+    return httpx.post(server.url, headers=server.headers(**sent), json=body, timeout=60, verify=TLS)
 
 
 def test_discover_lists_both_revisions_without_a_session(server):
@@ -362,7 +363,7 @@ def test_the_bearer_token_and_origin_still_guard_stateless_requests(server):
         "MCP-Protocol-Version": VERSION,
         "Mcp-Method": "server/discover",
     }
-    assert httpx.post(server.url, headers=sent, json=body, timeout=30).status_code == 401
+    assert httpx.post(server.url, headers=sent, json=body, timeout=30, verify=TLS).status_code == 401
     evil = server.headers(
         **{
             "MCP-Protocol-Version": VERSION,
@@ -370,7 +371,7 @@ def test_the_bearer_token_and_origin_still_guard_stateless_requests(server):
             "Origin": "http://evil.example.com",
         }
     )
-    assert httpx.post(server.url, headers=evil, json=body, timeout=30).status_code == 403
+    assert httpx.post(server.url, headers=evil, json=body, timeout=30, verify=TLS).status_code == 403
 
 
 def test_a_session_still_works_beside_stateless_requests(server):

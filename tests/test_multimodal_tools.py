@@ -19,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_scanned_pdf, make_wav
 from tests.mcp_http import wait_for_index
+from tests.support import TLS
 from tests.test_mcp_client import start_up
 from tests.test_office import make_pptx
 
@@ -72,7 +73,9 @@ async def _call(session, name: str, arguments: dict, **kw):
 
 
 async def walkthrough(url: str, token: str, elevenlabs: FakeElevenLabs) -> None:
-    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+    async with httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=60, verify=TLS
+    ) as http:
         async with streamable_http_client(url, http_client=http) as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
@@ -164,7 +167,9 @@ def test_scans_recordings_and_slides_are_cited_by_page_and_time(served, elevenla
 
 async def concurrent_calls(url: str, token: str, mistral) -> tuple[list, dict]:
     """Five annotations and five transcriptions at once, then five spoken answers at once."""
-    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+    async with httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=120, verify=TLS
+    ) as http:
         async with streamable_http_client(url, http_client=http) as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()

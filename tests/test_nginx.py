@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.mcp_http import REPO, base_env, free_port, start_daphne, stop, write_corpus
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -94,7 +94,7 @@ def wait_for_port(port: int, proc: subprocess.Popen) -> None:
     def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"nginx exited: {proc.stderr.read().decode(errors='replace')}")
-        httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=1, verify=TLS)
         return True
 
     wait_until(answers, timeout=20, interval=0.05, message="nginx", ignoring=(httpx.TransportError,))
@@ -217,7 +217,7 @@ def test_django_sees_https_from_the_forwarded_proto(proxy):
 def test_static_files_come_from_nginx(proxy):
     via_nginx = httpx.get(f"{proxy.https}/static/admin/css/base.css", verify=False)
     assert via_nginx.status_code == 200 and via_nginx.headers["content-type"] == "text/css"
-    assert httpx.get(f"{proxy.daphne}/static/admin/css/base.css").status_code == 404
+    assert httpx.get(f"{proxy.daphne}/static/admin/css/base.css", verify=TLS).status_code == 404
 
 
 def test_status_stream_passes_each_event_at_once(proxy):
@@ -233,7 +233,7 @@ def test_status_stream_passes_each_event_at_once(proxy):
 
 
 def test_plain_http_redirects_to_https(proxy):
-    response = httpx.get(f"{proxy.http}/admin/")
+    response = httpx.get(f"{proxy.http}/admin/", verify=TLS)
     assert response.status_code == 301 and response.headers["location"].startswith("https://127.0.0.1")
 
 

@@ -23,7 +23,7 @@ from corpus.providers.media_http import MediaClient
 from corpus.retrieval import Searcher
 from corpus.status import summarize
 from tests.fakes.media import make_mixed_pdf, make_png, make_scanned_pdf, make_text_pdf
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.up_process import logged_event
 
 pytestmark = pytest.mark.django_db
@@ -170,7 +170,7 @@ def test_fake_rejects_unknown_fields_and_the_client_maps_errors(keyed) -> None:
     body = {"model": "mistral-ocr-latest", "document": {"type": "image_url", "image_url": png}, "bogus": 1}
     headers = {"Authorization": f"Bearer {keyed.api_key}"}
 
-    answer = httpx.post(f"{keyed.url}/v1/ocr", json=body, headers=headers)
+    answer = httpx.post(f"{keyed.url}/v1/ocr", json=body, headers=headers, verify=TLS)
 
     assert answer.status_code == 422
     assert answer.json()["message"]["detail"][0]["type"] == "extra_forbidden"

@@ -26,6 +26,7 @@ from mcp_gateway import context
 from tests.factories import ChunkFactory, DocumentFactory
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_png, make_wav
+from tests.support import TLS
 
 pytestmark = pytest.mark.django_db
 
@@ -254,7 +255,7 @@ def test_metrics_count_the_payment_outcomes_of_a_real_gated_call(tmp_path, runni
         }
         call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
         call["params"] = {"name": "dir2mcp.search", "arguments": {"query": "loader"}}
-        with httpx.Client(timeout=60, trust_env=False) as http:
+        with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
             opened = http.post(
                 url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}, headers=headers
             )

@@ -30,6 +30,7 @@ from x402.http import decode_payment_response_header, decode_payment_signature_h
 from payments import crashpoints
 from tests.fakes.facilitator import running_facilitator
 from tests.mcp_http import write_corpus
+from tests.support import TLS
 from tests.test_crash import finished
 from tests.test_payments_e2e import ACCEPT, INIT, x402_flags
 from tests.x402_client import payment_header
@@ -93,7 +94,7 @@ def test_a_retry_after_a_crash_is_answered_once_and_settled_once(point, tmp_path
     write_corpus(tmp_path)
 
     doomed, url = serving(running, tmp_path, facilitator, **{crashpoints.ENV: point})
-    with httpx.Client(timeout=60, trust_env=False) as http:
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
         headers = session_headers(http, url, tmp_path)
         unpaid = http.post(url, json=CALL, headers=headers)
         assert unpaid.status_code == 402
@@ -108,7 +109,7 @@ def test_a_retry_after_a_crash_is_answered_once_and_settled_once(point, tmp_path
     assert facilitator.settlements == settled_by_then
 
     restarted, url = serving(running, tmp_path, facilitator)
-    with httpx.Client(timeout=60, trust_env=False) as http:
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
         headers = session_headers(http, url, tmp_path)
         answer = http.post(url, json=CALL, headers={**headers, "PAYMENT-SIGNATURE": signature})
         replayed = http.post(url, json=CALL, headers={**headers, "PAYMENT-SIGNATURE": signature})

@@ -22,6 +22,7 @@ from x402.http import decode_payment_required_header, decode_payment_response_he
 
 from tests.fakes.facilitator import running_facilitator
 from tests.mcp_http import write_corpus
+from tests.support import TLS
 from tests.test_cli import cli
 from tests.x402_client import BASE_SEPOLIA, PAY_TO, payment_header, payment_meta
 
@@ -82,7 +83,7 @@ def test_selling_tool_calls_through_up(tmp_path, running, facilitator):
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
     call["params"] = {"name": "dir2mcp.search", "arguments": {"query": "loader"}}
 
-    with httpx.Client(timeout=60, trust_env=False) as http:
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
         session = http.post(url, json=INIT, headers=auth).headers["MCP-Session-Id"]
         headers = {**auth, "MCP-Session-Id": session}
         assert (
@@ -111,7 +112,9 @@ def test_selling_tool_calls_through_up(tmp_path, running, facilitator):
     assert facilitator.count("/settle") == 1  # the replay settled nothing
 
     async def inband() -> tuple[list[str], object]:
-        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as client_http:
+        async with httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}, timeout=60, verify=TLS
+        ) as client_http:
             async with streamable_http_client(url, http_client=client_http) as (read, write, _):
                 async with ClientSession(read, write) as client:
                     await client.initialize()

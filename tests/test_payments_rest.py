@@ -25,6 +25,7 @@ from x402.http import (
 
 from tests.fakes.facilitator import running_facilitator
 from tests.mcp_http import start_daphne, stop, write_corpus
+from tests.support import TLS
 from tests.x402_client import BASE_SEPOLIA, PAY_TO, payment_header, sign_custom
 
 pytestmark = pytest.mark.slow
@@ -72,8 +73,8 @@ def rest(server, method: str, path: str, params: dict, **headers: str) -> httpx.
     url = f"{server.base}/api/v1{path}"
     headers = {"Authorization": f"Bearer {server.token}", **headers}
     if method == "POST":
-        return httpx.post(url, json=params, headers=headers, timeout=60)
-    return httpx.get(url, params=params, headers=headers, timeout=60)
+        return httpx.post(url, json=params, headers=headers, timeout=60, verify=TLS)
+    return httpx.get(url, params=params, headers=headers, timeout=60, verify=TLS)
 
 
 def settlement_rows(server) -> list[dict]:
@@ -253,6 +254,7 @@ def test_cors_lets_a_browser_send_and_read_the_payment_headers(server):
     preflight = httpx.options(
         f"{server.base}/api/v1/search",
         headers={"Origin": "http://localhost:5173", "Access-Control-Request-Method": "GET"},
+        verify=TLS,
     )
     assert "PAYMENT-SIGNATURE" in preflight.headers["access-control-allow-headers"]
     unpaid = rest(server, "GET", "/search", {"query": "loader"}, Origin="http://localhost:5173")

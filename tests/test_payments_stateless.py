@@ -18,6 +18,7 @@ from x402.http import decode_payment_required_header, decode_payment_response_he
 
 from tests.fakes.facilitator import running_facilitator
 from tests.mcp_http import base_env, index, write_corpus
+from tests.support import TLS
 from tests.test_modern import META, VERSION, stdio_server  # noqa: F401 (a fixture)
 from tests.test_payments_e2e import ACCEPT, INIT, x402_flags
 from tests.up_process import Up
@@ -48,7 +49,7 @@ class Paid:
             headers["PAYMENT-SIGNATURE"] = signature
         params = {"name": tool, "arguments": arguments, "_meta": {**META, **(meta or {})}}
         body = {"jsonrpc": "2.0", "id": msg_id, "method": "tools/call", "params": params}
-        return httpx.post(self.url, headers=headers, json=body, timeout=60, trust_env=False)
+        return httpx.post(self.url, headers=headers, json=body, timeout=60, trust_env=False, verify=TLS)
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +147,7 @@ def test_a_payment_spent_in_a_session_buys_nothing_statelessly(paid):
     auth = {"Authorization": f"Bearer {paid.token}", "Accept": ACCEPT, "MCP-Protocol-Version": "2025-11-25"}
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
     call["params"] = {"name": "dir2mcp.search", "arguments": {"query": "loader"}}
-    with httpx.Client(timeout=60, trust_env=False) as http:
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
         session = http.post(paid.url, json=INIT, headers=auth).headers["MCP-Session-Id"]
         headers = {**auth, "MCP-Session-Id": session}
         unpaid = http.post(paid.url, json=call, headers=headers)

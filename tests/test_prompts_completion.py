@@ -28,7 +28,7 @@ from mcp_gateway import dispatch, prompts
 from mcp_gateway.completion import declared_name
 from mcp_gateway.transport import shape_message
 from tests.mcp_http import REPO, base_env, index, start_daphne, stop, write_corpus
-from tests.support import wait_until_async
+from tests.support import TLS, wait_until_async
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def over_http(server, check) -> None:
 
     async def main() -> None:
         headers = {"Authorization": f"Bearer {server.token}"}
-        async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+        async with httpx.AsyncClient(headers=headers, timeout=60, verify=TLS) as http:
             async with streamable_http_client(server.url, http_client=http) as (read, write, _):
                 async with ClientSession(read, write) as session:
                     init = await session.initialize()

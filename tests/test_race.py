@@ -29,7 +29,7 @@ from corpus.ingest import ondemand
 from corpus.models import Representation
 from corpus.security import ExclusionEngine, ExclusionPolicy
 from tests.mcp_http import PROTOCOL, free_port
-from tests.support import holds
+from tests.support import TLS, holds
 from tests.up_process import Up
 
 CANARY = "CANARY-OUTSIDE-ROOT-9b41e7"
@@ -175,7 +175,7 @@ def test_a_served_root_never_answers_from_outside_while_names_are_swapped(tmp_pa
     try:
         url = up.url()
         base = url.rsplit("/", 1)[0]
-        with httpx.Client(timeout=60) as client, Swapper(root, outside):
+        with httpx.Client(timeout=60, verify=TLS) as client, Swapper(root, outside):
             headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL}
             init = {
                 "jsonrpc": "2.0",

@@ -24,7 +24,7 @@ from corpus.navigation import images, reads
 from mcp_gateway import context, tools
 from tests.mcp_http import Server, base_env
 from tests.mcp_http import index as reindex
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.test_mcp_client import start_up
 from tests.test_stdio import Raw, command
 
@@ -384,6 +384,7 @@ def rest(server: Server, params: dict) -> httpx.Response:
         params=params,
         headers={"Authorization": f"Bearer {server.token}"},
         timeout=30,
+        verify=TLS,
     )
 
 

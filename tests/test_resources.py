@@ -33,7 +33,7 @@ from tests.fakes.facilitator import running_facilitator
 from tests.fakes.media import make_text_pdf, make_wav
 from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import REPO, Server, base_env, start_daphne, stop, wait_for_index, write_corpus
-from tests.support import read_only
+from tests.support import TLS, read_only
 from tests.test_mcp_client import start_up
 from tests.x402_client import x402_env
 
@@ -90,7 +90,7 @@ async def _indexed(server: Server) -> None:
 @asynccontextmanager
 async def client(server: Server):
     headers = {"Authorization": f"Bearer {server.token}"}
-    async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+    async with httpx.AsyncClient(headers=headers, timeout=60, verify=TLS) as http:
         async with streamable_http_client(server.url, http_client=http) as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
@@ -369,7 +369,9 @@ def test_a_binary_over_the_limit_is_refused(served):
 
 def rest(server: Server, path: str, params=None, **headers) -> httpx.Response:
     auth = {"Authorization": f"Bearer {server.token}"}
-    return httpx.get(f"{server.base}/api/v1{path}", params=params, headers={**auth, **headers}, timeout=30)
+    return httpx.get(
+        f"{server.base}/api/v1{path}", params=params, headers={**auth, **headers}, timeout=30, verify=TLS
+    )
 
 
 def test_rest_pages_are_the_mcp_pages(served):
@@ -422,7 +424,7 @@ def test_rest_refusals_have_the_same_codes(served, path, params, status, code):
 
 @pytest.mark.parametrize("path", ["/resources", "/resources/read?uri=dir2mcp:///notes.txt"])
 def test_rest_resources_need_the_token(served, path):
-    response = httpx.get(f"{served.base}/api/v1{path}", timeout=30)
+    response = httpx.get(f"{served.base}/api/v1{path}", timeout=30, verify=TLS)
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "UNAUTHORIZED"
 
@@ -434,7 +436,7 @@ def test_rest_resources_refuse_a_foreign_origin(served):
 
 
 def test_openapi_documents_the_resource_routes(served):
-    document = httpx.get(f"{served.base}/api/v1/openapi.json", timeout=30).json()
+    document = httpx.get(f"{served.base}/api/v1/openapi.json", timeout=30, verify=TLS).json()
     for path, result in (
         ("/api/v1/resources", "ResourceList"),
         ("/api/v1/resources/read", "ReadResourceResult"),

@@ -27,6 +27,7 @@ from schemathesis.checks import (
 from corpus import errors
 from mcp_gateway import rest, schemas, tools
 from tests.mcp_http import daphne_serving, start_daphne, stop, write_corpus
+from tests.support import TLS
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +49,15 @@ def auth(server) -> dict[str, str]:
 
 
 def rest_get(server, path: str, params=None, **headers: str) -> httpx.Response:
-    return httpx.get(api_url(server, path), params=params, headers={**auth(server), **headers}, timeout=30)
+    return httpx.get(
+        api_url(server, path), params=params, headers={**auth(server), **headers}, timeout=30, verify=TLS
+    )
 
 
 def rest_post(server, path: str, body, **headers: str) -> httpx.Response:
-    return httpx.post(api_url(server, path), json=body, headers={**auth(server), **headers}, timeout=30)
+    return httpx.post(
+        api_url(server, path), json=body, headers={**auth(server), **headers}, timeout=30, verify=TLS
+    )
 
 
 def mcp(server, name: str, arguments: dict) -> dict:
@@ -369,7 +374,7 @@ def test_outside_root_and_missing_file(server):
 
 def tool_calls(server, tool: str) -> dict[str, float]:
     """``dir2mcp_tool_calls_total`` of ``tool`` by outcome, as the server's /metrics says."""
-    scraped = httpx.get(f"{server.base}/metrics", timeout=30)
+    scraped = httpx.get(f"{server.base}/metrics", timeout=30, verify=TLS)
     assert scraped.status_code == 200, scraped.text
     counts = {"ok": 0.0, "error": 0.0}
     for family in text_string_to_metric_families(scraped.text):
@@ -391,15 +396,17 @@ def test_rest_tool_calls_are_counted_like_mcp_calls(server):
 def test_bad_bodies_are_400_or_415_with_the_envelope(server):
     url = api_url(server, "/ask")
     headers = {**auth(server), "Content-Type": "application/json"}
-    assert_envelope(httpx.post(url, content=b"{not json", headers=headers), 400, "INVALID_FIELD")
-    assert_envelope(httpx.post(url, content=b"[1, 2]", headers=headers), 400, "INVALID_FIELD")
-    assert_envelope(httpx.post(url, content=b"", headers=headers), 400, "MISSING_FIELD")
+    assert_envelope(httpx.post(url, content=b"{not json", headers=headers, verify=TLS), 400, "INVALID_FIELD")
+    assert_envelope(httpx.post(url, content=b"[1, 2]", headers=headers, verify=TLS), 400, "INVALID_FIELD")
+    assert_envelope(httpx.post(url, content=b"", headers=headers, verify=TLS), 400, "MISSING_FIELD")
     text = {**auth(server), "Content-Type": "text/plain"}
-    assert_envelope(httpx.post(url, content=b'{"question": "x"}', headers=text), 415, "INVALID_FIELD")
+    assert_envelope(
+        httpx.post(url, content=b'{"question": "x"}', headers=text, verify=TLS), 415, "INVALID_FIELD"
+    )
 
 
 def test_post_needs_no_cookie_or_csrf_token(server):
-    with httpx.Client() as client:
+    with httpx.Client(verify=TLS) as client:
         response = client.post(
             api_url(server, "/ask"), json={"question": "loader", "mode": "search_only"}, headers=auth(server)
         )
@@ -412,7 +419,7 @@ def test_post_needs_no_cookie_or_csrf_token(server):
 
 @pytest.mark.parametrize("path", ["/search?query=x", "/files", "/files/slice?rel_path=notes.txt", "/stats"])
 def test_no_token_is_401_with_a_bearer_challenge(server, path):
-    response = httpx.get(api_url(server, path))
+    response = httpx.get(api_url(server, path), verify=TLS)
     assert_envelope(response, 401, "UNAUTHORIZED")
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
@@ -422,17 +429,19 @@ def test_no_token_is_401_with_a_bearer_challenge(server, path):
 )
 def test_wrong_token_is_401(server, authorization):
     headers = {"Authorization": authorization.format(token=server.token)}
-    response = httpx.get(api_url(server, "/stats"), headers=headers)
+    response = httpx.get(api_url(server, "/stats"), headers=headers, verify=TLS)
     assert_envelope(response, 401, "UNAUTHORIZED")
-    response = httpx.post(api_url(server, "/ask"), json={"question": "x"}, headers=headers)
+    response = httpx.post(api_url(server, "/ask"), json={"question": "x"}, headers=headers, verify=TLS)
     assert_envelope(response, 401, "UNAUTHORIZED")
 
 
 def test_token_is_checked_case_insensitively_on_the_scheme_only(server):
-    response = httpx.get(api_url(server, "/stats"), headers={"Authorization": f"bearer {server.token}"})
+    response = httpx.get(
+        api_url(server, "/stats"), headers={"Authorization": f"bearer {server.token}"}, verify=TLS
+    )
     assert response.status_code == 200
     upper = server.token.upper() if server.token.upper() != server.token else server.token.lower()
-    response = httpx.get(api_url(server, "/stats"), headers={"Authorization": f"Bearer {upper}"})
+    response = httpx.get(api_url(server, "/stats"), headers={"Authorization": f"Bearer {upper}"}, verify=TLS)
     assert response.status_code == 401
 
 
@@ -451,7 +460,7 @@ def test_allowed_origin_passes_with_cors_headers(server):
     assert ok.headers["vary"] == "Origin"
     assert rest_get(server, "/stats", Origin="http://127.0.0.1").status_code == 200
     # A browser must be able to read an error too.
-    refused = httpx.get(api_url(server, "/stats"), headers={"Origin": "http://localhost:5173"})
+    refused = httpx.get(api_url(server, "/stats"), headers={"Origin": "http://localhost:5173"}, verify=TLS)
     assert_envelope(refused, 401, "UNAUTHORIZED")
     assert refused.headers["access-control-allow-origin"] == "http://localhost:5173"
     assert "WWW-Authenticate" in refused.headers["access-control-expose-headers"]
@@ -462,33 +471,34 @@ def test_preflight_for_allowed_origins_only(server):
     ok = httpx.options(
         api_url(server, "/ask"),
         headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"},
+        verify=TLS,
     )
     assert ok.status_code == 204
     assert ok.headers["access-control-allow-origin"] == "http://localhost:3000"
     assert "POST" in ok.headers["access-control-allow-methods"]
     assert "Authorization" in ok.headers["access-control-allow-headers"]
-    refused = httpx.options(api_url(server, "/ask"), headers={"Origin": "http://evil.example"})
+    refused = httpx.options(api_url(server, "/ask"), headers={"Origin": "http://evil.example"}, verify=TLS)
     assert_envelope(refused, 403, "FORBIDDEN_ORIGIN")
     assert "access-control-allow-origin" not in refused.headers
 
 
 def test_unknown_routes_and_methods_get_the_envelope_not_html(server):
     assert_envelope(rest_get(server, "/no-such-endpoint"), 404, "NOT_FOUND")
-    wrong_method = httpx.delete(api_url(server, "/search"), headers=auth(server))
+    wrong_method = httpx.delete(api_url(server, "/search"), headers=auth(server), verify=TLS)
     assert_envelope(wrong_method, 405, "METHOD_NOT_ALLOWED")
     assert "GET" in wrong_method.headers["allow"] and "POST" in wrong_method.headers["allow"]
 
 
 def test_bad_origin_is_refused_before_the_token_is_looked_at(server):
-    response = httpx.get(api_url(server, "/stats"), headers={"Origin": "http://evil.example"})
+    response = httpx.get(api_url(server, "/stats"), headers={"Origin": "http://evil.example"}, verify=TLS)
     assert_envelope(response, 403, "FORBIDDEN_ORIGIN")
 
 
 def test_openapi_and_docs_are_public(server):
-    response = httpx.get(api_url(server, "/openapi.json"))
+    response = httpx.get(api_url(server, "/openapi.json"), verify=TLS)
     assert response.status_code == 200
     assert response.json()["info"]["title"] == "dir2mcp REST mirror"
-    docs = httpx.get(api_url(server, "/docs"))
+    docs = httpx.get(api_url(server, "/docs"), verify=TLS)
     assert docs.status_code == 200
     assert "text/html" in docs.headers["content-type"]
     assert "openapi.json" in docs.text
@@ -501,10 +511,10 @@ def test_auth_none_and_the_shared_rate_limit(tmp_path):
     try:
         assert srv.token is None
         session = srv.initialize()
-        assert httpx.get(api_url(srv, "/stats")).status_code == 200
-        statuses = [httpx.get(api_url(srv, "/files")).status_code for _ in range(5)]
+        assert httpx.get(api_url(srv, "/stats"), verify=TLS).status_code == 200
+        statuses = [httpx.get(api_url(srv, "/files"), verify=TLS).status_code for _ in range(5)]
         assert statuses[-1] == 429 and set(statuses) == {200, 429}
-        response = httpx.get(api_url(srv, "/stats"))
+        response = httpx.get(api_url(srv, "/stats"), verify=TLS)
         error = assert_envelope(response, 429, "RATE_LIMITED")
         assert error["retryable"] is True
         assert int(response.headers["Retry-After"]) >= 1
@@ -520,7 +530,7 @@ def test_auth_none_and_the_shared_rate_limit(tmp_path):
 
 @pytest.fixture(scope="module")
 def openapi(server) -> dict:
-    return httpx.get(api_url(server, "/openapi.json")).json()
+    return httpx.get(api_url(server, "/openapi.json"), verify=TLS).json()
 
 
 OPERATIONS = {

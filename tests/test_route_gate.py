@@ -19,6 +19,7 @@ from django.urls import URLResolver, get_resolver
 from corpus.config import build_config
 from mcp_gateway import rest, route_gate, transport
 from tests.mcp_http import ACCEPT, PROTOCOL, write_corpus
+from tests.support import TLS
 from tests.test_cli import cli
 from tests.up_process import Up
 
@@ -69,7 +70,7 @@ def finish(up: Up) -> None:
 
 
 def http_client() -> httpx.Client:
-    return httpx.Client(timeout=60, trust_env=False)
+    return httpx.Client(timeout=60, trust_env=False, verify=TLS)
 
 
 def login_form(site: Site) -> tuple[str, str]:

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from tests.mcp_http import Server, base_env, serve_daphne, start_daphne, stop, write_corpus
+from tests.support import TLS
 
 pytestmark = pytest.mark.slow
 
@@ -73,4 +74,4 @@ def test_two_processes_share_one_rate_limit(pair):
 
 def httpx_delete(server: Server, session: str) -> int:
     headers = server.headers(**{"MCP-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
-    return httpx.delete(server.url, headers=headers, timeout=30).status_code
+    return httpx.delete(server.url, headers=headers, timeout=30, verify=TLS).status_code

@@ -21,7 +21,7 @@ import pytest
 
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_wav
-from tests.support import stored_text
+from tests.support import TLS, stored_text
 from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
@@ -75,7 +75,7 @@ def test_no_secret_in_output_state_or_answers(tmp_path, fake_mistral, fake_eleve
     try:
         url = up.url()
         up.event("scan_progress", lambda data: data.get("running") is False)
-        with httpx.Client(timeout=60, trust_env=False) as http:
+        with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
             init = rpc(
                 http,
                 url,
@@ -175,7 +175,7 @@ def test_payments_and_the_admin_leak_no_secret(tmp_path, running):
         up.event("scan_progress", lambda data: data.get("running") is False)
         site = url.removesuffix("/mcp")
         pages: dict[str, str] = {}
-        with httpx.Client(timeout=60, trust_env=False, follow_redirects=True) as http:
+        with httpx.Client(timeout=60, trust_env=False, follow_redirects=True, verify=TLS) as http:
             init = rpc(http, url, None, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
             session = init.headers["MCP-Session-Id"]
             call = {"name": "dir2mcp.search", "arguments": {"query": "loader"}}

@@ -20,6 +20,7 @@ import pytest
 
 from corpus import uris
 from tests.mcp_http import PROTOCOL, Server, start_daphne, stop
+from tests.support import TLS
 from tests.test_secret_rules import (
     ARCHIVES,
     CONTENT_SECRETS,
@@ -70,7 +71,7 @@ def serving(root: Path, fragments: list[str], *, env: dict[str, str] | None = No
     client; once stopped, its log holds no traceback and none of ``fragments``."""
     srv = start_daphne(root, env=env)
     srv.session = srv.initialize()
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=TLS) as client:
         srv.client = client
         yield srv
     err = stop(srv)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
 import random
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +11,7 @@ from hypothesis import strategies as st
 from corpus.ingest.chunking import LINES, ChunkDraft, chunk_prose
 from corpus.ingest.extract import html_to_text
 from corpus.ingest.sections import chunk_sections
+from tests import support
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "naïve", "café", "東京", "x"]
 
@@ -431,24 +430,15 @@ def test_leading_blank_lines_keep_line_numbers(fmt: str) -> None:
 # --- scale -----------------------------------------------------------------------------
 
 
-def cpu_seconds(text: str, fmt: str) -> float:
-    """The least CPU time of this process (not wall time: other processes'
-    load does not count) of two chunkings of ``text``."""
-    best = math.inf
-    for _ in range(2):
-        began = time.process_time()
-        chunk_sections(text, fmt=fmt, path="big")
-        best = min(best, time.process_time() - began)
-    return best
-
-
 def assert_linear(make, size: int, fmt: str) -> list[ChunkDraft]:
-    """``make(size)`` costs at most 10x ``make(size // 4)``: about 4x when the
-    work is linear, 16x when it is quadratic. A ratio in one process, so no
-    machine is too slow for it (the suite takes no timed assertion)."""
-    small, large = cpu_seconds(make(size // 4), fmt), cpu_seconds(make(size), fmt)
-    assert large < 10 * max(small, 0.01), (small, large)
-    return chunk_sections(make(size), fmt=fmt, path="big")
+    """``make(size)`` costs at most 10x the CPU of ``make(size // 4)``
+    (``support.assert_linear``); the drafts of ``make(size)``."""
+    small, large, drafts = make(size // 4), make(size), []
+    support.assert_linear(
+        lambda: chunk_sections(small, fmt=fmt, path="big"),
+        lambda: drafts.append(chunk_sections(large, fmt=fmt, path="big")),
+    )
+    return drafts[-1]
 
 
 def markdown_parts(megabytes: float) -> str:

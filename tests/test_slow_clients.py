@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.mcp_http import Server, base_env
+from tests.support import TLS
 from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
@@ -199,7 +200,9 @@ def test_a_20_kib_query_string_gets_414_in_the_rest_envelope(server):
 
 
 def test_a_long_url_on_the_mcp_endpoint_gets_414_in_json_rpc_shape(server):
-    response = httpx.get(server.url, params={"q": "x" * 20 * 1024}, headers=server.headers(), timeout=WAIT)
+    response = httpx.get(
+        server.url, params={"q": "x" * 20 * 1024}, headers=server.headers(), timeout=WAIT, verify=TLS
+    )
     assert response.status_code == 414, response.text
     body = response.json()
     assert body["jsonrpc"] == "2.0"
@@ -278,7 +281,7 @@ def test_rest_errors_under_up_are_the_rest_envelope(server, method, path, conten
         {"Content-Type": content_type} if content_type else {}
     )
     response = httpx.request(
-        method, f"{server.base}/api/v1{path}", content=body, headers=headers, timeout=WAIT
+        method, f"{server.base}/api/v1{path}", content=body, headers=headers, timeout=WAIT, verify=TLS
     )
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json")
@@ -291,7 +294,7 @@ def test_rest_errors_under_up_are_the_rest_envelope(server, method, path, conten
 
 
 def test_the_docs_page_loads_nothing_from_another_origin(server):
-    page = httpx.get(f"{server.base}/api/v1/docs", timeout=WAIT)
+    page = httpx.get(f"{server.base}/api/v1/docs", timeout=WAIT, verify=TLS)
     assert page.status_code == 200, page.text
     html = page.text
     references = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
@@ -300,7 +303,7 @@ def test_the_docs_page_loads_nothing_from_another_origin(server):
     for ref in references:
         assert not urlsplit(ref).netloc and not urlsplit(ref).scheme, ref
         asset = httpx.get(
-            f"{server.base}{ref}" if ref.startswith("/") else f"{server.base}/{ref}", timeout=WAIT
+            f"{server.base}{ref}" if ref.startswith("/") else f"{server.base}/{ref}", timeout=WAIT, verify=TLS
         )
         assert asset.status_code == 200, ref
         assert asset.content, ref

@@ -15,6 +15,7 @@ from corpus.config import build_config
 from corpus.indexing import index_directory
 from mcp_gateway import budgets, context, hints, tools
 from tests.mcp_http import daphne_serving, write_corpus
+from tests.support import TLS
 
 MODULES, FUNCTIONS = 15, 6
 LONG_LINES = 1500
@@ -317,7 +318,7 @@ def test_an_image_item_counts_what_a_model_reads_of_it_not_its_base64():
 def test_the_rest_mirror_takes_the_budget_and_its_cursor(server):
     def find(**params) -> httpx.Response:
         auth = {"Authorization": f"Bearer {server.token}"}
-        return httpx.get(f"{server.base}/api/v1/find", params=params, headers=auth, timeout=30)
+        return httpx.get(f"{server.base}/api/v1/find", params=params, headers=auth, timeout=30, verify=TLS)
 
     params = {"content": "shared_helper", "limit": 200, "max_tokens": 500}
     first = find(**params)

@@ -15,6 +15,7 @@ import tarfile
 import httpx
 import pytest
 
+from tests.support import TLS
 from tests.test_cli import cli
 
 pytestmark = pytest.mark.slow
@@ -60,9 +61,9 @@ def test_up_lists_and_counts_it(corpus_dir, running):
     token = (corpus_dir / ".dir2mcp" / "secret.token").read_text().strip()
     headers = {"Authorization": f"Bearer {token}"}
 
-    page = httpx.get(f"{base}/api/v1/files", headers=headers, timeout=30).json()
+    page = httpx.get(f"{base}/api/v1/files", headers=headers, timeout=30, verify=TLS).json()
     assert {f["rel_path"]: f["status"] for f in page["files"]} == {"fine.txt": "ok", SHOWN: "error"}
-    stats = httpx.get(f"{base}/api/v1/stats", headers=headers, timeout=30).json()
+    stats = httpx.get(f"{base}/api/v1/stats", headers=headers, timeout=30, verify=TLS).json()
     assert stats["indexing"]["errors"] == 1
     assert [e["data"]["rel_path"] for e in up.events() if e["event"] == "file_error"] == [SHOWN]
     assert up.stop() == 0
@@ -81,7 +82,7 @@ def test_live_sync_records_and_forgets_it_and_goes_on_watching(corpus_dir, runni
     headers = {"Authorization": f"Bearer {token}"}
 
     def listed() -> dict[str, str]:
-        page = httpx.get(f"{base}/api/v1/files", headers=headers, timeout=30).json()
+        page = httpx.get(f"{base}/api/v1/files", headers=headers, timeout=30, verify=TLS).json()
         return {f["rel_path"]: f["status"] for f in page["files"]}
 
     later = os.fsdecode(b"r\xe9sum\xe9.md")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
@@ -100,6 +102,33 @@ def test_gitignore_change_excludes_files(watcher, corpus_dir):
         lambda: (d := live_docs(corpus_dir)) and "sub/a.txt" not in d and d, message="the gitignore rescan"
     )
     assert ".gitignore" in docs and "sub/b.txt" not in docs
+
+
+def pending_recorded(root: Path) -> int | None:
+    """The count of changes live sync last recorded as not yet written (issue #37)."""
+    db = root / ".dir2mcp" / "meta.sqlite"
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as conn:
+        row = conn.execute("SELECT value FROM settings WHERE key = 'live_sync'").fetchone()
+    return json.loads(row[0])["pending"] if row else None
+
+
+def test_live_sync_records_its_pending_changes_for_every_process(watcher, corpus_dir):
+    recorded = wait_until(
+        lambda: [n] if (n := pending_recorded(corpus_dir)) is not None else None, message="the count recorded"
+    )
+    assert recorded == [0]  # the watch in place, nothing changed yet
+    before = live_docs(corpus_dir)["edit.txt"]
+    (corpus_dir / "edit.txt").write_text("third version\n")
+    (corpus_dir / "more.md").write_text("# More\n")
+    wait_until(
+        lambda: (d := live_docs(corpus_dir)) and "more.md" in d and d.get("edit.txt") != before,
+        message="the watcher to apply two changes",
+    )
+    # Applied, so none waits: the count comes back to 0 within half a second.
+    wait_until(
+        lambda: pending_recorded(corpus_dir) == 0,
+        message=lambda: f"no pending change recorded (still {pending_recorded(corpus_dir)})",
+    )
 
 
 def test_interrupt_stops_cleanly_and_releases_the_lock(watcher, corpus_dir):

@@ -14,6 +14,7 @@ import pytest
 
 from mcp_gateway.security_headers import DATA_POLICY, PAGE_POLICY
 from tests.mcp_http import ACCEPT, write_corpus
+from tests.support import TLS
 from tests.test_cli import cli
 from tests.test_route_gate import INITIALIZE, PASSWORD, Site, finish, sign_in, start
 from tests.test_up import self_signed
@@ -61,7 +62,7 @@ def fetch(site: Site, method: str, path: str, credential: str, body) -> httpx.Re
         headers["Authorization"] = f"Bearer {site.token}"
     if credential == "session":
         headers["Cookie"] = f"sessionid={site.session}"
-    with httpx.Client(timeout=60, trust_env=False) as http:
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
         return http.request(method, site.base + path, headers=headers, json=body)
 
 
@@ -175,7 +176,7 @@ WRONG = "Please enter the correct username and password"
 def attempt(base: str, client: str, username: str, password: str) -> httpx.Response:
     """One sign-in from loopback address ``client``, in a fresh session."""
     transport = httpx.HTTPTransport(local_address=client)
-    with httpx.Client(timeout=60, trust_env=False, transport=transport) as http:
+    with httpx.Client(timeout=60, trust_env=False, transport=transport, verify=TLS) as http:
         page = http.get(f"{base}/admin/login/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
         return http.post(

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.test_cli import REPO, base_env
 
 
@@ -33,6 +33,9 @@ class Up:
         )
         self.lines: list[str] = []
         self.err: list[str] = []
+        self._events: list[dict] = []
+        self._parsed = 0  # lines of self.lines already read into self._events
+        self._parsing = threading.Lock()
         self._readers = [
             threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True),
             threading.Thread(target=self._pump, args=(self.proc.stderr, self.err), daemon=True),
@@ -53,7 +56,15 @@ class Up:
         return "\n".join(self.err)
 
     def events(self) -> list[dict]:
-        return [json.loads(line) for line in list(self.lines) if line.startswith("{")]
+        """The NDJSON events so far. Each line is parsed once: waits poll
+        this every 50 ms for as long as a pass runs."""
+        with self._parsing:
+            arrived = len(self.lines)
+            for line in self.lines[self._parsed : arrived]:
+                if line.startswith("{"):
+                    self._events.append(json.loads(line))
+            self._parsed = arrived
+            return list(self._events)
 
     def wait_until(self, predicate, what: str, timeout: float = 90):
         """Wait for ``predicate(self)`` to be truthy as output arrives; fail
@@ -97,7 +108,7 @@ class Up:
     def rest(self, path: str, body: dict | None = None) -> httpx.Response:
         """A call on the REST mirror (``/api/v1/...``): GET, or POST with ``body``."""
         base = self.url().removesuffix("/mcp")
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(timeout=30, verify=TLS) as client:
             return client.get(base + path) if body is None else client.post(base + path, json=body)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:

@@ -14,6 +14,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from corpus import errors
+from corpus.ingest.exclusions import ExclusionTally
 from corpus.security import (
     HARDLINK_REASON,
     LINK_LOOP_REASON,
@@ -23,6 +24,8 @@ from corpus.security import (
 )
 
 _by_name = attrgetter("name")
+#: How a symlink the policy does not follow is counted.
+SYMLINK_REASON = "symlink not followed (ingest.follow_symlinks: false)"
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,17 @@ class _Dir:
     lineage: frozenset[str]
 
 
-def walk(engine: ExclusionEngine, *, start: str = "") -> Iterator[FileEntry | WalkProblem]:
+def walk(
+    engine: ExclusionEngine, *, start: str = "", tally: ExclusionTally | None = None
+) -> Iterator[FileEntry | WalkProblem]:
     """Yield every allowed regular file under ``engine.root``, sorted, depth first.
 
     ``start`` limits the walk to one file or directory below the root (the
     watcher's targeted refresh); if it is missing or excluded nothing is yielded.
+    ``tally`` counts each entry left out, by reason (an excluded directory
+    once: the walk does not descend into it).
     """
+    tally = tally if tally is not None else ExclusionTally()
     root = str(engine.root)
     _check_root(root)
     stack: list[_Dir] = []
@@ -78,7 +86,7 @@ def walk(engine: ExclusionEngine, *, start: str = "") -> Iterator[FileEntry | Wa
             continue
         subdirs: list[_Dir] = []
         for entry in entries:
-            yield from _visit(engine, current, entry, subdirs, followed)
+            yield from _visit(engine, current, entry, subdirs, followed, tally)
         stack.extend(reversed(subdirs))
 
 
@@ -123,26 +131,41 @@ def _scan(path: str) -> list[os.DirEntry]:
 
 
 def _visit(
-    engine: ExclusionEngine, parent: _Dir, entry: os.DirEntry, subdirs: list[_Dir], followed: set[str]
+    engine: ExclusionEngine,
+    parent: _Dir,
+    entry: os.DirEntry,
+    subdirs: list[_Dir],
+    followed: set[str],
+    tally: ExclusionTally,
 ) -> Iterator[FileEntry | WalkProblem]:
     rel = f"{parent.rel}/{entry.name}" if parent.rel else entry.name
     try:
         if entry.is_symlink():
             if engine.policy.follow_symlinks:
                 yield from _visit_symlink(engine, parent, entry, rel, subdirs, followed)
+            else:
+                tally.add(SYMLINK_REASON, is_dir=False)
             return
         if entry.is_dir(follow_symlinks=False):
-            if engine.entry_reason(rel, is_dir=True, chain=parent.chain) is None:
+            reason = engine.entry_reason(rel, is_dir=True, chain=parent.chain)
+            if reason is None:
                 real = os.path.join(parent.real, entry.name)
                 chain = engine.gitignore_chain(rel, parent.chain)
                 subdirs.append(_Dir(entry.path, real, rel, chain, parent.lineage | {real}))
+            else:
+                tally.add(reason, is_dir=True)
             return
-        if entry.is_file(follow_symlinks=False) and engine.entry_reason(rel, chain=parent.chain) is None:
-            st = entry.stat(follow_symlinks=False)
-            if engine.hardlink_refused(st):
-                yield WalkProblem(rel, errors.FORBIDDEN, HARDLINK_REASON)
-                return
-            yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
+        if not entry.is_file(follow_symlinks=False):
+            return
+        reason = engine.entry_reason(rel, chain=parent.chain)
+        if reason is not None:
+            tally.add(reason, is_dir=False)
+            return
+        st = entry.stat(follow_symlinks=False)
+        if engine.hardlink_refused(st):
+            yield WalkProblem(rel, errors.FORBIDDEN, HARDLINK_REASON)
+            return
+        yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
     except FileNotFoundError:
         return  # removed while we were walking
     except OSError as exc:

@@ -38,10 +38,11 @@ from corpus.config import Config
 from corpus.counters import Counters
 from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
-from corpus.ingest import writer
+from corpus.ingest import coverage, writer
 from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, archive_format, iter_members
 from corpus.ingest.classify import TEXTUAL_TYPES, classify, gzip_inner_name
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
+from corpus.ingest.exclusions import ExclusionTally
 from corpus.ingest.extract import gunzip_bounded
 from corpus.ingest.media import MediaProviders, media_providers
 from corpus.ingest.prepare import HEAD_BYTES, Capabilities, Prepared, Preparer, capabilities_for, sha256_hex
@@ -191,6 +192,8 @@ class Indexer:
         self.embedder = embedder
         self.embed_error: errors.Dir2mcpError | None = None
         self.counters = Counters()
+        #: what the walk left out, by reason (issue #37)
+        self.tally = ExclusionTally()
         self.known: dict[str, Known] = {}
         #: doc_ids of archives holding a member in error: read again, like a file in error
         self._failed_containers: set[int] = set()
@@ -218,7 +221,7 @@ class Indexer:
         self._start()
         outcome = "interrupted"
         try:
-            for item in walk(self.engine):
+            for item in walk(self.engine, tally=self.tally):
                 if self.stop.is_set():
                     break
                 self._consume(item)
@@ -234,9 +237,19 @@ class Indexer:
         complete, embed what is pending, and say the dense half is complete
         when that ran to the end (whichever step wrote the files)."""
         self._announce_complete("lexical")
+        self._report_coverage()
         self._embed()
         if self.embedder is not None and self.embed_error is None and not self.stop.is_set():
             self._announce_complete("dense")
+
+    def _report_coverage(self) -> None:
+        """Record what the whole walk covered and left out, and say loudly
+        when it covers nothing or far more than git tracks (issue #37)."""
+        found = coverage.record(self.root, self.tally, walked=self.counters.scanned)
+        self.reporter.event("coverage", found)
+        self.reporter.say(coverage.describe(found))
+        if found["warning"]:
+            self.reporter.warn(found["warning"], kind="coverage")
 
     def _announce_complete(self, half: str) -> None:
         """Say that a whole pass's half of the index is complete (issue #24):

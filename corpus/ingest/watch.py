@@ -24,22 +24,31 @@ import time
 from pathlib import Path
 
 import watchfiles
+from django.db import connection
 
 from corpus import errors, store_faults
 from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.indexing import walking_indexer
+from corpus.ingest import watch_limits
+from corpus.ingest.pending import PendingChanges
 from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
 from corpus.providers.base import Embedder
-from corpus.security import DEFAULT_IGNORED_DIRS, is_within, relative_within
+from corpus.security import DEFAULT_IGNORED_DIRS, OUTPUT_DIR_NAMES, is_within, relative_within
 from corpus.state import IndexLock, StateDir
 
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 400
+#: A batch of at least this many paths starts a burst (a branch switch, an
+#: unpacked archive): the batches that follow within SETTLE_SECONDS of each
+#: other, up to SETTLE_MAX_SECONDS in all, join it in one pass (issue #37).
+SETTLE_FROM = 50
+SETTLE_SECONDS = 1.0
+SETTLE_MAX_SECONDS = 20.0
 #: The first retry of a retryable failure comes this long after it (seconds;
 #: env DIR2MCP_RETRY_SECONDS), the next ones twice as long each, up to
 #: RETRY_MAX_SECONDS while documents keep failing.
@@ -60,10 +69,12 @@ def _relative(root: Path, path: str) -> str | None:
 
 
 class _Filter(watchfiles.DefaultFilter):
-    """Drop events inside the state directory and default-ignored dirs."""
+    """Drop events inside the state directory and default-ignored dirs (but
+    ``build`` and ``dist``, which hold source when git tracks files in them:
+    the exclusion engine decides those)."""
 
     def __init__(self, state_dir: Path):
-        super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS))
+        super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS - OUTPUT_DIR_NAMES))
         self.state_dir = str(Path(state_dir).resolve())  # events name real paths: see _Feed
 
     def __call__(self, change: watchfiles.Change, path: str) -> bool:
@@ -89,7 +100,7 @@ def watch_directory(
     # The OS watch goes in place before the first pass, so a file changed
     # while that pass embeds is re-read and embedded ahead of the rest
     # (issue #17) instead of waiting for the pass to end.
-    feed = _Feed(root, state, stop)
+    feed = _Feed(root, state, stop, reporter=reporter, watch_limit=watch_limits.configured_limit())
 
     def retry_indexer(mode: str = "incremental") -> Indexer:
         return Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder, mode=mode)
@@ -108,6 +119,7 @@ def watch_directory(
             if initial:
                 try:
                     walking(changes=feed.take_paths).run()
+                    feed.handed_written()
                 except Exception as exc:  # a full disk: the pass is walked again once it can be written
                     if not unwritten.keep(exc, set(), walk=True):
                         raise
@@ -131,21 +143,29 @@ def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, rep
             if reporter is not None:
                 reporter.event("watch_ready", {"root": str(root)})
         while not stop.is_set():
+            feed.pending.publish()  # what the last batch wrote, here: the watch may not yield for a while
             batch = feed.next(timeout=0.5)
             rescan = batch == RESCAN  # the watch was set up again: walk for what it missed
             changed = () if rescan else batch or ()
             rel_paths = {rel for _, path in changed if (rel := _relative(feed.root, path))}
+            if len(rel_paths) >= SETTLE_FROM:
+                more, again = feed.settle()
+                rel_paths |= more
+                rescan = rescan or again
             if not (rel_paths or rescan) and not unwritten.due():
                 continue
             earlier, walk_again = unwritten.take()
+            walk = walk_again or rescan or _walks(rel_paths | earlier)
             with retrier.lock:
-                _apply(
+                landed = _apply(
                     rel_paths | earlier,
                     walking=walking,
                     one_by_one=retry_indexer,
                     unwritten=unwritten,
-                    walk=walk_again or rescan,
+                    walk=walk,
                 )
+            if landed:
+                feed.pending.written(None if walk else rel_paths | earlier)
     finally:
         retrier.close()
 
@@ -155,14 +175,31 @@ class _Feed:
     events in the state directory (filtered out) can keep the change
     iterator from ever yielding, and the first pass must not wait for it."""
 
-    def __init__(self, root: Path, state: StateDir, stop: threading.Event):
+    def __init__(
+        self,
+        root: Path,
+        state: StateDir,
+        stop: threading.Event,
+        *,
+        reporter: Reporter | None = None,
+        watch_limit: int | None = None,
+    ):
         # The real path is watched, so events name real paths, which the
         # containment rule compares exactly (FSEvents reports them anyway).
         self.root = Path(root).resolve()
         self.stop = stop
+        self.reporter = reporter
+        self.watch_limit = watch_limit
+        #: how the tree is watched: by the OS, or polled (decided in the watch's thread)
+        self.plan = watch_limits.WatchPlan(polling=False)
         self._closed = threading.Event()
         self._state_dir = state.path
+        #: (batch number, batch) in the order seen; the number is :attr:`pending`'s
         self._batches: queue.Queue = queue.Queue()
+        #: what live sync has not yet written, recorded for every process's answers
+        self.pending = PendingChanges()
+        #: the paths :meth:`take_paths` last handed to a pass under way
+        self._handed: set[str] = set()
         self._in_place = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dir2mcp-watch", daemon=True)
 
@@ -186,8 +223,18 @@ class _Feed:
             stop_event=self,
             rust_timeout=500,
             yield_on_timeout=True,
-            force_polling=os.environ.get("DIR2MCP_WATCH_POLLING") == "1" or None,
+            force_polling=self.plan.polling or None,
+            poll_delay_ms=self.plan.poll_ms,
         )
+
+    def _poll(self, plan: watch_limits.WatchPlan) -> None:
+        """Watch by polling from now on, and say why."""
+        self.plan = plan
+        if plan.reason.startswith("DIR2MCP_WATCH_POLLING"):
+            return  # asked for: nothing to warn about
+        log.warning("%s", plan.reason)
+        if self.reporter is not None:
+            self.reporter.warn(plan.reason, kind="watch_polling")
 
     def _run(self) -> None:
         """Follow the OS watch until closed. A watch that fails is set up
@@ -195,9 +242,16 @@ class _Feed:
         WATCH_RESTART_MAX_SECONDS of starting, and a :data:`RESCAN` batch
         walks the tree for what it missed: watchfiles stops for good at the
         first event naming a file whose name is not valid UTF-8, which would
-        otherwise end live sync for every file."""
+        otherwise end live sync for every file. The count of pending changes
+        is recorded here as each batch arrives (and by the indexing thread as
+        each is written: events in the state directory, filtered out, can
+        keep the watch from yielding for long)."""
         pause, missed = WATCH_RESTART_SECONDS, False
+        forced = os.environ.get("DIR2MCP_WATCH_POLLING") == "1"
         try:
+            first = watch_limits.plan(self.root, limit=self.watch_limit, forced=forced)
+            if first.polling:
+                self._poll(first)
             while not self.is_set():
                 started = time.monotonic()
                 try:
@@ -205,14 +259,20 @@ class _Feed:
                         # The first (possibly empty) batch means the OS watch is in place.
                         self._in_place.set()
                         if missed:  # walked once the new watch is in place: nothing falls between
-                            self._batches.put(RESCAN)
+                            self._batches.put((self.pending.saw(()), RESCAN))
                             missed = False
                         if batch:
-                            self._batches.put(batch)
+                            paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
+                            self._batches.put((self.pending.saw(paths), batch))
+                        self.pending.publish()
                     return  # closed
                 except Exception as exc:  # a watch that cannot go on must not take the server with it
-                    log.warning("the file watch stopped (%s); setting it up again in %g s", exc, pause)
                     self._in_place.set()
+                    if not self.plan.polling and watch_limits.is_limit_error(exc):
+                        self._poll(watch_limits.after_failure(exc, self.root))
+                        pause, missed = WATCH_RESTART_SECONDS, True
+                        continue  # polled at once: what the failed watch missed is walked
+                    log.warning("the file watch stopped (%s); setting it up again in %g s", exc, pause)
                 if time.monotonic() - started > WATCH_RESTART_MAX_SECONDS:
                     pause = WATCH_RESTART_SECONDS  # it had been well for a while
                 if self._closed.wait(pause) or self.stop.is_set():
@@ -220,6 +280,8 @@ class _Feed:
                 pause, missed = min(pause * 2, WATCH_RESTART_MAX_SECONDS), True
         finally:
             self._in_place.set()
+            self.pending.publish()
+            connection.close()
 
     def wait_in_place(self, stop: threading.Event) -> bool:
         while not self._in_place.wait(0.2):
@@ -229,43 +291,74 @@ class _Feed:
 
     def next(self, timeout: float):
         try:
-            return self._batches.get(timeout=timeout)
+            number, batch = self._batches.get(timeout=timeout)
         except queue.Empty:
             return None
+        self.pending.taken(number)
+        return batch
+
+    def settle(
+        self, quiet: float = SETTLE_SECONDS, most: float = SETTLE_MAX_SECONDS
+    ) -> tuple[set[str], bool]:
+        """The paths of the batches that follow one another within ``quiet``
+        seconds (``most`` in all), and whether one was a :data:`RESCAN`: a
+        burst of changes becomes one pass, not one per batch."""
+        paths: set[str] = set()
+        rescan = False
+        end = time.monotonic() + most
+        while (left := end - time.monotonic()) > 0:
+            batch = self.next(timeout=min(quiet, left))
+            if batch is None:
+                break
+            if batch == RESCAN:
+                rescan = True
+            else:
+                paths |= {rel for _, path in batch if (rel := _relative(self.root, path))}
+        return paths, rescan
+
+    def handed_written(self) -> None:
+        """What :meth:`take_paths` handed the pass is in the index now."""
+        self.pending.written(self._handed)
+        self._handed = set()
 
     def take_paths(self) -> set[str]:
         """What changed since last asked, for a pass under way: the paths of
         every batch waiting, except a batch touching a ``.gitignore`` (what
-        is excluded changed: a walk's job, left for after the pass)."""
+        is excluded changed: a walk's job, left for after the pass). What it
+        handed last time is written by now: the pass refreshed it at once."""
+        self.handed_written()
         taken, later = set(), []
         while True:
             try:
-                batch = self._batches.get_nowait()
+                number, batch = self._batches.get_nowait()
             except queue.Empty:
                 break
             if batch == RESCAN:
-                later.append(batch)
+                later.append((number, batch))
                 continue
             paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
-            if any(Path(p).name == ".gitignore" for p in paths):
-                later.append(batch)
+            if _walks(paths):
+                later.append((number, batch))
             else:
                 taken |= paths
-        for batch in later:
-            self._batches.put(batch)
+                self.pending.taken(number)
+        for item in later:
+            self._batches.put(item)
+        self._handed = taken
         return taken
 
 
-def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, walk: bool = False) -> None:
+def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, walk: bool = False) -> bool:
     """Re-index a batch of changes: the touched paths, or the whole tree when
     a ``.gitignore`` changed (what is excluded changed) or an earlier walk
     could not be written. Only the indexer that runs is made: each owns
     provider clients until its run ends. A batch the store refused (a full
     disk) is kept in ``unwritten``, to be applied again. A :data:`RESCAN`
-    batch (the watch was set up again) is a walk."""
-    walk = walk or any(Path(p).name == ".gitignore" for p in rel_paths)
+    batch (the watch was set up again) is a walk. Whether the batch landed
+    (False: kept for later, or dropped)."""
+    walk = walk or _walks(rel_paths)
     if not (rel_paths or walk):
-        return
+        return True
     try:
         if walk:
             walking().run()
@@ -277,8 +370,15 @@ def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, wa
             fault = store_faults.classify(exc)
             if fault is not None and unwritten.reporter is not None:
                 unwritten.reporter.warn(f"live sync failed: {fault}", code=fault.code)
-        return
+        return False
     unwritten.landed()
+    return True
+
+
+def _walks(rel_paths: set[str]) -> bool:
+    """Whether these changes need a walk of the whole tree: a ``.gitignore``
+    among them changes what is excluded."""
+    return any(Path(p).name == ".gitignore" for p in rel_paths)
 
 
 class Unwritten:
@@ -386,8 +486,6 @@ class _Retrier:
         self._thread.join()
 
     def _loop(self) -> None:
-        from django.db import connection
-
         try:
             while not self._done.wait(self.delay) and not self.stop.is_set():
                 with self.lock:

@@ -18,7 +18,7 @@ import json
 
 from corpus import errors
 from corpus.citations import SpanRef
-from corpus.files import canonical_prefix
+from corpus.files import canonical_prefix, under_prefix
 from corpus.models import Reference, Representation, RepType, Symbol
 from corpus.navigation import symbols
 
@@ -90,7 +90,7 @@ def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit:
     lower = name.lower()
     rows = Symbol.objects.filter(document__deleted=False)
     if prefix:
-        rows = rows.filter(document__rel_path__startswith=prefix)
+        rows = rows.filter(under_prefix("document__rel_path", prefix))
     if kind:
         rows = rows.filter(kind=kind)
     tiers = (
@@ -164,7 +164,7 @@ def find_references(
     after, skip = _resume(cursor, key) if cursor else (0, 0)
     rows = Reference.objects.filter(name=name, document__deleted=False, id__gte=after)
     if prefix:
-        rows = rows.filter(document__rel_path__startswith=prefix)
+        rows = rows.filter(under_prefix("document__rel_path", prefix))
     page = list(
         rows.order_by("id").values_list("id", "document_id", "document__rel_path", "lines")[: limit + 1]
     )

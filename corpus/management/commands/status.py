@@ -4,6 +4,7 @@ import time
 from corpus import errors
 from corpus.embedding import recipe_summary
 from corpus.events import format_progress, printable
+from corpus.ingest import coverage
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
@@ -119,10 +120,14 @@ class Command(Dir2mcpCommand):
             },
             "recent_errors": [error.as_dict() for error in s.recent_errors],
             "needs_provider": s.needs_provider,
+            "coverage": coverage.summary(),
         }
 
     def _print(self, rt, s) -> None:
         w = self.stdout.write
+        found = coverage.summary()
+        if found and found["warning"]:
+            w(f"WARNING: {printable(found['warning'])}")
         w(f"Root:  {rt.root}")
         w(f"Index: {rt.state.path}")
         w(f"Documents: {s.documents}  ({_pairs(s.by_type) or 'none'})")
@@ -148,6 +153,8 @@ class Command(Dir2mcpCommand):
             w("Recent errors:")
             for error in s.recent_errors:
                 w(f"  {printable(error.rel_path)}: {printable(error.error)}")
+        if found:
+            w(printable(coverage.describe(found)))
         if s.needs_provider:
             waiting = ", ".join(f"{n} file(s) {reason}" for reason, n in s.needs_provider.items())
             w(f"Waiting for a key: {waiting}")

@@ -1,0 +1,113 @@
+"""Listing by prefix, resources paging and completions cost what they return,
+not the size of the tree (issue #37 item 6): the SQL each one runs is read
+back with SQLite's EXPLAIN QUERY PLAN, which must search the path index, never
+scan the documents table or its whole index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from corpus import files, uris
+from corpus.config import build_config
+from corpus.documents import live_page
+from corpus.models import Document
+from corpus.retrieval import Filters
+from mcp_gateway import completion
+from mcp_gateway.context import AuthSetup, Context
+from tests.factories import DocumentFactory
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(connection.vendor != "sqlite", reason="reads SQLite's query plans"),
+]
+
+DIRS = ("arch", "drivers", "fs", "kernel", "src")
+
+
+@pytest.fixture
+def tree(corpus_dir: Path) -> Path:
+    """300 documents in five directories, 60 each."""
+    for name in DIRS:
+        for index in range(60):
+            DocumentFactory(rel_path=f"{name}/f{index:03}.c", doc_type="code")
+    return corpus_dir
+
+
+def plans(queries: list[dict]) -> list[str]:
+    """What SQLite does for each captured query that reads ``documents``."""
+    details = []
+    with connection.cursor() as cursor:
+        for query in queries:
+            if '"documents"' not in query["sql"] or not query["sql"].startswith("SELECT"):
+                continue
+            cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
+            details += [row[-1] for row in cursor.fetchall()]
+    return details
+
+
+def full_scans(details: list[str]) -> list[str]:
+    # "SCAN documents USING INDEX ..." reads the whole index: as much a full scan.
+    return [d for d in details if d.startswith("SCAN documents") or d == "SCAN d"]
+
+
+def test_list_files_by_prefix_reads_only_the_matching_range(tree) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        result = files.list_files(path_prefix="kernel/", limit=10)
+
+    assert result["total"] == 60 and result["files"][0]["rel_path"] == "kernel/f000.c"
+    details = plans(captured.captured_queries)
+    assert details and not full_scans(details), details
+    assert any("rel_path>? AND rel_path<?" in d for d in details), details
+
+
+def test_a_prefix_is_case_sensitive_as_paths_are(tree) -> None:
+    DocumentFactory(rel_path="Kernel/upper.c", doc_type="code")
+
+    listed = files.list_files(path_prefix="Kernel/", limit=100)
+
+    assert [f["rel_path"] for f in listed["files"]] == ["Kernel/upper.c"]
+
+
+def context(root: Path, state) -> Context:
+    return Context(root=root, state=state, config=build_config({}, {}, {}), auth=AuthSetup(None, "none"))
+
+
+def test_resources_pages_are_keyed_by_path_in_the_index(tree, state) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        page, more = live_page(context(tree, state).engine, after="fs/f059.c", limit=20)
+
+    assert [p.rel_path for p in page][:1] == ["kernel/f000.c"] and more
+    details = plans(captured.captured_queries)
+    assert details and not full_scans(details), details
+
+
+def test_a_completion_answers_from_its_table_without_reading_the_store(tree, state) -> None:
+    ctx = context(tree, state)
+    params = {
+        "ref": {"type": "ref/resource", "uri": uris.FILE_TEMPLATE},
+        "argument": {"name": "path", "value": "k"},
+    }
+    completion.complete(ctx, params)  # builds the table (once per change of the index)
+
+    with CaptureQueriesContext(connection) as captured:
+        completion.complete(ctx, params)
+
+    assert [q["sql"] for q in captured.captured_queries if '"documents"' in q["sql"]] == []
+
+
+def test_the_search_prefix_filter_is_a_range_too(tree) -> None:
+    where, params = Filters(path_prefix="src/").sql()
+    sql = f"SELECT d.doc_id FROM documents d WHERE {where}"
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + sql.replace("%s", "?"), params)
+        details = [row[-1] for row in cursor.fetchall()]
+        cursor.execute(sql.replace("%s", "?"), params)
+        found = len(cursor.fetchall())
+
+    assert found == Document.objects.filter(rel_path__startswith="src/").count() == 60
+    assert not full_scans(details), details
