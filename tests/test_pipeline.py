@@ -14,8 +14,8 @@ from django.db.migrations.executor import MigrationExecutor
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import index_directory
 from corpus.ingest import unpack
+from corpus.ingest.indexing import index_directory, refresh_paths
 from corpus.models import Chunk, Document, Representation
 from corpus.state import IndexLock, StateDir
 from corpus.status import older_format_documents
@@ -419,8 +419,6 @@ def test_file_name_that_is_not_utf8_is_reported_not_fatal(corpus_dir, state):
 
 
 def test_refreshing_a_directory_and_a_file_inside_it_together(corpus_dir, state):
-    from corpus.indexing import refresh_paths
-
     write(corpus_dir, "sub/a.txt", "a\n")
     write(corpus_dir, "sub/b.txt", "b\n")
 

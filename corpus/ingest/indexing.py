@@ -11,8 +11,9 @@ from django.conf import settings
 from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.ingest.counters import Counters
 from corpus.ingest.distributed import Dispatch
-from corpus.ingest.pipeline import Counters, Indexer
+from corpus.ingest.pipeline import Indexer
 from corpus.providers.base import Embedder
 from corpus.state import IndexLock, StateDir
 from corpus.tasks import ingest_paths
