@@ -110,11 +110,9 @@ class FileReader:
         base.content_hash = sha256_hex(data)
         gzipped = base.doc_type == GZIP
         if gzipped:
-            inner = self.archives.gunzip(base, data)
-            if isinstance(inner, Prepared):
-                self.batch.add(inner)
+            data = self._gunzip(base, data)
+            if data is None:
                 return
-            data = inner
         if known and self.known.content_unchanged(known, base):
             self._unchanged(entry.rel_path, known, touch=base)
             return
@@ -122,6 +120,15 @@ class FileReader:
             self._consume_archive(base, data)
             return
         self.batch.add(from_gzip(self.preparer.prepare(base, data)) if gzipped else self._prepare(base, data))
+
+    def _gunzip(self, base: Prepared, data: bytes) -> bytes | None:
+        """A gzip file's text; None when ``base`` is written as it is instead
+        (:meth:`ArchiveReader.gunzip`)."""
+        inner = self.archives.gunzip(base, data)
+        if isinstance(inner, Prepared):
+            self.batch.add(inner)
+            return None
+        return inner
 
     def _consume_archive(self, base: Prepared, data: bytes) -> None:
         mode = self.config.ingest.archives.mode
@@ -166,11 +173,9 @@ class FileReader:
         data = member.data
         gzipped = base.doc_type == GZIP
         if gzipped:
-            inner = self.archives.gunzip(base, data)
-            if isinstance(inner, Prepared):
-                self.batch.add(inner)
+            data = self._gunzip(base, data)
+            if data is None:
                 return
-            data = inner
         known = self.known.get(member.rel_path)
         if known and self.known.content_unchanged(known, base):
             self._unchanged(member.rel_path, known, touch=base)
