@@ -403,7 +403,7 @@ def build_index(
     """Index ``root`` into ``state_dir`` (``builds``: config overrides of the
     units index, ``--build``); (state, config, embedder, build facts)."""
     from corpus.config import build_config
-    from corpus.indexing import index_directory
+    from corpus.ingest.indexing import index_directory
     from corpus.providers.local import LocalEmbedder
     from corpus.state import StateDir
     from corpus.store import open_store

@@ -25,6 +25,13 @@ class Counters:
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    def load(self, values: dict[str, int]) -> None:
+        """Take these counts in place: the reader, the batch writer and the
+        write step of one pass hold this one object, so none of them is left
+        counting into a copy (a coordinator reads the job's counts back)."""
+        for name, value in values.items():
+            setattr(self, name, value)
+
 
 #: the counters' names, in the order they are shown
 NAMES: tuple[str, ...] = tuple(field.name for field in fields(Counters))

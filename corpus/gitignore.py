@@ -32,6 +32,7 @@ import os
 import re
 import stat
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pathspec
@@ -188,7 +189,7 @@ def _gitdir_from_file(path: str, top: str) -> str | None:
     return os.path.normpath(os.path.join(top, git_dir))
 
 
-def default_global_excludes(env: dict[str, str] | os._Environ = os.environ) -> str | None:
+def default_global_excludes(env: Mapping[str, str] = os.environ) -> str | None:
     """Where git looks for the global excludes file when ``core.excludesFile`` is unset."""
     xdg = env.get("XDG_CONFIG_HOME")
     if xdg:

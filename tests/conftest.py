@@ -64,7 +64,7 @@ def index(corpus_dir: Path, state):
     ``state``: ``index({"a.py": "...", "gone.md": None})`` (None deletes).
     Default config unless ``config=`` is given; returns the job's counters."""
     from corpus.config import build_config
-    from corpus.indexing import index_directory
+    from corpus.ingest.indexing import index_directory
 
     def run(files: dict[str, str | bytes | None] | None = None, *, config=None, mode: str = "incremental"):
         for rel, data in (files or {}).items():

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.providers.annotate import flatten
 from mcp_gateway import tools

@@ -8,7 +8,7 @@ from jsonschema import Draft202012Validator
 
 from corpus.citations import SpanRef
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.navigation import budget
 from corpus.retrieval import Hit
 from mcp_gateway import budgets, context, tools

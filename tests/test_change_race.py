@@ -36,7 +36,7 @@ import pytest
 
 from corpus import errors, files
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.security import ExclusionEngine
 from tests.churn import mixing, version

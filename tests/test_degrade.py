@@ -31,7 +31,7 @@ from jsonschema import Draft202012Validator
 from corpus import errors
 from corpus.answer import ask
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.http import QUERY_OPTIONS
 from corpus.providers.registry import make_embedder

@@ -8,7 +8,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from mcp_gateway import context, dispatch, schemas, tools
 from mcp_gateway.transport import shape_message
 

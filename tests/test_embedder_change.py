@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 from corpus import errors
 from corpus.config import build_config
 from corpus.embedder_choice import choose_embedder
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers import registry
 from corpus.providers.base import ModelInfo

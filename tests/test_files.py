@@ -13,7 +13,7 @@ import pytest
 
 from corpus import errors, files
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Document, Representation
 from corpus.security import ExclusionEngine
 from tests.factories import ChunkFactory, DocumentFactory, RepresentationFactory, SpanFactory

@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 
 from corpus.config import build_config
 from corpus.freshness import MAX_CHECKED, freshness
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.ingest.pending import PendingChanges, pending_count
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context

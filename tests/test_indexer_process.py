@@ -23,7 +23,7 @@ from corpus.config import build_config
 from corpus.embedding import check_models, dense_store, embed_chunks, embed_first, embed_pending
 from corpus.events import Reporter
 from corpus.index.words import index_text, tokens
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
 from mcp_gateway.indexer_process import DenseRefresher, ForwardingReporter, _Rate, replay

@@ -11,7 +11,7 @@ from django.db import NotSupportedError, connection
 
 from corpus import files
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Representation
 from corpus.packed import MAGIC, pack, unpack
 from corpus.retrieval import Searcher

@@ -15,8 +15,8 @@ from django.db.migrations.loader import MigrationLoader
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import index_directory
-from corpus.ingest import pipeline
+from corpus.ingest import unpack
+from corpus.ingest.indexing import index_directory, refresh_paths
 from corpus.models import Chunk, Document, Representation
 from corpus.state import IndexLock, StateDir
 from corpus.status import older_format_documents
@@ -419,8 +419,6 @@ def test_file_name_that_is_not_utf8_is_reported_not_fatal(corpus_dir, state):
 
 
 def test_refreshing_a_directory_and_a_file_inside_it_together(corpus_dir, state):
-    from corpus.indexing import refresh_paths
-
     write(corpus_dir, "sub/a.txt", "a\n")
     write(corpus_dir, "sub/b.txt", "b\n")
 
@@ -624,7 +622,7 @@ def test_an_archive_too_large_to_hold_is_read_again_and_judged_the_same(
     corpus_dir, state, monkeypatch, count, indexed
 ):
     # Nothing is held past 100 bytes: every archive takes the second read.
-    monkeypatch.setattr(pipeline, "HELD_MEMBER_BYTES", 100)
+    monkeypatch.setattr(unpack, "HELD_MEMBER_BYTES", 100)
     members = {f"f{i:02}.txt": f"member {i} " * 5 for i in range(count)}
     write(corpus_dir, "bundle.zip", zip_bytes(members))
     config = make_config(ingest={"archives": {"mode": "deep", "max_members": 10}})

@@ -24,8 +24,8 @@ import pytest
 
 from corpus import errors, files
 from corpus.config import DEFAULT_PATH_EXCLUDES, build_config
-from corpus.indexing import index_directory
 from corpus.ingest import ondemand
+from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.security import ExclusionEngine, ExclusionPolicy
 from tests.mcp_http import PROTOCOL, free_port

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.providers.local import LocalEmbedder
 from corpus.retrieval import Searcher
 from mcp_gateway import context, dispatch

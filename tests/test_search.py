@@ -16,7 +16,7 @@ from corpus.config import build_config
 from corpus.embedding import dense_store
 from corpus.index import lexical
 from corpus.index.vectors import index_path
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.registry import make_chat, make_embedder
 from corpus.retrieval import Filters, Searcher, route, snippet

@@ -9,7 +9,7 @@ import pytest
 from corpus import files
 from corpus.config import build_config
 from corpus.embedding import from_bytes
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
 from corpus.retrieval import Filters, Searcher

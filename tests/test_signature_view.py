@@ -13,7 +13,7 @@ import pytest
 from corpus.config import build_config
 from corpus.embed_view import embedding_text, signature_text
 from corpus.embedding import SIGNATURE_KEY, from_bytes, recipe_summary, signature_weight
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Setting
 from corpus.providers.local import LocalEmbedder
 from corpus.store import get_setting

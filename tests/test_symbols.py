@@ -9,7 +9,7 @@ import pytest
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Document, Reference, Symbol
 from corpus.navigation import names
 

@@ -17,9 +17,9 @@ from corpus import errors
 from corpus.config import build_config
 from corpus.embedding import dense_store
 from corpus.events import Reporter
-from corpus.indexing import walking_indexer
 from corpus.ingest.discover import walk
 from corpus.ingest.distributed import Dispatch, WorkerRuntime, ingest
+from corpus.ingest.indexing import walking_indexer
 from corpus.ingest.pipeline import Indexer, LocalWrite
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Span, Worker
 from corpus.state import StateDir
@@ -52,9 +52,9 @@ def dispatched(corpus_dir, state, runtime) -> tuple[str, list[str]]:
     sent: list[tuple[str, list[str]]] = []
     step = Dispatch(send=lambda j, p: sent.append((j, p)))
     coordinator = Indexer(corpus_dir, state, runtime.config, step=step)
-    coordinator._start()
+    coordinator.start()
     for item in walk(coordinator.engine):
-        coordinator._consume(item)
+        coordinator.consume(item)
     step.send_pending(coordinator)
     return sent[0]
 

@@ -12,7 +12,7 @@ import pytest
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from mcp_gateway import budgets, context, hints, tools
 from tests.mcp_http import daphne_serving, write_corpus
 from tests.support import TLS

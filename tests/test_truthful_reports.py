@@ -28,7 +28,7 @@ from jsonschema import Draft202012Validator
 from corpus import errors
 from corpus.answer import ask
 from corpus.config import build_config, load_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.providers.mistral import MistralChat
 from corpus.retrieval import Searcher

@@ -8,7 +8,7 @@ from jsonschema import Draft202012Validator
 
 from corpus import errors
 from corpus.config import build_config
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.navigation import verify as grounding
 from corpus.security import ExclusionEngine
 from mcp_gateway import context, dispatch, tools

@@ -36,12 +36,13 @@ from django.db.models import F, Q
 
 from corpus import errors
 from corpus.config import Config, default_config_path, load_config
+from corpus.counters import Counters
 from corpus.embedder_choice import choose_embedder
 from corpus.embedding import embed_chunks
 from corpus.ingest.archives import named_like_archive
 from corpus.ingest.classify import DOC_TYPES, doc_type_by_name
 from corpus.ingest.discover import FileEntry
-from corpus.ingest.pipeline import Counters, Indexer
+from corpus.ingest.pipeline import Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Worker
 from corpus.providers.base import Embedder
 from corpus.secrets import resolve_secret
@@ -188,17 +189,19 @@ class Dispatch:
     def end_walk(self, indexer: Indexer) -> bool:
         self.send_pending(indexer)
         # Members of a dispatched archive are the worker's to keep or tombstone.
-        indexer._tombstone(
-            [p for p in indexer._unseen() if "!/" not in p or p.split("!/", 1)[0] not in self._dispatched]
+        indexer.batch.tombstone(
+            [
+                p
+                for p in indexer.known.unseen()
+                if "!/" not in p or p.split("!/", 1)[0] not in self._dispatched
+            ]
         )
         if not self._wait_for_workers(indexer):
             return False
         # What the workers wrote, announced from here (their processes have no server to tell).
-        indexer._changed.extend(sorted(self._dispatched))
-        indexer._listing = indexer._listing or bool(self._dispatched)
-        indexer._announce_changes()
+        indexer.batch.announce(sorted(self._dispatched), listing=bool(self._dispatched))
         # Every item finished: what a worker could not embed, and the two halves' announcements.
-        indexer._embed_walked()
+        indexer.embed_walked()
         return True
 
     def _wait_for_workers(self, indexer: Indexer) -> bool:
@@ -211,7 +214,7 @@ class Dispatch:
             if not self._said_waiting:
                 self._said_waiting = True
                 indexer.reporter.say(f"Waiting for Celery workers: {left} files queued (docs/scaling.md).")
-            indexer._flush_counters()  # the workers' progress, each FLUSH_SECONDS
+            indexer.flush_counters()  # the workers' progress, each FLUSH_SECONDS
             if indexer.stop.wait(WAIT_SECONDS):
                 return False
         failed = items.filter(state=JobItem.FAILED).values_list("rel_path", "error_code", "error")
@@ -230,7 +233,7 @@ class Dispatch:
                 )
             IndexJob.objects.filter(job_id=job.job_id).update(updated_unix=time.time())
         job.refresh_from_db()
-        indexer.counters = _from_job(job)
+        indexer.counters.load(job.counters())
         self._flushed = _from_job(job)
         write_corpus_json(indexer.root, indexer.state, indexer.config, job)
         if job.running:
@@ -267,7 +270,7 @@ def worker_indexer(rt: WorkerRuntime, job: IndexJob, rel_paths: list[str]) -> In
     """An indexer for a worker's share of ``job``: these paths only, counted for the job."""
     indexer = Indexer(rt.root, rt.state, rt.config, mode=job.mode, step=WorkerWrite())
     indexer.job = job
-    indexer._load_known(Document.objects.filter(with_members("rel_path", rel_paths)))
+    indexer.known.load(Document.objects.filter(with_members("rel_path", rel_paths)))
     return indexer
 
 
@@ -398,7 +401,7 @@ def _write(job: IndexJob, queued: list[str], worker: str, rt: WorkerRuntime) -> 
             state = JobItem.WRITTEN if rt.embedder is not None else JobItem.DONE
             items.update(state=state, worker=worker, finished_unix=time.time())
     finally:
-        indexer._close_resources()
+        indexer.close()
     return queued
 
 

@@ -1,9 +1,10 @@
 """Turning one file or archive member into what the store should hold.
 
 Everything here is pure: it reads bytes and returns a :class:`Prepared`
-record. :mod:`corpus.ingest.pipeline` decides what has changed and writes
-the records inside transactions, so no database lock is held while files
-are read, decoded, scanned for secrets and chunked.
+record. :mod:`corpus.ingest.known` decides what has changed and
+:mod:`corpus.ingest.batch` writes the records inside transactions, so no
+database lock is held while files are read, decoded, scanned for secrets
+and chunked.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from corpus import errors, store_faults
 from corpus.config import Config
 from corpus.embedding import check_models
 from corpus.events import Reporter
-from corpus.indexing import walking_indexer
 from corpus.ingest import watch_limits
+from corpus.ingest.indexing import walking_indexer
 from corpus.ingest.pending import PendingChanges
 from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE

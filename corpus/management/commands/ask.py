@@ -4,7 +4,7 @@ from corpus import dense_status, errors
 from corpus.answer import MODES, ask
 from corpus.embedding import check_models
 from corpus.events import Reporter, printable
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand
 from corpus.models import IndexJob
 from corpus.retrieval import INDEXES, Filters, Searcher

@@ -1,5 +1,5 @@
 from corpus.events import format_progress
-from corpus.indexing import index_directory
+from corpus.ingest.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand
 from corpus.store import describe, open_store
 

@@ -9,10 +9,11 @@ from pathlib import Path
 from django.conf import settings
 
 from corpus.config import Config
+from corpus.counters import Counters
 from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.ingest.distributed import Dispatch
-from corpus.ingest.pipeline import Counters, Indexer
+from corpus.ingest.pipeline import Indexer
 from corpus.providers.base import Embedder
 from corpus.state import IndexLock, StateDir
 from corpus.tasks import ingest_paths

@@ -1,0 +1,173 @@
+"""Writing a pass's documents in batches, one transaction each, so a crash
+leaves every document either as it was or fully updated; tombstoning what
+is gone; and telling the reporter what changed once it is committed.
+
+Documents new to the store go in together, one INSERT per table; the
+others each get a savepoint, as do new ones again if writing them together
+failed, so one bad document is all a batch loses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+
+from django.db import transaction
+
+from corpus import errors, store_faults
+from corpus.counters import Counters
+from corpus.events import Reporter
+from corpus.ingest import writer
+from corpus.ingest.known import Known, KnownFiles
+from corpus.ingest.prepare import Prepared
+
+log = logging.getLogger(__name__)
+
+BATCH_DOCS = 64
+BATCH_SECONDS = 0.5
+#: Paths tombstoned in one transaction.
+TOMBSTONE_PART = 500
+
+
+class BatchWriter:
+    """The pending batch of one pass and the documents changed since the
+    reporter was last told. Each write is counted in ``counters``, kept in
+    ``known``, and followed by ``written()`` (the pass saves its counters)."""
+
+    def __init__(
+        self, known: KnownFiles, counters: Counters, reporter: Reporter, *, written: Callable[[], None]
+    ):
+        self.known = known
+        self.counters = counters
+        self.reporter = reporter
+        self._written = written
+        self._batch: list[Prepared | Future] = []
+        self._started = 0.0
+        #: documents written or tombstoned since the reporter was last told, and whether the set changed
+        self._changed: list[str] = []
+        self._listing = False
+
+    def add(self, prepared: Prepared | Future) -> None:
+        """Queue a document (or a future one, prepared on a provider's pool)."""
+        if not self._batch:
+            self._started = time.monotonic()
+        self._batch.append(prepared)
+
+    def due(self) -> bool:
+        """The batch is full, or its first document has waited long enough."""
+        return len(self._batch) >= BATCH_DOCS or bool(
+            self._batch and time.monotonic() - self._started >= BATCH_SECONDS
+        )
+
+    def flush(self) -> None:
+        """Write the batch in one transaction and announce it."""
+        if not self._batch:
+            return
+        batch = [item.result() if isinstance(item, Future) else item for item in self._batch]
+        self._batch = []
+        with transaction.atomic():
+            fresh = [prepared for prepared in batch if prepared.rel_path not in self.known]
+            done = self._write_fresh(fresh) if len(fresh) > 1 else set()
+            for prepared in batch:
+                if prepared.rel_path not in done:
+                    self._write_one(prepared)
+        self.announce()
+        self._written()
+
+    def tombstone(self, rel_paths: list[str]) -> None:
+        """Mark these documents (and their chunks) deleted, a part at a time."""
+        for start in range(0, len(rel_paths), TOMBSTONE_PART):
+            part = rel_paths[start : start + TOMBSTONE_PART]
+            with transaction.atomic():
+                delta = writer.tombstone(part)
+            self.counters.deleted += len(part)
+            self.counters.chunks_total -= delta.chunks_removed
+            self.counters.embedded_ok -= delta.embedded_removed
+            self._changed.extend(part)
+            self._listing = True
+            self.announce()
+        self._written()
+
+    def announce(self, elsewhere: Iterable[str] = (), *, listing: bool = False) -> None:
+        """Tell the reporter which documents changed, once they are committed
+        (a server turns this into MCP resource notifications); ``elsewhere``:
+        documents another process wrote (a Celery worker has no server to
+        tell), ``listing`` when that added or removed one."""
+        self._changed.extend(elsewhere)
+        self._listing = self._listing or listing
+        if not (self._changed or self._listing):
+            return
+        paths, listed = self._changed, self._listing
+        self._changed, self._listing = [], False
+        transaction.on_commit(lambda: self.reporter.documents_changed(paths, listing=listed))
+
+    def _write_fresh(self, batch: list[Prepared]) -> set[str]:
+        """Write documents new to the store together (a cold index is all
+        new ones); the paths written, or none if any of them failed, so that
+        each is written again on its own and only the bad one is lost."""
+        try:
+            with transaction.atomic():
+                deltas = writer.write_new_documents(batch)
+        except Exception as exc:
+            raise_store_fault(exc)
+            log.info("writing %d new documents together failed; writing them one by one", len(batch))
+            return set()
+        for prepared, delta in zip(batch, deltas, strict=True):
+            self._record(prepared, delta)
+        return {prepared.rel_path for prepared in batch}
+
+    def _write_one(self, prepared: Prepared) -> None:
+        known = self.known.get(prepared.rel_path)
+        try:
+            with transaction.atomic():
+                delta = writer.write_document(prepared, known.doc_id if known else None)
+        except Exception as exc:  # one bad document must not stop the run
+            raise_store_fault(exc)
+            log.exception("failed to store %s", prepared.rel_path)
+            prepared.fail("error", errors.EXTRACT_FAILED, f"{type(exc).__name__}: {exc}")
+            prepared.extracted, prepared.drafts = None, []
+            with transaction.atomic():
+                delta = writer.write_document(prepared, known.doc_id if known else None)
+        self._record(prepared, delta)
+
+    def _record(self, prepared: Prepared, delta: writer.Delta) -> None:
+        """Count a written document and remember what the store now holds."""
+        before = self.known.record(
+            prepared.rel_path,
+            Known(
+                delta.doc_id,
+                prepared.doc_type,
+                prepared.size,
+                prepared.mtime_ns,
+                prepared.content_hash,
+                prepared.policy_hash,
+                prepared.status,
+                False,
+                prepared.error_code,
+            ),
+        )
+        self._listing = self._listing or before is None or before.deleted
+        self._changed.append(prepared.rel_path)
+        self.counters.chunks_total += delta.chunks_added - delta.chunks_removed
+        self.counters.embedded_ok -= delta.embedded_removed
+        self.counters.representations += delta.representations
+        if prepared.status == "ok":
+            self.counters.indexed += 1
+        elif prepared.status == "skipped":
+            self.counters.skipped += 1
+        else:
+            self.counters.errors += 1
+            code = prepared.error_code or errors.EXTRACT_FAILED
+            self.reporter.file_error(prepared.rel_path, code, prepared.error_message)
+
+
+def raise_store_fault(exc: Exception) -> None:
+    """A write that failed because of the store (a damaged database, a full
+    or read-only disk) is no document's fault: it stops the run, with its
+    code (STORE_CORRUPT, STATE_NOT_WRITABLE), and the batch is rolled back
+    whole, to be written again by the next pass (live sync retries it)."""
+    fault = store_faults.classify(exc)
+    if fault is not None:
+        raise fault from exc
