@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corpus.packed import unpack
 from tests.support import read_only, wait_until
 from tests.test_cli import base_env, cli
 from tests.up_process import Up
@@ -94,7 +95,7 @@ def live_chunks(db: Path) -> dict[str, list[str]]:
         ).fetchall()
     found: dict[str, list[str]] = {}
     for rel, text in rows:
-        found.setdefault(rel, []).append(text)
+        found.setdefault(rel, []).append(unpack(text))  # stored compressed: compared as text
     return found
 
 

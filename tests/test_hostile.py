@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from corpus.packed import unpack
 from tests.mcp_http import base_env, start_daphne, stop
 from tests.support import holds, read_only
 from tests.test_cli import cli
@@ -365,7 +366,8 @@ def test_a_file_rewritten_while_it_is_indexed_ends_indexed_as_its_final_content(
             "WHERE d.rel_path = 'churn.txt' AND c.deleted = 0 AND r.deleted = 0 ORDER BY c.ordinal"
         ).fetchall()
     body = final.decode()
-    assert all(text in body for (text,) in texts)  # every live chunk is from the final version
+    # every live chunk is from the final version (texts stored compressed, decoded)
+    assert texts and all(unpack(text) in body for (text,) in texts)
     assert "Traceback" not in up.stderr
 
 

@@ -390,8 +390,19 @@ def test_an_id_of_another_stream_replays_nothing(served):
     fresh = Stream(served, session)  # no Last-Event-ID: a new stream, with its own ids
     assert fresh.next()["id"].split(".")[0] != old.split(".")[0]
     fresh.close()
-    resumed = Stream(served, session, last_event_id=old)
+
+    def reopened():
+        # The client closed `fresh`; the server notices when it next writes
+        # to it, and until then refuses a second stream (409): wait for that.
+        stream = Stream(served, session, last_event_id=old)
+        if stream.code == 409:
+            stream.close()
+            return None
+        return stream
+
+    resumed = wait_until(reopened, timeout=30, interval=0.2, message="the closed stream's release")
     try:
+        assert resumed.code == 200, (resumed.code, resumed.body)
         event = resumed.next()
         assert event["data"] == {"jsonrpc": "2.0", "method": LIST_CHANGED}  # "list and read again"
         assert resumed.next()["data"] == ""
