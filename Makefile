@@ -30,8 +30,9 @@ contract: install
 	$(BIN)/python -m mcp_gateway.contract
 
 # Two workers, one test file each at a time (files share module fixtures and
-# servers): 16 min 50 s on an idle 2-core Intel Xeon with 4,250 tests (15 min
-# with 3,929 on a 2-core AMD EPYC) (2026-11-28; docs/benchmarks.md, "The test suite").
+# servers): 24 min 33 s with 4,390 tests on a 2-core AMD EPYC beside a niced
+# benchmark, 35 CPU-minutes (about 18 min idle, estimated); 16 min 50 s idle
+# with 4,250 on an Intel Xeon (docs/benchmarks.md, "The test suite").
 test: install lint
 	$(BIN)/pytest -n 2 --dist loadfile
 
