@@ -370,6 +370,10 @@ def respond(msg: Message, session_id: str | None, ctx) -> dict:
             f"a session holds at most {sessions.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe some first",
             _data(errors.INVALID_RANGE),
         ) from None
+    # Acknowledged once this process is in the fan-out group (at most
+    # READY_SECONDS), as subscriptions/listen is: a change another process
+    # indexes right after the acknowledgment must reach this session's stream.
+    HUB.ready()
     return {}
 
 
