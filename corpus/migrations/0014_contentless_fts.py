@@ -8,9 +8,10 @@ table holds tsvectors, not text).
 from django.db import migrations
 
 from corpus.index.lexical import create_sql, index_text
+from corpus.index.tables import batches
 from corpus.models import with_context
 
-BATCH = 2000
+BATCH = 2000  # rows read at a time; written in tables.batches' size
 
 
 def to_contentless(apps, schema_editor):
@@ -21,14 +22,9 @@ def to_contentless(apps, schema_editor):
     with schema_editor.connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS chunks_fts_contentless")
         cursor.execute(create_sql("chunks_fts_contentless"))
-        rows = live.values_list("chunk_id", "context", "text").iterator(chunk_size=BATCH)
-        batch = []
-        for chunk_id, context, text in rows:
-            batch.append((chunk_id, index_text(with_context(context, text))))
-            if len(batch) >= BATCH:
-                cursor.executemany("INSERT INTO chunks_fts_contentless(rowid, body) VALUES (%s, %s)", batch)
-                batch = []
-        if batch:
+        live_rows = live.values_list("chunk_id", "context", "text").iterator(chunk_size=BATCH)
+        bodies = ((cid, index_text(with_context(context, text))) for cid, context, text in live_rows)
+        for batch in batches(bodies):
             cursor.executemany("INSERT INTO chunks_fts_contentless(rowid, body) VALUES (%s, %s)", batch)
         cursor.execute("DROP TABLE IF EXISTS chunks_fts")
         cursor.execute("ALTER TABLE chunks_fts_contentless RENAME TO chunks_fts")
