@@ -402,11 +402,11 @@ def build_index(
 ) -> tuple[object, object, object, dict]:
     """Index ``root`` into ``state_dir`` (``builds``: config overrides of the
     units index, ``--build``); (state, config, embedder, build facts)."""
-    from corpus.config import build_config
     from corpus.ingest.indexing import index_directory
     from corpus.providers.local import LocalEmbedder
-    from corpus.state import StateDir
     from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
 
     state = StateDir(state_dir)
     open_store(state)
@@ -453,8 +453,8 @@ def units_rows(
     searcher, kind: str, queries: list[str], chunks: dict, tries: list[str], builds: list[str] = ()
 ) -> dict:
     """The rows only the units-mode run adds: bm25s and dense over its chunks, and the ``--try`` rows."""
-    from corpus.config import build_config
     from corpus.retrieval import Searcher
+    from kernel.config import build_config
 
     docs = [(hit_of(c), embedded_text(c)) for c in chunks.values()]
     rows = {
@@ -655,8 +655,8 @@ def cost_table(report: dict) -> str:
 def check_tries(tries: list[str], *, built: bool = False) -> None:
     """Fail before any indexing when an override is not a valid config
     (``built``: ``--build`` overrides, which the index is built with)."""
-    from corpus import errors
-    from corpus.config import build_config
+    from kernel import errors
+    from kernel.config import build_config
 
     for text in tries:
         try:

@@ -95,11 +95,11 @@ from dir2mcp_site import bootstrap
 bootstrap.prepare(["--dir", sys.argv[1], "--state-dir", sys.argv[2]])
 import django; django.setup()
 from pathlib import Path
-from corpus.config import EmbedConfig
+from kernel.config import EmbedConfig
 from corpus.embedding import check_models, embed_pending
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers.local import LocalEmbedder
-from corpus.state import StateDir
+from kernel.state import StateDir
 sys.path.insert(0, "bench")
 from time_to_dense import parse_variant, peak_rss_mb
 variant = parse_variant(sys.argv[3])

@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from corpus import dense_status, errors
+from corpus import dense_status
 from corpus.citations import SpanRef, find_citations, format_citation
-from corpus.config import Config
 from corpus.providers.base import ChatMessage, ChatModel
 from corpus.retrieval import Filters, Hit, Searcher
 from corpus.status import no_chat_reason
+from kernel import errors
+from kernel.config import Config
 
 log = logging.getLogger(__name__)
 

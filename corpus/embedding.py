@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 from django.db import connection, transaction
 
-from corpus import errors
 from corpus.embed_view import embedding_text, signature_text
 from corpus.index.vectors import KINDS, VectorIndex, index_path, remove_files
 from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
-from corpus.state import StateDir
 from corpus.store import get_setting, set_setting
+from kernel import errors
+from kernel.state import StateDir
 
 logger = logging.getLogger(__name__)
 

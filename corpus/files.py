@@ -37,7 +37,7 @@ import regex
 from django.db import connection
 from django.db.models import Q
 
-from corpus import arguments, errors, globs, patterns
+from corpus import arguments, globs, patterns
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, extract
@@ -50,6 +50,7 @@ from corpus.security import (
     canonical_rel_path,
     check_path_bounds,
 )
+from kernel import errors
 
 
 def _find_budget() -> float:
@@ -198,7 +199,7 @@ def read_settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedF
     head of the old one, the tail of the new; or a file truncated under it):
     it is read again, from a fresh open (a file replaced by a rename is the
     new one), after a short pause. So is a
-    :class:`~corpus.errors.Dir2mcpError` that ``read`` raised from such a
+    :class:`~kernel.errors.Dir2mcpError` that ``read`` raised from such a
     read (a torn head may look binary, a truncated file too short for the
     lines asked). A file gone by then is ``FILE_NOT_FOUND`` from
     :meth:`ExclusionEngine.open`; one that changed during every attempt

@@ -63,7 +63,7 @@ class Document(models.Model):
     policy_hash = models.CharField(max_length=64, blank=True, default="")
     status = models.CharField(max_length=16, choices=DocStatus.choices, default=DocStatus.OK)
     error = models.TextField(null=True, blank=True, help_text="Error or skip reason.")
-    #: the canonical code of ``error`` (corpus/errors.py); "" when it has none
+    #: the canonical code of ``error`` (kernel/errors.py); "" when it has none
     error_code = models.CharField(max_length=32, blank=True, default="")
     deleted = models.BooleanField(default=False)
     indexed_unix = models.BigIntegerField(default=0)
@@ -309,7 +309,7 @@ class JobItem(models.Model):
     #: Deliveries that started on this item; past a limit it is failed, so a
     #: file that kills its worker cannot be redelivered for ever.
     attempts = models.IntegerField(default=0)
-    #: why the item failed, and its canonical code (corpus/errors.py)
+    #: why the item failed, and its canonical code (kernel/errors.py)
     error = models.TextField(blank=True, default="")
     error_code = models.CharField(max_length=32, blank=True, default="")
     worker = models.CharField(max_length=255, blank=True, default="")

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from corpus import dense_status, errors, globs, patterns, ranking
+from corpus import dense_status, globs, patterns, ranking
 from corpus.citations import SpanRef
-from corpus.config import MAX_K, Config
 from corpus.definitions import defines, query_identifiers
 from corpus.embedding import dense_store, from_bytes
 from corpus.files import prefix_range, under_prefix
@@ -20,8 +19,10 @@ from corpus.index import chunks, lexical, words
 from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers.base import Embedder
-from corpus.state import StateDir
 from corpus.status import indexing_complete
+from kernel import errors
+from kernel.config import MAX_K, Config
+from kernel.state import StateDir
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,14 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import Count
 
-from corpus import embedding, errors
-from corpus.config import Config
+from corpus import embedding
 from corpus.ingest.prepare import capabilities_for
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Representation, Setting, Worker
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, make_chat, plan_embedder
-from corpus.state import StateDir, write_json
 from corpus.store import MODEL_SETTINGS, get_json_setting, get_setting, set_setting, uses_state_sqlite
+from kernel import errors
+from kernel.config import Config
+from kernel.state import StateDir, write_json
 
 logger = logging.getLogger(__name__)
 

@@ -20,12 +20,13 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, connection
 
-from corpus import errors, store_faults
-from corpus.config import PROTOCOL_VERSION
+from corpus import store_faults
 from corpus.events import Reporter
 from corpus.index import lexical
 from corpus.models import Chunk, Document, Representation, Setting, Span
-from corpus.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
+from kernel import errors
+from kernel.config import PROTOCOL_VERSION
+from kernel.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
 
 log = logging.getLogger(__name__)
 

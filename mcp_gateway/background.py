@@ -9,12 +9,12 @@ import threading
 
 from django.db import connections
 
-from corpus import errors
 from corpus.embedding import check_models
 from corpus.events import Reporter
 from corpus.ingest.watch import watch_directory
-from corpus.state import IndexLock
 from corpus.store import open_store, serving_copy, uses_state_sqlite, writable
+from kernel import errors
+from kernel.state import IndexLock
 from mcp_gateway import context, notify
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
 from mcp_gateway.preflight import check_keys

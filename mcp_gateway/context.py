@@ -19,16 +19,17 @@ from typing import Any
 
 from django.conf import settings
 
-from corpus import errors, write_guard
-from corpus.config import Config, default_config_path, load_config
+from corpus import write_guard
 from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.providers.registry import live_choice, make_chat
 from corpus.retrieval import Searcher
-from corpus.secrets import from_token_file, resolve_secret
 from corpus.security import ExclusionEngine
-from corpus.state import StateDir, ensure_token
 from corpus.status import recorded_embedder
 from corpus.store import open_store
+from kernel import errors
+from kernel.config import Config, default_config_path, load_config
+from kernel.secrets import from_token_file, resolve_secret
+from kernel.state import StateDir, ensure_token
 from mcp_gateway import registry
 
 AUTH_ENV = "DIR2MCP_AUTH"

@@ -55,9 +55,9 @@ from corpus.embedding import dense_store, embed_first
 from corpus.events import Reporter
 from corpus.index.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
-from corpus.state import SpaceReserve, StateDir
 from corpus.status import INDEXER_KEY
 from corpus.store import set_setting
+from kernel.state import SpaceReserve, StateDir
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,13 @@ import httpx
 import numpy as np
 import pytest
 
-from corpus.config import build_config
 from corpus.embedding import check_models, dense_store, embed_chunks, embed_first, embed_pending
 from corpus.events import Reporter
 from corpus.index.words import index_text, tokens
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
+from kernel.config import build_config
 from mcp_gateway.indexer_process import DenseRefresher, ForwardingReporter, _Rate, replay
 from tests.support import TLS, wait_until
 from tests.test_cli import cli

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus import errors
 from corpus.embedding import embed_pending
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers import local
@@ -29,6 +28,7 @@ from corpus.providers.local import (
     onnx_available,
     pack_batches,
 )
+from kernel import errors
 from tests.factories import ChunkFactory
 
 PROSE = [

@@ -13,15 +13,15 @@ from django.test import AsyncClient
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
-from corpus import observe
-from corpus.config import build_config
 from corpus.models import Setting
 from corpus.providers.annotate import annotate
 from corpus.providers.http import HttpOptions, ProviderClient, ProviderError
 from corpus.providers.ocr import MistralOcr
 from corpus.providers.stt import ElevenLabsStt, MistralStt
 from corpus.providers.tts import speak
-from corpus.state import INDEX_FORMAT_VERSION, StateDir
+from kernel import observe
+from kernel.config import build_config
+from kernel.state import INDEX_FORMAT_VERSION, StateDir
 from mcp_gateway import context
 from tests.factories import ChunkFactory, DocumentFactory
 from tests.fakes.elevenlabs import FakeElevenLabs

@@ -9,10 +9,8 @@ import shutil
 
 import pytest
 
-from corpus import errors
 from corpus.answer import ask
 from corpus.citations import SpanRef, find_citations, format_citation
-from corpus.config import build_config
 from corpus.embedding import dense_store
 from corpus.index import lexical
 from corpus.index.vectors import index_path
@@ -20,7 +18,9 @@ from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.registry import make_chat, make_embedder
 from corpus.retrieval import Filters, Searcher, route, snippet
-from corpus.state import StateDir
+from kernel import errors
+from kernel.config import build_config
+from kernel.state import StateDir
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.embedding import dense_store
 from corpus.events import Reporter
 from corpus.ingest.discover import walk
@@ -22,9 +20,11 @@ from corpus.ingest.distributed import Dispatch, WorkerRuntime, ingest
 from corpus.ingest.indexing import walking_indexer
 from corpus.ingest.pipeline import Indexer, LocalWrite
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Span, Worker
-from corpus.state import StateDir
 from corpus.store import wipe_index
 from corpus.tasks import ingest_paths
+from kernel import errors
+from kernel.config import build_config
+from kernel.state import StateDir
 from tests.support import zip_bytes
 
 pytestmark = pytest.mark.django_db

@@ -3,7 +3,7 @@
 Pure functions from a document's bytes to normalized UTF-8 text. Documents
 that need an external provider (OCR, speech-to-text) raise
 :class:`NeedsProvider` so the caller can route them; everything else that
-cannot be read raises :class:`~corpus.errors.Dir2mcpError`.
+cannot be read raises :class:`~kernel.errors.Dir2mcpError`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import charset_normalizer
 import html2text
 
-from corpus import errors
 from corpus.ingest.classify import GZIP_MAGIC
 from corpus.ingest.extracted import PAGE_SEPARATOR, RAW_TEXT, Extracted, NeedsProvider, Page
 from corpus.ingest.office import extract_office
+from kernel import errors
 
 if TYPE_CHECKING:
     from pypdf import PdfReader

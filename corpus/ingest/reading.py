@@ -14,8 +14,6 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from corpus import errors
-from corpus.config import Config
 from corpus.counters import Counters
 from corpus.events import Reporter
 from corpus.ingest import writer
@@ -27,6 +25,8 @@ from corpus.ingest.known import Known, KnownFiles
 from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, sha256_hex
 from corpus.ingest.unpack import GZIP, ArchiveReader, from_gzip
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import Config
 
 log = logging.getLogger(__name__)
 

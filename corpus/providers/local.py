@@ -45,9 +45,9 @@ import numpy as np
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from corpus import errors
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.providers.openai_compatible import check_kind
+from kernel import errors
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384

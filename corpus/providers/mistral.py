@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from corpus.config import Config
 from corpus.providers.base import ChatMessage, ChatModel, Embedder, ModelInfo, normalize_rows
 from corpus.providers.http import HttpOptions, ProviderClient, ProviderError, query_options
 from corpus.providers.openai_compatible import (
@@ -25,6 +24,7 @@ from corpus.providers.openai_compatible import (
     embedding_rows,
     messages_payload,
 )
+from kernel.config import Config
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from corpus import errors
-from corpus.config import OpenAICompatibleConfig
 from corpus.providers.base import ChatMessage, ChatModel, Embedder, ModelInfo, normalize_rows
 from corpus.providers.http import HttpOptions, ProviderClient, query_options
+from kernel import errors
+from kernel.config import OpenAICompatibleConfig
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 import json
 
-from corpus import dense_status, errors
+from corpus import dense_status
 from corpus.answer import MODES, ask
 from corpus.embedding import check_models
 from corpus.events import Reporter, printable
@@ -9,6 +9,7 @@ from corpus.management.base import Dir2mcpCommand
 from corpus.models import IndexJob
 from corpus.retrieval import INDEXES, Filters, Searcher
 from corpus.store import open_store
+from kernel import errors
 
 
 class Command(Dir2mcpCommand):
