@@ -294,7 +294,7 @@ def stored_name(rel_path: str) -> str:
     name with each undecodable byte written ``\\xNN``: valid UTF-8, and
     distinct for distinct names (a real name holding that backslash
     spelling is the one clash, and the one met first wins). Human output
-    escapes it further (``corpus.events.printable``), as every name."""
+    escapes it further (``kernel.output.printable``), as every name."""
     if _storable(rel_path):
         return rel_path
     try:

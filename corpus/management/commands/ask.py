@@ -3,13 +3,14 @@ import json
 from corpus import dense_status
 from corpus.answer import MODES, ask
 from corpus.embedding import check_models
-from corpus.events import Reporter, printable
+from corpus.events import Reporter
 from corpus.ingest.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand
 from corpus.models import IndexJob
 from corpus.retrieval import INDEXES, Filters, Searcher
 from corpus.store import open_store
 from kernel import errors
+from kernel.output import printable
 
 
 class Command(Dir2mcpCommand):
