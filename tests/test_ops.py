@@ -399,7 +399,7 @@ def test_multiprocess_mode_merges_every_process_counters(tmp_path):
     shared.mkdir()
     env = base_env(DIR2MCP_ROOT=str(root), PROMETHEUS_MULTIPROC_DIR=str(shared))
     index(root, env)
-    count = "from corpus import observe; observe.observe_tool('dir2mcp.find', 0.1, False)"
+    count = "from kernel import observe; observe.observe_tool('dir2mcp.find', 0.1, False)"
     for _ in range(2):
         subprocess.run([sys.executable, "-c", count], cwd=REPO, env=env, check=True, timeout=60)
     scrape_code = (

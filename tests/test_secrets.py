@@ -476,7 +476,7 @@ def test_snapshot_records_sources_and_no_values(no_keychain, root, root_state):
 # -- start-up cost -------------------------------------------------------------
 
 PROBE = (
-    "import sys; from corpus import secrets; print(secrets.keychain_available(), 'keyring' in sys.modules)"
+    "import sys; from kernel import secrets; print(secrets.keychain_available(), 'keyring' in sys.modules)"
 )
 
 
