@@ -103,7 +103,7 @@ def prepare(size: int) -> tuple[Path, Path]:
     setup_django(root, state_dir)
     from django.db import connections
 
-    from corpus.embedding import dense_store
+    from corpus.index.dense.embedding import dense_store
     from corpus.store import open_store
     from kernel.state import StateDir
 

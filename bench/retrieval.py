@@ -384,7 +384,7 @@ def plain_dense_rankings(embedder, kind: str, queries: list[str], chunks: dict) 
     plainly (context and text, as the index reads it), exact cosine search."""
     import numpy as np
 
-    from corpus.embed_view import embedding_text
+    from corpus.index.dense.views import embedding_text
 
     ids = [cid for cid, chunk in chunks.items() if chunk["kind"] == kind]
     window = embedder.window_chars
@@ -461,7 +461,7 @@ def units_rows(
         label: {"hits": bm25s_rankings(docs, queries, plain), "units": len(docs)}
         for plain, label in ((False, "bm25s units"), (True, "bm25s units, plain"))
     }
-    from corpus.embedding import signature_weight
+    from corpus.index.dense.embedding import signature_weight
 
     if kind == "code" and signature_weight() > 0:
         dense = plain_dense_rankings(searcher.embedder, kind, queries, chunks)
@@ -493,7 +493,7 @@ def nonsense_queries(count: int, seed: int = 13) -> list[str]:
 def weak_calibration(searcher, queries: list[str]) -> dict:
     """How often ``match`` is ``weak`` for real queries and for made-up ones,
     and the quantiles of the best dense cosine of each (to set ``search.weak_cosine``)."""
-    from corpus.index.vectors import KINDS
+    from corpus.index.dense.vectors import KINDS
     from corpus.retrieval import Filters
 
     def measure(texts: list[str]) -> dict:

@@ -136,7 +136,7 @@ class Chunk(models.Model):
         max_length=8, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING
     )
     embedding_error = models.TextField(null=True, blank=True)
-    #: The embeddings version its vector was stored under (corpus/embedding.py), so a
+    #: The embeddings version its vector was stored under (corpus/index/dense/embedding.py), so a
     #: server adds only what is newer than what it has.
     embed_seq = models.BigIntegerField(null=True, blank=True, db_index=True)
     # float32 little-endian vector; the .hnsw files are caches rebuilt from it.

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 #: The settings keys of spec §5.5 that name models, each with the key of
 #: corpus.json's ``models`` it holds (corpus.status.record_models). The
 #: embedding keys (None here) name the models the vectors came from and are
-#: written with them (corpus.embedding); empty before any vectors.
+#: written with them (corpus.index.dense.embedding); empty before any vectors.
 MODEL_SETTINGS: dict[str, str | None] = {
     "embed_text_model": None,
     "embed_text_dim": None,

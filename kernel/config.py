@@ -222,7 +222,7 @@ class EmbedConfig(Section):
     provider: Literal["auto", "mistral", "openai_compatible", "local", "none"] = "auto"
     batch_size: int = Field(32, ge=1, le=1024)
     # A code unit's vector leans this much towards its signature view (its
-    # path, enclosing names and definition line; corpus/embed_view.py):
+    # path, enclosing names and definition line; corpus/index/dense/views.py):
     # stored = (unit + w * signature) / (1 + w). Recorded with the index's
     # vectors; a change takes effect at the next full `reindex` (0: off).
     signature_weight: float = Field(0.3, ge=0, le=4)

@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 
 from corpus import write_guard
-from corpus.embedder_choice import announce_embedder, choose_embedder
+from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.registry import live_choice, make_chat
 from corpus.retrieval import Searcher
 from corpus.security import ExclusionEngine
@@ -126,7 +126,7 @@ class Context:
     def embedder(self):
         """The embedder, made once (None for lexical-only): the configured one,
         or the one the index was built with when they differ (see
-        corpus.embedder_choice.choose_embedder)."""
+        corpus.index.dense.choice.choose_embedder)."""
         return self._model("embedder")
 
     def embedder_choice(self):

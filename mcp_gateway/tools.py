@@ -22,8 +22,8 @@ from jsonschema.exceptions import ValidationError
 
 from corpus import files, store_faults
 from corpus.answer import ask as answer
-from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
+from corpus.index.dense.embedding import recipe_summary
 from corpus.ingest import coverage
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding

@@ -34,8 +34,8 @@ def corpus_dir(tmp_path: Path) -> Path:
 
 
 def _state_at(path: Path):
-    # the models behind corpus.embedding load once pytest-django has set Django up
-    from corpus import embedding
+    # the models behind corpus.index.dense.embedding load once pytest-django has set Django up
+    from corpus.index.dense import embedding
     from kernel.state import StateDir
 
     state = StateDir(path)

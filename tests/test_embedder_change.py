@@ -19,7 +19,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from corpus.embedder_choice import choose_embedder
+from corpus.index.dense.choice import choose_embedder
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers import registry

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.embedding import embed_pending
+from corpus.index.dense.embedding import embed_pending
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers import local
 from corpus.providers.base import Embedder, Interrupted, ModelInfo

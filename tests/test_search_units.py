@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from corpus import files
-from corpus.embedding import from_bytes
+from corpus.index.dense.embedding import from_bytes
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from corpus.embed_view import embedding_text, signature_text
-from corpus.embedding import SIGNATURE_KEY, from_bytes, recipe_summary, signature_weight
+from corpus.index.dense.embedding import SIGNATURE_KEY, from_bytes, recipe_summary, signature_weight
+from corpus.index.dense.views import embedding_text, signature_text
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Setting
 from corpus.providers.local import LocalEmbedder

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from corpus.embedding import dense_store
 from corpus.events import Reporter
+from corpus.index.dense.embedding import dense_store
 from corpus.ingest.discover import walk
 from corpus.ingest.distributed import Dispatch, WorkerRuntime, ingest
 from corpus.ingest.indexing import walking_indexer
@@ -292,7 +292,7 @@ def test_an_item_that_keeps_killing_its_worker_is_given_up(dispatched):
 
 
 def test_workers_embed_into_the_database_and_servers_pick_them_up(corpus_dir, state, runtime, settings):
-    from corpus.embedding import check_models
+    from corpus.index.dense.embedding import check_models
     from corpus.providers.local import LocalEmbedder
 
     embedder = LocalEmbedder()

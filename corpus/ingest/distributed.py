@@ -35,8 +35,8 @@ from django.db import DatabaseError, InterfaceError, transaction
 from django.db.models import F, Q
 
 from corpus.counters import Counters
-from corpus.embedder_choice import choose_embedder
-from corpus.embedding import embed_chunks
+from corpus.index.dense.choice import choose_embedder
+from corpus.index.dense.embedding import embed_chunks
 from corpus.ingest.archives import named_like_archive
 from corpus.ingest.classify import DOC_TYPES, doc_type_by_name
 from corpus.ingest.discover import FileEntry

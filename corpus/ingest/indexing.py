@@ -9,8 +9,8 @@ from pathlib import Path
 from django.conf import settings
 
 from corpus.counters import Counters
-from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.index.dense.embedding import check_models
 from corpus.ingest.distributed import Dispatch
 from corpus.ingest.pipeline import Indexer
 from corpus.providers.base import Embedder

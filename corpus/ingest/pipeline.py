@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Protocol
 
 from corpus.counters import Counters
-from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
+from corpus.index.dense.embedding import embed_first, embed_pending
 from corpus.ingest import coverage, writer
 from corpus.ingest.batch import BatchWriter
 from corpus.ingest.discover import FileEntry, WalkProblem, walk

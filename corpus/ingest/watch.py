@@ -27,8 +27,8 @@ import watchfiles
 from django.db import connection
 
 from corpus import store_faults
-from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.index.dense.embedding import check_models
 from corpus.ingest import watch_limits
 from corpus.ingest.indexing import walking_indexer
 from corpus.ingest.pending import PendingChanges

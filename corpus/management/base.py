@@ -13,8 +13,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from corpus import store_faults
-from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.events import Reporter
+from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.registry import make_chat
 from kernel import errors
 from kernel.config import Config, default_config_path, load_config

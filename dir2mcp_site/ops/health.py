@@ -10,7 +10,7 @@ from django.db import DatabaseError, connection
 
 from corpus import store_faults
 from corpus.index import lexical
-from corpus.index.vectors import index_path
+from corpus.index.dense.vectors import index_path
 from corpus.store import get_setting
 from kernel import errors
 from kernel.state import INDEX_FORMAT_VERSION, StateDir

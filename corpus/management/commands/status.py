@@ -1,8 +1,8 @@
 import json
 import time
 
-from corpus.embedding import recipe_summary
 from corpus.events import format_progress
+from corpus.index.dense.embedding import recipe_summary
 from corpus.ingest import coverage
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize

@@ -18,7 +18,7 @@ import threading
 
 from django.db import connections
 
-from corpus.embedding import embed_first
+from corpus.index.dense.embedding import embed_first
 from corpus.ingest.pipeline import Indexer
 from corpus.management.base import Dir2mcpCommand
 from corpus.store import open_store
