@@ -5,7 +5,7 @@ The tree is the one bench/indexing.py indexes (the interpreter's standard
 library, site-packages and __pycache__ excluded). It is indexed once with
 embeddings off into ``--work`` (kept for the next run), and the texts are
 read back exactly as ``corpus.index.dense.embedding`` hands them to the embedder
-(pending chunks by kind in id order, ``embed_view.embedding_text``).
+(pending chunks by kind in id order, ``corpus.index.dense.views.embedding_text``).
 
 Sample mode (the default) embeds a seeded sample of those texts with each
 variant in alternating rounds, every round in a fresh child process (so the
