@@ -38,6 +38,7 @@ import argparse
 import hashlib
 import json
 import random
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -299,6 +300,8 @@ def run_train(args: argparse.Namespace) -> None:
     data = np.load(CACHE / "pairs.npz")
     meta = json.loads((CACHE / "pairs.json").read_text())
     queries, targets = data["queries"], data["targets"]
+    if "sources" not in meta:  # pairs embedded before the sources were listed
+        meta["sources"] = sources(Counter(meta["per_package"]), [Path(p) for p in meta["node_modules"]])
     held = held_out_split(meta["packages"], args.seed)
     settings = {
         "epochs": args.epochs,
@@ -352,6 +355,84 @@ def run_train(args: argparse.Namespace) -> None:
     print(f"wrote {DATA / 'query_adapter.npy'} ({digest[:12]})")
 
 
+# -- measuring on kept benchmark indices -------------------------------------------------
+
+
+def measure_one(lang_dir: Path, adapters: list[str]) -> dict:
+    """Every row on one corpus kept by ``bench/retrieval.py --keep``, in one
+    process on one index: lexical alone (bm25s units), the code index alone
+    with and without each adapter, and ``Searcher.search`` with each
+    ``search.query_adapter`` (the first of ``adapters`` is usually ``off``)."""
+    # function-level: bench/retrieval.py sets sys.path and Django up for its own workers
+    import retrieval as bench
+
+    root, state_dir = lang_dir / "root", lang_dir / "state-units"
+    labels = json.loads((lang_dir / "labels.json").read_text())
+    queries = [label["query"] for label in labels]
+    bench.setup_django(root, state_dir)
+    from corpus import adapter as query_adapter
+    from corpus.config import build_config
+    from corpus.providers.local import LocalEmbedder
+    from corpus.retrieval import Searcher
+    from corpus.state import StateDir
+
+    state = StateDir(state_dir)
+    chunks = bench.live_chunks()
+    kind = next(iter({c["kind"] for c in chunks.values()}))
+    embedder = LocalEmbedder()
+    lines = bench.file_line_counts(root)
+    docs = [(bench.hit_of(c), bench.embedded_text(c)) for c in chunks.values()]
+    rows = {"bm25s units": bench.bm25s_rankings(docs, queries, plain=False)}
+    base = build_config(bench.config_data("units", ["search.query_adapter=off"]), {}, {})
+    searcher = Searcher(state, base, embedder)
+    for name in adapters:
+        adapter = query_adapter.load(name)
+        if kind == "code" or adapter is None:
+            label = "dense" if adapter is None else f"dense + {name}"
+            rows[label] = bench.dense_rankings(searcher, embedder, kind, queries, chunks, adapter=adapter)
+    for name in adapters:
+        config = build_config(
+            bench.config_data("units", [f"search.query_adapter={json.dumps(name)}"]), {}, {}
+        )
+        ranked = [
+            bench.hit_list(Searcher(state, config, embedder).search(q, k=bench.DEEP).hits) for q in queries
+        ]
+        rows[f"default, adapter {name}"] = ranked
+    return {name: bench.summarise(ranked, labels, lines) for name, ranked in rows.items()}
+
+
+def run_measure(args: argparse.Namespace) -> None:
+    if args.one:
+        out = measure_one(args.one, args.adapter)
+        (args.one / "adapter-measure.json").write_text(json.dumps(out))
+        return
+    for lang_dir in args.dirs:
+        # a fresh process per corpus: Django is set up once per process
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "measure",
+                "--one",
+                str(lang_dir),
+                *[f"--adapter={a}" for a in args.adapter],
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode:
+            print(f"{lang_dir}: failed\n{done.stderr[-2000:]}")
+            continue
+        rows = json.loads((lang_dir / "adapter-measure.json").read_text())
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        print(f"\n### {lang_dir.parent.name}/{lang_dir.name} (load average {load})")
+        print("| row | found@200 | found@1000 | recall@10 | MRR@10 | n |\n|---|---:|---:|---:|---:|---:|")
+        for name, r in rows.items():
+            cells = " | ".join(f"{r[key]:.3f}" for key in ("found@200", "found@1000", "recall@10", "mrr@10"))
+            print(f"| {name} | {cells} | {r['n']} |")
+        sys.stdout.flush()
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -369,8 +450,12 @@ def main(argv: list[str]) -> None:
     train.add_argument("--decay", type=float, default=0.0)
     train.add_argument("--seed", type=int, default=7)
     train.add_argument("--dry-run", action="store_true", help="report the figures, write nothing")
+    measure = sub.add_parser("measure", help="rows with and without adapters on kept benchmark indices")
+    measure.add_argument("dirs", type=Path, nargs="*", help="language folders of a --keep'd retrieval run")
+    measure.add_argument("--adapter", action="append", default=[], help="off, builtin or a .npy")
+    measure.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    run_pairs(args) if args.command == "pairs" else run_train(args)
+    {"pairs": run_pairs, "train": run_train, "measure": run_measure}[args.command](args)
 
 
 if __name__ == "__main__":
