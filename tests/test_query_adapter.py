@@ -6,10 +6,12 @@ the shipped matrix matches its provenance; the index records the adapter."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 
 import numpy as np
 import pytest
+from django.core.management import call_command
 
 from corpus import adapter as query_adapter
 from corpus.config import build_config
@@ -135,7 +137,10 @@ def test_the_shipped_matrix_is_the_one_its_provenance_describes():
     assert not np.allclose(adapter.matrix, np.eye(adapter.matrix.shape[0]))
 
 
-def test_the_index_records_the_adapter_and_stats_tell_a_different_one(indexed, tmp_path):
+def test_the_index_records_the_adapter_and_status_tells_a_different_one(indexed, corpus_dir, tmp_path):
+    out = io.StringIO()
+    call_command("status", "--dir", str(corpus_dir), "--state-dir", str(indexed.path), "--json", stdout=out)
+    assert json.loads(out.getvalue())["query_adapter"]["recorded"] == "off"
     assert query_adapter.summary("off", MODEL_NAME) == {
         "configured": "off",
         "recorded": "off",
