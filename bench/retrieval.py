@@ -45,6 +45,11 @@ Rows, all on the same corpus and queries:
   code vectors are plain; an exact search over plain re-embeddings when they
   lean towards the signature view, ``embed.signature_weight``, whose own
   vectors are then the ``dense units, as stored`` row);
+- ``dense units, as stored + adapter``: the same with the query moved by
+  ``search.query_adapter`` (corpus/adapter.py), when the units index is
+  built with one (``--build search.query_adapter=builtin``);
+  ``--no-plain-dense`` skips the plain re-embedding, ``dense units`` being
+  then the index's own vectors;
 - ``today``: ``Searcher.search`` (index ``auto``) on an index built the old
   way: line windows for code, character windows for prose, and only the
   dense index the query is routed to (``TODAY``);
