@@ -45,6 +45,11 @@ Rows, all on the same corpus and queries:
   code vectors are plain; an exact search over plain re-embeddings when they
   lean towards the signature view, ``embed.signature_weight``, whose own
   vectors are then the ``dense units, as stored`` row);
+- ``dense units, as stored + adapter``: the same with the query moved by
+  ``search.query_adapter`` (corpus/adapter.py), when the units index is
+  built with one (``--build search.query_adapter=builtin``);
+  ``--no-plain-dense`` skips the plain re-embedding, ``dense units`` being
+  then the index's own vectors;
 - ``today``: ``Searcher.search`` (index ``auto``) on an index built the old
   way: line windows for code, character windows for prose, and only the
   dense index the query is routed to (``TODAY``);
@@ -94,6 +99,7 @@ ROW_ORDER = (
     "bm25s units, plain",
     "dense units",
     "dense units, as stored",
+    "dense units, as stored + adapter",
     "today",
     "default",
 )
@@ -361,8 +367,11 @@ def latency(searcher, queries: list[str]) -> dict:
     return {"p50_ms": round(percentile(times, 50), 1), "p99_ms": round(percentile(times, 99), 1)}
 
 
-def dense_rankings(searcher, embedder, kind: str, queries: list[str], chunks: dict) -> list[list[list]]:
-    """``Searcher._dense`` alone: the ``DEEP`` nearest live chunks of ``kind``."""
+def dense_rankings(
+    searcher, embedder, kind: str, queries: list[str], chunks: dict, adapter=None
+) -> list[list[list]]:
+    """``Searcher._dense`` alone: the ``DEEP`` nearest live chunks of ``kind``
+    (to the query moved by ``adapter``, a corpus.adapter.QueryAdapter, if given)."""
     from corpus.retrieval import Filters
 
     ranked = []
@@ -370,6 +379,8 @@ def dense_rankings(searcher, embedder, kind: str, queries: list[str], chunks: di
         # embed_query where this checkout has it (what search uses), else the brief's embed()[0]
         embed_query = getattr(embedder, "embed_query", None)
         vector = embed_query(query, kind=kind) if embed_query else embedder.embed([query], kind=kind)[0]
+        if adapter is not None:
+            vector = adapter.apply(vector)
         ids = [
             hit[0] if isinstance(hit, tuple) else hit
             for hit in searcher._dense(vector, kind, DEEP, Filters())
@@ -378,7 +389,26 @@ def dense_rankings(searcher, embedder, kind: str, queries: list[str], chunks: di
     return ranked
 
 
-def plain_dense_rankings(embedder, kind: str, queries: list[str], chunks: dict) -> list[list[list]]:
+def plain_vectors(embedder, kind: str, texts: list[str], cache: Path | None):
+    """``embedder.embed(texts)``, kept in ``cache`` (an .npz named by the texts'
+    digest) so that a rerun on a kept index (``--work``) does not embed them again."""
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+    path = cache / f"plain-{kind}-{digest}.npy" if cache is not None else None
+    if path is not None and path.exists():
+        return np.load(path)
+    vectors = np.asarray(embedder.embed(texts, kind=kind), dtype=np.float32)
+    if path is not None:
+        np.save(path, vectors)
+    return vectors
+
+
+def plain_dense_rankings(
+    embedder, kind: str, queries: list[str], chunks: dict, cache: Path | None = None
+) -> list[list[list]]:
     """The ``dense units`` baseline when the index's code vectors lean towards
     the signature view (``embed.signature_weight``): each unit embedded
     plainly (context and text, as the index reads it), exact cosine search."""
@@ -389,7 +419,7 @@ def plain_dense_rankings(embedder, kind: str, queries: list[str], chunks: dict) 
     ids = [cid for cid, chunk in chunks.items() if chunk["kind"] == kind]
     window = embedder.window_chars
     texts = [embedding_text(chunks[c]["context"], chunks[c]["text"], kind, window) for c in ids]
-    vectors = np.asarray(embedder.embed(texts, kind=kind), dtype=np.float32)
+    vectors = plain_vectors(embedder, kind, texts, cache)
     ranked = []
     for query in queries:
         scores = vectors @ np.asarray(embedder.embed_query(query, kind=kind), dtype=np.float32)
@@ -450,9 +480,18 @@ def lines_rows(root: Path, kind: str, queries: list[str]) -> dict:
 
 
 def units_rows(
-    searcher, kind: str, queries: list[str], chunks: dict, tries: list[str], builds: list[str] = ()
+    searcher,
+    kind: str,
+    queries: list[str],
+    chunks: dict,
+    tries: list[str],
+    builds: list[str] = (),
+    plain: bool = True,
 ) -> dict:
-    """The rows only the units-mode run adds: bm25s and dense over its chunks, and the ``--try`` rows."""
+    """The rows only the units-mode run adds: bm25s and dense over its chunks,
+    and the ``--try`` rows (``plain``: False leaves out the plain re-embedding,
+    ``dense units`` is then the index's own vectors)."""
+    from corpus import adapter as query_adapter
     from corpus.retrieval import Searcher
     from kernel.config import build_config
 
@@ -463,8 +502,8 @@ def units_rows(
     }
     from corpus.index.dense.embedding import signature_weight
 
-    if kind == "code" and signature_weight() > 0:
-        dense = plain_dense_rankings(searcher.embedder, kind, queries, chunks)
+    if kind == "code" and signature_weight() > 0 and plain:
+        dense = plain_dense_rankings(searcher.embedder, kind, queries, chunks, cache=searcher.state.path)
         rows["dense units, as stored"] = {
             "hits": dense_rankings(searcher, searcher.embedder, kind, queries, chunks),
             "units": len(chunks),
@@ -472,6 +511,13 @@ def units_rows(
     else:
         dense = dense_rankings(searcher, searcher.embedder, kind, queries, chunks)
     rows["dense units"] = {"hits": dense, "units": len(chunks)}
+    adapter = query_adapter.load(searcher.config.search.query_adapter)
+    if kind == "code" and adapter is not None:
+        # the index's own vectors, the query moved by the adapter (search.query_adapter)
+        rows["dense units, as stored + adapter"] = {
+            "hits": dense_rankings(searcher, searcher.embedder, kind, queries, chunks, adapter=adapter),
+            "units": len(chunks),
+        }
     for text in tries:
         config = build_config(config_data("units", [*builds, text]), {}, {})
         tried = Searcher(searcher.state, config, searcher.embedder)
@@ -517,6 +563,7 @@ def run_worker(argv: list[str]) -> None:
     parser.add_argument("--kind", choices=("code", "text"), required=True)
     parser.add_argument("--try", dest="tries", action="append", default=[])
     parser.add_argument("--build", dest="builds", action="append", default=[])
+    parser.add_argument("--no-plain-dense", action="store_true")
     args = parser.parse_args(argv)
     root, state_dir = args.dir / "root", args.dir / f"state-{args.mode}"
     queries = [label["query"] for label in json.loads((args.dir / "labels.json").read_text())]
@@ -536,7 +583,11 @@ def run_worker(argv: list[str]) -> None:
     if args.mode == "lines":
         out["rows"].update(lines_rows(root, args.kind, queries))
     else:
-        out["rows"].update(units_rows(searcher, args.kind, queries, chunks, args.tries, args.builds))
+        out["rows"].update(
+            units_rows(
+                searcher, args.kind, queries, chunks, args.tries, args.builds, plain=not args.no_plain_dense
+            )
+        )
         out["weak"] = weak_calibration(searcher, queries)
     (args.dir / f"{args.mode}.json").write_text(json.dumps(out))
 
@@ -548,11 +599,13 @@ def say(message: str) -> None:
 # -- the driver --------------------------------------------------------------------
 
 
-def spawn_worker(lang_dir: Path, mode: str, kind: str, tries: list[str], builds: list[str] = ()) -> dict:
+def spawn_worker(
+    lang_dir: Path, mode: str, kind: str, tries: list[str], builds: list[str] = (), plain: bool = True
+) -> dict:
     """Run one index's worker in a fresh process; its JSON, or ``{"error": …}``."""
     command = [sys.executable, str(Path(__file__).resolve()), "_worker", "--dir", str(lang_dir)]
     command += ["--mode", mode, "--kind", kind, *(f"--try={t}" for t in tries)]
-    command += [f"--build={b}" for b in builds]
+    command += [f"--build={b}" for b in builds] + ([] if plain else ["--no-plain-dense"])
     log = lang_dir / f"{mode}.log"
     with log.open("w") as handle:
         done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO)
@@ -718,6 +771,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="the same as --modes units: no `today` or `bm25s windows` rows (half the indexing)",
     )
+    parser.add_argument(
+        "--no-plain-dense",
+        action="store_true",
+        help="no plain re-embedding of the units for `dense units` (a third of the embedding): "
+        "that row is then the index's own vectors, as `dense units, as stored` is otherwise",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the corpora and state directories")
     parser.add_argument("--work", type=Path, help="where to build (default: a new temp directory)")
     return parser.parse_args(argv)
@@ -748,7 +807,12 @@ def run_language(lang: str, work: Path, args: argparse.Namespace, max_lines: int
         started = time.perf_counter()
         units = mode == "units"
         runs[mode] = spawn_worker(
-            lang_dir, mode, corpus.kind, args.tries if units else [], args.builds if units else []
+            lang_dir,
+            mode,
+            corpus.kind,
+            args.tries if units else [],
+            args.builds if units else [],
+            plain=not args.no_plain_dense,
         )
         state = runs[mode].get("error", "ok")
         print(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from corpus import adapter as query_adapter
 from corpus import globs, patterns, ranking
 from corpus.citations import SpanRef
 from corpus.definitions import defines, query_identifiers
@@ -243,6 +244,7 @@ class Searcher:
         if self.embedder is None:
             return [], dense_status.off(), {}
         vectors: dict = {}  # one query embedding per model, shared by the indices using it
+        by_kind: dict[str, np.ndarray] = {}
         out = []
         for kind, weight in plan:
             model = self.embedder.model_info(kind)
@@ -257,10 +259,19 @@ class Searcher:
                     dense["message"],
                 )
                 return [], dense, {}
-            hits = self._dense(vectors[model], kind, pool, filters)
+            by_kind[kind] = self._adapted(vectors[model], kind, model)
+            hits = self._dense(by_kind[kind], kind, pool, filters)
             out.append(ranking.Weighted(hits, weight, absolute=True))
-        by_kind = {kind: vectors[self.embedder.model_info(kind)] for kind, _ in plan}
         return out, dense_status.ok(), by_kind
+
+    def _adapted(self, vector: np.ndarray, kind: str, model) -> np.ndarray:
+        """The query vector for ``kind``'s index: moved by the query adapter
+        (``search.query_adapter``, corpus/adapter.py) for the code index of
+        the model it was fitted for, else as embedded."""
+        if kind != "code":
+            return vector
+        adapter = query_adapter.for_query(self.config.search.query_adapter, model.model, vector.shape[-1])
+        return adapter.apply(vector) if adapter is not None else vector
 
     def _feedback(
         self,

@@ -295,6 +295,11 @@ class SearchConfig(Section):
     # Below this cosine for the nearest unit, with no unit holding every
     # query term, a result is reported as a weak match.
     weak_cosine: float = Field(0.35, ge=-1, le=1)
+    # The query-side adapter (corpus/adapter.py): a matrix moving a query's
+    # vector before the code index is searched, fitted on docstring →
+    # definition pairs of public packages (bench/query_adapter.py). builtin,
+    # off, or the path of another .npy with its .json beside it.
+    query_adapter: str = "off"
     snippet_chars: int = Field(300, ge=80, le=4000)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from corpus import adapter as query_adapter
 from corpus.counters import Counters
 from corpus.events import Reporter
 from corpus.index.dense.embedding import check_models
@@ -46,6 +47,7 @@ def index_directory(
             check_models(
                 embedder, state, reset=mode == "full", signature_weight=config.embed.signature_weight
             )
+            query_adapter.record(config.search.query_adapter)
         return walking_indexer(
             root, state, config, reporter=reporter, mode=mode, stop=stop, embedder=embedder
         ).run()

@@ -1,8 +1,9 @@
 import json
 import time
 
+from corpus import adapter as query_adapter
 from corpus.events import format_progress
-from corpus.index.dense.embedding import recipe_summary
+from corpus.index.dense.embedding import recipe_summary, recorded_model
 from corpus.ingest import coverage
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
@@ -28,11 +29,14 @@ class Command(Dir2mcpCommand):
         celery = scaleout_summary()
         indexer = indexer_state()
         recipe = recipe_summary(rt.config.embed.signature_weight)
+        code_model = recorded_model("code")
+        adapter = query_adapter.summary(rt.config.search.query_adapter, code_model and code_model.model)
         if rt.json:
             out = {
                 **self._as_dict(rt, summary),
                 "embedder": embedder.as_dict(),
                 "signature_weight": recipe,
+                "query_adapter": adapter,
                 "indexer": indexer,
                 "celery": celery,
             }
@@ -42,6 +46,10 @@ class Command(Dir2mcpCommand):
         self._print_embedder(embedder)
         if recipe["note"]:
             self.stdout.write(f"  {recipe['note']}")
+        applies = "" if adapter["applies"] or adapter["configured"] == "off" else " (not applied)"
+        self.stdout.write(f"Query adapter: {adapter['configured']}{applies}")
+        if adapter["note"]:
+            self.stdout.write(f"  {adapter['note']}")
         if indexer is not None:
             self._print_indexer(indexer)
         if celery is not None:
