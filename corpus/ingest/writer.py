@@ -42,6 +42,9 @@ from corpus.models import (
 )
 from corpus.write_guard import check_writable, indexing, refuse_writes  # noqa: F401  (writer.indexing() et al.)
 
+#: Text hashes looked up at once among a representation's tombstoned chunks.
+REVIVE_PART = 500
+
 
 @dataclass
 class Delta:
@@ -288,11 +291,12 @@ def _revive_chunks(
     latest); returns the units still to create."""
     if not wanted:
         return wanted
-    hashes = {chunk.text_hash for chunk, _ in wanted}
+    hashes = sorted({chunk.text_hash for chunk, _ in wanted})
     found: dict[str, list[tuple[bool, int]]] = defaultdict(list)
-    rows = rep.chunks.filter(deleted=True).values_list("chunk_id", "text_hash", "embedding_status")
-    for chunk_id, text_hash, status in rows.iterator(chunk_size=2000):
-        if text_hash in hashes:
+    tombstoned = rep.chunks.filter(deleted=True)
+    for start in range(0, len(hashes), REVIVE_PART):
+        rows = tombstoned.filter(text_hash__in=hashes[start : start + REVIVE_PART])
+        for chunk_id, text_hash, status in rows.values_list("chunk_id", "text_hash", "embedding_status"):
             found[text_hash].append((status != EmbeddingStatus.OK, -chunk_id))
     if not found:
         return wanted
