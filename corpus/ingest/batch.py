@@ -152,7 +152,7 @@ class BatchWriter:
         self._listing = self._listing or before is None or before.deleted
         self._changed.append(prepared.rel_path)
         self.counters.chunks_total += delta.chunks_added - delta.chunks_removed
-        self.counters.embedded_ok -= delta.embedded_removed
+        self.counters.embedded_ok += delta.embedded_revived - delta.embedded_removed
         self.counters.representations += delta.representations
         if prepared.status == "ok":
             self.counters.indexed += 1
