@@ -11,7 +11,7 @@ hash rather than making a new one: the chunk keeps its id, its vector and
 its ANN label, so nothing is embedded again and the database does not grow
 with each switch (issue #37). Vectors follow the recorded model: a model
 change forgets every stored vector, tombstoned ones too
-(corpus.embedding.forget_vectors), so a revived chunk never brings back a
+(corpus.index.dense.embedding.forget_vectors), so a revived chunk never brings back a
 vector of another model.
 
 A server started with ``--read-only`` refuses every write here that is not
