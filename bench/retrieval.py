@@ -434,6 +434,7 @@ def build_index(
     units index, ``--build``); (state, config, embedder, build facts)."""
     from corpus.ingest.indexing import index_directory
     from corpus.providers.local import LocalEmbedder
+    from corpus.providers.precision import resolve_precision
     from corpus.store import open_store
     from kernel.config import build_config
     from kernel.state import StateDir
@@ -441,7 +442,7 @@ def build_index(
     state = StateDir(state_dir)
     open_store(state)
     config = build_config(config_data(mode, builds if mode == "units" else []), {}, {})
-    embedder = LocalEmbedder(precision=config.embed.precision)
+    embedder = LocalEmbedder(precision=resolve_precision(config.embed.precision))
     embedder.embed(["warm up"], kind="code")
     started = time.perf_counter()
     counters = index_directory(root, state=state, config=config, embedder=embedder)

@@ -227,9 +227,11 @@ class EmbedConfig(Section):
     # vectors; a change takes effect at the next full `reindex` (0: off).
     signature_weight: float = Field(0.3, ge=0, le=4)
     # The local model's arithmetic: fp32, or int8 weights and activations in
-    # onnxruntime (faster; docs/benchmarks.md). Part of the model's recorded
-    # name, so a change applies at the next full `reindex`, as a model change.
-    precision: Literal["fp32", "int8"] = "fp32"
+    # onnxruntime (faster; docs/benchmarks.md), or auto: int8 on a processor
+    # with VNNI or AMX, fp32 elsewhere (corpus/providers/precision.py). Part
+    # of the model's recorded name, so a change applies at the next full
+    # `reindex`, as a model change.
+    precision: Literal["auto", "fp32", "int8"] = "fp32"
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 
