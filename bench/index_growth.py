@@ -134,9 +134,7 @@ def main() -> None:
     print(json.dumps({"documents": len(indexer.known), "db_mib": round(db.stat().st_size / 2**20, 1)}))
     if len(profiles) == 2:
         a, b = (cumulative(profiles[w]) for w in profiled)
-        rows = sorted(
-            ((b.get(k, (0, 0))[0] - a.get(k, (0, 0))[0], k) for k in set(a) | set(b)), reverse=True
-        )
+        rows = sorted(((b.get(k, (0, 0))[0] - a.get(k, (0, 0))[0], k) for k in set(a) | set(b)), reverse=True)
         print(f"# cumulative seconds, window {profiled[0]} -> window {profiled[1]}, largest growth first")
         for delta, key in rows[: args.top]:
             ca, na = a.get(key, (0, 0))
