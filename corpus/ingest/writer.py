@@ -34,17 +34,7 @@ from corpus.models import (
 from corpus.write_guard import check_writable, indexing, refuse_writes  # noqa: F401  (writer.indexing() et al.)
 
 #: a symbol row's values, in :func:`_create_navigation`'s order
-SYMBOL_COLUMNS = (
-    "document_id",
-    "name",
-    "name_lower",
-    "qualified",
-    "kind",
-    "line",
-    "start",
-    "end",
-    "enclosing",
-)
+SYMBOL_COLUMNS = tuple("document_id name name_lower qualified kind line start end enclosing".split())
 
 
 @dataclass
