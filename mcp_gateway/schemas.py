@@ -16,7 +16,7 @@ from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "9.0.0"
+SCHEMA_VERSION = "10.0.0"
 
 SPAN = {
     "type": "object",
@@ -608,6 +608,14 @@ STATS_OUTPUT = {
                 "warning",
                 "recorded_unix",
             ],
+        },
+        # An addition to §15.6 (issue #37, docs/contracts.md 10.0.0).
+        "pending_changes": {
+            "type": "integer",
+            "description": (
+                "Changed paths live sync has seen and not yet indexed: the count every answer's "
+                "freshness.pending_changes carries."
+            ),
         },
     },
     "required": ["root", "state_dir", "protocol_version", "indexing", "models"],

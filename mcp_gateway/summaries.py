@@ -126,8 +126,14 @@ def stats(result: dict) -> str:
         + _note_line(result.get("signature_weight"))
         + _indexer_line(result.get("indexer"))
         + _coverage_line(result.get("coverage"))
+        + _pending_line(result.get("pending_changes"))
         + f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
     )
+
+
+def _pending_line(pending: int | None) -> str:
+    """Changes live sync has seen and not yet indexed, when there are any."""
+    return f"Pending changes: {pending} (seen by live sync, not yet indexed)\n" if pending else ""
 
 
 def _coverage_warning(found: dict | None) -> str:

@@ -25,6 +25,7 @@ from corpus.answer import ask as answer
 from corpus.files import canonical_prefix
 from corpus.index.dense.embedding import recipe_summary
 from corpus.ingest import coverage
+from corpus.ingest.pending import pending_count
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters
@@ -355,6 +356,7 @@ def stats(call: Call, args: dict) -> dict:
         "indexer": indexer_process.summary(ctx),
         "documents_on_older_format": older_format_documents(),
         "coverage": coverage.summary(),
+        "pending_changes": pending_count(),
     }
 
 

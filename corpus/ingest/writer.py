@@ -44,6 +44,8 @@ from corpus.write_guard import check_writable, indexing, refuse_writes  # noqa: 
 
 #: Text hashes looked up at once among a representation's tombstoned chunks.
 REVIVE_PART = 500
+#: a symbol row's values, in :func:`_create_navigation`'s order
+SYMBOL_COLUMNS = tuple("document_id name name_lower qualified kind line start end enclosing".split())
 
 
 @dataclass
@@ -201,33 +203,21 @@ def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
 
 def _create_navigation(written: list[tuple[int, Prepared]]) -> None:
     """Insert the symbol and reference rows of these documents (code files
-    a grammar read; the others have none)."""
-    defined: list[Symbol] = []
-    used: list[Reference] = []
+    a grammar read; the others have none), as tuples: a batch of kernel
+    sources holds tens of thousands of references."""
+    defined: list[tuple] = []
+    used: list[tuple] = []
     for doc_id, prepared in written:
         navigation = prepared.navigation
         if navigation is None or not prepared.has_text:
             continue
         defined.extend(
-            Symbol(
-                document_id=doc_id,
-                name=d.name,
-                name_lower=d.name.lower(),
-                qualified=d.qualified,
-                kind=d.kind,
-                line=d.line,
-                start=d.start,
-                end=d.end,
-                enclosing=d.enclosing,
-            )
+            (doc_id, d.name, d.name.lower(), d.qualified, d.kind, d.line, d.start, d.end, d.enclosing)
             for d in navigation.definitions
         )
-        used.extend(
-            Reference(document_id=doc_id, name=u.name, lines=" ".join(map(str, u.lines)))
-            for u in navigation.uses
-        )
-    bulk.create(Symbol, defined)
-    bulk.create(Reference, used)
+        used.extend((doc_id, u.name, " ".join(map(str, u.lines))) for u in navigation.uses)
+    bulk.insert(Symbol, SYMBOL_COLUMNS, defined)
+    bulk.insert(Reference, ("document_id", "name", "lines"), used)
 
 
 def _drop_navigation(doc_ids: list[int]) -> None:

@@ -5,6 +5,7 @@ from corpus import adapter as query_adapter
 from corpus.events import format_progress
 from corpus.index.dense.embedding import recipe_summary, recorded_model
 from corpus.ingest import coverage
+from corpus.ingest.pending import pending_count
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
@@ -130,6 +131,7 @@ class Command(Dir2mcpCommand):
             "recent_errors": [error.as_dict() for error in s.recent_errors],
             "needs_provider": s.needs_provider,
             "coverage": coverage.summary(),
+            "pending_changes": pending_count(),
         }
 
     def _print(self, rt, s) -> None:
@@ -158,6 +160,9 @@ class Command(Dir2mcpCommand):
             age = time.time() - job.updated_unix
             w(f"Indexing: {state} ({job.mode}, job {job.job_id}, updated {age:.0f}s ago)")
             w(format_progress(job.counters()))
+        pending = pending_count()
+        if pending:
+            w(f"Pending changes: {pending} (seen by live sync, not yet indexed)")
         if s.recent_errors:
             w("Recent errors:")
             for error in s.recent_errors:
