@@ -56,11 +56,16 @@ def variant(db: Path, work: Path, name: str, change) -> int:
 
 
 def no_chunk_text(conn: sqlite3.Connection) -> None:
-    # Two integers the size of a typical offset and length stand in for the text.
-    conn.execute("UPDATE chunks SET text = ''")
-    conn.execute("ALTER TABLE chunks ADD COLUMN text_start integer")
-    conn.execute("ALTER TABLE chunks ADD COLUMN text_end integer")
-    conn.execute("UPDATE chunks SET text_start = 123456, text_end = 124456")
+    # Two integers the size of a typical offset and length stand in for the
+    # text (on a database from before migration 0016; after it, only the
+    # chunks that are not slices still hold a text).
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(chunks)")}
+    if "text_start" not in columns:
+        conn.execute("ALTER TABLE chunks ADD COLUMN text_start integer")
+        conn.execute("ALTER TABLE chunks ADD COLUMN text_end integer")
+    conn.execute(
+        "UPDATE chunks SET text = '', text_start = 123456, text_end = 124456 WHERE text_start IS NULL"
+    )
 
 
 def compressed(conn: sqlite3.Connection) -> None:
@@ -69,6 +74,26 @@ def compressed(conn: sqlite3.Connection) -> None:
     )
     conn.execute("UPDATE chunks SET text = zpack(text)")
     conn.execute("UPDATE representations SET text = zpack(text)")
+
+
+def interned_references(conn: sqlite3.Connection) -> None:
+    # Names in a table of their own; references clustered on (name, document).
+    conn.executescript(
+        """
+        CREATE TABLE names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+        INSERT INTO names (name) SELECT DISTINCT name FROM symbol_references;
+        CREATE TABLE refs (name_id INTEGER NOT NULL, document_id INTEGER NOT NULL, lines TEXT NOT NULL,
+            PRIMARY KEY (name_id, document_id)) WITHOUT ROWID;
+        INSERT INTO refs SELECT n.id, r.document_id, r.lines FROM symbol_references r
+            JOIN names n ON n.name = r.name;
+        CREATE INDEX refs_doc ON refs (document_id);
+        DROP TABLE symbol_references;
+        """
+    )
+
+
+def without_text_hash(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE chunks DROP COLUMN text_hash")
 
 
 def main() -> None:
@@ -96,7 +121,13 @@ def main() -> None:
             "vacuumed_ratio": round(vacuumed / text[0], 2),
             "tables_mib": {k: round(v / 2**20, 2) for k, v in by_table(db).items() if v > 2**16},
         }
-        for name, change in (("offsets", no_chunk_text), ("zlib", compressed)):
+        variants = (
+            ("offsets", no_chunk_text),
+            ("zlib", compressed),
+            ("references", interned_references),
+            ("text_hash", without_text_hash),
+        )
+        for name, change in variants:
             size = variant(db, work, name, change)
             report[f"{name}_vacuumed_ratio"] = round(size / text[0], 2)
         print(json.dumps(report, indent=1))

@@ -122,9 +122,13 @@ class Chunk(models.Model):
         Representation, on_delete=models.CASCADE, related_name="chunks", db_index=False
     )
     ordinal = models.IntegerField()
-    #: the file's own text of the span; what hits and snippets show
-    #: (compressed on SQLite: corpus/packed.py)
-    text = PackedTextField()
+    #: the file's own text of the span, as stored (compressed on SQLite:
+    #: corpus/packed.py): "" when the chunk is a slice of its
+    #: representation's text, ``text_start`` to ``text_end`` (corpus/slices.py).
+    #: :attr:`text` reads either; a query reads them with ``slices.texts``.
+    stored_text = PackedTextField(db_column="text")
+    text_start = models.IntegerField(null=True, blank=True)
+    text_end = models.IntegerField(null=True, blank=True)
     #: what the unit sits in (its path, enclosing definitions or headings):
     #: indexed and embedded with ``text`` (see :func:`with_context`)
     context = models.TextField(blank=True, default="")
@@ -152,6 +156,18 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"chunk {self.chunk_id}"
+
+    @property
+    def text(self) -> str:
+        """The file's own text of the span; what hits and snippets show (read
+        from the representation's text when the chunk is a slice of it)."""
+        if self.text_start is None:
+            return self.stored_text
+        return self.representation.text[self.text_start : self.text_end]
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self.stored_text, self.text_start, self.text_end = value, None, None
 
 
 def with_context(context: str, text: str) -> str:

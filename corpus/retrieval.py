@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from corpus import dense_status, errors, globs, patterns, ranking
+from corpus import dense_status, errors, globs, patterns, ranking, slices
 from corpus.citations import SpanRef
 from corpus.config import MAX_K, Config
 from corpus.definitions import defines, query_identifiers
@@ -305,9 +305,10 @@ class Searcher:
             found, _ = self._lexical(name, DEFINITION_POOL, filters, kinds)
             candidates.extend(cid for cid, _ in found)
         candidates = list(dict.fromkeys(candidates))
-        texts = dict(
-            Chunk.objects.filter(chunk_id__in=candidates, deleted=False).values_list("chunk_id", "text")
+        rows = Chunk.objects.filter(chunk_id__in=candidates, deleted=False).values_list(
+            "chunk_id", *slices.FIELDS
         )
+        texts = dict(slices.texts(list(rows), 1))
         return [cid for cid in candidates if cid in texts and any(defines(texts[cid], n) for n in names)]
 
     # -- lexical ------------------------------------------------------------
