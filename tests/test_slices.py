@@ -41,9 +41,7 @@ class Editor:
 
 
 def live_texts() -> dict[int, str]:
-    return {
-        c.chunk_id: c.text for c in Chunk.objects.filter(deleted=False).select_related("representation")
-    }
+    return {c.chunk_id: c.text for c in Chunk.objects.filter(deleted=False).select_related("representation")}
 
 
 def all_texts() -> dict[int, str]:
@@ -52,6 +50,10 @@ def all_texts() -> dict[int, str]:
 
 def search(state, query: str) -> list[tuple[str, str]]:
     return [(hit.rel_path, hit.text) for hit in Searcher(state, CONFIG, None).search(query, k=10).hits]
+
+
+def answered(state) -> tuple:
+    return search(state, "marmot number 7"), search(state, "marmot habits"), names.find_symbols("handler_3")
 
 
 def test_the_locator_finds_a_piece_at_its_line_elsewhere_or_not_at_all():
@@ -107,15 +109,13 @@ def test_an_index_built_before_migrates_to_slices_and_answers_the_same(corpus_di
             "UPDATE chunks SET text = %s, text_start = NULL, text_end = NULL WHERE chunk_id = %s",
             [(text, cid) for cid, text in texts.items()],
         )
-    answers = (search(state, "marmot number 7"), search(state, "marmot habits"), names.find_symbols("handler_3"))
+    answers = answered(state)
 
     importlib.import_module("corpus.migrations.0016_chunk_slices").slice_rows(apps, Editor())
 
     assert Chunk.objects.filter(text_start__isnull=True).count() == 0
     assert set(Chunk.objects.values_list("stored_text", flat=True)) == {""}
     assert all_texts() == texts
-    assert (search(state, "marmot number 7"), search(state, "marmot habits"), names.find_symbols("handler_3")) == (
-        answers
-    )
+    assert answered(state) == answers
     assert answers[0] and answers[1]
     assert Representation.objects.count() == 2
