@@ -132,8 +132,6 @@ class Chunk(models.Model):
     #: what the unit sits in (its path, enclosing definitions or headings):
     #: indexed and embedded with ``text`` (see :func:`with_context`)
     context = models.TextField(blank=True, default="")
-    # Compared within a representation's chunks, never looked up: no index.
-    text_hash = models.CharField(max_length=64)
     tokens_est = models.IntegerField(default=0)
     index_kind = models.CharField(max_length=8, choices=IndexKind.choices, default=IndexKind.TEXT)
     embedding_status = models.CharField(
@@ -200,7 +198,9 @@ class Symbol(models.Model):
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="symbols", db_index=False)
     #: the name as declared, its last part for a qualified one (``m`` of ``A.prototype.m``)
     name = models.CharField(max_length=200)
-    #: ``name`` lowercased: the case-insensitive and prefix look-ups read this index
+    #: ``name`` lowercased: every look-up reads this index, the exact one
+    #: too (``name_lower`` and ``name``; an index on ``name`` took another
+    #: 4% of the text a code tree indexes, docs/benchmarks.md)
     name_lower = models.CharField(max_length=200)
     #: the declared name where it differs from ``name`` (``Foo::bar``, ``impl Display for Config``)
     qualified = models.CharField(max_length=200, blank=True, default="")
@@ -215,7 +215,6 @@ class Symbol(models.Model):
     class Meta:
         db_table = "symbols"
         indexes = [
-            models.Index(fields=["name"], name="symbol_name"),
             models.Index(fields=["name_lower"], name="symbol_name_lower"),
             models.Index(fields=["document"], name="symbol_doc"),
         ]

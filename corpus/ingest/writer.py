@@ -149,14 +149,14 @@ def _rep_hash(prepared: Prepared) -> str:
     )
 
 
-def _draft_hash(draft) -> str:
-    """A unit whose context changed (a renamed class) is a new unit."""
-    return sha256_hex(with_context(draft.context, draft.text))
+def _hash(context: str, text: str) -> str:
+    """What a stored unit and a draft are matched by: a unit whose context
+    changed (a renamed class) is a new unit. Computed from the texts when
+    they are compared (a stored copy took 64 bytes a chunk)."""
+    return sha256_hex(with_context(context, text))
 
 
-def _new_chunk(
-    rep: Representation, prepared: Prepared, draft, locator: slices.Locator, text_hash: str | None = None
-) -> Chunk:
+def _new_chunk(rep: Representation, prepared: Prepared, draft, locator: slices.Locator) -> Chunk:
     """A chunk of ``rep``: a slice of its text where ``locator`` finds the
     draft's text there, else holding the text itself."""
     found = _locate(locator, draft)
@@ -167,7 +167,6 @@ def _new_chunk(
         text_start=found[0] if found else None,
         text_end=found[1] if found else None,
         context=draft.context,
-        text_hash=text_hash or _draft_hash(draft),
         tokens_est=max(1, len(draft.text) // 4),
         index_kind=prepared.index_kind,
     )
@@ -275,18 +274,19 @@ def _sync_chunks(
     of it before they are tombstoned (corpus/slices.py)."""
     old_by_hash: dict[str, list[Chunk]] = defaultdict(list)
     live = () if fresh else rep.chunks.filter(deleted=False).prefetch_related("spans")
+    cut_from = rep.text if old_text is None else old_text
     for chunk in live:
-        old_by_hash[chunk.text_hash].append(chunk)
+        text = chunk.stored_text if chunk.text_start is None else cut_from[chunk.text_start : chunk.text_end]
+        old_by_hash[_hash(chunk.context, text)].append(chunk)
     locator = slices.Locator(rep.text)
     moved: list[tuple[Chunk, object]] = []
     new_chunks: list[tuple[Chunk, object]] = []
     for draft in prepared.drafts:
-        text_hash = _draft_hash(draft)
-        reusable = old_by_hash.get(text_hash)
+        reusable = old_by_hash.get(_hash(draft.context, draft.text))
         if reusable:
             moved.append((reusable.pop(), draft))
             continue
-        new_chunks.append((_new_chunk(rep, prepared, draft, locator, text_hash), draft))
+        new_chunks.append((_new_chunk(rep, prepared, draft, locator), draft))
     if old_text is not None and old_text != rep.text:
         slices.materialize(rep.rep_id, old_text, keep=[chunk.chunk_id for chunk, _ in moved])
     for chunk, draft in moved:
