@@ -13,6 +13,14 @@ vacuumed size of two copies changed the way each option would store them:
   rows left as text change).
 
     python bench/storage.py --state S
+
+With ``--search ROOT``, it instead times searches over that state (lexical,
+``embed.provider: none``) and prints the CPU time per query (p50, p90;
+``time.process_time``, which the machine's other load does not inflate as
+it does wall time). ``--code DIR`` runs another checkout's code on its own
+state (main's on main's), so two layouts are compared in one session:
+
+    python bench/storage.py --state S --search ROOT [--code DIR]
 """
 
 from __future__ import annotations
@@ -24,13 +32,11 @@ import shutil
 import sqlite3
 import sys
 import tempfile
+import time
 import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from corpus.packed import unpack  # noqa: E402  (the repository on the path first)
 
 
 def vacuumed_size(db: Path) -> int:
@@ -96,11 +102,92 @@ def without_text_hash(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE chunks DROP COLUMN text_hash")
 
 
+#: queries over the kernel subset: identifiers, words, and a mix
+QUERIES = (
+    "schedule",
+    "kmalloc",
+    "ext4_map_blocks",
+    "spin_lock_irqsave",
+    "page fault handling",
+    "rcu read lock",
+    "mutex_unlock",
+    "copy_from_user",
+    "workqueue",
+    "ext4 journal commit",
+    "cgroup migrate task",
+    "memory cgroup charge",
+    "printk ratelimit",
+    "kthread_create_on_node",
+    "hrtimer start range",
+    "vma merge",
+    "swap entry",
+    "inode lock",
+    "bpf verifier check",
+    "GC_9_0 register offset",
+    "wake up process",
+    "folio_mark_dirty",
+    "audit log",
+    "signal pending",
+    "extent tree",
+    "clock event device",
+    "irq domain",
+    "tracepoint probe",
+    "slab cache create",
+    "futex wait",
+)
+
+
+def time_searches(state_dir: Path, root: Path, rounds: int) -> dict:
+    """CPU ms per lexical search over ``state_dir`` (p50, p90), after one warm-up round."""
+    # Django and the project's modules load after sys.path names the checkout.
+    from dir2mcp_site import bootstrap
+
+    bootstrap.prepare(["--dir", str(root), "--state-dir", str(state_dir)])
+    import django
+
+    django.setup()
+    from corpus.config import build_config
+    from corpus.retrieval import Searcher
+    from corpus.state import StateDir
+    from corpus.store import open_store
+
+    state = StateDir(state_dir)
+    open_store(state)
+    searcher = Searcher(state, build_config({"embed": {"provider": "none"}}, {}, {}), None)
+    for query in QUERIES:
+        searcher.search(query, k=10)
+    cpu, wall = [], []
+    for _ in range(rounds):
+        for query in QUERIES:
+            c, w = time.process_time(), time.perf_counter()
+            searcher.search(query, k=10)
+            cpu.append((time.process_time() - c) * 1000)
+            wall.append((time.perf_counter() - w) * 1000)
+    cpu.sort()
+    wall.sort()
+    return {
+        "queries": len(cpu),
+        "cpu_p50_ms": round(cpu[len(cpu) // 2], 2),
+        "cpu_p90_ms": round(cpu[len(cpu) * 9 // 10], 2),
+        "wall_p50_ms": round(wall[len(wall) // 2], 2),
+    }
+
+
 def main() -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--state", type=Path, required=True)
+    parser.add_argument("--search", type=Path, help="time searches over the state; its root folder")
+    parser.add_argument("--code", type=Path, help="the checkout whose code runs the searches")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    sys.path.insert(0, str(args.code or REPO))
+    if args.search:
+        print(json.dumps(time_searches(args.state, args.search, args.rounds), indent=1))
+        return
+    # imported once sys.path names the checkout
+    from corpus.packed import unpack
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         db = work / "meta.sqlite"
