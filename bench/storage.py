@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import shutil
 import sqlite3
@@ -154,8 +155,10 @@ def time_searches(state_dir: Path, root: Path, rounds: int) -> dict:
     state = StateDir(state_dir)
     open_store(state)
     searcher = Searcher(state, build_config({"embed": {"provider": "none"}}, {}, {}), None)
+    answers = hashlib.sha256()
     for query in QUERIES:
-        searcher.search(query, k=10)
+        for hit in searcher.search(query, k=10).hits:
+            answers.update(f"{query}\0{hit.rel_path}\0{hit.span}\0{hit.text}\0".encode())
     cpu, wall = [], []
     for _ in range(rounds):
         for query in QUERIES:
@@ -170,6 +173,8 @@ def time_searches(state_dir: Path, root: Path, rounds: int) -> dict:
         "cpu_p50_ms": round(cpu[len(cpu) // 2], 2),
         "cpu_p90_ms": round(cpu[len(cpu) * 9 // 10], 2),
         "wall_p50_ms": round(wall[len(wall) // 2], 2),
+        # equal digests: the same hits, spans and texts for every query
+        "answers_sha256": answers.hexdigest()[:16],
     }
 
 

@@ -23,6 +23,7 @@ selected :data:`FIELDS`) or a chunk's :attr:`corpus.models.Chunk.text`.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import accumulate
 
 from corpus.models import Chunk, Representation
 from corpus.packed import unpack
@@ -61,11 +62,8 @@ class Locator:
 
     def _line_offset(self, line: int) -> int:
         if self._line_starts is None:
-            starts, at = [0], self.text.find("\n")
-            while at >= 0:
-                starts.append(at + 1)
-                at = self.text.find("\n", at + 1)
-            self._line_starts = starts
+            lengths = map(len, self.text.split("\n"))
+            self._line_starts = list(accumulate(lengths, lambda at, n: at + n + 1, initial=0))[:-1]
         return self._line_starts[min(line, len(self._line_starts)) - 1]
 
 
