@@ -100,7 +100,9 @@ def interned_references(conn: sqlite3.Connection) -> None:
 
 
 def without_text_hash(conn: sqlite3.Connection) -> None:
-    conn.execute("ALTER TABLE chunks DROP COLUMN text_hash")
+    # (migration 0017 dropped it: nothing to do after it)
+    if "text_hash" in {row[1] for row in conn.execute("PRAGMA table_info(chunks)")}:
+        conn.execute("ALTER TABLE chunks DROP COLUMN text_hash")
 
 
 #: queries over the kernel subset: identifiers, words, and a mix
@@ -169,6 +171,7 @@ def time_searches(state_dir: Path, root: Path, rounds: int) -> dict:
     cpu.sort()
     wall.sort()
     return {
+        "code": str(Path(sys.modules["corpus"].__file__).parent.parent),
         "queries": len(cpu),
         "cpu_p50_ms": round(cpu[len(cpu) // 2], 2),
         "cpu_p90_ms": round(cpu[len(cpu) * 9 // 10], 2),

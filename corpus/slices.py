@@ -22,6 +22,8 @@ selected :data:`FIELDS`) or a chunk's :attr:`corpus.models.Chunk.text`.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import accumulate
 
@@ -81,11 +83,55 @@ def texts(rows: Iterable[tuple], at: int) -> list[tuple]:
     return out
 
 
+class _Texts:
+    """Representation texts read lately, decoded, by (id, hash): a search
+    slices its hits from a few files again and again, and reading and
+    decompressing a whole file's text for each cost about a quarter of a
+    search's time on the kernel subset. A text rewritten in place has a new
+    hash (``rep_hash`` covers the text), so it is never served stale."""
+
+    def __init__(self, max_chars: int):
+        self.max_chars = max_chars
+        self._texts: OrderedDict[tuple[int, str], str] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, rep_ids: list[int]) -> dict[int, str]:
+        hashes = dict(Representation.objects.filter(rep_id__in=rep_ids).values_list("rep_id", "rep_hash"))
+        found: dict[int, str] = {}
+        with self._lock:
+            for rep_id, rep_hash in hashes.items():
+                text = self._texts.get((rep_id, rep_hash))
+                if text is not None:
+                    self._texts.move_to_end((rep_id, rep_hash))
+                    found[rep_id] = text
+        missing = [rep_id for rep_id in hashes if rep_id not in found]
+        if missing:
+            rows = Representation.objects.filter(rep_id__in=missing).values_list("rep_id", "rep_hash", "text")
+            with self._lock:
+                for rep_id, rep_hash, text in rows:
+                    found[rep_id] = text
+                    self._keep((rep_id, rep_hash), text)
+        return found
+
+    def _keep(self, key: tuple[int, str], text: str) -> None:
+        if len(text) > self.max_chars // 4 or key in self._texts:
+            return
+        self._texts[key] = text
+        self._chars += len(text)
+        while self._chars > self.max_chars:
+            _, dropped = self._texts.popitem(last=False)
+            self._chars -= len(dropped)
+
+
+#: at most this many characters of decoded texts kept per process
+CACHE_CHARS = 16_000_000
+_recent = _Texts(CACHE_CHARS)
+
+
 def representation_texts(rep_ids: Iterable[int]) -> dict[int, str]:
     ids = list(rep_ids)
-    if not ids:
-        return {}
-    return dict(Representation.objects.filter(rep_id__in=ids).values_list("rep_id", "text"))
+    return _recent.get(ids) if ids else {}
 
 
 def materialize(rep_id: int, old_text: str, *, keep: Iterable[int] = ()) -> None:
