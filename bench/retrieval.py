@@ -384,7 +384,7 @@ def plain_dense_rankings(embedder, kind: str, queries: list[str], chunks: dict) 
     plainly (context and text, as the index reads it), exact cosine search."""
     import numpy as np
 
-    from corpus.embed_view import embedding_text
+    from corpus.index.dense.views import embedding_text
 
     ids = [cid for cid, chunk in chunks.items() if chunk["kind"] == kind]
     window = embedder.window_chars
@@ -402,11 +402,11 @@ def build_index(
 ) -> tuple[object, object, object, dict]:
     """Index ``root`` into ``state_dir`` (``builds``: config overrides of the
     units index, ``--build``); (state, config, embedder, build facts)."""
-    from corpus.config import build_config
     from corpus.ingest.indexing import index_directory
     from corpus.providers.local import LocalEmbedder
-    from corpus.state import StateDir
     from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
 
     state = StateDir(state_dir)
     open_store(state)
@@ -453,15 +453,15 @@ def units_rows(
     searcher, kind: str, queries: list[str], chunks: dict, tries: list[str], builds: list[str] = ()
 ) -> dict:
     """The rows only the units-mode run adds: bm25s and dense over its chunks, and the ``--try`` rows."""
-    from corpus.config import build_config
     from corpus.retrieval import Searcher
+    from kernel.config import build_config
 
     docs = [(hit_of(c), embedded_text(c)) for c in chunks.values()]
     rows = {
         label: {"hits": bm25s_rankings(docs, queries, plain), "units": len(docs)}
         for plain, label in ((False, "bm25s units"), (True, "bm25s units, plain"))
     }
-    from corpus.embedding import signature_weight
+    from corpus.index.dense.embedding import signature_weight
 
     if kind == "code" and signature_weight() > 0:
         dense = plain_dense_rankings(searcher.embedder, kind, queries, chunks)
@@ -493,7 +493,7 @@ def nonsense_queries(count: int, seed: int = 13) -> list[str]:
 def weak_calibration(searcher, queries: list[str]) -> dict:
     """How often ``match`` is ``weak`` for real queries and for made-up ones,
     and the quantiles of the best dense cosine of each (to set ``search.weak_cosine``)."""
-    from corpus.index.vectors import KINDS
+    from corpus.index.dense.vectors import KINDS
     from corpus.retrieval import Filters
 
     def measure(texts: list[str]) -> dict:
@@ -655,8 +655,8 @@ def cost_table(report: dict) -> str:
 def check_tries(tries: list[str], *, built: bool = False) -> None:
     """Fail before any indexing when an override is not a valid config
     (``built``: ``--build`` overrides, which the index is built with)."""
-    from corpus import errors
-    from corpus.config import build_config
+    from kernel import errors
+    from kernel.config import build_config
 
     for text in tries:
         try:

@@ -149,10 +149,10 @@ def time_searches(state_dir: Path, root: Path, rounds: int) -> dict:
     import django
 
     django.setup()
-    from corpus.config import build_config
     from corpus.retrieval import Searcher
-    from corpus.state import StateDir
     from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
 
     state = StateDir(state_dir)
     open_store(state)

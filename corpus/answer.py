@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from corpus import dense_status, errors
 from corpus.citations import SpanRef, find_citations, format_citation
-from corpus.config import Config
+from corpus.index.dense import status as dense_status
 from corpus.providers.base import ChatMessage, ChatModel
 from corpus.retrieval import Filters, Hit, Searcher
 from corpus.status import no_chat_reason
+from kernel import errors
+from kernel.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class Answer:
     hits: list[Hit]
     indexing_complete: bool
     generated: bool
-    #: the search's dense status (corpus/dense_status.py): "unavailable" means lexical-only hits
+    #: the search's dense status (corpus/index/dense/status.py): "unavailable" means lexical-only hits
     dense: dict = field(default_factory=dense_status.off)
     #: "weak" when nothing matched the question well (corpus/ranking.py)
     match: str = "good"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corpus import errors
+from kernel import errors
 
 #: The largest integer SQLite (and any 64-bit field) can hold.
 INT64_MAX = 2**63 - 1

@@ -24,12 +24,13 @@ from __future__ import annotations
 import mimetypes
 from dataclasses import dataclass
 
-from corpus import errors, files
+from corpus import files
 from corpus.citations import format_ms
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR
 from corpus.models import DocStatus, RepType
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
+from kernel import errors
 
 #: Documents per page of a listing.
 PAGE_SIZE = 100

@@ -10,18 +10,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from corpus import dense_status, errors, globs, patterns, ranking, slices
+from corpus import globs, patterns, ranking, slices
 from corpus.citations import SpanRef
-from corpus.config import MAX_K, Config
 from corpus.definitions import defines, query_identifiers
-from corpus.embedding import dense_store, from_bytes
 from corpus.files import prefix_range, under_prefix
 from corpus.index import chunks, lexical, words
-from corpus.index.vectors import KINDS
-from corpus.models import Chunk, EmbeddingStatus
+from corpus.index.dense import status as dense_status
+from corpus.index.dense import stored
+from corpus.index.dense.embedding import dense_store, from_bytes
+from corpus.index.dense.vectors import KINDS
+from corpus.models import Chunk
 from corpus.providers.base import Embedder
-from corpus.state import StateDir
 from corpus.status import indexing_complete
+from kernel import errors
+from kernel.config import MAX_K, Config
+from kernel.state import StateDir
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ class SearchResult:
     index_used: str
     hits: list[Hit]
     indexing_complete: bool
-    #: whether dense retrieval took part (corpus/dense_status.py): ok, off, or unavailable
+    #: whether dense retrieval took part (corpus/index/dense/status.py): ok, off, or unavailable
     dense: dict = field(default_factory=dense_status.off)
     #: "weak" when nothing matches well (corpus/ranking.py: is_weak), else "good"
     match: str = "good"
@@ -279,7 +282,7 @@ class Searcher:
         cfg = self.config.search
         if not any(kind in cfg.feedback_indices for kind, _ in plan):
             return None  # e.g. a prose-only search: no stored vectors to read
-        leaders = chunks.stored_vectors([cid for cid, _ in fused[: FEEDBACK_DEPTH * cfg.feedback_units]])
+        leaders = stored.stored_vectors([cid for cid, _ in fused[: FEEDBACK_DEPTH * cfg.feedback_units]])
         out, moved_any = [], False
         for (kind, weight), before in zip(plan, first, strict=True):
             near = [vector for cid, (of, vector) in leaders.items() if of == kind][: cfg.feedback_units]
@@ -378,7 +381,7 @@ class Searcher:
         """Ids passing the SQL filters, or None when nothing narrows the set."""
         if not (filters.path_prefix or filters.doc_types or filters.file_glob):
             return None
-        query = _live(kind)
+        query = stored.live_chunks(kind)
         if filters.path_prefix:
             query = query.filter(under_prefix("representation__document__rel_path", filters.path_prefix))
         if filters.doc_types:
@@ -408,7 +411,7 @@ class Searcher:
         while True:
             neighbours = index.search(vector, want)
             ids = [n.chunk_id for n in neighbours]
-            live = chunks.live_embedded(ids, kind)
+            live = stored.live_embedded(ids, kind)
             kept = set(self._glob_filter([cid for cid in ids if cid in live], filters))
             hits = [(n.chunk_id, n.score) for n in neighbours if n.chunk_id in kept]
             if len(hits) >= pool or want >= len(index):
@@ -452,10 +455,6 @@ class Searcher:
                 )
             )
         return hits
-
-
-def _live(kind: str):
-    return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.OK)
 
 
 def snippet(text: str, terms: Sequence[str], limit: int) -> str:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from corpus import errors
 from corpus.admin import DocumentAdmin as DocumentViews
-from corpus.admin import ReadOnlyAdmin, stamp
 from corpus.models import Document
+from kernel import errors
+from kernel.admin import ReadOnlyAdmin, stamp
 from mcp_gateway import sessions
 from mcp_gateway.models import McpSession, McpSubscription
 

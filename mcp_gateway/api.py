@@ -30,7 +30,8 @@ import threading
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from corpus import errors, observe, store_faults
+from corpus import store_faults
+from kernel import errors, observe
 from mcp_gateway import (
     context,
     dispatch,

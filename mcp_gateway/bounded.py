@@ -34,7 +34,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 # switches to HTTP/2 when negotiated); there is no public hook for the class.
 from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
 
-from corpus import errors
+from kernel import errors
 from mcp_gateway import security_headers
 from mcp_gateway.transport import MAX_BODY_BYTES
 

@@ -29,8 +29,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from corpus import errors
 from corpus.navigation.tokens import estimate_tokens
+from kernel import errors
 from mcp_gateway.registry import Budget, Tool
 
 #: under Claude Code's 25,000-token cap counting text and structured content

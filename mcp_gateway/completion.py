@@ -34,10 +34,11 @@ from itertools import islice
 from django.db import connection
 from django.db.models import Count, Max, Q, Sum
 
-from corpus import errors, slices, uris
+from corpus import slices, uris
 from corpus.definitions import signature_line
 from corpus.models import Chunk, Document, IndexKind
 from corpus.security import canonical_rel_path
+from kernel import errors
 from mcp_gateway import prompts
 from mcp_gateway.context import Context
 from mcp_gateway.prompts import invalid

@@ -7,7 +7,7 @@ import logging
 import os
 
 from corpus import store
-from corpus.state import StateDir, write_json
+from kernel.state import StateDir, write_json
 from mcp_gateway.listen import ListenAddress
 from mcp_gateway.modern import VERSION as STATELESS_VERSION
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from corpus.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
+from kernel.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
 from mcp_gateway import completion, notify, prompts, resources, schemas, tools
 from mcp_gateway.context import Context
 from mcp_gateway.transport import LATEST_VERSION, SUPPORTED_VERSIONS, Message

@@ -11,7 +11,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpus import errors
+from kernel import errors
 
 log = logging.getLogger(__name__)
 

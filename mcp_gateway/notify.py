@@ -38,9 +38,10 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
-from corpus import errors, uris
+from corpus import uris
 from corpus.events import Reporter
 from corpus.models import DocStatus, Document
+from kernel import errors
 from mcp_gateway import sessions
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import Message

@@ -16,14 +16,14 @@ import getpass
 import os
 from dataclasses import dataclass
 
-from corpus import errors
-from corpus.config import Config
+from kernel import errors
+from kernel.config import Config
 from mcp_gateway.listen import ListenAddress
 
 
 @dataclass(frozen=True)
 class Need:
-    secret: str  # the secret's name in corpus.secrets
+    secret: str  # the secret's name in kernel.secrets
     variable: str  # the environment variable a user sets
     why: str
 

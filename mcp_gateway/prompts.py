@@ -18,12 +18,13 @@ from datetime import UTC, datetime
 
 from django.db.models import Q
 
-from corpus import arguments, documents, errors, files, uris
+from corpus import arguments, documents, files, uris
 from corpus.citations import SpanRef, format_citation
 from corpus.definitions import defines
 from corpus.models import Document
 from corpus.retrieval import Filters
 from corpus.security import canonical_rel_path
+from kernel import errors
 from mcp_gateway import resources
 from mcp_gateway.context import Context
 

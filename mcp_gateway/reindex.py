@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from corpus import errors
 from corpus.ingest.pipeline import Indexer
-from corpus.state import IndexLock
+from kernel import errors
+from kernel.state import IndexLock
 from mcp_gateway import context
 
 log = logging.getLogger(__name__)

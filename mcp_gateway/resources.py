@@ -22,9 +22,10 @@ import logging
 import re
 from datetime import UTC, datetime
 
-from corpus import documents, errors, files, store_faults, uris
+from corpus import documents, files, store_faults, uris
 from corpus.citations import SpanRef
 from corpus.navigation.tokens import CHARS_PER_TOKEN
+from kernel import errors
 from mcp_gateway import budgets
 
 log = logging.getLogger(__name__)

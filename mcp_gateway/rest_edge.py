@@ -25,7 +25,7 @@ from __future__ import annotations
 from asgiref.sync import markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from corpus import errors
+from kernel import errors
 from mcp_gateway import security_headers, transport
 
 ALLOW_METHODS = "GET, POST, OPTIONS"

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.http.request import split_domain_port
 
-from corpus import errors, observe
+from kernel import errors, observe
 from mcp_gateway import api, context, ratelimit, rest_edge, sessions, transport
 from mcp_gateway.asgi_io import Request, Response
 from mcp_gateway.listen import parse_listen

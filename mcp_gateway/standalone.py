@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
-from corpus import errors
+from kernel import errors
 from mcp_gateway import notify, sessions
 from mcp_gateway.asgi_io import StreamResponse
 from mcp_gateway.transport import HttpError

@@ -43,8 +43,9 @@ import time
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from corpus import errors, store_faults
+from corpus import store_faults
 from corpus.events import Reporter
+from kernel import errors
 from mcp_gateway import dispatch, modern, subscriptions, tools, transport
 from mcp_gateway.background import start_background_indexing
 from mcp_gateway.notify import HUB, LOCAL

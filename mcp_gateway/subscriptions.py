@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from corpus import errors
+from kernel import errors
 from mcp_gateway import notify, sessions
 from mcp_gateway.modern import META_SERVER_INFO, server_info
 from mcp_gateway.resources import ResourceError

@@ -6,8 +6,8 @@ pass the spans straight to ``dir2mcp.open_file``.
 
 from __future__ import annotations
 
-from corpus import dense_status
 from corpus.citations import SpanRef, format_citation
+from corpus.index.dense import status as dense_status
 from corpus.ingest import coverage
 
 SNIPPET_CHARS = 300

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 
-from corpus import errors
+from kernel import errors
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.http import HttpResponse
 from django.urls import path
 
-from corpus.admin import ReadOnlyAdmin
+from kernel.admin import ReadOnlyAdmin
 from payments import reports
 from payments.models import SettlementLog
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpus import observe
-from corpus.events import utc_stamp
+from kernel import observe
+from kernel.output import utc_stamp
 from payments.models import SettlementLog
 from payments.policy import Price
 

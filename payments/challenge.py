@@ -18,7 +18,7 @@ from x402 import PaymentRequired, ResourceInfo
 from x402.http import PAYMENT_REQUIRED_HEADER, encode_payment_required_header
 from x402.mcp.types import MCP_PAYMENT_REQUIRED_CODE
 
-from corpus import errors
+from kernel import errors
 from payments.policy import Price
 
 JSONRPC_PAYMENT_REQUIRED = MCP_PAYMENT_REQUIRED_CODE  # 402

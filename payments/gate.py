@@ -37,8 +37,8 @@ from x402 import PaymentPayload, SettleResponse
 from x402.http import PAYMENT_RESPONSE_HEADER, decode_payment_signature_header, encode_payment_response_header
 from x402.mcp.constants import MCP_PAYMENT_RESPONSE_META_KEY
 
-from corpus import errors
-from corpus.events import utc_stamp
+from kernel import errors
+from kernel.output import utc_stamp
 from payments import challenge, owners, replay
 from payments.audit import AuditTrail, Entry
 from payments.bazaar import ToolInfo, catalog_from, discovery_extension

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from x402 import PaymentRequirements
 
-from corpus.state import write_json
+from kernel.state import write_json
 from payments.evm import ExactEvmServerScheme, get_asset_info, is_valid_address
 
 # CAIP-2: namespace (3-8 of [-a-z0-9]) ":" reference (1-32 of [-_a-zA-Z0-9]).

@@ -17,10 +17,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from jsonschema import Draft202012Validator
 
-from corpus.config import build_config
 from corpus.freshness import MAX_CHECKED, freshness
 from corpus.ingest.indexing import index_directory
 from corpus.ingest.pending import PendingChanges, pending_count
+from kernel.config import build_config
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
 from tests import mcp_http

@@ -11,13 +11,13 @@ import pytest
 from django.apps import apps
 from django.db import connection
 
-from corpus.config import build_config
 from corpus.index import lexical
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Representation
 from corpus.navigation import names
 from corpus.retrieval import Searcher
 from corpus.slices import Locator
+from kernel.config import build_config
 
 pytestmark = pytest.mark.django_db
 

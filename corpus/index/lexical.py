@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from django.db import connection
 
 from corpus import slices
-from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks, refill, scored
+from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks, scored
 from corpus.index.words import index_text, query_terms
 from corpus.models import with_context
 
@@ -187,16 +187,9 @@ class SQLiteFTS5(TableBackend):
                 [(chunk_id, index_text(with_context(context, text))) for chunk_id, context, text in rows],
             )
 
-    def rebuild(self) -> int:
-        def recreate(cursor) -> None:
-            self.create(cursor)
-            cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
-
-        return refill(self, recreate)
-
-    def clear(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
+    def empty(self, cursor) -> None:
+        """A contentless table cannot be emptied by DELETE: FTS5's own command."""
+        cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
 
     def query(
         self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence

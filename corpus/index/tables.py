@@ -87,16 +87,20 @@ class TableBackend:
     def create(self, cursor) -> None:
         raise NotImplementedError
 
+    def empty(self, cursor) -> None:
+        """Remove every row of the table."""
+        cursor.execute(f"DELETE FROM {self.TABLE}")
+
     def rebuild(self) -> int:
         def recreate(cursor) -> None:
             self.create(cursor)
-            cursor.execute(f"DELETE FROM {self.TABLE}")
+            self.empty(cursor)
 
         return refill(self, recreate)
 
     def clear(self) -> None:
         with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {self.TABLE}")
+            self.empty(cursor)
 
     def count(self) -> int:
         with connection.cursor() as cursor:

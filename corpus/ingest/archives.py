@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from corpus import errors
 from corpus.security import ExclusionEngine, normalize_rel_path
+from kernel import errors
 
 _BLOCK = 64 * 1024
 # Small members compress extremely well when they are repetitive; the ratio

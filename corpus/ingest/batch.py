@@ -16,12 +16,13 @@ from concurrent.futures import Future
 
 from django.db import transaction
 
-from corpus import errors, store_faults
+from corpus import store_faults
 from corpus.counters import Counters
 from corpus.events import Reporter
 from corpus.ingest import writer
 from corpus.ingest.known import Known, KnownFiles
 from corpus.ingest.prepare import Prepared
+from kernel import errors
 
 log = logging.getLogger(__name__)
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 from django.conf import settings
 
-from corpus.config import Config
 from corpus.counters import Counters
-from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.index.dense.embedding import check_models
 from corpus.ingest.distributed import Dispatch
 from corpus.ingest.pipeline import Indexer
 from corpus.providers.base import Embedder
-from corpus.state import IndexLock, StateDir
 from corpus.tasks import ingest_paths
+from kernel.config import Config
+from kernel.state import IndexLock, StateDir
 
 
 def walking_indexer(root: Path, state: StateDir, config: Config, **options) -> Indexer:

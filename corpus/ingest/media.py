@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from corpus.config import Config
 from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, Page
 from corpus.ingest.extract import extract_pdf_text as _text_layer
 from corpus.ingest.transcripts import transcribe_audio
 from corpus.providers.ocr import PROVIDER as OCR_PROVIDER
 from corpus.providers.ocr import MistralOcr, image_mime
 from corpus.providers.stt import ElevenLabsStt, MistralStt
+from kernel.config import Config
 
 OCR_MARKDOWN = "ocr_markdown"
 

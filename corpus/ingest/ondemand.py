@@ -25,8 +25,7 @@ from dataclasses import dataclass, replace
 
 from django.db import IntegrityError, transaction
 
-from corpus import errors, files
-from corpus.config import Config
+from corpus import files
 from corpus.ingest import writer
 from corpus.ingest.chunking import chunk_prose
 from corpus.ingest.classify import classify
@@ -47,7 +46,9 @@ from corpus.models import Document, Representation
 from corpus.providers.annotate import annotate, flatten
 from corpus.providers.stt import ElevenLabsStt, MistralStt
 from corpus.security import ExclusionEngine
-from corpus.state import StateDir
+from kernel import errors
+from kernel.config import Config
+from kernel.state import StateDir
 
 ANNOTATION_JSON = "annotation_json"
 ANNOTATION_TEXT = "annotation_text"

@@ -28,11 +28,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from corpus import errors
-from corpus.config import Config
 from corpus.counters import Counters
-from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
+from corpus.index.dense.embedding import embed_first, embed_pending
 from corpus.ingest import coverage, writer
 from corpus.ingest.batch import BatchWriter
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
@@ -43,10 +41,12 @@ from corpus.ingest.prepare import Capabilities, Preparer, capabilities_for
 from corpus.ingest.reading import FileReader, stored_name
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
 from corpus.providers.base import Embedder
-from corpus.secrets import resolve_secret
 from corpus.security import ExclusionEngine
-from corpus.state import StateDir
 from corpus.status import models_in_use, record_models, write_corpus_json
+from kernel import errors
+from kernel.config import Config
+from kernel.secrets import resolve_secret
+from kernel.state import StateDir
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ import base64
 import hashlib
 import json
 
-from corpus import errors
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
 from corpus.models import Reference, Representation, RepType, Symbol
 from corpus.navigation import symbols
+from kernel import errors
 
 #: the kinds a definition can have (corpus/navigation/outline.py)
 KINDS = (

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field, replace
 
 import tree_sitter
 
-from corpus import errors, files
+from corpus import files
 from corpus.citations import SpanRef
 from corpus.ingest import sections, units
+from kernel import errors
 
 #: the most text an outline reads (characters): a generated file past it is outlined in part
 MAX_CHARS = 4 * 1024 * 1024

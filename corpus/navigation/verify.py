@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 
-from corpus import errors, files
+from corpus import files
 from corpus.citations import find_citations
 from corpus.security import ExclusionEngine
+from kernel import errors
 
 #: citations checked in one text; the rest are counted, not opened
 MAX_CITATIONS = 50

@@ -11,9 +11,9 @@ import json
 import os
 from pathlib import Path
 
-from corpus import errors
-from corpus.config import Config
 from corpus.providers.media_http import media_client
+from kernel import errors
+from kernel.config import Config
 
 SYSTEM_PROMPT = (
     "Extract the requested fields from the document as JSON matching the schema. "

@@ -45,9 +45,9 @@ import numpy as np
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from corpus import errors
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.providers.openai_compatible import check_kind
+from kernel import errors
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
@@ -584,7 +584,7 @@ class LocalEmbedder(Embedder):
     # 256 word pieces of code are roughly 900 characters.
     window_chars = 900
     #: texts worth handing to one ``embed`` call: enough to sort into
-    #: batches of like lengths (corpus.embedding fetches this many at a time)
+    #: batches of like lengths (corpus.index.dense.embedding fetches this many at a time)
     texts_per_call = 256
     #: ``embed`` takes ``stop`` and checks it between forward passes (a call
     #: of 256 texts takes seconds; a stop waits for one pass, not the call)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from corpus.config import Config
 from corpus.providers.media_http import limits, media_client
+from kernel.config import Config
 
 PROVIDER = "mistral"
 _IMAGE_MIME = {

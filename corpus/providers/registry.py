@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from corpus import errors
-from corpus.config import Config, OpenAICompatibleConfig
 from corpus.providers.base import ChatModel, Embedder, ModelInfo
 from corpus.providers.http import HttpOptions
 from corpus.providers.mistral import DOCUMENTED_DIMS, MISSING_KEY_HINT, MistralChat, MistralEmbedder
 from corpus.providers.openai_compatible import OpenAICompatibleChat, OpenAICompatibleEmbedder
+from kernel import errors
+from kernel.config import Config, OpenAICompatibleConfig
 
 logger = logging.getLogger(__name__)
 

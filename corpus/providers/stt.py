@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from corpus.config import Config
 from corpus.providers.media_http import limits, media_client
+from kernel.config import Config
 
 # Scribe returns words; a segment ends at a sentence end, a pause or this length.
 MAX_SEGMENT_MS = 30_000

@@ -7,7 +7,7 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from corpus.events import printable
+from kernel.output import printable
 
 
 class PlainFormatter(logging.Formatter):

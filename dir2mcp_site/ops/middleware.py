@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
-from corpus import observe
+from kernel import observe
 from mcp_gateway import security_headers
 
 

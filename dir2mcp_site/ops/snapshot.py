@@ -10,8 +10,8 @@ import time
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from corpus.secrets import resolve_all
 from corpus.status import models_summary, summarize
+from kernel.secrets import resolve_all
 from mcp_gateway.models import McpSession
 from payments.models import SettlementLog
 from payments.reports import totals_per_tool

@@ -10,9 +10,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 
-from corpus import errors
 from corpus.management.base import Dir2mcpCommand
 from corpus.store import open_store
+from kernel import errors
 
 PASSWORD_ENV = "DIR2MCP_ADMIN_PASSWORD"
 

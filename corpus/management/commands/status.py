@@ -1,13 +1,14 @@
 import json
 import time
 
-from corpus import errors
-from corpus.embedding import recipe_summary
-from corpus.events import format_progress, printable
+from corpus.events import format_progress
+from corpus.index.dense.embedding import recipe_summary
 from corpus.ingest import coverage
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
+from kernel import errors
+from kernel.output import printable
 
 
 class Command(Dir2mcpCommand):

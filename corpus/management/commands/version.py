@@ -1,7 +1,7 @@
-from corpus import __version__
 from corpus.management.base import Dir2mcpCommand
-from corpus.state import INDEX_FORMAT_VERSION
 from corpus.store import PROTOCOL_VERSION
+from kernel import __version__
+from kernel.state import INDEX_FORMAT_VERSION
 
 
 class Command(Dir2mcpCommand):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corpus import errors
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import Document
+from kernel import errors
 from mcp_gateway import background, connection, context, listen, preflight, server
 
 

@@ -12,7 +12,7 @@ the API key.
 
 from __future__ import annotations
 
-from corpus import errors
+from kernel import errors
 
 OK = "ok"
 OFF = "off"

@@ -1,0 +1,25 @@
+"""What every app's admin is built on: the read-only base of the tables the
+system writes, and how a unix time is shown."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.contrib import admin
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records the system writes (the index, sessions, settlements): shown, never edited by hand."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def stamp(unix: float | None) -> str:
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S") if unix else "-"
