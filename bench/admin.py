@@ -111,7 +111,6 @@ def build(docs: int, per_doc: int) -> None:
                             representation=rep,
                             ordinal=ordinal,
                             text="\n".join(lines[at : at + 6])[:400],
-                            text_hash=f"{rep.rep_id}-{ordinal}",
                             tokens_est=100,
                             index_kind="text",
                         )

@@ -34,6 +34,7 @@ same run; the load average is printed at each step.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -50,6 +51,9 @@ sys.path.insert(0, str(BENCH))
 # bench/big_tree.py's packaging rule and searcher, and bench/serving.py's server
 from big_tree import DEBIAN_PACKAGING, Searcher, say, sizes  # noqa: E402
 from serving import Server  # noqa: E402
+
+sys.path.insert(0, str(BENCH.parent))
+from corpus.packed import unpack  # noqa: E402  (the texts the database stores compressed)
 
 TARBALLS = {
     "6.12": Path("/usr/src/linux-source-6.12.tar.xz"),
@@ -170,14 +174,15 @@ def unit_hashes(db: Path) -> dict[str, list[str]]:
     """Each live document's chunk text hashes (text and context), in order."""
     rows = query(
         db,
-        "SELECT d.rel_path, c.text_hash FROM chunks c "
+        "SELECT d.rel_path, c.context, c.text, c.text_start, c.text_end, r.text FROM chunks c "
         "JOIN representations r ON r.rep_id = c.representation_id "
         "JOIN documents d ON d.doc_id = r.document_id "
         "WHERE c.deleted = 0 AND d.deleted = 0 ORDER BY d.rel_path, c.ordinal",
     )
     found: dict[str, list[str]] = {}
-    for rel, text_hash in rows:
-        found.setdefault(rel, []).append(text_hash)
+    for rel, context, stored, start, end, rep_text in rows:
+        text = unpack(stored) if start is None else unpack(rep_text)[start:end]
+        found.setdefault(rel, []).append(hashlib.sha256(f"{context}\n{text}".encode()).hexdigest())
     return found
 
 

@@ -81,7 +81,6 @@ def build(paths: list[str]) -> None:
                     ordinal=0,
                     text=f"def {WORDS[i % len(WORDS)]}_handler_{start + i}(event):\n    return event\n",
                     context=d.rel_path,
-                    text_hash=str(r.rep_id),
                     index_kind="code",
                 )
                 for i, (d, r) in enumerate(zip(docs, reps, strict=True))

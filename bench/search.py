@@ -92,7 +92,6 @@ def build_synthetic(size: int, dim: int) -> None:
                         representation=reps[(n - start) // per_doc],
                         ordinal=n % per_doc,
                         text="\n".join(lines[offset : offset + 40]),
-                        text_hash=str(n),
                         index_kind="code",
                         embedding=to_bytes(vec),
                         embedding_status="ok",

@@ -13,24 +13,31 @@ vacuumed size of two copies changed the way each option would store them:
   rows left as text change).
 
     python bench/storage.py --state S
+
+With ``--search ROOT``, it instead times searches over that state (lexical,
+``embed.provider: none``) and prints the CPU time per query (p50, p90;
+``time.process_time``, which the machine's other load does not inflate as
+it does wall time). ``--code DIR`` runs another checkout's code on its own
+state (main's on main's), so two layouts are compared in one session:
+
+    python bench/storage.py --state S --search ROOT [--code DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import shutil
 import sqlite3
 import sys
 import tempfile
+import time
 import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from corpus.packed import unpack  # noqa: E402  (the repository on the path first)
 
 
 def vacuumed_size(db: Path) -> int:
@@ -56,11 +63,16 @@ def variant(db: Path, work: Path, name: str, change) -> int:
 
 
 def no_chunk_text(conn: sqlite3.Connection) -> None:
-    # Two integers the size of a typical offset and length stand in for the text.
-    conn.execute("UPDATE chunks SET text = ''")
-    conn.execute("ALTER TABLE chunks ADD COLUMN text_start integer")
-    conn.execute("ALTER TABLE chunks ADD COLUMN text_end integer")
-    conn.execute("UPDATE chunks SET text_start = 123456, text_end = 124456")
+    # Two integers the size of a typical offset and length stand in for the
+    # text (on a database from before migration 0016; after it, only the
+    # chunks that are not slices still hold a text).
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(chunks)")}
+    if "text_start" not in columns:
+        conn.execute("ALTER TABLE chunks ADD COLUMN text_start integer")
+        conn.execute("ALTER TABLE chunks ADD COLUMN text_end integer")
+    conn.execute(
+        "UPDATE chunks SET text = '', text_start = 123456, text_end = 124456 WHERE text_start IS NULL"
+    )
 
 
 def compressed(conn: sqlite3.Connection) -> None:
@@ -71,11 +83,119 @@ def compressed(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE representations SET text = zpack(text)")
 
 
+def interned_references(conn: sqlite3.Connection) -> None:
+    # Names in a table of their own; references clustered on (name, document).
+    conn.executescript(
+        """
+        CREATE TABLE names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+        INSERT INTO names (name) SELECT DISTINCT name FROM symbol_references;
+        CREATE TABLE refs (name_id INTEGER NOT NULL, document_id INTEGER NOT NULL, lines TEXT NOT NULL,
+            PRIMARY KEY (name_id, document_id)) WITHOUT ROWID;
+        INSERT INTO refs SELECT n.id, r.document_id, r.lines FROM symbol_references r
+            JOIN names n ON n.name = r.name;
+        CREATE INDEX refs_doc ON refs (document_id);
+        DROP TABLE symbol_references;
+        """
+    )
+
+
+def without_text_hash(conn: sqlite3.Connection) -> None:
+    # (migration 0017 dropped it: nothing to do after it)
+    if "text_hash" in {row[1] for row in conn.execute("PRAGMA table_info(chunks)")}:
+        conn.execute("ALTER TABLE chunks DROP COLUMN text_hash")
+
+
+#: queries over the kernel subset: identifiers, words, and a mix
+QUERIES = (
+    "schedule",
+    "kmalloc",
+    "ext4_map_blocks",
+    "spin_lock_irqsave",
+    "page fault handling",
+    "rcu read lock",
+    "mutex_unlock",
+    "copy_from_user",
+    "workqueue",
+    "ext4 journal commit",
+    "cgroup migrate task",
+    "memory cgroup charge",
+    "printk ratelimit",
+    "kthread_create_on_node",
+    "hrtimer start range",
+    "vma merge",
+    "swap entry",
+    "inode lock",
+    "bpf verifier check",
+    "GC_9_0 register offset",
+    "wake up process",
+    "folio_mark_dirty",
+    "audit log",
+    "signal pending",
+    "extent tree",
+    "clock event device",
+    "irq domain",
+    "tracepoint probe",
+    "slab cache create",
+    "futex wait",
+)
+
+
+def time_searches(state_dir: Path, root: Path, rounds: int) -> dict:
+    """CPU ms per lexical search over ``state_dir`` (p50, p90), after one warm-up round."""
+    # Django and the project's modules load after sys.path names the checkout.
+    from dir2mcp_site import bootstrap
+
+    bootstrap.prepare(["--dir", str(root), "--state-dir", str(state_dir)])
+    import django
+
+    django.setup()
+    from corpus.retrieval import Searcher
+    from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
+
+    state = StateDir(state_dir)
+    open_store(state)
+    searcher = Searcher(state, build_config({"embed": {"provider": "none"}}, {}, {}), None)
+    answers = hashlib.sha256()
+    for query in QUERIES:
+        for hit in searcher.search(query, k=10).hits:
+            answers.update(f"{query}\0{hit.rel_path}\0{hit.span}\0{hit.text}\0".encode())
+    cpu, wall = [], []
+    for _ in range(rounds):
+        for query in QUERIES:
+            c, w = time.process_time(), time.perf_counter()
+            searcher.search(query, k=10)
+            cpu.append((time.process_time() - c) * 1000)
+            wall.append((time.perf_counter() - w) * 1000)
+    cpu.sort()
+    wall.sort()
+    return {
+        "code": str(Path(sys.modules["corpus"].__file__).parent.parent),
+        "queries": len(cpu),
+        "cpu_p50_ms": round(cpu[len(cpu) // 2], 2),
+        "cpu_p90_ms": round(cpu[len(cpu) * 9 // 10], 2),
+        "wall_p50_ms": round(wall[len(wall) // 2], 2),
+        # equal digests: the same hits, spans and texts for every query
+        "answers_sha256": answers.hexdigest()[:16],
+    }
+
+
 def main() -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--state", type=Path, required=True)
+    parser.add_argument("--search", type=Path, help="time searches over the state; its root folder")
+    parser.add_argument("--code", type=Path, help="the checkout whose code runs the searches")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    sys.path.insert(0, str(args.code or REPO))
+    if args.search:
+        print(json.dumps(time_searches(args.state, args.search, args.rounds), indent=1))
+        return
+    # imported once sys.path names the checkout
+    from corpus.packed import unpack
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         db = work / "meta.sqlite"
@@ -96,7 +216,13 @@ def main() -> None:
             "vacuumed_ratio": round(vacuumed / text[0], 2),
             "tables_mib": {k: round(v / 2**20, 2) for k, v in by_table(db).items() if v > 2**16},
         }
-        for name, change in (("offsets", no_chunk_text), ("zlib", compressed)):
+        variants = (
+            ("offsets", no_chunk_text),
+            ("zlib", compressed),
+            ("references", interned_references),
+            ("text_hash", without_text_hash),
+        )
+        for name, change in variants:
             size = variant(db, work, name, change)
             report[f"{name}_vacuumed_ratio"] = round(size / text[0], 2)
         print(json.dumps(report, indent=1))

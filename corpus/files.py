@@ -37,7 +37,7 @@ import regex
 from django.db import connection
 from django.db.models import Q
 
-from corpus import arguments, globs, patterns
+from corpus import arguments, globs, patterns, slices
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR, byte_order_mark, extract
@@ -378,7 +378,8 @@ def _page_slice(engine, rel: str, rep, page: int, max_chars: int) -> tuple[str, 
 def _time_chunks(rep) -> list[tuple[int, int, str]]:
     """The transcript's timed chunks, ``(start_ms, end_ms, text)`` in time order."""
     rows = Span.objects.filter(chunk__representation=rep, chunk__deleted=False, span_kind="time")
-    return list(rows.order_by("start", "chunk__ordinal").values_list("start", "end", "chunk__text"))
+    fields = ["chunk__representation", "chunk__stored_text", "chunk__text_start", "chunk__text_end"]
+    return slices.texts(rows.order_by("start", "chunk__ordinal").values_list("start", "end", *fields), 2)
 
 
 def _locate(text: str, pieces: list[str]) -> list[tuple[int, int]] | None:

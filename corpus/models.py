@@ -122,14 +122,16 @@ class Chunk(models.Model):
         Representation, on_delete=models.CASCADE, related_name="chunks", db_index=False
     )
     ordinal = models.IntegerField()
-    #: the file's own text of the span; what hits and snippets show
-    #: (compressed on SQLite: corpus/packed.py)
-    text = PackedTextField()
+    #: the file's own text of the span, as stored (compressed on SQLite:
+    #: corpus/packed.py): "" when the chunk is a slice of its
+    #: representation's text, ``text_start`` to ``text_end`` (corpus/slices.py).
+    #: :attr:`text` reads either; a query reads them with ``slices.texts``.
+    stored_text = PackedTextField(db_column="text")
+    text_start = models.IntegerField(null=True, blank=True)
+    text_end = models.IntegerField(null=True, blank=True)
     #: what the unit sits in (its path, enclosing definitions or headings):
     #: indexed and embedded with ``text`` (see :func:`with_context`)
     context = models.TextField(blank=True, default="")
-    # Compared within a representation's chunks, never looked up: no index.
-    text_hash = models.CharField(max_length=64)
     tokens_est = models.IntegerField(default=0)
     index_kind = models.CharField(max_length=8, choices=IndexKind.choices, default=IndexKind.TEXT)
     embedding_status = models.CharField(
@@ -152,6 +154,18 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"chunk {self.chunk_id}"
+
+    @property
+    def text(self) -> str:
+        """The file's own text of the span; what hits and snippets show (read
+        from the representation's text when the chunk is a slice of it)."""
+        if self.text_start is None:
+            return self.stored_text
+        return self.representation.text[self.text_start : self.text_end]
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self.stored_text, self.text_start, self.text_end = value, None, None
 
 
 def with_context(context: str, text: str) -> str:
@@ -184,7 +198,9 @@ class Symbol(models.Model):
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="symbols", db_index=False)
     #: the name as declared, its last part for a qualified one (``m`` of ``A.prototype.m``)
     name = models.CharField(max_length=200)
-    #: ``name`` lowercased: the case-insensitive and prefix look-ups read this index
+    #: ``name`` lowercased: every look-up reads this index, the exact one
+    #: too (``name_lower`` and ``name``; an index on ``name`` took another
+    #: 4% of the text a code tree indexes, docs/benchmarks.md)
     name_lower = models.CharField(max_length=200)
     #: the declared name where it differs from ``name`` (``Foo::bar``, ``impl Display for Config``)
     qualified = models.CharField(max_length=200, blank=True, default="")
@@ -199,7 +215,6 @@ class Symbol(models.Model):
     class Meta:
         db_table = "symbols"
         indexes = [
-            models.Index(fields=["name"], name="symbol_name"),
             models.Index(fields=["name_lower"], name="symbol_name_lower"),
             models.Index(fields=["document"], name="symbol_doc"),
         ]

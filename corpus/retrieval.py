@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corpus import adapter as query_adapter
-from corpus import globs, patterns, ranking
+from corpus import globs, patterns, ranking, slices
 from corpus.citations import SpanRef
 from corpus.definitions import defines, query_identifiers
 from corpus.files import prefix_range, under_prefix
@@ -319,9 +319,10 @@ class Searcher:
             found, _ = self._lexical(name, DEFINITION_POOL, filters, kinds)
             candidates.extend(cid for cid, _ in found)
         candidates = list(dict.fromkeys(candidates))
-        texts = dict(
-            Chunk.objects.filter(chunk_id__in=candidates, deleted=False).values_list("chunk_id", "text")
+        rows = Chunk.objects.filter(chunk_id__in=candidates, deleted=False).values_list(
+            "chunk_id", *slices.FIELDS
         )
+        texts = dict(slices.texts(list(rows), 1))
         return [cid for cid in candidates if cid in texts and any(defines(texts[cid], n) for n in names)]
 
     # -- lexical ------------------------------------------------------------

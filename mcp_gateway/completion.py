@@ -29,12 +29,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 
 from django.db import connection
 from django.db.models import Count, Max, Q, Sum
-from django.db.models.functions import Substr
 
-from corpus import uris
+from corpus import slices, uris
 from corpus.definitions import signature_line
 from corpus.models import Chunk, Document, IndexKind
 from corpus.security import canonical_rel_path
@@ -223,13 +223,15 @@ def _code_units(rel_path: str | None = None):
     ).filter(representation__document__in=prompts.listable_documents())
     if rel_path is not None:
         units = units.filter(representation__document__rel_path=rel_path)
-    return units.annotate(head=Substr("text", 1, _HEAD_CHARS)).values_list("head", "context")
+    return units.order_by("chunk_id").values_list("context", *slices.FIELDS)
 
 
 def build_symbols(rel_path: str | None = None) -> SymbolTable:
     names: set[str] = set()
-    for head, context in _code_units(rel_path).iterator(chunk_size=2000):
-        names |= unit_names(head, context)
+    rows = _code_units(rel_path).iterator(chunk_size=2000)
+    while batch := list(islice(rows, 2000)):
+        for context, text in slices.texts(batch, 1):
+            names |= unit_names(text[:_HEAD_CHARS], context)
     return SymbolTable(names)
 
 

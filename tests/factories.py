@@ -39,7 +39,6 @@ class ChunkFactory(factory.django.DjangoModelFactory):
     representation = factory.SubFactory(RepresentationFactory)
     ordinal = factory.Sequence(lambda n: n)
     text = "hello world"
-    text_hash = factory.Sequence(lambda n: f"{n:064x}")
     tokens_est = 3
 
 

@@ -17,6 +17,7 @@ import anyio
 import httpx
 from django.db import models
 
+from corpus.models import Chunk
 from corpus.packed import unpack
 
 T = TypeVar("T")
@@ -36,6 +37,17 @@ def read_only(db: Path | str, *, timeout: float = 30) -> contextlib.closing[sqli
     It never writes, so its close never checkpoints another process's
     write-ahead log."""
     return contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=timeout))
+
+
+#: a chunk's stored text, offsets and its representation's text, over chunks
+#: ``c`` joined to representations ``r``: :func:`chunk_text` reads them as
+#: the chunk's text (a slice of its representation's: corpus/slices.py)
+CHUNK_TEXT = "c.text, c.text_start, c.text_end, r.text"
+
+
+def chunk_text(stored, start: int | None, end: int | None, rep_text) -> str:
+    """The text of a chunk read with :data:`CHUNK_TEXT` by plain SQL."""
+    return unpack(stored) if start is None else unpack(rep_text)[start:end]
 
 
 def packed_texts(db: Path) -> list[str]:
@@ -69,7 +81,10 @@ def texts_hold(model: type[models.Model], needle: str) -> bool:
     """Whether any stored text of ``model`` (Chunk, Representation) holds
     ``needle``, decoded: on SQLite ``text__contains`` cannot look into a
     compressed text and refuses to (corpus/packed.py)."""
-    return any(needle in text for text in model.objects.values_list("text", flat=True).iterator())
+    rows = model.objects.all()
+    if model is Chunk:  # a chunk may read its text from its representation's
+        rows = rows.select_related("representation")
+    return any(needle in row.text for row in rows.iterator())
 
 
 def wait_until(

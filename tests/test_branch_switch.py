@@ -19,8 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corpus.packed import unpack
-from tests.support import read_only, wait_until
+from tests.support import CHUNK_TEXT, chunk_text, read_only, wait_until
 from tests.test_cli import base_env, cli
 from tests.up_process import Up
 
@@ -88,14 +87,14 @@ def live_chunks(db: Path) -> dict[str, list[str]]:
     """Each live document's chunk texts, in order."""
     with read_only(db) as conn:
         rows = conn.execute(
-            "SELECT d.rel_path, c.text FROM chunks c "
+            f"SELECT d.rel_path, {CHUNK_TEXT} FROM chunks c "
             "JOIN representations r ON r.rep_id = c.representation_id "
             "JOIN documents d ON d.doc_id = r.document_id "
             "WHERE c.deleted = 0 AND d.deleted = 0 ORDER BY d.rel_path, c.ordinal"
         ).fetchall()
     found: dict[str, list[str]] = {}
-    for rel, text in rows:
-        found.setdefault(rel, []).append(unpack(text))  # stored compressed: compared as text
+    for rel, *text in rows:
+        found.setdefault(rel, []).append(chunk_text(*text))  # stored compressed or sliced: compared as text
     return found
 
 

@@ -41,7 +41,6 @@ def test_rows_read_back_as_written_with_their_ids_set():
                 representation=reps[0],
                 ordinal=0,
                 text=AWKWARD,
-                text_hash="x" * 64,
                 tokens_est=7,
                 index_kind="text",
             ),
@@ -49,7 +48,6 @@ def test_rows_read_back_as_written_with_their_ids_set():
                 representation=reps[1],
                 ordinal=3,
                 text="b",
-                text_hash="y" * 64,
                 embedding=b"\x00\x01\xff",
                 deleted=True,
             ),
@@ -143,10 +141,8 @@ def _write_everything(insert) -> dict[str, list[tuple]]:
         chunks = insert(
             Chunk,
             [
-                Chunk(
-                    representation=reps[0], ordinal=0, text=AWKWARD * 5, context="m0.py", text_hash="x" * 64
-                ),
-                Chunk(representation=reps[1], ordinal=1, text="tiny", text_hash="y" * 64, deleted=True),
+                Chunk(representation=reps[0], ordinal=0, text=AWKWARD * 5, context="m0.py"),
+                Chunk(representation=reps[1], ordinal=1, text="tiny", deleted=True),
             ],
         )
         insert(

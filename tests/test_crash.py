@@ -110,7 +110,7 @@ def snapshot(state: Path) -> dict:
             "JOIN documents d ON d.doc_id = r.document_id"
         )
         chunks = conn.execute(
-            f"SELECT d.rel_path, r.rep_type, c.ordinal, c.text_hash, c.index_kind, "
+            f"SELECT d.rel_path, r.rep_type, c.ordinal, c.text, c.text_start, c.text_end, c.index_kind, "
             f"(SELECT group_concat(s.span_kind || ':' || s.start || '-' || s.\"end\", ';') "
             f" FROM spans s WHERE s.chunk_id = c.chunk_id) "
             f"{joins} WHERE {live} ORDER BY 1, 2, 3"

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from corpus.packed import unpack
 from tests.mcp_http import base_env, start_daphne, stop
-from tests.support import holds, read_only
+from tests.support import CHUNK_TEXT, chunk_text, holds, read_only
 from tests.test_cli import cli
 
 pytestmark = pytest.mark.slow
@@ -361,13 +360,13 @@ def test_a_file_rewritten_while_it_is_indexed_ends_indexed_as_its_final_content(
         up.close()
     with contextlib.closing(sqlite3.connect(db)) as conn:
         texts = conn.execute(
-            "SELECT c.text FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
+            f"SELECT {CHUNK_TEXT} FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
             "JOIN documents d ON d.doc_id = r.document_id "
             "WHERE d.rel_path = 'churn.txt' AND c.deleted = 0 AND r.deleted = 0 ORDER BY c.ordinal"
         ).fetchall()
     body = final.decode()
     # every live chunk is from the final version (texts stored compressed, decoded)
-    assert texts and all(unpack(text) in body for (text,) in texts)
+    assert texts and all(chunk_text(*text) in body for text in texts)
     assert "Traceback" not in up.stderr
 
 

@@ -27,7 +27,7 @@ from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
 from kernel.config import build_config
 from mcp_gateway.indexer_process import DenseRefresher, ForwardingReporter, _Rate, replay
-from tests.support import TLS, wait_until
+from tests.support import CHUNK_TEXT, TLS, chunk_text, wait_until
 from tests.test_cli import cli
 from tests.up_process import running  # noqa: F401  (the fixture)
 
@@ -74,8 +74,8 @@ def chunk_rows(state_dir: Path, select: str, where: str = "", params: tuple = ()
 
 def snapshot(state_dir: Path) -> dict[tuple, bytes | None]:
     """Every live chunk, by (path, ordinal, text), with its vector."""
-    rows = chunk_rows(state_dir, "d.rel_path, c.ordinal, c.text, c.embedding_status, c.embedding")
-    return {(path, ordinal, text): (status, blob) for path, ordinal, text, status, blob in rows}
+    rows = chunk_rows(state_dir, f"d.rel_path, c.ordinal, c.embedding_status, c.embedding, {CHUNK_TEXT}")
+    return {(path, ordinal, chunk_text(*text)): (status, blob) for path, ordinal, status, blob, *text in rows}
 
 
 def same_vector(blob: bytes, reference: bytes) -> bool:

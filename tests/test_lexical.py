@@ -12,9 +12,11 @@ from collections import Counter
 import pytest
 from django.apps import apps
 from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corpus import slices
 from corpus.index import lexical, words
 from corpus.models import Chunk, with_context
 from corpus.store import wipe_index
@@ -294,7 +296,9 @@ def regular_table_ranks(match: str) -> list[tuple[int, float]]:
             "USING fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
         )
         try:
-            live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", "text")
+            live = slices.texts(
+                Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", *slices.FIELDS), 2
+            )
             cursor.executemany(
                 "INSERT INTO reference_fts(rowid, body) VALUES (%s, %s)",
                 [(cid, lexical.index_text(with_context(context, text))) for cid, context, text in live],
@@ -516,16 +520,25 @@ def lexical_table() -> str:
 
 def create_by_migration() -> None:
     """The migration that fills this database's lexical table from the
-    chunks it holds, run again."""
+    chunks it holds, run again, on the chunks as they were then (each
+    holding its text: migration 0016 makes them slices, and runs after)."""
+    texts = [(c.text, c.chunk_id) for c in Chunk.objects.select_related("representation")]
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            "UPDATE chunks SET text = %s, text_start = NULL, text_end = NULL WHERE chunk_id = %s", texts
+        )
+    before = MigrationLoader(connection).project_state(("corpus", "0015_packed_text")).apps
     if connection.vendor == "sqlite":
-        importlib.import_module("corpus.migrations.0003_chunk_fts").create_fts(apps, FakeSchemaEditor())
+        importlib.import_module("corpus.migrations.0003_chunk_fts").create_fts(before, FakeSchemaEditor())
         importlib.import_module("corpus.migrations.0014_contentless_fts").to_contentless(
-            apps, FakeSchemaEditor()
+            before, FakeSchemaEditor()
         )
     else:
         importlib.import_module("corpus.migrations.0008_lexical_postgres_python_stems").reindex(
-            apps, FakeSchemaEditor()
+            before, FakeSchemaEditor()
         )
+    importlib.import_module("corpus.migrations.0016_chunk_slices").slice_rows(apps, FakeSchemaEditor())
+    assert set(Chunk.objects.filter(deleted=False).values_list("stored_text", flat=True)) == {""}
 
 
 def test_repeated_words_blobs_and_accents_index_and_match(index):

@@ -23,7 +23,7 @@ from corpus.status import summarize
 from kernel import errors
 from kernel.config import build_config
 from tests.fakes.media import make_mixed_pdf, make_png, make_scanned_pdf, make_text_pdf
-from tests.support import TLS, wait_until
+from tests.support import CHUNK_TEXT, TLS, chunk_text, wait_until
 from tests.up_process import logged_event
 
 pytestmark = pytest.mark.django_db
@@ -286,16 +286,20 @@ def _scan_state(root: Path) -> tuple[str, str, str] | None:
     if not db.exists():
         return None
     query = (
-        "SELECT d.status, coalesce(d.error, ''), coalesce(group_concat(c.text, ' '), '') FROM documents d "
+        f"SELECT d.status, coalesce(d.error, ''), c.chunk_id, {CHUNK_TEXT} FROM documents d "
         "LEFT JOIN representations r ON r.document_id = d.doc_id AND r.deleted = 0 "
         "LEFT JOIN chunks c ON c.representation_id = r.rep_id AND c.deleted = 0 "
-        "WHERE d.rel_path = 'scan.pdf' AND d.deleted = 0 GROUP BY d.doc_id"
+        "WHERE d.rel_path = 'scan.pdf' AND d.deleted = 0 ORDER BY c.chunk_id"
     )
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
-            return conn.execute(query).fetchone()
+            rows = conn.execute(query).fetchall()
     except sqlite3.OperationalError:
         return None  # not created yet
+    if not rows:
+        return None
+    texts = [chunk_text(*row[3:]) for row in rows if row[2] is not None]
+    return rows[0][0], rows[0][1], " ".join(texts)
 
 
 @pytest.mark.slow

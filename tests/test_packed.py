@@ -33,6 +33,10 @@ def long_module(functions: int = 40, marker: str = MARKER) -> str:
     )
 
 
+def chunk_texts() -> list[tuple[int, str]]:
+    return sorted((c.chunk_id, c.text) for c in Chunk.objects.select_related("representation"))
+
+
 def storage_types(table: str) -> dict[str, int]:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT typeof(text), count(*) FROM {table} GROUP BY 1")
@@ -60,7 +64,8 @@ def test_indexed_texts_are_stored_compressed_and_every_reader_sees_the_text(corp
     index_directory(corpus_dir, state=state, config=CONFIG, mode="full")
 
     assert storage_types("representations") == {"blob": 1}
-    assert storage_types("chunks").get("blob", 0) > 0
+    # each unit is a slice of the representation's text (corpus/slices.py): no copy of its own
+    assert set(Chunk.objects.values_list("stored_text", flat=True)) == {""}
     assert MARKER in Representation.objects.get().text
     hits = search(state, f"{MARKER} number 7")
     assert hits and MARKER in hits[0].text and MARKER in hits[0].snippet
@@ -82,7 +87,7 @@ def test_a_check_for_a_stored_text_cannot_pass_because_it_is_compressed(corpus_d
     assert holds(db, MARKER) and texts_hold(Chunk, MARKER) and texts_hold(Representation, MARKER)
     assert not holds(db, "never_written_anywhere") and not texts_hold(Chunk, "never_written_anywhere")
     with pytest.raises(NotSupportedError):
-        Chunk.objects.filter(text__contains=MARKER).exists()
+        Chunk.objects.filter(stored_text__contains=MARKER).exists()
     with pytest.raises(NotSupportedError):
         Representation.objects.filter(text__icontains=MARKER).exists()
 
@@ -92,21 +97,25 @@ def test_the_migration_packs_rows_stored_as_text_and_they_read_the_same(corpus_d
     (corpus_dir / "app.py").write_text(long_module())
     (corpus_dir / "b.md").write_text("# Notes\n\n" + f"A paragraph on {MARKER}.\n" * 30)
     index_directory(corpus_dir, state=state, config=CONFIG, mode="full")
-    expected = sorted(Chunk.objects.values_list("chunk_id", "text"))
-    with connection.cursor() as cursor:  # as an index built before 0015 stored them
-        for table in ("chunks", "representations"):
-            cursor.execute(f"SELECT rowid, text FROM {table}")
-            cursor.executemany(
-                f"UPDATE {table} SET text = CAST(%s AS TEXT) WHERE rowid = %s",
-                [(unpack(text), rowid) for rowid, text in cursor.fetchall()],
-            )
+    expected = chunk_texts()
+    with connection.cursor() as cursor:  # as an index built before 0015 stored them (0016: no slices)
+        cursor.execute("UPDATE chunks SET text_start = NULL, text_end = NULL")
+        cursor.executemany(
+            "UPDATE chunks SET text = CAST(%s AS TEXT) WHERE chunk_id = %s",
+            [(text, chunk_id) for chunk_id, text in expected],
+        )
+        cursor.execute("SELECT rowid, text FROM representations")
+        cursor.executemany(
+            "UPDATE representations SET text = CAST(%s AS TEXT) WHERE rowid = %s",
+            [(unpack(text), rowid) for rowid, text in cursor.fetchall()],
+        )
     assert set(storage_types("chunks")) == {"text"}
 
     importlib.import_module("corpus.migrations.0015_packed_text").pack_rows(apps, SchemaEditor())
 
     assert storage_types("representations") == {"blob": 2}
     assert storage_types("chunks").get("blob", 0) > 0
-    assert sorted(Chunk.objects.values_list("chunk_id", "text")) == expected
+    assert chunk_texts() == expected
     (corpus_dir / "app.py").write_text(long_module(marker="edited"))
     index_directory(corpus_dir, state=state, config=CONFIG)
     assert [hit.rel_path for hit in search(state, MARKER)] == ["b.md"]

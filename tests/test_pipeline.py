@@ -88,14 +88,14 @@ def test_unchanged_tree_does_no_work_on_rerun(corpus_dir, state):
     for i in range(20):
         write(corpus_dir, f"pkg/m{i}.py", code_file(40))
     run(corpus_dir, state)
-    before = sorted(Chunk.objects.values_list("chunk_id", "text_hash"))
+    before = sorted(Chunk.objects.values_list("chunk_id", "stored_text", "text_start", "text_end"))
 
     again = run(corpus_dir, state)
 
     assert again.scanned == 20
     assert again.unchanged == 20
     assert (again.indexed, again.representations, again.deleted, again.errors) == (0, 0, 0, 0)
-    assert sorted(Chunk.objects.values_list("chunk_id", "text_hash")) == before
+    assert sorted(Chunk.objects.values_list("chunk_id", "stored_text", "text_start", "text_end")) == before
 
 
 def test_touched_but_identical_file_is_not_reprocessed(corpus_dir, state):
@@ -112,14 +112,14 @@ def test_touched_but_identical_file_is_not_reprocessed(corpus_dir, state):
 def test_edit_keeps_chunks_whose_text_survived(corpus_dir, state):
     path = write(corpus_dir, "big.py", code_file(600))
     run(corpus_dir, state)
-    old = {c.text_hash: c.chunk_id for c in live_chunks("big.py")}
+    old = {c.text: c.chunk_id for c in live_chunks("big.py")}
     path.write_text(code_file(600).replace("return value + 100\n", "return value * 100\n"))
 
     again = run(corpus_dir, state)
 
     new = live_chunks("big.py")
     assert again.indexed == 1 and again.representations == 1
-    kept = [c for c in new if old.get(c.text_hash) == c.chunk_id]
+    kept = [c for c in new if old.get(c.text) == c.chunk_id]
     assert len(new) == 300 and len(kept) == 299  # only the edited function's unit changed
     assert Chunk.objects.filter(deleted=True).count() == 1
 
@@ -542,7 +542,7 @@ def test_documents_cut_by_an_older_format_serve_until_a_pass_recuts_them(corpus_
     run(corpus_dir, state)
     assert older_format_documents() == 0
     # What an index built before units looks like: no context, another policy.
-    Chunk.objects.filter(representation__document__rel_path="pkg/m1.py").update(context="", text_hash="older")
+    Chunk.objects.filter(representation__document__rel_path="pkg/m1.py").update(context="")
     Document.objects.filter(rel_path="pkg/m1.py").update(policy_hash="older")
     Representation.objects.filter(document__rel_path="pkg/m1.py").update(rep_hash="older")
     assert older_format_documents() == 1

@@ -159,7 +159,8 @@ def snapshot(conn) -> dict:
             "JOIN documents d ON d.doc_id = r.document_id WHERE r.deleted = false AND d.deleted = false"
         ),
         "chunks": rows(
-            f"SELECT d.rel_path, r.rep_type, c.ordinal, c.text_hash, c.index_kind {joins} WHERE {live}"
+            "SELECT d.rel_path, r.rep_type, c.ordinal, c.text, c.text_start, c.text_end, c.index_kind "
+            f"{joins} WHERE {live}"
         ),
         "spans": rows(
             f'SELECT d.rel_path, c.ordinal, s.span_kind, s.start, s."end" {joins} '

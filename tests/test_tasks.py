@@ -110,7 +110,12 @@ def view() -> dict:
     )
     chunks = sorted(
         Chunk.objects.filter(deleted=False, representation__deleted=False).values_list(
-            "representation__document__rel_path", "representation__rep_type", "ordinal", "text_hash"
+            "representation__document__rel_path",
+            "representation__rep_type",
+            "ordinal",
+            "stored_text",
+            "text_start",
+            "text_end",
         )
     )
     spans = sorted(

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connection
 
+from corpus import slices
 from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks, scored
 from corpus.index.words import index_text, query_terms
 from corpus.models import with_context
-from corpus.packed import unpack
 
 TABLE = "chunks_fts"
 #: Bumped, with a migration that rebuilds the table, whenever :func:`index_text`
@@ -177,14 +177,14 @@ class SQLiteFTS5(TableBackend):
             if not held:
                 return
             cursor.execute(
-                f"SELECT chunk_id, context, text FROM chunks WHERE chunk_id IN ({marks(held)})", held
+                f"SELECT c.chunk_id, c.context, {slices.SQL_FIELDS} FROM chunks c "
+                f"WHERE c.chunk_id IN ({marks(held)})",
+                held,
             )
+            rows = slices.texts(cursor.fetchall(), 2)
             cursor.executemany(
                 f"INSERT INTO {TABLE}({TABLE}, rowid, body) VALUES ('delete', %s, %s)",
-                [
-                    (chunk_id, index_text(with_context(context, unpack(text))))
-                    for chunk_id, context, text in cursor.fetchall()
-                ],
+                [(chunk_id, index_text(with_context(context, text))) for chunk_id, context, text in rows],
             )
 
     def empty(self, cursor) -> None:

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from django.db import connection, transaction
 
+from corpus import slices
 from corpus.models import Chunk, with_context
 
 BATCH = 500
@@ -44,14 +45,15 @@ def scored(sql: str, params: Sequence, *, sign: float = 1.0) -> list[tuple[int, 
 def refill(backend: Backend, recreate) -> int:
     """Empty the index (``recreate(cursor)``) and write every live chunk into
     it, in one transaction; returns the row count. Shared by the backends."""
-    live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", "text")
-    rows = ((cid, with_context(context, text)) for cid, context, text in live.iterator(chunk_size=BATCH))
+    live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", *slices.FIELDS)
     count = 0
     with transaction.atomic():
         with connection.cursor() as cursor:
             recreate(cursor)
-        for batch in batches(rows):
-            backend.insert(batch)
+        for batch in batches(live.iterator(chunk_size=BATCH)):
+            backend.insert(
+                [(cid, with_context(context, text)) for cid, context, text in slices.texts(batch, 2)]
+            )
             count += len(batch)
     return count
 

@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from corpus import bulk
+from corpus import bulk, slices
 from corpus.index import lexical
 from corpus.ingest.prepare import Prepared, sha256_hex
 from corpus.models import (
@@ -37,9 +37,11 @@ from corpus.models import (
     Reference,
     Representation,
     Span,
+    SpanKind,
     Symbol,
     with_context,
 )
+from corpus.packed import unpack
 from corpus.write_guard import check_writable, indexing, refuse_writes  # noqa: F401  (writer.indexing() et al.)
 
 #: Text hashes looked up at once among a representation's tombstoned chunks.
@@ -89,6 +91,8 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     rep = None if is_new else Representation.objects.filter(document=doc, rep_type=extracted.rep_type).first()
     if rep is not None and rep.rep_hash == rep_hash and not rep.deleted:
         return delta
+    # The text the representation's chunks may hold offsets into (corpus/slices.py).
+    old_text = None if rep is None else rep.text
     if rep is None:
         rep = Representation(document=doc, rep_type=extracted.rep_type)
     rep.rep_hash = rep_hash
@@ -98,7 +102,7 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     rep.deleted = False
     rep.save()
     delta.representations += 1
-    _sync_chunks(rep, prepared, delta, fresh=is_new)
+    _sync_chunks(rep, prepared, delta, fresh=is_new, old_text=old_text)
     if not is_new:
         _drop_navigation([doc.doc_id])
     _create_navigation([(doc.doc_id, prepared)])
@@ -138,7 +142,8 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
     for rep, (i, prepared) in zip(reps, with_text, strict=True):
         deltas[i].representations = 1
         deltas[i].chunks_added = len(prepared.drafts)
-        new_chunks.extend((_new_chunk(rep, prepared, draft), draft) for draft in prepared.drafts)
+        locator = slices.Locator(prepared.extracted.text)
+        new_chunks.extend((_new_chunk(rep, prepared, draft, locator), draft) for draft in prepared.drafts)
     _create_chunks(new_chunks)
     _create_navigation([(doc.doc_id, prepared) for doc, prepared in zip(docs, batch, strict=True)])
     return deltas
@@ -162,28 +167,42 @@ def _rep_hash(prepared: Prepared) -> str:
     )
 
 
-def _draft_hash(draft) -> str:
-    """A unit whose context changed (a renamed class) is a new unit."""
-    return sha256_hex(with_context(draft.context, draft.text))
+def _hash(context: str, text: str) -> str:
+    """What a stored unit and a draft are matched by: a unit whose context
+    changed (a renamed class) is a new unit. Computed from the texts when
+    they are compared (a stored copy took 64 bytes a chunk)."""
+    return sha256_hex(with_context(context, text))
 
 
-def _new_chunk(rep: Representation, prepared: Prepared, draft, text_hash: str | None = None) -> Chunk:
+def _new_chunk(rep: Representation, prepared: Prepared, draft, locator: slices.Locator) -> Chunk:
+    """A chunk of ``rep``: a slice of its text where ``locator`` finds the
+    draft's text there, else holding the text itself."""
+    found = _locate(locator, draft)
     return Chunk(
         representation=rep,
         ordinal=draft.ordinal,
-        text=draft.text,
+        stored_text="" if found else draft.text,
+        text_start=found[0] if found else None,
+        text_end=found[1] if found else None,
         context=draft.context,
-        text_hash=text_hash or _draft_hash(draft),
         tokens_est=max(1, len(draft.text) // 4),
         index_kind=prepared.index_kind,
     )
+
+
+def _locate(locator: slices.Locator, draft) -> tuple[int, int] | None:
+    return locator.find(draft.text, draft.start if draft.span_kind == SpanKind.LINES else None)
 
 
 def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
     """Insert these chunks, their lexical rows and their spans."""
     created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
     lexical.index_chunks(
-        ((chunk.chunk_id, with_context(chunk.context, chunk.text)) for chunk in created), new=True
+        (
+            (chunk.chunk_id, with_context(chunk.context, draft.text))
+            for chunk, (_, draft) in zip(created, new_chunks, strict=True)
+        ),
+        new=True,
     )
     bulk.create(
         Span,
@@ -252,49 +271,67 @@ def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
     return Document.objects.create(rel_path=prepared.rel_path, **fields)
 
 
-def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh: bool) -> None:
-    """Keep chunks whose text survived, tombstone the rest, add the new."""
+def _sync_chunks(
+    rep: Representation, prepared: Prepared, delta: Delta, *, fresh: bool, old_text: str | None
+) -> None:
+    """Keep chunks whose text survived, tombstone the rest, add the new.
+    ``old_text`` is the representation's text before this write (None when
+    it had none): the chunks that do not survive get their text written out
+    of it before they are tombstoned (corpus/slices.py)."""
     old_by_hash: dict[str, list[Chunk]] = defaultdict(list)
     live = () if fresh else rep.chunks.filter(deleted=False).prefetch_related("spans")
+    cut_from = rep.text if old_text is None else old_text
     for chunk in live:
-        old_by_hash[chunk.text_hash].append(chunk)
+        text = chunk.stored_text if chunk.text_start is None else cut_from[chunk.text_start : chunk.text_end]
+        old_by_hash[_hash(chunk.context, text)].append(chunk)
+    locator = slices.Locator(rep.text)
+    moved: list[tuple[Chunk, object]] = []
     new_chunks: list[tuple[Chunk, object]] = []
     for draft in prepared.drafts:
-        text_hash = _draft_hash(draft)
-        reusable = old_by_hash.get(text_hash)
+        reusable = old_by_hash.get(_hash(draft.context, draft.text))
         if reusable:
-            _move_chunk(reusable.pop(), draft)
+            moved.append((reusable.pop(), draft))
             continue
-        new_chunks.append((_new_chunk(rep, prepared, draft, text_hash), draft))
+        new_chunks.append((_new_chunk(rep, prepared, draft, locator), draft))
+    if old_text is not None and old_text != rep.text:
+        slices.materialize(rep.rep_id, old_text, keep=[chunk.chunk_id for chunk, _ in moved])
+    for chunk, draft in moved:
+        _move_chunk(chunk, draft, _locate(locator, draft))
     stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
     _tombstone_chunks(stale, delta)
     if not fresh:
-        new_chunks = _revive_chunks(rep, new_chunks, delta)
+        new_chunks = _revive_chunks(rep, new_chunks, delta, locator)
     delta.chunks_added += len(_create_chunks(new_chunks))
 
 
 def _revive_chunks(
-    rep: Representation, wanted: list[tuple[Chunk, object]], delta: Delta
+    rep: Representation, wanted: list[tuple[Chunk, object]], delta: Delta, locator: slices.Locator
 ) -> list[tuple[Chunk, object]]:
-    """Bring back the representation's tombstoned chunks whose text hash a
-    wanted unit has (one each, those holding a vector first, then the
-    latest); returns the units still to create."""
+    """Bring back the representation's tombstoned chunks whose context and
+    text a wanted unit has (one each, those holding a vector first, then the
+    latest); returns the units still to create. Candidates are read by the
+    wanted contexts (REVIVE_PART at a time) and matched by the hash of their
+    text, which a tombstoned chunk holds itself or as offsets into the
+    representation's unchanged text (corpus/slices.py)."""
     if not wanted:
         return wanted
-    hashes = sorted({chunk.text_hash for chunk, _ in wanted})
+    contexts = sorted({draft.context for _, draft in wanted})
     found: dict[str, list[tuple[bool, int]]] = defaultdict(list)
     tombstoned = rep.chunks.filter(deleted=True)
-    for start in range(0, len(hashes), REVIVE_PART):
-        rows = tombstoned.filter(text_hash__in=hashes[start : start + REVIVE_PART])
-        for chunk_id, text_hash, status in rows.values_list("chunk_id", "text_hash", "embedding_status"):
-            found[text_hash].append((status != EmbeddingStatus.OK, -chunk_id))
+    for start in range(0, len(contexts), REVIVE_PART):
+        rows = tombstoned.filter(context__in=contexts[start : start + REVIVE_PART]).values_list(
+            "chunk_id", "context", "embedding_status", "stored_text", "text_start", "text_end"
+        )
+        for chunk_id, context, status, stored, text_start, text_end in rows:
+            text = unpack(stored) if text_start is None else rep.text[text_start:text_end]
+            found[_hash(context, text)].append((status != EmbeddingStatus.OK, -chunk_id))
     if not found:
         return wanted
     candidates = {text_hash: [-key[1] for key in sorted(keys)] for text_hash, keys in found.items()}
     chosen: dict[int, object] = {}
     rest: list[tuple[Chunk, object]] = []
     for chunk, draft in wanted:
-        ids = candidates.get(chunk.text_hash)
+        ids = candidates.get(_hash(draft.context, draft.text))
         if ids:
             chosen[ids.pop(0)] = draft
         else:
@@ -307,18 +344,29 @@ def _revive_chunks(
         embedding_status=EmbeddingStatus.PENDING, embedding_error=None
     )
     for chunk in revived:
-        _move_chunk(chunk, chosen[chunk.chunk_id])
-    lexical.index_chunks((chunk.chunk_id, with_context(chunk.context, chunk.text)) for chunk in revived)
+        draft = chosen[chunk.chunk_id]
+        _move_chunk(chunk, draft, _locate(locator, draft))
+    lexical.index_chunks(
+        (chunk.chunk_id, with_context(chunk.context, chosen[chunk.chunk_id].text)) for chunk in revived
+    )
     delta.chunks_added += len(revived)
     delta.chunks_revived += len(revived)
     delta.embedded_revived += sum(1 for c in revived if c.embedding_status == EmbeddingStatus.OK)
     return rest
 
 
-def _move_chunk(chunk: Chunk, draft) -> None:
-    """A surviving chunk keeps its id and embedding; its place may move."""
+def _move_chunk(chunk: Chunk, draft, found: tuple[int, int] | None) -> None:
+    """A surviving chunk keeps its id and embedding; its place may move, in
+    the file and in its representation's text."""
+    changed: dict = {}
     if chunk.ordinal != draft.ordinal:
-        Chunk.objects.filter(chunk_id=chunk.chunk_id).update(ordinal=draft.ordinal)
+        changed["ordinal"] = draft.ordinal
+    if found is None and chunk.text_start is not None:
+        changed.update(stored_text=draft.text, text_start=None, text_end=None)
+    elif found is not None and found != (chunk.text_start, chunk.text_end):
+        changed.update(stored_text="", text_start=found[0], text_end=found[1])
+    if changed:
+        Chunk.objects.filter(chunk_id=chunk.chunk_id).update(**changed)
     spans = list(chunk.spans.all())
     if len(spans) == 1 and (spans[0].span_kind, spans[0].start, spans[0].end, spans[0].extra_json) == (
         draft.span_kind,
@@ -394,6 +442,7 @@ def write_extra_representation(doc_id: int, prepared: Prepared) -> Delta:
     if rep is not None and rep.rep_hash == rep_hash and not rep.deleted:
         return delta
     fresh = rep is None or rep.deleted
+    old_text = None if rep is None else rep.text
     if rep is None:
         rep = Representation(document=doc, rep_type=extracted.rep_type)
     elif rep.deleted:
@@ -402,5 +451,5 @@ def write_extra_representation(doc_id: int, prepared: Prepared) -> Delta:
     rep.created_unix, rep.deleted = int(time.time()), False
     rep.save()
     delta.representations += 1
-    _sync_chunks(rep, prepared, delta, fresh=fresh)
+    _sync_chunks(rep, prepared, delta, fresh=fresh, old_text=old_text)
     return delta

@@ -94,7 +94,8 @@ def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit:
     if kind:
         rows = rows.filter(kind=kind)
     tiers = (
-        rows.filter(name=name),
+        # name_lower first: its index finds the rows (the name has no index of its own)
+        rows.filter(name_lower=lower, name=name),
         rows.filter(name_lower=lower).exclude(name=name),
         rows.filter(name_lower__startswith=lower).exclude(name_lower=lower),
         rows.filter(name_lower__contains=lower).exclude(name_lower__startswith=lower),

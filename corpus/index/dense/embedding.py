@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from django.db import connection, transaction
 
+from corpus import slices
 from corpus.index.dense.vectors import KINDS, VectorIndex, index_path, remove_files
 from corpus.index.dense.views import embedding_text, signature_text
 from corpus.models import Chunk, EmbeddingStatus, Setting
@@ -361,10 +362,11 @@ class EmbedFirst:
         if not paths:
             return None
         for kind, queue in queues.items():
-            rows = list(
+            rows = slices.texts(
                 queue.filter(representation__document__rel_path__in=paths)
                 .order_by("chunk_id")
-                .values_list("chunk_id", "context", "text")[:size]
+                .values_list("chunk_id", "context", *slices.FIELDS)[:size],
+                2,
             )
             if rows:
                 return kind, rows
@@ -402,10 +404,11 @@ def _embed_batches(embedder, queue_for, *, batch_size, stop=None, on_stored=None
             # Files a client asked about go first, whichever index they are in.
             first_kind, batch = embed_first.pick(queues, per_call) or (kind, [])
             if not batch:
-                batch = list(
+                batch = slices.texts(
                     queue.filter(chunk_id__gt=last_id)
                     .order_by("chunk_id")
-                    .values_list("chunk_id", "context", "text")[:per_call]
+                    .values_list("chunk_id", "context", *slices.FIELDS)[:per_call],
+                    2,
                 )
                 if not batch:
                     break
