@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from corpus import dense_status, errors
 from corpus.citations import SpanRef, find_citations, format_citation
 from corpus.config import Config
+from corpus.jsontypes import JsonObject
 from corpus.providers.base import ChatMessage, ChatModel
 from corpus.retrieval import Filters, Hit, Searcher
 from corpus.status import no_chat_reason
@@ -47,7 +48,7 @@ class Citation:
     def text(self) -> str:
         return format_citation(self.rel_path, self.span)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         out = {"chunk_id": self.chunk_id, "rel_path": self.rel_path, "span": self.span.as_dict()}
         if self.label:
             out["label"] = self.label
@@ -63,21 +64,21 @@ class Answer:
     indexing_complete: bool
     generated: bool
     #: the search's dense status (corpus/dense_status.py): "unavailable" means lexical-only hits
-    dense: dict = field(default_factory=dense_status.off)
+    dense: JsonObject = field(default_factory=dense_status.off)
     #: "weak" when nothing matched the question well (corpus/ranking.py)
     match: str = "good"
     #: whether the chat model wrote the answer: ok (with its ``model``), off
     #: (not asked for, no model, generation turned off, nothing retrieved) or
     #: unavailable (it failed: the answer is the list of hits), in the shape
     #: of ``dense`` plus ``reason`` (one of REASONS), ``message`` and ``model``
-    generation: dict = field(default_factory=dense_status.off)
+    generation: JsonObject = field(default_factory=dense_status.off)
 
     @property
     def mode(self) -> str:
         """The mode that answered: ``answer`` (the chat model) or ``search_only``."""
         return "answer" if self.generated else "search_only"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "question": self.question,
             "answer": self.answer,
@@ -172,7 +173,9 @@ def ask(
     )
 
 
-def _why_not_generated(mode: str, chat: ChatModel | None, config: Config, retrieved: bool) -> dict | None:
+def _why_not_generated(
+    mode: str, chat: ChatModel | None, config: Config, retrieved: bool
+) -> JsonObject | None:
     """The ``generation`` status of an answer no chat model writes, or None when one does."""
     if mode == "search_only":
         reason, message = "search_only", "mode=search_only was asked for"
@@ -187,7 +190,7 @@ def _why_not_generated(mode: str, chat: ChatModel | None, config: Config, retrie
     return dense_status.off() | {"reason": reason, "message": message}
 
 
-def _hits_only(question: str, result, generation: dict) -> Answer:
+def _hits_only(question: str, result, generation: JsonObject) -> Answer:
     """The answer without a chat model's reply: the hits, each with its
     citation, and (unless the chat model failed, which ``generation_notice``
     says) a last line saying why no model wrote it."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 
 #: The largest integer SQLite (and any 64-bit field) can hold.
 INT64_MAX = 2**63 - 1
@@ -21,9 +22,9 @@ class Integer:
     high: int = INT64_MAX
     default: int | None = None
 
-    def schema(self) -> dict:
+    def schema(self) -> JsonObject:
         """The argument's JSON schema."""
-        out: dict = {"type": "integer", "minimum": self.low}
+        out: JsonObject = {"type": "integer", "minimum": self.low}
         if self.high != INT64_MAX:
             out["maximum"] = self.high
         if self.default is not None:

@@ -28,6 +28,7 @@ from corpus import errors, files
 from corpus.citations import format_ms
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR
+from corpus.jsontypes import JsonObject
 from corpus.models import DocStatus, RepType
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 
@@ -135,7 +136,7 @@ def _whole(engine: ExclusionEngine, rel: str, opened: OpenedFile | None) -> Whol
     return Whole(rel, "text/plain", text=text, lines=not marked)
 
 
-def _extracted(rel: str, reps: dict) -> str | None:
+def _extracted(rel: str, reps: JsonObject) -> str | None:
     """The indexed text, marked by page or time, when the file itself is not text."""
     ocr, raw, transcript = (
         reps.get(RepType.OCR_MARKDOWN),

@@ -29,6 +29,8 @@ import signal
 import struct
 import sys
 
+from corpus.jsontypes import JsonObject
+
 _HEADER = struct.Struct("<Q")
 _CACHE_SIZE = 16
 
@@ -62,7 +64,7 @@ def main() -> int:
         pass
     import regex
 
-    compiled: dict = {}
+    compiled: JsonObject = {}
     pattern, matches = None, None
     while True:
         header = _read(_HEADER.size)

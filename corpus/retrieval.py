@@ -18,6 +18,7 @@ from corpus.embedding import dense_store, from_bytes
 from corpus.files import prefix_range, under_prefix
 from corpus.index import chunks, lexical, words
 from corpus.index.vectors import KINDS
+from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers.base import Embedder
 from corpus.state import StateDir
@@ -93,7 +94,7 @@ class Hit:
     #: a human pointer to the span ("slide 7", "sheet 'Q2'"), from its extra data
     label: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         out = {
             "chunk_id": self.chunk_id,
             "rel_path": self.rel_path,
@@ -116,11 +117,11 @@ class SearchResult:
     hits: list[Hit]
     indexing_complete: bool
     #: whether dense retrieval took part (corpus/dense_status.py): ok, off, or unavailable
-    dense: dict = field(default_factory=dense_status.off)
+    dense: JsonObject = field(default_factory=dense_status.off)
     #: "weak" when nothing matches well (corpus/ranking.py: is_weak), else "good"
     match: str = "good"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "query": self.query,
             "k": self.k,
@@ -234,12 +235,12 @@ class Searcher:
 
     def _dense_rankings(
         self, query: str, plan: list[tuple[str, float]], pool: int, filters: Filters
-    ) -> tuple[list[ranking.Weighted], dict, dict[str, np.ndarray]]:
+    ) -> tuple[list[ranking.Weighted], JsonObject, dict[str, np.ndarray]]:
         """The dense rankings of ``plan`` and the query vector of each kind,
         or none and why (degrade, don't fail)."""
         if self.embedder is None:
             return [], dense_status.off(), {}
-        vectors: dict = {}  # one query embedding per model, shared by the indices using it
+        vectors: JsonObject = {}  # one query embedding per model, shared by the indices using it
         out = []
         for kind, weight in plan:
             model = self.embedder.model_info(kind)
@@ -470,7 +471,7 @@ def snippet(text: str, terms: Sequence[str], limit: int) -> str:
     return ("…" if start else "") + piece.strip() + ("…" if start + limit < len(flat) else "")
 
 
-def _index_used(used: str, plan: list[tuple[str, float]], dense: dict) -> str:
+def _index_used(used: str, plan: list[tuple[str, float]], dense: JsonObject) -> str:
     """The dense indices searched ("text", "code", "both"), or the route when none were."""
     kinds = {kind for kind, _ in plan} if dense.get("status") == dense_status.OK else set()
     if len(kinds) == 2:

@@ -22,6 +22,7 @@ from django.db.models import Count
 from corpus import embedding, errors
 from corpus.config import Config
 from corpus.ingest.prepare import capabilities_for
+from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Representation, Setting, Worker
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, make_chat, plan_embedder
 from corpus.state import StateDir, write_json
@@ -73,7 +74,7 @@ def latest_job() -> IndexJob | None:
 INDEXER_KEY = "indexer_process"
 
 
-def indexer_state() -> dict | None:
+def indexer_state() -> JsonObject | None:
     """What the indexer supervisor of a server last recorded, with
     ``running`` checked against the process table; None when no server
     has run an indexing child here."""
@@ -187,7 +188,7 @@ def job_alive(job: IndexJob | None) -> bool:
     return pid_alive(job.pid)
 
 
-def scaleout_summary(*, queue_timeout: float = 2.0) -> dict | None:
+def scaleout_summary(*, queue_timeout: float = 2.0) -> JsonObject | None:
     """Celery's side of the index for ``status``: the broker (host only,
     never credentials), messages waiting in the queue, files the latest job
     still waits for, and the workers seen lately. None without a broker."""

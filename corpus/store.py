@@ -24,6 +24,7 @@ from corpus import errors, store_faults
 from corpus.config import PROTOCOL_VERSION
 from corpus.events import Reporter
 from corpus.index import lexical
+from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, Document, Representation, Setting, Span
 from corpus.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
 
@@ -269,7 +270,7 @@ def get_setting(key: str, default: str | None = None) -> str | None:
     return row[0] if row else default
 
 
-def get_json_setting(key: str) -> dict | None:
+def get_json_setting(key: str) -> JsonObject | None:
     """A setting holding a JSON object; None when unset or not an object."""
     raw = get_setting(key)
     try:

@@ -31,6 +31,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from corpus import errors, observe, store_faults
+from corpus.jsontypes import JsonObject
 from mcp_gateway import (
     context,
     dispatch,
@@ -96,7 +97,7 @@ _inflight: dict[tuple[str, object], _Inflight] = {}
 CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 
 
-def _call_error(msg_id, exc: errors.Dir2mcpError) -> dict:
+def _call_error(msg_id, exc: errors.Dir2mcpError) -> JsonObject:
     """A refused (SERVER_BUSY) or overdue (DEADLINE_EXCEEDED) call, as JSON-RPC -32001."""
     return errors.rpc_error(
         msg_id, errors.RPC_SERVER_BUSY, exc.message, {"code": exc.code, "retryable": exc.retryable}
@@ -355,7 +356,7 @@ async def _listen_events(listen: subscriptions.Listen):
         _listening.discard(key)
 
 
-def _input_schema(msg: Message) -> dict | None:
+def _input_schema(msg: Message) -> JsonObject | None:
     """The called tool's input schema, for its ``Mcp-Param-*`` headers."""
     name = msg.params.get("name") if msg.method == "tools/call" else None
     tool = tools.table().get(name) if isinstance(name, str) else None
@@ -425,7 +426,7 @@ def _notification(msg: Message, session_id: str) -> None:
 
 async def _run(
     key: tuple, msg_id, job, *, bounds: workers.Bounds | None = None, client: str = ""
-) -> dict | None:
+) -> JsonObject | None:
     """Run ``job(cancel_event)`` in a worker thread, registered under ``key``
     for cancellation meanwhile. With ``bounds``, admitted as ``client``'s
     call (``SERVER_BUSY`` raised when it is not: workers.admit) on a call
@@ -458,7 +459,9 @@ async def _run(
         _inflight.pop(key, None)
 
 
-async def _run_or_refuse(key: tuple, msg_id, job, *, bounds: workers.Bounds, client: str) -> dict | None:
+async def _run_or_refuse(
+    key: tuple, msg_id, job, *, bounds: workers.Bounds, client: str
+) -> JsonObject | None:
     """:func:`_run`, with a refused admission as the JSON-RPC answer (an SSE
     answer has begun: no status or header can say it any more)."""
     try:
@@ -472,7 +475,7 @@ def _drop(task: asyncio.Future) -> None:
         task.exception()  # retrieved: a cancelled call's late failure is expected
 
 
-def _sse(message: dict) -> bytes:
+def _sse(message: JsonObject) -> bytes:
     return b"event: message\ndata: " + json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
@@ -486,7 +489,7 @@ def _stream(msg: Message, key: tuple, client: str, job, ctx) -> StreamResponse:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
 
-    def emit(notification: dict) -> None:
+    def emit(notification: JsonObject) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, notification)
 
     async def events():

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
+from corpus.jsontypes import JsonObject
 from mcp_gateway import security_headers
 
 
@@ -37,7 +38,7 @@ class Request:
 
     __slots__ = ("method", "headers", "client", "server", "scheme", "_receive")
 
-    def __init__(self, scope: dict, receive):
+    def __init__(self, scope: JsonObject, receive):
         self.method: str = scope["method"]
         headers: dict[str, str] = {}
         for raw_name, raw_value in scope.get("headers", ()):
@@ -110,7 +111,9 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def json(cls, message: dict | None, status: int = 200, headers: dict | None = None) -> Response:
+    def json(
+        cls, message: JsonObject | None, status: int = 200, headers: JsonObject | None = None
+    ) -> Response:
         if message is None:
             return cls(status, b"", dict(headers or {}))
         body = json.dumps(message, ensure_ascii=False).encode("utf-8")

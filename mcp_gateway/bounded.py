@@ -35,6 +35,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 from mcp_gateway import security_headers
 from mcp_gateway.transport import MAX_BODY_BYTES
 
@@ -52,7 +53,7 @@ class ConnectionLimits:
     mcp_path: str = "/mcp"  # answered in JSON-RPC shape; other paths in the REST envelope
 
 
-def _answer(status: int, reason: str, payload: dict) -> bytes:
+def _answer(status: int, reason: str, payload: JsonObject) -> bytes:
     """A whole HTTP/1.1 answer with a JSON body, after which the connection
     closes; with the security headers every answer carries."""
     body = json.dumps(payload).encode()

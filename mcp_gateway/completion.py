@@ -36,6 +36,7 @@ from django.db.models.functions import Substr
 
 from corpus import errors, uris
 from corpus.definitions import signature_line
+from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, Document, IndexKind
 from corpus.security import canonical_rel_path
 from mcp_gateway import prompts
@@ -107,7 +108,7 @@ class Completion:
     values: list[str]
     total: int
 
-    def as_result(self) -> dict:
+    def as_result(self) -> JsonObject:
         shown = self.values[:MAX_VALUES]
         return {"completion": {"values": shown, "total": self.total, "hasMore": self.total > len(shown)}}
 
@@ -296,11 +297,11 @@ def _screened(ctx: Context, table: PathTable, typed: str) -> Completion:
     return Completion(kept, total - (len(values) - len(kept)))
 
 
-def complete_path(ctx: Context, typed: str, _context: dict) -> Completion:
+def complete_path(ctx: Context, typed: str, _context: JsonObject) -> Completion:
     return _screened(ctx, PATHS.get(), typed)
 
 
-def complete_symbol(ctx: Context, typed: str, context: dict) -> Completion:
+def complete_symbol(ctx: Context, typed: str, context: JsonObject) -> Completion:
     """Defined names; only those of ``path`` once the client has chosen one."""
     path = context.get("path", "").strip()
     if not path:
@@ -312,7 +313,7 @@ def complete_symbol(ctx: Context, typed: str, context: dict) -> Completion:
     return Completion(*build_symbols(rel).complete(typed))
 
 
-def complete_date(_ctx: Context, typed: str, _context: dict) -> Completion:
+def complete_date(_ctx: Context, typed: str, _context: JsonObject) -> Completion:
     """Today, yesterday, a week and a month ago (UTC), for a ``since``."""
     today = datetime.now(UTC).date()
     days = [today - timedelta(days=n) for n in (0, 1, 7, 30)]
@@ -320,11 +321,11 @@ def complete_date(_ctx: Context, typed: str, _context: dict) -> Completion:
     return Completion(values, len(values))
 
 
-def _nothing(_ctx: Context, _typed: str, _context: dict) -> Completion:
+def _nothing(_ctx: Context, _typed: str, _context: JsonObject) -> Completion:
     return Completion([], 0)
 
 
-COMPLETERS: dict[str, Callable[[Context, str, dict], Completion]] = {
+COMPLETERS: dict[str, Callable[[Context, str, JsonObject], Completion]] = {
     "path": complete_path,
     "symbol": complete_symbol,
     "date": complete_date,
@@ -336,7 +337,7 @@ TEMPLATE_VARIABLES = {"path": "path", "lines": None, "page": None, "time": None}
 # -- the method -----------------------------------------------------------------------
 
 
-def complete(ctx: Context, params: dict) -> dict:
+def complete(ctx: Context, params: JsonObject) -> JsonObject:
     """A ``CompleteResult``; :class:`PromptError` for a request to fix."""
     ref, argument = params.get("ref"), params.get("argument")
     if not isinstance(ref, dict) or not isinstance(argument, dict):
@@ -351,7 +352,7 @@ def complete(ctx: Context, params: dict) -> dict:
     return completer(ctx, typed, _context_arguments(params)).as_result()
 
 
-def _kind(ref: dict, name: str) -> str | None:
+def _kind(ref: JsonObject, name: str) -> str | None:
     """What ``name`` of ``ref`` is (``path``, ``symbol``, ``date`` or None)."""
     if ref.get("type") == "ref/prompt":
         prompt = prompts.REGISTRY.get(ref.get("name")) if isinstance(ref.get("name"), str) else None
@@ -373,7 +374,7 @@ def _kind(ref: dict, name: str) -> str | None:
     raise invalid("ref.type must be ref/prompt or ref/resource")
 
 
-def _context_arguments(params: dict) -> dict:
+def _context_arguments(params: JsonObject) -> JsonObject:
     context = params.get("context")
     arguments = context.get("arguments") if isinstance(context, dict) else None
     if arguments is None:

@@ -7,6 +7,7 @@ import logging
 import os
 
 from corpus import store
+from corpus.jsontypes import JsonObject
 from corpus.state import StateDir, write_json
 from mcp_gateway.listen import ListenAddress
 from mcp_gateway.modern import VERSION as STATELESS_VERSION
@@ -35,7 +36,7 @@ def headers(ctx, placeholder: str = "<token>") -> dict[str, str]:
     return out
 
 
-def connection_data(ctx, url: str) -> dict:
+def connection_data(ctx, url: str) -> JsonObject:
     """``connection.data`` (spec §3.2): never the token itself."""
     data = {
         "transport": TRANSPORT,
@@ -50,7 +51,7 @@ def connection_data(ctx, url: str) -> dict:
     return data
 
 
-def connection_document(ctx, url: str, address: ListenAddress) -> dict:
+def connection_document(ctx, url: str, address: ListenAddress) -> JsonObject:
     """``connection.json`` (spec §4.3), plus where the token is and who serves."""
     doc = {
         "transport": TRANSPORT,
@@ -74,7 +75,7 @@ def connection_document(ctx, url: str, address: ListenAddress) -> dict:
     return doc
 
 
-def write_connection_json(state: StateDir, document: dict) -> None:
+def write_connection_json(state: StateDir, document: JsonObject) -> None:
     write_json(state.connection_json, document)
 
 
@@ -103,7 +104,7 @@ def connection_block(ctx, url: str, spec: str = "") -> list[str]:
 # -- what `up` says once it listens ---------------------------------------------
 
 
-def started_data(ctx, url: str, address: ListenAddress) -> dict:
+def started_data(ctx, url: str, address: ListenAddress) -> JsonObject:
     """The ``server_started`` event's data."""
     return {
         "listen": str(address),

@@ -22,6 +22,7 @@ from django.conf import settings
 from corpus import errors, write_guard
 from corpus.config import Config, default_config_path, load_config
 from corpus.embedder_choice import announce_embedder, choose_embedder
+from corpus.jsontypes import JsonObject
 from corpus.providers.registry import live_choice, make_chat
 from corpus.retrieval import Searcher
 from corpus.secrets import from_token_file, resolve_secret
@@ -107,7 +108,7 @@ class Context:
     indexer: Any = None
     # Where this process's indexer runs: "process", "thread" or "none".
     indexer_mode: str = "none"
-    _models: dict = field(default_factory=dict, repr=False)
+    _models: JsonObject = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _model(self, kind: str):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corpus.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
+from corpus.jsontypes import JsonObject
 from mcp_gateway import completion, notify, prompts, resources, schemas, tools
 from mcp_gateway.context import Context
 from mcp_gateway.transport import LATEST_VERSION, SUPPORTED_VERSIONS, Message
@@ -32,7 +33,7 @@ INSTRUCTIONS = (
     "(indexing may still be running). All tools are read-only."
 )
 
-Emit = Callable[[dict], None]
+Emit = Callable[[JsonObject], None]
 
 
 @dataclass
@@ -41,7 +42,7 @@ class HttpReply:
     402 and ``PAYMENT-REQUIRED``, ``PAYMENT-RESPONSE``); stdio ignores it."""
 
     status: int = 200
-    headers: dict = field(default_factory=dict)
+    headers: JsonObject = field(default_factory=dict)
 
 
 @dataclass
@@ -64,13 +65,13 @@ def server_version() -> str:
         return "0.0.0"
 
 
-def negotiate(params: dict) -> str:
+def negotiate(params: JsonObject) -> str:
     """Echo the client's version when we speak it, else our latest (§3.8)."""
     requested = params.get("protocolVersion")
     return requested if requested in SUPPORTED_VERSIONS else LATEST_VERSION
 
 
-def initialize_result(version: str) -> dict:
+def initialize_result(version: str) -> JsonObject:
     return {
         "protocolVersion": version,
         "capabilities": {
@@ -90,7 +91,7 @@ def initialize_result(version: str) -> dict:
     }
 
 
-def ok(msg_id, result: dict) -> dict:
+def ok(msg_id, result: JsonObject) -> JsonObject:
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
 
@@ -137,7 +138,7 @@ def respond(
     cancel: threading.Event | None = None,
     payment: str | None = None,
     reply: HttpReply | None = None,
-) -> dict | None:
+) -> JsonObject | None:
     """Run one message; ``tools.Cancelled`` propagates to the transport.
 
     ``payment`` is the ``PAYMENT-SIGNATURE`` header, if any; ``reply``
@@ -178,7 +179,7 @@ def respond(
     return rpc_error(msg.id, RPC_METHOD_NOT_FOUND, f"method not found: {method[:100]}")
 
 
-def _resources(msg: Message, ctx: Context) -> dict:
+def _resources(msg: Message, ctx: Context) -> JsonObject:
     try:
         return ok(msg.id, resources.handle(msg.method, msg.params, ctx))
     except resources.ResourceError as exc:
@@ -188,7 +189,7 @@ def _resources(msg: Message, ctx: Context) -> dict:
 SUBSCRIPTION_METHODS = ("resources/subscribe", "resources/unsubscribe")
 
 
-def _subscription(msg: Message, session: SessionState, ctx: Context) -> dict:
+def _subscription(msg: Message, session: SessionState, ctx: Context) -> JsonObject:
     try:
         return ok(msg.id, notify.respond(msg, session.id, ctx))
     except resources.ResourceError as exc:
@@ -198,7 +199,7 @@ def _subscription(msg: Message, session: SessionState, ctx: Context) -> dict:
 PROMPT_METHODS = ("prompts/list", "prompts/get", "completion/complete")
 
 
-def _prompts(msg: Message, ctx: Context) -> dict:
+def _prompts(msg: Message, ctx: Context) -> JsonObject:
     run = completion.complete if msg.method == "completion/complete" else prompts.METHODS[msg.method]
     try:
         return ok(msg.id, run(ctx, msg.params))
@@ -214,7 +215,7 @@ def _call_tool(
     cancel: threading.Event,
     payment: str | None,
     reply: HttpReply,
-) -> dict:
+) -> JsonObject:
     name = msg.params.get("name")
     if not isinstance(name, str):
         return rpc_error(msg.id, RPC_INVALID_PARAMS, "tools/call needs params.name (a string)")
@@ -241,7 +242,9 @@ def is_paid(msg: Message, ctx: Context) -> bool:
     return ctx.gate is not None and isinstance(name, str) and ctx.gate.price_for(name) is not None
 
 
-def _paid_call(msg: Message, name: str, arguments, gate, run, payment: str | None, reply: HttpReply) -> dict:
+def _paid_call(
+    msg: Message, name: str, arguments, gate, run, payment: str | None, reply: HttpReply
+) -> JsonObject:
     """x402 (payments/gate.py): challenge, or verify, run, settle; the
     in-band variant reads ``_meta["x402/payment"]``."""
     # x402 and its eth libraries take ~0.6 s to import (measured): paid calls only
@@ -263,5 +266,5 @@ def _paid_call(msg: Message, name: str, arguments, gate, run, payment: str | Non
     return rpc_error(msg.id, outcome.error["code"], outcome.error["message"], outcome.error.get("data"))
 
 
-def not_initialized(msg: Message) -> dict:
+def not_initialized(msg: Message) -> JsonObject:
     return rpc_error(msg.id, RPC_INVALID_REQUEST, "send initialize first")

@@ -54,6 +54,7 @@ from django.db import connections
 from corpus.embedding import dense_store, embed_first
 from corpus.events import Reporter
 from corpus.index.vectors import KINDS
+from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.state import SpaceReserve, StateDir
 from corpus.status import INDEXER_KEY
@@ -127,7 +128,9 @@ class ForwardingReporter(Reporter):
 # -- the server's side --------------------------------------------------------
 
 
-def replay(line: str, reporter: Reporter, *, drop: frozenset = frozenset()) -> tuple[str, tuple, dict] | None:
+def replay(
+    line: str, reporter: Reporter, *, drop: frozenset = frozenset()
+) -> tuple[str, tuple, JsonObject] | None:
     """Play one line of the child's output on ``reporter``; returns the call
     (name, args, kwargs), or None for a line that is not one (printed as a
     warning: a stray print in the child must not vanish) or for an event
@@ -157,7 +160,7 @@ class ChildLaunch:
     root: Path
     state: StateDir
     config_path: Path | None = None
-    extra_env: dict = field(default_factory=dict)
+    extra_env: JsonObject = field(default_factory=dict)
     #: CPU niceness of the child relative to the server (``server.indexer_nice``)
     nice: int = field(kw_only=True)
 
@@ -177,7 +180,7 @@ class ChildLaunch:
             args += ["--config", str(self.config_path)]
         return args
 
-    def env(self) -> dict:
+    def env(self) -> JsonObject:
         env = dict(os.environ)
         env.update(self.extra_env)
         env["PYTHONUNBUFFERED"] = "1"
@@ -193,7 +196,7 @@ class _Rate:
         self.total = 0
         self.done = 0
 
-    def add(self, counters: dict) -> None:
+    def add(self, counters: JsonObject) -> None:
         done = int(counters.get("embedded_ok") or 0)
         total = int(counters.get("chunks_total") or 0)
         now = time.monotonic()
@@ -240,7 +243,7 @@ class IndexerSupervisor:
         self.stop_wait = stop_wait
         self.first_backoff = first_backoff
         self.restarts = 0
-        self.last_exit: dict | None = None
+        self.last_exit: JsonObject | None = None
         self.rate = _Rate()
         #: changes a full disk kept from being written (corpus.ingest.watch.Unwritten)
         self.unwritten = UnwrittenCount()
@@ -277,7 +280,7 @@ class IndexerSupervisor:
         """Ask the child to re-index ``rel_paths``; False when no child runs."""
         return self._send({"op": "reindex", "paths": list(rel_paths), "full": bool(full)})
 
-    def _send(self, request: dict) -> bool:
+    def _send(self, request: JsonObject) -> bool:
         line = json.dumps(request) + "\n"
         with self._stdin_lock:
             proc = self._proc
@@ -313,7 +316,7 @@ class IndexerSupervisor:
                 continue
             self._send(request)
 
-    def describe(self) -> dict:
+    def describe(self) -> JsonObject:
         return {
             "mode": "process",
             "pid": self.pid,
@@ -485,7 +488,7 @@ class IndexerThread:
         embed_first.add(rel_paths)
         return True
 
-    def describe(self) -> dict:
+    def describe(self) -> JsonObject:
         return {
             "mode": "thread",
             "pid": None,
@@ -519,7 +522,7 @@ class UnwrittenCount:
             return True
         return False
 
-    def as_dict(self) -> dict | None:
+    def as_dict(self) -> JsonObject | None:
         if not (self.paths or self.walk):
             return None
         return {"paths": self.paths, "walk": self.walk, "code": self.code, "message": self.message}
@@ -555,7 +558,7 @@ def _child_setup(parent: int, nice: int):
     return setup
 
 
-def _exit_record(code: int) -> dict:
+def _exit_record(code: int) -> JsonObject:
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -626,7 +629,7 @@ class DenseRefresher:
 # -- what status and stats show ---------------------------------------------
 
 
-def summary(ctx) -> dict:
+def summary(ctx) -> JsonObject:
     """The indexer as ``stats`` shows it: where it runs, whether it is
     alive, how often it was restarted, and dense coverage with the
     estimated time to full coverage at the recent embedding rate."""

@@ -11,6 +11,7 @@ import base64
 from corpus import errors
 from corpus.answer import ask as answer
 from corpus.ingest.ondemand import Workspace, annotate_document, stored_transcript, transcribe_file
+from corpus.jsontypes import JsonObject
 from corpus.providers.tts import speak
 from corpus.retrieval import Filters
 from mcp_gateway import budgets, media_schemas, summaries
@@ -33,7 +34,7 @@ def _workspace(call: Call):
     return Workspace(config=ctx.config, state=ctx.state, engine=ctx.engine, secret=ctx.secret)
 
 
-def transcribe(call: Call, args: dict) -> dict:
+def transcribe(call: Call, args: JsonObject) -> JsonObject:
     call.progress(0, 1, f"transcribing {args['rel_path']}")
     call.check()
     result = transcribe_file(
@@ -47,7 +48,7 @@ def transcribe(call: Call, args: dict) -> dict:
     return result
 
 
-def annotate(call: Call, args: dict) -> dict:
+def annotate(call: Call, args: JsonObject) -> JsonObject:
     call.progress(0, 1, f"annotating {args['rel_path']}")
     call.check()
     result = annotate_document(
@@ -60,7 +61,7 @@ def annotate(call: Call, args: dict) -> dict:
     return result
 
 
-def transcribe_and_ask(call: Call, args: dict) -> dict:
+def transcribe_and_ask(call: Call, args: JsonObject) -> JsonObject:
     ws = _workspace(call)
     call.progress(0, 3, "checking the transcript")
     rep = stored_transcript(ws, args["rel_path"])
@@ -88,7 +89,7 @@ def transcribe_and_ask(call: Call, args: dict) -> dict:
     }
 
 
-def ask_audio(call: Call, args: dict) -> dict:
+def ask_audio(call: Call, args: JsonObject) -> JsonObject:
     ctx = call.ctx
     key = ctx.secret("elevenlabs_api_key")
     if not key:
@@ -110,7 +111,7 @@ def ask_audio(call: Call, args: dict) -> dict:
     }
 
 
-def _audio_content(result: dict) -> tuple[dict, list[dict]]:
+def _audio_content(result: JsonObject) -> tuple[JsonObject, list[JsonObject]]:
     data = result.pop("_audio_data", None)
     if data is None:
         return result, []

@@ -40,6 +40,7 @@ from django.db import close_old_connections
 
 from corpus import errors, uris
 from corpus.events import Reporter
+from corpus.jsontypes import JsonObject
 from corpus.models import DocStatus, Document
 from mcp_gateway import sessions
 from mcp_gateway.resources import ResourceError
@@ -66,7 +67,7 @@ CHANGED = "dir2mcp.changed"  # the layer's message types (channels routes on "ty
 ENDED = "dir2mcp.session_ended"
 
 
-def updated(uri: str) -> dict:
+def updated(uri: str) -> JsonObject:
     return {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}}
 
 
@@ -118,7 +119,7 @@ def session_ended(session_id: str) -> None:
 class Sink(Protocol):
     """A session's way to the client: a GET stream (standalone.Outbox) or stdio."""
 
-    def send(self, notification: dict) -> None: ...
+    def send(self, notification: JsonObject) -> None: ...
 
     def close(self) -> None: ...
 
@@ -245,12 +246,12 @@ class Hub:
         self.start()
         return self.listening.wait(timeout)
 
-    def publish(self, message: dict) -> None:
+    def publish(self, message: JsonObject) -> None:
         self.start()
         future = asyncio.run_coroutine_threadsafe(self._send(message), self._loop)
         future.add_done_callback(_report_failure)
 
-    async def _send(self, message: dict) -> None:
+    async def _send(self, message: JsonObject) -> None:
         await get_channel_layer().group_send(self._group, message)
 
     # -- sinks --
@@ -287,7 +288,7 @@ class Hub:
             finally:
                 close_old_connections()
 
-    def _take(self, message: dict | None) -> None:
+    def _take(self, message: JsonObject | None) -> None:
         now = time.monotonic()
         paths, listing = set(), self._overflow.is_set()
         self._overflow.clear()
@@ -319,7 +320,7 @@ class Hub:
                 sink.send(LIST_CHANGED)
 
     @staticmethod
-    def _subscribed(sinks: dict, paths: set[str]) -> list[tuple[str, str]]:
+    def _subscribed(sinks: JsonObject, paths: set[str]) -> list[tuple[str, str]]:
         found = [(key, uri) for key, (_, local) in sinks.items() if local for uri in local.uris_for(paths)]
         stored = [key for key, (_, local) in sinks.items() if local is None]
         if stored:
@@ -338,7 +339,7 @@ HUB = Hub()
 # -- resources/subscribe and resources/unsubscribe ------------------------------------
 
 
-def respond(msg: Message, session_id: str | None, ctx) -> dict:
+def respond(msg: Message, session_id: str | None, ctx) -> JsonObject:
     """The result of a subscription method; :class:`ResourceError` otherwise.
     ``session_id`` None is stdio's session (:data:`LOCAL`)."""
     uri = msg.params.get("uri")
@@ -400,5 +401,5 @@ def _secret(error: str | None) -> bool:
     return (error or "").startswith(errors.SECRET_DETECTED)
 
 
-def _data(code: str, **extra) -> dict:
+def _data(code: str, **extra) -> JsonObject:
     return {"code": code, "retryable": False, **extra}

@@ -48,6 +48,7 @@ from ninja.security.http import HttpAuthBase
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from corpus import errors, store_faults, uris
+from corpus.jsontypes import JsonObject
 from corpus.security import MAX_PATH_SEGMENTS
 from mcp_gateway import context, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
@@ -107,7 +108,7 @@ class BearerAuth(HttpAuthBase):
 # -- the API ---------------------------------------------------------------------
 
 
-def _openapi_schema(schema: dict) -> tuple[dict, dict]:
+def _openapi_schema(schema: JsonObject) -> tuple[JsonObject, JsonObject]:
     """A registry schema with ``#/$defs/X`` rewritten to components, and its defs."""
     schema = copy.deepcopy(schema)
     defs = schema.pop("$defs", {})
@@ -280,11 +281,11 @@ api.add_exception_handler(Exception, _on_unexpected)
 # -- models generated from the input schemas ---------------------------------------
 
 
-def _drop_default(schema: dict) -> None:
+def _drop_default(schema: JsonObject) -> None:
     schema.pop("default", None)
 
 
-def _annotation(prop: dict):
+def _annotation(prop: JsonObject):
     if "enum" in prop:
         return Literal[tuple(prop["enum"])]
     kind = prop.get("type")
@@ -383,7 +384,7 @@ RESULTS = {
 _RESULT_FOR = {tool_name: name for name, tool_name in RESULTS.items()}
 
 
-def _error(description: str, headers: dict | None = None) -> dict:
+def _error(description: str, headers: JsonObject | None = None) -> JsonObject:
     out = {
         "description": description,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},
@@ -426,7 +427,7 @@ _FILE_ERRORS = {
 _POST_ERRORS = {415: _error("The body is not Content-Type: application/json.")}
 
 
-def _responses(tool_name: str, *extra: dict) -> dict:
+def _responses(tool_name: str, *extra: JsonObject) -> JsonObject:
     ok = {
         "description": "The tool's structured result (MCP structuredContent).",
         "headers": {
@@ -445,7 +446,7 @@ def _responses(tool_name: str, *extra: dict) -> dict:
     return {"responses": {200: ok, **dict(sorted(merged.items()))}}
 
 
-def _operation(tool_name: str, operation_id: str, *extra: dict) -> dict:
+def _operation(tool_name: str, operation_id: str, *extra: JsonObject) -> JsonObject:
     tool = tools.table()[tool_name]
     return {
         "operation_id": operation_id,
@@ -459,13 +460,13 @@ def _operation(tool_name: str, operation_id: str, *extra: dict) -> dict:
 # -- the one way in ------------------------------------------------------------------
 
 
-def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict | HttpResponse:
+def run_tool(ctx: context.Context, tool_name: str, arguments: JsonObject) -> JsonObject | HttpResponse:
     """What ``tools/call`` runs (``tools.run``: validated, run, counted in the
     metrics), answered the REST way: the structured result, or the envelope."""
     return tool_answer(tools.run(tools.table()[tool_name], arguments, tools.Call(ctx)))
 
 
-def tool_answer(result: dict) -> dict | HttpResponse:
+def tool_answer(result: JsonObject) -> JsonObject | HttpResponse:
     """A ``CallToolResult`` as the REST mirror answers it: a tool error as
     the error envelope (its §14 code and status), else ``structuredContent``
     (with an image content item's base64 as ``data``: dir2mcp.read_bytes)."""
@@ -512,7 +513,7 @@ async def _in_slot(request: HttpRequest, fn, *args, paid: bool = False):
 
 
 def paid_call(
-    ctx: context.Context, tool_name: str, arguments: dict, payment: str | None, route: tuple[str, str]
+    ctx: context.Context, tool_name: str, arguments: JsonObject, payment: str | None, route: tuple[str, str]
 ) -> HttpResponse:
     """A priced tool through the x402 gate (payments/gate.py), header variant.
 
@@ -710,7 +711,7 @@ RESOURCE_SCHEMAS = {
 }
 
 
-def _resource_operation(operation_id: str, summary: str, description: str, result: str) -> dict:
+def _resource_operation(operation_id: str, summary: str, description: str, result: str) -> JsonObject:
     ok = {
         "description": f"The MCP result of the same request ({result}).",
         "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{result}"}}},
@@ -733,7 +734,7 @@ def _resource_result(fn, ctx: context.Context, argument):
         return error_response(exc.code, exc.message, retryable=exc.data.get("retryable"))
 
 
-def _read_contents(ctx: context.Context, uri: str) -> dict:
+def _read_contents(ctx: context.Context, uri: str) -> JsonObject:
     return {"contents": resources.read(ctx, uri)}
 
 

@@ -26,6 +26,7 @@ from asgiref.sync import markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 from mcp_gateway import security_headers, transport
 
 ALLOW_METHODS = "GET, POST, OPTIONS"
@@ -35,7 +36,7 @@ CONTENT_TYPE = "application/json; charset=utf-8"  # what django-ninja's JSON ren
 
 
 def error_response(
-    code: str, message: str, *, status: int | None = None, headers: dict | None = None, retryable=None
+    code: str, message: str, *, status: int | None = None, headers: JsonObject | None = None, retryable=None
 ) -> HttpResponse:
     """Every REST error: the envelope of ``errors.rest_error_body``, with the
     code's status (``errors.http_status``) unless ``status`` says otherwise."""

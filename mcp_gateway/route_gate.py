@@ -47,6 +47,7 @@ from django.conf import settings
 from django.http.request import split_domain_port
 
 from corpus import errors, observe
+from corpus.jsontypes import JsonObject
 from mcp_gateway import api, context, ratelimit, rest_edge, sessions, transport
 from mcp_gateway.asgi_io import Request, Response
 from mcp_gateway.listen import parse_listen
@@ -100,7 +101,7 @@ def route_of(path: str) -> Route:
     return SITE_ROUTE
 
 
-def resolved(scope: dict) -> tuple[dict, str]:
+def resolved(scope: JsonObject) -> tuple[JsonObject, str]:
     """``scope`` with the deployment's prefix as its ``root_path``, and the
     path Django routes for it (``ASGIRequest.path_info``, by the same rule)."""
     prefix = settings.FORCE_SCRIPT_NAME or ""
@@ -138,7 +139,7 @@ def check_rate(remote: str, authorization: str | None, ctx: context.Context) -> 
         )
 
 
-def own_origin(request: Request, scope: dict) -> str:
+def own_origin(request: Request, scope: JsonObject) -> str:
     """``scheme://host:port`` of the request itself, as a browser names the
     page it came from (behind a proxy, from its forwarded headers, as Django)."""
     scheme = scope.get("scheme") or "http"
@@ -152,7 +153,7 @@ def own_origin(request: Request, scope: dict) -> str:
     return f"{scheme}://{domain}:{port or (443 if scheme == 'https' else 80)}"
 
 
-async def check_edge(request: Request, route: Route, scope: dict) -> context.Context | None:
+async def check_edge(request: Request, route: Route, scope: JsonObject) -> context.Context | None:
     """Host, then Origin; raises :class:`HttpError`. The context, when the
     Origin check needed it."""
     if not request.host_allowed():

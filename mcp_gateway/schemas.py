@@ -12,6 +12,7 @@ import copy
 
 from corpus import arguments, counters
 from corpus.globs import MAX_GLOB_CHARS
+from corpus.jsontypes import JsonObject
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from mcp_gateway import budgets
@@ -90,7 +91,7 @@ HIT = {
 
 # An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether dense
 # retrieval took part, and why not when it failed.
-def _provider_status(description: str) -> dict:
+def _provider_status(description: str) -> JsonObject:
     """Whether a provider call took part, and if not why: ``dense`` and ``generation``."""
     return {
         "type": "object",
@@ -157,7 +158,7 @@ QUESTION = {
 PATH_SEGMENTS_PATTERN = f"^(?:[^/]*/){{0,{MAX_PATH_SEGMENTS - 1}}}[^/]*$"
 
 
-def path_argument(description: str, *, required: bool = True) -> dict:
+def path_argument(description: str, *, required: bool = True) -> JsonObject:
     """Every path-bearing argument: at most ``MAX_PATH_CHARS`` characters in
     at most ``MAX_PATH_SEGMENTS`` segments (corpus/security.py enforces the
     same bounds behind every surface, schema or not)."""
@@ -171,7 +172,7 @@ def path_argument(description: str, *, required: bool = True) -> dict:
     }
 
 
-def _with_defs(schema: dict, *names: str) -> dict:
+def _with_defs(schema: JsonObject, *names: str) -> JsonObject:
     defs = {"Span": SPAN, "Hit": HIT}
     out = copy.deepcopy(schema)
     out["$defs"] = {name: copy.deepcopy(defs[name]) for name in names}

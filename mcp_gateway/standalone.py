@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import connection
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 from mcp_gateway import notify, sessions
 from mcp_gateway.asgi_io import StreamResponse
 from mcp_gateway.transport import HttpError
@@ -68,13 +69,13 @@ class Outbox:
         self.detached_at: float | None = time.monotonic()
         self.closed = False
         self._seq = 0
-        self._log: deque[tuple[int, float, dict | None]] = deque()
+        self._log: deque[tuple[int, float, JsonObject | None]] = deque()
         self._lock = threading.Lock()
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     # -- producers --
 
-    def send(self, notification: dict | None) -> None:
+    def send(self, notification: JsonObject | None) -> None:
         if self.stale():  # nobody came back for it within the replay window
             self.close()
         with self._lock:
@@ -93,7 +94,7 @@ class Outbox:
         self._kick()
         notify.HUB.detach(self.session_id, self)
 
-    def _append(self, entry: dict | None) -> int:
+    def _append(self, entry: JsonObject | None) -> int:
         self._seq += 1
         self._log.append((self._seq, time.monotonic(), entry))
         now = time.monotonic()
@@ -139,7 +140,7 @@ class Outbox:
             oldest = self._log[0][0] if self._log else self._seq + 1
             return seq <= self._seq and seq >= oldest - 1
 
-    def take(self, cursor: int, own_priming: int) -> tuple[list[tuple[int, dict | None]], int]:
+    def take(self, cursor: int, own_priming: int) -> tuple[list[tuple[int, JsonObject | None]], int]:
         """The entries after ``cursor`` to send (other connections' priming
         events left out) and the new cursor; when some were dropped unsent,
         a ``list_changed`` goes at the end."""
@@ -168,7 +169,7 @@ class _Reader:
     cursor: int = 0
 
 
-def event_bytes(event_id: str, message: dict | None) -> bytes:
+def event_bytes(event_id: str, message: JsonObject | None) -> bytes:
     if message is None:
         return f"id: {event_id}\nretry: {RETRY_MS}\ndata: \n\n".encode()
     data = json.dumps(message, ensure_ascii=False)

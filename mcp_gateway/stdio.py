@@ -45,6 +45,7 @@ from typing import BinaryIO
 
 from corpus import errors, store_faults
 from corpus.events import Reporter
+from corpus.jsontypes import JsonObject
 from mcp_gateway import dispatch, modern, subscriptions, tools, transport
 from mcp_gateway.background import start_background_indexing
 from mcp_gateway.notify import HUB, LOCAL
@@ -72,7 +73,7 @@ _TOO_LONG = object()
 # -- the stream -----------------------------------------------------------------
 
 
-def encode(message: dict) -> bytes:
+def encode(message: JsonObject) -> bytes:
     """One protocol line. JSON escapes control characters, so the only
     newline is the terminator; lone surrogates fall back to \\u escapes."""
     try:
@@ -90,7 +91,7 @@ class LineWriter:
         self._lock = threading.Lock()
         self.broken = threading.Event()  # the client stopped reading
 
-    def write(self, message: dict) -> bool:
+    def write(self, message: JsonObject) -> bool:
         try:
             data = encode(message)
         except (TypeError, ValueError):  # a bug: never send half a message
@@ -163,13 +164,13 @@ class _Call:
         self._lock = threading.Lock()
         self._over = False
 
-    def emit(self, notification: dict) -> None:
+    def emit(self, notification: JsonObject) -> None:
         """Progress and log notifications, only while the call is live."""
         with self._lock:
             if not self._over and not self.cancel.is_set():
                 self.writer.write(notification)
 
-    def finish(self, response: dict | None) -> None:
+    def finish(self, response: JsonObject | None) -> None:
         with self._lock:
             self._over = True
             if response is not None and not self.cancel.is_set():
@@ -367,7 +368,7 @@ class StdioServer:
                     self._inflight.pop(call.msg.id, None)
                 call.finish(response)
 
-    def _respond(self, msg: Message, emit, cancel) -> dict | None:
+    def _respond(self, msg: Message, emit, cancel) -> JsonObject | None:
         try:
             if modern.is_modern(msg):  # 2026-07-28: no session, everything in the request
                 return modern.respond(msg, self.ctx, emit=emit, cancel=cancel)
@@ -418,7 +419,7 @@ class NotificationSink:
     def __init__(self, server: StdioServer):
         self.server = server
 
-    def send(self, notification: dict) -> None:
+    def send(self, notification: JsonObject) -> None:
         if self.server.session.initialized:
             self.server.writer.write(notification)
 

@@ -25,6 +25,7 @@ from corpus.answer import ask as answer
 from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
 from corpus.ingest import coverage
+from corpus.jsontypes import JsonObject
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters
@@ -81,7 +82,7 @@ def _decode_cursor(cursor: str) -> int:
     return offset
 
 
-def list_page(cursor: str | None = None, page_size: int | None = None) -> dict:
+def list_page(cursor: str | None = None, page_size: int | None = None) -> JsonObject:
     """One page of tool definitions; ``ValueError`` for a bad cursor."""
     size = page_size or PAGE_SIZE
     start = 0 if cursor is None else _decode_cursor(cursor)
@@ -127,7 +128,7 @@ def _validation_error(exc: ValidationError) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(errors.INVALID_FIELD, f"{where}: {exc.message}")
 
 
-def validate_arguments(tool: Tool, arguments) -> dict:
+def validate_arguments(tool: Tool, arguments) -> JsonObject:
     """The arguments with schema defaults applied; Dir2mcpError otherwise."""
     if arguments is None:
         arguments = {}
@@ -144,7 +145,7 @@ def validate_arguments(tool: Tool, arguments) -> dict:
     return {**defaults, **arguments}
 
 
-def error_result(exc: errors.Dir2mcpError) -> dict:
+def error_result(exc: errors.Dir2mcpError) -> JsonObject:
     payload = exc.as_dict()
     return {
         "isError": True,
@@ -153,7 +154,7 @@ def error_result(exc: errors.Dir2mcpError) -> dict:
     }
 
 
-def run(tool: Tool, arguments, call: Call) -> dict:
+def run(tool: Tool, arguments, call: Call) -> JsonObject:
     """Validate, run and package one call as a ``CallToolResult``, counted
     in the metrics (``/metrics``: calls and latency by tool). Every surface
     runs tools here: ``tools/call`` over HTTP and stdio, and the REST mirror.
@@ -167,7 +168,7 @@ def run(tool: Tool, arguments, call: Call) -> dict:
     return result
 
 
-def _run(tool: Tool, arguments, call: Call) -> dict:
+def _run(tool: Tool, arguments, call: Call) -> JsonObject:
     try:
         args = validate_arguments(tool, arguments)
         given = arguments or {}  # the hints repeat what the client gave, not the defaults
@@ -193,11 +194,11 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
         )
 
 
-def package(tool: Tool, result: dict, args: dict) -> dict:
+def package(tool: Tool, result: JsonObject, args: JsonObject) -> JsonObject:
     """The ``CallToolResult`` of a handler's result: its summary, any further
     content items, the structured result, how fresh it is and the next
     actions it suggests."""
-    extra: list[dict] = []
+    extra: list[JsonObject] = []
     if tool.split_content is not None:
         result, extra = tool.split_content(result)
     result = freshness.narrow(tool, result)
@@ -215,7 +216,7 @@ def package(tool: Tool, result: dict, args: dict) -> dict:
 # -- the tools ------------------------------------------------------------------
 
 
-def _filters(args: dict):
+def _filters(args: JsonObject):
     return Filters(
         path_prefix=canonical_prefix(args.get("path_prefix", "")),
         file_glob=args.get("file_glob", ""),
@@ -223,7 +224,7 @@ def _filters(args: dict):
     )
 
 
-def search(call: Call, args: dict) -> dict:
+def search(call: Call, args: JsonObject) -> JsonObject:
     call.progress(0, 1, "searching")
     result = call.ctx.searcher.search(args["query"], k=args["k"], index=args["index"], filters=_filters(args))
     call.check()
@@ -235,7 +236,7 @@ def search(call: Call, args: dict) -> dict:
     return out
 
 
-def _within_budget(call: Call, result, max_tokens: int) -> dict:
+def _within_budget(call: Call, result, max_tokens: int) -> JsonObject:
     """The hits as passages with their text, merged per file, in rank order
     (:func:`mcp_gateway.budgets.run` keeps those that fit)."""
     passages = budget.merge(result.hits)
@@ -258,7 +259,7 @@ def _embed_first(ctx: Context, rel_paths: list[str]) -> None:
         supervisor.embed_first(rel_paths)
 
 
-def ask(call: Call, args: dict) -> dict:
+def ask(call: Call, args: JsonObject) -> JsonObject:
     ctx = call.ctx
     chat = ctx.chat if args["mode"] == "answer" else None
     call.progress(0, 2, "searching")
@@ -288,7 +289,7 @@ def _retrieved(call: Call, found, *, generating: bool) -> None:
     call.progress(1, 2, f"{len(found.hits)} passages" + ("; generating the answer" if generating else ""))
 
 
-def open_file(call: Call, args: dict) -> dict:
+def open_file(call: Call, args: JsonObject) -> JsonObject:
     keys = ("start_line", "end_line", "page", "start_ms", "end_ms", "max_chars")
     _embed_first(call.ctx, [args["rel_path"]])
     return files.open_file(
@@ -296,7 +297,7 @@ def open_file(call: Call, args: dict) -> dict:
     )
 
 
-def list_files(call: Call, args: dict) -> dict:
+def list_files(call: Call, args: JsonObject) -> JsonObject:
     return files.list_files(
         path_prefix=args.get("path_prefix", ""),
         glob=args.get("glob", ""),
@@ -305,7 +306,7 @@ def list_files(call: Call, args: dict) -> dict:
     )
 
 
-def find(call: Call, args: dict) -> dict:
+def find(call: Call, args: JsonObject) -> JsonObject:
     keys = (
         "name_glob",
         "content",
@@ -327,7 +328,7 @@ def find(call: Call, args: dict) -> dict:
     return result
 
 
-def stats(call: Call, args: dict) -> dict:
+def stats(call: Call, args: JsonObject) -> JsonObject:
     ctx = call.ctx
     job = latest_job()
     counters = job.counters() if job else {}

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 
 LATEST_VERSION = "2025-11-25"
 # Every version we speak; the header may carry any of them (the v0.1.16
@@ -43,7 +44,7 @@ class HttpError(Exception):
     rpc_code: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
-    def body(self) -> dict:
+    def body(self) -> JsonObject:
         """A JSON-RPC error without ``id`` (the transport spec allows one)."""
         rpc_code = self.rpc_code if self.rpc_code is not None else errors.RPC_INVALID_REQUEST
         return errors.rpc_refusal(rpc_code, self.message, {"code": self.code})
@@ -236,7 +237,7 @@ def check_session_header(value: str | None) -> str:
 class Message:
     """One parsed client message: a request, a notification or a response."""
 
-    raw: dict
+    raw: JsonObject
     kind: str  # "request" | "notification" | "response"
 
     @property
@@ -248,7 +249,7 @@ class Message:
         return self.raw.get("method", "")
 
     @property
-    def params(self) -> dict:
+    def params(self) -> JsonObject:
         return self.raw.get("params") or {}
 
 

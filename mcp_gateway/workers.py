@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 
 
 @dataclass(frozen=True)
@@ -166,11 +167,11 @@ def deadline_exceeded(seconds: float) -> Overdue:
     )
 
 
-def readiness() -> dict:
+def readiness() -> JsonObject:
     """``/healthz``: can this process take another call, and are calls
     finishing within their deadline? (``degraded`` when not.)"""
     limit, running, overdue = Slots.limit, Slots.taken, Slots.overdue
-    out: dict = {"ok": True, "running": running}
+    out: JsonObject = {"ok": True, "running": running}
     if limit is not None:
         out["limit"] = limit
     if overdue:

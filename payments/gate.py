@@ -39,6 +39,7 @@ from x402.mcp.constants import MCP_PAYMENT_RESPONSE_META_KEY
 
 from corpus import errors
 from corpus.events import utc_stamp
+from corpus.jsontypes import JsonObject
 from payments import challenge, owners, replay
 from payments.audit import AuditTrail, Entry
 from payments.bazaar import ToolInfo, catalog_from, discovery_extension
@@ -114,10 +115,10 @@ class Gate:
         policy: Policy,
         state_dir: Path,
         *,
-        emit: Callable[[dict], None] | None = None,
+        emit: Callable[[JsonObject], None] | None = None,
         facilitator: Facilitator | None = None,
         tools: Mapping[str, Any] | None = None,
-        bazaar_examples: Mapping[str, dict] | None = None,
+        bazaar_examples: Mapping[str, JsonObject] | None = None,
         bazaar_description: str = "",
     ):
         self.policy = policy
@@ -184,11 +185,11 @@ class Gate:
         self,
         *,
         tool_name: str,
-        arguments: dict | None,
+        arguments: JsonObject | None,
         header: str | None,
-        meta_payment: dict | None,
+        meta_payment: JsonObject | None,
         request_hash: str,
-        run: Callable[[], dict],
+        run: Callable[[], JsonObject],
         route: Route | None = None,
     ) -> Outcome:
         """Answer one paid call of ``tool_name`` (see :class:`Outcome`).
@@ -310,7 +311,7 @@ class Gate:
         self._record_after_run(_with(step.entry, Status.SETTLING))
         return self._settle(step, Outcome.from_dict(attempt.outcome).result)
 
-    def _settle(self, step: _Step, result: dict) -> Outcome:
+    def _settle(self, step: _Step, result: JsonObject) -> Outcome:
         """Settle a payment whose tool ran and succeeded, its intent recorded;
         only the facilitator is retried."""
         entry, variant = step.entry, step.variant
@@ -394,7 +395,7 @@ class Gate:
         variant: str,
         reason: str,
         *,
-        receipt: dict | None = None,
+        receipt: JsonObject | None = None,
         route: Route | None = None,
     ) -> Outcome:
         """A payment that was refused: the challenge again, naming the reason."""
@@ -432,7 +433,7 @@ def _with(entry: Entry, status: str, **changes: str | bool) -> Entry:
     return Entry(**{**entry.__dict__, "status": status, **changes})
 
 
-def _payer(payload: dict) -> str:
+def _payer(payload: JsonObject) -> str:
     inner = payload.get("payload") or {}
     auth = inner.get("authorization") if isinstance(inner, dict) else None
     return str(auth.get("from", "")) if isinstance(auth, dict) else ""
@@ -500,7 +501,7 @@ def from_config(
     config,
     state_dir: Path,
     *,
-    emit: Callable[[dict], None] | None = None,
+    emit: Callable[[JsonObject], None] | None = None,
     tools: Mapping[str, Any] | None = None,
     facilitator: Facilitator | None = None,
 ) -> Gate | None:

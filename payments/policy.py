@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from x402 import PaymentRequirements
 
+from corpus.jsontypes import JsonObject
 from corpus.state import write_json
 from payments.evm import ExactEvmServerScheme, get_asset_info, is_valid_address
 
@@ -58,7 +59,7 @@ class Price:
     pay_to: str
     scheme: str
     max_timeout_seconds: int
-    extra: dict = field(default_factory=dict, hash=False, compare=False)
+    extra: JsonObject = field(default_factory=dict, hash=False, compare=False)
     display: str = ""
 
     def requirements(self) -> PaymentRequirements:
@@ -89,10 +90,10 @@ class Policy:
     def price_for(self, tool_name: str) -> Price | None:
         return self.per_tool.get(tool_name, self.default)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> JsonObject:
         """What ``pricing.snapshot.json`` holds: no secret is part of a policy."""
 
-        def view(price: Price | None) -> dict | None:
+        def view(price: Price | None) -> JsonObject | None:
             if price is None:
                 return None
             return {"price": price.display, "amount": price.amount, "asset": price.asset}
@@ -120,7 +121,7 @@ class PolicyProblems(Exception):
         self.problems = problems
 
 
-def _price(text: str, policy, network: str) -> tuple[str, str, dict]:
+def _price(text: str, policy, network: str) -> tuple[str, str, JsonObject]:
     """(atomic amount, asset, extra) for a configured price text."""
     raw = text.strip()
     if policy.asset:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from corpus.ingest.extracted import Page, Segment
+from corpus.jsontypes import JsonObject
 
 LINES = "lines"
 PAGE = "page"
@@ -30,7 +31,7 @@ class ChunkDraft:
     span_kind: str
     start: int
     end: int
-    extra: dict | None = None
+    extra: JsonObject | None = None
     #: what the unit sits in (path, enclosing definitions or headings, a long
     #: definition's signature): indexed and embedded with ``text``, never
     #: shown as the file's text

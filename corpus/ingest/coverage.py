@@ -22,6 +22,7 @@ from django.db.models import Count
 from corpus import errors
 from corpus.gitignore import git_files
 from corpus.ingest.exclusions import SHOWN_SOURCES, ExclusionTally, coverage_warning
+from corpus.jsontypes import JsonObject
 from corpus.models import Document
 from corpus.store import get_json_setting, set_setting
 
@@ -36,7 +37,7 @@ _SKIP_KINDS = {
 }
 
 
-def record(root, tally: ExclusionTally, *, walked: int) -> dict:
+def record(root, tally: ExclusionTally, *, walked: int) -> JsonObject:
     """Store a whole walk's coverage (what it found, what it left out, what
     git tracks below ``root``) and return it, with its warning."""
     tracked = git_files(str(root), others=False)
@@ -77,7 +78,7 @@ def skipped_by_kind() -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def summary() -> dict | None:
+def summary() -> JsonObject | None:
     """The last whole walk's coverage with the skipped counts as they stand;
     None before any whole walk was recorded."""
     found = get_json_setting(COVERAGE_KEY)
@@ -87,7 +88,7 @@ def summary() -> dict | None:
     return found
 
 
-def describe(found: dict) -> str:
+def describe(found: JsonObject) -> str:
     """One line: what the last whole walk found, against git, and what it left out."""
     git = found["git_tracked_files"]
     line = f"Coverage: {found['walked_files']} files found, {found['indexed_files']} indexed"
@@ -96,7 +97,7 @@ def describe(found: dict) -> str:
     return line + (f"; left out: {shown}" if shown else "")
 
 
-def left_out(found: dict) -> str:
+def left_out(found: JsonObject) -> str:
     """``gitignore=12 files+3 dirs size_cap=2 ...``: a coverage's exclusions and skips by kind."""
     parts = []
     for kind, n in found["excluded"].items():

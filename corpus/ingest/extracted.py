@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from corpus.jsontypes import JsonObject
+
 RAW_TEXT = "raw_text"
 PAGE_SEPARATOR = "\f"
 
@@ -36,7 +38,7 @@ class Extracted:
     rep_type: str
     text: str
     pages: tuple[Page, ...] | None = None
-    meta: dict = field(default_factory=dict)
+    meta: JsonObject = field(default_factory=dict)
     #: transcripts with timestamps: chunked into time windows
     segments: tuple[Segment, ...] | None = None
 

@@ -14,6 +14,7 @@ from corpus.config import Config
 from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, Page
 from corpus.ingest.extract import extract_pdf_text as _text_layer
 from corpus.ingest.transcripts import transcribe_audio
+from corpus.jsontypes import JsonObject
 from corpus.providers.ocr import PROVIDER as OCR_PROVIDER
 from corpus.providers.ocr import MistralOcr, image_mime
 from corpus.providers.stt import ElevenLabsStt, MistralStt
@@ -34,7 +35,7 @@ class MediaProviders:
                 provider.close()
 
 
-def _paged(pages: list[Page], meta: dict) -> Extracted:
+def _paged(pages: list[Page], meta: JsonObject) -> Extracted:
     text = PAGE_SEPARATOR.join(page.text for page in pages)
     return Extracted(rep_type=OCR_MARKDOWN, text=text, pages=tuple(pages), meta=meta)
 

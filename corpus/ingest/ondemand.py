@@ -43,6 +43,7 @@ from corpus.ingest.prepare import (
     sha256_hex,
 )
 from corpus.ingest.transcripts import TRANSCRIPT, transcribe_audio
+from corpus.jsontypes import JsonObject
 from corpus.models import Document, Representation
 from corpus.providers.annotate import annotate, flatten
 from corpus.providers.stt import ElevenLabsStt, MistralStt
@@ -121,7 +122,7 @@ def transcribe_file(
     language: str | None = None,
     timestamps: bool = True,
     refresh: bool = False,
-) -> dict:
+) -> JsonObject:
     """Transcribe an audio file now and store its ``transcript`` (spec §15.7 output)."""
     ws.engine.resolve(rel_path)  # path errors first (reads nothing)
     _stt_key(ws)  # then the key: without one, the file is not read at all
@@ -250,8 +251,8 @@ def best_text(rel: str) -> tuple[Document, Representation]:
 
 
 def annotate_document(
-    ws: Workspace, rel_path: str, schema: dict, *, index_flattened_text: bool = True
-) -> dict:
+    ws: Workspace, rel_path: str, schema: JsonObject, *, index_flattened_text: bool = True
+) -> JsonObject:
     """Structured extraction over a document's best text (spec §15.8 output)."""
     rel = ws.engine.resolve(rel_path).rel  # the one path check: refuses excluded paths and escapes
     if schema.get("type", "object") != "object":

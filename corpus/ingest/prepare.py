@@ -25,6 +25,7 @@ from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, extr
 from corpus.ingest.generated import RULE_VERSION as GENERATED_RULE_VERSION
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.ingest.units import parse
+from corpus.jsontypes import JsonObject
 from corpus.navigation import symbols
 from corpus.providers.http import ProviderError
 from corpus.security import ExclusionEngine
@@ -132,7 +133,7 @@ class Preparer:
         self.providers = providers or MediaProviders()
 
     @cached_property
-    def _base_policy(self) -> dict:
+    def _base_policy(self) -> JsonObject:
         cfg = self.config
         return {
             "v": EXTRACTOR_VERSION,

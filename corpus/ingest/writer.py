@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from corpus import bulk
 from corpus.index import lexical
 from corpus.ingest.prepare import Prepared, sha256_hex
+from corpus.jsontypes import JsonObject
 from corpus.models import (
     Chunk,
     Document,
@@ -222,7 +223,7 @@ def _drop_navigation(doc_ids: list[int]) -> None:
     Reference.objects.filter(document_id__in=doc_ids).delete()
 
 
-def _document_fields(prepared: Prepared) -> dict:
+def _document_fields(prepared: Prepared) -> JsonObject:
     return {
         "source_type": prepared.source_type,
         "doc_type": prepared.doc_type,

@@ -16,6 +16,7 @@ from corpus import errors, store_faults
 from corpus.config import Config, default_config_path, load_config
 from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.events import Reporter
+from corpus.jsontypes import JsonObject
 from corpus.providers.registry import make_chat
 from corpus.secrets import resolve_all, resolve_secret, write_snapshot
 from corpus.state import StateDir, ensure_token, resolve_root, resolve_state
@@ -78,7 +79,7 @@ class Dir2mcpCommand(BaseCommand):
     def add_command_arguments(self, parser) -> None:
         """Subclasses add their own flags here."""
 
-    def runtime(self, options: dict, *, config_flags: dict | None = None) -> Runtime:
+    def runtime(self, options: JsonObject, *, config_flags: JsonObject | None = None) -> Runtime:
         root = resolve_root(options.get("dir"))
         state = resolve_state(options.get("state_dir"), options.get("dir"), root)
         config_path = Path(options["config"]).absolute() if options.get("config") else None

@@ -19,6 +19,7 @@ import json
 from corpus import errors
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
+from corpus.jsontypes import JsonObject
 from corpus.models import Reference, Representation, RepType, Symbol
 from corpus.navigation import symbols
 
@@ -82,7 +83,9 @@ def _limit(value, default: int) -> int:
 # -- symbols --------------------------------------------------------------------------
 
 
-def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit: int | None = None) -> dict:
+def find_symbols(
+    name, *, kind: str | None = None, path_prefix: str = "", limit: int | None = None
+) -> JsonObject:
     """Where ``name`` is defined, best first (the tiers above)."""
     name, limit, prefix = _name(name), _limit(limit, 20), canonical_prefix(path_prefix)
     if kind not in (None, "") and kind not in KINDS:
@@ -99,7 +102,7 @@ def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit:
         rows.filter(name_lower__startswith=lower).exclude(name_lower=lower),
         rows.filter(name_lower__contains=lower).exclude(name_lower__startswith=lower),
     )
-    hits: list[dict] = []
+    hits: list[JsonObject] = []
     cut = False
     for tier, query in zip(_TIERS, tiers, strict=True):
         found = list(
@@ -134,7 +137,7 @@ def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit:
     return {"name": name, "symbols": out, "count": len(out), "truncated": more}
 
 
-def _symbol(row: dict, signature: str) -> dict:
+def _symbol(row: JsonObject, signature: str) -> JsonObject:
     hit = {
         "rel_path": row["document__rel_path"],
         "name": row["name"],
@@ -156,7 +159,7 @@ def _symbol(row: dict, signature: str) -> dict:
 
 def find_references(
     name, *, path_prefix: str = "", limit: int | None = None, cursor: str | None = None
-) -> dict:
+) -> JsonObject:
     """Where ``name`` is used: a page of hits and, when there are more, a cursor."""
     name, limit, prefix = _name(name), _limit(limit, 50), canonical_prefix(path_prefix)
     # The cursor names its query by a digest: short whatever the prefix's length.

@@ -23,6 +23,7 @@ import tree_sitter
 from corpus import errors, files
 from corpus.citations import SpanRef
 from corpus.ingest import sections, units
+from corpus.jsontypes import JsonObject
 
 #: the most text an outline reads (characters): a generated file past it is outlined in part
 MAX_CHARS = 4 * 1024 * 1024
@@ -124,7 +125,7 @@ class Entry:
     node: tree_sitter.Node | None = field(default=None, repr=False, compare=False)
     name_node: tree_sitter.Node | None = field(default=None, repr=False, compare=False)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         out = {
             "kind": self.kind,
             "name": self.name,
@@ -162,7 +163,7 @@ class Outline:
     #: the file kept changing while it was read: this is the outline of its indexed text
     from_index: bool = False
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         out = {
             "rel_path": self.rel_path,
             "doc_type": self.doc_type,

@@ -21,6 +21,7 @@ from typing import NamedTuple
 from corpus import errors, files
 from corpus.documents import mime_type
 from corpus.ingest.classify import SNIFF_BYTES, TEXTUAL_TYPES, classify
+from corpus.jsontypes import JsonObject
 from corpus.navigation import images
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 
@@ -59,7 +60,7 @@ def _the_file_itself(opened: OpenedFile, what: str) -> None:
 
 def checksum(
     engine: ExclusionEngine, rel_path, *, algorithm: str = "sha256", check: Callable[[], None] = lambda: None
-) -> dict:
+) -> JsonObject:
     """The digest of the file's bytes as they are now (one version: a file
     that changed while it was hashed is hashed again). ``check`` is called
     between blocks: a caller that stops the work raises from it."""
@@ -70,7 +71,7 @@ def checksum(
     if not isinstance(rel_path, str) or not rel_path:
         raise errors.Dir2mcpError(errors.MISSING_FIELD, "rel_path is required")
 
-    def hashed(opened) -> dict:
+    def hashed(opened) -> JsonObject:
         _the_file_itself(opened, "a checksum")
         if opened.st.st_size > MAX_CHECKSUM_BYTES:
             raise errors.Dir2mcpError(
@@ -92,7 +93,7 @@ def checksum(
     return _settled(engine, rel_path, hashed)
 
 
-def _settled(engine: ExclusionEngine, rel_path, read: Callable[[OpenedFile], dict]) -> dict:
+def _settled(engine: ExclusionEngine, rel_path, read: Callable[[OpenedFile], JsonObject]) -> JsonObject:
     """``read`` of one version of the file (:func:`files.read_settled`)."""
     try:
         return files.read_settled(engine, rel_path, read)
@@ -104,7 +105,7 @@ def _settled(engine: ExclusionEngine, rel_path, read: Callable[[OpenedFile], dic
 
 def diff(
     engine: ExclusionEngine, rel_path_a, rel_path_b, *, context: int = 3, max_chars: int = 20000
-) -> dict:
+) -> JsonObject:
     """A unified diff of two documents' text: lines of text files, or the
     indexed text of converted ones (two PDFs' text layers or OCR, page by
     page), capped at ``max_chars`` with ``truncated``."""
@@ -167,7 +168,7 @@ def read_bytes(
     length: int | None = None,
     fmt: str = "auto",
     check: Callable[[], None] = _no_check,
-) -> dict:
+) -> JsonObject:
     """``length`` bytes of the file from ``offset``, as text or base64, or an
     image file whole as an image (``_image_data``: base64).
 
@@ -192,7 +193,7 @@ def read_bytes(
     start = _bound("offset", offset, 0, 2**53 - 1, 0)
     count = _bound("length", length, 1, MAX_LENGTH, DEFAULT_LENGTH)
 
-    def read(opened: OpenedFile) -> dict:
+    def read(opened: OpenedFile) -> JsonObject:
         _the_file_itself(opened, "a byte range")
         kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
         chosen = _chosen(fmt, kind, ranged)
@@ -227,7 +228,7 @@ def _chosen(fmt: str, kind: str, ranged: bool) -> str:
     return "text" if kind in TEXTUAL_TYPES else "base64"
 
 
-def _range(engine: ExclusionEngine, opened: OpenedFile, offset: int, length: int, fmt: str) -> dict:
+def _range(engine: ExclusionEngine, opened: OpenedFile, offset: int, length: int, fmt: str) -> JsonObject:
     """The range with :data:`_CONTEXT` bytes on each side read and screened."""
     size = opened.st.st_size
     seek = max(0, min(offset, size) - _CONTEXT)
@@ -287,7 +288,7 @@ def _screen_bytes(engine: ExclusionEngine, rel: str, data: bytes) -> None:
         files.screen(engine, rel, data.replace(b"\x00", b"").decode("latin-1"))
 
 
-def _image(engine: ExclusionEngine, opened: OpenedFile, kind: str, check: Callable[[], None]) -> dict:
+def _image(engine: ExclusionEngine, opened: OpenedFile, kind: str, check: Callable[[], None]) -> JsonObject:
     rel, size = opened.rel, opened.st.st_size
     if kind != "image":
         raise errors.Dir2mcpError(

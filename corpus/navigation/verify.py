@@ -15,6 +15,7 @@ import re
 
 from corpus import errors, files
 from corpus.citations import find_citations
+from corpus.jsontypes import JsonObject
 from corpus.security import ExclusionEngine
 
 #: citations checked in one text; the rest are counted, not opened
@@ -28,7 +29,7 @@ _TIME = re.compile(r"^(?P<path>.+)@t=(?P<start>[\d:]+)-(?P<end>[\d:]+)$")
 _QUOTE = re.compile(r"\"([^\"\n]+)\"|“([^”\n]+)”|`([^`\n]+)`")
 
 
-def parse(citation: str) -> tuple[str, dict]:
+def parse(citation: str) -> tuple[str, JsonObject]:
     """A citation's path and the ``open_file`` arguments of its span."""
     inner = citation.strip()[1:-1]
     if match := _LINES.match(inner):
@@ -51,7 +52,7 @@ def _fold(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def verify(engine: ExclusionEngine, text: str) -> dict:
+def verify(engine: ExclusionEngine, text: str) -> JsonObject:
     """Each citation of ``text`` checked, in order of first appearance."""
     cited = find_citations(text)
     checked = [_check(engine, text, citation) for citation in cited[:MAX_CITATIONS]]
@@ -64,7 +65,7 @@ def verify(engine: ExclusionEngine, text: str) -> dict:
     }
 
 
-def _check(engine: ExclusionEngine, text: str, citation: str) -> dict:
+def _check(engine: ExclusionEngine, text: str, citation: str) -> JsonObject:
     out = {"citation": citation, "exists": False, "in_bounds": False, "quotes": [], "ok": False}
     try:
         rel_path, span = parse(citation)
@@ -84,7 +85,7 @@ def _check(engine: ExclusionEngine, text: str, citation: str) -> dict:
     return out
 
 
-def _within(asked: dict, served: dict | None) -> bool:
+def _within(asked: JsonObject, served: JsonObject | None) -> bool:
     """Whether the slice served covers the whole span asked for."""
     if served is None:
         return False

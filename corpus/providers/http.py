@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 from corpus.observe import observe_provider_call
 
 logger = logging.getLogger(__name__)
@@ -180,18 +181,22 @@ class ProviderClient:
     def close(self) -> None:
         self._finalizer()
 
-    def post_json(self, path: str, body: dict, *, options: HttpOptions | None = None) -> dict:
+    def post_json(self, path: str, body: JsonObject, *, options: HttpOptions | None = None) -> JsonObject:
         """POST ``body`` to ``base_url + path`` and return the decoded JSON object.
 
         ``options`` replaces the client's timeouts and retry policy for this
         call (e.g. :func:`query_options` on the search path)."""
         return self._decode(path, self._send(path, options, json=body))
 
-    def post_form(self, path: str, data: dict[str, Any], files: dict[str, tuple[str, bytes, str]]) -> dict:
+    def post_form(
+        self, path: str, data: dict[str, Any], files: dict[str, tuple[str, bytes, str]]
+    ) -> JsonObject:
         """POST multipart/form-data; list values become repeated fields (as the SDKs send them)."""
         return self._decode(path, self._send(path, None, data=data, files=files))
 
-    def post_for_bytes(self, path: str, body: dict, *, operation: str | None = None) -> tuple[bytes, str]:
+    def post_for_bytes(
+        self, path: str, body: JsonObject, *, operation: str | None = None
+    ) -> tuple[bytes, str]:
         """POST JSON and return the raw body with its content type (audio answers).
 
         ``operation`` names the call in the metrics when ``path`` carries
@@ -264,7 +269,7 @@ class ProviderClient:
         )
         time.sleep(delay)
 
-    def _decode(self, path: str, response: httpx.Response) -> dict:
+    def _decode(self, path: str, response: httpx.Response) -> JsonObject:
         try:
             data = response.json()
         except ValueError:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from corpus.config import Config
+from corpus.jsontypes import JsonObject
 from corpus.providers.media_http import limits, media_client
 
 PROVIDER = "mistral"
@@ -114,7 +115,7 @@ class MistralOcr:
                 continue
             yield out.getvalue(), group
 
-    def _call(self, document: dict, *, offsets: list[int]) -> OcrResult:
+    def _call(self, document: JsonObject, *, offsets: list[int]) -> OcrResult:
         self.calls += 1
         body = self.client.post_json("/v1/ocr", {"model": self.model, "document": document})
         pages = body.get("pages")
@@ -158,7 +159,7 @@ class MistralOcr:
         return result
 
 
-def _pdf_document(data: bytes) -> dict:
+def _pdf_document(data: bytes) -> JsonObject:
     return {
         "type": "document_url",
         "document_url": "data:application/pdf;base64," + base64.b64encode(data).decode(),

@@ -15,6 +15,7 @@ import numpy as np
 
 from corpus import errors
 from corpus.config import OpenAICompatibleConfig
+from corpus.jsontypes import JsonObject
 from corpus.providers.base import ChatMessage, ChatModel, Embedder, ModelInfo, normalize_rows
 from corpus.providers.http import HttpOptions, ProviderClient, query_options
 
@@ -30,7 +31,7 @@ def check_kind(kind: str) -> None:
         raise ValueError(f"unknown embedding kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def embedding_rows(body: dict, count: int, client: ProviderClient) -> np.ndarray:
+def embedding_rows(body: JsonObject, count: int, client: ProviderClient) -> np.ndarray:
     """The vectors of an embeddings response, reordered by each item's ``index``."""
     data = body.get("data")
     if not isinstance(data, list) or len(data) != count:
@@ -56,7 +57,7 @@ def messages_payload(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
-def chat_reply(body: dict, client: ProviderClient) -> str:
+def chat_reply(body: JsonObject, client: ProviderClient) -> str:
     """``choices[0].message.content``, joining text chunks when content is a list."""
     try:
         content = body["choices"][0]["message"].get("content")

@@ -24,6 +24,7 @@ import numpy as np
 
 from corpus import errors
 from corpus.config import Config, OpenAICompatibleConfig
+from corpus.jsontypes import JsonObject
 from corpus.providers.base import ChatModel, Embedder, ModelInfo
 from corpus.providers.http import HttpOptions
 from corpus.providers.mistral import DOCUMENTED_DIMS, MISSING_KEY_HINT, MistralChat, MistralEmbedder
@@ -261,10 +262,10 @@ class EmbedderChoice:
             MISMATCH: "embedder_mismatch",
         }.get(self.status)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         """For ``stats`` and ``status --json``."""
 
-        def models(value: EmbedderModels | None) -> dict | None:
+        def models(value: EmbedderModels | None) -> JsonObject | None:
             return value.as_dict() if value is not None else None
 
         return {
@@ -275,7 +276,7 @@ class EmbedderChoice:
             "note": self.note,
         }
 
-    def event_data(self) -> dict:
+    def event_data(self) -> JsonObject:
         return {**self.as_dict(), "message": self.message, "hint": self.note}
 
 

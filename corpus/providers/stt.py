@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from corpus.config import Config
+from corpus.jsontypes import JsonObject
 from corpus.providers.media_http import limits, media_client
 
 # Scribe returns words; a segment ends at a sentence end, a pause or this length.
@@ -113,7 +114,7 @@ class MistralStt(_CachedStt):
     default_model = "voxtral-mini-latest"
 
     def _call(self, name: str, data: bytes, mime: str) -> Transcript:
-        form: dict = {"model": self.model}
+        form: JsonObject = {"model": self.model}
         # The API takes one or the other (wire-formats.md §1.3).
         if self.timestamps:
             form["timestamp_granularities"] = ["segment"]

@@ -23,6 +23,7 @@ from corpus import secrets as secret_store
 from corpus.config import Config, ConfigProblem, default_config_path, load_config, load_config_marked
 from corpus.config_template import render_config
 from corpus.events import Reporter
+from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand
 from corpus.setup_wizard import WizardResult, run_wizard
 from corpus.state import StateDir, atomic_write, resolve_root, resolve_state
@@ -62,7 +63,7 @@ class Command(Dir2mcpCommand):
         else:
             self.init_config(options)
 
-    def print_config(self, options: dict) -> None:
+    def print_config(self, options: JsonObject) -> None:
         # Not self.runtime(): that refuses a configuration with a bad key,
         # which is what this command must show.
         root = resolve_root(options.get("dir"))
@@ -88,7 +89,7 @@ class Command(Dir2mcpCommand):
                 hint="The configuration above leaves the marked keys out; fix them where they are set.",
             )
 
-    def init_config(self, options: dict) -> None:
+    def init_config(self, options: JsonObject) -> None:
         # Not self.runtime(): init must work when the target file is missing
         # or broken, which runtime() rejects while loading it.
         root = resolve_root(options.get("dir"))
@@ -128,7 +129,7 @@ def _shown(problem: ConfigProblem) -> Any:
     return value
 
 
-def _problem_dict(problem: ConfigProblem) -> dict:
+def _problem_dict(problem: ConfigProblem) -> JsonObject:
     out = {"key": problem.key, "problem": "unknown key" if problem.unknown else "bad value"}
     out |= {"source": problem.source, "value": _shown(problem)}
     return out if problem.unknown else out | {"detail": problem.detail}
@@ -140,7 +141,7 @@ def _mark_text(problem: ConfigProblem) -> str:
     return f"<- bad value {_shown(problem)!r} in {problem.source}, not applied: {problem.detail}"
 
 
-def marked_yaml(data: dict, problems: list[ConfigProblem]) -> str:
+def marked_yaml(data: JsonObject, problems: list[ConfigProblem]) -> str:
     """``data`` as YAML with a comment on each problem's key (an unknown key
     is shown where it was written), under a header listing the problems."""
     marks = {}

@@ -11,6 +11,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand
 from corpus.store import open_store
 
@@ -43,7 +44,7 @@ class Command(Dir2mcpCommand):
             f"{verb} admin user {user.get_username()!r}; sign in at /admin/ of the running server."
         )
 
-    def _password(self, options: dict, *, interactive: bool) -> str:
+    def _password(self, options: JsonObject, *, interactive: bool) -> str:
         if options.get("password_file"):
             path = Path(options["password_file"])
             try:

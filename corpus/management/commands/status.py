@@ -5,6 +5,7 @@ from corpus import errors
 from corpus.embedding import recipe_summary
 from corpus.events import format_progress, printable
 from corpus.ingest import coverage
+from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
@@ -55,7 +56,7 @@ class Command(Dir2mcpCommand):
         elif choice.recorded and not choice.active:
             w(f"  the index holds {choice.recorded.label} vectors; embed.provider is none")
 
-    def _print_indexer(self, found: dict) -> None:
+    def _print_indexer(self, found: JsonObject) -> None:
         """The indexing child of the server that last ran here (`up`, `mcp_stdio`)."""
         state = f"running (pid {found['pid']})" if found.get("running") else "not running"
         line = f"Indexer process: {state}, restarted {found.get('restarts', 0)} time(s)"
@@ -76,7 +77,7 @@ class Command(Dir2mcpCommand):
                 + f"{printable(str(unwritten.get('message')))})"
             )
 
-    def _print_celery(self, c: dict) -> None:
+    def _print_celery(self, c: JsonObject) -> None:
         w = self.stdout.write
         depth = "unknown (broker unreachable)" if c["queued_messages"] is None else c["queued_messages"]
         w(
@@ -92,7 +93,7 @@ class Command(Dir2mcpCommand):
                 f"seen {age:.0f}s ago"
             )
 
-    def _as_dict(self, rt, s) -> dict:
+    def _as_dict(self, rt, s) -> JsonObject:
         job = s.job
         return {
             "root": str(rt.root),
@@ -160,5 +161,5 @@ class Command(Dir2mcpCommand):
             w(f"Waiting for a key: {waiting}")
 
 
-def _pairs(counts: dict) -> str:
+def _pairs(counts: JsonObject) -> str:
     return " ".join(f"{k}={v}" for k, v in counts.items())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corpus import errors
+from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import Document
 from mcp_gateway import background, connection, context, listen, preflight, server
@@ -102,9 +103,9 @@ class Command(Dir2mcpCommand):
         rt.reporter.stream.flush()
 
 
-def config_flags(options: dict) -> dict:
+def config_flags(options: JsonObject) -> JsonObject:
     """The flags as config keys (flags beat env and file, spec §16.1)."""
-    flags: dict = {}
+    flags: JsonObject = {}
 
     def put(dotted: str, value) -> None:
         node = flags
@@ -143,7 +144,7 @@ def config_flags(options: dict) -> dict:
     return flags
 
 
-def auth_spec(options: dict, cfg) -> str:
+def auth_spec(options: JsonObject, cfg) -> str:
     """``auto``, ``none`` or ``file:<absolute path>``: flag, then DIR2MCP_AUTH, then config."""
     raw = (options.get("auth") or "").strip()
     if raw.startswith("file:") and raw != "file:":
