@@ -171,7 +171,7 @@ def forget_vectors(state: StateDir) -> None:
 class DenseStore:
     """The two indices of one state directory, loaded once per process."""
 
-    def __init__(self, state: StateDir):
+    def __init__(self, state: StateDir) -> None:
         self.state = state
         self._lock = threading.Lock()
         self._indices: dict[str, VectorIndex] = {}
@@ -342,7 +342,7 @@ class EmbedFirst:
     them to its indexing child (mcp_gateway.indexer_process). Bounded: the
     most recent ``limit`` paths."""
 
-    def __init__(self, limit: int = 256):
+    def __init__(self, limit: int = 256) -> None:
         self._paths: deque[str] = deque(maxlen=limit)
         self._lock = threading.Lock()
 

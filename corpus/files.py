@@ -174,7 +174,7 @@ def redacted_text(engine: ExclusionEngine, rel_path: str, text: str) -> str:
 class Unsettled(Exception):  # noqa: N818 (a condition the caller handles, not a failure)
     """The file changed during each of :data:`READ_ATTEMPTS` reads."""
 
-    def __init__(self, rel: str):
+    def __init__(self, rel: str) -> None:
         super().__init__(f"{rel} changed while it was read, {READ_ATTEMPTS} times")
         self.rel = rel
 
@@ -650,7 +650,7 @@ class _Literal(contextlib.nullcontext):
     """Escaped text, matched in the server: the ``regex`` module matches
     without holding the GIL, and stops at the deadline."""
 
-    def __init__(self, compiled, deadline: float):
+    def __init__(self, compiled, deadline: float) -> None:
         super().__init__(self)
         self.compiled, self.deadline = compiled, deadline
 

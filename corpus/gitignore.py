@@ -70,7 +70,7 @@ class Rules:
 
     __slots__ = ("_any", "patterns", "spec")
 
-    def __init__(self, spec: pathspec.GitIgnoreSpec):
+    def __init__(self, spec: pathspec.GitIgnoreSpec) -> None:
         self.spec = spec
         self.patterns = spec.patterns
         # Each rule names its directory-mark group; one name may appear only once.

@@ -189,7 +189,7 @@ class Glob:
 
     __slots__ = ("glob", "_match")
 
-    def __init__(self, glob: str, regex: str | None, selects: bool = True):
+    def __init__(self, glob: str, regex: str | None, selects: bool = True) -> None:
         self.glob = glob
         compiled = re.compile(regex) if regex is not None else None  # a negation is checked too
         self._match = compiled.match if compiled is not None and selects else None

@@ -54,7 +54,7 @@ class Filters:
     file_glob: str = ""
     doc_types: tuple[str, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.file_glob:
             globs.compile_glob(self.file_glob)  # INVALID_FIELD before any work, not a 500 midway
 
@@ -155,7 +155,7 @@ def validate(query: str, k: int, index: str) -> None:
 class Searcher:
     """Hybrid search over one state directory."""
 
-    def __init__(self, state: StateDir, config: Config, embedder: Embedder | None):
+    def __init__(self, state: StateDir, config: Config, embedder: Embedder | None) -> None:
         self.state = state
         self.config = config
         self.embedder = embedder

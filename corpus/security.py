@@ -210,7 +210,7 @@ class ExclusionEngine:
         """The engine every reader uses: ingestion and every file-reading tool."""
         return cls(root, ExclusionPolicy.from_config(config, root=root), state_dir=state_dir)
 
-    def __init__(self, root: Path, policy: ExclusionPolicy, *, state_dir: Path | None = None):
+    def __init__(self, root: Path, policy: ExclusionPolicy, *, state_dir: Path | None = None) -> None:
         self.root = Path(root).resolve()
         self.policy = policy
         self._root_str = str(self.root)
@@ -644,7 +644,7 @@ _MAX_LINKS = 40
 
 
 class _IsLink(Exception):  # noqa: N818 (control flow, never raised out of the walk)
-    def __init__(self, target: str):
+    def __init__(self, target: str) -> None:
         self.target = target
 
 

@@ -34,7 +34,7 @@ class GatewayHandler(ASGIHandler):
     """Django's ASGI handler for the REST mirror: none of the site's
     middleware, only the mirror's own edge (CORS, JSON errors)."""
 
-    def load_middleware(self, is_async=False):
+    def load_middleware(self, is_async=False) -> None:
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []

@@ -47,6 +47,7 @@ from mcp_gateway import (
     workers,
 )
 from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
+from mcp_gateway.context import Context
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import HttpError, Message
 
@@ -75,7 +76,7 @@ class _Inflight:
     """A call running in this process: the worker's stop flag, and a future
     the request awaits alongside the work so a cancel answers at once."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.event = threading.Event()
         self.cancelled = loop.create_future()
 
@@ -370,7 +371,7 @@ def _lookup_and_respond(
     session_id: str,
     msg: Message,
     version: str,
-    ctx,
+    ctx: Context,
     cancel: threading.Event,
     payment: str | None,
     reply: dispatch.HttpReply,
@@ -479,7 +480,7 @@ def _sse(message: JsonObject) -> bytes:
     return b"event: message\ndata: " + json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
-def _stream(msg: Message, key: tuple, client: str, job, ctx) -> StreamResponse:
+def _stream(msg: Message, key: tuple, client: str, job, ctx: Context) -> StreamResponse:
     """Answer on an SSE stream: notifications as they come, then the response
     of ``job(emit, cancel)``, run as ``client``'s call under ``key``.
 

@@ -38,7 +38,7 @@ class Request:
 
     __slots__ = ("method", "headers", "client", "server", "scheme", "_receive")
 
-    def __init__(self, scope: JsonObject, receive):
+    def __init__(self, scope: JsonObject, receive) -> None:
         self.method: str = scope["method"]
         headers: dict[str, str] = {}
         for raw_name, raw_value in scope.get("headers", ()):

@@ -116,7 +116,7 @@ class Completion:
 class PathTable:
     """Each folder's entries (lowercase folder → :class:`Sorted` of its entries)."""
 
-    def __init__(self, paths):
+    def __init__(self, paths) -> None:
         entries: dict[str, dict[str, str]] = {}  # folder -> {entry's name, lowercase: entry}
         files_below: dict[tuple[str, str], int] = {}  # a folder entry -> files under it
         one_file: dict[tuple[str, str], str] = {}  # a folder entry -> a file under it
@@ -153,7 +153,7 @@ class PathTable:
 class SymbolTable:
     """The defined names of the index, as one :class:`Sorted`."""
 
-    def __init__(self, names):
+    def __init__(self, names) -> None:
         self.names = Sorted.of({(name.lower(), name) for name in names})
 
     def complete(self, typed: str) -> tuple[list[str], int]:
@@ -182,7 +182,7 @@ def stamp() -> tuple:
 class _Stamp:
     """:func:`stamp`, read at most once per :data:`CHECK_SECONDS` for all tables."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._value, self._read = None, float("-inf")
 
@@ -240,7 +240,7 @@ class Cached:
     most once per :data:`CHECK_SECONDS`, start a background check of the
     stamp (and a rebuild if it moved)."""
 
-    def __init__(self, build: Callable[[], object]):
+    def __init__(self, build: Callable[[], object]) -> None:
         self._build = build
         self._lock = threading.Lock()
         self._table = None

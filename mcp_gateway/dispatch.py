@@ -98,7 +98,7 @@ def ok(msg_id, result: JsonObject) -> JsonObject:
 class _Progress:
     """``notifications/progress`` for one request, strictly increasing."""
 
-    def __init__(self, token, emit: Emit):
+    def __init__(self, token, emit: Emit) -> None:
         self.token, self.emit, self.last = token, emit, None
 
     def __call__(self, progress: float, total: float | None = None, message: str | None = None) -> None:

@@ -59,6 +59,7 @@ from corpus.models import Chunk, EmbeddingStatus
 from corpus.state import SpaceReserve, StateDir
 from corpus.status import INDEXER_KEY
 from corpus.store import set_setting
+from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class ForwardingReporter(Reporter):
     """A reporter that writes each call as one JSON line for the parent to
     replay (the child's stdout is a pipe the server reads)."""
 
-    def __init__(self, stream: IO[str]):
+    def __init__(self, stream: IO[str]) -> None:
         super().__init__(stream, json_mode=False, quiet=False)
         self._send_lock = threading.Lock()
         self._last_sent = 0.0
@@ -190,7 +191,7 @@ class ChildLaunch:
 class _Rate:
     """Chunks embedded per second over the last minute (from progress calls)."""
 
-    def __init__(self, window: float = 60.0):
+    def __init__(self, window: float = 60.0) -> None:
         self.window = window
         self._points: deque[tuple[float, int]] = deque()
         self.total = 0
@@ -233,7 +234,7 @@ class IndexerSupervisor:
         stop_wait: float = 30.0,
         first_backoff: float = FIRST_BACKOFF,
         on_progress=None,
-    ):
+    ) -> None:
         self.launch = launch
         #: called on each progress report of the child (it reports after storing vectors)
         self.on_progress = on_progress
@@ -460,7 +461,7 @@ class IndexerThread:
     reports progress to, mcp_gateway.background), and embed-first requests, which go
     straight to this process's queue since the pipeline runs here."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rate = _Rate()
         self.unwritten = UnwrittenCount()
         self._thread: threading.Thread | None = None
@@ -505,7 +506,7 @@ class UnwrittenCount:
     written: its ``store_write_failed`` and ``store_write_landed`` events
     (corpus.ingest.watch.Unwritten), for ``stats`` and ``status``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.paths = 0
         self.walk = False
         self.code = ""
@@ -586,7 +587,7 @@ class DenseRefresher:
     ``wake`` is called: the supervisor calls it on each progress report of
     its child, which reports after storing."""
 
-    def __init__(self, state: StateDir, stop: threading.Event, *, every: float = REFRESH_SECONDS):
+    def __init__(self, state: StateDir, stop: threading.Event, *, every: float = REFRESH_SECONDS) -> None:
         self.state = state
         self.stop = stop
         self.every = every
@@ -629,7 +630,7 @@ class DenseRefresher:
 # -- what status and stats show ---------------------------------------------
 
 
-def summary(ctx) -> JsonObject:
+def summary(ctx: Context) -> JsonObject:
     """The indexer as ``stats`` shows it: where it runs, whether it is
     alive, how often it was restarted, and dense coverage with the
     estimated time to full coverage at the recent embedding rate."""

@@ -82,7 +82,9 @@ class Refusal(Exception):
     """A modern request refused before any method runs: a JSON-RPC error and
     the HTTP status the revision gives it (400, or 404 for -32601)."""
 
-    def __init__(self, rpc_code: int, message: str, data: JsonObject | None = None, status: int = 400):
+    def __init__(
+        self, rpc_code: int, message: str, data: JsonObject | None = None, status: int = 400
+    ) -> None:
         super().__init__(message)
         self.rpc_code, self.message, self.data, self.status = rpc_code, message, data, status
 

@@ -43,6 +43,7 @@ from corpus.events import Reporter
 from corpus.jsontypes import JsonObject
 from corpus.models import DocStatus, Document
 from mcp_gateway import sessions
+from mcp_gateway.context import Context
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import Message
 
@@ -90,7 +91,7 @@ class ChangeAnnouncer:
     """The indexer's reporter under a server: everything goes to ``inner``,
     and the documents it changed to :func:`announce`."""
 
-    def __init__(self, inner: Reporter):
+    def __init__(self, inner: Reporter) -> None:
         self._inner = inner
 
     def __getattr__(self, name):
@@ -127,7 +128,7 @@ class Sink(Protocol):
 class LocalSubscriptions:
     """The subscriptions of a session that is not in the database (stdio's one session)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._by_uri: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -154,7 +155,7 @@ class _Debouncer:
     """Per key, the first change passes at once; further ones within ``window``
     are held and pass once, at the window's end."""
 
-    def __init__(self, window: float):
+    def __init__(self, window: float) -> None:
         self.window = window
         self._last: dict[object, float] = {}
         self._held: dict[object, float] = {}
@@ -183,7 +184,7 @@ class _Debouncer:
 class Hub:
     """This process's end of the fan-out: the group listener and the sinks it feeds."""
 
-    def __init__(self, debounce: float = DEBOUNCE_SECONDS):
+    def __init__(self, debounce: float = DEBOUNCE_SECONDS) -> None:
         self._lock = threading.Lock()
         self._sinks: dict[str, tuple[Sink, LocalSubscriptions | None]] = {}
         self._inbox: queue.Queue = queue.Queue(maxsize=INBOX_MAX)
@@ -339,7 +340,7 @@ HUB = Hub()
 # -- resources/subscribe and resources/unsubscribe ------------------------------------
 
 
-def respond(msg: Message, session_id: str | None, ctx) -> JsonObject:
+def respond(msg: Message, session_id: str | None, ctx: Context) -> JsonObject:
     """The result of a subscription method; :class:`ResourceError` otherwise.
     ``session_id`` None is stdio's session (:data:`LOCAL`)."""
     uri = msg.params.get("uri")
@@ -378,7 +379,7 @@ def respond(msg: Message, session_id: str | None, ctx) -> JsonObject:
     return {}
 
 
-def subscribable(ctx, uri: str) -> str:
+def subscribable(ctx: Context, uri: str) -> str:
     """The rel_path of the indexed, readable file ``uri`` names; the refusals
     of ``resources/read`` otherwise (-32002 for anything outside the root,
     excluded, secret-bearing or not indexed)."""

@@ -42,7 +42,7 @@ class PromptError(Exception):
 
     def __init__(
         self, message: str, data: JsonObject | None = None, rpc_code: int = errors.RPC_INVALID_PARAMS
-    ):
+    ) -> None:
         super().__init__(message)
         self.message, self.data, self.rpc_code = message, data, rpc_code
 

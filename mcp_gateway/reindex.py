@@ -28,6 +28,7 @@ from corpus import errors
 from corpus.ingest.pipeline import Indexer
 from corpus.state import IndexLock
 from mcp_gateway import context
+from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def _holder(lock: IndexLock) -> int:
         return 0
 
 
-def _run(ctx, paths: tuple[str, ...], full: bool, lock: IndexLock | None) -> None:
+def _run(ctx: Context, paths: tuple[str, ...], full: bool, lock: IndexLock | None) -> None:
     try:
         with _admin_lock:
             if lock is None:  # an earlier admin run may have let go of it meanwhile

@@ -27,6 +27,7 @@ from corpus.citations import SpanRef
 from corpus.jsontypes import JsonObject
 from corpus.navigation.tokens import CHARS_PER_TOKEN
 from mcp_gateway import budgets
+from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class ResourceError(Exception):
     """A request for resources that fails: a JSON-RPC error code, a message,
     and ``data`` with the dir2mcp code (spec §14) and whether to retry."""
 
-    def __init__(self, rpc_code: int, message: str, data: JsonObject):
+    def __init__(self, rpc_code: int, message: str, data: JsonObject) -> None:
         super().__init__(message)
         self.rpc_code, self.message, self.data = rpc_code, message, data
 
@@ -104,7 +105,7 @@ def _invalid(message: str, code: str = errors.INVALID_FIELD, **data) -> Resource
     return ResourceError(errors.RPC_INVALID_PARAMS, message, {"code": code, "retryable": False, **data})
 
 
-def handle(method: str, params: JsonObject, ctx) -> JsonObject:
+def handle(method: str, params: JsonObject, ctx: Context) -> JsonObject:
     """The result of one resources method; :class:`ResourceError` otherwise."""
     try:
         if method == "resources/list":
@@ -140,7 +141,7 @@ def _string(params: JsonObject, name: str, *, required: bool) -> str | None:
     return value
 
 
-def _refuse_if_sold(ctx, tool_name: str) -> None:
+def _refuse_if_sold(ctx: Context, tool_name: str) -> None:
     """With x402 on, a read the gate sells as a tool is not given away as a resource."""
     gate = getattr(ctx, "gate", None)
     if gate is not None and gate.price_for(tool_name) is not None:
@@ -186,7 +187,7 @@ def resource(listed) -> JsonObject:
     }
 
 
-def list_page(ctx, cursor: str | None = None) -> JsonObject:
+def list_page(ctx: Context, cursor: str | None = None) -> JsonObject:
     """One ``resources/list`` page: ``{"resources": [...], "nextCursor"?}``."""
     _refuse_if_sold(ctx, "dir2mcp.list_files")
     after = _decode_cursor(cursor) if cursor is not None else ""
@@ -200,7 +201,7 @@ def list_page(ctx, cursor: str | None = None) -> JsonObject:
 # -- resources/read ------------------------------------------------------------------
 
 
-def read(ctx, uri: str) -> list[JsonObject]:
+def read(ctx: Context, uri: str) -> list[JsonObject]:
     """The ``contents`` of ``resources/read`` for ``uri``: one text or blob item."""
     _refuse_if_sold(ctx, "dir2mcp.open_file")
     if len(uri) > uris.MAX_URI_CHARS:
@@ -228,14 +229,14 @@ def read(ctx, uri: str) -> list[JsonObject]:
         raise ResourceError.of(exc, uri) from None
 
 
-def _slice(ctx, uri: str, rel_path: str, span) -> JsonObject:
+def _slice(ctx: Context, uri: str, rel_path: str, span) -> JsonObject:
     opened = files.open_file(ctx.engine, rel_path=rel_path, max_chars=SLICE_MAX_CHARS, **span.forms().fields)
     item = {"uri": uri, "mimeType": "text/plain", "text": opened["content"]}
     meta = {f"dir2mcp/{key}": True for key in ("truncated", "from_index") if opened.get(key)}
     return item | ({"_meta": meta} if meta else {})
 
 
-def _whole(ctx, uri: str, rel_path: str) -> JsonObject:
+def _whole(ctx: Context, uri: str, rel_path: str) -> JsonObject:
     whole = documents.read_whole(ctx.engine, rel_path)
     if whole.text is not None:
         return _bounded({"uri": uri, "mimeType": whole.mime_type, "text": whole.text}, rel_path, whole.lines)

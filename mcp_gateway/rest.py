@@ -182,7 +182,7 @@ api = RestAPI(
 # -- error handlers --------------------------------------------------------------
 
 
-def _on_dir2mcp_error(request, exc: errors.Dir2mcpError) -> HttpResponse:
+def _on_dir2mcp_error(request: HttpRequest, exc: errors.Dir2mcpError) -> HttpResponse:
     headers = {}
     retry_after = getattr(exc, "retry_after", None)
     if errors.http_status(exc.code) == 429 and isinstance(retry_after, int | float) and retry_after > 0:
@@ -190,11 +190,11 @@ def _on_dir2mcp_error(request, exc: errors.Dir2mcpError) -> HttpResponse:
     return error_response(exc.code, exc.message, headers=headers, retryable=exc.retryable)
 
 
-def _on_transport_error(request, exc: transport.HttpError) -> HttpResponse:
+def _on_transport_error(request: HttpRequest, exc: transport.HttpError) -> HttpResponse:
     return error_response(exc.code, exc.message, status=exc.status, headers=exc.headers)
 
 
-def _on_validation_error(request, exc: NinjaValidationError) -> HttpResponse:
+def _on_validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     first = exc.errors[0] if exc.errors else {}
     # loc is ("query", field...) or ("body", "body", field...): keep the field path.
     loc = list(first.get("loc", ()))
@@ -240,7 +240,7 @@ _RANGE_ERRORS = frozenset(
 )
 
 
-def _on_ninja_http_error(request, exc: NinjaHttpError) -> HttpResponse:
+def _on_ninja_http_error(request: HttpRequest, exc: NinjaHttpError) -> HttpResponse:
     if isinstance(exc, AuthenticationError):  # our gate raises instead; kept for completeness
         return error_response(
             errors.UNAUTHORIZED, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}
@@ -250,18 +250,18 @@ def _on_ninja_http_error(request, exc: NinjaHttpError) -> HttpResponse:
     return error_response(code, str(exc), status=status)
 
 
-def _on_not_found(request, exc: Http404) -> HttpResponse:
+def _on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return error_response(errors.NOT_FOUND, "no such endpoint; see /api/v1/docs")
 
 
-def _on_too_big(request, exc: RequestDataTooBig) -> HttpResponse:
+def _on_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     limit = transport.MAX_BODY_BYTES
     return _on_transport_error(
         request, transport.HttpError(413, errors.INVALID_RANGE, f"request body over the {limit}-byte limit")
     )
 
 
-def _on_unexpected(request, exc: Exception) -> HttpResponse:
+def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     fault = store_faults.classify(exc)  # a damaged database, a full disk: named, not a bug
     if fault is not None:
         return _on_dir2mcp_error(request, fault)

@@ -29,6 +29,7 @@ from corpus import errors, patterns
 from corpus.events import Reporter
 from mcp_gateway import workers
 from mcp_gateway.background import start_background_indexing
+from mcp_gateway.context import Context
 from mcp_gateway.listen import ListenAddress, TlsFiles, bracket, endpoint_description, endpoint_url
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class Listening:
     url: str
 
 
-def serve(ctx, address: ListenAddress, **options: Any) -> None:
+def serve(ctx: Context, address: ListenAddress, **options: Any) -> None:
     """Serve ``ctx`` on ``address`` until SIGINT/SIGTERM (``options``:
     :class:`Gateway`'s ``reporter``, ``tls``, ``announce``, ``index``, ``stop_wait``).
 
@@ -119,7 +120,7 @@ class Gateway:
 
     def __init__(
         self,
-        ctx,
+        ctx: Context,
         address: ListenAddress,
         *,
         reporter: Reporter,
@@ -127,7 +128,7 @@ class Gateway:
         announce: Callable[[Listening], None] | None = None,
         index: bool = True,
         stop_wait: float = STOP_WAIT_SECONDS,
-    ):
+    ) -> None:
         self.ctx = ctx
         self.address = address
         self.reporter = reporter
@@ -277,7 +278,7 @@ def _server_class():
     class _Server(Server):
         listen_failure = None
 
-        def listen_error(self, failure):
+        def listen_error(self, failure) -> None:
             # Daphne logs and stops; keep the failure so `up` can exit 4.
             self.listen_failure = failure
             self.stop()
@@ -285,7 +286,7 @@ def _server_class():
     return _Server
 
 
-def _connection_limits(ctx):
+def _connection_limits(ctx: Context):
     # Imported here, as in _server_class: bounded.py imports daphne.
     from mcp_gateway.bounded import ConnectionLimits
 

@@ -44,7 +44,7 @@ class Limits:
 class SessionGone(Exception):
     """Unknown or expired; ``reason`` is "inactivity", "max-lifetime" or ""."""
 
-    def __init__(self, reason: str = ""):
+    def __init__(self, reason: str = "") -> None:
         super().__init__(reason or "unknown session")
         self.reason = reason
 

@@ -61,7 +61,7 @@ class Outbox:
     ``send`` and ``close`` may be called from any thread; one consumer (the
     open connection, :func:`_events`) reads on the server's event loop."""
 
-    def __init__(self, session_id: str):
+    def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.key = secrets.token_hex(6)
         self.generation = 0  # the connection now reading; an older one stops

@@ -48,6 +48,7 @@ from corpus.events import Reporter
 from corpus.jsontypes import JsonObject
 from mcp_gateway import dispatch, modern, subscriptions, tools, transport
 from mcp_gateway.background import start_background_indexing
+from mcp_gateway.context import Context
 from mcp_gateway.notify import HUB, LOCAL
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import HttpError, Message
@@ -86,7 +87,7 @@ def encode(message: JsonObject) -> bytes:
 class LineWriter:
     """Whole messages to the protocol stream, one line each, never interleaved."""
 
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
         self._lock = threading.Lock()
         self.broken = threading.Event()  # the client stopped reading
@@ -157,7 +158,7 @@ class _Call:
     """One ``tools/call`` being worked on; what cancellation and completion
     agree on, so that nothing is written after either."""
 
-    def __init__(self, msg: Message, writer: LineWriter):
+    def __init__(self, msg: Message, writer: LineWriter) -> None:
         self.msg = msg
         self.writer = writer
         self.cancel = threading.Event()
@@ -187,13 +188,13 @@ class StdioServer:
 
     def __init__(
         self,
-        ctx,
+        ctx: Context,
         *,
         infd: int,
         out: BinaryIO,
         workers: int = WORKERS,
         max_line: int = MAX_LINE_BYTES,
-    ):
+    ) -> None:
         self.ctx = ctx
         self.infd = infd
         self.max_line = max_line
@@ -416,7 +417,7 @@ class StdioServer:
 class NotificationSink:
     """The resource notifications of stdio's one session (``notify.Sink``)."""
 
-    def __init__(self, server: StdioServer):
+    def __init__(self, server: StdioServer) -> None:
         self.server = server
 
     def send(self, notification: JsonObject) -> None:
@@ -445,7 +446,7 @@ def _readable_id(data):
 
 
 def serve(
-    ctx,
+    ctx: Context,
     *,
     out: BinaryIO,
     infd: int = 0,
@@ -508,7 +509,7 @@ class _Hurry:
     """Set by a signal that arrives once the shutdown has begun (a second
     SIGINT/SIGTERM, or any after EOF): stop waiting for calls and the indexer."""
 
-    def __init__(self, signalled: list):
+    def __init__(self, signalled: list) -> None:
         self.signalled, self.base = signalled, len(signalled)
 
     def is_set(self) -> bool:

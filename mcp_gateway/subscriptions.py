@@ -30,6 +30,7 @@ from django.conf import settings
 from corpus import errors
 from corpus.jsontypes import JsonObject
 from mcp_gateway import notify, sessions
+from mcp_gateway.context import Context
 from mcp_gateway.modern import META_SERVER_INFO, server_info
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import Message
@@ -67,7 +68,7 @@ def _invalid(message: str) -> ResourceError:
     return ResourceError(errors.RPC_INVALID_PARAMS, message, data)
 
 
-def open_listen(msg: Message, ctx) -> Listen:
+def open_listen(msg: Message, ctx: Context) -> Listen:
     """The subscription ``msg`` asks for; :class:`ResourceError` (-32602) for a
     malformed filter. Reads the database (a worker thread's call)."""
     wanted = msg.params.get("notifications", {})
@@ -111,7 +112,9 @@ class Sink:
     """``notify.Sink`` of one subscription: what it asked for, tagged, to
     ``deliver``; ``on_close`` when the hub ends it."""
 
-    def __init__(self, listen: Listen, deliver: Callable[[JsonObject], None], on_close: Callable[[], None]):
+    def __init__(
+        self, listen: Listen, deliver: Callable[[JsonObject], None], on_close: Callable[[], None]
+    ) -> None:
         self.listen, self._deliver, self._on_close = listen, deliver, on_close
 
     def send(self, notification: JsonObject) -> None:

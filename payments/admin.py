@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from django.contrib import admin
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 from corpus.admin import ReadOnlyAdmin
@@ -44,7 +44,7 @@ class SettlementLogAdmin(ReadOnlyAdmin):
         export = self.admin_site.admin_view(self.export_view)
         return [path("export.csv", export, name="payments_settlementlog_export"), *super().get_urls()]
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(self, request: HttpRequest, extra_context=None):
         response = super().changelist_view(request, extra_context=extra_context)
         context = getattr(response, "context_data", None)
         if context is not None and "cl" in context:
@@ -52,10 +52,10 @@ class SettlementLogAdmin(ReadOnlyAdmin):
         return response
 
     @admin.action(description="Export selected as CSV", permissions=["view"])
-    def export_csv(self, request, queryset):
+    def export_csv(self, request: HttpRequest, queryset):
         return _csv_response(queryset, "settlements-selected.csv")
 
-    def export_view(self, request):
+    def export_view(self, request: HttpRequest):
         """The current filters and search of the changelist, as CSV."""
         if not self.has_view_permission(request):
             return HttpResponse(status=403)

@@ -52,7 +52,7 @@ class Entry:
 class AuditTrail:
     """Writes audit records for one gate."""
 
-    def __init__(self, state_dir: Path, emit: Callable[[JsonObject], None] | None = None):
+    def __init__(self, state_dir: Path, emit: Callable[[JsonObject], None] | None = None) -> None:
         self.log_path = Path(state_dir) / "payments" / "settlement.log"
         self.emit = emit
 

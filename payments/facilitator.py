@@ -35,7 +35,7 @@ class FacilitatorUnavailable(Exception):
     ``delivered`` is False only when the request certainly never reached it.
     """
 
-    def __init__(self, operation: str, status: int, detail: str, *, delivered: bool = True):
+    def __init__(self, operation: str, status: int, detail: str, *, delivered: bool = True) -> None:
         super().__init__(f"facilitator {operation} unavailable: {detail}")
         self.operation = operation
         self.status = status
@@ -48,7 +48,7 @@ class Facilitator:
 
     def __init__(
         self, url: str, *, timeout: float = DEFAULT_TIMEOUT, http_client: httpx.Client | None = None
-    ):
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self._client = HTTPFacilitatorClientSync(

@@ -120,7 +120,7 @@ class Gate:
         tools: Mapping[str, Any] | None = None,
         bazaar_examples: Mapping[str, JsonObject] | None = None,
         bazaar_description: str = "",
-    ):
+    ) -> None:
         self.policy = policy
         self.state_dir = Path(state_dir)
         self.facilitator = facilitator or Facilitator(policy.facilitator_url)

@@ -116,7 +116,7 @@ class Policy:
 class PolicyProblems(Exception):
     """The configuration is incomplete or invalid; ``problems`` lists why."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
 

@@ -90,7 +90,7 @@ class MemberProblem:
 class _Budget:
     """Counters shared by an archive and everything nested in it."""
 
-    def __init__(self, limits: ArchiveLimits, engine: ExclusionEngine | None):
+    def __init__(self, limits: ArchiveLimits, engine: ExclusionEngine | None) -> None:
         self.limits = limits
         self.engine = engine
         self.members = 0
@@ -102,7 +102,7 @@ class _Budget:
 
 
 class _Rejected(Exception):
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -38,7 +38,7 @@ class BatchWriter:
 
     def __init__(
         self, known: KnownFiles, counters: Counters, reporter: Reporter, *, written: Callable[[], None]
-    ):
+    ) -> None:
         self.known = known
         self.counters = counters
         self.reporter = reporter

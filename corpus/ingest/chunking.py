@@ -62,7 +62,7 @@ def chunk_code(text: str, *, max_lines: int = 200, overlap_lines: int = 30) -> l
 class _LineCursor:
     """1-based line numbers for increasing offsets, counting each newline once."""
 
-    def __init__(self, text: str, first_line: int):
+    def __init__(self, text: str, first_line: int) -> None:
         self._text = text
         self._pos = 0
         self._line = first_line

@@ -46,6 +46,6 @@ class Extracted:
 class NeedsProvider(Exception):
     """The document has no text without an external provider (``"ocr"`` or ``"stt"``)."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str) -> None:
         super().__init__(f"document needs the {what} provider")
         self.what = what

@@ -209,7 +209,7 @@ def _write_document(prepared: Prepared) -> None:
 class _Refreshing:
     """An STT provider whose cache is bypassed when asked to retranscribe."""
 
-    def __init__(self, stt, refresh: bool):
+    def __init__(self, stt, refresh: bool) -> None:
         self.stt, self.refresh = stt, refresh
 
     def transcribe(self, name: str, data: bytes):

@@ -126,7 +126,7 @@ class Preparer:
         engine: ExclusionEngine,
         capabilities: Capabilities,
         providers: MediaProviders | None = None,
-    ):
+    ) -> None:
         self.config = config
         self.engine = engine
         self.capabilities = capabilities

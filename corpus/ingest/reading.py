@@ -48,7 +48,7 @@ class FileReader:
         reporter: Reporter,
         stop: threading.Event,
         take: Callable[[FileEntry], bool],
-    ):
+    ) -> None:
         self.config = config
         self.engine = engine
         self.preparer = preparer

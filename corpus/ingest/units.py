@@ -438,7 +438,7 @@ def parse(text: str, rel_path: str) -> Parsed | None:
 class _Cutter:
     """Walks one parsed file and yields its pieces in line order."""
 
-    def __init__(self, parsed: Parsed, unit_max_lines: int):
+    def __init__(self, parsed: Parsed, unit_max_lines: int) -> None:
         self.parsed = parsed
         self.grammar = parsed.grammar
         self.lines = parsed.lines

@@ -73,7 +73,7 @@ class _Filter(watchfiles.DefaultFilter):
     ``build`` and ``dist``, which hold source when git tracks files in them:
     the exclusion engine decides those)."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path) -> None:
         super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS - OUTPUT_DIR_NAMES))
         self.state_dir = str(Path(state_dir).resolve())  # events name real paths: see _Feed
 
@@ -183,7 +183,7 @@ class _Feed:
         *,
         reporter: Reporter | None = None,
         watch_limit: int | None = None,
-    ):
+    ) -> None:
         # The real path is watched, so events name real paths, which the
         # containment rule compares exactly (FSEvents reports them anyway).
         self.root = Path(root).resolve()
@@ -396,7 +396,7 @@ class Unwritten:
     FIRST_SECONDS = 1.0
     MAX_SECONDS = 30.0
 
-    def __init__(self, reporter: Reporter | None):
+    def __init__(self, reporter: Reporter | None) -> None:
         self.reporter = reporter
         self.paths: set[str] = set()
         self.walk = False
@@ -470,7 +470,7 @@ class _Retrier:
     to ``first`` once none do. ``lock`` keeps it and a watch batch from
     indexing at the same time."""
 
-    def __init__(self, first: float, indexer, stop: threading.Event):
+    def __init__(self, first: float, indexer, stop: threading.Event) -> None:
         self.first = self.delay = first
         self.indexer = indexer
         self.stop = stop

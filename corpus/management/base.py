@@ -64,7 +64,7 @@ class Dir2mcpCommand(BaseCommand):
     requires_system_checks: list = []
     requires_migrations_checks = False
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser) -> None:
         group = parser.add_argument_group("global flags")
         group.add_argument("--dir", help="Root directory to index (default: current directory).")
         group.add_argument("--config", help="Config file (default: <root>/.dir2mcp.yaml).")

@@ -80,7 +80,7 @@ class Contents:
     from (one read of it per document), or the hit's own text for a page or
     a time range."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lines: dict[int, list[str]] = {}
 
     def __call__(self, passage: Passage) -> str:

@@ -98,7 +98,7 @@ def query_options(base: HttpOptions) -> HttpOptions:
 class ProviderError(errors.Dir2mcpError):
     """A provider call that failed for good; ``status`` is the HTTP status, if any."""
 
-    def __init__(self, code: str, message: str, *, status: int | None = None, **kw: Any):
+    def __init__(self, code: str, message: str, *, status: int | None = None, **kw: Any) -> None:
         super().__init__(code, message, **kw)
         self.status = status
 
@@ -158,7 +158,7 @@ class ProviderClient:
         label: str,
         auth_hint: str = "",
         options: HttpOptions | None = None,
-    ):
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.label = label
         self.options = options or HttpOptions()

@@ -35,7 +35,7 @@ def image_mime(name: str) -> str:
 class OcrResult:
     """Markdown per 0-based page index, and the model that produced it."""
 
-    def __init__(self, model: str, pages: dict[int, str]):
+    def __init__(self, model: str, pages: dict[int, str]) -> None:
         self.model = model
         self.pages = pages
 
@@ -43,7 +43,7 @@ class OcrResult:
 class MistralOcr:
     """OCR through one Mistral client; thread-safe, bounded by ``ocr.concurrency``."""
 
-    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None):
+    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None) -> None:
         ocr = config.ocr
         self.model = config.mistral.ocr_model
         self.max_pages = ocr.max_pages_per_call

@@ -109,7 +109,7 @@ class OpenAICompatibleEmbedder(Embedder):
         batch_size: int = 32,
         options: HttpOptions | None = None,
         setting: str = "embed.openai_compatible",
-    ):
+    ) -> None:
         self.model = _require_model(section, setting)
         self.max_batch = batch_size
         self._dim = 0
@@ -158,7 +158,7 @@ class OpenAICompatibleChat(ChatModel):
         api_key: str | None = None,
         options: HttpOptions | None = None,
         setting: str = "chat.openai_compatible",
-    ):
+    ) -> None:
         self.model = _require_model(section, setting)
         self._client = _client(section, api_key, options or HttpOptions(read_timeout=120.0))
 

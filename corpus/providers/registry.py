@@ -363,7 +363,7 @@ class UnavailableEmbedder(Embedder):
     and every embedding call fails with the reason: searches answer from the
     lexical index and say why (dense ``unavailable``); new chunks stay pending."""
 
-    def __init__(self, choice: EmbedderChoice):
+    def __init__(self, choice: EmbedderChoice) -> None:
         assert choice.recorded is not None
         self.choice = choice
         self.provider = choice.recorded.provider

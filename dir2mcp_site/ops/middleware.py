@@ -10,6 +10,7 @@ same headers where they write their answers (``mcp_gateway/security_headers.py``
 from __future__ import annotations
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest
 
 from corpus import observe
 from mcp_gateway import security_headers
@@ -22,29 +23,29 @@ class _AfterResponse:
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response):
+    def __init__(self, get_response) -> None:
         self.get_response = get_response
         if iscoroutinefunction(get_response):
             markcoroutinefunction(self)
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest):
         if iscoroutinefunction(self):
             return self._acall(request)
         response = self.get_response(request)
         self.after(request, response)
         return response
 
-    async def _acall(self, request):
+    async def _acall(self, request: HttpRequest):
         response = await self.get_response(request)
         self.after(request, response)
         return response
 
-    def after(self, request, response) -> None:
+    def after(self, request: HttpRequest, response) -> None:
         raise NotImplementedError
 
 
 class RequestMetrics(_AfterResponse):
-    def after(self, request, response) -> None:
+    def after(self, request: HttpRequest, response) -> None:
         observe.observe_request(request.method, response.status_code, endpoint="site")
 
 
@@ -52,5 +53,5 @@ class SecurityHeaders(_AfterResponse):
     """``mcp_gateway.security_headers`` on every answer of the site, a
     Content-Security-Policy among them (a view's own value is kept)."""
 
-    def after(self, request, response) -> None:
+    def after(self, request: HttpRequest, response) -> None:
         security_headers.add_to(response.headers, secure=request.is_secure())

@@ -13,6 +13,7 @@ from decimal import Decimal
 from corpus.jsontypes import JsonObject
 from corpus.secrets import resolve_all
 from corpus.status import models_summary, summarize
+from mcp_gateway.context import Context
 from mcp_gateway.models import McpSession
 from payments.models import SettlementLog
 from payments.reports import totals_per_tool
@@ -111,7 +112,7 @@ def in_asset_units(atomic: int, network: str, asset: str) -> tuple[str, str]:
     return format(value, "f"), info["name"]
 
 
-def providers(ctx) -> JsonObject:
+def providers(ctx: Context) -> JsonObject:
     """Provider configuration: models in use and where each secret comes from."""
     config = ctx.config
     secrets = resolve_all(config, ctx.state, root=ctx.root)

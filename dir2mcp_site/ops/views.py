@@ -8,7 +8,7 @@ import time
 
 from asgiref.sync import sync_to_async
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -26,7 +26,7 @@ HEARTBEAT_EVERY = 15
 @staff_member_required
 @never_cache
 @require_GET
-def status_page(request):
+def status_page(request: HttpRequest):
     data = snapshot.snapshot()
     return render(
         request,
@@ -62,7 +62,7 @@ async def _events():
 
 @staff_member_required
 @require_GET
-async def status_stream(request):
+async def status_stream(request: HttpRequest):
     """Server-sent events: the status snapshot, each time it changes."""
     response = StreamingHttpResponse(_events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -72,7 +72,7 @@ async def status_stream(request):
 
 @never_cache
 @require_GET
-def healthz(request):
+def healthz(request: HttpRequest):
     """Liveness, plus readiness of the database, the indices and the call
     slots (503 if not ready): ``degraded`` when only the calls are behind
     (every slot taken, or calls running past their deadline), else
@@ -85,14 +85,14 @@ def healthz(request):
 
 @never_cache
 @require_GET
-def livez(request):
+def livez(request: HttpRequest):
     """Liveness only: the process answers; touches nothing else."""
     return JsonResponse({"status": "ok"})
 
 
 @never_cache
 @require_GET
-def metrics_view(request):
+def metrics_view(request: HttpRequest):
     """Prometheus text. Beyond loopback (``up --public``) the gate in front of
     every route asks for the bearer token first (mcp_gateway/route_gate.py)."""
     return HttpResponse(metrics.exposition(), content_type=metrics.CONTENT_TYPE)

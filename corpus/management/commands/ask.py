@@ -35,7 +35,7 @@ class Command(Dir2mcpCommand):
             help="Only these doc types (repeatable: code, md, pdf, ...).",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args, **options) -> None:
         rt = self.runtime(options)
         open_store(rt.state)
         # No NDJSON event here: `ask --json` prints one JSON object; the log warning says it.

@@ -14,7 +14,7 @@ class Command(Dir2mcpCommand):
             help="Only re-process files whose size, mtime or content changed (what `up` does at start).",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args, **options) -> None:
         rt = self.runtime(options)
         open_store(rt.state, allow_rebuild=not options["incremental"], reporter=rt.reporter)
         self.prepare_state(rt)

@@ -7,7 +7,7 @@ from corpus.store import PROTOCOL_VERSION
 class Command(Dir2mcpCommand):
     help = "Print the dir2mcp version, MCP protocol version and index format."
 
-    def handle(self, *args, **options):
+    def handle(self, *args, **options) -> None:
         info = {
             "version": __version__,
             "protocol_version": PROTOCOL_VERSION,

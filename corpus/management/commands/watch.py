@@ -9,7 +9,7 @@ from corpus.store import describe, open_store
 class Command(Dir2mcpCommand):
     help = "Index a directory, then keep the index in step with file changes until interrupted."
 
-    def handle(self, *args, **options):
+    def handle(self, *args, **options) -> None:
         rt = self.runtime(options)
         open_store(rt.state, reporter=rt.reporter)
         self.prepare_state(rt)

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class Command(Dir2mcpCommand):
     help = "Internal: the indexing process that `up` and `mcp_stdio` start and supervise."
 
-    def handle(self, *args, **options):
+    def handle(self, *args, **options) -> None:
         reporter = ForwardingReporter(sys.stdout)
         rt = self.runtime(options)
         rt.reporter = reporter
@@ -53,7 +53,7 @@ class _Requests:
     """What the server asks of the indexer over stdin, one JSON line each;
     EOF means the server is gone, and the indexer stops."""
 
-    def __init__(self, rt, embedder, stop: threading.Event):
+    def __init__(self, rt, embedder, stop: threading.Event) -> None:
         self.rt = rt
         self.embedder = embedder
         self.stop = stop

@@ -49,7 +49,7 @@ class Command(Dir2mcpCommand):
             options.pop("stdout", None)
             return super().execute(*args, **options)
 
-    def handle(self, *args, **options):
+    def handle(self, *args, **options) -> None:
         rt = self.runtime(options)
         if options["no_index"]:
             background.serve_read_only_state(rt)

@@ -9,6 +9,7 @@ from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import Document
 from mcp_gateway import background, connection, context, listen, preflight, server
+from mcp_gateway.context import Context
 
 
 class Command(Dir2mcpCommand):
@@ -49,7 +50,7 @@ class Command(Dir2mcpCommand):
         pay.add_argument("--x402-network", help="CAIP-2 network id, e.g. eip155:8453.")
         pay.add_argument("--x402-price", help="Default price per paid call.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args, **options) -> None:
         rt = self.runtime(options, config_flags=config_flags(options))
         cfg = rt.config
         address = listen.serving_address(cfg.server)
@@ -86,7 +87,9 @@ class Command(Dir2mcpCommand):
         )
         rt.reporter.say("Stopped.")
 
-    def announce(self, rt: Runtime, ctx, listening: server.Listening, spec: str, *, indexing: bool) -> None:
+    def announce(
+        self, rt: Runtime, ctx: Context, listening: server.Listening, spec: str, *, indexing: bool
+    ) -> None:
         """The server listens: write connection.json, tell the user how to connect."""
         connection.write_connection_json(
             rt.state, connection.connection_document(ctx, listening.url, listening.address)
