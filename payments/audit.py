@@ -24,7 +24,7 @@ from payments.policy import Price
 
 logger = logging.getLogger(__name__)
 
-EVENT_FOR_STATUS = {
+EVENT_FOR_STATUS: dict[str, str] = {
     SettlementLog.Status.REQUIRED: "payment_required",
     SettlementLog.Status.VERIFIED: "payment_verified",
     SettlementLog.Status.SETTLING: "payment_settling",

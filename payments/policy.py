@@ -18,6 +18,7 @@ from x402 import PaymentRequirements
 
 from corpus.jsontypes import JsonObject
 from corpus.state import write_json
+from corpus.x402_config import ToolsCallPolicy, X402Config
 from payments.evm import ExactEvmServerScheme, get_asset_info, is_valid_address
 
 # CAIP-2: namespace (3-8 of [-a-z0-9]) ":" reference (1-32 of [-_a-zA-Z0-9]).
@@ -121,7 +122,7 @@ class PolicyProblems(Exception):
         self.problems = problems
 
 
-def _price(text: str, policy, network: str) -> tuple[str, str, JsonObject]:
+def _price(text: str, policy: ToolsCallPolicy, network: str) -> tuple[str, str, JsonObject]:
     """(atomic amount, asset, extra) for a configured price text."""
     raw = text.strip()
     if policy.asset:
@@ -151,7 +152,7 @@ def _integral(amount: Decimal, text: str) -> str:
     return str(int(amount))
 
 
-def _build_price(text: str, policy, network: str) -> Price | None:
+def _build_price(text: str, policy: ToolsCallPolicy, network: str) -> Price | None:
     try:
         if Decimal(text.strip().removeprefix("$")) == 0:
             return None
@@ -172,7 +173,7 @@ def _build_price(text: str, policy, network: str) -> Price | None:
     )
 
 
-def build_policy(x402, *, mcp_path: str = "/mcp") -> Policy:
+def build_policy(x402: X402Config, *, mcp_path: str = "/mcp") -> Policy:
     """Validate ``config.x402`` as a whole; raise :class:`PolicyProblems` listing every gap."""
     policy = x402.route_policy.tools_call
     problems = [
@@ -213,7 +214,7 @@ def build_policy(x402, *, mcp_path: str = "/mcp") -> Policy:
             prices[key.removeprefix("prices.")] = price
     if not problems and default is None:
         problems.append("x402.route_policy.tools_call.price is 0: set a default price above zero")
-    if problems:
+    if problems or default is None:
         raise PolicyProblems(problems)
     base = x402.resource_base_url.rstrip("/")
     return Policy(
