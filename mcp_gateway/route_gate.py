@@ -49,7 +49,7 @@ from django.http.request import split_domain_port
 from corpus import errors, observe
 from corpus.jsontypes import JsonObject
 from mcp_gateway import api, context, ratelimit, rest_edge, sessions, transport
-from mcp_gateway.asgi_io import Request, Response
+from mcp_gateway.asgi_io import App, Receive, Request, Response, Scope, Send
 from mcp_gateway.listen import parse_listen
 from mcp_gateway.transport import HttpError
 
@@ -101,7 +101,7 @@ def route_of(path: str) -> Route:
     return SITE_ROUTE
 
 
-def resolved(scope: JsonObject) -> tuple[JsonObject, str]:
+def resolved(scope: Scope) -> tuple[Scope, str]:
     """``scope`` with the deployment's prefix as its ``root_path``, and the
     path Django routes for it (``ASGIRequest.path_info``, by the same rule)."""
     prefix = settings.FORCE_SCRIPT_NAME or ""
@@ -194,10 +194,10 @@ def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:
     return response
 
 
-def gate(app):
+def gate(app: App) -> App:
     """``app`` behind the gate: every HTTP request is checked before it runs."""
 
-    async def gated(scope, receive, send):
+    async def gated(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await app(scope, receive, send)
         scope, path = resolved(scope)
@@ -221,7 +221,9 @@ def gate(app):
     return gated
 
 
-async def _refuse(request: Request, route: Route, exc: HttpError, cors_origin: str | None, send) -> None:
+async def _refuse(
+    request: Request, route: Route, exc: HttpError, cors_origin: str | None, send: Send
+) -> None:
     response = refusal(route, exc, cors_origin)
     if route.surface != REST:  # the REST mirror is not counted (it skips the site's middleware)
         observe.observe_request(request.method, response.status, endpoint=route.surface)

@@ -24,7 +24,7 @@ class PlainFormatter(logging.Formatter):
         finally:
             record.message = message
 
-    def formatException(self, ei) -> str:  # noqa: N802
+    def formatException(self, ei: logging._SysExcInfoType) -> str:  # noqa: N802
         return "\n".join(printable(line) for line in super().formatException(ei).split("\n"))
 
 

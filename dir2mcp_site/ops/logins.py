@@ -19,10 +19,13 @@ with the indexer for SQLite's write lock.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
@@ -41,7 +44,7 @@ def _keys(request: HttpRequest, username: str) -> tuple[str, str]:
     return f"login|client|{client_address(request)}", f"login|user|{username.casefold()}"
 
 
-def _limiter():
+def _limiter() -> ratelimit.RateLimiter | ratelimit.RedisRateLimiter:
     return ratelimit.failure_limiter(settings.DIR2MCP_LOGIN_FAILURES, settings.DIR2MCP_LOGIN_WINDOW)
 
 
@@ -62,7 +65,13 @@ class ThrottledModelBackend(ModelBackend):
     """Django's password check, refused before it runs while the client or
     the username is locked, and counted when it fails."""
 
-    def authenticate(self, request: HttpRequest, username=None, password=None, **kwargs):
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,  # Any: ModelBackend.authenticate's own signature
+    ) -> User | None:
         if request is None:  # not a web sign-in (createadmin, a shell): nothing to throttle by
             return super().authenticate(request, username, password, **kwargs)
         name = str(username or kwargs.get("username") or "")
@@ -79,7 +88,7 @@ class ThrottledModelBackend(ModelBackend):
 class ThrottledLoginForm(AdminAuthenticationForm):
     """The admin's login form, saying when a sign-in was refused unchecked."""
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         try:
             return super().clean()
         except forms.ValidationError:

@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from corpus.jsontypes import JsonObject
 from corpus.secrets import resolve_all
-from corpus.status import models_summary, summarize
+from corpus.status import IndexSummary, models_summary, summarize
 from mcp_gateway.context import Context
 from mcp_gateway.models import McpSession
 from payments.models import SettlementLog
@@ -43,7 +43,7 @@ def snapshot() -> JsonObject:
     }
 
 
-def _job(summary) -> JsonObject | None:
+def _job(summary: IndexSummary) -> JsonObject | None:
     job = summary.job
     if job is None:
         return None

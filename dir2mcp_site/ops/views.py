@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.contrib.admin.views.decorators import staff_member_required
@@ -26,7 +27,7 @@ HEARTBEAT_EVERY = 15
 @staff_member_required
 @never_cache
 @require_GET
-def status_page(request: HttpRequest):
+def status_page(request: HttpRequest) -> HttpResponse:
     data = snapshot.snapshot()
     return render(
         request,
@@ -43,7 +44,7 @@ def _payload() -> str:
     return json.dumps(snapshot.snapshot(), sort_keys=True)
 
 
-async def _events():
+async def _events() -> AsyncIterator[str]:
     yield f"retry: {int(POLL_SECONDS * 2000)}\n\n"
     last, quiet = None, 0
     deadline = time.monotonic() + STREAM_SECONDS
@@ -62,7 +63,7 @@ async def _events():
 
 @staff_member_required
 @require_GET
-async def status_stream(request: HttpRequest):
+async def status_stream(request: HttpRequest) -> StreamingHttpResponse:
     """Server-sent events: the status snapshot, each time it changes."""
     response = StreamingHttpResponse(_events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -72,7 +73,7 @@ async def status_stream(request: HttpRequest):
 
 @never_cache
 @require_GET
-def healthz(request: HttpRequest):
+def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness, plus readiness of the database, the indices and the call
     slots (503 if not ready): ``degraded`` when only the calls are behind
     (every slot taken, or calls running past their deadline), else
@@ -85,14 +86,14 @@ def healthz(request: HttpRequest):
 
 @never_cache
 @require_GET
-def livez(request: HttpRequest):
+def livez(request: HttpRequest) -> JsonResponse:
     """Liveness only: the process answers; touches nothing else."""
     return JsonResponse({"status": "ok"})
 
 
 @never_cache
 @require_GET
-def metrics_view(request: HttpRequest):
+def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text. Beyond loopback (``up --public``) the gate in front of
     every route asks for the bearer token first (mcp_gateway/route_gate.py)."""
     return HttpResponse(metrics.exposition(), content_type=metrics.CONTENT_TYPE)
