@@ -35,7 +35,7 @@ from typing import TypeVar
 
 import regex
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from corpus import arguments, errors, globs, patterns
 from corpus.citations import SpanRef
@@ -568,7 +568,7 @@ def timed_pieces(rep) -> list[tuple[int, int, str]]:
 # -- list_files ----------------------------------------------------------------
 
 
-def listable_documents():
+def listable_documents() -> QuerySet[Document]:
     """Live documents a client may see: not the ones skipped as secret-bearing,
     which every read refuses. The one rule of every listing: ``list_files``,
     ``resources/list``, completions and the recent-files prompt."""

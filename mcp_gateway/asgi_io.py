@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -140,7 +140,7 @@ class StreamResponse:
     """An SSE answer: each item of ``events`` is sent as it comes. When the
     client hangs up, the iterator is cancelled, which stops its work."""
 
-    events: AsyncIterator[bytes]
+    events: AsyncGenerator[bytes, None]
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -149,7 +149,7 @@ class StreamResponse:
         security_headers.add_to(headers, secure=request.is_secure(), no_store=True)
         await send({"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)})
         gone = asyncio.ensure_future(request.disconnected())
-        events = aiter(self.events)
+        events = self.events
         try:
             while True:
                 step = asyncio.ensure_future(anext(events))

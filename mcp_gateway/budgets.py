@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from corpus import errors
 from corpus.jsontypes import JsonObject
 from corpus.navigation.tokens import estimate_tokens
-from mcp_gateway.registry import Budget, Tool
+from mcp_gateway.registry import Budget, Shrink, Tool
 
 #: under Claude Code's 25,000-token cap counting text and structured content
 #: both, and each of them under its 10,000-token warning
@@ -88,7 +88,9 @@ OUTPUT = {
 }
 
 
-def declared(tool: Tool, budget: Budget, hints=None) -> Tool:
+def declared(
+    tool: Tool, budget: Budget, hints: Callable[[JsonObject, JsonObject], list[JsonObject]] | None = None
+) -> Tool:
     """``tool`` with ``budget`` and its schemas taking it: ``max_tokens`` (and
     ``cursor``) in, ``budget`` (and ``next_cursor`` or ``next_offset``) out."""
     given, out = copy.deepcopy(tool.input_schema), copy.deepcopy(tool.output_schema)
@@ -118,7 +120,7 @@ def run(
         skip, native = decode_cursor(args["cursor"], tool_name, args)
         args = {k: v for k, v in args.items() if k != "cursor"} | ({"cursor": native} if native else {})
     result = handler(args)
-    if skip:
+    if skip and budget is not None:  # skip is set only under a budget
         result = result | {budget.items: result.get(budget.items, [])[skip:]}
     if budget is None:
         return finish(package(result), None)
@@ -176,7 +178,9 @@ def finish(packaged: JsonObject, cut: Cut | None) -> JsonObject:
     return packaged
 
 
-def _lower(budget: Budget, args, result, handler, package, limit: int) -> JsonObject:
+def _lower(
+    budget: Budget, args: JsonObject, result: JsonObject, handler: Handler, package: Package, limit: int
+) -> JsonObject:
     """Lower the knob and run again until the result fits (a few runs at
     most: each aims by the ratio of the limit to what the last run used)."""
     value, fitted = args.get(budget.knob, budget.start), None
@@ -193,7 +197,15 @@ def _lower(budget: Budget, args, result, handler, package, limit: int) -> JsonOb
     return fitted if fitted is not None else finish(package(result), Cut(limit, True))
 
 
-def _shorten(tool_name: str, budget: Budget, args, result, package, limit: int, skip: int) -> JsonObject:
+def _shorten(
+    tool_name: str,
+    budget: Budget,
+    args: JsonObject,
+    result: JsonObject,
+    package: Package,
+    limit: int,
+    skip: int,
+) -> JsonObject:
     """Keep the longest prefix of the list that fits, with what continues it;
     when not even the first item fits, the first cut short (``budget.shrink``)."""
     items = result.get(budget.items, [])
@@ -224,18 +236,20 @@ def _shorten(tool_name: str, budget: Budget, args, result, package, limit: int, 
     if low > 0:
         return kept(low)
     if items and budget.shrink is not None:
-        fitted = _first_cut_short(budget, items[0], lambda first: kept(1, first), limit)
+        fitted = _first_cut_short(budget.shrink, items[0], lambda first: kept(1, first), limit)
         if fitted is not None:
             return fitted
     raise _too_small(limit, measure(kept(1)))  # nothing to read and nothing to page past
 
 
-def _first_cut_short(budget: Budget, item: JsonObject, kept, limit: int) -> JsonObject | None:
+def _first_cut_short(
+    shrink: Shrink, item: JsonObject, kept: Callable[[JsonObject], JsonObject], limit: int
+) -> JsonObject | None:
     """The result with its one item cut to the most characters that fit, or None."""
-    low, high, best = 1, budget.shrink(item, None), None  # shrink(item, None): the item's full length
+    low, high, best = 1, shrink(item, None), None  # shrink(item, None): the item's full length
     while low <= high:
         middle = (low + high) // 2
-        cut = budget.shrink(item, middle)
+        cut = shrink(item, middle)
         fitted = kept(cut) if cut is not None else None
         if fitted is not None and measure(fitted) <= limit:
             best, low = fitted, middle + 1
@@ -253,7 +267,7 @@ def _too_small(limit: int, needed: int) -> errors.Dir2mcpError:
 # -- cursors ---------------------------------------------------------------------------------
 
 
-def _is_budget_cursor(cursor) -> bool:
+def _is_budget_cursor(cursor: object) -> bool:
     return isinstance(cursor, str) and cursor.startswith(CURSOR_PREFIX)
 
 

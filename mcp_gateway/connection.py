@@ -54,7 +54,7 @@ def connection_data(ctx: Context, url: str) -> JsonObject:
 
 def connection_document(ctx: Context, url: str, address: ListenAddress) -> JsonObject:
     """``connection.json`` (spec §4.3), plus where the token is and who serves."""
-    doc = {
+    doc: JsonObject = {
         "transport": TRANSPORT,
         "url": url,
         "headers": headers(ctx, token_placeholder(ctx)),

@@ -12,12 +12,16 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from corpus.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
 from corpus.jsontypes import JsonObject
 from mcp_gateway import completion, notify, prompts, resources, schemas, tools
 from mcp_gateway.context import Context
 from mcp_gateway.transport import LATEST_VERSION, SUPPORTED_VERSIONS, Message
+
+if TYPE_CHECKING:  # imported on a paid call only (_paid_call): x402 is slow to import
+    from payments.gate import Gate
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -91,15 +95,16 @@ def initialize_result(version: str) -> JsonObject:
     }
 
 
-def ok(msg_id, result: JsonObject) -> JsonObject:
+def ok(msg_id: object, result: JsonObject) -> JsonObject:
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
 
 class _Progress:
     """``notifications/progress`` for one request, strictly increasing."""
 
-    def __init__(self, token, emit: Emit) -> None:
-        self.token, self.emit, self.last = token, emit, None
+    def __init__(self, token: str | int | None, emit: Emit) -> None:
+        self.token, self.emit = token, emit
+        self.last: float | None = None
 
     def __call__(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.token is None or (self.last is not None and progress <= self.last):
@@ -123,7 +128,7 @@ def _logger(session: SessionState, emit: Emit) -> Callable[[str, str], None]:
     return log
 
 
-def progress_token(msg: Message):
+def progress_token(msg: Message) -> str | int | None:
     meta = msg.params.get("_meta")
     token = meta.get("progressToken") if isinstance(meta, dict) else None
     return token if isinstance(token, str | int) and not isinstance(token, bool) else None
@@ -243,7 +248,13 @@ def is_paid(msg: Message, ctx: Context) -> bool:
 
 
 def _paid_call(
-    msg: Message, name: str, arguments, gate, run, payment: str | None, reply: HttpReply
+    msg: Message,
+    name: str,
+    arguments: JsonObject | None,
+    gate: Gate,
+    run: Callable[[], JsonObject],
+    payment: str | None,
+    reply: HttpReply,
 ) -> JsonObject:
     """x402 (payments/gate.py): challenge, or verify, run, settle; the
     in-band variant reads ``_meta["x402/payment"]``."""
@@ -263,6 +274,7 @@ def _paid_call(
     reply.headers.update(outcome.headers)
     if outcome.result is not None:
         return ok(msg.id, outcome.result)
+    assert outcome.error is not None  # an outcome holds a result or an error
     return rpc_error(msg.id, outcome.error["code"], outcome.error["message"], outcome.error.get("data"))
 
 

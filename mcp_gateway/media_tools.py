@@ -29,7 +29,7 @@ PROVIDER_CALL = {
 MAX_SPOKEN_CHARS = 5000
 
 
-def _workspace(call: Call):
+def _workspace(call: Call) -> Workspace:
     ctx = call.ctx
     return Workspace(config=ctx.config, state=ctx.state, engine=ctx.engine, secret=ctx.secret)
 
@@ -66,7 +66,7 @@ def transcribe_and_ask(call: Call, args: JsonObject) -> JsonObject:
     call.progress(0, 3, "checking the transcript")
     rep = stored_transcript(ws, args["rel_path"])
     transcribed = rep is None
-    if transcribed:
+    if rep is None:
         call.check()
         call.progress(1, 3, "transcribing")
         made = transcribe_file(ws, args["rel_path"])

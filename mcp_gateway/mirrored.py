@@ -102,7 +102,7 @@ def header_params(schema: JsonObject, path: tuple[str, ...] = ()) -> list[tuple[
     return found
 
 
-def _at(arguments: JsonObject, path: tuple[str, ...]):
+def _at(arguments: JsonObject, path: tuple[str, ...]) -> object:
     value = arguments
     for key in path:
         if not isinstance(value, dict) or key not in value:
@@ -126,7 +126,7 @@ def _check_params(headers: Mapping[str, str], schema: JsonObject, arguments: Jso
             raise _refuse(f"{header_name} header does not match arguments.{'.'.join(path)}")
 
 
-def _same(header: str, value) -> bool:
+def _same(header: str, value: object) -> bool:
     if isinstance(value, bool):
         return header == ("true" if value else "false")
     if isinstance(value, int | float):

@@ -88,7 +88,7 @@ class Refusal(Exception):
         super().__init__(message)
         self.rpc_code, self.message, self.data, self.status = rpc_code, message, data, status
 
-    def response(self, msg_id) -> JsonObject:
+    def response(self, msg_id: object) -> JsonObject:
         return errors.rpc_error(msg_id, self.rpc_code, self.message, self.data)
 
 
@@ -213,7 +213,7 @@ def respond(
     msg: Message,
     ctx: Context,
     *,
-    emit=None,
+    emit: dispatch.Emit | None = None,
     cancel: threading.Event | None = None,
     payment: str | None = None,
     reply: dispatch.HttpReply | None = None,

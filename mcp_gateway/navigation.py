@@ -33,7 +33,7 @@ def references(call: Call, args: JsonObject) -> JsonObject:
     )
 
 
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     budgets.declared(
         Tool(
             name="dir2mcp.outline",

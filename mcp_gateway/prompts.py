@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from corpus import arguments, documents, errors, files, uris
 from corpus.citations import SpanRef, format_citation
 from corpus.definitions import defines
 from corpus.jsontypes import JsonObject
 from corpus.models import Document
-from corpus.retrieval import Filters
+from corpus.retrieval import Filters, Hit
 from corpus.security import canonical_rel_path
 from mcp_gateway import resources
 from mcp_gateway.context import Context
@@ -87,7 +87,7 @@ class Prompt:
         }
 
 
-def listable_documents():
+def listable_documents() -> QuerySet[Document]:
     """Live documents a client may see: not the ones skipped as secret-bearing."""
     return files.listable_documents()
 
@@ -193,7 +193,7 @@ def _explain_symbol(ctx: Context, symbol: str, path: str) -> tuple[str, list[Jso
     return f"Explain {symbol}", [_text(text), resource]
 
 
-def find_definition(ctx: Context, symbol: str, path: str = ""):
+def find_definition(ctx: Context, symbol: str, path: str = "") -> Hit | None:
     """The search hit whose unit defines ``symbol`` (in ``path`` if given), or None."""
     try:
         filters = Filters(path_prefix=files.canonical_prefix(path)) if path else Filters()
@@ -305,7 +305,7 @@ def _encode_cursor(offset: int) -> str:
     return base64.urlsafe_b64encode(f"prompts:{offset}".encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor) -> int:
+def _decode_cursor(cursor: object) -> int:
     if not isinstance(cursor, str):
         raise invalid("cursor must be a string")
     try:
@@ -324,7 +324,7 @@ def list_page(ctx: Context, params: JsonObject) -> JsonObject:
     cursor, page_size = params.get("cursor"), PAGE_SIZE
     start = 0 if cursor is None else _decode_cursor(cursor)
     listed = list(REGISTRY.values())
-    page = {"prompts": [p.definition() for p in listed[start : start + page_size]]}
+    page: JsonObject = {"prompts": [p.definition() for p in listed[start : start + page_size]]}
     if start + page_size < len(listed):
         page["nextCursor"] = _encode_cursor(start + page_size)
     return page
@@ -342,7 +342,7 @@ def get(ctx: Context, params: JsonObject) -> JsonObject:
     return {"description": description, "messages": messages}
 
 
-def _arguments(prompt: Prompt, given) -> JsonObject:
+def _arguments(prompt: Prompt, given: object) -> JsonObject:
     """The given arguments, checked: strings, known, required ones present."""
     if given is None:
         given = {}

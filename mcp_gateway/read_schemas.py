@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 from corpus import arguments
+from corpus.jsontypes import JsonObject
 from corpus.navigation import images
 from corpus.navigation.reads import ALGORITHMS, DEFAULT_LENGTH, FORMATS, MAX_LENGTH
 from mcp_gateway.schemas import ERROR, OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN, VERIFICATION, path_argument
@@ -62,7 +63,7 @@ DIFF_OUTPUT = {
     "required": ["rel_path_a", "rel_path_b", "identical", "added", "removed", "diff", "truncated"],
 }
 
-_SLICE = copy.deepcopy(OPEN_FILE_INPUT)
+_SLICE: JsonObject = copy.deepcopy(OPEN_FILE_INPUT)
 _SLICE["properties"].pop("max_chars")
 _SLICE["properties"]["rel_path"].pop("x-mcp-header")  # only on a top-level argument (never under items)
 OPEN_FILES_INPUT = {

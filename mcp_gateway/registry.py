@@ -23,6 +23,12 @@ from corpus.jsontypes import JsonObject
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
 
+#: ``(item, chars)``: the item cut to at most ``chars`` characters of its text,
+#: None when too short to cut; ``(item, None)``: its full length (an int: Any
+#: stands for the two answers, which one told by the second argument).
+Shrink = Callable[[JsonObject, int | None], Any]
+
+
 @dataclass(frozen=True)
 class Budget:
     """How one tool's result is brought under ``max_tokens`` (:mod:`mcp_gateway.budgets`)."""
@@ -38,7 +44,7 @@ class Budget:
     paging: str = ""
     #: ``(item, chars) -> item`` cut to at most ``chars`` characters of its text (None: too
     #: short to cut); ``(item, None)``: its full length. Used when not even one item fits.
-    shrink: Callable[[JsonObject, int | None], Any] | None = None
+    shrink: Shrink | None = None
     #: the text's advice when nothing continues the cut
     advice: str = "ask again with a larger max_tokens"
 

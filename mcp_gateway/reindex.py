@@ -26,7 +26,7 @@ from django.db import connections
 
 from corpus import errors
 from corpus.ingest.pipeline import Indexer
-from corpus.state import IndexLock
+from corpus.state import IndexLock, StateDir
 from mcp_gateway import context
 from mcp_gateway.context import Context
 
@@ -48,7 +48,7 @@ def files_of(rel_paths: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(files))
 
 
-def start(rel_paths: Iterable[str], *, full: bool, ctx=None) -> Started:
+def start(rel_paths: Iterable[str], *, full: bool, ctx: Context | None = None) -> Started:
     """Re-index ``rel_paths`` in a background thread; raises ``INDEX_LOCKED``
     when another process indexes."""
     ctx = ctx or context.get()
@@ -64,7 +64,7 @@ def start(rel_paths: Iterable[str], *, full: bool, ctx=None) -> Started:
     return Started(paths, thread)
 
 
-def _claim(state) -> IndexLock | None:
+def _claim(state: StateDir) -> IndexLock | None:
     """The index lock, or ``None`` when this process already holds it (its
     live sync, or an earlier admin run); ``INDEX_LOCKED`` for another process."""
     lock = IndexLock(state)

@@ -98,10 +98,11 @@ class ResourceError(Exception):
 
     @property
     def code(self) -> str:
-        return self.data["code"]
+        code: str = self.data["code"]
+        return code
 
 
-def _invalid(message: str, code: str = errors.INVALID_FIELD, **data) -> ResourceError:
+def _invalid(message: str, code: str = errors.INVALID_FIELD, **data: object) -> ResourceError:
     return ResourceError(errors.RPC_INVALID_PARAMS, message, {"code": code, "retryable": False, **data})
 
 
@@ -112,6 +113,7 @@ def handle(method: str, params: JsonObject, ctx: Context) -> JsonObject:
             return list_page(ctx, _string(params, "cursor", required=False))
         if method == "resources/read":
             uri = _string(params, "uri", required=True)
+            assert uri is not None  # required: _string raised otherwise
             return {"contents": read(ctx, uri)}
         if params.get("cursor") is not None:
             raise _invalid("invalid cursor: the templates fit one page")
@@ -174,7 +176,7 @@ def _decode_cursor(cursor: str) -> str:
     return after
 
 
-def resource(listed) -> JsonObject:
+def resource(listed: documents.Listed) -> JsonObject:
     """The MCP ``Resource`` of a :class:`corpus.documents.Listed`."""
     modified = datetime.fromtimestamp(listed.mtime_unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -229,7 +231,7 @@ def read(ctx: Context, uri: str) -> list[JsonObject]:
         raise ResourceError.of(exc, uri) from None
 
 
-def _slice(ctx: Context, uri: str, rel_path: str, span) -> JsonObject:
+def _slice(ctx: Context, uri: str, rel_path: str, span: SpanRef) -> JsonObject:
     opened = files.open_file(ctx.engine, rel_path=rel_path, max_chars=SLICE_MAX_CHARS, **span.forms().fields)
     item = {"uri": uri, "mimeType": "text/plain", "text": opened["content"]}
     meta = {f"dir2mcp/{key}": True for key in ("truncated", "from_index") if opened.get(key)}
@@ -240,6 +242,7 @@ def _whole(ctx: Context, uri: str, rel_path: str) -> JsonObject:
     whole = documents.read_whole(ctx.engine, rel_path)
     if whole.text is not None:
         return _bounded({"uri": uri, "mimeType": whole.mime_type, "text": whole.text}, rel_path, whole.lines)
+    assert whole.data is not None  # read_whole gives the bytes when it gives no text
     return {"uri": uri, "mimeType": whole.mime_type, "blob": base64.b64encode(whole.data).decode("ascii")}
 
 

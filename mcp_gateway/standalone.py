@@ -31,7 +31,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -186,17 +186,21 @@ def parse_event_id(value: str | None) -> tuple[str, int] | None:
 
 # -- opening a stream -----------------------------------------------------------------
 
-Run = Callable[..., Awaitable]
+Run = Callable[..., Awaitable[object]]
 
 
-async def open_stream(session_id: str, last_event_id: str | None, limits: sessions.Limits, run: Run):
+async def open_stream(
+    session_id: str, last_event_id: str | None, limits: sessions.Limits, run: Run
+) -> StreamResponse:
     """The GET's answer for a live session; 409 when its stream is open elsewhere.
 
     ``run(fn, *args)`` runs a database call in a worker thread (api.py's)."""
     resume = parse_event_id(last_event_id)
     current = notify.HUB.sink(session_id)
     same_stream = isinstance(current, Outbox) and resume is not None and resume[0] == current.key
-    resuming = same_stream and current.can_resume(resume[1])
+    resuming = (
+        same_stream and isinstance(current, Outbox) and resume is not None and current.can_resume(resume[1])
+    )
     holder = secrets.token_hex(12)
     if not await run(sessions.claim_stream, session_id, holder, take_over=same_stream):
         raise HttpError(
@@ -204,7 +208,7 @@ async def open_stream(session_id: str, last_event_id: str | None, limits: sessio
             errors.INVALID_FIELD,
             "this session's stream is already open; resume it with Last-Event-ID, or close it first",
         )
-    if resuming:
+    if resuming and isinstance(current, Outbox) and resume is not None:  # (resuming says both)
         outbox, after = current, resume[1]
     else:
         if isinstance(current, Outbox):
@@ -217,7 +221,9 @@ async def open_stream(session_id: str, last_event_id: str | None, limits: sessio
     return StreamResponse(_events(outbox, after, holder, limits, run))
 
 
-async def _events(outbox: Outbox, after: int | None, holder: str, limits, run: Run) -> AsyncIterator[bytes]:
+async def _events(
+    outbox: Outbox, after: int | None, holder: str, limits: sessions.Limits, run: Run
+) -> AsyncGenerator[bytes, None]:
     reader = outbox.attach(asyncio.get_running_loop(), after)
     every = keepalive_seconds()
     renewed = time.monotonic()

@@ -91,7 +91,7 @@ def open_listen(msg: Message, ctx: Context) -> Listen:
     return listen
 
 
-def tagged(notification: JsonObject, subscription_id) -> JsonObject:
+def tagged(notification: JsonObject, subscription_id: object) -> JsonObject:
     params = dict(notification.get("params") or {})
     params["_meta"] = {**(params.get("_meta") or {}), META_SUBSCRIPTION: subscription_id}
     return {**notification, "params": params}

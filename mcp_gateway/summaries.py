@@ -6,6 +6,8 @@ pass the spans straight to ``dir2mcp.open_file``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from corpus import dense_status
 from corpus.citations import SpanRef, format_citation
 from corpus.ingest import coverage
@@ -328,7 +330,13 @@ def references(result: JsonObject) -> str:
     return _of_name(result, result["references"], ("use", "Uses"), more, line)
 
 
-def _of_name(result: JsonObject, hits: list, words: tuple[str, str], more: str, line) -> str:
+def _of_name(
+    result: JsonObject,
+    hits: list[JsonObject],
+    words: tuple[str, str],
+    more: str,
+    line: Callable[[JsonObject], str],
+) -> str:
     """``Definitions of 'x': 3`` (``words``: one and many) and a line per hit, or that there is none."""
     if not hits:
         return f"No {words[0]} of {result['name']!r} in the index."

@@ -33,7 +33,8 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from corpus.status import latest_job, models_summary, older_format_documents
 from mcp_gateway import budgets, freshness, hints, indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
-from mcp_gateway.registry import Budget, Tool, table
+from mcp_gateway.registry import Budget, Tool
+from mcp_gateway.registry import table as table  # callers reach the table through tools
 from mcp_gateway.transport import LATEST_VERSION
 
 log = logging.getLogger(__name__)

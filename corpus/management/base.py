@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from corpus import errors, store_faults
 from corpus.config import Config, default_config_path, load_config
@@ -64,7 +64,7 @@ class Dir2mcpCommand(BaseCommand):
     requires_system_checks: list = []
     requires_migrations_checks = False
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         group = parser.add_argument_group("global flags")
         group.add_argument("--dir", help="Root directory to index (default: current directory).")
         group.add_argument("--config", help="Config file (default: <root>/.dir2mcp.yaml).")
@@ -76,7 +76,7 @@ class Dir2mcpCommand(BaseCommand):
         group.add_argument("--quiet", action="store_true", help="Print only errors and final results.")
         self.add_command_arguments(parser)
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         """Subclasses add their own flags here."""
 
     def runtime(self, options: JsonObject, *, config_flags: JsonObject | None = None) -> Runtime:
@@ -117,7 +117,7 @@ class Dir2mcpCommand(BaseCommand):
             secrets = resolve_all(rt.config, rt.state, root=rt.root)
         write_snapshot(rt.config, secrets, rt.state)
 
-    def execute(self, *args, **options):
+    def execute(self, *args: Any, **options: Any) -> str | None:  # Any: BaseCommand.execute's signature
         # The collector was off while the command loaded (dir2mcp_site/cli.py:
         # main). What loading made lives as long as the process, so frozen,
         # the command's own collections no longer walk it.

@@ -1,4 +1,7 @@
 import json
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from corpus import dense_status, errors
 from corpus.answer import MODES, ask
@@ -17,7 +20,7 @@ class Command(Dir2mcpCommand):
         "Indexes the directory first if it has never been indexed."
     )
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("question", help="The question (quote it).")
         parser.add_argument(
             "--k", type=int, default=None, help="Number of hits (1-50; default rag.k_default)."
@@ -35,7 +38,7 @@ class Command(Dir2mcpCommand):
             help="Only these doc types (repeatable: code, md, pdf, ...).",
         )
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options)
         open_store(rt.state)
         # No NDJSON event here: `ask --json` prints one JSON object; the log warning says it.

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from corpus import errors
 from corpus import secrets as secret_store
@@ -43,7 +43,7 @@ def _write_snapshot(config_path: Path, state: StateDir, root: Path, session: dic
 class Command(Dir2mcpCommand):
     help = "Print the effective configuration (config print) or create .dir2mcp.yaml (config init)."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="{print,init}")
         cli = {"called_from_command_line": getattr(parser, "called_from_command_line", None)}
         show = actions.add_parser(
@@ -57,7 +57,7 @@ class Command(Dir2mcpCommand):
             super().add_arguments(sub)
         init.add_argument("--force", action="store_true", help="Overwrite an existing config file.")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         if options["action"] == "print":
             self.print_config(options)
         else:

@@ -9,6 +9,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
+from django.core.management.base import CommandParser
 
 from corpus import errors
 from corpus.jsontypes import JsonObject
@@ -24,7 +25,7 @@ class Command(Dir2mcpCommand):
         f"--password-file, else ${PASSWORD_ENV}, else a hidden prompt on a terminal."
     )
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default="admin", help="User name (default: admin).")
         parser.add_argument("--email", default="", help="E-mail address (optional).")
         parser.add_argument(

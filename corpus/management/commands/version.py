@@ -1,3 +1,5 @@
+from typing import Any
+
 from corpus import __version__
 from corpus.management.base import Dir2mcpCommand
 from corpus.state import INDEX_FORMAT_VERSION
@@ -7,7 +9,7 @@ from corpus.store import PROTOCOL_VERSION
 class Command(Dir2mcpCommand):
     help = "Print the dir2mcp version, MCP protocol version and index format."
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         info = {
             "version": __version__,
             "protocol_version": PROTOCOL_VERSION,

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from corpus import errors
+from corpus.config import Config
 from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import Document
@@ -18,7 +22,7 @@ class Command(Dir2mcpCommand):
         "following file changes until interrupted."
     )
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         group = parser.add_argument_group("server")
         group.add_argument("--listen", help="host:port to bind (default: server.listen, 127.0.0.1:0).")
         group.add_argument("--mcp-path", help="Path of the MCP endpoint (default: /mcp).")
@@ -50,7 +54,7 @@ class Command(Dir2mcpCommand):
         pay.add_argument("--x402-network", help="CAIP-2 network id, e.g. eip155:8453.")
         pay.add_argument("--x402-price", help="Default price per paid call.")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options, config_flags=config_flags(options))
         cfg = rt.config
         address = listen.serving_address(cfg.server)
@@ -110,7 +114,7 @@ def config_flags(options: JsonObject) -> JsonObject:
     """The flags as config keys (flags beat env and file, spec §16.1)."""
     flags: JsonObject = {}
 
-    def put(dotted: str, value) -> None:
+    def put(dotted: str, value: object) -> None:
         node = flags
         *parents, leaf = dotted.split(".")
         for part in parents:
@@ -147,7 +151,7 @@ def config_flags(options: JsonObject) -> JsonObject:
     return flags
 
 
-def auth_spec(options: JsonObject, cfg) -> str:
+def auth_spec(options: JsonObject, cfg: Config) -> str:
     """``auto``, ``none`` or ``file:<absolute path>``: flag, then DIR2MCP_AUTH, then config."""
     raw = (options.get("auth") or "").strip()
     if raw.startswith("file:") and raw != "file:":
