@@ -119,7 +119,7 @@ def _audio_content(result: JsonObject) -> tuple[JsonObject, list[JsonObject]]:
 
 
 #: The multimodal tools, registered after the core ones (``McpGatewayConfig.ready``).
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     budgets.declared(
         Tool(
             name="dir2mcp.transcribe",

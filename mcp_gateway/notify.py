@@ -26,15 +26,16 @@ at once, the rest folded into one at the end of :data:`DEBOUNCE_SECONDS`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -87,6 +88,10 @@ def group_name() -> str:
 # -- where changes come from ---------------------------------------------------------
 
 
+#: What the debouncer holds back: ``("path", rel_path)`` or ``"list"``.
+_Key = tuple[str, str] | str
+
+
 class ChangeAnnouncer:
     """The indexer's reporter under a server: everything goes to ``inner``,
     and the documents it changed to :func:`announce`."""
@@ -94,7 +99,7 @@ class ChangeAnnouncer:
     def __init__(self, inner: Reporter) -> None:
         self._inner = inner
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:  # Any: whatever the wrapped reporter has
         return getattr(self._inner, name)
 
     def documents_changed(self, rel_paths: list[str], *, listing: bool = False) -> None:
@@ -157,10 +162,10 @@ class _Debouncer:
 
     def __init__(self, window: float) -> None:
         self.window = window
-        self._last: dict[object, float] = {}
-        self._held: dict[object, float] = {}
+        self._last: dict[_Key, float] = {}
+        self._held: dict[_Key, float] = {}
 
-    def offer(self, key, now: float) -> bool:
+    def offer(self, key: _Key, now: float) -> bool:
         last = self._last.get(key)
         if last is None or now - last >= self.window:
             self._last[key] = now
@@ -168,7 +173,7 @@ class _Debouncer:
         self._held.setdefault(key, last + self.window)
         return False
 
-    def due(self, now: float) -> list:
+    def due(self, now: float) -> list[_Key]:
         ready = [key for key, at in self._held.items() if at <= now]
         for key in ready:
             del self._held[key]
@@ -187,7 +192,7 @@ class Hub:
     def __init__(self, debounce: float = DEBOUNCE_SECONDS) -> None:
         self._lock = threading.Lock()
         self._sinks: dict[str, tuple[Sink, LocalSubscriptions | None]] = {}
-        self._inbox: queue.Queue = queue.Queue(maxsize=INBOX_MAX)
+        self._inbox: queue.Queue[JsonObject] = queue.Queue(maxsize=INBOX_MAX)
         self._overflow = threading.Event()
         self._debounce = _Debouncer(debounce)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -208,8 +213,10 @@ class Hub:
         threading.Thread(target=self._deliver, name="dir2mcp-notify-deliver", daemon=True).start()
 
     def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._listen())
+        loop = self._loop
+        assert loop is not None  # start() made it before starting this thread
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(self._listen())
 
     async def _listen(self) -> None:
         layer = get_channel_layer()
@@ -224,7 +231,7 @@ class Hub:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
-    async def _receive(self, layer, channel: str) -> None:
+    async def _receive(self, layer: BaseChannelLayer, channel: str) -> None:
         while True:
             await layer.group_add(self._group, channel)
             self.listening.set()
@@ -249,6 +256,7 @@ class Hub:
 
     def publish(self, message: JsonObject) -> None:
         self.start()
+        assert self._loop is not None  # start() made it
         future = asyncio.run_coroutine_threadsafe(self._send(message), self._loop)
         future.add_done_callback(_report_failure)
 
@@ -329,7 +337,7 @@ class Hub:
         return found
 
 
-def _report_failure(future) -> None:
+def _report_failure(future: concurrent.futures.Future[None]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.warning("resource notifications: cannot announce a change: %s", future.exception())
 
@@ -402,5 +410,5 @@ def _secret(error: str | None) -> bool:
     return (error or "").startswith(errors.SECRET_DETECTED)
 
 
-def _data(code: str, **extra) -> JsonObject:
+def _data(code: str, **extra: object) -> JsonObject:
     return {"code": code, "retryable": False, **extra}

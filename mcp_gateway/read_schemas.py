@@ -14,7 +14,7 @@ _REL_PATH = path_argument("The file, relative to the root.")
 _ERROR = ERROR
 MAX_SLICES = 20
 
-CHECKSUM_INPUT = {
+CHECKSUM_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -24,7 +24,7 @@ CHECKSUM_INPUT = {
     "required": ["rel_path"],
 }
 
-CHECKSUM_OUTPUT = {
+CHECKSUM_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -36,7 +36,7 @@ CHECKSUM_OUTPUT = {
     "required": ["rel_path", "algorithm", "digest", "size_bytes"],
 }
 
-DIFF_INPUT = {
+DIFF_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -48,7 +48,7 @@ DIFF_INPUT = {
     "required": ["rel_path_a", "rel_path_b"],
 }
 
-DIFF_OUTPUT = {
+DIFF_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -66,7 +66,7 @@ DIFF_OUTPUT = {
 _SLICE: JsonObject = copy.deepcopy(OPEN_FILE_INPUT)
 _SLICE["properties"].pop("max_chars")
 _SLICE["properties"]["rel_path"].pop("x-mcp-header")  # only on a top-level argument (never under items)
-OPEN_FILES_INPUT = {
+OPEN_FILES_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -87,7 +87,7 @@ OPEN_FILES_INPUT = {
 
 _OPENED = copy.deepcopy(OPEN_FILE_OUTPUT)
 _OPENED.pop("$defs")
-OPEN_FILES_OUTPUT = {
+OPEN_FILES_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -106,7 +106,7 @@ OPEN_FILES_OUTPUT = {
     "$defs": {"Span": copy.deepcopy(SPAN), "Error": _ERROR},
 }
 
-VERIFY_INPUT = {
+VERIFY_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -122,7 +122,7 @@ VERIFY_INPUT = {
 
 VERIFY_OUTPUT = VERIFICATION
 
-READ_BYTES_INPUT = {
+READ_BYTES_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -155,7 +155,7 @@ READ_BYTES_INPUT = {
     "required": ["rel_path"],
 }
 
-READ_BYTES_OUTPUT = {
+READ_BYTES_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {

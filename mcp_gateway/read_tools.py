@@ -64,7 +64,7 @@ def open_files(call: Call, args: JsonObject) -> JsonObject:
     return {"slices": out, "truncated": any(s.get("result", {}).get("truncated") for s in out)}
 
 
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     budgets.declared(
         Tool(
             name="dir2mcp.open_files",

@@ -19,7 +19,7 @@ from mcp_gateway import budgets
 
 SCHEMA_VERSION = "9.0.0"
 
-SPAN = {
+SPAN: JsonObject = {
     "type": "object",
     "oneOf": [
         {
@@ -51,12 +51,12 @@ SPAN = {
     ],
 }
 
-LABEL = {
+LABEL: JsonObject = {
     "type": "string",
     "description": 'A human pointer to the page, e.g. "slide 7" or "sheet \'Q2\'".',
 }
 
-HIT = {
+HIT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -135,7 +135,7 @@ GENERATION["properties"] |= {
 
 # An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether anything
 # matched the query well (corpus/ranking.py: is_weak).
-MATCH = {
+MATCH: JsonObject = {
     "type": "string",
     "enum": ["good", "weak"],
     "description": (
@@ -146,7 +146,7 @@ MATCH = {
 
 
 #: The question of ask and of the multimodal tools that answer one.
-QUESTION = {
+QUESTION: JsonObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_QUESTION_CHARS,
@@ -179,9 +179,9 @@ def _with_defs(schema: JsonObject, *names: str) -> JsonObject:
     return out
 
 
-_INDEX = {"type": "string", "enum": ["auto", "text", "code", "both"], "default": "auto"}
-K_INPUT = {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
-_FILTERS = {
+_INDEX: JsonObject = {"type": "string", "enum": ["auto", "text", "code", "both"], "default": "auto"}
+K_INPUT: JsonObject = {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
+_FILTERS: JsonObject = {
     "path_prefix": path_argument("Only files under this relative directory, e.g. 'src/'.", required=False),
     "file_glob": {
         "type": "string",
@@ -195,7 +195,7 @@ _FILTERS = {
     },
 }
 
-SEARCH_INPUT = {
+SEARCH_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -238,7 +238,7 @@ SEARCH_OUTPUT = _with_defs(
     "Hit",
 )
 
-ASK_INPUT = {
+ASK_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -251,7 +251,7 @@ ASK_INPUT = {
     "required": ["question"],
 }
 
-ERROR = {
+ERROR: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -263,7 +263,7 @@ ERROR = {
 }
 
 # dir2mcp.verify's result, and ask's check of its own answer (issue #32).
-VERIFICATION = {
+VERIFICATION: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -354,7 +354,7 @@ ASK_OUTPUT = _with_defs(
     "Hit",
 )
 
-OPEN_FILE_INPUT = {
+OPEN_FILE_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -396,7 +396,7 @@ OPEN_FILE_OUTPUT = _with_defs(
     "Span",
 )
 
-LIST_FILES_INPUT = {
+LIST_FILES_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -407,7 +407,7 @@ LIST_FILES_INPUT = {
     },
 }
 
-LIST_FILES_OUTPUT = {
+LIST_FILES_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -436,10 +436,10 @@ LIST_FILES_OUTPUT = {
     "required": ["limit", "offset", "total", "files"],
 }
 
-STATS_INPUT = {"type": "object", "additionalProperties": False}
+STATS_INPUT: JsonObject = {"type": "object", "additionalProperties": False}
 
 # One embedder: a provider and its model per index kind; null when there is none.
-EMBEDDER_MODELS = {
+EMBEDDER_MODELS: JsonObject = {
     "type": ["object", "null"],
     "additionalProperties": False,
     "properties": {
@@ -450,11 +450,11 @@ EMBEDDER_MODELS = {
     "required": ["provider", "text_model", "code_model"],
 }
 
-_COUNTER = {"type": "integer"}
+_COUNTER: JsonObject = {"type": "integer"}
 #: Counts by name.
-COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+COUNTS: JsonObject = {"type": "object", "additionalProperties": {"type": "integer"}}
 
-STATS_OUTPUT = {
+STATS_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -614,7 +614,7 @@ STATS_OUTPUT = {
     "required": ["root", "state_dir", "protocol_version", "indexing", "models"],
 }
 
-FIND_INPUT = {
+FIND_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {

@@ -15,7 +15,7 @@ import base64
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from jsonschema.exceptions import ValidationError
@@ -28,7 +28,7 @@ from corpus.ingest import coverage
 from corpus.jsontypes import JsonObject
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding
-from corpus.retrieval import Filters
+from corpus.retrieval import Filters, SearchResult
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from corpus.status import latest_job, models_summary, older_format_documents
 from mcp_gateway import budgets, freshness, hints, indexer_process, links, schemas, summaries
@@ -46,7 +46,7 @@ class Cancelled(Exception):
     """The client sent ``notifications/cancelled`` for this call."""
 
 
-def _noop(*_args, **_kwargs) -> None:
+def _noop(*_args: object, **_kwargs: object) -> None:
     return None
 
 
@@ -88,7 +88,7 @@ def list_page(cursor: str | None = None, page_size: int | None = None) -> JsonOb
     size = page_size or PAGE_SIZE
     start = 0 if cursor is None else _decode_cursor(cursor)
     tools = list(table().values())
-    page = {"tools": [tool.definition() for tool in tools[start : start + size]]}
+    page: JsonObject = {"tools": [tool.definition() for tool in tools[start : start + size]]}
     if start + size < len(tools):
         page["nextCursor"] = _encode_cursor(start + size)
     return page
@@ -103,6 +103,7 @@ def _validation_error(exc: ValidationError) -> errors.Dir2mcpError:
         return errors.Dir2mcpError(errors.MISSING_FIELD, exc.message)
     if (
         exc.validator in ("maxLength", "pattern")
+        and isinstance(exc.schema, Mapping)
         and exc.schema.get("pattern") == schemas.PATH_SEGMENTS_PATTERN
     ):
         # A path argument past its bounds: INVALID_FIELD, as corpus.security.check_path_bounds says it.
@@ -129,7 +130,7 @@ def _validation_error(exc: ValidationError) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(errors.INVALID_FIELD, f"{where}: {exc.message}")
 
 
-def validate_arguments(tool: Tool, arguments) -> JsonObject:
+def validate_arguments(tool: Tool, arguments: object) -> JsonObject:
     """The arguments with schema defaults applied; Dir2mcpError otherwise."""
     if arguments is None:
         arguments = {}
@@ -155,7 +156,7 @@ def error_result(exc: errors.Dir2mcpError) -> JsonObject:
     }
 
 
-def run(tool: Tool, arguments, call: Call) -> JsonObject:
+def run(tool: Tool, arguments: object, call: Call) -> JsonObject:
     """Validate, run and package one call as a ``CallToolResult``, counted
     in the metrics (``/metrics``: calls and latency by tool). Every surface
     runs tools here: ``tools/call`` over HTTP and stdio, and the REST mirror.
@@ -169,10 +170,10 @@ def run(tool: Tool, arguments, call: Call) -> JsonObject:
     return result
 
 
-def _run(tool: Tool, arguments, call: Call) -> JsonObject:
+def _run(tool: Tool, arguments: object, call: Call) -> JsonObject:
     try:
         args = validate_arguments(tool, arguments)
-        given = arguments or {}  # the hints repeat what the client gave, not the defaults
+        given = arguments if isinstance(arguments, dict) else {}  # what the client gave, not the defaults
         return budgets.run(
             tool.name,
             tool.budget,
@@ -206,7 +207,7 @@ def package(tool: Tool, result: JsonObject, args: JsonObject) -> JsonObject:
     text = tool.summarize(result)
     if (stale := freshness.note(result)) is not None:
         text = f"{text}\n{stale}"
-    packaged = {"content": [{"type": "text", "text": text}, *extra], "structuredContent": result}
+    packaged: JsonObject = {"content": [{"type": "text", "text": text}, *extra], "structuredContent": result}
     actions = tool.next_actions(result, args)[: hints.MOST] if tool.next_actions is not None else []
     if actions:
         packaged["content"][0]["text"] = f"{text}\n{hints.line(actions)}"
@@ -217,7 +218,7 @@ def package(tool: Tool, result: JsonObject, args: JsonObject) -> JsonObject:
 # -- the tools ------------------------------------------------------------------
 
 
-def _filters(args: JsonObject):
+def _filters(args: JsonObject) -> Filters:
     return Filters(
         path_prefix=canonical_prefix(args.get("path_prefix", "")),
         file_glob=args.get("file_glob", ""),
@@ -237,7 +238,7 @@ def search(call: Call, args: JsonObject) -> JsonObject:
     return out
 
 
-def _within_budget(call: Call, result, max_tokens: int) -> JsonObject:
+def _within_budget(call: Call, result: SearchResult, max_tokens: int) -> JsonObject:
     """The hits as passages with their text, merged per file, in rank order
     (:func:`mcp_gateway.budgets.run` keeps those that fit)."""
     passages = budget.merge(result.hits)
@@ -285,7 +286,7 @@ def ask(call: Call, args: JsonObject) -> JsonObject:
     return out
 
 
-def _retrieved(call: Call, found, *, generating: bool) -> None:
+def _retrieved(call: Call, found: SearchResult, *, generating: bool) -> None:
     call.check()
     call.progress(1, 2, f"{len(found.hits)} passages" + ("; generating the answer" if generating else ""))
 
@@ -360,7 +361,7 @@ def stats(call: Call, args: JsonObject) -> JsonObject:
 
 
 #: The core tools, in the contract's order (``McpGatewayConfig.ready`` registers them).
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     budgets.declared(
         Tool(
             name="dir2mcp.search",
