@@ -181,7 +181,7 @@ class DenseStore:
         # A thread keeping the indices in step with the store (a server whose
         # indexer is another process: mcp_gateway.indexer_process.DenseRefresher);
         # while one runs, searches read the indices as they are.
-        self.refresher = None
+        self.refresher: object | None = None  # mcp_gateway.indexer_process.DenseRefresher
 
     def index(self, kind: str) -> VectorIndex | None:
         """The index for ``kind``, loaded or rebuilt; None before any model."""

@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -102,7 +103,7 @@ class ForwardingReporter(Reporter):
             except (BrokenPipeError, ValueError, OSError):
                 pass  # the server is gone; stdin's EOF stops this process
 
-    def event(self, event: str, data=None, *, level: str = "info") -> None:
+    def event(self, event: str, data: object = None, *, level: str = "info") -> None:
         self._send("event", event, data, level=level)
 
     def say(self, text: str) -> None:
@@ -130,8 +131,8 @@ class ForwardingReporter(Reporter):
 
 
 def replay(
-    line: str, reporter: Reporter, *, drop: frozenset = frozenset()
-) -> tuple[str, tuple, JsonObject] | None:
+    line: str, reporter: Reporter, *, drop: frozenset[str] = frozenset()
+) -> tuple[str, tuple[object, ...], JsonObject] | None:
     """Play one line of the child's output on ``reporter``; returns the call
     (name, args, kwargs), or None for a line that is not one (printed as a
     warning: a stray print in the child must not vanish) or for an event
@@ -233,7 +234,7 @@ class IndexerSupervisor:
         ready: threading.Event | None = None,
         stop_wait: float = 30.0,
         first_backoff: float = FIRST_BACKOFF,
-        on_progress=None,
+        on_progress: Callable[[], None] | None = None,
     ) -> None:
         self.launch = launch
         #: called on each progress report of the child (it reports after storing vectors)
@@ -248,11 +249,11 @@ class IndexerSupervisor:
         self.rate = _Rate()
         #: changes a full disk kept from being written (corpus.ingest.watch.Unwritten)
         self.unwritten = UnwrittenCount()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[str] | None = None
         self._stdin_lock = threading.Lock()
         # Paths already asked to be embedded first (recent ones only).
         self._asked: deque[str] = deque(maxlen=EMBED_FIRST_MAX)
-        self._outbox: queue.Queue = queue.Queue(maxsize=64)
+        self._outbox: queue.Queue[JsonObject] = queue.Queue(maxsize=64)
         self._thread = threading.Thread(
             target=self._supervise, name="dir2mcp-indexer-supervisor", daemon=True
         )
@@ -399,7 +400,7 @@ class IndexerSupervisor:
                     pass
         return code
 
-    def _read(self, proc: subprocess.Popen) -> None:
+    def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             # Each job announces index_loaded; the server announced it once when it started.
@@ -416,7 +417,7 @@ class IndexerSupervisor:
                 if self.on_progress is not None:
                     self.on_progress()
 
-    def _terminate(self, proc: subprocess.Popen) -> None:
+    def _terminate(self, proc: subprocess.Popen[str]) -> None:
         """SIGTERM (stop at a safe point), then SIGKILL after ``stop_wait``."""
         try:
             proc.send_signal(signal.SIGTERM)
@@ -466,7 +467,7 @@ class IndexerThread:
         self.unwritten = UnwrittenCount()
         self._thread: threading.Thread | None = None
 
-    def start(self, target, *args) -> IndexerThread:
+    def start(self, target: Callable[..., object], *args: object) -> IndexerThread:
         self._thread = threading.Thread(target=target, args=args, name="dir2mcp-indexer", daemon=True)
         self._thread.start()
         return self
@@ -512,7 +513,7 @@ class UnwrittenCount:
         self.code = ""
         self.message = ""
 
-    def note(self, event: str, data) -> bool:
+    def note(self, event: str, data: object) -> bool:
         """Take one event in; whether it was one of these."""
         if event == "store_write_failed" and isinstance(data, dict):
             self.paths, self.walk = int(data.get("paths") or 0), bool(data.get("walk"))
@@ -529,7 +530,7 @@ class UnwrittenCount:
         return {"paths": self.paths, "walk": self.walk, "code": self.code, "message": self.message}
 
 
-def _libc_prctl():
+def _libc_prctl() -> Callable[..., int] | None:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: stdin's EOF still stops the child
@@ -540,7 +541,7 @@ _PRCTL = _libc_prctl()
 _PR_SET_PDEATHSIG = 1
 
 
-def _child_setup(parent: int, nice: int):
+def _child_setup(parent: int, nice: int) -> Callable[[], None]:
     """What runs in the child between fork and exec: die with the server
     (a server killed outright takes its indexer with it, as a thread would
     go), and yield the CPU to it by ``nice``. Only calls resolved before the fork."""

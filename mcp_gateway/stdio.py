@@ -41,6 +41,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 from typing import BinaryIO
 
 from corpus import errors, store_faults
@@ -205,7 +206,7 @@ class StdioServer:
         self._inflight: dict[object, _Call] = {}
         self._listens: dict[object, subscriptions.Sink] = {}  # open subscriptions/listen, by request id
         self._lock = threading.Lock()
-        self._jobs: queue.Queue = queue.Queue()
+        self._jobs: queue.Queue[_Call | None] = queue.Queue()
         # Daemon threads, not a ThreadPoolExecutor: a call that never returns
         # must not keep the process alive after shutdown gave up on it.
         self._workers = [
@@ -224,7 +225,7 @@ class StdioServer:
             for line in read_lines(self.infd, self.max_line):
                 if self.writer.broken.is_set():
                     break
-                if line is _TOO_LONG:
+                if not isinstance(line, bytes):  # _TOO_LONG
                     self.writer.write(
                         errors.rpc_error(
                             None,
@@ -318,7 +319,7 @@ class StdioServer:
         self.writer.write(subscriptions.acknowledged(listen))  # first, before any notification
         HUB.attach(_listen_key(msg.id), sink, listen.local)
 
-    def end_listen(self, request_id, *, graceful: bool = True) -> bool:
+    def end_listen(self, request_id: object, *, graceful: bool = True) -> bool:
         """Close one subscription (with its closing result when ``graceful``);
         False when there was none."""
         with self._lock:
@@ -369,7 +370,9 @@ class StdioServer:
                     self._inflight.pop(call.msg.id, None)
                 call.finish(response)
 
-    def _respond(self, msg: Message, emit, cancel) -> JsonObject | None:
+    def _respond(
+        self, msg: Message, emit: dispatch.Emit | None, cancel: threading.Event | None
+    ) -> JsonObject | None:
         try:
             if modern.is_modern(msg):  # 2026-07-28: no session, everything in the request
                 return modern.respond(msg, self.ctx, emit=emit, cancel=cancel)
@@ -385,7 +388,7 @@ class StdioServer:
                 msg.id, errors.RPC_INTERNAL_ERROR, f"{msg.method} failed; see the server log"
             )
 
-    def _cancel(self, request_id) -> None:
+    def _cancel(self, request_id: object) -> None:
         if not isinstance(request_id, str | int) or isinstance(request_id, bool):
             return  # invalid cancellations are ignored
         if self.end_listen(request_id, graceful=False):
@@ -428,12 +431,12 @@ class NotificationSink:
         """The session lasts as long as the process."""
 
 
-def _listen_key(request_id) -> str:
+def _listen_key(request_id: object) -> str:
     """A subscription's key among the hub's sinks (``repr``: 1 and "1" differ)."""
     return f"{STDIO_SESSION}-listen:{request_id!r}"
 
 
-def _readable_id(data):
+def _readable_id(data: object) -> str | int | None:
     """The id of an invalid message, when one can be read (else null)."""
     if isinstance(data, dict):
         msg_id = data.get("id")
@@ -450,7 +453,7 @@ def serve(
     *,
     out: BinaryIO,
     infd: int = 0,
-    reporter=None,
+    reporter: Reporter | None = None,
     index: bool = True,
     drain_seconds: float = DRAIN_SECONDS,
     indexer_stop_seconds: float = INDEXER_STOP_SECONDS,
@@ -464,9 +467,9 @@ def serve(
     reporter = reporter or Reporter.silent()
     server = StdioServer(ctx, infd=infd, out=out)
     stop = threading.Event()  # the indexer's stop
-    signalled = []
+    signalled: list[int] = []
 
-    def on_signal(signum, frame) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         # Only flags: a handler must not take a lock the main thread may hold.
         signalled.append(signum)
 
@@ -509,14 +512,14 @@ class _Hurry:
     """Set by a signal that arrives once the shutdown has begun (a second
     SIGINT/SIGTERM, or any after EOF): stop waiting for calls and the indexer."""
 
-    def __init__(self, signalled: list) -> None:
+    def __init__(self, signalled: list[int]) -> None:
         self.signalled, self.base = signalled, len(signalled)
 
     def is_set(self) -> bool:
         return len(self.signalled) > self.base
 
 
-def _join(thread: threading.Thread, timeout: float, force: _Hurry, reporter) -> None:
+def _join(thread: threading.Thread, timeout: float, force: _Hurry, reporter: Reporter) -> None:
     deadline = time.monotonic() + timeout
     while thread.is_alive() and time.monotonic() < deadline and not force.is_set():
         thread.join(0.1)

@@ -113,7 +113,7 @@ class Sink:
     ``deliver``; ``on_close`` when the hub ends it."""
 
     def __init__(
-        self, listen: Listen, deliver: Callable[[JsonObject], None], on_close: Callable[[], None]
+        self, listen: Listen, deliver: Callable[[JsonObject], object], on_close: Callable[[], object]
     ) -> None:
         self.listen, self._deliver, self._on_close = listen, deliver, on_close
 
