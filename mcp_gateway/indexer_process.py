@@ -132,7 +132,7 @@ class ForwardingReporter(Reporter):
 
 def replay(
     line: str, reporter: Reporter, *, drop: frozenset[str] = frozenset()
-) -> tuple[str, tuple[object, ...], JsonObject] | None:
+) -> tuple[str, tuple[Any, ...], JsonObject] | None:  # Any: the JSON arguments of the call
     """Play one line of the child's output on ``reporter``; returns the call
     (name, args, kwargs), or None for a line that is not one (printed as a
     warning: a stray print in the child must not vanish) or for an event
