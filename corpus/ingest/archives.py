@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from corpus import errors
+from corpus.config import Config
 from corpus.security import ExclusionEngine, normalize_rel_path
 
 _BLOCK = 64 * 1024
@@ -57,7 +58,7 @@ class ArchiveLimits:
     max_member_bytes: int = 20 * 2**20
 
     @classmethod
-    def from_config(cls, config) -> ArchiveLimits:
+    def from_config(cls, config: Config) -> ArchiveLimits:
         archives = config.ingest.archives
         return cls(
             max_depth=archives.max_depth,
@@ -137,7 +138,7 @@ def _is_tar_header(head: bytes) -> bool:
     if head[257:262] == b"ustar":
         return True
     try:
-        return int(head[148:156].split(b"\x00")[0].strip() or b"-1", 8) in tarfile.calc_chksums(head[:512])
+        return int(head[148:156].split(b"\x00")[0].strip() or b"-1", 8) in tarfile.calc_chksums(head[:512])  # type: ignore[attr-defined]  # tarfile's own checksum, not in typeshed
     except ValueError:
         return False
 
@@ -335,7 +336,9 @@ def _tar_member(
         kind = "link" if info.issym() or info.islnk() else "special file"
         raise _Rejected(errors.ARCHIVE_REJECTED, f"{kind} member skipped")
     try:
-        data = _read_capped(tf.extractfile(info), budget, ratio)
+        member = tf.extractfile(info)
+        assert member is not None  # a regular member (isreg above) has a file
+        data = _read_capped(member, budget, ratio)
     except _Rejected as exc:
         if exc.code == errors.FILE_TOO_LARGE:
             _charge(budget, info.size - budget.limits.max_member_bytes)

@@ -43,13 +43,13 @@ class BatchWriter:
         self.counters = counters
         self.reporter = reporter
         self._written = written
-        self._batch: list[Prepared | Future] = []
+        self._batch: list[Prepared | Future[Prepared]] = []
         self._started = 0.0
         #: documents written or tombstoned since the reporter was last told, and whether the set changed
         self._changed: list[str] = []
         self._listing = False
 
-    def add(self, prepared: Prepared | Future) -> None:
+    def add(self, prepared: Prepared | Future[Prepared]) -> None:
         """Queue a document (or a future one, prepared on a provider's pool)."""
         if not self._batch:
             self._started = time.monotonic()

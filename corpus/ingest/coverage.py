@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from pathlib import Path
 
 from django.db.models import Count
 
@@ -37,7 +38,7 @@ _SKIP_KINDS = {
 }
 
 
-def record(root, tally: ExclusionTally, *, walked: int) -> JsonObject:
+def record(root: Path, tally: ExclusionTally, *, walked: int) -> JsonObject:
     """Store a whole walk's coverage (what it found, what it left out, what
     git tracks below ``root``) and return it, with its warning."""
     tracked = git_files(str(root), others=False)
@@ -70,7 +71,7 @@ def skipped_by_kind() -> dict[str, int]:
         .annotate(n=Count("doc_id"))
         .order_by("error_code")
     )
-    counts: Counter = Counter()
+    counts: Counter[str] = Counter()
     for row in rows:
         # No code: a reader turned off (ingest.*.mode: off) or waiting for a provider key.
         kind = _SKIP_KINDS.get(row["error_code"], "other" if row["error_code"] else "mode_or_provider")

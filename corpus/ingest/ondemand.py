@@ -31,7 +31,7 @@ from corpus.ingest import writer
 from corpus.ingest.chunking import chunk_prose
 from corpus.ingest.classify import classify
 from corpus.ingest.cut import chunk_document
-from corpus.ingest.extract import RAW_TEXT, Extracted
+from corpus.ingest.extracted import RAW_TEXT, Extracted
 from corpus.ingest.media import OCR_MARKDOWN
 from corpus.ingest.prepare import (
     HEAD_BYTES,

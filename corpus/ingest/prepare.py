@@ -21,7 +21,8 @@ from corpus.config import Config
 from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.classify import classify, index_kind_for
 from corpus.ingest.cut import chunk_document
-from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, extract
+from corpus.ingest.extract import extract
+from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider
 from corpus.ingest.generated import RULE_VERSION as GENERATED_RULE_VERSION
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.ingest.units import parse
@@ -214,6 +215,7 @@ class Preparer:
             base.policy_hash = self.policy_hash(base.doc_type, secret=True)
             if screened is None:
                 return self.skipped(base, errors.SECRET_DETECTED, secret_reason(self.engine, rule))
+        assert screened is not None  # None only under a rule, skipped above
         extracted = screened
         if extracted.pages and extracted.meta.get("pages_without_text"):
             pending = self.capabilities.ocr_missing if not self.capabilities.ocr else ""

@@ -448,7 +448,9 @@ class _Cutter:
     def pieces(self, root: tree_sitter.Node) -> Iterator[_Piece]:
         yield from self._container(root, 0, len(self.lines) - 1, ())
 
-    def _container(self, node: tree_sitter.Node, first: int, last: int, context: tuple) -> Iterator[_Piece]:
+    def _container(
+        self, node: tree_sitter.Node, first: int, last: int, context: tuple[str, ...]
+    ) -> Iterator[_Piece]:
         """Units for the definitions inside ``node``; windows for the lines between them."""
         cursor = first
         for start, definition in self._inner(node):
@@ -459,7 +461,7 @@ class _Cutter:
             cursor = max(cursor, last_row(definition) + 1)
         yield from self._rest(cursor, last, context)
 
-    def _definition(self, node: tree_sitter.Node, start: int, context: tuple) -> Iterator[_Piece]:
+    def _definition(self, node: tree_sitter.Node, start: int, context: tuple[str, ...]) -> Iterator[_Piece]:
         end = last_row(node)
         core = self._core(node)
         length = end - start + 1
@@ -474,7 +476,7 @@ class _Cutter:
             return
         yield from self._container(core, start, end, (*context, self._signature(core)))
 
-    def _rest(self, first: int, last: int, context: tuple) -> Iterator[_Piece]:
+    def _rest(self, first: int, last: int, context: tuple[str, ...]) -> Iterator[_Piece]:
         """Lines between definitions, in windows of at most ``max_lines``."""
         while first <= last and not self.lines[first].strip():
             first += 1
