@@ -15,6 +15,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Iterable
+from typing import TypeGuard
 
 from corpus import errors
 from corpus.citations import SpanRef
@@ -62,7 +64,7 @@ def _fail(message: str) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(errors.INVALID_FIELD, message)
 
 
-def _name(value) -> str:
+def _name(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _fail("name must be a non-empty string")
     if len(value) > symbols.MAX_NAME:  # the schema's maxLength, which the validator reports so
@@ -70,7 +72,7 @@ def _name(value) -> str:
     return value.strip()
 
 
-def _limit(value, default: int) -> int:
+def _limit(value: object, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -84,7 +86,7 @@ def _limit(value, default: int) -> int:
 
 
 def find_symbols(
-    name, *, kind: str | None = None, path_prefix: str = "", limit: int | None = None
+    name: object, *, kind: str | None = None, path_prefix: str = "", limit: int | None = None
 ) -> JsonObject:
     """Where ``name`` is defined, best first (the tiers above)."""
     name, limit, prefix = _name(name), _limit(limit, 20), canonical_prefix(path_prefix)
@@ -158,7 +160,7 @@ def _symbol(row: JsonObject, signature: str) -> JsonObject:
 
 
 def find_references(
-    name, *, path_prefix: str = "", limit: int | None = None, cursor: str | None = None
+    name: object, *, path_prefix: str = "", limit: int | None = None, cursor: str | None = None
 ) -> JsonObject:
     """Where ``name`` is used: a page of hits and, when there are more, a cursor."""
     name, limit, prefix = _name(name), _limit(limit, 50), canonical_prefix(path_prefix)
@@ -205,7 +207,7 @@ def _cursor(key: str, row_id: int, skip: int) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _resume(cursor, key: str) -> tuple[int, int]:
+def _resume(cursor: object, key: str) -> tuple[int, int]:
     """``(row id, k)``: resume at that row after its first k lines."""
     invalid = _fail("invalid cursor")
     if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR:
@@ -217,10 +219,13 @@ def _resume(cursor, key: str) -> tuple[int, int]:
     if not isinstance(data, dict) or data.get("q") != key:
         raise invalid
     row_id, skip = data.get("r"), data.get("k")
-    for value in (row_id, skip):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise invalid
+    if not (_count(row_id) and _count(skip)):
+        raise invalid
     return row_id, skip
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 0
 
 
 def _enclosing(doc_ids: set[int]) -> dict[int, list[tuple[int, int, str]]]:
@@ -232,7 +237,7 @@ def _enclosing(doc_ids: set[int]) -> dict[int, list[tuple[int, int, str]]]:
     return found
 
 
-def _innermost(definitions, line: int) -> str:
+def _innermost(definitions: Iterable[tuple[int, int, str]], line: int) -> str:
     """The name of the innermost definition whose span holds ``line``."""
     best: tuple[int, int, str] | None = None
     for start, end, name in definitions:

@@ -59,7 +59,11 @@ def _the_file_itself(opened: OpenedFile, what: str) -> None:
 
 
 def checksum(
-    engine: ExclusionEngine, rel_path, *, algorithm: str = "sha256", check: Callable[[], None] = lambda: None
+    engine: ExclusionEngine,
+    rel_path: object,
+    *,
+    algorithm: str = "sha256",
+    check: Callable[[], None] = lambda: None,
 ) -> JsonObject:
     """The digest of the file's bytes as they are now (one version: a file
     that changed while it was hashed is hashed again). ``check`` is called
@@ -71,7 +75,7 @@ def checksum(
     if not isinstance(rel_path, str) or not rel_path:
         raise errors.Dir2mcpError(errors.MISSING_FIELD, "rel_path is required")
 
-    def hashed(opened) -> JsonObject:
+    def hashed(opened: OpenedFile) -> JsonObject:
         _the_file_itself(opened, "a checksum")
         if opened.st.st_size > MAX_CHECKSUM_BYTES:
             raise errors.Dir2mcpError(
@@ -93,7 +97,7 @@ def checksum(
     return _settled(engine, rel_path, hashed)
 
 
-def _settled(engine: ExclusionEngine, rel_path, read: Callable[[OpenedFile], JsonObject]) -> JsonObject:
+def _settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedFile], JsonObject]) -> JsonObject:
     """``read`` of one version of the file (:func:`files.read_settled`)."""
     try:
         return files.read_settled(engine, rel_path, read)
@@ -104,7 +108,12 @@ def _settled(engine: ExclusionEngine, rel_path, read: Callable[[OpenedFile], Jso
 
 
 def diff(
-    engine: ExclusionEngine, rel_path_a, rel_path_b, *, context: int = 3, max_chars: int = 20000
+    engine: ExclusionEngine,
+    rel_path_a: object,
+    rel_path_b: object,
+    *,
+    context: int = 3,
+    max_chars: int = 20000,
 ) -> JsonObject:
     """A unified diff of two documents' text: lines of text files, or the
     indexed text of converted ones (two PDFs' text layers or OCR, page by
@@ -145,7 +154,7 @@ class _Side(NamedTuple):
     truncated: bool
 
 
-def _diff_text(engine: ExclusionEngine, rel_path) -> _Side:
+def _diff_text(engine: ExclusionEngine, rel_path: object) -> _Side:
     document = files.read_document(engine, rel_path, max_chars=MAX_DIFF_CHARS)
     if document.pages is not None:
         numbered = ([f"--- page {n} ---", *page.split("\n")] for n, page in enumerate(document.pages, 1))
@@ -162,7 +171,7 @@ def _diff_text(engine: ExclusionEngine, rel_path) -> _Side:
 
 def read_bytes(
     engine: ExclusionEngine,
-    rel_path,
+    rel_path: object,
     *,
     offset: int | None = None,
     length: int | None = None,
@@ -210,7 +219,7 @@ def read_bytes(
     return _settled(engine, rel_path, read)
 
 
-def _bound(name: str, value, low: int, high: int, default: int) -> int:
+def _bound(name: str, value: object, low: int, high: int, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):

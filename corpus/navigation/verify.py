@@ -66,7 +66,7 @@ def verify(engine: ExclusionEngine, text: str) -> JsonObject:
 
 
 def _check(engine: ExclusionEngine, text: str, citation: str) -> JsonObject:
-    out = {"citation": citation, "exists": False, "in_bounds": False, "quotes": [], "ok": False}
+    out: JsonObject = {"citation": citation, "exists": False, "in_bounds": False, "quotes": [], "ok": False}
     try:
         rel_path, span = parse(citation)
         opened = files.open_file(engine, rel_path=rel_path, max_chars=_SLICE_CHARS, **span)
@@ -90,10 +90,14 @@ def _within(asked: JsonObject, served: JsonObject | None) -> bool:
     if served is None:
         return False
     if "start_line" in asked:
-        return served.get("end_line", 0) >= asked["end_line"] and asked["start_line"] <= asked["end_line"]
+        return bool(
+            served.get("end_line", 0) >= asked["end_line"] and asked["start_line"] <= asked["end_line"]
+        )
     if "page" in asked:
-        return served.get("page") == asked["page"]
-    return served.get("start_ms", -1) <= asked["start_ms"] and served.get("end_ms", -1) >= asked["end_ms"]
+        return bool(served.get("page") == asked["page"])
+    return bool(
+        served.get("start_ms", -1) <= asked["start_ms"] and served.get("end_ms", -1) >= asked["end_ms"]
+    )
 
 
 def _quotes_before(text: str, citation: str) -> list[str]:
