@@ -14,6 +14,7 @@ did); a search-only answer ends with a line saying why.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corpus import dense_status, errors
@@ -21,7 +22,7 @@ from corpus.citations import SpanRef, find_citations, format_citation
 from corpus.config import Config
 from corpus.jsontypes import JsonObject
 from corpus.providers.base import ChatMessage, ChatModel
-from corpus.retrieval import Filters, Hit, Searcher
+from corpus.retrieval import Filters, Hit, Searcher, SearchResult
 from corpus.status import no_chat_reason
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,8 @@ def citation_of(hit: Hit) -> Citation:
 def build_prompt(question: str, hits: list[Hit], config: Config) -> tuple[list[ChatMessage], list[Hit]]:
     """System prompt, instructions and as many contexts as fit the budget."""
     budget = config.rag.max_context_chars
-    used, blocks = [], []
+    used: list[Hit] = []
+    blocks: list[str] = []
     for number, hit in enumerate(hits, start=1):
         header = f"Source {number} {format_citation(hit.rel_path, hit.span)}\n"
         room = budget - sum(len(b) for b in blocks) - len(header)
@@ -133,7 +135,7 @@ def ask(
     mode: str = "answer",
     index: str = "auto",
     filters: Filters | None = None,
-    on_retrieved=None,
+    on_retrieved: Callable[[SearchResult], None] | None = None,
 ) -> Answer:
     if mode not in MODES:
         raise errors.Dir2mcpError(errors.INVALID_FIELD, f"mode must be one of {', '.join(MODES)}")
@@ -143,6 +145,7 @@ def ask(
     skipped = _why_not_generated(mode, chat, config, bool(result.hits))
     if skipped is not None:
         return _hits_only(question, result, skipped)
+    assert chat is not None  # _why_not_generated answered when there is none
     model = f"{chat.provider}/{chat.model}"
     messages, used = build_prompt(question, result.hits, config)
     try:
@@ -190,7 +193,7 @@ def _why_not_generated(
     return dense_status.off() | {"reason": reason, "message": message}
 
 
-def _hits_only(question: str, result, generation: JsonObject) -> Answer:
+def _hits_only(question: str, result: SearchResult, generation: JsonObject) -> Answer:
     """The answer without a chat model's reply: the hits, each with its
     citation, and (unless the chat model failed, which ``generation_notice``
     says) a last line saying why no model wrote it."""

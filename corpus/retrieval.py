@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from django.db.models import QuerySet
 
 from corpus import dense_status, errors, globs, patterns, ranking
 from corpus.citations import SpanRef
@@ -17,10 +18,10 @@ from corpus.definitions import defines, query_identifiers
 from corpus.embedding import dense_store, from_bytes
 from corpus.files import prefix_range, under_prefix
 from corpus.index import chunks, lexical, words
-from corpus.index.vectors import KINDS
+from corpus.index.vectors import KINDS, VectorIndex
 from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, EmbeddingStatus
-from corpus.providers.base import Embedder
+from corpus.providers.base import Embedder, ModelInfo
 from corpus.state import StateDir
 from corpus.status import indexing_complete
 
@@ -58,9 +59,10 @@ class Filters:
         if self.file_glob:
             globs.compile_glob(self.file_glob)  # INVALID_FIELD before any work, not a 500 midway
 
-    def sql(self) -> tuple[str, list]:
+    def sql(self) -> tuple[str, list[str]]:
         """A predicate over documents ``d`` for the filters SQL can apply."""
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[str] = []
         if self.path_prefix:
             escaped = self.path_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             clauses.append("d.rel_path LIKE %s ESCAPE '\\'")
@@ -240,7 +242,9 @@ class Searcher:
         or none and why (degrade, don't fail)."""
         if self.embedder is None:
             return [], dense_status.off(), {}
-        vectors: JsonObject = {}  # one query embedding per model, shared by the indices using it
+        vectors: dict[
+            ModelInfo, np.ndarray
+        ] = {}  # one query embedding per model, shared by the indices using it
         out = []
         for kind, weight in plan:
             model = self.embedder.model_info(kind)
@@ -295,7 +299,9 @@ class Searcher:
             moved_any = True
         return out if moved_any else None
 
-    def _defining(self, query: str, fused: ranking.Ranking, filters: Filters, kinds) -> list[int]:
+    def _defining(
+        self, query: str, fused: ranking.Ranking, filters: Filters, kinds: Sequence[str]
+    ) -> list[int]:
         """Units that define a name the query asks for, best ranked first:
         those the fusion found, then those a lexical search for the name finds."""
         names = query_identifiers(query)
@@ -401,7 +407,7 @@ class Searcher:
         return [(ids[i], float(scores[i])) for i in np.lexsort((np.asarray(ids), -scores))]
 
     def _approximate(
-        self, index, vector: np.ndarray, kind: str, pool: int, filters: Filters
+        self, index: VectorIndex, vector: np.ndarray, kind: str, pool: int, filters: Filters
     ) -> ranking.Ranking:
         """kNN with oversampling that grows until ``pool`` live hits pass."""
         want = pool
@@ -454,7 +460,7 @@ class Searcher:
         return hits
 
 
-def _live(kind: str):
+def _live(kind: str) -> QuerySet[Chunk]:
     return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.OK)
 
 

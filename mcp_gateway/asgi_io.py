@@ -121,7 +121,7 @@ class Response:
 
     @classmethod
     def json(
-        cls, message: JsonObject | None, status: int = 200, headers: JsonObject | None = None
+        cls, message: JsonObject | None, status: int = 200, headers: dict[str, str] | None = None
     ) -> Response:
         if message is None:
             return cls(status, b"", dict(headers or {}))

@@ -46,7 +46,7 @@ class HttpReply:
     402 and ``PAYMENT-REQUIRED``, ``PAYMENT-RESPONSE``); stdio ignores it."""
 
     status: int = 200
-    headers: JsonObject = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -162,7 +162,7 @@ class ChildLaunch:
     root: Path
     state: StateDir
     config_path: Path | None = None
-    extra_env: JsonObject = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
     #: CPU niceness of the child relative to the server (``server.indexer_nice``)
     nice: int = field(kw_only=True)
 
@@ -182,7 +182,7 @@ class ChildLaunch:
             args += ["--config", str(self.config_path)]
         return args
 
-    def env(self) -> JsonObject:
+    def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
         env["PYTHONUNBUFFERED"] = "1"
