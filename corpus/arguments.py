@@ -31,7 +31,7 @@ class Integer:
             out["default"] = self.default
         return out
 
-    def check(self, name: str, value) -> int | None:
+    def check(self, name: str, value: object) -> int | None:
         """``value`` (the default when ``None``); INVALID_FIELD or INVALID_RANGE otherwise."""
         if value is None:
             return self.default
@@ -42,7 +42,7 @@ class Integer:
         return value
 
 
-def text(name: str, value, *, limit: int) -> str:
+def text(name: str, value: object, *, limit: int) -> str:
     """``value`` as a string of at most ``limit`` characters (``""`` when ``None``)."""
     if value is None:
         return ""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 import re2
@@ -118,7 +118,7 @@ class Match(NamedTuple):
     group: tuple[int, int] | None = None
 
 
-def _credential_group(groupindex) -> int | None:
+def _credential_group(groupindex: Mapping[str, int] | Mapping[bytes, int]) -> int | None:
     """The number of the group that holds the credential, if the rule names one."""
     names = {(name.decode() if isinstance(name, bytes) else name): n for name, n in groupindex.items()}
     for name in (SECRET_GROUP, *CHECKS):
@@ -140,7 +140,7 @@ class _Checked:
         ]
         self.group = _credential_group(self.rx.groupindex)
 
-    def passes(self, match) -> bool:
+    def passes(self, match: re2.Match) -> bool:
         return all(check((match.group(n) or b"").decode("utf-8", "replace")) for n, check in self.checks)
 
     def confirmed(self, data: bytes) -> bool:

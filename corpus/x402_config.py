@@ -107,7 +107,7 @@ def _with_tools_call_enabled(x402: JsonObject, value: bool) -> None:
         x402["route_policy"] = {**route, "tools_call": {**tools_call, "enabled": value}}
 
 
-def layer_switches(data: Mapping, origin: str) -> Mapping:
+def layer_switches(data: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
     """One layer (``origin`` names it) with its x402 switches made consistent."""
     x402 = data.get("x402")
     if not isinstance(x402, Mapping):

@@ -84,7 +84,7 @@ def _parse(body: JsonObject) -> JsonObject:
     return result
 
 
-def flatten(value, prefix: str = "") -> list[str]:
+def flatten(value: object, prefix: str = "") -> list[str]:
     """``key: value`` lines; nested keys are dotted, list items indexed (``authors[0]``)."""
     if isinstance(value, dict):
         lines = []

@@ -78,6 +78,11 @@ QUERY_OPTIONS = HttpOptions(
 )
 
 
+def _least(a: float | None, b: float | None) -> float | None:
+    """The lower of two caps, None meaning none."""
+    return b if a is None else a if b is None else min(a, b)
+
+
 def query_options(base: HttpOptions) -> HttpOptions:
     """:data:`QUERY_OPTIONS`, never slower than the client's own ``base`` policy."""
     q = QUERY_OPTIONS
@@ -88,9 +93,7 @@ def query_options(base: HttpOptions) -> HttpOptions:
         backoff_initial=min(base.backoff_initial, q.backoff_initial),
         backoff_max=min(base.backoff_max, q.backoff_max),
         max_wait=min(base.max_wait, q.max_wait),
-        max_retry_after=q.max_retry_after
-        if base.max_retry_after is None
-        else min(base.max_retry_after, q.max_retry_after),
+        max_retry_after=_least(base.max_retry_after, q.max_retry_after),
         retry_timeouts=base.retry_timeouts and q.retry_timeouts,
     )
 

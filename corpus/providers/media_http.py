@@ -46,7 +46,7 @@ class Limiter:
             self.busy += 1
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         with self._cond:
             self.busy -= 1
             self._cond.notify_all()

@@ -85,7 +85,9 @@ def _require_model(section: OpenAICompatibleConfig, setting: str) -> str:
     return model
 
 
-def _client(section: OpenAICompatibleConfig, api_key: str | None, options: HttpOptions | None):
+def _client(
+    section: OpenAICompatibleConfig, api_key: str | None, options: HttpOptions | None
+) -> ProviderClient:
     return ProviderClient(
         section.base_url,
         api_key=api_key,
@@ -131,7 +133,9 @@ class OpenAICompatibleEmbedder(Embedder):
 
     def embed_query(self, text: str, *, kind: str) -> np.ndarray:
         check_kind(kind)
-        return normalize_rows(self._embed_batch([text], options=query_options(self._client.options)))[0]
+        rows = normalize_rows(self._embed_batch([text], options=query_options(self._client.options)))
+        vector: np.ndarray = rows[0]
+        return vector
 
     def close(self) -> None:
         self._client.close()

@@ -146,6 +146,7 @@ class EmbedderModels:
             return None
         text, code = infos.get("text"), infos.get("code")
         any_info = text or code
+        assert any_info is not None  # infos hold "text", "code" or both
         return cls(
             provider=any_info.provider,
             text_model=text.model if text else "",
@@ -156,7 +157,9 @@ class EmbedderModels:
 
     @classmethod
     def of(cls, embedder: Embedder) -> EmbedderModels:
-        return cls.from_infos({kind: embedder.model_info(kind) for kind in ("text", "code")})
+        models = cls.from_infos({kind: embedder.model_info(kind) for kind in ("text", "code")})
+        assert models is not None  # both kinds given
+        return models
 
     def info(self, kind: str) -> ModelInfo:
         if kind == "code":

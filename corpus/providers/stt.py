@@ -42,7 +42,7 @@ class Transcript:
         return bool(self.segments)
 
 
-def _ms(seconds) -> int:
+def _ms(seconds: float | str) -> int:
     return int(round(float(seconds) * 1000))
 
 
@@ -164,7 +164,7 @@ class ElevenLabsStt(_CachedStt):
         )
 
 
-def group_words(words: list) -> list[tuple[int, int, str]]:
+def group_words(words: list[JsonObject]) -> list[tuple[int, int, str]]:
     """Scribe words (with ``start``/``end`` seconds) as segments; none without timestamps."""
     segments: list[tuple[int, int, str]] = []
     current: list[str] = []

@@ -1,9 +1,9 @@
 from typing import Any
 
 from corpus import __version__
+from corpus.config import PROTOCOL_VERSION
 from corpus.management.base import Dir2mcpCommand
 from corpus.state import INDEX_FORMAT_VERSION
-from corpus.store import PROTOCOL_VERSION
 
 
 class Command(Dir2mcpCommand):
