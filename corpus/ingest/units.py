@@ -546,7 +546,7 @@ def code_units(
     if parsed is None:
         return [] if not text.rstrip("\n") else None
     lines = parsed.lines
-    drafts = []
+    drafts: list[ChunkDraft] = []
     for piece in _Cutter(parsed, unit_max_lines).pieces(parsed.tree.root_node):
         body = "\n".join(lines[piece.start : piece.end + 1])
         context = "\n".join((rel_path, *piece.context)) if rel_path else "\n".join(piece.context)

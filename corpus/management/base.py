@@ -17,6 +17,7 @@ from corpus.config import Config, default_config_path, load_config
 from corpus.embedder_choice import announce_embedder, choose_embedder
 from corpus.events import Reporter
 from corpus.jsontypes import JsonObject
+from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import make_chat
 from corpus.secrets import resolve_all, resolve_secret, write_snapshot
 from corpus.state import StateDir, ensure_token, resolve_root, resolve_state
@@ -40,7 +41,7 @@ class Runtime:
     def secret(self, name: str) -> str | None:
         return resolve_secret(name, self.config, self.state, root=self.root).value
 
-    def embedder(self, *, switch: bool = False, events: bool = True):
+    def embedder(self, *, switch: bool = False, events: bool = True) -> Embedder | None:
         """The embedder to index and search with (None: lexical only).
 
         The configured one, unless the index was built with another: then
@@ -53,7 +54,7 @@ class Runtime:
         announce_embedder(choice, self.reporter if events else None)
         return embedder
 
-    def chat(self):
+    def chat(self) -> ChatModel | None:
         """The configured chat model, or None (answers become search-only)."""
         return make_chat(self.config, secrets_lookup=self.secret)
 
@@ -61,7 +62,7 @@ class Runtime:
 class Dir2mcpCommand(BaseCommand):
     """Adds the global flags and turns :class:`Dir2mcpError` into exit codes."""
 
-    requires_system_checks: list = []
+    requires_system_checks: list[str] = []
     requires_migrations_checks = False
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -93,7 +94,9 @@ class Dir2mcpCommand(BaseCommand):
             )
         config = load_config(config_path, flags=config_flags)
         reporter = Reporter(
-            self.stdout._out, json_mode=options.get("json", False), quiet=options.get("quiet")
+            self.stdout._out,  # type: ignore[arg-type]  # a text stream; django-stubs types it as a callable
+            json_mode=options.get("json", False),
+            quiet=bool(options.get("quiet")),
         )
         interactive = not options.get("non_interactive") and sys.stdin.isatty() and sys.stdout.isatty()
         return Runtime(
@@ -136,7 +139,7 @@ class Dir2mcpCommand(BaseCommand):
 
     def report_fatal(self, exc: errors.Dir2mcpError, *, json_mode: bool) -> None:
         if json_mode:
-            Reporter(self.stdout._out, json_mode=True).event(
+            Reporter(self.stdout._out, json_mode=True).event(  # type: ignore[arg-type]  # as in runtime()
                 "fatal", {**exc.as_dict(), "hint": exc.hint}, level="error"
             )
             return

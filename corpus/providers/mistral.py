@@ -121,7 +121,8 @@ class MistralEmbedder(Embedder):
         check_kind(kind)
         query = truncate_to_tokens(text, INPUT_TOKEN_BUDGET)
         rows = self._embed_batch(kind, [query], options=query_options(self._client.options))
-        return normalize_rows(rows)[0]
+        vector: np.ndarray = normalize_rows(rows)[0]
+        return vector
 
     def close(self) -> None:
         self._client.close()

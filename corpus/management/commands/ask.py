@@ -8,8 +8,9 @@ from corpus.answer import MODES, ask
 from corpus.embedding import check_models
 from corpus.events import Reporter, printable
 from corpus.ingest.indexing import index_directory
-from corpus.management.base import Dir2mcpCommand
+from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import IndexJob
+from corpus.providers.base import Embedder
 from corpus.retrieval import INDEXES, Filters, Searcher
 from corpus.store import open_store
 
@@ -74,7 +75,7 @@ class Command(Dir2mcpCommand):
                 "`dir2mcp status` shows which)"
             )
 
-    def _index_first(self, rt, embedder) -> None:
+    def _index_first(self, rt: Runtime, embedder: Embedder | None) -> None:
         """A never-indexed directory is indexed before answering; if another
         process is indexing it, answer from what is there."""
         self.prepare_state(rt)
