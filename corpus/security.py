@@ -16,14 +16,14 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote
 
 from corpus import errors, redaction
-from corpus.config import DEFAULT_PATH_EXCLUDES, secret_rule_names
+from corpus.config import DEFAULT_PATH_EXCLUDES, Config, secret_rule_names
 from corpus.gitignore import GitignoreRule, Repository, gitignore_reason, load_rule, spec
 from corpus.redaction import Redacted
 from corpus.secret_scan import SecretScanner
@@ -57,7 +57,7 @@ class ExclusionPolicy:
     secret_mode: str = "exclude"
 
     @classmethod
-    def from_config(cls, config, *, root: Path | None = None) -> ExclusionPolicy:
+    def from_config(cls, config: Config, *, root: Path | None = None) -> ExclusionPolicy:
         """The policy of ``config``; with ``root``, its secret files are excluded too."""
         # The defaults always apply, then the user's entries: setting
         # path_excludes adds to them (a "!pattern" entry can re-include a path),
@@ -73,7 +73,7 @@ class ExclusionPolicy:
         )
 
 
-def _secret_file_excludes(config, root: Path | None) -> tuple[str, ...]:
+def _secret_file_excludes(config: Config, root: Path | None) -> tuple[str, ...]:
     """Anchored patterns for the configured secret and token files under ``root``.
 
     They may sit anywhere (``secrets.file.path: secret.env``), where no
@@ -206,7 +206,7 @@ class ExclusionEngine:
     """Decides what may be indexed or opened below ``root``."""
 
     @classmethod
-    def from_config(cls, root: Path, config, *, state_dir: Path | None = None) -> ExclusionEngine:
+    def from_config(cls, root: Path, config: Config, *, state_dir: Path | None = None) -> ExclusionEngine:
         """The engine every reader uses: ingestion and every file-reading tool."""
         return cls(root, ExclusionPolicy.from_config(config, root=root), state_dir=state_dir)
 
@@ -357,7 +357,8 @@ class ExclusionEngine:
     def _excludes_reason(self, rel: str, *, is_dir: bool) -> str | None:
         result = self._excludes.check_file(rel + "/" if is_dir else rel)
         if result.include:
-            return f"path_excludes: {self._excludes.patterns[result.index].pattern}"
+            assert result.index is not None  # a pattern decided it
+            return f"path_excludes: {self._excludes.patterns[result.index].pattern!s}"
         return None
 
     def gitignore_chain(
@@ -429,7 +430,7 @@ class ExclusionEngine:
         index = self._secrets.first(text)
         return None if index is None else f"secret_patterns[{index}]"
 
-    def find_secret_in_stream(self, read, start: bytes = b"") -> str | None:
+    def find_secret_in_stream(self, read: Callable[[int], bytes], start: bytes = b"") -> str | None:
         """:meth:`find_secret` over a file read block by block (``read(size)``)."""
         index = self._secrets.first_in_stream(read, start)
         return None if index is None else f"secret_patterns[{index}]"
@@ -687,7 +688,7 @@ class OpenedFile:
     def __enter__(self) -> OpenedFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.file.close()
 
     def read(self, size: int = -1) -> bytes:
