@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from corpus import bulk
 from corpus.index import lexical
+from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.prepare import Prepared, sha256_hex
 from corpus.jsontypes import JsonObject
 from corpus.models import (
@@ -102,24 +103,25 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
         Document, [Document(rel_path=prepared.rel_path, **_document_fields(prepared)) for prepared in batch]
     )
     deltas = [Delta(doc_id=doc.doc_id) for doc in docs]
-    with_text = [(i, prepared) for i, prepared in enumerate(batch) if prepared.has_text]
+    with_text = [(i, prepared, prepared.extracted) for i, prepared in enumerate(batch) if prepared.has_text]
     now = int(time.time())
     reps = bulk.create(
         Representation,
         [
             Representation(
                 document=docs[i],
-                rep_type=prepared.extracted.rep_type,
+                rep_type=extracted.rep_type,
                 rep_hash=_rep_hash(prepared),
-                text=prepared.extracted.text,
-                meta_json=prepared.extracted.meta,
+                text=extracted.text,
+                meta_json=extracted.meta,
                 created_unix=now,
             )
-            for i, prepared in with_text
+            for i, prepared, extracted in with_text
+            if extracted is not None  # has_text says so
         ],
     )
-    new_chunks: list[tuple[Chunk, object]] = []
-    for rep, (i, prepared) in zip(reps, with_text, strict=True):
+    new_chunks: list[tuple[Chunk, ChunkDraft]] = []
+    for rep, (i, prepared, _) in zip(reps, with_text, strict=True):
         deltas[i].representations = 1
         deltas[i].chunks_added = len(prepared.drafts)
         new_chunks.extend((_new_chunk(rep, prepared, draft), draft) for draft in prepared.drafts)
@@ -146,12 +148,14 @@ def _rep_hash(prepared: Prepared) -> str:
     )
 
 
-def _draft_hash(draft) -> str:
+def _draft_hash(draft: ChunkDraft) -> str:
     """A unit whose context changed (a renamed class) is a new unit."""
     return sha256_hex(with_context(draft.context, draft.text))
 
 
-def _new_chunk(rep: Representation, prepared: Prepared, draft, text_hash: str | None = None) -> Chunk:
+def _new_chunk(
+    rep: Representation, prepared: Prepared, draft: ChunkDraft, text_hash: str | None = None
+) -> Chunk:
     return Chunk(
         representation=rep,
         ordinal=draft.ordinal,
@@ -163,7 +167,7 @@ def _new_chunk(rep: Representation, prepared: Prepared, draft, text_hash: str | 
     )
 
 
-def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
+def _create_chunks(new_chunks: list[tuple[Chunk, ChunkDraft]]) -> list[Chunk]:
     """Insert these chunks, their lexical rows and their spans."""
     created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
     lexical.index_chunks(
@@ -254,7 +258,7 @@ def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh
     live = () if fresh else rep.chunks.filter(deleted=False).prefetch_related("spans")
     for chunk in live:
         old_by_hash[chunk.text_hash].append(chunk)
-    new_chunks: list[tuple[Chunk, object]] = []
+    new_chunks: list[tuple[Chunk, ChunkDraft]] = []
     for draft in prepared.drafts:
         text_hash = _draft_hash(draft)
         reusable = old_by_hash.get(text_hash)
@@ -267,7 +271,7 @@ def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh
     delta.chunks_added += len(_create_chunks(new_chunks))
 
 
-def _move_chunk(chunk: Chunk, draft) -> None:
+def _move_chunk(chunk: Chunk, draft: ChunkDraft) -> None:
     """A surviving chunk keeps its id and embedding; its place may move."""
     if chunk.ordinal != draft.ordinal:
         Chunk.objects.filter(chunk_id=chunk.chunk_id).update(ordinal=draft.ordinal)
