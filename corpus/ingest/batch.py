@@ -134,6 +134,7 @@ class BatchWriter:
 
     def _record(self, prepared: Prepared, delta: writer.Delta) -> None:
         """Count a written document and remember what the store now holds."""
+        assert delta.doc_id is not None  # write_document names the document it wrote
         before = self.known.record(
             prepared.rel_path,
             Known(

@@ -33,7 +33,11 @@ from corpus.models import (
     Symbol,
     with_context,
 )
-from corpus.write_guard import check_writable, indexing, refuse_writes  # noqa: F401  (writer.indexing() et al.)
+
+# Re-exported (as X): pipeline calls writer.indexing(), and the writers' callers their guards.
+from corpus.write_guard import check_writable as check_writable
+from corpus.write_guard import indexing as indexing
+from corpus.write_guard import refuse_writes as refuse_writes
 
 
 @dataclass
