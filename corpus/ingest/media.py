@@ -40,7 +40,7 @@ def _paged(pages: list[Page], meta: JsonObject) -> Extracted:
     return Extracted(rep_type=OCR_MARKDOWN, text=text, pages=tuple(pages), meta=meta)
 
 
-def ocr_pdf(data: bytes, mode: str, ocr) -> Extracted:
+def ocr_pdf(data: bytes, mode: str, ocr: MistralOcr) -> Extracted:
     """``mode`` ``ocr`` reads every page with OCR; ``auto`` only pages without a text layer."""
     layer: Extracted | None = None
     if mode == "auto":
@@ -65,7 +65,7 @@ def ocr_pdf(data: bytes, mode: str, ocr) -> Extracted:
     return _paged(pages, meta)
 
 
-def ocr_image(name: str, data: bytes, ocr) -> Extracted:
+def ocr_image(name: str, data: bytes, ocr: MistralOcr) -> Extracted:
     result = ocr.image(data, image_mime(name))
     page = Page(number=1, text=result.pages.get(0, "").strip())
     return _paged([page], {"provider": OCR_PROVIDER, "model": result.model, "pages": 1, "source": "ocr"})

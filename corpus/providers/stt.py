@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from corpus.config import Config
 from corpus.jsontypes import JsonObject
@@ -44,6 +45,12 @@ class Transcript:
 
 def _ms(seconds: float | str) -> int:
     return int(round(float(seconds) * 1000))
+
+
+class Transcriber(Protocol):
+    """What transcribing audio asks of a speech-to-text provider."""
+
+    def transcribe(self, name: str, data: bytes) -> Transcript: ...
 
 
 class _CachedStt:
