@@ -221,10 +221,10 @@ def run(docs: int, per_doc: int, runs: int) -> dict:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from corpus.config import build_config
     from corpus.models import Chunk, Document
-    from corpus.state import StateDir
     from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
     from mcp_gateway import context
 
     state = StateDir(state_dir)

@@ -260,11 +260,11 @@ def budgets(agent: Agent, queries: list[str]) -> dict:
 def phase_run(language: str, work: Path, names: int, uses_sample: int) -> dict:
     tree, state = work / "tree", work / "state"
     setup_django(tree, state)
-    from corpus.config import load_config
     from corpus.ingest.pipeline import Indexer
     from corpus.models import Document
-    from corpus.state import StateDir
     from corpus.store import migrate
+    from kernel.config import load_config
+    from kernel.state import StateDir
     from mcp_gateway import context
 
     state_dir = StateDir(state)

@@ -19,6 +19,11 @@ repository and runs ``up --json`` on it, recording:
   hnswlib index size at the end;
 - the walk's coverage: files found, indexed and tracked by git, and what
   it left out by reason (the ``coverage`` event);
+- the CPU seconds of the server and of the indexing child (``/proc``), and
+  every minute the files indexed, the child's CPU and the load average: on a
+  shared machine the child's CPU per 1,000 files is the figure that holds,
+  wall time is not. A pass not complete by ``--timeout`` is reported as far
+  as it got;
 - with ``--embed local``: the dense rate over ``--dense-window`` seconds after
   the lexical pass, and the ETA ``stats`` shows then.
 
@@ -237,9 +242,26 @@ def run(tree: Path, work: Path, embed: str, dense_window: float, timeout: float)
         searcher = Searcher(indexing.url)
         searcher.start()
         deadline = began + timeout
+        trace: list[dict] = []
+        result["trace"] = trace
+        next_trace = began
         while not any(e["event"] == "lexical_index_complete" for e in indexing.events):
-            if time.monotonic() > deadline or indexing.proc.poll() is not None:
-                raise SystemExit("the lexical pass did not complete")
+            if time.monotonic() >= next_trace:
+                trace.append(progress(indexing, began))
+                say(json.dumps(trace[-1]))
+                next_trace = time.monotonic() + 60.0
+            if indexing.proc.poll() is not None:
+                raise SystemExit("the server exited before the lexical pass completed")
+            if time.monotonic() > deadline:
+                say("the lexical pass did not complete in --timeout: reporting how far it got")
+                result["lexical_incomplete"] = progress(indexing, began)
+                searcher.halt.set()
+                searcher.join()
+                result["search"] = searcher.summary()
+                sample(indexing, peaks)
+                result["peak_rss_mib"] = {k: round(v, 1) for k, v in peaks.items()}
+                result.update(sizes(state))
+                return result
             if reference is None and any(e["event"] == "scan_progress" for e in indexing.events):
                 reference = Server(tree, state, env, "--no-index")
                 reference.wait(lambda s: bool(s.url), timeout=120)
@@ -248,6 +270,7 @@ def run(tree: Path, work: Path, embed: str, dense_window: float, timeout: float)
             time.sleep(1.0)
         lexical = next(e for e in indexing.events if e["event"] == "lexical_index_complete")
         result["lexical_seconds"] = round(time.monotonic() - began, 1)
+        result["lexical_cpu"] = progress(indexing, began)
         result["lexical"] = lexical["data"]
         result["files_per_second"] = round(lexical["data"]["documents"] / result["lexical_seconds"], 1)
         searcher.phase = "after"
@@ -282,6 +305,29 @@ def run(tree: Path, work: Path, embed: str, dense_window: float, timeout: float)
         indexing.stop()
     result.update(sizes(state))
     return result
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def progress(server: Server, began: float) -> dict:
+    """Files indexed so far, the CPU each process has used, and the load."""
+    counters = next((e["data"] for e in reversed(server.events) if e["event"] == "scan_progress"), {})
+    pids = server.pids()
+    return {
+        "seconds": round(time.monotonic() - began, 1),
+        "indexed": counters.get("indexed", 0),
+        "chunks": counters.get("chunks_total", 0),
+        "server_cpu_s": round(cpu_seconds(pids[0]), 1),
+        "child_cpu_s": round(sum(cpu_seconds(pid) for pid in pids[1:]), 1),
+        "load": os.getloadavg()[0],
+    }
 
 
 def sample(server: Server, peaks: dict[str, float]) -> None:

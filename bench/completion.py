@@ -132,8 +132,8 @@ def run(files: int, queries: int) -> dict:
     root.mkdir()
     setup_django(root, state_dir)
     from corpus import uris
-    from corpus.state import StateDir
     from corpus.store import open_store
+    from kernel.state import StateDir
     from mcp_gateway import completion, context
 
     open_store(StateDir(state_dir))

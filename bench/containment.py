@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from corpus import errors
-from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS
 from corpus.security import MAX_PATH_SEGMENTS, ExclusionEngine, ExclusionPolicy
+from kernel import errors
+from kernel.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS
 
 DEPTHS = (250, 1_000, 4_000, 16_000, 64_000)
 

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from corpus.index.vectors import VectorIndex  # noqa: E402
+from corpus.index.dense.vectors import VectorIndex  # noqa: E402
 
 DIM = 384
 

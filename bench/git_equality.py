@@ -36,10 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS  # noqa: E402
 from corpus.ingest.discover import FileEntry, walk  # noqa: E402
 from corpus.ingest.exclusions import ExclusionTally, coverage_warning, reason_kind  # noqa: E402
 from corpus.security import ExclusionEngine, ExclusionPolicy  # noqa: E402
+from kernel.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEBIAN_MARK = "# Debian packaging"

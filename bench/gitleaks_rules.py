@@ -37,8 +37,8 @@ import re2  # noqa: E402
 django.setup()
 
 from bench.secret_rules import DEFAULT_PACKAGES, corpus_files, read_text  # noqa: E402
-from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS  # noqa: E402
 from corpus.security import ExclusionEngine, ExclusionPolicy  # noqa: E402
+from kernel.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS  # noqa: E402
 from tests.test_secret_rules import CONTENT_SECRETS  # noqa: E402
 
 MIB = 1024 * 1024

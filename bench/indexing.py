@@ -31,9 +31,9 @@ from dir2mcp_site import bootstrap
 bootstrap.prepare(sys.argv[1:5])
 import django; django.setup()
 from pathlib import Path
-from corpus.config import load_config
+from kernel.config import load_config
 from corpus.ingest.pipeline import Indexer
-from corpus.state import StateDir
+from kernel.state import StateDir
 from dir2mcp_site.settings import DIR2MCP_ROOT, DIR2MCP_STATE_DIR
 config = load_config(Path(sys.argv[6]))
 times = []

@@ -103,9 +103,9 @@ def prepare(size: int) -> tuple[Path, Path]:
     setup_django(root, state_dir)
     from django.db import connections
 
-    from corpus.embedding import dense_store
-    from corpus.state import StateDir
+    from corpus.index.dense.embedding import dense_store
     from corpus.store import open_store
+    from kernel.state import StateDir
 
     state = StateDir(state_dir)
     open_store(state)
@@ -130,7 +130,7 @@ def arguments(query: str) -> dict:
 def in_process(mode: str, root: Path, state_dir: Path, queries: list[str], n: int) -> dict:
     """``tools.run`` without HTTP: the work both servers share."""
     os.environ["DIR2MCP_EMBED__PROVIDER"] = PROVIDERS[mode]
-    from corpus.state import StateDir
+    from kernel.state import StateDir
     from mcp_gateway import context, tools
 
     ctx = context.build(root=root, state=StateDir(state_dir), auth_spec="none")

@@ -45,6 +45,11 @@ Rows, all on the same corpus and queries:
   code vectors are plain; an exact search over plain re-embeddings when they
   lean towards the signature view, ``embed.signature_weight``, whose own
   vectors are then the ``dense units, as stored`` row);
+- ``dense units, as stored + adapter``: the same with the query moved by
+  ``search.query_adapter`` (corpus/adapter.py), when the units index is
+  built with one (``--build search.query_adapter=builtin``);
+  ``--no-plain-dense`` skips the plain re-embedding, ``dense units`` being
+  then the index's own vectors;
 - ``today``: ``Searcher.search`` (index ``auto``) on an index built the old
   way: line windows for code, character windows for prose, and only the
   dense index the query is routed to (``TODAY``);
@@ -94,6 +99,7 @@ ROW_ORDER = (
     "bm25s units, plain",
     "dense units",
     "dense units, as stored",
+    "dense units, as stored + adapter",
     "today",
     "default",
 )
@@ -361,8 +367,11 @@ def latency(searcher, queries: list[str]) -> dict:
     return {"p50_ms": round(percentile(times, 50), 1), "p99_ms": round(percentile(times, 99), 1)}
 
 
-def dense_rankings(searcher, embedder, kind: str, queries: list[str], chunks: dict) -> list[list[list]]:
-    """``Searcher._dense`` alone: the ``DEEP`` nearest live chunks of ``kind``."""
+def dense_rankings(
+    searcher, embedder, kind: str, queries: list[str], chunks: dict, adapter=None
+) -> list[list[list]]:
+    """``Searcher._dense`` alone: the ``DEEP`` nearest live chunks of ``kind``
+    (to the query moved by ``adapter``, a corpus.adapter.QueryAdapter, if given)."""
     from corpus.retrieval import Filters
 
     ranked = []
@@ -370,6 +379,8 @@ def dense_rankings(searcher, embedder, kind: str, queries: list[str], chunks: di
         # embed_query where this checkout has it (what search uses), else the brief's embed()[0]
         embed_query = getattr(embedder, "embed_query", None)
         vector = embed_query(query, kind=kind) if embed_query else embedder.embed([query], kind=kind)[0]
+        if adapter is not None:
+            vector = adapter.apply(vector)
         ids = [
             hit[0] if isinstance(hit, tuple) else hit
             for hit in searcher._dense(vector, kind, DEEP, Filters())
@@ -378,18 +389,37 @@ def dense_rankings(searcher, embedder, kind: str, queries: list[str], chunks: di
     return ranked
 
 
-def plain_dense_rankings(embedder, kind: str, queries: list[str], chunks: dict) -> list[list[list]]:
+def plain_vectors(embedder, kind: str, texts: list[str], cache: Path | None):
+    """``embedder.embed(texts)``, kept in ``cache`` (an .npz named by the texts'
+    digest) so that a rerun on a kept index (``--work``) does not embed them again."""
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+    path = cache / f"plain-{kind}-{digest}.npy" if cache is not None else None
+    if path is not None and path.exists():
+        return np.load(path)
+    vectors = np.asarray(embedder.embed(texts, kind=kind), dtype=np.float32)
+    if path is not None:
+        np.save(path, vectors)
+    return vectors
+
+
+def plain_dense_rankings(
+    embedder, kind: str, queries: list[str], chunks: dict, cache: Path | None = None
+) -> list[list[list]]:
     """The ``dense units`` baseline when the index's code vectors lean towards
     the signature view (``embed.signature_weight``): each unit embedded
     plainly (context and text, as the index reads it), exact cosine search."""
     import numpy as np
 
-    from corpus.embed_view import embedding_text
+    from corpus.index.dense.views import embedding_text
 
     ids = [cid for cid, chunk in chunks.items() if chunk["kind"] == kind]
     window = embedder.window_chars
     texts = [embedding_text(chunks[c]["context"], chunks[c]["text"], kind, window) for c in ids]
-    vectors = np.asarray(embedder.embed(texts, kind=kind), dtype=np.float32)
+    vectors = plain_vectors(embedder, kind, texts, cache)
     ranked = []
     for query in queries:
         scores = vectors @ np.asarray(embedder.embed_query(query, kind=kind), dtype=np.float32)
@@ -402,16 +432,17 @@ def build_index(
 ) -> tuple[object, object, object, dict]:
     """Index ``root`` into ``state_dir`` (``builds``: config overrides of the
     units index, ``--build``); (state, config, embedder, build facts)."""
-    from corpus.config import build_config
     from corpus.ingest.indexing import index_directory
     from corpus.providers.local import LocalEmbedder
-    from corpus.state import StateDir
+    from corpus.providers.precision import resolve_precision
     from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
 
     state = StateDir(state_dir)
     open_store(state)
     config = build_config(config_data(mode, builds if mode == "units" else []), {}, {})
-    embedder = LocalEmbedder(precision=config.embed.precision)
+    embedder = LocalEmbedder(precision=resolve_precision(config.embed.precision))
     embedder.embed(["warm up"], kind="code")
     started = time.perf_counter()
     counters = index_directory(root, state=state, config=config, embedder=embedder)
@@ -450,21 +481,30 @@ def lines_rows(root: Path, kind: str, queries: list[str]) -> dict:
 
 
 def units_rows(
-    searcher, kind: str, queries: list[str], chunks: dict, tries: list[str], builds: list[str] = ()
+    searcher,
+    kind: str,
+    queries: list[str],
+    chunks: dict,
+    tries: list[str],
+    builds: list[str] = (),
+    plain: bool = True,
 ) -> dict:
-    """The rows only the units-mode run adds: bm25s and dense over its chunks, and the ``--try`` rows."""
-    from corpus.config import build_config
+    """The rows only the units-mode run adds: bm25s and dense over its chunks,
+    and the ``--try`` rows (``plain``: False leaves out the plain re-embedding,
+    ``dense units`` is then the index's own vectors)."""
+    from corpus import adapter as query_adapter
     from corpus.retrieval import Searcher
+    from kernel.config import build_config
 
     docs = [(hit_of(c), embedded_text(c)) for c in chunks.values()]
     rows = {
         label: {"hits": bm25s_rankings(docs, queries, plain), "units": len(docs)}
         for plain, label in ((False, "bm25s units"), (True, "bm25s units, plain"))
     }
-    from corpus.embedding import signature_weight
+    from corpus.index.dense.embedding import signature_weight
 
-    if kind == "code" and signature_weight() > 0:
-        dense = plain_dense_rankings(searcher.embedder, kind, queries, chunks)
+    if kind == "code" and signature_weight() > 0 and plain:
+        dense = plain_dense_rankings(searcher.embedder, kind, queries, chunks, cache=searcher.state.path)
         rows["dense units, as stored"] = {
             "hits": dense_rankings(searcher, searcher.embedder, kind, queries, chunks),
             "units": len(chunks),
@@ -472,6 +512,13 @@ def units_rows(
     else:
         dense = dense_rankings(searcher, searcher.embedder, kind, queries, chunks)
     rows["dense units"] = {"hits": dense, "units": len(chunks)}
+    adapter = query_adapter.load(searcher.config.search.query_adapter)
+    if kind == "code" and adapter is not None:
+        # the index's own vectors, the query moved by the adapter (search.query_adapter)
+        rows["dense units, as stored + adapter"] = {
+            "hits": dense_rankings(searcher, searcher.embedder, kind, queries, chunks, adapter=adapter),
+            "units": len(chunks),
+        }
     for text in tries:
         config = build_config(config_data("units", [*builds, text]), {}, {})
         tried = Searcher(searcher.state, config, searcher.embedder)
@@ -493,7 +540,7 @@ def nonsense_queries(count: int, seed: int = 13) -> list[str]:
 def weak_calibration(searcher, queries: list[str]) -> dict:
     """How often ``match`` is ``weak`` for real queries and for made-up ones,
     and the quantiles of the best dense cosine of each (to set ``search.weak_cosine``)."""
-    from corpus.index.vectors import KINDS
+    from corpus.index.dense.vectors import KINDS
     from corpus.retrieval import Filters
 
     def measure(texts: list[str]) -> dict:
@@ -517,6 +564,7 @@ def run_worker(argv: list[str]) -> None:
     parser.add_argument("--kind", choices=("code", "text"), required=True)
     parser.add_argument("--try", dest="tries", action="append", default=[])
     parser.add_argument("--build", dest="builds", action="append", default=[])
+    parser.add_argument("--no-plain-dense", action="store_true")
     args = parser.parse_args(argv)
     root, state_dir = args.dir / "root", args.dir / f"state-{args.mode}"
     queries = [label["query"] for label in json.loads((args.dir / "labels.json").read_text())]
@@ -536,7 +584,11 @@ def run_worker(argv: list[str]) -> None:
     if args.mode == "lines":
         out["rows"].update(lines_rows(root, args.kind, queries))
     else:
-        out["rows"].update(units_rows(searcher, args.kind, queries, chunks, args.tries, args.builds))
+        out["rows"].update(
+            units_rows(
+                searcher, args.kind, queries, chunks, args.tries, args.builds, plain=not args.no_plain_dense
+            )
+        )
         out["weak"] = weak_calibration(searcher, queries)
     (args.dir / f"{args.mode}.json").write_text(json.dumps(out))
 
@@ -548,11 +600,13 @@ def say(message: str) -> None:
 # -- the driver --------------------------------------------------------------------
 
 
-def spawn_worker(lang_dir: Path, mode: str, kind: str, tries: list[str], builds: list[str] = ()) -> dict:
+def spawn_worker(
+    lang_dir: Path, mode: str, kind: str, tries: list[str], builds: list[str] = (), plain: bool = True
+) -> dict:
     """Run one index's worker in a fresh process; its JSON, or ``{"error": …}``."""
     command = [sys.executable, str(Path(__file__).resolve()), "_worker", "--dir", str(lang_dir)]
     command += ["--mode", mode, "--kind", kind, *(f"--try={t}" for t in tries)]
-    command += [f"--build={b}" for b in builds]
+    command += [f"--build={b}" for b in builds] + ([] if plain else ["--no-plain-dense"])
     log = lang_dir / f"{mode}.log"
     with log.open("w") as handle:
         done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO)
@@ -655,8 +709,8 @@ def cost_table(report: dict) -> str:
 def check_tries(tries: list[str], *, built: bool = False) -> None:
     """Fail before any indexing when an override is not a valid config
     (``built``: ``--build`` overrides, which the index is built with)."""
-    from corpus import errors
-    from corpus.config import build_config
+    from kernel import errors
+    from kernel.config import build_config
 
     for text in tries:
         try:
@@ -718,6 +772,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="the same as --modes units: no `today` or `bm25s windows` rows (half the indexing)",
     )
+    parser.add_argument(
+        "--no-plain-dense",
+        action="store_true",
+        help="no plain re-embedding of the units for `dense units` (a third of the embedding): "
+        "that row is then the index's own vectors, as `dense units, as stored` is otherwise",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the corpora and state directories")
     parser.add_argument("--work", type=Path, help="where to build (default: a new temp directory)")
     return parser.parse_args(argv)
@@ -748,7 +808,12 @@ def run_language(lang: str, work: Path, args: argparse.Namespace, max_lines: int
         started = time.perf_counter()
         units = mode == "units"
         runs[mode] = spawn_worker(
-            lang_dir, mode, corpus.kind, args.tries if units else [], args.builds if units else []
+            lang_dir,
+            mode,
+            corpus.kind,
+            args.tries if units else [],
+            args.builds if units else [],
+            plain=not args.no_plain_dense,
         )
         state = runs[mode].get("error", "ok")
         print(

@@ -65,8 +65,8 @@ def build_synthetic(size: int, dim: int) -> None:
     import numpy as np
     from django.db import transaction
 
-    from corpus.embedding import to_bytes
     from corpus.index import lexical
+    from corpus.index.dense.embedding import to_bytes
     from corpus.models import Chunk, Document, Representation, Span
     from corpus.store import set_setting
 
@@ -132,13 +132,13 @@ def run_latency(size: int, queries: int, depths: list[int]) -> dict:
     setup_django(root, state_dir)
     from django.db import connection
 
-    from corpus.config import build_config
-    from corpus.embedding import dense_store
     from corpus.index import lexical
+    from corpus.index.dense.embedding import dense_store
     from corpus.providers.local import LocalEmbedder
     from corpus.retrieval import Searcher
-    from corpus.state import StateDir
     from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
 
     state = StateDir(state_dir)
     open_store(state)

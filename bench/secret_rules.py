@@ -16,7 +16,7 @@ is refused): how many names of the corpus the rules flag.
 Then the cost: the whole corpus screened the way ``main`` did before issue
 #34 (its 18 rules under Python's ``re``, one pass per rule behind its word
 test) and the way it is now (all the rules in one ``re2.Set`` pass,
-:mod:`corpus.secret_scan`), the ratio between them, each rule's own time,
+:mod:`kernel.secret_scan`), the ratio between them, each rule's own time,
 and crafted texts built to make a backtracking rule slow, at 1 and 4 MiB (a
 linear scan takes four times as long on four times the text). Record the
 figures in docs/security.md.
@@ -41,10 +41,10 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from corpus import literals  # noqa: E402
-from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS  # noqa: E402
-from corpus.secret_scan import SecretScanner  # noqa: E402
 from corpus.security import ExclusionEngine, ExclusionPolicy  # noqa: E402
+from kernel import literals  # noqa: E402
+from kernel.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS  # noqa: E402
+from kernel.secret_scan import SecretScanner  # noqa: E402
 
 #: The 18 default rules before issue #34, as they ran: Python's re, one
 #: pass per rule (with look-arounds and possessive repeats to stay linear).

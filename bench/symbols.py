@@ -89,11 +89,11 @@ def _django(tree: Path, state: Path) -> None:
 def phase_index(tree: Path, state: Path, config_path: Path, without: bool) -> dict:
     """Index ``tree`` into ``state`` (a child process: one database per process)."""
     _django(tree, state)
-    from corpus.config import load_config
     from corpus.ingest.pipeline import Indexer
     from corpus.navigation import symbols
-    from corpus.state import StateDir
     from corpus.store import migrate
+    from kernel.config import load_config
+    from kernel.state import StateDir
 
     state_dir = StateDir(state)
     state_dir.ensure()

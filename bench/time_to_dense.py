@@ -4,8 +4,8 @@ chunk of the indexing benchmark's tree, against the previous implementation.
 The tree is the one bench/indexing.py indexes (the interpreter's standard
 library, site-packages and __pycache__ excluded). It is indexed once with
 embeddings off into ``--work`` (kept for the next run), and the texts are
-read back exactly as ``corpus.embedding`` hands them to the embedder
-(pending chunks by kind in id order, ``embed_view.embedding_text``).
+read back exactly as ``corpus.index.dense.embedding`` hands them to the embedder
+(pending chunks by kind in id order, ``corpus.index.dense.views.embedding_text``).
 
 Sample mode (the default) embeds a seeded sample of those texts with each
 variant in alternating rounds, every round in a fresh child process (so the
@@ -15,14 +15,14 @@ the first variant's vectors and the time the whole tree would take at that
 rate. A variant is ``BACKEND[-PRECISION][+sig]:CALL[:THREADS[:PROCESSES]]``:
 the embedder backend (onnx, numpy), its precision (``embed.precision``:
 fp32, the default, or int8), whether each code call also embeds its units'
-signature views as corpus.embedding does when ``embed.signature_weight`` is
+signature views as corpus.index.dense.embedding does when ``embed.signature_weight`` is
 above 0 (``+sig``; the cosines compare the units' own vectors), how many
-texts one ``embed`` call gets (what corpus.embedding fetches at a time), its
+texts one ``embed`` call gets (what corpus.index.dense.embedding fetches at a time), its
 worker threads (default: one per core) and how many processes share the
 calls between them (default 1; their peak RSS is summed). ``numpy:32:2`` is
 the implementation before 2026-11-25.
 
-``--full VARIANT`` instead runs the real ``corpus.embedding.embed_pending``
+``--full VARIANT`` instead runs the real ``corpus.index.dense.embedding.embed_pending``
 over every pending chunk of a copy of the indexed state, database writes and
 index saves included: the time to dense itself. There ``+sig`` records
 the configured ``embed.signature_weight`` (0.3) with the index, as a real
@@ -70,15 +70,15 @@ CONFIG = (
 )
 
 # Run in a child with Django set up on the indexed state: the texts as
-# corpus.embedding would hand them to the embedder.
+# corpus.index.dense.embedding would hand them to the embedder.
 EXPORT_SNIPPET = """
 import json, sys
 from dir2mcp_site import bootstrap
 bootstrap.prepare(["--dir", sys.argv[1], "--state-dir", sys.argv[2]])
 import django; django.setup()
-from corpus.embed_view import embedding_text, signature_text
-from corpus.embedding import _pending
-from corpus.index.vectors import KINDS
+from corpus.index.dense.views import embedding_text, signature_text
+from corpus.index.dense.embedding import _pending
+from corpus.index.dense.vectors import KINDS
 window = int(sys.argv[4])
 rows = []
 for kind in KINDS:
@@ -95,11 +95,11 @@ from dir2mcp_site import bootstrap
 bootstrap.prepare(["--dir", sys.argv[1], "--state-dir", sys.argv[2]])
 import django; django.setup()
 from pathlib import Path
-from corpus.config import EmbedConfig
-from corpus.embedding import check_models, embed_pending
+from kernel.config import EmbedConfig
+from corpus.index.dense.embedding import check_models, embed_pending
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers.local import LocalEmbedder
-from corpus.state import StateDir
+from kernel.state import StateDir
 sys.path.insert(0, "bench")
 from time_to_dense import parse_variant, peak_rss_mb
 variant = parse_variant(sys.argv[3])

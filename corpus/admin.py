@@ -8,8 +8,6 @@ preview plus a link to the filtered chunk list, never a full inline.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.contrib import admin
 from django.db.models import Count, F, Func, IntegerField, OuterRef, Prefetch, Subquery
 from django.http import HttpRequest
@@ -18,26 +16,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from corpus.models import Chunk, IndexJob, Representation, Setting, Span
+from kernel.admin import ReadOnlyAdmin, stamp
 
 TEXT_PREVIEW = 2000
 CHUNK_PREVIEW = 20
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Records the system writes (the index, sessions, settlements): shown, never edited by hand."""
-
-    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-
-def stamp(unix: float | None) -> str:
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S") if unix else "-"
 
 
 def _chunks_url(**query: object) -> str:

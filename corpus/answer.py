@@ -17,13 +17,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from corpus import dense_status, errors
 from corpus.citations import SpanRef, find_citations, format_citation
-from corpus.config import Config
-from corpus.jsontypes import JsonObject
+from corpus.index.dense import status as dense_status
 from corpus.providers.base import ChatMessage, ChatModel
 from corpus.retrieval import Filters, Hit, Searcher, SearchResult
 from corpus.status import no_chat_reason
+from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Answer:
     hits: list[Hit]
     indexing_complete: bool
     generated: bool
-    #: the search's dense status (corpus/dense_status.py): "unavailable" means lexical-only hits
+    #: the search's dense status (corpus/index/dense/status.py): "unavailable" means lexical-only hits
     dense: JsonObject = field(default_factory=dense_status.off)
     #: "weak" when nothing matched the question well (corpus/ranking.py)
     match: str = "good"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: The largest integer SQLite (and any 64-bit field) can hold.
 INT64_MAX = 2**63 - 1

@@ -1,5 +1,5 @@
-"""Inserting many new rows at once: ``bulk_create``, or on PostgreSQL a
-binary COPY.
+"""Inserting many new rows at once: on SQLite one prepared INSERT run over
+every row, on PostgreSQL a binary COPY, elsewhere ``bulk_create``.
 
 Django's ``bulk_create`` on PostgreSQL sends each column as an array
 (``INSERT ... SELECT * FROM UNNEST(...)``). psycopg builds those arrays in
@@ -11,6 +11,17 @@ one round trip, from the table's own sequence, so the objects come back
 with their primary keys set, as ``bulk_create`` leaves them
 (docs/benchmarks.md, "Scale-out").
 
+On SQLite, ``bulk_create`` compiles a placeholder and a converted value
+per field of every row in Python (``INSERT ... VALUES (...), (...)
+RETURNING``): indexing the Linux kernel spent about 40% of its CPU there
+(docs/benchmarks.md, "A big tree"). Here each row is a tuple of values
+handed to ``executemany``, which binds them in C; a field whose class
+stores its Python value as it is (integers, text, booleans, a foreign
+key's id) is not converted. The ids are the table's next ones, read under
+the write lock this transaction holds (``AUTOINCREMENT``: past every id
+the table ever gave, so a deleted chunk's id, an ANN label, never comes
+back).
+
 What is not done here, as with ``bulk_create``: ``save()`` and signals.
 """
 
@@ -18,10 +29,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 
 M = TypeVar("M", bound=models.Model)
 
@@ -36,6 +47,8 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
     objs = list(objs)
     if not objs:
         return objs
+    if connection.vendor == "sqlite":
+        return _sqlite_create(model, objs)
     if connection.vendor != "postgresql":
         return model._default_manager.bulk_create(objs, batch_size=BATCH)
     table, pk_column, pk_at, copy_sql, named, types = _shape(model)
@@ -55,12 +68,117 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
                 row = [field.get_db_prep_save(getattr(obj, name), db) for field, name in named]
                 row[pk_at] = pk
                 copy.write_row(row)
-    # Only once the rows are in, as bulk_create leaves them.
+    return _inserted(objs, ids)
+
+
+def insert(model: type[models.Model], attnames: Sequence[str], rows: Sequence[Sequence]) -> None:
+    """Insert rows given as tuples of these attributes' values, in that order,
+    whose ids nobody needs (a file's symbols and references: tens of
+    thousands a batch on a large tree, where building a model object for
+    each cost as much as writing it). Values are stored as ``create`` would
+    store them; the ids are the table's own."""
+    if not rows:
+        return
+    if connection.vendor != "sqlite":
+        create(model, [model(**dict(zip(attnames, row, strict=True))) for row in rows])
+        return
+    fields = [model._meta.get_field(name) for name in attnames]
+    # A foreign key is given by its id (``document_id``): stored as it is.
+    convert = [None if isinstance(field, models.ForeignKey) else _converter(field)[1] for field in fields]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+    if any(convert):
+        db = connections[DEFAULT_DB_ALIAS]
+        objs = [model(**dict(zip(attnames, row, strict=True))) for row in rows]
+        rows = [
+            tuple(
+                getattr(obj, a) if c is None else c(obj, a, db)
+                for a, c in zip(attnames, convert, strict=True)
+            )
+            for obj in objs
+        ]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
+def _inserted(objs: list[M], ids) -> list[M]:
+    """Only once the rows are in, the objects as bulk_create leaves them."""
     for obj, pk in zip(objs, ids, strict=True):
         obj.pk = pk
         obj._state.adding = False
         obj._state.db = connection.alias
     return objs
+
+
+#: Field classes whose Python value SQLite stores as it is (subclasses, such
+#: as a compressed text field, convert theirs).
+_AS_IS = frozenset(
+    {
+        models.BigIntegerField,
+        models.IntegerField,
+        models.SmallIntegerField,
+        models.PositiveIntegerField,
+        models.CharField,
+        models.TextField,
+        models.BooleanField,
+        models.FloatField,
+    }
+)
+
+
+def _sqlite_create(model: type[M], objs: list[M]) -> list[M]:
+    table, pk_column, insert_sql, named = _sqlite_shape(model)
+    db = connections[DEFAULT_DB_ALIAS]
+    rows = [
+        tuple(getattr(obj, name) if prep is None else prep(obj, name, db) for name, prep in named)
+        for obj in objs
+    ]
+    # A savepoint (or the transaction, IMMEDIATE: the write lock) around the
+    # id read and the insert: no other writer takes these ids meanwhile, and
+    # a refused row leaves none of the others written.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = %s), 0), "
+            f"coalesce((SELECT max({pk_column}) FROM {table}), 0))",
+            [model._meta.db_table],
+        )
+        first = cursor.fetchone()[0] + 1
+        ids = range(first, first + len(objs))
+        cursor.executemany(insert_sql, [(pk, *row) for pk, row in zip(ids, rows, strict=True)])
+    return _inserted(objs, ids)
+
+
+@functools.cache
+def _sqlite_shape(model: type[models.Model]) -> tuple[str, str, str, list]:
+    """A model's quoted table and primary key column, its INSERT (the id
+    first) and each other field's attribute with its converter (None: as it is)."""
+    meta = model._meta
+    quote = connection.ops.quote_name
+    fields = [field for field in meta.concrete_fields if field is not meta.pk]
+    columns = ", ".join(quote(field.column) for field in [meta.pk, *fields])
+    marks = ", ".join(["%s"] * (len(fields) + 1))
+    insert_sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
+    return quote(meta.db_table), quote(meta.pk.column), insert_sql, [_converter(field) for field in fields]
+
+
+def _converter(field: models.Field) -> tuple[str, Callable | None]:
+    """(attribute, how its value is stored: None when as it is)."""
+    if type(field) in _AS_IS:
+        return field.attname, None
+    if isinstance(field, models.ForeignKey):
+        return field.attname, functools.partial(_related_id, field)
+    return field.attname, lambda obj, name, db: field.get_db_prep_save(getattr(obj, name), db)
+
+
+def _related_id(field: models.ForeignKey, obj: models.Model, name: str, db) -> object:
+    """A foreign key's id, or that of the object it was given before that
+    object had one (as ``save()`` reads it)."""
+    value = getattr(obj, name)
+    if value is None and field.is_cached(obj):
+        related = field.get_cached_value(obj)
+        value = related.pk if related is not None else None
+    return value
 
 
 @functools.cache

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 
 
 class SpanForms(NamedTuple):

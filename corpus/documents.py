@@ -24,13 +24,14 @@ from __future__ import annotations
 import mimetypes
 from dataclasses import dataclass
 
-from corpus import errors, files
+from corpus import files
 from corpus.citations import format_ms
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import PAGE_SEPARATOR
-from corpus.jsontypes import JsonObject
 from corpus.models import DocStatus, RepType
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: Documents per page of a listing.
 PAGE_SIZE = 100

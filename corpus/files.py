@@ -37,11 +37,10 @@ import regex
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from corpus import arguments, errors, globs, patterns
+from corpus import arguments, globs, patterns
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
-from corpus.ingest.extract import PAGE_SEPARATOR, extract
-from corpus.jsontypes import JsonObject
+from corpus.ingest.extract import PAGE_SEPARATOR, byte_order_mark, extract
 from corpus.models import DocStatus, Document, Representation, RepType, Span
 from corpus.security import (
     ARCHIVE_SEPARATOR,
@@ -51,6 +50,8 @@ from corpus.security import (
     canonical_rel_path,
     check_path_bounds,
 )
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 
 def _find_budget() -> float:
@@ -83,15 +84,6 @@ _FILE_FIELDS = ("rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "e
 #: seconds and doubles (35 ms in all).
 READ_ATTEMPTS = 4
 _REREAD_PAUSE = 0.005
-# Byte-order marks and the codec of each byte order, the longest mark first
-# (a UTF-32 LE mark starts with UTF-16 LE's).
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32-le"),
-    (codecs.BOM_UTF32_BE, "utf-32-be"),
-    (codecs.BOM_UTF8, "utf-8"),
-    (codecs.BOM_UTF16_LE, "utf-16-le"),
-    (codecs.BOM_UTF16_BE, "utf-16-be"),
-)
 # Decoders that raise without their byte-order mark, whatever ``errors`` says.
 _NEEDS_BOM = frozenset({"utf-16", "utf-32"})
 
@@ -199,7 +191,7 @@ def read_settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedF
     head of the old one, the tail of the new; or a file truncated under it):
     it is read again, from a fresh open (a file replaced by a rename is the
     new one), after a short pause. So is a
-    :class:`~corpus.errors.Dir2mcpError` that ``read`` raised from such a
+    :class:`~kernel.errors.Dir2mcpError` that ``read`` raised from such a
     read (a torn head may look binary, a truncated file too short for the
     lines asked). A file gone by then is ``FILE_NOT_FOUND`` from
     :meth:`ExclusionEngine.open`; one that changed during every attempt
@@ -496,9 +488,9 @@ def _encoding_for(head: bytes, indexed: str | None) -> tuple[str, int]:
     raise, whatever ``errors`` says, on bytes without one, which is what a
     file indexed as UTF-16 and rewritten since holds, and what the stream
     holds when the file is rewritten between the head's read and the next."""
-    for bom, name in _BOMS:
-        if head.startswith(bom):
-            return name, len(bom)
+    bom = byte_order_mark(head)
+    if bom is not None:
+        return bom.codec, len(bom.mark)
     try:
         found = codecs.lookup(indexed or "utf-8-sig").name
     except LookupError:

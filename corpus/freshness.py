@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from corpus.ingest.pending import pending_count
-from corpus.jsontypes import JsonObject
 from corpus.models import Document, IndexJob
 from corpus.status import job_alive, latest_job
+from kernel.jsontypes import JsonObject
 
 #: Cited files checked at most per answer: a list_files page of its default size.
 MAX_CHECKED = 200

@@ -27,7 +27,7 @@ import functools
 import re
 import warnings
 
-from corpus import errors
+from kernel import errors
 
 MAX_GLOB_CHARS = 1000
 #: compiled globs kept (each at most MAX_GLOB_CHARS long, so a few MB at most)

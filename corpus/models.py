@@ -63,7 +63,7 @@ class Document(models.Model):
     policy_hash = models.CharField(max_length=64, blank=True, default="")
     status = models.CharField(max_length=16, choices=DocStatus.choices, default=DocStatus.OK)
     error = models.TextField(null=True, blank=True, help_text="Error or skip reason.")
-    #: the canonical code of ``error`` (corpus/errors.py); "" when it has none
+    #: the canonical code of ``error`` (kernel/errors.py); "" when it has none
     error_code = models.CharField(max_length=32, blank=True, default="")
     deleted = models.BooleanField(default=False)
     indexed_unix = models.BigIntegerField(default=0)
@@ -136,7 +136,7 @@ class Chunk(models.Model):
         max_length=8, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING
     )
     embedding_error = models.TextField(null=True, blank=True)
-    #: The embeddings version its vector was stored under (corpus/embedding.py), so a
+    #: The embeddings version its vector was stored under (corpus/index/dense/embedding.py), so a
     #: server adds only what is newer than what it has.
     embed_seq = models.BigIntegerField(null=True, blank=True, db_index=True)
     # float32 little-endian vector; the .hnsw files are caches rebuilt from it.
@@ -309,7 +309,7 @@ class JobItem(models.Model):
     #: Deliveries that started on this item; past a limit it is failed, so a
     #: file that kills its worker cannot be redelivered for ever.
     attempts = models.IntegerField(default=0)
-    #: why the item failed, and its canonical code (corpus/errors.py)
+    #: why the item failed, and its canonical code (kernel/errors.py)
     error = models.TextField(blank=True, default="")
     error_code = models.CharField(max_length=32, blank=True, default="")
     worker = models.CharField(max_length=255, blank=True, default="")

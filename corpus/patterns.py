@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from corpus import errors
+from kernel import errors
 
 #: ``search``'s query (also sent in a GET URL, which the server reads up to 16 KiB)
 MAX_QUERY_CHARS = 1000

@@ -37,7 +37,7 @@ import re
 import string
 from dataclasses import dataclass
 
-from corpus.secret_scan import Match, SecretScanner
+from kernel.secret_scan import Match, SecretScanner
 
 MARKER = "[REDACTED:{}]"
 MAX_PASSES = 4

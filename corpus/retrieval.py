@@ -9,21 +9,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from django.db.models import QuerySet
 
-from corpus import dense_status, errors, globs, patterns, ranking
+from corpus import adapter as query_adapter
+from corpus import globs, patterns, ranking
 from corpus.citations import SpanRef
-from corpus.config import MAX_K, Config
 from corpus.definitions import defines, query_identifiers
-from corpus.embedding import dense_store, from_bytes
 from corpus.files import prefix_range, under_prefix
 from corpus.index import chunks, lexical, words
-from corpus.index.vectors import KINDS, VectorIndex
-from corpus.jsontypes import JsonObject
-from corpus.models import Chunk, EmbeddingStatus
+from corpus.index.dense import status as dense_status
+from corpus.index.dense import stored
+from corpus.index.dense.embedding import dense_store, from_bytes
+from corpus.index.dense.vectors import KINDS, VectorIndex
+from corpus.models import Chunk
 from corpus.providers.base import Embedder, ModelInfo
-from corpus.state import StateDir
 from corpus.status import indexing_complete
+from kernel import errors
+from kernel.config import MAX_K, Config
+from kernel.jsontypes import JsonObject
+from kernel.state import StateDir
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +121,7 @@ class SearchResult:
     index_used: str
     hits: list[Hit]
     indexing_complete: bool
-    #: whether dense retrieval took part (corpus/dense_status.py): ok, off, or unavailable
+    #: whether dense retrieval took part (corpus/index/dense/status.py): ok, off, or unavailable
     dense: JsonObject = field(default_factory=dense_status.off)
     #: "weak" when nothing matches well (corpus/ranking.py: is_weak), else "good"
     match: str = "good"
@@ -245,6 +248,7 @@ class Searcher:
         vectors: dict[
             ModelInfo, np.ndarray
         ] = {}  # one query embedding per model, shared by the indices using it
+        by_kind: dict[str, np.ndarray] = {}
         out = []
         for kind, weight in plan:
             model = self.embedder.model_info(kind)
@@ -259,10 +263,19 @@ class Searcher:
                     dense["message"],
                 )
                 return [], dense, {}
-            hits = self._dense(vectors[model], kind, pool, filters)
+            by_kind[kind] = self._adapted(vectors[model], kind, model)
+            hits = self._dense(by_kind[kind], kind, pool, filters)
             out.append(ranking.Weighted(hits, weight, absolute=True))
-        by_kind = {kind: vectors[self.embedder.model_info(kind)] for kind, _ in plan}
         return out, dense_status.ok(), by_kind
+
+    def _adapted(self, vector: np.ndarray, kind: str, model: ModelInfo) -> np.ndarray:
+        """The query vector for ``kind``'s index: moved by the query adapter
+        (``search.query_adapter``, corpus/adapter.py) for the code index of
+        the model it was fitted for, else as embedded."""
+        if kind != "code":
+            return vector
+        adapter = query_adapter.for_query(self.config.search.query_adapter, model.model, vector.shape[-1])
+        return adapter.apply(vector) if adapter is not None else vector
 
     def _feedback(
         self,
@@ -284,7 +297,7 @@ class Searcher:
         cfg = self.config.search
         if not any(kind in cfg.feedback_indices for kind, _ in plan):
             return None  # e.g. a prose-only search: no stored vectors to read
-        leaders = chunks.stored_vectors([cid for cid, _ in fused[: FEEDBACK_DEPTH * cfg.feedback_units]])
+        leaders = stored.stored_vectors([cid for cid, _ in fused[: FEEDBACK_DEPTH * cfg.feedback_units]])
         out, moved_any = [], False
         for (kind, weight), before in zip(plan, first, strict=True):
             near = [vector for cid, (of, vector) in leaders.items() if of == kind][: cfg.feedback_units]
@@ -384,7 +397,7 @@ class Searcher:
         """Ids passing the SQL filters, or None when nothing narrows the set."""
         if not (filters.path_prefix or filters.doc_types or filters.file_glob):
             return None
-        query = _live(kind)
+        query = stored.live_chunks(kind)
         if filters.path_prefix:
             query = query.filter(under_prefix("representation__document__rel_path", filters.path_prefix))
         if filters.doc_types:
@@ -414,7 +427,7 @@ class Searcher:
         while True:
             neighbours = index.search(vector, want)
             ids = [n.chunk_id for n in neighbours]
-            live = chunks.live_embedded(ids, kind)
+            live = stored.live_embedded(ids, kind)
             kept = set(self._glob_filter([cid for cid in ids if cid in live], filters))
             hits = [(n.chunk_id, n.score) for n in neighbours if n.chunk_id in kept]
             if len(hits) >= pool or want >= len(index):
@@ -458,10 +471,6 @@ class Searcher:
                 )
             )
         return hits
-
-
-def _live(kind: str) -> QuerySet[Chunk]:
-    return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.OK)
 
 
 def snippet(text: str, terms: Sequence[str], limit: int) -> str:

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote
 
-from corpus import errors, redaction
-from corpus.config import DEFAULT_PATH_EXCLUDES, Config, secret_rule_names
+from corpus import redaction
 from corpus.gitignore import GitignoreRule, Repository, gitignore_reason, load_rule, spec
 from corpus.redaction import Redacted
-from corpus.secret_scan import SecretScanner
+from kernel import errors
+from kernel.config import DEFAULT_PATH_EXCLUDES, Config, secret_rule_names
+from kernel.secret_scan import SecretScanner
 
 DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
     {".git", "node_modules", "dist", "build", ".venv", ".dir2mcp", "__pycache__"}
@@ -217,7 +218,7 @@ class ExclusionEngine:
         self._excludes = spec(policy.path_excludes)
         #: the git work tree the root lies in: its outer rules and tracked files
         self._repo = Repository.find(self._root_str) if policy.use_gitignore else None
-        # All the rules in one linear-time pass (corpus/secret_scan.py).
+        # All the rules in one linear-time pass (kernel/secret_scan.py).
         self._secrets = SecretScanner(policy.secret_patterns)
         self._rule_names = secret_rule_names(policy.secret_patterns)
         self._state_dir = self._state_dir_for(state_dir)

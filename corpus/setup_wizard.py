@@ -6,9 +6,9 @@ import getpass
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corpus import secrets as secret_store
-from corpus.config import Config
-from corpus.state import StateDir
+from kernel import secrets as secret_store
+from kernel.config import Config
+from kernel.state import StateDir
 
 _SECRET_LABELS = {"mistral_api_key": "Mistral API key", "elevenlabs_api_key": "ElevenLabs API key"}
 

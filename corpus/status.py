@@ -20,10 +20,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import Count
 
-from corpus import embedding, errors
-from corpus.config import Config
+from corpus.index.dense import embedding
 from corpus.ingest.prepare import capabilities_for
-from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Representation, Setting, Worker
 from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import (
@@ -33,8 +31,11 @@ from corpus.providers.registry import (
     make_chat,
     plan_embedder,
 )
-from corpus.state import StateDir, write_json
 from corpus.store import MODEL_SETTINGS, get_json_setting, get_setting, set_setting, uses_state_sqlite
+from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
+from kernel.state import StateDir, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +330,7 @@ def record_models(models: dict[str, str], config: Config) -> None:
     ``stt_provider``, ``stt_model`` and ``chat_model`` as corpus.json names
     them, and the whole ``models`` object. The embedding keys
     (``embed_text_model``, ``embed_text_dim``, ...) name the models the
-    vectors came from (corpus.embedding); before any vectors they are empty."""
+    vectors came from (corpus.index.dense.embedding); before any vectors they are empty."""
     set_setting(MODELS_KEY, json.dumps(models, sort_keys=True))
     for key, name in MODEL_SETTINGS.items():
         if name is not None:

@@ -20,20 +20,21 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, connection
 
-from corpus import errors, store_faults
-from corpus.config import PROTOCOL_VERSION
+from corpus import store_faults
 from corpus.events import Reporter
 from corpus.index import lexical
-from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, Document, Representation, Setting, Span
-from corpus.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
+from kernel import errors
+from kernel.config import PROTOCOL_VERSION
+from kernel.jsontypes import JsonObject
+from kernel.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
 
 log = logging.getLogger(__name__)
 
 #: The settings keys of spec §5.5 that name models, each with the key of
 #: corpus.json's ``models`` it holds (corpus.status.record_models). The
 #: embedding keys (None here) name the models the vectors came from and are
-#: written with them (corpus.embedding); empty before any vectors.
+#: written with them (corpus.index.dense.embedding); empty before any vectors.
 MODEL_SETTINGS: dict[str, str | None] = {
     "embed_text_model": None,
     "embed_text_dim": None,

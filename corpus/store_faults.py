@@ -24,7 +24,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from corpus import errors
+from kernel import errors
 
 log = logging.getLogger(__name__)
 

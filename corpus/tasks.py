@@ -37,10 +37,10 @@ from django.db import (
     connections,
 )
 
-from corpus import errors
 from corpus.celery_app import app
 from corpus.ingest.distributed import WorkerRuntime, announce, fail_items, ingest, root_conflict
-from corpus.state import resolve_root
+from kernel import errors
+from kernel.state import resolve_root
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-from corpus import errors
+from kernel import errors
 
 # Why writes other than indexing are refused in this process (None: they are not).
 _refusal: str | None = None

@@ -59,7 +59,7 @@ def prepare(argv: list[str] | None = None) -> None:
     if problem:
         sys.stderr.write(f"ERROR: CONFIG_INVALID: {problem}\n")
         sys.stderr.flush()
-        raise SystemExit(2)  # corpus.errors.EXIT_CONFIG; corpus is not importable before the settings
+        raise SystemExit(2)  # kernel.errors.EXIT_CONFIG; corpus is not importable before the settings
 
 
 def missing_root() -> str | None:

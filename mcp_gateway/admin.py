@@ -11,10 +11,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from corpus import errors
 from corpus.admin import DocumentAdmin as DocumentViews
-from corpus.admin import ReadOnlyAdmin, stamp
 from corpus.models import Document
+from kernel import errors
+from kernel.admin import ReadOnlyAdmin, stamp
 from mcp_gateway import sessions
 from mcp_gateway.models import McpSession, McpSubscription
 

@@ -32,8 +32,9 @@ from typing import TypeVar
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from corpus import errors, observe, store_faults
-from corpus.jsontypes import JsonObject
+from corpus import store_faults
+from kernel import errors, observe
+from kernel.jsontypes import JsonObject
 from mcp_gateway import (
     context,
     dispatch,

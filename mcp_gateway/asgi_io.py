@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 from mcp_gateway import security_headers
 
 # The ASGI callables, as Django's ASGIHandler takes them. Any: a scope and a

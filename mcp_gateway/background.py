@@ -9,12 +9,12 @@ import threading
 
 from django.db import connections
 
-from corpus import errors
-from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.index.dense.embedding import check_models
 from corpus.ingest.watch import watch_directory
-from corpus.state import IndexLock
 from corpus.store import open_store, serving_copy, uses_state_sqlite, writable
+from kernel import errors
+from kernel.state import IndexLock
 from mcp_gateway import context, notify
 from mcp_gateway.context import Context
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
@@ -53,7 +53,7 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
     the whole process (it embeds queries; with ``server.indexer: thread`` the
     indexer shares it and its dense index). An embedder other than the one
     that built the index is not used: the recorded one is kept
-    (corpus.embedder_choice.choose_embedder) until a full reindex switches.
+    (corpus.index.dense.choice.choose_embedder) until a full reindex switches.
     """
     check_keys(rt)
     embedder = rt.embedder()

@@ -35,8 +35,8 @@ from django.http import HttpRequest
 # switches to HTTP/2 when negotiated); there is no public hook for the class.
 from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import security_headers
 from mcp_gateway.transport import MAX_BODY_BYTES
 

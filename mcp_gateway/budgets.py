@@ -29,9 +29,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
 from corpus.navigation.tokens import estimate_tokens
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway.registry import Budget, Shrink, Tool
 
 #: under Claude Code's 25,000-token cap counting text and structured content

@@ -35,11 +35,12 @@ from django.db import connection
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.db.models.functions import Substr
 
-from corpus import errors, uris
+from corpus import uris
 from corpus.definitions import signature_line
-from corpus.jsontypes import JsonObject
 from corpus.models import Chunk, Document, IndexKind
 from corpus.security import canonical_rel_path
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import prompts
 from mcp_gateway.context import Context
 from mcp_gateway.prompts import invalid

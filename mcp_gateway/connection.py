@@ -7,8 +7,8 @@ import logging
 import os
 
 from corpus import store
-from corpus.jsontypes import JsonObject
-from corpus.state import StateDir, write_json
+from kernel.jsontypes import JsonObject
+from kernel.state import StateDir, write_json
 from mcp_gateway.context import Context
 from mcp_gateway.listen import ListenAddress
 from mcp_gateway.modern import VERSION as STATELESS_VERSION

@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from django.conf import settings
 
-from corpus import errors, write_guard
-from corpus.config import Config, default_config_path, load_config
-from corpus.embedder_choice import announce_embedder, choose_embedder
-from corpus.jsontypes import JsonObject
+from corpus import write_guard
+from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import EmbedderChoice, live_choice, make_chat
 from corpus.retrieval import Searcher
-from corpus.secrets import from_token_file, resolve_secret
 from corpus.security import ExclusionEngine
-from corpus.state import StateDir, ensure_token
 from corpus.status import recorded_embedder
 from corpus.store import open_store
+from kernel import errors
+from kernel.config import Config, default_config_path, load_config
+from kernel.jsontypes import JsonObject
+from kernel.secrets import from_token_file, resolve_secret
+from kernel.state import StateDir, ensure_token
 from mcp_gateway import registry
 
 if TYPE_CHECKING:  # imported when a server sells calls (payment_gate): x402 is slow to import
@@ -158,7 +159,7 @@ class Context:
     def embedder(self) -> Embedder | None:
         """The embedder, made once (None for lexical-only): the configured one,
         or the one the index was built with when they differ (see
-        corpus.embedder_choice.choose_embedder)."""
+        corpus.index.dense.choice.choose_embedder)."""
         return cast("Embedder | None", self._model("embedder"))  # _models holds each kind under its name
 
     def embedder_choice(self) -> EmbedderChoice:

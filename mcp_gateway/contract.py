@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "docs" / "contracts" / "tools.json"
 

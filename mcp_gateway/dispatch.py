@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from corpus.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
-from corpus.jsontypes import JsonObject
+from kernel.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
+from kernel.jsontypes import JsonObject
 from mcp_gateway import completion, notify, prompts, resources, schemas, tools
 from mcp_gateway.context import Context
 from mcp_gateway.transport import LATEST_VERSION, SUPPORTED_VERSIONS, Message

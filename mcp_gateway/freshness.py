@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from corpus.freshness import MAX_CHECKED, freshness
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 from mcp_gateway.registry import Tool
 
 FIELD = "freshness"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 
 META_NEXT = "dir2mcp/next"
 #: the hints a result carries at most

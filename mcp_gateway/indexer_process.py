@@ -12,7 +12,7 @@ What crosses between them:
 
 - **Index data** goes through the store: the child commits documents and
   chunks (the lexical index sees them at once) and vectors under a
-  per-kind version (``corpus.embedding``); the server's dense indices take
+  per-kind version (``corpus.index.dense.embedding``); the server's dense indices take
   the new vectors in small slices (:class:`DenseRefresher`), never a full
   reload.
 - **Reports** (progress, warnings, events) go over the child's stdout as
@@ -52,14 +52,14 @@ from typing import IO, Any
 
 from django.db import connections
 
-from corpus.embedding import dense_store, embed_first
 from corpus.events import Reporter
-from corpus.index.vectors import KINDS
-from corpus.jsontypes import JsonObject
+from corpus.index.dense.embedding import dense_store, embed_first
+from corpus.index.dense.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
-from corpus.state import SpaceReserve, StateDir
 from corpus.status import INDEXER_KEY
 from corpus.store import set_setting
+from kernel.jsontypes import JsonObject
+from kernel.state import SpaceReserve, StateDir
 from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)

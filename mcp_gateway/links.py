@@ -9,7 +9,7 @@ cited lines, page or time range.
 from __future__ import annotations
 
 from corpus import uris
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 from mcp_gateway.summaries import cite, span_ref
 
 DESCRIPTION_CHARS = 200

@@ -11,8 +11,8 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpus import errors
-from corpus.config import ServerConfig
+from kernel import errors
+from kernel.config import ServerConfig
 
 log = logging.getLogger(__name__)
 

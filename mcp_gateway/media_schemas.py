@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 from mcp_gateway.schemas import ASK_OUTPUT, K_INPUT, QUESTION, path_argument
 
 _REL_PATH = path_argument("The file, relative to the root.")

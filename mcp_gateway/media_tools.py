@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import base64
 
-from corpus import errors
 from corpus.answer import ask as answer
 from corpus.ingest.ondemand import Workspace, annotate_document, stored_transcript, transcribe_file
-from corpus.jsontypes import JsonObject
 from corpus.providers.tts import speak
 from corpus.retrieval import Filters
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, media_schemas, summaries
 from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call

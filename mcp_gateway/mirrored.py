@@ -20,7 +20,7 @@ import base64
 import binascii
 from collections.abc import Mapping
 
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 from mcp_gateway.modern import META_VERSION, RPC_HEADER_MISMATCH, Refusal
 from mcp_gateway.transport import Message
 

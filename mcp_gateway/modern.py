@@ -31,8 +31,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import dispatch
 from mcp_gateway.context import Context
 from mcp_gateway.transport import SUPPORTED_VERSIONS as HANDSHAKE_VERSIONS

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from corpus.jsontypes import JsonObject
 from corpus.navigation import names
 from corpus.navigation import outline as outlines
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, freshness, hints, navigation_schemas, summaries
 from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from corpus.jsontypes import JsonObject
 from corpus.navigation import names, symbols
+from kernel.jsontypes import JsonObject
 from mcp_gateway.schemas import SPAN, path_argument
 
 MAX_ENTRIES = 5000

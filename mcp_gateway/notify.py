@@ -39,10 +39,11 @@ from channels.layers import BaseChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
-from corpus import errors, uris
+from corpus import uris
 from corpus.events import Reporter
-from corpus.jsontypes import JsonObject
 from corpus.models import DocStatus, Document
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import sessions
 from mcp_gateway.context import Context
 from mcp_gateway.resources import ResourceError

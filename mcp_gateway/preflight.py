@@ -17,15 +17,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corpus import errors
-from corpus.config import Config
 from corpus.management.base import Runtime
+from kernel import errors
+from kernel.config import Config
 from mcp_gateway.listen import ListenAddress
 
 
 @dataclass(frozen=True)
 class Need:
-    secret: str  # the secret's name in corpus.secrets
+    secret: str  # the secret's name in kernel.secrets
     variable: str  # the environment variable a user sets
     why: str
 

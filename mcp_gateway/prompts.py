@@ -18,13 +18,14 @@ from datetime import UTC, datetime
 
 from django.db.models import Q, QuerySet
 
-from corpus import arguments, documents, errors, files, uris
+from corpus import arguments, documents, files, uris
 from corpus.citations import SpanRef, format_citation
 from corpus.definitions import defines
-from corpus.jsontypes import JsonObject
 from corpus.models import Document
 from corpus.retrieval import Filters, Hit
 from corpus.security import canonical_rel_path
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import resources
 from mcp_gateway.context import Context
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 from corpus import arguments
-from corpus.jsontypes import JsonObject
 from corpus.navigation import images
 from corpus.navigation.reads import ALGORITHMS, DEFAULT_LENGTH, FORMATS, MAX_LENGTH
+from kernel.jsontypes import JsonObject
 from mcp_gateway.schemas import ERROR, OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN, VERIFICATION, path_argument
 
 _REL_PATH = path_argument("The file, relative to the root.")

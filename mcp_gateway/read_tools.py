@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
 from corpus.navigation import reads
 from corpus.navigation import verify as grounding
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, read_schemas, summaries
 from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call, open_file

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from corpus import errors
 from corpus.ingest.pipeline import Indexer
-from corpus.state import IndexLock, StateDir
+from kernel import errors
+from kernel.state import IndexLock, StateDir
 from mcp_gateway import context
 from mcp_gateway.context import Context
 

@@ -22,10 +22,11 @@ import logging
 import re
 from datetime import UTC, datetime
 
-from corpus import documents, errors, files, store_faults, uris
+from corpus import documents, files, store_faults, uris
 from corpus.citations import SpanRef
-from corpus.jsontypes import JsonObject
 from corpus.navigation.tokens import CHARS_PER_TOKEN
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 from mcp_gateway.context import Context
 

@@ -27,7 +27,7 @@ store and audit, in the header variant (402 + ``PAYMENT-REQUIRED``, then
 ``PAYMENT-SIGNATURE``, then ``PAYMENT-RESPONSE``). See :func:`paid_call`.
 
 Every error is one envelope, ``{"error": {"code", "message", "retryable"}}``,
-with the §14 code and the HTTP status of :func:`corpus.errors.http_status`,
+with the §14 code and the HTTP status of :func:`kernel.errors.http_status`,
 written by :func:`mcp_gateway.rest_edge.error_response`. Request validation
 errors, including ninja's own, are 400 (never 422).
 """
@@ -47,9 +47,10 @@ from ninja.openapi.schema import REF_TEMPLATE
 from ninja.security.http import HttpAuthBase
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from corpus import errors, store_faults, uris
-from corpus.jsontypes import JsonObject
+from corpus import store_faults, uris
 from corpus.security import MAX_PATH_SEGMENTS
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import context, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED, REST

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from asgiref.sync import markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from corpus import errors
+from kernel import errors
 from mcp_gateway import security_headers, transport
 
 ALLOW_METHODS = "GET, POST, OPTIONS"

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.http.request import split_domain_port
 
-from corpus import errors, observe
-from corpus.jsontypes import JsonObject
+from kernel import errors, observe
+from kernel.jsontypes import JsonObject
 from mcp_gateway import api, context, ratelimit, rest_edge, sessions, transport
 from mcp_gateway.asgi_io import App, Receive, Request, Response, Scope, Send
 from mcp_gateway.listen import parse_listen

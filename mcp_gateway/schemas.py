@@ -12,12 +12,12 @@ import copy
 
 from corpus import arguments, counters
 from corpus.globs import MAX_GLOB_CHARS
-from corpus.jsontypes import JsonObject
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "9.0.0"
+SCHEMA_VERSION = "10.0.0"
 
 SPAN: JsonObject = {
     "type": "object",
@@ -609,6 +609,14 @@ STATS_OUTPUT: JsonObject = {
                 "warning",
                 "recorded_unix",
             ],
+        },
+        # An addition to §15.6 (issue #37, docs/contracts.md 10.0.0).
+        "pending_changes": {
+            "type": "integer",
+            "description": (
+                "Changed paths live sync has seen and not yet indexed: the count every answer's "
+                "freshness.pending_changes carries."
+            ),
         },
     },
     "required": ["root", "state_dir", "protocol_version", "indexing", "models"],

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from corpus import errors, patterns
+from corpus import patterns
 from corpus.events import Reporter
+from kernel import errors
 from mcp_gateway import workers
 from mcp_gateway.background import start_background_indexing
 from mcp_gateway.context import Context

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Q
 
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 from mcp_gateway.models import McpSession, McpSubscription
 
 log = logging.getLogger(__name__)

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import notify, sessions
 from mcp_gateway.asgi_io import StreamResponse
 from mcp_gateway.transport import HttpError

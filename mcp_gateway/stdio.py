@@ -44,9 +44,10 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import BinaryIO
 
-from corpus import errors, store_faults
+from corpus import store_faults
 from corpus.events import Reporter
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import dispatch, modern, subscriptions, tools, transport
 from mcp_gateway.background import start_background_indexing
 from mcp_gateway.context import Context

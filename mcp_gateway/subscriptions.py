@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import notify, sessions
 from mcp_gateway.context import Context
 from mcp_gateway.modern import META_SERVER_INFO, server_info

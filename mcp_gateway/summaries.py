@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from corpus import dense_status
 from corpus.citations import SpanRef, format_citation
+from corpus.index.dense import status as dense_status
 from corpus.ingest import coverage
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 
 SNIPPET_CHARS = 300
 
@@ -129,8 +129,14 @@ def stats(result: JsonObject) -> str:
         + _note_line(result.get("signature_weight"))
         + _indexer_line(result.get("indexer"))
         + _coverage_line(result.get("coverage"))
+        + _pending_line(result.get("pending_changes"))
         + f"Protocol {result['protocol_version']}, tool schema {result.get('schema_version', '')}"
     )
+
+
+def _pending_line(pending: int | None) -> str:
+    """Changes live sync has seen and not yet indexed, when there are any."""
+    return f"Pending changes: {pending} (seen by live sync, not yet indexed)\n" if pending else ""
 
 
 def _coverage_warning(found: JsonObject | None) -> str:

@@ -3,7 +3,7 @@ every surface, and the core tools (search, ask, open_file, list_files, find,
 stats). The table itself is :mod:`mcp_gateway.registry`.
 
 Handlers are plain sync functions ``(call, args) -> dict`` over the corpus
-services; they raise :class:`~corpus.errors.Dir2mcpError` for anything the
+services; they raise :class:`~kernel.errors.Dir2mcpError` for anything the
 caller can fix, which :func:`run` turns into an ``isError`` result (§12.4,
 §14). Summaries turn the structured result into the ``content[0]`` text an
 agent reads, with citations.
@@ -20,17 +20,19 @@ from dataclasses import dataclass, field
 
 from jsonschema.exceptions import ValidationError
 
-from corpus import errors, files, observe, store_faults
+from corpus import files, store_faults
 from corpus.answer import ask as answer
-from corpus.embedding import recipe_summary
 from corpus.files import canonical_prefix
+from corpus.index.dense.embedding import recipe_summary
 from corpus.ingest import coverage
-from corpus.jsontypes import JsonObject
+from corpus.ingest.pending import pending_count
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding
 from corpus.retrieval import Filters, SearchResult
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from corpus.status import latest_job, models_summary, older_format_documents
+from kernel import errors, observe
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, freshness, hints, indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
 from mcp_gateway.registry import Budget, Tool
@@ -357,6 +359,7 @@ def stats(call: Call, args: JsonObject) -> JsonObject:
         "indexer": indexer_process.summary(ctx),
         "documents_on_older_format": older_format_documents(),
         "coverage": coverage.summary(),
+        "pending_changes": pending_count(),
     }
 
 

@@ -7,7 +7,7 @@ in front of every route (``route_gate.py``), then in the endpoint Accept and
 Content-Type, body size, then JSON parsing. The CORS headers of every
 HTTP surface (``/mcp``, the REST mirror, the gate's refusals) are written
 here too, by :func:`allow_origin`. Error codes and envelopes live in
-``corpus/errors.py``.
+``kernel/errors.py``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 from django.http.response import ResponseHeaders
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 LATEST_VERSION = "2025-11-25"
 # Every version we speak; the header may carry any of them (the v0.1.16

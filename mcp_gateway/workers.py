@@ -37,9 +37,9 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 
-from corpus import errors
-from corpus.config import Config
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 _R = TypeVar("_R")
 

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
-from corpus.admin import ReadOnlyAdmin
+from kernel.admin import ReadOnlyAdmin
 from payments import reports
 from payments.models import SettlementLog
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpus import observe
-from corpus.events import utc_stamp
-from corpus.jsontypes import JsonObject
+from kernel import observe
+from kernel.jsontypes import JsonObject
+from kernel.output import utc_stamp
 from payments.models import SettlementLog
 from payments.policy import Price
 

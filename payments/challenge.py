@@ -18,8 +18,8 @@ from x402 import PaymentRequired, ResourceInfo
 from x402.http import PAYMENT_REQUIRED_HEADER, encode_payment_required_header
 from x402.mcp.types import MCP_PAYMENT_REQUIRED_CODE
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 from payments.policy import Price
 
 JSONRPC_PAYMENT_REQUIRED = MCP_PAYMENT_REQUIRED_CODE  # 402

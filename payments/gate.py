@@ -38,10 +38,10 @@ from x402 import PaymentPayload, PaymentRequired, PaymentRequirements, SettleRes
 from x402.http import PAYMENT_RESPONSE_HEADER, decode_payment_signature_header, encode_payment_response_header
 from x402.mcp.constants import MCP_PAYMENT_RESPONSE_META_KEY
 
-from corpus import errors
-from corpus.config import Config
-from corpus.events import utc_stamp
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
+from kernel.output import utc_stamp
 from payments import challenge, owners, replay
 from payments.audit import AuditTrail, Entry
 from payments.bazaar import ToolInfo, catalog_from, discovery_extension

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from corpus import errors
+from kernel import errors
 
 #: JSON-RPC code for "the payment could not be processed now, retry" (facilitator outage).
 

@@ -26,7 +26,7 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-from corpus.state import DIR_MODE, FILE_MODE
+from kernel.state import DIR_MODE, FILE_MODE
 
 logger = logging.getLogger(__name__)
 

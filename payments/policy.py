@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 from x402 import PaymentRequirements
 
-from corpus.jsontypes import JsonObject
-from corpus.state import write_json
-from corpus.x402_config import ToolsCallPolicy, X402Config
+from kernel.jsontypes import JsonObject
+from kernel.state import write_json
+from kernel.x402_config import ToolsCallPolicy, X402Config
 from payments.evm import ExactEvmServerScheme, get_asset_info, is_valid_address
 
 # CAIP-2: namespace (3-8 of [-a-z0-9]) ":" reference (1-32 of [-_a-zA-Z0-9]).

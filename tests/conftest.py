@@ -34,9 +34,9 @@ def corpus_dir(tmp_path: Path) -> Path:
 
 
 def _state_at(path: Path):
-    # the models behind corpus.embedding load once pytest-django has set Django up
-    from corpus import embedding
-    from corpus.state import StateDir
+    # the models behind corpus.index.dense.embedding load once pytest-django has set Django up
+    from corpus.index.dense import embedding
+    from kernel.state import StateDir
 
     state = StateDir(path)
     state.ensure()
@@ -63,8 +63,8 @@ def index(corpus_dir: Path, state):
     """Write files under the corpus root, then index it in-process into
     ``state``: ``index({"a.py": "...", "gone.md": None})`` (None deletes).
     Default config unless ``config=`` is given; returns the job's counters."""
-    from corpus.config import build_config
     from corpus.ingest.indexing import index_directory
+    from kernel.config import build_config
 
     def run(files: dict[str, str | bytes | None] | None = None, *, config=None, mode: str = "incremental"):
         for rel, data in (files or {}).items():

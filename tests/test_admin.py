@@ -11,10 +11,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
 from corpus.models import Document, IndexJob
-from corpus.state import StateDir
+from kernel.config import build_config
+from kernel.state import StateDir
 from mcp_gateway import context
 from mcp_gateway.models import McpSession
 from tests.factories import (
@@ -271,7 +271,7 @@ def test_reindex_action_refuses_while_another_process_indexes(admin_client, serv
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from corpus.state import IndexLock, StateDir; "
+            "import sys; from pathlib import Path; from kernel.state import IndexLock, StateDir; "
             "lock = IndexLock(StateDir(Path(sys.argv[1]))); lock.acquire(); print('held', flush=True); "
             "sys.stdin.read()",
             str(served_root / ".dir2mcp"),

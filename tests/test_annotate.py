@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.providers.annotate import flatten
+from kernel import errors
+from kernel.config import build_config
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
 from tests.fakes.elevenlabs import FakeElevenLabs

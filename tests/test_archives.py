@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from corpus import errors
-from corpus.config import DEFAULT_PATH_EXCLUDES, build_config
 from corpus.ingest.archives import (
     ArchiveLimits,
     ArchiveMember,
@@ -21,6 +19,8 @@ from corpus.ingest.archives import (
     named_like_archive,
 )
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from kernel import errors
+from kernel.config import DEFAULT_PATH_EXCLUDES, build_config
 
 ZEROS_50MB = 50 * 2**20
 

@@ -35,7 +35,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 import pytest
 
-from corpus import errors
+from kernel import errors
 from mcp_gateway import workers
 from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import ACCEPT, PROTOCOL, write_corpus

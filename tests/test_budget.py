@@ -7,10 +7,10 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from corpus.citations import SpanRef
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
 from corpus.navigation import budget
 from corpus.retrieval import Hit
+from kernel.config import build_config
 from mcp_gateway import budgets, context, tools
 
 

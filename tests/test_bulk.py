@@ -8,7 +8,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from corpus import bulk
-from corpus.models import Chunk, Document, Representation, Span
+from corpus.models import Chunk, Document, Reference, Representation, Span, Symbol
 
 pytestmark = pytest.mark.django_db
 
@@ -118,3 +118,109 @@ def test_postgres_sends_rows_by_copy_not_insert():
         bulk.create(Document, [Document(rel_path=f"p{i}", doc_type="text") for i in range(50)])
     assert Document.objects.count() == 50
     assert not [sql for sql in seen if "INSERT" in sql.upper()], seen
+
+
+def _write_everything(insert) -> dict[str, list[tuple]]:
+    """Rows of every table the indexer fills, written by ``insert(model, objs)``
+    inside a transaction that is rolled back (so the next call takes the
+    same ids), read back raw: the bytes SQLite holds, not what the ORM makes of them."""
+    tables = ["documents", "representations", "chunks", "spans", "symbols", "symbol_references"]
+    with transaction.atomic():
+        docs = insert(
+            Document, [Document(rel_path=f"src/m{i}.py", doc_type="code", size_bytes=i) for i in range(2)]
+        )
+        reps = insert(
+            Representation,
+            [
+                Representation(
+                    document=docs[0], rep_type="raw_text", rep_hash="h", text=AWKWARD * 9, meta_json={"a": 1}
+                ),
+                Representation(
+                    document=docs[1], rep_type="raw_text", rep_hash="g", text="short", meta_json={}
+                ),
+            ],
+        )
+        chunks = insert(
+            Chunk,
+            [
+                Chunk(
+                    representation=reps[0], ordinal=0, text=AWKWARD * 5, context="m0.py", text_hash="x" * 64
+                ),
+                Chunk(representation=reps[1], ordinal=1, text="tiny", text_hash="y" * 64, deleted=True),
+            ],
+        )
+        insert(
+            Span,
+            [
+                Span(chunk=chunks[0], span_kind="lines", start=1, end=9, extra_json=None),
+                Span(chunk=chunks[1], span_kind="lines", start=2, end=3, extra_json={"k": [1, "v"]}),
+            ],
+        )
+        insert(
+            Symbol,
+            [
+                Symbol(
+                    document=docs[0],
+                    name="Parse",
+                    name_lower="parse",
+                    kind="function",
+                    line=1,
+                    start=1,
+                    end=9,
+                )
+            ],
+        )
+        insert(Reference, [Reference(document=docs[1], name="Parse", lines="1 4 9")])
+        with connection.cursor() as cursor:
+            found = {}
+            for table in tables:
+                cursor.execute(f"SELECT * FROM {table} ORDER BY 1")
+                found[table] = cursor.fetchall()
+        transaction.set_rollback(True)
+    return found
+
+
+def test_rows_are_the_bytes_bulk_create_writes():
+    if connection.vendor != "sqlite":
+        pytest.skip("the executemany path is SQLite's (PostgreSQL's ids are not rolled back either)")
+    # The SQLite path binds values itself; what it stores must be what Django's
+    # bulk_create stores, column for column (compressed texts, JSON, booleans, keys).
+    ours = _write_everything(bulk.create)
+    django = _write_everything(lambda model, objs: model._default_manager.bulk_create(objs))
+    assert all(ours.values()) and ours == django
+
+
+def _navigation_rows(write) -> list[tuple]:
+    with transaction.atomic():
+        doc = Document.objects.create(rel_path="m.c", doc_type="code")
+        write(doc.pk)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM symbols ORDER BY 1")
+            found = cursor.fetchall()
+            cursor.execute("SELECT * FROM symbol_references ORDER BY 1")
+            found += cursor.fetchall()
+        transaction.set_rollback(True)
+    return found
+
+
+def test_rows_inserted_as_tuples_are_the_rows_bulk_create_writes():
+    if connection.vendor != "sqlite":
+        pytest.skip("the executemany path is SQLite's (PostgreSQL's ids are not rolled back either)")
+    symbol = ("Parse", "parse", "A::Parse", "method", 3, 2, 9, "A")
+    symbol_columns = ("name", "name_lower", "qualified", "kind", "line", "start", "end", "enclosing")
+    uses = [("Parse", "1 4 9"), (AWKWARD, "2")]
+
+    def as_tuples(doc_id: int) -> None:
+        bulk.insert(Symbol, ("document_id", *symbol_columns), [(doc_id, *symbol)])
+        bulk.insert(Reference, ("document_id", "name", "lines"), [(doc_id, *use) for use in uses])
+
+    def by_django(doc_id: int) -> None:
+        Symbol.objects.bulk_create(
+            [Symbol(document_id=doc_id, **dict(zip(symbol_columns, symbol, strict=True)))]
+        )
+        Reference.objects.bulk_create(
+            [Reference(document_id=doc_id, name=n, lines=lines) for n, lines in uses]
+        )
+
+    ours = _navigation_rows(as_tuples)
+    assert len(ours) == 3 and ours == _navigation_rows(by_django)

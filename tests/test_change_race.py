@@ -34,11 +34,12 @@ from pathlib import Path
 
 import pytest
 
-from corpus import errors, files
-from corpus.config import build_config
+from corpus import files
 from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import build_config
 from tests.churn import mixing, version
 from tests.mcp_http import Server
 from tests.support import read_only, wait_until

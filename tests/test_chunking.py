@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from corpus.config import ChunkingConfig
 from corpus.ingest.chunking import ChunkDraft, chunk_code, chunk_pages, chunk_prose
 from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import Extracted, Page, decode_text
+from kernel.config import ChunkingConfig
 
 STDLIB_MODULE = Path(random.__file__)
 

@@ -16,8 +16,8 @@ import pytest
 from django.core.management import load_command_class
 
 from corpus.management.base import Dir2mcpCommand
-from corpus.state import IndexLock, StateDir
 from dir2mcp_site.cli import own_commands
+from kernel.state import IndexLock, StateDir
 from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from corpus import errors
-from corpus.config import Config, format_duration, load_config, parse_duration
+from kernel import errors
+from kernel.config import Config, format_duration, load_config, parse_duration
 
 
 @pytest.fixture(autouse=True)

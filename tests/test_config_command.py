@@ -18,7 +18,7 @@ import yaml
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from corpus.config import Config, load_config
+from kernel.config import Config, load_config
 from tests.support import holds
 
 MANAGE = Path(settings.BASE_DIR) / "manage.py"

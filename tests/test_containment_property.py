@@ -17,10 +17,10 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from corpus.config import DEFAULT_PATH_EXCLUDES
-from corpus.errors import Dir2mcpError
 from corpus.ingest.discover import FileEntry, walk
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from kernel.config import DEFAULT_PATH_EXCLUDES
+from kernel.errors import Dir2mcpError
 
 # Every tree starts with these, so links have real things to point at.
 SKELETON_FILES = ["a", "d/a", "d/e/a"]

@@ -159,7 +159,7 @@ def _dense_view(state: Path, kind: str, live: set[int], conn) -> dict:
         stored = (
             dict(zip(labels, index.get_items(labels, return_type="numpy"), strict=True)) if labels else {}
         )
-    # The query-time filter: corpus.retrieval._live_embedded keeps exactly the
+    # The query-time filter: corpus.index.dense.stored.live_embedded keeps exactly the
     # labels whose chunk row passes this predicate.
     passing: dict[int, bytes] = {}
     ids = sorted(stored)

@@ -28,14 +28,14 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from corpus import errors
 from corpus.answer import ask
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.http import QUERY_OPTIONS
 from corpus.providers.registry import make_embedder
 from corpus.retrieval import Searcher
+from kernel import errors
+from kernel.config import build_config
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
 from tests.fakes.mistral import FakeMistral

@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
-RUNTIME_CODE = ("corpus", "mcp_gateway", "payments", "dir2mcp_site", "manage.py")
+RUNTIME_CODE = ("kernel", "corpus", "mcp_gateway", "payments", "dir2mcp_site", "manage.py")
 DEV_CODE = ("tests", "bench")
 # bench/embedder.py compares against these in the side venv `make equivalence-env` builds.
 SIDE_VENV_ONLY = {"torch", "sentence_transformers", "httpx2"}  # httpx2: the mcp 2.3 client's venv

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from corpus import errors
-from corpus.config import DEFAULT_PATH_EXCLUDES
-from corpus.errors import Dir2mcpError
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from kernel import errors
+from kernel.config import DEFAULT_PATH_EXCLUDES
+from kernel.errors import Dir2mcpError
 from tests.support import drop_file_permission_override
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ import threading
 import pytest
 from jsonschema import Draft202012Validator
 
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
+from kernel.config import build_config
 from mcp_gateway import context, dispatch, schemas, tools
 from mcp_gateway.transport import shape_message
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpus.embed_view import SIGNATURE_LINE_CHARS, embedding_view, signature_text
+from corpus.index.dense.views import SIGNATURE_LINE_CHARS, embedding_view, signature_text
 
 LONG_CODE = "\n".join(
     [f"def handler_{i}(request):" if i % 20 == 0 else f"    value_{i} = compute({i})" for i in range(200)]

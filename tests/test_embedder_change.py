@@ -19,14 +19,14 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from corpus import errors
-from corpus.config import build_config
-from corpus.embedder_choice import choose_embedder
+from corpus.index.dense.choice import choose_embedder
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers import registry
 from corpus.providers.base import ModelInfo
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, plan_embedder
+from kernel import errors
+from kernel.config import build_config
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
 from tests.support import TLS, read_only

@@ -7,7 +7,6 @@ import io
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from corpus import errors
 from corpus.ingest import extract as extract_module
 from corpus.ingest.extract import (
     Extracted,
@@ -18,6 +17,7 @@ from corpus.ingest.extract import (
     extract_pdf_text,
     html_to_text,
 )
+from kernel import errors
 from tests.samples import make_pdf
 
 

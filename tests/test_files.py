@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from corpus import errors, files
-from corpus.config import build_config
+from corpus import files
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Document, Representation
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import build_config
 from tests.factories import ChunkFactory, DocumentFactory, RepresentationFactory, SpanFactory
 from tests.samples import make_pdf
 

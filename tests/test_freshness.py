@@ -6,6 +6,8 @@ table, and in a process that only serves."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
@@ -13,14 +15,15 @@ import zipfile
 
 import httpx
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from jsonschema import Draft202012Validator
 
-from corpus.config import build_config
 from corpus.freshness import MAX_CHECKED, freshness
 from corpus.ingest.indexing import index_directory
 from corpus.ingest.pending import PendingChanges, pending_count
+from kernel.config import build_config
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
 from tests import mcp_http
@@ -142,6 +145,29 @@ def test_pending_changes_are_what_live_sync_saw_and_has_not_written(served):
     pending.written({"src/loader.py"})
     pending.publish()
     assert fresh_of(run(served, "dir2mcp.find", CALLS["dir2mcp.find"]))["pending_changes"] == 0
+
+
+@pytest.mark.django_db
+def test_stats_and_status_carry_the_pending_count_answers_carry(served, corpus_dir, state):
+    def status(*flags: str) -> str:
+        out = io.StringIO()
+        call_command("status", "--dir", str(corpus_dir), "--state-dir", str(state.path), *flags, stdout=out)
+        return out.getvalue()
+
+    pending = PendingChanges()
+    pending.publish()
+    stats = run(served, "dir2mcp.stats", {})
+    assert stats["structuredContent"]["pending_changes"] == 0
+    assert "Pending changes" not in stats["content"][0]["text"] and "Pending changes" not in status()
+
+    pending.saw({"src/loader.py", "docs/new.md", "docs/gone.md"})
+    pending.publish()
+    stats = run(served, "dir2mcp.stats", {})
+    answer = fresh_of(run(served, "dir2mcp.search", CALLS["dir2mcp.search"]))["pending_changes"]
+    assert stats["structuredContent"]["pending_changes"] == answer == 3
+    assert "Pending changes: 3 " in stats["content"][0]["text"]
+    assert "Pending changes: 3 (seen by live sync, not yet indexed)" in status()
+    assert json.loads(status("--json"))["pending_changes"] == 3
 
 
 def test_a_walk_of_the_whole_tree_writes_every_change_taken_before_it():

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from corpus.config import ChunkingConfig
 from corpus.ingest import generated
 from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import Extracted
 from corpus.ingest.units import code_units
+from kernel.config import ChunkingConfig
 
 LICENCE = "/*\n * Copyright (C) 2017 Some Vendor, Inc.\n *\n * Permission is hereby granted.\n */\n"
 

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from corpus.config import DEFAULT_PATH_EXCLUDES, build_config
 from corpus.events import Reporter
 from corpus.gitignore import spec
 from corpus.ingest.discover import FileEntry, walk
 from corpus.ingest.exclusions import ExclusionTally, coverage_warning
 from corpus.ingest.indexing import index_directory
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from kernel.config import DEFAULT_PATH_EXCLUDES, build_config
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
 

@@ -23,7 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus import errors, globs, patterns
+from corpus import globs, patterns
+from kernel import errors
 from tests.mcp_http import Server, base_env
 from tests.support import TLS, wait_until
 from tests.up_process import Up

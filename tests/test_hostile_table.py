@@ -17,7 +17,7 @@ import os
 import httpx
 import pytest
 
-from corpus import errors
+from kernel import errors
 from tests.mcp_http import PROTOCOL
 from tests.support import TLS, holds, zip_bytes
 from tests.up_process import Up

@@ -19,13 +19,13 @@ import httpx
 import numpy as np
 import pytest
 
-from corpus.config import build_config
-from corpus.embedding import check_models, dense_store, embed_chunks, embed_first, embed_pending
 from corpus.events import Reporter
+from corpus.index.dense.embedding import check_models, dense_store, embed_chunks, embed_first, embed_pending
 from corpus.index.words import index_text, tokens
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
+from kernel.config import build_config
 from mcp_gateway.indexer_process import DenseRefresher, ForwardingReporter, _Rate, replay
 from tests.support import TLS, wait_until
 from tests.test_cli import cli
@@ -80,7 +80,7 @@ def snapshot(state_dir: Path) -> dict[tuple, bytes | None]:
 
 def same_vector(blob: bytes, reference: bytes) -> bool:
     """The same stored vector up to float noise (code vectors are not unit
-    length: they lean towards the signature view, corpus/embed_view.py)."""
+    length: they lean towards the signature view, corpus/index/dense/views.py)."""
     a, b = np.frombuffer(blob, dtype="<f4"), np.frombuffer(reference, dtype="<f4")
     return a.shape == b.shape == (384,) and np.allclose(a, b, atol=1e-4)
 

@@ -12,10 +12,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from corpus import files, uris
-from corpus.config import build_config
 from corpus.documents import live_page
 from corpus.models import Document
 from corpus.retrieval import Filters
+from kernel.config import build_config
 from mcp_gateway import completion
 from mcp_gateway.context import AuthSetup, Context
 from tests.factories import DocumentFactory

@@ -1,4 +1,4 @@
-"""corpus.literals: the words every match of a secret rule holds, and the
+"""kernel.literals: the words every match of a secret rule holds, and the
 quick test built from them, which may only rule out texts the rule
 cannot match."""
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus.config import DEFAULT_SECRET_PATTERNS
-from corpus.literals import lowered_if_ascii, prefilter, required_words
+from kernel.config import DEFAULT_SECRET_PATTERNS
+from kernel.literals import lowered_if_ascii, prefilter, required_words
 
 PATTERNS = [
     *DEFAULT_SECRET_PATTERNS,

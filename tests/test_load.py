@@ -12,8 +12,10 @@ files under the watcher. Then:
 - every hit returned names a chunk of the document it names that is live
   now, or whose tombstone the test had not yet seen committed when the call
   was sent. A thread reads the state database every 50 ms and records when it
-  first sees each chunk committed as deleted (chunks are never revived); a
-  hit on a chunk seen deleted before its call was sent fails the test;
+  first sees each chunk committed as deleted (again after a chunk brought
+  back, as a unit restored is: corpus/ingest/writer.py); a hit on a chunk
+  seen deleted before its call was sent, and not seen back since, fails the
+  test;
 - the figures (calls, errors by kind, p50/p99 latency) are printed, and
   recorded in docs/reliability.md. Latency is measured, never asserted.
 
@@ -176,8 +178,11 @@ async def client_loop(url: str, seed: int, deadline: float, results: dict) -> No
 
 
 class TombstoneWatch:
-    """Records, per chunk, when this process first saw its tombstone
+    """Records, per chunk, when this process first saw its latest tombstone
     committed: a thread reads the state database (read-only) every 50 ms.
+    A chunk seen live again (a unit restored revives its chunk) and then
+    deleted again takes the later time: a hit served while it was back is
+    not flagged, one sent after it died again is.
 
     The time is taken after the read that saw the tombstone, so the commit
     came before it: a call sent later than that time was served after the
@@ -191,6 +196,7 @@ class TombstoneWatch:
     def __init__(self, state: Path):
         self.db = state / "meta.sqlite"
         self.first_seen: dict[int, float] = {}
+        self._dead: set[int] = set()
         self.polls = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tombstone-watch", daemon=True)
@@ -223,10 +229,11 @@ class TombstoneWatch:
     def poll(self) -> None:
         assert self._conn is not None
         # Autocommit: each SELECT reads the latest committed state.
-        dead = [row[0] for row in self._conn.execute("SELECT chunk_id FROM chunks WHERE deleted = 1")]
+        dead = {row[0] for row in self._conn.execute("SELECT chunk_id FROM chunks WHERE deleted = 1")}
         seen = time.time()  # after the read: every tombstone it saw was committed before now
-        for chunk_id in dead:
-            self.first_seen.setdefault(chunk_id, seen)
+        for chunk_id in dead - self._dead:
+            self.first_seen[chunk_id] = seen
+        self._dead = dead
         self.polls += 1
 
     def _loop(self) -> None:
@@ -292,8 +299,9 @@ def hit_problem(hit: tuple[int, str, float], states: dict, first_seen: dict[int,
 
 def test_the_hit_check_fails_a_hit_on_a_chunk_seen_dead_before_the_call(tmp_path):
     """The check can fail: a hit sent after the watch saw its chunk's
-    tombstone committed is flagged; one sent before it, or while the
-    tombstone was written but not committed, is not."""
+    tombstone committed is flagged; one sent before it, while the tombstone
+    was written but not committed, or while the chunk was back (revived,
+    then deleted again), is not."""
     state = tmp_path / ".dir2mcp"
     state.mkdir()
     with contextlib.closing(sqlite3.connect(state / "meta.sqlite")) as writer:
@@ -311,10 +319,21 @@ def test_the_hit_check_fails_a_hit_on_a_chunk_seen_dead_before_the_call(tmp_path
         writer.execute("COMMIT")
         watch.poll()
         after = time.time()
+        first_death = watch.first_seen[1]
+        with writer:
+            writer.execute("UPDATE chunks SET deleted = 0 WHERE chunk_id = 1")
+        watch.poll()
+        while_back = time.time()
+        with writer:
+            writer.execute("UPDATE chunks SET deleted = 1 WHERE chunk_id = 1")
+        watch.poll()
+        dead_again = time.time()
         watch.stop()
     states = {1: ("a.md", False), 2: ("a.md", True)}
     assert hit_problem((1, "a.md", during_the_write), states, watch.first_seen) is None
-    assert "before the call was sent" in hit_problem((1, "a.md", after), states, watch.first_seen)
+    assert hit_problem((1, "a.md", while_back), states, watch.first_seen) is None
+    assert "before the call was sent" in hit_problem((1, "a.md", dead_again), states, watch.first_seen)
+    assert "before the call was sent" in hit_problem((1, "a.md", after), states, {1: first_death})
     assert hit_problem((2, "a.md", after), states, watch.first_seen) is None
     assert hit_problem((1, "b.md", after), states, watch.first_seen) == "the chunk is of a.md"
     assert hit_problem((3, "a.md", after), states, watch.first_seen) == "no such chunk"

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus import errors
-from corpus.embedding import embed_pending
+from corpus.index.dense.embedding import embed_pending
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.providers import local
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
@@ -29,6 +28,7 @@ from corpus.providers.local import (
     onnx_available,
     pack_batches,
 )
+from kernel import errors
 from tests.factories import ChunkFactory
 
 PROSE = [

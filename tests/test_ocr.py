@@ -14,14 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Chunk, Document, Representation
 from corpus.providers.http import HttpOptions, ProviderError
 from corpus.providers.media_http import MediaClient
 from corpus.retrieval import Searcher
 from corpus.status import summarize
+from kernel import errors
+from kernel.config import build_config
 from tests.fakes.media import make_mixed_pdf, make_png, make_scanned_pdf, make_text_pdf
 from tests.support import TLS, wait_until
 from tests.up_process import logged_event

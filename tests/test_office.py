@@ -11,13 +11,13 @@ from jsonschema import Draft202012Validator
 from pptx import Presentation
 from pptx.util import Inches
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.files import open_file
 from corpus.ingest.extract import extract
 from corpus.models import Chunk, Document
 from corpus.retrieval import Searcher
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import build_config
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
 

@@ -13,15 +13,15 @@ from django.test import AsyncClient
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
-from corpus import observe
-from corpus.config import build_config
 from corpus.models import Setting
 from corpus.providers.annotate import annotate
 from corpus.providers.http import HttpOptions, ProviderClient, ProviderError
 from corpus.providers.ocr import MistralOcr
 from corpus.providers.stt import ElevenLabsStt, MistralStt
 from corpus.providers.tts import speak
-from corpus.state import INDEX_FORMAT_VERSION, StateDir
+from kernel import observe
+from kernel.config import build_config
+from kernel.state import INDEX_FORMAT_VERSION, StateDir
 from mcp_gateway import context
 from tests.factories import ChunkFactory, DocumentFactory
 from tests.fakes.elevenlabs import FakeElevenLabs
@@ -399,7 +399,7 @@ def test_multiprocess_mode_merges_every_process_counters(tmp_path):
     shared.mkdir()
     env = base_env(DIR2MCP_ROOT=str(root), PROMETHEUS_MULTIPROC_DIR=str(shared))
     index(root, env)
-    count = "from corpus import observe; observe.observe_tool('dir2mcp.find', 0.1, False)"
+    count = "from kernel import observe; observe.observe_tool('dir2mcp.find', 0.1, False)"
     for _ in range(2):
         subprocess.run([sys.executable, "-c", count], cwd=REPO, env=env, check=True, timeout=60)
     scrape_code = (

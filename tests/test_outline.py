@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest import units
 from corpus.navigation import outline as outlines
 from corpus.navigation import symbols
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import build_config
 from tests.samples import make_pdf
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from corpus.events import Reporter, printable
+from corpus.events import Reporter
 from dir2mcp_site.ops.logformat import PlainFormatter
+from kernel.output import printable
 from tests.test_cli import cli
 from tests.up_process import Up
 

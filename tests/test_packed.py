@@ -10,12 +10,12 @@ from django.apps import apps
 from django.db import NotSupportedError, connection
 
 from corpus import files
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Representation
 from corpus.packed import MAGIC, pack, unpack
 from corpus.retrieval import Searcher
 from corpus.security import ExclusionEngine
+from kernel.config import build_config
 from tests.support import holds, texts_hold
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from x402.http import decode_payment_required_header
 
-from corpus import errors, x402_config
-from corpus.config import Config, build_config, env_overrides
-from corpus.config_template import render_config
+from kernel import errors, x402_config
+from kernel.config import Config, build_config, env_overrides
+from kernel.config_template import render_config
 from payments import gate as gate_mod
 from payments.policy import caip2_problem
 from tests.x402_client import BASE_SEPOLIA, PAY_TO

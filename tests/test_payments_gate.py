@@ -19,7 +19,7 @@ from x402.http import (
     encode_payment_signature_header,
 )
 
-from corpus.config import build_config
+from kernel.config import build_config
 from payments import gate as gate_mod
 from payments import owners, replay
 from payments.facilitator import Facilitator

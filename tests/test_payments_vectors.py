@@ -17,7 +17,7 @@ from x402.http import (
     safe_base64_decode,
 )
 
-from corpus.config import build_config
+from kernel.config import build_config
 from payments import gate as gate_mod
 from payments import replay
 from payments.facilitator import Facilitator

@@ -13,13 +13,13 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest import unpack
 from corpus.ingest.indexing import index_directory, refresh_paths
 from corpus.models import Chunk, Document, Representation
-from corpus.state import IndexLock, StateDir
 from corpus.status import older_format_documents
+from kernel import errors
+from kernel.config import build_config
+from kernel.state import IndexLock, StateDir
 from tests.support import texts_hold, zip_bytes
 
 pytestmark = pytest.mark.django_db
@@ -387,7 +387,7 @@ def test_second_indexer_on_the_same_state_is_refused(corpus_dir, state):
 
 def test_progress_counters_are_persisted_for_other_processes(corpus_dir, state):
     from corpus.models import IndexJob
-    from corpus.state import read_json
+    from kernel.state import read_json
 
     for i in range(5):
         write(corpus_dir, f"f{i}.txt", f"file {i}\n")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from corpus import errors
-from corpus.config import Config, build_config
+from kernel import errors
+from kernel.config import Config, build_config
 from mcp_gateway import listen, preflight
 from tests.x402_client import BASE_SEPOLIA, PAY_TO
 

@@ -10,8 +10,6 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from corpus import errors
-from corpus.config import OpenAICompatibleConfig, build_config
 from corpus.providers.base import ChatMessage, ModelInfo
 from corpus.providers.http import HttpOptions, ProviderClient, retry_after_seconds
 from corpus.providers.mistral import (
@@ -23,6 +21,8 @@ from corpus.providers.mistral import (
 )
 from corpus.providers.openai_compatible import DIM_PROBE, OpenAICompatibleChat, OpenAICompatibleEmbedder
 from corpus.providers.registry import make_chat, make_embedder
+from kernel import errors
+from kernel.config import OpenAICompatibleConfig, build_config
 
 FAST = HttpOptions(
     connect_timeout=2.0,

@@ -22,12 +22,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corpus import errors, files
-from corpus.config import DEFAULT_PATH_EXCLUDES, build_config
+from corpus import files
 from corpus.ingest import ondemand
 from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from kernel import errors
+from kernel.config import DEFAULT_PATH_EXCLUDES, build_config
 from tests.mcp_http import PROTOCOL, free_port
 from tests.support import TLS, holds
 from tests.up_process import Up

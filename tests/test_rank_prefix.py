@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
 from corpus.providers.local import LocalEmbedder
 from corpus.retrieval import Searcher
+from kernel.config import build_config
 from mcp_gateway import context, dispatch
 from mcp_gateway.transport import shape_message
 

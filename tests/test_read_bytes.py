@@ -18,9 +18,9 @@ import httpx
 import pytest
 from PIL import Image
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.navigation import images, reads
+from kernel import errors
+from kernel.config import build_config
 from mcp_gateway import context, tools
 from tests.mcp_http import Server, base_env
 from tests.mcp_http import index as reindex

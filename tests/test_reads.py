@@ -7,10 +7,10 @@ import hashlib
 
 import pytest
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.navigation import reads
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import build_config
 from mcp_gateway import context, tools
 from tests.samples import make_pdf
 

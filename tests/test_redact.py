@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from corpus import documents, errors, files, uris
-from corpus.config import DEFAULT_SECRET_PATTERNS, build_config
+from corpus import documents, files, uris
 from corpus.models import Chunk, Document, Reference, Representation, Symbol
 from corpus.navigation import outline, reads
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from kernel import errors
+from kernel.config import DEFAULT_SECRET_PATTERNS, build_config
 from tests.test_secret_routes import (
     FRAGMENTS,
     call,

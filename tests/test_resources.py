@@ -26,8 +26,9 @@ from mcp.shared.exceptions import McpError
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error, response_schema_conformance, status_code_conformance
 
-from corpus import documents, errors, uris
+from corpus import documents, uris
 from corpus.citations import format_ms
+from kernel import errors
 from mcp_gateway import resources
 from tests.fakes.facilitator import running_facilitator
 from tests.fakes.media import make_text_pdf, make_wav

@@ -24,7 +24,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from corpus import errors
+from kernel import errors
 from mcp_gateway import rest, schemas, tools
 from tests.mcp_http import daphne_serving, start_daphne, stop, write_corpus
 from tests.support import TLS

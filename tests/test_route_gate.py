@@ -16,7 +16,7 @@ import httpx
 import pytest
 from django.urls import URLResolver, get_resolver
 
-from corpus.config import build_config
+from kernel.config import build_config
 from mcp_gateway import rest, route_gate, transport
 from tests.mcp_http import ACCEPT, PROTOCOL, write_corpus
 from tests.support import TLS

@@ -9,18 +9,18 @@ import shutil
 
 import pytest
 
-from corpus import errors
 from corpus.answer import ask
 from corpus.citations import SpanRef, find_citations, format_citation
-from corpus.config import build_config
-from corpus.embedding import dense_store
 from corpus.index import lexical
-from corpus.index.vectors import index_path
+from corpus.index.dense.embedding import dense_store
+from corpus.index.dense.vectors import index_path
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.registry import make_chat, make_embedder
 from corpus.retrieval import Filters, Searcher, route, snippet
-from corpus.state import StateDir
+from kernel import errors
+from kernel.config import build_config
+from kernel.state import StateDir
 
 pytestmark = pytest.mark.django_db
 
@@ -176,7 +176,7 @@ def test_dense_index_is_rebuilt_from_the_database(
         path.unlink()
     else:
         path.write_bytes(path.read_bytes()[:100])
-    from corpus import embedding
+    from corpus.index.dense import embedding
 
     embedding._STORES.pop(state.path, None)  # a new process
     with caplog.at_level(logging.WARNING):

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from corpus import files
-from corpus.config import build_config
-from corpus.embedding import from_bytes
+from corpus.index.dense.embedding import from_bytes
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
 from corpus.retrieval import Filters, Searcher
 from corpus.security import ExclusionEngine
+from kernel.config import build_config
 
 pytestmark = pytest.mark.django_db
 

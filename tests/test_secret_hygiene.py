@@ -147,7 +147,7 @@ def test_payments_and_the_admin_leak_no_secret(tmp_path, running):
     import yaml
     from x402.http import decode_payment_required_header
 
-    from corpus.config import DEFAULT_SECRET_PATTERNS
+    from kernel.config import DEFAULT_SECRET_PATTERNS
     from tests.fakes.facilitator import running_facilitator
     from tests.test_cli import cli
     from tests.x402_client import BASE_SEPOLIA, PAY_TO, TEST_KEY, payment_header

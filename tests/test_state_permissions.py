@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from corpus.events import Reporter
-from corpus.state import IndexLock, StateDir, atomic_write, ensure_token, write_json
 from corpus.store import open_store, owner_only_database
+from kernel.state import IndexLock, StateDir, atomic_write, ensure_token, write_json
 from tests.test_cli import make_tree
 
 
@@ -117,7 +117,7 @@ def test_a_loose_state_directory_is_tightened_with_a_warning(tmp_path, caplog):
     outside = tmp_path / "outside.txt"
     loose_state(state.path, outside)
 
-    with caplog.at_level(logging.WARNING, logger="corpus.state"):
+    with caplog.at_level(logging.WARNING, logger="kernel.state"):
         tightened = state.ensure()
         again = state.ensure()
 
@@ -182,5 +182,5 @@ def test_up_tightens_a_loose_state_directory_and_keeps_everything_owner_only(
     assert {"meta.sqlite", "meta.sqlite-wal", "meta.sqlite-shm", "secret.token", "connection.json"} <= names
     assert while_serving == {}
     assert not_owner_only(state) == {}
-    assert "WARNING corpus.state" in up.stderr and "tightened" in up.stderr
+    assert "WARNING kernel.state" in up.stderr and "tightened" in up.stderr
     assert "cache/ocr/old.json" in up.stderr

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest.chunking import chunk_segments
 from corpus.ingest.extracted import Segment
 from corpus.models import Chunk, Document, Representation
 from corpus.providers.stt import group_words
 from corpus.retrieval import Searcher
+from kernel import errors
+from kernel.config import build_config
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_wav
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
 from corpus.models import Document, Reference, Symbol
 from corpus.navigation import names
+from kernel import errors
+from kernel.config import build_config
 
 pytestmark = pytest.mark.django_db
 

@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from corpus import errors
-from corpus.config import build_config
-from corpus.embedding import dense_store
 from corpus.events import Reporter
+from corpus.index.dense.embedding import dense_store
 from corpus.ingest.discover import walk
 from corpus.ingest.distributed import Dispatch, WorkerRuntime, ingest
 from corpus.ingest.indexing import walking_indexer
 from corpus.ingest.pipeline import Indexer, LocalWrite
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Span, Worker
-from corpus.state import StateDir
 from corpus.store import wipe_index
 from corpus.tasks import ingest_paths
+from kernel import errors
+from kernel.config import build_config
+from kernel.state import StateDir
 from tests.support import zip_bytes
 
 pytestmark = pytest.mark.django_db
@@ -292,7 +292,7 @@ def test_an_item_that_keeps_killing_its_worker_is_given_up(dispatched):
 
 
 def test_workers_embed_into_the_database_and_servers_pick_them_up(corpus_dir, state, runtime, settings):
-    from corpus.embedding import check_models
+    from corpus.index.dense.embedding import check_models
     from corpus.providers.local import LocalEmbedder
 
     embedder = LocalEmbedder()

@@ -10,9 +10,9 @@ import json
 import httpx
 import pytest
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
+from kernel import errors
+from kernel.config import build_config
 from mcp_gateway import budgets, context, hints, tools
 from tests.mcp_http import daphne_serving, write_corpus
 from tests.support import TLS

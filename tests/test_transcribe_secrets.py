@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest import ondemand
 from corpus.models import Document, Representation
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import build_config
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_scanned_pdf, make_wav
 from tests.fakes.mistral import FakeMistral

@@ -3,8 +3,8 @@
 import pytest
 from django.http import HttpResponse
 
-from corpus import errors
-from corpus.config import DEFAULT_ALLOWED_ORIGINS
+from kernel import errors
+from kernel.config import DEFAULT_ALLOWED_ORIGINS
 from mcp_gateway import transport
 from mcp_gateway.transport import HttpError
 

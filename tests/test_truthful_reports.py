@@ -25,14 +25,14 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from corpus import errors
 from corpus.answer import ask
-from corpus.config import build_config, load_config
 from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.providers.mistral import MistralChat
 from corpus.retrieval import Searcher
 from corpus.store import SPEC_SETTINGS
+from kernel import errors
+from kernel.config import build_config, load_config
 from mcp_gateway import context, tools
 from mcp_gateway.context import AuthSetup, Context
 from tests.fakes.media import make_wav

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corpus.state import IndexLock, StateDir
+from kernel.state import IndexLock, StateDir
 from tests.support import read_only
 from tests.test_cli import REPO, base_env, cli, make_tree
 

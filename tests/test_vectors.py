@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import pytest
 
-from corpus.index.vectors import VectorIndex, index_path
+from corpus.index.dense.vectors import VectorIndex, index_path
 
 DIM = 16
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from corpus import errors
-from corpus.config import build_config
 from corpus.ingest.indexing import index_directory
 from corpus.navigation import verify as grounding
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import build_config
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
 from tests.samples import make_pdf

@@ -1,20 +1,18 @@
 """The chunk rows a search reads once it has ranked their ids: what a hit
-shows, the lines of code units, stored vectors, and which are live and
-embedded. The SQL is written with the join and liveness rule of
-``tables.py`` (``TO_DOCUMENT``, ``LIVE``), as the lexical backends' is."""
+shows and the lines of code units (the stored vectors are the dense
+index's: ``dense/stored.py``). The SQL is written with the join and
+liveness rule of ``tables.py`` (``TO_DOCUMENT``, ``LIVE``), as the lexical
+backends' is."""
 
 from __future__ import annotations
 
 import json
 from typing import NamedTuple
 
-import numpy as np
 from django.db import connection
 
 from corpus.citations import SpanRef
-from corpus.embedding import from_bytes
 from corpus.index.tables import TO_DOCUMENT, marks
-from corpus.models import EmbeddingStatus
 from corpus.packed import unpack
 
 
@@ -73,31 +71,3 @@ def code_unit_lines(ids: list[int]) -> dict[int, int]:
             ["lines", "code", *ids],
         )
         return dict(cursor.fetchall())
-
-
-def stored_vectors(ids: list[int]) -> dict[int, tuple[str, np.ndarray]]:
-    """(index kind, stored vector) of each embedded live chunk of ``ids``, in
-    the order of ``ids``."""
-    if not ids:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT chunk_id, index_kind, embedding FROM chunks WHERE chunk_id IN ({marks(ids)}) "
-            "AND deleted = %s AND embedding_status = %s",
-            [*ids, False, EmbeddingStatus.OK],
-        )
-        found = {cid: (kind, from_bytes(blob)) for cid, kind, blob in cursor.fetchall() if blob}
-    return {cid: found[cid] for cid in ids if cid in found}
-
-
-def live_embedded(ids: list[int], kind: str) -> set[int]:
-    """Those of ``ids`` that are live chunks of ``kind`` with a stored vector."""
-    if not ids:
-        return set()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks(ids)}) "
-            "AND deleted = %s AND index_kind = %s AND embedding_status = %s",
-            [*ids, False, kind, EmbeddingStatus.OK],
-        )
-        return {row[0] for row in cursor.fetchall()}

@@ -35,7 +35,6 @@ from corpus.index.tables import (
     TableBackend,
     batches,
     marks,
-    refill,
     scored,
 )
 from corpus.index.words import index_text, query_terms
@@ -198,16 +197,9 @@ class SQLiteFTS5(TableBackend):
                 ],
             )
 
-    def rebuild(self) -> int:
-        def recreate(cursor: CursorWrapper) -> None:
-            self.create(cursor)
-            cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
-
-        return refill(self, recreate)
-
-    def clear(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
+    def empty(self, cursor: CursorWrapper) -> None:
+        """A contentless table cannot be emptied by DELETE: FTS5's own command."""
+        cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
 
     def query(
         self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: SqlParams

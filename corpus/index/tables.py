@@ -97,16 +97,20 @@ class TableBackend:
     def insert(self, rows: list[tuple[int, str]]) -> None:
         raise NotImplementedError
 
+    def empty(self, cursor: CursorWrapper) -> None:
+        """Remove every row of the table."""
+        cursor.execute(f"DELETE FROM {self.TABLE}")
+
     def rebuild(self) -> int:
         def recreate(cursor: CursorWrapper) -> None:
             self.create(cursor)
-            cursor.execute(f"DELETE FROM {self.TABLE}")
+            self.empty(cursor)
 
         return refill(self, recreate)
 
     def clear(self) -> None:
         with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {self.TABLE}")
+            self.empty(cursor)
 
     def count(self) -> int:
         with connection.cursor() as cursor:

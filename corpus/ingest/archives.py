@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from corpus import errors
-from corpus.config import Config
 from corpus.security import ExclusionEngine, normalize_rel_path
+from kernel import errors
+from kernel.config import Config
 
 _BLOCK = 64 * 1024
 # Small members compress extremely well when they are repetitive; the ratio

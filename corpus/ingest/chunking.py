@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from corpus.ingest.extracted import Page, Segment
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 
 LINES = "lines"
 PAGE = "page"

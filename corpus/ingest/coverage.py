@@ -20,12 +20,12 @@ from pathlib import Path
 
 from django.db.models import Count
 
-from corpus import errors
 from corpus.gitignore import git_files
 from corpus.ingest.exclusions import SHOWN_SOURCES, ExclusionTally, coverage_warning
-from corpus.jsontypes import JsonObject
 from corpus.models import Document
 from corpus.store import get_json_setting, set_setting
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: settings key: the last whole walk's coverage (JSON)
 COVERAGE_KEY = "walk_coverage"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from corpus.config import ChunkingConfig
 from corpus.ingest.chunking import (
     MAX_CODE_CHUNK_CHARS,
     ChunkDraft,
@@ -18,6 +17,7 @@ from corpus.ingest.extracted import Extracted
 from corpus.ingest.generated import is_generated
 from corpus.ingest.sections import chunk_sections
 from corpus.ingest.units import Parsed, code_units
+from kernel.config import ChunkingConfig
 
 
 def chunk_document(

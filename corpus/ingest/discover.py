@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 
-from corpus import errors
 from corpus.gitignore import GitignoreRule
 from corpus.ingest.exclusions import ExclusionTally
 from corpus.security import (
@@ -22,6 +21,7 @@ from corpus.security import (
     PERMISSION_REASON,
     ExclusionEngine,
 )
+from kernel import errors
 
 _by_name = attrgetter("name")
 #: How a symlink the policy does not follow is counted.

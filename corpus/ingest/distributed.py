@@ -34,21 +34,21 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, transaction
 from django.db.models import F, Q
 
-from corpus import errors
-from corpus.config import Config, default_config_path, load_config
 from corpus.counters import Counters
-from corpus.embedder_choice import choose_embedder
-from corpus.embedding import embed_chunks
+from corpus.index.dense.choice import choose_embedder
+from corpus.index.dense.embedding import embed_chunks
 from corpus.ingest.archives import named_like_archive
 from corpus.ingest.classify import DOC_TYPES, doc_type_by_name
 from corpus.ingest.discover import FileEntry
 from corpus.ingest.pipeline import Indexer
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Worker
 from corpus.providers.base import Embedder
-from corpus.secrets import resolve_secret
-from corpus.state import StateDir
 from corpus.status import write_corpus_json
 from corpus.store import get_setting, open_store, set_setting
+from kernel import errors
+from kernel.config import Config, default_config_path, load_config
+from kernel.secrets import resolve_secret
+from kernel.state import StateDir
 
 log = logging.getLogger(__name__)
 

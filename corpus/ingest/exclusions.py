@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from corpus import errors
+from kernel import errors
 
 #: An index this many times the files git tracks, and at least
 #: MUCH_LARGER_MIN files more, is "much larger" than the work tree.

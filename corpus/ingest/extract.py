@@ -3,7 +3,7 @@
 Pure functions from a document's bytes to normalized UTF-8 text. Documents
 that need an external provider (OCR, speech-to-text) raise
 :class:`NeedsProvider` so the caller can route them; everything else that
-cannot be read raises :class:`~corpus.errors.Dir2mcpError`.
+cannot be read raises :class:`~kernel.errors.Dir2mcpError`.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from __future__ import annotations
 import codecs
 import io
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import charset_normalizer
 import html2text
 
-from corpus import errors
 from corpus.ingest.classify import GZIP_MAGIC
 from corpus.ingest.extracted import PAGE_SEPARATOR, RAW_TEXT, Extracted, NeedsProvider, Page
 from corpus.ingest.office import extract_office
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from pypdf import PdfReader
@@ -32,13 +32,30 @@ MAX_PDF_PAGES = 2000
 # (page numbers and stray marks survive on otherwise image-only pages).
 MIN_PAGE_TEXT_CHARS = 4
 
-_BOM_ENCODINGS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
+
+class ByteOrderMark(NamedTuple):
+    mark: bytes
+    #: the codec of the bytes after the mark
+    codec: str
+    #: the codec that reads the mark itself: what indexing decodes with and records
+    reader: str
+
+
+#: Byte-order marks, the longest first (a UTF-32 LE mark starts with UTF-16 LE's).
+BYTE_ORDER_MARKS = (
+    ByteOrderMark(codecs.BOM_UTF32_LE, "utf-32-le", "utf-32"),
+    ByteOrderMark(codecs.BOM_UTF32_BE, "utf-32-be", "utf-32"),
+    ByteOrderMark(codecs.BOM_UTF8, "utf-8", "utf-8-sig"),
+    ByteOrderMark(codecs.BOM_UTF16_LE, "utf-16-le", "utf-16"),
+    ByteOrderMark(codecs.BOM_UTF16_BE, "utf-16-be", "utf-16"),
 )
+
+
+def byte_order_mark(data: bytes) -> ByteOrderMark | None:
+    """The mark ``data`` starts with, or None."""
+    return next((bom for bom in BYTE_ORDER_MARKS if data.startswith(bom.mark)), None)
+
+
 _WESTERN_DEFAULT = "cp1252"
 
 
@@ -76,10 +93,10 @@ def _guess_legacy(data: bytes) -> tuple[str, str] | None:
 
 def decode_text(data: bytes) -> tuple[str, JsonObject]:
     """Decode bytes of unknown encoding to normalized text, with meta describing how."""
-    for bom, encoding in _BOM_ENCODINGS:
-        if data.startswith(bom):
-            text, replaced = _decode_counting(data, encoding)
-            return _normalize(text), _meta(encoding, replaced)
+    bom = byte_order_mark(data)
+    if bom is not None:
+        text, replaced = _decode_counting(data, bom.reader)
+        return _normalize(text), _meta(bom.reader, replaced)
     try:
         return _normalize(data.decode("utf-8")), {}
     except UnicodeDecodeError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from corpus.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject
 
 RAW_TEXT = "raw_text"
 PAGE_SEPARATOR = "\f"

@@ -9,15 +9,16 @@ from typing import Any
 
 from django.conf import settings
 
-from corpus.config import Config
+from corpus import adapter as query_adapter
 from corpus.counters import Counters
-from corpus.embedding import check_models
 from corpus.events import Reporter
+from corpus.index.dense.embedding import check_models
 from corpus.ingest.distributed import Dispatch
 from corpus.ingest.pipeline import Indexer
 from corpus.providers.base import Embedder
-from corpus.state import IndexLock, StateDir
 from corpus.tasks import ingest_paths
+from kernel.config import Config
+from kernel.state import IndexLock, StateDir
 
 
 def walking_indexer(
@@ -52,6 +53,7 @@ def index_directory(
             check_models(
                 embedder, state, reset=mode == "full", signature_weight=config.embed.signature_weight
             )
+            query_adapter.record(config.search.query_adapter)
         return walking_indexer(
             root, state, config, reporter=reporter, mode=mode, stop=stop, embedder=embedder
         ).run()

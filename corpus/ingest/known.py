@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
-from corpus import errors
 from corpus.ingest.prepare import Prepared, Preparer
 from corpus.ingest.unpack import policy_hash
 from corpus.models import Document
+from kernel import errors
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from corpus.config import Config
 from corpus.ingest.extract import extract_pdf_text as _text_layer
 from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider, Page
 from corpus.ingest.transcripts import transcribe_audio
-from corpus.jsontypes import JsonObject
 from corpus.providers.ocr import PROVIDER as OCR_PROVIDER
 from corpus.providers.ocr import MistralOcr, image_mime
 from corpus.providers.stt import ElevenLabsStt, MistralStt
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 OCR_MARKDOWN = "ocr_markdown"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import io
 
-from corpus import errors
 from corpus.ingest.extracted import PAGE_SEPARATOR, RAW_TEXT, Extracted, Page
+from kernel import errors
 
 OFFICE_EXTENSIONS = ("docx", "pptx", "xlsx")
 # A workbook can hold millions of cells; past this many characters per sheet

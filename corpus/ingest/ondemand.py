@@ -25,8 +25,7 @@ from dataclasses import dataclass, replace
 
 from django.db import IntegrityError, transaction
 
-from corpus import errors, files
-from corpus.config import Config
+from corpus import files
 from corpus.ingest import writer
 from corpus.ingest.chunking import ChunkDraft, chunk_prose
 from corpus.ingest.classify import classify
@@ -43,12 +42,14 @@ from corpus.ingest.prepare import (
     sha256_hex,
 )
 from corpus.ingest.transcripts import TRANSCRIPT, transcribe_audio
-from corpus.jsontypes import JsonObject
 from corpus.models import Document, Representation
 from corpus.providers.annotate import annotate, flatten
 from corpus.providers.stt import ElevenLabsStt, MistralStt, Transcript
 from corpus.security import ExclusionEngine, OpenedFile
-from corpus.state import StateDir
+from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
+from kernel.state import StateDir
 
 ANNOTATION_JSON = "annotation_json"
 ANNOTATION_TEXT = "annotation_text"

@@ -28,11 +28,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from corpus import errors
-from corpus.config import Config
 from corpus.counters import Counters
-from corpus.embedding import embed_first, embed_pending
 from corpus.events import Reporter
+from corpus.index.dense.embedding import embed_first, embed_pending
 from corpus.ingest import coverage, writer
 from corpus.ingest.batch import BatchWriter
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
@@ -43,14 +41,21 @@ from corpus.ingest.prepare import Capabilities, Preparer, capabilities_for
 from corpus.ingest.reading import FileReader, stored_name
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
 from corpus.providers.base import Embedder
-from corpus.secrets import resolve_secret
 from corpus.security import ExclusionEngine
-from corpus.state import StateDir
 from corpus.status import models_in_use, record_models, write_corpus_json
+from kernel import errors
+from kernel.config import Config
+from kernel.secrets import resolve_secret
+from kernel.state import StateDir
 
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 0.5
+#: The share of a running pass's time that rewriting ``corpus.json`` may
+#: take: its counts read every document (about 0.1 s at the kernel's 86,000),
+#: so on a large tree it is written less often than the job's counters; at
+#: the end of a pass it is always written.
+CORPUS_JSON_SHARE = 0.02
 
 
 class WriteStep(Protocol):
@@ -78,6 +83,10 @@ class WriteStep(Protocol):
 class LocalWrite:
     """Read, prepare and write every changed file in this process."""
 
+    def __init__(self) -> None:
+        #: when corpus.json is next rewritten during the pass (CORPUS_JSON_SHARE)
+        self._summary_due = 0.0
+
     def begin(self, indexer: Indexer) -> None:
         pass
 
@@ -95,7 +104,10 @@ class LocalWrite:
             setattr(job, name, value)
         job.updated_unix = time.time()
         job.save()
-        write_corpus_json(indexer.root, indexer.state, indexer.config, job, models=indexer.models)
+        now = time.monotonic()
+        if force or now >= self._summary_due:
+            write_corpus_json(indexer.root, indexer.state, indexer.config, job, models=indexer.models)
+            self._summary_due = now + (time.monotonic() - now) / CORPUS_JSON_SHARE
         if not force:  # forced flushes start or end a job; _finish prints the final line
             indexer.reporter.progress(indexer.counters.as_dict())
 

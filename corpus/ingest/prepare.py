@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from corpus import errors
-from corpus.config import Config
 from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.classify import classify, index_kind_for
 from corpus.ingest.cut import chunk_document
@@ -26,10 +24,12 @@ from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider
 from corpus.ingest.generated import RULE_VERSION as GENERATED_RULE_VERSION
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.ingest.units import parse
-from corpus.jsontypes import JsonObject
 from corpus.navigation import symbols
 from corpus.providers.http import ProviderError
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 # Bump when extraction or chunking changes what a document produces: every
 # document is then re-processed on the next run.
@@ -103,7 +103,7 @@ class Capabilities:
 def capabilities_for(config: Config, secret: Callable[[str], str | None]) -> Capabilities:
     """Provider-backed conversions available now: those whose key is set.
 
-    ``secret(name)`` is the one secret resolver (corpus.secrets), so a key in
+    ``secret(name)`` is the one secret resolver (kernel.secrets), so a key in
     the keychain or the secret file counts as much as one in the environment.
     """
     key = bool(secret("mistral_api_key"))

@@ -14,8 +14,6 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from corpus import errors
-from corpus.config import Config
 from corpus.counters import Counters
 from corpus.events import Reporter
 from corpus.ingest import writer
@@ -27,6 +25,8 @@ from corpus.ingest.known import Known, KnownFiles
 from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, sha256_hex
 from corpus.ingest.unpack import GZIP, ArchiveReader, from_gzip
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +298,7 @@ def stored_name(rel_path: str) -> str:
     name with each undecodable byte written ``\\xNN``: valid UTF-8, and
     distinct for distinct names (a real name holding that backslash
     spelling is the one clash, and the one met first wins). Human output
-    escapes it further (``corpus.events.printable``), as every name."""
+    escapes it further (``kernel.output.printable``), as every name."""
     if _storable(rel_path):
         return rel_path
     try:

@@ -61,6 +61,9 @@ class Grammar:
     leading: frozenset[str] = _COMMENTS
     #: a predicate for node types that are definitions only sometimes
     sometimes: Callable[[tree_sitter.Node], bool] | None = None
+    #: the only node types ``sometimes`` may accept (None: any): the others
+    #: are not asked, which spares a call per node of every function body
+    sometimes_types: frozenset[str] | None = None
     #: nodes that never hold a definition (simple statements): the walk for
     #: definitions does not enter them, unless they hold a parse error
     opaque: frozenset[str] = frozenset()
@@ -72,6 +75,10 @@ class Grammar:
 _JS_FUNCTION_VALUES = frozenset(
     {"arrow_function", "function_expression", "function", "generator_function", "class"}
 )
+
+
+#: the node types :func:`_js_binds_function` may accept
+_JS_BINDING_TYPES = frozenset({"lexical_declaration", "variable_declaration", "expression_statement"})
 
 
 def _js_binds_function(node: tree_sitter.Node) -> bool:
@@ -159,6 +166,7 @@ def _typescript(loader: Callable[[], object], name: str) -> Grammar:
         class_like=_TS_CLASS_LIKE,
         wrappers=frozenset({"export_statement", "ambient_declaration"}),
         sometimes=_js_binds_function,
+        sometimes_types=_JS_BINDING_TYPES,
         local=_js_local_function,
     )
 
@@ -211,6 +219,7 @@ _GRAMMARS: dict[str, Grammar] = {
             class_like=frozenset({"class_declaration"}),
             wrappers=frozenset({"export_statement"}),
             sometimes=_js_binds_function,
+            sometimes_types=_JS_BINDING_TYPES,
             local=_js_local_function,
         ),
         _typescript(tree_sitter_typescript.language_typescript, "typescript"),
@@ -272,6 +281,7 @@ _GRAMMARS: dict[str, Grammar] = {
             tree_sitter_c.language,
             _C_DEFINITIONS,
             sometimes=lambda node: node.type in _C_SOMETIMES and _c_declares(node),
+            sometimes_types=_C_SOMETIMES,
         ),
         Grammar(
             "cpp",
@@ -280,6 +290,7 @@ _GRAMMARS: dict[str, Grammar] = {
             class_like=frozenset({"class_specifier", "struct_specifier", "namespace_definition"}),
             wrappers=frozenset({"template_declaration"}),
             sometimes=lambda node: node.type in _CPP_SOMETIMES and _c_declares(node),
+            sometimes_types=_CPP_SOMETIMES,
         ),
         Grammar(
             "ruby",
@@ -385,11 +396,13 @@ class Parsed:
 
     def is_definition(self, node: tree_sitter.Node) -> bool:
         grammar = self.grammar
-        if node.type in grammar.wrappers:
+        kind = node.type
+        if kind in grammar.wrappers:
             return any(self.is_definition(child) for child in node.named_children)
-        if node.type in grammar.definitions:
+        if kind in grammar.definitions:
             return True
-        return grammar.sometimes is not None and grammar.sometimes(node)
+        sometimes, types = grammar.sometimes, grammar.sometimes_types
+        return sometimes is not None and (types is None or kind in types) and sometimes(node)
 
     def core(self, node: tree_sitter.Node) -> tree_sitter.Node:
         """The definition a wrapper wraps (a decorated function's function)."""
@@ -405,14 +418,16 @@ class Parsed:
         with ``local``, the outline's local definitions too (:attr:`Grammar.local`)."""
         opaque = self.grammar.opaque
         is_local = self.grammar.local if local else None
-        stack = list(reversed(node.children))
+        is_definition = self.is_definition  # looked up once: this visits every node of a body
+        stack = node.children[::-1]
+        pop, push = stack.pop, stack.extend
         while stack:
-            child = stack.pop()
+            child = pop()
             # Named nodes only: Ruby's ``class`` keyword is a node of type "class" too.
-            if child.is_named and (self.is_definition(child) or (is_local is not None and is_local(child))):
+            if child.is_named and (is_definition(child) or (is_local is not None and is_local(child))):
                 yield child
             elif child.child_count and (child.type not in opaque or child.has_error):
-                stack.extend(reversed(child.children))
+                push(child.children[::-1])
 
     def is_class_like(self, node: tree_sitter.Node) -> bool:
         return node.type in self.grammar.class_like

@@ -13,13 +13,13 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from corpus import errors
-from corpus.config import Config
 from corpus.ingest.archives import ArchiveLimits, ArchiveMember, MemberProblem, iter_members
 from corpus.ingest.classify import classify, gzip_inner_name
 from corpus.ingest.extract import gunzip_bounded
 from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, sha256_hex
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.config import Config
 
 #: Bump when how this module reads archives changes, so every archive is
 #: read again on the next pass. 2: a plain ``.gz`` is the text it holds, and

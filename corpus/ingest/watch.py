@@ -27,10 +27,9 @@ from pathlib import Path
 import watchfiles
 from django.db import connection
 
-from corpus import errors, store_faults
-from corpus.config import Config
-from corpus.embedding import check_models
+from corpus import store_faults
 from corpus.events import Reporter
+from corpus.index.dense.embedding import check_models
 from corpus.ingest import watch_limits
 from corpus.ingest.indexing import walking_indexer
 from corpus.ingest.pending import PendingChanges
@@ -39,7 +38,9 @@ from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
 from corpus.providers.base import Embedder
 from corpus.security import DEFAULT_IGNORED_DIRS, OUTPUT_DIR_NAMES, is_within, relative_within
-from corpus.state import IndexLock, StateDir
+from kernel import errors
+from kernel.config import Config
+from kernel.state import IndexLock, StateDir
 
 log = logging.getLogger(__name__)
 

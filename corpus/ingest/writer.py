@@ -3,7 +3,16 @@
 Callers wrap each call in a transaction. Nothing is deleted in place:
 representations and chunks that no longer apply are marked ``deleted`` so
 ANN labels stay valid (spec §6.3). The lexical index follows every chunk
-created or tombstoned here, in the same transaction.
+created, tombstoned or revived here, in the same transaction.
+
+A unit that comes back (a branch switched back, a file restored, an edit
+undone) revives its tombstoned chunk of the same representation and text
+hash rather than making a new one: the chunk keeps its id, its vector and
+its ANN label, so nothing is embedded again and the database does not grow
+with each switch (issue #37). Vectors follow the recorded model: a model
+change forgets every stored vector, tombstoned ones too
+(corpus.index.dense.embedding.forget_vectors), so a revived chunk never brings back a
+vector of another model.
 
 A server started with ``--read-only`` refuses every write here that is not
 the indexer keeping the index in step with the directory (:func:`indexing`):
@@ -22,7 +31,6 @@ from corpus import bulk
 from corpus.index import lexical
 from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.prepare import Prepared, sha256_hex
-from corpus.jsontypes import JsonObject
 from corpus.models import (
     Chunk,
     Document,
@@ -38,6 +46,12 @@ from corpus.models import (
 from corpus.write_guard import check_writable as check_writable
 from corpus.write_guard import indexing as indexing
 from corpus.write_guard import refuse_writes as refuse_writes
+from kernel.jsontypes import JsonObject
+
+#: Text hashes looked up at once among a representation's tombstoned chunks.
+REVIVE_PART = 500
+#: a symbol row's values, in :func:`_create_navigation`'s order
+SYMBOL_COLUMNS = tuple("document_id name name_lower qualified kind line start end enclosing".split())
 
 
 @dataclass
@@ -47,6 +61,9 @@ class Delta:
     chunks_added: int = 0
     chunks_removed: int = 0
     embedded_removed: int = 0
+    #: of ``chunks_added``, tombstoned chunks brought back, and how many of those hold a vector
+    chunks_revived: int = 0
+    embedded_revived: int = 0
 
 
 def touch(doc_id: int, size: int, mtime_ns: int) -> None:
@@ -195,33 +212,21 @@ def _create_chunks(new_chunks: list[tuple[Chunk, ChunkDraft]]) -> list[Chunk]:
 
 def _create_navigation(written: list[tuple[int, Prepared]]) -> None:
     """Insert the symbol and reference rows of these documents (code files
-    a grammar read; the others have none)."""
-    defined: list[Symbol] = []
-    used: list[Reference] = []
+    a grammar read; the others have none), as tuples: a batch of kernel
+    sources holds tens of thousands of references."""
+    defined: list[tuple[object, ...]] = []
+    used: list[tuple[object, ...]] = []
     for doc_id, prepared in written:
         navigation = prepared.navigation
         if navigation is None or not prepared.has_text:
             continue
         defined.extend(
-            Symbol(
-                document_id=doc_id,
-                name=d.name,
-                name_lower=d.name.lower(),
-                qualified=d.qualified,
-                kind=d.kind,
-                line=d.line,
-                start=d.start,
-                end=d.end,
-                enclosing=d.enclosing,
-            )
+            (doc_id, d.name, d.name.lower(), d.qualified, d.kind, d.line, d.start, d.end, d.enclosing)
             for d in navigation.definitions
         )
-        used.extend(
-            Reference(document_id=doc_id, name=u.name, lines=" ".join(map(str, u.lines)))
-            for u in navigation.uses
-        )
-    bulk.create(Symbol, defined)
-    bulk.create(Reference, used)
+        used.extend((doc_id, u.name, " ".join(map(str, u.lines))) for u in navigation.uses)
+    bulk.insert(Symbol, SYMBOL_COLUMNS, defined)
+    bulk.insert(Reference, ("document_id", "name", "lines"), used)
 
 
 def _drop_navigation(doc_ids: list[int]) -> None:
@@ -272,7 +277,51 @@ def _sync_chunks(rep: Representation, prepared: Prepared, delta: Delta, *, fresh
         new_chunks.append((_new_chunk(rep, prepared, draft, text_hash), draft))
     stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
     _tombstone_chunks(stale, delta)
+    if not fresh:
+        new_chunks = _revive_chunks(rep, new_chunks, delta)
     delta.chunks_added += len(_create_chunks(new_chunks))
+
+
+def _revive_chunks(
+    rep: Representation, wanted: list[tuple[Chunk, ChunkDraft]], delta: Delta
+) -> list[tuple[Chunk, ChunkDraft]]:
+    """Bring back the representation's tombstoned chunks whose text hash a
+    wanted unit has (one each, those holding a vector first, then the
+    latest); returns the units still to create."""
+    if not wanted:
+        return wanted
+    hashes = sorted({chunk.text_hash for chunk, _ in wanted})
+    found: dict[str, list[tuple[bool, int]]] = defaultdict(list)
+    tombstoned = rep.chunks.filter(deleted=True)
+    for start in range(0, len(hashes), REVIVE_PART):
+        rows = tombstoned.filter(text_hash__in=hashes[start : start + REVIVE_PART])
+        for chunk_id, text_hash, status in rows.values_list("chunk_id", "text_hash", "embedding_status"):
+            found[text_hash].append((status != EmbeddingStatus.OK, -chunk_id))
+    if not found:
+        return wanted
+    candidates = {text_hash: [-key[1] for key in sorted(keys)] for text_hash, keys in found.items()}
+    chosen: dict[int, ChunkDraft] = {}
+    rest: list[tuple[Chunk, ChunkDraft]] = []
+    for chunk, draft in wanted:
+        ids = candidates.get(chunk.text_hash)
+        if ids:
+            chosen[ids.pop(0)] = draft
+        else:
+            rest.append((chunk, draft))
+    rows = Chunk.objects.filter(chunk_id__in=list(chosen))
+    revived = list(rows.defer("embedding").prefetch_related("spans"))
+    rows.update(deleted=False)
+    # A vector that failed is tried again, as a new chunk's would be.
+    rows.filter(embedding_status=EmbeddingStatus.ERROR).update(
+        embedding_status=EmbeddingStatus.PENDING, embedding_error=None
+    )
+    for chunk in revived:
+        _move_chunk(chunk, chosen[chunk.chunk_id])
+    lexical.index_chunks((chunk.chunk_id, with_context(chunk.context, chunk.text)) for chunk in revived)
+    delta.chunks_added += len(revived)
+    delta.chunks_revived += len(revived)
+    delta.embedded_revived += sum(1 for c in revived if c.embedding_status == EmbeddingStatus.OK)
+    return rest
 
 
 def _move_chunk(chunk: Chunk, draft: ChunkDraft) -> None:

@@ -12,15 +12,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from corpus import errors, store_faults
-from corpus.config import Config, default_config_path, load_config
-from corpus.embedder_choice import announce_embedder, choose_embedder
+from corpus import store_faults
 from corpus.events import Reporter
-from corpus.jsontypes import JsonObject
+from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import make_chat
-from corpus.secrets import resolve_all, resolve_secret, write_snapshot
-from corpus.state import StateDir, ensure_token, resolve_root, resolve_state
+from kernel import errors
+from kernel.config import Config, default_config_path, load_config
+from kernel.jsontypes import JsonObject
+from kernel.secrets import resolve_all, resolve_secret, write_snapshot
+from kernel.state import StateDir, ensure_token, resolve_root, resolve_state
 
 
 @dataclass

@@ -9,7 +9,7 @@ only, and going back folds the code into it again.
 
 from django.db import migrations, models
 
-from corpus import errors
+from kernel import errors
 
 BATCH = 1000
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from corpus.citations import SpanRef, format_citation
-from corpus.jsontypes import JsonObject
 from corpus.models import Chunk
 from corpus.navigation.tokens import estimate_tokens
 from corpus.retrieval import Hit
+from kernel.jsontypes import JsonObject
 
 #: what a passage costs beyond its text: its citation line and fields
 PASSAGE_OVERHEAD_TOKENS = 24

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from corpus import errors
+from kernel import errors
 
 #: The most image data one answer carries (before base64).
 MAX_IMAGE_BYTES = 1024 * 1024

@@ -18,12 +18,12 @@ import json
 from collections.abc import Iterable
 from typing import TypeGuard
 
-from corpus import errors
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
-from corpus.jsontypes import JsonObject
 from corpus.models import Reference, Representation, RepType, Symbol
 from corpus.navigation import symbols
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: the kinds a definition can have (corpus/navigation/outline.py)
 KINDS = (

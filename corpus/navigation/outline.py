@@ -20,11 +20,12 @@ from dataclasses import dataclass, field, replace
 
 import tree_sitter
 
-from corpus import errors, files
+from corpus import files
 from corpus.citations import SpanRef
 from corpus.ingest import sections, units
-from corpus.jsontypes import JsonObject
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: the most text an outline reads (characters): a generated file past it is outlined in part
 MAX_CHARS = 4 * 1024 * 1024

@@ -18,12 +18,13 @@ import itertools
 from collections.abc import Callable
 from typing import NamedTuple
 
-from corpus import errors, files
+from corpus import files
 from corpus.documents import mime_type
 from corpus.ingest.classify import SNIFF_BYTES, TEXTUAL_TYPES, classify
-from corpus.jsontypes import JsonObject
 from corpus.navigation import images
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 ALGORITHMS = ("sha256", "md5", "sha1", "sha512")
 #: the largest file a checksum reads

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 
-from corpus import errors, files
+from corpus import files
 from corpus.citations import find_citations
-from corpus.jsontypes import JsonObject
 from corpus.security import ExclusionEngine
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: citations checked in one text; the rest are counted, not opened
 MAX_CITATIONS = 50

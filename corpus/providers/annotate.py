@@ -11,10 +11,10 @@ import json
 import os
 from pathlib import Path
 
-from corpus import errors
-from corpus.config import Config
-from corpus.jsontypes import JsonObject
 from corpus.providers.media_http import media_client
+from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 SYSTEM_PROMPT = (
     "Extract the requested fields from the document as JSON matching the schema. "

@@ -2,7 +2,7 @@
 
 JSON calls, multipart uploads (speech-to-text) and binary answers (speech)
 all go through one retry loop, :meth:`ProviderClient._send`, which counts
-every attempt in ``dir2mcp_provider_calls`` (corpus/observe.py).
+every attempt in ``dir2mcp_provider_calls`` (kernel/observe.py).
 Retries cover 429, 5xx and transport failures (connect errors, timeouts),
 with exponential backoff plus jitter, or the server's ``Retry-After`` (seconds
 or an HTTP date) when it sends one, capped at ``max_wait``. A final failure
@@ -35,9 +35,9 @@ from typing import Any
 
 import httpx
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
-from corpus.observe import observe_provider_call
+from kernel import errors
+from kernel.jsontypes import JsonObject
+from kernel.observe import observe_provider_call
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -45,9 +44,10 @@ import numpy as np
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from corpus import errors
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.providers.openai_compatible import check_kind
+from corpus.providers.precision import PRECISIONS, onnx_available
+from kernel import errors
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
@@ -62,7 +62,6 @@ TOKENS_PER_PASS = 512
 # The same for the onnx backend, counting padding (texts x longest text).
 PADDED_TOKENS_PER_PASS = 512
 BACKENDS = ("onnx", "numpy")
-PRECISIONS = ("fp32", "int8")
 # Bits of the int8 weights: 7 keeps every pair of uint8 x int8 products inside
 # int16, which AVX2's multiply-add (no VNNI) saturates (see quantize_columns).
 INT8_WEIGHT_BITS = 7
@@ -167,11 +166,6 @@ def available_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-def onnx_available() -> bool:
-    """Whether the onnx backend can run here (onnxruntime and onnx importable)."""
-    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
 
 
 def _config_error(message: str) -> errors.Dir2mcpError:
@@ -584,7 +578,7 @@ class LocalEmbedder(Embedder):
     # 256 word pieces of code are roughly 900 characters.
     window_chars = 900
     #: texts worth handing to one ``embed`` call: enough to sort into
-    #: batches of like lengths (corpus.embedding fetches this many at a time)
+    #: batches of like lengths (corpus.index.dense.embedding fetches this many at a time)
     texts_per_call = 256
     #: ``embed`` takes ``stop`` and checks it between forward passes (a call
     #: of 256 texts takes seconds; a stop waits for one pass, not the call)

@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
-from corpus.config import Config
 from corpus.providers.http import HttpOptions, ProviderClient
 from corpus.providers.mistral import AUTH_HINT as MISTRAL_HINT
+from kernel.config import Config
 
 ELEVENLABS_HINT = "Check ELEVENLABS_API_KEY: set env ELEVENLABS_API_KEY=... or run: dir2mcp config init"
 

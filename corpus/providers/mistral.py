@@ -15,16 +15,16 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from corpus.config import Config
 from corpus.providers.base import ChatMessage, ChatModel, Embedder, ModelInfo, normalize_rows
 from corpus.providers.http import HttpOptions, ProviderClient, ProviderError, query_options
 from corpus.providers.openai_compatible import (
     DIM_PROBE,
     chat_reply,
+    chat_request,
     check_kind,
     embedding_rows,
-    messages_payload,
 )
+from kernel.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -177,12 +177,9 @@ class MistralChat(ChatModel):
         self._client = mistral_client(config, api_key, options or HttpOptions(read_timeout=120.0))
 
     def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int, temperature: float) -> str:
-        body = {
-            "model": self.model,
-            "messages": messages_payload(messages),
-            "max_tokens": max_tokens,
-            "temperature": min(temperature, MAX_TEMPERATURE),
-        }
+        body = chat_request(
+            self.model, messages, max_tokens=max_tokens, temperature=min(temperature, MAX_TEMPERATURE)
+        )
         return chat_reply(self._client.post_json("/v1/chat/completions", body), self._client)
 
     def close(self) -> None:

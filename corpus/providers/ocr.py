@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from corpus.config import Config
-from corpus.jsontypes import JsonObject
 from corpus.providers.media_http import limits, media_client
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 PROVIDER = "mistral"
 _IMAGE_MIME = {

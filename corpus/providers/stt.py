@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from corpus.config import Config
-from corpus.jsontypes import JsonObject
 from corpus.providers.media_http import limits, media_client
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 # Scribe returns words; a segment ends at a sentence end, a pause or this length.
 MAX_SEGMENT_MS = 30_000

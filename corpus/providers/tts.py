@@ -6,9 +6,9 @@ import io
 import re
 import wave
 
-from corpus import errors
-from corpus.config import Config
 from corpus.providers.media_http import media_client
+from kernel import errors
+from kernel.config import Config
 
 _VOICE = re.compile(r"^[A-Za-z0-9]{1,64}$")
 # ElevenLabs sends WAV-ready audio only as raw 16-bit mono PCM; we add the header.

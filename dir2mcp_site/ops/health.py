@@ -8,12 +8,13 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from corpus import errors, store_faults
+from corpus import store_faults
 from corpus.index import lexical
-from corpus.index.vectors import index_path
-from corpus.jsontypes import JsonObject
-from corpus.state import INDEX_FORMAT_VERSION, StateDir
+from corpus.index.dense.vectors import index_path
 from corpus.store import get_setting
+from kernel import errors
+from kernel.jsontypes import JsonObject
+from kernel.state import INDEX_FORMAT_VERSION, StateDir
 from mcp_gateway import workers
 
 log = logging.getLogger(__name__)

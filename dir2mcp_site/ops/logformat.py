@@ -8,7 +8,7 @@ import logging
 from datetime import UTC, datetime
 from types import TracebackType
 
-from corpus.events import printable
+from kernel.output import printable
 
 # What sys.exc_info() returns, as logging.Formatter.formatException takes it.
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]

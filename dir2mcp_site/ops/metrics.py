@@ -1,7 +1,7 @@
 """Prometheus metrics: the ``/metrics`` exposition.
 
 The hooks (``observe_*``) and their counters live below every project
-module in :mod:`corpus.observe`, so the gateway, the payment audit and the
+module in :mod:`kernel.observe`, so the gateway, the payment audit and the
 provider client count without reaching up into the site; they are in the
 default registry, so the exposition here includes them.
 Indexing figures are not counted by hooks: :class:`IndexCollector` reads

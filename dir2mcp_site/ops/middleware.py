@@ -15,7 +15,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from corpus import observe
+from kernel import observe
 from mcp_gateway import security_headers
 
 # Any: Django hands a middleware a sync or an async get_response, told apart

@@ -10,9 +10,9 @@ import time
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from corpus.jsontypes import JsonObject
-from corpus.secrets import resolve_all
 from corpus.status import IndexSummary, models_summary, summarize
+from kernel.jsontypes import JsonObject
+from kernel.secrets import resolve_all
 from mcp_gateway.context import Context
 from mcp_gateway.models import McpSession
 from payments.models import SettlementLog

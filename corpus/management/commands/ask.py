@@ -3,16 +3,18 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from corpus import dense_status, errors
 from corpus.answer import MODES, ask
-from corpus.embedding import check_models
-from corpus.events import Reporter, printable
+from corpus.events import Reporter
+from corpus.index.dense import status as dense_status
+from corpus.index.dense.embedding import check_models
 from corpus.ingest.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import IndexJob
 from corpus.providers.base import Embedder
 from corpus.retrieval import INDEXES, Filters, Searcher
 from corpus.store import open_store
+from kernel import errors
+from kernel.output import printable
 
 
 class Command(Dir2mcpCommand):

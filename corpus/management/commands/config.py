@@ -5,7 +5,7 @@ where it comes from; a key the configuration cannot take (an unknown key, a
 bad value) is shown marked with where it was set, and the command then
 exits 2 (CONFIG_INVALID) as every other command would. ``init`` writes ``.dir2mcp.yaml``: a short wizard on a
 TTY, otherwise a commented template generated from the schema defaults (so
-it cannot drift from :mod:`corpus.config`). Neither ever shows a secret.
+it cannot drift from :mod:`kernel.config`). Neither ever shows a secret.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from corpus import errors
-from corpus import secrets as secret_store
-from corpus.config import Config, ConfigProblem, default_config_path, load_config, load_config_marked
-from corpus.config_template import render_config
 from corpus.events import Reporter
-from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand
 from corpus.setup_wizard import WizardResult, run_wizard
-from corpus.state import StateDir, atomic_write, resolve_root, resolve_state
+from kernel import errors
+from kernel import secrets as secret_store
+from kernel.config import Config, ConfigProblem, default_config_path, load_config, load_config_marked
+from kernel.config_template import render_config
+from kernel.jsontypes import JsonObject
+from kernel.state import StateDir, atomic_write, resolve_root, resolve_state
 
 
 def _write_snapshot(config_path: Path, state: StateDir, root: Path, session: dict[str, str]) -> bool:

@@ -11,10 +11,10 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 
-from corpus import errors
-from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand
 from corpus.store import open_store
+from kernel import errors
+from kernel.jsontypes import JsonObject
 
 PASSWORD_ENV = "DIR2MCP_ADMIN_PASSWORD"
 

@@ -1,14 +1,17 @@
 import json
 import time
 
-from corpus import errors
-from corpus.embedding import recipe_summary
-from corpus.events import format_progress, printable
+from corpus import adapter as query_adapter
+from corpus.events import format_progress
+from corpus.index.dense.embedding import recipe_summary, recorded_model
 from corpus.ingest import coverage
-from corpus.jsontypes import JsonObject
+from corpus.ingest.pending import pending_count
 from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
+from kernel import errors
+from kernel.jsontypes import JsonObject
+from kernel.output import printable
 
 
 class Command(Dir2mcpCommand):
@@ -28,11 +31,16 @@ class Command(Dir2mcpCommand):
         celery = scaleout_summary()
         indexer = indexer_state()
         recipe = recipe_summary(rt.config.embed.signature_weight)
+        code_model = recorded_model("code")
+        adapter = query_adapter.summary(
+            rt.config.search.query_adapter, code_model.model if code_model else None
+        )
         if rt.json:
             out = {
                 **self._as_dict(rt, summary),
                 "embedder": embedder.as_dict(),
                 "signature_weight": recipe,
+                "query_adapter": adapter,
                 "indexer": indexer,
                 "celery": celery,
             }
@@ -42,6 +50,10 @@ class Command(Dir2mcpCommand):
         self._print_embedder(embedder)
         if recipe["note"]:
             self.stdout.write(f"  {recipe['note']}")
+        applies = "" if adapter["applies"] or adapter["configured"] == "off" else " (not applied)"
+        self.stdout.write(f"Query adapter: {adapter['configured']}{applies}")
+        if adapter["note"]:
+            self.stdout.write(f"  {adapter['note']}")
         if indexer is not None:
             self._print_indexer(indexer)
         if celery is not None:
@@ -122,6 +134,7 @@ class Command(Dir2mcpCommand):
             "recent_errors": [error.as_dict() for error in s.recent_errors],
             "needs_provider": s.needs_provider,
             "coverage": coverage.summary(),
+            "pending_changes": pending_count(),
         }
 
     def _print(self, rt, s) -> None:
@@ -150,6 +163,9 @@ class Command(Dir2mcpCommand):
             age = time.time() - job.updated_unix
             w(f"Indexing: {state} ({job.mode}, job {job.job_id}, updated {age:.0f}s ago)")
             w(format_progress(job.counters()))
+        pending = pending_count()
+        if pending:
+            w(f"Pending changes: {pending} (seen by live sync, not yet indexed)")
         if s.recent_errors:
             w("Recent errors:")
             for error in s.recent_errors:

@@ -1,9 +1,9 @@
 from typing import Any
 
-from corpus import __version__
-from corpus.config import PROTOCOL_VERSION
 from corpus.management.base import Dir2mcpCommand
-from corpus.state import INDEX_FORMAT_VERSION
+from kernel import __version__
+from kernel.config import PROTOCOL_VERSION
+from kernel.state import INDEX_FORMAT_VERSION
 
 
 class Command(Dir2mcpCommand):

@@ -20,12 +20,12 @@ from typing import Any
 
 from django.db import connections
 
-from corpus import errors
-from corpus.embedding import embed_first
+from corpus.index.dense.embedding import embed_first
 from corpus.ingest.pipeline import Indexer
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.providers.base import Embedder
 from corpus.store import open_store
+from kernel import errors
 from mcp_gateway.background import index_until_stopped
 from mcp_gateway.indexer_process import ForwardingReporter
 

@@ -7,11 +7,11 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from corpus import errors
-from corpus.config import Config
-from corpus.jsontypes import JsonObject
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import Document
+from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 from mcp_gateway import background, connection, context, listen, preflight, server
 from mcp_gateway.context import Context
 

@@ -1,7 +1,7 @@
 """Configuration (spec §16): defaults < ``.dir2mcp.yaml`` < env < flags.
 
 The schema is a tree of strict pydantic models: an unknown key or a bad value
-raises :class:`~corpus.errors.Dir2mcpError` with code ``CONFIG_INVALID``
+raises :class:`~kernel.errors.Dir2mcpError` with code ``CONFIG_INVALID``
 (exit 2), naming the dotted key and how to fix it.
 
 Environment overrides use ``DIR2MCP_<SECTION>__<KEY>`` (double underscore
@@ -11,7 +11,7 @@ where the key was set: the file, the environment variable, or a flag.
 ``config print`` to show the configuration with it marked. A few well-known
 variables are mapped as well (``MISTRAL_API_KEY``, ``ELEVENLABS_API_KEY``,
 ``DIR2MCP_AUTH_TOKEN``, ``DIR2MCP_LISTEN``). Secrets never live in this tree
-as values: they are resolved by :mod:`corpus.secrets`, which reports only
+as values: they are resolved by :mod:`kernel.secrets`, which reports only
 where each came from.
 """
 
@@ -34,10 +34,10 @@ from pydantic import (
     ValidationError,
 )
 
-from corpus import errors, secret_scan
-from corpus.config_base import Section, Switch
-from corpus.jsontypes import JsonObject
-from corpus.x402_config import X402Config, layer_switches, merged_switches
+from kernel import errors, secret_scan
+from kernel.config_base import Section, Switch
+from kernel.jsontypes import JsonObject
+from kernel.x402_config import X402Config, layer_switches, merged_switches
 
 CONFIG_FILENAME = ".dir2mcp.yaml"
 ENV_PREFIX = "DIR2MCP_"
@@ -223,14 +223,16 @@ class EmbedConfig(Section):
     provider: Literal["auto", "mistral", "openai_compatible", "local", "none"] = "auto"
     batch_size: int = Field(32, ge=1, le=1024)
     # A code unit's vector leans this much towards its signature view (its
-    # path, enclosing names and definition line; corpus/embed_view.py):
+    # path, enclosing names and definition line; corpus/index/dense/views.py):
     # stored = (unit + w * signature) / (1 + w). Recorded with the index's
     # vectors; a change takes effect at the next full `reindex` (0: off).
     signature_weight: float = Field(0.3, ge=0, le=4)
     # The local model's arithmetic: fp32, or int8 weights and activations in
-    # onnxruntime (faster; docs/benchmarks.md). Part of the model's recorded
-    # name, so a change applies at the next full `reindex`, as a model change.
-    precision: Literal["fp32", "int8"] = "fp32"
+    # onnxruntime (faster; docs/benchmarks.md), or auto: int8 on a processor
+    # with VNNI or AMX, fp32 elsewhere (corpus/providers/precision.py). Part
+    # of the model's recorded name, so a change applies at the next full
+    # `reindex`, as a model change.
+    precision: Literal["auto", "fp32", "int8"] = "fp32"
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 
@@ -296,6 +298,11 @@ class SearchConfig(Section):
     # Below this cosine for the nearest unit, with no unit holding every
     # query term, a result is reported as a weak match.
     weak_cosine: float = Field(0.35, ge=-1, le=1)
+    # The query-side adapter (corpus/adapter.py): a matrix moving a query's
+    # vector before the code index is searched, fitted on docstring →
+    # definition pairs of public packages (bench/query_adapter.py). builtin,
+    # off, or the path of another .npy with its .json beside it.
+    query_adapter: str = "off"
     snippet_chars: int = Field(300, ge=80, le=4000)
 
 
@@ -379,7 +386,7 @@ class AuthConfig(Section):
 # credential. The default here keeps both halves but anchors them to an
 # assignment, as the spec's tuning notes recommend. See docs/security.md.
 #
-# Every rule is written for RE2 (corpus/secret_scan.py), which runs the
+# Every rule is written for RE2 (kernel/secret_scan.py), which runs the
 # whole list in one pass, in time linear in the text, whatever the rule:
 # no look-arounds, no possessive repeats, no back-references (each is also
 # valid for Python's re). Where a token must not continue a longer word,
@@ -579,7 +586,7 @@ DEFAULT_PATH_EXCLUDES = [
 
 
 def _check_patterns(value: list[str]) -> list[str]:
-    """Each rule must compile for RE2 (linear, corpus/secret_scan.py) or, failing
+    """Each rule must compile for RE2 (linear, kernel/secret_scan.py) or, failing
     that, for Python's re (look-arounds: run after the set)."""
     for pattern in value:
         if secret_scan.compiles_in_re2(pattern):
@@ -633,7 +640,7 @@ class Config(Section):
 
 
 # Well-known variables that map onto config keys. Secrets (API keys, the auth
-# token) are not here: corpus.secrets reads them directly.
+# token) are not here: kernel.secrets reads them directly.
 ENV_ALIASES: dict[str, str] = {
     "DIR2MCP_LISTEN": "server.listen",
     "DIR2MCP_MCP_PATH": "server.mcp_path",
@@ -844,7 +851,7 @@ def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
 
 
 def _x402_switches(layers: list[tuple[Mapping, str]]) -> JsonObject:
-    """Merge the layers, honouring the x402 switches (corpus/x402_config.py)."""
+    """Merge the layers, honouring the x402 switches (kernel/x402_config.py)."""
     merged: JsonObject = {}
     for data, origin in layers:
         merged = _merge(merged, layer_switches(data, origin))

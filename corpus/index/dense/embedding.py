@@ -6,7 +6,7 @@ which is saved (atomically) every few seconds and at the end of a run. The
 provider, model and dimension per index kind are recorded in ``settings``;
 ``check_models`` refuses to mix vectors of two models (INDEX_VERSION_MISMATCH)
 unless the caller is a full reindex, which starts the vectors over; the
-commands never reach that refusal, since corpus.embedder_choice.choose_embedder
+commands never reach that refusal, since corpus.index.dense.choice.choose_embedder
 keeps the recorded embedder over a different configured one.
 """
 
@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 from django.db import connection, transaction
 
-from corpus import errors
-from corpus.embed_view import embedding_text, signature_text
-from corpus.index.vectors import KINDS, VectorIndex, index_path, remove_files
+from corpus.index.dense.vectors import KINDS, VectorIndex, index_path, remove_files
+from corpus.index.dense.views import embedding_text, signature_text
 from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
-from corpus.state import StateDir
 from corpus.store import get_setting, set_setting
+from kernel import errors
+from kernel.state import StateDir
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def check_models(
 
     The commands never get here with another embedder than the recorded one
     unless they mean to switch (``reset``, a full reindex): they keep the
-    recorded one (corpus.embedder_choice.choose_embedder). This refusal guards
+    recorded one (corpus.index.dense.choice.choose_embedder). This refusal guards
     every other caller. ``signature_weight`` (the configured
     ``embed.signature_weight``) is recorded with new vectors only: an index
     keeps the recipe its vectors were made with until a full reindex."""

@@ -30,7 +30,7 @@ from typing import Any
 
 from django.conf import settings
 
-from corpus import errors
+from kernel import errors
 
 INDEX_FORMAT_VERSION = "1"
 #: The state directory and the directories in it.

@@ -24,7 +24,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from corpus.state import StateDir, atomic_write
+from kernel.state import StateDir, atomic_write
 
 logger = logging.getLogger(__name__)
 

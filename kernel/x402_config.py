@@ -12,7 +12,7 @@ that turns payments on turns it on unless it sets it; ``false`` with
 payments on is a policy problem (``required`` refuses to start, ``on``
 serves free and warns; ``payments/policy.py`` checks the policy as a whole).
 
-:mod:`corpus.config` merges the layers; it calls :func:`layer_switches` on
+:mod:`kernel.config` merges the layers; it calls :func:`layer_switches` on
 each before merging and :func:`merged_switches` on the result.
 """
 
@@ -24,9 +24,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
-from corpus import errors
-from corpus.config_base import Section, Switch, switch_word
-from corpus.jsontypes import JsonObject
+from kernel import errors
+from kernel.config_base import Section, Switch, switch_word
+from kernel.jsontypes import JsonObject
 
 MODES = ("off", "on", "required")
 

@@ -39,9 +39,9 @@ from typing import Any
 
 import yaml
 
-from corpus import errors
-from corpus.config import ENV_PREFIX, Config
-from corpus.state import StateDir, atomic_write
+from kernel import errors
+from kernel.config import ENV_PREFIX, Config
+from kernel.state import StateDir, atomic_write
 
 SECRET_NAMES = ("mistral_api_key", "elevenlabs_api_key", "auth_token")
 SOURCES = ("env", "keychain", "file", "session", "unset")

@@ -1,6 +1,6 @@
 """The commented ``.dir2mcp.yaml`` template, generated from the schema.
 
-Walking :class:`corpus.config.Config` means the template holds every key
+Walking :class:`kernel.config.Config` means the template holds every key
 with its default and can never drift from the schema.
 """
 
@@ -13,9 +13,9 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from corpus import secrets as secret_store
-from corpus.config import Config, parse_duration
-from corpus.jsontypes import JsonObject
+from kernel import secrets as secret_store
+from kernel.config import Config, parse_duration
+from kernel.jsontypes import JsonObject
 
 _HEADER = """\
 # dir2mcp configuration (spec §16).

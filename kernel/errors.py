@@ -6,8 +6,9 @@
 - the envelopes: a JSON-RPC error (:func:`rpc_error`, :func:`rpc_refusal`)
   and the REST mirror's error body (:func:`rest_error_body`).
 
-It lives in ``corpus`` because the ingest pipeline and the services below
-the gateway raise and store these codes too. Every layer raises
+It lives in the kernel because every app raises these codes: the ingest
+pipeline stores them, the gateway answers with them, payments refuses with
+them. Every layer raises
 :class:`Dir2mcpError` with one of them; the CLI maps it to an exit code, the
 MCP gateway to a tool error and the REST mirror to a status, so a code means
 the same thing everywhere.

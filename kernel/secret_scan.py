@@ -6,7 +6,7 @@ in time linear in its length whatever the rules or the text (RE2 builds an
 automaton; it never backtracks). A rule RE2 refuses (a look-around, a
 back-reference, a possessive repeat: a rule a user wrote for Python's
 ``re``) still works, run by ``re`` after the set, with the word test of
-:mod:`corpus.literals`; only such rules can be slow, and the defaults have
+:mod:`kernel.literals`; only such rules can be slow, and the defaults have
 none (``tests/test_secret_rules.py`` checks they all compile in RE2).
 
 A rule may name a group that the match must also pass, for what a regular
@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import re2
 
-from corpus import literals
+from kernel import literals
 
 #: a file screened in blocks (one too large to index) is read this much at a time,
 #: each block screened with the end of the one before it

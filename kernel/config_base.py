@@ -1,4 +1,4 @@
-"""What every section of the configuration (:mod:`corpus.config`) is built
+"""What every section of the configuration (:mod:`kernel.config`) is built
 from: a strict pydantic model, and the validator of an off/on switch word."""
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 
-from corpus.config import Config
 from corpus.events import Reporter
 from corpus.providers.base import Embedder
 from corpus.providers.registry import (
@@ -18,8 +17,9 @@ from corpus.providers.registry import (
     build_embedder,
     plan_embedder,
 )
-from corpus.state import StateDir
 from corpus.status import recorded_embedder
+from kernel.config import Config
+from kernel.state import StateDir
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,99 @@
+"""``embed.precision: auto``: int8 where the processor has an int8 dot product, fp32 elsewhere.
+
+The choice takes the processor's flags as an argument, so a CPU with and
+without VNNI/AMX is tested here whatever this machine has; the recorded
+model is then the chosen precision's, and a recorded precision other than
+the configured one is kept until a full reindex (tests/test_embedder_change.py
+re-embeds a real index on such a change).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corpus.providers import registry
+from corpus.providers.precision import (
+    INT8_DOT_FLAGS,
+    choose_precision,
+    cpu_flags,
+    onnx_available,
+    resolve_precision,
+)
+from corpus.providers.registry import EmbedderModels, plan_embedder
+from kernel.config import build_config
+
+AVX2_ONLY = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"})
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Processor
+flags\t\t: fpu sse4_2 avx avx2 avx512f avx512_vnni amx_tile amx_int8
+bogomips\t: 4800.00
+
+processor\t: 1
+flags\t\t: fpu
+"""
+
+
+@pytest.mark.parametrize("flag", sorted(INT8_DOT_FLAGS))
+def test_auto_is_int8_on_a_processor_with_an_int8_dot_product(flag):
+    assert choose_precision("auto", AVX2_ONLY | {flag}) == "int8"
+
+
+@pytest.mark.parametrize("flags", [AVX2_ONLY, frozenset()])
+def test_auto_is_fp32_without_one(flags):
+    assert choose_precision("auto", flags) == "fp32"
+
+
+def test_auto_is_fp32_without_onnxruntime_whatever_the_processor():
+    assert choose_precision("auto", AVX2_ONLY | INT8_DOT_FLAGS, onnx=False) == "fp32"
+
+
+@pytest.mark.parametrize("setting", ["fp32", "int8"])
+@pytest.mark.parametrize("flags", [AVX2_ONLY, INT8_DOT_FLAGS])
+def test_an_explicit_precision_is_kept_on_any_processor(setting, flags):
+    assert choose_precision(setting, flags) == setting
+
+
+def test_an_unknown_precision_is_refused():
+    with pytest.raises(ValueError, match="precision"):
+        choose_precision("bf16", INT8_DOT_FLAGS)
+
+
+def test_the_flags_are_the_first_processors(tmp_path: Path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(CPUINFO)
+
+    flags = cpu_flags(cpuinfo)
+
+    assert {"avx2", "avx512_vnni", "amx_int8"} <= flags and "bogomips" not in flags
+    assert choose_precision("auto", flags) == "int8"
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def auto_here() -> str:
+    return choose_precision("auto", cpu_flags(), onnx=onnx_available())
+
+
+def test_the_configured_model_is_the_precision_chosen_here():
+    config = build_config({"embed": {"provider": "local", "precision": "auto"}}, {}, {})
+    model = registry.local_model(auto_here())
+
+    choice = plan_embedder(config, secrets_lookup=lambda name: None, recorded=None)
+
+    assert resolve_precision("auto") == auto_here()
+    assert choice.as_dict()["active"] == {"provider": "local", "text_model": model, "code_model": model}
+
+
+def test_an_index_of_the_other_precision_is_kept_until_a_full_reindex():
+    config = build_config({"embed": {"provider": "local", "precision": "auto"}}, {}, {})
+    other = registry.local_model("fp32" if auto_here() == "int8" else "int8")
+    recorded = EmbedderModels("local", other, other, 384, 384)
+
+    kept = plan_embedder(config, secrets_lookup=lambda name: None, recorded=recorded)
+    switching = plan_embedder(config, secrets_lookup=lambda name: None, recorded=recorded, switch=True)
+
+    assert kept.status == registry.KEPT and kept.as_dict()["active"]["text_model"] == other
+    assert switching.status == registry.SWITCHING
+    assert switching.as_dict()["active"]["text_model"] == registry.local_model(auto_here())
