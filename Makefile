@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DIR ?= .
 
-.PHONY: install run test test-postgres lint format bench bench-retrieval bench-scaleout contract equivalence-env equivalence mcp2-env
+.PHONY: install run test test-postgres lint typecheck format bench bench-retrieval bench-scaleout contract equivalence-env equivalence mcp2-env
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# mypy, strict on the application packages (pyproject's [tool.mypy]).
+typecheck:
+	$(BIN)/mypy
+
 format:
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
@@ -33,7 +37,7 @@ contract: install
 # servers): 24 min 33 s with 4,390 tests on a 2-core AMD EPYC beside a niced
 # benchmark, 35 CPU-minutes (about 18 min idle, estimated); 16 min 50 s idle
 # with 4,250 on an Intel Xeon (docs/benchmarks.md, "The test suite").
-test: install lint
+test: install lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile
 
 # The store's tests on PostgreSQL (a local server on 127.0.0.1:5432).

@@ -30,6 +30,7 @@ import numpy as np
 
 from corpus.store import get_setting, set_setting
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 BUILTIN = Path(__file__).resolve().parent / "data" / "query_adapter.npy"
 #: settings key: the adapter (``name`` and digest) the latest indexing run was configured with
@@ -110,7 +111,7 @@ def record(setting: str) -> None:
     set_setting(RECORD_KEY, adapter.label() if adapter else OFF)
 
 
-def summary(setting: str, model: str | None) -> dict:
+def summary(setting: str, model: str | None) -> JsonObject:
     """For ``stats`` and ``status``: the adapter searches use (``configured``,
     and whether it ``applies`` to the code index's model), the one recorded
     when the index was last built, and a note when they differ."""

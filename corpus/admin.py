@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.db.models import Count, F, Func, IntegerField, OuterRef, Prefetch, Subquery
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
@@ -41,10 +42,10 @@ class RepresentationInline(admin.TabularInline):
     class Media:
         css = {"all": ("corpus/admin.css",)}  # the preview's style: pages allow no style attribute (CSP)
 
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).annotate(n_chunks=Count("chunks"))
 
     @admin.display(description="created")
@@ -105,7 +106,7 @@ class DocumentAdmin(ReadOnlyAdmin):
     )
     readonly_fields = fields
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest):
         qs = super().get_queryset(request)
         if request.resolver_match and request.resolver_match.url_name == "corpus_document_changelist":
             # A correlated subquery, not a JOIN + GROUP BY: computed for the 100
@@ -197,7 +198,7 @@ class SpanInline(admin.TabularInline):
     extra = 0
     can_delete = False
 
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
 
 
@@ -239,7 +240,7 @@ class ChunkAdmin(ReadOnlyAdmin):
     def lookup_allowed(self, lookup, value, request=None):
         return lookup in self.FILTER_LOOKUPS or super().lookup_allowed(lookup, value, request)
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest):
         qs = super().get_queryset(request).defer("embedding")
         return qs.prefetch_related(Prefetch("spans", queryset=Span.objects.order_by("start")))
 

@@ -14,15 +14,17 @@ did); a search-only answer ends with a line saying why.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corpus.citations import SpanRef, find_citations, format_citation
 from corpus.index.dense import status as dense_status
 from corpus.providers.base import ChatMessage, ChatModel
-from corpus.retrieval import Filters, Hit, Searcher
+from corpus.retrieval import Filters, Hit, Searcher, SearchResult
 from corpus.status import no_chat_reason
 from kernel import errors
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ class Citation:
     def text(self) -> str:
         return format_citation(self.rel_path, self.span)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         out = {"chunk_id": self.chunk_id, "rel_path": self.rel_path, "span": self.span.as_dict()}
         if self.label:
             out["label"] = self.label
@@ -64,21 +66,21 @@ class Answer:
     indexing_complete: bool
     generated: bool
     #: the search's dense status (corpus/index/dense/status.py): "unavailable" means lexical-only hits
-    dense: dict = field(default_factory=dense_status.off)
+    dense: JsonObject = field(default_factory=dense_status.off)
     #: "weak" when nothing matched the question well (corpus/ranking.py)
     match: str = "good"
     #: whether the chat model wrote the answer: ok (with its ``model``), off
     #: (not asked for, no model, generation turned off, nothing retrieved) or
     #: unavailable (it failed: the answer is the list of hits), in the shape
     #: of ``dense`` plus ``reason`` (one of REASONS), ``message`` and ``model``
-    generation: dict = field(default_factory=dense_status.off)
+    generation: JsonObject = field(default_factory=dense_status.off)
 
     @property
     def mode(self) -> str:
         """The mode that answered: ``answer`` (the chat model) or ``search_only``."""
         return "answer" if self.generated else "search_only"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "question": self.question,
             "answer": self.answer,
@@ -99,7 +101,8 @@ def citation_of(hit: Hit) -> Citation:
 def build_prompt(question: str, hits: list[Hit], config: Config) -> tuple[list[ChatMessage], list[Hit]]:
     """System prompt, instructions and as many contexts as fit the budget."""
     budget = config.rag.max_context_chars
-    used, blocks = [], []
+    used: list[Hit] = []
+    blocks: list[str] = []
     for number, hit in enumerate(hits, start=1):
         header = f"Source {number} {format_citation(hit.rel_path, hit.span)}\n"
         room = budget - sum(len(b) for b in blocks) - len(header)
@@ -133,7 +136,7 @@ def ask(
     mode: str = "answer",
     index: str = "auto",
     filters: Filters | None = None,
-    on_retrieved=None,
+    on_retrieved: Callable[[SearchResult], None] | None = None,
 ) -> Answer:
     if mode not in MODES:
         raise errors.Dir2mcpError(errors.INVALID_FIELD, f"mode must be one of {', '.join(MODES)}")
@@ -143,6 +146,7 @@ def ask(
     skipped = _why_not_generated(mode, chat, config, bool(result.hits))
     if skipped is not None:
         return _hits_only(question, result, skipped)
+    assert chat is not None  # _why_not_generated answered when there is none
     model = f"{chat.provider}/{chat.model}"
     messages, used = build_prompt(question, result.hits, config)
     try:
@@ -173,7 +177,9 @@ def ask(
     )
 
 
-def _why_not_generated(mode: str, chat: ChatModel | None, config: Config, retrieved: bool) -> dict | None:
+def _why_not_generated(
+    mode: str, chat: ChatModel | None, config: Config, retrieved: bool
+) -> JsonObject | None:
     """The ``generation`` status of an answer no chat model writes, or None when one does."""
     if mode == "search_only":
         reason, message = "search_only", "mode=search_only was asked for"
@@ -188,7 +194,7 @@ def _why_not_generated(mode: str, chat: ChatModel | None, config: Config, retrie
     return dense_status.off() | {"reason": reason, "message": message}
 
 
-def _hits_only(question: str, result, generation: dict) -> Answer:
+def _hits_only(question: str, result: SearchResult, generation: JsonObject) -> Answer:
     """The answer without a chat model's reply: the hits, each with its
     citation, and (unless the chat model failed, which ``generation_notice``
     says) a last line saying why no model wrote it."""

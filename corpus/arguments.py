@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: The largest integer SQLite (and any 64-bit field) can hold.
 INT64_MAX = 2**63 - 1
@@ -21,16 +22,16 @@ class Integer:
     high: int = INT64_MAX
     default: int | None = None
 
-    def schema(self) -> dict:
+    def schema(self) -> JsonObject:
         """The argument's JSON schema."""
-        out: dict = {"type": "integer", "minimum": self.low}
+        out: JsonObject = {"type": "integer", "minimum": self.low}
         if self.high != INT64_MAX:
             out["maximum"] = self.high
         if self.default is not None:
             out["default"] = self.default
         return out
 
-    def check(self, name: str, value) -> int | None:
+    def check(self, name: str, value: object) -> int | None:
         """``value`` (the default when ``None``); INVALID_FIELD or INVALID_RANGE otherwise."""
         if value is None:
             return self.default
@@ -41,7 +42,7 @@ class Integer:
         return value
 
 
-def text(name: str, value, *, limit: int) -> str:
+def text(name: str, value: object, *, limit: int) -> str:
     """``value`` as a string of at most ``limit`` characters (``""`` when ``None``)."""
     if value is None:
         return ""

@@ -6,13 +6,15 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kernel.jsontypes import JsonObject
+
 
 class SpanForms(NamedTuple):
     """How one span is written: in a citation, in a slice URI's query, and as fields."""
 
     anchor: str  # after the path in a citation: ``:L10-L20``, ``#p=3``, ``@t=01:05-01:35``
     query: str  # a slice URI's query: ``lines=10-20``, ``page=3``, ``time=65000-95000``
-    fields: dict  # ``start_line``/``end_line``, ``page``, or ``start_ms``/``end_ms``
+    fields: JsonObject  # ``start_line``/``end_line``, ``page``, or ``start_ms``/``end_ms``
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class SpanRef:
             {"start_line": self.start, "end_line": self.end},
         )
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         kind = self.kind if self.kind in ("page", "time") else "lines"
         return {"kind": kind, **self.forms().fields}
 

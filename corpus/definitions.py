@@ -45,7 +45,7 @@ def signature_line(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=512)
-def _declares(name: str) -> re.Pattern:
+def _declares(name: str) -> re.Pattern[str]:
     word = re.escape(name)
     return re.compile(
         # name( / name< / name: / name = / name { ... after a keyword or at the start
@@ -58,7 +58,7 @@ def _declares(name: str) -> re.Pattern:
 
 
 @functools.lru_cache(maxsize=512)
-def _declares_inside(name: str) -> re.Pattern:
+def _declares_inside(name: str) -> re.Pattern[str]:
     """A declaration on any line of a unit (a method of a short class, a
     member of an interface): a keyword before the name, or ``name: type``."""
     word = re.escape(name)

@@ -31,6 +31,7 @@ from corpus.ingest.extract import PAGE_SEPARATOR
 from corpus.models import DocStatus, RepType
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: Documents per page of a listing.
 PAGE_SIZE = 100
@@ -136,7 +137,7 @@ def _whole(engine: ExclusionEngine, rel: str, opened: OpenedFile | None) -> Whol
     return Whole(rel, "text/plain", text=text, lines=not marked)
 
 
-def _extracted(rel: str, reps: dict) -> str | None:
+def _extracted(rel: str, reps: JsonObject) -> str | None:
     """The indexed text, marked by page or time, when the file itself is not text."""
     ocr, raw, transcript = (
         reps.get(RepType.OCR_MARKDOWN),

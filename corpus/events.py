@@ -33,7 +33,7 @@ class Reporter:
         json_mode: bool = False,
         quiet: bool = False,
         interval: float = 2.0,
-    ):
+    ) -> None:
         self.stream = stream or sys.stdout
         self.json_mode = json_mode
         self.quiet = quiet

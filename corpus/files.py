@@ -35,7 +35,7 @@ from typing import TypeVar
 
 import regex
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from corpus import arguments, globs, patterns, slices
 from corpus.citations import SpanRef
@@ -51,6 +51,7 @@ from corpus.security import (
     check_path_bounds,
 )
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 
 def _find_budget() -> float:
@@ -165,7 +166,7 @@ def redacted_text(engine: ExclusionEngine, rel_path: str, text: str) -> str:
 class Unsettled(Exception):  # noqa: N818 (a condition the caller handles, not a failure)
     """The file changed during each of :data:`READ_ATTEMPTS` reads."""
 
-    def __init__(self, rel: str):
+    def __init__(self, rel: str) -> None:
         super().__init__(f"{rel} changed while it was read, {READ_ATTEMPTS} times")
         self.rel = rel
 
@@ -230,7 +231,7 @@ def open_file(
     start_ms: int | None = None,
     end_ms: int | None = None,
     max_chars: int = 20000,
-) -> dict:
+) -> JsonObject:
     """The §15.4 output for one slice of ``rel_path``: page, time range, lines, or the beginning."""
     if rel_path is None or rel_path == "":
         raise _fail(errors.MISSING_FIELD, "rel_path is required")
@@ -247,7 +248,7 @@ def open_file(
     max_chars = arguments.MAX_CHARS.check("max_chars", max_chars)
     where = (start_line, end_line, page, start_ms, end_ms, max_chars)
 
-    def read(opened: OpenedFile) -> dict:
+    def read(opened: OpenedFile) -> JsonObject:
         return _open_slice(engine, opened.rel, opened.file, *where)
 
     # The one check and open (corpus/security.py): what is read is what was checked.
@@ -258,7 +259,7 @@ def open_file(
         return _open_slice(engine, unsettled.rel, None, *where) | {"from_index": True}
 
 
-def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None, dict]:
+def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None, JsonObject]:
     """The live document at ``rel`` and its representations by type; a
     document skipped for a secret is refused here, for every reader.
     ``raw_bytes``: the caller answers from the file's bytes as they are (a
@@ -276,7 +277,7 @@ def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None
 
 def _open_slice(
     engine: ExclusionEngine, rel: str, file, start_line, end_line, page, start_ms, end_ms, max_chars
-) -> dict:
+) -> JsonObject:
     """The slice, from ``file`` (as :meth:`ExclusionEngine.open` opened it,
     left open), or, with ``file`` None, from the document's indexed text."""
     doc, reps = live_document(rel)
@@ -358,7 +359,7 @@ def _document_text(engine: ExclusionEngine, rel: str, file, max_chars: int) -> D
     return DocumentText(rel, doc_type, lines=text[:max_chars], truncated=len(text) > max_chars)
 
 
-def _paged(reps: dict) -> Representation | None:
+def _paged(reps: JsonObject) -> Representation | None:
     """OCR output, or a PDF text layer: text whose pages are joined with form feeds."""
     ocr, raw = reps.get(RepType.OCR_MARKDOWN), reps.get(RepType.RAW_TEXT)
     return ocr or (raw if raw is not None and "pages" in (raw.meta_json or {}) else None)
@@ -560,7 +561,7 @@ def timed_pieces(rep) -> list[tuple[int, int, str]]:
 # -- list_files ----------------------------------------------------------------
 
 
-def listable_documents():
+def listable_documents() -> QuerySet[Document]:
     """Live documents a client may see: not the ones skipped as secret-bearing,
     which every read refuses. The one rule of every listing: ``list_files``,
     ``resources/list``, completions and the recent-files prompt."""
@@ -568,7 +569,7 @@ def listable_documents():
     return Document.objects.filter(deleted=False).exclude(secret)
 
 
-def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offset: int = 0) -> dict:
+def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offset: int = 0) -> JsonObject:
     """The §15.5 page of listable documents, by rel_path; the glob runs over paths only."""
     prefix, spec = canonical_prefix(path_prefix), _glob(glob)
     limit = arguments.LIST_LIMIT.check("limit", limit)
@@ -587,7 +588,7 @@ def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offse
     return {"limit": limit, "offset": offset, "total": total, "files": files}
 
 
-def _listed(row: dict) -> dict:
+def _listed(row: JsonObject) -> JsonObject:
     """A ``list_files`` entry: a file in ``error`` carries its code (issue #24)."""
     if row["status"] != "error" or not row["error_code"]:
         del row["error_code"]
@@ -642,7 +643,7 @@ class _Literal(contextlib.nullcontext):
     """Escaped text, matched in the server: the ``regex`` module matches
     without holding the GIL, and stops at the deadline."""
 
-    def __init__(self, compiled, deadline: float):
+    def __init__(self, compiled, deadline: float) -> None:
         super().__init__(self)
         self.compiled, self.deadline = compiled, deadline
 
@@ -690,7 +691,7 @@ def find(
     cursor: str | None = None,
     max_matches_per_file: int = 5,
     stop=None,
-) -> dict:
+) -> JsonObject:
     """Files by name, type, date, and matches of a literal or regex in their stored text.
 
     ``stop`` (a callable) is polled between documents: a cancelled call
@@ -729,7 +730,7 @@ def find(
         return out | {"next_cursor": _cursor(key, start_path, start_skip)}
 
 
-def _find_page(engine, key: str, where: tuple, pattern, page: tuple, stop) -> dict:
+def _find_page(engine, key: str, where: tuple, pattern, page: tuple, stop) -> JsonObject:
     spec, prefix, doc_types, after_ns = where
     limit, per_file, (start_path, start_skip), deadline, waited = page
     docs = Document.objects.filter(deleted=False).order_by("rel_path")
@@ -748,7 +749,7 @@ def _find_page(engine, key: str, where: tuple, pattern, page: tuple, stop) -> di
     candidates = (
         r for r in rows if (spec is None or spec.match_file(r[1])) and not engine.excluded_reason(r[1])
     )
-    matches: list[dict] = []
+    matches: list[JsonObject] = []
     scanned, resume, timed_out = 0, None, False
     for row, reps in _with_reps(candidates, pattern is not None):
         if stop is not None and stop():
@@ -802,10 +803,10 @@ def _with_reps(candidates, with_text: bool, batch_size: int = 32):
 
 
 def _doc_matches(
-    engine, pattern, base: dict, reps, per_file: int, deadline: float
-) -> tuple[list[dict], bool]:
+    engine, pattern, base: JsonObject, reps, per_file: int, deadline: float
+) -> tuple[list[JsonObject], bool]:
     """Up to ``per_file`` matches in the document's texts, and whether the time budget ran out."""
-    found: list[dict] = []
+    found: list[JsonObject] = []
     for rep_id, rep_type, text, meta in reps:
         paged = rep_type == RepType.OCR_MARKDOWN or (rep_type == RepType.RAW_TEXT and "pages" in (meta or {}))
         timed = None
@@ -826,7 +827,7 @@ def _doc_matches(
     return found, False
 
 
-def _match(engine, base: dict, rep_type: str, text: str, pos: int, end: int, paged: bool, timed):
+def _match(engine, base: JsonObject, rep_type: str, text: str, pos: int, end: int, paged: bool, timed):
     line_start = max(text.rfind("\n", 0, pos), text.rfind(PAGE_SEPARATOR, 0, pos)) + 1
     ends = [i for i in (text.find("\n", pos), text.find(PAGE_SEPARATOR, pos)) if i >= 0]
     line_end = min(ends) if ends else len(text)

@@ -26,6 +26,7 @@ from pathlib import Path
 from corpus.ingest.pending import pending_count
 from corpus.models import Document, IndexJob
 from corpus.status import job_alive, latest_job
+from kernel.jsontypes import JsonObject
 
 #: Cited files checked at most per answer: a list_files page of its default size.
 MAX_CHECKED = 200
@@ -46,7 +47,7 @@ class Freshness:
     def fresh(self) -> bool:
         return not (self.pending_changes or self.stale)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         out = {"pending_changes": self.pending_changes, "indexing": self.indexing, "stale": list(self.stale)}
         if self.unchecked:
             out["unchecked"] = self.unchecked

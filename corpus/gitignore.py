@@ -32,7 +32,7 @@ import os
 import re
 import stat
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pathspec
@@ -70,7 +70,7 @@ class Rules:
 
     __slots__ = ("_any", "patterns", "spec")
 
-    def __init__(self, spec: pathspec.GitIgnoreSpec):
+    def __init__(self, spec: pathspec.GitIgnoreSpec) -> None:
         self.spec = spec
         self.patterns = spec.patterns
         # Each rule names its directory-mark group; one name may appear only once.
@@ -86,7 +86,7 @@ class Rules:
             alternatives.append(f"{_ANY_DIR}(?:{'|'.join(deep)})")
         self._any = re.compile("|".join(f"(?:{a})" for a in alternatives)) if alternatives else None
 
-    def check_file(self, path: str) -> CheckResult:
+    def check_file(self, path: str) -> CheckResult[str]:
         if self._any is None or not self._any.search(normalize_file(path)):
             return CheckResult(path, None, None)
         return self.spec.check_file(path)
@@ -97,7 +97,7 @@ _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 _ANY_DIR = "^(?:.+/)?"
 
 
-def spec(lines) -> Rules:
+def spec(lines: Iterable[str]) -> Rules:
     # pathspec's own regex engine: with google-re2 installed (the secret
     # rules') it would pick its RE2 backend, which cannot take a file name
     # that is not valid UTF-8 (a lone surrogate) and raises.
@@ -198,7 +198,7 @@ def default_global_excludes(env: Mapping[str, str] = os.environ) -> str | None:
     return os.path.join(home, ".config", "git", "ignore") if home else None
 
 
-def _run_git(args: list[str], cwd: str) -> subprocess.CompletedProcess | None:
+def _run_git(args: list[str], cwd: str) -> subprocess.CompletedProcess[bytes] | None:
     try:
         return subprocess.run(
             [*_SAFE_GIT, *args], cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL
@@ -207,13 +207,16 @@ def _run_git(args: list[str], cwd: str) -> subprocess.CompletedProcess | None:
         return None  # no git, or it hung: the defaults stand
 
 
-_excludes_file_cache: dict[tuple, str | None] = {}
+_excludes_file_cache: dict[tuple[object, ...], str | None] = {}
 
 
 def global_excludes_file(top: str) -> str | None:
     """The global excludes file git would read for the work tree at ``top``."""
     env = os.environ
-    key = (top, *(env.get(name) for name in ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL")))
+    key: tuple[object, ...] = (
+        top,
+        *(env.get(name) for name in ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL")),
+    )
     key += tuple(_stamp(path) for path in _config_files(top))
     if key not in _excludes_file_cache:
         _excludes_file_cache.clear()
@@ -243,7 +246,11 @@ def _ask_excludes_file(top: str) -> str | None:
     return default_global_excludes()
 
 
-def _stamp(path: str) -> tuple[int, int, int] | None:
+#: A file's (mtime_ns, size, inode): whether it changed.
+_Stamp = tuple[int, int, int]
+
+
+def _stamp(path: str) -> _Stamp | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -260,7 +267,7 @@ class Repository:
     git_dir: str
     #: the root's path below the work tree's top ("" when it is the top)
     prefix: str
-    _rules: dict[str, tuple[tuple | None, GitignoreRule | None]] = field(default_factory=dict)
+    _rules: dict[str, tuple[_Stamp | None, GitignoreRule | None]] = field(default_factory=dict)
 
     @classmethod
     def find(cls, root: str) -> Repository | None:
@@ -320,7 +327,7 @@ class Repository:
 
 
 #: root -> (the stat of git's index, the paths it tracks below the root)
-_TRACKED: dict[str, tuple[tuple | None, list[str]]] = {}
+_TRACKED: dict[str, tuple[_Stamp | None, list[str]]] = {}
 
 
 def _ls_files(cwd: str, options: list[str]) -> list[str]:

@@ -45,9 +45,9 @@ def _invalid(glob: str, why: str) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(errors.INVALID_FIELD, f"invalid glob {glob[:80]!r}: {why}")
 
 
-def _segment_tokens(segment: str) -> list:
+def _segment_tokens(segment: str) -> list[str | object]:  # object: _STAR
     """A segment's tokens: regex text for one character, or ``_STAR``."""
-    tokens: list = []
+    tokens: list[str | object] = []
     i, end = 0, len(segment)
     while i < end:
         char = segment[i]
@@ -95,10 +95,10 @@ def _segment_regex(segment: str) -> str:
         return "[^/]+(?![^/])"
     pieces: list[list[str]] = [[]]
     for token in _segment_tokens(segment):
-        if token is _STAR:
-            pieces.append([])
-        else:
+        if isinstance(token, str):
             pieces[-1].append(token)
+        else:  # _STAR
+            pieces.append([])
     if len(pieces) == 1:
         return "".join(pieces[0]) + "(?![^/])"
     first, *middle, last = ("".join(piece) for piece in pieces)
@@ -142,12 +142,13 @@ def translate(glob: str) -> tuple[str | None, bool]:
         text = text[1:]
     segments = text.split("/")
     is_dir = not segments[-1]
-    segments, whole = _normalize(segments, is_dir)
+    normalized, whole = _normalize(segments, is_dir)
     if whole is not None:
         # "**", "*": any path; "**/", "*/": any path below a directory.
         return ("(?s).*/" if whole == "/" else "(?s)."), not negated
+    assert normalized is not None  # _normalize gives the segments or a whole-pattern regex
     try:
-        return _translate_segments(segments), not negated
+        return _translate_segments(normalized), not negated
     except _RangeError:
         return None, True
 
@@ -189,7 +190,7 @@ class Glob:
 
     __slots__ = ("glob", "_match")
 
-    def __init__(self, glob: str, regex: str | None, selects: bool = True):
+    def __init__(self, glob: str, regex: str | None, selects: bool = True) -> None:
         self.glob = glob
         compiled = re.compile(regex) if regex is not None else None  # a negation is checked too
         self._match = compiled.match if compiled is not None and selects else None
@@ -208,7 +209,7 @@ def _compiled(glob: str) -> Glob:
         raise _invalid(glob, str(exc)) from None
 
 
-def compile_glob(glob) -> Glob:
+def compile_glob(glob: object) -> Glob:
     """The compiled glob; ``INVALID_FIELD`` for a non-string, an overlong or a malformed one."""
     if not isinstance(glob, str):
         raise errors.Dir2mcpError(errors.INVALID_FIELD, "a glob must be a string")

@@ -160,8 +160,8 @@ class Chunk(models.Model):
         """The file's own text of the span; what hits and snippets show (read
         from the representation's text when the chunk is a slice of it)."""
         if self.text_start is None:
-            return self.stored_text
-        return self.representation.text[self.text_start : self.text_end]
+            return str(self.stored_text)
+        return str(self.representation.text)[self.text_start : self.text_end]
 
     @text.setter
     def text(self, value: str) -> None:

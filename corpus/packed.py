@@ -20,6 +20,7 @@ check that a secret is not stored cannot pass vacuously; decode the rows
 from __future__ import annotations
 
 import zlib
+from typing import overload
 
 from django.db import NotSupportedError, models
 
@@ -40,6 +41,10 @@ def pack(text: str) -> str | bytes:
     return data if len(data) < len(text) else text
 
 
+@overload
+def unpack(value: str | bytes | memoryview) -> str: ...
+@overload
+def unpack(value: None) -> None: ...
 def unpack(value: str | bytes | memoryview | None) -> str | None:
     """A stored value as its text (a plain text, a row from before, reads as it is)."""
     if isinstance(value, memoryview):

@@ -154,7 +154,7 @@ class RegexScan:
     is invalid, needs more than the memory cap, or cannot compile in time).
     """
 
-    def __init__(self, pattern: str, flags: int, deadline: float):
+    def __init__(self, pattern: str, flags: int, deadline: float) -> None:
         self.pattern, self.flags, self.deadline = pattern, int(flags), deadline
         self.budget = deadline - time.monotonic()
         self.held, self.waited = False, 0.0

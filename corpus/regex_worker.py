@@ -28,6 +28,7 @@ import resource
 import signal
 import struct
 import sys
+from typing import Any
 
 _HEADER = struct.Struct("<Q")
 _CACHE_SIZE = 16
@@ -62,7 +63,7 @@ def main() -> int:
         pass
     import regex
 
-    compiled: dict = {}
+    compiled: dict[tuple[object, ...], Any] = {}  # the project is not importable here (python -I)
     pattern, matches = None, None
     while True:
         header = _read(_HEADER.size)

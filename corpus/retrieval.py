@@ -19,12 +19,13 @@ from corpus.index import chunks, lexical, words
 from corpus.index.dense import status as dense_status
 from corpus.index.dense import stored
 from corpus.index.dense.embedding import dense_store, from_bytes
-from corpus.index.dense.vectors import KINDS
+from corpus.index.dense.vectors import KINDS, VectorIndex
 from corpus.models import Chunk
-from corpus.providers.base import Embedder
+from corpus.providers.base import Embedder, ModelInfo
 from corpus.status import indexing_complete
 from kernel import errors
 from kernel.config import MAX_K, Config
+from kernel.jsontypes import JsonObject
 from kernel.state import StateDir
 
 log = logging.getLogger(__name__)
@@ -57,13 +58,14 @@ class Filters:
     file_glob: str = ""
     doc_types: tuple[str, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.file_glob:
             globs.compile_glob(self.file_glob)  # INVALID_FIELD before any work, not a 500 midway
 
-    def sql(self) -> tuple[str, list]:
+    def sql(self) -> tuple[str, list[str]]:
         """A predicate over documents ``d`` for the filters SQL can apply."""
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[str] = []
         if self.path_prefix:
             escaped = self.path_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             clauses.append("d.rel_path LIKE %s ESCAPE '\\'")
@@ -97,7 +99,7 @@ class Hit:
     #: a human pointer to the span ("slide 7", "sheet 'Q2'"), from its extra data
     label: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         out = {
             "chunk_id": self.chunk_id,
             "rel_path": self.rel_path,
@@ -120,11 +122,11 @@ class SearchResult:
     hits: list[Hit]
     indexing_complete: bool
     #: whether dense retrieval took part (corpus/index/dense/status.py): ok, off, or unavailable
-    dense: dict = field(default_factory=dense_status.off)
+    dense: JsonObject = field(default_factory=dense_status.off)
     #: "weak" when nothing matches well (corpus/ranking.py: is_weak), else "good"
     match: str = "good"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "query": self.query,
             "k": self.k,
@@ -158,7 +160,7 @@ def validate(query: str, k: int, index: str) -> None:
 class Searcher:
     """Hybrid search over one state directory."""
 
-    def __init__(self, state: StateDir, config: Config, embedder: Embedder | None):
+    def __init__(self, state: StateDir, config: Config, embedder: Embedder | None) -> None:
         self.state = state
         self.config = config
         self.embedder = embedder
@@ -238,12 +240,14 @@ class Searcher:
 
     def _dense_rankings(
         self, query: str, plan: list[tuple[str, float]], pool: int, filters: Filters
-    ) -> tuple[list[ranking.Weighted], dict, dict[str, np.ndarray]]:
+    ) -> tuple[list[ranking.Weighted], JsonObject, dict[str, np.ndarray]]:
         """The dense rankings of ``plan`` and the query vector of each kind,
         or none and why (degrade, don't fail)."""
         if self.embedder is None:
             return [], dense_status.off(), {}
-        vectors: dict = {}  # one query embedding per model, shared by the indices using it
+        vectors: dict[
+            ModelInfo, np.ndarray
+        ] = {}  # one query embedding per model, shared by the indices using it
         by_kind: dict[str, np.ndarray] = {}
         out = []
         for kind, weight in plan:
@@ -264,7 +268,7 @@ class Searcher:
             out.append(ranking.Weighted(hits, weight, absolute=True))
         return out, dense_status.ok(), by_kind
 
-    def _adapted(self, vector: np.ndarray, kind: str, model) -> np.ndarray:
+    def _adapted(self, vector: np.ndarray, kind: str, model: ModelInfo) -> np.ndarray:
         """The query vector for ``kind``'s index: moved by the query adapter
         (``search.query_adapter``, corpus/adapter.py) for the code index of
         the model it was fitted for, else as embedded."""
@@ -308,7 +312,9 @@ class Searcher:
             moved_any = True
         return out if moved_any else None
 
-    def _defining(self, query: str, fused: ranking.Ranking, filters: Filters, kinds) -> list[int]:
+    def _defining(
+        self, query: str, fused: ranking.Ranking, filters: Filters, kinds: Sequence[str]
+    ) -> list[int]:
         """Units that define a name the query asks for, best ranked first:
         those the fusion found, then those a lexical search for the name finds."""
         names = query_identifiers(query)
@@ -415,7 +421,7 @@ class Searcher:
         return [(ids[i], float(scores[i])) for i in np.lexsort((np.asarray(ids), -scores))]
 
     def _approximate(
-        self, index, vector: np.ndarray, kind: str, pool: int, filters: Filters
+        self, index: VectorIndex, vector: np.ndarray, kind: str, pool: int, filters: Filters
     ) -> ranking.Ranking:
         """kNN with oversampling that grows until ``pool`` live hits pass."""
         want = pool
@@ -481,7 +487,7 @@ def snippet(text: str, terms: Sequence[str], limit: int) -> str:
     return ("…" if start else "") + piece.strip() + ("…" if start + limit < len(flat) else "")
 
 
-def _index_used(used: str, plan: list[tuple[str, float]], dense: dict) -> str:
+def _index_used(used: str, plan: list[tuple[str, float]], dense: JsonObject) -> str:
     """The dense indices searched ("text", "code", "both"), or the route when none were."""
     kinds = {kind for kind, _ in plan} if dense.get("status") == dense_status.OK else set()
     if len(kinds) == 2:

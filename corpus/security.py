@@ -16,7 +16,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -26,7 +26,7 @@ from corpus import redaction
 from corpus.gitignore import GitignoreRule, Repository, gitignore_reason, load_rule, spec
 from corpus.redaction import Redacted
 from kernel import errors
-from kernel.config import DEFAULT_PATH_EXCLUDES, secret_rule_names
+from kernel.config import DEFAULT_PATH_EXCLUDES, Config, secret_rule_names
 from kernel.secret_scan import SecretScanner
 
 DEFAULT_IGNORED_DIRS: frozenset[str] = frozenset(
@@ -58,7 +58,7 @@ class ExclusionPolicy:
     secret_mode: str = "exclude"
 
     @classmethod
-    def from_config(cls, config, *, root: Path | None = None) -> ExclusionPolicy:
+    def from_config(cls, config: Config, *, root: Path | None = None) -> ExclusionPolicy:
         """The policy of ``config``; with ``root``, its secret files are excluded too."""
         # The defaults always apply, then the user's entries: setting
         # path_excludes adds to them (a "!pattern" entry can re-include a path),
@@ -74,7 +74,7 @@ class ExclusionPolicy:
         )
 
 
-def _secret_file_excludes(config, root: Path | None) -> tuple[str, ...]:
+def _secret_file_excludes(config: Config, root: Path | None) -> tuple[str, ...]:
     """Anchored patterns for the configured secret and token files under ``root``.
 
     They may sit anywhere (``secrets.file.path: secret.env``), where no
@@ -207,11 +207,11 @@ class ExclusionEngine:
     """Decides what may be indexed or opened below ``root``."""
 
     @classmethod
-    def from_config(cls, root: Path, config, *, state_dir: Path | None = None) -> ExclusionEngine:
+    def from_config(cls, root: Path, config: Config, *, state_dir: Path | None = None) -> ExclusionEngine:
         """The engine every reader uses: ingestion and every file-reading tool."""
         return cls(root, ExclusionPolicy.from_config(config, root=root), state_dir=state_dir)
 
-    def __init__(self, root: Path, policy: ExclusionPolicy, *, state_dir: Path | None = None):
+    def __init__(self, root: Path, policy: ExclusionPolicy, *, state_dir: Path | None = None) -> None:
         self.root = Path(root).resolve()
         self.policy = policy
         self._root_str = str(self.root)
@@ -358,7 +358,8 @@ class ExclusionEngine:
     def _excludes_reason(self, rel: str, *, is_dir: bool) -> str | None:
         result = self._excludes.check_file(rel + "/" if is_dir else rel)
         if result.include:
-            return f"path_excludes: {self._excludes.patterns[result.index].pattern}"
+            assert result.index is not None  # a pattern decided it
+            return f"path_excludes: {self._excludes.patterns[result.index].pattern!s}"
         return None
 
     def gitignore_chain(
@@ -430,7 +431,7 @@ class ExclusionEngine:
         index = self._secrets.first(text)
         return None if index is None else f"secret_patterns[{index}]"
 
-    def find_secret_in_stream(self, read, start: bytes = b"") -> str | None:
+    def find_secret_in_stream(self, read: Callable[[int], bytes], start: bytes = b"") -> str | None:
         """:meth:`find_secret` over a file read block by block (``read(size)``)."""
         index = self._secrets.first_in_stream(read, start)
         return None if index is None else f"secret_patterns[{index}]"
@@ -645,7 +646,7 @@ _MAX_LINKS = 40
 
 
 class _IsLink(Exception):  # noqa: N818 (control flow, never raised out of the walk)
-    def __init__(self, target: str):
+    def __init__(self, target: str) -> None:
         self.target = target
 
 
@@ -688,7 +689,7 @@ class OpenedFile:
     def __enter__(self) -> OpenedFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.file.close()
 
     def read(self, size: int = -1) -> bytes:

@@ -26,6 +26,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import accumulate
+from typing import Any
 
 from corpus.models import Chunk, Representation
 from corpus.packed import unpack
@@ -69,9 +70,10 @@ class Locator:
         return self._line_starts[min(line, len(self._line_starts)) - 1]
 
 
-def texts(rows: Iterable[tuple], at: int) -> list[tuple]:
+def texts(rows: Iterable[tuple[Any, ...]], at: int) -> list[tuple[Any, ...]]:
     """``rows`` with the four :data:`FIELDS` starting at index ``at`` replaced
-    by the chunk's text (one query reads the representations sliced)."""
+    by the chunk's text (one query reads the representations sliced). Any:
+    the rows come from any query, whose other columns are the caller's."""
     rows = list(rows)
     wanted = {row[at] for row in rows if row[at + 2] is not None}
     reps = representation_texts(wanted)

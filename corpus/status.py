@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,13 +23,24 @@ from django.db.models import Count
 from corpus.index.dense import embedding
 from corpus.ingest.prepare import capabilities_for
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Representation, Setting, Worker
-from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, make_chat, plan_embedder
+from corpus.providers.base import ChatModel, Embedder
+from corpus.providers.registry import (
+    EmbedderChoice,
+    EmbedderModels,
+    UnavailableEmbedder,
+    make_chat,
+    plan_embedder,
+)
 from corpus.store import MODEL_SETTINGS, get_json_setting, get_setting, set_setting, uses_state_sqlite
 from kernel import errors
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, write_json
 
 logger = logging.getLogger(__name__)
+
+#: A secret's value by name, or None when it is not set.
+SecretLookup = Callable[[str], str | None]
 
 #: settings key: the corpus.json ``models`` of the latest indexing job (JSON)
 MODELS_KEY = "models_in_use"
@@ -74,7 +86,7 @@ def latest_job() -> IndexJob | None:
 INDEXER_KEY = "indexer_process"
 
 
-def indexer_state() -> dict | None:
+def indexer_state() -> JsonObject | None:
     """What the indexer supervisor of a server last recorded, with
     ``running`` checked against the process table; None when no server
     has run an indexing child here."""
@@ -170,7 +182,8 @@ def older_format_documents() -> int:
             "WHERE c.deleted = %s AND c.context = ''",
             [False],
         )
-        return cursor.fetchone()[0]
+        count: int = cursor.fetchone()[0]
+        return count
 
 
 #: A job dispatched from another machine counts as alive while its
@@ -188,7 +201,7 @@ def job_alive(job: IndexJob | None) -> bool:
     return pid_alive(job.pid)
 
 
-def scaleout_summary(*, queue_timeout: float = 2.0) -> dict | None:
+def scaleout_summary(*, queue_timeout: float = 2.0) -> JsonObject | None:
     """Celery's side of the index for ``status``: the broker (host only,
     never credentials), messages waiting in the queue, files the latest job
     still waits for, and the workers seen lately. None without a broker."""
@@ -230,8 +243,12 @@ def _queue_depth(queue: str, timeout: float) -> int | None:
         from corpus.celery_app import app  # celery is imported only with a broker to ask
 
         with app.connection_for_read() as conn:
-            conn.ensure_connection(max_retries=1, timeout=timeout)
-            return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+            # kombu takes the timeout in seconds as a float, and its channels have
+            # queue_declare: celery-types says an int, and a StdChannel without it.
+            conn.ensure_connection(max_retries=1, timeout=timeout)  # type: ignore[arg-type]
+            channel = conn.default_channel
+            depth: int = channel.queue_declare(queue=queue, passive=True).message_count  # type: ignore[attr-defined]
+            return depth
     except Exception as exc:  # an absent queue or an unreachable broker
         logger.info("cannot read the depth of queue %s: %s", queue, exc)
         return 0 if "NOT_FOUND" in str(exc) else None
@@ -244,7 +261,7 @@ def needs_provider_counts() -> dict[str, int]:
         .values("error")
         .annotate(n=Count("doc_id"))
     )
-    return {row["error"]: row["n"] for row in rows.order_by("error")}
+    return {row["error"] or "": row["n"] for row in rows.order_by("error")}  # error__startswith: never null
 
 
 def write_corpus_json(
@@ -284,7 +301,7 @@ def no_chat_reason(config: Config) -> str:
     return "chat.provider is auto and MISTRAL_API_KEY is not set"
 
 
-def chat_in_use(config: Config, secret) -> str:
+def chat_in_use(config: Config, secret: SecretLookup) -> str:
     """``provider/model`` of the chat model ``ask`` answers with under this
     configuration and these keys, or ``none (why)``."""
     try:
@@ -300,7 +317,7 @@ def chat_in_use(config: Config, secret) -> str:
     return label
 
 
-def models_in_use(config: Config, *, embedder, secret) -> dict[str, str]:
+def models_in_use(config: Config, *, embedder: Embedder | None, secret: SecretLookup) -> dict[str, str]:
     """The ``models`` of corpus.json and ``stats``: what an indexing job (or a
     server) with this embedder, configuration and keys actually uses."""
     summary = models_summary(config, embedder=embedder, live=True, secret=secret)
@@ -328,7 +345,12 @@ def recorded_job_models() -> dict[str, str] | None:
 
 
 def models_summary(
-    config: Config, *, embedder=None, chat=None, live: bool = False, secret=None
+    config: Config,
+    *,
+    embedder: Embedder | None = None,
+    chat: ChatModel | None = None,
+    live: bool = False,
+    secret: SecretLookup | None = None,
 ) -> dict[str, str]:
     """The models in use. With ``live``, embeddings and chat name what this
     process actually runs (``none`` when off, with why when ``secret`` is
@@ -347,7 +369,7 @@ def models_summary(
         for kind in ("text", "code"):
             info = embedder.model_info(kind) if embedder is not None else None
             summary[f"embed_{kind}"] = f"{info.provider}/{info.model}" if info else "none"
-            if isinstance(embedder, UnavailableEmbedder):
+            if isinstance(embedder, UnavailableEmbedder) and info is not None:
                 summary[f"embed_{kind}"] = f"none ({info.provider}/{info.model} {embedder.choice.reason})"
         summary["chat"] = f"{chat.provider}/{chat.model}" if chat is not None else "none"
         if chat is None and secret is not None:
@@ -361,7 +383,7 @@ def models_summary(
     return summary
 
 
-def recorded_embedder(state: StateDir):
+def recorded_embedder(state: StateDir) -> EmbedderModels | None:
     """The embedder the index's vectors came from (an EmbedderModels); None before any (or
     before the store exists: this is read before ``open_store`` creates it)."""
     if uses_state_sqlite(state) and not state.meta_db.exists():
@@ -372,7 +394,7 @@ def recorded_embedder(state: StateDir):
         return None
 
 
-def embedder_choice(config: Config, state: StateDir, *, secrets_lookup):
+def embedder_choice(config: Config, state: StateDir, *, secrets_lookup: SecretLookup) -> EmbedderChoice:
     """The index's recorded embedder, the configured one, and the one `up`
     (or any command) started now would use (an EmbedderChoice): ``status``
     reads it without making any model; a running server's own is in its

@@ -26,6 +26,7 @@ from corpus.index import lexical
 from corpus.models import Chunk, Document, Representation, Setting, Span
 from kernel import errors
 from kernel.config import PROTOCOL_VERSION
+from kernel.jsontypes import JsonObject
 from kernel.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
 
 log = logging.getLogger(__name__)
@@ -270,7 +271,7 @@ def get_setting(key: str, default: str | None = None) -> str | None:
     return row[0] if row else default
 
 
-def get_json_setting(key: str) -> dict | None:
+def get_json_setting(key: str) -> JsonObject | None:
     """A setting holding a JSON object; None when unset or not an object."""
     raw = get_setting(key)
     try:

@@ -19,6 +19,7 @@ import errno
 import logging
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
@@ -62,7 +63,7 @@ def classify(exc: BaseException) -> errors.Dir2mcpError | None:
     return None
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen and len(seen) < _CHAIN_LIMIT:

@@ -54,7 +54,7 @@ CONNECTION_MAX_AGE = 300
 
 
 class _IngestTask(app.Task):
-    def on_failure(self, exc, task_id, args, kwargs, einfo):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
         """Out of retries (the database stayed unreachable): give the items
         up, so the job that waits for them ends and says why."""
         job_id, rel_paths = (list(args) + [kwargs.get("job_id"), kwargs.get("rel_paths")])[:2]
@@ -83,7 +83,7 @@ def ingest_paths(self, job_id: str, rel_paths: list[str]) -> int:
 
 
 @worker_init.connect
-def _keep_connections(**_):
+def _keep_connections(**_) -> None:
     """Worker processes (a prefork pool's children inherit this) keep their
     database connection between tasks, checked before each reuse."""
     settings = connections.settings[DEFAULT_DB_ALIAS]
@@ -148,7 +148,7 @@ def _check_task_root(request=None, **_):
 
 @task_prerun.connect
 @task_postrun.connect
-def _recycle_connections(sender=None, **_):
+def _recycle_connections(sender=None, **_) -> None:
     """Around each task on a worker, as Django does around a request: close
     connections that failed or outlived CONNECTION_MAX_AGE; keep the rest.
     A task run eagerly (no broker) is part of its caller's work and leaves
@@ -159,7 +159,7 @@ def _recycle_connections(sender=None, **_):
 
 
 @worker_process_init.connect
-def _load(**_):
+def _load(**_) -> None:
     """Each pool process opens the store and loads its embedder once, at
     start: not in the first task, and a wrong root or database fails here."""
     _keep_connections()
@@ -169,6 +169,6 @@ def _load(**_):
 
 
 @worker_ready.connect
-def _announce(sender=None, **_):
+def _announce(sender=None, **_) -> None:
     """A worker shows in ``status`` as soon as it is up, before any task."""
     announce(sender.hostname if sender is not None else "worker")

@@ -9,6 +9,7 @@ state directory's ``meta.sqlite`` unless ``DATABASE_URL`` names another
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -231,7 +232,8 @@ DIR2MCP_SSE_KEEPALIVE = env.float("DIR2MCP_SSE_KEEPALIVE", default=15.0)
 # subscriptions/listen streams one process keeps open at once (mcp_gateway/subscriptions.py).
 DIR2MCP_MAX_LISTENS = env.int("DIR2MCP_MAX_LISTENS", default=1000)
 
-LOGGING = {
+# Any: logging.config.dictConfig's schema, values of many types.
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {

@@ -6,18 +6,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.contrib import admin
+from django.db.models import Model
+from django.http import HttpRequest
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Records the system writes (the index, sessions, settlements): shown, never edited by hand."""
 
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
 

@@ -36,6 +36,7 @@ from pydantic import (
 
 from kernel import errors, secret_scan
 from kernel.config_base import Section, Switch
+from kernel.jsontypes import JsonObject
 from kernel.x402_config import X402Config, layer_switches, merged_switches
 
 CONFIG_FILENAME = ".dir2mcp.yaml"
@@ -663,7 +664,7 @@ _RESERVED_ENV = {
 }
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+def _set_dotted(tree: JsonObject, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     node = tree
     for part in parts[:-1]:
@@ -675,7 +676,7 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _merge(base: dict, override: Mapping) -> dict:
+def _merge(base: JsonObject, override: Mapping) -> JsonObject:
     out = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
@@ -685,9 +686,9 @@ def _merge(base: dict, override: Mapping) -> dict:
     return out
 
 
-def env_overrides(environ: Mapping[str, str]) -> dict:
+def env_overrides(environ: Mapping[str, str]) -> JsonObject:
     """Config keys set through the environment, as a nested dict."""
-    tree: dict = {}
+    tree: JsonObject = {}
     for name, dotted in env_names(environ).items():
         _set_dotted(tree, dotted, _env_value(environ[name]))
     return tree
@@ -711,7 +712,7 @@ def _env_value(raw: str) -> Any:
         return raw
 
 
-def read_config_file(path: Path) -> dict:
+def read_config_file(path: Path) -> JsonObject:
     """Load a YAML config file; a missing file is an empty config."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -754,7 +755,7 @@ class ConfigProblem:
 
 @dataclass(frozen=True)
 class _Layer:
-    data: dict
+    data: JsonObject
     kind: str  # "file" | "env" | "flags"
     origin: str  # the file's path, for "file"
     names: Mapping[str, str]  # dotted key -> the variable that set it, for "env"
@@ -783,7 +784,7 @@ class _Layer:
         del node[loc[-1]]
 
 
-def _problem(item: dict, layers: list[_Layer]) -> tuple[ConfigProblem, _Layer | None, tuple[str, ...]]:
+def _problem(item: JsonObject, layers: list[_Layer]) -> tuple[ConfigProblem, _Layer | None, tuple[str, ...]]:
     """The problem pydantic reported, the highest layer that set it, and the key there."""
     loc = tuple(str(part) for part in item["loc"])
     depths = [(layer.depth(loc), -rank, layer) for rank, layer in enumerate(layers)]
@@ -849,9 +850,9 @@ def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
     )
 
 
-def _x402_switches(layers: list[tuple[Mapping, str]]) -> dict:
+def _x402_switches(layers: list[tuple[Mapping, str]]) -> JsonObject:
     """Merge the layers, honouring the x402 switches (kernel/x402_config.py)."""
-    merged: dict = {}
+    merged: JsonObject = {}
     for data, origin in layers:
         merged = _merge(merged, layer_switches(data, origin))
     return merged_switches(merged)

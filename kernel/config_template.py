@@ -15,6 +15,7 @@ from pydantic.fields import FieldInfo
 
 from kernel import secrets as secret_store
 from kernel.config import Config, parse_duration
+from kernel.jsontypes import JsonObject
 
 _HEADER = """\
 # dir2mcp configuration (spec §16).
@@ -60,7 +61,7 @@ def _block_lines(pad: str, key: str, value: str, comment: str) -> list[str]:
     return [f"{pad}{key}: |{chomp}{comment}", *body]
 
 
-def _render(model: type[BaseModel] | None, data: dict, prefix: str, lines: list[str]) -> None:
+def _render(model: type[BaseModel] | None, data: JsonObject, prefix: str, lines: list[str]) -> None:
     depth = prefix.count(".") + 1 if prefix else 0
     pad = "  " * depth
     for key, value in data.items():

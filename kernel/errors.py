@@ -142,7 +142,7 @@ def http_status(code: str) -> int:
 class Dir2mcpError(Exception):
     """An error with a canonical code and a message safe to show a user."""
 
-    def __init__(self, code: str, message: str, *, hint: str = "", retryable: bool | None = None):
+    def __init__(self, code: str, message: str, *, hint: str = "", retryable: bool | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -49,7 +49,7 @@ def never_raises(fn: Callable[..., None]) -> Callable[..., None]:
     """A hook that logs its own failure instead of raising it into the call it observes."""
 
     @wraps(fn)
-    def wrapper(*args, **kwargs) -> None:
+    def wrapper(*args: object, **kwargs: object) -> None:
         try:
             fn(*args, **kwargs)
         except Exception:  # metrics must never break the call they observe

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 import re2
@@ -118,7 +118,7 @@ class Match(NamedTuple):
     group: tuple[int, int] | None = None
 
 
-def _credential_group(groupindex) -> int | None:
+def _credential_group(groupindex: Mapping[str, int] | Mapping[bytes, int]) -> int | None:
     """The number of the group that holds the credential, if the rule names one."""
     names = {(name.decode() if isinstance(name, bytes) else name): n for name, n in groupindex.items()}
     for name in (SECRET_GROUP, *CHECKS):
@@ -130,7 +130,7 @@ def _credential_group(groupindex) -> int | None:
 class _Checked:
     """An RE2 rule with named checks: which matches count."""
 
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str) -> None:
         self.rx = re2.compile(pattern.encode(), _options())
         # (group number, test); the bytes API names groups in bytes
         self.checks = [
@@ -140,7 +140,7 @@ class _Checked:
         ]
         self.group = _credential_group(self.rx.groupindex)
 
-    def passes(self, match) -> bool:
+    def passes(self, match: re2.Match) -> bool:
         return all(check((match.group(n) or b"").decode("utf-8", "replace")) for n, check in self.checks)
 
     def confirmed(self, data: bytes) -> bool:
@@ -154,7 +154,7 @@ class _CharOffsets:
     surrogate as three invalid bytes) moves to that character's start, or
     past its end with ``up``: a span only ever grows."""
 
-    def __init__(self, text: str, data: bytes):
+    def __init__(self, text: str, data: bytes) -> None:
         self.data = data
         self.ascii = len(data) == len(text)
         self._known: dict[int, int] = {0: 0}
@@ -182,7 +182,7 @@ class _CharOffsets:
 class SecretScanner:
     """The rules of ``security.secret_patterns``, compiled once."""
 
-    def __init__(self, patterns: Iterable[str]):
+    def __init__(self, patterns: Iterable[str]) -> None:
         self.patterns = tuple(patterns)
         self._set = re2.Set.SearchSet(_options())
         #: set index -> rule index; rule index -> its checks (if it has any)

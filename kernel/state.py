@@ -191,7 +191,7 @@ class SpaceReserve:
 
     SIZE = 256 * 1024
 
-    def __init__(self, state: StateDir):
+    def __init__(self, state: StateDir) -> None:
         self.path = state.locks / "reserve"
 
     def hold(self) -> bool:
@@ -221,7 +221,7 @@ class IndexLock:
     indexer never leaves a stale lock behind.
     """
 
-    def __init__(self, state: StateDir):
+    def __init__(self, state: StateDir) -> None:
         self.path = state.index_lock
         self._fd: int | None = None
 

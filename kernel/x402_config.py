@@ -26,6 +26,7 @@ from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
 from kernel import errors
 from kernel.config_base import Section, Switch, switch_word
+from kernel.jsontypes import JsonObject
 
 MODES = ("off", "on", "required")
 
@@ -98,7 +99,7 @@ def _truth(value: Any) -> bool | None:
         return None  # pydantic reports it
 
 
-def _with_tools_call_enabled(x402: dict, value: bool) -> None:
+def _with_tools_call_enabled(x402: JsonObject, value: bool) -> None:
     """Set ``route_policy.tools_call.enabled`` unless it is set (or the tree is malformed)."""
     route = x402.get("route_policy", {})
     tools_call = route.get("tools_call", {}) if isinstance(route, Mapping) else None
@@ -106,7 +107,7 @@ def _with_tools_call_enabled(x402: dict, value: bool) -> None:
         x402["route_policy"] = {**route, "tools_call": {**tools_call, "enabled": value}}
 
 
-def layer_switches(data: Mapping, origin: str) -> Mapping:
+def layer_switches(data: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
     """One layer (``origin`` names it) with its x402 switches made consistent."""
     x402 = data.get("x402")
     if not isinstance(x402, Mapping):
@@ -132,7 +133,7 @@ def layer_switches(data: Mapping, origin: str) -> Mapping:
     return {**data, "x402": x402}
 
 
-def merged_switches(merged: dict) -> dict:
+def merged_switches(merged: JsonObject) -> JsonObject:
     """The merged layers with the x402 switches settled between them."""
     if not isinstance(merged.get("x402"), Mapping):
         return merged

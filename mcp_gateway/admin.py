@@ -5,7 +5,11 @@ background indexer (mcp_gateway/reindex.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from corpus.admin import DocumentAdmin as DocumentViews
 from corpus.models import Document
@@ -21,22 +25,22 @@ class DocumentAdmin(DocumentViews):
 
     actions = ("reindex_selected", "retry_errored")
 
-    def has_reindex_permission(self, request):
+    def has_reindex_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("corpus.change_document")
 
     @admin.action(description="Re-index selected documents", permissions=["reindex"])
-    def reindex_selected(self, request, queryset):
+    def reindex_selected(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         self._reindex(request, queryset.values_list("rel_path", flat=True), full=True)
 
     @admin.action(description="Retry selected documents that failed", permissions=["reindex"])
-    def retry_errored(self, request, queryset):
+    def retry_errored(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         paths = list(queryset.filter(status="error").values_list("rel_path", flat=True))
         if not paths:
             self.message_user(request, "None of the selected documents failed.", messages.WARNING)
             return
         self._reindex(request, paths, full=False)
 
-    def _reindex(self, request, rel_paths, *, full: bool) -> None:
+    def _reindex(self, request: HttpRequest, rel_paths: Iterable[str], *, full: bool) -> None:
         # ~30 ms to import (measured); admin autodiscovery imports this module at every setup
         from mcp_gateway import reindex
 
@@ -72,18 +76,18 @@ class McpSessionAdmin(ReadOnlyAdmin):
     actions = ("revoke",)
 
     @admin.display(description="opened", ordering="created_unix")
-    def opened(self, obj):
+    def opened(self, obj: McpSession) -> str:
         return stamp(obj.created_unix)
 
     @admin.display(description="last seen", ordering="last_seen_unix")
-    def last_seen(self, obj):
+    def last_seen(self, obj: McpSession) -> str:
         return stamp(obj.last_seen_unix)
 
-    def has_revoke_permission(self, request):
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("mcp_gateway.delete_mcpsession")
 
     @admin.action(description="Revoke selected sessions", permissions=["revoke"])
-    def revoke(self, request, queryset):
+    def revoke(self, request: HttpRequest, queryset: QuerySet[McpSession]) -> None:
         ended = sum(sessions.end(session_id) for session_id in queryset.values_list("session_id", flat=True))
         self.message_user(
             request, f"Revoked {ended} session(s); their clients must initialize again.", messages.SUCCESS
@@ -102,5 +106,5 @@ class McpSubscriptionAdmin(ReadOnlyAdmin):
     readonly_fields = fields
 
     @admin.display(description="subscribed", ordering="created_unix")
-    def subscribed(self, obj):
+    def subscribed(self, obj: McpSubscription) -> str:
         return stamp(obj.created_unix)

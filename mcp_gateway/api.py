@@ -26,12 +26,15 @@ import itertools
 import json
 import logging
 import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connection
 
 from corpus import store_faults
 from kernel import errors, observe
+from kernel.jsontypes import JsonObject
 from mcp_gateway import (
     context,
     dispatch,
@@ -46,9 +49,24 @@ from mcp_gateway import (
     transport,
     workers,
 )
-from mcp_gateway.asgi_io import BodyTooLarge, ClientGone, Request, Response, StreamResponse
+from mcp_gateway.asgi_io import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Request,
+    Response,
+    Scope,
+    Send,
+    StreamResponse,
+)
+from mcp_gateway.context import Context
+from mcp_gateway.models import McpSession
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import HttpError, Message
+
+_R = TypeVar("_R")
+#: A call in flight: (session id, request id).
+_Key = tuple[str, object]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +93,7 @@ class _Inflight:
     """A call running in this process: the worker's stop flag, and a future
     the request awaits alongside the work so a cancel answers at once."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.event = threading.Event()
         self.cancelled = loop.create_future()
 
@@ -97,7 +115,7 @@ _inflight: dict[tuple[str, object], _Inflight] = {}
 CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 
 
-def _call_error(msg_id, exc: errors.Dir2mcpError) -> dict:
+def _call_error(msg_id: object, exc: errors.Dir2mcpError) -> JsonObject:
     """A refused (SERVER_BUSY) or overdue (DEADLINE_EXCEEDED) call, as JSON-RPC -32001."""
     return errors.rpc_error(
         msg_id, errors.RPC_SERVER_BUSY, exc.message, {"code": exc.code, "retryable": exc.retryable}
@@ -124,7 +142,7 @@ def _cors(response: Response | StreamResponse, origin: str | None) -> Response |
     return response
 
 
-async def app(scope, receive, send) -> None:
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
     """The ASGI app of the endpoint (``scope["type"] == "http"``)."""
     request = Request(scope, receive)
     try:
@@ -169,7 +187,7 @@ async def mcp_endpoint(request: Request) -> Response | StreamResponse:
     return _cors(response, origin)
 
 
-def _usable_connection(fn, *args, **kwargs):
+def _usable_connection(fn: Callable[..., _R], *args: object, **kwargs: object) -> _R:
     """Run ``fn`` after dropping this thread's database connection if an
     error left it broken (a restarted PostgreSQL, say): Django's request
     signals would do that, and this endpoint does not send them. Healthy
@@ -180,7 +198,7 @@ def _usable_connection(fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-def _in_worker(fn, *args, **kwargs):
+def _in_worker(fn: Callable[..., _R], *args: object, **kwargs: object) -> Awaitable[_R]:
     """``fn(*args, **kwargs)`` in a worker thread, awaitable."""
     return sync_to_async(_usable_connection, thread_sensitive=False)(fn, *args, **kwargs)
 
@@ -251,7 +269,7 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
     row = await _session(session_id, ctx)
     state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
     job = lambda emit, cancel: dispatch.respond(msg, state, ctx, emit=emit, cancel=cancel)  # noqa: E731
-    return _stream(msg, (state.id, msg.id), state.id, job, ctx)
+    return _stream(msg, (session_id, msg.id), session_id, job, ctx)
 
 
 # Keys of stateless calls among the in-flight ones: nothing cancels them by
@@ -323,11 +341,11 @@ async def _listen(msg: Message, ctx: context.Context) -> Response | StreamRespon
 _listening: set[str] = set()
 
 
-async def _listen_events(listen: subscriptions.Listen):
+async def _listen_events(listen: subscriptions.Listen) -> AsyncGenerator[bytes, None]:
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
+    queue: asyncio.Queue[JsonObject | object] = asyncio.Queue()  # object: _END
 
-    def put(item) -> None:
+    def put(item: JsonObject | object) -> None:
         try:
             loop.call_soon_threadsafe(queue.put_nowait, item)
         except RuntimeError:  # the loop has closed: the server is stopping
@@ -347,7 +365,7 @@ async def _listen_events(listen: subscriptions.Listen):
             except TimeoutError:
                 yield b": keep-alive\n\n"
                 continue
-            if item is _END:
+            if not isinstance(item, dict):  # _END
                 yield _sse(subscriptions.closing(listen))
                 return
             yield _sse(item)
@@ -356,7 +374,7 @@ async def _listen_events(listen: subscriptions.Listen):
         _listening.discard(key)
 
 
-def _input_schema(msg: Message) -> dict | None:
+def _input_schema(msg: Message) -> JsonObject | None:
     """The called tool's input schema, for its ``Mcp-Param-*`` headers."""
     name = msg.params.get("name") if msg.method == "tools/call" else None
     tool = tools.table().get(name) if isinstance(name, str) else None
@@ -370,11 +388,11 @@ def _lookup_and_respond(
     session_id: str,
     msg: Message,
     version: str,
-    ctx,
+    ctx: Context,
     cancel: threading.Event,
     payment: str | None,
     reply: dispatch.HttpReply,
-):
+) -> JsonObject | None:
     """In a worker: the session, then the method, unless it must stream.
 
     A paid call never streams: its status and payment headers are known
@@ -402,7 +420,7 @@ async def _initialize(msg: Message, ctx: context.Context) -> Response:
     return _json(body, headers={"MCP-Session-Id": row.session_id})
 
 
-async def _session(session_id: str, ctx: context.Context):
+async def _session(session_id: str, ctx: context.Context) -> McpSession:
     try:
         return await _in_worker(sessions.lookup, session_id, token=ctx.auth.token, limits=_limits(ctx))
     except sessions.SessionGone as gone:
@@ -425,8 +443,13 @@ def _notification(msg: Message, session_id: str) -> None:
 
 
 async def _run(
-    key: tuple, msg_id, job, *, bounds: workers.Bounds | None = None, client: str = ""
-) -> dict | None:
+    key: _Key,
+    msg_id: object,
+    job: Callable[[threading.Event], JsonObject | None],
+    *,
+    bounds: workers.Bounds | None = None,
+    client: str = "",
+) -> JsonObject | None:
     """Run ``job(cancel_event)`` in a worker thread, registered under ``key``
     for cancellation meanwhile. With ``bounds``, admitted as ``client``'s
     call (``SERVER_BUSY`` raised when it is not: workers.admit) on a call
@@ -436,6 +459,7 @@ async def _run(
     late result is dropped.
     """
     entry = _Inflight(asyncio.get_running_loop())
+    work: asyncio.Future[JsonObject | None]
     if bounds is None:
         work = asyncio.ensure_future(_in_worker(job, entry.event))
     else:  # never on one of the loop's few shared threads
@@ -452,14 +476,22 @@ async def _run(
         if not work.done():
             work.add_done_callback(_drop)
             raise tools.Cancelled()
-        return work.result()
+        result: JsonObject | None = work.result()
+        return result
     except tools.Cancelled:
         return errors.rpc_error(msg_id, errors.RPC_REQUEST_CANCELLED, "request cancelled")
     finally:
         _inflight.pop(key, None)
 
 
-async def _run_or_refuse(key: tuple, msg_id, job, *, bounds: workers.Bounds, client: str) -> dict | None:
+async def _run_or_refuse(
+    key: _Key,
+    msg_id: object,
+    job: Callable[[threading.Event], JsonObject | None],
+    *,
+    bounds: workers.Bounds,
+    client: str,
+) -> JsonObject | None:
     """:func:`_run`, with a refused admission as the JSON-RPC answer (an SSE
     answer has begun: no status or header can say it any more)."""
     try:
@@ -468,16 +500,22 @@ async def _run_or_refuse(key: tuple, msg_id, job, *, bounds: workers.Bounds, cli
         return _call_error(msg_id, refused)
 
 
-def _drop(task: asyncio.Future) -> None:
+def _drop(task: asyncio.Future[_R]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved: a cancelled call's late failure is expected
 
 
-def _sse(message: dict) -> bytes:
+def _sse(message: JsonObject) -> bytes:
     return b"event: message\ndata: " + json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
-def _stream(msg: Message, key: tuple, client: str, job, ctx) -> StreamResponse:
+def _stream(
+    msg: Message,
+    key: _Key,
+    client: str,
+    job: Callable[[dispatch.Emit, threading.Event], JsonObject | None],
+    ctx: Context,
+) -> StreamResponse:
     """Answer on an SSE stream: notifications as they come, then the response
     of ``job(emit, cancel)``, run as ``client``'s call under ``key``.
 
@@ -485,12 +523,12 @@ def _stream(msg: Message, key: tuple, client: str, job, ctx) -> StreamResponse:
     cancellation utility asks; a client that hangs up cancels the work.
     """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
+    queue: asyncio.Queue[JsonObject | object] = asyncio.Queue()  # object: _END
 
-    def emit(notification: dict) -> None:
+    def emit(notification: JsonObject) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, notification)
 
-    async def events():
+    async def events() -> AsyncGenerator[bytes, None]:
         bounds = workers.Bounds.of(ctx.config)
         task = asyncio.ensure_future(
             _run_or_refuse(key, msg.id, lambda cancel: job(emit, cancel), bounds=bounds, client=client)
@@ -499,11 +537,13 @@ def _stream(msg: Message, key: tuple, client: str, job, ctx) -> StreamResponse:
         try:
             while True:
                 item = await queue.get()
-                if item is _END:
+                if not isinstance(item, dict):  # _END
                     break
                 yield _sse(item)
             response = task.result()
-            if not (response and response.get("error", {}).get("code") == errors.RPC_REQUEST_CANCELLED):
+            if response is not None and not (
+                response and response.get("error", {}).get("code") == errors.RPC_REQUEST_CANCELLED
+            ):
                 yield _sse(response)
         finally:
             if not task.done():  # the client hung up: stop the work
@@ -518,7 +558,9 @@ def _stream(msg: Message, key: tuple, client: str, job, ctx) -> StreamResponse:
 _END = object()
 
 
-async def _when_done(task: asyncio.Future, queue: asyncio.Queue) -> None:
+async def _when_done(
+    task: asyncio.Future[JsonObject | None], queue: asyncio.Queue[JsonObject | object]
+) -> None:
     try:
         await asyncio.shield(task)
     finally:

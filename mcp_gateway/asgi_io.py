@@ -15,13 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
+from kernel.jsontypes import JsonObject
 from mcp_gateway import security_headers
+
+# The ASGI callables, as Django's ASGIHandler takes them. Any: a scope and a
+# message hold values of many types under string keys, our own keys among
+# them (route_gate.PASSED), which asgiref.typing's closed TypedDicts refuse.
+Scope: TypeAlias = dict[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[dict[str, Any]]]
+Send: TypeAlias = Callable[[Mapping[str, Any]], Awaitable[None]]
+App: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class ClientGone(Exception):
@@ -37,7 +47,7 @@ class Request:
 
     __slots__ = ("method", "headers", "client", "server", "scheme", "_receive")
 
-    def __init__(self, scope: dict, receive):
+    def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope["method"]
         headers: dict[str, str] = {}
         for raw_name, raw_value in scope.get("headers", ()):
@@ -110,13 +120,15 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def json(cls, message: dict | None, status: int = 200, headers: dict | None = None) -> Response:
+    def json(
+        cls, message: JsonObject | None, status: int = 200, headers: dict[str, str] | None = None
+    ) -> Response:
         if message is None:
             return cls(status, b"", dict(headers or {}))
         body = json.dumps(message, ensure_ascii=False).encode("utf-8")
         return cls(status, body, {"Content-Type": "application/json", **(headers or {})})
 
-    async def send(self, send, request: Request) -> None:
+    async def send(self, send: Send, request: Request) -> None:
         headers = {**self.headers, "Content-Length": str(len(self.body))}
         security_headers.add_to(headers, secure=request.is_secure(), no_store=True)
         await send({"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)})
@@ -128,16 +140,16 @@ class StreamResponse:
     """An SSE answer: each item of ``events`` is sent as it comes. When the
     client hangs up, the iterator is cancelled, which stops its work."""
 
-    events: AsyncIterator[bytes]
+    events: AsyncGenerator[bytes, None]
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
 
-    async def send(self, send, request: Request) -> None:
+    async def send(self, send: Send, request: Request) -> None:
         headers = {"Content-Type": "text/event-stream", "X-Accel-Buffering": "no", **self.headers}
         security_headers.add_to(headers, secure=request.is_secure(), no_store=True)
         await send({"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)})
         gone = asyncio.ensure_future(request.disconnected())
-        events = aiter(self.events)
+        events = self.events
         try:
             while True:
                 step = asyncio.ensure_future(anext(events))

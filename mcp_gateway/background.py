@@ -16,6 +16,7 @@ from corpus.store import open_store, serving_copy, uses_state_sqlite, writable
 from kernel import errors
 from kernel.state import IndexLock
 from mcp_gateway import context, notify
+from mcp_gateway.context import Context
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
 from mcp_gateway.preflight import check_keys
 
@@ -77,7 +78,7 @@ def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
 
 
 def start_background_indexing(
-    ctx,
+    ctx: Context,
     reporter: Reporter,
     stop: threading.Event,
     *,
@@ -129,7 +130,7 @@ class _JobReporter:
     every watch batch included, would announce it again); progress also
     feeds ``rate``, the embedding rate ``stats`` estimates the ETA from."""
 
-    def __init__(self, inner: Reporter, *, rate, unwritten):
+    def __init__(self, inner: Reporter, *, rate, unwritten) -> None:
         self._inner = inner
         self._rate = rate
         self._unwritten = unwritten
@@ -147,7 +148,7 @@ class _JobReporter:
             self._inner.event(event, data, level=level)
 
 
-def _index_in_background(ctx, reporter, stop, ready, lock_retry) -> None:
+def _index_in_background(ctx: Context, reporter, stop, ready, lock_retry) -> None:
     try:
         index_until_stopped(
             ctx.root, ctx.state, ctx.config, ctx.embedder, reporter, stop, ready=ready, lock_retry=lock_retry

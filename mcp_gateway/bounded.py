@@ -29,12 +29,14 @@ import json
 from dataclasses import dataclass
 
 from daphne.http_protocol import HTTPFactory, WebRequest
+from django.http import HttpRequest
 
 # twisted.web builds its HTTP/1.1 channel inside this wrapper (which also
 # switches to HTTP/2 when negotiated); there is no public hook for the class.
 from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import security_headers
 from mcp_gateway.transport import MAX_BODY_BYTES
 
@@ -52,7 +54,7 @@ class ConnectionLimits:
     mcp_path: str = "/mcp"  # answered in JSON-RPC shape; other paths in the REST envelope
 
 
-def _answer(status: int, reason: str, payload: dict) -> bytes:
+def _answer(status: int, reason: str, payload: JsonObject) -> bytes:
     """A whole HTTP/1.1 answer with a JSON body, after which the connection
     closes; with the security headers every answer carries."""
     body = json.dumps(payload).encode()
@@ -65,14 +67,14 @@ def _answer(status: int, reason: str, payload: dict) -> bytes:
 class BoundedRequest(WebRequest):
     max_body = MAX_BODY_BYTES
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # twisted.web parses form bodies (and, for that, every POST's
         # Content-Type, through the email package) into ``args``, which
         # daphne never reads: about a tenth of the event loop's time per call.
         self._parsePOSTFormSubmission = False
 
-    def gotLength(self, length):  # noqa: N802 (twisted's naming)
+    def gotLength(self, length) -> None:  # noqa: N802 (twisted's naming)
         self._received = 0
         self._refused = length is not None and length > self.max_body
         if self._refused:
@@ -80,7 +82,7 @@ class BoundedRequest(WebRequest):
             return
         super().gotLength(length)
 
-    def handleContentChunk(self, data):  # noqa: N802
+    def handleContentChunk(self, data) -> None:  # noqa: N802
         if self._refused:
             return
         self._received += len(data)
@@ -90,7 +92,7 @@ class BoundedRequest(WebRequest):
             return
         super().handleContentChunk(data)
 
-    def requestReceived(self, command, path, version):  # noqa: N802
+    def requestReceived(self, command, path, version) -> None:  # noqa: N802
         if not self._refused:
             super().requestReceived(command, path, version)
 
@@ -135,18 +137,18 @@ class BoundedChannel(HTTPChannel):
     _linger = None  # the DelayedCall that closes a refused connection
     _refused = False  # an error was answered: input is dropped until close
 
-    def connectionMade(self):  # noqa: N802 (twisted's naming)
+    def connectionMade(self) -> None:  # noqa: N802 (twisted's naming)
         super().connectionMade()
         self._start_head_clock()
 
-    def dataReceived(self, data):  # noqa: N802
+    def dataReceived(self, data) -> None:  # noqa: N802
         if self._refused:
             return
         if self._awaiting_head:
             self._start_head_clock()
         super().dataReceived(data)
 
-    def lineReceived(self, line):  # noqa: N802
+    def lineReceived(self, line) -> None:  # noqa: N802
         if self._refused:
             return
         if self._receivedHeaderSize + len(line) > self.totalHeadersSize:
@@ -154,20 +156,20 @@ class BoundedChannel(HTTPChannel):
             return
         super().lineReceived(line)
 
-    def lineLengthExceeded(self, line):  # noqa: N802
+    def lineLengthExceeded(self, line) -> None:  # noqa: N802
         self._too_long(line)
 
-    def allHeadersReceived(self):  # noqa: N802
+    def allHeadersReceived(self) -> None:  # noqa: N802
         self._awaiting_head = False
         self._stop_head_clock()
         super().allHeadersReceived()
 
-    def requestDone(self, request):  # noqa: N802
+    def requestDone(self, request: HttpRequest) -> None:  # noqa: N802
         # Set first: a pipelined next request is parsed inside requestDone.
         self._awaiting_head = True
         super().requestDone(request)
 
-    def connectionLost(self, reason):  # noqa: N802
+    def connectionLost(self, reason) -> None:  # noqa: N802
         self._stop_head_clock()
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
@@ -245,7 +247,7 @@ def _bounded_channel(factory: BoundedHTTPFactory) -> _GenericHTTPChannelProtocol
 class BoundedHTTPFactory(HTTPFactory):
     protocol = _bounded_channel
 
-    def __init__(self, server):
+    def __init__(self, server) -> None:
         super().__init__(server)
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
         # twisted's idle timeout (12 hours by default): the connection closes

@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 
 from corpus.navigation.tokens import estimate_tokens
 from kernel import errors
-from mcp_gateway.registry import Budget, Tool
+from kernel.jsontypes import JsonObject
+from mcp_gateway.registry import Budget, Shrink, Tool
 
 #: under Claude Code's 25,000-token cap counting text and structured content
 #: both, and each of them under its 10,000-token warning
@@ -48,7 +49,7 @@ MAX_CURSOR_CHARS = 1024
 META_TOKENS = "dir2mcp/tokens"
 
 
-def argument(what: str = "the result", more: str = "") -> dict:
+def argument(what: str = "the result", more: str = "") -> JsonObject:
     """The ``max_tokens`` input schema (no JSON default: a tool may treat an
     explicit budget differently, as search does)."""
     return {
@@ -87,7 +88,9 @@ OUTPUT = {
 }
 
 
-def declared(tool: Tool, budget: Budget, hints=None) -> Tool:
+def declared(
+    tool: Tool, budget: Budget, hints: Callable[[JsonObject, JsonObject], list[JsonObject]] | None = None
+) -> Tool:
     """``tool`` with ``budget`` and its schemas taking it: ``max_tokens`` (and
     ``cursor``) in, ``budget`` (and ``next_cursor`` or ``next_offset``) out."""
     given, out = copy.deepcopy(tool.input_schema), copy.deepcopy(tool.output_schema)
@@ -101,11 +104,13 @@ def declared(tool: Tool, budget: Budget, hints=None) -> Tool:
     return replace(tool, input_schema=given, output_schema=out, budget=budget, next_actions=hints)
 
 
-Handler = Callable[[dict], dict]
-Package = Callable[[dict], dict]
+Handler = Callable[[JsonObject], JsonObject]
+Package = Callable[[JsonObject], JsonObject]
 
 
-def run(tool_name: str, budget: Budget | None, args: dict, handler: Handler, package: Package) -> dict:
+def run(
+    tool_name: str, budget: Budget | None, args: JsonObject, handler: Handler, package: Package
+) -> JsonObject:
     """``handler(args)`` packaged by ``package`` under the call's budget;
     INVALID_RANGE when even the least result (one item, the knob at its
     floor) does not fit."""
@@ -115,7 +120,7 @@ def run(tool_name: str, budget: Budget | None, args: dict, handler: Handler, pac
         skip, native = decode_cursor(args["cursor"], tool_name, args)
         args = {k: v for k, v in args.items() if k != "cursor"} | ({"cursor": native} if native else {})
     result = handler(args)
-    if skip:
+    if skip and budget is not None:  # skip is set only under a budget
         result = result | {budget.items: result.get(budget.items, [])[skip:]}
     if budget is None:
         return finish(package(result), None)
@@ -142,7 +147,7 @@ class Cut:
     note: str = ""
 
 
-def measure(packaged: dict) -> int:
+def measure(packaged: JsonObject) -> int:
     """The estimate of a packaged result: its JSON as the HTTP transport
     sends it, but an image item at what a model reads of an image
     (:data:`IMAGE_TOKENS`), not its base64."""
@@ -152,7 +157,7 @@ def measure(packaged: dict) -> int:
     return estimate_tokens(json.dumps(packaged, ensure_ascii=False)) + IMAGE_TOKENS * len(images)
 
 
-def finish(packaged: dict, cut: Cut | None) -> dict:
+def finish(packaged: JsonObject, cut: Cut | None) -> JsonObject:
     """``packaged`` with its ``budget`` field and note (where a cut was made or
     the budget asked for) and its token estimate in ``_meta``."""
     structured = packaged.get("structuredContent")
@@ -173,7 +178,9 @@ def finish(packaged: dict, cut: Cut | None) -> dict:
     return packaged
 
 
-def _lower(budget: Budget, args, result, handler, package, limit: int) -> dict:
+def _lower(
+    budget: Budget, args: JsonObject, result: JsonObject, handler: Handler, package: Package, limit: int
+) -> JsonObject:
     """Lower the knob and run again until the result fits (a few runs at
     most: each aims by the ratio of the limit to what the last run used)."""
     value, fitted = args.get(budget.knob, budget.start), None
@@ -190,12 +197,20 @@ def _lower(budget: Budget, args, result, handler, package, limit: int) -> dict:
     return fitted if fitted is not None else finish(package(result), Cut(limit, True))
 
 
-def _shorten(tool_name: str, budget: Budget, args, result, package, limit: int, skip: int) -> dict:
+def _shorten(
+    tool_name: str,
+    budget: Budget,
+    args: JsonObject,
+    result: JsonObject,
+    package: Package,
+    limit: int,
+    skip: int,
+) -> JsonObject:
     """Keep the longest prefix of the list that fits, with what continues it;
     when not even the first item fits, the first cut short (``budget.shrink``)."""
     items = result.get(budget.items, [])
 
-    def kept(count: int, first: dict | None = None) -> dict:
+    def kept(count: int, first: JsonObject | None = None) -> JsonObject:
         listed = items[:count] if first is None else [first, *items[1:count]]
         shortened, omitted = result | {budget.items: listed}, len(items) - count
         if budget.paging == "cursor":
@@ -221,18 +236,20 @@ def _shorten(tool_name: str, budget: Budget, args, result, package, limit: int, 
     if low > 0:
         return kept(low)
     if items and budget.shrink is not None:
-        fitted = _first_cut_short(budget, items[0], lambda first: kept(1, first), limit)
+        fitted = _first_cut_short(budget.shrink, items[0], lambda first: kept(1, first), limit)
         if fitted is not None:
             return fitted
     raise _too_small(limit, measure(kept(1)))  # nothing to read and nothing to page past
 
 
-def _first_cut_short(budget: Budget, item: dict, kept, limit: int) -> dict | None:
+def _first_cut_short(
+    shrink: Shrink, item: JsonObject, kept: Callable[[JsonObject], JsonObject], limit: int
+) -> JsonObject | None:
     """The result with its one item cut to the most characters that fit, or None."""
-    low, high, best = 1, budget.shrink(item, None), None  # shrink(item, None): the item's full length
+    low, high, best = 1, shrink(item, None), None  # shrink(item, None): the item's full length
     while low <= high:
         middle = (low + high) // 2
-        cut = budget.shrink(item, middle)
+        cut = shrink(item, middle)
         fitted = kept(cut) if cut is not None else None
         if fitted is not None and measure(fitted) <= limit:
             best, low = fitted, middle + 1
@@ -250,11 +267,11 @@ def _too_small(limit: int, needed: int) -> errors.Dir2mcpError:
 # -- cursors ---------------------------------------------------------------------------------
 
 
-def _is_budget_cursor(cursor) -> bool:
+def _is_budget_cursor(cursor: object) -> bool:
     return isinstance(cursor, str) and cursor.startswith(CURSOR_PREFIX)
 
 
-def _digest(tool_name: str, args: dict) -> str:
+def _digest(tool_name: str, args: JsonObject) -> str:
     """The call a cursor belongs to: its tool and arguments, but for the
     cursor itself and the budget (a client may resume with a larger one)."""
     kept = {k: v for k, v in args.items() if k not in ("cursor", "max_tokens")}
@@ -262,13 +279,13 @@ def _digest(tool_name: str, args: dict) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-def encode_cursor(tool_name: str, args: dict, skip: int) -> str:
+def encode_cursor(tool_name: str, args: JsonObject, skip: int) -> str:
     """Resume the call ``args`` after ``skip`` items of the page its own cursor (if any) gave."""
     body = {"d": _digest(tool_name, args), "s": skip, "n": args.get("cursor")}
     return CURSOR_PREFIX + base64.urlsafe_b64encode(json.dumps(body).encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str, tool_name: str, args: dict) -> tuple[int, str | None]:
+def decode_cursor(cursor: str, tool_name: str, args: JsonObject) -> tuple[int, str | None]:
     """``(skip, the tool's own cursor)``; INVALID_FIELD for a cursor that is
     not one we gave, or was given for other arguments."""
     invalid = errors.Dir2mcpError(errors.INVALID_FIELD, "invalid cursor")

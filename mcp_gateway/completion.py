@@ -26,22 +26,26 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
+from typing import Generic, TypeVar
 
 from django.db import connection
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
 
 from corpus import slices, uris
 from corpus.definitions import signature_line
 from corpus.models import Chunk, Document, IndexKind
 from corpus.security import canonical_rel_path
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import prompts
 from mcp_gateway.context import Context
 from mcp_gateway.prompts import invalid
+
+_Table = TypeVar("_Table")
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +94,7 @@ class Sorted:
     values: tuple[str, ...]
 
     @classmethod
-    def of(cls, pairs) -> Sorted:
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> Sorted:
         ordered = sorted(pairs)
         return cls(tuple(k for k, _ in ordered), tuple(v for _, v in ordered))
 
@@ -108,7 +112,7 @@ class Completion:
     values: list[str]
     total: int
 
-    def as_result(self) -> dict:
+    def as_result(self) -> JsonObject:
         shown = self.values[:MAX_VALUES]
         return {"completion": {"values": shown, "total": self.total, "hasMore": self.total > len(shown)}}
 
@@ -116,7 +120,7 @@ class Completion:
 class PathTable:
     """Each folder's entries (lowercase folder → :class:`Sorted` of its entries)."""
 
-    def __init__(self, paths):
+    def __init__(self, paths: Iterable[str]) -> None:
         entries: dict[str, dict[str, str]] = {}  # folder -> {entry's name, lowercase: entry}
         files_below: dict[tuple[str, str], int] = {}  # a folder entry -> files under it
         one_file: dict[tuple[str, str], str] = {}  # a folder entry -> a file under it
@@ -153,7 +157,7 @@ class PathTable:
 class SymbolTable:
     """The defined names of the index, as one :class:`Sorted`."""
 
-    def __init__(self, names):
+    def __init__(self, names: Iterable[str]) -> None:
         self.names = Sorted.of({(name.lower(), name) for name in names})
 
     def complete(self, typed: str) -> tuple[list[str], int]:
@@ -164,7 +168,7 @@ class SymbolTable:
 # -- what the index holds -----------------------------------------------------------
 
 
-def stamp() -> tuple:
+def stamp() -> tuple[object, ...]:
     """What moves when the listable documents do: how many rows, the newest
     id, how many are live, and the sum of their write times (a rewrite, to
     secret-bearing or back, sets ``indexed_unix``). One scan of the table,
@@ -182,11 +186,12 @@ def stamp() -> tuple:
 class _Stamp:
     """:func:`stamp`, read at most once per :data:`CHECK_SECONDS` for all tables."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._value, self._read = None, float("-inf")
+        self._value: tuple[object, ...] = ()
+        self._read = float("-inf")
 
-    def get(self, *, fresh: bool = False) -> tuple:
+    def get(self, *, fresh: bool = False) -> tuple[object, ...]:
         with self._lock:
             if fresh or time.monotonic() - self._read >= CHECK_SECONDS:
                 self._value, self._read = stamp(), time.monotonic()
@@ -217,7 +222,7 @@ def unit_names(head: str, context: str) -> set[str]:
     return {name for name in map(declared_name, lines) if name}
 
 
-def _code_units(rel_path: str | None = None):
+def _code_units(rel_path: str | None = None) -> QuerySet[Chunk, tuple[str, str]]:
     units = Chunk.objects.filter(
         deleted=False, index_kind=IndexKind.CODE, representation__deleted=False
     ).filter(representation__document__in=prompts.listable_documents())
@@ -235,22 +240,22 @@ def build_symbols(rel_path: str | None = None) -> SymbolTable:
     return SymbolTable(names)
 
 
-class Cached:
+class Cached(Generic[_Table]):
     """One table per process, rebuilt off the request path when the index moved.
 
     The first request builds it; later ones get the table as it is and, at
     most once per :data:`CHECK_SECONDS`, start a background check of the
     stamp (and a rebuild if it moved)."""
 
-    def __init__(self, build: Callable[[], object]):
+    def __init__(self, build: Callable[[], _Table]) -> None:
         self._build = build
         self._lock = threading.Lock()
-        self._table = None
-        self._stamp = None
+        self._table: _Table | None = None
+        self._stamp: tuple[object, ...] | None = None
         self._checked = 0.0
         self._refreshing = False
 
-    def get(self):
+    def get(self) -> _Table:
         with self._lock:
             if self._table is None:
                 self._stamp, self._table = STAMP.get(fresh=True), self._build()
@@ -299,11 +304,11 @@ def _screened(ctx: Context, table: PathTable, typed: str) -> Completion:
     return Completion(kept, total - (len(values) - len(kept)))
 
 
-def complete_path(ctx: Context, typed: str, _context: dict) -> Completion:
+def complete_path(ctx: Context, typed: str, _context: JsonObject) -> Completion:
     return _screened(ctx, PATHS.get(), typed)
 
 
-def complete_symbol(ctx: Context, typed: str, context: dict) -> Completion:
+def complete_symbol(ctx: Context, typed: str, context: JsonObject) -> Completion:
     """Defined names; only those of ``path`` once the client has chosen one."""
     path = context.get("path", "").strip()
     if not path:
@@ -315,7 +320,7 @@ def complete_symbol(ctx: Context, typed: str, context: dict) -> Completion:
     return Completion(*build_symbols(rel).complete(typed))
 
 
-def complete_date(_ctx: Context, typed: str, _context: dict) -> Completion:
+def complete_date(_ctx: Context, typed: str, _context: JsonObject) -> Completion:
     """Today, yesterday, a week and a month ago (UTC), for a ``since``."""
     today = datetime.now(UTC).date()
     days = [today - timedelta(days=n) for n in (0, 1, 7, 30)]
@@ -323,11 +328,11 @@ def complete_date(_ctx: Context, typed: str, _context: dict) -> Completion:
     return Completion(values, len(values))
 
 
-def _nothing(_ctx: Context, _typed: str, _context: dict) -> Completion:
+def _nothing(_ctx: Context, _typed: str, _context: JsonObject) -> Completion:
     return Completion([], 0)
 
 
-COMPLETERS: dict[str, Callable[[Context, str, dict], Completion]] = {
+COMPLETERS: dict[str, Callable[[Context, str, JsonObject], Completion]] = {
     "path": complete_path,
     "symbol": complete_symbol,
     "date": complete_date,
@@ -339,7 +344,7 @@ TEMPLATE_VARIABLES = {"path": "path", "lines": None, "page": None, "time": None}
 # -- the method -----------------------------------------------------------------------
 
 
-def complete(ctx: Context, params: dict) -> dict:
+def complete(ctx: Context, params: JsonObject) -> JsonObject:
     """A ``CompleteResult``; :class:`PromptError` for a request to fix."""
     ref, argument = params.get("ref"), params.get("argument")
     if not isinstance(ref, dict) or not isinstance(argument, dict):
@@ -354,10 +359,11 @@ def complete(ctx: Context, params: dict) -> dict:
     return completer(ctx, typed, _context_arguments(params)).as_result()
 
 
-def _kind(ref: dict, name: str) -> str | None:
+def _kind(ref: JsonObject, name: str) -> str | None:
     """What ``name`` of ``ref`` is (``path``, ``symbol``, ``date`` or None)."""
     if ref.get("type") == "ref/prompt":
-        prompt = prompts.REGISTRY.get(ref.get("name")) if isinstance(ref.get("name"), str) else None
+        ref_name = ref.get("name")
+        prompt = prompts.REGISTRY.get(ref_name) if isinstance(ref_name, str) else None
         if prompt is None:
             raise invalid(f"Unknown prompt: {str(ref.get('name'))[:128]}")
         argument = next((a for a in prompt.arguments if a.name == name), None)
@@ -376,7 +382,7 @@ def _kind(ref: dict, name: str) -> str | None:
     raise invalid("ref.type must be ref/prompt or ref/resource")
 
 
-def _context_arguments(params: dict) -> dict:
+def _context_arguments(params: JsonObject) -> JsonObject:
     context = params.get("context")
     arguments = context.get("arguments") if isinstance(context, dict) else None
     if arguments is None:

@@ -7,7 +7,9 @@ import logging
 import os
 
 from corpus import store
+from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, write_json
+from mcp_gateway.context import Context
 from mcp_gateway.listen import ListenAddress
 from mcp_gateway.modern import VERSION as STATELESS_VERSION
 
@@ -20,7 +22,7 @@ SESSION_HEADER = "MCP-Session-Id"
 # -- what clients are told ------------------------------------------------------
 
 
-def token_placeholder(ctx) -> str:
+def token_placeholder(ctx: Context) -> str:
     return {
         "secret.token": "<token-from-secret.token>",
         "env": "<token-from-env>",
@@ -28,14 +30,14 @@ def token_placeholder(ctx) -> str:
     }.get(ctx.auth.source, "<token>")
 
 
-def headers(ctx, placeholder: str = "<token>") -> dict[str, str]:
+def headers(ctx: Context, placeholder: str = "<token>") -> dict[str, str]:
     out = {"MCP-Protocol-Version": PROTOCOL_VERSION}
     if ctx.auth.required:
         out["Authorization"] = f"Bearer {placeholder}"
     return out
 
 
-def connection_data(ctx, url: str) -> dict:
+def connection_data(ctx: Context, url: str) -> JsonObject:
     """``connection.data`` (spec §3.2): never the token itself."""
     data = {
         "transport": TRANSPORT,
@@ -50,9 +52,9 @@ def connection_data(ctx, url: str) -> dict:
     return data
 
 
-def connection_document(ctx, url: str, address: ListenAddress) -> dict:
+def connection_document(ctx: Context, url: str, address: ListenAddress) -> JsonObject:
     """``connection.json`` (spec §4.3), plus where the token is and who serves."""
-    doc = {
+    doc: JsonObject = {
         "transport": TRANSPORT,
         "url": url,
         "headers": headers(ctx, token_placeholder(ctx)),
@@ -74,11 +76,11 @@ def connection_document(ctx, url: str, address: ListenAddress) -> dict:
     return doc
 
 
-def write_connection_json(state: StateDir, document: dict) -> None:
+def write_connection_json(state: StateDir, document: JsonObject) -> None:
     write_json(state.connection_json, document)
 
 
-def auth_line(ctx, spec: str = "") -> str:
+def auth_line(ctx: Context, spec: str = "") -> str:
     """The human ``Auth:`` value: where the token is, never what it is."""
     auth = ctx.auth
     if not auth.required:
@@ -91,7 +93,7 @@ def auth_line(ctx, spec: str = "") -> str:
     return f"Bearer (source=secret.token, stored in {auth.token_file})"
 
 
-def connection_block(ctx, url: str, spec: str = "") -> list[str]:
+def connection_block(ctx: Context, url: str, spec: str = "") -> list[str]:
     """The §3.1 MCP endpoint block."""
     lines = ["MCP endpoint:", f"  URL:    {url}", f"  Auth:   {auth_line(ctx, spec)}", "  Headers:"]
     lines += [f"    {name}: {value}" for name, value in headers(ctx).items()]
@@ -103,7 +105,7 @@ def connection_block(ctx, url: str, spec: str = "") -> list[str]:
 # -- what `up` says once it listens ---------------------------------------------
 
 
-def started_data(ctx, url: str, address: ListenAddress) -> dict:
+def started_data(ctx: Context, url: str, address: ListenAddress) -> JsonObject:
     """The ``server_started`` event's data."""
     return {
         "listen": str(address),
@@ -118,7 +120,7 @@ def started_data(ctx, url: str, address: ListenAddress) -> dict:
     }
 
 
-def index_lines(ctx, *, indexing: bool) -> list[str]:
+def index_lines(ctx: Context, *, indexing: bool) -> list[str]:
     """Where the index is, what it holds, and whether it is kept in sync."""
     files = store.describe(ctx.state, dense=ctx.embedder is not None)
     mode = (
@@ -129,7 +131,7 @@ def index_lines(ctx, *, indexing: bool) -> list[str]:
     return [f"Index: {ctx.state.path}  ({files})", mode]
 
 
-def started_block(ctx, url: str, address: ListenAddress, spec: str = "") -> list[str]:
+def started_block(ctx: Context, url: str, address: ListenAddress, spec: str = "") -> list[str]:
     """The §3.1 block with where it listens, the payments, the admin and the status page."""
     block = connection_block(ctx, url, spec)
     if address.wildcard:

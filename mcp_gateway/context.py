@@ -12,25 +12,31 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from django.conf import settings
 
 from corpus import write_guard
 from corpus.index.dense.choice import announce_embedder, choose_embedder
-from corpus.providers.registry import live_choice, make_chat
+from corpus.providers.base import ChatModel, Embedder
+from corpus.providers.registry import EmbedderChoice, live_choice, make_chat
 from corpus.retrieval import Searcher
 from corpus.security import ExclusionEngine
 from corpus.status import recorded_embedder
 from corpus.store import open_store
 from kernel import errors
 from kernel.config import Config, default_config_path, load_config
+from kernel.jsontypes import JsonObject
 from kernel.secrets import from_token_file, resolve_secret
 from kernel.state import StateDir, ensure_token
 from mcp_gateway import registry
+
+if TYPE_CHECKING:  # imported when a server sells calls (payment_gate): x402 is slow to import
+    from payments.gate import Gate
 
 AUTH_ENV = "DIR2MCP_AUTH"
 
@@ -87,6 +93,33 @@ def resolve_auth(spec: str, config: Config, state: StateDir, *, root: Path) -> A
     return AuthSetup(ensure_token(state), "secret.token", str(state.token_file))
 
 
+class IndexerLaunch(Protocol):
+    """How to start the indexing child: ``mcp_gateway.indexer_process.ChildLaunch``
+    (a protocol here because that module imports this one)."""
+
+    @property
+    def state(self) -> StateDir: ...
+    @property
+    def nice(self) -> int: ...
+    def argv(self) -> list[str]: ...
+    def env(self) -> dict[str, str]: ...
+
+
+class EmbedRate(Protocol):
+    def per_second(self) -> float: ...
+
+
+class RunningIndexer(Protocol):
+    """The indexer ``up`` and ``mcp_stdio`` run: ``IndexerSupervisor`` (a child
+    process) or ``IndexerThread`` (mcp_gateway/indexer_process.py)."""
+
+    @property
+    def rate(self) -> EmbedRate: ...
+    def request_reindex(self, rel_paths: list[str], *, full: bool) -> bool: ...
+    def embed_first(self, rel_paths: list[str]) -> bool: ...
+    def describe(self) -> JsonObject: ...
+
+
 @dataclass
 class Context:
     """Everything a request needs; cheap to share across threads."""
@@ -101,17 +134,17 @@ class Context:
     public: bool = False
     mcp_path: str = "/mcp"
     # The x402 gate (payments/gate.py) when tool calls are sold, else None.
-    gate: Any = None
+    gate: Gate | None = None
     # How to start the indexing child (mcp_gateway.indexer_process.ChildLaunch),
     # and its supervisor once started (``up`` and ``mcp_stdio`` only).
-    indexer_launch: Any = None
-    indexer: Any = None
+    indexer_launch: IndexerLaunch | None = None
+    indexer: RunningIndexer | None = None
     # Where this process's indexer runs: "process", "thread" or "none".
     indexer_mode: str = "none"
-    _models: dict = field(default_factory=dict, repr=False)
+    _models: dict[str, Embedder | ChatModel | None] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def _model(self, kind: str):
+    def _model(self, kind: str) -> Embedder | ChatModel | None:
         with self._lock:
             if kind not in self._models:
                 if kind == "embedder":
@@ -123,13 +156,13 @@ class Context:
             return self._models[kind]
 
     @property
-    def embedder(self):
+    def embedder(self) -> Embedder | None:
         """The embedder, made once (None for lexical-only): the configured one,
         or the one the index was built with when they differ (see
         corpus.index.dense.choice.choose_embedder)."""
-        return self._model("embedder")
+        return cast("Embedder | None", self._model("embedder"))  # _models holds each kind under its name
 
-    def embedder_choice(self):
+    def embedder_choice(self) -> EmbedderChoice:
         """How this process's embedder relates to the index's recorded one
         and the configured one, now (``stats``)."""
         return live_choice(
@@ -140,19 +173,19 @@ class Context:
         )
 
     @property
-    def chat(self):
+    def chat(self) -> ChatModel | None:
         """The configured chat model, made once (None: answers are search-only)."""
-        return self._model("chat")
+        return cast("ChatModel | None", self._model("chat"))  # _models holds each kind under its name
 
     def secret(self, name: str) -> str | None:
         return resolve_secret(name, self.config, self.state, root=self.root).value
 
     @cached_property
-    def searcher(self):
+    def searcher(self) -> Searcher:
         return Searcher(self.state, self.config, self.embedder)
 
     @cached_property
-    def engine(self):
+    def engine(self) -> ExclusionEngine:
         return ExclusionEngine.from_config(self.root, self.config, state_dir=self.state.path)
 
     @property
@@ -166,7 +199,7 @@ def build(
     state: StateDir | None = None,
     config: Config | None = None,
     auth_spec: str | None = None,
-    **extra,
+    **extra: Any,  # Any: Context's other fields, by name
 ) -> Context:
     """A context from explicit parts, falling back to settings and env.
 
@@ -214,7 +247,7 @@ def get() -> Context:
     return _current
 
 
-def payment_gate(ctx: Context, emit=None):
+def payment_gate(ctx: Context, emit: Callable[[JsonObject], None] | None = None) -> Gate | None:
     """The x402 gate for ``ctx``'s configuration, or None when calls are free.
 
     ``x402.mode: required`` with an incomplete configuration raises

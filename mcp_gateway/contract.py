@@ -13,10 +13,12 @@ import os
 import sys
 from pathlib import Path
 
+from kernel.jsontypes import JsonObject
+
 SNAPSHOT = Path(__file__).resolve().parents[1] / "docs" / "contracts" / "tools.json"
 
 
-def snapshot() -> dict:
+def snapshot() -> JsonObject:
     # tools read models: `python -m mcp_gateway.contract` imports this before django.setup()
     from mcp_gateway import schemas, tools
 

@@ -12,11 +12,16 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kernel.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
+from kernel.jsontypes import JsonObject
 from mcp_gateway import completion, notify, prompts, resources, schemas, tools
 from mcp_gateway.context import Context
 from mcp_gateway.transport import LATEST_VERSION, SUPPORTED_VERSIONS, Message
+
+if TYPE_CHECKING:  # imported on a paid call only (_paid_call): x402 is slow to import
+    from payments.gate import Gate
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -32,7 +37,7 @@ INSTRUCTIONS = (
     "(indexing may still be running). All tools are read-only."
 )
 
-Emit = Callable[[dict], None]
+Emit = Callable[[JsonObject], None]
 
 
 @dataclass
@@ -41,7 +46,7 @@ class HttpReply:
     402 and ``PAYMENT-REQUIRED``, ``PAYMENT-RESPONSE``); stdio ignores it."""
 
     status: int = 200
-    headers: dict = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -64,13 +69,13 @@ def server_version() -> str:
         return "0.0.0"
 
 
-def negotiate(params: dict) -> str:
+def negotiate(params: JsonObject) -> str:
     """Echo the client's version when we speak it, else our latest (§3.8)."""
     requested = params.get("protocolVersion")
     return requested if requested in SUPPORTED_VERSIONS else LATEST_VERSION
 
 
-def initialize_result(version: str) -> dict:
+def initialize_result(version: str) -> JsonObject:
     return {
         "protocolVersion": version,
         "capabilities": {
@@ -90,15 +95,16 @@ def initialize_result(version: str) -> dict:
     }
 
 
-def ok(msg_id, result: dict) -> dict:
+def ok(msg_id: object, result: JsonObject) -> JsonObject:
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
 
 class _Progress:
     """``notifications/progress`` for one request, strictly increasing."""
 
-    def __init__(self, token, emit: Emit):
-        self.token, self.emit, self.last = token, emit, None
+    def __init__(self, token: str | int | None, emit: Emit) -> None:
+        self.token, self.emit = token, emit
+        self.last: float | None = None
 
     def __call__(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.token is None or (self.last is not None and progress <= self.last):
@@ -122,7 +128,7 @@ def _logger(session: SessionState, emit: Emit) -> Callable[[str, str], None]:
     return log
 
 
-def progress_token(msg: Message):
+def progress_token(msg: Message) -> str | int | None:
     meta = msg.params.get("_meta")
     token = meta.get("progressToken") if isinstance(meta, dict) else None
     return token if isinstance(token, str | int) and not isinstance(token, bool) else None
@@ -137,7 +143,7 @@ def respond(
     cancel: threading.Event | None = None,
     payment: str | None = None,
     reply: HttpReply | None = None,
-) -> dict | None:
+) -> JsonObject | None:
     """Run one message; ``tools.Cancelled`` propagates to the transport.
 
     ``payment`` is the ``PAYMENT-SIGNATURE`` header, if any; ``reply``
@@ -178,7 +184,7 @@ def respond(
     return rpc_error(msg.id, RPC_METHOD_NOT_FOUND, f"method not found: {method[:100]}")
 
 
-def _resources(msg: Message, ctx: Context) -> dict:
+def _resources(msg: Message, ctx: Context) -> JsonObject:
     try:
         return ok(msg.id, resources.handle(msg.method, msg.params, ctx))
     except resources.ResourceError as exc:
@@ -188,7 +194,7 @@ def _resources(msg: Message, ctx: Context) -> dict:
 SUBSCRIPTION_METHODS = ("resources/subscribe", "resources/unsubscribe")
 
 
-def _subscription(msg: Message, session: SessionState, ctx: Context) -> dict:
+def _subscription(msg: Message, session: SessionState, ctx: Context) -> JsonObject:
     try:
         return ok(msg.id, notify.respond(msg, session.id, ctx))
     except resources.ResourceError as exc:
@@ -198,7 +204,7 @@ def _subscription(msg: Message, session: SessionState, ctx: Context) -> dict:
 PROMPT_METHODS = ("prompts/list", "prompts/get", "completion/complete")
 
 
-def _prompts(msg: Message, ctx: Context) -> dict:
+def _prompts(msg: Message, ctx: Context) -> JsonObject:
     run = completion.complete if msg.method == "completion/complete" else prompts.METHODS[msg.method]
     try:
         return ok(msg.id, run(ctx, msg.params))
@@ -214,7 +220,7 @@ def _call_tool(
     cancel: threading.Event,
     payment: str | None,
     reply: HttpReply,
-) -> dict:
+) -> JsonObject:
     name = msg.params.get("name")
     if not isinstance(name, str):
         return rpc_error(msg.id, RPC_INVALID_PARAMS, "tools/call needs params.name (a string)")
@@ -241,7 +247,15 @@ def is_paid(msg: Message, ctx: Context) -> bool:
     return ctx.gate is not None and isinstance(name, str) and ctx.gate.price_for(name) is not None
 
 
-def _paid_call(msg: Message, name: str, arguments, gate, run, payment: str | None, reply: HttpReply) -> dict:
+def _paid_call(
+    msg: Message,
+    name: str,
+    arguments: JsonObject | None,
+    gate: Gate,
+    run: Callable[[], JsonObject],
+    payment: str | None,
+    reply: HttpReply,
+) -> JsonObject:
     """x402 (payments/gate.py): challenge, or verify, run, settle; the
     in-band variant reads ``_meta["x402/payment"]``."""
     # x402 and its eth libraries take ~0.6 s to import (measured): paid calls only
@@ -260,8 +274,9 @@ def _paid_call(msg: Message, name: str, arguments, gate, run, payment: str | Non
     reply.headers.update(outcome.headers)
     if outcome.result is not None:
         return ok(msg.id, outcome.result)
+    assert outcome.error is not None  # an outcome holds a result or an error
     return rpc_error(msg.id, outcome.error["code"], outcome.error["message"], outcome.error.get("data"))
 
 
-def not_initialized(msg: Message) -> dict:
+def not_initialized(msg: Message) -> JsonObject:
     return rpc_error(msg.id, RPC_INVALID_REQUEST, "send initialize first")

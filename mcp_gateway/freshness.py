@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from corpus.freshness import MAX_CHECKED, freshness
+from kernel.jsontypes import JsonObject
 from mcp_gateway.registry import Tool
 
 FIELD = "freshness"
@@ -62,13 +63,13 @@ OUTPUT = {
     "required": ["pending_changes", "indexing", "stale"],
 }
 
-Cites = Callable[[dict], Iterable[str]]
+Cites = Callable[[JsonObject], Iterable[str]]
 
 
 def items(*fields: str) -> Cites:
     """The ``rel_path`` of each item of these list fields."""
 
-    def cited(result: dict) -> Iterable[str]:
+    def cited(result: JsonObject) -> Iterable[str]:
         for name in fields:
             for item in result.get(name) or ():
                 yield item.get("rel_path", "")
@@ -76,7 +77,7 @@ def items(*fields: str) -> Cites:
     return cited
 
 
-def own_path(result: dict) -> Iterable[str]:
+def own_path(result: JsonObject) -> Iterable[str]:
     """A result about one file: its ``rel_path``."""
     return [result.get("rel_path", "")]
 
@@ -96,14 +97,14 @@ def citing(tools: tuple[Tool, ...], cites: dict[str, Cites]) -> tuple[Tool, ...]
     return tuple(declared(tool, cites[tool.name]) if tool.name in cites else tool for tool in tools)
 
 
-def attach(tool: Tool, result: dict, root: Path) -> dict:
+def attach(tool: Tool, result: JsonObject, root: Path) -> JsonObject:
     """``result`` with its ``freshness``, when ``tool`` declares what it cites."""
     if tool.cites is None:
         return result
     return result | {FIELD: freshness(root, tool.cites(result)).as_dict()}
 
 
-def narrow(tool: Tool, result: dict) -> dict:
+def narrow(tool: Tool, result: JsonObject) -> JsonObject:
     """After a cut: ``stale`` keeps only the files the result still cites."""
     found = result.get(FIELD)
     if tool.cites is None or not found or not found["stale"]:
@@ -112,7 +113,7 @@ def narrow(tool: Tool, result: dict) -> dict:
     return result | {FIELD: found | {"stale": [rel for rel in found["stale"] if rel in cited]}}
 
 
-def note(result: dict) -> str | None:
+def note(result: JsonObject) -> str | None:
     """The text's line for an answer that is not fresh; None for a fresh one."""
     found = result.get(FIELD)
     if not found or not (found["pending_changes"] or found["stale"]):

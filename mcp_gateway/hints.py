@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import json
 
+from kernel.jsontypes import JsonObject
+
 META_NEXT = "dir2mcp/next"
 #: the hints a result carries at most
 MOST = 3
 
 
-def line(actions: list[dict]) -> str:
+def line(actions: list[JsonObject]) -> str:
     first = actions[0]
     arguments = json.dumps(first["arguments"], ensure_ascii=False, separators=(",", ":"))
     return f"Next: {first['tool']} {arguments} ({first['why']})"
 
 
-def hint(tool: str, arguments: dict, why: str) -> dict:
+def hint(tool: str, arguments: JsonObject, why: str) -> JsonObject:
     return {"tool": tool, "arguments": arguments, "why": why}
 
 
-def span_arguments(span: dict | None) -> dict:
+def span_arguments(span: JsonObject | None) -> JsonObject:
     """``dir2mcp.open_file``'s range arguments for a span."""
     if not span:
         return {}
@@ -37,29 +39,29 @@ def span_arguments(span: dict | None) -> dict:
     return {"start_line": span["start_line"], "end_line": span["end_line"]}
 
 
-def open_slice(item: dict, why: str) -> dict:
+def open_slice(item: JsonObject, why: str) -> JsonObject:
     return hint("dir2mcp.open_file", {"rel_path": item["rel_path"], **span_arguments(item.get("span"))}, why)
 
 
-def _continue(tool: str, result: dict, args: dict, why: str) -> list[dict]:
+def _continue(tool: str, result: JsonObject, args: JsonObject, why: str) -> list[JsonObject]:
     """The same call again from ``next_cursor``, when the result has one."""
     cursor = result.get("next_cursor")
     return [hint(tool, args | {"cursor": cursor}, why)] if cursor else []
 
 
-def search(result: dict, args: dict) -> list[dict]:
+def search(result: JsonObject, args: JsonObject) -> list[JsonObject]:
     hits = result.get("hits") or []
     found = [open_slice(hits[0], "read the top hit")] if hits and "content" not in hits[0] else []
     more = _continue("dir2mcp.search", result, args, "the hits after these")
     return (found + more)[:MOST]
 
 
-def ask(result: dict, args: dict) -> list[dict]:
+def ask(result: JsonObject, args: JsonObject) -> list[JsonObject]:
     citations = result.get("citations") or []
     return [open_slice(citations[0], "check the first citation")] if citations else []
 
 
-def open_file(result: dict, args: dict) -> list[dict]:
+def open_file(result: JsonObject, args: JsonObject) -> list[JsonObject]:
     span = result.get("span") or {}
     if not result.get("truncated") or span.get("kind") != "lines":
         return []
@@ -68,13 +70,13 @@ def open_file(result: dict, args: dict) -> list[dict]:
     return [hint("dir2mcp.open_file", arguments, "the lines after these")]
 
 
-def find(result: dict, args: dict) -> list[dict]:
+def find(result: JsonObject, args: JsonObject) -> list[JsonObject]:
     matches = result.get("matches") or []
     found = [open_slice(matches[0], "read the first match")] if matches and matches[0].get("span") else []
     return (found + _continue("dir2mcp.find", result, args, "the next page"))[:MOST]
 
 
-def symbols(result: dict, args: dict) -> list[dict]:
+def symbols(result: JsonObject, args: JsonObject) -> list[JsonObject]:
     found = result.get("symbols") or []
     if not found:
         return []
@@ -85,5 +87,5 @@ def symbols(result: dict, args: dict) -> list[dict]:
     ]
 
 
-def references(result: dict, args: dict) -> list[dict]:
+def references(result: JsonObject, args: JsonObject) -> list[JsonObject]:
     return _continue("dir2mcp.references", result, args, "the next page")

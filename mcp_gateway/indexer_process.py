@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -57,7 +58,9 @@ from corpus.index.dense.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.status import INDEXER_KEY
 from corpus.store import set_setting
+from kernel.jsontypes import JsonObject
 from kernel.state import SpaceReserve, StateDir
+from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,7 @@ class ForwardingReporter(Reporter):
     """A reporter that writes each call as one JSON line for the parent to
     replay (the child's stdout is a pipe the server reads)."""
 
-    def __init__(self, stream: IO[str]):
+    def __init__(self, stream: IO[str]) -> None:
         super().__init__(stream, json_mode=False, quiet=False)
         self._send_lock = threading.Lock()
         self._last_sent = 0.0
@@ -100,7 +103,7 @@ class ForwardingReporter(Reporter):
             except (BrokenPipeError, ValueError, OSError):
                 pass  # the server is gone; stdin's EOF stops this process
 
-    def event(self, event: str, data=None, *, level: str = "info") -> None:
+    def event(self, event: str, data: object = None, *, level: str = "info") -> None:
         self._send("event", event, data, level=level)
 
     def say(self, text: str) -> None:
@@ -127,7 +130,9 @@ class ForwardingReporter(Reporter):
 # -- the server's side --------------------------------------------------------
 
 
-def replay(line: str, reporter: Reporter, *, drop: frozenset = frozenset()) -> tuple[str, tuple, dict] | None:
+def replay(
+    line: str, reporter: Reporter, *, drop: frozenset[str] = frozenset()
+) -> tuple[str, tuple[Any, ...], JsonObject] | None:  # Any: the JSON arguments of the call
     """Play one line of the child's output on ``reporter``; returns the call
     (name, args, kwargs), or None for a line that is not one (printed as a
     warning: a stray print in the child must not vanish) or for an event
@@ -157,7 +162,7 @@ class ChildLaunch:
     root: Path
     state: StateDir
     config_path: Path | None = None
-    extra_env: dict = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
     #: CPU niceness of the child relative to the server (``server.indexer_nice``)
     nice: int = field(kw_only=True)
 
@@ -177,7 +182,7 @@ class ChildLaunch:
             args += ["--config", str(self.config_path)]
         return args
 
-    def env(self) -> dict:
+    def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
         env["PYTHONUNBUFFERED"] = "1"
@@ -187,13 +192,13 @@ class ChildLaunch:
 class _Rate:
     """Chunks embedded per second over the last minute (from progress calls)."""
 
-    def __init__(self, window: float = 60.0):
+    def __init__(self, window: float = 60.0) -> None:
         self.window = window
         self._points: deque[tuple[float, int]] = deque()
         self.total = 0
         self.done = 0
 
-    def add(self, counters: dict) -> None:
+    def add(self, counters: JsonObject) -> None:
         done = int(counters.get("embedded_ok") or 0)
         total = int(counters.get("chunks_total") or 0)
         now = time.monotonic()
@@ -229,8 +234,8 @@ class IndexerSupervisor:
         ready: threading.Event | None = None,
         stop_wait: float = 30.0,
         first_backoff: float = FIRST_BACKOFF,
-        on_progress=None,
-    ):
+        on_progress: Callable[[], None] | None = None,
+    ) -> None:
         self.launch = launch
         #: called on each progress report of the child (it reports after storing vectors)
         self.on_progress = on_progress
@@ -240,15 +245,15 @@ class IndexerSupervisor:
         self.stop_wait = stop_wait
         self.first_backoff = first_backoff
         self.restarts = 0
-        self.last_exit: dict | None = None
+        self.last_exit: JsonObject | None = None
         self.rate = _Rate()
         #: changes a full disk kept from being written (corpus.ingest.watch.Unwritten)
         self.unwritten = UnwrittenCount()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[str] | None = None
         self._stdin_lock = threading.Lock()
         # Paths already asked to be embedded first (recent ones only).
         self._asked: deque[str] = deque(maxlen=EMBED_FIRST_MAX)
-        self._outbox: queue.Queue = queue.Queue(maxsize=64)
+        self._outbox: queue.Queue[JsonObject] = queue.Queue(maxsize=64)
         self._thread = threading.Thread(
             target=self._supervise, name="dir2mcp-indexer-supervisor", daemon=True
         )
@@ -277,7 +282,7 @@ class IndexerSupervisor:
         """Ask the child to re-index ``rel_paths``; False when no child runs."""
         return self._send({"op": "reindex", "paths": list(rel_paths), "full": bool(full)})
 
-    def _send(self, request: dict) -> bool:
+    def _send(self, request: JsonObject) -> bool:
         line = json.dumps(request) + "\n"
         with self._stdin_lock:
             proc = self._proc
@@ -313,7 +318,7 @@ class IndexerSupervisor:
                 continue
             self._send(request)
 
-    def describe(self) -> dict:
+    def describe(self) -> JsonObject:
         return {
             "mode": "process",
             "pid": self.pid,
@@ -395,7 +400,7 @@ class IndexerSupervisor:
                     pass
         return code
 
-    def _read(self, proc: subprocess.Popen) -> None:
+    def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             # Each job announces index_loaded; the server announced it once when it started.
@@ -412,7 +417,7 @@ class IndexerSupervisor:
                 if self.on_progress is not None:
                     self.on_progress()
 
-    def _terminate(self, proc: subprocess.Popen) -> None:
+    def _terminate(self, proc: subprocess.Popen[str]) -> None:
         """SIGTERM (stop at a safe point), then SIGKILL after ``stop_wait``."""
         try:
             proc.send_signal(signal.SIGTERM)
@@ -457,12 +462,12 @@ class IndexerThread:
     reports progress to, mcp_gateway.background), and embed-first requests, which go
     straight to this process's queue since the pipeline runs here."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rate = _Rate()
         self.unwritten = UnwrittenCount()
         self._thread: threading.Thread | None = None
 
-    def start(self, target, *args) -> IndexerThread:
+    def start(self, target: Callable[..., object], *args: object) -> IndexerThread:
         self._thread = threading.Thread(target=target, args=args, name="dir2mcp-indexer", daemon=True)
         self._thread.start()
         return self
@@ -485,7 +490,7 @@ class IndexerThread:
         embed_first.add(rel_paths)
         return True
 
-    def describe(self) -> dict:
+    def describe(self) -> JsonObject:
         return {
             "mode": "thread",
             "pid": None,
@@ -502,13 +507,13 @@ class UnwrittenCount:
     written: its ``store_write_failed`` and ``store_write_landed`` events
     (corpus.ingest.watch.Unwritten), for ``stats`` and ``status``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.paths = 0
         self.walk = False
         self.code = ""
         self.message = ""
 
-    def note(self, event: str, data) -> bool:
+    def note(self, event: str, data: object) -> bool:
         """Take one event in; whether it was one of these."""
         if event == "store_write_failed" and isinstance(data, dict):
             self.paths, self.walk = int(data.get("paths") or 0), bool(data.get("walk"))
@@ -519,13 +524,13 @@ class UnwrittenCount:
             return True
         return False
 
-    def as_dict(self) -> dict | None:
+    def as_dict(self) -> JsonObject | None:
         if not (self.paths or self.walk):
             return None
         return {"paths": self.paths, "walk": self.walk, "code": self.code, "message": self.message}
 
 
-def _libc_prctl():
+def _libc_prctl() -> Callable[..., int] | None:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: stdin's EOF still stops the child
@@ -536,7 +541,7 @@ _PRCTL = _libc_prctl()
 _PR_SET_PDEATHSIG = 1
 
 
-def _child_setup(parent: int, nice: int):
+def _child_setup(parent: int, nice: int) -> Callable[[], None]:
     """What runs in the child between fork and exec: die with the server
     (a server killed outright takes its indexer with it, as a thread would
     go), and yield the CPU to it by ``nice``. Only calls resolved before the fork."""
@@ -555,7 +560,7 @@ def _child_setup(parent: int, nice: int):
     return setup
 
 
-def _exit_record(code: int) -> dict:
+def _exit_record(code: int) -> JsonObject:
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -583,7 +588,7 @@ class DenseRefresher:
     ``wake`` is called: the supervisor calls it on each progress report of
     its child, which reports after storing."""
 
-    def __init__(self, state: StateDir, stop: threading.Event, *, every: float = REFRESH_SECONDS):
+    def __init__(self, state: StateDir, stop: threading.Event, *, every: float = REFRESH_SECONDS) -> None:
         self.state = state
         self.stop = stop
         self.every = every
@@ -626,7 +631,7 @@ class DenseRefresher:
 # -- what status and stats show ---------------------------------------------
 
 
-def summary(ctx) -> dict:
+def summary(ctx: Context) -> JsonObject:
     """The indexer as ``stats`` shows it: where it runs, whether it is
     alive, how often it was restarted, and dense coverage with the
     estimated time to full coverage at the recent embedding rate."""

@@ -9,12 +9,13 @@ cited lines, page or time range.
 from __future__ import annotations
 
 from corpus import uris
+from kernel.jsontypes import JsonObject
 from mcp_gateway.summaries import cite, span_ref
 
 DESCRIPTION_CHARS = 200
 
 
-def resource_link(item: dict) -> dict:
+def resource_link(item: JsonObject) -> JsonObject:
     """The link of a hit or citation (``rel_path``, ``span``, optional ``snippet``)."""
     rel_path, ref = item["rel_path"], span_ref(item.get("span"))
     link = {
@@ -32,11 +33,11 @@ def resource_link(item: dict) -> dict:
     return link
 
 
-def search_links(result: dict) -> tuple[dict, list[dict]]:
+def search_links(result: JsonObject) -> tuple[JsonObject, list[JsonObject]]:
     """``Tool.split_content`` of search: the result as it is, and a link per hit."""
     return result, [resource_link(hit) for hit in result["hits"]]
 
 
-def ask_links(result: dict) -> tuple[dict, list[dict]]:
+def ask_links(result: JsonObject) -> tuple[JsonObject, list[JsonObject]]:
     """``Tool.split_content`` of ask: the result as it is, and a link per citation."""
     return result, [resource_link(citation) for citation in result["citations"]]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel import errors
+from kernel.config import ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def public_address(address: ListenAddress) -> ListenAddress:
     return address
 
 
-def serving_address(server) -> ListenAddress:
+def serving_address(server: ServerConfig) -> ListenAddress:
     """Where ``server`` (the ``server`` section) binds: ``listen``, on every interface when ``public``."""
     address = parse_listen(server.listen)
     return public_address(address) if server.public else address
@@ -103,7 +104,7 @@ class TlsFiles:
     chain: bool = False  # the cert file carries intermediates after the leaf
 
 
-def check_tls(cert: str | os.PathLike | None, key: str | os.PathLike | None) -> TlsFiles | None:
+def check_tls(cert: str | os.PathLike[str] | None, key: str | os.PathLike[str] | None) -> TlsFiles | None:
     """Both files or neither; readable PEM, and the key must match the cert."""
     if not cert and not key:
         return None

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 
+from kernel.jsontypes import JsonObject
 from mcp_gateway.schemas import ASK_OUTPUT, K_INPUT, QUESTION, path_argument
 
 _REL_PATH = path_argument("The file, relative to the root.")
 
-TRANSCRIBE_INPUT = {
+TRANSCRIBE_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -23,7 +24,7 @@ TRANSCRIBE_INPUT = {
     "required": ["rel_path"],
 }
 
-TRANSCRIBE_OUTPUT = {
+TRANSCRIBE_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -48,7 +49,7 @@ TRANSCRIBE_OUTPUT = {
     "required": ["rel_path", "provider", "model", "indexed"],
 }
 
-ANNOTATE_INPUT = {
+ANNOTATE_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -62,7 +63,7 @@ ANNOTATE_INPUT = {
     "required": ["rel_path", "schema_json"],
 }
 
-ANNOTATE_OUTPUT = {
+ANNOTATE_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -75,7 +76,7 @@ ANNOTATE_OUTPUT = {
     "required": ["rel_path", "stored", "flattened_indexed", "annotation_json"],
 }
 
-TRANSCRIBE_AND_ASK_INPUT = {
+TRANSCRIBE_AND_ASK_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -99,7 +100,7 @@ TRANSCRIBE_AND_ASK_OUTPUT["required"] = [
     "transcribed",
 ]
 
-ASK_AUDIO_INPUT = {
+ASK_AUDIO_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {

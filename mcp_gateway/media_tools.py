@@ -13,6 +13,7 @@ from corpus.ingest.ondemand import Workspace, annotate_document, stored_transcri
 from corpus.providers.tts import speak
 from corpus.retrieval import Filters
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, media_schemas, summaries
 from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call
@@ -28,12 +29,12 @@ PROVIDER_CALL = {
 MAX_SPOKEN_CHARS = 5000
 
 
-def _workspace(call: Call):
+def _workspace(call: Call) -> Workspace:
     ctx = call.ctx
     return Workspace(config=ctx.config, state=ctx.state, engine=ctx.engine, secret=ctx.secret)
 
 
-def transcribe(call: Call, args: dict) -> dict:
+def transcribe(call: Call, args: JsonObject) -> JsonObject:
     call.progress(0, 1, f"transcribing {args['rel_path']}")
     call.check()
     result = transcribe_file(
@@ -47,7 +48,7 @@ def transcribe(call: Call, args: dict) -> dict:
     return result
 
 
-def annotate(call: Call, args: dict) -> dict:
+def annotate(call: Call, args: JsonObject) -> JsonObject:
     call.progress(0, 1, f"annotating {args['rel_path']}")
     call.check()
     result = annotate_document(
@@ -60,12 +61,12 @@ def annotate(call: Call, args: dict) -> dict:
     return result
 
 
-def transcribe_and_ask(call: Call, args: dict) -> dict:
+def transcribe_and_ask(call: Call, args: JsonObject) -> JsonObject:
     ws = _workspace(call)
     call.progress(0, 3, "checking the transcript")
     rep = stored_transcript(ws, args["rel_path"])
     transcribed = rep is None
-    if transcribed:
+    if rep is None:
         call.check()
         call.progress(1, 3, "transcribing")
         made = transcribe_file(ws, args["rel_path"])
@@ -88,7 +89,7 @@ def transcribe_and_ask(call: Call, args: dict) -> dict:
     }
 
 
-def ask_audio(call: Call, args: dict) -> dict:
+def ask_audio(call: Call, args: JsonObject) -> JsonObject:
     ctx = call.ctx
     key = ctx.secret("elevenlabs_api_key")
     if not key:
@@ -110,7 +111,7 @@ def ask_audio(call: Call, args: dict) -> dict:
     }
 
 
-def _audio_content(result: dict) -> tuple[dict, list[dict]]:
+def _audio_content(result: JsonObject) -> tuple[JsonObject, list[JsonObject]]:
     data = result.pop("_audio_data", None)
     if data is None:
         return result, []
@@ -118,7 +119,7 @@ def _audio_content(result: dict) -> tuple[dict, list[dict]]:
 
 
 #: The multimodal tools, registered after the core ones (``McpGatewayConfig.ready``).
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     budgets.declared(
         Tool(
             name="dir2mcp.transcribe",

@@ -20,6 +20,7 @@ import base64
 import binascii
 from collections.abc import Mapping
 
+from kernel.jsontypes import JsonObject
 from mcp_gateway.modern import META_VERSION, RPC_HEADER_MISMATCH, Refusal
 from mcp_gateway.transport import Message
 
@@ -54,7 +55,7 @@ def decode(name: str, value: str) -> str:
         raise _refuse(f"{name} is not valid base64 between =?base64? and ?=") from None
 
 
-def check(msg: Message, headers: Mapping[str, str], input_schema: dict | None = None) -> None:
+def check(msg: Message, headers: Mapping[str, str], input_schema: JsonObject | None = None) -> None:
     """Refuse (``Refusal`` -32020) a request whose mirrored headers disagree
     with its body. ``input_schema`` is the called tool's, for ``Mcp-Param-*``."""
     version = headers.get("mcp-protocol-version")
@@ -87,7 +88,7 @@ def check(msg: Message, headers: Mapping[str, str], input_schema: dict | None = 
         _check_params(headers, input_schema, arguments if isinstance(arguments, dict) else {})
 
 
-def header_params(schema: dict, path: tuple[str, ...] = ()) -> list[tuple[str, tuple[str, ...], str]]:
+def header_params(schema: JsonObject, path: tuple[str, ...] = ()) -> list[tuple[str, tuple[str, ...], str]]:
     """``(header suffix, property path, JSON type)`` of each property marked
     ``x-mcp-header``, reached through ``properties`` only."""
     found = []
@@ -101,7 +102,7 @@ def header_params(schema: dict, path: tuple[str, ...] = ()) -> list[tuple[str, t
     return found
 
 
-def _at(arguments: dict, path: tuple[str, ...]):
+def _at(arguments: JsonObject, path: tuple[str, ...]) -> object:
     value = arguments
     for key in path:
         if not isinstance(value, dict) or key not in value:
@@ -110,7 +111,7 @@ def _at(arguments: dict, path: tuple[str, ...]):
     return value
 
 
-def _check_params(headers: Mapping[str, str], schema: dict, arguments: dict) -> None:
+def _check_params(headers: Mapping[str, str], schema: JsonObject, arguments: JsonObject) -> None:
     for suffix, path, _type in header_params(schema):
         header_name = f"Mcp-Param-{suffix}"
         raw = headers.get(PARAM_PREFIX + suffix.lower())
@@ -125,7 +126,7 @@ def _check_params(headers: Mapping[str, str], schema: dict, arguments: dict) -> 
             raise _refuse(f"{header_name} header does not match arguments.{'.'.join(path)}")
 
 
-def _same(header: str, value) -> bool:
+def _same(header: str, value: object) -> bool:
     if isinstance(value, bool):
         return header == ("true" if value else "false")
     if isinstance(value, int | float):

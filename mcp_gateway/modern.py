@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import dispatch
 from mcp_gateway.context import Context
 from mcp_gateway.transport import SUPPORTED_VERSIONS as HANDSHAKE_VERSIONS
@@ -81,11 +82,13 @@ class Refusal(Exception):
     """A modern request refused before any method runs: a JSON-RPC error and
     the HTTP status the revision gives it (400, or 404 for -32601)."""
 
-    def __init__(self, rpc_code: int, message: str, data: dict | None = None, status: int = 400):
+    def __init__(
+        self, rpc_code: int, message: str, data: JsonObject | None = None, status: int = 400
+    ) -> None:
         super().__init__(message)
         self.rpc_code, self.message, self.data, self.status = rpc_code, message, data, status
 
-    def response(self, msg_id) -> dict:
+    def response(self, msg_id: object) -> JsonObject:
         return errors.rpc_error(msg_id, self.rpc_code, self.message, self.data)
 
 
@@ -94,12 +97,12 @@ class Envelope:
     """What a modern request says about itself in ``_meta``."""
 
     version: str
-    capabilities: dict
-    client_info: dict
+    capabilities: JsonObject
+    client_info: JsonObject
     log_level: str  # "" when the request did not ask for log messages
 
 
-def meta(msg: Message) -> dict | None:
+def meta(msg: Message) -> JsonObject | None:
     value = msg.params.get("_meta")
     return value if isinstance(value, dict) else None
 
@@ -156,12 +159,12 @@ def check_version(version: str) -> None:
 # -- the answers ------------------------------------------------------------------------
 
 
-def server_info() -> dict:
+def server_info() -> JsonObject:
     version = dispatch.server_version()
     return {"name": dispatch.SERVER_NAME, "title": dispatch.SERVER_TITLE, "version": version}
 
 
-def capabilities() -> dict:
+def capabilities() -> JsonObject:
     """What a modern client may use. Resource changes come through
     ``subscriptions/listen`` (mcp_gateway/subscriptions.py); the tool and
     prompt lists do not change while the server runs."""
@@ -174,7 +177,7 @@ def capabilities() -> dict:
     }
 
 
-def discover_result() -> dict:
+def discover_result() -> JsonObject:
     return {
         "supportedVersions": list(SUPPORTED),
         "capabilities": capabilities(),
@@ -182,7 +185,7 @@ def discover_result() -> dict:
     }
 
 
-def finish(response: dict | None, method: str) -> dict | None:
+def finish(response: JsonObject | None, method: str) -> JsonObject | None:
     """``response`` in the revision's form (see the module's docstring)."""
     if response is None:
         return None
@@ -199,7 +202,7 @@ def finish(response: dict | None, method: str) -> dict | None:
     return {**response, "result": result}
 
 
-def status_of(response: dict | None) -> int:
+def status_of(response: JsonObject | None) -> int:
     """The HTTP status of an answer: 404 for an unknown or removed method, else 200."""
     if response and response.get("error", {}).get("code") == errors.RPC_METHOD_NOT_FOUND:
         return 404
@@ -210,11 +213,11 @@ def respond(
     msg: Message,
     ctx: Context,
     *,
-    emit=None,
+    emit: dispatch.Emit | None = None,
     cancel: threading.Event | None = None,
     payment: str | None = None,
     reply: dispatch.HttpReply | None = None,
-) -> dict | None:
+) -> JsonObject | None:
     """Answer one modern message (``tools.Cancelled`` propagates, as from
     ``dispatch.respond``); ``None`` for notifications."""
     if msg.kind != "request":

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from corpus.navigation import names
 from corpus.navigation import outline as outlines
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, freshness, hints, navigation_schemas, summaries
 from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call
 
 
-def outline(call: Call, args: dict) -> dict:
+def outline(call: Call, args: JsonObject) -> JsonObject:
     found = outlines.outline(call.ctx.engine, args["rel_path"])
     kept, total = outlines.prune(found.entries, args["max_entries"])
     result = found.as_dict() | {"entries": [entry.as_dict() for entry in kept]}
@@ -20,19 +21,19 @@ def outline(call: Call, args: dict) -> dict:
     }
 
 
-def symbols(call: Call, args: dict) -> dict:
+def symbols(call: Call, args: JsonObject) -> JsonObject:
     return names.find_symbols(
         args["name"], kind=args.get("kind"), path_prefix=args.get("path_prefix", ""), limit=args["limit"]
     )
 
 
-def references(call: Call, args: dict) -> dict:
+def references(call: Call, args: JsonObject) -> JsonObject:
     return names.find_references(
         args["name"], path_prefix=args.get("path_prefix", ""), limit=args["limit"], cursor=args.get("cursor")
     )
 
 
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     budgets.declared(
         Tool(
             name="dir2mcp.outline",

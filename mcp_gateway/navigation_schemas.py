@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 
 from corpus.navigation import names, symbols
+from kernel.jsontypes import JsonObject
 from mcp_gateway.schemas import SPAN, path_argument
 
 MAX_ENTRIES = 5000
 
-OUTLINE_INPUT = {
+OUTLINE_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -28,7 +29,7 @@ OUTLINE_INPUT = {
     "required": ["rel_path"],
 }
 
-OUTLINE_ENTRY = {
+OUTLINE_ENTRY: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -48,7 +49,7 @@ OUTLINE_ENTRY = {
     "required": ["kind", "name", "signature", "span"],
 }
 
-OUTLINE_OUTPUT = {
+OUTLINE_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -70,7 +71,7 @@ OUTLINE_OUTPUT = {
     "$defs": {"Span": copy.deepcopy(SPAN), "OutlineEntry": OUTLINE_ENTRY},
 }
 
-NAME = {
+NAME: JsonObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": symbols.MAX_NAME,
@@ -78,7 +79,7 @@ NAME = {
 }
 PATH_PREFIX = path_argument("Only files under this relative directory, e.g. 'src/'.", required=False)
 
-SYMBOLS_INPUT = {
+SYMBOLS_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -94,7 +95,7 @@ SYMBOLS_INPUT = {
     "required": ["name"],
 }
 
-SYMBOLS_OUTPUT = {
+SYMBOLS_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -131,7 +132,7 @@ SYMBOLS_OUTPUT = {
     "$defs": {"Span": copy.deepcopy(SPAN)},
 }
 
-REFERENCES_INPUT = {
+REFERENCES_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -147,7 +148,7 @@ REFERENCES_INPUT = {
     "required": ["name"],
 }
 
-REFERENCES_OUTPUT = {
+REFERENCES_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {

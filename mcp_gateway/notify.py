@@ -26,15 +26,16 @@ at once, the rest folded into one at the end of :data:`DEBOUNCE_SECONDS`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -42,7 +43,9 @@ from corpus import uris
 from corpus.events import Reporter
 from corpus.models import DocStatus, Document
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import sessions
+from mcp_gateway.context import Context
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import Message
 
@@ -67,7 +70,7 @@ CHANGED = "dir2mcp.changed"  # the layer's message types (channels routes on "ty
 ENDED = "dir2mcp.session_ended"
 
 
-def updated(uri: str) -> dict:
+def updated(uri: str) -> JsonObject:
     return {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}}
 
 
@@ -86,14 +89,18 @@ def group_name() -> str:
 # -- where changes come from ---------------------------------------------------------
 
 
+#: What the debouncer holds back: ``("path", rel_path)`` or ``"list"``.
+_Key = tuple[str, str] | str
+
+
 class ChangeAnnouncer:
     """The indexer's reporter under a server: everything goes to ``inner``,
     and the documents it changed to :func:`announce`."""
 
-    def __init__(self, inner: Reporter):
+    def __init__(self, inner: Reporter) -> None:
         self._inner = inner
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:  # Any: whatever the wrapped reporter has
         return getattr(self._inner, name)
 
     def documents_changed(self, rel_paths: list[str], *, listing: bool = False) -> None:
@@ -119,7 +126,7 @@ def session_ended(session_id: str) -> None:
 class Sink(Protocol):
     """A session's way to the client: a GET stream (standalone.Outbox) or stdio."""
 
-    def send(self, notification: dict) -> None: ...
+    def send(self, notification: JsonObject) -> None: ...
 
     def close(self) -> None: ...
 
@@ -127,7 +134,7 @@ class Sink(Protocol):
 class LocalSubscriptions:
     """The subscriptions of a session that is not in the database (stdio's one session)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._by_uri: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -154,12 +161,12 @@ class _Debouncer:
     """Per key, the first change passes at once; further ones within ``window``
     are held and pass once, at the window's end."""
 
-    def __init__(self, window: float):
+    def __init__(self, window: float) -> None:
         self.window = window
-        self._last: dict[object, float] = {}
-        self._held: dict[object, float] = {}
+        self._last: dict[_Key, float] = {}
+        self._held: dict[_Key, float] = {}
 
-    def offer(self, key, now: float) -> bool:
+    def offer(self, key: _Key, now: float) -> bool:
         last = self._last.get(key)
         if last is None or now - last >= self.window:
             self._last[key] = now
@@ -167,7 +174,7 @@ class _Debouncer:
         self._held.setdefault(key, last + self.window)
         return False
 
-    def due(self, now: float) -> list:
+    def due(self, now: float) -> list[_Key]:
         ready = [key for key, at in self._held.items() if at <= now]
         for key in ready:
             del self._held[key]
@@ -183,10 +190,10 @@ class _Debouncer:
 class Hub:
     """This process's end of the fan-out: the group listener and the sinks it feeds."""
 
-    def __init__(self, debounce: float = DEBOUNCE_SECONDS):
+    def __init__(self, debounce: float = DEBOUNCE_SECONDS) -> None:
         self._lock = threading.Lock()
         self._sinks: dict[str, tuple[Sink, LocalSubscriptions | None]] = {}
-        self._inbox: queue.Queue = queue.Queue(maxsize=INBOX_MAX)
+        self._inbox: queue.Queue[JsonObject] = queue.Queue(maxsize=INBOX_MAX)
         self._overflow = threading.Event()
         self._debounce = _Debouncer(debounce)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -207,8 +214,10 @@ class Hub:
         threading.Thread(target=self._deliver, name="dir2mcp-notify-deliver", daemon=True).start()
 
     def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._listen())
+        loop = self._loop
+        assert loop is not None  # start() made it before starting this thread
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(self._listen())
 
     async def _listen(self) -> None:
         layer = get_channel_layer()
@@ -223,7 +232,7 @@ class Hub:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
-    async def _receive(self, layer, channel: str) -> None:
+    async def _receive(self, layer: BaseChannelLayer, channel: str) -> None:
         while True:
             await layer.group_add(self._group, channel)
             self.listening.set()
@@ -246,12 +255,13 @@ class Hub:
         self.start()
         return self.listening.wait(timeout)
 
-    def publish(self, message: dict) -> None:
+    def publish(self, message: JsonObject) -> None:
         self.start()
+        assert self._loop is not None  # start() made it
         future = asyncio.run_coroutine_threadsafe(self._send(message), self._loop)
         future.add_done_callback(_report_failure)
 
-    async def _send(self, message: dict) -> None:
+    async def _send(self, message: JsonObject) -> None:
         await get_channel_layer().group_send(self._group, message)
 
     # -- sinks --
@@ -288,7 +298,7 @@ class Hub:
             finally:
                 close_old_connections()
 
-    def _take(self, message: dict | None) -> None:
+    def _take(self, message: JsonObject | None) -> None:
         now = time.monotonic()
         paths, listing = set(), self._overflow.is_set()
         self._overflow.clear()
@@ -320,7 +330,7 @@ class Hub:
                 sink.send(LIST_CHANGED)
 
     @staticmethod
-    def _subscribed(sinks: dict, paths: set[str]) -> list[tuple[str, str]]:
+    def _subscribed(sinks: JsonObject, paths: set[str]) -> list[tuple[str, str]]:
         found = [(key, uri) for key, (_, local) in sinks.items() if local for uri in local.uris_for(paths)]
         stored = [key for key, (_, local) in sinks.items() if local is None]
         if stored:
@@ -328,7 +338,7 @@ class Hub:
         return found
 
 
-def _report_failure(future) -> None:
+def _report_failure(future: concurrent.futures.Future[None]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.warning("resource notifications: cannot announce a change: %s", future.exception())
 
@@ -339,7 +349,7 @@ HUB = Hub()
 # -- resources/subscribe and resources/unsubscribe ------------------------------------
 
 
-def respond(msg: Message, session_id: str | None, ctx) -> dict:
+def respond(msg: Message, session_id: str | None, ctx: Context) -> JsonObject:
     """The result of a subscription method; :class:`ResourceError` otherwise.
     ``session_id`` None is stdio's session (:data:`LOCAL`)."""
     uri = msg.params.get("uri")
@@ -378,7 +388,7 @@ def respond(msg: Message, session_id: str | None, ctx) -> dict:
     return {}
 
 
-def subscribable(ctx, uri: str) -> str:
+def subscribable(ctx: Context, uri: str) -> str:
     """The rel_path of the indexed, readable file ``uri`` names; the refusals
     of ``resources/read`` otherwise (-32002 for anything outside the root,
     excluded, secret-bearing or not indexed)."""
@@ -401,5 +411,5 @@ def _secret(error: str | None) -> bool:
     return (error or "").startswith(errors.SECRET_DETECTED)
 
 
-def _data(code: str, **extra) -> dict:
+def _data(code: str, **extra: object) -> JsonObject:
     return {"code": code, "retryable": False, **extra}

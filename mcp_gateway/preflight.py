@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from corpus.management.base import Runtime
 from kernel import errors
 from kernel.config import Config
 from mcp_gateway.listen import ListenAddress
@@ -50,7 +52,7 @@ def required_keys(config: Config) -> list[Need]:
     return list(unique.values())
 
 
-def check_keys(rt, *, ask=getpass.getpass) -> None:
+def check_keys(rt: Runtime, *, ask: Callable[[str], str] = getpass.getpass) -> None:
     """Every required key is found, asked for (TTY), or the start fails (exit 2)."""
     for need in required_keys(rt.config):
         if rt.secret(need.secret):

@@ -16,15 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from corpus import arguments, documents, files, uris
 from corpus.citations import SpanRef, format_citation
 from corpus.definitions import defines
 from corpus.models import Document
-from corpus.retrieval import Filters
+from corpus.retrieval import Filters, Hit
 from corpus.security import canonical_rel_path
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import resources
 from mcp_gateway.context import Context
 
@@ -40,12 +41,14 @@ class PromptError(Exception):
     """A prompts or completion request that fails: a JSON-RPC code, a message
     safe to show, and optional ``data`` (the dir2mcp code of a refusal)."""
 
-    def __init__(self, message: str, data: dict | None = None, rpc_code: int = errors.RPC_INVALID_PARAMS):
+    def __init__(
+        self, message: str, data: JsonObject | None = None, rpc_code: int = errors.RPC_INVALID_PARAMS
+    ) -> None:
         super().__init__(message)
         self.message, self.data, self.rpc_code = message, data, rpc_code
 
 
-def invalid(message: str, data: dict | None = None) -> PromptError:
+def invalid(message: str, data: JsonObject | None = None) -> PromptError:
     """-32602 Invalid params: the client must change its request."""
     return PromptError(message, data)
 
@@ -59,7 +62,7 @@ class Argument:
     #: how completion/complete fills it: "path", "symbol", "date" or None
     kind: str | None = None
 
-    def definition(self) -> dict:
+    def definition(self) -> JsonObject:
         return {
             "name": self.name,
             "title": self.title,
@@ -74,9 +77,9 @@ class Prompt:
     title: str
     description: str
     arguments: tuple[Argument, ...]
-    build: Callable[[Context, dict], tuple[str, list[dict]]]
+    build: Callable[[Context, JsonObject], tuple[str, list[JsonObject]]]
 
-    def definition(self) -> dict:
+    def definition(self) -> JsonObject:
         return {
             "name": self.name,
             "title": self.title,
@@ -85,7 +88,7 @@ class Prompt:
         }
 
 
-def listable_documents():
+def listable_documents() -> QuerySet[Document]:
     """Live documents a client may see: not the ones skipped as secret-bearing."""
     return files.listable_documents()
 
@@ -93,15 +96,15 @@ def listable_documents():
 # -- content blocks -----------------------------------------------------------------
 
 
-def _user(content: dict) -> dict:
+def _user(content: JsonObject) -> JsonObject:
     return {"role": "user", "content": content}
 
 
-def _text(text: str) -> dict:
+def _text(text: str) -> JsonObject:
     return _user({"type": "text", "text": text})
 
 
-def embedded(ctx: Context, uri: str) -> dict:
+def embedded(ctx: Context, uri: str) -> JsonObject:
     """A message embedding the resource ``uri``, read as ``resources/read``
     reads it (the same refusals: outside the root, excluded, secret-bearing)."""
     try:
@@ -113,7 +116,7 @@ def embedded(ctx: Context, uri: str) -> dict:
     return _user({"type": "resource", "resource": contents})
 
 
-def resource_link(doc: Document) -> dict:
+def resource_link(doc: Document) -> JsonObject:
     """A message linking ``doc`` as ``resources/list`` lists it."""
     listed = documents.Listed(doc.rel_path, doc.doc_type, doc.size_bytes, doc.mtime_unix)
     return _user({"type": "resource_link", **resources.resource(listed)})
@@ -129,7 +132,7 @@ _CITING = (
 )
 
 
-def build_ask(ctx: Context, args: dict) -> tuple[str, list[dict]]:
+def build_ask(ctx: Context, args: JsonObject) -> tuple[str, list[JsonObject]]:
     text = (
         "Answer the question below from the files of this directory only.\n\n"
         "1. Call dir2mcp.search with the question's key terms (dir2mcp.find for an exact string).\n"
@@ -144,7 +147,7 @@ def build_ask(ctx: Context, args: dict) -> tuple[str, list[dict]]:
 # -- explain ---------------------------------------------------------------------------
 
 
-def build_explain(ctx: Context, args: dict) -> tuple[str, list[dict]]:
+def build_explain(ctx: Context, args: JsonObject) -> tuple[str, list[JsonObject]]:
     path, symbol = args.get("path", ""), args.get("symbol", "")
     if not path and not symbol:
         raise invalid("explain needs a path or a symbol (or both: the symbol in that file)")
@@ -165,7 +168,7 @@ def build_explain(ctx: Context, args: dict) -> tuple[str, list[dict]]:
     return f"Explain {rel}", [_text(text), resource]
 
 
-def _whole_or_head(ctx: Context, rel: str) -> tuple[dict, bool]:
+def _whole_or_head(ctx: Context, rel: str) -> tuple[JsonObject, bool]:
     """The whole file embedded, or its first lines when it is too large to
     read whole; and whether it is only the head."""
     try:
@@ -176,7 +179,7 @@ def _whole_or_head(ctx: Context, rel: str) -> tuple[dict, bool]:
     return embedded(ctx, uris.slice_uri(rel, SpanRef("lines", 1, HEAD_LINES))), True
 
 
-def _explain_symbol(ctx: Context, symbol: str, path: str) -> tuple[str, list[dict]]:
+def _explain_symbol(ctx: Context, symbol: str, path: str) -> tuple[str, list[JsonObject]]:
     hit = find_definition(ctx, symbol, path)
     if hit is None:
         where = f" in {path}" if path else ""
@@ -191,7 +194,7 @@ def _explain_symbol(ctx: Context, symbol: str, path: str) -> tuple[str, list[dic
     return f"Explain {symbol}", [_text(text), resource]
 
 
-def find_definition(ctx: Context, symbol: str, path: str = ""):
+def find_definition(ctx: Context, symbol: str, path: str = "") -> Hit | None:
     """The search hit whose unit defines ``symbol`` (in ``path`` if given), or None."""
     try:
         filters = Filters(path_prefix=files.canonical_prefix(path)) if path else Filters()
@@ -230,7 +233,7 @@ def changed_since(ctx: Context, since: datetime) -> tuple[list[Document], int]:
     return shown, total - (len(first) - len(shown))
 
 
-def build_changes(ctx: Context, args: dict) -> tuple[str, list[dict]]:
+def build_changes(ctx: Context, args: JsonObject) -> tuple[str, list[JsonObject]]:
     since = parse_since(args["since"])
     changed, total = changed_since(ctx, since)
     day = since.isoformat()
@@ -303,7 +306,7 @@ def _encode_cursor(offset: int) -> str:
     return base64.urlsafe_b64encode(f"prompts:{offset}".encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor) -> int:
+def _decode_cursor(cursor: object) -> int:
     if not isinstance(cursor, str):
         raise invalid("cursor must be a string")
     try:
@@ -317,18 +320,18 @@ def _decode_cursor(cursor) -> int:
     return offset
 
 
-def list_page(ctx: Context, params: dict) -> dict:
+def list_page(ctx: Context, params: JsonObject) -> JsonObject:
     """``prompts/list``: one page of definitions."""
     cursor, page_size = params.get("cursor"), PAGE_SIZE
     start = 0 if cursor is None else _decode_cursor(cursor)
     listed = list(REGISTRY.values())
-    page = {"prompts": [p.definition() for p in listed[start : start + page_size]]}
+    page: JsonObject = {"prompts": [p.definition() for p in listed[start : start + page_size]]}
     if start + page_size < len(listed):
         page["nextCursor"] = _encode_cursor(start + page_size)
     return page
 
 
-def get(ctx: Context, params: dict) -> dict:
+def get(ctx: Context, params: JsonObject) -> JsonObject:
     """``prompts/get``: the prompt's messages for these arguments."""
     name = params.get("name")
     if not isinstance(name, str):
@@ -340,7 +343,7 @@ def get(ctx: Context, params: dict) -> dict:
     return {"description": description, "messages": messages}
 
 
-def _arguments(prompt: Prompt, given) -> dict:
+def _arguments(prompt: Prompt, given: object) -> JsonObject:
     """The given arguments, checked: strings, known, required ones present."""
     if given is None:
         given = {}
@@ -358,4 +361,7 @@ def _arguments(prompt: Prompt, given) -> dict:
     return {key: value.strip() for key, value in given.items()}
 
 
-METHODS: dict[str, Callable[[Context, dict], dict]] = {"prompts/list": list_page, "prompts/get": get}
+METHODS: dict[str, Callable[[Context, JsonObject], JsonObject]] = {
+    "prompts/list": list_page,
+    "prompts/get": get,
+}

@@ -34,7 +34,7 @@ class RateLimiter:
     """Token buckets: ``capacity`` at once (by default a tenth of a minute's
     rate, at least 5), refilled at ``per_minute``."""
 
-    def __init__(self, per_minute: float, *, capacity: int | None = None):
+    def __init__(self, per_minute: float, *, capacity: int | None = None) -> None:
         self.rate = per_minute / 60.0
         self.capacity = float(capacity if capacity is not None else max(5, int(per_minute) // 10))
         self._buckets: dict[str, _Bucket] = {}
@@ -72,7 +72,7 @@ class RedisRateLimiter:
 
     PREFIX = "dir2mcp:rate:"
 
-    def __init__(self, url: str, per_minute: int, *, window: int = 60):
+    def __init__(self, url: str, per_minute: int, *, window: int = 60) -> None:
         import redis
 
         self.per_minute = per_minute

@@ -7,13 +7,14 @@ import copy
 from corpus import arguments
 from corpus.navigation import images
 from corpus.navigation.reads import ALGORITHMS, DEFAULT_LENGTH, FORMATS, MAX_LENGTH
+from kernel.jsontypes import JsonObject
 from mcp_gateway.schemas import ERROR, OPEN_FILE_INPUT, OPEN_FILE_OUTPUT, SPAN, VERIFICATION, path_argument
 
 _REL_PATH = path_argument("The file, relative to the root.")
 _ERROR = ERROR
 MAX_SLICES = 20
 
-CHECKSUM_INPUT = {
+CHECKSUM_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -23,7 +24,7 @@ CHECKSUM_INPUT = {
     "required": ["rel_path"],
 }
 
-CHECKSUM_OUTPUT = {
+CHECKSUM_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -35,7 +36,7 @@ CHECKSUM_OUTPUT = {
     "required": ["rel_path", "algorithm", "digest", "size_bytes"],
 }
 
-DIFF_INPUT = {
+DIFF_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -47,7 +48,7 @@ DIFF_INPUT = {
     "required": ["rel_path_a", "rel_path_b"],
 }
 
-DIFF_OUTPUT = {
+DIFF_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -62,10 +63,10 @@ DIFF_OUTPUT = {
     "required": ["rel_path_a", "rel_path_b", "identical", "added", "removed", "diff", "truncated"],
 }
 
-_SLICE = copy.deepcopy(OPEN_FILE_INPUT)
+_SLICE: JsonObject = copy.deepcopy(OPEN_FILE_INPUT)
 _SLICE["properties"].pop("max_chars")
 _SLICE["properties"]["rel_path"].pop("x-mcp-header")  # only on a top-level argument (never under items)
-OPEN_FILES_INPUT = {
+OPEN_FILES_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -86,7 +87,7 @@ OPEN_FILES_INPUT = {
 
 _OPENED = copy.deepcopy(OPEN_FILE_OUTPUT)
 _OPENED.pop("$defs")
-OPEN_FILES_OUTPUT = {
+OPEN_FILES_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -105,7 +106,7 @@ OPEN_FILES_OUTPUT = {
     "$defs": {"Span": copy.deepcopy(SPAN), "Error": _ERROR},
 }
 
-VERIFY_INPUT = {
+VERIFY_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -121,7 +122,7 @@ VERIFY_INPUT = {
 
 VERIFY_OUTPUT = VERIFICATION
 
-READ_BYTES_INPUT = {
+READ_BYTES_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -154,7 +155,7 @@ READ_BYTES_INPUT = {
     "required": ["rel_path"],
 }
 
-READ_BYTES_OUTPUT = {
+READ_BYTES_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {

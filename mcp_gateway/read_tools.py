@@ -5,16 +5,17 @@ from __future__ import annotations
 from corpus.navigation import reads
 from corpus.navigation import verify as grounding
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, read_schemas, summaries
 from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.tools import Call, open_file
 
 
-def checksum(call: Call, args: dict) -> dict:
+def checksum(call: Call, args: JsonObject) -> JsonObject:
     return reads.checksum(call.ctx.engine, args["rel_path"], algorithm=args["algorithm"], check=call.check)
 
 
-def diff(call: Call, args: dict) -> dict:
+def diff(call: Call, args: JsonObject) -> JsonObject:
     return reads.diff(
         call.ctx.engine,
         args["rel_path_a"],
@@ -24,7 +25,7 @@ def diff(call: Call, args: dict) -> dict:
     )
 
 
-def read_bytes(call: Call, args: dict) -> dict:
+def read_bytes(call: Call, args: JsonObject) -> JsonObject:
     return reads.read_bytes(
         call.ctx.engine,
         args["rel_path"],
@@ -35,7 +36,7 @@ def read_bytes(call: Call, args: dict) -> dict:
     )
 
 
-def image_content(result: dict) -> tuple[dict, list[dict]]:
+def image_content(result: JsonObject) -> tuple[JsonObject, list[JsonObject]]:
     """``Tool.split_content`` of read_bytes: an image's data as an image
     content item, not in ``structuredContent`` (a client that shows the
     structured result to its model would read megabytes of base64)."""
@@ -46,11 +47,11 @@ def image_content(result: dict) -> tuple[dict, list[dict]]:
     return structured, [{"type": "image", "data": data, "mimeType": result["mime_type"]}]
 
 
-def verify(call: Call, args: dict) -> dict:
+def verify(call: Call, args: JsonObject) -> JsonObject:
     return grounding.verify(call.ctx.engine, args["text"])
 
 
-def open_files(call: Call, args: dict) -> dict:
+def open_files(call: Call, args: JsonObject) -> JsonObject:
     """Each slice as dir2mcp.open_file answers it, an error for one refused."""
     share = max(200, args["max_chars"] // len(args["slices"]))
     out = []
@@ -63,7 +64,7 @@ def open_files(call: Call, args: dict) -> dict:
     return {"slices": out, "truncated": any(s.get("result", {}).get("truncated") for s in out)}
 
 
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     budgets.declared(
         Tool(
             name="dir2mcp.open_files",

@@ -18,7 +18,15 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from kernel.jsontypes import JsonObject
+
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+
+
+#: ``(item, chars)``: the item cut to at most ``chars`` characters of its text,
+#: None when too short to cut; ``(item, None)``: its full length (an int: Any
+#: stands for the two answers, which one told by the second argument).
+Shrink = Callable[[JsonObject, int | None], Any]
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,7 @@ class Budget:
     paging: str = ""
     #: ``(item, chars) -> item`` cut to at most ``chars`` characters of its text (None: too
     #: short to cut); ``(item, None)``: its full length. Used when not even one item fits.
-    shrink: Callable[[dict, int | None], Any] | None = None
+    shrink: Shrink | None = None
     #: the text's advice when nothing continues the cut
     advice: str = "ask again with a larger max_tokens"
 
@@ -46,24 +54,24 @@ class Tool:
     name: str
     title: str
     description: str
-    input_schema: dict
-    output_schema: dict
+    input_schema: JsonObject
+    output_schema: JsonObject
     #: ``(call, args) -> result``; the call is a :class:`mcp_gateway.tools.Call`
-    handler: Callable[[Any, dict], dict]
-    summarize: Callable[[dict], str]
-    annotations: dict = field(default_factory=lambda: dict(READ_ONLY))
+    handler: Callable[[Any, JsonObject], JsonObject]
+    summarize: Callable[[JsonObject], str]
+    annotations: JsonObject = field(default_factory=lambda: dict(READ_ONLY))
     #: content items after the text (audio, resource links): ``result -> (structured, content items)``
-    split_content: Callable[[dict], tuple[dict, list[dict]]] | None = None
+    split_content: Callable[[JsonObject], tuple[JsonObject, list[JsonObject]]] | None = None
     #: how the result is brought under ``max_tokens`` (:mod:`mcp_gateway.budgets`); None: not text
     budget: Budget | None = None
     #: ``(result, args) -> [{"tool", "arguments", "why"}]``: the calls an agent would make next
     #: (:mod:`mcp_gateway.hints`)
-    next_actions: Callable[[dict, dict], list[dict]] | None = None
+    next_actions: Callable[[JsonObject, JsonObject], list[JsonObject]] | None = None
     #: ``result -> rel_paths`` the result cites: its ``freshness`` checks them
     #: (:mod:`mcp_gateway.freshness`); None: no ``freshness``
-    cites: Callable[[dict], Any] | None = None
+    cites: Callable[[JsonObject], Any] | None = None
 
-    def definition(self) -> dict:
+    def definition(self) -> JsonObject:
         return {
             "name": self.name,
             "title": self.title,
@@ -106,7 +114,7 @@ def table() -> dict[str, Tool]:
     return _REGISTRY
 
 
-def catalog() -> dict[str, dict]:
+def catalog() -> dict[str, JsonObject]:
     """Each tool's description and input schema (the payment gate's Bazaar metadata)."""
     return {
         name: {"description": tool.description, "inputSchema": tool.input_schema}

@@ -26,8 +26,9 @@ from django.db import connections
 
 from corpus.ingest.pipeline import Indexer
 from kernel import errors
-from kernel.state import IndexLock
+from kernel.state import IndexLock, StateDir
 from mcp_gateway import context
+from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def files_of(rel_paths: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(files))
 
 
-def start(rel_paths: Iterable[str], *, full: bool, ctx=None) -> Started:
+def start(rel_paths: Iterable[str], *, full: bool, ctx: Context | None = None) -> Started:
     """Re-index ``rel_paths`` in a background thread; raises ``INDEX_LOCKED``
     when another process indexes."""
     ctx = ctx or context.get()
@@ -63,7 +64,7 @@ def start(rel_paths: Iterable[str], *, full: bool, ctx=None) -> Started:
     return Started(paths, thread)
 
 
-def _claim(state) -> IndexLock | None:
+def _claim(state: StateDir) -> IndexLock | None:
     """The index lock, or ``None`` when this process already holds it (its
     live sync, or an earlier admin run); ``INDEX_LOCKED`` for another process."""
     lock = IndexLock(state)
@@ -83,7 +84,7 @@ def _holder(lock: IndexLock) -> int:
         return 0
 
 
-def _run(ctx, paths: tuple[str, ...], full: bool, lock: IndexLock | None) -> None:
+def _run(ctx: Context, paths: tuple[str, ...], full: bool, lock: IndexLock | None) -> None:
     try:
         with _admin_lock:
             if lock is None:  # an earlier admin run may have let go of it meanwhile

@@ -26,7 +26,9 @@ from corpus import documents, files, store_faults, uris
 from corpus.citations import SpanRef
 from corpus.navigation.tokens import CHARS_PER_TOKEN
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
+from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ class ResourceError(Exception):
     """A request for resources that fails: a JSON-RPC error code, a message,
     and ``data`` with the dir2mcp code (spec §14) and whether to retry."""
 
-    def __init__(self, rpc_code: int, message: str, data: dict):
+    def __init__(self, rpc_code: int, message: str, data: JsonObject) -> None:
         super().__init__(message)
         self.rpc_code, self.message, self.data = rpc_code, message, data
 
@@ -97,20 +99,22 @@ class ResourceError(Exception):
 
     @property
     def code(self) -> str:
-        return self.data["code"]
+        code: str = self.data["code"]
+        return code
 
 
-def _invalid(message: str, code: str = errors.INVALID_FIELD, **data) -> ResourceError:
+def _invalid(message: str, code: str = errors.INVALID_FIELD, **data: object) -> ResourceError:
     return ResourceError(errors.RPC_INVALID_PARAMS, message, {"code": code, "retryable": False, **data})
 
 
-def handle(method: str, params: dict, ctx) -> dict:
+def handle(method: str, params: JsonObject, ctx: Context) -> JsonObject:
     """The result of one resources method; :class:`ResourceError` otherwise."""
     try:
         if method == "resources/list":
             return list_page(ctx, _string(params, "cursor", required=False))
         if method == "resources/read":
             uri = _string(params, "uri", required=True)
+            assert uri is not None  # required: _string raised otherwise
             return {"contents": read(ctx, uri)}
         if params.get("cursor") is not None:
             raise _invalid("invalid cursor: the templates fit one page")
@@ -129,7 +133,7 @@ def handle(method: str, params: dict, ctx) -> dict:
         ) from None
 
 
-def _string(params: dict, name: str, *, required: bool) -> str | None:
+def _string(params: JsonObject, name: str, *, required: bool) -> str | None:
     value = params.get(name)
     if value is None and not required:
         return None
@@ -140,7 +144,7 @@ def _string(params: dict, name: str, *, required: bool) -> str | None:
     return value
 
 
-def _refuse_if_sold(ctx, tool_name: str) -> None:
+def _refuse_if_sold(ctx: Context, tool_name: str) -> None:
     """With x402 on, a read the gate sells as a tool is not given away as a resource."""
     gate = getattr(ctx, "gate", None)
     if gate is not None and gate.price_for(tool_name) is not None:
@@ -173,7 +177,7 @@ def _decode_cursor(cursor: str) -> str:
     return after
 
 
-def resource(listed) -> dict:
+def resource(listed: documents.Listed) -> JsonObject:
     """The MCP ``Resource`` of a :class:`corpus.documents.Listed`."""
     modified = datetime.fromtimestamp(listed.mtime_unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -186,12 +190,12 @@ def resource(listed) -> dict:
     }
 
 
-def list_page(ctx, cursor: str | None = None) -> dict:
+def list_page(ctx: Context, cursor: str | None = None) -> JsonObject:
     """One ``resources/list`` page: ``{"resources": [...], "nextCursor"?}``."""
     _refuse_if_sold(ctx, "dir2mcp.list_files")
     after = _decode_cursor(cursor) if cursor is not None else ""
     page, more = documents.live_page(ctx.engine, after=after)
-    out: dict = {"resources": [resource(listed) for listed in page]}
+    out: JsonObject = {"resources": [resource(listed) for listed in page]}
     if more:
         out["nextCursor"] = _encode_cursor(page[-1].rel_path)
     return out
@@ -200,7 +204,7 @@ def list_page(ctx, cursor: str | None = None) -> dict:
 # -- resources/read ------------------------------------------------------------------
 
 
-def read(ctx, uri: str) -> list[dict]:
+def read(ctx: Context, uri: str) -> list[JsonObject]:
     """The ``contents`` of ``resources/read`` for ``uri``: one text or blob item."""
     _refuse_if_sold(ctx, "dir2mcp.open_file")
     if len(uri) > uris.MAX_URI_CHARS:
@@ -228,21 +232,22 @@ def read(ctx, uri: str) -> list[dict]:
         raise ResourceError.of(exc, uri) from None
 
 
-def _slice(ctx, uri: str, rel_path: str, span) -> dict:
+def _slice(ctx: Context, uri: str, rel_path: str, span: SpanRef) -> JsonObject:
     opened = files.open_file(ctx.engine, rel_path=rel_path, max_chars=SLICE_MAX_CHARS, **span.forms().fields)
     item = {"uri": uri, "mimeType": "text/plain", "text": opened["content"]}
     meta = {f"dir2mcp/{key}": True for key in ("truncated", "from_index") if opened.get(key)}
     return item | ({"_meta": meta} if meta else {})
 
 
-def _whole(ctx, uri: str, rel_path: str) -> dict:
+def _whole(ctx: Context, uri: str, rel_path: str) -> JsonObject:
     whole = documents.read_whole(ctx.engine, rel_path)
     if whole.text is not None:
         return _bounded({"uri": uri, "mimeType": whole.mime_type, "text": whole.text}, rel_path, whole.lines)
+    assert whole.data is not None  # read_whole gives the bytes when it gives no text
     return {"uri": uri, "mimeType": whole.mime_type, "blob": base64.b64encode(whole.data).decode("ascii")}
 
 
-def _bounded(item: dict, rel_path: str, by_lines: bool) -> dict:
+def _bounded(item: JsonObject, rel_path: str, by_lines: bool) -> JsonObject:
     """A whole text over :data:`WHOLE_MAX_CHARS` cut after its last whole
     line that fits, and said so in ``_meta``: ``dir2mcp/truncated``, and
     ``dir2mcp/next``, the slice URI of the lines after the cut (a file read
@@ -251,7 +256,7 @@ def _bounded(item: dict, rel_path: str, by_lines: bool) -> dict:
     if len(text) <= WHOLE_MAX_CHARS:
         return item
     head = text[: text.rfind("\n", 0, WHOLE_MAX_CHARS) + 1] or text[:WHOLE_MAX_CHARS]
-    meta: dict = {"dir2mcp/truncated": True, "dir2mcp/total_chars": len(text)}
+    meta: JsonObject = {"dir2mcp/truncated": True, "dir2mcp/total_chars": len(text)}
     if by_lines:
         shown = head.count("\n")
         total = text.count("\n") + (not text.endswith("\n"))

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from corpus import store_faults, uris
 from corpus.security import MAX_PATH_SEGMENTS
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import context, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED, REST
@@ -108,7 +109,7 @@ class BearerAuth(HttpAuthBase):
 # -- the API ---------------------------------------------------------------------
 
 
-def _openapi_schema(schema: dict) -> tuple[dict, dict]:
+def _openapi_schema(schema: JsonObject) -> tuple[JsonObject, JsonObject]:
     """A registry schema with ``#/$defs/X`` rewritten to components, and its defs."""
     schema = copy.deepcopy(schema)
     defs = schema.pop("$defs", {})
@@ -182,7 +183,7 @@ api = RestAPI(
 # -- error handlers --------------------------------------------------------------
 
 
-def _on_dir2mcp_error(request, exc: errors.Dir2mcpError) -> HttpResponse:
+def _on_dir2mcp_error(request: HttpRequest, exc: errors.Dir2mcpError) -> HttpResponse:
     headers = {}
     retry_after = getattr(exc, "retry_after", None)
     if errors.http_status(exc.code) == 429 and isinstance(retry_after, int | float) and retry_after > 0:
@@ -190,11 +191,11 @@ def _on_dir2mcp_error(request, exc: errors.Dir2mcpError) -> HttpResponse:
     return error_response(exc.code, exc.message, headers=headers, retryable=exc.retryable)
 
 
-def _on_transport_error(request, exc: transport.HttpError) -> HttpResponse:
+def _on_transport_error(request: HttpRequest, exc: transport.HttpError) -> HttpResponse:
     return error_response(exc.code, exc.message, status=exc.status, headers=exc.headers)
 
 
-def _on_validation_error(request, exc: NinjaValidationError) -> HttpResponse:
+def _on_validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     first = exc.errors[0] if exc.errors else {}
     # loc is ("query", field...) or ("body", "body", field...): keep the field path.
     loc = list(first.get("loc", ()))
@@ -240,7 +241,7 @@ _RANGE_ERRORS = frozenset(
 )
 
 
-def _on_ninja_http_error(request, exc: NinjaHttpError) -> HttpResponse:
+def _on_ninja_http_error(request: HttpRequest, exc: NinjaHttpError) -> HttpResponse:
     if isinstance(exc, AuthenticationError):  # our gate raises instead; kept for completeness
         return error_response(
             errors.UNAUTHORIZED, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}
@@ -250,18 +251,18 @@ def _on_ninja_http_error(request, exc: NinjaHttpError) -> HttpResponse:
     return error_response(code, str(exc), status=status)
 
 
-def _on_not_found(request, exc: Http404) -> HttpResponse:
+def _on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return error_response(errors.NOT_FOUND, "no such endpoint; see /api/v1/docs")
 
 
-def _on_too_big(request, exc: RequestDataTooBig) -> HttpResponse:
+def _on_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     limit = transport.MAX_BODY_BYTES
     return _on_transport_error(
         request, transport.HttpError(413, errors.INVALID_RANGE, f"request body over the {limit}-byte limit")
     )
 
 
-def _on_unexpected(request, exc: Exception) -> HttpResponse:
+def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     fault = store_faults.classify(exc)  # a damaged database, a full disk: named, not a bug
     if fault is not None:
         return _on_dir2mcp_error(request, fault)
@@ -281,11 +282,11 @@ api.add_exception_handler(Exception, _on_unexpected)
 # -- models generated from the input schemas ---------------------------------------
 
 
-def _drop_default(schema: dict) -> None:
+def _drop_default(schema: JsonObject) -> None:
     schema.pop("default", None)
 
 
-def _annotation(prop: dict):
+def _annotation(prop: JsonObject):
     if "enum" in prop:
         return Literal[tuple(prop["enum"])]
     kind = prop.get("type")
@@ -384,7 +385,7 @@ RESULTS = {
 _RESULT_FOR = {tool_name: name for name, tool_name in RESULTS.items()}
 
 
-def _error(description: str, headers: dict | None = None) -> dict:
+def _error(description: str, headers: JsonObject | None = None) -> JsonObject:
     out = {
         "description": description,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},
@@ -427,7 +428,7 @@ _FILE_ERRORS = {
 _POST_ERRORS = {415: _error("The body is not Content-Type: application/json.")}
 
 
-def _responses(tool_name: str, *extra: dict) -> dict:
+def _responses(tool_name: str, *extra: JsonObject) -> JsonObject:
     ok = {
         "description": "The tool's structured result (MCP structuredContent).",
         "headers": {
@@ -446,7 +447,7 @@ def _responses(tool_name: str, *extra: dict) -> dict:
     return {"responses": {200: ok, **dict(sorted(merged.items()))}}
 
 
-def _operation(tool_name: str, operation_id: str, *extra: dict) -> dict:
+def _operation(tool_name: str, operation_id: str, *extra: JsonObject) -> JsonObject:
     tool = tools.table()[tool_name]
     return {
         "operation_id": operation_id,
@@ -460,13 +461,13 @@ def _operation(tool_name: str, operation_id: str, *extra: dict) -> dict:
 # -- the one way in ------------------------------------------------------------------
 
 
-def run_tool(ctx: context.Context, tool_name: str, arguments: dict) -> dict | HttpResponse:
+def run_tool(ctx: context.Context, tool_name: str, arguments: JsonObject) -> JsonObject | HttpResponse:
     """What ``tools/call`` runs (``tools.run``: validated, run, counted in the
     metrics), answered the REST way: the structured result, or the envelope."""
     return tool_answer(tools.run(tools.table()[tool_name], arguments, tools.Call(ctx)))
 
 
-def tool_answer(result: dict) -> dict | HttpResponse:
+def tool_answer(result: JsonObject) -> JsonObject | HttpResponse:
     """A ``CallToolResult`` as the REST mirror answers it: a tool error as
     the error envelope (its §14 code and status), else ``structuredContent``
     (with an image content item's base64 as ``data``: dir2mcp.read_bytes)."""
@@ -513,7 +514,7 @@ async def _in_slot(request: HttpRequest, fn, *args, paid: bool = False):
 
 
 def paid_call(
-    ctx: context.Context, tool_name: str, arguments: dict, payment: str | None, route: tuple[str, str]
+    ctx: context.Context, tool_name: str, arguments: JsonObject, payment: str | None, route: tuple[str, str]
 ) -> HttpResponse:
     """A priced tool through the x402 gate (payments/gate.py), header variant.
 
@@ -711,7 +712,7 @@ RESOURCE_SCHEMAS = {
 }
 
 
-def _resource_operation(operation_id: str, summary: str, description: str, result: str) -> dict:
+def _resource_operation(operation_id: str, summary: str, description: str, result: str) -> JsonObject:
     ok = {
         "description": f"The MCP result of the same request ({result}).",
         "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{result}"}}},
@@ -734,7 +735,7 @@ def _resource_result(fn, ctx: context.Context, argument):
         return error_response(exc.code, exc.message, retryable=exc.data.get("retryable"))
 
 
-def _read_contents(ctx: context.Context, uri: str) -> dict:
+def _read_contents(ctx: context.Context, uri: str) -> JsonObject:
     return {"contents": resources.read(ctx, uri)}
 
 

@@ -22,8 +22,10 @@ missing or wrong bearer token and a client over its rate. So here:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from asgiref.sync import markcoroutinefunction
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 from kernel import errors
 from mcp_gateway import security_headers, transport
@@ -35,7 +37,12 @@ CONTENT_TYPE = "application/json; charset=utf-8"  # what django-ninja's JSON ren
 
 
 def error_response(
-    code: str, message: str, *, status: int | None = None, headers: dict | None = None, retryable=None
+    code: str,
+    message: str,
+    *,
+    status: int | None = None,
+    headers: dict[str, str] | None = None,
+    retryable: bool | None = None,
 ) -> HttpResponse:
     """Every REST error: the envelope of ``errors.rest_error_body``, with the
     code's status (``errors.http_status``) unless ``status`` says otherwise."""
@@ -46,11 +53,11 @@ def error_response(
     return response
 
 
-def _is_json(response: HttpResponse) -> bool:
+def _is_json(response: HttpResponseBase) -> bool:
     return response.get("Content-Type", "").startswith("application/json")
 
 
-def _as_envelope(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+def _as_envelope(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
     """Django's HTML 404 and 405 pages as the REST error envelope."""
     if response.status_code == 404 and not _is_json(response):
         return error_response(errors.NOT_FOUND, "no such endpoint; see /api/v1/docs", retryable=False)
@@ -61,13 +68,15 @@ def _as_envelope(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     return response
 
 
-def rest_edge(get_response):
+def rest_edge(
+    get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
+) -> Callable[[HttpRequest], Awaitable[HttpResponseBase]]:
     """Django middleware (async) for the REST mirror."""
 
-    async def middleware(request: HttpRequest) -> HttpResponse:
+    async def middleware(request: HttpRequest) -> HttpResponseBase:
         origin = request.headers.get("Origin")  # an allowed one, or the gate refused the request
         if request.method == "OPTIONS" and origin is not None:
-            response = HttpResponse(
+            response: HttpResponseBase = HttpResponse(
                 status=204, headers=transport.preflight_headers(ALLOW_METHODS, ALLOW_HEADERS)
             )
         else:

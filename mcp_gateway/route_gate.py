@@ -47,8 +47,9 @@ from django.conf import settings
 from django.http.request import split_domain_port
 
 from kernel import errors, observe
+from kernel.jsontypes import JsonObject
 from mcp_gateway import api, context, ratelimit, rest_edge, sessions, transport
-from mcp_gateway.asgi_io import Request, Response
+from mcp_gateway.asgi_io import App, Receive, Request, Response, Scope, Send
 from mcp_gateway.listen import parse_listen
 from mcp_gateway.transport import HttpError
 
@@ -100,7 +101,7 @@ def route_of(path: str) -> Route:
     return SITE_ROUTE
 
 
-def resolved(scope: dict) -> tuple[dict, str]:
+def resolved(scope: Scope) -> tuple[Scope, str]:
     """``scope`` with the deployment's prefix as its ``root_path``, and the
     path Django routes for it (``ASGIRequest.path_info``, by the same rule)."""
     prefix = settings.FORCE_SCRIPT_NAME or ""
@@ -138,7 +139,7 @@ def check_rate(remote: str, authorization: str | None, ctx: context.Context) -> 
         )
 
 
-def own_origin(request: Request, scope: dict) -> str:
+def own_origin(request: Request, scope: JsonObject) -> str:
     """``scheme://host:port`` of the request itself, as a browser names the
     page it came from (behind a proxy, from its forwarded headers, as Django)."""
     scheme = scope.get("scheme") or "http"
@@ -152,7 +153,7 @@ def own_origin(request: Request, scope: dict) -> str:
     return f"{scheme}://{domain}:{port or (443 if scheme == 'https' else 80)}"
 
 
-async def check_edge(request: Request, route: Route, scope: dict) -> context.Context | None:
+async def check_edge(request: Request, route: Route, scope: JsonObject) -> context.Context | None:
     """Host, then Origin; raises :class:`HttpError`. The context, when the
     Origin check needed it."""
     if not request.host_allowed():
@@ -193,10 +194,10 @@ def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:
     return response
 
 
-def gate(app):
+def gate(app: App) -> App:
     """``app`` behind the gate: every HTTP request is checked before it runs."""
 
-    async def gated(scope, receive, send):
+    async def gated(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await app(scope, receive, send)
         scope, path = resolved(scope)
@@ -220,7 +221,9 @@ def gate(app):
     return gated
 
 
-async def _refuse(request: Request, route: Route, exc: HttpError, cors_origin: str | None, send) -> None:
+async def _refuse(
+    request: Request, route: Route, exc: HttpError, cors_origin: str | None, send: Send
+) -> None:
     response = refusal(route, exc, cors_origin)
     if route.surface != REST:  # the REST mirror is not counted (it skips the site's middleware)
         observe.observe_request(request.method, response.status, endpoint=route.surface)

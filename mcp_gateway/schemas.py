@@ -14,11 +14,12 @@ from corpus import arguments, counters
 from corpus.globs import MAX_GLOB_CHARS
 from corpus.patterns import MAX_QUERY_CHARS, MAX_QUESTION_CHARS, MAX_REGEX_CHARS
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
 SCHEMA_VERSION = "10.0.0"
 
-SPAN = {
+SPAN: JsonObject = {
     "type": "object",
     "oneOf": [
         {
@@ -50,12 +51,12 @@ SPAN = {
     ],
 }
 
-LABEL = {
+LABEL: JsonObject = {
     "type": "string",
     "description": 'A human pointer to the page, e.g. "slide 7" or "sheet \'Q2\'".',
 }
 
-HIT = {
+HIT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -90,7 +91,7 @@ HIT = {
 
 # An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether dense
 # retrieval took part, and why not when it failed.
-def _provider_status(description: str) -> dict:
+def _provider_status(description: str) -> JsonObject:
     """Whether a provider call took part, and if not why: ``dense`` and ``generation``."""
     return {
         "type": "object",
@@ -134,7 +135,7 @@ GENERATION["properties"] |= {
 
 # An addition to §15.1/§15.2 (docs/contracts.md, 3.0.0): whether anything
 # matched the query well (corpus/ranking.py: is_weak).
-MATCH = {
+MATCH: JsonObject = {
     "type": "string",
     "enum": ["good", "weak"],
     "description": (
@@ -145,7 +146,7 @@ MATCH = {
 
 
 #: The question of ask and of the multimodal tools that answer one.
-QUESTION = {
+QUESTION: JsonObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_QUESTION_CHARS,
@@ -157,7 +158,7 @@ QUESTION = {
 PATH_SEGMENTS_PATTERN = f"^(?:[^/]*/){{0,{MAX_PATH_SEGMENTS - 1}}}[^/]*$"
 
 
-def path_argument(description: str, *, required: bool = True) -> dict:
+def path_argument(description: str, *, required: bool = True) -> JsonObject:
     """Every path-bearing argument: at most ``MAX_PATH_CHARS`` characters in
     at most ``MAX_PATH_SEGMENTS`` segments (corpus/security.py enforces the
     same bounds behind every surface, schema or not)."""
@@ -171,16 +172,16 @@ def path_argument(description: str, *, required: bool = True) -> dict:
     }
 
 
-def _with_defs(schema: dict, *names: str) -> dict:
+def _with_defs(schema: JsonObject, *names: str) -> JsonObject:
     defs = {"Span": SPAN, "Hit": HIT}
     out = copy.deepcopy(schema)
     out["$defs"] = {name: copy.deepcopy(defs[name]) for name in names}
     return out
 
 
-_INDEX = {"type": "string", "enum": ["auto", "text", "code", "both"], "default": "auto"}
-K_INPUT = {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
-_FILTERS = {
+_INDEX: JsonObject = {"type": "string", "enum": ["auto", "text", "code", "both"], "default": "auto"}
+K_INPUT: JsonObject = {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
+_FILTERS: JsonObject = {
     "path_prefix": path_argument("Only files under this relative directory, e.g. 'src/'.", required=False),
     "file_glob": {
         "type": "string",
@@ -194,7 +195,7 @@ _FILTERS = {
     },
 }
 
-SEARCH_INPUT = {
+SEARCH_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -237,7 +238,7 @@ SEARCH_OUTPUT = _with_defs(
     "Hit",
 )
 
-ASK_INPUT = {
+ASK_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -250,7 +251,7 @@ ASK_INPUT = {
     "required": ["question"],
 }
 
-ERROR = {
+ERROR: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -262,7 +263,7 @@ ERROR = {
 }
 
 # dir2mcp.verify's result, and ask's check of its own answer (issue #32).
-VERIFICATION = {
+VERIFICATION: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -353,7 +354,7 @@ ASK_OUTPUT = _with_defs(
     "Hit",
 )
 
-OPEN_FILE_INPUT = {
+OPEN_FILE_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -395,7 +396,7 @@ OPEN_FILE_OUTPUT = _with_defs(
     "Span",
 )
 
-LIST_FILES_INPUT = {
+LIST_FILES_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -406,7 +407,7 @@ LIST_FILES_INPUT = {
     },
 }
 
-LIST_FILES_OUTPUT = {
+LIST_FILES_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -435,10 +436,10 @@ LIST_FILES_OUTPUT = {
     "required": ["limit", "offset", "total", "files"],
 }
 
-STATS_INPUT = {"type": "object", "additionalProperties": False}
+STATS_INPUT: JsonObject = {"type": "object", "additionalProperties": False}
 
 # One embedder: a provider and its model per index kind; null when there is none.
-EMBEDDER_MODELS = {
+EMBEDDER_MODELS: JsonObject = {
     "type": ["object", "null"],
     "additionalProperties": False,
     "properties": {
@@ -449,11 +450,11 @@ EMBEDDER_MODELS = {
     "required": ["provider", "text_model", "code_model"],
 }
 
-_COUNTER = {"type": "integer"}
+_COUNTER: JsonObject = {"type": "integer"}
 #: Counts by name.
-COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+COUNTS: JsonObject = {"type": "object", "additionalProperties": {"type": "integer"}}
 
-STATS_OUTPUT = {
+STATS_OUTPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -621,7 +622,7 @@ STATS_OUTPUT = {
     "required": ["root", "state_dir", "protocol_version", "indexing", "models"],
 }
 
-FIND_INPUT = {
+FIND_INPUT: JsonObject = {
     "type": "object",
     "additionalProperties": False,
     "properties": {

@@ -20,7 +20,8 @@ corpus text, also send ``Cache-Control: no-store``.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Iterable
+from typing import Protocol
 
 from django.conf import settings
 
@@ -63,7 +64,15 @@ def security_headers(content_type: str, *, secure: bool) -> dict[str, str]:
     return headers
 
 
-def add_to(headers: MutableMapping[str, str], *, secure: bool, no_store: bool = False) -> None:
+class Headers(Protocol):
+    """A response's headers: a dict, or Django's ``ResponseHeaders`` (not a MutableMapping)."""
+
+    def items(self) -> Iterable[tuple[str, str]]: ...
+    def setdefault(self, key: str, value: str) -> object: ...
+    def __setitem__(self, key: str, value: str) -> None: ...
+
+
+def add_to(headers: Headers, *, secure: bool, no_store: bool = False) -> None:
     """Add the security headers to a response's ``headers`` (a value already
     there is kept); with ``no_store``, ``Cache-Control: no-store`` replaces
     any other caching rule."""

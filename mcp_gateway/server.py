@@ -30,6 +30,7 @@ from corpus.events import Reporter
 from kernel import errors
 from mcp_gateway import workers
 from mcp_gateway.background import start_background_indexing
+from mcp_gateway.context import Context
 from mcp_gateway.listen import ListenAddress, TlsFiles, bracket, endpoint_description, endpoint_url
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class Listening:
     url: str
 
 
-def serve(ctx, address: ListenAddress, **options: Any) -> None:
+def serve(ctx: Context, address: ListenAddress, **options: Any) -> None:
     """Serve ``ctx`` on ``address`` until SIGINT/SIGTERM (``options``:
     :class:`Gateway`'s ``reporter``, ``tls``, ``announce``, ``index``, ``stop_wait``).
 
@@ -120,7 +121,7 @@ class Gateway:
 
     def __init__(
         self,
-        ctx,
+        ctx: Context,
         address: ListenAddress,
         *,
         reporter: Reporter,
@@ -128,7 +129,7 @@ class Gateway:
         announce: Callable[[Listening], None] | None = None,
         index: bool = True,
         stop_wait: float = STOP_WAIT_SECONDS,
-    ):
+    ) -> None:
         self.ctx = ctx
         self.address = address
         self.reporter = reporter
@@ -278,7 +279,7 @@ def _server_class():
     class _Server(Server):
         listen_failure = None
 
-        def listen_error(self, failure):
+        def listen_error(self, failure) -> None:
             # Daphne logs and stops; keep the failure so `up` can exit 4.
             self.listen_failure = failure
             self.stop()
@@ -286,7 +287,7 @@ def _server_class():
     return _Server
 
 
-def _connection_limits(ctx):
+def _connection_limits(ctx: Context):
     # Imported here, as in _server_class: bounded.py imports daphne.
     from mcp_gateway.bounded import ConnectionLimits
 

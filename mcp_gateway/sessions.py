@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Q
 
+from kernel.jsontypes import JsonObject
 from mcp_gateway.models import McpSession, McpSubscription
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class Limits:
 class SessionGone(Exception):
     """Unknown or expired; ``reason`` is "inactivity", "max-lifetime" or ""."""
 
-    def __init__(self, reason: str = ""):
+    def __init__(self, reason: str = "") -> None:
         super().__init__(reason or "unknown session")
         self.reason = reason
 
@@ -57,7 +58,9 @@ def new_id() -> str:
     return "sess_" + secrets.token_urlsafe(24)
 
 
-def create(*, protocol_version: str, client_info: dict, token: str | None, limits: Limits) -> McpSession:
+def create(
+    *, protocol_version: str, client_info: JsonObject, token: str | None, limits: Limits
+) -> McpSession:
     sweep(limits)
     now = time.time()
     info = client_info if isinstance(client_info, dict) else {}

@@ -31,13 +31,14 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import notify, sessions
 from mcp_gateway.asgi_io import StreamResponse
 from mcp_gateway.transport import HttpError
@@ -60,7 +61,7 @@ class Outbox:
     ``send`` and ``close`` may be called from any thread; one consumer (the
     open connection, :func:`_events`) reads on the server's event loop."""
 
-    def __init__(self, session_id: str):
+    def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.key = secrets.token_hex(6)
         self.generation = 0  # the connection now reading; an older one stops
@@ -68,13 +69,13 @@ class Outbox:
         self.detached_at: float | None = time.monotonic()
         self.closed = False
         self._seq = 0
-        self._log: deque[tuple[int, float, dict | None]] = deque()
+        self._log: deque[tuple[int, float, JsonObject | None]] = deque()
         self._lock = threading.Lock()
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     # -- producers --
 
-    def send(self, notification: dict | None) -> None:
+    def send(self, notification: JsonObject | None) -> None:
         if self.stale():  # nobody came back for it within the replay window
             self.close()
         with self._lock:
@@ -93,7 +94,7 @@ class Outbox:
         self._kick()
         notify.HUB.detach(self.session_id, self)
 
-    def _append(self, entry: dict | None) -> int:
+    def _append(self, entry: JsonObject | None) -> int:
         self._seq += 1
         self._log.append((self._seq, time.monotonic(), entry))
         now = time.monotonic()
@@ -139,7 +140,7 @@ class Outbox:
             oldest = self._log[0][0] if self._log else self._seq + 1
             return seq <= self._seq and seq >= oldest - 1
 
-    def take(self, cursor: int, own_priming: int) -> tuple[list[tuple[int, dict | None]], int]:
+    def take(self, cursor: int, own_priming: int) -> tuple[list[tuple[int, JsonObject | None]], int]:
         """The entries after ``cursor`` to send (other connections' priming
         events left out) and the new cursor; when some were dropped unsent,
         a ``list_changed`` goes at the end."""
@@ -168,7 +169,7 @@ class _Reader:
     cursor: int = 0
 
 
-def event_bytes(event_id: str, message: dict | None) -> bytes:
+def event_bytes(event_id: str, message: JsonObject | None) -> bytes:
     if message is None:
         return f"id: {event_id}\nretry: {RETRY_MS}\ndata: \n\n".encode()
     data = json.dumps(message, ensure_ascii=False)
@@ -185,17 +186,21 @@ def parse_event_id(value: str | None) -> tuple[str, int] | None:
 
 # -- opening a stream -----------------------------------------------------------------
 
-Run = Callable[..., Awaitable]
+Run = Callable[..., Awaitable[object]]
 
 
-async def open_stream(session_id: str, last_event_id: str | None, limits: sessions.Limits, run: Run):
+async def open_stream(
+    session_id: str, last_event_id: str | None, limits: sessions.Limits, run: Run
+) -> StreamResponse:
     """The GET's answer for a live session; 409 when its stream is open elsewhere.
 
     ``run(fn, *args)`` runs a database call in a worker thread (api.py's)."""
     resume = parse_event_id(last_event_id)
     current = notify.HUB.sink(session_id)
     same_stream = isinstance(current, Outbox) and resume is not None and resume[0] == current.key
-    resuming = same_stream and current.can_resume(resume[1])
+    resuming = (
+        same_stream and isinstance(current, Outbox) and resume is not None and current.can_resume(resume[1])
+    )
     holder = secrets.token_hex(12)
     if not await run(sessions.claim_stream, session_id, holder, take_over=same_stream):
         raise HttpError(
@@ -203,7 +208,7 @@ async def open_stream(session_id: str, last_event_id: str | None, limits: sessio
             errors.INVALID_FIELD,
             "this session's stream is already open; resume it with Last-Event-ID, or close it first",
         )
-    if resuming:
+    if resuming and isinstance(current, Outbox) and resume is not None:  # (resuming says both)
         outbox, after = current, resume[1]
     else:
         if isinstance(current, Outbox):
@@ -216,7 +221,9 @@ async def open_stream(session_id: str, last_event_id: str | None, limits: sessio
     return StreamResponse(_events(outbox, after, holder, limits, run))
 
 
-async def _events(outbox: Outbox, after: int | None, holder: str, limits, run: Run) -> AsyncIterator[bytes]:
+async def _events(
+    outbox: Outbox, after: int | None, holder: str, limits: sessions.Limits, run: Run
+) -> AsyncGenerator[bytes, None]:
     reader = outbox.attach(asyncio.get_running_loop(), after)
     every = keepalive_seconds()
     renewed = time.monotonic()

@@ -41,13 +41,16 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 from typing import BinaryIO
 
 from corpus import store_faults
 from corpus.events import Reporter
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import dispatch, modern, subscriptions, tools, transport
 from mcp_gateway.background import start_background_indexing
+from mcp_gateway.context import Context
 from mcp_gateway.notify import HUB, LOCAL
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import HttpError, Message
@@ -73,7 +76,7 @@ _TOO_LONG = object()
 # -- the stream -----------------------------------------------------------------
 
 
-def encode(message: dict) -> bytes:
+def encode(message: JsonObject) -> bytes:
     """One protocol line. JSON escapes control characters, so the only
     newline is the terminator; lone surrogates fall back to \\u escapes."""
     try:
@@ -86,12 +89,12 @@ def encode(message: dict) -> bytes:
 class LineWriter:
     """Whole messages to the protocol stream, one line each, never interleaved."""
 
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
         self._lock = threading.Lock()
         self.broken = threading.Event()  # the client stopped reading
 
-    def write(self, message: dict) -> bool:
+    def write(self, message: JsonObject) -> bool:
         try:
             data = encode(message)
         except (TypeError, ValueError):  # a bug: never send half a message
@@ -157,20 +160,20 @@ class _Call:
     """One ``tools/call`` being worked on; what cancellation and completion
     agree on, so that nothing is written after either."""
 
-    def __init__(self, msg: Message, writer: LineWriter):
+    def __init__(self, msg: Message, writer: LineWriter) -> None:
         self.msg = msg
         self.writer = writer
         self.cancel = threading.Event()
         self._lock = threading.Lock()
         self._over = False
 
-    def emit(self, notification: dict) -> None:
+    def emit(self, notification: JsonObject) -> None:
         """Progress and log notifications, only while the call is live."""
         with self._lock:
             if not self._over and not self.cancel.is_set():
                 self.writer.write(notification)
 
-    def finish(self, response: dict | None) -> None:
+    def finish(self, response: JsonObject | None) -> None:
         with self._lock:
             self._over = True
             if response is not None and not self.cancel.is_set():
@@ -187,13 +190,13 @@ class StdioServer:
 
     def __init__(
         self,
-        ctx,
+        ctx: Context,
         *,
         infd: int,
         out: BinaryIO,
         workers: int = WORKERS,
         max_line: int = MAX_LINE_BYTES,
-    ):
+    ) -> None:
         self.ctx = ctx
         self.infd = infd
         self.max_line = max_line
@@ -204,7 +207,7 @@ class StdioServer:
         self._inflight: dict[object, _Call] = {}
         self._listens: dict[object, subscriptions.Sink] = {}  # open subscriptions/listen, by request id
         self._lock = threading.Lock()
-        self._jobs: queue.Queue = queue.Queue()
+        self._jobs: queue.Queue[_Call | None] = queue.Queue()
         # Daemon threads, not a ThreadPoolExecutor: a call that never returns
         # must not keep the process alive after shutdown gave up on it.
         self._workers = [
@@ -223,7 +226,7 @@ class StdioServer:
             for line in read_lines(self.infd, self.max_line):
                 if self.writer.broken.is_set():
                     break
-                if line is _TOO_LONG:
+                if not isinstance(line, bytes):  # _TOO_LONG
                     self.writer.write(
                         errors.rpc_error(
                             None,
@@ -317,7 +320,7 @@ class StdioServer:
         self.writer.write(subscriptions.acknowledged(listen))  # first, before any notification
         HUB.attach(_listen_key(msg.id), sink, listen.local)
 
-    def end_listen(self, request_id, *, graceful: bool = True) -> bool:
+    def end_listen(self, request_id: object, *, graceful: bool = True) -> bool:
         """Close one subscription (with its closing result when ``graceful``);
         False when there was none."""
         with self._lock:
@@ -368,7 +371,9 @@ class StdioServer:
                     self._inflight.pop(call.msg.id, None)
                 call.finish(response)
 
-    def _respond(self, msg: Message, emit, cancel) -> dict | None:
+    def _respond(
+        self, msg: Message, emit: dispatch.Emit | None, cancel: threading.Event | None
+    ) -> JsonObject | None:
         try:
             if modern.is_modern(msg):  # 2026-07-28: no session, everything in the request
                 return modern.respond(msg, self.ctx, emit=emit, cancel=cancel)
@@ -384,7 +389,7 @@ class StdioServer:
                 msg.id, errors.RPC_INTERNAL_ERROR, f"{msg.method} failed; see the server log"
             )
 
-    def _cancel(self, request_id) -> None:
+    def _cancel(self, request_id: object) -> None:
         if not isinstance(request_id, str | int) or isinstance(request_id, bool):
             return  # invalid cancellations are ignored
         if self.end_listen(request_id, graceful=False):
@@ -416,10 +421,10 @@ class StdioServer:
 class NotificationSink:
     """The resource notifications of stdio's one session (``notify.Sink``)."""
 
-    def __init__(self, server: StdioServer):
+    def __init__(self, server: StdioServer) -> None:
         self.server = server
 
-    def send(self, notification: dict) -> None:
+    def send(self, notification: JsonObject) -> None:
         if self.server.session.initialized:
             self.server.writer.write(notification)
 
@@ -427,12 +432,12 @@ class NotificationSink:
         """The session lasts as long as the process."""
 
 
-def _listen_key(request_id) -> str:
+def _listen_key(request_id: object) -> str:
     """A subscription's key among the hub's sinks (``repr``: 1 and "1" differ)."""
     return f"{STDIO_SESSION}-listen:{request_id!r}"
 
 
-def _readable_id(data):
+def _readable_id(data: object) -> str | int | None:
     """The id of an invalid message, when one can be read (else null)."""
     if isinstance(data, dict):
         msg_id = data.get("id")
@@ -445,11 +450,11 @@ def _readable_id(data):
 
 
 def serve(
-    ctx,
+    ctx: Context,
     *,
     out: BinaryIO,
     infd: int = 0,
-    reporter=None,
+    reporter: Reporter | None = None,
     index: bool = True,
     drain_seconds: float = DRAIN_SECONDS,
     indexer_stop_seconds: float = INDEXER_STOP_SECONDS,
@@ -463,9 +468,9 @@ def serve(
     reporter = reporter or Reporter.silent()
     server = StdioServer(ctx, infd=infd, out=out)
     stop = threading.Event()  # the indexer's stop
-    signalled = []
+    signalled: list[int] = []
 
-    def on_signal(signum, frame) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         # Only flags: a handler must not take a lock the main thread may hold.
         signalled.append(signum)
 
@@ -508,14 +513,14 @@ class _Hurry:
     """Set by a signal that arrives once the shutdown has begun (a second
     SIGINT/SIGTERM, or any after EOF): stop waiting for calls and the indexer."""
 
-    def __init__(self, signalled: list):
+    def __init__(self, signalled: list[int]) -> None:
         self.signalled, self.base = signalled, len(signalled)
 
     def is_set(self) -> bool:
         return len(self.signalled) > self.base
 
 
-def _join(thread: threading.Thread, timeout: float, force: _Hurry, reporter) -> None:
+def _join(thread: threading.Thread, timeout: float, force: _Hurry, reporter: Reporter) -> None:
     deadline = time.monotonic() + timeout
     while thread.is_alive() and time.monotonic() < deadline and not force.is_set():
         thread.join(0.1)

@@ -33,7 +33,7 @@ class StdoutGuard:
         sys.stdout = sys.stderr
         return self.protocol
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         try:
             sys.stdout.flush()
         except (OSError, ValueError):

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from mcp_gateway import notify, sessions
+from mcp_gateway.context import Context
 from mcp_gateway.modern import META_SERVER_INFO, server_info
 from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import Message
@@ -47,8 +49,8 @@ class Listen:
     uris: list[str] = field(default_factory=list)
 
     @property
-    def honored(self) -> dict:
-        out: dict = {"resourcesListChanged": True} if self.list_changed else {}
+    def honored(self) -> JsonObject:
+        out: JsonObject = {"resourcesListChanged": True} if self.list_changed else {}
         if self.uris:
             out["resourceSubscriptions"] = list(self.uris)
         return out
@@ -66,7 +68,7 @@ def _invalid(message: str) -> ResourceError:
     return ResourceError(errors.RPC_INVALID_PARAMS, message, data)
 
 
-def open_listen(msg: Message, ctx) -> Listen:
+def open_listen(msg: Message, ctx: Context) -> Listen:
     """The subscription ``msg`` asks for; :class:`ResourceError` (-32602) for a
     malformed filter. Reads the database (a worker thread's call)."""
     wanted = msg.params.get("notifications", {})
@@ -89,18 +91,18 @@ def open_listen(msg: Message, ctx) -> Listen:
     return listen
 
 
-def tagged(notification: dict, subscription_id) -> dict:
+def tagged(notification: JsonObject, subscription_id: object) -> JsonObject:
     params = dict(notification.get("params") or {})
     params["_meta"] = {**(params.get("_meta") or {}), META_SUBSCRIPTION: subscription_id}
     return {**notification, "params": params}
 
 
-def acknowledged(listen: Listen) -> dict:
+def acknowledged(listen: Listen) -> JsonObject:
     note = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged"}
     return tagged(note | {"params": {"notifications": listen.honored}}, listen.id)
 
 
-def closing(listen: Listen) -> dict:
+def closing(listen: Listen) -> JsonObject:
     """The result that ends a subscription the server closes."""
     meta = {META_SUBSCRIPTION: listen.id, META_SERVER_INFO: server_info()}
     return {"jsonrpc": "2.0", "id": listen.id, "result": {"resultType": "complete", "_meta": meta}}
@@ -110,10 +112,12 @@ class Sink:
     """``notify.Sink`` of one subscription: what it asked for, tagged, to
     ``deliver``; ``on_close`` when the hub ends it."""
 
-    def __init__(self, listen: Listen, deliver: Callable[[dict], None], on_close: Callable[[], None]):
+    def __init__(
+        self, listen: Listen, deliver: Callable[[JsonObject], object], on_close: Callable[[], object]
+    ) -> None:
         self.listen, self._deliver, self._on_close = listen, deliver, on_close
 
-    def send(self, notification: dict) -> None:
+    def send(self, notification: JsonObject) -> None:
         if notification.get("method") == notify.LIST_CHANGED["method"] and not self.listen.list_changed:
             return
         self._deliver(tagged(notification, self.listen.id))

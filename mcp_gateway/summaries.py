@@ -6,14 +6,17 @@ pass the spans straight to ``dir2mcp.open_file``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from corpus.citations import SpanRef, format_citation
 from corpus.index.dense import status as dense_status
 from corpus.ingest import coverage
+from kernel.jsontypes import JsonObject
 
 SNIPPET_CHARS = 300
 
 
-def span_ref(span: dict | None) -> SpanRef | None:
+def span_ref(span: JsonObject | None) -> SpanRef | None:
     if not span:
         return None
     if span["kind"] == "page":
@@ -23,7 +26,7 @@ def span_ref(span: dict | None) -> SpanRef | None:
     return SpanRef("lines", span["start_line"], span["end_line"])
 
 
-def cite(rel_path: str, span: dict | None) -> str:
+def cite(rel_path: str, span: JsonObject | None) -> str:
     ref = span_ref(span)
     return format_citation(rel_path, ref) if ref else f"[{rel_path}]"
 
@@ -33,13 +36,13 @@ def _one_line(text: str, limit: int = SNIPPET_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _where(hit: dict) -> str:
+def _where(hit: JsonObject) -> str:
     """The hit's citation, and its human pointer ("slide 7") when it has one."""
     where = cite(hit["rel_path"], hit["span"])
     return f"{where} ({hit['label']})" if hit.get("label") else where
 
 
-def _hits(hits: list[dict]) -> list[str]:
+def _hits(hits: list[JsonObject]) -> list[str]:
     return [
         f"{n}. {_where(h)} score={h['score']:.4f}\n"
         + (h["content"] if "content" in h else f"   {_one_line(h['snippet'])}")
@@ -47,7 +50,7 @@ def _hits(hits: list[dict]) -> list[str]:
     ]
 
 
-def _notes(result: dict) -> list[str]:
+def _notes(result: JsonObject) -> list[str]:
     """Caveats on the results: dense search down (lexical only), a weak match, indexing unfinished."""
     notes = [
         dense_status.generation_notice(result.get("generation")),
@@ -60,7 +63,7 @@ def _notes(result: dict) -> list[str]:
     return [note for note in notes if note]
 
 
-def search(result: dict) -> str:
+def search(result: JsonObject) -> str:
     hits = result["hits"]
     head = f"{len(hits)} hit(s) for {result['query']!r} (index: {result.get('index_used', 'text')})"
     if not hits:
@@ -68,7 +71,7 @@ def search(result: dict) -> str:
     return "\n".join([head + ":", *_hits(hits), *_notes(result)])
 
 
-def ask(result: dict) -> str:
+def ask(result: JsonObject) -> str:
     sources = [cite(c["rel_path"], c["span"]) for c in result["citations"]]
     lines = [result.get("answer") or "No answer: nothing relevant was found."]
     if sources:
@@ -76,7 +79,7 @@ def ask(result: dict) -> str:
     return "\n".join(lines + _notes(result))
 
 
-def open_file(result: dict) -> str:
+def open_file(result: JsonObject) -> str:
     where = cite(result["rel_path"], result.get("span"))
     note = " (truncated: ask for a narrower range or a larger max_chars)" if result["truncated"] else ""
     if result.get("from_index"):
@@ -84,7 +87,7 @@ def open_file(result: dict) -> str:
     return f"{where} {result['doc_type']}{note}\n\n{result['content']}"
 
 
-def list_files(result: dict) -> str:
+def list_files(result: JsonObject) -> str:
     files = result["files"]
     start = result["offset"] + 1 if files else result["offset"]
     lines = [f"Files {start}-{result['offset'] + len(files)} of {result['total']}:"]
@@ -98,7 +101,7 @@ def list_files(result: dict) -> str:
     return "\n".join(lines)
 
 
-def find(result: dict) -> str:
+def find(result: JsonObject) -> str:
     matches = result["matches"]
     lines = [f"{len(matches)} match(es) in {result['files_scanned']} file(s) scanned:"]
     for m in matches:
@@ -111,7 +114,7 @@ def find(result: dict) -> str:
     return "\n".join(lines)
 
 
-def stats(result: dict) -> str:
+def stats(result: JsonObject) -> str:
     ix = result["indexing"]
     state = "running" if ix["running"] else "idle"
     models = result["models"]
@@ -136,17 +139,17 @@ def _pending_line(pending: int | None) -> str:
     return f"Pending changes: {pending} (seen by live sync, not yet indexed)\n" if pending else ""
 
 
-def _coverage_warning(found: dict | None) -> str:
+def _coverage_warning(found: JsonObject | None) -> str:
     """The loud line, first, for an index that covers nothing or far more than git tracks."""
     return f"WARNING: {found['warning']}\n" if found and found["warning"] else ""
 
 
-def _coverage_line(found: dict | None) -> str:
+def _coverage_line(found: JsonObject | None) -> str:
     """What the last whole walk found, against git, and what it left out."""
     return coverage.describe(found) + "\n" if found else ""
 
 
-def _indexer_line(indexer: dict | None) -> str:
+def _indexer_line(indexer: JsonObject | None) -> str:
     """Where the indexer runs and how far dense coverage is."""
     if not indexer:
         return ""
@@ -163,7 +166,7 @@ def _indexer_line(indexer: dict | None) -> str:
     return line + "\n" + unwritten_line(indexer.get("unwritten"))
 
 
-def unwritten_line(unwritten: dict | None) -> str:
+def unwritten_line(unwritten: JsonObject | None) -> str:
     """Changes the store could not write (a full disk), waiting to be retried."""
     if not unwritten:
         return ""
@@ -180,16 +183,16 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _note_line(part: dict | None) -> str:
+def _note_line(part: JsonObject | None) -> str:
     return f"{part['note']}\n" if part and part.get("note") else ""
 
 
-def _embedder_line(embedder: dict | None) -> str:
+def _embedder_line(embedder: JsonObject | None) -> str:
     """A line when the embedder in use is not simply the configured one."""
     if not embedder or embedder["status"] in ("ok", "off"):
         return ""
 
-    def label(models: dict | None) -> str:
+    def label(models: JsonObject | None) -> str:
         if not models:
             return "none"
         text, code = models["text_model"], models["code_model"]
@@ -202,7 +205,7 @@ def _embedder_line(embedder: dict | None) -> str:
     )
 
 
-def transcribe(result: dict) -> str:
+def transcribe(result: JsonObject) -> str:
     segments = result.get("segments") or []
     head = (
         f"Transcribed {result['rel_path']} with {result['provider']}/{result['model']}"
@@ -219,7 +222,7 @@ def transcribe(result: dict) -> str:
     return "\n".join([head, *lines])
 
 
-def annotate(result: dict) -> str:
+def annotate(result: JsonObject) -> str:
     indexed = " and indexed its flattened text" if result["flattened_indexed"] else ""
     preview = result.get("annotation_text_preview") or ""
     if not result["stored"]:  # the document changed during the call (corpus/ingest/ondemand.py)
@@ -228,7 +231,7 @@ def annotate(result: dict) -> str:
     return f"Stored the annotation of {result['rel_path']}{indexed}.\n\n{preview}".rstrip()
 
 
-def outline(result: dict) -> str:
+def outline(result: JsonObject) -> str:
     """One line per entry, indented by depth: its citation, kind and signature."""
     rel = result["rel_path"]
     size = f"{result['pages']} pages" if "pages" in result else f"{result.get('lines', 0)} lines"
@@ -236,7 +239,7 @@ def outline(result: dict) -> str:
         f"Outline of {rel} ({result['outline']}, {size}): {result['count']} of {result['total']} entries"
     ]
 
-    def add(entries: list[dict], depth: int) -> None:
+    def add(entries: list[JsonObject], depth: int) -> None:
         for entry in entries:
             text = entry["signature"] or entry["name"]
             lines.append(f"{'  ' * depth}{cite(rel, entry['span'])} {entry['kind']} {_one_line(text, 160)}")
@@ -248,7 +251,7 @@ def outline(result: dict) -> str:
     return "\n".join(lines)
 
 
-def open_files(result: dict) -> str:
+def open_files(result: JsonObject) -> str:
     """Each slice as open_file's summary writes it, or its error, in order."""
     parts = []
     for piece in result["slices"]:
@@ -260,11 +263,11 @@ def open_files(result: dict) -> str:
     return "\n\n".join(parts)
 
 
-def checksum(result: dict) -> str:
+def checksum(result: JsonObject) -> str:
     return f"{result['algorithm']} {result['digest']}  [{result['rel_path']}] ({result['size_bytes']} B)"
 
 
-def diff(result: dict) -> str:
+def diff(result: JsonObject) -> str:
     a, b = result["rel_path_a"], result["rel_path_b"]
     if result["identical"]:
         return f"[{a}] and [{b}] have the same text."
@@ -273,7 +276,7 @@ def diff(result: dict) -> str:
     return f"{head}\n\n{result['diff']}{note}"
 
 
-def read_bytes(result: dict) -> str:
+def read_bytes(result: JsonObject) -> str:
     where, size = f"[{result['rel_path']}]", result["size_bytes"]
     if result["format"] == "image":
         image = result["image"]
@@ -290,7 +293,7 @@ def read_bytes(result: dict) -> str:
     return f"{head}\n\n{result['content']}"
 
 
-def verify(result: dict) -> str:
+def verify(result: JsonObject) -> str:
     lines = [f"{result['ok']} of {result['checked']} citation(s) hold"]
     for checked in result["citations"]:
         if checked["ok"]:
@@ -309,10 +312,10 @@ def verify(result: dict) -> str:
     return "\n".join(lines)
 
 
-def symbols(result: dict) -> str:
+def symbols(result: JsonObject) -> str:
     """One line per definition: its citation, kind, where it sits and its signature."""
 
-    def line(hit: dict) -> str:
+    def line(hit: JsonObject) -> str:
         inside = f" in {hit['enclosing']}" if hit.get("enclosing") else ""
         match = "" if hit["match"] == "exact" else f" [{hit['match']}: {hit['name']}]"
         where = f"{cite(hit['rel_path'], hit['span'])} {hit['kind']}{inside}{match}"
@@ -322,10 +325,10 @@ def symbols(result: dict) -> str:
     return _of_name(result, result["symbols"], ("definition", "Definitions"), more, line)
 
 
-def references(result: dict) -> str:
+def references(result: JsonObject) -> str:
     """One line per use: its citation, enclosing definition and the line's text."""
 
-    def line(hit: dict) -> str:
+    def line(hit: JsonObject) -> str:
         inside = f" in {hit['enclosing']}" if hit.get("enclosing") else ""
         return f"{cite(hit['rel_path'], hit['span'])}{inside}: {_one_line(hit['snippet'], 160)}"
 
@@ -333,7 +336,13 @@ def references(result: dict) -> str:
     return _of_name(result, result["references"], ("use", "Uses"), more, line)
 
 
-def _of_name(result: dict, hits: list, words: tuple[str, str], more: str, line) -> str:
+def _of_name(
+    result: JsonObject,
+    hits: list[JsonObject],
+    words: tuple[str, str],
+    more: str,
+    line: Callable[[JsonObject], str],
+) -> str:
     """``Definitions of 'x': 3`` (``words``: one and many) and a line per hit, or that there is none."""
     if not hits:
         return f"No {words[0]} of {result['name']!r} in the index."

@@ -15,7 +15,7 @@ import base64
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from jsonschema.exceptions import ValidationError
@@ -28,13 +28,15 @@ from corpus.ingest import coverage
 from corpus.ingest.pending import pending_count
 from corpus.navigation import budget
 from corpus.navigation import verify as grounding
-from corpus.retrieval import Filters
+from corpus.retrieval import Filters, SearchResult
 from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from corpus.status import latest_job, models_summary, older_format_documents
 from kernel import errors, observe
+from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, freshness, hints, indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
-from mcp_gateway.registry import Budget, Tool, table
+from mcp_gateway.registry import Budget, Tool
+from mcp_gateway.registry import table as table  # callers reach the table through tools
 from mcp_gateway.transport import LATEST_VERSION
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ class Cancelled(Exception):
     """The client sent ``notifications/cancelled`` for this call."""
 
 
-def _noop(*_args, **_kwargs) -> None:
+def _noop(*_args: object, **_kwargs: object) -> None:
     return None
 
 
@@ -83,12 +85,12 @@ def _decode_cursor(cursor: str) -> int:
     return offset
 
 
-def list_page(cursor: str | None = None, page_size: int | None = None) -> dict:
+def list_page(cursor: str | None = None, page_size: int | None = None) -> JsonObject:
     """One page of tool definitions; ``ValueError`` for a bad cursor."""
     size = page_size or PAGE_SIZE
     start = 0 if cursor is None else _decode_cursor(cursor)
     tools = list(table().values())
-    page = {"tools": [tool.definition() for tool in tools[start : start + size]]}
+    page: JsonObject = {"tools": [tool.definition() for tool in tools[start : start + size]]}
     if start + size < len(tools):
         page["nextCursor"] = _encode_cursor(start + size)
     return page
@@ -103,6 +105,7 @@ def _validation_error(exc: ValidationError) -> errors.Dir2mcpError:
         return errors.Dir2mcpError(errors.MISSING_FIELD, exc.message)
     if (
         exc.validator in ("maxLength", "pattern")
+        and isinstance(exc.schema, Mapping)
         and exc.schema.get("pattern") == schemas.PATH_SEGMENTS_PATTERN
     ):
         # A path argument past its bounds: INVALID_FIELD, as corpus.security.check_path_bounds says it.
@@ -129,7 +132,7 @@ def _validation_error(exc: ValidationError) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(errors.INVALID_FIELD, f"{where}: {exc.message}")
 
 
-def validate_arguments(tool: Tool, arguments) -> dict:
+def validate_arguments(tool: Tool, arguments: object) -> JsonObject:
     """The arguments with schema defaults applied; Dir2mcpError otherwise."""
     if arguments is None:
         arguments = {}
@@ -146,7 +149,7 @@ def validate_arguments(tool: Tool, arguments) -> dict:
     return {**defaults, **arguments}
 
 
-def error_result(exc: errors.Dir2mcpError) -> dict:
+def error_result(exc: errors.Dir2mcpError) -> JsonObject:
     payload = exc.as_dict()
     return {
         "isError": True,
@@ -155,7 +158,7 @@ def error_result(exc: errors.Dir2mcpError) -> dict:
     }
 
 
-def run(tool: Tool, arguments, call: Call) -> dict:
+def run(tool: Tool, arguments: object, call: Call) -> JsonObject:
     """Validate, run and package one call as a ``CallToolResult``, counted
     in the metrics (``/metrics``: calls and latency by tool). Every surface
     runs tools here: ``tools/call`` over HTTP and stdio, and the REST mirror.
@@ -169,10 +172,10 @@ def run(tool: Tool, arguments, call: Call) -> dict:
     return result
 
 
-def _run(tool: Tool, arguments, call: Call) -> dict:
+def _run(tool: Tool, arguments: object, call: Call) -> JsonObject:
     try:
         args = validate_arguments(tool, arguments)
-        given = arguments or {}  # the hints repeat what the client gave, not the defaults
+        given = arguments if isinstance(arguments, dict) else {}  # what the client gave, not the defaults
         return budgets.run(
             tool.name,
             tool.budget,
@@ -195,18 +198,18 @@ def _run(tool: Tool, arguments, call: Call) -> dict:
         )
 
 
-def package(tool: Tool, result: dict, args: dict) -> dict:
+def package(tool: Tool, result: JsonObject, args: JsonObject) -> JsonObject:
     """The ``CallToolResult`` of a handler's result: its summary, any further
     content items, the structured result, how fresh it is and the next
     actions it suggests."""
-    extra: list[dict] = []
+    extra: list[JsonObject] = []
     if tool.split_content is not None:
         result, extra = tool.split_content(result)
     result = freshness.narrow(tool, result)
     text = tool.summarize(result)
     if (stale := freshness.note(result)) is not None:
         text = f"{text}\n{stale}"
-    packaged = {"content": [{"type": "text", "text": text}, *extra], "structuredContent": result}
+    packaged: JsonObject = {"content": [{"type": "text", "text": text}, *extra], "structuredContent": result}
     actions = tool.next_actions(result, args)[: hints.MOST] if tool.next_actions is not None else []
     if actions:
         packaged["content"][0]["text"] = f"{text}\n{hints.line(actions)}"
@@ -217,7 +220,7 @@ def package(tool: Tool, result: dict, args: dict) -> dict:
 # -- the tools ------------------------------------------------------------------
 
 
-def _filters(args: dict):
+def _filters(args: JsonObject) -> Filters:
     return Filters(
         path_prefix=canonical_prefix(args.get("path_prefix", "")),
         file_glob=args.get("file_glob", ""),
@@ -225,7 +228,7 @@ def _filters(args: dict):
     )
 
 
-def search(call: Call, args: dict) -> dict:
+def search(call: Call, args: JsonObject) -> JsonObject:
     call.progress(0, 1, "searching")
     result = call.ctx.searcher.search(args["query"], k=args["k"], index=args["index"], filters=_filters(args))
     call.check()
@@ -237,7 +240,7 @@ def search(call: Call, args: dict) -> dict:
     return out
 
 
-def _within_budget(call: Call, result, max_tokens: int) -> dict:
+def _within_budget(call: Call, result: SearchResult, max_tokens: int) -> JsonObject:
     """The hits as passages with their text, merged per file, in rank order
     (:func:`mcp_gateway.budgets.run` keeps those that fit)."""
     passages = budget.merge(result.hits)
@@ -260,7 +263,7 @@ def _embed_first(ctx: Context, rel_paths: list[str]) -> None:
         supervisor.embed_first(rel_paths)
 
 
-def ask(call: Call, args: dict) -> dict:
+def ask(call: Call, args: JsonObject) -> JsonObject:
     ctx = call.ctx
     chat = ctx.chat if args["mode"] == "answer" else None
     call.progress(0, 2, "searching")
@@ -285,12 +288,12 @@ def ask(call: Call, args: dict) -> dict:
     return out
 
 
-def _retrieved(call: Call, found, *, generating: bool) -> None:
+def _retrieved(call: Call, found: SearchResult, *, generating: bool) -> None:
     call.check()
     call.progress(1, 2, f"{len(found.hits)} passages" + ("; generating the answer" if generating else ""))
 
 
-def open_file(call: Call, args: dict) -> dict:
+def open_file(call: Call, args: JsonObject) -> JsonObject:
     keys = ("start_line", "end_line", "page", "start_ms", "end_ms", "max_chars")
     _embed_first(call.ctx, [args["rel_path"]])
     return files.open_file(
@@ -298,7 +301,7 @@ def open_file(call: Call, args: dict) -> dict:
     )
 
 
-def list_files(call: Call, args: dict) -> dict:
+def list_files(call: Call, args: JsonObject) -> JsonObject:
     return files.list_files(
         path_prefix=args.get("path_prefix", ""),
         glob=args.get("glob", ""),
@@ -307,7 +310,7 @@ def list_files(call: Call, args: dict) -> dict:
     )
 
 
-def find(call: Call, args: dict) -> dict:
+def find(call: Call, args: JsonObject) -> JsonObject:
     keys = (
         "name_glob",
         "content",
@@ -329,7 +332,7 @@ def find(call: Call, args: dict) -> dict:
     return result
 
 
-def stats(call: Call, args: dict) -> dict:
+def stats(call: Call, args: JsonObject) -> JsonObject:
     ctx = call.ctx
     job = latest_job()
     counters = job.counters() if job else {}
@@ -361,7 +364,7 @@ def stats(call: Call, args: dict) -> dict:
 
 
 #: The core tools, in the contract's order (``McpGatewayConfig.ready`` registers them).
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     budgets.declared(
         Tool(
             name="dir2mcp.search",

@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
+from django.http.response import ResponseHeaders
+
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 LATEST_VERSION = "2025-11-25"
 # Every version we speak; the header may carry any of them (the v0.1.16
@@ -43,7 +48,7 @@ class HttpError(Exception):
     rpc_code: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
-    def body(self) -> dict:
+    def body(self) -> JsonObject:
         """A JSON-RPC error without ``id`` (the transport spec allows one)."""
         rpc_code = self.rpc_code if self.rpc_code is not None else errors.RPC_INVALID_REQUEST
         return errors.rpc_refusal(rpc_code, self.message, {"code": self.code})
@@ -64,7 +69,7 @@ def internal_error() -> HttpError:
 # -- CORS -----------------------------------------------------------------------
 
 
-def allow_origin(headers, origin: str, expose: str) -> None:
+def allow_origin(headers: MutableMapping[str, str] | ResponseHeaders, origin: str, expose: str) -> None:
     """The CORS headers of an answer to an allowed ``origin`` (its Origin
     check passed), written into ``headers``, any mutable mapping: a browser
     may then read the body and the ``expose`` headers."""
@@ -125,7 +130,7 @@ def _port(scheme: str, port: int | None) -> int:
     return port if port is not None else (443 if scheme == "https" else 80)
 
 
-def check_origin(origin: str | None, allowed) -> None:
+def check_origin(origin: str | None, allowed: tuple[str, ...] | list[str]) -> None:
     if origin is None:
         return
     if not origin_allowed(origin, allowed):
@@ -236,19 +241,20 @@ def check_session_header(value: str | None) -> str:
 class Message:
     """One parsed client message: a request, a notification or a response."""
 
-    raw: dict
+    raw: JsonObject
     kind: str  # "request" | "notification" | "response"
 
     @property
-    def id(self):
+    def id(self) -> Any:  # Any: a JSON-RPC id as the client sent it (string or number)
         return self.raw.get("id")
 
     @property
     def method(self) -> str:
-        return self.raw.get("method", "")
+        method: str = self.raw.get("method", "")  # shape_message checked it is a string
+        return method
 
     @property
-    def params(self) -> dict:
+    def params(self) -> JsonObject:
         return self.raw.get("params") or {}
 
 
@@ -268,7 +274,7 @@ def parse_message(body: bytes) -> Message:
     return shape_message(data)
 
 
-def shape_message(data) -> Message:
+def shape_message(data: object) -> Message:
     def invalid(why: str) -> HttpError:
         return HttpError(
             400, errors.INVALID_FIELD, f"invalid JSON-RPC message: {why}", errors.RPC_INVALID_REQUEST

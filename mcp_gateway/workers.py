@@ -30,12 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 
 from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class Bounds:
     deadline: float  # call_timeout, seconds; 0 = none
 
     @classmethod
-    def of(cls, config, *, paid: bool = False) -> Bounds:
+    def of(cls, config: Config, *, paid: bool = False) -> Bounds:
         """The configured bounds; a paid call (x402) has no deadline: its
         answer carries the settlement, which must not be settled behind a
         DEADLINE_EXCEEDED its client was given."""
@@ -123,12 +129,12 @@ def executor(limit: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def run(fn, *args, limit: int, **kwargs):
+def run(fn: Callable[..., _R], *args: object, limit: int, **kwargs: object) -> Awaitable[_R]:
     """``fn(*args, **kwargs)`` on a call thread, awaitable. The caller holds a slot."""
     return sync_to_async(fn, thread_sensitive=False, executor=executor(limit))(*args, **kwargs)
 
 
-def start(fn, *args, bounds: Bounds, client: str) -> asyncio.Future:
+def start(fn: Callable[..., _R], *args: object, bounds: Bounds, client: str) -> asyncio.Future[_R]:
     """Admit ``client`` (:func:`admit`, which may refuse) and start
     ``fn(*args)`` on a call thread; the slot comes back when the thread returns."""
     admit(bounds, client)
@@ -137,7 +143,13 @@ def start(fn, *args, bounds: Bounds, client: str) -> asyncio.Future:
     return work
 
 
-async def finish(work: asyncio.Future, bounds: Bounds, *, alongside=(), stop: threading.Event | None = None):
+async def finish(
+    work: asyncio.Future[Any],  # Any: the futures' results differ, and finish reads none of them
+    bounds: Bounds,
+    *,
+    alongside: Iterable[asyncio.Future[Any]] = (),
+    stop: threading.Event | None = None,
+) -> set[asyncio.Future[Any]]:
     """Wait for ``work``, or for any of ``alongside`` (a cancel), up to the
     deadline. Returns the futures done; past the deadline ``DEADLINE_EXCEEDED``
     (:class:`Overdue`) is raised, ``stop`` set, and ``work`` counted overdue until its thread returns."""
@@ -153,7 +165,7 @@ async def finish(work: asyncio.Future, bounds: Bounds, *, alongside=(), stop: th
     raise deadline_exceeded(bounds.deadline)
 
 
-def _no_longer_overdue(work: asyncio.Future) -> None:
+def _no_longer_overdue(work: asyncio.Future[Any]) -> None:
     Slots.overdue -= 1
     if not work.cancelled():
         work.exception()  # retrieved: its client was answered long ago
@@ -166,11 +178,11 @@ def deadline_exceeded(seconds: float) -> Overdue:
     )
 
 
-def readiness() -> dict:
+def readiness() -> JsonObject:
     """``/healthz``: can this process take another call, and are calls
     finishing within their deadline? (``degraded`` when not.)"""
     limit, running, overdue = Slots.limit, Slots.taken, Slots.overdue
-    out: dict = {"ok": True, "running": running}
+    out: JsonObject = {"ok": True, "running": running}
     if limit is not None:
         out["limit"] = limit
     if overdue:

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel import observe
+from kernel.jsontypes import JsonObject
 from kernel.output import utc_stamp
 from payments.models import SettlementLog
 from payments.policy import Price
 
 logger = logging.getLogger(__name__)
 
-EVENT_FOR_STATUS = {
+EVENT_FOR_STATUS: dict[str, str] = {
     SettlementLog.Status.REQUIRED: "payment_required",
     SettlementLog.Status.VERIFIED: "payment_verified",
     SettlementLog.Status.SETTLING: "payment_settling",
@@ -51,7 +52,7 @@ class Entry:
 class AuditTrail:
     """Writes audit records for one gate."""
 
-    def __init__(self, state_dir: Path, emit: Callable[[dict], None] | None = None):
+    def __init__(self, state_dir: Path, emit: Callable[[JsonObject], None] | None = None) -> None:
         self.log_path = Path(state_dir) / "payments" / "settlement.log"
         self.emit = emit
 
@@ -84,7 +85,7 @@ class AuditTrail:
         return row
 
     @staticmethod
-    def _data(row: SettlementLog) -> dict:
+    def _data(row: SettlementLog) -> JsonObject:
         data = {
             "id": row.pk,
             "tool": row.tool,
@@ -103,7 +104,7 @@ class AuditTrail:
             data["payer_verified"] = row.payer_verified
         return data
 
-    def _append(self, event: dict) -> None:
+    def _append(self, event: JsonObject) -> None:
         line = json.dumps(event, sort_keys=True) + "\n"
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from x402.http import PAYMENT_REQUIRED_HEADER, encode_payment_required_header
 from x402.mcp.types import MCP_PAYMENT_REQUIRED_CODE
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from payments.policy import Price
 
 JSONRPC_PAYMENT_REQUIRED = MCP_PAYMENT_REQUIRED_CODE  # 402
@@ -31,7 +32,7 @@ def payment_required(
     resource_url: str,
     *,
     error: str = NO_PAYMENT,
-    extensions: dict | None = None,
+    extensions: JsonObject | None = None,
     description: str = "",
 ) -> PaymentRequired:
     return PaymentRequired(

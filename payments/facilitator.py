@@ -16,11 +16,15 @@ for the answer, or a 5xx, may have come after the facilitator settled.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 import httpx
 from x402 import PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse
 from x402.http import FacilitatorConfig, HTTPFacilitatorClientSync
 from x402.http.facilitator_client_base import FacilitatorResponseError
+
+_Answer = TypeVar("_Answer", VerifyResponse, SettleResponse)
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +39,7 @@ class FacilitatorUnavailable(Exception):
     ``delivered`` is False only when the request certainly never reached it.
     """
 
-    def __init__(self, operation: str, status: int, detail: str, *, delivered: bool = True):
+    def __init__(self, operation: str, status: int, detail: str, *, delivered: bool = True) -> None:
         super().__init__(f"facilitator {operation} unavailable: {detail}")
         self.operation = operation
         self.status = status
@@ -48,7 +52,7 @@ class Facilitator:
 
     def __init__(
         self, url: str, *, timeout: float = DEFAULT_TIMEOUT, http_client: httpx.Client | None = None
-    ):
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self._client = HTTPFacilitatorClientSync(
@@ -64,7 +68,13 @@ class Facilitator:
     def close(self) -> None:
         self._client.close()
 
-    def _call(self, operation: str, method, payload, requirements):
+    def _call(
+        self,
+        operation: str,
+        method: Callable[[PaymentPayload, PaymentRequirements], _Answer],
+        payload: PaymentPayload,
+        requirements: PaymentRequirements,
+    ) -> _Answer:
         delivered = True
         try:
             return method(payload, requirements)

@@ -24,20 +24,23 @@ thread (``asgiref.sync.sync_to_async``), like any other tool call.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import transaction
-from x402 import PaymentPayload, SettleResponse
+from x402 import PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse
 from x402.http import PAYMENT_RESPONSE_HEADER, decode_payment_signature_header, encode_payment_response_header
 from x402.mcp.constants import MCP_PAYMENT_RESPONSE_META_KEY
 
 from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 from kernel.output import utc_stamp
 from payments import challenge, owners, replay
 from payments.audit import AuditTrail, Entry
@@ -45,7 +48,7 @@ from payments.bazaar import ToolInfo, catalog_from, discovery_extension
 from payments.crashpoints import crash_point
 from payments.evm import ERR_NONCE_ALREADY_USED
 from payments.facilitator import Facilitator, FacilitatorUnavailable
-from payments.models import SettlementLog
+from payments.models import PaymentAttempt, SettlementLog
 from payments.outcome import Outcome, in_progress, request_hash, unavailable
 from payments.policy import LIFECYCLE_METHODS, Policy, PolicyProblems, Price, build_policy, write_snapshot
 
@@ -80,7 +83,7 @@ def gated_method(method: str) -> bool:
     return method == "tools/call" and method not in LIFECYCLE_METHODS
 
 
-def _match_problem(price: Price, accepted) -> str | None:
+def _match_problem(price: Price, accepted: PaymentRequirements) -> str | None:
     """Why the payment's ``accepted`` is not what this tool asks for, or ``None``."""
     if accepted.scheme != price.scheme:
         return "unsupported_scheme"
@@ -114,12 +117,12 @@ class Gate:
         policy: Policy,
         state_dir: Path,
         *,
-        emit: Callable[[dict], None] | None = None,
+        emit: Callable[[JsonObject], None] | None = None,
         facilitator: Facilitator | None = None,
         tools: Mapping[str, Any] | None = None,
-        bazaar_examples: Mapping[str, dict] | None = None,
+        bazaar_examples: Mapping[str, JsonObject] | None = None,
         bazaar_description: str = "",
-    ):
+    ) -> None:
         self.policy = policy
         self.state_dir = Path(state_dir)
         self.facilitator = facilitator or Facilitator(policy.facilitator_url)
@@ -159,7 +162,7 @@ class Gate:
 
     def payment_required(
         self, tool_name: str, *, error: str = challenge.NO_PAYMENT, route: Route | None = None
-    ):
+    ) -> PaymentRequired:
         """The PaymentRequired for ``tool_name``: on the MCP endpoint, or on a REST ``route``."""
         price = self.price_for(tool_name)
         if price is None:
@@ -184,11 +187,11 @@ class Gate:
         self,
         *,
         tool_name: str,
-        arguments: dict | None,
+        arguments: JsonObject | None,
         header: str | None,
-        meta_payment: dict | None,
+        meta_payment: JsonObject | None,
         request_hash: str,
-        run: Callable[[], dict],
+        run: Callable[[], JsonObject],
         route: Route | None = None,
     ) -> Outcome:
         """Answer one paid call of ``tool_name`` (see :class:`Outcome`).
@@ -228,7 +231,7 @@ class Gate:
             replay.release(attempt)  # a claim that never ran the tool; later states are kept
             raise
 
-    def _process(self, step: _Step, run) -> Outcome:
+    def _process(self, step: _Step, run: Callable[[], JsonObject]) -> Outcome:
         entry, price, payload = step.entry, step.price, step.payload
         mismatch = _match_problem(price, payload.accepted)
         if mismatch:
@@ -308,9 +311,11 @@ class Gate:
             self._record_after_run(_with(step.entry, Status.FAILED, error_reason=mismatch))
             return self._rejected(attempt.tool, step.variant, mismatch, route=step.route)
         self._record_after_run(_with(step.entry, Status.SETTLING))
-        return self._settle(step, Outcome.from_dict(attempt.outcome).result)
+        result = Outcome.from_dict(attempt.outcome).result
+        assert result is not None, "a payment in RAN or SETTLING holds its tool's result"
+        return self._settle(step, result)
 
-    def _settle(self, step: _Step, result: dict) -> Outcome:
+    def _settle(self, step: _Step, result: JsonObject) -> Outcome:
         """Settle a payment whose tool ran and succeeded, its intent recorded;
         only the facilitator is retried."""
         entry, variant = step.entry, step.variant
@@ -394,7 +399,7 @@ class Gate:
         variant: str,
         reason: str,
         *,
-        receipt: dict | None = None,
+        receipt: JsonObject | None = None,
         route: Route | None = None,
     ) -> Outcome:
         """A payment that was refused: the challenge again, naming the reason."""
@@ -428,11 +433,22 @@ class _Step:
         return outcome
 
 
-def _with(entry: Entry, status: str, **changes: str | bool) -> Entry:
-    return Entry(**{**entry.__dict__, "status": status, **changes})
+class _Changes(TypedDict, total=False):
+    tool: str
+    price: Price
+    request_hash: str
+    payer: str
+    payer_verified: bool
+    transaction: str
+    error_reason: str
+    payment_key: str
 
 
-def _payer(payload: dict) -> str:
+def _with(entry: Entry, status: str, **changes: Unpack[_Changes]) -> Entry:
+    return dataclasses.replace(entry, status=status, **changes)
+
+
+def _payer(payload: JsonObject) -> str:
     inner = payload.get("payload") or {}
     auth = inner.get("authorization") if isinstance(inner, dict) else None
     return str(auth.get("from", "")) if isinstance(auth, dict) else ""
@@ -444,7 +460,7 @@ def _authorization(payload: PaymentPayload) -> dict[str, str]:
     return {str(k): str(v) for k, v in auth.items()} if isinstance(auth, dict) else {}
 
 
-def _settled_earlier(settled: SettleResponse, attempt) -> bool:
+def _settled_earlier(settled: SettleResponse, attempt: PaymentAttempt) -> bool:
     """The facilitator refused because the nonce is used, and an earlier settle
     request for this payment may have reached it unanswered (payments/replay.py)."""
     return (
@@ -468,7 +484,7 @@ class Verdict:
         return "x402 mode 'on' but payments are NOT enforced (tools are free): " + "; ".join(self.problems)
 
 
-def verdict(config) -> Verdict:
+def verdict(config: Config) -> Verdict:
     """The verdict on ``config.x402``; mode ``required`` with an incomplete or
     invalid policy raises ``CONFIG_INVALID`` (exit 2)."""
     x402 = config.x402
@@ -487,7 +503,7 @@ def verdict(config) -> Verdict:
         return Verdict(None, exc.problems)
 
 
-def problems(config) -> list[str]:
+def problems(config: Config) -> list[str]:
     """What keeps ``config.x402`` from gating: empty when the policy is complete."""
     try:
         build_policy(config.x402, mcp_path=config.server.mcp_path)
@@ -497,10 +513,10 @@ def problems(config) -> list[str]:
 
 
 def from_config(
-    config,
+    config: Config,
     state_dir: Path,
     *,
-    emit: Callable[[dict], None] | None = None,
+    emit: Callable[[JsonObject], None] | None = None,
     tools: Mapping[str, Any] | None = None,
     facilitator: Facilitator | None = None,
 ) -> Gate | None:

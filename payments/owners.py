@@ -41,7 +41,7 @@ def owners_dir(state_dir: Path) -> Path:
 class ProcessLock:
     """This process's liveness lock; its :attr:`token` is the ``owner`` it writes."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path) -> None:
         self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
         self.path = owners_dir(state_dir) / f"{self.token}.lock"
         self._fd: int | None = None

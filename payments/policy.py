@@ -16,7 +16,9 @@ from urllib.parse import urlsplit
 
 from x402 import PaymentRequirements
 
+from kernel.jsontypes import JsonObject
 from kernel.state import write_json
+from kernel.x402_config import ToolsCallPolicy, X402Config
 from payments.evm import ExactEvmServerScheme, get_asset_info, is_valid_address
 
 # CAIP-2: namespace (3-8 of [-a-z0-9]) ":" reference (1-32 of [-_a-zA-Z0-9]).
@@ -58,7 +60,7 @@ class Price:
     pay_to: str
     scheme: str
     max_timeout_seconds: int
-    extra: dict = field(default_factory=dict, hash=False, compare=False)
+    extra: JsonObject = field(default_factory=dict, hash=False, compare=False)
     display: str = ""
 
     def requirements(self) -> PaymentRequirements:
@@ -89,10 +91,10 @@ class Policy:
     def price_for(self, tool_name: str) -> Price | None:
         return self.per_tool.get(tool_name, self.default)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> JsonObject:
         """What ``pricing.snapshot.json`` holds: no secret is part of a policy."""
 
-        def view(price: Price | None) -> dict | None:
+        def view(price: Price | None) -> JsonObject | None:
             if price is None:
                 return None
             return {"price": price.display, "amount": price.amount, "asset": price.asset}
@@ -115,12 +117,12 @@ class Policy:
 class PolicyProblems(Exception):
     """The configuration is incomplete or invalid; ``problems`` lists why."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
 
 
-def _price(text: str, policy, network: str) -> tuple[str, str, dict]:
+def _price(text: str, policy: ToolsCallPolicy, network: str) -> tuple[str, str, JsonObject]:
     """(atomic amount, asset, extra) for a configured price text."""
     raw = text.strip()
     if policy.asset:
@@ -150,7 +152,7 @@ def _integral(amount: Decimal, text: str) -> str:
     return str(int(amount))
 
 
-def _build_price(text: str, policy, network: str) -> Price | None:
+def _build_price(text: str, policy: ToolsCallPolicy, network: str) -> Price | None:
     try:
         if Decimal(text.strip().removeprefix("$")) == 0:
             return None
@@ -171,7 +173,7 @@ def _build_price(text: str, policy, network: str) -> Price | None:
     )
 
 
-def build_policy(x402, *, mcp_path: str = "/mcp") -> Policy:
+def build_policy(x402: X402Config, *, mcp_path: str = "/mcp") -> Policy:
     """Validate ``config.x402`` as a whole; raise :class:`PolicyProblems` listing every gap."""
     policy = x402.route_policy.tools_call
     problems = [
@@ -212,7 +214,7 @@ def build_policy(x402, *, mcp_path: str = "/mcp") -> Policy:
             prices[key.removeprefix("prices.")] = price
     if not problems and default is None:
         problems.append("x402.route_policy.tools_call.price is 0: set a default price above zero")
-    if problems:
+    if problems or default is None:
         raise PolicyProblems(problems)
     base = x402.resource_base_url.rstrip("/")
     return Policy(

@@ -89,8 +89,10 @@ def _purge_due() -> bool:
 
 def payment_key(payload: dict[str, Any]) -> str:
     """sha256 of (signature, nonce); falls back to the whole canonical payload."""
-    inner = payload.get("payload") if isinstance(payload.get("payload"), dict) else {}
-    auth = inner.get("authorization") if isinstance(inner.get("authorization"), dict) else {}
+    inner = payload.get("payload")
+    inner = inner if isinstance(inner, dict) else {}
+    auth = inner.get("authorization")
+    auth = auth if isinstance(auth, dict) else {}
     signature, nonce = str(inner.get("signature", "")), str(auth.get("nonce", ""))
     material = f"{signature.lower()}|{nonce.lower()}" if signature else json.dumps(payload, sort_keys=True)
     return hashlib.sha256(material.encode("utf-8")).hexdigest()

@@ -103,7 +103,7 @@ def write_csv(rows: Iterable[SettlementLog], stream: IO[str]) -> int:
 FORMULA_LEADS = frozenset("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
 
 
-def spreadsheet_safe(value) -> str:
+def spreadsheet_safe(value: object) -> str:
     """``value`` as text a spreadsheet shows as text: a cell whose first
     character, or first after leading white space, could start a formula gets
     a leading apostrophe."""

@@ -29,6 +29,13 @@ SIDE_VENV_ONLY = {"torch", "sentence_transformers", "httpx2"}  # httpx2: the mcp
 # Declared, and used without an import statement.
 NOT_IMPORTED = {
     "ruff": "run as a command: make lint",
+    "mypy": "run as a command: make typecheck",
+    "django-stubs": "read by mypy (make typecheck)",
+    "celery-types": "read by mypy (make typecheck)",
+    "types-jsonschema": "read by mypy (make typecheck)",
+    "types-openpyxl": "read by mypy (make typecheck)",
+    "types-pyyaml": "read by mypy (make typecheck)",
+    "types-regex": "read by mypy (make typecheck)",
     "pytest-django": "a pytest plugin",
     "pytest-timeout": "a pytest plugin",
     "pytest-xdist": "a pytest plugin: make test's -n 2",

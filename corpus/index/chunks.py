@@ -50,7 +50,7 @@ def hit_rows(ids: list[int]) -> dict[int, HitRow]:
     return rows
 
 
-def _label(extra) -> str | None:
+def _label(extra: object) -> str | None:
     """The span's human pointer; ``extra_json`` comes back as text or decoded, by backend."""
     if isinstance(extra, str | bytes):
         try:

@@ -22,12 +22,22 @@ other databases get a backend that indexes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 
 from corpus import slices
-from corpus.index.tables import LIVE, TO_DOCUMENT, Backend, TableBackend, batches, marks, scored
+from corpus.index.tables import (
+    LIVE,
+    TO_DOCUMENT,
+    Backend,
+    SqlParams,
+    TableBackend,
+    batches,
+    marks,
+    scored,
+)
 from corpus.index.words import index_text, query_terms
 from corpus.models import with_context
 
@@ -71,7 +81,7 @@ def remove_chunks(chunk_ids: Iterable[int]) -> None:
 
 
 def search(
-    query: str, *, limit: int, chunk_filter_sql: str = "", params: Sequence = ()
+    query: str, *, limit: int, chunk_filter_sql: str = "", params: SqlParams = ()
 ) -> list[tuple[int, float]]:
     """Live chunks matching ``query`` as (chunk_id, score), best first.
 
@@ -89,7 +99,7 @@ def search_tiers(
     *,
     limit: int,
     chunk_filter_sql: str = "",
-    params: Sequence = (),
+    params: SqlParams = (),
     all_first_max: int = 0,
     drop_stop_words: bool = False,
 ) -> tuple[list[tuple[int, float]], int]:
@@ -151,7 +161,7 @@ class SQLiteFTS5(TableBackend):
     TABLE = TABLE
     ID_COLUMN = "rowid"
 
-    def create(self, cursor) -> None:
+    def create(self, cursor: CursorWrapper) -> None:
         cursor.execute(create_sql())
 
     def replace(self, rows: list[tuple[int, str]]) -> None:
@@ -187,12 +197,12 @@ class SQLiteFTS5(TableBackend):
                 [(chunk_id, index_text(with_context(context, text))) for chunk_id, context, text in rows],
             )
 
-    def empty(self, cursor) -> None:
+    def empty(self, cursor: CursorWrapper) -> None:
         """A contentless table cannot be emptied by DELETE: FTS5's own command."""
         cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
 
     def query(
-        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
+        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: SqlParams
     ) -> list[tuple[int, float]]:
         # Tokens hold only letters and digits; quoting still makes any
         # character a literal, so MATCH never sees an operator.
@@ -200,7 +210,7 @@ class SQLiteFTS5(TableBackend):
         match = joiner.join('"' + term.replace('"', '""') + '"' for term in terms)
         return self._top(match, limit, filter_sql, params)
 
-    def _top(self, match: str, limit: int, filter_sql: str, params: Sequence) -> list[tuple[int, float]]:
+    def _top(self, match: str, limit: int, filter_sql: str, params: SqlParams) -> list[tuple[int, float]]:
         """FTS5's own top-N by rank, then liveness and the filter checked on
         just those rows; when too few pass, a window four times larger is
         read. Tombstones are deleted from the table, so liveness rarely drops
@@ -224,7 +234,7 @@ class SQLiteFTS5(TableBackend):
                 return self._joined(match, limit, filter_sql, params)
             window *= 4
 
-    def _joined(self, match: str, limit: int, filter_sql: str, params: Sequence) -> list[tuple[int, float]]:
+    def _joined(self, match: str, limit: int, filter_sql: str, params: SqlParams) -> list[tuple[int, float]]:
         sql = (
             f"SELECT c.chunk_id, bm25({TABLE}) AS bm25_score FROM {TABLE} "
             f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid {TO_DOCUMENT} "
@@ -234,7 +244,9 @@ class SQLiteFTS5(TableBackend):
         return scored(sql, [match, *params, limit], sign=-1.0)
 
 
-def _live_ids(chunk_ids: list[int], cursor, filter_sql: str = "", params: Sequence = ()) -> set[int]:
+def _live_ids(
+    chunk_ids: list[int], cursor: CursorWrapper, filter_sql: str = "", params: SqlParams = ()
+) -> set[int]:
     """Those of ``chunk_ids`` that are live and pass ``filter_sql``."""
     if not chunk_ids:
         return set()
@@ -260,7 +272,7 @@ class Unavailable:
         pass
 
     def query(
-        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
+        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: SqlParams
     ) -> list[tuple[int, float]]:
         return []
 

@@ -26,13 +26,14 @@ import struct
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain
 
 import Stemmer
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
-from corpus.index.tables import LIVE, TO_DOCUMENT, TableBackend, batches, scored
+from corpus.index.tables import LIVE, TO_DOCUMENT, SqlParams, TableBackend, batches, scored
 from corpus.index.words import COMPOUND, parts, piece_tokens
 
 TABLE = "chunks_lexical"
@@ -164,12 +165,12 @@ def tsquery(terms: Sequence[str], *, require_all: bool) -> str:
     return (" & " if require_all else " | ").join(lexemes)
 
 
-def create(cursor) -> None:
+def create(cursor: CursorWrapper) -> None:
     for statement in CREATE_SQL:
         cursor.execute(statement)
 
 
-def copy_rows(cursor, rows: Sequence[tuple[int, str]]) -> None:
+def copy_rows(cursor: CursorWrapper, rows: Sequence[tuple[int, str]]) -> None:
     """Index rows of chunks the table does not hold (new ids, or ids just
     deleted in this transaction) by binary COPY. ``rows`` must be in memory:
     the COPY holds the connection."""
@@ -186,7 +187,7 @@ def copy_rows(cursor, rows: Sequence[tuple[int, str]]) -> None:
         copy.write(b"".join(data))
 
 
-def reindex_all(cursor, rows) -> None:
+def reindex_all(cursor: CursorWrapper, rows: Iterable[tuple[int, str]]) -> None:
     """Empty the table and index these (chunk_id, text) rows (migrations:
     every live chunk, after a change to what is indexed)."""
     create(cursor)
@@ -201,7 +202,7 @@ class PostgresFTS(TableBackend):
     TABLE = TABLE
     ID_COLUMN = "chunk_id"
 
-    def create(self, cursor) -> None:
+    def create(self, cursor: CursorWrapper) -> None:
         create(cursor)
 
     def replace(self, rows: list[tuple[int, str]]) -> None:
@@ -221,7 +222,7 @@ class PostgresFTS(TableBackend):
             cursor.execute(f"DELETE FROM {TABLE} WHERE chunk_id = ANY(%s)", [list(chunk_ids)])
 
     def query(
-        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
+        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: SqlParams
     ) -> list[tuple[int, float]]:
         query = tsquery(terms, require_all=require_all)
         if not query:

@@ -10,14 +10,19 @@ the same in each."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from itertools import islice
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from corpus import slices
 from corpus.models import Chunk, with_context
+
+_T = TypeVar("_T")
+#: The parameters of a query: what the filters compare with.
+SqlParams = Sequence[str | int | float | bytes | None]
 
 BATCH = 500
 
@@ -29,12 +34,12 @@ TO_DOCUMENT = (
 LIVE = "c.deleted = FALSE AND d.deleted = FALSE"
 
 
-def marks(ids) -> str:
+def marks(ids: Sized) -> str:
     """One ``%s`` per id, for an ``IN (...)`` list."""
     return ", ".join(["%s"] * len(ids))
 
 
-def scored(sql: str, params: Sequence, *, sign: float = 1.0) -> list[tuple[int, float]]:
+def scored(sql: str, params: SqlParams, *, sign: float = 1.0) -> list[tuple[int, float]]:
     """(chunk id, score times ``sign``) of each row of a ranked query: both
     backends' scores are best highest once bm25's (best lowest) is negated."""
     with connection.cursor() as cursor:
@@ -42,7 +47,7 @@ def scored(sql: str, params: Sequence, *, sign: float = 1.0) -> list[tuple[int, 
         return [(chunk_id, sign * float(score)) for chunk_id, score in cursor.fetchall()]
 
 
-def refill(backend: Backend, recreate) -> int:
+def refill(backend: Inserts, recreate: Callable[[CursorWrapper], None]) -> int:
     """Empty the index (``recreate(cursor)``) and write every live chunk into
     it, in one transaction; returns the row count. Shared by the backends."""
     live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", *slices.FIELDS)
@@ -58,10 +63,14 @@ def refill(backend: Backend, recreate) -> int:
     return count
 
 
-def batches(items: Iterable) -> Iterator[list]:
+def batches(items: Iterable[_T]) -> Iterator[list[_T]]:
     iterator = iter(items)
     while batch := list(islice(iterator, BATCH)):
         yield batch
+
+
+class Inserts(Protocol):
+    def insert(self, rows: list[tuple[int, str]]) -> None: ...
 
 
 class Backend(Protocol):
@@ -69,7 +78,7 @@ class Backend(Protocol):
     def insert(self, rows: list[tuple[int, str]]) -> None: ...
     def delete(self, chunk_ids: list[int]) -> None: ...
     def query(
-        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: Sequence
+        self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: SqlParams
     ) -> list[tuple[int, float]]: ...
     def rebuild(self) -> int: ...
     def clear(self) -> None: ...
@@ -84,15 +93,18 @@ class TableBackend:
     TABLE: str
     ID_COLUMN: str
 
-    def create(self, cursor) -> None:
+    def create(self, cursor: CursorWrapper) -> None:
         raise NotImplementedError
 
-    def empty(self, cursor) -> None:
+    def insert(self, rows: list[tuple[int, str]]) -> None:
+        raise NotImplementedError
+
+    def empty(self, cursor: CursorWrapper) -> None:
         """Remove every row of the table."""
         cursor.execute(f"DELETE FROM {self.TABLE}")
 
     def rebuild(self) -> int:
-        def recreate(cursor) -> None:
+        def recreate(cursor: CursorWrapper) -> None:
             self.create(cursor)
             self.empty(cursor)
 
@@ -105,7 +117,8 @@ class TableBackend:
     def count(self) -> int:
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT count(*) FROM {self.TABLE}")
-            return cursor.fetchone()[0]
+            count: int = cursor.fetchone()[0]
+            return count
 
     def ids(self) -> set[int]:
         with connection.cursor() as cursor:

@@ -22,6 +22,7 @@ from typing import IO
 
 from corpus.security import ExclusionEngine, normalize_rel_path
 from kernel import errors
+from kernel.config import Config
 
 _BLOCK = 64 * 1024
 # Small members compress extremely well when they are repetitive; the ratio
@@ -57,7 +58,7 @@ class ArchiveLimits:
     max_member_bytes: int = 20 * 2**20
 
     @classmethod
-    def from_config(cls, config) -> ArchiveLimits:
+    def from_config(cls, config: Config) -> ArchiveLimits:
         archives = config.ingest.archives
         return cls(
             max_depth=archives.max_depth,
@@ -90,7 +91,7 @@ class MemberProblem:
 class _Budget:
     """Counters shared by an archive and everything nested in it."""
 
-    def __init__(self, limits: ArchiveLimits, engine: ExclusionEngine | None):
+    def __init__(self, limits: ArchiveLimits, engine: ExclusionEngine | None) -> None:
         self.limits = limits
         self.engine = engine
         self.members = 0
@@ -102,7 +103,7 @@ class _Budget:
 
 
 class _Rejected(Exception):
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -137,7 +138,7 @@ def _is_tar_header(head: bytes) -> bool:
     if head[257:262] == b"ustar":
         return True
     try:
-        return int(head[148:156].split(b"\x00")[0].strip() or b"-1", 8) in tarfile.calc_chksums(head[:512])
+        return int(head[148:156].split(b"\x00")[0].strip() or b"-1", 8) in tarfile.calc_chksums(head[:512])  # type: ignore[attr-defined]  # tarfile's own checksum, not in typeshed
     except ValueError:
         return False
 
@@ -335,7 +336,9 @@ def _tar_member(
         kind = "link" if info.issym() or info.islnk() else "special file"
         raise _Rejected(errors.ARCHIVE_REJECTED, f"{kind} member skipped")
     try:
-        data = _read_capped(tf.extractfile(info), budget, ratio)
+        member = tf.extractfile(info)
+        assert member is not None  # a regular member (isreg above) has a file
+        data = _read_capped(member, budget, ratio)
     except _Rejected as exc:
         if exc.code == errors.FILE_TOO_LARGE:
             _charge(budget, info.size - budget.limits.max_member_bytes)

@@ -44,18 +44,18 @@ class BatchWriter:
 
     def __init__(
         self, known: KnownFiles, counters: Counters, reporter: Reporter, *, written: Callable[[], None]
-    ):
+    ) -> None:
         self.known = known
         self.counters = counters
         self.reporter = reporter
         self._written = written
-        self._batch: list[Prepared | Future] = []
+        self._batch: list[Prepared | Future[Prepared]] = []
         self._started = 0.0
         #: documents written or tombstoned since the reporter was last told, and whether the set changed
         self._changed: list[str] = []
         self._listing = False
 
-    def add(self, prepared: Prepared | Future) -> None:
+    def add(self, prepared: Prepared | Future[Prepared]) -> None:
         """Queue a document (or a future one, prepared on a provider's pool)."""
         if not self._batch:
             self._started = time.monotonic()
@@ -141,6 +141,7 @@ class BatchWriter:
 
     def _record(self, prepared: Prepared, delta: writer.Delta) -> None:
         """Count a written document and remember what the store now holds."""
+        assert delta.doc_id is not None  # write_document names the document it wrote
         before = self.known.record(
             prepared.rel_path,
             Known(

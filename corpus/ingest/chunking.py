@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from corpus.ingest.extracted import Page, Segment
+from kernel.jsontypes import JsonObject
 
 LINES = "lines"
 PAGE = "page"
@@ -30,7 +31,7 @@ class ChunkDraft:
     span_kind: str
     start: int
     end: int
-    extra: dict | None = None
+    extra: JsonObject | None = None
     #: what the unit sits in (path, enclosing definitions or headings, a long
     #: definition's signature): indexed and embedded with ``text``, never
     #: shown as the file's text
@@ -61,7 +62,7 @@ def chunk_code(text: str, *, max_lines: int = 200, overlap_lines: int = 30) -> l
 class _LineCursor:
     """1-based line numbers for increasing offsets, counting each newline once."""
 
-    def __init__(self, text: str, first_line: int):
+    def __init__(self, text: str, first_line: int) -> None:
         self._text = text
         self._pos = 0
         self._line = first_line

@@ -6,6 +6,8 @@ discovery walk can classify without reading whole files.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 DOC_TYPES = (
     "code",
     "text",
@@ -22,7 +24,7 @@ DOC_TYPES = (
 
 SNIFF_BYTES = 8192
 
-_EXTENSIONS: dict[str, tuple[str, ...]] = {
+_EXTENSIONS: dict[str, Sequence[str]] = {
     "code": (
         "py pyi pyw pyx pxd go rs js mjs cjs ts mts cts tsx jsx java c h cc cpp cxx hpp hh hxx cs rb php "
         "swift kt kts scala sc sh bash zsh fish ksh sql lua pl pm r m mm css scss sass less vue svelte dart "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from pathlib import Path
 
 from django.db.models import Count
 
@@ -24,6 +25,7 @@ from corpus.ingest.exclusions import SHOWN_SOURCES, ExclusionTally, coverage_war
 from corpus.models import Document
 from corpus.store import get_json_setting, set_setting
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: settings key: the last whole walk's coverage (JSON)
 COVERAGE_KEY = "walk_coverage"
@@ -36,7 +38,7 @@ _SKIP_KINDS = {
 }
 
 
-def record(root, tally: ExclusionTally, *, walked: int) -> dict:
+def record(root: Path, tally: ExclusionTally, *, walked: int) -> JsonObject:
     """Store a whole walk's coverage (what it found, what it left out, what
     git tracks below ``root``) and return it, with its warning."""
     tracked = git_files(str(root), others=False)
@@ -69,7 +71,7 @@ def skipped_by_kind() -> dict[str, int]:
         .annotate(n=Count("doc_id"))
         .order_by("error_code")
     )
-    counts: Counter = Counter()
+    counts: Counter[str] = Counter()
     for row in rows:
         # No code: a reader turned off (ingest.*.mode: off) or waiting for a provider key.
         kind = _SKIP_KINDS.get(row["error_code"], "other" if row["error_code"] else "mode_or_provider")
@@ -77,7 +79,7 @@ def skipped_by_kind() -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def summary() -> dict | None:
+def summary() -> JsonObject | None:
     """The last whole walk's coverage with the skipped counts as they stand;
     None before any whole walk was recorded."""
     found = get_json_setting(COVERAGE_KEY)
@@ -87,7 +89,7 @@ def summary() -> dict | None:
     return found
 
 
-def describe(found: dict) -> str:
+def describe(found: JsonObject) -> str:
     """One line: what the last whole walk found, against git, and what it left out."""
     git = found["git_tracked_files"]
     line = f"Coverage: {found['walked_files']} files found, {found['indexed_files']} indexed"
@@ -96,7 +98,7 @@ def describe(found: dict) -> str:
     return line + (f"; left out: {shown}" if shown else "")
 
 
-def left_out(found: dict) -> str:
+def left_out(found: JsonObject) -> str:
     """``gitignore=12 files+3 dirs size_cap=2 ...``: a coverage's exclusions and skips by kind."""
     parts = []
     for kind, n in found["excluded"].items():

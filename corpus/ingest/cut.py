@@ -13,7 +13,7 @@ from corpus.ingest.chunking import (
     chunk_prose,
     chunk_segments,
 )
-from corpus.ingest.extract import Extracted
+from corpus.ingest.extracted import Extracted
 from corpus.ingest.generated import is_generated
 from corpus.ingest.sections import chunk_sections
 from corpus.ingest.units import Parsed, code_units

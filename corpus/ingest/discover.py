@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 
+from corpus.gitignore import GitignoreRule
 from corpus.ingest.exclusions import ExclusionTally
 from corpus.security import (
     HARDLINK_REASON,
     LINK_LOOP_REASON,
     PERMISSION_REASON,
     ExclusionEngine,
-    GitignoreRule,
 )
 from kernel import errors
 
@@ -125,7 +125,7 @@ def _check_root(root: str) -> None:
         ) from None
 
 
-def _scan(path: str) -> list[os.DirEntry]:
+def _scan(path: str) -> list[os.DirEntry[str]]:
     with os.scandir(path) as it:
         return sorted(it, key=_by_name)
 
@@ -133,7 +133,7 @@ def _scan(path: str) -> list[os.DirEntry]:
 def _visit(
     engine: ExclusionEngine,
     parent: _Dir,
-    entry: os.DirEntry,
+    entry: os.DirEntry[str],
     subdirs: list[_Dir],
     followed: set[str],
     tally: ExclusionTally,
@@ -175,7 +175,7 @@ def _visit(
 def _visit_symlink(
     engine: ExclusionEngine,
     parent: _Dir,
-    entry: os.DirEntry,
+    entry: os.DirEntry[str],
     rel: str,
     subdirs: list[_Dir],
     followed: set[str],

@@ -44,9 +44,9 @@ class ExclusionTally:
     counts once; what is below it is not walked) by kind, and the exact
     reasons (``gitignore: src/.gitignore``) by how many entries each took."""
 
-    files: Counter = field(default_factory=Counter)
-    dirs: Counter = field(default_factory=Counter)
-    reasons: Counter = field(default_factory=Counter)
+    files: Counter[str] = field(default_factory=Counter)
+    dirs: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
 
     def add(self, reason: str, *, is_dir: bool) -> None:
         (self.dirs if is_dir else self.files)[reason_kind(reason)] += 1

@@ -20,6 +20,7 @@ from corpus.ingest.classify import GZIP_MAGIC
 from corpus.ingest.extracted import PAGE_SEPARATOR, RAW_TEXT, Extracted, NeedsProvider, Page
 from corpus.ingest.office import extract_office
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from pypdf import PdfReader
@@ -90,7 +91,7 @@ def _guess_legacy(data: bytes) -> tuple[str, str] | None:
     return str(best), best.encoding
 
 
-def decode_text(data: bytes) -> tuple[str, dict]:
+def decode_text(data: bytes) -> tuple[str, JsonObject]:
     """Decode bytes of unknown encoding to normalized text, with meta describing how."""
     bom = byte_order_mark(data)
     if bom is not None:
@@ -110,8 +111,8 @@ def decode_text(data: bytes) -> tuple[str, dict]:
     return _normalize(text), _meta("utf-8", replaced)
 
 
-def _meta(encoding: str, replaced: int) -> dict:
-    meta: dict = {} if encoding == "utf-8" else {"encoding": encoding}
+def _meta(encoding: str, replaced: int) -> JsonObject:
+    meta: JsonObject = {} if encoding == "utf-8" else {"encoding": encoding}
     if replaced:
         meta["replaced_bytes"] = replaced
     return meta
@@ -180,7 +181,7 @@ def extract_pdf_text(data: bytes) -> Extracted:
         pages.append(Page(number=index + 1, text=text))
     if len(without_text) == len(pages):
         raise NeedsProvider("ocr")
-    meta: dict = {"source": "pdf_text_layer", "pages": total, "pages_without_text": without_text}
+    meta: JsonObject = {"source": "pdf_text_layer", "pages": total, "pages_without_text": without_text}
     if failed:
         meta["pages_failed"] = failed
     if total > MAX_PDF_PAGES:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kernel.jsontypes import JsonObject
+
 RAW_TEXT = "raw_text"
 PAGE_SEPARATOR = "\f"
 
@@ -36,7 +38,7 @@ class Extracted:
     rep_type: str
     text: str
     pages: tuple[Page, ...] | None = None
-    meta: dict = field(default_factory=dict)
+    meta: JsonObject = field(default_factory=dict)
     #: transcripts with timestamps: chunked into time windows
     segments: tuple[Segment, ...] | None = None
 
@@ -44,6 +46,6 @@ class Extracted:
 class NeedsProvider(Exception):
     """The document has no text without an external provider (``"ocr"`` or ``"stt"``)."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str) -> None:
         super().__init__(f"document needs the {what} provider")
         self.what = what

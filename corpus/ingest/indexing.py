@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -20,7 +21,12 @@ from kernel.config import Config
 from kernel.state import IndexLock, StateDir
 
 
-def walking_indexer(root: Path, state: StateDir, config: Config, **options) -> Indexer:
+def walking_indexer(
+    root: Path,
+    state: StateDir,
+    config: Config,
+    **options: Any,  # Any: the Indexer's own options, passed on
+) -> Indexer:
     """The indexer for a walk of the whole tree: writing in this process, or
     handing the files to Celery workers when a broker is configured (docs/scaling.md)."""
     step = Dispatch(send=ingest_paths.delay) if settings.CELERY_BROKER_URL else None

@@ -44,7 +44,7 @@ class KnownFiles:
     once, then kept as the pass writes), and the paths the pass has seen:
     what it has not seen at the end of a walk is gone."""
 
-    def __init__(self, preparer: Preparer, *, mode: str = "incremental"):
+    def __init__(self, preparer: Preparer, *, mode: str = "incremental") -> None:
         self.preparer = preparer
         #: "full" reads every file again
         self.mode = mode

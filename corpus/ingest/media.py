@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, Page
 from corpus.ingest.extract import extract_pdf_text as _text_layer
+from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider, Page
 from corpus.ingest.transcripts import transcribe_audio
 from corpus.providers.ocr import PROVIDER as OCR_PROVIDER
 from corpus.providers.ocr import MistralOcr, image_mime
 from corpus.providers.stt import ElevenLabsStt, MistralStt
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 OCR_MARKDOWN = "ocr_markdown"
 
@@ -34,12 +35,12 @@ class MediaProviders:
                 provider.close()
 
 
-def _paged(pages: list[Page], meta: dict) -> Extracted:
+def _paged(pages: list[Page], meta: JsonObject) -> Extracted:
     text = PAGE_SEPARATOR.join(page.text for page in pages)
     return Extracted(rep_type=OCR_MARKDOWN, text=text, pages=tuple(pages), meta=meta)
 
 
-def ocr_pdf(data: bytes, mode: str, ocr) -> Extracted:
+def ocr_pdf(data: bytes, mode: str, ocr: MistralOcr) -> Extracted:
     """``mode`` ``ocr`` reads every page with OCR; ``auto`` only pages without a text layer."""
     layer: Extracted | None = None
     if mode == "auto":
@@ -64,7 +65,7 @@ def ocr_pdf(data: bytes, mode: str, ocr) -> Extracted:
     return _paged(pages, meta)
 
 
-def ocr_image(name: str, data: bytes, ocr) -> Extracted:
+def ocr_image(name: str, data: bytes, ocr: MistralOcr) -> Extracted:
     result = ocr.image(data, image_mime(name))
     page = Page(number=1, text=result.pages.get(0, "").strip())
     return _paged([page], {"provider": OCR_PROVIDER, "model": result.model, "pages": 1, "source": "ocr"})

@@ -27,10 +27,10 @@ from django.db import IntegrityError, transaction
 
 from corpus import files
 from corpus.ingest import writer
-from corpus.ingest.chunking import chunk_prose
+from corpus.ingest.chunking import ChunkDraft, chunk_prose
 from corpus.ingest.classify import classify
 from corpus.ingest.cut import chunk_document
-from corpus.ingest.extract import RAW_TEXT, Extracted
+from corpus.ingest.extracted import RAW_TEXT, Extracted
 from corpus.ingest.media import OCR_MARKDOWN
 from corpus.ingest.prepare import (
     HEAD_BYTES,
@@ -44,10 +44,11 @@ from corpus.ingest.prepare import (
 from corpus.ingest.transcripts import TRANSCRIPT, transcribe_audio
 from corpus.models import Document, Representation
 from corpus.providers.annotate import annotate, flatten
-from corpus.providers.stt import ElevenLabsStt, MistralStt
-from corpus.security import ExclusionEngine
+from corpus.providers.stt import ElevenLabsStt, MistralStt, Transcript
+from corpus.security import ExclusionEngine, OpenedFile
 from kernel import errors
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 from kernel.state import StateDir
 
 ANNOTATION_JSON = "annotation_json"
@@ -86,7 +87,7 @@ def _read(ws: Workspace, rel_path: str) -> tuple[str, bytes, os.stat_result]:
     """
     limit = ws.config.max_bytes_for("audio") + 1
 
-    def read(opened) -> tuple[str, bytes, os.stat_result]:
+    def read(opened: OpenedFile) -> tuple[str, bytes, os.stat_result]:
         try:
             return opened.rel, opened.read(limit), opened.st
         except OSError:
@@ -107,7 +108,7 @@ def _stt_key(ws: Workspace) -> str:
     return _key(ws, "mistral_api_key", "MISTRAL_API_KEY")
 
 
-def stt_provider(ws: Workspace):
+def stt_provider(ws: Workspace) -> MistralStt | ElevenLabsStt:
     cache = ws.state.cache / "transcribe" if ws.config.ingest.audio.cache else None
     provider = ElevenLabsStt if ws.config.stt.provider == "elevenlabs" else MistralStt
     stt = provider(ws.config, api_key=_stt_key(ws), cache_dir=cache)
@@ -122,7 +123,7 @@ def transcribe_file(
     language: str | None = None,
     timestamps: bool = True,
     refresh: bool = False,
-) -> dict:
+) -> JsonObject:
     """Transcribe an audio file now and store its ``transcript`` (spec §15.7 output)."""
     ws.engine.resolve(rel_path)  # path errors first (reads nothing)
     _stt_key(ws)  # then the key: without one, the file is not read at all
@@ -138,10 +139,10 @@ def transcribe_file(
     stt = stt_provider(ws)
     stt.timestamps, stt.language = timestamps, language
     try:
-        extracted = transcribe_audio(rel.rsplit("/", 1)[-1], data, _Refreshing(stt, refresh))
+        transcribed = transcribe_audio(rel.rsplit("/", 1)[-1], data, _Refreshing(stt, refresh))
     finally:
         stt.close()
-    rule, extracted = screen_extracted(ws.engine, extracted)
+    rule, extracted = screen_extracted(ws.engine, transcribed)
     prepared = Prepared(
         rel_path=rel,
         source_type="file",
@@ -209,10 +210,10 @@ def _write_document(prepared: Prepared) -> None:
 class _Refreshing:
     """An STT provider whose cache is bypassed when asked to retranscribe."""
 
-    def __init__(self, stt, refresh: bool):
+    def __init__(self, stt: MistralStt | ElevenLabsStt, refresh: bool) -> None:
         self.stt, self.refresh = stt, refresh
 
-    def transcribe(self, name: str, data: bytes):
+    def transcribe(self, name: str, data: bytes) -> Transcript:
         return self.stt.transcribe(name, data, refresh=self.refresh)
 
 
@@ -251,8 +252,8 @@ def best_text(rel: str) -> tuple[Document, Representation]:
 
 
 def annotate_document(
-    ws: Workspace, rel_path: str, schema: dict, *, index_flattened_text: bool = True
-) -> dict:
+    ws: Workspace, rel_path: str, schema: JsonObject, *, index_flattened_text: bool = True
+) -> JsonObject:
     """Structured extraction over a document's best text (spec §15.8 output)."""
     rel = ws.engine.resolve(rel_path).rel  # the one path check: refuses excluded paths and escapes
     if schema.get("type", "object") != "object":
@@ -301,7 +302,7 @@ def _screened(ws: Workspace, rel: str, text: str) -> str:
     return text
 
 
-def _screened_result(ws: Workspace, rel: str, value):
+def _screened_result(ws: Workspace, rel: str, value: object) -> object:
     """An annotation (JSON) with each string :func:`_screened`: the model
     may echo or make up what matches a secret rule."""
     if isinstance(value, str):
@@ -329,7 +330,7 @@ def _still_current(doc: Document, source: Representation) -> bool:
     )
 
 
-def _prepared(rel: str, extracted: Extracted, *, drafts) -> Prepared:
+def _prepared(rel: str, extracted: Extracted, *, drafts: list[ChunkDraft]) -> Prepared:
     return Prepared(
         rel_path=rel, source_type="file", doc_type="", size=0, mtime_ns=0, extracted=extracted, drafts=drafts
     )

@@ -136,7 +136,7 @@ class Indexer:
         providers: MediaProviders | None = None,
         changes: Callable[[], set[str]] | None = None,
         step: WriteStep | None = None,
-    ):
+    ) -> None:
         self.root = root
         self.step = step or LocalWrite()
         #: the watcher's files changed since last asked (issue #17): re-read and

@@ -19,7 +19,8 @@ from functools import cached_property
 from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.classify import classify, index_kind_for
 from corpus.ingest.cut import chunk_document
-from corpus.ingest.extract import PAGE_SEPARATOR, Extracted, NeedsProvider, extract
+from corpus.ingest.extract import extract
+from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider
 from corpus.ingest.generated import RULE_VERSION as GENERATED_RULE_VERSION
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.ingest.units import parse
@@ -28,6 +29,7 @@ from corpus.providers.http import ProviderError
 from corpus.security import ExclusionEngine
 from kernel import errors
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 # Bump when extraction or chunking changes what a document produces: every
 # document is then re-processed on the next run.
@@ -125,14 +127,14 @@ class Preparer:
         engine: ExclusionEngine,
         capabilities: Capabilities,
         providers: MediaProviders | None = None,
-    ):
+    ) -> None:
         self.config = config
         self.engine = engine
         self.capabilities = capabilities
         self.providers = providers or MediaProviders()
 
     @cached_property
-    def _base_policy(self) -> dict:
+    def _base_policy(self) -> JsonObject:
         cfg = self.config
         return {
             "v": EXTRACTOR_VERSION,
@@ -213,6 +215,7 @@ class Preparer:
             base.policy_hash = self.policy_hash(base.doc_type, secret=True)
             if screened is None:
                 return self.skipped(base, errors.SECRET_DETECTED, secret_reason(self.engine, rule))
+        assert screened is not None  # None only under a rule, skipped above
         extracted = screened
         if extracted.pages and extracted.meta.get("pages_without_text"):
             pending = self.capabilities.ocr_missing if not self.capabilities.ocr else ""

@@ -48,7 +48,7 @@ class FileReader:
         reporter: Reporter,
         stop: threading.Event,
         take: Callable[[FileEntry], bool],
-    ):
+    ) -> None:
         self.config = config
         self.engine = engine
         self.preparer = preparer
@@ -110,9 +110,10 @@ class FileReader:
         base.content_hash = sha256_hex(data)
         gzipped = base.doc_type == GZIP
         if gzipped:
-            data = self._gunzip(base, data)
-            if data is None:
+            text = self._gunzip(base, data)
+            if text is None:
                 return
+            data = text
         if known and self.known.content_unchanged(known, base):
             self._unchanged(entry.rel_path, known, touch=base)
             return
@@ -173,9 +174,10 @@ class FileReader:
         data = member.data
         gzipped = base.doc_type == GZIP
         if gzipped:
-            data = self._gunzip(base, data)
-            if data is None:
+            text = self._gunzip(base, data)
+            if text is None:
                 return
+            data = text
         known = self.known.get(member.rel_path)
         if known and self.known.content_unchanged(known, base):
             self._unchanged(member.rel_path, known, touch=base)
@@ -188,7 +190,7 @@ class FileReader:
         prepared = self.preparer.prepare(base, data)
         self.batch.add(from_gzip(prepared) if gzipped else prepared)
 
-    def _prepare(self, base: Prepared, data: bytes) -> Prepared | Future:
+    def _prepare(self, base: Prepared, data: bytes) -> Prepared | Future[Prepared]:
         """Prepare now, or on a worker thread when a provider call may be slow."""
         providers = self.preparer.providers
         if base.doc_type not in ("pdf", "image", "audio") or (
@@ -257,7 +259,9 @@ class FileReader:
         )
         self.batch.add(base.fail("error", errors.EXTRACT_FAILED, "file name is not valid UTF-8; not indexed"))
 
-    def _too_large(self, base: Prepared, *, screen=None) -> Prepared:
+    def _too_large(
+        self, base: Prepared, *, screen: tuple[Callable[[int], bytes], bytes] | None = None
+    ) -> Prepared:
         """Skipped as too large to index. A text file (``screen``: its
         ``read`` and what was read of it) is screened in full first, block by
         block: open_file serves slices of it, so one holding a credential is

@@ -198,7 +198,7 @@ class _MarkdownScanner:
     front matter hold no headings.
     """
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
         self.headings: list[_Heading] = []
         self.fence: tuple[str, int] | None = None  # the open fence's character and length
@@ -344,7 +344,7 @@ class _RstScanner:
     overlined?) style gets the next level the first time it appears.
     """
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
         self.headings: list[_Heading] = []
         self.styles: dict[tuple[str, bool], int] = {}

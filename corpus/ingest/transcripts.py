@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from corpus.ingest.extracted import Extracted, Segment
+from corpus.providers.stt import Transcriber
 
 TRANSCRIPT = "transcript"
 
 
-def transcribe_audio(name: str, data: bytes, stt) -> Extracted:
+def transcribe_audio(name: str, data: bytes, stt: Transcriber) -> Extracted:
     """Transcribe with ``stt``; timed segments become one line each."""
     transcript = stt.transcribe(name, data)
     segments = tuple(Segment(start, end, text) for start, end, text in transcript.segments if text)

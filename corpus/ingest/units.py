@@ -453,7 +453,7 @@ def parse(text: str, rel_path: str) -> Parsed | None:
 class _Cutter:
     """Walks one parsed file and yields its pieces in line order."""
 
-    def __init__(self, parsed: Parsed, unit_max_lines: int):
+    def __init__(self, parsed: Parsed, unit_max_lines: int) -> None:
         self.parsed = parsed
         self.grammar = parsed.grammar
         self.lines = parsed.lines
@@ -463,7 +463,9 @@ class _Cutter:
     def pieces(self, root: tree_sitter.Node) -> Iterator[_Piece]:
         yield from self._container(root, 0, len(self.lines) - 1, ())
 
-    def _container(self, node: tree_sitter.Node, first: int, last: int, context: tuple) -> Iterator[_Piece]:
+    def _container(
+        self, node: tree_sitter.Node, first: int, last: int, context: tuple[str, ...]
+    ) -> Iterator[_Piece]:
         """Units for the definitions inside ``node``; windows for the lines between them."""
         cursor = first
         for start, definition in self._inner(node):
@@ -474,7 +476,7 @@ class _Cutter:
             cursor = max(cursor, last_row(definition) + 1)
         yield from self._rest(cursor, last, context)
 
-    def _definition(self, node: tree_sitter.Node, start: int, context: tuple) -> Iterator[_Piece]:
+    def _definition(self, node: tree_sitter.Node, start: int, context: tuple[str, ...]) -> Iterator[_Piece]:
         end = last_row(node)
         core = self._core(node)
         length = end - start + 1
@@ -489,7 +491,7 @@ class _Cutter:
             return
         yield from self._container(core, start, end, (*context, self._signature(core)))
 
-    def _rest(self, first: int, last: int, context: tuple) -> Iterator[_Piece]:
+    def _rest(self, first: int, last: int, context: tuple[str, ...]) -> Iterator[_Piece]:
         """Lines between definitions, in windows of at most ``max_lines``."""
         while first <= last and not self.lines[first].strip():
             first += 1
@@ -559,7 +561,7 @@ def code_units(
     if parsed is None:
         return [] if not text.rstrip("\n") else None
     lines = parsed.lines
-    drafts = []
+    drafts: list[ChunkDraft] = []
     for piece in _Cutter(parsed, unit_max_lines).pieces(parsed.tree.root_node):
         body = "\n".join(lines[piece.start : piece.end + 1])
         context = "\n".join((rel_path, *piece.context)) if rel_path else "\n".join(piece.context)

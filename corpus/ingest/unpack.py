@@ -52,7 +52,9 @@ class ArchiveReader:
     """Gzip and archive reading for one pass: its limits, and the archives
     (nested ones included) being read now, which their members' problems mark."""
 
-    def __init__(self, config: Config, preparer: Preparer, engine: ExclusionEngine, stop: threading.Event):
+    def __init__(
+        self, config: Config, preparer: Preparer, engine: ExclusionEngine, stop: threading.Event
+    ) -> None:
         self.config = config
         self.preparer = preparer
         self.engine = engine

@@ -21,6 +21,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import watchfiles
@@ -62,6 +63,8 @@ WATCH_RESTART_SECONDS = 1.0
 WATCH_RESTART_MAX_SECONDS = 60.0
 #: A batch meaning "changes may have been missed": the whole tree is walked.
 RESCAN = "rescan"
+#: What the watch hands on: watchfiles' changes, or RESCAN.
+_Batch = set[tuple[watchfiles.Change, str]] | str
 
 
 def _relative(root: Path, path: str) -> str | None:
@@ -74,7 +77,7 @@ class _Filter(watchfiles.DefaultFilter):
     ``build`` and ``dist``, which hold source when git tracks files in them:
     the exclusion engine decides those)."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path) -> None:
         super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS - OUTPUT_DIR_NAMES))
         self.state_dir = str(Path(state_dir).resolve())  # events name real paths: see _Feed
 
@@ -106,7 +109,7 @@ def watch_directory(
     def retry_indexer(mode: str = "incremental") -> Indexer:
         return Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder, mode=mode)
 
-    def walking(changes=None) -> Indexer:
+    def walking(changes: Callable[[], set[str]] | None = None) -> Indexer:
         return walking_indexer(
             root, state, config, reporter=reporter, stop=stop, embedder=embedder, changes=changes
         )
@@ -131,7 +134,17 @@ def watch_directory(
             feed.close()
 
 
-def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, reporter, unwritten) -> None:
+def _follow(
+    root: Path,
+    feed: _Feed,
+    stop: threading.Event,
+    walking: Callable[[], Indexer],
+    retry_indexer: Callable[..., Indexer],
+    *,
+    ready: threading.Event | None,
+    reporter: Reporter | None,
+    unwritten: Unwritten,
+) -> None:
     """Apply the watcher's batches until ``stop``, beside the retry pass;
     what a full disk kept from being written is applied again meanwhile."""
     retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
@@ -147,7 +160,7 @@ def _follow(root: Path, feed: _Feed, stop, walking, retry_indexer, *, ready, rep
             feed.pending.publish()  # what the last batch wrote, here: the watch may not yield for a while
             batch = feed.next(timeout=0.5)
             rescan = batch == RESCAN  # the watch was set up again: walk for what it missed
-            changed = () if rescan else batch or ()
+            changed = batch if isinstance(batch, set) else ()
             rel_paths = {rel for _, path in changed if (rel := _relative(feed.root, path))}
             if len(rel_paths) >= SETTLE_FROM:
                 more, again = feed.settle()
@@ -184,7 +197,7 @@ class _Feed:
         *,
         reporter: Reporter | None = None,
         watch_limit: int | None = None,
-    ):
+    ) -> None:
         # The real path is watched, so events name real paths, which the
         # containment rule compares exactly (FSEvents reports them anyway).
         self.root = Path(root).resolve()
@@ -196,7 +209,7 @@ class _Feed:
         self._closed = threading.Event()
         self._state_dir = state.path
         #: (batch number, batch) in the order seen; the number is :attr:`pending`'s
-        self._batches: queue.Queue = queue.Queue()
+        self._batches: queue.Queue[tuple[int, _Batch]] = queue.Queue()
         #: what live sync has not yet written, recorded for every process's answers
         self.pending = PendingChanges()
         #: the paths :meth:`take_paths` last handed to a pass under way
@@ -215,7 +228,7 @@ class _Feed:
         self._closed.set()
         self._thread.join(timeout=5)
 
-    def _watch(self):
+    def _watch(self) -> Iterator[set[tuple[watchfiles.Change, str]]]:
         return watchfiles.watch(
             self.root,
             watch_filter=_Filter(self._state_dir),
@@ -290,7 +303,7 @@ class _Feed:
                 return False
         return not stop.is_set()
 
-    def next(self, timeout: float):
+    def next(self, timeout: float) -> _Batch | None:
         try:
             number, batch = self._batches.get(timeout=timeout)
         except queue.Empty:
@@ -311,7 +324,7 @@ class _Feed:
             batch = self.next(timeout=min(quiet, left))
             if batch is None:
                 break
-            if batch == RESCAN:
+            if isinstance(batch, str):  # RESCAN
                 rescan = True
             else:
                 paths |= {rel for _, path in batch if (rel := _relative(self.root, path))}
@@ -328,13 +341,14 @@ class _Feed:
         is excluded changed: a walk's job, left for after the pass). What it
         handed last time is written by now: the pass refreshed it at once."""
         self.handed_written()
-        taken, later = set(), []
+        taken: set[str] = set()
+        later: list[tuple[int, _Batch]] = []
         while True:
             try:
                 number, batch = self._batches.get_nowait()
             except queue.Empty:
                 break
-            if batch == RESCAN:
+            if isinstance(batch, str):  # RESCAN
                 later.append((number, batch))
                 continue
             paths = {rel for _, path in batch if (rel := _relative(self.root, path))}
@@ -349,7 +363,14 @@ class _Feed:
         return taken
 
 
-def _apply(rel_paths: set[str], *, walking, one_by_one, unwritten: Unwritten, walk: bool = False) -> bool:
+def _apply(
+    rel_paths: set[str],
+    *,
+    walking: Callable[[], Indexer],
+    one_by_one: Callable[[], Indexer],
+    unwritten: Unwritten,
+    walk: bool = False,
+) -> bool:
     """Re-index a batch of changes: the touched paths, or the whole tree when
     a ``.gitignore`` changed (what is excluded changed) or an earlier walk
     could not be written. Only the indexer that runs is made: each owns
@@ -397,7 +418,7 @@ class Unwritten:
     FIRST_SECONDS = 1.0
     MAX_SECONDS = 30.0
 
-    def __init__(self, reporter: Reporter | None):
+    def __init__(self, reporter: Reporter | None) -> None:
         self.reporter = reporter
         self.paths: set[str] = set()
         self.walk = False
@@ -471,7 +492,7 @@ class _Retrier:
     to ``first`` once none do. ``lock`` keeps it and a watch batch from
     indexing at the same time."""
 
-    def __init__(self, first: float, indexer, stop: threading.Event):
+    def __init__(self, first: float, indexer: Callable[..., Indexer], stop: threading.Event) -> None:
         self.first = self.delay = first
         self.indexer = indexer
         self.stop = stop

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def inotify_limit(source: Path = MAX_USER_WATCHES) -> int | None:
         return None
 
 
-def configured_limit(environ=os.environ, source: Path = MAX_USER_WATCHES) -> int | None:
+def configured_limit(environ: Mapping[str, str] = os.environ, source: Path = MAX_USER_WATCHES) -> int | None:
     """The most directories the OS watch may take: ``DIR2MCP_WATCH_MAX_DIRS``
     when set (a positive integer), else the kernel's limit."""
     raw = (environ.get("DIR2MCP_WATCH_MAX_DIRS") or "").strip()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from corpus import bulk, slices
 from corpus.index import lexical
+from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.prepare import Prepared, sha256_hex
 from corpus.models import (
     Chunk,
@@ -42,7 +43,12 @@ from corpus.models import (
     with_context,
 )
 from corpus.packed import unpack
-from corpus.write_guard import check_writable, indexing, refuse_writes  # noqa: F401  (writer.indexing() et al.)
+
+# Re-exported (as X): pipeline calls writer.indexing(), and the writers' callers their guards.
+from corpus.write_guard import check_writable as check_writable
+from corpus.write_guard import indexing as indexing
+from corpus.write_guard import refuse_writes as refuse_writes
+from kernel.jsontypes import JsonObject
 
 #: Text hashes looked up at once among a representation's tombstoned chunks.
 REVIVE_PART = 500
@@ -122,27 +128,28 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
         Document, [Document(rel_path=prepared.rel_path, **_document_fields(prepared)) for prepared in batch]
     )
     deltas = [Delta(doc_id=doc.doc_id) for doc in docs]
-    with_text = [(i, prepared) for i, prepared in enumerate(batch) if prepared.has_text]
+    with_text = [(i, prepared, prepared.extracted) for i, prepared in enumerate(batch) if prepared.has_text]
     now = int(time.time())
     reps = bulk.create(
         Representation,
         [
             Representation(
                 document=docs[i],
-                rep_type=prepared.extracted.rep_type,
+                rep_type=extracted.rep_type,
                 rep_hash=_rep_hash(prepared),
-                text=prepared.extracted.text,
-                meta_json=prepared.extracted.meta,
+                text=extracted.text,
+                meta_json=extracted.meta,
                 created_unix=now,
             )
-            for i, prepared in with_text
+            for i, prepared, extracted in with_text
+            if extracted is not None  # has_text says so
         ],
     )
-    new_chunks: list[tuple[Chunk, object]] = []
-    for rep, (i, prepared) in zip(reps, with_text, strict=True):
+    new_chunks: list[tuple[Chunk, ChunkDraft]] = []
+    for rep, (i, prepared, _) in zip(reps, with_text, strict=True):
         deltas[i].representations = 1
         deltas[i].chunks_added = len(prepared.drafts)
-        locator = slices.Locator(prepared.extracted.text)
+        locator = slices.Locator(rep.text)
         new_chunks.extend((_new_chunk(rep, prepared, draft, locator), draft) for draft in prepared.drafts)
     _create_chunks(new_chunks)
     _create_navigation([(doc.doc_id, prepared) for doc, prepared in zip(docs, batch, strict=True)])
@@ -174,7 +181,7 @@ def _hash(context: str, text: str) -> str:
     return sha256_hex(with_context(context, text))
 
 
-def _new_chunk(rep: Representation, prepared: Prepared, draft, locator: slices.Locator) -> Chunk:
+def _new_chunk(rep: Representation, prepared: Prepared, draft: ChunkDraft, locator: slices.Locator) -> Chunk:
     """A chunk of ``rep``: a slice of its text where ``locator`` finds the
     draft's text there, else holding the text itself."""
     found = _locate(locator, draft)
@@ -190,11 +197,11 @@ def _new_chunk(rep: Representation, prepared: Prepared, draft, locator: slices.L
     )
 
 
-def _locate(locator: slices.Locator, draft) -> tuple[int, int] | None:
+def _locate(locator: slices.Locator, draft: ChunkDraft) -> tuple[int, int] | None:
     return locator.find(draft.text, draft.start if draft.span_kind == SpanKind.LINES else None)
 
 
-def _create_chunks(new_chunks: list[tuple[Chunk, object]]) -> list[Chunk]:
+def _create_chunks(new_chunks: list[tuple[Chunk, ChunkDraft]]) -> list[Chunk]:
     """Insert these chunks, their lexical rows and their spans."""
     created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
     lexical.index_chunks(
@@ -224,8 +231,8 @@ def _create_navigation(written: list[tuple[int, Prepared]]) -> None:
     """Insert the symbol and reference rows of these documents (code files
     a grammar read; the others have none), as tuples: a batch of kernel
     sources holds tens of thousands of references."""
-    defined: list[tuple] = []
-    used: list[tuple] = []
+    defined: list[tuple[object, ...]] = []
+    used: list[tuple[object, ...]] = []
     for doc_id, prepared in written:
         navigation = prepared.navigation
         if navigation is None or not prepared.has_text:
@@ -246,7 +253,7 @@ def _drop_navigation(doc_ids: list[int]) -> None:
     Reference.objects.filter(document_id__in=doc_ids).delete()
 
 
-def _document_fields(prepared: Prepared) -> dict:
+def _document_fields(prepared: Prepared) -> JsonObject:
     return {
         "source_type": prepared.source_type,
         "doc_type": prepared.doc_type,
@@ -285,8 +292,8 @@ def _sync_chunks(
         text = chunk.stored_text if chunk.text_start is None else cut_from[chunk.text_start : chunk.text_end]
         old_by_hash[_hash(chunk.context, text)].append(chunk)
     locator = slices.Locator(rep.text)
-    moved: list[tuple[Chunk, object]] = []
-    new_chunks: list[tuple[Chunk, object]] = []
+    moved: list[tuple[Chunk, ChunkDraft]] = []
+    new_chunks: list[tuple[Chunk, ChunkDraft]] = []
     for draft in prepared.drafts:
         reusable = old_by_hash.get(_hash(draft.context, draft.text))
         if reusable:
@@ -305,8 +312,8 @@ def _sync_chunks(
 
 
 def _revive_chunks(
-    rep: Representation, wanted: list[tuple[Chunk, object]], delta: Delta, locator: slices.Locator
-) -> list[tuple[Chunk, object]]:
+    rep: Representation, wanted: list[tuple[Chunk, ChunkDraft]], delta: Delta, locator: slices.Locator
+) -> list[tuple[Chunk, ChunkDraft]]:
     """Bring back the representation's tombstoned chunks whose context and
     text a wanted unit has (one each, those holding a vector first, then the
     latest); returns the units still to create. Candidates are read by the
@@ -319,17 +326,17 @@ def _revive_chunks(
     found: dict[str, list[tuple[bool, int]]] = defaultdict(list)
     tombstoned = rep.chunks.filter(deleted=True)
     for start in range(0, len(contexts), REVIVE_PART):
-        rows = tombstoned.filter(context__in=contexts[start : start + REVIVE_PART]).values_list(
+        candidates_rows = tombstoned.filter(context__in=contexts[start : start + REVIVE_PART]).values_list(
             "chunk_id", "context", "embedding_status", "stored_text", "text_start", "text_end"
         )
-        for chunk_id, context, status, stored, text_start, text_end in rows:
+        for chunk_id, context, status, stored, text_start, text_end in candidates_rows:
             text = unpack(stored) if text_start is None else rep.text[text_start:text_end]
             found[_hash(context, text)].append((status != EmbeddingStatus.OK, -chunk_id))
     if not found:
         return wanted
     candidates = {text_hash: [-key[1] for key in sorted(keys)] for text_hash, keys in found.items()}
-    chosen: dict[int, object] = {}
-    rest: list[tuple[Chunk, object]] = []
+    chosen: dict[int, ChunkDraft] = {}
+    rest: list[tuple[Chunk, ChunkDraft]] = []
     for chunk, draft in wanted:
         ids = candidates.get(_hash(draft.context, draft.text))
         if ids:
@@ -355,10 +362,10 @@ def _revive_chunks(
     return rest
 
 
-def _move_chunk(chunk: Chunk, draft, found: tuple[int, int] | None) -> None:
+def _move_chunk(chunk: Chunk, draft: ChunkDraft, found: tuple[int, int] | None) -> None:
     """A surviving chunk keeps its id and embedding; its place may move, in
     the file and in its representation's text."""
-    changed: dict = {}
+    changed: dict[str, object] = {}
     if chunk.ordinal != draft.ordinal:
         changed["ordinal"] = draft.ordinal
     if found is None and chunk.text_start is not None:

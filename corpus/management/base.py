@@ -10,14 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from corpus import store_faults
 from corpus.events import Reporter
 from corpus.index.dense.choice import announce_embedder, choose_embedder
+from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import make_chat
 from kernel import errors
 from kernel.config import Config, default_config_path, load_config
+from kernel.jsontypes import JsonObject
 from kernel.secrets import resolve_all, resolve_secret, write_snapshot
 from kernel.state import StateDir, ensure_token, resolve_root, resolve_state
 
@@ -40,7 +42,7 @@ class Runtime:
     def secret(self, name: str) -> str | None:
         return resolve_secret(name, self.config, self.state, root=self.root).value
 
-    def embedder(self, *, switch: bool = False, events: bool = True):
+    def embedder(self, *, switch: bool = False, events: bool = True) -> Embedder | None:
         """The embedder to index and search with (None: lexical only).
 
         The configured one, unless the index was built with another: then
@@ -53,7 +55,7 @@ class Runtime:
         announce_embedder(choice, self.reporter if events else None)
         return embedder
 
-    def chat(self):
+    def chat(self) -> ChatModel | None:
         """The configured chat model, or None (answers become search-only)."""
         return make_chat(self.config, secrets_lookup=self.secret)
 
@@ -61,10 +63,10 @@ class Runtime:
 class Dir2mcpCommand(BaseCommand):
     """Adds the global flags and turns :class:`Dir2mcpError` into exit codes."""
 
-    requires_system_checks: list = []
+    requires_system_checks: list[str] = []
     requires_migrations_checks = False
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         group = parser.add_argument_group("global flags")
         group.add_argument("--dir", help="Root directory to index (default: current directory).")
         group.add_argument("--config", help="Config file (default: <root>/.dir2mcp.yaml).")
@@ -76,10 +78,10 @@ class Dir2mcpCommand(BaseCommand):
         group.add_argument("--quiet", action="store_true", help="Print only errors and final results.")
         self.add_command_arguments(parser)
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         """Subclasses add their own flags here."""
 
-    def runtime(self, options: dict, *, config_flags: dict | None = None) -> Runtime:
+    def runtime(self, options: JsonObject, *, config_flags: JsonObject | None = None) -> Runtime:
         root = resolve_root(options.get("dir"))
         state = resolve_state(options.get("state_dir"), options.get("dir"), root)
         config_path = Path(options["config"]).absolute() if options.get("config") else None
@@ -93,7 +95,9 @@ class Dir2mcpCommand(BaseCommand):
             )
         config = load_config(config_path, flags=config_flags)
         reporter = Reporter(
-            self.stdout._out, json_mode=options.get("json", False), quiet=options.get("quiet")
+            self.stdout._out,  # type: ignore[arg-type]  # a text stream; django-stubs types it as a callable
+            json_mode=options.get("json", False),
+            quiet=bool(options.get("quiet")),
         )
         interactive = not options.get("non_interactive") and sys.stdin.isatty() and sys.stdout.isatty()
         return Runtime(
@@ -117,7 +121,7 @@ class Dir2mcpCommand(BaseCommand):
             secrets = resolve_all(rt.config, rt.state, root=rt.root)
         write_snapshot(rt.config, secrets, rt.state)
 
-    def execute(self, *args, **options):
+    def execute(self, *args: Any, **options: Any) -> str | None:  # Any: BaseCommand.execute's signature
         # The collector was off while the command loaded (dir2mcp_site/cli.py:
         # main). What loading made lives as long as the process, so frozen,
         # the command's own collections no longer walk it.
@@ -136,7 +140,7 @@ class Dir2mcpCommand(BaseCommand):
 
     def report_fatal(self, exc: errors.Dir2mcpError, *, json_mode: bool) -> None:
         if json_mode:
-            Reporter(self.stdout._out, json_mode=True).event(
+            Reporter(self.stdout._out, json_mode=True).event(  # type: ignore[arg-type]  # as in runtime()
                 "fatal", {**exc.as_dict(), "hint": exc.hint}, level="error"
             )
             return

@@ -15,6 +15,7 @@ from corpus.citations import SpanRef, format_citation
 from corpus.models import Chunk
 from corpus.navigation.tokens import estimate_tokens
 from corpus.retrieval import Hit
+from kernel.jsontypes import JsonObject
 
 #: what a passage costs beyond its text: its citation line and fields
 PASSAGE_OVERHEAD_TOKENS = 24
@@ -33,7 +34,7 @@ class Passage:
     def tokens(self) -> int:
         return estimate_tokens(self.content) + PASSAGE_OVERHEAD_TOKENS
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         """The best hit's fields with the passage's span and text; its snippet
         is empty (the text is there whole: a budget pays for it once)."""
         return self.best.as_dict() | {
@@ -79,7 +80,7 @@ class Contents:
     from (one read of it per document), or the hit's own text for a page or
     a time range."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lines: dict[int, list[str]] = {}
 
     def __call__(self, passage: Passage) -> str:
@@ -98,7 +99,7 @@ class Contents:
         return "\n".join(lines[passage.span.start - 1 : passage.span.end])
 
 
-def cut_passage(passage: dict, chars: int | None) -> dict | int | None:
+def cut_passage(passage: JsonObject, chars: int | None) -> JsonObject | int | None:
     """A passage (as :meth:`Passage.as_dict` gives it) cut to at most
     ``chars`` characters of its text, after its last whole line for a line
     span (its ``end_line`` moved up to match), marked ``truncated``; None

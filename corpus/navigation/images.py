@@ -72,7 +72,7 @@ def fit(rel: str, data: bytes, *, cap: int = MAX_IMAGE_BYTES) -> Fitted:
         ) from None
     with image:
         fmt, (width, height) = image.format, image.size
-        source_mime = PASSED.get(fmt) or Image.MIME.get(fmt, "application/octet-stream")
+        source_mime = PASSED.get(fmt or "") or Image.MIME.get(fmt or "", "application/octet-stream")
         if width * height > MAX_PIXELS:  # a client would decode it too: even a small file is refused
             raise _too_many_pixels(rel)
         if fmt in PASSED and len(data) <= cap:

@@ -15,12 +15,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Iterable
+from typing import TypeGuard
 
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
 from corpus.models import Reference, Representation, RepType, Symbol
 from corpus.navigation import symbols
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: the kinds a definition can have (corpus/navigation/outline.py)
 KINDS = (
@@ -61,7 +64,7 @@ def _fail(message: str) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(errors.INVALID_FIELD, message)
 
 
-def _name(value) -> str:
+def _name(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _fail("name must be a non-empty string")
     if len(value) > symbols.MAX_NAME:  # the schema's maxLength, which the validator reports so
@@ -69,7 +72,7 @@ def _name(value) -> str:
     return value.strip()
 
 
-def _limit(value, default: int) -> int:
+def _limit(value: object, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -82,7 +85,9 @@ def _limit(value, default: int) -> int:
 # -- symbols --------------------------------------------------------------------------
 
 
-def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit: int | None = None) -> dict:
+def find_symbols(
+    name: object, *, kind: str | None = None, path_prefix: str = "", limit: int | None = None
+) -> JsonObject:
     """Where ``name`` is defined, best first (the tiers above)."""
     name, limit, prefix = _name(name), _limit(limit, 20), canonical_prefix(path_prefix)
     if kind not in (None, "") and kind not in KINDS:
@@ -100,7 +105,7 @@ def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit:
         rows.filter(name_lower__startswith=lower).exclude(name_lower=lower),
         rows.filter(name_lower__contains=lower).exclude(name_lower__startswith=lower),
     )
-    hits: list[dict] = []
+    hits: list[JsonObject] = []
     cut = False
     for tier, query in zip(_TIERS, tiers, strict=True):
         found = list(
@@ -135,7 +140,7 @@ def find_symbols(name, *, kind: str | None = None, path_prefix: str = "", limit:
     return {"name": name, "symbols": out, "count": len(out), "truncated": more}
 
 
-def _symbol(row: dict, signature: str) -> dict:
+def _symbol(row: JsonObject, signature: str) -> JsonObject:
     hit = {
         "rel_path": row["document__rel_path"],
         "name": row["name"],
@@ -156,8 +161,8 @@ def _symbol(row: dict, signature: str) -> dict:
 
 
 def find_references(
-    name, *, path_prefix: str = "", limit: int | None = None, cursor: str | None = None
-) -> dict:
+    name: object, *, path_prefix: str = "", limit: int | None = None, cursor: str | None = None
+) -> JsonObject:
     """Where ``name`` is used: a page of hits and, when there are more, a cursor."""
     name, limit, prefix = _name(name), _limit(limit, 50), canonical_prefix(path_prefix)
     # The cursor names its query by a digest: short whatever the prefix's length.
@@ -203,7 +208,7 @@ def _cursor(key: str, row_id: int, skip: int) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _resume(cursor, key: str) -> tuple[int, int]:
+def _resume(cursor: object, key: str) -> tuple[int, int]:
     """``(row id, k)``: resume at that row after its first k lines."""
     invalid = _fail("invalid cursor")
     if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR:
@@ -215,10 +220,13 @@ def _resume(cursor, key: str) -> tuple[int, int]:
     if not isinstance(data, dict) or data.get("q") != key:
         raise invalid
     row_id, skip = data.get("r"), data.get("k")
-    for value in (row_id, skip):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise invalid
+    if not (_count(row_id) and _count(skip)):
+        raise invalid
     return row_id, skip
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 0
 
 
 def _enclosing(doc_ids: set[int]) -> dict[int, list[tuple[int, int, str]]]:
@@ -230,7 +238,7 @@ def _enclosing(doc_ids: set[int]) -> dict[int, list[tuple[int, int, str]]]:
     return found
 
 
-def _innermost(definitions, line: int) -> str:
+def _innermost(definitions: Iterable[tuple[int, int, str]], line: int) -> str:
     """The name of the innermost definition whose span holds ``line``."""
     best: tuple[int, int, str] | None = None
     for start, end, name in definitions:

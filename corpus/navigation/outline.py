@@ -23,7 +23,9 @@ import tree_sitter
 from corpus import files
 from corpus.citations import SpanRef
 from corpus.ingest import sections, units
+from corpus.security import ExclusionEngine
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: the most text an outline reads (characters): a generated file past it is outlined in part
 MAX_CHARS = 4 * 1024 * 1024
@@ -125,8 +127,8 @@ class Entry:
     node: tree_sitter.Node | None = field(default=None, repr=False, compare=False)
     name_node: tree_sitter.Node | None = field(default=None, repr=False, compare=False)
 
-    def as_dict(self) -> dict:
-        out = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             "kind": self.kind,
             "name": self.name,
             "signature": self.signature,
@@ -163,7 +165,7 @@ class Outline:
     #: the file kept changing while it was read: this is the outline of its indexed text
     from_index: bool = False
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         out = {
             "rel_path": self.rel_path,
             "doc_type": self.doc_type,
@@ -176,7 +178,7 @@ class Outline:
         return out | ({"from_index": True} if self.from_index else {})
 
 
-def outline(engine, rel_path: str, *, max_chars: int = MAX_CHARS) -> Outline:
+def outline(engine: ExclusionEngine, rel_path: str, *, max_chars: int = MAX_CHARS) -> Outline:
     """The outline of ``rel_path``, read as ``open_file`` reads it (the one
     check and open; a secret-bearing document refused), its names and
     signatures screened for secrets like any returned text."""
@@ -339,7 +341,7 @@ def _name_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
 
 
 def _text(node: tree_sitter.Node) -> str:
-    return node.text.decode("utf-8", "replace")[: units.SIGNATURE_CHARS]
+    return (node.text or b"").decode("utf-8", "replace")[: units.SIGNATURE_CHARS]
 
 
 # -- prose and pages -------------------------------------------------------------------

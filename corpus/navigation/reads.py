@@ -24,6 +24,7 @@ from corpus.ingest.classify import SNIFF_BYTES, TEXTUAL_TYPES, classify
 from corpus.navigation import images
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 ALGORITHMS = ("sha256", "md5", "sha1", "sha512")
 #: the largest file a checksum reads
@@ -59,8 +60,12 @@ def _the_file_itself(opened: OpenedFile, what: str) -> None:
 
 
 def checksum(
-    engine: ExclusionEngine, rel_path, *, algorithm: str = "sha256", check: Callable[[], None] = lambda: None
-) -> dict:
+    engine: ExclusionEngine,
+    rel_path: object,
+    *,
+    algorithm: str = "sha256",
+    check: Callable[[], None] = lambda: None,
+) -> JsonObject:
     """The digest of the file's bytes as they are now (one version: a file
     that changed while it was hashed is hashed again). ``check`` is called
     between blocks: a caller that stops the work raises from it."""
@@ -71,7 +76,7 @@ def checksum(
     if not isinstance(rel_path, str) or not rel_path:
         raise errors.Dir2mcpError(errors.MISSING_FIELD, "rel_path is required")
 
-    def hashed(opened) -> dict:
+    def hashed(opened: OpenedFile) -> JsonObject:
         _the_file_itself(opened, "a checksum")
         if opened.st.st_size > MAX_CHECKSUM_BYTES:
             raise errors.Dir2mcpError(
@@ -93,7 +98,7 @@ def checksum(
     return _settled(engine, rel_path, hashed)
 
 
-def _settled(engine: ExclusionEngine, rel_path, read: Callable[[OpenedFile], dict]) -> dict:
+def _settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedFile], JsonObject]) -> JsonObject:
     """``read`` of one version of the file (:func:`files.read_settled`)."""
     try:
         return files.read_settled(engine, rel_path, read)
@@ -104,8 +109,13 @@ def _settled(engine: ExclusionEngine, rel_path, read: Callable[[OpenedFile], dic
 
 
 def diff(
-    engine: ExclusionEngine, rel_path_a, rel_path_b, *, context: int = 3, max_chars: int = 20000
-) -> dict:
+    engine: ExclusionEngine,
+    rel_path_a: object,
+    rel_path_b: object,
+    *,
+    context: int = 3,
+    max_chars: int = 20000,
+) -> JsonObject:
     """A unified diff of two documents' text: lines of text files, or the
     indexed text of converted ones (two PDFs' text layers or OCR, page by
     page), capped at ``max_chars`` with ``truncated``."""
@@ -145,7 +155,7 @@ class _Side(NamedTuple):
     truncated: bool
 
 
-def _diff_text(engine: ExclusionEngine, rel_path) -> _Side:
+def _diff_text(engine: ExclusionEngine, rel_path: object) -> _Side:
     document = files.read_document(engine, rel_path, max_chars=MAX_DIFF_CHARS)
     if document.pages is not None:
         numbered = ([f"--- page {n} ---", *page.split("\n")] for n, page in enumerate(document.pages, 1))
@@ -162,13 +172,13 @@ def _diff_text(engine: ExclusionEngine, rel_path) -> _Side:
 
 def read_bytes(
     engine: ExclusionEngine,
-    rel_path,
+    rel_path: object,
     *,
     offset: int | None = None,
     length: int | None = None,
     fmt: str = "auto",
     check: Callable[[], None] = _no_check,
-) -> dict:
+) -> JsonObject:
     """``length`` bytes of the file from ``offset``, as text or base64, or an
     image file whole as an image (``_image_data``: base64).
 
@@ -193,7 +203,7 @@ def read_bytes(
     start = _bound("offset", offset, 0, 2**53 - 1, 0)
     count = _bound("length", length, 1, MAX_LENGTH, DEFAULT_LENGTH)
 
-    def read(opened: OpenedFile) -> dict:
+    def read(opened: OpenedFile) -> JsonObject:
         _the_file_itself(opened, "a byte range")
         kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
         chosen = _chosen(fmt, kind, ranged)
@@ -210,7 +220,7 @@ def read_bytes(
     return _settled(engine, rel_path, read)
 
 
-def _bound(name: str, value, low: int, high: int, default: int) -> int:
+def _bound(name: str, value: object, low: int, high: int, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -228,7 +238,7 @@ def _chosen(fmt: str, kind: str, ranged: bool) -> str:
     return "text" if kind in TEXTUAL_TYPES else "base64"
 
 
-def _range(engine: ExclusionEngine, opened: OpenedFile, offset: int, length: int, fmt: str) -> dict:
+def _range(engine: ExclusionEngine, opened: OpenedFile, offset: int, length: int, fmt: str) -> JsonObject:
     """The range with :data:`_CONTEXT` bytes on each side read and screened."""
     size = opened.st.st_size
     seek = max(0, min(offset, size) - _CONTEXT)
@@ -288,7 +298,7 @@ def _screen_bytes(engine: ExclusionEngine, rel: str, data: bytes) -> None:
         files.screen(engine, rel, data.replace(b"\x00", b"").decode("latin-1"))
 
 
-def _image(engine: ExclusionEngine, opened: OpenedFile, kind: str, check: Callable[[], None]) -> dict:
+def _image(engine: ExclusionEngine, opened: OpenedFile, kind: str, check: Callable[[], None]) -> JsonObject:
     rel, size = opened.rel, opened.st.st_size
     if kind != "image":
         raise errors.Dir2mcpError(

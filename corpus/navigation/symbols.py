@@ -148,7 +148,9 @@ def plausible(name: str) -> bool:
     return MIN_NAME <= len(name) <= MAX_NAME and name not in _NOT_SYMBOLS
 
 
-def _walk(entries: list[outline.Entry], parent: outline.Entry | None) -> Iterator[tuple]:
+def _walk(
+    entries: list[outline.Entry], parent: outline.Entry | None
+) -> Iterator[tuple[outline.Entry, outline.Entry | None]]:
     for entry in entries:
         yield entry, parent
         yield from _walk(entry.children, entry)
@@ -166,7 +168,7 @@ def _uses(parsed: units.Parsed, skip: set[int]) -> list[Uses]:
     for node in _identifiers(parsed):
         if node.start_byte in skip:
             continue
-        name = node.text.decode("utf-8", "replace")
+        name = (node.text or b"").decode("utf-8", "replace")
         if not plausible(name):
             continue
         lines.setdefault(name, []).append(node.start_point.row + 1)

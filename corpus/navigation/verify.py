@@ -17,6 +17,7 @@ from corpus import files
 from corpus.citations import find_citations
 from corpus.security import ExclusionEngine
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: citations checked in one text; the rest are counted, not opened
 MAX_CITATIONS = 50
@@ -29,7 +30,7 @@ _TIME = re.compile(r"^(?P<path>.+)@t=(?P<start>[\d:]+)-(?P<end>[\d:]+)$")
 _QUOTE = re.compile(r"\"([^\"\n]+)\"|“([^”\n]+)”|`([^`\n]+)`")
 
 
-def parse(citation: str) -> tuple[str, dict]:
+def parse(citation: str) -> tuple[str, JsonObject]:
     """A citation's path and the ``open_file`` arguments of its span."""
     inner = citation.strip()[1:-1]
     if match := _LINES.match(inner):
@@ -52,7 +53,7 @@ def _fold(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def verify(engine: ExclusionEngine, text: str) -> dict:
+def verify(engine: ExclusionEngine, text: str) -> JsonObject:
     """Each citation of ``text`` checked, in order of first appearance."""
     cited = find_citations(text)
     checked = [_check(engine, text, citation) for citation in cited[:MAX_CITATIONS]]
@@ -65,8 +66,8 @@ def verify(engine: ExclusionEngine, text: str) -> dict:
     }
 
 
-def _check(engine: ExclusionEngine, text: str, citation: str) -> dict:
-    out = {"citation": citation, "exists": False, "in_bounds": False, "quotes": [], "ok": False}
+def _check(engine: ExclusionEngine, text: str, citation: str) -> JsonObject:
+    out: JsonObject = {"citation": citation, "exists": False, "in_bounds": False, "quotes": [], "ok": False}
     try:
         rel_path, span = parse(citation)
         opened = files.open_file(engine, rel_path=rel_path, max_chars=_SLICE_CHARS, **span)
@@ -85,15 +86,19 @@ def _check(engine: ExclusionEngine, text: str, citation: str) -> dict:
     return out
 
 
-def _within(asked: dict, served: dict | None) -> bool:
+def _within(asked: JsonObject, served: JsonObject | None) -> bool:
     """Whether the slice served covers the whole span asked for."""
     if served is None:
         return False
     if "start_line" in asked:
-        return served.get("end_line", 0) >= asked["end_line"] and asked["start_line"] <= asked["end_line"]
+        return bool(
+            served.get("end_line", 0) >= asked["end_line"] and asked["start_line"] <= asked["end_line"]
+        )
     if "page" in asked:
-        return served.get("page") == asked["page"]
-    return served.get("start_ms", -1) <= asked["start_ms"] and served.get("end_ms", -1) >= asked["end_ms"]
+        return bool(served.get("page") == asked["page"])
+    return bool(
+        served.get("start_ms", -1) <= asked["start_ms"] and served.get("end_ms", -1) >= asked["end_ms"]
+    )
 
 
 def _quotes_before(text: str, citation: str) -> list[str]:

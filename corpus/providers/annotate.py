@@ -14,6 +14,7 @@ from pathlib import Path
 from corpus.providers.media_http import media_client
 from kernel import errors
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 SYSTEM_PROMPT = (
     "Extract the requested fields from the document as JSON matching the schema. "
@@ -21,14 +22,14 @@ SYSTEM_PROMPT = (
 )
 
 
-def _cache_key(model: str, schema: dict, text: str) -> str:
+def _cache_key(model: str, schema: JsonObject, text: str) -> str:
     blob = json.dumps([model, schema, text], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def annotate(
-    config: Config, *, api_key: str, text: str, schema: dict, cache_dir: Path | None
-) -> tuple[dict, bool]:
+    config: Config, *, api_key: str, text: str, schema: JsonObject, cache_dir: Path | None
+) -> tuple[JsonObject, bool]:
     """The extracted object, and whether it came from the cache."""
     model = config.annotations.model
     text = text[: config.annotations.max_input_chars]
@@ -70,7 +71,7 @@ def annotate(
     return result, False
 
 
-def _parse(body: dict) -> dict:
+def _parse(body: JsonObject) -> JsonObject:
     try:
         content = body["choices"][0]["message"]["content"]
         result = json.loads(content)
@@ -83,7 +84,7 @@ def _parse(body: dict) -> dict:
     return result
 
 
-def flatten(value, prefix: str = "") -> list[str]:
+def flatten(value: object, prefix: str = "") -> list[str]:
     """``key: value`` lines; nested keys are dotted, list items indexed (``authors[0]``)."""
     if isinstance(value, dict):
         lines = []

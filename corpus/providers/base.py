@@ -48,7 +48,8 @@ class Embedder(ABC):
         """One search query's vector. A search waits on it, so remote providers
         override this to fail fast (short timeouts, one retry) rather than retry
         for minutes as indexing does."""
-        return self.embed([text], kind=kind)[0]
+        vector: np.ndarray = self.embed([text], kind=kind)[0]
+        return vector
 
 
 @dataclass(frozen=True)
@@ -70,4 +71,5 @@ def normalize_rows(vectors: np.ndarray) -> np.ndarray:
     """L2-normalise each row (zero rows stay zero), as float32."""
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
+    normalized: np.ndarray = vectors / np.maximum(norms, 1e-12)
+    return normalized

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from kernel.observe import observe_provider_call
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,11 @@ QUERY_OPTIONS = HttpOptions(
 )
 
 
+def _least(a: float | None, b: float | None) -> float | None:
+    """The lower of two caps, None meaning none."""
+    return b if a is None else a if b is None else min(a, b)
+
+
 def query_options(base: HttpOptions) -> HttpOptions:
     """:data:`QUERY_OPTIONS`, never slower than the client's own ``base`` policy."""
     q = QUERY_OPTIONS
@@ -87,9 +93,7 @@ def query_options(base: HttpOptions) -> HttpOptions:
         backoff_initial=min(base.backoff_initial, q.backoff_initial),
         backoff_max=min(base.backoff_max, q.backoff_max),
         max_wait=min(base.max_wait, q.max_wait),
-        max_retry_after=q.max_retry_after
-        if base.max_retry_after is None
-        else min(base.max_retry_after, q.max_retry_after),
+        max_retry_after=_least(base.max_retry_after, q.max_retry_after),
         retry_timeouts=base.retry_timeouts and q.retry_timeouts,
     )
 
@@ -97,7 +101,7 @@ def query_options(base: HttpOptions) -> HttpOptions:
 class ProviderError(errors.Dir2mcpError):
     """A provider call that failed for good; ``status`` is the HTTP status, if any."""
 
-    def __init__(self, code: str, message: str, *, status: int | None = None, **kw: Any):
+    def __init__(self, code: str, message: str, *, status: int | None = None, **kw: Any) -> None:
         super().__init__(code, message, **kw)
         self.status = status
 
@@ -157,7 +161,7 @@ class ProviderClient:
         label: str,
         auth_hint: str = "",
         options: HttpOptions | None = None,
-    ):
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.label = label
         self.options = options or HttpOptions()
@@ -180,18 +184,22 @@ class ProviderClient:
     def close(self) -> None:
         self._finalizer()
 
-    def post_json(self, path: str, body: dict, *, options: HttpOptions | None = None) -> dict:
+    def post_json(self, path: str, body: JsonObject, *, options: HttpOptions | None = None) -> JsonObject:
         """POST ``body`` to ``base_url + path`` and return the decoded JSON object.
 
         ``options`` replaces the client's timeouts and retry policy for this
         call (e.g. :func:`query_options` on the search path)."""
         return self._decode(path, self._send(path, options, json=body))
 
-    def post_form(self, path: str, data: dict[str, Any], files: dict[str, tuple[str, bytes, str]]) -> dict:
+    def post_form(
+        self, path: str, data: dict[str, Any], files: dict[str, tuple[str, bytes, str]]
+    ) -> JsonObject:
         """POST multipart/form-data; list values become repeated fields (as the SDKs send them)."""
         return self._decode(path, self._send(path, None, data=data, files=files))
 
-    def post_for_bytes(self, path: str, body: dict, *, operation: str | None = None) -> tuple[bytes, str]:
+    def post_for_bytes(
+        self, path: str, body: JsonObject, *, operation: str | None = None
+    ) -> tuple[bytes, str]:
         """POST JSON and return the raw body with its content type (audio answers).
 
         ``operation`` names the call in the metrics when ``path`` carries
@@ -264,7 +272,7 @@ class ProviderClient:
         )
         time.sleep(delay)
 
-    def _decode(self, path: str, response: httpx.Response) -> dict:
+    def _decode(self, path: str, response: httpx.Response) -> JsonObject:
         try:
             data = response.json()
         except ValueError:

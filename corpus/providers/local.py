@@ -113,7 +113,7 @@ class _BlasThreads:
     builds) the embedder runs one pass at a time and lets BLAS thread.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._libs = [found for path in self._loaded_openblas() if (found := self._controls(path))]
         self._users = 0
         self._saved: list[int] = []
@@ -208,7 +208,7 @@ def _erf_small(x: np.ndarray) -> np.ndarray:
 class _Scratch:
     """Reusable float32 work buffers by name: fresh large arrays cost page faults."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._buffers: dict[str, np.ndarray] = {}
 
     def take(self, name: str, *shape: int) -> np.ndarray:
@@ -255,7 +255,7 @@ def _layer_norm_(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float)
 class _Bert:
     """BERT encoder weights, pre-arranged for row-major numpy matmuls."""
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model_dir: Path) -> None:
         config = json.loads((model_dir / "config.json").read_text())
         self.heads = config["num_attention_heads"]
         self.eps = float(config["layer_norm_eps"])
@@ -399,7 +399,7 @@ class _OnnxBert:
     GIL and may be called concurrently, so that copy exists once.
     """
 
-    def __init__(self, model_dir: Path, precision: str = "fp32"):
+    def __init__(self, model_dir: Path, precision: str = "fp32") -> None:
         # imported here: ~0.5 s together, paid only by a process that embeds locally
         import onnxruntime
         from onnx import TensorProto, helper
@@ -592,7 +592,7 @@ class LocalEmbedder(Embedder):
         threads: int | None = None,
         backend: str | None = None,
         precision: str = "fp32",
-    ):
+    ) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         missing = [name for name in REQUIRED_FILES if not (self.model_dir / name).is_file()]
         if missing:

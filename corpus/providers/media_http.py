@@ -29,7 +29,7 @@ ELEVENLABS_HINT = "Check ELEVENLABS_API_KEY: set env ELEVENLABS_API_KEY=... or r
 class Limiter:
     """A counting limit that can be resized while in use (the latest config wins)."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)
         self.busy = 0
         self._cond = threading.Condition()
@@ -46,7 +46,7 @@ class Limiter:
             self.busy += 1
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         with self._cond:
             self.busy -= 1
             self._cond.notify_all()
@@ -85,7 +85,7 @@ class MediaClient(ProviderClient):
         concurrency: int = 4,
         limit_key: str | None = None,
         **client: Any,
-    ):
+    ) -> None:
         super().__init__(base_url, **client)
         api_key = client.get("api_key")
         if auth_header != "Authorization" and api_key:

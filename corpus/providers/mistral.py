@@ -95,7 +95,7 @@ class MistralEmbedder(Embedder):
 
     provider = "mistral"
 
-    def __init__(self, config: Config, *, api_key: str, options: HttpOptions | None = None):
+    def __init__(self, config: Config, *, api_key: str, options: HttpOptions | None = None) -> None:
         self._models = {"text": config.mistral.embed_text_model, "code": config.mistral.embed_code_model}
         self._dims = {kind: DOCUMENTED_DIMS.get(model, 0) for kind, model in self._models.items()}
         self._confirmed: set[str] = set()
@@ -121,7 +121,8 @@ class MistralEmbedder(Embedder):
         check_kind(kind)
         query = truncate_to_tokens(text, INPUT_TOKEN_BUDGET)
         rows = self._embed_batch(kind, [query], options=query_options(self._client.options))
-        return normalize_rows(rows)[0]
+        vector: np.ndarray = normalize_rows(rows)[0]
+        return vector
 
     def close(self) -> None:
         self._client.close()
@@ -171,7 +172,7 @@ class MistralEmbedder(Embedder):
 class MistralChat(ChatModel):
     provider = "mistral"
 
-    def __init__(self, config: Config, *, api_key: str, options: HttpOptions | None = None):
+    def __init__(self, config: Config, *, api_key: str, options: HttpOptions | None = None) -> None:
         self.model = config.mistral.chat_model
         self._client = mistral_client(config, api_key, options or HttpOptions(read_timeout=120.0))
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from corpus.providers.media_http import limits, media_client
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 PROVIDER = "mistral"
 _IMAGE_MIME = {
@@ -34,7 +35,7 @@ def image_mime(name: str) -> str:
 class OcrResult:
     """Markdown per 0-based page index, and the model that produced it."""
 
-    def __init__(self, model: str, pages: dict[int, str]):
+    def __init__(self, model: str, pages: dict[int, str]) -> None:
         self.model = model
         self.pages = pages
 
@@ -42,7 +43,7 @@ class OcrResult:
 class MistralOcr:
     """OCR through one Mistral client; thread-safe, bounded by ``ocr.concurrency``."""
 
-    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None):
+    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None) -> None:
         ocr = config.ocr
         self.model = config.mistral.ocr_model
         self.max_pages = ocr.max_pages_per_call
@@ -114,7 +115,7 @@ class MistralOcr:
                 continue
             yield out.getvalue(), group
 
-    def _call(self, document: dict, *, offsets: list[int]) -> OcrResult:
+    def _call(self, document: JsonObject, *, offsets: list[int]) -> OcrResult:
         self.calls += 1
         body = self.client.post_json("/v1/ocr", {"model": self.model, "document": document})
         pages = body.get("pages")
@@ -158,7 +159,7 @@ class MistralOcr:
         return result
 
 
-def _pdf_document(data: bytes) -> dict:
+def _pdf_document(data: bytes) -> JsonObject:
     return {
         "type": "document_url",
         "document_url": "data:application/pdf;base64," + base64.b64encode(data).decode(),

@@ -17,6 +17,7 @@ from corpus.providers.base import ChatMessage, ChatModel, Embedder, ModelInfo, n
 from corpus.providers.http import HttpOptions, ProviderClient, query_options
 from kernel import errors
 from kernel.config import OpenAICompatibleConfig
+from kernel.jsontypes import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def check_kind(kind: str) -> None:
         raise ValueError(f"unknown embedding kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def embedding_rows(body: dict, count: int, client: ProviderClient) -> np.ndarray:
+def embedding_rows(body: JsonObject, count: int, client: ProviderClient) -> np.ndarray:
     """The vectors of an embeddings response, reordered by each item's ``index``."""
     data = body.get("data")
     if not isinstance(data, list) or len(data) != count:
@@ -52,7 +53,9 @@ def embedding_rows(body: dict, count: int, client: ProviderClient) -> np.ndarray
     return array
 
 
-def chat_request(model: str, messages: Sequence[ChatMessage], *, max_tokens: int, temperature: float) -> dict:
+def chat_request(
+    model: str, messages: Sequence[ChatMessage], *, max_tokens: int, temperature: float
+) -> JsonObject:
     """The body of a ``/chat/completions`` call, as Mistral and OpenAI-compatible servers take it."""
     return {
         "model": model,
@@ -62,7 +65,7 @@ def chat_request(model: str, messages: Sequence[ChatMessage], *, max_tokens: int
     }
 
 
-def chat_reply(body: dict, client: ProviderClient) -> str:
+def chat_reply(body: JsonObject, client: ProviderClient) -> str:
     """``choices[0].message.content``, joining text chunks when content is a list."""
     try:
         content = body["choices"][0]["message"].get("content")
@@ -90,7 +93,9 @@ def _require_model(section: OpenAICompatibleConfig, setting: str) -> str:
     return model
 
 
-def _client(section: OpenAICompatibleConfig, api_key: str | None, options: HttpOptions | None):
+def _client(
+    section: OpenAICompatibleConfig, api_key: str | None, options: HttpOptions | None
+) -> ProviderClient:
     return ProviderClient(
         section.base_url,
         api_key=api_key,
@@ -114,7 +119,7 @@ class OpenAICompatibleEmbedder(Embedder):
         batch_size: int = 32,
         options: HttpOptions | None = None,
         setting: str = "embed.openai_compatible",
-    ):
+    ) -> None:
         self.model = _require_model(section, setting)
         self.max_batch = batch_size
         self._dim = 0
@@ -136,7 +141,9 @@ class OpenAICompatibleEmbedder(Embedder):
 
     def embed_query(self, text: str, *, kind: str) -> np.ndarray:
         check_kind(kind)
-        return normalize_rows(self._embed_batch([text], options=query_options(self._client.options)))[0]
+        rows = normalize_rows(self._embed_batch([text], options=query_options(self._client.options)))
+        vector: np.ndarray = rows[0]
+        return vector
 
     def close(self) -> None:
         self._client.close()
@@ -163,7 +170,7 @@ class OpenAICompatibleChat(ChatModel):
         api_key: str | None = None,
         options: HttpOptions | None = None,
         setting: str = "chat.openai_compatible",
-    ):
+    ) -> None:
         self.model = _require_model(section, setting)
         self._client = _client(section, api_key, options or HttpOptions(read_timeout=120.0))
 

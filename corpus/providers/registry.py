@@ -29,6 +29,7 @@ from corpus.providers.openai_compatible import OpenAICompatibleChat, OpenAICompa
 from corpus.providers.precision import PRECISIONS, resolve_precision
 from kernel import errors
 from kernel.config import Config, OpenAICompatibleConfig
+from kernel.jsontypes import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,7 @@ class EmbedderModels:
             return None
         text, code = infos.get("text"), infos.get("code")
         any_info = text or code
+        assert any_info is not None  # infos hold "text", "code" or both
         return cls(
             provider=any_info.provider,
             text_model=text.model if text else "",
@@ -157,7 +159,9 @@ class EmbedderModels:
 
     @classmethod
     def of(cls, embedder: Embedder) -> EmbedderModels:
-        return cls.from_infos({kind: embedder.model_info(kind) for kind in ("text", "code")})
+        models = cls.from_infos({kind: embedder.model_info(kind) for kind in ("text", "code")})
+        assert models is not None  # both kinds given
+        return models
 
     def info(self, kind: str) -> ModelInfo:
         if kind == "code":
@@ -263,10 +267,10 @@ class EmbedderChoice:
             MISMATCH: "embedder_mismatch",
         }.get(self.status)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         """For ``stats`` and ``status --json``."""
 
-        def models(value: EmbedderModels | None) -> dict | None:
+        def models(value: EmbedderModels | None) -> JsonObject | None:
             return value.as_dict() if value is not None else None
 
         return {
@@ -277,7 +281,7 @@ class EmbedderChoice:
             "note": self.note,
         }
 
-    def event_data(self) -> dict:
+    def event_data(self) -> JsonObject:
         return {**self.as_dict(), "message": self.message, "hint": self.note}
 
 
@@ -364,7 +368,7 @@ class UnavailableEmbedder(Embedder):
     and every embedding call fails with the reason: searches answer from the
     lexical index and say why (dense ``unavailable``); new chunks stay pending."""
 
-    def __init__(self, choice: EmbedderChoice):
+    def __init__(self, choice: EmbedderChoice) -> None:
         assert choice.recorded is not None
         self.choice = choice
         self.provider = choice.recorded.provider

@@ -13,9 +13,11 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from corpus.providers.media_http import limits, media_client
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 
 # Scribe returns words; a segment ends at a sentence end, a pause or this length.
 MAX_SEGMENT_MS = 30_000
@@ -41,8 +43,14 @@ class Transcript:
         return bool(self.segments)
 
 
-def _ms(seconds) -> int:
+def _ms(seconds: float | str) -> int:
     return int(round(float(seconds) * 1000))
+
+
+class Transcriber(Protocol):
+    """What transcribing audio asks of a speech-to-text provider."""
+
+    def transcribe(self, name: str, data: bytes) -> Transcript: ...
 
 
 class _CachedStt:
@@ -52,7 +60,7 @@ class _CachedStt:
     provider = ""
     default_model = ""
 
-    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None):
+    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None) -> None:
         stt = config.stt
         own = getattr(stt, self.provider)
         self.model = own.model or self.default_model
@@ -113,7 +121,7 @@ class MistralStt(_CachedStt):
     default_model = "voxtral-mini-latest"
 
     def _call(self, name: str, data: bytes, mime: str) -> Transcript:
-        form: dict = {"model": self.model}
+        form: JsonObject = {"model": self.model}
         # The API takes one or the other (wire-formats.md §1.3).
         if self.timestamps:
             form["timestamp_granularities"] = ["segment"]
@@ -163,7 +171,7 @@ class ElevenLabsStt(_CachedStt):
         )
 
 
-def group_words(words: list) -> list[tuple[int, int, str]]:
+def group_words(words: list[JsonObject]) -> list[tuple[int, int, str]]:
     """Scribe words (with ``start``/``end`` seconds) as segments; none without timestamps."""
     segments: list[tuple[int, int, str]] = []
     current: list[str] = []

@@ -13,13 +13,14 @@ from corpus.index import lexical
 from corpus.index.dense.vectors import index_path
 from corpus.store import get_setting
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from kernel.state import INDEX_FORMAT_VERSION, StateDir
 from mcp_gateway import workers
 
 log = logging.getLogger(__name__)
 
 
-def readiness() -> dict[str, dict]:
+def readiness() -> dict[str, JsonObject]:
     return {
         "database": database(),
         "lexical_index": lexical_index(),
@@ -28,14 +29,14 @@ def readiness() -> dict[str, dict]:
     }
 
 
-def tool_calls() -> dict:
+def tool_calls() -> JsonObject:
     """A call slot is free and no call runs past its deadline: with every
     slot held (calls stuck on I/O, say) the server answers but cannot take
     calls, and overdue calls mean it is falling behind: degraded either way."""
     return workers.readiness()
 
 
-def database() -> dict:
+def database() -> JsonObject:
     """The database answers, holds an index of the format this build reads,
     and no query of this process has met a damaged page (STORE_CORRUPT)."""
     damaged = store_faults.corrupt_seen()
@@ -53,7 +54,7 @@ def database() -> dict:
     return {"ok": True, "vendor": connection.vendor}
 
 
-def lexical_index() -> dict:
+def lexical_index() -> JsonObject:
     """The full-text index can be queried."""
     try:
         rows = lexical.live_count()
@@ -63,7 +64,7 @@ def lexical_index() -> dict:
     return {"ok": True, "rows": rows}
 
 
-def _unavailable(what: str, exc: DatabaseError) -> dict:
+def _unavailable(what: str, exc: DatabaseError) -> JsonObject:
     """Not ok, with the store fault's code when it is one (a damaged page: STORE_CORRUPT)."""
     fault = store_faults.classify(exc)
     if fault is None:
@@ -71,7 +72,7 @@ def _unavailable(what: str, exc: DatabaseError) -> dict:
     return {"ok": False, "code": fault.code, "error": f"{what} unavailable: {fault.message[:200]}"}
 
 
-def vector_indices() -> dict:
+def vector_indices() -> JsonObject:
     """Which ``.hnsw`` files exist. They are caches rebuilt on demand, so a
     missing one never makes the server unready."""
     state = StateDir(Path(settings.DIR2MCP_STATE_DIR))

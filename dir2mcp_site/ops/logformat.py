@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
+from types import TracebackType
 
 from kernel.output import printable
+
+# What sys.exc_info() returns, as logging.Formatter.formatException takes it.
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
 
 class PlainFormatter(logging.Formatter):
@@ -24,7 +28,7 @@ class PlainFormatter(logging.Formatter):
         finally:
             record.message = message
 
-    def formatException(self, ei) -> str:  # noqa: N802
+    def formatException(self, ei: ExcInfo) -> str:  # noqa: N802
         return "\n".join(printable(line) for line in super().formatException(ei).split("\n"))
 
 

@@ -19,11 +19,15 @@ with the indexer for SQLite's write lock.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
 
 from mcp_gateway import ratelimit
 
@@ -31,27 +35,27 @@ from mcp_gateway import ratelimit
 LOCKED_FOR = "dir2mcp_login_locked_for"
 
 
-def client_address(request) -> str:
+def client_address(request: HttpRequest) -> str:
     """The client's address (:func:`mcp_gateway.ratelimit.client_address`)."""
     return ratelimit.client_address(request.META.get("REMOTE_ADDR", ""), request.META.get("HTTP_X_REAL_IP"))
 
 
-def _keys(request, username: str) -> tuple[str, str]:
+def _keys(request: HttpRequest, username: str) -> tuple[str, str]:
     return f"login|client|{client_address(request)}", f"login|user|{username.casefold()}"
 
 
-def _limiter():
+def _limiter() -> ratelimit.RateLimiter | ratelimit.RedisRateLimiter:
     return ratelimit.failure_limiter(settings.DIR2MCP_LOGIN_FAILURES, settings.DIR2MCP_LOGIN_WINDOW)
 
 
-def locked_for(request, username: str) -> int:
+def locked_for(request: HttpRequest, username: str) -> int:
     """0 when a sign-in as ``username`` from this client may be checked; else
     the seconds until it may."""
     limiter = _limiter()
     return max(limiter.blocked(key) for key in _keys(request, username))
 
 
-def count_failure(request, username: str) -> None:
+def count_failure(request: HttpRequest, username: str) -> None:
     limiter = _limiter()
     for key in _keys(request, username):
         limiter.retry_after(key)
@@ -61,7 +65,13 @@ class ThrottledModelBackend(ModelBackend):
     """Django's password check, refused before it runs while the client or
     the username is locked, and counted when it fails."""
 
-    def authenticate(self, request, username=None, password=None, **kwargs):
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,  # Any: ModelBackend.authenticate's own signature
+    ) -> User | None:
         if request is None:  # not a web sign-in (createadmin, a shell): nothing to throttle by
             return super().authenticate(request, username, password, **kwargs)
         name = str(username or kwargs.get("username") or "")
@@ -78,7 +88,7 @@ class ThrottledModelBackend(ModelBackend):
 class ThrottledLoginForm(AdminAuthenticationForm):
     """The admin's login form, saying when a sign-in was refused unchecked."""
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         try:
             return super().clean()
         except forms.ValidationError:

@@ -15,9 +15,10 @@ and :func:`exposition` merges every process's (docs/deploy.md).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import REGISTRY
 
@@ -29,7 +30,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class IndexCollector:
     """Indexing figures read from the database at scrape time."""
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from django.db.models import Count
 
         docs = GaugeMetricFamily(
@@ -43,21 +44,23 @@ class IndexCollector:
         chunks = GaugeMetricFamily(
             "dir2mcp_chunks", "Live chunks by embedding status.", labels=["embedding_status"]
         )
-        rows = Chunk.objects.filter(deleted=False).values("embedding_status").annotate(n=Count("chunk_id"))
-        for row in rows.order_by("embedding_status"):
-            chunks.add_metric([row["embedding_status"]], row["n"])
+        chunk_rows = (
+            Chunk.objects.filter(deleted=False).values("embedding_status").annotate(n=Count("chunk_id"))
+        )
+        for chunk_row in chunk_rows.order_by("embedding_status"):
+            chunks.add_metric([chunk_row["embedding_status"]], chunk_row["n"])
         yield chunks
 
         jobs = CounterMetricFamily("dir2mcp_index_jobs", "Indexing jobs by outcome.", labels=["outcome"])
-        rows = IndexJob.objects.values("outcome").annotate(n=Count("job_id"))
-        for row in rows.order_by("outcome"):
-            jobs.add_metric([row["outcome"] or "running"], row["n"])
+        job_rows = IndexJob.objects.values("outcome").annotate(n=Count("job_id"))
+        for job_row in job_rows.order_by("outcome"):
+            jobs.add_metric([job_row["outcome"] or "running"], job_row["n"])
         yield jobs
 
         yield from _latest_job_metrics(IndexJob.objects.order_by("-started_unix").first())
 
 
-def _latest_job_metrics(job):
+def _latest_job_metrics(job: IndexJob | None) -> Iterator[Metric]:
     running = GaugeMetricFamily("dir2mcp_index_job_running", "1 while the latest indexing job runs.")
     running.add_metric([], 1 if job is not None and job.running else 0)
     yield running
@@ -90,5 +93,5 @@ def exposition() -> bytes:
 class _DefaultRegistry:
     """This process's own metrics (the hooks' counters, process and GC figures)."""
 
-    def collect(self):
+    def collect(self) -> Iterable[Metric]:
         return REGISTRY.collect()

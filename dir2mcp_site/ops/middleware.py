@@ -9,10 +9,18 @@ same headers where they write their answers (``mcp_gateway/security_headers.py``
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponseBase
 
 from kernel import observe
 from mcp_gateway import security_headers
+
+# Any: Django hands a middleware a sync or an async get_response, told apart
+# at run time (iscoroutinefunction); its answer is a response or a coroutine.
+GetResponse = Callable[[HttpRequest], Any]
 
 
 class _AfterResponse:
@@ -22,29 +30,30 @@ class _AfterResponse:
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
         if iscoroutinefunction(get_response):
             markcoroutinefunction(self)
 
-    def __call__(self, request):
-        if iscoroutinefunction(self):
+    def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
+        is_async = iscoroutinefunction(self)  # a bool: mypy would narrow self by the check itself
+        if is_async:
             return self._acall(request)
-        response = self.get_response(request)
+        response: HttpResponseBase = self.get_response(request)
         self.after(request, response)
         return response
 
-    async def _acall(self, request):
-        response = await self.get_response(request)
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase = await self.get_response(request)
         self.after(request, response)
         return response
 
-    def after(self, request, response) -> None:
+    def after(self, request: HttpRequest, response: HttpResponseBase) -> None:
         raise NotImplementedError
 
 
 class RequestMetrics(_AfterResponse):
-    def after(self, request, response) -> None:
+    def after(self, request: HttpRequest, response: HttpResponseBase) -> None:
         observe.observe_request(request.method, response.status_code, endpoint="site")
 
 
@@ -52,5 +61,5 @@ class SecurityHeaders(_AfterResponse):
     """``mcp_gateway.security_headers`` on every answer of the site, a
     Content-Security-Policy among them (a view's own value is kept)."""
 
-    def after(self, request, response) -> None:
+    def after(self, request: HttpRequest, response: HttpResponseBase) -> None:
         security_headers.add_to(response.headers, secure=request.is_secure())

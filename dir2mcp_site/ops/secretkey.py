@@ -50,7 +50,7 @@ class SecretKeyMissing(ImproperlyConfigured):
     """A deployment behind a proxy without a usable DJANGO_SECRET_KEY."""
 
 
-def secret_key(configured: str, *, behind_proxy: bool, state_dir: Path):
+def secret_key(configured: str, *, behind_proxy: bool, state_dir: Path) -> str:
     """The value for ``settings.SECRET_KEY``; raises :class:`SecretKeyMissing`."""
     configured = configured.strip()
     if configured:

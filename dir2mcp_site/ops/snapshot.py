@@ -10,8 +10,10 @@ import time
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from corpus.status import models_summary, summarize
+from corpus.status import IndexSummary, models_summary, summarize
+from kernel.jsontypes import JsonObject
 from kernel.secrets import resolve_all
+from mcp_gateway.context import Context
 from mcp_gateway.models import McpSession
 from payments.models import SettlementLog
 from payments.reports import totals_per_tool
@@ -20,7 +22,7 @@ ERROR_LIMIT = 20
 SESSION_LIMIT = 20
 
 
-def snapshot() -> dict:
+def snapshot() -> JsonObject:
     """Progress, counts, recent errors, sessions and payments, JSON-ready."""
     summary = summarize(error_limit=ERROR_LIMIT)
     return {
@@ -41,7 +43,7 @@ def snapshot() -> dict:
     }
 
 
-def _job(summary) -> dict | None:
+def _job(summary: IndexSummary) -> JsonObject | None:
     job = summary.job
     if job is None:
         return None
@@ -56,7 +58,7 @@ def _job(summary) -> dict | None:
     }
 
 
-def sessions() -> dict:
+def sessions() -> JsonObject:
     """Open MCP sessions, most recently seen first."""
     rows = McpSession.objects.order_by("-last_seen_unix").values(
         "client_name", "client_version", "protocol_version", "created_unix", "last_seen_unix"
@@ -75,7 +77,7 @@ def sessions() -> dict:
     }
 
 
-def payments_today() -> dict:
+def payments_today() -> JsonObject:
     """Today's (UTC) payment events: a count per outcome, and per outcome and
     tool the count and the amount, in the asset's own units (``0.02 USDC``)."""
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -110,7 +112,7 @@ def in_asset_units(atomic: int, network: str, asset: str) -> tuple[str, str]:
     return format(value, "f"), info["name"]
 
 
-def providers(ctx) -> dict:
+def providers(ctx: Context) -> JsonObject:
     """Provider configuration: models in use and where each secret comes from."""
     config = ctx.config
     secrets = resolve_all(config, ctx.state, root=ctx.root)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -26,7 +27,7 @@ HEARTBEAT_EVERY = 15
 @staff_member_required
 @never_cache
 @require_GET
-def status_page(request):
+def status_page(request: HttpRequest) -> HttpResponse:
     data = snapshot.snapshot()
     return render(
         request,
@@ -43,7 +44,7 @@ def _payload() -> str:
     return json.dumps(snapshot.snapshot(), sort_keys=True)
 
 
-async def _events():
+async def _events() -> AsyncIterator[str]:
     yield f"retry: {int(POLL_SECONDS * 2000)}\n\n"
     last, quiet = None, 0
     deadline = time.monotonic() + STREAM_SECONDS
@@ -62,7 +63,7 @@ async def _events():
 
 @staff_member_required
 @require_GET
-async def status_stream(request):
+async def status_stream(request: HttpRequest) -> StreamingHttpResponse:
     """Server-sent events: the status snapshot, each time it changes."""
     response = StreamingHttpResponse(_events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -72,7 +73,7 @@ async def status_stream(request):
 
 @never_cache
 @require_GET
-def healthz(request):
+def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness, plus readiness of the database, the indices and the call
     slots (503 if not ready): ``degraded`` when only the calls are behind
     (every slot taken, or calls running past their deadline), else
@@ -85,14 +86,14 @@ def healthz(request):
 
 @never_cache
 @require_GET
-def livez(request):
+def livez(request: HttpRequest) -> JsonResponse:
     """Liveness only: the process answers; touches nothing else."""
     return JsonResponse({"status": "ok"})
 
 
 @never_cache
 @require_GET
-def metrics_view(request):
+def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text. Beyond loopback (``up --public``) the gate in front of
     every route asks for the bearer token first (mcp_gateway/route_gate.py)."""
     return HttpResponse(metrics.exposition(), content_type=metrics.CONTENT_TYPE)

@@ -172,7 +172,7 @@ def forget_vectors(state: StateDir) -> None:
 class DenseStore:
     """The two indices of one state directory, loaded once per process."""
 
-    def __init__(self, state: StateDir):
+    def __init__(self, state: StateDir) -> None:
         self.state = state
         self._lock = threading.Lock()
         self._indices: dict[str, VectorIndex] = {}
@@ -182,7 +182,7 @@ class DenseStore:
         # A thread keeping the indices in step with the store (a server whose
         # indexer is another process: mcp_gateway.indexer_process.DenseRefresher);
         # while one runs, searches read the indices as they are.
-        self.refresher = None
+        self.refresher: object | None = None  # mcp_gateway.indexer_process.DenseRefresher
 
     def index(self, kind: str) -> VectorIndex | None:
         """The index for ``kind``, loaded or rebuilt; None before any model."""
@@ -343,7 +343,7 @@ class EmbedFirst:
     them to its indexing child (mcp_gateway.indexer_process). Bounded: the
     most recent ``limit`` paths."""
 
-    def __init__(self, limit: int = 256):
+    def __init__(self, limit: int = 256) -> None:
         self._paths: deque[str] = deque(maxlen=limit)
         self._lock = threading.Lock()
 

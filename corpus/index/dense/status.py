@@ -13,6 +13,7 @@ the API key.
 from __future__ import annotations
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 OK = "ok"
 OFF = "off"
@@ -28,15 +29,15 @@ _FAILED_CODE = {
 }
 
 
-def ok() -> dict:
+def ok() -> JsonObject:
     return {"status": OK}
 
 
-def off() -> dict:
+def off() -> JsonObject:
     return {"status": OFF}
 
 
-def unavailable(exc: BaseException, provider: str, *, what: str = "embedder") -> dict:
+def unavailable(exc: BaseException, provider: str, *, what: str = "embedder") -> JsonObject:
     """The status for a provider call that raised ``exc``: ``provider``'s
     query embedding, or (``what="chat model"``) its answer generation."""
     if isinstance(exc, errors.Dir2mcpError):
@@ -50,13 +51,13 @@ def unavailable(exc: BaseException, provider: str, *, what: str = "embedder") ->
     return {"status": UNAVAILABLE, "code": code, "message": message}
 
 
-def notice(dense: dict | None) -> str | None:
+def notice(dense: JsonObject | None) -> str | None:
     """The line a reader sees when results are lexical only; None otherwise."""
     detail = _detail(dense)
     return None if detail is None else f"Dense search unavailable ({detail}); results are lexical only."
 
 
-def generation_notice(generation: dict | None) -> str | None:
+def generation_notice(generation: JsonObject | None) -> str | None:
     """The line a reader sees when ``ask`` could not generate its answer; None otherwise."""
     detail = _detail(generation)
     if detail is None:
@@ -64,7 +65,7 @@ def generation_notice(generation: dict | None) -> str | None:
     return f"Answer generation unavailable ({detail}); the top matches are listed instead."
 
 
-def _detail(status: dict | None) -> str | None:
+def _detail(status: JsonObject | None) -> str | None:
     """``CODE: message`` of an unavailable status, the message shortened; None otherwise."""
     if not status or status.get("status") != UNAVAILABLE:
         return None

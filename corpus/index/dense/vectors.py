@@ -60,7 +60,7 @@ class Neighbour:
 class VectorIndex:
     """One hnswlib index of normalised vectors, searched by inner product."""
 
-    def __init__(self, path: Path, dim: int, model: str):
+    def __init__(self, path: Path, dim: int, model: str) -> None:
         self.path = path
         self.dim = dim
         self.model = model

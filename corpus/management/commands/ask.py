@@ -1,12 +1,16 @@
 import json
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from corpus.answer import MODES, ask
 from corpus.events import Reporter
 from corpus.index.dense import status as dense_status
 from corpus.index.dense.embedding import check_models
 from corpus.ingest.indexing import index_directory
-from corpus.management.base import Dir2mcpCommand
+from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import IndexJob
+from corpus.providers.base import Embedder
 from corpus.retrieval import INDEXES, Filters, Searcher
 from corpus.store import open_store
 from kernel import errors
@@ -19,7 +23,7 @@ class Command(Dir2mcpCommand):
         "Indexes the directory first if it has never been indexed."
     )
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("question", help="The question (quote it).")
         parser.add_argument(
             "--k", type=int, default=None, help="Number of hits (1-50; default rag.k_default)."
@@ -37,7 +41,7 @@ class Command(Dir2mcpCommand):
             help="Only these doc types (repeatable: code, md, pdf, ...).",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options)
         open_store(rt.state)
         # No NDJSON event here: `ask --json` prints one JSON object; the log warning says it.
@@ -73,7 +77,7 @@ class Command(Dir2mcpCommand):
                 "`dir2mcp status` shows which)"
             )
 
-    def _index_first(self, rt, embedder) -> None:
+    def _index_first(self, rt: Runtime, embedder: Embedder | None) -> None:
         """A never-indexed directory is indexed before answering; if another
         process is indexing it, answer from what is there."""
         self.prepare_state(rt)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from corpus.events import Reporter
 from corpus.management.base import Dir2mcpCommand
@@ -25,6 +25,7 @@ from kernel import errors
 from kernel import secrets as secret_store
 from kernel.config import Config, ConfigProblem, default_config_path, load_config, load_config_marked
 from kernel.config_template import render_config
+from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, atomic_write, resolve_root, resolve_state
 
 
@@ -42,7 +43,7 @@ def _write_snapshot(config_path: Path, state: StateDir, root: Path, session: dic
 class Command(Dir2mcpCommand):
     help = "Print the effective configuration (config print) or create .dir2mcp.yaml (config init)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="{print,init}")
         cli = {"called_from_command_line": getattr(parser, "called_from_command_line", None)}
         show = actions.add_parser(
@@ -56,13 +57,13 @@ class Command(Dir2mcpCommand):
             super().add_arguments(sub)
         init.add_argument("--force", action="store_true", help="Overwrite an existing config file.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         if options["action"] == "print":
             self.print_config(options)
         else:
             self.init_config(options)
 
-    def print_config(self, options: dict) -> None:
+    def print_config(self, options: JsonObject) -> None:
         # Not self.runtime(): that refuses a configuration with a bad key,
         # which is what this command must show.
         root = resolve_root(options.get("dir"))
@@ -88,7 +89,7 @@ class Command(Dir2mcpCommand):
                 hint="The configuration above leaves the marked keys out; fix them where they are set.",
             )
 
-    def init_config(self, options: dict) -> None:
+    def init_config(self, options: JsonObject) -> None:
         # Not self.runtime(): init must work when the target file is missing
         # or broken, which runtime() rejects while loading it.
         root = resolve_root(options.get("dir"))
@@ -128,7 +129,7 @@ def _shown(problem: ConfigProblem) -> Any:
     return value
 
 
-def _problem_dict(problem: ConfigProblem) -> dict:
+def _problem_dict(problem: ConfigProblem) -> JsonObject:
     out = {"key": problem.key, "problem": "unknown key" if problem.unknown else "bad value"}
     out |= {"source": problem.source, "value": _shown(problem)}
     return out if problem.unknown else out | {"detail": problem.detail}
@@ -140,7 +141,7 @@ def _mark_text(problem: ConfigProblem) -> str:
     return f"<- bad value {_shown(problem)!r} in {problem.source}, not applied: {problem.detail}"
 
 
-def marked_yaml(data: dict, problems: list[ConfigProblem]) -> str:
+def marked_yaml(data: JsonObject, problems: list[ConfigProblem]) -> str:
     """``data`` as YAML with a comment on each problem's key (an unknown key
     is shown where it was written), under a header listing the problems."""
     marks = {}

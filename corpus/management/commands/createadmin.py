@@ -9,10 +9,12 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
+from django.core.management.base import CommandParser
 
 from corpus.management.base import Dir2mcpCommand
 from corpus.store import open_store
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 PASSWORD_ENV = "DIR2MCP_ADMIN_PASSWORD"
 
@@ -23,7 +25,7 @@ class Command(Dir2mcpCommand):
         f"--password-file, else ${PASSWORD_ENV}, else a hidden prompt on a terminal."
     )
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default="admin", help="User name (default: admin).")
         parser.add_argument("--email", default="", help="E-mail address (optional).")
         parser.add_argument(
@@ -43,7 +45,7 @@ class Command(Dir2mcpCommand):
             f"{verb} admin user {user.get_username()!r}; sign in at /admin/ of the running server."
         )
 
-    def _password(self, options: dict, *, interactive: bool) -> str:
+    def _password(self, options: JsonObject, *, interactive: bool) -> str:
         if options.get("password_file"):
             path = Path(options["password_file"])
             try:

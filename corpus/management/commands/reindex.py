@@ -1,3 +1,7 @@
+from typing import Any
+
+from django.core.management.base import CommandParser
+
 from corpus.events import format_progress
 from corpus.ingest.indexing import index_directory
 from corpus.management.base import Dir2mcpCommand
@@ -7,14 +11,14 @@ from corpus.store import describe, open_store
 class Command(Dir2mcpCommand):
     help = "Rebuild the index of a directory: re-read every file (or only changes with --incremental)."
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--incremental",
             action="store_true",
             help="Only re-process files whose size, mtime or content changed (what `up` does at start).",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options)
         open_store(rt.state, allow_rebuild=not options["incremental"], reporter=rt.reporter)
         self.prepare_state(rt)

@@ -10,6 +10,7 @@ from corpus.management.base import Dir2mcpCommand
 from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from kernel.output import printable
 
 
@@ -31,7 +32,9 @@ class Command(Dir2mcpCommand):
         indexer = indexer_state()
         recipe = recipe_summary(rt.config.embed.signature_weight)
         code_model = recorded_model("code")
-        adapter = query_adapter.summary(rt.config.search.query_adapter, code_model and code_model.model)
+        adapter = query_adapter.summary(
+            rt.config.search.query_adapter, code_model.model if code_model else None
+        )
         if rt.json:
             out = {
                 **self._as_dict(rt, summary),
@@ -65,7 +68,7 @@ class Command(Dir2mcpCommand):
         elif choice.recorded and not choice.active:
             w(f"  the index holds {choice.recorded.label} vectors; embed.provider is none")
 
-    def _print_indexer(self, found: dict) -> None:
+    def _print_indexer(self, found: JsonObject) -> None:
         """The indexing child of the server that last ran here (`up`, `mcp_stdio`)."""
         state = f"running (pid {found['pid']})" if found.get("running") else "not running"
         line = f"Indexer process: {state}, restarted {found.get('restarts', 0)} time(s)"
@@ -86,7 +89,7 @@ class Command(Dir2mcpCommand):
                 + f"{printable(str(unwritten.get('message')))})"
             )
 
-    def _print_celery(self, c: dict) -> None:
+    def _print_celery(self, c: JsonObject) -> None:
         w = self.stdout.write
         depth = "unknown (broker unreachable)" if c["queued_messages"] is None else c["queued_messages"]
         w(
@@ -102,7 +105,7 @@ class Command(Dir2mcpCommand):
                 f"seen {age:.0f}s ago"
             )
 
-    def _as_dict(self, rt, s) -> dict:
+    def _as_dict(self, rt, s) -> JsonObject:
         job = s.job
         return {
             "root": str(rt.root),
@@ -174,5 +177,5 @@ class Command(Dir2mcpCommand):
             w(f"Waiting for a key: {waiting}")
 
 
-def _pairs(counts: dict) -> str:
+def _pairs(counts: JsonObject) -> str:
     return " ".join(f"{k}={v}" for k, v in counts.items())

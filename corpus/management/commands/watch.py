@@ -1,5 +1,6 @@
 import signal
 import threading
+from typing import Any
 
 from corpus.ingest.watch import watch_directory
 from corpus.management.base import Dir2mcpCommand
@@ -9,7 +10,7 @@ from corpus.store import describe, open_store
 class Command(Dir2mcpCommand):
     help = "Index a directory, then keep the index in step with file changes until interrupted."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options)
         open_store(rt.state, reporter=rt.reporter)
         self.prepare_state(rt)

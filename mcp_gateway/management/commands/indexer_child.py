@@ -15,12 +15,15 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Iterable
+from typing import Any
 
 from django.db import connections
 
 from corpus.index.dense.embedding import embed_first
 from corpus.ingest.pipeline import Indexer
-from corpus.management.base import Dir2mcpCommand
+from corpus.management.base import Dir2mcpCommand, Runtime
+from corpus.providers.base import Embedder
 from corpus.store import open_store
 from kernel import errors
 from mcp_gateway.background import index_until_stopped
@@ -32,7 +35,7 @@ log = logging.getLogger(__name__)
 class Command(Dir2mcpCommand):
     help = "Internal: the indexing process that `up` and `mcp_stdio` start and supervise."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         reporter = ForwardingReporter(sys.stdout)
         rt = self.runtime(options)
         rt.reporter = reporter
@@ -53,14 +56,14 @@ class _Requests:
     """What the server asks of the indexer over stdin, one JSON line each;
     EOF means the server is gone, and the indexer stops."""
 
-    def __init__(self, rt, embedder, stop: threading.Event):
+    def __init__(self, rt: Runtime, embedder: Embedder | None, stop: threading.Event) -> None:
         self.rt = rt
         self.embedder = embedder
         self.stop = stop
         self._lock = threading.Lock()  # one request at a time, beside the watcher
         self._threads: list[threading.Thread] = []
 
-    def read(self, stream) -> None:
+    def read(self, stream: Iterable[str]) -> None:
         try:
             for line in stream:
                 try:

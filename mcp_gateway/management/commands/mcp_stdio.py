@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
-from django.core.management.base import OutputWrapper
+from django.core.management.base import CommandParser, OutputWrapper
 
 from corpus.management.base import Dir2mcpCommand
 from mcp_gateway import background, stdio
@@ -25,7 +26,7 @@ class Command(Dir2mcpCommand):
         "in the background, following file changes until stdin closes. Logs go to stderr."
     )
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         group = parser.add_argument_group("stdio server")
         group.add_argument(
             "--no-index",
@@ -39,7 +40,7 @@ class Command(Dir2mcpCommand):
             "transcribe's transcript; indexing goes on.",
         )
 
-    def execute(self, *args, **options):
+    def execute(self, *args: Any, **options: Any) -> str | None:  # Any: BaseCommand.execute's signature
         # Before anything can print: the real stdout becomes a private handle
         # for protocol messages, and everything else (this command's own
         # output included) is written to stderr.
@@ -49,7 +50,7 @@ class Command(Dir2mcpCommand):
             options.pop("stdout", None)
             return super().execute(*args, **options)
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options)
         if options["no_index"]:
             background.serve_read_only_state(rt)

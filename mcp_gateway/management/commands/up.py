@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from corpus.management.base import Dir2mcpCommand, Runtime
 from corpus.models import Document
 from kernel import errors
+from kernel.config import Config
+from kernel.jsontypes import JsonObject
 from mcp_gateway import background, connection, context, listen, preflight, server
+from mcp_gateway.context import Context
 
 
 class Command(Dir2mcpCommand):
@@ -16,7 +22,7 @@ class Command(Dir2mcpCommand):
         "following file changes until interrupted."
     )
 
-    def add_command_arguments(self, parser) -> None:
+    def add_command_arguments(self, parser: CommandParser) -> None:
         group = parser.add_argument_group("server")
         group.add_argument("--listen", help="host:port to bind (default: server.listen, 127.0.0.1:0).")
         group.add_argument("--mcp-path", help="Path of the MCP endpoint (default: /mcp).")
@@ -48,7 +54,7 @@ class Command(Dir2mcpCommand):
         pay.add_argument("--x402-network", help="CAIP-2 network id, e.g. eip155:8453.")
         pay.add_argument("--x402-price", help="Default price per paid call.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options, config_flags=config_flags(options))
         cfg = rt.config
         address = listen.serving_address(cfg.server)
@@ -85,7 +91,9 @@ class Command(Dir2mcpCommand):
         )
         rt.reporter.say("Stopped.")
 
-    def announce(self, rt: Runtime, ctx, listening: server.Listening, spec: str, *, indexing: bool) -> None:
+    def announce(
+        self, rt: Runtime, ctx: Context, listening: server.Listening, spec: str, *, indexing: bool
+    ) -> None:
         """The server listens: write connection.json, tell the user how to connect."""
         connection.write_connection_json(
             rt.state, connection.connection_document(ctx, listening.url, listening.address)
@@ -102,11 +110,11 @@ class Command(Dir2mcpCommand):
         rt.reporter.stream.flush()
 
 
-def config_flags(options: dict) -> dict:
+def config_flags(options: JsonObject) -> JsonObject:
     """The flags as config keys (flags beat env and file, spec §16.1)."""
-    flags: dict = {}
+    flags: JsonObject = {}
 
-    def put(dotted: str, value) -> None:
+    def put(dotted: str, value: object) -> None:
         node = flags
         *parents, leaf = dotted.split(".")
         for part in parents:
@@ -143,7 +151,7 @@ def config_flags(options: dict) -> dict:
     return flags
 
 
-def auth_spec(options: dict, cfg) -> str:
+def auth_spec(options: JsonObject, cfg: Config) -> str:
     """``auto``, ``none`` or ``file:<absolute path>``: flag, then DIR2MCP_AUTH, then config."""
     raw = (options.get("auth") or "").strip()
     if raw.startswith("file:") and raw != "file:":
