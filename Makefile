@@ -34,11 +34,13 @@ contract: install
 	$(BIN)/python -m mcp_gateway.contract
 
 # Two workers, one test file each at a time (files share module fixtures and
-# servers): 24 min 33 s with 4,390 tests on a 2-core AMD EPYC beside a niced
-# benchmark, 35 CPU-minutes (about 18 min idle, estimated); 16 min 50 s idle
-# with 4,250 on an Intel Xeon (docs/benchmarks.md, "The test suite").
+# servers), files with slow-marked tests first (tests/conftest.py; xdist's
+# reorder by test count would leave few-test long files for last). At
+# session 17's end: 24 min 33 s with 4,390 tests on a 2-core AMD EPYC beside
+# a niced benchmark, 35 CPU-minutes (about 18 min idle, estimated); 16 min
+# 50 s idle with 4,250 on an Intel Xeon (docs/benchmarks.md, "The test suite").
 test: install lint typecheck
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # The store's tests on PostgreSQL (a local server on 127.0.0.1:5432).
 test-postgres: install

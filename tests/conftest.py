@@ -25,6 +25,18 @@ def pytest_configure(config):
             compileall.compile_dir(REPO / package, quiet=1)
 
 
+def pytest_collection_modifyitems(items):
+    """Files with end-to-end tests (marked ``slow``) run first, each file's
+    tests in their own order. ``make test`` hands each worker the next file
+    as it finishes one (``--dist loadfile --no-loadscope-reorder``), so the
+    long files start early and the suite ends on short in-process files that
+    keep both workers busy. xdist's own order (most tests first) left files
+    of a few long tests, the crash series and the branch switch, for last,
+    running on one worker while the other had nothing left to take."""
+    slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
+
+
 @pytest.fixture
 def corpus_dir(tmp_path: Path) -> Path:
     """An empty directory to fill with files; it is the root being indexed."""
