@@ -259,7 +259,7 @@ def open_file(
         return _open_slice(engine, unsettled.rel, None, *where) | {"from_index": True}
 
 
-def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None, JsonObject]:
+def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None, dict[str, Representation]]:
     """The live document at ``rel`` and its representations by type; a
     document skipped for a secret is refused here, for every reader.
     ``raw_bytes``: the caller answers from the file's bytes as they are (a
