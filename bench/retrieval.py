@@ -243,16 +243,24 @@ def live_chunks() -> dict[int, dict]:
     fields = {f.name for f in Chunk._meta.get_fields()}
     extra = ["context"] if "context" in fields else []
     chunks = {}
-    for row in Chunk.objects.filter(deleted=False).values(
-        "chunk_id", "text", "index_kind", "representation__document__rel_path", *extra
-    ):
-        chunks[row["chunk_id"]] = {
-            "path": row["representation__document__rel_path"],
+    live = Chunk.objects.filter(deleted=False)
+    columns = ("chunk_id", "index_kind", "representation__document__rel_path", *extra)
+    if "stored_text" in fields:  # chunks hold offsets into their representation's text (corpus/slices.py)
+        from corpus import slices  # after django.setup(), as the models above
+
+        rows = slices.texts(live.values_list(*columns, *slices.FIELDS), len(columns))
+    else:  # a checkout from before the slices (--code)
+        rows = list(live.values_list(*columns, "text"))
+    for row in rows:
+        chunk_id, index_kind, path, *rest = row
+        context, text = (rest[0], rest[1]) if extra else ("", rest[0])
+        chunks[chunk_id] = {
+            "path": path,
             "start": None,
             "end": None,
-            "text": row["text"],
-            "context": row.get("context") or "",
-            "kind": row["index_kind"],
+            "text": text,
+            "context": context or "",
+            "kind": index_kind,
         }
     for span in Span.objects.filter(chunk__deleted=False).values("chunk_id", "span_kind", "start", "end"):
         chunk = chunks.get(span["chunk_id"])

@@ -79,10 +79,12 @@ import django; django.setup()
 from corpus.index.dense.views import embedding_text, signature_text
 from corpus.index.dense.embedding import _pending
 from corpus.index.dense.vectors import KINDS
+from corpus import slices
 window = int(sys.argv[4])
 rows = []
 for kind in KINDS:
-    for cid, context, text in _pending(kind).order_by("chunk_id").values_list("chunk_id", "context", "text"):
+    pending = _pending(kind).order_by("chunk_id").values_list("chunk_id", "context", *slices.FIELDS)
+    for cid, context, text in slices.texts(pending, 2):
         view = signature_text(context, text) if kind == "code" else ""
         rows.append([kind, cid, embedding_text(context, text, kind, window), view])
 with open(sys.argv[3], "w") as out:

@@ -8,15 +8,35 @@ preview plus a link to the filtered chunk list, never a full inline.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypedDict
+
 from django.contrib import admin
-from django.db.models import Count, F, Func, IntegerField, OuterRef, Prefetch, Subquery
+from django.db.models import Count, F, Func, IntegerField, OuterRef, Prefetch, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from corpus.models import Chunk, IndexJob, Representation, Setting, Span
+from corpus.models import Chunk, Document, IndexJob, Representation, Setting, Span
 from kernel.admin import ReadOnlyAdmin, stamp
+
+if TYPE_CHECKING:  # names for annotations only
+    from django.db.models import Model
+    from django.utils.safestring import SafeString
+    from django_stubs_ext import WithAnnotations
+
+    # Django's admin classes take type arguments in the stubs only, not at run time.
+    _RepresentationInline = admin.TabularInline[Representation, Document]
+    _SpanInline = admin.TabularInline[Span, Chunk]
+else:
+    _RepresentationInline = _SpanInline = admin.TabularInline
+
+
+class _Counted(TypedDict):
+    """The count get_queryset annotates each row with."""
+
+    n_chunks: int
+
 
 TEXT_PREVIEW = 2000
 CHUNK_PREVIEW = 20
@@ -31,7 +51,7 @@ def _spans(chunk: Chunk) -> str:
     return ", ".join(str(span) for span in chunk.spans.all()) or "-"
 
 
-class RepresentationInline(admin.TabularInline):
+class RepresentationInline(_RepresentationInline):
     model = Representation
     fields = ("rep_type", "created", "chunk_count", "chunks_link", "deleted", "text_preview")
     readonly_fields = fields
@@ -42,26 +62,26 @@ class RepresentationInline(admin.TabularInline):
     class Media:
         css = {"all": ("corpus/admin.css",)}  # the preview's style: pages allow no style attribute (CSP)
 
-    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def get_queryset(self, request: HttpRequest):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Representation]:
         return super().get_queryset(request).annotate(n_chunks=Count("chunks"))
 
     @admin.display(description="created")
-    def created(self, obj):
+    def created(self, obj: Representation) -> str:
         return stamp(obj.created_unix)
 
     @admin.display(description="chunks")
-    def chunk_count(self, obj):
+    def chunk_count(self, obj: WithAnnotations[Representation, _Counted]) -> int:
         return obj.n_chunks
 
     @admin.display(description="")
-    def chunks_link(self, obj):
+    def chunks_link(self, obj: Representation) -> SafeString:
         return format_html('<a href="{}">chunks →</a>', _chunks_url(representation__rep_id__exact=obj.pk))
 
     @admin.display(description="extracted text")
-    def text_preview(self, obj):
+    def text_preview(self, obj: Representation) -> SafeString:
         more = len(obj.text) > TEXT_PREVIEW
         return format_html(
             '<pre class="text-preview">{}{}</pre>',
@@ -106,8 +126,8 @@ class DocumentAdmin(ReadOnlyAdmin):
     )
     readonly_fields = fields
 
-    def get_queryset(self, request: HttpRequest):
-        qs = super().get_queryset(request)
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
+        qs: QuerySet[Document] = super().get_queryset(request)
         if request.resolver_match and request.resolver_match.url_name == "corpus_document_changelist":
             # A correlated subquery, not a JOIN + GROUP BY: computed for the 100
             # rows shown only, and left out of the paginator's count and the
@@ -123,24 +143,24 @@ class DocumentAdmin(ReadOnlyAdmin):
         return qs
 
     @admin.display(description="chunks", ordering="n_chunks")
-    def chunk_count(self, obj):
+    def chunk_count(self, obj: WithAnnotations[Document, _Counted]) -> int:
         return obj.n_chunks
 
     @admin.display(description="error code")
-    def problem(self, obj):
+    def problem(self, obj: Document) -> str:
         """The code of a failed (or skipped) document's error; the full text is on its page."""
         return obj.error_code or ("-" if obj.status == "ok" else Truncator(obj.error or "").chars(40))
 
     @admin.display(description="modified", ordering="mtime_unix")
-    def modified(self, obj):
+    def modified(self, obj: Document) -> str:
         return stamp(obj.mtime_unix)
 
     @admin.display(description="indexed")
-    def indexed(self, obj):
+    def indexed(self, obj: Document) -> str:
         return stamp(obj.indexed_unix)
 
     @admin.display(description="chunks and spans")
-    def chunks(self, obj):
+    def chunks(self, obj: Document) -> SafeString:
         rows = list(
             Chunk.objects.filter(representation__document=obj)
             .select_related("representation")
@@ -183,22 +203,22 @@ class RepresentationAdmin(ReadOnlyAdmin):
     readonly_fields = fields
 
     @admin.display(description="created")
-    def created(self, obj):
+    def created(self, obj: Representation) -> str:
         return stamp(obj.created_unix)
 
     @admin.display(description="chunks")
-    def chunks(self, obj):
+    def chunks(self, obj: Representation) -> SafeString:
         return format_html('<a href="{}">chunks →</a>', _chunks_url(representation__rep_id__exact=obj.pk))
 
 
-class SpanInline(admin.TabularInline):
+class SpanInline(_SpanInline):
     model = Span
     fields = ("span_kind", "start", "end", "extra_json")
     readonly_fields = fields
     extra = 0
     can_delete = False
 
-    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
 
@@ -237,23 +257,26 @@ class ChunkAdmin(ReadOnlyAdmin):
     #: the links from a document and a representation filter on these
     FILTER_LOOKUPS = ("representation__rep_id__exact", "representation__document__doc_id__exact")
 
-    def lookup_allowed(self, lookup, value, request=None):
-        return lookup in self.FILTER_LOOKUPS or super().lookup_allowed(lookup, value, request)
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        if lookup in self.FILTER_LOOKUPS:
+            return True
+        # django-stubs require the request (Django 6's signature); Django 5.2's defaults to None.
+        return super().lookup_allowed(lookup, value, request)  # type: ignore[arg-type]
 
-    def get_queryset(self, request: HttpRequest):
-        qs = super().get_queryset(request).defer("embedding")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Chunk]:
+        qs: QuerySet[Chunk] = super().get_queryset(request).defer("embedding")
         return qs.prefetch_related(Prefetch("spans", queryset=Span.objects.order_by("start")))
 
     @admin.display(description="document", ordering="representation__document__rel_path")
-    def document_path(self, obj):
+    def document_path(self, obj: Chunk) -> str:
         return obj.representation.document.rel_path
 
     @admin.display(description="spans")
-    def spans(self, obj):
+    def spans(self, obj: Chunk) -> str:
         return _spans(obj)
 
     @admin.display(description="text")
-    def preview(self, obj):
+    def preview(self, obj: Chunk) -> str:
         return Truncator(obj.text).chars(100)
 
 
@@ -272,5 +295,5 @@ class IndexJobAdmin(ReadOnlyAdmin):
     ordering = ("-started_unix",)
 
     @admin.display(description="started", ordering="started_unix")
-    def started(self, obj):
+    def started(self, obj: IndexJob) -> str:
         return stamp(obj.started_unix)

@@ -30,11 +30,25 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+if TYPE_CHECKING:  # the driver's types, for annotations only (SQLite needs no psycopg)
+    from psycopg import Cursor
+    from psycopg.rows import TupleRow
+
+    #: a field of any model; Any: its value's type differs by field (Django's
+    #: field classes take type arguments in the stubs only, not at run time)
+    _AnyField = models.Field[Any, Any]
 
 M = TypeVar("M", bound=models.Model)
+#: a row's column values; Any: values of every type the driver binds
+#: (get_db_prep_save's own return type)
+_Row = Sequence[Any]
+#: how a field's value is stored: (object, attribute, database) -> the stored value
+_Converter = Callable[[models.Model, str, BaseDatabaseWrapper], Any]
 
 BATCH = 500
 _PARAMETERS = re.compile(r"\(.*\)")
@@ -71,7 +85,7 @@ def create(model: type[M], objs: Sequence[M]) -> list[M]:
     return _inserted(objs, ids)
 
 
-def insert(model: type[models.Model], attnames: Sequence[str], rows: Sequence[Sequence]) -> None:
+def insert(model: type[models.Model], attnames: Sequence[str], rows: Sequence[_Row]) -> None:
     """Insert rows given as tuples of these attributes' values, in that order,
     whose ids nobody needs (a file's symbols and references: tens of
     thousands a batch on a large tree, where building a model object for
@@ -82,11 +96,11 @@ def insert(model: type[models.Model], attnames: Sequence[str], rows: Sequence[Se
     if connection.vendor != "sqlite":
         create(model, [model(**dict(zip(attnames, row, strict=True))) for row in rows])
         return
-    fields = [model._meta.get_field(name) for name in attnames]
+    fields = [_concrete(model, name) for name in attnames]
     # A foreign key is given by its id (``document_id``): stored as it is.
     convert = [None if isinstance(field, models.ForeignKey) else _converter(field)[1] for field in fields]
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
+    columns = ", ".join(quote(_column(field)) for field in fields)
     sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
     if any(convert):
         db = connections[DEFAULT_DB_ALIAS]
@@ -102,7 +116,7 @@ def insert(model: type[models.Model], attnames: Sequence[str], rows: Sequence[Se
         cursor.executemany(sql, rows)
 
 
-def _inserted(objs: list[M], ids) -> list[M]:
+def _inserted(objs: list[M], ids: Sequence[int]) -> list[M]:
     """Only once the rows are in, the objects as bulk_create leaves them."""
     for obj, pk in zip(objs, ids, strict=True):
         obj.pk = pk
@@ -143,26 +157,38 @@ def _sqlite_create(model: type[M], objs: list[M]) -> list[M]:
             f"coalesce((SELECT max({pk_column}) FROM {table}), 0))",
             [model._meta.db_table],
         )
-        first = cursor.fetchone()[0] + 1
+        first: int = cursor.fetchone()[0] + 1
         ids = range(first, first + len(objs))
         cursor.executemany(insert_sql, [(pk, *row) for pk, row in zip(ids, rows, strict=True)])
     return _inserted(objs, ids)
 
 
 @functools.cache
-def _sqlite_shape(model: type[models.Model]) -> tuple[str, str, str, list]:
+def _sqlite_shape(model: type[models.Model]) -> tuple[str, str, str, list[tuple[str, _Converter | None]]]:
     """A model's quoted table and primary key column, its INSERT (the id
     first) and each other field's attribute with its converter (None: as it is)."""
     meta = model._meta
     quote = connection.ops.quote_name
     fields = [field for field in meta.concrete_fields if field is not meta.pk]
-    columns = ", ".join(quote(field.column) for field in [meta.pk, *fields])
+    columns = ", ".join(quote(_column(field)) for field in [meta.pk, *fields])
     marks = ", ".join(["%s"] * (len(fields) + 1))
     insert_sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
-    return quote(meta.db_table), quote(meta.pk.column), insert_sql, [_converter(field) for field in fields]
+    return quote(meta.db_table), quote(_column(meta.pk)), insert_sql, [_converter(field) for field in fields]
 
 
-def _converter(field: models.Field) -> tuple[str, Callable | None]:
+def _concrete(model: type[models.Model], attname: str) -> _AnyField:
+    """The field of a column attribute (``document_id`` names the foreign key)."""
+    field = model._meta.get_field(attname)
+    assert isinstance(field, models.Field)  # a column's attribute, never a reverse relation
+    return field
+
+
+def _column(field: _AnyField) -> str:
+    assert field.column is not None  # a concrete field, which has a column
+    return field.column
+
+
+def _converter(field: _AnyField) -> tuple[str, _Converter | None]:
     """(attribute, how its value is stored: None when as it is)."""
     if type(field) in _AS_IS:
         return field.attname, None
@@ -171,7 +197,12 @@ def _converter(field: models.Field) -> tuple[str, Callable | None]:
     return field.attname, lambda obj, name, db: field.get_db_prep_save(getattr(obj, name), db)
 
 
-def _related_id(field: models.ForeignKey, obj: models.Model, name: str, db) -> object:
+def _related_id(
+    field: models.ForeignKey[Any, Any],  # Any: a foreign key to any model
+    obj: models.Model,
+    name: str,
+    db: BaseDatabaseWrapper,
+) -> object:
     """A foreign key's id, or that of the object it was given before that
     object had one (as ``save()`` reads it)."""
     value = getattr(obj, name)
@@ -182,23 +213,33 @@ def _related_id(field: models.ForeignKey, obj: models.Model, name: str, db) -> o
 
 
 @functools.cache
-def _shape(model: type[models.Model]) -> tuple[str, str, int, str, list, list[str]]:
+def _shape(
+    model: type[models.Model],
+) -> tuple[str, str, int, str, list[tuple[_AnyField, str]], list[str]]:
     """A model's table, primary key column and its place in a row, COPY
     statement, (field, attribute) pairs and PostgreSQL type names, worked
     out once: deriving a foreign key's type builds a field each time."""
     meta = model._meta
     fields = list(meta.concrete_fields)
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
+    columns = ", ".join(quote(_column(field)) for field in fields)
     copy_sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN (FORMAT BINARY)"
-    types = [_PARAMETERS.sub("", field.db_type(connection)).strip() for field in fields]
+    types = [_PARAMETERS.sub("", _db_type(field)).strip() for field in fields]
     named = [(field, field.attname) for field in fields]
-    return meta.db_table, meta.pk.column, fields.index(meta.pk), copy_sql, named, types
+    return meta.db_table, _column(meta.pk), fields.index(meta.pk), copy_sql, named, types
 
 
-def _sequence(cursor, table: str, column: str) -> str:
+def _db_type(field: _AnyField) -> str:
+    db_type = field.db_type(connection)
+    assert db_type is not None  # a concrete field has a column type
+    return db_type
+
+
+def _sequence(cursor: Cursor[TupleRow], table: str, column: str) -> str:
     key = (table, column)
     if key not in _sequences:
         cursor.execute("SELECT pg_get_serial_sequence(%s, %s)", [table, column])
-        _sequences[key] = cursor.fetchone()[0]
+        row = cursor.fetchone()
+        assert row is not None  # the query returns one row
+        _sequences[key] = row[0]
     return _sequences[key]

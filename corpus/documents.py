@@ -24,14 +24,15 @@ from __future__ import annotations
 import mimetypes
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
+
 from corpus import files
 from corpus.citations import format_ms
 from corpus.ingest.classify import classify
-from corpus.ingest.extract import PAGE_SEPARATOR
-from corpus.models import DocStatus, RepType
+from corpus.ingest.extracted import PAGE_SEPARATOR
+from corpus.models import DocStatus, Document, Representation, RepType
 from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 from kernel import errors
-from kernel.jsontypes import JsonObject
 
 #: Documents per page of a listing.
 PAGE_SIZE = 100
@@ -88,7 +89,7 @@ def mime_type(rel_path: str, doc_type: str) -> str:
 # -- listing ---------------------------------------------------------------------
 
 
-def _readable():
+def _readable() -> QuerySet[Document]:
     """Live documents by rel_path, without those refused for a secret."""
     return files.listable_documents().order_by("rel_path")
 
@@ -137,7 +138,7 @@ def _whole(engine: ExclusionEngine, rel: str, opened: OpenedFile | None) -> Whol
     return Whole(rel, "text/plain", text=text, lines=not marked)
 
 
-def _extracted(rel: str, reps: JsonObject) -> str | None:
+def _extracted(rel: str, reps: dict[str, Representation]) -> str | None:
     """The indexed text, marked by page or time, when the file itself is not text."""
     ocr, raw, transcript = (
         reps.get(RepType.OCR_MARKDOWN),
@@ -160,7 +161,13 @@ def _extracted(rel: str, reps: JsonObject) -> str | None:
     return None
 
 
-def _from_file(engine: ExclusionEngine, rel: str, doc, raw, opened: OpenedFile | None) -> Whole:
+def _from_file(
+    engine: ExclusionEngine,
+    rel: str,
+    doc: Document | None,
+    raw: Representation | None,
+    opened: OpenedFile | None,
+) -> Whole:
     """The file's text or bytes as they are now (the indexed text when it kept changing)."""
     doc_type = doc.doc_type if doc is not None else "unknown"
     if opened is None:

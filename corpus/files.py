@@ -28,10 +28,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import regex
 from django.db import connection
@@ -40,7 +40,8 @@ from django.db.models import Q, QuerySet
 from corpus import arguments, globs, patterns, slices
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
-from corpus.ingest.extract import PAGE_SEPARATOR, byte_order_mark, extract
+from corpus.ingest.extract import byte_order_mark, extract
+from corpus.ingest.extracted import PAGE_SEPARATOR
 from corpus.models import DocStatus, Document, Representation, RepType, Span
 from corpus.security import (
     ARCHIVE_SEPARATOR,
@@ -94,7 +95,7 @@ def _fail(code: str, message: str) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(code, message)
 
 
-def canonical_prefix(path_prefix) -> str:
+def canonical_prefix(path_prefix: object) -> str:
     """A canonical path prefix; ``src/`` keeps its slash so it does not match ``src2/``.
 
     The one check every ``path_prefix`` goes through (``list_files``, ``find``,
@@ -134,8 +135,8 @@ def prefix_range(prefix: str) -> tuple[str, str] | None:
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-def _glob(glob):
-    glob = arguments.text("glob", glob, limit=globs.MAX_GLOB_CHARS)
+def _glob(value: object) -> globs.Glob | None:
+    glob = arguments.text("glob", value, limit=globs.MAX_GLOB_CHARS)
     return globs.compile_glob(glob) if glob else None  # linear-time matching (corpus/globs.py)
 
 
@@ -245,7 +246,7 @@ def open_file(
         arguments.MILLISECOND.check("start_ms", start_ms),
         arguments.MILLISECOND.check("end_ms", end_ms),
     )
-    max_chars = arguments.MAX_CHARS.check("max_chars", max_chars)
+    max_chars = _bounded(arguments.MAX_CHARS, "max_chars", max_chars)
     where = (start_line, end_line, page, start_ms, end_ms, max_chars)
 
     def read(opened: OpenedFile) -> JsonObject:
@@ -259,7 +260,7 @@ def open_file(
         return _open_slice(engine, unsettled.rel, None, *where) | {"from_index": True}
 
 
-def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None, JsonObject]:
+def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None, dict[str, Representation]]:
     """The live document at ``rel`` and its representations by type; a
     document skipped for a secret is refused here, for every reader.
     ``raw_bytes``: the caller answers from the file's bytes as they are (a
@@ -275,8 +276,23 @@ def live_document(rel: str, *, raw_bytes: bool = False) -> tuple[Document | None
     return doc, reps
 
 
+def _bounded(argument: arguments.Integer, name: str, value: object) -> int:
+    """``argument.check`` of an argument that has a default."""
+    checked = argument.check(name, value)
+    assert checked is not None  # None is only given back for an argument without a default
+    return checked
+
+
 def _open_slice(
-    engine: ExclusionEngine, rel: str, file, start_line, end_line, page, start_ms, end_ms, max_chars
+    engine: ExclusionEngine,
+    rel: str,
+    file: BinaryIO | None,
+    start_line: int | None,
+    end_line: int | None,
+    page: int | None,
+    start_ms: int | None,
+    end_ms: int | None,
+    max_chars: int,
 ) -> JsonObject:
     """The slice, from ``file`` (as :meth:`ExclusionEngine.open` opened it,
     left open), or, with ``file`` None, from the document's indexed text."""
@@ -284,6 +300,7 @@ def _open_slice(
     paged, transcript = _paged(reps), reps.get(RepType.TRANSCRIPT)
     no_lines = start_line is None and end_line is None
     no_time = start_ms is None and end_ms is None
+    span: SpanRef | None
     if page is not None or (no_lines and no_time and paged):
         doc_type = doc.doc_type if doc else "unknown"
         content, span, truncated = _page_slice(engine, rel, paged, page or 1, max_chars)
@@ -325,26 +342,27 @@ class DocumentText:
     from_index: bool = False
 
 
-def read_document(engine: ExclusionEngine, rel_path, *, max_chars: int) -> DocumentText:
+def read_document(engine: ExclusionEngine, rel_path: object, *, max_chars: int) -> DocumentText:
     """The text of ``rel_path`` through the one check and open that
     ``open_file`` uses (containment, exclusions, a secret-skipped document
     refused): what the navigation tools read."""
     if rel_path is None or rel_path == "":
         raise _fail(errors.MISSING_FIELD, "rel_path is required")
-    arguments.text("rel_path", rel_path, limit=MAX_PATH_CHARS)
+    path = arguments.text("rel_path", rel_path, limit=MAX_PATH_CHARS)
     try:
         return read_settled(
-            engine, rel_path, lambda opened: _document_text(engine, opened.rel, opened.file, max_chars)
+            engine, path, lambda opened: _document_text(engine, opened.rel, opened.file, max_chars)
         )
     except Unsettled as unsettled:
         found = _document_text(engine, unsettled.rel, None, max_chars)
         return DocumentText(**{**found.__dict__, "from_index": True})
 
 
-def _document_text(engine: ExclusionEngine, rel: str, file, max_chars: int) -> DocumentText:
+def _document_text(engine: ExclusionEngine, rel: str, file: BinaryIO | None, max_chars: int) -> DocumentText:
     doc, reps = live_document(rel)
     paged = _paged(reps)
     if paged is not None:
+        assert doc is not None  # its representations came with it
         return DocumentText(rel, doc.doc_type, pages=paged.text.split(PAGE_SEPARATOR))
     if reps.get(RepType.TRANSCRIPT) is not None:
         raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} is a recording; open it by start_ms/end_ms")
@@ -359,13 +377,15 @@ def _document_text(engine: ExclusionEngine, rel: str, file, max_chars: int) -> D
     return DocumentText(rel, doc_type, lines=text[:max_chars], truncated=len(text) > max_chars)
 
 
-def _paged(reps: JsonObject) -> Representation | None:
+def _paged(reps: dict[str, Representation]) -> Representation | None:
     """OCR output, or a PDF text layer: text whose pages are joined with form feeds."""
     ocr, raw = reps.get(RepType.OCR_MARKDOWN), reps.get(RepType.RAW_TEXT)
     return ocr or (raw if raw is not None and "pages" in (raw.meta_json or {}) else None)
 
 
-def _page_slice(engine, rel: str, rep, page: int, max_chars: int) -> tuple[str, SpanRef, bool]:
+def _page_slice(
+    engine: ExclusionEngine, rel: str, rep: Representation | None, page: int, max_chars: int
+) -> tuple[str, SpanRef, bool]:
     if rep is None:
         raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no page text (not a PDF, or not extracted yet)")
     pages = rep.text.split(PAGE_SEPARATOR)
@@ -376,7 +396,7 @@ def _page_slice(engine, rel: str, rep, page: int, max_chars: int) -> tuple[str, 
     return text[:max_chars], SpanRef("page", page, page), len(text) > max_chars
 
 
-def _time_chunks(rep) -> list[tuple[int, int, str]]:
+def _time_chunks(rep: Representation | int) -> list[tuple[int, int, str]]:
     """The transcript's timed chunks, ``(start_ms, end_ms, text)`` in time order."""
     rows = Span.objects.filter(chunk__representation=rep, chunk__deleted=False, span_kind="time")
     fields = ["chunk__representation", "chunk__stored_text", "chunk__text_start", "chunk__text_end"]
@@ -385,7 +405,8 @@ def _time_chunks(rep) -> list[tuple[int, int, str]]:
 
 def _locate(text: str, pieces: list[str]) -> list[tuple[int, int]] | None:
     """Where each chunk sits in the full text; chunks overlap, so each is sought from the previous."""
-    spots, pos = [], 0
+    spots: list[tuple[int, int]] = []
+    pos = 0
     for piece in pieces:
         found = text.find(piece, pos)
         if found < 0:
@@ -395,7 +416,14 @@ def _locate(text: str, pieces: list[str]) -> list[tuple[int, int]] | None:
     return spots
 
 
-def _time_slice(engine, rel, rep, start_ms, end_ms, max_chars) -> tuple[str, SpanRef | None, bool]:
+def _time_slice(
+    engine: ExclusionEngine,
+    rel: str,
+    rep: Representation | None,
+    start_ms: int | None,
+    end_ms: int | None,
+    max_chars: int,
+) -> tuple[str, SpanRef | None, bool]:
     if rep is None:
         raise _fail(errors.DOC_TYPE_UNSUPPORTED, f"{rel} has no transcript")
     chunks = _time_chunks(rep)
@@ -425,7 +453,13 @@ def _time_slice(engine, rel, rep, start_ms, end_ms, max_chars) -> tuple[str, Spa
     return content[:max_chars], span, count < len(picked) or len(content) > max_chars
 
 
-def _line_source(engine: ExclusionEngine, handle, rel: str, doc, raw) -> tuple[str, io.TextIOBase]:
+def _line_source(
+    engine: ExclusionEngine,
+    handle: BinaryIO | None,
+    rel: str,
+    doc: Document | None,
+    raw: Representation | None,
+) -> tuple[str, io.TextIOBase]:
     """The doc type and a text stream whose lines are the lines search spans count.
 
     ``handle`` is the file as :meth:`ExclusionEngine.open` opened it, or
@@ -440,9 +474,10 @@ def _line_source(engine: ExclusionEngine, handle, rel: str, doc, raw) -> tuple[s
     if ARCHIVE_SEPARATOR in rel or (raw is not None and (raw.meta_json or {}).get("converted_from")):
         if raw is None:
             raise _fail(errors.FILE_NOT_FOUND, f"{rel} is not indexed")
+        assert doc is not None  # the representation's document
         return doc.doc_type, io.StringIO(raw.text)
     if handle is None:  # the file kept changing: its indexed text
-        if raw is None or doc.doc_type not in _TEXT_TYPES:
+        if raw is None or doc is None or doc.doc_type not in _TEXT_TYPES:  # doc: never None with raw
             raise errors.Dir2mcpError(
                 errors.INDEX_NOT_READY,
                 f"{rel} changed each time it was read and has no indexed text yet; try again",
@@ -499,7 +534,9 @@ def _encoding_for(head: bytes, indexed: str | None) -> tuple[str, int]:
     return ("utf-8-sig" if found in _NEEDS_BOM else found), 0
 
 
-def _read_lines(fh, start: int, end: int | None, max_chars: int):
+def _read_lines(
+    fh: io.TextIOBase, start: int, end: int | None, max_chars: int
+) -> tuple[str, SpanRef | None, bool, str]:
     """Lines ``start..end`` (1-based) within ``max_chars``, streaming: never a whole file or line."""
     before, line_no = "", 1
     while line_no < start:
@@ -542,14 +579,15 @@ def decode_text(data: bytes, indexed_encoding: str | None) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def timed_pieces(rep) -> list[tuple[int, int, str]]:
+def timed_pieces(rep: Representation) -> list[tuple[int, int, str]]:
     """A transcript cut at its timed chunks, each piece without the overlap
     the chunk shares with the one before: ``(start_ms, end_ms, text)``."""
     chunks = _time_chunks(rep)
     spots = _locate(rep.text, [c[2] for c in chunks]) if chunks else None
     if not spots:  # the chunks are not in the stored text: each as it is
         return chunks
-    pieces, done = [], 0
+    pieces: list[tuple[int, int, str]] = []
+    done = 0
     for (start_ms, end_ms, _), (low, high) in zip(chunks, spots, strict=True):
         piece = rep.text[max(low, done) : high].strip("\n")
         done = max(done, high)
@@ -572,8 +610,8 @@ def listable_documents() -> QuerySet[Document]:
 def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offset: int = 0) -> JsonObject:
     """The §15.5 page of listable documents, by rel_path; the glob runs over paths only."""
     prefix, spec = canonical_prefix(path_prefix), _glob(glob)
-    limit = arguments.LIST_LIMIT.check("limit", limit)
-    offset = arguments.OFFSET.check("offset", offset)
+    limit = _bounded(arguments.LIST_LIMIT, "limit", limit)
+    offset = _bounded(arguments.OFFSET, "offset", offset)
     docs = listable_documents().order_by("rel_path")
     if prefix:
         docs = docs.filter(under_prefix("rel_path", prefix))
@@ -598,7 +636,7 @@ def _listed(row: JsonObject) -> JsonObject:
 # -- find ----------------------------------------------------------------------
 
 
-def _modified_after(value) -> int | None:
+def _modified_after(value: object) -> int | None:
     """Nanoseconds since the epoch from Unix seconds or an ISO-8601 date/datetime (UTC if naive)."""
     if value is None or value == "":
         return None
@@ -622,7 +660,7 @@ def _modified_after(value) -> int | None:
 _RECURSION = re.compile(r"\(\?(?:R|[+-]?\d|&|P>)")
 
 
-def _compile(content: str, is_regex: bool, case_sensitive: bool, deadline: float):
+def _compile(content: str, is_regex: bool, case_sensitive: bool, deadline: float) -> _Pattern:
     """The content pattern for one call, a context manager with ``spans(text, batch)``.
 
     A regular expression is compiled and run in the regex worker
@@ -639,15 +677,15 @@ def _compile(content: str, is_regex: bool, case_sensitive: bool, deadline: float
     return patterns.RegexScan(content, flags, deadline)
 
 
-class _Literal(contextlib.nullcontext):
+class _Literal(contextlib.nullcontext["_Literal"]):
     """Escaped text, matched in the server: the ``regex`` module matches
     without holding the GIL, and stops at the deadline."""
 
-    def __init__(self, compiled, deadline: float) -> None:
+    def __init__(self, compiled: regex.Pattern[str], deadline: float) -> None:
         super().__init__(self)
         self.compiled, self.deadline = compiled, deadline
 
-    def spans(self, text: str, batch: int):
+    def spans(self, text: str, batch: int) -> Iterator[tuple[int, int]]:
         try:
             for m in self.compiled.finditer(text, timeout=max(self.deadline - time.monotonic(), 0.001)):
                 yield m.span()
@@ -655,12 +693,20 @@ class _Literal(contextlib.nullcontext):
             raise patterns.Overrun() from None
 
 
+#: a content pattern for one call (:func:`_compile`)
+_Pattern = _Literal | patterns.RegexScan
+#: a candidate document: doc_id, rel_path, doc_type, mtime_unix, size_bytes
+_DocRow = tuple[int, str, str, float, int]
+#: a searchable representation: rep_id, rep_type, text, meta_json
+_RepRow = tuple[int, str, str, JsonObject | None]
+
+
 def _cursor(key: str, path: str, skip: int) -> str:
     raw = json.dumps({"q": key, "p": path, "k": skip}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _resume(cursor, key: str) -> tuple[str, int]:
+def _resume(cursor: object, key: str) -> tuple[str, int]:
     """``(rel_path, k)``: resume at rel_path after its first k matches; k = -1 resumes after it."""
     invalid = _fail(errors.INVALID_FIELD, "invalid cursor")
     if not isinstance(cursor, str) or len(cursor) > 8192:
@@ -684,13 +730,13 @@ def find(
     content: str = "",
     regex: bool = False,
     case_sensitive: bool = False,
-    doc_types=(),
+    doc_types: Sequence[str] = (),
     path_prefix: str = "",
-    modified_after=None,
+    modified_after: object = None,
     limit: int = 50,
     cursor: str | None = None,
     max_matches_per_file: int = 5,
-    stop=None,
+    stop: Callable[[], bool] | None = None,
 ) -> JsonObject:
     """Files by name, type, date, and matches of a literal or regex in their stored text.
 
@@ -711,8 +757,8 @@ def find(
     name_glob = arguments.text("name_glob", name_glob, limit=globs.MAX_GLOB_CHARS)
     content = arguments.text("content", content, limit=patterns.MAX_REGEX_CHARS)
     spec, prefix, after_ns = _glob(name_glob), canonical_prefix(path_prefix), _modified_after(modified_after)
-    limit = arguments.FIND_LIMIT.check("limit", limit)
-    per_file = arguments.MATCHES_PER_FILE.check("max_matches_per_file", max_matches_per_file)
+    limit = _bounded(arguments.FIND_LIMIT, "limit", limit)
+    per_file = _bounded(arguments.MATCHES_PER_FILE, "max_matches_per_file", max_matches_per_file)
     deadline = time.monotonic() + FIND_BUDGET_SECONDS
     pattern = _compile(content, regex, case_sensitive, deadline) if content else None
     params = [name_glob, content, regex, case_sensitive, sorted(doc_types), prefix, after_ns, per_file]
@@ -730,7 +776,14 @@ def find(
         return out | {"next_cursor": _cursor(key, start_path, start_skip)}
 
 
-def _find_page(engine, key: str, where: tuple, pattern, page: tuple, stop) -> JsonObject:
+def _find_page(
+    engine: ExclusionEngine,
+    key: str,
+    where: tuple[globs.Glob | None, str, Sequence[str], int | None],
+    pattern: _Pattern | None,
+    page: tuple[int, int, tuple[str, int], float, bool],
+    stop: Callable[[], bool] | None,
+) -> JsonObject:
     spec, prefix, doc_types, after_ns = where
     limit, per_file, (start_path, start_skip), deadline, waited = page
     docs = Document.objects.filter(deleted=False).order_by("rel_path")
@@ -750,7 +803,8 @@ def _find_page(engine, key: str, where: tuple, pattern, page: tuple, stop) -> Js
         r for r in rows if (spec is None or spec.match_file(r[1])) and not engine.excluded_reason(r[1])
     )
     matches: list[JsonObject] = []
-    scanned, resume, timed_out = 0, None, False
+    scanned, timed_out = 0, False
+    resume: tuple[str, int] | None = None
     for row, reps in _with_reps(candidates, pattern is not None):
         if stop is not None and stop():
             resume = (row[1], 0)
@@ -785,11 +839,13 @@ def _find_page(engine, key: str, where: tuple, pattern, page: tuple, stop) -> Js
     return out | ({"next_cursor": _cursor(key, *resume)} if resume else {})
 
 
-def _with_reps(candidates, with_text: bool, batch_size: int = 32):
+def _with_reps(
+    candidates: Iterable[_DocRow], with_text: bool, batch_size: int = 32
+) -> Iterator[tuple[_DocRow, list[_RepRow]]]:
     """Candidate rows with their searchable representations, fetched a batch of documents at a time."""
-    candidates = iter(candidates)
-    while batch := list(itertools.islice(candidates, batch_size if with_text else 1)):
-        reps: dict[int, list] = {}
+    remaining = iter(candidates)
+    while batch := list(itertools.islice(remaining, batch_size if with_text else 1)):
+        reps: dict[int, list[_RepRow]] = {}
         if with_text:
             rows = Representation.objects.filter(document_id__in=[r[0] for r in batch], deleted=False)
             for rep in rows.values_list("document_id", "rep_id", "rep_type", "text", "meta_json"):
@@ -803,7 +859,12 @@ def _with_reps(candidates, with_text: bool, batch_size: int = 32):
 
 
 def _doc_matches(
-    engine, pattern, base: JsonObject, reps, per_file: int, deadline: float
+    engine: ExclusionEngine,
+    pattern: _Pattern,
+    base: JsonObject,
+    reps: list[_RepRow],
+    per_file: int,
+    deadline: float,
 ) -> tuple[list[JsonObject], bool]:
     """Up to ``per_file`` matches in the document's texts, and whether the time budget ran out."""
     found: list[JsonObject] = []
@@ -827,7 +888,16 @@ def _doc_matches(
     return found, False
 
 
-def _match(engine, base: JsonObject, rep_type: str, text: str, pos: int, end: int, paged: bool, timed):
+def _match(
+    engine: ExclusionEngine,
+    base: JsonObject,
+    rep_type: str,
+    text: str,
+    pos: int,
+    end: int,
+    paged: bool,
+    timed: list[tuple[tuple[int, int, str], tuple[int, int]]] | None,
+) -> JsonObject | None:
     line_start = max(text.rfind("\n", 0, pos), text.rfind(PAGE_SEPARATOR, 0, pos)) + 1
     ends = [i for i in (text.find("\n", pos), text.find(PAGE_SEPARATOR, pos)) if i >= 0]
     line_end = min(ends) if ends else len(text)

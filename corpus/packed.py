@@ -20,9 +20,20 @@ check that a secret is not stored cannot pass vacuously; decode the rows
 from __future__ import annotations
 
 import zlib
-from typing import overload
+from typing import TYPE_CHECKING, Any, overload
 
 from django.db import NotSupportedError, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.expressions import Combinable
+from django.db.models.lookups import Lookup
+
+if TYPE_CHECKING:  # the compiler's module is only needed for an annotation
+    from django.db.models.sql.compiler import SQLCompiler
+
+    # Django's field classes take type arguments in the stubs only, not at run time.
+    _TextField = models.TextField[str | Combinable, str]
+else:
+    _TextField = models.TextField
 
 #: the first bytes of a compressed value; no UTF-8 text starts with 0xff
 MAGIC = b"\xffz1"
@@ -56,33 +67,43 @@ def unpack(value: str | bytes | memoryview | None) -> str | None:
     return value
 
 
-class PackedTextField(models.TextField):
+class PackedTextField(_TextField):
     """A ``TextField`` stored with :func:`pack` on SQLite (the module's docstring)."""
 
-    def get_db_prep_value(self, value, connection, prepared=False):
+    def get_db_prep_value(
+        self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
+    ) -> Any:  # Any: Field.get_db_prep_value's signature (a value of any field type)
         value = super().get_db_prep_value(value, connection, prepared)
         if connection.vendor == "sqlite" and isinstance(value, str):
             return pack(value)
         return value
 
-    def from_db_value(self, value, expression, connection):
+    def from_db_value(
+        self, value: str | bytes | memoryview | None, expression: object, connection: BaseDatabaseWrapper
+    ) -> str | None:
         return unpack(value)
 
-    def get_lookup(self, lookup_name):
+    # Any: RegisterLookupMixin.get_lookup's signature (a lookup of any value type)
+    def get_lookup(self, lookup_name: str) -> type[Lookup[Any]] | None:
         lookup = super().get_lookup(lookup_name)
         if lookup_name in _PATTERN_LOOKUPS and lookup is not None:
             return _refused_on_sqlite(lookup)
         return lookup
 
 
-def _refused_on_sqlite(lookup: type) -> type:
-    class Refused(lookup):
-        def as_sql(self, compiler, connection):
+_SqlParams = tuple[str | int, ...]  # django-stubs' _ParamsT, what a compiler's as_sql gives
+
+
+def _refused_on_sqlite(lookup: type[Lookup[Any]]) -> type[Lookup[Any]]:  # Any: as get_lookup's
+    # A subclass of a class known only at run time: mypy takes no variable as a base.
+    class Refused(lookup):  # type: ignore[valid-type,misc]
+        def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> tuple[str, _SqlParams]:
             if connection.vendor == "sqlite":
                 raise NotSupportedError(
                     f"{self.lhs.target.name}__{self.lookup_name}: the text is stored compressed "
                     "(corpus/packed.py); read the rows and search the decoded text"
                 )
-            return super().as_sql(compiler, connection)
+            sql: tuple[str, _SqlParams] = super().as_sql(compiler, connection)
+            return sql
 
     return Refused

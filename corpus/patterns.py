@@ -29,7 +29,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from kernel import errors
 
@@ -46,6 +48,11 @@ GRACE_SECONDS = 0.02
 
 _WORKER = Path(__file__).with_name("regex_worker.py")
 _HEADER = struct.Struct("<Q")
+#: a request to the worker, as corpus/regex_worker.py's docstring lists them
+_Request = tuple[str | int | float, ...]
+#: its reply; Any: marshal.loads gives Any, and the fields after the first
+#: differ by reply (the worker's docstring)
+_Reply = tuple[Any, ...]
 
 
 def check_query(query: str) -> None:
@@ -69,7 +76,7 @@ class _Worker:
     """The child process and its pipes; used under :data:`_TURN` only."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -90,20 +97,23 @@ class _Worker:
         proc.kill()
         proc.wait()
         for pipe in (proc.stdin, proc.stdout):
+            if pipe is None:  # never: start() opens both as pipes
+                continue
             try:
                 pipe.close()
             except OSError:
                 pass
 
-    def request(self, message: tuple, deadline: float):
+    def request(self, message: _Request, deadline: float) -> _Reply:
         """The worker's reply, or ``Overrun`` (and a killed worker) at the deadline."""
         self.start()
+        assert self.proc is not None and self.proc.stdin is not None  # start() opened it
         payload = marshal.dumps(message)
         try:
             self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
             self.proc.stdin.flush()
             header = self._read(_HEADER.size, deadline)
-            reply = marshal.loads(self._read(_HEADER.unpack(header)[0], deadline))
+            reply: _Reply = marshal.loads(self._read(_HEADER.unpack(header)[0], deadline))
         except Overrun:
             self.kill()
             self.start()  # the next call finds it ready
@@ -116,6 +126,7 @@ class _Worker:
         return reply
 
     def _read(self, size: int, deadline: float) -> bytes:
+        assert self.proc is not None and self.proc.stdout is not None  # request() started it
         fd = self.proc.stdout.fileno()
         poller = select.poll()
         poller.register(fd, select.POLLIN)
@@ -183,12 +194,12 @@ class RegexScan:
             raise errors.Dir2mcpError(errors.INVALID_FIELD, f"invalid regular expression: {reply[1]}")
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.held:
             self.held = False
             _TURN.release()
 
-    def _ask(self, message: tuple):
+    def _ask(self, message: _Request) -> _Reply:
         seconds = max(self.deadline - time.monotonic(), 0.001)
         try:
             reply = _worker.request((*message, seconds), self.deadline)
@@ -200,7 +211,7 @@ class RegexScan:
             raise errors.Dir2mcpError(errors.INVALID_FIELD, "the regular expression needs too much memory")
         return reply
 
-    def spans(self, text: str, batch: int):
+    def spans(self, text: str, batch: int) -> Iterator[tuple[int, int]]:
         """``(start, end)`` of each match in ``text``, ``batch`` per round trip;
         ``Overrun`` when the deadline passes first."""
         reply = self._ask(("scan", text, batch))

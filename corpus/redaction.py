@@ -90,7 +90,9 @@ def _last_word(text: str, start: int, end: int) -> tuple[int, int]:
         word += 1
     if word >= end:  # no word: the whole match
         return start, max(end, start + 1)
-    return word, _KEY_RUN.match(text, end).end()
+    run = _KEY_RUN.match(text, end)
+    assert run is not None  # the pattern's `*` matches the empty string
+    return word, run.end()
 
 
 def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:

@@ -28,7 +28,7 @@ import resource
 import signal
 import struct
 import sys
-from typing import Any
+from collections.abc import Iterator
 
 _HEADER = struct.Struct("<Q")
 _CACHE_SIZE = 16
@@ -45,7 +45,7 @@ def _read(size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _send(reply) -> None:
+def _send(reply: tuple[str | bool | list[tuple[int, int]], ...]) -> None:
     payload = marshal.dumps(reply)
     data = _HEADER.pack(len(payload)) + payload
     while data:
@@ -63,8 +63,9 @@ def main() -> int:
         pass
     import regex
 
-    compiled: dict[tuple[object, ...], Any] = {}  # the project is not importable here (python -I)
-    pattern, matches = None, None
+    compiled: dict[tuple[object, ...], regex.Pattern[str]] = {}
+    pattern: regex.Pattern[str] | None = None
+    matches: Iterator[regex.Match[str]] | None = None
     while True:
         header = _read(_HEADER.size)
         if header is None:
@@ -86,8 +87,10 @@ def main() -> int:
                 _send(("ok",))
                 continue
             if op == "scan":
+                assert pattern is not None  # the parent compiles before it scans
                 matches = pattern.finditer(request[1], timeout=seconds)
-            spans = []
+            assert matches is not None  # the parent scans before it asks for more
+            spans: list[tuple[int, int]] = []
             try:
                 for match in matches:
                     spans.append(match.span())

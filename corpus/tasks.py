@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import WorkerShutdown
 from celery.signals import (
@@ -42,6 +43,17 @@ from corpus.ingest.distributed import WorkerRuntime, announce, fail_items, inges
 from kernel import errors
 from kernel.state import resolve_root
 
+if TYPE_CHECKING:  # names only needed for annotations
+    from billiard.einfo import ExceptionInfo
+    from celery import Task
+    from celery.worker.consumer import Consumer
+    from celery.worker.request import Request
+
+    # The app's own Task class (app.Task, made at run time), as the stubs see it.
+    _AppTask = Task[[str, list[str]], int]
+else:
+    _AppTask = app.Task
+
 log = logging.getLogger(__name__)
 
 #: Seconds a worker process keeps its database connection across tasks.
@@ -53,8 +65,15 @@ log = logging.getLogger(__name__)
 CONNECTION_MAX_AGE = 300
 
 
-class _IngestTask(app.Task):
-    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+class _IngestTask(_AppTask):
+    def on_failure(
+        self,
+        exc: Exception,
+        task_id: str,
+        args: tuple[Any, ...],  # Any: Task.on_failure's signature (a task's arguments)
+        kwargs: dict[str, Any],
+        einfo: ExceptionInfo,
+    ) -> None:
         """Out of retries (the database stayed unreachable): give the items
         up, so the job that waits for them ends and says why."""
         job_id, rel_paths = (list(args) + [kwargs.get("job_id"), kwargs.get("rel_paths")])[:2]
@@ -77,13 +96,13 @@ class _IngestTask(app.Task):
     max_retries=8,
     ignore_result=True,
 )
-def ingest_paths(self, job_id: str, rel_paths: list[str]) -> int:
+def ingest_paths(self: _IngestTask, job_id: str, rel_paths: list[str]) -> int:
     """Read, extract, chunk, write and embed these paths of one job."""
     return ingest(job_id, rel_paths, worker=self.request.hostname or "in-process")
 
 
 @worker_init.connect
-def _keep_connections(**_) -> None:
+def _keep_connections(**_: object) -> None:
     """Worker processes (a prefork pool's children inherit this) keep their
     database connection between tasks, checked before each reuse."""
     settings = connections.settings[DEFAULT_DB_ALIAS]
@@ -108,7 +127,7 @@ def _conflict() -> errors.Dir2mcpError | None:
 
 
 @worker_init.connect
-def _check_root(**_):
+def _check_root(**_: object) -> None:
     """Before the worker consumes anything (its main process, once Celery's
     Django fixup has set Django up): its root is a readable directory, and
     the corpus's own when the database records one. A database not
@@ -127,7 +146,7 @@ def _check_root(**_):
 
 
 @task_received.connect
-def _check_task_root(request=None, **_):
+def _check_task_root(request: Request | None = None, **_: object) -> None:
     """Each ingestion task, in the worker's main process before a pool
     process runs it: the corpus's recorded root may have appeared or
     changed since the worker started. For another corpus the task goes back
@@ -148,7 +167,7 @@ def _check_task_root(request=None, **_):
 
 @task_prerun.connect
 @task_postrun.connect
-def _recycle_connections(sender=None, **_) -> None:
+def _recycle_connections(sender: Task[Any, Any] | None = None, **_: object) -> None:  # Any: any task
     """Around each task on a worker, as Django does around a request: close
     connections that failed or outlived CONNECTION_MAX_AGE; keep the rest.
     A task run eagerly (no broker) is part of its caller's work and leaves
@@ -159,7 +178,7 @@ def _recycle_connections(sender=None, **_) -> None:
 
 
 @worker_process_init.connect
-def _load(**_) -> None:
+def _load(**_: object) -> None:
     """Each pool process opens the store and loads its embedder once, at
     start: not in the first task, and a wrong root or database fails here."""
     _keep_connections()
@@ -169,6 +188,6 @@ def _load(**_) -> None:
 
 
 @worker_ready.connect
-def _announce(sender=None, **_) -> None:
+def _announce(sender: Consumer | None = None, **_: object) -> None:
     """A worker shows in ``status`` as soon as it is up, before any task."""
     announce(sender.hostname if sender is not None else "worker")

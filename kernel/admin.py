@@ -4,7 +4,7 @@ system writes, and how a unix time is shown."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import Model
@@ -13,7 +13,9 @@ from django.http import HttpRequest
 if TYPE_CHECKING:
     # ModelAdmin is generic only in django-stubs: Django cannot subscript it at
     # run time without django-stubs-ext's monkeypatch, which is a dev-only package here.
-    _ModelAdmin = admin.ModelAdmin[Model]
+    # Any: each subclass admins another model, and with ModelAdmin[Model] their
+    # get_queryset's super() would be a QuerySet[Model], not of their model.
+    _ModelAdmin = admin.ModelAdmin[Any]
 else:
     _ModelAdmin = admin.ModelAdmin
 

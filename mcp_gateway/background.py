@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
 
 from django.db import connections
 
 from corpus.events import Reporter
 from corpus.index.dense.embedding import check_models
 from corpus.ingest.watch import watch_directory
+from corpus.management.base import Runtime
+from corpus.providers.base import Embedder
 from corpus.store import open_store, serving_copy, uses_state_sqlite, writable
 from kernel import errors
-from kernel.state import IndexLock
+from kernel.config import Config
+from kernel.state import IndexLock, StateDir
 from mcp_gateway import context, notify
 from mcp_gateway.context import Context
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
@@ -28,7 +34,14 @@ LOCK_RETRY_SECONDS = 2.0
 # -- background indexing ------------------------------------------------------
 
 
-def serve_read_only_state(rt) -> None:
+class BackgroundIndexer(Protocol):
+    """What :func:`start_background_indexing` returns: thread-like, ending after its stop."""
+
+    def is_alive(self) -> bool: ...
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+def serve_read_only_state(rt: Runtime) -> None:
     """``--no-index`` on a state directory this process may not write (a
     read-only file system, another user's directory): serve a private copy
     of its index (corpus.store.serving_copy), and say so. Anything else is
@@ -45,7 +58,9 @@ def serve_read_only_state(rt) -> None:
     )
 
 
-def serving_context(rt, prepare_state, *, auth_spec: str, **extra):
+def serving_context(
+    rt: Runtime, prepare_state: Callable[[Runtime], None], *, auth_spec: str, **extra: Any
+) -> Context:  # Any: context.build's keyword options, passed through
     """The preflight ``up`` and ``mcp_stdio`` share, then the installed context.
 
     A missing provider key fails before any state is written (spec §2.5);
@@ -85,7 +100,7 @@ def start_background_indexing(
     ready: threading.Event | None = None,
     lock_retry: float = LOCK_RETRY_SECONDS,
     stop_wait: float = 30.0,
-):
+) -> BackgroundIndexer:
     """Index ``ctx.root`` once (incrementally), then follow changes, until ``stop``;
     files a provider failed on for a passing reason (an outage, a timeout) are
     retried with backoff meanwhile (:mod:`corpus.ingest.watch`).
@@ -103,12 +118,16 @@ def start_background_indexing(
 
     Returns something thread-like (``is_alive``, ``join``) that ends after ``stop``.
     """
-    reporter = notify.ChangeAnnouncer(reporter)  # changes become resource notifications
     launch = getattr(ctx, "indexer_launch", None)
     if ctx.config.server.indexer == "process" and launch is not None:
         refresher = DenseRefresher(ctx.state, stop).start()
         supervisor = IndexerSupervisor(
-            launch, reporter, stop, ready=ready, stop_wait=stop_wait, on_progress=refresher.wake
+            launch,
+            notify.ChangeAnnouncer(reporter),  # changes become resource notifications
+            stop,
+            ready=ready,
+            stop_wait=stop_wait,
+            on_progress=refresher.wake,
         ).start()
         ctx.indexer, ctx.indexer_mode = supervisor, "process"
         return supervisor
@@ -117,38 +136,38 @@ def start_background_indexing(
     return thread.start(
         _index_in_background,
         ctx,
-        _JobReporter(reporter, rate=thread.rate, unwritten=thread.unwritten),
+        _JobReporter(reporter, thread),
         stop,
         ready,
         lock_retry,
     )
 
 
-class _JobReporter:
-    """The indexer's reporter under a server: everything but ``index_loaded``,
-    which the server announced once before it started (each indexing job,
-    every watch batch included, would announce it again); progress also
-    feeds ``rate``, the embedding rate ``stats`` estimates the ETA from."""
+class _JobReporter(notify.ChangeAnnouncer):
+    """The indexer's reporter under a server (its changes become resource
+    notifications): everything but ``index_loaded``, which the server
+    announced once before it started (each indexing job, every watch batch
+    included, would announce it again); progress also feeds the thread's
+    ``rate``, the embedding rate ``stats`` estimates the ETA from, and events
+    its ``unwritten`` count."""
 
-    def __init__(self, inner: Reporter, *, rate, unwritten) -> None:
-        self._inner = inner
-        self._rate = rate
-        self._unwritten = unwritten
+    def __init__(self, inner: Reporter, thread: IndexerThread) -> None:
+        super().__init__(inner)
+        self._thread = thread
 
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
+    def progress(self, counters: dict[str, int], *, final: bool = False, running: bool = True) -> None:
+        self._thread.rate.add(counters)
+        super().progress(counters, final=final, running=running)
 
-    def progress(self, counters: dict[str, int], **options) -> None:
-        self._rate.add(counters)
-        self._inner.progress(counters, **options)
-
-    def event(self, event: str, data=None, *, level: str = "info") -> None:
-        self._unwritten.note(event, data)
+    def event(self, event: str, data: dict[str, Any] | None = None, *, level: str = "info") -> None:
+        self._thread.unwritten.note(event, data)
         if event != "index_loaded":
-            self._inner.event(event, data, level=level)
+            super().event(event, data, level=level)
 
 
-def _index_in_background(ctx: Context, reporter, stop, ready, lock_retry) -> None:
+def _index_in_background(
+    ctx: Context, reporter: Reporter, stop: threading.Event, ready: threading.Event | None, lock_retry: float
+) -> None:
     try:
         index_until_stopped(
             ctx.root, ctx.state, ctx.config, ctx.embedder, reporter, stop, ready=ready, lock_retry=lock_retry
@@ -158,11 +177,11 @@ def _index_in_background(ctx: Context, reporter, stop, ready, lock_retry) -> Non
 
 
 def index_until_stopped(
-    root,
-    state,
-    config,
-    embedder,
-    reporter,
+    root: Path,
+    state: StateDir,
+    config: Config,
+    embedder: Embedder | None,
+    reporter: Reporter,
     stop: threading.Event,
     *,
     ready: threading.Event | None = None,
@@ -204,7 +223,7 @@ def index_until_stopped(
         reporter.warn(f"indexing stopped: {type(exc).__name__}: {exc}; still serving the index as it is")
 
 
-def _lock_is_free(lock) -> bool:
+def _lock_is_free(lock: IndexLock) -> bool:
     try:
         lock.acquire()
     except errors.Dir2mcpError:

@@ -26,14 +26,19 @@ its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from daphne.http_protocol import HTTPFactory, WebRequest
-from django.http import HttpRequest
+from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IAddress
+from twisted.internet.protocol import connectionDone
+from twisted.python.failure import Failure
 
 # twisted.web builds its HTTP/1.1 channel inside this wrapper (which also
 # switches to HTTP/2 when negotiated); there is no public hook for the class.
-from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
+from twisted.web.http import HTTPChannel, Request, _GenericHTTPChannelProtocol
 
 from kernel import errors
 from kernel.jsontypes import JsonObject
@@ -43,6 +48,16 @@ from mcp_gateway.transport import MAX_BODY_BYTES
 #: After an error answer, how long input is still read (and dropped) so the
 #: client sees the answer rather than a reset, before the connection closes.
 LINGER_SECONDS = 2.0
+
+# Typing notes. daphne ships no types: its classes are Any, and subclassing
+# them needs an ignore. twisted's methods are mostly unannotated; the
+# untyped_calls_exclude in pyproject.toml lets calls that name them through
+# their class pass (``HTTPChannel.dataReceived(self, data)``) but not
+# ``super().dataReceived(data)`` or ``self.setTimeout(None)``, so the channel
+# calls them through its one base class (the same method, MRO included;
+# none of them is set per instance, unlike ``callLater``).
+# twisted's zope interfaces declare their methods without ``self``, so mypy
+# miscounts the arguments of ``ITransport.write``.
 
 
 @dataclass(frozen=True)
@@ -64,17 +79,17 @@ def _answer(status: int, reason: str, payload: JsonObject) -> bytes:
     return f"HTTP/1.1 {status} {reason}\r\n{lines}\r\n".encode() + body
 
 
-class BoundedRequest(WebRequest):
+class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types: WebRequest is Any
     max_body = MAX_BODY_BYTES
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: WebRequest's arguments, passed through
         super().__init__(*args, **kwargs)
         # twisted.web parses form bodies (and, for that, every POST's
         # Content-Type, through the email package) into ``args``, which
         # daphne never reads: about a tenth of the event loop's time per call.
         self._parsePOSTFormSubmission = False
 
-    def gotLength(self, length) -> None:  # noqa: N802 (twisted's naming)
+    def gotLength(self, length: int | None) -> None:  # noqa: N802 (twisted's naming)
         self._received = 0
         self._refused = length is not None and length > self.max_body
         if self._refused:
@@ -82,7 +97,7 @@ class BoundedRequest(WebRequest):
             return
         super().gotLength(length)
 
-    def handleContentChunk(self, data) -> None:  # noqa: N802
+    def handleContentChunk(self, data: bytes) -> None:  # noqa: N802
         if self._refused:
             return
         self._received += len(data)
@@ -92,7 +107,7 @@ class BoundedRequest(WebRequest):
             return
         super().handleContentChunk(data)
 
-    def requestReceived(self, command, path, version) -> None:  # noqa: N802
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:  # noqa: N802
         if not self._refused:
             super().requestReceived(command, path, version)
 
@@ -133,48 +148,54 @@ class BoundedChannel(HTTPChannel):
 
     limits = ConnectionLimits()
     _awaiting_head = True  # between requests, or reading a request head
-    _head_clock = None  # the DelayedCall of the current head's deadline
-    _linger = None  # the DelayedCall that closes a refused connection
+    _head_clock: DelayedCall | None = None  # the current head's deadline
+    _linger: DelayedCall | None = None  # closes a refused connection
     _refused = False  # an error was answered: input is dropped until close
+    # Set on each channel by twisted's HTTPFactory.buildProtocol: its reactor's
+    # (so it is called through self, unlike the methods above and below).
+    callLater: Callable[[float, Callable[[], object]], DelayedCall]
+
+    def __init__(self) -> None:
+        HTTPChannel.__init__(self)
 
     def connectionMade(self) -> None:  # noqa: N802 (twisted's naming)
-        super().connectionMade()
+        HTTPChannel.connectionMade(self)
         self._start_head_clock()
 
-    def dataReceived(self, data) -> None:  # noqa: N802
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802
         if self._refused:
             return
         if self._awaiting_head:
             self._start_head_clock()
-        super().dataReceived(data)
+        HTTPChannel.dataReceived(self, data)
 
-    def lineReceived(self, line) -> None:  # noqa: N802
+    def lineReceived(self, line: bytes) -> None:  # noqa: N802
         if self._refused:
             return
         if self._receivedHeaderSize + len(line) > self.totalHeadersSize:
             self._too_long(line)
             return
-        super().lineReceived(line)
+        HTTPChannel.lineReceived(self, line)
 
-    def lineLengthExceeded(self, line) -> None:  # noqa: N802
+    def lineLengthExceeded(self, line: bytes) -> None:  # noqa: N802
         self._too_long(line)
 
     def allHeadersReceived(self) -> None:  # noqa: N802
         self._awaiting_head = False
         self._stop_head_clock()
-        super().allHeadersReceived()
+        HTTPChannel.allHeadersReceived(self)
 
-    def requestDone(self, request: HttpRequest) -> None:  # noqa: N802
+    def requestDone(self, request: Request) -> None:  # noqa: N802
         # Set first: a pipelined next request is parsed inside requestDone.
         self._awaiting_head = True
-        super().requestDone(request)
+        HTTPChannel.requestDone(self, request)
 
-    def connectionLost(self, reason) -> None:  # noqa: N802
+    def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802
         self._stop_head_clock()
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
         self._linger = None
-        super().connectionLost(reason)
+        HTTPChannel.connectionLost(self, reason)
 
     # -- the head deadline --
 
@@ -194,7 +215,7 @@ class BoundedChannel(HTTPChannel):
             return
         self._refused = True
         seconds = f"{self.limits.header_timeout:g}"
-        self.transport.write(
+        self.transport.write(  # type: ignore[call-arg, misc]  # ITransport.write: see the typing notes
             _head_refusal(
                 408,
                 "Request Timeout",
@@ -205,19 +226,20 @@ class BoundedChannel(HTTPChannel):
         )
         # Everything the client sent has been read: close now, and abort
         # after twisted's abortTimeout if the client does not read the answer.
-        self.timeoutConnection()
+        HTTPChannel.timeoutConnection(self)
 
     # -- over-long request lines and heads --
 
     def _too_long(self, line: bytes) -> None:
+        target: bytes | None
         if self._receivedHeaderSize == 0:  # nothing of this head was accepted: the request line
             status, reason = 414, "URI Too Long"
             message = f"the request line is over the {self.totalHeadersSize}-byte limit"
             target = _request_target(line)
-        else:
+        else:  # the request line was parsed: its target
             status, reason = 431, "Request Header Fields Too Large"
             message = f"the request head is over the {self.totalHeadersSize}-byte limit"
-            target = self._path if hasattr(self, "_path") else None
+            target = getattr(self, "_path", None)
         self._answer_and_close(_head_refusal(status, reason, target, self.limits.mcp_path, message))
 
     def _answer_and_close(self, response: bytes) -> None:
@@ -226,13 +248,15 @@ class BoundedChannel(HTTPChannel):
         is shut at once (plain TCP), and the connection closes when the
         client closes it or after LINGER_SECONDS."""
         self._refused = True
-        self.clearLineBuffer()  # the rest of this head, and anything after it, is never parsed
+        HTTPChannel.clearLineBuffer(self)  # the rest of this head, and anything after it, is never parsed
         self._stop_head_clock()
-        self.setTimeout(None)
-        self.transport.write(response)
+        HTTPChannel.setTimeout(self, None)
+        transport = self.transport
+        assert transport is not None  # a line arrived, so the connection is made and not yet lost
+        transport.write(response)  # type: ignore[call-arg, misc]  # ITransport.write: see the typing notes
         # Not under TLS: there the wrapper would pass this to the TCP socket
         # beneath it, cutting the TLS stream short of its close_notify.
-        shut_write = None if self.isSecure() else getattr(self.transport, "loseWriteConnection", None)
+        shut_write = None if HTTPChannel.isSecure(self) else getattr(transport, "loseWriteConnection", None)
         if shut_write is not None:
             shut_write()
         self._linger = self.callLater(LINGER_SECONDS, self.loseConnection)
@@ -244,17 +268,17 @@ def _bounded_channel(factory: BoundedHTTPFactory) -> _GenericHTTPChannelProtocol
     return _GenericHTTPChannelProtocol(channel)
 
 
-class BoundedHTTPFactory(HTTPFactory):
+class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no types: HTTPFactory is Any
     protocol = _bounded_channel
 
-    def __init__(self, server) -> None:
+    def __init__(self, server: Any) -> None:  # Any: daphne's Server
         super().__init__(server)
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
         # twisted's idle timeout (12 hours by default): the connection closes
         # when nothing arrives for this long while a request is awaited.
         self.timeOut = self.limits.idle_timeout or None
 
-    def buildProtocol(self, addr):  # noqa: N802
-        protocol = super().buildProtocol(addr)
+    def buildProtocol(self, addr: IAddress) -> _GenericHTTPChannelProtocol:  # noqa: N802
+        protocol: _GenericHTTPChannelProtocol = super().buildProtocol(addr)
         protocol.requestFactory = BoundedRequest
         return protocol

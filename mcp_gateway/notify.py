@@ -93,15 +93,31 @@ def group_name() -> str:
 _Key = tuple[str, str] | str
 
 
-class ChangeAnnouncer:
+class ChangeAnnouncer(Reporter):
     """The indexer's reporter under a server: everything goes to ``inner``,
-    and the documents it changed to :func:`announce`."""
+    and the documents it changed to :func:`announce`. A Reporter (the
+    indexer takes one) whose every call is forwarded; it writes nothing itself."""
 
-    def __init__(self, inner: Reporter) -> None:
+    def __init__(self, inner: Reporter) -> None:  # no super().__init__(): nothing is written here
         self._inner = inner
 
-    def __getattr__(self, name: str) -> Any:  # Any: whatever the wrapped reporter has
+    def __getattr__(self, name: str) -> Any:  # Any: whatever the wrapped reporter has (stream, ...)
         return getattr(self._inner, name)
+
+    def event(self, event: str, data: dict[str, Any] | None = None, *, level: str = "info") -> None:
+        self._inner.event(event, data, level=level)
+
+    def say(self, text: str) -> None:
+        self._inner.say(text)
+
+    def warn(self, text: str, **data: Any) -> None:  # Any: Reporter.warn's event fields
+        self._inner.warn(text, **data)
+
+    def file_error(self, rel_path: str, code: str, message: str) -> None:
+        self._inner.file_error(rel_path, code, message)
+
+    def progress(self, counters: dict[str, int], *, final: bool = False, running: bool = True) -> None:
+        self._inner.progress(counters, final=final, running=running)
 
     def documents_changed(self, rel_paths: list[str], *, listing: bool = False) -> None:
         announce(rel_paths, listing=listing)

@@ -35,7 +35,9 @@ errors, including ninja's own, are 400 (never 422).
 import copy
 import functools
 import logging
-from typing import Any, Literal
+from collections.abc import Callable
+from types import GenericAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
@@ -43,7 +45,7 @@ from ninja import Body, NinjaAPI, Query, Schema, Swagger
 from ninja.errors import AuthenticationError
 from ninja.errors import HttpError as NinjaHttpError
 from ninja.errors import ValidationError as NinjaValidationError
-from ninja.openapi.schema import REF_TEMPLATE
+from ninja.openapi.schema import REF_TEMPLATE, OpenAPISchema
 from ninja.security.http import HttpAuthBase
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -56,9 +58,15 @@ from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED, REST
 from mcp_gateway.sessions import token_digest
 
+if TYPE_CHECKING:  # for an annotation only: payments is imported when a paid call runs (paid_call)
+    from payments.outcome import Outcome
+
 log = logging.getLogger(__name__)
 
 TAG = "dir2mcp"
+
+_R = TypeVar("_R")
+_A = TypeVar("_A")
 
 # -- errors --------------------------------------------------------------------
 
@@ -95,7 +103,7 @@ class BearerAuth(HttpAuthBase):
 
     openapi_scheme = "bearer"
 
-    def __call__(self, request: HttpRequest):
+    def __call__(self, request: HttpRequest) -> context.Context:
         route = getattr(request, "scope", {}).get(PASSED)
         if route is None or route.surface != REST:
             raise transport.HttpError(
@@ -114,7 +122,7 @@ def _openapi_schema(schema: JsonObject) -> tuple[JsonObject, JsonObject]:
     schema = copy.deepcopy(schema)
     defs = schema.pop("$defs", {})
 
-    def rewrite(node):
+    def rewrite(node: Any) -> Any:  # Any: any JSON value, returned in kind
         if isinstance(node, dict):
             return {
                 key: (
@@ -134,7 +142,9 @@ def _openapi_schema(schema: JsonObject) -> tuple[JsonObject, JsonObject]:
 class RestAPI(NinjaAPI):
     """NinjaAPI whose components also hold the registry's output schemas."""
 
-    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> OpenAPISchema:
         document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         components = document.setdefault("components", {}).setdefault("schemas", {})
         for name, tool_name in RESULTS.items():
@@ -270,13 +280,14 @@ def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error_response(errors.INTERNAL_ERROR, "internal error; see the server log")
 
 
-api.add_exception_handler(errors.Dir2mcpError, _on_dir2mcp_error)
-api.add_exception_handler(transport.HttpError, _on_transport_error)
-api.add_exception_handler(NinjaValidationError, _on_validation_error)
-api.add_exception_handler(NinjaHttpError, _on_ninja_http_error)
-api.add_exception_handler(Http404, _on_not_found)
-api.add_exception_handler(RequestDataTooBig, _on_too_big)
-api.add_exception_handler(Exception, _on_unexpected)
+# ninja annotates a handler's exception as ``Exc | type[Exc]``; it passes the instance.
+api.add_exception_handler(errors.Dir2mcpError, _on_dir2mcp_error)  # type: ignore[arg-type]  # ninja: see above
+api.add_exception_handler(transport.HttpError, _on_transport_error)  # type: ignore[arg-type]  # ninja: see above
+api.add_exception_handler(NinjaValidationError, _on_validation_error)  # type: ignore[arg-type]  # ninja: see above
+api.add_exception_handler(NinjaHttpError, _on_ninja_http_error)  # type: ignore[arg-type]  # ninja: see above
+api.add_exception_handler(Http404, _on_not_found)  # type: ignore[arg-type]  # ninja: see above
+api.add_exception_handler(RequestDataTooBig, _on_too_big)  # type: ignore[arg-type]  # ninja: see above
+api.add_exception_handler(Exception, _on_unexpected)  # type: ignore[arg-type]  # ninja: see above
 
 
 # -- models generated from the input schemas ---------------------------------------
@@ -286,19 +297,22 @@ def _drop_default(schema: JsonObject) -> None:
     schema.pop("default", None)
 
 
-def _annotation(prop: JsonObject):
+def _annotation(prop: JsonObject) -> Any:  # Any: a field annotation built at runtime, for pydantic
     if "enum" in prop:
-        return Literal[tuple(prop["enum"])]
+        return Literal.__getitem__(tuple(prop["enum"]))
     kind = prop.get("type")
     if isinstance(kind, list):
         members = tuple(_annotation({"type": k}) for k in kind)
         return members[0] if len(members) == 1 else _union(members)
     if kind == "array":
-        return list[_annotation(prop.get("items", {}))]
-    return {"integer": int, "string": str, "boolean": bool, "number": float}.get(kind, Any)
+        return GenericAlias(list, (_annotation(prop.get("items", {})),))  # list[item type]
+    return _JSON_TYPES.get(kind, Any)
 
 
-def _union(members: tuple):
+_JSON_TYPES: dict[object, type] = {"integer": int, "string": str, "boolean": bool, "number": float}
+
+
+def _union(members: tuple[Any, ...]) -> Any:  # Any: runtime-built annotations, as in _annotation
     out = members[0]
     for member in members[1:]:
         out = out | member
@@ -326,7 +340,8 @@ def input_model(name: str, tool_name: str, *, body: bool) -> type[BaseModel]:
     """
     schema = tools.table()[tool_name].input_schema
     required = set(schema.get("required", ()))
-    fields = {}
+    # Any: (annotation, FieldInfo) pairs; mypy checks them against every keyword create_model takes
+    fields: dict[str, Any] = {}
     for field_name, prop in schema.get("properties", {}).items():
         kwargs = {_BOUNDS[key]: prop[key] for key in _BOUNDS if key in prop}
         if prop.get("type") == "integer":
@@ -350,20 +365,36 @@ def input_model(name: str, tool_name: str, *, body: bool) -> type[BaseModel]:
     return create_model(name, __config__=config, **fields)
 
 
-SearchQuery = input_model("SearchQuery", "dir2mcp.search", body=False)
-SearchBody = input_model("SearchRequest", "dir2mcp.search", body=True)
-AskBody = input_model("AskRequest", "dir2mcp.ask", body=True)
-ListFilesQuery = input_model("ListFilesQuery", "dir2mcp.list_files", body=False)
-OpenFileQuery = input_model("OpenFileQuery", "dir2mcp.open_file", body=False)
-FindQuery = input_model("FindQuery", "dir2mcp.find", body=False)
-OutlineQuery = input_model("OutlineQuery", "dir2mcp.outline", body=False)
-ChecksumQuery = input_model("ChecksumQuery", "dir2mcp.checksum", body=False)
-DiffQuery = input_model("DiffQuery", "dir2mcp.diff", body=False)
-ReadBytesQuery = input_model("ReadBytesQuery", "dir2mcp.read_bytes", body=False)
-OpenFilesBody = input_model("OpenFilesRequest", "dir2mcp.open_files", body=True)
-VerifyBody = input_model("VerifyRequest", "dir2mcp.verify", body=True)
-SymbolsQuery = input_model("SymbolsQuery", "dir2mcp.symbols", body=False)
-ReferencesQuery = input_model("ReferencesQuery", "dir2mcp.references", body=False)
+if TYPE_CHECKING:  # generated at import time; to mypy, each is some pydantic model
+    SearchQuery: TypeAlias = BaseModel
+    SearchBody: TypeAlias = BaseModel
+    AskBody: TypeAlias = BaseModel
+    ListFilesQuery: TypeAlias = BaseModel
+    OpenFileQuery: TypeAlias = BaseModel
+    FindQuery: TypeAlias = BaseModel
+    OutlineQuery: TypeAlias = BaseModel
+    ChecksumQuery: TypeAlias = BaseModel
+    DiffQuery: TypeAlias = BaseModel
+    ReadBytesQuery: TypeAlias = BaseModel
+    OpenFilesBody: TypeAlias = BaseModel
+    VerifyBody: TypeAlias = BaseModel
+    SymbolsQuery: TypeAlias = BaseModel
+    ReferencesQuery: TypeAlias = BaseModel
+else:
+    SearchQuery = input_model("SearchQuery", "dir2mcp.search", body=False)
+    SearchBody = input_model("SearchRequest", "dir2mcp.search", body=True)
+    AskBody = input_model("AskRequest", "dir2mcp.ask", body=True)
+    ListFilesQuery = input_model("ListFilesQuery", "dir2mcp.list_files", body=False)
+    OpenFileQuery = input_model("OpenFileQuery", "dir2mcp.open_file", body=False)
+    FindQuery = input_model("FindQuery", "dir2mcp.find", body=False)
+    OutlineQuery = input_model("OutlineQuery", "dir2mcp.outline", body=False)
+    ChecksumQuery = input_model("ChecksumQuery", "dir2mcp.checksum", body=False)
+    DiffQuery = input_model("DiffQuery", "dir2mcp.diff", body=False)
+    ReadBytesQuery = input_model("ReadBytesQuery", "dir2mcp.read_bytes", body=False)
+    OpenFilesBody = input_model("OpenFilesRequest", "dir2mcp.open_files", body=True)
+    VerifyBody = input_model("VerifyRequest", "dir2mcp.verify", body=True)
+    SymbolsQuery = input_model("SymbolsQuery", "dir2mcp.symbols", body=False)
+    ReferencesQuery = input_model("ReferencesQuery", "dir2mcp.references", body=False)
 
 # components/schemas name -> tool, for the 200 bodies
 RESULTS = {
@@ -428,7 +459,7 @@ _FILE_ERRORS = {
 _POST_ERRORS = {415: _error("The body is not Content-Type: application/json.")}
 
 
-def _responses(tool_name: str, *extra: JsonObject) -> JsonObject:
+def _responses(tool_name: str, *extra: dict[int, JsonObject]) -> JsonObject:
     ok = {
         "description": "The tool's structured result (MCP structuredContent).",
         "headers": {
@@ -447,7 +478,7 @@ def _responses(tool_name: str, *extra: JsonObject) -> JsonObject:
     return {"responses": {200: ok, **dict(sorted(merged.items()))}}
 
 
-def _operation(tool_name: str, operation_id: str, *extra: JsonObject) -> JsonObject:
+def _operation(tool_name: str, operation_id: str, *extra: dict[int, JsonObject]) -> JsonObject:
     tool = tools.table()[tool_name]
     return {
         "operation_id": operation_id,
@@ -475,15 +506,24 @@ def tool_answer(result: JsonObject) -> JsonObject | HttpResponse:
     if not result.get("isError"):
         image = next((c for c in result.get("content", ()) if c.get("type") == "image"), None)
         return (structured | {"data": image["data"]}) if image else structured
-    failure = structured.get("error") if isinstance(structured.get("error"), dict) else {}
+    error = structured.get("error")
+    failure = error if isinstance(error, dict) else {}
     code = str(failure.get("code") or errors.INTERNAL_ERROR)
     message = str(failure.get("message") or "the tool failed")
     return error_response(code, message, retryable=failure.get("retryable"))
 
 
-async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None = None):
+def _context(request: HttpRequest) -> context.Context:
+    """What :class:`BearerAuth` returned, which ninja puts on the request."""
+    ctx: context.Context = getattr(request, "auth")  # noqa: B009 (set by ninja: not on django's HttpRequest)
+    return ctx
+
+
+async def _call(
+    request: HttpRequest, tool_name: str, params: BaseModel | None = None
+) -> JsonObject | HttpResponse:
     arguments = params.model_dump(exclude_unset=True) if params is not None else {}
-    ctx = request.auth
+    ctx = _context(request)
     if ctx.gate is not None and ctx.gate.price_for(tool_name) is not None:
         payment = request.headers.get("PAYMENT-SIGNATURE")
         route = (request.method, request.path)
@@ -491,12 +531,14 @@ async def _call(request: HttpRequest, tool_name: str, params: BaseModel | None =
     return await _in_slot(request, run_tool, ctx, tool_name, arguments)
 
 
-async def _in_slot(request: HttpRequest, fn, *args, paid: bool = False):
+async def _in_slot(
+    request: HttpRequest, fn: Callable[..., _R], *args: object, paid: bool = False
+) -> _R | HttpResponse:
     """``fn(*args)`` admitted as this client's call (its address and
     credential) on a call thread, under the deadline (mcp_gateway/workers.py;
     none for a ``paid`` call): 503 SERVER_BUSY when not admitted,
     DEADLINE_EXCEEDED past the deadline."""
-    bounds = workers.Bounds.of(request.auth.config, paid=paid)
+    bounds = workers.Bounds.of(_context(request).config, paid=paid)
     credential = token_digest(request.headers.get("Authorization"))
     client = f"rest|{request.META.get('REMOTE_ADDR', '')}|{credential}"
     try:
@@ -525,7 +567,9 @@ def paid_call(
     from payments.gate import Route, request_hash
 
     tool = tools.table()[tool_name]
-    outcome = ctx.gate.handle(
+    gate = ctx.gate
+    assert gate is not None  # _call sends a tool here only when the gate prices it
+    outcome = gate.handle(
         tool_name=tool_name,
         arguments=arguments,
         header=payment or None,
@@ -537,16 +581,17 @@ def paid_call(
     return payment_response(outcome)
 
 
-def payment_response(outcome) -> HttpResponse:
+def payment_response(outcome: "Outcome") -> HttpResponse:  # quoted: imported for type checking only
     """The REST answer of a gate :class:`~payments.outcome.Outcome`: the tool's
     structured result (200), or the error envelope with the x402 headers."""
     kind = outcome.replay_of or outcome.kind  # a replay answers what the first request got
     result = outcome.result or {}
     if kind in ("paid", "free", "tool_error"):  # a tool error settled nothing: as without x402
         answer = tool_answer(result)
-        response = (
-            answer if isinstance(answer, HttpResponse) else api.create_response(None, answer, status=200)
-        )
+        if isinstance(answer, HttpResponse):
+            response = answer
+        else:  # ninja's JSON renderer never reads the request, and there is none here
+            response = api.create_response(None, answer, status=200)  # type: ignore[arg-type]
     else:
         data = (outcome.error or {}).get("data") or {}
         status = outcome.http_status if outcome.http_status >= 400 else 402
@@ -569,77 +614,77 @@ def payment_response(outcome) -> HttpResponse:
 
 
 @api.get("/search", **_operation("dir2mcp.search", "search"))
-async def search(request: HttpRequest, params: Query[SearchQuery]):
+async def search(request: HttpRequest, params: Query[SearchQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.search", params)
 
 
 @api.post("/search", **_operation("dir2mcp.search", "searchPost", _POST_ERRORS))
-async def search_post(request: HttpRequest, body: Body[SearchBody]):
+async def search_post(request: HttpRequest, body: Body[SearchBody]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.search", body)
 
 
 @api.post("/ask", **_operation("dir2mcp.ask", "ask", _POST_ERRORS))
-async def ask(request: HttpRequest, body: Body[AskBody]):
+async def ask(request: HttpRequest, body: Body[AskBody]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.ask", body)
 
 
 @api.get("/files", **_operation("dir2mcp.list_files", "listFiles"))
-async def list_files(request: HttpRequest, params: Query[ListFilesQuery]):
+async def list_files(request: HttpRequest, params: Query[ListFilesQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.list_files", params)
 
 
 @api.get("/files/slice", **_operation("dir2mcp.open_file", "openFile", _FILE_ERRORS))
-async def open_file(request: HttpRequest, params: Query[OpenFileQuery]):
+async def open_file(request: HttpRequest, params: Query[OpenFileQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.open_file", params)
 
 
 @api.get("/files/outline", **_operation("dir2mcp.outline", "outline", _FILE_ERRORS))
-async def outline(request: HttpRequest, params: Query[OutlineQuery]):
+async def outline(request: HttpRequest, params: Query[OutlineQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.outline", params)
 
 
 @api.post("/files/slices", **_operation("dir2mcp.open_files", "openFiles", _POST_ERRORS))
-async def open_files(request: HttpRequest, body: Body[OpenFilesBody]):
+async def open_files(request: HttpRequest, body: Body[OpenFilesBody]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.open_files", body)
 
 
 @api.get("/files/checksum", **_operation("dir2mcp.checksum", "checksum", _FILE_ERRORS))
-async def checksum(request: HttpRequest, params: Query[ChecksumQuery]):
+async def checksum(request: HttpRequest, params: Query[ChecksumQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.checksum", params)
 
 
 @api.get("/files/diff", **_operation("dir2mcp.diff", "diff", _FILE_ERRORS))
-async def diff(request: HttpRequest, params: Query[DiffQuery]):
+async def diff(request: HttpRequest, params: Query[DiffQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.diff", params)
 
 
 @api.get("/files/bytes", **_operation("dir2mcp.read_bytes", "readBytes", _FILE_ERRORS))
-async def read_bytes(request: HttpRequest, params: Query[ReadBytesQuery]):
+async def read_bytes(request: HttpRequest, params: Query[ReadBytesQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.read_bytes", params)
 
 
 @api.post("/verify", **_operation("dir2mcp.verify", "verify", _POST_ERRORS))
-async def verify(request: HttpRequest, body: Body[VerifyBody]):
+async def verify(request: HttpRequest, body: Body[VerifyBody]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.verify", body)
 
 
 @api.get("/symbols", **_operation("dir2mcp.symbols", "symbols"))
-async def symbols(request: HttpRequest, params: Query[SymbolsQuery]):
+async def symbols(request: HttpRequest, params: Query[SymbolsQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.symbols", params)
 
 
 @api.get("/references", **_operation("dir2mcp.references", "references"))
-async def references(request: HttpRequest, params: Query[ReferencesQuery]):
+async def references(request: HttpRequest, params: Query[ReferencesQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.references", params)
 
 
 @api.get("/find", **_operation("dir2mcp.find", "find"))
-async def find(request: HttpRequest, params: Query[FindQuery]):
+async def find(request: HttpRequest, params: Query[FindQuery]) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.find", params)
 
 
 @api.get("/stats", **_operation("dir2mcp.stats", "stats"))
-async def stats(request: HttpRequest):
+async def stats(request: HttpRequest) -> JsonObject | HttpResponse:
     return await _call(request, "dir2mcp.stats")
 
 
@@ -728,7 +773,9 @@ def _resource_operation(operation_id: str, summary: str, description: str, resul
     }
 
 
-def _resource_result(fn, ctx: context.Context, argument):
+def _resource_result(
+    fn: Callable[[context.Context, _A], JsonObject], ctx: context.Context, argument: _A
+) -> JsonObject | HttpResponse:
     try:
         return fn(ctx, argument)
     except resources.ResourceError as exc:
@@ -750,8 +797,8 @@ def _read_contents(ctx: context.Context, uri: str) -> JsonObject:
         "ResourceList",
     ),
 )
-async def list_resources(request: HttpRequest, params: Query[ResourcesQuery]):
-    return await _in_slot(request, _resource_result, resources.list_page, request.auth, params.cursor)
+async def list_resources(request: HttpRequest, params: Query[ResourcesQuery]) -> JsonObject | HttpResponse:
+    return await _in_slot(request, _resource_result, resources.list_page, _context(request), params.cursor)
 
 
 @api.get(
@@ -765,5 +812,5 @@ async def list_resources(request: HttpRequest, params: Query[ResourcesQuery]):
         "ReadResourceResult",
     ),
 )
-async def read_resource(request: HttpRequest, params: Query[ReadResourceQuery]):
-    return await _in_slot(request, _resource_result, _read_contents, request.auth, params.uri)
+async def read_resource(request: HttpRequest, params: Query[ReadResourceQuery]) -> JsonObject | HttpResponse:
+    return await _in_slot(request, _resource_result, _read_contents, _context(request), params.uri)

@@ -23,15 +23,21 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from corpus import patterns
 from corpus.events import Reporter
 from kernel import errors
 from mcp_gateway import workers
-from mcp_gateway.background import start_background_indexing
+from mcp_gateway.background import BackgroundIndexer, start_background_indexing
 from mcp_gateway.context import Context
 from mcp_gateway.listen import ListenAddress, TlsFiles, bracket, endpoint_description, endpoint_url
+
+if TYPE_CHECKING:  # bounded.py and twisted (~130 ms): imported only when serving (see _server_class)
+    from twisted.python.failure import Failure
+
+    from mcp_gateway.bounded import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +51,7 @@ EXIT_GRACE_SECONDS = 3.0
 # -- daphne -------------------------------------------------------------------
 
 
-def asgi_application():
+def asgi_application() -> Any:  # Any: import_string's result, handed to daphne (untyped)
     """The project's ASGI application (``settings.ASGI_APPLICATION``)."""
     from django.conf import settings
     from django.utils.module_loading import import_string
@@ -140,8 +146,8 @@ class Gateway:
         self.stop = threading.Event()  # the indexer's stop
         self._stopping = threading.Event()  # a signal arrived
         self._force = threading.Event()  # a second signal: stop waiting
-        self._indexer: threading.Thread | None = None
-        self._server = None
+        self._indexer: BackgroundIndexer | None = None
+        self._server: Any = None  # Any: a daphne Server (daphne ships no types)
 
     # -- lifecycle --
 
@@ -200,7 +206,7 @@ class Gateway:
 
     # -- stopping --
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._stopping.is_set():
             self._force.set()
             return
@@ -221,7 +227,7 @@ class Gateway:
         from twisted.internet.error import ReactorNotRunning
 
         try:
-            reactor.stop()
+            reactor.stop()  # type: ignore[misc]  # twisted types IReactorCore.stop as a zope interface method, without self
         except ReactorNotRunning:
             pass
 
@@ -264,7 +270,7 @@ class Gateway:
             )
 
 
-def _server_class():
+def _server_class() -> type[Any]:  # Any: daphne's Server (daphne ships no types)
     # Importing daphne.server installs the asyncio reactor: only when serving.
     import daphne.server
     from daphne.server import Server
@@ -276,10 +282,10 @@ def _server_class():
     # oversized bodies before they are buffered (mcp_gateway/bounded.py).
     daphne.server.HTTPFactory = BoundedHTTPFactory
 
-    class _Server(Server):
-        listen_failure = None
+    class _Server(Server):  # type: ignore[misc]  # daphne ships no types: its Server is Any
+        listen_failure: Failure | None = None
 
-        def listen_error(self, failure) -> None:
+        def listen_error(self, failure: Failure) -> None:
             # Daphne logs and stops; keep the failure so `up` can exit 4.
             self.listen_failure = failure
             self.stop()
@@ -287,7 +293,7 @@ def _server_class():
     return _Server
 
 
-def _connection_limits(ctx: Context):
+def _connection_limits(ctx: Context) -> ConnectionLimits:
     # Imported here, as in _server_class: bounded.py imports daphne.
     from mcp_gateway.bounded import ConnectionLimits
 
@@ -297,7 +303,7 @@ def _connection_limits(ctx: Context):
     )
 
 
-def _listen_reason(failure) -> str:
+def _listen_reason(failure: Failure) -> str:
     exc = failure.value
     socket_error = getattr(exc, "socketError", None)
     if isinstance(socket_error, OSError) and socket_error.strerror:

@@ -49,7 +49,7 @@ from corpus.events import Reporter
 from kernel import errors
 from kernel.jsontypes import JsonObject
 from mcp_gateway import dispatch, modern, subscriptions, tools, transport
-from mcp_gateway.background import start_background_indexing
+from mcp_gateway.background import BackgroundIndexer, start_background_indexing
 from mcp_gateway.context import Context
 from mcp_gateway.notify import HUB, LOCAL
 from mcp_gateway.resources import ResourceError
@@ -520,7 +520,7 @@ class _Hurry:
         return len(self.signalled) > self.base
 
 
-def _join(thread: threading.Thread, timeout: float, force: _Hurry, reporter: Reporter) -> None:
+def _join(thread: BackgroundIndexer, timeout: float, force: _Hurry, reporter: Reporter) -> None:
     deadline = time.monotonic() + timeout
     while thread.is_alive() and time.monotonic() < deadline and not force.is_set():
         thread.join(0.1)

@@ -165,7 +165,7 @@ def test_every_kind_is_indexed_redacted_in_files_and_archives(redacted_index):
     secrets = [secret for _, _, secret in CONTENT_SECRETS.values()] + PLANTED_SECRETS
     stored = [
         *Representation.objects.values_list("text", flat=True),
-        *Chunk.objects.values_list("text", flat=True),
+        *(chunk.text for chunk in Chunk.objects.select_related("representation")),
         *Symbol.objects.values_list("name", flat=True),
         *Reference.objects.values_list("name", flat=True),
     ]

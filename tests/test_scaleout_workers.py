@@ -27,7 +27,7 @@ import pytest
 
 from corpus.index.lexical_pg import stem, tsquery
 from corpus.index.words import index_text, query_terms, tokens
-from tests.support import wait_until
+from tests.support import CHUNK_TEXT, chunk_text, wait_until
 from tests.test_cli import REPO, base_env, cli
 from tests.test_crash import write_tree
 
@@ -360,8 +360,12 @@ def shares_no_word(query: str, text: str) -> bool:
 
 def chunk_texts(database: str, ids: list[int]) -> list[str]:
     with psycopg.connect(database) as conn:
-        rows = conn.execute("SELECT chunk_id, text FROM chunks WHERE chunk_id = ANY(%s)", [ids]).fetchall()
-    found = dict(rows)
+        rows = conn.execute(
+            f"SELECT c.chunk_id, {CHUNK_TEXT} FROM chunks c "
+            "JOIN representations r ON r.rep_id = c.representation_id WHERE c.chunk_id = ANY(%s)",
+            [ids],
+        ).fetchall()
+    found = {row[0]: chunk_text(*row[1:]) for row in rows}
     return [found[i] for i in ids]
 
 

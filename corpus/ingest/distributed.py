@@ -138,7 +138,7 @@ class Dispatch:
     enqueues one task (corpus.tasks.ingest_paths.delay).
     """
 
-    def __init__(self, send: Callable[[str, list[str]], None]) -> None:
+    def __init__(self, send: Callable[[str, list[str]], object]) -> None:
         self._send = send
         self._task_paths = task_paths()
         self._pending: list[str] = []

@@ -45,12 +45,16 @@ class Command(Dir2mcpCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="{print,init}")
-        cli = {"called_from_command_line": getattr(parser, "called_from_command_line", None)}
+        called: bool | None = getattr(parser, "called_from_command_line", None)
         show = actions.add_parser(
-            "print", help="Print the effective config (defaults + file + env) with secrets redacted.", **cli
+            "print",
+            help="Print the effective config (defaults + file + env) with secrets redacted.",
+            called_from_command_line=called,
         )
         init = actions.add_parser(
-            "init", help="Create .dir2mcp.yaml: a wizard on a terminal, else a commented template.", **cli
+            "init",
+            help="Create .dir2mcp.yaml: a wizard on a terminal, else a commented template.",
+            called_from_command_line=called,
         )
         # Global flags go on each subcommand so `config init --dir X` parses.
         for sub in (show, init):
@@ -98,7 +102,11 @@ class Command(Dir2mcpCommand):
         path = path or default_config_path(root)
         if path.exists() and not options["force"]:
             raise CommandError(f"{path} already exists; pass --force to overwrite it.", returncode=1)
-        reporter = Reporter(self.stdout._out, json_mode=options["json"], quiet=options["quiet"])
+        reporter = Reporter(
+            self.stdout._out,  # type: ignore[arg-type]  # a text stream; django-stubs types it as a callable
+            json_mode=options["json"],
+            quiet=options["quiet"],
+        )
         tty = sys.stdin.isatty() and sys.stdout.isatty()
         if tty and not options["non_interactive"] and not options["json"]:
             result = run_wizard(state, root)
@@ -148,7 +156,7 @@ def marked_yaml(data: JsonObject, problems: list[ConfigProblem]) -> str:
     for problem in problems:
         parts = tuple(problem.key.split("."))
         marks[parts] = _mark_text(problem)
-        parent = data
+        parent: object = data
         for part in parts[:-1]:
             parent = parent.get(part) if isinstance(parent, dict) else None
         if problem.unknown and isinstance(parent, dict) and parts[-1] not in parent:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import getpass
 import os
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
@@ -32,7 +34,7 @@ class Command(Dir2mcpCommand):
             "--password-file", help="Read the password from this file (first line); never pass it as a flag."
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options)
         password = self._password(options, interactive=rt.interactive)
         username = options["username"].strip()
@@ -77,7 +79,7 @@ class Command(Dir2mcpCommand):
         return password
 
 
-def _save_admin(username: str, email: str, password: str):
+def _save_admin(username: str, email: str, password: str) -> tuple[AbstractBaseUser, bool]:
     """Create the superuser, or make an existing user one with this password."""
     user, created = get_user_model().objects.get_or_create(username=username, defaults={"email": email})
     user.is_staff = user.is_superuser = user.is_active = True

@@ -1,13 +1,15 @@
 import json
 import time
+from typing import Any
 
 from corpus import adapter as query_adapter
 from corpus.events import format_progress
 from corpus.index.dense.embedding import recipe_summary, recorded_model
 from corpus.ingest import coverage
 from corpus.ingest.pending import pending_count
-from corpus.management.base import Dir2mcpCommand
-from corpus.status import embedder_choice, indexer_state, scaleout_summary, summarize
+from corpus.management.base import Dir2mcpCommand, Runtime
+from corpus.providers.registry import EmbedderChoice
+from corpus.status import IndexSummary, embedder_choice, indexer_state, scaleout_summary, summarize
 from corpus.store import open_store, uses_state_sqlite
 from kernel import errors
 from kernel.jsontypes import JsonObject
@@ -17,7 +19,7 @@ from kernel.output import printable
 class Command(Dir2mcpCommand):
     help = "Show the state of a directory's index: counts, the latest indexing job and recent errors."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         rt = self.runtime(options)
         if uses_state_sqlite(rt.state) and not rt.state.meta_db.exists():
             raise errors.Dir2mcpError(
@@ -59,7 +61,7 @@ class Command(Dir2mcpCommand):
         if celery is not None:
             self._print_celery(celery)
 
-    def _print_embedder(self, choice) -> None:
+    def _print_embedder(self, choice: EmbedderChoice) -> None:
         w = self.stdout.write
         active = choice.active.label if choice.active else "none (search is lexical only)"
         w(f"Embedder: {active}")
@@ -105,7 +107,7 @@ class Command(Dir2mcpCommand):
                 f"seen {age:.0f}s ago"
             )
 
-    def _as_dict(self, rt, s) -> JsonObject:
+    def _as_dict(self, rt: Runtime, s: IndexSummary) -> JsonObject:
         job = s.job
         return {
             "root": str(rt.root),
@@ -137,7 +139,7 @@ class Command(Dir2mcpCommand):
             "pending_changes": pending_count(),
         }
 
-    def _print(self, rt, s) -> None:
+    def _print(self, rt: Runtime, s: IndexSummary) -> None:
         w = self.stdout.write
         found = coverage.summary()
         if found and found["warning"]:
