@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -511,7 +511,7 @@ DEFAULT_SECRET_RULE_NAMES = [
 SECRET_RULE_NAMES = dict(zip(DEFAULT_SECRET_PATTERNS, DEFAULT_SECRET_RULE_NAMES, strict=True))
 
 
-def secret_rule_names(patterns) -> list[str]:
+def secret_rule_names(patterns: Iterable[str]) -> list[str]:
     """The marker name of each rule of ``patterns``."""
     return [SECRET_RULE_NAMES.get(pattern, f"rule-{index}") for index, pattern in enumerate(patterns)]
 
@@ -676,7 +676,7 @@ def _set_dotted(tree: JsonObject, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _merge(base: JsonObject, override: Mapping) -> JsonObject:
+def _merge(base: JsonObject, override: Mapping[str, Any]) -> JsonObject:
     out = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
@@ -784,8 +784,12 @@ class _Layer:
         del node[loc[-1]]
 
 
-def _problem(item: JsonObject, layers: list[_Layer]) -> tuple[ConfigProblem, _Layer | None, tuple[str, ...]]:
+def _problem(
+    item: Mapping[str, Any], layers: list[_Layer]
+) -> tuple[ConfigProblem, _Layer | None, tuple[str, ...]]:
     """The problem pydantic reported, the highest layer that set it, and the key there."""
+    # item is pydantic's ErrorDetails, a TypedDict of pydantic_core, which the
+    # project does not import (not a declared dependency): read as a mapping.
     loc = tuple(str(part) for part in item["loc"])
     depths = [(layer.depth(loc), -rank, layer) for rank, layer in enumerate(layers)]
     depth, _, layer = max(depths, key=lambda found: found[:2]) if depths else (0, 0, None)
@@ -801,9 +805,9 @@ def _problem(item: JsonObject, layers: list[_Layer]) -> tuple[ConfigProblem, _La
 
 
 def validate_layers(
-    file_data: Mapping,
-    env_data: Mapping,
-    flag_data: Mapping,
+    file_data: Mapping[str, Any],
+    env_data: Mapping[str, Any],
+    flag_data: Mapping[str, Any],
     *,
     origin: str = "config",
     env_vars: Mapping[str, str] | None = None,
@@ -829,10 +833,11 @@ def validate_layers(
         for problem, _, _ in found:
             if problem not in problems:  # a union reports one key once per member type
                 problems.append(problem)
-        if any(layer is None for _, layer, _ in found):
+        held = [(layer, key) for _, layer, key in found if layer is not None]
+        if len(held) != len(found):
             raise _describe(problems)
         removed = False
-        for _, layer, key in found:
+        for layer, key in held:
             if layer.depth(key) == len(key):  # not already removed, alone or with a parent key
                 layer.remove(key)
                 removed = True
@@ -850,7 +855,7 @@ def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
     )
 
 
-def _x402_switches(layers: list[tuple[Mapping, str]]) -> JsonObject:
+def _x402_switches(layers: list[tuple[Mapping[str, Any], str]]) -> JsonObject:
     """Merge the layers, honouring the x402 switches (kernel/x402_config.py)."""
     merged: JsonObject = {}
     for data, origin in layers:
@@ -858,7 +863,9 @@ def _x402_switches(layers: list[tuple[Mapping, str]]) -> JsonObject:
     return merged_switches(merged)
 
 
-def build_config(file_data: Mapping, env_data: Mapping, flag_data: Mapping, **where: Any) -> Config:
+def build_config(
+    file_data: Mapping[str, Any], env_data: Mapping[str, Any], flag_data: Mapping[str, Any], **where: Any
+) -> Config:
     """Merge the layers (flags > env > file > defaults) and validate; any
     problem is CONFIG_INVALID naming each key and where it was set
     (``where``: :func:`validate_layers`' ``origin`` and ``env_vars``)."""
@@ -875,7 +882,7 @@ def load_config_marked(
     path: Path | None,
     *,
     environ: Mapping[str, str] | None = None,
-    flags: Mapping | None = None,
+    flags: Mapping[str, Any] | None = None,
 ) -> tuple[Config, list[ConfigProblem]]:
     """The configuration for ``path`` without the keys it cannot take, and
     those keys (``config print`` shows them marked)."""
@@ -894,7 +901,7 @@ def load_config(
     path: Path | None,
     *,
     environ: Mapping[str, str] | None = None,
-    flags: Mapping | None = None,
+    flags: Mapping[str, Any] | None = None,
 ) -> Config:
     """The effective configuration for ``path`` (missing file = defaults)."""
     return _whole(*load_config_marked(path, environ=environ, flags=flags))

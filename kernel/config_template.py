@@ -73,8 +73,8 @@ def _render(model: type[BaseModel] | None, data: JsonObject, prefix: str, lines:
                 lines.append("")
             lines.append(f"{pad}{key}:{comment}")
             child = info.annotation if info else None
-            is_model = isinstance(child, type) and issubclass(child, BaseModel)
-            _render(child if is_model else None, value, dotted, lines)
+            submodel = child if isinstance(child, type) and issubclass(child, BaseModel) else None
+            _render(submodel, value, dotted, lines)
         elif isinstance(value, list) and value:
             lines.append(f"{pad}{key}:{comment}")
             lines.extend(f"{pad}  - {_scalar(item)}" for item in value)

@@ -16,6 +16,8 @@ the same thing everywhere.
 
 from __future__ import annotations
 
+from kernel.jsontypes import JsonObject
+
 # Exit codes (spec §2.4)
 EXIT_OK = 0
 EXIT_GENERIC = 1
@@ -156,32 +158,32 @@ class Dir2mcpError(Exception):
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {"code": self.code, "message": self.message, "retryable": self.retryable}
 
 
 # -- envelopes ----------------------------------------------------------------
 
 
-def _rpc_body(code: int, message: str, data: dict | None) -> dict:
-    body = {"code": code, "message": message}
+def _rpc_body(code: int, message: str, data: JsonObject | None) -> JsonObject:
+    body: JsonObject = {"code": code, "message": message}
     if data is not None:
         body["data"] = data
     return body
 
 
-def rpc_error(msg_id, code: int, message: str, data: dict | None = None) -> dict:
+def rpc_error(msg_id: object, code: int, message: str, data: JsonObject | None = None) -> JsonObject:
     """A JSON-RPC error response to request ``msg_id`` (``None`` when unreadable)."""
     return {"jsonrpc": "2.0", "id": msg_id, "error": _rpc_body(code, message, data)}
 
 
-def rpc_refusal(code: int, message: str, data: dict | None = None) -> dict:
+def rpc_refusal(code: int, message: str, data: JsonObject | None = None) -> JsonObject:
     """A JSON-RPC error without ``id``: what the HTTP transport answers to a
     request it refuses before reading a message (the transport spec allows it)."""
     return {"jsonrpc": "2.0", "error": _rpc_body(code, message, data)}
 
 
-def rest_error_body(code: str, message: str, *, retryable: bool | None = None) -> dict:
+def rest_error_body(code: str, message: str, *, retryable: bool | None = None) -> JsonObject:
     """The REST mirror's one error shape: ``{"error": {"code", "message", "retryable"}}``."""
     return {"error": Dir2mcpError(code, message, retryable=retryable).as_dict()}
 

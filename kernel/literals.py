@@ -27,14 +27,19 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-try:  # Python 3.11+
-    from re import _constants as sre
-    from re import _parser as sre_parse
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as sre  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+if TYPE_CHECKING:  # typeshed types re's private parser only under its old public names
+    import sre_constants as sre
+    import sre_parse
+else:
+    try:  # Python 3.11+
+        from re import _constants as sre
+        from re import _parser as sre_parse
+    except ImportError:  # pragma: no cover - Python 3.10
+        import sre_constants as sre
+        import sre_parse
 
 #: (word, case-insensitive): a text passes if it holds any of them.
 Words = frozenset[tuple[str, bool]]
@@ -48,7 +53,7 @@ def required_words(pattern: re.Pattern[str]) -> Words | None:
         parsed = sre_parse.parse(pattern.pattern, pattern.flags)
     except Exception:  # noqa: BLE001 - any failure only means no test
         return None
-    return _sequence(list(parsed), bool(pattern.flags & re.IGNORECASE))
+    return _sequence(parsed.data, bool(pattern.flags & re.IGNORECASE))
 
 
 @functools.lru_cache(maxsize=256)  # every ingestion task builds its engine: parse each rule once
@@ -81,9 +86,11 @@ def _always(text: str, lowered: str | None) -> bool:
     return True
 
 
-def _sequence(items: list, fold: bool) -> Words | None:
+def _sequence(items: Iterable[tuple[object, Any]], fold: bool) -> Words | None:
     """The most selective requirement among a sequence's parts (each part
     must match, so any one part's words are required)."""
+    # Any: an item's argument is an int, a tuple or a SubPattern depending on its
+    # opcode, a union the stubs give without tying it to the opcode.
     best: Words | None = None
     run: list[str] = []
 
@@ -108,8 +115,9 @@ def _sequence(items: list, fold: bool) -> Words | None:
             best = _better(best, _sequence(list(arg), fold))
         elif op is sre.BRANCH:
             branches = [_sequence(list(branch), fold) for branch in arg[1]]
-            if branches and all(branches):
-                best = _better(best, frozenset().union(*branches))
+            known = [words for words in branches if words]
+            if branches and len(known) == len(branches):
+                best = _better(best, frozenset().union(*known))
     close()
     return best
 

@@ -41,6 +41,7 @@ import yaml
 
 from kernel import errors
 from kernel.config import ENV_PREFIX, Config
+from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, atomic_write
 
 SECRET_NAMES = ("mistral_api_key", "elevenlabs_api_key", "auth_token")
@@ -88,9 +89,10 @@ def env_reference(value: str) -> str | None:
 
 
 def _field_value(config: Config, dotted: str) -> str:
-    node: Any = config
+    node: object = config
     for part in dotted.split("."):
         node = getattr(node, part)
+    assert isinstance(node, str), dotted  # SECRET_FIELDS names only str fields
     return node
 
 
@@ -292,7 +294,7 @@ def resolve_secret(
         found = _from_dotenv(name, config, root)
     if found is None and name == "auth_token":
         found = from_token_file(name, state.token_file)
-    if found is None and "session" in stores and (session or {}).get(name):
+    if found is None and "session" in stores and session and session.get(name):
         found = Secret(name, session[name], "session")
     return found or Secret(name, None, "unset")
 
@@ -302,14 +304,14 @@ def resolve_all(config: Config, state: StateDir, **kw: Any) -> dict[str, Secret]
     return {name: resolve_secret(name, config, state, **kw) for name in SECRET_NAMES}
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+def _set_dotted(tree: JsonObject, dotted: str, value: str) -> None:
     *parents, leaf = dotted.split(".")
     for part in parents:
         tree = tree[part]
     tree[leaf] = value
 
 
-def redacted_config(config: Config, secrets: Mapping[str, Secret]) -> dict:
+def redacted_config(config: Config, secrets: Mapping[str, Secret]) -> JsonObject:
     """The config as plain data with every secret field replaced by its source."""
     data = config.model_dump(mode="json")
     for name, fields in SECRET_FIELDS.items():

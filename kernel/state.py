@@ -31,6 +31,7 @@ from typing import Any
 from django.conf import settings
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 INDEX_FORMAT_VERSION = "1"
 #: The state directory and the directories in it.
@@ -176,11 +177,13 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> JsonObject | None:
+    """The JSON object in ``path``; None if it cannot be read or holds no object."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return value if isinstance(value, dict) else None
 
 
 class SpaceReserve:

@@ -48,10 +48,8 @@ def write(root) -> None:
 
 
 def stored(kind: str) -> dict[int, tuple[np.ndarray, str, str]]:
-    rows = Chunk.objects.filter(deleted=False, index_kind=kind).values_list(
-        "chunk_id", "embedding", "context", "text"
-    )
-    return {cid: (from_bytes(blob), context, text) for cid, blob, context, text in rows}
+    chunks = Chunk.objects.filter(deleted=False, index_kind=kind).select_related("representation")
+    return {chunk.chunk_id: (from_bytes(chunk.embedding), chunk.context, chunk.text) for chunk in chunks}
 
 
 def expected(embedder, kind: str, context: str, text: str, weight: float) -> np.ndarray:

@@ -7,8 +7,9 @@ made one, and raises provider errors for the caller to record as retryable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from corpus.ingest.extract import extract_pdf_text as _text_layer
 from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider, Page
@@ -18,6 +19,7 @@ from corpus.providers.ocr import MistralOcr, image_mime
 from corpus.providers.stt import ElevenLabsStt, MistralStt
 from kernel.config import Config
 from kernel.jsontypes import JsonObject
+from kernel.state import StateDir
 
 OCR_MARKDOWN = "ocr_markdown"
 
@@ -52,7 +54,7 @@ def ocr_pdf(data: bytes, mode: str, ocr: MistralOcr) -> Extracted:
         return layer
     wanted = None if layer is None else [number - 1 for number in layer.meta["pages_without_text"]]
     result = ocr.pdf(data, wanted)
-    kept = {page.number - 1: page.text for page in layer.pages} if layer is not None else {}
+    kept = {page.number - 1: page.text for page in layer.pages or ()} if layer is not None else {}
     texts = {**kept, **result.pages}
     pages = [Page(number=index + 1, text=texts[index].strip()) for index in sorted(texts)]
     meta = {
@@ -84,7 +86,25 @@ def extract_media(
     return None
 
 
-def media_providers(config: Config, state, capabilities, secret, *, holds_secret=None) -> MediaProviders:
+class Wanted(Protocol):
+    """Which provider-backed conversions can run: corpus.ingest.prepare's
+    Capabilities, which imports this module."""
+
+    @property
+    def ocr(self) -> bool: ...
+
+    @property
+    def stt(self) -> bool: ...
+
+
+def media_providers(
+    config: Config,
+    state: StateDir,
+    capabilities: Wanted,
+    secret: Callable[[str], str | None],
+    *,
+    holds_secret: Callable[[str], object] | None = None,
+) -> MediaProviders:
     """The OCR and speech providers whose keys are set, caching under ``state``
     (a transcript or OCR text for which ``holds_secret(text)`` is truthy is not cached)."""
     providers = MediaProviders()

@@ -9,9 +9,14 @@ into spans and, as the page's first line (``[slide 7]``), into snippets and hits
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from corpus.ingest.extracted import PAGE_SEPARATOR, RAW_TEXT, Extracted, Page
 from kernel import errors
+
+if TYPE_CHECKING:  # openpyxl is imported on first use, in _xlsx
+    from openpyxl.worksheet.worksheet import Worksheet
 
 OFFICE_EXTENSIONS = ("docx", "pptx", "xlsx")
 # A workbook can hold millions of cells; past this many characters per sheet
@@ -39,7 +44,9 @@ def _docx(data: bytes) -> Extracted:
     return Extracted(rep_type=RAW_TEXT, text=text, meta={"converted_from": "docx"})
 
 
-def _shape_texts(shapes) -> list[str]:
+def _shape_texts(shapes: Iterable[Any]) -> list[str]:
+    # Any: python-pptx's shape classes are told apart by their has_* flags,
+    # which its types do not narrow to the class that has the attribute.
     texts = []
     for shape in shapes:
         if getattr(shape, "has_text_frame", False) and shape.text_frame.text.strip():
@@ -67,8 +74,11 @@ def _pptx(data: bytes) -> Extracted:
     return _paged(pages, "pptx", "slides")
 
 
-def _sheet_text(sheet) -> tuple[str, bool]:
-    lines, size = [], 0
+def _sheet_text(sheet: Worksheet) -> tuple[str, bool]:
+    """A sheet's rows (a ReadOnlyWorksheet at run time; the stubs type a
+    workbook's sheets as Worksheet) as tab-separated lines, and whether they were cut."""
+    lines: list[str] = []
+    size = 0
     for row in sheet.iter_rows(values_only=True):
         cells = ["" if value is None else str(value) for value in row]
         while cells and cells[-1] == "":

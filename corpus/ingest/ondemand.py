@@ -153,6 +153,7 @@ def transcribe_file(
         policy_hash=preparer.policy_hash("audio", secret=rule is not None),
     )
     if extracted is None:
+        assert rule is not None  # screen_extracted drops a document only for a rule it found
         # Recorded as the indexer records it: skipped, what the document held
         # retired, refused to every reader (corpus.files.live_document).
         _write_document(preparer.skipped(prepared, errors.SECRET_DETECTED, secret_reason(ws.engine, rule)))
@@ -244,6 +245,7 @@ def best_text(rel: str) -> tuple[Document, Representation]:
     doc, reps = files.live_document(rel)
     for rep_type in BEST_TEXT:
         if rep_type in reps and reps[rep_type].text.strip():
+            assert doc is not None  # there are representations only of a document
             return doc, reps[rep_type]
     raise errors.Dir2mcpError(
         errors.INDEX_NOT_READY,
@@ -266,7 +268,7 @@ def annotate_document(
         schema=schema,
         cache_dir=ws.state.cache / "annotations",
     )
-    result = _screened_result(ws, rel, result)
+    result = _screened_object(ws, rel, result)
     meta = {"provider": "mistral", "model": ws.config.annotations.model, "source": source.rep_type}
     text = _screened(ws, rel, "\n".join(flatten(result)))
     with transaction.atomic():
@@ -308,10 +310,14 @@ def _screened_result(ws: Workspace, rel: str, value: object) -> object:
     if isinstance(value, str):
         return _screened(ws, rel, value)
     if isinstance(value, dict):
-        return {_screened(ws, rel, key): _screened_result(ws, rel, item) for key, item in value.items()}
+        return _screened_object(ws, rel, value)
     if isinstance(value, list):
         return [_screened_result(ws, rel, item) for item in value]
     return value
+
+
+def _screened_object(ws: Workspace, rel: str, value: JsonObject) -> JsonObject:
+    return {_screened(ws, rel, key): _screened_result(ws, rel, item) for key, item in value.items()}
 
 
 def _still_current(doc: Document, source: Representation) -> bool:

@@ -273,6 +273,11 @@ def secret_reason(engine: ExclusionEngine, rule: str) -> str:
     return f"content matches {rule}" + ("; it could not be redacted" if engine.redacts else "")
 
 
+def _redacted_text(engine: ExclusionEngine, text: str) -> str | None:
+    redacted = engine.redact(text)
+    return None if redacted is None else redacted.text
+
+
 def redact_extracted(engine: ExclusionEngine, extracted: Extracted) -> Extracted | None:
     """``extracted`` with each credential replaced (:meth:`ExclusionEngine.redact`),
     its pages and timed segments too, and the rules that found them in its
@@ -282,16 +287,19 @@ def redact_extracted(engine: ExclusionEngine, extracted: Extracted) -> Extracted
         return None
     pages, segments = extracted.pages, extracted.segments
     if pages is not None:
+        found: list[str | None]
         if extracted.text == PAGE_SEPARATOR.join(page.text for page in pages):
-            texts = whole.text.split(PAGE_SEPARATOR)  # a marker keeps the page breaks it replaced
+            found = list(whole.text.split(PAGE_SEPARATOR))  # a marker keeps the page breaks it replaced
         else:
-            texts = [getattr(engine.redact(page.text), "text", None) for page in pages]
-        if None in texts or len(texts) != len(pages):
+            found = [_redacted_text(engine, page.text) for page in pages]
+        texts = [text for text in found if text is not None]
+        if len(texts) != len(found) or len(texts) != len(pages):
             return None
         pages = tuple(dataclasses.replace(page, text=text) for page, text in zip(pages, texts, strict=True))
     if segments is not None:
-        texts = [getattr(engine.redact(segment.text), "text", None) for segment in segments]
-        if None in texts:
+        found = [_redacted_text(engine, segment.text) for segment in segments]
+        texts = [text for text in found if text is not None]
+        if len(texts) != len(found):
             return None
         segments = tuple(dataclasses.replace(s, text=text) for s, text in zip(segments, texts, strict=True))
     meta = extracted.meta | {"redacted": {"rules": list(whole.rules), "count": whole.count}}

@@ -35,10 +35,11 @@ import json
 import math
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from safetensors.numpy import load_file
@@ -48,6 +49,9 @@ from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.providers.openai_compatible import check_kind
 from corpus.providers.precision import PRECISIONS, onnx_available
 from kernel import errors
+
+if TYPE_CHECKING:  # onnx is imported on first use, in _OnnxBert
+    from onnx import NodeProto, ValueInfoProto
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
@@ -103,6 +107,10 @@ def verify_weights(path: Path) -> None:
         _verified.add(key)
 
 
+#: An OpenBLAS library's (set_num_threads, get_num_threads).
+_Controls = tuple[Callable[[int], object], Callable[[], int]]
+
+
 class _BlasThreads:
     """The thread count of the OpenBLAS libraries in this process (numpy's).
 
@@ -128,7 +136,7 @@ class _BlasThreads:
         return sorted({line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1].lower()})
 
     @staticmethod
-    def _controls(path: str):
+    def _controls(path: str) -> _Controls | None:
         lib = ctypes.CDLL(path)
         for prefix, suffix in (("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "")):
             setter = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
@@ -184,7 +192,8 @@ def erf(x: np.ndarray) -> np.ndarray:
     """Vectorised float32 error function (see ``_ERFC_COEFFS``)."""
     x = np.asarray(x, dtype=np.float32)
     small = np.abs(x) < np.float32(1)
-    return np.where(small, _erf_small(x), np.copysign(np.float32(1) - _erfc(np.abs(x)), x))
+    result: np.ndarray = np.where(small, _erf_small(x), np.copysign(np.float32(1) - _erfc(np.abs(x)), x))
+    return result
 
 
 def _erfc(a: np.ndarray) -> np.ndarray:
@@ -193,7 +202,8 @@ def _erfc(a: np.ndarray) -> np.ndarray:
     for coeff in _ERFC_COEFFS[1:]:
         poly *= t
         poly += np.float32(coeff)
-    return poly * t * np.exp(-a * a)
+    result: np.ndarray = poly * t * np.exp(-a * a)
+    return result
 
 
 def _erf_small(x: np.ndarray) -> np.ndarray:
@@ -202,7 +212,8 @@ def _erf_small(x: np.ndarray) -> np.ndarray:
     total = np.zeros_like(x)
     for n in range(12, -1, -1):
         total = total * x2 + np.float32((-1) ** n / (math.factorial(n) * (2 * n + 1)))
-    return total * x * np.float32(2 / math.sqrt(math.pi))
+    result: np.ndarray = total * x * np.float32(2 / math.sqrt(math.pi))
+    return result
 
 
 class _Scratch:
@@ -252,6 +263,24 @@ def _layer_norm_(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float)
     x += beta
 
 
+#: A layer norm's (gamma, beta).
+_Norm = tuple[np.ndarray, np.ndarray]
+#: One encoder layer: (qkv weight, qkv bias, output weight, output bias, norm,
+#: ffn-in weight, ffn-in bias, ffn-out weight, ffn-out bias, norm).
+_LayerWeights = tuple[
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    _Norm,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    _Norm,
+]
+
+
 class _Bert:
     """BERT encoder weights, pre-arranged for row-major numpy matmuls."""
 
@@ -270,7 +299,7 @@ class _Bert:
             w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0]
         )
         self.embed_norm = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-        self.layers = []
+        self.layers: list[_LayerWeights] = []
         for i in range(config["num_hidden_layers"]):
             p = f"encoder.layer.{i}."
             att = p + "attention.self."
@@ -314,9 +343,12 @@ class _Bert:
         # one set of buffers per thread, reused by every pass it runs
         if not hasattr(self._local, "scratch"):
             self._local.scratch = _Scratch()
-        return self._local.scratch
+        scratch: _Scratch = self._local.scratch
+        return scratch
 
-    def _layer(self, h: np.ndarray, spans, layer, scratch: _Scratch) -> np.ndarray:
+    def _layer(
+        self, h: np.ndarray, spans: list[tuple[int, int]], layer: _LayerWeights, scratch: _Scratch
+    ) -> np.ndarray:
         w_qkv, b_qkv, w_out, b_out, norm1, w_in, b_in, w_ffn, b_ffn, norm2 = layer
         qkv = h @ w_qkv
         qkv += b_qkv
@@ -337,7 +369,7 @@ class _Bert:
         _layer_norm_(out, *norm2, self.eps)
         return out
 
-    def _attention(self, qkv: np.ndarray, spans, scratch: _Scratch) -> np.ndarray:
+    def _attention(self, qkv: np.ndarray, spans: list[tuple[int, int]], scratch: _Scratch) -> np.ndarray:
         width = qkv.shape[1] // 3
         head_dim = width // self.heads
         context = np.empty((len(qkv), width), np.float32)
@@ -410,13 +442,15 @@ class _OnnxBert:
         eps = float(config["layer_norm_eps"])
         w = load_file(str(model_dir / WEIGHTS_FILE))
         self._weights: dict[str, np.ndarray] = {}
-        nodes = []
+        nodes: list[NodeProto] = []
 
-        def weight(name: str, array: np.ndarray, dtype=np.float32) -> str:
+        def weight(name: str, array: np.ndarray, dtype: type[np.generic] = np.float32) -> str:
             self._weights[name] = np.ascontiguousarray(array, dtype=dtype)
             return name
 
-        def node(op: str, inputs: list[str], **attrs) -> str:
+        def node(op: str, inputs: list[str], **attrs: Any) -> str:
+            # Any: make_node takes a node's ONNX attributes (ints, lists) and its own
+            # keywords (domain) through one **kwargs, typed Any there
             out = f"{op.lower()}{len(nodes)}"
             nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
             return out
@@ -504,7 +538,7 @@ class _OnnxBert:
         node("Div", [node("ReduceSum", [node("Mul", [h, "mask"]), "one"], keepdims=0), "count"])
         nodes[-1].output[0] = "pooled"
 
-        def tensor(name: str, dtype: int, shape: list) -> object:
+        def tensor(name: str, dtype: int, shape: list[str | int]) -> ValueInfoProto:
             return helper.make_tensor_value_info(name, dtype, shape)
 
         external = []
@@ -560,7 +594,8 @@ class _OnnxBert:
             "mask": mask[:, :, None],
             "count": mask.sum(axis=1, keepdims=True),
         }
-        return self._session.run(None, feed)[0]
+        pooled: np.ndarray = self._session.run(None, feed)[0]  # onnxruntime is untyped
+        return pooled
 
 
 class LocalEmbedder(Embedder):
@@ -633,6 +668,7 @@ class LocalEmbedder(Embedder):
             return np.zeros((0, DIM), np.float32)
         with self._lock:
             self._load()
+            assert self._tokenizer is not None  # _load sets it
             first: dict[tuple[int, ...], int] = {}
             rows_of = [
                 first.setdefault(tuple(encoding.ids), len(first))
@@ -656,10 +692,13 @@ class LocalEmbedder(Embedder):
     def _forward(
         self, batches: list[list[int]], ids: list[list[int]], stop: threading.Event | None = None
     ) -> list[np.ndarray]:
+        bert = self._bert
+        assert bert is not None  # embed loads it first
+
         def run(batch: list[int]) -> np.ndarray:
             if stop is not None and stop.is_set():
                 raise Interrupted
-            return self._bert.mean_pooled([ids[i] for i in batch])
+            return bert.mean_pooled([ids[i] for i in batch])
 
         if self.backend == "onnx":
             workers = min(self.threads, len(batches))

@@ -15,13 +15,13 @@ clients they build.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
 from corpus.providers.http import HttpOptions, ProviderClient
 from corpus.providers.mistral import AUTH_HINT as MISTRAL_HINT
-from kernel.config import Config
+from kernel.config import Config, OcrConfig, SttConfig
 
 ELEVENLABS_HINT = "Check ELEVENLABS_API_KEY: set env ELEVENLABS_API_KEY=... or run: dir2mcp config init"
 
@@ -100,7 +100,15 @@ class MediaClient(ProviderClient):
             return super()._send(path, options, **kwargs)
 
 
-def limits(section) -> dict[str, Any]:
+class Limits(TypedDict):
+    """:func:`media_client`'s call limits, as keyword arguments."""
+
+    timeout: float
+    concurrency: int
+    max_attempts: int
+
+
+def limits(section: OcrConfig | SttConfig) -> Limits:
     """The call limits of a config section with ``timeout_seconds``,
     ``concurrency`` and ``max_attempts`` (``ocr``, ``stt``)."""
     return {

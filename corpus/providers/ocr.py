@@ -13,7 +13,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -43,7 +43,7 @@ class OcrResult:
 class MistralOcr:
     """OCR through one Mistral client; thread-safe, bounded by ``ocr.concurrency``."""
 
-    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None) -> None:
+    def __init__(self, config: Config, *, api_key: str | None, cache_dir: Path | None) -> None:
         ocr = config.ocr
         self.model = config.mistral.ocr_model
         self.max_pages = ocr.max_pages_per_call
@@ -96,7 +96,7 @@ class MistralOcr:
             merged.update(result.pages)
         return OcrResult(results[0].model, merged)
 
-    def _split(self, data: bytes, wanted: list[int]):
+    def _split(self, data: bytes, wanted: list[int]) -> Iterator[tuple[bytes, list[int]]]:
         """Sub-PDFs of at most ``max_pages`` pages and ``max_bytes`` bytes, with their page indices."""
         from pypdf import PdfReader, PdfWriter  # on first use, as in pdf() above
 

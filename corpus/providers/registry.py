@@ -334,6 +334,7 @@ def build_embedder(
             return None, replace(choice, status=OFF, active=None)
         return embedder, choice
     if choice.status == KEPT:
+        assert choice.recorded is not None  # plan_embedder keeps only a recorded embedder
         try:
             return _recorded_embedder(choice.recorded, config, secrets_lookup, options), choice
         except errors.Dir2mcpError as exc:
@@ -371,15 +372,16 @@ class UnavailableEmbedder(Embedder):
     def __init__(self, choice: EmbedderChoice) -> None:
         assert choice.recorded is not None
         self.choice = choice
+        self.recorded = choice.recorded
         self.provider = choice.recorded.provider
 
     def model_info(self, kind: str) -> ModelInfo:
-        return self.choice.recorded.info(kind)
+        return self.recorded.info(kind)
 
     def embed(self, texts: Sequence[str], *, kind: str) -> np.ndarray:
         raise errors.Dir2mcpError(
             errors.CONFIG_INVALID,
-            f"the index was built with {self.choice.recorded.label}, which {self.choice.reason}",
+            f"the index was built with {self.recorded.label}, which {self.choice.reason}",
             hint=self.choice.note,
         )
 

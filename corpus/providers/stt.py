@@ -60,7 +60,7 @@ class _CachedStt:
     provider = ""
     default_model = ""
 
-    def __init__(self, config: Config, *, api_key: str, cache_dir: Path | None) -> None:
+    def __init__(self, config: Config, *, api_key: str | None, cache_dir: Path | None) -> None:
         stt = config.stt
         own = getattr(stt, self.provider)
         self.model = own.model or self.default_model

@@ -17,11 +17,13 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from django.db import connection, transaction
+from django.db.models import QuerySet
 
 from corpus import slices
 from corpus.index.dense.vectors import KINDS, VectorIndex, index_path, remove_files
@@ -30,6 +32,7 @@ from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.store import get_setting, set_setting
 from kernel import errors
+from kernel.jsontypes import JsonObject
 from kernel.state import StateDir
 
 logger = logging.getLogger(__name__)
@@ -37,6 +40,11 @@ logger = logging.getLogger(__name__)
 SAVE_EVERY_SECONDS = 5.0
 LAST_ERROR_KEY = "embed_last_error"
 SIGNATURE_KEY = "embed_code_signature_weight"
+#: A chunk to embed: (chunk_id, context, text), as slices.texts gives it
+#: (Any: its rows are values_list tuples of several columns, typed tuple[Any, ...] there).
+TextRow = tuple[Any, ...]
+#: One stored batch: (kind, chunk ids, their vectors, chunks stored, the version they committed under).
+Batch = tuple[str, np.ndarray, np.ndarray, int, str]
 
 
 def to_bytes(vector: np.ndarray) -> bytes:
@@ -129,7 +137,7 @@ def _record_recipe(state: StateDir, weight: float | None, *, fresh: bool, reset:
     if not fresh and recorded is None:
         recorded = "0.0"
         set_setting(SIGNATURE_KEY, recorded)
-    if fresh or (reset and float(recorded) != float(weight)):
+    if fresh or (reset and recorded is not None and float(recorded) != float(weight)):
         if not fresh:
             forget_vectors(state)
         set_setting(SIGNATURE_KEY, repr(float(weight)))
@@ -140,7 +148,7 @@ def signature_weight() -> float:
     return float(get_setting(SIGNATURE_KEY) or 0.0)
 
 
-def recipe_summary(configured: float) -> dict:
+def recipe_summary(configured: float) -> JsonObject:
     """How the index's code vectors are made against the configuration (for
     ``stats`` and ``status``): ``recorded`` is null before any vector."""
     found = get_setting(SIGNATURE_KEY)
@@ -258,7 +266,7 @@ class DenseStore:
                 logger.warning("cannot save %s: %s", index.path.name, exc)
 
 
-def _stack(rows) -> tuple[np.ndarray, np.ndarray]:
+def _stack(rows: Iterable[tuple[int, bytes | memoryview | None]]) -> tuple[np.ndarray, np.ndarray]:
     pairs = [(cid, from_bytes(blob)) for cid, blob in rows if blob]
     if not pairs:
         return np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=np.float32)
@@ -329,7 +337,7 @@ def embed_chunks(
     transaction, so a count commits with its vectors. Returns how many were
     stored."""
 
-    def among(kind: str):
+    def among(kind: str) -> QuerySet[Chunk]:
         return _pending(kind).filter(chunk_id__in=chunk_ids)
 
     return sum(
@@ -347,13 +355,13 @@ class EmbedFirst:
         self._paths: deque[str] = deque(maxlen=limit)
         self._lock = threading.Lock()
 
-    def add(self, rel_paths) -> None:
+    def add(self, rel_paths: Iterable[str]) -> None:
         with self._lock:
             for path in rel_paths:
                 if path not in self._paths:
                     self._paths.append(path)
 
-    def pick(self, queues: dict, size: int) -> tuple[str, list] | None:
+    def pick(self, queues: Mapping[str, QuerySet[Chunk]], size: int) -> tuple[str, list[TextRow]] | None:
         """(kind, up to ``size`` pending (chunk_id, context, text)) of the
         asked-about files, from the first of ``queues`` holding any; None
         when none does, which forgets those files (all embedded)."""
@@ -381,11 +389,18 @@ class EmbedFirst:
 embed_first = EmbedFirst()
 
 
-def _pending(kind: str):
+def _pending(kind: str) -> QuerySet[Chunk]:
     return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.PENDING)
 
 
-def _embed_batches(embedder, queue_for, *, batch_size, stop=None, on_stored=None):
+def _embed_batches(
+    embedder: Embedder,
+    queue_for: Callable[[str], QuerySet[Chunk]],
+    *,
+    batch_size: int,
+    stop: threading.Event | None = None,
+    on_stored: Callable[[int], None] | None = None,
+) -> Iterator[Batch]:
     """Embed and store ``queue_for(kind)`` batch by batch, for each kind:
     yields (kind, ids, vectors, stored, version) after each commit.
 
@@ -420,7 +435,13 @@ def _embed_batches(embedder, queue_for, *, batch_size, stop=None, on_stored=None
             yield done
 
 
-def _embed_batch(embedder, kind: str, batch: list, on_stored, stop=None):
+def _embed_batch(
+    embedder: Embedder,
+    kind: str,
+    batch: list[TextRow],
+    on_stored: Callable[[int], None] | None,
+    stop: threading.Event | None = None,
+) -> Batch:
     try:
         vectors = _vectors(embedder, kind, batch, stop)
     except errors.Dir2mcpError as exc:
@@ -432,7 +453,9 @@ def _embed_batch(embedder, kind: str, batch: list, on_stored, stop=None):
     return kind, ids, vectors, stored, version
 
 
-def _vectors(embedder, kind: str, batch: list, stop=None) -> np.ndarray:
+def _vectors(
+    embedder: Embedder, kind: str, batch: list[TextRow], stop: threading.Event | None = None
+) -> np.ndarray:
     """The stored vectors of a batch of (id, context, text): each unit's,
     and for code, leaning towards its signature view by the recorded weight
     (one call for both views, so a length-sorting embedder packs them)."""
@@ -498,4 +521,6 @@ def _bump_version(kind: str) -> str:
                 "UPDATE settings SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = %s", [key]
             )
         cursor.execute("SELECT value FROM settings WHERE key = %s", [key])
-        return cursor.fetchone()[0]
+        row = cursor.fetchone()
+        assert row is not None  # the UPDATE above found the row or it was just made
+        return str(row[0])

@@ -24,6 +24,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
+from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, atomic_write
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class VectorIndex:
             if self.path.exists() or _sidecar(self.path).exists():
                 logger.warning("rebuilding %s from the database: %s", self.path.name, problem)
             return False
+        assert meta is not None  # _check_file reports a missing sidecar
         index = hnswlib.Index(space="ip", dim=self.dim)
         try:
             index.load_index(str(self.path), max_elements=max(meta["count"], INITIAL_CAPACITY))
@@ -106,7 +108,7 @@ class VectorIndex:
             self.dirty = False
         return True
 
-    def _check_file(self, meta: dict | None) -> str:
+    def _check_file(self, meta: JsonObject | None) -> str:
         if not self.path.exists():
             return "file is missing"
         if meta is None:
@@ -174,7 +176,7 @@ class VectorIndex:
             self.dirty = False
 
 
-def _read_sidecar(path: Path) -> dict | None:
+def _read_sidecar(path: Path) -> JsonObject | None:
     try:
         data = json.loads(_sidecar(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
