@@ -60,11 +60,27 @@ def is_local(module: str, importer: Path) -> bool:
     )
 
 
-def third_party_imports(*names: str) -> dict[str, set[str]]:
-    """Top-level module name -> the files (relative) that import it."""
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks: imports the
+    type checker reads (make typecheck) and the program never runs."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            inside.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return inside
+
+
+def third_party_imports(*names: str, type_checking: bool = False) -> dict[str, set[str]]:
+    """Top-level module name -> the files (relative) that import it: the
+    imports the program runs, or (``type_checking``) those only the type
+    checker reads."""
     found: dict[str, set[str]] = {}
     for path in python_files(*names):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        checker_only = type_checking_nodes(tree)
+        for node in ast.walk(tree):
+            if (id(node) in checker_only) != type_checking:
+                continue
             if isinstance(node, ast.Import):
                 modules = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -145,18 +161,19 @@ def closure(requirements: list[Requirement], *, any_python: bool) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("code", "groups"),
+    ("code", "groups", "type_checking"),
     [
-        pytest.param(RUNTIME_CODE, ("dependencies", "scale"), id="runtime"),
-        pytest.param(DEV_CODE, ("dependencies", "scale", "dev"), id="tests-and-bench"),
+        pytest.param(RUNTIME_CODE, ("dependencies", "scale"), False, id="runtime"),
+        pytest.param(RUNTIME_CODE, ("dependencies", "scale", "dev"), True, id="type-checking"),
+        pytest.param(DEV_CODE, ("dependencies", "scale", "dev"), False, id="tests-and-bench"),
     ],
 )
-def test_every_third_party_import_is_declared(code, groups):
+def test_every_third_party_import_is_declared(code, groups, type_checking):
     allowed = declared(*groups)
 
     undeclared = {
         module: (distribution_of(module) or "not installed", sorted(files)[:3])
-        for module, files in third_party_imports(*code).items()
+        for module, files in third_party_imports(*code, type_checking=type_checking).items()
         if module not in SIDE_VENV_ONLY and distribution_of(module) not in allowed
     }
 
@@ -164,7 +181,9 @@ def test_every_third_party_import_is_declared(code, groups):
 
 
 def test_every_declared_dependency_is_imported_or_run():
-    imported = {distribution_of(module) for module in third_party_imports(*RUNTIME_CODE, *DEV_CODE)}
+    code = (*RUNTIME_CODE, *DEV_CODE)
+    modules = {*third_party_imports(*code), *third_party_imports(*code, type_checking=True)}
+    imported = {distribution_of(module) for module in modules}
     everything = declared(*pyproject_groups())
 
     unused = everything - imported - set(NOT_IMPORTED)
