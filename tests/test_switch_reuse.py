@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.packed import unpack
-from tests.support import read_only
+from tests.support import CHUNK_TEXT, chunk_text, read_only
 from tests.test_cli import cli, mistral_env
 
 pytestmark = pytest.mark.slow
@@ -91,11 +90,13 @@ def live_units(state: Path) -> dict[tuple[str, int], tuple[int, str, bytes | Non
     """(path, ordinal) of each live chunk: (chunk id, text, vector)."""
     with read_only(state / "meta.sqlite") as conn:
         rows = conn.execute(
-            "SELECT d.rel_path, c.ordinal, c.chunk_id, c.text, c.embedding FROM chunks c "
+            f"SELECT d.rel_path, c.ordinal, c.chunk_id, c.embedding, {CHUNK_TEXT} FROM chunks c "
             "JOIN representations r ON r.rep_id = c.representation_id "
             "JOIN documents d ON d.doc_id = r.document_id WHERE c.deleted = 0 AND d.deleted = 0"
         ).fetchall()
-    return {(rel, ordinal): (cid, unpack(text), embedding) for rel, ordinal, cid, text, embedding in rows}
+    return {
+        (rel, ordinal): (cid, chunk_text(*text), embedding) for rel, ordinal, cid, embedding, *text in rows
+    }
 
 
 def chunk_rows(state: Path) -> int:

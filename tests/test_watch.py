@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_until
+from tests.support import CHUNK_TEXT, chunk_text, wait_until
 from tests.up_process import logged_event
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,12 +149,12 @@ def chunk_states(root: Path, needle: str) -> tuple[list[str], int]:
     """(embedding statuses of the live chunks holding ``needle``, live chunks still pending)."""
     db = root / ".dir2mcp" / "meta.sqlite"
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
-        found = [
-            row[0]
-            for row in conn.execute(
-                "SELECT embedding_status FROM chunks WHERE deleted = 0 AND text LIKE ?", [f"%{needle}%"]
-            )
-        ]
+        rows = conn.execute(
+            f"SELECT c.embedding_status, {CHUNK_TEXT} FROM chunks c "
+            "JOIN representations r ON r.rep_id = c.representation_id WHERE c.deleted = 0"
+        )
+        # Texts are read decoded: stored compressed, or as a slice of the file's text.
+        found = [row[0] for row in rows if needle in chunk_text(*row[1:])]
         pending = conn.execute(
             "SELECT COUNT(*) FROM chunks WHERE deleted = 0 AND embedding_status = 'pending'"
         ).fetchone()[0]
