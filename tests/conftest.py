@@ -116,3 +116,17 @@ def pg_database():
 
 from tests.fakes.mistral import fake_mistral  # noqa: E402, F401
 from tests.up_process import running  # noqa: E402, F401  (a fixture: `up` processes, killed after the test)
+
+
+@pytest.fixture(autouse=True)
+def lexical_table_follows_flush(request):
+    """After a ``transaction=True`` test Django flushes the model tables, but
+    not the lexical index's FTS5 table, which no model owns: its rows would
+    outlive their chunks into the next test of the worker."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None or not marker.kwargs.get("transaction"):
+        return
+    from corpus.index import lexical  # noqa: PLC0415  (after Django's setup, which conftest precedes)
+
+    lexical.clear()
