@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack, cast
 
 from django.conf import settings
 
@@ -193,26 +193,35 @@ class Context:
         return tuple(self.config.security.allowed_origins)
 
 
+class ContextOptions(TypedDict, total=False):
+    """The fields of :class:`Context` that :func:`build` takes by name."""
+
+    read_only: bool
+    public: bool
+    mcp_path: str
+
+
 def build(
     *,
     root: Path | None = None,
     state: StateDir | None = None,
     config: Config | None = None,
     auth_spec: str | None = None,
-    **extra: Any,  # Any: Context's other fields, by name
+    models: dict[str, Embedder | ChatModel | None] | None = None,
+    **extra: Unpack[ContextOptions],
 ) -> Context:
     """A context from explicit parts, falling back to settings and env.
 
-    Models are made on first use, so building a context is cheap.
+    Models are made on first use (``models`` may give some made already),
+    so building a context is cheap.
     """
     root = root or Path(settings.DIR2MCP_ROOT)
     state = state or StateDir(Path(settings.DIR2MCP_STATE_DIR))
     config = config or load_config(default_config_path(root))
     spec = auth_spec or default_auth_spec(config)
     extra.setdefault("mcp_path", config.server.mcp_path)
-    return Context(
-        root=root, state=state, config=config, auth=resolve_auth(spec, config, state, root=root), **extra
-    )
+    auth = resolve_auth(spec, config, state, root=root)
+    return Context(root=root, state=state, config=config, auth=auth, _models=dict(models or {}), **extra)
 
 
 def default_auth_spec(config: Config) -> str:
