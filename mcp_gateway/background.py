@@ -22,7 +22,7 @@ from kernel import errors
 from kernel.config import Config
 from kernel.jsontypes import JsonObject
 from kernel.state import IndexLock, StateDir
-from mcp_gateway import context, notify
+from mcp_gateway import context, current, notify
 from mcp_gateway.context import Context, ContextOptions
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
 from mcp_gateway.preflight import check_keys
@@ -84,10 +84,10 @@ def serving_context(
         **extra,
     )
     ctx.indexer_launch = ChildLaunch(rt.root, rt.state, rt.config_path, nice=rt.config.server.indexer_nice)
-    ctx.gate = context.payment_gate(
+    ctx.gate = current.payment_gate(
         ctx, emit=lambda e: rt.reporter.event(e["event"], e.get("data"), level=e.get("level", "info"))
     )
-    context.install(ctx)
+    current.install(ctx)
     if embedder is not None:
         check_models(embedder, rt.state, signature_weight=rt.config.embed.signature_weight)
     return ctx

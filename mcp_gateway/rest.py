@@ -53,7 +53,7 @@ from corpus import store_faults, uris
 from corpus.security import MAX_PATH_SEGMENTS
 from kernel import errors
 from kernel.jsontypes import JsonObject
-from mcp_gateway import context, resources, schemas, tools, transport, workers
+from mcp_gateway import context, current, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED, REST
 from mcp_gateway.sessions import token_digest
@@ -111,7 +111,7 @@ class BearerAuth(HttpAuthBase):
             )
         if request.method == "POST":
             transport.check_content_type(request.headers.get("Content-Type"))
-        return context.get()
+        return current.get()
 
 
 # -- the API ---------------------------------------------------------------------
