@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.internet.base import DelayedCall
@@ -82,7 +81,7 @@ def _answer(status: int, reason: str, payload: JsonObject) -> bytes:
 class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types: WebRequest is Any
     max_body = MAX_BODY_BYTES
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: WebRequest's arguments, passed through
+    def __init__(self, *args: object, **kwargs: object) -> None:  # WebRequest's arguments, passed through
         super().__init__(*args, **kwargs)
         # twisted.web parses form bodies (and, for that, every POST's
         # Content-Type, through the email package) into ``args``, which
@@ -271,7 +270,7 @@ def _bounded_channel(factory: BoundedHTTPFactory) -> _GenericHTTPChannelProtocol
 class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no types: HTTPFactory is Any
     protocol = _bounded_channel
 
-    def __init__(self, server: Any) -> None:  # Any: daphne's Server
+    def __init__(self, server: object) -> None:  # daphne's Server
         super().__init__(server)
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
         # twisted's idle timeout (12 hours by default): the connection closes

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
 from corpus import patterns
 from corpus.events import Reporter
@@ -109,9 +109,19 @@ class Listening:
     url: str
 
 
-def serve(ctx: Context, address: ListenAddress, **options: Any) -> None:
+class GatewayOptions(TypedDict):
+    """:class:`Gateway`'s keyword arguments, as :func:`serve` passes them on."""
+
+    reporter: Reporter
+    tls: NotRequired[TlsFiles | None]
+    announce: NotRequired[Callable[[Listening], None] | None]
+    index: NotRequired[bool]
+    stop_wait: NotRequired[float]
+
+
+def serve(ctx: Context, address: ListenAddress, **options: Unpack[GatewayOptions]) -> None:
     """Serve ``ctx`` on ``address`` until SIGINT/SIGTERM (``options``:
-    :class:`Gateway`'s ``reporter``, ``tls``, ``announce``, ``index``, ``stop_wait``).
+    :class:`Gateway`'s).
 
     Raises BIND_FAILED when the address cannot be bound (nothing has been
     indexed by then). ``announce`` runs once the socket listens, before the

@@ -16,13 +16,12 @@ import hmac
 import json
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from django.http.response import ResponseHeaders
 
 from kernel import errors
-from kernel.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject, JsonValue
 
 LATEST_VERSION = "2025-11-25"
 # Every version we speak; the header may carry any of them (the v0.1.16
@@ -245,7 +244,7 @@ class Message:
     kind: str  # "request" | "notification" | "response"
 
     @property
-    def id(self) -> Any:  # Any: a JSON-RPC id as the client sent it (string or number)
+    def id(self) -> JsonValue:  # as the client sent it (a string or a number)
         return self.raw.get("id")
 
     @property
