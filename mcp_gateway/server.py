@@ -30,6 +30,7 @@ from corpus import patterns
 from corpus.events import Reporter
 from kernel import errors
 from mcp_gateway import workers
+from mcp_gateway.asgi_io import App
 from mcp_gateway.background import BackgroundIndexer, start_background_indexing
 from mcp_gateway.context import Context
 from mcp_gateway.listen import ListenAddress, TlsFiles, bracket, endpoint_description, endpoint_url
@@ -51,12 +52,13 @@ EXIT_GRACE_SECONDS = 3.0
 # -- daphne -------------------------------------------------------------------
 
 
-def asgi_application() -> Any:  # Any: import_string's result, handed to daphne (untyped)
+def asgi_application() -> App:
     """The project's ASGI application (``settings.ASGI_APPLICATION``)."""
     from django.conf import settings
     from django.utils.module_loading import import_string
 
-    return import_string(settings.ASGI_APPLICATION)
+    application: App = import_string(settings.ASGI_APPLICATION)
+    return application
 
 
 def _load_urls() -> None:

@@ -14,6 +14,7 @@ import ast
 import io
 import re
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ def _comments(source: str) -> dict[int, str]:
 
 
 def _explained(line: int, comments: dict[int, str], lines: list[str]) -> bool:
+    """A reason on ``line`` or in the comment lines directly above it."""
     if REASON.search(comments.get(line, "")):
         return True
     above = line - 1
@@ -41,26 +43,42 @@ def _explained(line: int, comments: dict[int, str], lines: list[str]) -> bool:
     return False
 
 
-def _any_lines(tree: ast.AST) -> set[int]:
-    """The lines that name ``Any``, as ``Any`` or ``typing.Any``."""
+def _expressions(node: ast.AST) -> Iterator[ast.AST]:
+    """``node`` and what it holds, short of the statements nested in it."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, ast.stmt):
+            yield from _expressions(child)
+
+
+def _any_uses(tree: ast.AST) -> set[tuple[int, int]]:
+    """Each ``Any`` (or ``typing.Any``) named: (its line, its statement's first line)."""
     found = set()
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Name) and node.id == "Any") or (
-            isinstance(node, ast.Attribute) and node.attr == "Any"
-        ):
-            found.add(node.lineno)
+    for statement in ast.walk(tree):
+        if not isinstance(statement, ast.stmt):
+            continue
+        for child in ast.iter_child_nodes(statement):
+            if isinstance(child, ast.stmt):
+                continue
+            for node in _expressions(child):
+                if (isinstance(node, ast.Name) and node.id == "Any") or (
+                    isinstance(node, ast.Attribute) and node.attr == "Any"
+                ):
+                    found.add((node.lineno, statement.lineno))
     return found
 
 
 def problems(source: str) -> list[str]:
-    """What a module's source lacks: an ``Any`` without its reason, a
-    ``# type: ignore`` without its error code, each as ``line: what``."""
+    """What a module's source lacks: an ``Any`` without its reason (on its
+    line or its statement's first line, or in the comment lines directly above
+    either), a ``# type: ignore`` without its error code; each as ``line: what``."""
     comments, lines = _comments(source), source.splitlines()
-    found = [
-        f"{line}: Any without a '# Any: <why>' reason"
-        for line in sorted(_any_lines(ast.parse(source)))
-        if not _explained(line, comments, lines)
-    ]
+    unexplained = {
+        line
+        for line, first in _any_uses(ast.parse(source))
+        if not (_explained(line, comments, lines) or _explained(first, comments, lines))
+    }
+    found = [f"{line}: Any without a '# Any: <why>' reason" for line in sorted(unexplained)]
     found += [
         f"{line}: type: ignore without an error code"
         for line, text in comments.items()
@@ -100,6 +118,21 @@ def problems(source: str) -> list[str]:
             "def f(*args: Any) -> None:\n    pass\n",
             ["1: Any without a '# Any: <why>' reason"],
             id="signature",
+        ),
+        pytest.param(
+            "# Any: the library's signature\ndef f(\n    a: Any,\n    b: int,\n) -> Any:\n    pass\n",
+            [],
+            id="reason-above-the-statement",
+        ),
+        pytest.param(
+            "def f(\n    a: Any,\n) -> None:\n    # Any: in the body, not above the statement\n    pass\n",
+            ["2: Any without a '# Any: <why>' reason"],
+            id="reason-in-the-body",
+        ),
+        pytest.param(
+            "# Any: covers the def, not its body\ndef f(a: Any) -> None:\n    x: Any = a\n",
+            ["3: Any without a '# Any: <why>' reason"],
+            id="statement-reason-not-for-its-body",
         ),
         pytest.param('"""Any text."""\nfrom typing import Any\n', [], id="docstring-and-import"),
         pytest.param(

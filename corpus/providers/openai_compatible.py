@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -37,7 +36,7 @@ def embedding_rows(body: JsonObject, count: int, client: ProviderClient) -> np.n
     if not isinstance(data, list) or len(data) != count:
         got = len(data) if isinstance(data, list) else "no"
         raise client.fail(f"{client.label} returned {got} embeddings for {count} inputs")
-    rows: list[Any] = [None] * count
+    rows: list[object] = [None] * count
     for position, item in enumerate(data):
         item = item if isinstance(item, dict) else {}
         index = item.get("index", position)
