@@ -664,6 +664,10 @@ _RESERVED_ENV = {
 }
 
 
+#: one layer of the configuration as read (file, environment or flags), before validation
+Layer = Mapping[str, JsonValue]
+
+
 def _set_dotted(tree: JsonObject, dotted: str, value: JsonValue) -> None:
     parts = dotted.split(".")
     node = tree
@@ -806,9 +810,9 @@ def _problem(
 
 
 def validate_layers(
-    file_data: Mapping[str, JsonValue],
-    env_data: Mapping[str, JsonValue],
-    flag_data: Mapping[str, JsonValue],
+    file_data: Layer,
+    env_data: Layer,
+    flag_data: Layer,
     *,
     origin: str = "config",
     env_vars: Mapping[str, str] | None = None,
@@ -856,7 +860,7 @@ def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
     )
 
 
-def _x402_switches(layers: list[tuple[Mapping[str, JsonValue], str]]) -> JsonObject:
+def _x402_switches(layers: list[tuple[Layer, str]]) -> JsonObject:
     """Merge the layers, honouring the x402 switches (kernel/x402_config.py)."""
     merged: JsonObject = {}
     for data, origin in layers:
@@ -864,18 +868,11 @@ def _x402_switches(layers: list[tuple[Mapping[str, JsonValue], str]]) -> JsonObj
     return merged_switches(merged)
 
 
-def build_config(
-    file_data: Mapping[str, JsonValue],
-    env_data: Mapping[str, JsonValue],
-    flag_data: Mapping[str, JsonValue],
-    *,
-    origin: str = "config",
-    env_vars: Mapping[str, str] | None = None,
-) -> Config:
+def build_config(file_data: Layer, env_data: Layer, flag_data: Layer, *, origin: str = "config") -> Config:
     """Merge the layers (flags > env > file > defaults) and validate; any
     problem is CONFIG_INVALID naming each key and where it was set
-    (``origin`` and ``env_vars`` as :func:`validate_layers` takes them)."""
-    return _whole(*validate_layers(file_data, env_data, flag_data, origin=origin, env_vars=env_vars))
+    (``origin`` as :func:`validate_layers` takes it)."""
+    return _whole(*validate_layers(file_data, env_data, flag_data, origin=origin))
 
 
 def _whole(config: Config, problems: list[ConfigProblem]) -> Config:
@@ -888,7 +885,7 @@ def load_config_marked(
     path: Path | None,
     *,
     environ: Mapping[str, str] | None = None,
-    flags: Mapping[str, JsonValue] | None = None,
+    flags: Layer | None = None,
 ) -> tuple[Config, list[ConfigProblem]]:
     """The configuration for ``path`` without the keys it cannot take, and
     those keys (``config print`` shows them marked)."""
@@ -907,7 +904,7 @@ def load_config(
     path: Path | None,
     *,
     environ: Mapping[str, str] | None = None,
-    flags: Mapping[str, JsonValue] | None = None,
+    flags: Layer | None = None,
 ) -> Config:
     """The effective configuration for ``path`` (missing file = defaults)."""
     return _whole(*load_config_marked(path, environ=environ, flags=flags))

@@ -23,11 +23,13 @@ falls back to lexical results (corpus/retrieval.py) within seconds instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
 import time
 import weakref
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -208,6 +210,8 @@ class ProviderClient:
         # Providers live as long as the process and callers rarely close
         # them; closing the pool on collection avoids leaking sockets.
         self._finalizer = weakref.finalize(self, self._http.close)
+        #: held around each call, retries included (a MediaClient's limiter)
+        self._slots: AbstractContextManager[object, None] = contextlib.nullcontext()
 
     def close(self) -> None:
         self._finalizer()
@@ -245,10 +249,13 @@ class ProviderClient:
         opts = options or self.options
         if options is not None:
             request["timeout"] = httpx.Timeout(opts.read_timeout, connect=opts.connect_timeout)
-        for attempt in range(1, max(1, opts.max_attempts) + 1):
-            response = self._attempt(path, operation or path, attempt, opts, request)
-            if response is not None:
-                return response
+        # The slot is held across the retries' waits too: a retry does not
+        # jump the queue of calls already waiting for one.
+        with self._slots:
+            for attempt in range(1, max(1, opts.max_attempts) + 1):
+                response = self._attempt(path, operation or path, attempt, opts, request)
+                if response is not None:
+                    return response
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _attempt(

@@ -17,9 +17,7 @@ from __future__ import annotations
 import threading
 from typing import TypedDict, Unpack
 
-import httpx
-
-from corpus.providers.http import ClientOptions, HttpOptions, ProviderClient, Request
+from corpus.providers.http import ClientOptions, HttpOptions, ProviderClient
 from corpus.providers.mistral import AUTH_HINT as MISTRAL_HINT
 from kernel.config import Config, OcrConfig, SttConfig
 
@@ -92,19 +90,6 @@ class MediaClient(ProviderClient):
             self._http.headers.pop("Authorization", None)
             self._http.headers[auth_header] = api_key
         self._slots = shared_limiter(limit_key, concurrency) if limit_key else Limiter(concurrency)
-
-    def _send(
-        self,
-        path: str,
-        options: HttpOptions | None,
-        *,
-        operation: str | None = None,
-        **request: Unpack[Request],
-    ) -> httpx.Response:
-        # The slot is held across the retries' waits too: a retry does not
-        # jump the queue of calls already waiting for one.
-        with self._slots:
-            return super()._send(path, options, operation=operation, **request)
 
 
 class Limits(TypedDict):
