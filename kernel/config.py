@@ -348,6 +348,10 @@ class ServerConfig(Section):
     # idle_timeout while a request is awaited is closed. 0 turns either off.
     header_timeout: Duration = 10.0
     idle_timeout: Duration = 60.0
+    # Connections `up` keeps open at once; one more makes the oldest still
+    # waiting on its client (a head, the rest of a body) close with a 503.
+    # 0 = half of what the open-file limit leaves past 256 descriptors.
+    max_connections: int = Field(0, ge=0, le=1_000_000)
     # Where `up` and `mcp_stdio` index: a supervised child process at a lower
     # CPU priority (searches never wait for extraction or embedding), or a
     # thread of the serving process (docs/operations.md).

@@ -299,7 +299,10 @@ def _connection_limits(ctx: Context) -> ConnectionLimits:
 
     settings = ctx.config.server
     return ConnectionLimits(
-        header_timeout=settings.header_timeout, idle_timeout=settings.idle_timeout, mcp_path=ctx.mcp_path
+        header_timeout=settings.header_timeout,
+        idle_timeout=settings.idle_timeout,
+        mcp_path=ctx.mcp_path,
+        max_connections=settings.max_connections,
     )
 
 
