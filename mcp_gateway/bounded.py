@@ -86,6 +86,7 @@ class ConnectionLimits:
     idle_timeout: float = 60.0  # seconds with nothing from the client while it is awaited; 0 = none
     mcp_path: str = "/mcp"  # answered in JSON-RPC shape; other paths in the REST envelope
     max_connections: int = 0  # open at once; 0 = from the open-file limit (connection_cap)
+    max_body_buffer_mb: int = 256  # unfinished request bodies held at once, across connections
 
 
 def connection_cap(configured: int) -> int:
@@ -134,6 +135,12 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types
         if self._refused:
             return
         self._received += len(data)
+        channel = self.channel
+        if isinstance(channel, BoundedChannel) and channel.open_connections is not None:
+            channel.open_connections.received(channel, len(data))
+            if channel.refused:  # it made way for other uploads: nothing more of it is kept
+                self._refused = True
+                return
         if self._received > self.max_body:
             self._refused = True
             self._refuse()
@@ -168,10 +175,9 @@ def _head_refusal(status: int, reason: str, path: bytes | None, mcp_path: str, m
     return _answer(status, reason, payload)
 
 
-def _busy_refusal(path: bytes | None, mcp_path: str, limit: int) -> bytes:
+def _busy_refusal(path: bytes | None, mcp_path: str, message: str) -> bytes:
     """503 to a connection closed to make way for another (or refused at
     once): SERVER_BUSY, retryable, in the shape its path expects."""
-    message = f"server busy: {limit} connections are open (server.max_connections); retry shortly"
     if _target(path) == mcp_path:
         data: JsonObject = {"code": errors.SERVER_BUSY, "retryable": True}
         payload = errors.rpc_refusal(errors.RPC_SERVER_BUSY, message, data)
@@ -215,23 +221,28 @@ class BoundedChannel(HTTPChannel):
             self.open_connections.opened(self)
 
     @property
+    def refused(self) -> bool:
+        """An error was answered on this connection: it only lingers to close."""
+        return self._refused
+
+    @property
     def waiting_on_client(self) -> bool:
         """Nothing of this connection is being served: it waits for a request
         head or the rest of a body (so closing it costs its client a retry)."""
         return (self._awaiting_head or self._awaiting_body) and not self._refused
 
-    def make_way(self, limit: int) -> None:
-        """Answer 503 (retry) and close, for a connection that needs the slot."""
-        self._answer_and_close(_busy_refusal(getattr(self, "_path", None), self.limits.mcp_path, limit))
+    def make_way(self, message: str) -> None:
+        """Answer 503 (retry) and close, for a connection that needs the room."""
+        self._answer_and_close(_busy_refusal(getattr(self, "_path", None), self.limits.mcp_path, message))
 
-    def refuse_busy(self, limit: int) -> None:
+    def refuse_busy(self, message: str) -> None:
         """Answer 503 (retry) to a connection just opened, and close it: it
         has sent nothing yet, so nothing unread makes the close a reset."""
         self._refused = True
         self._stop_head_clock()
         transport = self.transport
         assert transport is not None  # called as the connection opens
-        transport.write(_busy_refusal(None, self.limits.mcp_path, limit))  # type: ignore[call-arg, misc]  # ITransport.write: see the typing notes
+        transport.write(_busy_refusal(None, self.limits.mcp_path, message))  # type: ignore[call-arg, misc]  # ITransport.write: see the typing notes
         HTTPChannel.loseConnection(self)
 
     def dataReceived(self, data: bytes) -> None:  # noqa: N802
@@ -260,6 +271,8 @@ class BoundedChannel(HTTPChannel):
 
     def allContentReceived(self) -> None:  # noqa: N802
         self._awaiting_body = False
+        if self.open_connections is not None:
+            self.open_connections.body_done(self)
         HTTPChannel.allContentReceived(self)
 
     def requestDone(self, request: Request) -> None:  # noqa: N802
@@ -342,11 +355,17 @@ class BoundedChannel(HTTPChannel):
 
 
 class OpenConnections:
-    """The factory's open connections, oldest first, kept to at most ``limit``."""
+    """The factory's open connections, oldest first, kept to at most
+    ``limit``, and the bytes of the request bodies they are receiving, kept
+    to at most ``body_budget`` (each a socket, and past 100 kB a temporary
+    file, that an unauthenticated client fills)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, body_budget: int) -> None:
         self.limit = limit
+        self.body_budget = body_budget
         self._open: dict[BoundedChannel, None] = {}  # insertion order: oldest first
+        self._bodies: dict[BoundedChannel, int] = {}  # bytes received of an unfinished body
+        self._body_bytes = 0
 
     def opened(self, channel: BoundedChannel) -> None:
         """Count ``channel``; past the limit, the oldest connection waiting on
@@ -355,14 +374,37 @@ class OpenConnections:
         self._open[channel] = None
         if len(self._open) <= self.limit:
             return
+        message = f"server busy: {self.limit} connections are open (server.max_connections); retry shortly"
         oldest_waiting = next((c for c in self._open if c is not channel and c.waiting_on_client), None)
         if oldest_waiting is not None:
-            oldest_waiting.make_way(self.limit)
+            self.body_done(oldest_waiting)
+            oldest_waiting.make_way(message)
         else:
-            channel.refuse_busy(self.limit)
+            channel.refuse_busy(message)
+
+    def received(self, channel: BoundedChannel, size: int) -> None:
+        """``size`` more bytes of ``channel``'s request body; past the budget,
+        the oldest unfinished uploads make way (``channel`` itself last)."""
+        self._bodies[channel] = self._bodies.get(channel, 0) + size
+        self._body_bytes += size
+        message = (
+            f"server busy: request bodies being received are over {self.body_budget} bytes "
+            "(server.max_body_buffer_mb); retry shortly"
+        )
+        while self._body_bytes > self.body_budget:
+            oldest = next((c for c in self._bodies if c is not channel), channel)
+            self.body_done(oldest)
+            oldest.make_way(message)
+            if oldest is channel:
+                return
+
+    def body_done(self, channel: BoundedChannel) -> None:
+        """``channel``'s body is whole (handed to the application) or dropped."""
+        self._body_bytes -= self._bodies.pop(channel, 0)
 
     def closed(self, channel: BoundedChannel) -> None:
         self._open.pop(channel, None)
+        self.body_done(channel)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -381,7 +423,9 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
     def __init__(self, server: Any) -> None:  # Any: daphne's Server
         super().__init__(server)
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
-        self.open_connections = OpenConnections(connection_cap(self.limits.max_connections))
+        self.open_connections = OpenConnections(
+            connection_cap(self.limits.max_connections), self.limits.max_body_buffer_mb * 1024 * 1024
+        )
         # twisted's idle timeout (12 hours by default): the connection closes
         # when nothing arrives for this long while a request is awaited.
         self.timeOut = self.limits.idle_timeout or None

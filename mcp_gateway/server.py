@@ -303,6 +303,7 @@ def _connection_limits(ctx: Context) -> ConnectionLimits:
         idle_timeout=settings.idle_timeout,
         mcp_path=ctx.mcp_path,
         max_connections=settings.max_connections,
+        max_body_buffer_mb=settings.max_body_buffer_mb,
     )
 
 

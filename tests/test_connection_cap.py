@@ -18,11 +18,14 @@ class Channel:
     def __init__(self, name: str, waiting: bool):
         self.name, self.waiting_on_client, self.answered = name, waiting, ""
 
-    def make_way(self, limit: int) -> None:
-        self.answered, self.waiting_on_client = f"made way ({limit})", False
+    def make_way(self, message: str) -> None:
+        self.answered, self.waiting_on_client = f"made way: {message}", False
 
-    def refuse_busy(self, limit: int) -> None:
-        self.answered = f"refused ({limit})"
+    def refuse_busy(self, message: str) -> None:
+        self.answered = f"refused: {message}"
+
+
+BUDGET = 10
 
 
 def fill(open_connections: OpenConnections, *waiting: bool) -> list[Channel]:
@@ -36,19 +39,20 @@ def fill(open_connections: OpenConnections, *waiting: bool) -> list[Channel]:
     ("waiting", "answered"),
     [
         pytest.param((False, False, False), {}, id="under-the-limit"),
-        pytest.param((True, True, True, True), {"c0": "made way (3)"}, id="oldest-waiting-goes"),
-        pytest.param((False, True, False, True), {"c1": "made way (3)"}, id="served-ones-are-kept"),
-        pytest.param((False, False, False, True), {"c3": "refused (3)"}, id="all-served-newcomer-refused"),
-        pytest.param((True,) * 5, {"c0": "made way (3)", "c1": "made way (3)"}, id="each-newcomer-one"),
+        pytest.param((True, True, True, True), {"c0": "made way"}, id="oldest-waiting-goes"),
+        pytest.param((False, True, False, True), {"c1": "made way"}, id="served-ones-are-kept"),
+        pytest.param((False, False, False, True), {"c3": "refused"}, id="all-served-newcomer-refused"),
+        pytest.param((True,) * 5, {"c0": "made way", "c1": "made way"}, id="each-newcomer-one"),
     ],
 )
 def test_the_oldest_connection_waiting_on_its_client_makes_way(waiting, answered):
-    channels = fill(OpenConnections(3), *waiting)
-    assert {c.name: c.answered for c in channels if c.answered} == answered
+    channels = fill(OpenConnections(3, BUDGET), *waiting)
+    assert {c.name: c.answered.split(":")[0] for c in channels if c.answered} == answered
+    assert all("3 connections" in c.answered for c in channels if c.answered)
 
 
 def test_a_closed_connection_frees_its_place():
-    open_connections = OpenConnections(2)
+    open_connections = OpenConnections(2, BUDGET)
     first, second = fill(open_connections, True, True)
     open_connections.closed(first)
     third = Channel("c2", True)
@@ -64,3 +68,33 @@ def test_the_cap_follows_the_open_file_limit_unless_configured():
     assert derived >= bounded.MIN_CONNECTIONS
     if soft != resource.RLIM_INFINITY and soft > bounded.RESERVED_FILES + 2 * bounded.MIN_CONNECTIONS:
         assert derived * bounded.FILES_PER_CONNECTION + bounded.RESERVED_FILES <= soft
+
+
+@pytest.mark.parametrize(
+    ("received", "answered"),
+    [
+        pytest.param([("c0", 4), ("c1", 4)], {}, id="within-the-budget"),
+        pytest.param([("c0", 4), ("c1", 4), ("c2", 4)], {"c0": "made way"}, id="oldest-upload-goes"),
+        pytest.param(
+            [("c0", 1), ("c1", 8), ("c2", 4)], {"c0": "made way", "c1": "made way"}, id="as-many-as-it-takes"
+        ),
+        pytest.param([("c0", 11)], {"c0": "made way"}, id="one-upload-over-the-whole-budget"),
+        pytest.param([("c0", 4), ("c0", 4), ("c1", 1)], {}, id="one-connection-counted-once"),
+    ],
+)
+def test_uploads_past_the_body_budget_make_the_oldest_upload_make_way(received, answered):
+    open_connections = OpenConnections(10, BUDGET)
+    channels = {c.name: c for c in fill(open_connections, True, True, True)}
+    for name, size in received:
+        open_connections.received(channels[name], size)
+    assert {c.name: c.answered.split(":")[0] for c in channels.values() if c.answered} == answered
+    assert all("server.max_body_buffer_mb" in c.answered for c in channels.values() if c.answered)
+
+
+def test_a_whole_body_no_longer_counts_against_the_budget():
+    open_connections = OpenConnections(10, BUDGET)
+    first, second = fill(open_connections, True, True)
+    open_connections.received(first, 8)
+    open_connections.body_done(first)
+    open_connections.received(second, 8)
+    assert (first.answered, second.answered) == ("", "")

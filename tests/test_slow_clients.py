@@ -368,3 +368,48 @@ def test_slow_uploads_past_the_file_limit_make_way_for_another_client(few_files_
     finally:
         for sock in slow:
             sock.close()
+
+
+@pytest.fixture
+def small_buffer_server(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "notes.txt").write_text("hnsw index notes\nsecond line\n")
+    up = Up("--dir", str(root), "--json", env=base_env(DIR2MCP_SERVER__MAX_BODY_BUFFER_MB="8"))
+    url = up.url()
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    token = (root / ".dir2mcp" / "secret.token").read_text().strip()
+    yield Server(root, url, token, up.proc)
+    code = up.stop()
+    up.close()
+    assert code == 0, up.stderr[-3000:]
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
+
+
+def test_unfinished_uploads_past_the_body_buffer_make_the_oldest_make_way(small_buffer_server):
+    """Each unfinished upload held up to 4 MiB in a temporary file: 100
+    unauthenticated ones held 400 MiB, and the connection limit alone allowed
+    tens of GiB. Past ``server.max_body_buffer_mb`` (8 here), the oldest
+    unfinished upload is told to retry and closed; the newest goes on."""
+    srv = small_buffer_server
+    head = _post_head(srv, "/mcp", "Content-Length: 4194304")
+    uploads = []
+    try:
+        for _ in range(3):  # 9 MiB in all, each short of its 4 MiB body
+            sock = connect(srv)
+            sock.sendall(head + b" " * (3 * 1024 * 1024))
+            uploads.append(sock)
+        answer = read_to_close(uploads[0])
+        head_part, _, body = answer.partition(b"\r\n\r\n")
+        assert head_part.startswith(b"HTTP/1.1 503 "), answer[:200]
+        error = json.loads(body)["error"]
+        assert error["code"] == -32001 and error["data"] == {"code": "SERVER_BUSY", "retryable": True}
+        assert "server.max_body_buffer_mb" in error["message"]
+        # The newest upload was not cut: it finishes and is answered (its spaces are not JSON: 400).
+        uploads[2].sendall(b" " * (1024 * 1024))
+        assert _one_response(uploads[2]).startswith(b"HTTP/1.1 400 ")
+        response = rest_get(srv, "/search", params={"query": "hnsw index"})
+        assert response.status_code == 200, response.text
+    finally:
+        for sock in uploads:
+            sock.close()
