@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from mcp_gateway import bounded
 from tests.mcp_http import Server, base_env
 from tests.support import TLS
 from tests.up_process import Up
@@ -72,9 +73,10 @@ def rest_get(srv: Server, path: str, headers: dict | None = None, **kw) -> httpx
 
 def connection_budget() -> int:
     """How many idle sockets this test may hold: up to 1,000, within the
-    file-descriptor limit the server and the test share."""
+    file-descriptor limit the server and the test share, and short of the
+    connections the server keeps open (past them, the oldest make way)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(50, min(1000, (soft - 200) // 2))
+    return max(50, min(1000, (soft - 200) // 2, bounded.connection_cap(0) - 16))
 
 
 # -- slow clients ----------------------------------------------------------------
