@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +39,10 @@ BUILTIN = Path(__file__).resolve().parent / "data" / "query_adapter.npy"
 #: settings key: the adapter (``name`` and digest) the latest indexing run was configured with
 RECORD_KEY = "search_query_adapter"
 OFF = "off"
+#: the largest matrix file read: a 4,096-dimension model's, in float32
+MAX_MATRIX_BYTES = 4096 * 4096 * 4 + 4096
+#: the largest provenance file read
+MAX_PROVENANCE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -69,19 +76,48 @@ def path_of(setting: str) -> Path | None:
     return BUILTIN if setting == "builtin" else Path(setting).expanduser()
 
 
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes
+    (ValueError otherwise): the key may come from the root's own
+    ``.dir2mcp.yaml``, so a FIFO must not hang a search, nor a device feed
+    one endlessly. Opened without blocking and checked on the descriptor."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"{path.name} is over {limit} bytes")
+        return file.read(limit + 1)[:limit]
+
+
+def _read_matrix(blob: bytes) -> np.ndarray:
+    """One ``.npy`` array (an ``.npz`` archive or a pickle is refused)."""
+    loaded = np.load(io.BytesIO(blob), allow_pickle=False)
+    if not isinstance(loaded, np.ndarray):
+        loaded.close()
+        raise ValueError("not a .npy array (an .npz archive?)")
+    return loaded.astype(np.float32)
+
+
 @functools.cache
 def _load(path: Path) -> QueryAdapter:
     try:
-        blob = path.read_bytes()
-        provenance = json.loads(path.with_suffix(".json").read_text())
-        matrix = np.load(path).astype(np.float32)
+        blob = _read_regular(path, MAX_MATRIX_BYTES)
+        provenance = json.loads(_read_regular(path.with_suffix(".json"), MAX_PROVENANCE_BYTES))
+        matrix = _read_matrix(blob)
     except (OSError, ValueError) as exc:
         raise errors.Dir2mcpError(
             errors.CONFIG_INVALID,
             f"search.query_adapter: cannot read {path} and its .json ({exc})",
             hint="Set search.query_adapter to builtin, off, or a .npy with its .json beside it.",
         ) from exc
-    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or "model" not in provenance:
+    if (
+        matrix.ndim != 2
+        or matrix.shape[0] != matrix.shape[1]
+        or not isinstance(provenance, dict)
+        or not isinstance(provenance.get("model"), str)
+    ):
         raise errors.Dir2mcpError(
             errors.CONFIG_INVALID,
             f"search.query_adapter: {path} is not a square matrix with a model in its .json",

@@ -602,7 +602,7 @@ def timed_pieces(rep: Representation) -> list[tuple[int, int, str]]:
 def listable_documents() -> QuerySet[Document]:
     """Live documents a client may see: not the ones skipped as secret-bearing,
     which every read refuses. The one rule of every listing: ``list_files``,
-    ``resources/list``, completions and the recent-files prompt."""
+    ``find``, ``resources/list``, completions and the recent-files prompt."""
     secret = Q(status=DocStatus.SKIPPED, error__startswith=errors.SECRET_DETECTED)
     return Document.objects.filter(deleted=False).exclude(secret)
 
@@ -786,7 +786,7 @@ def _find_page(
 ) -> JsonObject:
     spec, prefix, doc_types, after_ns = where
     limit, per_file, (start_path, start_skip), deadline, waited = page
-    docs = Document.objects.filter(deleted=False).order_by("rel_path")
+    docs = listable_documents().order_by("rel_path")
     docs = docs.filter(under_prefix("rel_path", prefix)) if prefix else docs
     docs = docs.filter(doc_type__in=list(doc_types)) if doc_types else docs
     docs = docs.filter(mtime_ns__gt=after_ns) if after_ns is not None else docs

@@ -348,6 +348,14 @@ class ServerConfig(Section):
     # idle_timeout while a request is awaited is closed. 0 turns either off.
     header_timeout: Duration = 10.0
     idle_timeout: Duration = 60.0
+    # Connections `up` keeps open at once; one more makes the oldest still
+    # waiting on its client (a head, the rest of a body) close with a 503.
+    # 0 = half of what the open-file limit leaves past 256 descriptors.
+    max_connections: int = Field(0, ge=0, le=1_000_000)
+    # Request bodies being received, across connections, at most this many MiB
+    # (each may be up to 4 MiB, in a temporary file); past it, the oldest
+    # unfinished upload closes with a 503.
+    max_body_buffer_mb: int = Field(256, ge=4, le=65_536)
     # Where `up` and `mcp_stdio` index: a supervised child process at a lower
     # CPU priority (searches never wait for extraction or embedding), or a
     # thread of the serving process (docs/operations.md).

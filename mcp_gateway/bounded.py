@@ -18,6 +18,16 @@ It also answers a request line or head past twisted's 16 KiB line limit
 with 414 or 431 and a JSON body, where twisted drops the connection without
 a word (or with a bare 400).
 
+Each byte of a body resets the idle timer, so a client trickling request
+bodies could hold a socket and a temporary file (a body over 100 kB) per
+connection for as long as it liked, and with enough of them every file
+descriptor of the process: every other client was reset. The factory keeps
+at most ``server.max_connections`` open (by default half of what the
+open-file limit leaves past :data:`RESERVED_FILES`); one more makes the
+oldest connection still waiting on its client (for a request head or the
+rest of a body) make way, with a 503 it may retry, or is itself answered 503
+when every connection has a request being served.
+
 A deployment that runs ``daphne`` directly should set the same limits on
 its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
 ``keepalive_timeout``, ``large_client_header_buffers`` in nginx).
@@ -26,6 +36,7 @@ its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
 from __future__ import annotations
 
 import json
+import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,6 +58,13 @@ from mcp_gateway.transport import MAX_BODY_BYTES
 #: After an error answer, how long input is still read (and dropped) so the
 #: client sees the answer rather than a reset, before the connection closes.
 LINGER_SECONDS = 2.0
+#: File descriptors kept for everything but connections (the database and its
+#: journal per thread, the vector files, logs, the indexer's pipes).
+RESERVED_FILES = 256
+#: Each connection may take two: its socket and a large body's temporary file.
+FILES_PER_CONNECTION = 2
+#: The fewest connections allowed, however low the open-file limit.
+MIN_CONNECTIONS = 16
 
 # Typing notes. daphne ships no types: its classes are Any, and subclassing
 # them needs an ignore. twisted's methods are mostly unannotated; the
@@ -66,13 +84,29 @@ class ConnectionLimits:
     header_timeout: float = 10.0  # seconds for a request head to arrive whole; 0 = none
     idle_timeout: float = 60.0  # seconds with nothing from the client while it is awaited; 0 = none
     mcp_path: str = "/mcp"  # answered in JSON-RPC shape; other paths in the REST envelope
+    max_connections: int = 0  # open at once; 0 = from the open-file limit (connection_cap)
+    max_body_buffer_mb: int = 256  # unfinished request bodies held at once, across connections
 
 
-def _answer(status: int, reason: str, payload: JsonObject) -> bytes:
+def connection_cap(configured: int) -> int:
+    """How many connections may be open at once: ``configured``, or (0) what
+    the process's open-file limit leaves past :data:`RESERVED_FILES`, at two
+    descriptors a connection."""
+    if configured:
+        return configured
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(MIN_CONNECTIONS, (soft - RESERVED_FILES) // FILES_PER_CONNECTION)
+
+
+def _answer(status: int, reason: str, payload: JsonObject, retry_after: int | None = None) -> bytes:
     """A whole HTTP/1.1 answer with a JSON body, after which the connection
     closes; with the security headers every answer carries."""
     body = json.dumps(payload).encode()
     headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close"}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
     security_headers.add_to(headers, secure=False, no_store=True)  # no HSTS: no request to say https
     lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     return f"HTTP/1.1 {status} {reason}\r\n{lines}\r\n".encode() + body
@@ -100,6 +134,12 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types
         if self._refused:
             return
         self._received += len(data)
+        channel = self.channel
+        if isinstance(channel, BoundedChannel) and channel.open_connections is not None:
+            channel.open_connections.received(channel, len(data))
+            if channel.refused:  # it made way for other uploads: nothing more of it is kept
+                self._refused = True
+                return
         if self._received > self.max_body:
             self._refused = True
             self._refuse()
@@ -127,12 +167,26 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types
 def _head_refusal(status: int, reason: str, path: bytes | None, mcp_path: str, message: str) -> bytes:
     """An error answer to a request whose head was refused, in the shape its
     path expects: JSON-RPC on the MCP endpoint, the REST envelope elsewhere."""
-    target = (path or b"").split(b"?", 1)[0].decode("latin-1")
-    if target == mcp_path:
+    if _target(path) == mcp_path:
         payload = errors.rpc_refusal(errors.RPC_INVALID_REQUEST, message, {"code": errors.INVALID_RANGE})
     else:
         payload = errors.rest_error_body(errors.INVALID_RANGE, message, retryable=False)
     return _answer(status, reason, payload)
+
+
+def _busy_refusal(path: bytes | None, mcp_path: str, message: str) -> bytes:
+    """503 to a connection closed to make way for another (or refused at
+    once): SERVER_BUSY, retryable, in the shape its path expects."""
+    if _target(path) == mcp_path:
+        data: JsonObject = {"code": errors.SERVER_BUSY, "retryable": True}
+        payload = errors.rpc_refusal(errors.RPC_SERVER_BUSY, message, data)
+    else:
+        payload = errors.rest_error_body(errors.SERVER_BUSY, message, retryable=True)
+    return _answer(503, "Service Unavailable", payload, retry_after=1)
+
+
+def _target(path: bytes | None) -> str:
+    return (path or b"").split(b"?", 1)[0].decode("latin-1")
 
 
 def _request_target(line: bytes) -> bytes | None:
@@ -146,7 +200,9 @@ class BoundedChannel(HTTPChannel):
     JSON answers to over-long request lines and heads."""
 
     limits = ConnectionLimits()
+    open_connections: OpenConnections | None = None  # the factory's, set as the channel is built
     _awaiting_head = True  # between requests, or reading a request head
+    _awaiting_body = False  # the head is in; the body is not yet whole
     _head_clock: DelayedCall | None = None  # the current head's deadline
     _linger: DelayedCall | None = None  # closes a refused connection
     _refused = False  # an error was answered: input is dropped until close
@@ -160,6 +216,33 @@ class BoundedChannel(HTTPChannel):
     def connectionMade(self) -> None:  # noqa: N802 (twisted's naming)
         HTTPChannel.connectionMade(self)
         self._start_head_clock()
+        if self.open_connections is not None:
+            self.open_connections.opened(self)
+
+    @property
+    def refused(self) -> bool:
+        """An error was answered on this connection: it only lingers to close."""
+        return self._refused
+
+    @property
+    def waiting_on_client(self) -> bool:
+        """Nothing of this connection is being served: it waits for a request
+        head or the rest of a body (so closing it costs its client a retry)."""
+        return (self._awaiting_head or self._awaiting_body) and not self._refused
+
+    def make_way(self, message: str) -> None:
+        """Answer 503 (retry) and close, for a connection that needs the room."""
+        self._answer_and_close(_busy_refusal(getattr(self, "_path", None), self.limits.mcp_path, message))
+
+    def refuse_busy(self, message: str) -> None:
+        """Answer 503 (retry) to a connection just opened, and close it: it
+        has sent nothing yet, so nothing unread makes the close a reset."""
+        self._refused = True
+        self._stop_head_clock()
+        transport = self.transport
+        assert transport is not None  # called as the connection opens
+        transport.write(_busy_refusal(None, self.limits.mcp_path, message))  # type: ignore[call-arg, misc]  # ITransport.write: see the typing notes
+        HTTPChannel.loseConnection(self)
 
     def dataReceived(self, data: bytes) -> None:  # noqa: N802
         if self._refused:
@@ -181,8 +264,15 @@ class BoundedChannel(HTTPChannel):
 
     def allHeadersReceived(self) -> None:  # noqa: N802
         self._awaiting_head = False
+        self._awaiting_body = True
         self._stop_head_clock()
         HTTPChannel.allHeadersReceived(self)
+
+    def allContentReceived(self) -> None:  # noqa: N802
+        self._awaiting_body = False
+        if self.open_connections is not None:
+            self.open_connections.body_done(self)
+        HTTPChannel.allContentReceived(self)
 
     def requestDone(self, request: Request) -> None:  # noqa: N802
         # Set first: a pipelined next request is parsed inside requestDone.
@@ -190,6 +280,8 @@ class BoundedChannel(HTTPChannel):
         HTTPChannel.requestDone(self, request)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802
+        if self.open_connections is not None:
+            self.open_connections.closed(self)
         self._stop_head_clock()
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
@@ -251,7 +343,7 @@ class BoundedChannel(HTTPChannel):
         self._stop_head_clock()
         HTTPChannel.setTimeout(self, None)
         transport = self.transport
-        assert transport is not None  # a line arrived, so the connection is made and not yet lost
+        assert transport is not None  # a line arrived or the connection opened, and it is not yet lost
         transport.write(response)  # type: ignore[call-arg, misc]  # ITransport.write: see the typing notes
         # Not under TLS: there the wrapper would pass this to the TCP socket
         # beneath it, cutting the TLS stream short of its close_notify.
@@ -261,9 +353,66 @@ class BoundedChannel(HTTPChannel):
         self._linger = self.callLater(LINGER_SECONDS, self.loseConnection)
 
 
+class OpenConnections:
+    """The factory's open connections, oldest first, kept to at most
+    ``limit``, and the bytes of the request bodies they are receiving, kept
+    to at most ``body_budget`` (each a socket, and past 100 kB a temporary
+    file, that an unauthenticated client fills)."""
+
+    def __init__(self, limit: int, body_budget: int) -> None:
+        self.limit = limit
+        self.body_budget = body_budget
+        self._open: dict[BoundedChannel, None] = {}  # insertion order: oldest first
+        self._bodies: dict[BoundedChannel, int] = {}  # bytes received of an unfinished body
+        self._body_bytes = 0
+
+    def opened(self, channel: BoundedChannel) -> None:
+        """Count ``channel``; past the limit, the oldest connection waiting on
+        its client makes way for it, or (none is) it is refused at once.
+        One that made way stays counted while it lingers (LINGER_SECONDS)."""
+        self._open[channel] = None
+        if len(self._open) <= self.limit:
+            return
+        message = f"server busy: {self.limit} connections are open (server.max_connections); retry shortly"
+        oldest_waiting = next((c for c in self._open if c is not channel and c.waiting_on_client), None)
+        if oldest_waiting is not None:
+            self.body_done(oldest_waiting)
+            oldest_waiting.make_way(message)
+        else:
+            channel.refuse_busy(message)
+
+    def received(self, channel: BoundedChannel, size: int) -> None:
+        """``size`` more bytes of ``channel``'s request body; past the budget,
+        the oldest unfinished uploads make way (``channel`` itself last)."""
+        self._bodies[channel] = self._bodies.get(channel, 0) + size
+        self._body_bytes += size
+        message = (
+            f"server busy: request bodies being received are over {self.body_budget} bytes "
+            "(server.max_body_buffer_mb); retry shortly"
+        )
+        while self._body_bytes > self.body_budget:
+            oldest = next((c for c in self._bodies if c is not channel), channel)
+            self.body_done(oldest)
+            oldest.make_way(message)
+            if oldest is channel:
+                return
+
+    def body_done(self, channel: BoundedChannel) -> None:
+        """``channel``'s body is whole (handed to the application) or dropped."""
+        self._body_bytes -= self._bodies.pop(channel, 0)
+
+    def closed(self, channel: BoundedChannel) -> None:
+        self._open.pop(channel, None)
+        self.body_done(channel)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
 def _bounded_channel(factory: BoundedHTTPFactory) -> _GenericHTTPChannelProtocol:
     channel = BoundedChannel()
     channel.limits = factory.limits
+    channel.open_connections = factory.open_connections
     return _GenericHTTPChannelProtocol(channel)
 
 
@@ -273,6 +422,9 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
     def __init__(self, server: object) -> None:  # daphne's Server
         super().__init__(server)
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
+        self.open_connections = OpenConnections(
+            connection_cap(self.limits.max_connections), self.limits.max_body_buffer_mb * 1024 * 1024
+        )
         # twisted's idle timeout (12 hours by default): the connection closes
         # when nothing arrives for this long while a request is awaited.
         self.timeOut = self.limits.idle_timeout or None

@@ -16,6 +16,7 @@ TRANSCRIBE_INPUT: JsonObject = {
         "rel_path": _REL_PATH,
         "language": {
             "type": "string",
+            "maxLength": 64,
             "description": "ISO language code hint, e.g. 'en'; detected if omitted.",
         },
         "timestamps": {"type": "boolean", "default": True},
@@ -107,6 +108,7 @@ ASK_AUDIO_INPUT: JsonObject = {
         "question": QUESTION,
         "voice_id": {
             "type": "string",
+            "maxLength": 256,
             "description": "An ElevenLabs voice id; the configured voice if omitted.",
         },
         "format": {"type": "string", "enum": ["mp3", "wav"], "default": "mp3"},

@@ -37,7 +37,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping
 from types import GenericAlias
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
@@ -312,7 +312,12 @@ def _annotation(prop: JsonObject) -> object:
         members = tuple(_annotation({"type": k}) for k in kind)
         return members[0] if len(members) == 1 else _union(members)
     if kind == "array":
-        return GenericAlias(list, (_annotation(prop.get("items", {})),))  # list[item type]
+        items = prop.get("items", {})
+        item = _annotation(items)
+        bounds = {_BOUNDS[key]: items[key] for key in _BOUNDS if key in items}
+        if bounds:  # each item's own bounds (doc_types' lengths), as the tool's schema sets them
+            item = Annotated[item, Field(**bounds)]
+        return GenericAlias(list, (item,))  # list[item type]
     return _JSON_TYPES.get(kind, Any)  # Any: pydantic's annotation for a value of any type
 
 

@@ -17,7 +17,15 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "10.0.0"
+SCHEMA_VERSION = "11.0.0"
+
+#: ``doc_types`` filters at most (there are eleven types) and the length of each
+MAX_DOC_TYPES = 16
+MAX_DOC_TYPE_CHARS = 32
+#: a find cursor holds a path (at most 4,096 characters), base64-encoded
+MAX_FIND_CURSOR_CHARS = 8192
+#: ``modified_after``: an ISO 8601 date or datetime
+MAX_DATE_CHARS = 64
 
 SPAN: JsonObject = {
     "type": "object",
@@ -190,7 +198,8 @@ _FILTERS: JsonObject = {
     },
     "doc_types": {
         "type": "array",
-        "items": {"type": "string"},
+        "maxItems": MAX_DOC_TYPES,
+        "items": {"type": "string", "maxLength": MAX_DOC_TYPE_CHARS},
         "description": "Only these document types: code, md, text, data, html, pdf, image, audio, archive.",
     },
 }
@@ -647,10 +656,15 @@ FIND_INPUT: JsonObject = {
         "path_prefix": _FILTERS["path_prefix"],
         "modified_after": {
             "type": ["string", "integer"],
+            "maxLength": MAX_DATE_CHARS,
             "description": "ISO 8601 date or datetime, or Unix seconds.",
         },
         "limit": arguments.FIND_LIMIT.schema(),
-        "cursor": {"type": "string", "description": "next_cursor from the previous page."},
+        "cursor": {
+            "type": "string",
+            "maxLength": MAX_FIND_CURSOR_CHARS,
+            "description": "next_cursor from the previous page.",
+        },
     },
 }
 

@@ -311,7 +311,11 @@ def _connection_limits(ctx: Context) -> ConnectionLimits:
 
     settings = ctx.config.server
     return ConnectionLimits(
-        header_timeout=settings.header_timeout, idle_timeout=settings.idle_timeout, mcp_path=ctx.mcp_path
+        header_timeout=settings.header_timeout,
+        idle_timeout=settings.idle_timeout,
+        mcp_path=ctx.mcp_path,
+        max_connections=settings.max_connections,
+        max_body_buffer_mb=settings.max_body_buffer_mb,
     )
 
 

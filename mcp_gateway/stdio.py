@@ -246,7 +246,7 @@ class StdioServer:
         if not raw.strip():
             return  # blank lines (or a stray "\r") carry no message
         try:
-            data = json.loads(raw)
+            data = transport.loads(raw)
         except (ValueError, RecursionError):
             self.writer.write(errors.rpc_error(None, errors.RPC_PARSE_ERROR, "parse error: not valid JSON"))
             return

@@ -97,6 +97,8 @@ def _validation_error(exc: ValidationError) -> errors.Dir2mcpError:
     if exc.validator == "maxLength":  # the message would quote the whole value
         limit = exc.validator_value
         return errors.Dir2mcpError(errors.INVALID_RANGE, f"{where} is longer than {limit} characters")
+    if exc.validator == "maxItems":  # the message would quote the whole list
+        return errors.Dir2mcpError(errors.INVALID_RANGE, f"{where} has more than {exc.validator_value} items")
     if exc.validator in (
         "minimum",
         "maximum",

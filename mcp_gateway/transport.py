@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -257,10 +258,42 @@ class Message:
         return self.raw.get("params") or {}
 
 
+#: a \\uD800-\\uDFFF escape, which may (or, after a backslash, may not) spell a surrogate
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def loads(raw: bytes | str) -> JsonValue:
+    """``json.loads``, refusing (ValueError) a string or key that holds a lone
+    surrogate: JSON's escape for bytes that are not UTF-8, which no tool,
+    database or encoder downstream can take (a search for one was a 500).
+    A pair (an escaped emoji) is one character once decoded, and passes."""
+    data: JsonValue = json.loads(raw)
+    encoded = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if _SURROGATE_ESCAPE.search(encoded) and _holds_surrogate(data):
+        raise ValueError("a string holds a lone surrogate escape (not Unicode text)")
+    return data
+
+
+def _holds_surrogate(data: object) -> bool:
+    pending = [data]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return True
+        elif isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
+
+
 def parse_message(body: bytes) -> Message:
     """Parse and shape-check a POST body (400 with -32700 / -32600)."""
     try:
-        data = json.loads(body)
+        data = loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
         raise HttpError(400, errors.INVALID_FIELD, "body is not valid JSON", errors.RPC_PARSE_ERROR) from None
     if isinstance(data, list):

@@ -161,6 +161,18 @@ def _resource_pages(server: Server) -> list[dict]:
     raise AssertionError("resources/list never ended")
 
 
+def _find_pages(server: Server, arguments: dict) -> list[dict]:
+    matches, cursor = [], None
+    for _ in range(100):
+        paging = {"limit": 200} | ({"cursor": cursor} if cursor else {})
+        page = call(server, "dir2mcp.find", arguments | paging)
+        matches += page["structuredContent"]["matches"]
+        cursor = page["structuredContent"].get("next_cursor")
+        if not cursor:
+            return matches
+    raise AssertionError("find never ended")
+
+
 def test_no_listing_search_or_completion_offers_them(server):
     refused = set(refused_paths())
     answers: list[str] = []
@@ -180,6 +192,16 @@ def test_no_listing_search_or_completion_offers_them(server):
     assert rest_files.status_code == 200
     assert {f["rel_path"] for f in rest_files.json()["files"]} & refused == set()
     answers += [rest_files.text, rest(server, "/resources", {}).text]
+
+    # find by name alone lists files as list_files does (it listed secret-bearing
+    # ones, with their size and time, where every other listing left them out).
+    found_by_name = _find_pages(server, {"name_glob": "*"})
+    assert "docs/databases.md" in {m["rel_path"] for m in found_by_name}
+    assert {m["rel_path"] for m in found_by_name} & refused == set()
+    rest_found = rest(server, "/find", {"name_glob": "*", "limit": 200})
+    assert rest_found.status_code == 200
+    assert {m["rel_path"] for m in rest_found.json()["matches"]} & refused == set()
+    answers += [json.dumps(found_by_name), rest_found.text]
 
     queries = ["DATABASE_URL", "client-key-data", "AccountKey", "POSTGRES_PASSWORD", "Authorization Basic"]
     queries += ["REDIS_AUTH", "SendGridAPIClient", "broker_url", "ordinary note unusual name", "VALUE"]

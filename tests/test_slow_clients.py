@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from mcp_gateway import bounded
 from tests.mcp_http import Server, base_env
 from tests.support import TLS
 from tests.up_process import Up
@@ -72,9 +73,10 @@ def rest_get(srv: Server, path: str, headers: dict | None = None, **kw) -> httpx
 
 def connection_budget() -> int:
     """How many idle sockets this test may hold: up to 1,000, within the
-    file-descriptor limit the server and the test share."""
+    file-descriptor limit the server and the test share, and short of the
+    connections the server keeps open (past them, the oldest make way)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(50, min(1000, (soft - 200) // 2))
+    return max(50, min(1000, (soft - 200) // 2, bounded.connection_cap(0) - 16))
 
 
 # -- slow clients ----------------------------------------------------------------
@@ -311,3 +313,105 @@ def test_the_docs_page_loads_nothing_from_another_origin(server):
     settings = json.loads(re.search(r'id="swagger-settings">(.*?)</script>', html, re.S).group(1))
     assert settings["validatorUrl"] is None  # no badge fetched from validator.swagger.io
     assert settings["url"].endswith("/api/v1/openapi.json")
+
+
+# -- too many connections ----------------------------------------------------------
+
+#: the file-descriptor limit of the server below: low enough for a test to reach
+OPEN_FILES = 512
+#: slow uploads, each holding a socket and (a body over 100 kB) a temporary file
+SLOW_UPLOADS = 300
+
+
+@pytest.fixture
+def few_files_server(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "notes.txt").write_text("hnsw index notes\nsecond line\n")
+    up = Up("--dir", str(root), "--json", env=base_env(), open_files=OPEN_FILES)
+    url = up.url()
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    token = (root / ".dir2mcp" / "secret.token").read_text().strip()
+    yield Server(root, url, token, up.proc)
+    code = up.stop()
+    up.close()
+    assert code == 0, up.stderr[-3000:]
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
+
+
+def test_slow_uploads_past_the_file_limit_make_way_for_another_client(few_files_server):
+    """An unauthenticated client trickling request bodies held every file
+    descriptor of the process (a socket and a temporary file each): every
+    other client was reset. The oldest connection waiting on its client
+    now makes way for a new one, with a 503 it may retry."""
+    srv = few_files_server
+    head = _post_head(srv, "/mcp", "Content-Length: 1000000") + b"{"
+    slow = []
+    try:
+        for _ in range(SLOW_UPLOADS):
+            sock = connect(srv)
+            sock.sendall(head)
+            slow.append(sock)
+        response = rest_get(srv, "/search", params={"query": "hnsw index"})
+        assert response.status_code == 200, response.text
+        assert response.json()["hits"]
+        # The first upload was the oldest waiting: it was told to retry, then closed.
+        answer = read_to_close(slow[0])
+        head_part, _, body = answer.partition(b"\r\n\r\n")
+        assert head_part.startswith(b"HTTP/1.1 503 "), answer[:200]
+        assert b"Retry-After: 1" in head_part
+        # JSON-RPC once its request line was read, else the REST envelope (as a 408 is).
+        error = json.loads(body)["error"]
+        if error["code"] == -32001:
+            assert error["data"] == {"code": "SERVER_BUSY", "retryable": True}
+        else:
+            assert (error["code"], error["retryable"]) == ("SERVER_BUSY", True)
+        assert "server.max_connections" in error["message"]
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+@pytest.fixture
+def small_buffer_server(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "notes.txt").write_text("hnsw index notes\nsecond line\n")
+    up = Up("--dir", str(root), "--json", env=base_env(DIR2MCP_SERVER__MAX_BODY_BUFFER_MB="8"))
+    url = up.url()
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    token = (root / ".dir2mcp" / "secret.token").read_text().strip()
+    yield Server(root, url, token, up.proc)
+    code = up.stop()
+    up.close()
+    assert code == 0, up.stderr[-3000:]
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
+
+
+def test_unfinished_uploads_past_the_body_buffer_make_the_oldest_make_way(small_buffer_server):
+    """Each unfinished upload held up to 4 MiB in a temporary file: 100
+    unauthenticated ones held 400 MiB, and the connection limit alone allowed
+    tens of GiB. Past ``server.max_body_buffer_mb`` (8 here), the oldest
+    unfinished upload is told to retry and closed; the newest goes on."""
+    srv = small_buffer_server
+    head = _post_head(srv, "/mcp", "Content-Length: 4194304")
+    uploads = []
+    try:
+        for _ in range(3):  # 9 MiB in all, each short of its 4 MiB body
+            sock = connect(srv)
+            sock.sendall(head + b" " * (3 * 1024 * 1024))
+            uploads.append(sock)
+        answer = read_to_close(uploads[0])
+        head_part, _, body = answer.partition(b"\r\n\r\n")
+        assert head_part.startswith(b"HTTP/1.1 503 "), answer[:200]
+        error = json.loads(body)["error"]
+        assert error["code"] == -32001 and error["data"] == {"code": "SERVER_BUSY", "retryable": True}
+        assert "server.max_body_buffer_mb" in error["message"]
+        # The newest upload was not cut: it finishes and is answered (its spaces are not JSON: 400).
+        uploads[2].sendall(b" " * (1024 * 1024))
+        assert _one_response(uploads[2]).startswith(b"HTTP/1.1 400 ")
+        response = rest_get(srv, "/search", params={"query": "hnsw index"})
+        assert response.status_code == 200, response.text
+    finally:
+        for sock in uploads:
+            sock.close()

@@ -303,6 +303,10 @@ def test_every_line_is_answered_and_the_server_keeps_serving(tmp_path, raw_serve
     server.send(b"\xff\xfe{not utf-8}")
     assert server.recv()["error"]["code"] == -32700
 
+    # A lone surrogate escape is not text: refused before any tool sees it.
+    server.send(b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"q": "\\udc80"}}')
+    assert server.recv()["error"]["code"] == -32700
+
     server.send([{"jsonrpc": "2.0", "id": 2, "method": "ping"}])  # batches were removed
     reply = server.recv()
     assert reply["id"] is None and reply["error"]["code"] == -32600

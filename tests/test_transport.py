@@ -164,6 +164,11 @@ def test_session_header():
         (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}', -32600),
         (b'{"jsonrpc":"2.0","id":1}', -32600),
         (b'{"jsonrpc":"2.0","id":1,"result":{},"error":{}}', -32600),
+        # A lone surrogate is JSON's spelling of bytes that are not UTF-8: no
+        # string of a message may hold one (it reached a tool and 500'd).
+        (b'{"jsonrpc":"2.0","id":"\\udc80","method":"ping"}', -32700),
+        (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"q":["a\\ud800"]}}', -32700),
+        (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"\\udfff":1}}', -32700),
     ],
 )
 def test_malformed_messages_are_refused_with_400(body, rpc_code):
@@ -186,6 +191,21 @@ def test_malformed_messages_are_refused_with_400(body, rpc_code):
 )
 def test_message_kinds(body, kind):
     assert transport.parse_message(body).kind == kind
+
+
+PING = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"q":"%s"}}'
+
+
+@pytest.mark.parametrize(
+    "q, text",
+    [
+        pytest.param(b"\\ud83d\\ude00", "\U0001f600", id="pair"),
+        pytest.param(b"\\\\ud800", "\\ud800", id="escaped-backslash"),
+        pytest.param("\U0001f600".encode(), "\U0001f600", id="raw-emoji"),
+    ],
+)
+def test_surrogate_pairs_and_backslashes_are_text(q, text):
+    assert transport.parse_message(PING % q).params["q"] == text
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ line, and the ``running`` fixture that kills whatever a test leaves behind."""
 from __future__ import annotations
 
 import json
+import resource
 import signal
 import subprocess
 import sys
@@ -20,7 +21,8 @@ from tests.test_cli import REPO, base_env
 class Up:
     """A running `up` process whose output is collected line by line."""
 
-    def __init__(self, *args: str, env: dict | None = None):
+    def __init__(self, *args: str, env: dict | None = None, open_files: int | None = None):
+        """``open_files``: the process's file-descriptor limit (RLIMIT_NOFILE), when given."""
         full_env = base_env()
         full_env.update(env or {})
         self.proc = subprocess.Popen(
@@ -30,6 +32,7 @@ class Up:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=None if open_files is None else _limit_open_files(open_files),
         )
         self.lines: list[str] = []
         self.err: list[str] = []
@@ -163,3 +166,11 @@ def running():
     yield start
     for up in started:
         up.close()
+
+
+def _limit_open_files(limit: int):
+    def limit_in_child() -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+    return limit_in_child
