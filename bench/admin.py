@@ -224,7 +224,7 @@ def run(docs: int, per_doc: int, runs: int) -> dict:
     from corpus.store import open_store
     from kernel.config import build_config
     from kernel.state import StateDir
-    from mcp_gateway import context
+    from mcp_gateway import context, current
 
     state = StateDir(state_dir)
     open_store(state)
@@ -232,7 +232,7 @@ def run(docs: int, per_doc: int, runs: int) -> dict:
     build(docs, per_doc)
     build_s = time.perf_counter() - started
     config = build_config({"embed": {"provider": "none"}}, {}, {})
-    context.install(context.build(root=root, state=state, config=config, auth_spec="none"))
+    current.install(context.build(root=root, state=state, config=config, auth_spec="none"))
     install_reference_view()
 
     client = Client()

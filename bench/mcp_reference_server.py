@@ -41,11 +41,11 @@ def make_app(sdk_validation: bool):
     from starlette.routing import Route
 
     from corpus.store import open_store
-    from mcp_gateway import context, tools
+    from mcp_gateway import context, current, tools
 
     ctx = context.build(auth_spec="none")
     open_store(ctx.state)
-    context.install(ctx)
+    current.install(ctx)
     tool = tools.table()["dir2mcp.search"]
     definition = types.Tool.model_validate(tool.definition())
 

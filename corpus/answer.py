@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from corpus.citations import SpanRef, find_citations, format_citation
+from corpus.citations import SpanRef, find_citations, format_citation, place_dict
 from corpus.index.dense import status as dense_status
 from corpus.providers.base import ChatMessage, ChatModel
 from corpus.retrieval import Filters, Hit, Searcher, SearchResult
@@ -51,10 +51,7 @@ class Citation:
         return format_citation(self.rel_path, self.span)
 
     def as_dict(self) -> JsonObject:
-        out = {"chunk_id": self.chunk_id, "rel_path": self.rel_path, "span": self.span.as_dict()}
-        if self.label:
-            out["label"] = self.label
-        return out
+        return place_dict(self.chunk_id, self.rel_path, self.span, self.label)
 
 
 @dataclass(frozen=True)

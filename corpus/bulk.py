@@ -39,15 +39,18 @@ if TYPE_CHECKING:  # the driver's types, for annotations only (SQLite needs no p
     from psycopg import Cursor
     from psycopg.rows import TupleRow
 
-    #: a field of any model; Any: its value's type differs by field (Django's
-    #: field classes take type arguments in the stubs only, not at run time)
+    #: a field of any model
+    # Any: its value's type differs by field (Django's field classes take
+    # type arguments in the stubs only, not at run time)
     _AnyField = models.Field[Any, Any]
 
 M = TypeVar("M", bound=models.Model)
-#: a row's column values; Any: values of every type the driver binds
-#: (get_db_prep_save's own return type)
+#: a row's column values
+# Any: values of every type the driver binds, as get_db_prep_save returns them
+# (Any in django-stubs) and CursorWrapper.executemany takes them (a union of its own)
 _Row = Sequence[Any]
 #: how a field's value is stored: (object, attribute, database) -> the stored value
+# Any: get_db_prep_save's return type, as in _Row
 _Converter = Callable[[models.Model, str, BaseDatabaseWrapper], Any]
 
 BATCH = 500

@@ -63,6 +63,18 @@ def format_citation(rel_path: str, span: SpanRef) -> str:
 _CITATION_RE = re.compile(r"\[([^\[\]\n]+?(?::L\d+-L\d+|#p=\d+|@t=[\d:]+-[\d:]+))\]")
 
 
+def place_dict(
+    chunk_id: int, rel_path: str, span: SpanRef, label: str | None, details: JsonObject | None = None
+) -> JsonObject:
+    """A cited chunk's place as JSON, as search hits and answer citations give
+    it: its chunk and file, ``details`` (a hit's type, score and snippet), its
+    span, and its human label when it has one."""
+    out = {"chunk_id": chunk_id, "rel_path": rel_path, **(details or {}), "span": span.as_dict()}
+    if label:
+        out["label"] = label
+    return out
+
+
 def find_citations(text: str) -> list[str]:
     """Bracketed citations in ``text``, in order of first appearance."""
     seen: dict[str, None] = {}

@@ -11,9 +11,10 @@ import io
 import json
 import sys
 import time
-from typing import IO, Any
+from typing import IO
 
 from corpus.counters import PROGRESS_FIELDS
+from kernel.jsontypes import JsonObject
 from kernel.output import printable, utc_stamp
 
 
@@ -47,7 +48,7 @@ class Reporter:
         """A reporter that prints nothing (services called without one)."""
         return cls(io.StringIO(), quiet=True)
 
-    def event(self, event: str, data: dict[str, Any] | None = None, *, level: str = "info") -> None:
+    def event(self, event: str, data: JsonObject | None = None, *, level: str = "info") -> None:
         """Emit an NDJSON event (JSON mode only)."""
         if not self.json_mode:
             return
@@ -60,7 +61,7 @@ class Reporter:
             return
         self._write(printable(text) + "\n")
 
-    def warn(self, text: str, **data: Any) -> None:
+    def warn(self, text: str, **data: object) -> None:
         if self.json_mode:
             self.event("warning", {"message": text, **data}, level="warn")
         else:

@@ -70,9 +70,8 @@ def unpack(value: str | bytes | memoryview | None) -> str | None:
 class PackedTextField(_TextField):
     """A ``TextField`` stored with :func:`pack` on SQLite (the module's docstring)."""
 
-    def get_db_prep_value(
-        self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
-    ) -> Any:  # Any: Field.get_db_prep_value's signature (a value of any field type)
+    # Any: Field.get_db_prep_value's signature (a value of any field type)
+    def get_db_prep_value(self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False) -> Any:
         value = super().get_db_prep_value(value, connection, prepared)
         if connection.vendor == "sqlite" and isinstance(value, str):
             return pack(value)

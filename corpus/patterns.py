@@ -50,8 +50,9 @@ _WORKER = Path(__file__).with_name("regex_worker.py")
 _HEADER = struct.Struct("<Q")
 #: a request to the worker, as corpus/regex_worker.py's docstring lists them
 _Request = tuple[str | int | float, ...]
-#: its reply; Any: marshal.loads gives Any, and the fields after the first
-#: differ by reply (the worker's docstring)
+#: its reply
+# Any: marshal.loads gives Any, and the fields after the first differ by
+# reply (the worker's docstring)
 _Reply = tuple[Any, ...]
 
 

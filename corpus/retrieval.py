@@ -12,7 +12,7 @@ import numpy as np
 
 from corpus import adapter as query_adapter
 from corpus import globs, patterns, ranking, slices
-from corpus.citations import SpanRef
+from corpus.citations import SpanRef, place_dict
 from corpus.definitions import defines, query_identifiers
 from corpus.files import prefix_range, under_prefix
 from corpus.index import chunks, lexical, words
@@ -100,18 +100,13 @@ class Hit:
     label: str | None = None
 
     def as_dict(self) -> JsonObject:
-        out = {
-            "chunk_id": self.chunk_id,
-            "rel_path": self.rel_path,
+        details = {
             "doc_type": self.doc_type,
             "rep_type": self.rep_type,
             "score": round(self.score, 6),
             "snippet": self.snippet,
-            "span": self.span.as_dict(),
         }
-        if self.label:
-            out["label"] = self.label
-        return out
+        return place_dict(self.chunk_id, self.rel_path, self.span, self.label, details)
 
 
 @dataclass(frozen=True)

@@ -70,10 +70,11 @@ class Locator:
         return self._line_starts[min(line, len(self._line_starts)) - 1]
 
 
+# Any: the rows are values_list tuples of any query (django-stubs types them
+# tuple[Any, ...]), whose other columns are the caller's.
 def texts(rows: Iterable[tuple[Any, ...]], at: int) -> list[tuple[Any, ...]]:
     """``rows`` with the four :data:`FIELDS` starting at index ``at`` replaced
-    by the chunk's text (one query reads the representations sliced). Any:
-    the rows come from any query, whose other columns are the caller's."""
+    by the chunk's text (one query reads the representations sliced)."""
     rows = list(rows)
     wanted = {row[at] for row in rows if row[at + 2] is not None}
     reps = representation_texts(wanted)

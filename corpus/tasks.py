@@ -71,7 +71,7 @@ class _IngestTask(_AppTask):
         exc: Exception,
         task_id: str,
         args: tuple[Any, ...],  # Any: Task.on_failure's signature (a task's arguments)
-        kwargs: dict[str, Any],
+        kwargs: dict[str, Any],  # Any: as args
         einfo: ExceptionInfo,
     ) -> None:
         """Out of retries (the database stayed unreachable): give the items

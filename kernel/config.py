@@ -36,7 +36,7 @@ from pydantic import (
 
 from kernel import errors, secret_scan
 from kernel.config_base import Section, Switch
-from kernel.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject, JsonValue
 from kernel.x402_config import X402Config, layer_switches, merged_switches
 
 CONFIG_FILENAME = ".dir2mcp.yaml"
@@ -48,7 +48,7 @@ _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(value: Any) -> float:
+def parse_duration(value: object) -> float:
     """Parse ``"24h"``, ``"1h30m"``, ``"90s"``, ``"0"`` or a number into seconds."""
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 30m, 24h or 0")
@@ -672,7 +672,11 @@ _RESERVED_ENV = {
 }
 
 
-def _set_dotted(tree: JsonObject, dotted: str, value: Any) -> None:
+#: one layer of the configuration as read (file, environment or flags), before validation
+Layer = Mapping[str, JsonValue]
+
+
+def _set_dotted(tree: JsonObject, dotted: str, value: JsonValue) -> None:
     parts = dotted.split(".")
     node = tree
     for part in parts[:-1]:
@@ -684,7 +688,7 @@ def _set_dotted(tree: JsonObject, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _merge(base: JsonObject, override: Mapping[str, Any]) -> JsonObject:
+def _merge(base: JsonObject, override: Mapping[str, JsonValue]) -> JsonObject:
     out = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
@@ -712,7 +716,7 @@ def env_names(environ: Mapping[str, str]) -> dict[str, str]:
     return names
 
 
-def _env_value(raw: str) -> Any:
+def _env_value(raw: str) -> JsonValue:
     """Environment values are YAML scalars or flow lists (``[a, b]``)."""
     try:
         return yaml.safe_load(raw) if raw.strip() else raw
@@ -752,7 +756,7 @@ class ConfigProblem:
     key: str  # dotted
     unknown: bool  # an unknown key, else a bad value
     detail: str  # pydantic's message, for a bad value
-    value: Any
+    value: object  # as the layer held it, for its repr
     source: str  # "/abs/.dir2mcp.yaml", "environment variable DIR2MCP_X", "command-line flag"
 
     def describe(self) -> str:
@@ -778,7 +782,7 @@ class _Layer:
 
     def depth(self, loc: tuple[str, ...]) -> int:
         """How much of ``loc`` this layer holds: the length of its longest prefix present."""
-        node: Any = self.data
+        node: JsonValue = self.data
         for depth, part in enumerate(loc):
             if not isinstance(node, Mapping) or part not in node:
                 return depth
@@ -793,11 +797,12 @@ class _Layer:
 
 
 def _problem(
-    item: Mapping[str, Any], layers: list[_Layer]
+    # Any: item is pydantic's ErrorDetails, a TypedDict of pydantic_core, which
+    # the project does not import (not a declared dependency): read as a mapping.
+    item: Mapping[str, Any],
+    layers: list[_Layer],
 ) -> tuple[ConfigProblem, _Layer | None, tuple[str, ...]]:
     """The problem pydantic reported, the highest layer that set it, and the key there."""
-    # item is pydantic's ErrorDetails, a TypedDict of pydantic_core, which the
-    # project does not import (not a declared dependency): read as a mapping.
     loc = tuple(str(part) for part in item["loc"])
     depths = [(layer.depth(loc), -rank, layer) for rank, layer in enumerate(layers)]
     depth, _, layer = max(depths, key=lambda found: found[:2]) if depths else (0, 0, None)
@@ -813,9 +818,9 @@ def _problem(
 
 
 def validate_layers(
-    file_data: Mapping[str, Any],
-    env_data: Mapping[str, Any],
-    flag_data: Mapping[str, Any],
+    file_data: Layer,
+    env_data: Layer,
+    flag_data: Layer,
     *,
     origin: str = "config",
     env_vars: Mapping[str, str] | None = None,
@@ -863,7 +868,7 @@ def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
     )
 
 
-def _x402_switches(layers: list[tuple[Mapping[str, Any], str]]) -> JsonObject:
+def _x402_switches(layers: list[tuple[Layer, str]]) -> JsonObject:
     """Merge the layers, honouring the x402 switches (kernel/x402_config.py)."""
     merged: JsonObject = {}
     for data, origin in layers:
@@ -871,13 +876,11 @@ def _x402_switches(layers: list[tuple[Mapping[str, Any], str]]) -> JsonObject:
     return merged_switches(merged)
 
 
-def build_config(
-    file_data: Mapping[str, Any], env_data: Mapping[str, Any], flag_data: Mapping[str, Any], **where: Any
-) -> Config:
+def build_config(file_data: Layer, env_data: Layer, flag_data: Layer, *, origin: str = "config") -> Config:
     """Merge the layers (flags > env > file > defaults) and validate; any
     problem is CONFIG_INVALID naming each key and where it was set
-    (``where``: :func:`validate_layers`' ``origin`` and ``env_vars``)."""
-    return _whole(*validate_layers(file_data, env_data, flag_data, **where))
+    (``origin`` as :func:`validate_layers` takes it)."""
+    return _whole(*validate_layers(file_data, env_data, flag_data, origin=origin))
 
 
 def _whole(config: Config, problems: list[ConfigProblem]) -> Config:
@@ -890,7 +893,7 @@ def load_config_marked(
     path: Path | None,
     *,
     environ: Mapping[str, str] | None = None,
-    flags: Mapping[str, Any] | None = None,
+    flags: Layer | None = None,
 ) -> tuple[Config, list[ConfigProblem]]:
     """The configuration for ``path`` without the keys it cannot take, and
     those keys (``config print`` shows them marked)."""
@@ -909,7 +912,7 @@ def load_config(
     path: Path | None,
     *,
     environ: Mapping[str, str] | None = None,
-    flags: Mapping[str, Any] | None = None,
+    flags: Layer | None = None,
 ) -> Config:
     """The effective configuration for ``path`` (missing file = defaults)."""
     return _whole(*load_config_marked(path, environ=environ, flags=flags))

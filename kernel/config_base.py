@@ -3,12 +3,10 @@ from: a strict pydantic model, and the validator of an off/on switch word."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 
-def switch_word(value: Any) -> Any:
+def switch_word(value: object) -> object:
     """The word a switch value names: YAML 1.1 reads a bare ``off``/``on``
     as a boolean, and the spec's own template writes ``mode: off``."""
     if isinstance(value, bool):

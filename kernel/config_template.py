@@ -7,7 +7,6 @@ with its default and can never drift from the schema.
 from __future__ import annotations
 
 import typing
-from typing import Any
 
 import yaml
 from pydantic import BaseModel
@@ -51,7 +50,7 @@ def _field_comment(dotted: str, info: FieldInfo | None) -> str:
     return f"  # {'; '.join(notes)}" if notes else ""
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     return yaml.safe_dump(value, width=10**6, allow_unicode=True).removesuffix("\n...\n").rstrip("\n")
 
 

@@ -1,4 +1,4 @@
-"""The type of a JSON object as the project passes it around.
+"""The types of JSON values as the project passes them around.
 
 JSON-RPC messages, tool arguments and results, REST bodies and configuration
 sections are dicts whose values are checked where they enter (the tool
@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias
 
-# Any because json.loads, jsonschema and pydantic's model_dump hand back
-# untyped values: a value's type is known only after its schema check, and
-# object would force a cast at every read of a payload already validated.
+# Any: json.loads, jsonschema and pydantic's model_dump hand back untyped
+# values: a value's type is known only after its schema check, and object
+# would force a cast at every read of a payload already validated.
 JsonObject: TypeAlias = dict[str, Any]
+
+#: One JSON value of any kind, for code that takes or returns whichever kind
+#: it is given (a JSON-RPC id, a node of a schema walked recursively).
+JsonValue: TypeAlias = "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"

@@ -86,11 +86,11 @@ def _always(text: str, lowered: str | None) -> bool:
     return True
 
 
+# Any: an item's argument is an int, a tuple or a SubPattern depending on its
+# opcode, a union the stubs give without tying it to the opcode.
 def _sequence(items: Iterable[tuple[object, Any]], fold: bool) -> Words | None:
     """The most selective requirement among a sequence's parts (each part
     must match, so any one part's words are required)."""
-    # Any: an item's argument is an int, a tuple or a SubPattern depending on its
-    # opcode, a union the stubs give without tying it to the opcode.
     best: Words | None = None
     run: list[str] = []
 

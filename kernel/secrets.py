@@ -35,7 +35,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -43,6 +43,9 @@ from kernel import errors
 from kernel.config import ENV_PREFIX, Config
 from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, atomic_write
+
+if TYPE_CHECKING:
+    from keyring.backend import KeyringBackend
 
 SECRET_NAMES = ("mistral_api_key", "elevenlabs_api_key", "auth_token")
 SOURCES = ("env", "keychain", "file", "session", "unset")
@@ -188,7 +191,7 @@ def _keychain_reachable() -> bool:
     return Path(config_home, "python_keyring", "keyringrc.cfg").exists()
 
 
-def _keyring_backend() -> Any | None:
+def _keyring_backend() -> KeyringBackend | None:
     """The active keyring backend, or ``None`` when there is no usable one."""
     if not _keychain_reachable():
         return None
@@ -299,9 +302,19 @@ def resolve_secret(
     return found or Secret(name, None, "unset")
 
 
-def resolve_all(config: Config, state: StateDir, **kw: Any) -> dict[str, Secret]:
+def resolve_all(
+    config: Config,
+    state: StateDir,
+    *,
+    session: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] = os.environ,
+    root: Path | None = None,
+) -> dict[str, Secret]:
     """Every secret in :data:`SECRET_NAMES`, resolved with the same options."""
-    return {name: resolve_secret(name, config, state, **kw) for name in SECRET_NAMES}
+    return {
+        name: resolve_secret(name, config, state, session=session, environ=environ, root=root)
+        for name in SECRET_NAMES
+    }
 
 
 def _set_dotted(tree: JsonObject, dotted: str, value: str) -> None:
@@ -339,7 +352,7 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _BlockDumper.add_representer(str, _str_representer)
 
 
-def dump_yaml(data: Any) -> str:
+def dump_yaml(data: object) -> str:
     return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=10_000)
 
 

@@ -26,7 +26,6 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 
@@ -173,7 +172,7 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = FILE_MODE) -> Non
         raise
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: JsonObject) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 

@@ -20,18 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
 from kernel import errors
 from kernel.config_base import Section, Switch, switch_word
-from kernel.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject, JsonValue
 
 MODES = ("off", "on", "required")
 
 
-def _money_text(value: Any) -> Any:
+def _money_text(value: object) -> object:
     # An unquoted YAML or env price (0.001) arrives as a float; keep its text.
     if isinstance(value, int | float) and not isinstance(value, bool):
         return format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)
@@ -41,7 +41,7 @@ def _money_text(value: Any) -> Any:
 Money = Annotated[str, BeforeValidator(_money_text)]
 
 
-def _address_text(value: Any) -> Any:
+def _address_text(value: object) -> object:
     # YAML and env values read an unquoted 0x… address as a hex integer.
     if isinstance(value, int) and not isinstance(value, bool):
         return f"0x{value:040x}"
@@ -72,9 +72,9 @@ class RoutePolicy(Section):
 
 class BazaarConfig(Section):
     enabled: bool = False
-    metadata: dict[str, Any] = Field(default_factory=lambda: {"description": ""})
+    metadata: JsonObject = Field(default_factory=lambda: {"description": ""})
     #: per-tool example arguments shown in the discovery catalog
-    examples: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    examples: dict[str, JsonObject] = Field(default_factory=dict)
 
 
 class X402Config(Section):
@@ -86,13 +86,13 @@ class X402Config(Section):
     bazaar: BazaarConfig = BazaarConfig()
 
 
-def mode_word(value: Any) -> str | None:
+def mode_word(value: object) -> str | None:
     """The mode a value names, or None for pydantic to report."""
     word = switch_word(value)
-    return word if word in MODES else None
+    return word if isinstance(word, str) and word in MODES else None
 
 
-def _truth(value: Any) -> bool | None:
+def _truth(value: object) -> bool | None:
     try:
         return TypeAdapter(bool).validate_python(value)
     except ValidationError:
@@ -107,7 +107,7 @@ def _with_tools_call_enabled(x402: JsonObject, value: bool) -> None:
         x402["route_policy"] = {**route, "tools_call": {**tools_call, "enabled": value}}
 
 
-def layer_switches(data: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
+def layer_switches(data: Mapping[str, JsonValue], origin: str) -> Mapping[str, JsonValue]:
     """One layer (``origin`` names it) with its x402 switches made consistent."""
     x402 = data.get("x402")
     if not isinstance(x402, Mapping):

@@ -37,6 +37,7 @@ from kernel import errors, observe
 from kernel.jsontypes import JsonObject
 from mcp_gateway import (
     context,
+    current,
     dispatch,
     mirrored,
     modern,
@@ -207,11 +208,11 @@ _ctx_lock = asyncio.Lock()
 
 
 async def context_async() -> context.Context:
-    current = context.peek()
-    if current is not None:
-        return current
+    found = current.peek()
+    if found is not None:
+        return found
     async with _ctx_lock:
-        return await sync_to_async(context.get, thread_sensitive=False)()
+        return await sync_to_async(current.get, thread_sensitive=False)()
 
 
 def _preflight() -> Response:

@@ -25,12 +25,13 @@ from django.http.request import split_domain_port, validate_host
 from kernel.jsontypes import JsonObject
 from mcp_gateway import security_headers
 
-# The ASGI callables, as Django's ASGIHandler takes them. Any: a scope and a
-# message hold values of many types under string keys, our own keys among
-# them (route_gate.PASSED), which asgiref.typing's closed TypedDicts refuse.
-Scope: TypeAlias = dict[str, Any]
-Receive: TypeAlias = Callable[[], Awaitable[dict[str, Any]]]
-Send: TypeAlias = Callable[[Mapping[str, Any]], Awaitable[None]]
+# The ASGI callables, as Django's ASGIHandler takes them.
+# Any: a scope and a message hold values of many types under string keys, our
+# own keys among them (route_gate.PASSED), which asgiref.typing's closed TypedDicts refuse.
+Message: TypeAlias = dict[str, Any]
+Scope: TypeAlias = Message
+Receive: TypeAlias = Callable[[], Awaitable[Message]]
+Send: TypeAlias = Callable[[Mapping[str, object]], Awaitable[None]]
 App: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 

@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, Unpack
 
 from django.db import connections
 
@@ -20,9 +20,10 @@ from corpus.providers.base import Embedder
 from corpus.store import open_store, serving_copy, uses_state_sqlite, writable
 from kernel import errors
 from kernel.config import Config
+from kernel.jsontypes import JsonObject
 from kernel.state import IndexLock, StateDir
-from mcp_gateway import context, notify
-from mcp_gateway.context import Context
+from mcp_gateway import context, current, notify
+from mcp_gateway.context import Context, ContextOptions
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
 from mcp_gateway.preflight import check_keys
 
@@ -59,8 +60,8 @@ def serve_read_only_state(rt: Runtime) -> None:
 
 
 def serving_context(
-    rt: Runtime, prepare_state: Callable[[Runtime], None], *, auth_spec: str, **extra: Any
-) -> Context:  # Any: context.build's keyword options, passed through
+    rt: Runtime, prepare_state: Callable[[Runtime], None], *, auth_spec: str, **extra: Unpack[ContextOptions]
+) -> Context:
     """The preflight ``up`` and ``mcp_stdio`` share, then the installed context.
 
     A missing provider key fails before any state is written (spec §2.5);
@@ -79,14 +80,14 @@ def serving_context(
         state=rt.state,
         config=rt.config,
         auth_spec=auth_spec,
-        _models={"embedder": embedder},
+        models={"embedder": embedder},
         **extra,
     )
     ctx.indexer_launch = ChildLaunch(rt.root, rt.state, rt.config_path, nice=rt.config.server.indexer_nice)
-    ctx.gate = context.payment_gate(
+    ctx.gate = current.payment_gate(
         ctx, emit=lambda e: rt.reporter.event(e["event"], e.get("data"), level=e.get("level", "info"))
     )
-    context.install(ctx)
+    current.install(ctx)
     if embedder is not None:
         check_models(embedder, rt.state, signature_weight=rt.config.embed.signature_weight)
     return ctx
@@ -159,7 +160,7 @@ class _JobReporter(notify.ChangeAnnouncer):
         self._thread.rate.add(counters)
         super().progress(counters, final=final, running=running)
 
-    def event(self, event: str, data: dict[str, Any] | None = None, *, level: str = "info") -> None:
+    def event(self, event: str, data: JsonObject | None = None, *, level: str = "info") -> None:
         self._thread.unwritten.note(event, data)
         if event != "index_loaded":
             super().event(event, data, level=level)

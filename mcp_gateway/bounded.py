@@ -39,7 +39,6 @@ import json
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.internet.base import DelayedCall
@@ -116,7 +115,7 @@ def _answer(status: int, reason: str, payload: JsonObject, retry_after: int | No
 class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types: WebRequest is Any
     max_body = MAX_BODY_BYTES
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: WebRequest's arguments, passed through
+    def __init__(self, *args: object, **kwargs: object) -> None:  # WebRequest's arguments, passed through
         super().__init__(*args, **kwargs)
         # twisted.web parses form bodies (and, for that, every POST's
         # Content-Type, through the email package) into ``args``, which
@@ -420,7 +419,7 @@ def _bounded_channel(factory: BoundedHTTPFactory) -> _GenericHTTPChannelProtocol
 class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no types: HTTPFactory is Any
     protocol = _bounded_channel
 
-    def __init__(self, server: Any) -> None:  # Any: daphne's Server
+    def __init__(self, server: object) -> None:  # daphne's Server
         super().__init__(server)
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
         self.open_connections = OpenConnections(

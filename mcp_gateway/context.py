@@ -1,10 +1,10 @@
 """What the gateway serves from: the root, state, config, models and policy.
 
-One :class:`Context` per process. ``up`` and ``mcp_stdio`` build it from their
-flags and :func:`install` it, so the background indexer and the tools share
-one embedder (and so one in-memory dense index). Under a bare
-``daphne dir2mcp_site.asgi:application`` deployment it is built lazily from
-the environment (``DIR2MCP_ROOT``, ``DIR2MCP_STATE_DIR``, ``DIR2MCP_CONFIG``,
+One :class:`Context` per process (:mod:`mcp_gateway.current` holds it). ``up``
+and ``mcp_stdio`` build it from their flags and install it, so the background
+indexer and the tools share one embedder (and so one in-memory dense index).
+Under a bare ``daphne dir2mcp_site.asgi:application`` deployment it is built
+lazily from the environment (``DIR2MCP_ROOT``, ``DIR2MCP_STATE_DIR``, ``DIR2MCP_CONFIG``,
 ``DIR2MCP_AUTH``), so several daphne processes behind a proxy agree.
 """
 
@@ -12,28 +12,24 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack, cast
 
 from django.conf import settings
 
-from corpus import write_guard
 from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import EmbedderChoice, live_choice, make_chat
 from corpus.retrieval import Searcher
 from corpus.security import ExclusionEngine
 from corpus.status import recorded_embedder
-from corpus.store import open_store
 from kernel import errors
 from kernel.config import Config, default_config_path, load_config
 from kernel.jsontypes import JsonObject
 from kernel.secrets import from_token_file, resolve_secret
 from kernel.state import StateDir, ensure_token
-from mcp_gateway import registry
 
 if TYPE_CHECKING:  # imported when a server sells calls (payment_gate): x402 is slow to import
     from payments.gate import Gate
@@ -193,26 +189,35 @@ class Context:
         return tuple(self.config.security.allowed_origins)
 
 
+class ContextOptions(TypedDict, total=False):
+    """The fields of :class:`Context` that :func:`build` takes by name."""
+
+    read_only: bool
+    public: bool
+    mcp_path: str
+
+
 def build(
     *,
     root: Path | None = None,
     state: StateDir | None = None,
     config: Config | None = None,
     auth_spec: str | None = None,
-    **extra: Any,  # Any: Context's other fields, by name
+    models: dict[str, Embedder | ChatModel | None] | None = None,
+    **extra: Unpack[ContextOptions],
 ) -> Context:
     """A context from explicit parts, falling back to settings and env.
 
-    Models are made on first use, so building a context is cheap.
+    Models are made on first use (``models`` may give some made already),
+    so building a context is cheap.
     """
     root = root or Path(settings.DIR2MCP_ROOT)
     state = state or StateDir(Path(settings.DIR2MCP_STATE_DIR))
     config = config or load_config(default_config_path(root))
     spec = auth_spec or default_auth_spec(config)
     extra.setdefault("mcp_path", config.server.mcp_path)
-    return Context(
-        root=root, state=state, config=config, auth=resolve_auth(spec, config, state, root=root), **extra
-    )
+    auth = resolve_auth(spec, config, state, root=root)
+    return Context(root=root, state=state, config=config, auth=auth, _models=dict(models or {}), **extra)
 
 
 def default_auth_spec(config: Config) -> str:
@@ -224,62 +229,3 @@ def default_auth_spec(config: Config) -> str:
     if auth.mode == "file" and auth.token_file:
         return f"file:{auth.token_file}"
     return auth.mode
-
-
-_current: Context | None = None
-_build_lock = threading.Lock()
-
-
-def get() -> Context:
-    """The process's context, built from the environment on first use.
-
-    A bare daphne process makes sure the store is migrated first; ``up``
-    and ``mcp_stdio`` have done that before they install theirs.
-    """
-    global _current
-    if _current is None:
-        with _build_lock:
-            if _current is None:
-                ctx = build()
-                open_store(ctx.state)
-                ctx.gate = payment_gate(ctx)
-                _current = ctx
-    return _current
-
-
-def payment_gate(ctx: Context, emit: Callable[[JsonObject], None] | None = None) -> Gate | None:
-    """The x402 gate for ``ctx``'s configuration, or None when calls are free.
-
-    ``x402.mode: required`` with an incomplete configuration raises
-    CONFIG_INVALID; ``on`` with one serves free and warns (payments/gate.py).
-    """
-    if ctx.config.x402.mode == "off":
-        return None
-    from payments import gate  # x402 and its eth libraries take ~1.4 s to import: paid servers only
-
-    return gate.from_config(ctx.config, ctx.state.path, emit=emit, tools=registry.catalog())
-
-
-def peek() -> Context | None:
-    """The installed context, without building one."""
-    return _current
-
-
-def mcp_path() -> str:
-    """The endpoint path, known without touching the database (URLconf time)."""
-    if _current is not None:
-        return _current.mcp_path
-    root = Path(settings.DIR2MCP_ROOT)
-    return load_config(default_config_path(root)).server.mcp_path
-
-
-#: why a read-only server refuses a tool's write (corpus.write_guard.check_writable)
-READ_ONLY_REASON = "this server runs with --read-only (tools may not store results)"
-
-
-def install(ctx: Context | None) -> None:
-    """Make ``ctx`` the process's context (``None`` to forget it, in tests);
-    a read-only one makes the store refuse every write but the indexer's."""
-    global _current
-    _current = ctx
-    write_guard.refuse_writes(READ_ONLY_REASON if ctx is not None and ctx.read_only else None)

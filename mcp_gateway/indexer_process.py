@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from django.db import connections
 
@@ -58,7 +58,7 @@ from corpus.index.dense.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.status import INDEXER_KEY
 from corpus.store import set_setting
-from kernel.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject, JsonValue
 from kernel.state import SpaceReserve, StateDir
 from mcp_gateway.context import Context
 
@@ -94,7 +94,7 @@ class ForwardingReporter(Reporter):
         self._send_lock = threading.Lock()
         self._last_sent = 0.0
 
-    def _send(self, call: str, *args: Any, **kwargs: Any) -> None:
+    def _send(self, call: str, *args: object, **kwargs: object) -> None:
         line = json.dumps({"call": call, "args": args, "kwargs": kwargs}, default=str)
         with self._send_lock:
             try:
@@ -109,7 +109,7 @@ class ForwardingReporter(Reporter):
     def say(self, text: str) -> None:
         self._send("say", text)
 
-    def warn(self, text: str, **data: Any) -> None:
+    def warn(self, text: str, **data: object) -> None:
         self._send("warn", text, **data)
 
     def file_error(self, rel_path: str, code: str, message: str) -> None:
@@ -132,7 +132,7 @@ class ForwardingReporter(Reporter):
 
 def replay(
     line: str, reporter: Reporter, *, drop: frozenset[str] = frozenset()
-) -> tuple[str, tuple[Any, ...], JsonObject] | None:  # Any: the JSON arguments of the call
+) -> tuple[str, tuple[JsonValue, ...], JsonObject] | None:
     """Play one line of the child's output on ``reporter``; returns the call
     (name, args, kwargs), or None for a line that is not one (printed as a
     warning: a stray print in the child must not vanish) or for an event
@@ -410,9 +410,10 @@ class IndexerSupervisor:
             call, args, _ = done
             if call == "event" and args and args[0] == "watch_ready" and self.ready is not None:
                 self.ready.set()
-            if call == "event" and args and self.unwritten.note(args[0], args[1] if len(args) > 1 else None):
+            event = args[0] if call == "event" and args else None
+            if isinstance(event, str) and self.unwritten.note(event, args[1] if len(args) > 1 else None):
                 self._record_unwritten()
-            if call == "progress" and args:
+            if call == "progress" and args and isinstance(args[0], dict):
                 self.rate.add(args[0])
                 if self.on_progress is not None:
                     self.on_progress()

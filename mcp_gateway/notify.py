@@ -33,7 +33,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from channels.layers import BaseChannelLayer, get_channel_layer
 from django.conf import settings
@@ -101,16 +101,16 @@ class ChangeAnnouncer(Reporter):
     def __init__(self, inner: Reporter) -> None:  # no super().__init__(): nothing is written here
         self._inner = inner
 
-    def __getattr__(self, name: str) -> Any:  # Any: whatever the wrapped reporter has (stream, ...)
+    def __getattr__(self, name: str) -> object:  # whatever the wrapped reporter has (stream, ...)
         return getattr(self._inner, name)
 
-    def event(self, event: str, data: dict[str, Any] | None = None, *, level: str = "info") -> None:
+    def event(self, event: str, data: JsonObject | None = None, *, level: str = "info") -> None:
         self._inner.event(event, data, level=level)
 
     def say(self, text: str) -> None:
         self._inner.say(text)
 
-    def warn(self, text: str, **data: Any) -> None:  # Any: Reporter.warn's event fields
+    def warn(self, text: str, **data: object) -> None:
         self._inner.warn(text, **data)
 
     def file_error(self, rel_path: str, code: str, message: str) -> None:

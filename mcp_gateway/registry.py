@@ -1,8 +1,8 @@
 """The tool registry: every tool the server offers, in the contract's order.
 
-It sits below the context and the handlers (only :class:`Tool` and the
-table), so the payment gate can price the catalog without importing a
-handler. ``McpGatewayConfig.ready`` names the loader that fills it
+It sits below the handlers (only :class:`Tool`, the :class:`Call` a handler
+takes, and the table), so the payment gate can price the catalog without
+importing a handler. ``McpGatewayConfig.ready`` names the loader that fills it
 from ``tools`` and ``media_tools``; :func:`table` runs it on first use, so
 the processes that set up Django without serving tools (every command, the
 indexing child, Celery workers) never import the handlers (~0.45 s each,
@@ -14,19 +14,49 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, overload
 
 from jsonschema import Draft202012Validator
 
 from kernel.jsontypes import JsonObject
 
+if TYPE_CHECKING:  # for annotations only: the context is heavier to import than the table
+    from mcp_gateway.context import Context
+
+
+class Cancelled(Exception):
+    """The client sent ``notifications/cancelled`` for this call."""
+
+
+def _noop(*_args: object, **_kwargs: object) -> None:
+    return None
+
+
+@dataclass
+class Call:
+    """One tool invocation: its context, and its ways back to the client."""
+
+    ctx: Context
+    progress: Callable[[float, float | None, str | None], None] = _noop
+    log: Callable[[str, str], None] = _noop
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled()
+
+
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
 
-#: ``(item, chars)``: the item cut to at most ``chars`` characters of its text,
-#: None when too short to cut; ``(item, None)``: its full length (an int: Any
-#: stands for the two answers, which one told by the second argument).
-Shrink = Callable[[JsonObject, int | None], Any]
+class Shrink(Protocol):
+    """``(item, chars)``: the item cut to at most ``chars`` characters of its
+    text, None when too short to cut; ``(item, None)``: its full length."""
+
+    @overload
+    def __call__(self, item: JsonObject, chars: int, /) -> JsonObject | None: ...
+    @overload
+    def __call__(self, item: JsonObject, chars: None, /) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -56,8 +86,8 @@ class Tool:
     description: str
     input_schema: JsonObject
     output_schema: JsonObject
-    #: ``(call, args) -> result``; the call is a :class:`mcp_gateway.tools.Call`
-    handler: Callable[[Any, JsonObject], JsonObject]
+    #: ``(call, args) -> result``
+    handler: Callable[[Call, JsonObject], JsonObject]
     summarize: Callable[[JsonObject], str]
     annotations: JsonObject = field(default_factory=lambda: dict(READ_ONLY))
     #: content items after the text (audio, resource links): ``result -> (structured, content items)``
@@ -69,7 +99,7 @@ class Tool:
     next_actions: Callable[[JsonObject, JsonObject], list[JsonObject]] | None = None
     #: ``result -> rel_paths`` the result cites: its ``freshness`` checks them
     #: (:mod:`mcp_gateway.freshness`); None: no ``freshness``
-    cites: Callable[[JsonObject], Any] | None = None
+    cites: Callable[[JsonObject], Iterable[str]] | None = None
 
     def definition(self) -> JsonObject:
         return {

@@ -27,7 +27,7 @@ from django.db import connections
 from corpus.ingest.pipeline import Indexer
 from kernel import errors
 from kernel.state import IndexLock, StateDir
-from mcp_gateway import context
+from mcp_gateway import current
 from mcp_gateway.context import Context
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def files_of(rel_paths: Iterable[str]) -> tuple[str, ...]:
 def start(rel_paths: Iterable[str], *, full: bool, ctx: Context | None = None) -> Started:
     """Re-index ``rel_paths`` in a background thread; raises ``INDEX_LOCKED``
     when another process indexes."""
-    ctx = ctx or context.get()
+    ctx = ctx or current.get()
     paths = files_of(rel_paths)
     supervisor = getattr(ctx, "indexer", None)
     if supervisor is not None and supervisor.request_reindex(list(paths), full=full):

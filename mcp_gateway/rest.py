@@ -35,7 +35,7 @@ errors, including ninja's own, are 400 (never 422).
 import copy
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import GenericAlias
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar
 
@@ -52,8 +52,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from corpus import store_faults, uris
 from corpus.security import MAX_PATH_SEGMENTS
 from kernel import errors
-from kernel.jsontypes import JsonObject
-from mcp_gateway import context, resources, schemas, tools, transport, workers
+from kernel.jsontypes import JsonObject, JsonValue
+from mcp_gateway import context, current, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED, REST
 from mcp_gateway.sessions import token_digest
@@ -111,7 +111,7 @@ class BearerAuth(HttpAuthBase):
             )
         if request.method == "POST":
             transport.check_content_type(request.headers.get("Content-Type"))
-        return context.get()
+        return current.get()
 
 
 # -- the API ---------------------------------------------------------------------
@@ -122,28 +122,34 @@ def _openapi_schema(schema: JsonObject) -> tuple[JsonObject, JsonObject]:
     schema = copy.deepcopy(schema)
     defs = schema.pop("$defs", {})
 
-    def rewrite(node: Any) -> Any:  # Any: any JSON value, returned in kind
+    def rewrite(node: JsonValue) -> JsonValue:
         if isinstance(node, dict):
-            return {
-                key: (
-                    value.replace("#/$defs/", "#/components/schemas/")
-                    if key == "$ref" and isinstance(value, str)
-                    else rewrite(value)
-                )
-                for key, value in node.items()
-            }
+            return rewrite_object(node)
         if isinstance(node, list):
             return [rewrite(item) for item in node]
         return node
 
-    return rewrite(schema), {name: rewrite(value) for name, value in defs.items()}
+    def rewrite_object(node: Mapping[str, JsonValue]) -> JsonObject:
+        return {
+            key: (
+                value.replace("#/$defs/", "#/components/schemas/")
+                if key == "$ref" and isinstance(value, str)
+                else rewrite(value)
+            )
+            for key, value in node.items()
+        }
+
+    return rewrite_object(schema), {name: rewrite(value) for name, value in defs.items()}
 
 
 class RestAPI(NinjaAPI):
     """NinjaAPI whose components also hold the registry's output schemas."""
 
     def get_openapi_schema(
-        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+        self,
+        *,
+        path_prefix: str | None = None,
+        path_params: dict[str, Any] | None = None,  # Any: NinjaAPI.get_openapi_schema's signature
     ) -> OpenAPISchema:
         document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         components = document.setdefault("components", {}).setdefault("schemas", {})
@@ -297,7 +303,8 @@ def _drop_default(schema: JsonObject) -> None:
     schema.pop("default", None)
 
 
-def _annotation(prop: JsonObject) -> Any:  # Any: a field annotation built at runtime, for pydantic
+def _annotation(prop: JsonObject) -> object:
+    """The field annotation, built at run time, that pydantic validates ``prop`` with."""
     if "enum" in prop:
         return Literal.__getitem__(tuple(prop["enum"]))
     kind = prop.get("type")
@@ -311,13 +318,15 @@ def _annotation(prop: JsonObject) -> Any:  # Any: a field annotation built at ru
         if bounds:  # each item's own bounds (doc_types' lengths), as the tool's schema sets them
             item = Annotated[item, Field(**bounds)]
         return GenericAlias(list, (item,))  # list[item type]
-    return _JSON_TYPES.get(kind, Any)
+    return _JSON_TYPES.get(kind, Any)  # Any: pydantic's annotation for a value of any type
 
 
 _JSON_TYPES: dict[object, type] = {"integer": int, "string": str, "boolean": bool, "number": float}
 
 
-def _union(members: tuple[Any, ...]) -> Any:  # Any: runtime-built annotations, as in _annotation
+# Any: annotations built at run time (types, Literal and list aliases) joined with |,
+# which the type checker types only as typing forms, not as these objects
+def _union(members: tuple[Any, ...]) -> Any:
     out = members[0]
     for member in members[1:]:
         out = out | member

@@ -48,7 +48,7 @@ from django.http.request import split_domain_port
 
 from kernel import errors, observe
 from kernel.jsontypes import JsonObject
-from mcp_gateway import api, context, ratelimit, rest_edge, sessions, transport
+from mcp_gateway import api, context, current, ratelimit, rest_edge, sessions, transport
 from mcp_gateway.asgi_io import App, Receive, Request, Response, Scope, Send
 from mcp_gateway.listen import parse_listen
 from mcp_gateway.transport import HttpError
@@ -91,7 +91,7 @@ _mcp_path: list[str] = []
 
 def route_of(path: str) -> Route:
     if not _mcp_path:  # known once the settings are: the installed context's, or the config's
-        _mcp_path.append("/" + context.mcp_path().strip("/"))
+        _mcp_path.append("/" + current.mcp_path().strip("/"))
     if path == _mcp_path[0]:
         return MCP_ROUTE
     if path.startswith(REST_PREFIX):

@@ -24,12 +24,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
 from corpus import patterns
 from corpus.events import Reporter
 from kernel import errors
 from mcp_gateway import workers
+from mcp_gateway.asgi_io import App
 from mcp_gateway.background import BackgroundIndexer, start_background_indexing
 from mcp_gateway.context import Context
 from mcp_gateway.listen import ListenAddress, TlsFiles, bracket, endpoint_description, endpoint_url
@@ -51,12 +52,13 @@ EXIT_GRACE_SECONDS = 3.0
 # -- daphne -------------------------------------------------------------------
 
 
-def asgi_application() -> Any:  # Any: import_string's result, handed to daphne (untyped)
+def asgi_application() -> App:
     """The project's ASGI application (``settings.ASGI_APPLICATION``)."""
     from django.conf import settings
     from django.utils.module_loading import import_string
 
-    return import_string(settings.ASGI_APPLICATION)
+    application: App = import_string(settings.ASGI_APPLICATION)
+    return application
 
 
 def _load_urls() -> None:
@@ -109,9 +111,19 @@ class Listening:
     url: str
 
 
-def serve(ctx: Context, address: ListenAddress, **options: Any) -> None:
+class GatewayOptions(TypedDict):
+    """:class:`Gateway`'s keyword arguments, as :func:`serve` passes them on."""
+
+    reporter: Reporter
+    tls: NotRequired[TlsFiles | None]
+    announce: NotRequired[Callable[[Listening], None] | None]
+    index: NotRequired[bool]
+    stop_wait: NotRequired[float]
+
+
+def serve(ctx: Context, address: ListenAddress, **options: Unpack[GatewayOptions]) -> None:
     """Serve ``ctx`` on ``address`` until SIGINT/SIGTERM (``options``:
-    :class:`Gateway`'s ``reporter``, ``tls``, ``announce``, ``index``, ``stop_wait``).
+    :class:`Gateway`'s).
 
     Raises BIND_FAILED when the address cannot be bound (nothing has been
     indexed by then). ``announce`` runs once the socket listens, before the

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import base64
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 from jsonschema.exceptions import ValidationError
 
@@ -36,34 +34,14 @@ from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets, freshness, hints, indexer_process, links, schemas, summaries
 from mcp_gateway.context import Context
 from mcp_gateway.registry import Budget, Tool
+from mcp_gateway.registry import Call as Call  # the transports and handlers reach it through tools
+from mcp_gateway.registry import Cancelled as Cancelled  # as Call
 from mcp_gateway.registry import table as table  # callers reach the table through tools
 from mcp_gateway.transport import LATEST_VERSION
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 50
-
-
-class Cancelled(Exception):
-    """The client sent ``notifications/cancelled`` for this call."""
-
-
-def _noop(*_args: object, **_kwargs: object) -> None:
-    return None
-
-
-@dataclass
-class Call:
-    """One tool invocation: its context, and its ways back to the client."""
-
-    ctx: Context
-    progress: Callable[[float, float | None, str | None], None] = _noop
-    log: Callable[[str, str], None] = _noop
-    cancel: threading.Event = field(default_factory=threading.Event)
-
-    def check(self) -> None:
-        if self.cancel.is_set():
-            raise Cancelled()
 
 
 # -- tools/list ---------------------------------------------------------------

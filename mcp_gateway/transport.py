@@ -17,13 +17,12 @@ import json
 import re
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from django.http.response import ResponseHeaders
 
 from kernel import errors
-from kernel.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject, JsonValue
 
 LATEST_VERSION = "2025-11-25"
 # Every version we speak; the header may carry any of them (the v0.1.16
@@ -246,7 +245,7 @@ class Message:
     kind: str  # "request" | "notification" | "response"
 
     @property
-    def id(self) -> Any:  # Any: a JSON-RPC id as the client sent it (string or number)
+    def id(self) -> JsonValue:  # as the client sent it (a string or a number)
         return self.raw.get("id")
 
     @property
@@ -264,12 +263,12 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def loads(raw: bytes | str) -> Any:  # Any: any JSON value
+def loads(raw: bytes | str) -> JsonValue:
     """``json.loads``, refusing (ValueError) a string or key that holds a lone
     surrogate: JSON's escape for bytes that are not UTF-8, which no tool,
     database or encoder downstream can take (a search for one was a 500).
     A pair (an escaped emoji) is one character once decoded, and passes."""
-    data = json.loads(raw)
+    data: JsonValue = json.loads(raw)
     encoded = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if _SURROGATE_ESCAPE.search(encoded) and _holds_surrogate(data):
         raise ValueError("a string holds a lone surrogate escape (not Unicode text)")

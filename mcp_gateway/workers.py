@@ -33,7 +33,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from asgiref.sync import sync_to_async
 
@@ -42,6 +42,7 @@ from kernel.config import Config
 from kernel.jsontypes import JsonObject
 
 _R = TypeVar("_R")
+_A = TypeVar("_A")  # the result of a future that finish waits alongside
 
 
 @dataclass(frozen=True)
@@ -144,17 +145,18 @@ def start(fn: Callable[..., _R], *args: object, bounds: Bounds, client: str) -> 
 
 
 async def finish(
-    work: asyncio.Future[Any],  # Any: the futures' results differ, and finish reads none of them
+    work: asyncio.Future[_R],
     bounds: Bounds,
     *,
-    alongside: Iterable[asyncio.Future[Any]] = (),
+    alongside: Iterable[asyncio.Future[_A]] = (),
     stop: threading.Event | None = None,
-) -> set[asyncio.Future[Any]]:
+) -> set[asyncio.Future[_R] | asyncio.Future[_A]]:
     """Wait for ``work``, or for any of ``alongside`` (a cancel), up to the
     deadline. Returns the futures done; past the deadline ``DEADLINE_EXCEEDED``
     (:class:`Overdue`) is raised, ``stop`` set, and ``work`` counted overdue until its thread returns."""
+    waiting: set[asyncio.Future[_R] | asyncio.Future[_A]] = {work, *alongside}
     done, _ = await asyncio.wait(
-        {work, *alongside}, timeout=bounds.deadline or None, return_when=asyncio.FIRST_COMPLETED
+        waiting, timeout=bounds.deadline or None, return_when=asyncio.FIRST_COMPLETED
     )
     if done:
         return done
@@ -165,7 +167,7 @@ async def finish(
     raise deadline_exceeded(bounds.deadline)
 
 
-def _no_longer_overdue(work: asyncio.Future[Any]) -> None:
+def _no_longer_overdue(work: asyncio.Future[_R]) -> None:
     Slots.overdue -= 1
     if not work.cancelled():
         work.exception()  # retrieved: its client was answered long ago

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from x402.extensions.bazaar import declare_mcp_discovery_extension
 from x402.extensions.bazaar.resource_service import DeclareMcpDiscoveryConfig
+
+from kernel.jsontypes import JsonObject
 
 
 @dataclass(frozen=True)
@@ -19,16 +20,16 @@ class ToolInfo:
     """What the catalog says about one tool (from the MCP tool registry)."""
 
     description: str
-    input_schema: dict[str, Any]
+    input_schema: JsonObject
 
 
 def discovery_extension(
     tool_name: str,
     info: ToolInfo | None,
     *,
-    example: dict[str, Any] | None = None,
+    example: JsonObject | None = None,
     description: str = "",
-) -> dict[str, Any]:
+) -> JsonObject:
     """``{"bazaar": {...}}`` for ``tool_name``, or ``{}`` when nothing is known about it."""
     if info is None:
         return {}
@@ -42,7 +43,7 @@ def discovery_extension(
     return declare_mcp_discovery_extension(config)
 
 
-def catalog_from(tools: Mapping[str, Any] | None) -> dict[str, ToolInfo]:
+def catalog_from(tools: Mapping[str, ToolInfo | JsonObject] | None) -> dict[str, ToolInfo]:
     """Accept ``{name: ToolInfo}`` or ``{name: {"description", "inputSchema"}}``."""
     out: dict[str, ToolInfo] = {}
     for name, value in (tools or {}).items():

@@ -12,7 +12,6 @@ the PaymentRequired as ``structuredContent`` and as JSON text.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from x402 import PaymentRequired, ResourceInfo
 from x402.http import PAYMENT_REQUIRED_HEADER, encode_payment_required_header
@@ -47,7 +46,7 @@ def payment_required(
     )
 
 
-def as_dict(required: PaymentRequired) -> dict[str, Any]:
+def as_dict(required: PaymentRequired) -> JsonObject:
     return required.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
@@ -55,12 +54,12 @@ def headers(required: PaymentRequired) -> dict[str, str]:
     return {PAYMENT_REQUIRED_HEADER: encode_payment_required_header(required), "Cache-Control": "no-store"}
 
 
-def jsonrpc_error(required: PaymentRequired, message: str = "Payment required") -> dict[str, Any]:
+def jsonrpc_error(required: PaymentRequired, message: str = "Payment required") -> JsonObject:
     data = {**as_dict(required), "code": errors.UNAUTHORIZED, "retryable": False}
     return {"code": JSONRPC_PAYMENT_REQUIRED, "message": message, "data": data}
 
 
-def inband_result(required: PaymentRequired) -> dict[str, Any]:
+def inband_result(required: PaymentRequired) -> JsonObject:
     body = as_dict(required)
     return {
         "content": [{"type": "text", "text": json.dumps(body)}],
@@ -69,7 +68,7 @@ def inband_result(required: PaymentRequired) -> dict[str, Any]:
     }
 
 
-def encode_receipt(receipt: dict[str, Any]) -> str:
+def encode_receipt(receipt: JsonObject) -> str:
     """``PAYMENT-RESPONSE`` for a stored or failed SettleResponse dict."""
     from x402 import SettleResponse
     from x402.http import encode_payment_response_header

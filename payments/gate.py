@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 from django.db import transaction
 from x402 import PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse
@@ -96,7 +96,7 @@ def _match_problem(price: Price, accepted: PaymentRequirements) -> str | None:
     return None
 
 
-def _decode(header: str | None, meta_payment: Any) -> PaymentPayload:
+def _decode(header: str | None, meta_payment: object) -> PaymentPayload:
     """The payment payload from the header (preferred) or the in-band ``_meta`` object."""
     if header:
         payload = decode_payment_signature_header(header.strip())
@@ -119,7 +119,7 @@ class Gate:
         *,
         emit: Callable[[JsonObject], None] | None = None,
         facilitator: Facilitator | None = None,
-        tools: Mapping[str, Any] | None = None,
+        tools: Mapping[str, ToolInfo | JsonObject] | None = None,
         bazaar_examples: Mapping[str, JsonObject] | None = None,
         bazaar_description: str = "",
     ) -> None:
@@ -311,7 +311,8 @@ class Gate:
             self._record_after_run(_with(step.entry, Status.FAILED, error_reason=mismatch))
             return self._rejected(attempt.tool, step.variant, mismatch, route=step.route)
         self._record_after_run(_with(step.entry, Status.SETTLING))
-        result = Outcome.from_dict(attempt.outcome).result
+        held = attempt.outcome
+        result = Outcome.from_dict(held).result if held is not None else None
         assert result is not None, "a payment in RAN or SETTLING holds its tool's result"
         return self._settle(step, result)
 
@@ -420,7 +421,7 @@ class Gate:
 class _Step:
     """One paid request in progress: its replay row, audit entry, price and payment."""
 
-    attempt: Any
+    attempt: PaymentAttempt
     entry: Entry
     price: Price
     payload: PaymentPayload
@@ -517,7 +518,7 @@ def from_config(
     state_dir: Path,
     *,
     emit: Callable[[JsonObject], None] | None = None,
-    tools: Mapping[str, Any] | None = None,
+    tools: Mapping[str, ToolInfo | JsonObject] | None = None,
     facilitator: Facilitator | None = None,
 ) -> Gate | None:
     """The gate for ``config``; ``None`` when payments are off (or ``on`` but incomplete).

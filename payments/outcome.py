@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from kernel import errors
+from kernel.jsontypes import JsonObject
 
 #: JSON-RPC code for "the payment could not be processed now, retry" (facilitator outage).
 
@@ -42,8 +42,8 @@ class Outcome:
     http_status: int
     variant: str = "http"
     headers: dict[str, str] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    result: JsonObject | None = None
+    error: JsonObject | None = None
     reason: str = ""
     replay_of: str = ""
 
@@ -51,11 +51,11 @@ class Outcome:
     def retryable(self) -> bool:
         return bool(self.error and (self.error.get("data") or {}).get("retryable"))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+    def from_dict(cls, data: JsonObject) -> Outcome:
         return cls(**data)
 
     def as_replay(self) -> Outcome:
@@ -90,7 +90,7 @@ def in_progress(variant: str) -> Outcome:
     return Outcome("in_progress", 409 if variant == "http" else 200, variant, {}, error=error)
 
 
-def request_hash(tool_name: str, arguments: dict[str, Any] | None) -> str:
+def request_hash(tool_name: str, arguments: JsonObject | None) -> str:
     """sha256 of the tool name and its canonical arguments; the text itself is never kept."""
     canonical = json.dumps(
         {"tool": tool_name, "arguments": arguments or {}},

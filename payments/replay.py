@@ -52,12 +52,12 @@ import json
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from kernel.jsontypes import JsonObject
 from payments.models import PaymentAttempt
 
 #: how long a stored outcome (and with it the tool's result) is kept
@@ -87,7 +87,7 @@ def _purge_due() -> bool:
         return True
 
 
-def payment_key(payload: dict[str, Any]) -> str:
+def payment_key(payload: JsonObject) -> str:
     """sha256 of (signature, nonce); falls back to the whole canonical payload."""
     inner = payload.get("payload")
     inner = inner if isinstance(inner, dict) else {}
@@ -136,7 +136,7 @@ def take_over(attempt: PaymentAttempt, *, owner: str, tool: str, request_hash: s
     return bool(taken)
 
 
-def hold(attempt: PaymentAttempt, outcome: dict[str, Any], *, nonce: str, payer: str, amount: str) -> None:
+def hold(attempt: PaymentAttempt, outcome: JsonObject, *, nonce: str, payer: str, amount: str) -> None:
     """The tool ran and succeeded: store its outcome and the intent to settle
     (nonce, payer, amount; the request hash is already there), counting the
     settle request about to be sent, in one write, before asking to settle."""
@@ -192,7 +192,7 @@ def unfinished_owners() -> set[str]:
     return set(rows.values_list("owner", flat=True).distinct())
 
 
-def complete(attempt: PaymentAttempt, outcome: dict[str, Any]) -> None:
+def complete(attempt: PaymentAttempt, outcome: JsonObject) -> None:
     _save(attempt, State.DONE, outcome)
 
 
@@ -211,7 +211,7 @@ def purge_expired(now: datetime | None = None, *, key: str | None = None) -> int
     return rows.update(state=State.DONE, outcome=None, kept_until=None, updated_at=now)
 
 
-def _save(attempt: PaymentAttempt, state: str, outcome: dict[str, Any], *fields: str) -> None:
+def _save(attempt: PaymentAttempt, state: str, outcome: JsonObject, *fields: str) -> None:
     attempt.state = state
     attempt.outcome = outcome
     attempt.kept_until = _until()

@@ -15,7 +15,7 @@ from corpus.ingest.indexing import index_directory
 from corpus.models import Document, IndexJob
 from kernel.config import build_config
 from kernel.state import StateDir
-from mcp_gateway import context
+from mcp_gateway import context, current
 from mcp_gateway.models import McpSession
 from tests.factories import (
     ChunkFactory,
@@ -158,9 +158,9 @@ def served_root(tmp_path: Path):
     state.ensure()
     config = build_config({"embed": {"provider": "none"}}, {}, {})
     index_directory(root, state=state, config=config, mode="full")
-    context.install(context.build(root=root, state=state, config=config, auth_spec="none"))
+    current.install(context.build(root=root, state=state, config=config, auth_spec="none"))
     yield root
-    context.install(None)
+    current.install(None)
 
 
 def wait_for_admin_reindex() -> None:

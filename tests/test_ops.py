@@ -22,7 +22,7 @@ from corpus.providers.tts import speak
 from kernel import observe
 from kernel.config import build_config
 from kernel.state import INDEX_FORMAT_VERSION, StateDir
-from mcp_gateway import context
+from mcp_gateway import context, current
 from tests.factories import ChunkFactory, DocumentFactory
 from tests.fakes.elevenlabs import FakeElevenLabs
 from tests.fakes.media import make_png, make_wav
@@ -291,9 +291,9 @@ def installed(tmp_path, monkeypatch):
     state = StateDir(root / ".dir2mcp")
     state.ensure()
     config = build_config({"embed": {"provider": "none"}}, {}, {})
-    context.install(context.build(root=root, state=state, config=config, auth_spec="none"))
+    current.install(context.build(root=root, state=state, config=config, auth_spec="none"))
     yield
-    context.install(None)
+    current.install(None)
 
 
 def test_status_page_is_for_signed_in_staff_only(client, django_user_model):

@@ -33,7 +33,7 @@ from corpus.retrieval import Searcher
 from corpus.store import SPEC_SETTINGS
 from kernel import errors
 from kernel.config import build_config, load_config
-from mcp_gateway import context, tools
+from mcp_gateway import current, tools
 from mcp_gateway.context import AuthSetup, Context
 from tests.fakes.media import make_wav
 from tests.mcp_http import Server
@@ -383,13 +383,13 @@ def test_a_read_only_process_still_indexes_but_refuses_every_tool_write(
             Draft202012Validator(tool.output_schema).validate(result["structuredContent"])
         return result
 
-    context.install(ctx)
+    current.install(ctx)
     try:
         counters = index_directory(corpus_dir, state=state, config=config)  # the indexer writes
         annotated = run("dir2mcp.annotate", {"rel_path": "invoice.txt", "schema_json": SCHEMA})
         transcribed = run("dir2mcp.transcribe", {"rel_path": "talk.wav", "retranscribe": True})
     finally:
-        context.install(None)
+        current.install(None)
     allowed = run("dir2mcp.annotate", {"rel_path": "invoice.txt", "schema_json": SCHEMA})
 
     assert counters.indexed == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from django.conf import settings
 
@@ -14,7 +14,7 @@ from corpus.counters import Counters
 from corpus.events import Reporter
 from corpus.index.dense.embedding import check_models
 from corpus.ingest.distributed import Dispatch
-from corpus.ingest.pipeline import Indexer
+from corpus.ingest.pipeline import Indexer, IndexerOptions
 from corpus.providers.base import Embedder
 from corpus.tasks import ingest_paths
 from kernel.config import Config
@@ -25,7 +25,7 @@ def walking_indexer(
     root: Path,
     state: StateDir,
     config: Config,
-    **options: Any,  # Any: the Indexer's own options, passed on
+    **options: Unpack[IndexerOptions],
 ) -> Indexer:
     """The indexer for a walk of the whole tree: writing in this process, or
     handing the files to Celery workers when a broker is configured (docs/scaling.md)."""

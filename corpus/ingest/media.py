@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from corpus.ingest.extract import extract_pdf_text as _text_layer
 from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider, Page
@@ -28,8 +28,8 @@ OCR_MARKDOWN = "ocr_markdown"
 class MediaProviders:
     """The providers available to ingestion (``None`` when a key is missing)."""
 
-    ocr: Any = None
-    stt: Any = None
+    ocr: MistralOcr | None = None
+    stt: MistralStt | ElevenLabsStt | None = None
 
     def close(self) -> None:
         for provider in (self.ocr, self.stt):

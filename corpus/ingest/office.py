@@ -44,9 +44,9 @@ def _docx(data: bytes) -> Extracted:
     return Extracted(rep_type=RAW_TEXT, text=text, meta={"converted_from": "docx"})
 
 
+# Any: python-pptx's shape classes are told apart by their has_* flags,
+# which its types do not narrow to the class that has the attribute.
 def _shape_texts(shapes: Iterable[Any]) -> list[str]:
-    # Any: python-pptx's shape classes are told apart by their has_* flags,
-    # which its types do not narrow to the class that has the attribute.
     texts = []
     for shape in shapes:
         if getattr(shape, "has_text_frame", False) and shape.text_frame.text.strip():

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from corpus.counters import Counters
 from corpus.events import Reporter
@@ -116,6 +116,18 @@ class LocalWrite:
         indexer.batch.tombstone(indexer.known.unseen())
         indexer.embed_walked()
         return True
+
+
+class IndexerOptions(TypedDict, total=False):
+    """:class:`Indexer`'s keywords but its ``step``, as a caller that picks the step passes them on."""
+
+    reporter: Reporter | None
+    mode: str
+    stop: threading.Event | None
+    capabilities: Capabilities | None
+    embedder: Embedder | None
+    providers: MediaProviders | None
+    changes: Callable[[], set[str]] | None
 
 
 class Indexer:

@@ -16,7 +16,7 @@ from corpus import store_faults
 from corpus.events import Reporter
 from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.base import ChatModel, Embedder
-from corpus.providers.registry import make_chat
+from corpus.providers.registry import EmbedderChoice, make_chat
 from kernel import errors
 from kernel.config import Config, default_config_path, load_config
 from kernel.jsontypes import JsonObject
@@ -37,7 +37,7 @@ class Runtime:
     quiet: bool
     interactive: bool
     #: why :meth:`embedder` made what it made (corpus.providers.registry.EmbedderChoice)
-    embedder_choice: Any = None
+    embedder_choice: EmbedderChoice | None = None
 
     def secret(self, name: str) -> str | None:
         return resolve_secret(name, self.config, self.state, root=self.root).value

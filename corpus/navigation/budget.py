@@ -10,6 +10,7 @@ into one passage, so no line is read twice. Tokens are estimated by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import overload
 
 from corpus.citations import SpanRef, format_citation
 from corpus.models import Chunk
@@ -99,6 +100,10 @@ class Contents:
         return "\n".join(lines[passage.span.start - 1 : passage.span.end])
 
 
+@overload
+def cut_passage(passage: JsonObject, chars: int) -> JsonObject | None: ...
+@overload
+def cut_passage(passage: JsonObject, chars: None) -> int: ...
 def cut_passage(passage: JsonObject, chars: int | None) -> JsonObject | int | None:
     """A passage (as :meth:`Passage.as_dict` gives it) cut to at most
     ``chars`` characters of its text, after its last whole line for a line

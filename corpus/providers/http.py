@@ -23,15 +23,17 @@ falls back to lexical results (corpus/retrieval.py) within seconds instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
 import time
 import weakref
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import NotRequired, TypedDict, Unpack
 
 import httpx
 
@@ -101,8 +103,16 @@ def query_options(base: HttpOptions) -> HttpOptions:
 class ProviderError(errors.Dir2mcpError):
     """A provider call that failed for good; ``status`` is the HTTP status, if any."""
 
-    def __init__(self, code: str, message: str, *, status: int | None = None, **kw: Any) -> None:
-        super().__init__(code, message, **kw)
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        hint: str = "",
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(code, message, hint=hint, retryable=retryable)
         self.status = status
 
 
@@ -124,7 +134,7 @@ def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> fl
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
-def describe_error_body(body: Any) -> str:
+def describe_error_body(body: object) -> str:
     """The human part of an error body, in any of the shapes servers send:
     ``{"message": ...}``, ``{"detail": [...]}`` (FastAPI), ``{"error": {...}}``
     (OpenAI), or Mistral's 422 with the FastAPI detail nested in ``message``."""
@@ -147,6 +157,26 @@ def _outcome(response: httpx.Response) -> str:
 
 def _attempts(count: int) -> str:
     return f"{count} attempt" if count == 1 else f"{count} attempts"
+
+
+class Request(TypedDict, total=False):
+    """httpx's body arguments of one POST, as the retry loop sends them."""
+
+    json: JsonObject
+    data: JsonObject
+    files: dict[str, tuple[str, bytes, str]]
+    headers: dict[str, str]
+    timeout: httpx.Timeout
+
+
+class ClientOptions(TypedDict):
+    """:class:`ProviderClient`'s keywords, for a subclass that passes them on."""
+
+    api_key: str | None
+    prefix: str
+    label: str
+    auth_hint: NotRequired[str]
+    options: NotRequired[HttpOptions | None]
 
 
 class ProviderClient:
@@ -180,6 +210,8 @@ class ProviderClient:
         # Providers live as long as the process and callers rarely close
         # them; closing the pool on collection avoids leaking sockets.
         self._finalizer = weakref.finalize(self, self._http.close)
+        #: held around each call, retries included (a MediaClient's limiter)
+        self._slots: AbstractContextManager[object, None] = contextlib.nullcontext()
 
     def close(self) -> None:
         self._finalizer()
@@ -191,9 +223,7 @@ class ProviderClient:
         call (e.g. :func:`query_options` on the search path)."""
         return self._decode(path, self._send(path, options, json=body))
 
-    def post_form(
-        self, path: str, data: dict[str, Any], files: dict[str, tuple[str, bytes, str]]
-    ) -> JsonObject:
+    def post_form(self, path: str, data: JsonObject, files: dict[str, tuple[str, bytes, str]]) -> JsonObject:
         """POST multipart/form-data; list values become repeated fields (as the SDKs send them)."""
         return self._decode(path, self._send(path, None, data=data, files=files))
 
@@ -208,20 +238,28 @@ class ProviderClient:
         return response.content, response.headers.get("Content-Type", "application/octet-stream")
 
     def _send(
-        self, path: str, options: HttpOptions | None, *, operation: str | None = None, **request: Any
+        self,
+        path: str,
+        options: HttpOptions | None,
+        *,
+        operation: str | None = None,
+        **request: Unpack[Request],
     ) -> httpx.Response:
         """The one retry loop: ``request`` holds httpx's body arguments (json, data, files, headers)."""
         opts = options or self.options
         if options is not None:
             request["timeout"] = httpx.Timeout(opts.read_timeout, connect=opts.connect_timeout)
-        for attempt in range(1, max(1, opts.max_attempts) + 1):
-            response = self._attempt(path, operation or path, attempt, opts, request)
-            if response is not None:
-                return response
+        # The slot is held across the retries' waits too: a retry does not
+        # jump the queue of calls already waiting for one.
+        with self._slots:
+            for attempt in range(1, max(1, opts.max_attempts) + 1):
+                response = self._attempt(path, operation or path, attempt, opts, request)
+                if response is not None:
+                    return response
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _attempt(
-        self, path: str, operation: str, attempt: int, opts: HttpOptions, request: dict[str, Any]
+        self, path: str, operation: str, attempt: int, opts: HttpOptions, request: Request
     ) -> httpx.Response | None:
         """One try: a successful response, ``None`` once the wait before the next
         try is over, or a raised :class:`ProviderError` when there is none."""

@@ -448,9 +448,9 @@ class _OnnxBert:
             self._weights[name] = np.ascontiguousarray(array, dtype=dtype)
             return name
 
+        # Any: make_node takes a node's ONNX attributes (ints, lists) and its own
+        # keywords (domain) through one **kwargs, typed Any there
         def node(op: str, inputs: list[str], **attrs: Any) -> str:
-            # Any: make_node takes a node's ONNX attributes (ints, lists) and its own
-            # keywords (domain) through one **kwargs, typed Any there
             out = f"{op.lower()}{len(nodes)}"
             nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
             return out

@@ -15,11 +15,9 @@ clients they build.
 from __future__ import annotations
 
 import threading
-from typing import Any, TypedDict
+from typing import TypedDict, Unpack
 
-import httpx
-
-from corpus.providers.http import HttpOptions, ProviderClient
+from corpus.providers.http import ClientOptions, HttpOptions, ProviderClient
 from corpus.providers.mistral import AUTH_HINT as MISTRAL_HINT
 from kernel.config import Config, OcrConfig, SttConfig
 
@@ -84,7 +82,7 @@ class MediaClient(ProviderClient):
         auth_header: str = "Authorization",
         concurrency: int = 4,
         limit_key: str | None = None,
-        **client: Any,
+        **client: Unpack[ClientOptions],
     ) -> None:
         super().__init__(base_url, **client)
         api_key = client.get("api_key")
@@ -92,12 +90,6 @@ class MediaClient(ProviderClient):
             self._http.headers.pop("Authorization", None)
             self._http.headers[auth_header] = api_key
         self._slots = shared_limiter(limit_key, concurrency) if limit_key else Limiter(concurrency)
-
-    def _send(self, path: str, options: HttpOptions | None, **kwargs: Any) -> httpx.Response:
-        # The slot is held across the retries' waits too: a retry does not
-        # jump the queue of calls already waiting for one.
-        with self._slots:
-            return super()._send(path, options, **kwargs)
 
 
 class Limits(TypedDict):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -37,7 +36,7 @@ def embedding_rows(body: JsonObject, count: int, client: ProviderClient) -> np.n
     if not isinstance(data, list) or len(data) != count:
         got = len(data) if isinstance(data, list) else "no"
         raise client.fail(f"{client.label} returned {got} embeddings for {count} inputs")
-    rows: list[Any] = [None] * count
+    rows: list[object] = [None] * count
     for position, item in enumerate(data):
         item = item if isinstance(item, dict) else {}
         index = item.get("index", position)
@@ -93,23 +92,31 @@ def _require_model(section: OpenAICompatibleConfig, setting: str) -> str:
     return model
 
 
-def _client(
-    section: OpenAICompatibleConfig, api_key: str | None, options: HttpOptions | None
-) -> ProviderClient:
-    return ProviderClient(
-        section.base_url,
-        api_key=api_key,
-        prefix="PROVIDER",
-        label="openai-compatible server",
-        auth_hint=f"Check the key in ${section.api_key_env} for {section.base_url}.",
-        options=options,
-    )
-
-
-class OpenAICompatibleEmbedder(Embedder):
-    """One model for both kinds; its dimension is learned from the server."""
+class _ServedModel:
+    """What both models of an OpenAI-compatible server hold: the model that
+    ``setting`` names (required) and one client of the server."""
 
     provider = "openai_compatible"
+
+    def __init__(
+        self, section: OpenAICompatibleConfig, setting: str, api_key: str | None, options: HttpOptions | None
+    ) -> None:
+        self.model = _require_model(section, setting)
+        self._client = ProviderClient(
+            section.base_url,
+            api_key=api_key,
+            prefix="PROVIDER",
+            label="openai-compatible server",
+            auth_hint=f"Check the key in ${section.api_key_env} for {section.base_url}.",
+            options=options,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class OpenAICompatibleEmbedder(_ServedModel, Embedder):
+    """One model for both kinds; its dimension is learned from the server."""
 
     def __init__(
         self,
@@ -120,10 +127,9 @@ class OpenAICompatibleEmbedder(Embedder):
         options: HttpOptions | None = None,
         setting: str = "embed.openai_compatible",
     ) -> None:
-        self.model = _require_model(section, setting)
+        super().__init__(section, setting, api_key, options)
         self.max_batch = batch_size
         self._dim = 0
-        self._client = _client(section, api_key, options)
 
     def model_info(self, kind: str) -> ModelInfo:
         check_kind(kind)
@@ -145,9 +151,6 @@ class OpenAICompatibleEmbedder(Embedder):
         vector: np.ndarray = rows[0]
         return vector
 
-    def close(self) -> None:
-        self._client.close()
-
     def _embed_batch(self, texts: list[str], options: HttpOptions | None = None) -> np.ndarray:
         body = self._client.post_json("/embeddings", {"model": self.model, "input": texts}, options=options)
         rows = embedding_rows(body, len(texts), self._client)
@@ -160,9 +163,7 @@ class OpenAICompatibleEmbedder(Embedder):
         return rows
 
 
-class OpenAICompatibleChat(ChatModel):
-    provider = "openai_compatible"
-
+class OpenAICompatibleChat(_ServedModel, ChatModel):
     def __init__(
         self,
         section: OpenAICompatibleConfig,
@@ -171,12 +172,8 @@ class OpenAICompatibleChat(ChatModel):
         options: HttpOptions | None = None,
         setting: str = "chat.openai_compatible",
     ) -> None:
-        self.model = _require_model(section, setting)
-        self._client = _client(section, api_key, options or HttpOptions(read_timeout=120.0))
+        super().__init__(section, setting, api_key, options or HttpOptions(read_timeout=120.0))
 
     def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int, temperature: float) -> str:
         body = chat_request(self.model, messages, max_tokens=max_tokens, temperature=temperature)
         return chat_reply(self._client.post_json("/chat/completions", body), self._client)
-
-    def close(self) -> None:
-        self._client.close()

@@ -88,7 +88,7 @@ class ThrottledModelBackend(ModelBackend):
 class ThrottledLoginForm(AdminAuthenticationForm):
     """The admin's login form, saying when a sign-in was refused unchecked."""
 
-    def clean(self) -> dict[str, Any]:
+    def clean(self) -> dict[str, Any]:  # Any: Form.clean's signature (cleaned values of every field type)
         try:
             return super().clean()
         except forms.ValidationError:

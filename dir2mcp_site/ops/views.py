@@ -15,7 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from dir2mcp_site.ops import health, metrics, snapshot
-from mcp_gateway import context
+from mcp_gateway import current
 
 #: How often the stream re-reads the database, and how long one stream lasts
 #: before the browser's EventSource reconnects (it does so by itself).
@@ -35,7 +35,7 @@ def status_page(request: HttpRequest) -> HttpResponse:
         {
             "title": "dir2mcp status",
             "snapshot": data,
-            "providers": snapshot.providers(context.get()),
+            "providers": snapshot.providers(current.get()),
         },
     )
 

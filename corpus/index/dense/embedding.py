@@ -40,8 +40,8 @@ logger = logging.getLogger(__name__)
 SAVE_EVERY_SECONDS = 5.0
 LAST_ERROR_KEY = "embed_last_error"
 SIGNATURE_KEY = "embed_code_signature_weight"
-#: A chunk to embed: (chunk_id, context, text), as slices.texts gives it
-#: (Any: its rows are values_list tuples of several columns, typed tuple[Any, ...] there).
+#: A chunk to embed: (chunk_id, context, text), as slices.texts gives it.
+# Any: its rows are values_list tuples of several columns, typed tuple[Any, ...] by django-stubs.
 TextRow = tuple[Any, ...]
 #: One stored batch: (kind, chunk ids, their vectors, chunks stored, the version they committed under).
 Batch = tuple[str, np.ndarray, np.ndarray, int, str]

@@ -129,7 +129,7 @@ _SECRET_NAME = re.compile(r"(?i)key|token|secret|passw|credential|auth")
 _KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>'[^']*'|\"[^\"]*\"|[^\s#'\"\-][^:]*?):(?= |$)")
 
 
-def _shown(problem: ConfigProblem) -> Any:
+def _shown(problem: ConfigProblem) -> object:
     """The value as it may be printed: scalars, unless the key may hold a secret."""
     value = problem.value
     if _SECRET_NAME.search(problem.key) or isinstance(value, dict | list) or len(str(value)) > 200:
@@ -138,7 +138,7 @@ def _shown(problem: ConfigProblem) -> Any:
 
 
 def _problem_dict(problem: ConfigProblem) -> JsonObject:
-    out = {"key": problem.key, "problem": "unknown key" if problem.unknown else "bad value"}
+    out: JsonObject = {"key": problem.key, "problem": "unknown key" if problem.unknown else "bad value"}
     out |= {"source": problem.source, "value": _shown(problem)}
     return out if problem.unknown else out | {"detail": problem.detail}
 
