@@ -17,8 +17,10 @@ from corpus.store import SERVING_CHECK_BYTES
 from tests.test_cli import REPO, base_env
 from tests.test_damaged_state import indexed_tree, overwrite_pages
 
-#: Imported by indexing, extraction or embedding, never by serving `initialize`.
+#: Imported by indexing, extraction, embedding or a remote provider, never by
+#: serving `initialize`.
 NOT_BEFORE_SERVING = (
+    "httpx",
     "tree_sitter",
     "onnxruntime",
     "tokenizers",
