@@ -233,11 +233,10 @@ def _corrupt(state: StateDir, exc: Exception) -> errors.Dir2mcpError:
 QUICK_CHECK_SECONDS = 2.0
 #: The largest database a server checks before it serves (bytes): a
 #: damaged small index stops ``up`` before it listens; a larger one is
-#: checked once the server has answered (mcp_gateway/server.py). The
-#: budget above does not bound the check on SQLite 3.40, which calls the
-#: progress handler only between statements: a 470 MB index took its
-#: 0.26 CPU-s and 2 s under load whatever the budget (docs/benchmarks.md,
-#: "Time to initialize").
+#: checked once the server has answered (mcp_gateway/server.py). A smaller
+#: budget would not do: on SQLite 3.40 budgets of 0.05 and 0.2 s stopped
+#: the check on a 470 MB index no sooner than 2 s did (0.26 CPU-s each,
+#: under load; docs/benchmarks.md, "time to `initialize`").
 SERVING_CHECK_BYTES = 64 * 2**20
 
 
