@@ -109,6 +109,7 @@ def start_background_indexing(
     ready: threading.Event | None = None,
     lock_retry: float = LOCK_RETRY_SECONDS,
     stop_wait: float = 30.0,
+    settled: threading.Event | None = None,
 ) -> BackgroundIndexer:
     """Index ``ctx.root`` once (incrementally), then follow changes, until ``stop``;
     files a provider failed on for a passing reason (an outage, a timeout) are
@@ -125,11 +126,14 @@ def start_background_indexing(
     says so once and the server serves what is on disk, retrying the lock
     until it frees up or ``stop`` is set.
 
+    ``settled``: set once the server has answered; the dense refresher's
+    first pass waits for it.
+
     Returns something thread-like (``is_alive``, ``join``) that ends after ``stop``.
     """
     launch = getattr(ctx, "indexer_launch", None)
     if ctx.config.server.indexer == "process" and launch is not None:
-        refresher = DenseRefresher(ctx.state, stop).start()
+        refresher = DenseRefresher(ctx.state, stop, after=settled).start()
         supervisor = IndexerSupervisor(
             launch,
             notify.ChangeAnnouncer(reporter),  # changes become resource notifications

@@ -45,9 +45,9 @@ if TYPE_CHECKING:  # bounded.py and twisted (~130 ms): imported only when servin
 
 log = logging.getLogger(__name__)
 
-#: Work that need not precede the first answer (the URLconf, the rest of the
-#: integrity check) starts once a request is answered, or this long after
-#: the server listens if none is.
+#: Work that need not precede the first answer (the URLconf, a large
+#: index's integrity check, the dense refresher's first pass) starts once a
+#: request is answered, or this long after the server listens if none is.
 SETTLE_AFTER_SECONDS = 2.0
 #: How long shutdown waits for the indexer to reach a safe point.
 STOP_WAIT_SECONDS = 30.0
@@ -174,7 +174,7 @@ class Gateway:
         self._indexer: BackgroundIndexer | None = None
         self._server: Any = None  # Any: a daphne Server (daphne ships no types)
         self._fatal: errors.Dir2mcpError | None = None  # found while serving: stops it, ends `up`
-        self._settled = False  # see _settle
+        self.settled = threading.Event()  # see _settle
 
     # -- lifecycle --
 
@@ -229,18 +229,19 @@ class Gateway:
             self.announce(listening)
         if self.index and not self._stopping.is_set():
             self._indexer = start_background_indexing(
-                self.ctx, self.reporter, self.stop, stop_wait=self.stop_wait
+                self.ctx, self.reporter, self.stop, stop_wait=self.stop_wait, settled=self.settled
             )
         reactor.callLater(SETTLE_AFTER_SECONDS, self._settle)  # type: ignore[arg-type]  # twisted types IReactorTime.callLater as a zope interface method, without self
 
     def _settle(self) -> None:
-        """Start what serving does not wait for: loading the URLconf and
-        checking a large index. Called once the first request is
-        answered (:func:`_after_first_answer`), or ``SETTLE_AFTER_SECONDS``
-        after listening if none came, so neither competes with it."""
-        if self._settled:
+        """Start what serving does not wait for: loading the URLconf,
+        checking a large index, the dense refresher's first pass. Called
+        once the first request is answered (:func:`_after_first_answer`),
+        or ``SETTLE_AFTER_SECONDS`` after listening if none came, so none
+        of it competes with that request."""
+        if self.settled.is_set():
             return
-        self._settled = True
+        self.settled.set()
         if not self.ctx.store_checked:
             threading.Thread(target=self._finish_store_check, name="dir2mcp-check", daemon=True).start()
         threading.Thread(target=_load_urls, name="dir2mcp-urls", daemon=True).start()
