@@ -42,7 +42,7 @@ medians and as ratios to the reference's. The project is byte-compiled
 first: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every
 start compiles the project's modules again (about 0.4 CPU-s).
 
-    python bench/big_tree.py --initialize --tree /tmp/linux-subtree --state /tmp/subtree-state
+    python bench/big_tree.py --initialize --tree ~/src/linux-subtree --state ~/src/linux-subtree/.dir2mcp
 """
 
 from __future__ import annotations
