@@ -28,6 +28,21 @@ repository and runs ``up --json`` on it, recording:
   the lexical pass, and the ETA ``stats`` shows then.
 
     python bench/big_tree.py --work ~/.cache/dir2mcp-bench/big-tree --embed none
+
+``--initialize`` measures only the start: from launching ``up`` to its
+answer to a 2025-06-18 ``initialize`` (polled every 10 ms), the server
+process's CPU seconds (user + system, ``/proc``, its indexing child not
+included) and the wall time, with the load average, on (a) a small tree
+whose state exists, (b) the big tree with an existing index (``--state``,
+by default the one the full run leaves), (c) the big tree with a fresh
+state directory (migrations included), each ``--repeat`` times,
+interleaved with the reference: daphne serving a one-function ASGI app
+(``bench/hello_asgi.py``), started and asked the same way. Reported as
+medians and as ratios to the reference's. The project is byte-compiled
+first: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every
+start compiles the project's modules again (about 0.4 CPU-s).
+
+    python bench/big_tree.py --initialize --tree ~/src/linux-subtree --state ~/src/linux-subtree/.dir2mcp
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -49,7 +65,7 @@ import httpx
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from serving import Server, peak_rss_mib, percentile  # noqa: E402  (bench/serving.py's, not written again)
+from serving import Server, make_tree, peak_rss_mib, percentile  # noqa: E402  (bench/serving.py's)
 
 TARBALL = Path("/usr/src/linux-source-6.12.tar.xz")
 STATELESS = "2026-07-28"
@@ -72,6 +88,15 @@ QUERIES = [
 ]
 DEBIAN_PACKAGING = ("/*", "!/debian/")
 T0 = time.monotonic()
+
+
+def machine() -> str:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.processor(),
+    )  # fmt: skip
+    return f"{platform.machine()}, {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def say(message: str) -> None:
@@ -337,6 +362,128 @@ def sample(server: Server, peaks: dict[str, float]) -> None:
         peaks[label] = max(peaks.get(label, 0.0), peak_rss_mib(pid))
 
 
+# -- time to initialize ----------------------------------------------------------
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "b", "version": "1"},
+    },
+}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def time_to_answer(command: list[str], url_path: str, port: int, env: dict, cwd: Path) -> dict:
+    """Launch ``command`` (listening on ``port``), POST ``initialize`` every
+    10 ms until a 200, then stop it: wall seconds, the process's CPU seconds
+    at the answer, the load average at launch."""
+    load = os.getloadavg()[0]
+    began = time.monotonic()
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    try:
+        with httpx.Client(timeout=60) as client:
+            while True:
+                try:
+                    answer = client.post(
+                        f"http://127.0.0.1:{port}{url_path}", json=INITIALIZE, headers=headers
+                    )
+                    if answer.status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if proc.poll() is not None:
+                    raise SystemExit(f"{command[1:3]} exited before it answered")
+                time.sleep(0.01)
+        wall, cpu = time.monotonic() - began, cpu_seconds(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load": round(load, 1)}
+
+
+def up_command(tree: Path, state: Path, port: int) -> list[str]:
+    return [
+        sys.executable, str(BENCH.parent / "manage.py"), "up", "--dir", str(tree), "--state-dir", str(state),
+        "--json", "--auth", "none", "--listen", f"127.0.0.1:{port}",
+    ]  # fmt: skip
+
+
+def initialize_cases(tree: Path, work: Path, state: Path | None) -> dict[str, tuple[Path, Path, bool]]:
+    """name -> (tree, state directory, whether the state starts fresh each run)."""
+    small = work / "initialize-small"
+    if not small.exists():
+        make_tree(small / "tree", 50)
+    cases = {"a_small_tree": (small / "tree", small / "state", False)}
+    if state is not None and (state / "meta.sqlite").is_file():
+        cases["b_big_index"] = (tree, state, False)
+    else:
+        say(f"no index at {state}: case (b) skipped (run the full benchmark first, or pass --state)")
+    cases["c_big_tree_fresh_state"] = (tree, work / "initialize-fresh", True)
+    return cases
+
+
+def measure_initialize(tree: Path, work: Path, state: Path | None, repeat: int, embed: str) -> dict:
+    packages = [
+        str(BENCH.parent / name) for name in ("corpus", "mcp_gateway", "payments", "kernel", "dir2mcp_site")
+    ]
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", *packages], check=True, stdout=subprocess.DEVNULL
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL"))}
+    env["DIR2MCP_EMBED__PROVIDER"] = embed
+    cases = initialize_cases(tree, work, state)
+    for root, folder, fresh in cases.values():  # a first start migrates what exists; not counted
+        if not fresh:
+            port = free_port()
+            time_to_answer(up_command(root, folder, port), "/mcp", port, env, BENCH)
+    runs: dict[str, list[dict]] = {"reference": [], **{name: [] for name in cases}}
+    for i in range(repeat):
+        order = ["reference", *cases]
+        order = order[i % len(order) :] + order[: i % len(order)]
+        for name in order:
+            port = free_port()
+            if name == "reference":
+                daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+                command = [*daphne, "hello_asgi:application"]
+                runs[name].append(time_to_answer(command, "/", port, env, BENCH))
+                continue
+            root, folder, fresh = cases[name]
+            if fresh:
+                shutil.rmtree(folder, ignore_errors=True)
+            runs[name].append(time_to_answer(up_command(root, folder, port), "/mcp", port, env, BENCH))
+            say(f"{name}: {runs[name][-1]}")
+    return summarize_initialize(runs)
+
+
+def summarize_initialize(runs: dict[str, list[dict]]) -> dict:
+    def median(name: str, key: str) -> float:
+        return statistics.median(run[key] for run in runs[name])
+
+    ref_cpu, ref_wall = median("reference", "cpu_s"), median("reference", "wall_s")
+    found: dict = {}
+    for name, values in runs.items():
+        cpu, wall = median(name, "cpu_s"), median(name, "wall_s")
+        found[name] = {
+            "runs": len(values),
+            "cpu_s": round(cpu, 3),
+            "wall_s": round(wall, 2),
+            "cpu_ratio": round(cpu / ref_cpu, 2),
+            "wall_ratio": round(wall / ref_wall, 2),
+            "load": [min(r["load"] for r in values), max(r["load"] for r in values)],
+        }
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -346,7 +493,22 @@ def main() -> None:
     parser.add_argument("--embed", default="none", help="embed.provider: none (lexical only) or local.")
     parser.add_argument("--dense-window", type=float, default=300.0, help="Seconds of dense work measured.")
     parser.add_argument("--timeout", type=float, default=7200.0, help="Seconds before giving up.")
+    parser.add_argument("--initialize", action="store_true", help="Measure only the time to initialize.")
+    parser.add_argument("--tree", type=Path, help="With --initialize: this tree instead of the kernel.")
+    parser.add_argument("--state", type=Path, help="With --initialize: an existing index of the tree.")
+    parser.add_argument("--repeat", type=int, default=5, help="With --initialize: runs of each case.")
     args = parser.parse_args()
+    if args.initialize:
+        tree = args.tree or prepare(args.tarball, args.work)
+        state = args.state or args.work / f"state-{args.embed}"
+        load = os.getloadavg()
+        files = (
+            len(tracked(tree)) if (tree / ".git").exists() else sum(1 for p in tree.rglob("*") if p.is_file())
+        )
+        print(f"# {machine()}, load {load[0]:.1f}, tree {tree} ({files} files)", flush=True)
+        found = measure_initialize(tree, args.work, state, args.repeat, args.embed)
+        print(json.dumps({"initialize": found, "load_after": os.getloadavg()[0]}), flush=True)
+        return
     if not args.tarball.is_file():
         raise SystemExit(f"{args.tarball} is missing: apt-get install linux-source-6.12")
     tree = prepare(args.tarball, args.work)

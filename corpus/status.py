@@ -21,7 +21,6 @@ from django.db import DatabaseError, connection
 from django.db.models import Count
 
 from corpus.index.dense import embedding
-from corpus.ingest.prepare import capabilities_for
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob, JobItem, Representation, Setting, Worker
 from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import (
@@ -375,6 +374,10 @@ def models_summary(
         if chat is None and secret is not None:
             summary["chat"] = f"none ({no_chat_reason(config)})"
     if live and secret is not None:
+        # The extraction pipeline (tree-sitter and the parsers, ~0.1 CPU-s):
+        # not imported by a server before its first answer (docs/benchmarks.md).
+        from corpus.ingest.prepare import capabilities_for
+
         caps = capabilities_for(config, secret)
         if not caps.ocr:
             summary["ocr"] = f"none ({caps.ocr_missing})"

@@ -231,6 +231,13 @@ def _corrupt(state: StateDir, exc: Exception) -> errors.Dir2mcpError:
 #: past the budget it stops, and what it did not reach is checked as queries
 #: touch it (a damaged page is STORE_CORRUPT then, through store_faults).
 QUICK_CHECK_SECONDS = 2.0
+#: The largest database a server checks before it serves (bytes): a
+#: damaged small index stops ``up`` before it listens; a larger one is
+#: checked once the server has answered (mcp_gateway/server.py). A smaller
+#: budget would not do: on SQLite 3.40 budgets of 0.05 and 0.2 s stopped
+#: the check on a 470 MB index no sooner than 2 s did (0.26 CPU-s each,
+#: under load; docs/benchmarks.md, "time to `initialize`").
+SERVING_CHECK_BYTES = 64 * 2**20
 
 
 def check_integrity(state: StateDir, *, budget: float = QUICK_CHECK_SECONDS) -> bool:
@@ -324,7 +331,12 @@ def serving_copy(state: StateDir) -> StateDir:
 
 
 def open_store(
-    state: StateDir, *, allow_rebuild: bool = False, reporter: Reporter | None = None, reading: bool = False
+    state: StateDir,
+    *,
+    allow_rebuild: bool = False,
+    reporter: Reporter | None = None,
+    reading: bool = False,
+    check: bool = True,
 ) -> None:
     """Make the store usable, or explain why it is not.
 
@@ -339,6 +351,9 @@ def open_store(
     ``reading``: the caller only reads (``status``); on a state directory it
     may not write, the database is opened read-only (:func:`open_read_only`)
     instead of failing with STATE_NOT_WRITABLE.
+
+    ``check``: run the integrity check (:func:`check_integrity`); a caller
+    that passes False runs it later itself.
     """
     if reading and uses_state_sqlite(state) and state.meta_db.is_file() and not writable(state):
         open_read_only(state)
@@ -354,7 +369,8 @@ def open_store(
     if uses_state_sqlite(state):
         owner_only_database(state)
     try:
-        check_integrity(state)
+        if check:
+            check_integrity(state)
         migrate(state)
         found = get_setting("index_format_version")
     except errors.Dir2mcpError as exc:
@@ -380,6 +396,13 @@ def open_store(
         set_setting("protocol_version", PROTOCOL_VERSION)
     if get_setting("corpus_id") is None:
         set_setting("corpus_id", f"corpus_{os.urandom(6).hex()}")
+
+
+def small_enough_to_check(state: StateDir) -> bool:
+    """Whether a server checks this store before it serves (``SERVING_CHECK_BYTES``)."""
+    if not uses_state_sqlite(state) or not state.meta_db.is_file():
+        return True
+    return state.meta_db.stat().st_size <= SERVING_CHECK_BYTES
 
 
 def _move_aside(state: StateDir) -> str:

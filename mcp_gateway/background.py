@@ -14,10 +14,9 @@ from django.db import connections
 
 from corpus.events import Reporter
 from corpus.index.dense.embedding import check_models
-from corpus.ingest.watch import watch_directory
 from corpus.management.base import Runtime
 from corpus.providers.base import Embedder
-from corpus.store import open_store, serving_copy, uses_state_sqlite, writable
+from corpus.store import open_store, serving_copy, small_enough_to_check, uses_state_sqlite, writable
 from kernel import errors
 from kernel.config import Config
 from kernel.jsontypes import JsonObject
@@ -60,7 +59,12 @@ def serve_read_only_state(rt: Runtime) -> None:
 
 
 def serving_context(
-    rt: Runtime, prepare_state: Callable[[Runtime], None], *, auth_spec: str, **extra: Unpack[ContextOptions]
+    rt: Runtime,
+    prepare_state: Callable[[Runtime], None],
+    *,
+    auth_spec: str,
+    check_later: bool = False,
+    **extra: Unpack[ContextOptions],
 ) -> Context:
     """The preflight ``up`` and ``mcp_stdio`` share, then the installed context.
 
@@ -70,10 +74,14 @@ def serving_context(
     indexer shares it and its dense index). An embedder other than the one
     that built the index is not used: the recorded one is kept
     (corpus.index.dense.choice.choose_embedder) until a full reindex switches.
+    ``check_later``: a store too large to check at once
+    (corpus.store.small_enough_to_check) is left for the caller to check
+    once it serves; the context's ``store_checked`` says so.
     """
     check_keys(rt)
     embedder = rt.embedder()
-    open_store(rt.state, reporter=rt.reporter)
+    checked = not check_later or small_enough_to_check(rt.state)
+    open_store(rt.state, reporter=rt.reporter, check=checked)
     prepare_state(rt)
     ctx = context.build(
         root=rt.root,
@@ -83,6 +91,7 @@ def serving_context(
         models={"embedder": embedder},
         **extra,
     )
+    ctx.store_checked = checked
     ctx.indexer_launch = ChildLaunch(rt.root, rt.state, rt.config_path, nice=rt.config.server.indexer_nice)
     ctx.gate = current.payment_gate(
         ctx, emit=lambda e: rt.reporter.event(e["event"], e.get("data"), level=e.get("level", "info"))
@@ -101,6 +110,7 @@ def start_background_indexing(
     ready: threading.Event | None = None,
     lock_retry: float = LOCK_RETRY_SECONDS,
     stop_wait: float = 30.0,
+    settled: threading.Event | None = None,
 ) -> BackgroundIndexer:
     """Index ``ctx.root`` once (incrementally), then follow changes, until ``stop``;
     files a provider failed on for a passing reason (an outage, a timeout) are
@@ -117,11 +127,14 @@ def start_background_indexing(
     says so once and the server serves what is on disk, retrying the lock
     until it frees up or ``stop`` is set.
 
+    ``settled``: set once the server has answered; the dense refresher's
+    first pass waits for it.
+
     Returns something thread-like (``is_alive``, ``join``) that ends after ``stop``.
     """
     launch = getattr(ctx, "indexer_launch", None)
     if ctx.config.server.indexer == "process" and launch is not None:
-        refresher = DenseRefresher(ctx.state, stop).start()
+        refresher = DenseRefresher(ctx.state, stop, after=settled).start()
         supervisor = IndexerSupervisor(
             launch,
             notify.ChangeAnnouncer(reporter),  # changes become resource notifications
@@ -191,6 +204,10 @@ def index_until_stopped(
     """The indexer's life under a server (in its thread or its child
     process): index, then follow changes, until ``stop``; wait for the
     index lock while another process holds it; outlive any failure."""
+    # The indexer's whole pipeline (~0.2 CPU-s of imports): only where it
+    # runs, never in a server whose indexer is a child process.
+    from corpus.ingest.watch import watch_directory
+
     waiting = False
     try:
         while not stop.is_set():

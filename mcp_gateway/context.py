@@ -22,7 +22,6 @@ from django.conf import settings
 from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import EmbedderChoice, live_choice, make_chat
-from corpus.retrieval import Searcher
 from corpus.security import ExclusionEngine
 from corpus.status import recorded_embedder
 from kernel import errors
@@ -32,6 +31,7 @@ from kernel.secrets import from_token_file, resolve_secret
 from kernel.state import StateDir, ensure_token
 
 if TYPE_CHECKING:  # imported when a server sells calls (payment_gate): x402 is slow to import
+    from corpus.retrieval import Searcher
     from payments.gate import Gate
 
 AUTH_ENV = "DIR2MCP_AUTH"
@@ -137,6 +137,9 @@ class Context:
     indexer: RunningIndexer | None = None
     # Where this process's indexer runs: "process", "thread" or "none".
     indexer_mode: str = "none"
+    # False while the store's integrity check has pages left to read (it
+    # was cut short to serve sooner; ``up`` finishes it once serving).
+    store_checked: bool = True
     _models: dict[str, Embedder | ChatModel | None] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -178,6 +181,10 @@ class Context:
 
     @cached_property
     def searcher(self) -> Searcher:
+        # Retrieval brings numpy, hnswlib and the extractors (~0.1 CPU-s):
+        # imported by the first search, not before the server's first answer.
+        from corpus.retrieval import Searcher
+
         return Searcher(self.state, self.config, self.embedder)
 
     @cached_property

@@ -587,12 +587,25 @@ class DenseRefresher:
     stored since (``DenseStore.sync``). Passes run every ``every`` seconds
     (what other machines' workers store is seen that way) and at once when
     ``wake`` is called: the supervisor calls it on each progress report of
-    its child, which reports after storing."""
+    its child, which reports after storing.
 
-    def __init__(self, state: StateDir, stop: threading.Event, *, every: float = REFRESH_SECONDS) -> None:
+    ``after``: the first pass waits for it (``up`` sets it once it has
+    answered a first request): the first pass loads each ``.hnsw`` file and
+    lists the embedded chunks, which on a large index would compete with
+    the server's first answer. A search before then syncs for itself."""
+
+    def __init__(
+        self,
+        state: StateDir,
+        stop: threading.Event,
+        *,
+        every: float = REFRESH_SECONDS,
+        after: threading.Event | None = None,
+    ) -> None:
         self.state = state
         self.stop = stop
         self.every = every
+        self.after = after
         self.passes = 0
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dir2mcp-dense-refresh", daemon=True)
@@ -610,6 +623,9 @@ class DenseRefresher:
         self._wake.set()
 
     def _loop(self) -> None:
+        while self.after is not None and not self.after.wait(self.every):
+            if self.stop.is_set():
+                return
         store = dense_store(self.state)
         store.refresher = self
         try:

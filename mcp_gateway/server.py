@@ -26,11 +26,14 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
+from django.db import connection
+
 from corpus import patterns
 from corpus.events import Reporter
+from corpus.store import check_integrity
 from kernel import errors
 from mcp_gateway import workers
-from mcp_gateway.asgi_io import App
+from mcp_gateway.asgi_io import App, Receive, Scope, Send
 from mcp_gateway.background import BackgroundIndexer, start_background_indexing
 from mcp_gateway.context import Context
 from mcp_gateway.listen import ListenAddress, TlsFiles, bracket, endpoint_description, endpoint_url
@@ -42,6 +45,10 @@ if TYPE_CHECKING:  # bounded.py and twisted (~130 ms): imported only when servin
 
 log = logging.getLogger(__name__)
 
+#: Work that need not precede the first answer (the URLconf, a large
+#: index's integrity check, the dense refresher's first pass) starts once a
+#: request is answered, or this long after the server listens if none is.
+SETTLE_AFTER_SECONDS = 2.0
 #: How long shutdown waits for the indexer to reach a safe point.
 STOP_WAIT_SECONDS = 30.0
 #: How long a stopped server may take to exit before it exits hard: a call
@@ -71,6 +78,23 @@ def _load_urls() -> None:
         get_resolver().url_patterns  # noqa: B018  (the property imports every route)
     except Exception:  # a broken route shows on its own request, with its error
         log.exception("loading the URLconf failed")
+
+
+def _after_first_answer(app: App, then: Callable[[], None]) -> App:
+    """``app``, calling ``then`` when its first HTTP request is answered
+    (on the event loop's thread; ``then`` may be called again by others)."""
+    answered = False
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal answered
+        try:
+            await app(scope, receive, send)
+        finally:
+            if not answered and scope["type"] == "http":
+                answered = True
+                then()
+
+    return wrapped
 
 
 def allow_hosts(address: ListenAddress, *, public: bool) -> None:
@@ -160,6 +184,8 @@ class Gateway:
         self._force = threading.Event()  # a second signal: stop waiting
         self._indexer: BackgroundIndexer | None = None
         self._server: Any = None  # Any: a daphne Server (daphne ships no types)
+        self._fatal: errors.Dir2mcpError | None = None  # found while serving: stops it, ends `up`
+        self.settled = threading.Event()  # see _settle
 
     # -- lifecycle --
 
@@ -178,7 +204,7 @@ class Gateway:
     def _serve(self) -> None:
         server_class = _server_class()
         self._server = server = server_class(
-            application=asgi_application(),
+            application=_after_first_answer(asgi_application(), self._settle),
             endpoints=[endpoint_description(self.address, self.tls)],
             signal_handlers=False,
             ready_callable=self._ready,
@@ -193,6 +219,8 @@ class Gateway:
                     errors.TLS_CONFIG_INVALID, f"cannot start TLS with {self.tls.cert}: {exc}"
                 ) from None
             raise
+        if self._fatal is not None:
+            raise self._fatal
         if server.listen_failure is not None:
             raise errors.Dir2mcpError(
                 errors.BIND_FAILED,
@@ -212,9 +240,40 @@ class Gateway:
             self.announce(listening)
         if self.index and not self._stopping.is_set():
             self._indexer = start_background_indexing(
-                self.ctx, self.reporter, self.stop, stop_wait=self.stop_wait
+                self.ctx, self.reporter, self.stop, stop_wait=self.stop_wait, settled=self.settled
             )
+        reactor.callLater(SETTLE_AFTER_SECONDS, self._settle)  # type: ignore[arg-type]  # twisted types IReactorTime.callLater as a zope interface method, without self
+
+    def _settle(self) -> None:
+        """Start what serving does not wait for: loading the URLconf,
+        checking a large index, the dense refresher's first pass. Called
+        once the first request is answered (:func:`_after_first_answer`),
+        or ``SETTLE_AFTER_SECONDS`` after listening if none came, so none
+        of it competes with that request."""
+        if self.settled.is_set():
+            return
+        self.settled.set()
+        if not self.ctx.store_checked:
+            threading.Thread(target=self._finish_store_check, name="dir2mcp-check", daemon=True).start()
         threading.Thread(target=_load_urls, name="dir2mcp-urls", daemon=True).start()
+
+    def _finish_store_check(self) -> None:
+        """The integrity check ``up`` left for later on a large index:
+        damage stops the server with STORE_CORRUPT (exit 5), as it stops
+        ``up`` before it listens on a small one. Meanwhile queries that meet
+        damage answer STORE_CORRUPT (corpus/store_faults.py)."""
+        try:
+            check_integrity(self.ctx.state)
+        except errors.Dir2mcpError as exc:
+            self._fatal = exc
+            self.stop.set()
+            from twisted.internet import reactor  # the one daphne installed (see _server_class)
+
+            reactor.callFromThread(self._stop_reactor)
+        except Exception:  # an unreadable file, a closed database: queries report their own
+            log.exception("checking the index database failed")
+        finally:
+            connection.close()
 
     # -- stopping --
 

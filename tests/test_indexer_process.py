@@ -443,3 +443,29 @@ def test_the_refresher_takes_new_vectors_when_woken_not_only_on_its_tick(tmp_pat
         refresher.wake()
         refresher.join(10)
     assert not refresher._thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_refresher_takes_no_pass_before_the_server_has_answered(tmp_path, state):
+    """`up` hands its refresher an event set once a first request is
+    answered: loading each .hnsw file and listing the embedded chunks waits
+    for it, however often the refresher is woken meanwhile."""
+    root = tmp_path / "root"
+    root.mkdir()
+    small_modules(root, 2)
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    index_directory(root, state=state, config=config, embedder=None)
+    stop, settled = threading.Event(), threading.Event()
+    refresher = DenseRefresher(state, stop, every=0.02, after=settled).start()
+    try:
+        for _ in range(10):
+            refresher.wake()
+            stop.wait(0.02)
+        assert refresher.passes == 0
+
+        settled.set()
+        wait_until(lambda: refresher.passes >= 1, timeout=30, message="the first pass once settled")
+    finally:
+        stop.set()
+        refresher.join(10)
+    assert not refresher._thread.is_alive()

@@ -19,17 +19,18 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from corpus.providers.base import ChatModel, Embedder, ModelInfo
-from corpus.providers.http import HttpOptions
-from corpus.providers.mistral import DOCUMENTED_DIMS, MISSING_KEY_HINT, MistralChat, MistralEmbedder
-from corpus.providers.openai_compatible import OpenAICompatibleChat, OpenAICompatibleEmbedder
 from corpus.providers.precision import PRECISIONS, resolve_precision
 from kernel import errors
 from kernel.config import Config, OpenAICompatibleConfig
 from kernel.jsontypes import JsonObject
+
+if TYPE_CHECKING:
+    from corpus.providers.http import HttpOptions
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ def make_embedder(
     if provider == "none":
         return None
     if provider == "openai_compatible":
+        # remote providers import httpx (~0.1 CPU-s): only when one is made
+        from corpus.providers.openai_compatible import OpenAICompatibleEmbedder
+
         section = config.embed.openai_compatible
         return OpenAICompatibleEmbedder(
             section, api_key=_env_key(section), batch_size=config.embed.batch_size, options=options
@@ -53,6 +57,9 @@ def make_embedder(
         return _local_embedder(config)
     key = secrets_lookup("mistral_api_key")
     if provider == "mistral" or key:
+        # remote providers import httpx (~0.1 CPU-s): only when one is made
+        from corpus.providers.mistral import MistralEmbedder
+
         return MistralEmbedder(config, api_key=_require_mistral_key(key), options=options)
     try:
         return _local_embedder(config)
@@ -70,16 +77,25 @@ def make_chat(
     if provider == "none":
         return None
     if provider == "openai_compatible":
+        # remote providers import httpx (~0.1 CPU-s): only when one is made
+        from corpus.providers.openai_compatible import OpenAICompatibleChat
+
         section = config.chat.openai_compatible
         return OpenAICompatibleChat(section, api_key=_env_key(section), options=options)
     key = secrets_lookup("mistral_api_key")
     if provider == "auto" and not key:
         return None
+    # remote providers import httpx (~0.1 CPU-s): only when one is made
+    from corpus.providers.mistral import MistralChat
+
     return MistralChat(config, api_key=_require_mistral_key(key), options=options)
 
 
 def _require_mistral_key(key: str | None) -> str:
     if not key:
+        # remote providers import httpx (~0.1 CPU-s): only when one is made
+        from corpus.providers.mistral import MISSING_KEY_HINT
+
         raise errors.Dir2mcpError(errors.CONFIG_INVALID, "Missing MISTRAL_API_KEY", hint=MISSING_KEY_HINT)
     return key
 
@@ -200,6 +216,9 @@ def configured_models(config: Config, *, secrets_lookup: SecretsLookup) -> Embed
     if provider == "openai_compatible":
         model = config.embed.openai_compatible.model
         return EmbedderModels("openai_compatible", model, model)
+    # remote providers import httpx (~0.1 CPU-s): only when one is made
+    from corpus.providers.mistral import DOCUMENTED_DIMS
+
     text, code = config.mistral.embed_text_model, config.mistral.embed_code_model
     return EmbedderModels("mistral", text, code, DOCUMENTED_DIMS.get(text, 0), DOCUMENTED_DIMS.get(code, 0))
 
@@ -418,8 +437,14 @@ def _recorded_embedder(
         models = {"embed_text_model": recorded.text_model, "embed_code_model": recorded.code_model}
         same_models = config.model_copy(update={"mistral": config.mistral.model_copy(update=models)})
         key = _require_mistral_key(secrets_lookup("mistral_api_key"))
+        # remote providers import httpx (~0.1 CPU-s): only when one is made
+        from corpus.providers.mistral import MistralEmbedder
+
         return MistralEmbedder(same_models, api_key=key, options=options)
     if recorded.provider == "openai_compatible":
+        # remote providers import httpx (~0.1 CPU-s): only when one is made
+        from corpus.providers.openai_compatible import OpenAICompatibleEmbedder
+
         section = config.embed.openai_compatible
         return OpenAICompatibleEmbedder(
             section.model_copy(update={"model": recorded.text_model}),

@@ -72,6 +72,7 @@ class Command(Dir2mcpCommand):
             rt,
             self.prepare_state,
             auth_spec=spec,
+            check_later=True,  # a large index once serving (mcp_gateway/server.py)
             read_only=bool(options["read_only"]),
             public=cfg.server.public,
             mcp_path=normalize_path(cfg.server.mcp_path),
