@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pty
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -464,3 +465,44 @@ def test_every_command_that_loads_without_the_collector_turns_it_back_on():
         in_corpus = (REPO / "corpus" / "management" / "commands" / f"{name}.py").exists()
         app = "corpus" if in_corpus else "mcp_gateway"
         assert isinstance(load_command_class(app, name), Dir2mcpCommand), name
+
+
+def test_ctrl_c_on_reindex_is_a_line_and_code_130_and_the_next_run_goes_on(corpus_dir):
+    for i in range(3000):
+        (corpus_dir / f"file_{i:04d}.md").write_text(f"# Note {i}\n\n" + "Words about things. " * 50)
+    indexer = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
+        env=base_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    db = corpus_dir / ".dir2mcp" / "meta.sqlite"
+
+    def some_indexed() -> bool:
+        if indexer.poll() is not None:
+            return True
+        if not db.exists():
+            return False
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+                return conn.execute("SELECT count(*) FROM documents").fetchone()[0] > 0
+        except sqlite3.OperationalError:  # the tables are not made yet
+            return False
+
+    wait_until(some_indexed, timeout=120, interval=0.05, message="the first documents to be stored")
+    assert indexer.poll() is None, "reindex finished before it could be interrupted"
+    indexer.send_signal(signal.SIGINT)
+    _, stderr = indexer.communicate(timeout=60)
+
+    assert indexer.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "Interrupted." in stderr
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] < 3000
+
+    resumed = cli("reindex", "--dir", str(corpus_dir), "--incremental", timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    final = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)
+    assert final["documents"] == 3000 and final["indexing"]["running"] is False

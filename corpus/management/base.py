@@ -129,6 +129,12 @@ class Dir2mcpCommand(BaseCommand):
         gc.enable()
         try:
             return super().execute(*args, **options)
+        except KeyboardInterrupt:
+            # Ctrl-C: a line and the shell's code for SIGINT, not a traceback.
+            # Each batch is one transaction, so what was committed stays whole
+            # and the next run (``reindex --incremental``, ``up``) goes on from it.
+            self.stderr.write("Interrupted.")
+            raise SystemExit(130) from None
         except Exception as exc:
             # A coded error, or a store fault (a damaged database, a full
             # disk) found under whatever the failing call raised.
