@@ -17,7 +17,7 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "10.0.0"
+SCHEMA_VERSION = "10.1.0"
 
 SPAN: JsonObject = {
     "type": "object",

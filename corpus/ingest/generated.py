@@ -6,7 +6,13 @@ units (the kernel's ``drivers/gpu/drm/amd/include/*_enum.h``, 0.8–0.9 MB
 each, gave about 2,900), each a chunk row, a span, a lexical row and an
 embedding that a question rarely wants on its own. Such a file is cut into
 line windows instead, like a file with no grammar (every line still in a window the
-lexical index reads); its symbols are indexed as before, from the same parse.
+lexical index reads), and keeps no names in the symbol index: it is not
+parsed, and its definitions and uses are not stored (the kernel's register
+headers alone held 4.1 M ``#define`` names, more rows than the rest of the
+tree). ``dir2mcp.symbols`` still finds a ``#define`` or enumerator of one
+when a name has no exact definition elsewhere, through the full-text index
+(corpus/navigation/names.py); ``dir2mcp.references`` lists only the uses in
+hand-written code, which are what a reader of a register's name wants.
 
 The rule, for a code file of at least :data:`MIN_LINES` lines:
 

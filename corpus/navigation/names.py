@@ -5,7 +5,11 @@
 Definitions come in tiers: the name as spelled, then the same name in
 another case, then names it begins, then names it is part of; within a tier,
 definitions before declarations and impl blocks, top-level ones before
-members, then by path and line. Uses come in index order, one file's lines
+members, then by path and line. A generated file keeps no names in the
+symbol index (corpus/ingest/generated.py), so a name the index does not
+hold as spelled is also looked for there: the full-text index finds the
+generated files that hold it, and a scan of those files finds its
+``#define`` or enumerator (``match: "generated"``). Uses come in index order, one file's lines
 together, paged by a cursor. Each hit's line text (its signature or snippet)
 is read from the document's indexed text, as search snippets are.
 """
@@ -15,12 +19,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from typing import TypeGuard
 
+from corpus import slices
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
-from corpus.models import Reference, Representation, RepType, Symbol
+from corpus.index import lexical
+from corpus.index.tables import marks
+from corpus.models import Chunk, Reference, Representation, RepType, Symbol
 from corpus.navigation import symbols
 from kernel import errors
 from kernel.jsontypes import JsonObject
@@ -55,7 +63,11 @@ TIER_ROWS = 2000
 LINE_CHARS = 200
 #: the longest cursor accepted (those given out are about 50 characters)
 MAX_CURSOR = 256
-_TIERS = ("exact", "case_insensitive", "prefix", "substring")
+#: the most generated files scanned for a name the symbol index lacks
+GENERATED_FILES = 40
+#: the kinds a generated file's scan finds
+_GENERATED_KINDS = ("macro", "constant")
+_TIERS = ("exact", "case_insensitive", "prefix", "substring")  # and "generated"
 # Sorted after the definitions of a name: what declares or extends it elsewhere.
 _LATER_KINDS = frozenset({"declaration", "impl"})
 
@@ -133,11 +145,51 @@ def find_symbols(
         hits.extend(dict(row, match=tier) for row in found)
         if len(hits) > limit:
             break
+    if not hits or hits[0]["match"] != "exact":
+        hits[:0] = _generated_definitions(name, prefix, kind)
     more = len(hits) > limit or cut
     hits = hits[:limit]
     texts = _line_texts({(hit["document_id"], hit["line"]) for hit in hits})
     out = [_symbol(hit, texts.get((hit["document_id"], hit["line"]), "")) for hit in hits]
     return {"name": name, "symbols": out, "count": len(out), "truncated": more}
+
+
+def _generated_definitions(name: str, prefix: str, kind: str | None) -> list[JsonObject]:
+    """Where generated files define ``name`` (rows shaped as :func:`find_symbols`
+    reads them): a ``#define NAME`` (macro) or an enumerator line (constant)."""
+    if kind not in (None, "", *_GENERATED_KINDS):
+        return []
+    reps = Representation.objects.filter(meta_json__generated=True, deleted=False, document__deleted=False)
+    if prefix:
+        reps = reps.filter(under_prefix("document__rel_path", prefix))
+    rep_ids = list(reps.values_list("rep_id", flat=True))
+    if not rep_ids:
+        return []
+    within = f"c.representation_id IN ({marks(rep_ids)})"
+    found = lexical.search(name, limit=GENERATED_FILES, chunk_filter_sql=within, params=rep_ids)
+    chunk_reps = Chunk.objects.filter(chunk_id__in=[chunk_id for chunk_id, _ in found])
+    holding = set(chunk_reps.values_list("representation_id", flat=True))
+    documents = Representation.objects.filter(rep_id__in=holding).values_list(
+        "rep_id", "document_id", "document__rel_path"
+    )
+    texts = slices.representation_texts(holding)
+    word = re.escape(name)
+    # group 1: #define NAME; else an enumerator, NAME [= value][,] [comment]
+    shapes = re.compile(
+        rf"^[ \t]*(?:(#[ \t]*define[ \t]+{word}\b)|{word}[ \t]*(?:=[^;{{}}\n]*)?,?[ \t]*(?:/[*/].*)?$)",
+        re.MULTILINE,
+    )
+    rows = []
+    for rep_id, doc_id, rel_path in sorted(documents, key=lambda row: row[2]):
+        text = texts.get(rep_id, "")
+        for match in shapes.finditer(text):
+            found_kind = "macro" if match.group(1) else "constant"
+            if kind and kind != found_kind:
+                continue
+            line = text.count("\n", 0, match.start()) + 1
+            row = {"document_id": doc_id, "document__rel_path": rel_path, "name": name, "qualified": ""}
+            rows.append(row | {"kind": found_kind, "line": line, "start": line, "end": line, "enclosing": ""})
+    return [dict(row, match="generated") for row in rows]
 
 
 def _symbol(row: JsonObject, signature: str) -> JsonObject:
