@@ -57,10 +57,10 @@ TOOLS: tuple[Tool, ...] = (
             name="dir2mcp.symbols",
             title="Find where a name is defined",
             description=(
-                "Find the definitions of a name (function, class, method, type, macro, …) across the indexed "
-                "code: exact matches first, then (when none) a #define or enumerator of a generated file, "
-                "which the symbol index leaves out (match 'generated'), then other case, then names it "
-                "begins, then names containing it; each "
+                "Find the definitions of a name (function, class, method, type, macro, constant, …) across "
+                "the indexed code: exact matches first, then (when none) a #define or enumerator of a "
+                "generated file, which the symbol index leaves out (match 'generated'), then other case, "
+                "then names it begins, then names containing it; each "
                 "with its file, line span, kind, signature line and enclosing definition. Filter by kind or "
                 "path_prefix. Pass a span to dir2mcp.open_file to read the definition, or the name to "
                 "dir2mcp.references to see its uses."

@@ -153,3 +153,12 @@ def test_a_name_the_index_defines_is_not_looked_for_in_generated_files(index):
     table = register_header(1200) + "#define LIMIT 4\n"
     index({"asic_reg/gc_offset.h": table, "src/a.c": "#define LIMIT 16\n"})
     assert defined("LIMIT") == [("src/a.c", "macro", 1, "exact")]
+
+
+def test_enumerators_are_constants_in_their_enum_and_their_uses_are_references(index):
+    header = "enum power_state {\n\tPOWER_OFF = 0,\n\tPOWER_ON,\n};\n"
+    user = '#include "power.h"\nint on(int s)\n{\n\treturn s == POWER_ON;\n}\n'
+    index({"inc/power.h": header, "src/on.c": user})
+    assert defined("POWER_ON") == [("inc/power.h", "constant", 3, "exact")]
+    assert names.find_symbols("POWER_ON")["symbols"][0]["enclosing"] == "power_state"
+    assert used("POWER_ON") == [("src/on.c", 4)]

@@ -69,7 +69,7 @@ class Grammar:
     opaque: frozenset[str] = frozenset()
     #: a predicate for definitions the outline lists but the units are not cut
     #: at: functions named by where an expression puts them (JavaScript), a
-    #: C macro's ``#define NAME value`` (a line, kept with the code around it)
+    #: C macro's ``#define NAME value`` and an enumerator (kept with the code around them)
     local: Callable[[tree_sitter.Node], bool] | None = None
     #: the only node types ``local`` may accept (None: any), as ``sometimes_types``
     local_types: frozenset[str] | None = None
@@ -121,10 +121,11 @@ def is_function_value(node: tree_sitter.Node | None) -> bool:
     return node is not None and node.type in _JS_FUNCTION_VALUES
 
 
-def _c_object_macro(node: tree_sitter.Node) -> bool:
-    """``#define NAME value``: a definition, though no unit is cut at it (a
-    function-like macro, ``preproc_function_def``, is cut like a function)."""
-    return node.type == "preproc_def"
+def _c_local(node: tree_sitter.Node) -> bool:
+    """``#define NAME value`` and an enumerator (``NAME = 1,``): definitions,
+    though no unit is cut at them (a function-like macro,
+    ``preproc_function_def``, is cut like a function; an enum with its type)."""
+    return node.type in _C_LOCALS
 
 
 def _c_declares(node: tree_sitter.Node) -> bool:
@@ -163,7 +164,7 @@ _TS_CLASS_LIKE = frozenset(
     {"class_declaration", "abstract_class_declaration", "interface_declaration", "internal_module", "module"}
 )
 _C_DEFINITIONS = frozenset({"function_definition", "type_definition", "preproc_function_def"})
-_C_MACROS = frozenset({"preproc_def"})
+_C_LOCALS = frozenset({"preproc_def", "enumerator"})
 _C_SOMETIMES = frozenset({"declaration", "struct_specifier", "enum_specifier", "union_specifier"})
 _CPP_SOMETIMES = _C_SOMETIMES | {"class_specifier", "field_declaration"}
 
@@ -292,8 +293,8 @@ _GRAMMARS: dict[str, Grammar] = {
             _C_DEFINITIONS,
             sometimes=lambda node: node.type in _C_SOMETIMES and _c_declares(node),
             sometimes_types=_C_SOMETIMES,
-            local=_c_object_macro,
-            local_types=_C_MACROS,
+            local=_c_local,
+            local_types=_C_LOCALS,
         ),
         Grammar(
             "cpp",
@@ -303,8 +304,8 @@ _GRAMMARS: dict[str, Grammar] = {
             wrappers=frozenset({"template_declaration"}),
             sometimes=lambda node: node.type in _CPP_SOMETIMES and _c_declares(node),
             sometimes_types=_CPP_SOMETIMES,
-            local=_c_object_macro,
-            local_types=_C_MACROS,
+            local=_c_local,
+            local_types=_C_LOCALS,
         ),
         Grammar(
             "ruby",
@@ -403,7 +404,7 @@ class Parsed:
     definitions through this one rule, so every unit's definition is an
     outline entry; the outline adds the grammar's local definitions
     (:attr:`Grammar.local`: JavaScript's functions inside expressions, C's
-    object-like macros), which are cut with the unit that holds them."""
+    object-like macros and enumerators), which are cut with the unit that holds them."""
 
     grammar: Grammar
     tree: tree_sitter.Tree

@@ -6,8 +6,8 @@ so a definition the index cuts a unit at is an outline entry; JavaScript's
 and TypeScript's functions named inside an expression (an object literal's
 ``next: (value) => …``, a named function expression passed to a call) are
 entries too, nested in their enclosing definition, though no unit is cut at
-them; so are C's and C++'s object-like macros (``#define NAME value``), cut
-with the code around them. Markdown and
+them; so are C's and C++'s object-like macros (``#define NAME value``) and
+enumerators (kind constant, nested in their enum), cut with the code around them. Markdown and
 reStructuredText (and HTML, by the text it is indexed as) give their
 headings, by the scan that cuts their sections, nested by level. Each entry
 names its kind, its name, its signature line (cut at
@@ -43,6 +43,7 @@ _KINDS = {
     "function_signature": "function",
     "preproc_function_def": "macro",
     "preproc_def": "macro",
+    "enumerator": "constant",
     "macro_definition": "macro",
     "method_definition": "method",
     "method_declaration": "method",
