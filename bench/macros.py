@@ -10,10 +10,11 @@ JSON: the indexing process's CPU seconds (``time.process_time`` of the
 indexing pass, which other load on the machine does not inflate as it does
 wall time), symbol and reference rows (uses too) split by folder, the bytes
 of the two tables and their indexes (``dbstat``), ``meta.sqlite`` vacuumed,
-and the bytes of file text indexed; then the ratios after/before. On the
-state of this checkout it also times ``symbols`` and ``references`` for a
-few names (CPU milliseconds, best of three), a register name among them,
-which ``symbols`` finds through the full-text index.
+and the bytes of file text indexed; then the ratios after/before. On each
+state, with its own code, it also times ``symbols`` and ``references`` for
+a few names (CPU milliseconds, best of three), register names among them,
+which ``symbols`` now finds in the generated headers through the full-text
+index.
 
     python bench/macros.py --tree TREE --base DIR [--work DIR] [--names a,b,c]
 """
@@ -200,10 +201,14 @@ def main() -> None:
         f"{label}_rows": round(after["rows"][label]["total"] / max(before["rows"][label]["total"], 1), 3)
         for label in ("symbols", "references")
     }
-    state = work / "state-after"
-    report["queries"] = child(
-        "_query", REPO, ["--tree", str(args.tree), "--state", str(state), "--names", args.names]
-    )
+    report["queries"] = {
+        label: child(
+            "_query",
+            code,
+            ["--tree", str(args.tree), "--state", str(work / f"state-{label}"), "--names", args.names],
+        )
+        for label, code in (("before", args.base.resolve()), ("after", REPO))
+    }
     report["load"] = [round(sample[0], 1) for sample in load]
     print(json.dumps(report, indent=1))
 

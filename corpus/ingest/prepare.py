@@ -22,7 +22,7 @@ from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import extract
 from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider
 from corpus.ingest.generated import RULE_VERSION as GENERATED_RULE_VERSION
-from corpus.ingest.generated import is_generated
+from corpus.ingest.generated import TABLE, generated_kind
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.ingest.units import parse
 from corpus.navigation import symbols
@@ -223,13 +223,13 @@ class Preparer:
             if pending:
                 extracted.meta["ocr_pending"] = pending
         base.extracted = extracted
-        # One parse for the units and the symbol index; none for a generated
-        # file, which is cut in line windows and keeps no names (corpus/ingest/generated.py).
-        parsed, generated = None, False
+        # One parse for the units and the symbol index; none for a table of
+        # constants, which keeps no names (corpus/ingest/generated.py).
+        parsed, generated = None, None
         if base.index_kind == "code" and extracted.pages is None and not extracted.segments:
-            generated = is_generated(extracted.text)
-            if generated:
-                extracted.meta["generated"] = True
+            generated = generated_kind(extracted.text)
+            if generated == TABLE:
+                extracted.meta["table_of_constants"] = True
             else:
                 parsed = parse(extracted.text, base.rel_path)
             base.navigation = symbols.extract(parsed) if parsed is not None else None
@@ -240,7 +240,7 @@ class Preparer:
             rel_path=base.rel_path,
             doc_type=base.doc_type,
             parsed=parsed,
-            generated=generated,
+            generated=generated is not None,
         )
         return base
 
