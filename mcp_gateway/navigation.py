@@ -58,8 +58,8 @@ TOOLS: tuple[Tool, ...] = (
             title="Find where a name is defined",
             description=(
                 "Find the definitions of a name (function, class, method, type, macro, constant, …) across "
-                "the indexed code: exact matches first, then (when none) a #define or enumerator of a "
-                "generated file, which the symbol index leaves out (match 'generated'), then other case, "
+                "the indexed code: exact matches first, then a #define or enumerator of a generated table "
+                "of constants, which the symbol index leaves out (match 'generated'), then other case, "
                 "then names it begins, then names containing it; each "
                 "with its file, line span, kind, signature line and enclosing definition. Filter by kind or "
                 "path_prefix. Pass a span to dir2mcp.open_file to read the definition, or the name to "
@@ -80,9 +80,9 @@ TOOLS: tuple[Tool, ...] = (
             description=(
                 "Find the uses of a name across the indexed code: identifiers of the syntax tree spelled "
                 "exactly so (never comments or strings, never its own definition; in C and C++ the names a "
-                "macro's body uses too; not in generated files), each with its file, line, enclosing "
-                "definition and the line's text, paged by cursor. Kept in step with the files by the live "
-                "index."
+                "macro's body uses too; not in generated tables of constants), each with its file, line, "
+                "enclosing definition and the line's text, paged by cursor. Kept in step with the files by "
+                "the live index."
             ),
             input_schema=navigation_schemas.REFERENCES_INPUT,
             output_schema=navigation_schemas.REFERENCES_OUTPUT,
