@@ -7,12 +7,14 @@ full-text index. Runs on SQLite and, under ``bash .ci/postgres``, PostgreSQL."""
 from __future__ import annotations
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from corpus.ingest import generated, units
 from corpus.ingest.indexing import index_directory
 from corpus.models import Document, Reference, Symbol
 from corpus.navigation import names, outline, symbols
 from kernel.config import build_config
+from mcp_gateway.navigation_schemas import SYMBOLS_OUTPUT
 from tests.test_generated import enum_header, register_header, small_functions
 
 pytestmark = pytest.mark.django_db
@@ -136,6 +138,7 @@ def test_a_generated_table_keeps_no_names_and_symbols_still_finds_its_defines(in
     # Found in the table by the full-text index and a scan of the files it names.
     line = next(n for n, row in enumerate(table.split("\n"), 1) if row.startswith("#define mmREG_00042 "))
     assert defined("mmREG_00042") == [("asic_reg/gc_offset.h", "macro", line, "generated")]
+    Draft202012Validator(SYMBOLS_OUTPUT).validate(names.find_symbols("mmREG_00042"))
     assert defined("mmREG_00042", kind="constant") == []
     assert defined("mmREG_00042", path_prefix="drv") == []
     # Its uses are the hand-written file's, the only ones stored.
