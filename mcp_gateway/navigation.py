@@ -57,8 +57,10 @@ TOOLS: tuple[Tool, ...] = (
             name="dir2mcp.symbols",
             title="Find where a name is defined",
             description=(
-                "Find the definitions of a name (function, class, method, type, …) across the indexed code: "
-                "exact matches first, then other case, then names it begins, then names containing it; each "
+                "Find the definitions of a name (function, class, method, type, macro, constant, …) across "
+                "the indexed code: exact matches first, then a #define or enumerator of a generated table "
+                "of constants, which the symbol index leaves out (match 'generated'), then other case, "
+                "then names it begins, then names containing it; each "
                 "with its file, line span, kind, signature line and enclosing definition. Filter by kind or "
                 "path_prefix. Pass a span to dir2mcp.open_file to read the definition, or the name to "
                 "dir2mcp.references to see its uses."
@@ -77,7 +79,8 @@ TOOLS: tuple[Tool, ...] = (
             title="Find where a name is used",
             description=(
                 "Find the uses of a name across the indexed code: identifiers of the syntax tree spelled "
-                "exactly so (never comments or strings, never its own definition), each with its file, line, "
+                "exactly so (never comments or strings, never its own definition; in C and C++ the names a "
+                "macro's body uses too; not in generated tables of constants), each with its file, line, "
                 "enclosing definition and the line's text, paged by cursor. Kept in step with the files by "
                 "the live index."
             ),

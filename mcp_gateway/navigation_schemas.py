@@ -119,7 +119,7 @@ SYMBOLS_OUTPUT: JsonObject = {
                     "enclosing": {"type": "string", "description": "The enclosing definition's name."},
                     "match": {
                         "type": "string",
-                        "enum": ["exact", "case_insensitive", "prefix", "substring"],
+                        "enum": ["exact", "case_insensitive", "prefix", "substring", "generated"],
                     },
                 },
                 "required": ["rel_path", "name", "kind", "span", "line", "signature", "match"],

@@ -28,13 +28,17 @@ def chunk_document(
     rel_path: str = "",
     doc_type: str = "",
     parsed: Parsed | None = None,
+    generated: bool | None = None,
 ) -> list[ChunkDraft]:
     """Chunk a representation: per page if it has pages, code by definitions
-    (or line windows, as a generated file is: corpus/ingest/generated.py),
-    prose by sections (or character windows). Every chunk has a context, at
+    (or line windows, as a generated file is: corpus/ingest/generated.py;
+    ``generated`` says whether it is, when the caller knows), prose by
+    sections (or character windows). Every chunk has a context, at
     least its path: a chunk without one was cut by an older format (status
     reports those until they are re-cut)."""
-    drafts = _cut(extracted, kind, config, rel_path, doc_type, parsed)
+    if kind == "code" and generated is None:
+        generated = is_generated(extracted.text)
+    drafts = _cut(extracted, kind, config, rel_path, doc_type, parsed, bool(generated))
     if not rel_path:
         return drafts
     return [draft if draft.context else replace(draft, context=rel_path) for draft in drafts]
@@ -47,6 +51,7 @@ def _cut(
     rel_path: str,
     doc_type: str,
     parsed: Parsed | None,
+    generated: bool,
 ) -> list[ChunkDraft]:
     sizes = {
         "max_chars": config.max_chars,
@@ -63,7 +68,7 @@ def _cut(
     if kind == "code":
         code = config.code
         drafts = None
-        if code.mode == "units" and not is_generated(extracted.text):
+        if code.mode == "units" and not generated:
             drafts = code_units(extracted.text, rel_path, unit_max_lines=code.unit_max_lines, parsed=parsed)
         if drafts is None:
             drafts = chunk_code(extracted.text, max_lines=code.max_lines, overlap_lines=code.overlap_lines)

@@ -22,6 +22,7 @@ from corpus.ingest.cut import chunk_document
 from corpus.ingest.extract import extract
 from corpus.ingest.extracted import PAGE_SEPARATOR, Extracted, NeedsProvider
 from corpus.ingest.generated import RULE_VERSION as GENERATED_RULE_VERSION
+from corpus.ingest.generated import TABLE, generated_kind
 from corpus.ingest.media import MediaProviders, extract_media
 from corpus.ingest.units import parse
 from corpus.navigation import symbols
@@ -36,7 +37,7 @@ from kernel.jsontypes import JsonObject
 EXTRACTOR_VERSION = "2"
 OFFICE_READER_VERSION = "1"
 # Bump when what the symbol index stores of a code file changes: code files are then re-read.
-SYMBOLS_VERSION = "1"
+SYMBOLS_VERSION = "2"
 HEAD_BYTES = 8192
 NEEDS_PROVIDER_TYPES = ("pdf", "image", "audio")
 #: ends the error of a document whose provider failed for a passing reason
@@ -222,10 +223,15 @@ class Preparer:
             if pending:
                 extracted.meta["ocr_pending"] = pending
         base.extracted = extracted
-        # One parse for the units and the symbol index.
-        parsed = None
+        # One parse for the units and the symbol index; none for a table of
+        # constants, which keeps no names (corpus/ingest/generated.py).
+        parsed, generated = None, None
         if base.index_kind == "code" and extracted.pages is None and not extracted.segments:
-            parsed = parse(extracted.text, base.rel_path)
+            generated = generated_kind(extracted.text)
+            if generated == TABLE:
+                extracted.meta["table_of_constants"] = True
+            else:
+                parsed = parse(extracted.text, base.rel_path)
             base.navigation = symbols.extract(parsed) if parsed is not None else None
         base.drafts = chunk_document(
             extracted,
@@ -234,6 +240,7 @@ class Preparer:
             rel_path=base.rel_path,
             doc_type=base.doc_type,
             parsed=parsed,
+            generated=generated is not None,
         )
         return base
 

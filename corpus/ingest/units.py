@@ -68,8 +68,11 @@ class Grammar:
     #: definitions does not enter them, unless they hold a parse error
     opaque: frozenset[str] = frozenset()
     #: a predicate for definitions the outline lists but the units are not cut
-    #: at: functions named by where an expression puts them
+    #: at: functions named by where an expression puts them (JavaScript), a
+    #: C macro's ``#define NAME value`` and an enumerator (kept with the code around them)
     local: Callable[[tree_sitter.Node], bool] | None = None
+    #: the only node types ``local`` may accept (None: any), as ``sometimes_types``
+    local_types: frozenset[str] | None = None
 
 
 _JS_FUNCTION_VALUES = frozenset(
@@ -118,6 +121,13 @@ def is_function_value(node: tree_sitter.Node | None) -> bool:
     return node is not None and node.type in _JS_FUNCTION_VALUES
 
 
+def _c_local(node: tree_sitter.Node) -> bool:
+    """``#define NAME value`` and an enumerator (``NAME = 1,``): definitions,
+    though no unit is cut at them (a function-like macro,
+    ``preproc_function_def``, is cut like a function; an enum with its type)."""
+    return node.type in _C_LOCALS
+
+
 def _c_declares(node: tree_sitter.Node) -> bool:
     """A prototype (``int f(void);``) or a struct/enum/union with a body."""
     if node.type in ("struct_specifier", "enum_specifier", "union_specifier", "class_specifier"):
@@ -154,6 +164,7 @@ _TS_CLASS_LIKE = frozenset(
     {"class_declaration", "abstract_class_declaration", "interface_declaration", "internal_module", "module"}
 )
 _C_DEFINITIONS = frozenset({"function_definition", "type_definition", "preproc_function_def"})
+_C_LOCALS = frozenset({"preproc_def", "enumerator"})
 _C_SOMETIMES = frozenset({"declaration", "struct_specifier", "enum_specifier", "union_specifier"})
 _CPP_SOMETIMES = _C_SOMETIMES | {"class_specifier", "field_declaration"}
 
@@ -282,6 +293,8 @@ _GRAMMARS: dict[str, Grammar] = {
             _C_DEFINITIONS,
             sometimes=lambda node: node.type in _C_SOMETIMES and _c_declares(node),
             sometimes_types=_C_SOMETIMES,
+            local=_c_local,
+            local_types=_C_LOCALS,
         ),
         Grammar(
             "cpp",
@@ -291,6 +304,8 @@ _GRAMMARS: dict[str, Grammar] = {
             wrappers=frozenset({"template_declaration"}),
             sometimes=lambda node: node.type in _CPP_SOMETIMES and _c_declares(node),
             sometimes_types=_CPP_SOMETIMES,
+            local=_c_local,
+            local_types=_C_LOCALS,
         ),
         Grammar(
             "ruby",
@@ -388,7 +403,8 @@ class Parsed:
     The units and the outline (``corpus/navigation/outline.py``) read
     definitions through this one rule, so every unit's definition is an
     outline entry; the outline adds the grammar's local definitions
-    (:attr:`Grammar.local`), which are cut with the unit that holds them."""
+    (:attr:`Grammar.local`: JavaScript's functions inside expressions, C's
+    object-like macros and enumerators), which are cut with the unit that holds them."""
 
     grammar: Grammar
     tree: tree_sitter.Tree
@@ -418,13 +434,21 @@ class Parsed:
         with ``local``, the outline's local definitions too (:attr:`Grammar.local`)."""
         opaque = self.grammar.opaque
         is_local = self.grammar.local if local else None
+        local_types = self.grammar.local_types
         is_definition = self.is_definition  # looked up once: this visits every node of a body
         stack = node.children[::-1]
         pop, push = stack.pop, stack.extend
         while stack:
             child = pop()
             # Named nodes only: Ruby's ``class`` keyword is a node of type "class" too.
-            if child.is_named and (is_definition(child) or (is_local is not None and is_local(child))):
+            if child.is_named and (
+                is_definition(child)
+                or (
+                    is_local is not None
+                    and (local_types is None or child.type in local_types)
+                    and is_local(child)
+                )
+            ):
                 yield child
             elif child.child_count and (child.type not in opaque or child.has_error):
                 push(child.children[::-1])

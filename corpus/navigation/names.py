@@ -5,7 +5,11 @@
 Definitions come in tiers: the name as spelled, then the same name in
 another case, then names it begins, then names it is part of; within a tier,
 definitions before declarations and impl blocks, top-level ones before
-members, then by path and line. Uses come in index order, one file's lines
+members, then by path and line. A generated table of constants keeps no
+names in the symbol index (corpus/ingest/generated.py), so after the exact
+tier a name is looked for there: the full-text index finds the tables that
+hold it, and a scan of those files finds its ``#define`` or enumerator
+(``match: "generated"``). Uses come in index order, one file's lines
 together, paged by a cursor. Each hit's line text (its signature or snippet)
 is read from the document's indexed text, as search snippets are.
 """
@@ -15,12 +19,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from typing import TypeGuard
 
+from corpus import slices
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
-from corpus.models import Reference, Representation, RepType, Symbol
+from corpus.index import lexical, words
+from corpus.models import Chunk, Reference, Representation, RepType, Symbol
 from corpus.navigation import symbols
 from kernel import errors
 from kernel.jsontypes import JsonObject
@@ -55,7 +62,13 @@ TIER_ROWS = 2000
 LINE_CHARS = 200
 #: the longest cursor accepted (those given out are about 50 characters)
 MAX_CURSOR = 256
-_TIERS = ("exact", "case_insensitive", "prefix", "substring")
+#: the most generated tables scanned for a name (their names are not in the symbol index)
+GENERATED_FILES = 40
+#: the full-text hits read to find them (the name's uses in other files among them)
+GENERATED_CHUNKS = 200
+#: the kinds a generated file's scan finds
+_GENERATED_KINDS = ("macro", "constant")
+_TIERS = ("exact", "case_insensitive", "prefix", "substring")  # "generated" after "exact"
 # Sorted after the definitions of a name: what declares or extends it elsewhere.
 _LATER_KINDS = frozenset({"declaration", "impl"})
 
@@ -131,6 +144,8 @@ def find_symbols(
             )
         )
         hits.extend(dict(row, match=tier) for row in found)
+        if tier == "exact" and len(hits) <= limit:
+            hits.extend(_generated_definitions(name, prefix, kind))
         if len(hits) > limit:
             break
     more = len(hits) > limit or cut
@@ -138,6 +153,66 @@ def find_symbols(
     texts = _line_texts({(hit["document_id"], hit["line"]) for hit in hits})
     out = [_symbol(hit, texts.get((hit["document_id"], hit["line"]), "")) for hit in hits]
     return {"name": name, "symbols": out, "count": len(out), "truncated": more}
+
+
+def _generated_definitions(name: str, prefix: str, kind: str | None) -> list[JsonObject]:
+    """Where generated tables of constants define ``name`` (rows shaped as
+    :func:`find_symbols` reads them): a ``#define NAME`` (macro) or an
+    enumerator line (constant), in the tables whose chunks the full-text
+    index finds holding the name."""
+    token = words.tokens(name)[:1]  # the whole name, joined: its rarest token
+    if kind not in (None, "", *_GENERATED_KINDS) or not token:
+        return []
+    found = lexical.search(token[0], limit=GENERATED_CHUNKS)
+    holding = Chunk.objects.filter(chunk_id__in=[chunk_id for chunk_id, _ in found])
+    reps = Representation.objects.filter(
+        rep_id__in=holding.values("representation_id"),
+        meta_json__table_of_constants=True,
+        deleted=False,
+        document__deleted=False,
+    )
+    if prefix:
+        reps = reps.filter(under_prefix("document__rel_path", prefix))
+    documents = sorted(reps.values_list("document__rel_path", "document_id", "rep_id")[:GENERATED_FILES])
+    texts = slices.representation_texts(rep_id for _, _, rep_id in documents)
+    shape = _generated_shape(name)
+    rows = []
+    for rel_path, doc_id, rep_id in documents:
+        for line, found_kind in _defining_lines(texts.get(rep_id, ""), name, shape):
+            if kind and kind != found_kind:
+                continue
+            row = {"document_id": doc_id, "document__rel_path": rel_path, "name": name, "qualified": ""}
+            row |= {"kind": found_kind, "line": line, "start": line, "end": line, "enclosing": ""}
+            rows.append(row | {"match": "generated"})
+    return rows
+
+
+def _generated_shape(name: str) -> re.Pattern[str]:
+    """A line defining ``name``: group 1 a ``#define NAME``; else an
+    enumerator, ``NAME [= value][,] [comment]``."""
+    word = re.escape(name)
+    return re.compile(
+        rf"[ \t]*(?:(#[ \t]*define[ \t]+{word}\b).*|{word}[ \t]*(?:=[^;{{}}]*)?,?[ \t]*(?:/[*/].*)?)"
+    )
+
+
+def _defining_lines(text: str, name: str, shape: re.Pattern[str]) -> list[tuple[int, str]]:
+    """(1-based line, kind) of each line of ``text`` that defines ``name``,
+    found from the name's occurrences (a register header is megabytes)."""
+    out: list[tuple[int, str]] = []
+    line, counted = 1, 0
+    at = text.find(name)
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        match = shape.fullmatch(text, start, end)
+        if match:
+            line += text.count("\n", counted, start)
+            counted = start
+            out.append((line, "macro" if match.group(1) else "constant"))
+        at = text.find(name, end)
+    return out
 
 
 def _symbol(row: JsonObject, signature: str) -> JsonObject:

@@ -6,7 +6,8 @@ so a definition the index cuts a unit at is an outline entry; JavaScript's
 and TypeScript's functions named inside an expression (an object literal's
 ``next: (value) => …``, a named function expression passed to a call) are
 entries too, nested in their enclosing definition, though no unit is cut at
-them. Markdown and
+them; so are C's and C++'s object-like macros (``#define NAME value``) and
+enumerators (kind constant, nested in their enum), cut with the code around them. Markdown and
 reStructuredText (and HTML, by the text it is indexed as) give their
 headings, by the scan that cuts their sections, nested by level. Each entry
 names its kind, its name, its signature line (cut at
@@ -41,6 +42,8 @@ _KINDS = {
     "function_signature_item": "function",
     "function_signature": "function",
     "preproc_function_def": "macro",
+    "preproc_def": "macro",
+    "enumerator": "constant",
     "macro_definition": "macro",
     "method_definition": "method",
     "method_declaration": "method",
@@ -105,7 +108,8 @@ _NAME_NODES = frozenset(
         "constant",
     }
 )
-_FUNCTION_KINDS = frozenset({"function", "macro"})
+# A function inside a class is its method; a macro stays a macro (``#define`` in a C++ class body).
+_FUNCTION_KINDS = frozenset({"function"})
 
 
 @dataclass
@@ -317,6 +321,8 @@ def _name(node: tree_sitter.Node) -> tuple[str, int]:
 
 
 def _name_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
+    if node.type in ("preproc_def", "preproc_function_def"):
+        return _macro_name(node)
     named = node.child_by_field_name("name")
     if named is not None:
         return named
@@ -338,6 +344,16 @@ def _name_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
             (c for c in declarator.named_children if c.type in _NAME_NODES), None
         )
     return None
+
+
+def _macro_name(node: tree_sitter.Node) -> tree_sitter.Node | None:
+    """The name right after ``#define``, also where the grammar fails to read
+    the body (a comment inside a continued body puts the name in an ERROR
+    node, and its ``name`` field on a word of the body)."""
+    first = node.named_children[0] if node.named_child_count else None
+    while first is not None and first.type == "ERROR":
+        first = first.named_children[0] if first.named_child_count else None
+    return first if first is not None and first.type == "identifier" else None
 
 
 def _text(node: tree_sitter.Node) -> str:

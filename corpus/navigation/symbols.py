@@ -8,13 +8,16 @@ identifier nodes of the syntax tree (so never a comment or a string), less
 each definition's own name (not the names a computed one is made of) and
 each parameter's name, rest and type parameters too (a local's
 definition), less names too short or too common to look up
-(:data:`MIN_NAME`, :data:`_NOT_SYMBOLS`). A use is kept once per line, and a
+(:data:`MIN_NAME`, :data:`_NOT_SYMBOLS`). A C or C++ macro's body is one
+token to the grammar, so its names are read by a scan of that token
+(:func:`macro_names`): a macro that calls a function uses it. A use is kept once per line, and a
 file's uses of one name are one row (:class:`Uses`): the rows stay few.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -72,6 +75,8 @@ _PARAMETERS = (
     "(closure_parameters (identifier) @p)",
     # Java
     "(formal_parameter name: (identifier) @p)",
+    # A C or C++ function-like macro's parameters
+    "(preproc_params (identifier) @p)",
     # Ruby
     "(method_parameters (identifier) @p)",
     "(block_parameters (identifier) @p)",
@@ -80,6 +85,30 @@ _PARAMETERS = (
 # Receivers and contextual keywords that parse as identifiers: never a symbol.
 _NOT_SYMBOLS = frozenset({"self", "cls", "this", "super", "undefined", "nil", "null"})
 _SEPARATORS = (" for ", "::", ".", "->", "#")
+# A macro body's tokens: literals, comments and numbers are skipped whole, so
+# are a name pasted to another (``reg##_BASE_IDX``) and a stringified one
+# (``#x``); group 1 is a name.
+_MACRO_TOKEN = re.compile(
+    r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|/\*.*?\*/|//[^\n]*|\.?\d[\w.]*"
+    r"|##\s*\w+|#\s*[A-Za-z_]\w*|([A-Za-z_]\w*)\b(?!\s*##)",
+    re.DOTALL,
+)
+# Words of C and C++ that the grammar parses as no identifier (keywords,
+# primitive types, literals), so a scanned body leaves them out too.
+_C_WORDS = frozenset(
+    """auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef union
+    unsigned void volatile while _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary
+    _Noreturn _Static_assert _Thread_local alignas alignof bool static_assert thread_local typeof
+    typeof_unqual asm __asm __asm__ __attribute__ __attribute __extension__ __inline __inline__
+    __restrict __restrict__ __volatile__ __typeof__ __typeof __alignof__ __thread _Pragma defined
+    __VA_ARGS__ __VA_OPT__ NULL true false nullptr TRUE FALSE size_t ssize_t ptrdiff_t intptr_t
+    uintptr_t max_align_t nullptr_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t
+    uint64_t char8_t char16_t char32_t wchar_t class namespace template typename this new delete
+    operator public private protected virtual friend using constexpr consteval constinit decltype
+    explicit mutable noexcept override final throw try catch static_cast dynamic_cast
+    reinterpret_cast const_cast co_await co_return co_yield concept requires export""".split()
+)
 
 
 @dataclass(frozen=True)
@@ -165,18 +194,34 @@ def _last_identifier(node: tree_sitter.Node) -> tree_sitter.Node | None:
 
 def _uses(parsed: units.Parsed, skip: set[int]) -> list[Uses]:
     lines: dict[str, list[int]] = {}
-    for node in _identifiers(parsed):
+    # One walk of the tree: identifiers (@name) and, in C and C++, macro bodies (@body).
+    found = tree_sitter.QueryCursor(_query(parsed.grammar.name)).captures(parsed.tree.root_node)
+    for node in found.get("name", ()):
         if node.start_byte in skip:
             continue
         name = (node.text or b"").decode("utf-8", "replace")
         if not plausible(name):
             continue
         lines.setdefault(name, []).append(node.start_point.row + 1)
+    for body in found.get("body", ()):
+        text = (body.text or b"").decode("utf-8", "replace")
+        for name, row in macro_names(text):
+            if plausible(name):
+                lines.setdefault(name, []).append(body.start_point.row + row + 1)
     return [Uses(name, tuple(sorted(set(rows)))) for name, rows in lines.items()]
 
 
-def _identifiers(parsed: units.Parsed) -> list[tree_sitter.Node]:
-    return _captures(_query(parsed.grammar.name), parsed)
+def macro_names(body: str) -> Iterator[tuple[str, int]]:
+    """The names a C macro's body uses, each with its 0-based line in the body
+    (the tokens of :data:`_MACRO_TOKEN`, less :data:`_C_WORDS`)."""
+    row, at = 0, 0
+    for match in _MACRO_TOKEN.finditer(body):
+        name = match.group(1)
+        if name is None or name in _C_WORDS:
+            continue
+        row += body.count("\n", at, match.start())
+        at = match.start()
+        yield name, row
 
 
 def _captures(query: tree_sitter.Query | None, parsed: units.Parsed) -> list[tree_sitter.Node]:
@@ -203,10 +248,15 @@ def _parameters(grammar: str) -> tree_sitter.Query | None:
 @functools.cache
 def _query(grammar: str) -> tree_sitter.Query:
     """One query capturing every identifier node of ``grammar`` (a shell
-    command's name as well: a function called)."""
+    command's name as well: a function called) as ``name``, and a C or C++
+    macro's body as ``body``."""
     language = units.language(grammar)
     kinds = [kind for kind in _IDENTIFIERS if language.id_for_node_kind(kind, True)]
     source = "[" + " ".join(f"({kind})" for kind in kinds) + "] @name"
     if language.id_for_node_kind("command_name", True):
         source += " (command_name (word) @name)"
+    if language.id_for_node_kind("preproc_arg", True):
+        # A comment inside a continued body breaks it into pieces, some in an ERROR node.
+        pieces = "(preproc_arg) @body (ERROR (preproc_arg) @body)"
+        source += f" (preproc_def [{pieces}]) (preproc_function_def [{pieces}])"
     return tree_sitter.Query(language, source)
