@@ -50,6 +50,10 @@ Rows, all on the same corpus and queries:
   built with one (``--build search.query_adapter=builtin``);
   ``--no-plain-dense`` skips the plain re-embedding, ``dense units`` being
   then the index's own vectors;
+- ``bm25s units ∪ dense units``: not a search: a query counts when
+  ``bm25s units`` or ``dense units`` (``, as stored`` without the plain
+  re-embedding) alone finds it within the budget or the top 10; what fusing
+  the two could reach by interleaving them (issue #36's bound for fusion);
 - ``today``: ``Searcher.search`` (index ``auto``) on an index built the old
   way: line windows for code, character windows for prose, and only the
   dense index the query is routed to (``TODAY``);
@@ -103,6 +107,8 @@ ROW_ORDER = (
     "today",
     "default",
 )
+#: not a search: what lexical or dense alone finds (``union_found``)
+UNION = "bm25s units ∪ dense units"
 
 
 # -- the measure -----------------------------------------------------------------
@@ -155,6 +161,36 @@ def summarise(ranked: list[list[list]], labels: list[dict], file_lines: dict[str
             "n": n,
         }
     )
+    return out
+
+
+def union_found(
+    lexical: list[list[list]], dense: list[list[list]], labels: list[dict], file_lines: dict
+) -> dict:
+    """The ``UNION`` row: a query counts as found within B lines (or in the
+    top 10) when either ranking alone finds it so. What fusing the two can
+    reach by interleaving them (issue #36 calls it the bound for fusion);
+    its MRR@10 takes the better of the two ranks, and lines/hit is not defined."""
+    first = summarise_each(lexical, labels, file_lines)
+    second = summarise_each(dense, labels, file_lines)
+    n, pairs = len(labels), list(zip(first, second, strict=True))
+    out = {
+        f"found@{budget}": round(sum(budget in a["within"] or budget in b["within"] for a, b in pairs) / n, 3)
+        for budget in BUDGETS
+    }
+    ranks = [min(a["rank"] or DEEP + 1, b["rank"] or DEEP + 1) for a, b in pairs]
+    out[f"recall@{TOP}"] = round(sum(r <= TOP for r in ranks) / n, 3)
+    out[f"mrr@{TOP}"] = round(sum(1 / r for r in ranks if r <= TOP) / n, 3)
+    return {**out, "lines_per_hit": "—", "n": n}
+
+
+def summarise_each(ranked: list[list[list]], labels: list[dict], file_lines: dict[str, int]) -> list[dict]:
+    """Per query: the budgets it is found within, and its rank (None when not in the hits)."""
+    out = []
+    for hits, label in zip(ranked, labels, strict=True):
+        cost, rank = score(hits, label, file_lines)
+        within = {budget for budget in BUDGETS if cost is not None and cost <= budget}
+        out.append({"within": within, "rank": rank})
     return out
 
 
@@ -642,6 +678,13 @@ def language_report(corpus: corpora.Corpus, runs: dict[str, dict], file_lines: d
                 rows[name]["routed"] = row["routed"]
             if "top" in row:
                 rows[name].update(at_top(row["top"], row["hits"], corpus.labels, file_lines))
+    dense = next((name for name in ("dense units", "dense units, as stored") if name in rows), None)
+    ranked = {name: row["hits"] for run in runs.values() for name, row in run.get("rows", {}).items()}
+    if "bm25s units" in ranked and dense is not None:
+        rows[UNION] = {
+            **union_found(ranked["bm25s units"], ranked[dense], corpus.labels, file_lines),
+            "units": rows["bm25s units"]["units"],
+        }
     ordered = {name: rows[name] for name in ROW_ORDER if name in rows}
     ordered.update({name: value for name, value in rows.items() if name not in ordered})
     return {

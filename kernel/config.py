@@ -419,7 +419,11 @@ DEFAULT_SECRET_PATTERNS = [
     r"(?i)aws.{0,20}secret.{0,20}\s*[:=]\s*['\"]?[0-9a-zA-Z/+=]{40}(?:[^0-9a-zA-Z/+=]|$)",
     r"(?i)(?:authorization\s*[:=]\s*bearer\s+|(?:access|id|refresh)_token\s*[:=]\s*)"
     r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    r"(?i)token\s*[:=]\s*[A-Za-z0-9_.-]{20,}",
+    # 3: within one line, and not a name being called: code's `token =
+    # getCompleteTokenInBuffer(null)` (the JDK's Scanner.java) and
+    # `current_token:` + `dispatch_cache.clear()` on the next line
+    # (functools.py) are not credentials (docs/security.md).
+    r"(?i)token[^\S\n]*[:=][^\S\n]*[A-Za-z0-9_.-]{20,}(?:[^A-Za-z0-9_.(-]|$)",
     r"sk_[a-z0-9]{32}|api_[A-Za-z0-9]{32}",
     # 5: a private key block of any kind: PEM (RSA, EC, DSA, ENCRYPTED, plain
     # PKCS#8), OpenSSH, PGP ("PRIVATE KEY BLOCK"), SSH2 ("---- BEGIN SSH2 ..."),

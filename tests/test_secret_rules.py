@@ -442,6 +442,10 @@ def test_each_rule_is_what_catches_its_kind():
             '_SK_START = b"-----BEGIN OPENSSH PRIVATE KEY-----"\n_SK_END = b"-----END', id="pem-marker"
         ),
         pytest.param("def sign(private_key: PKCS7PrivateKeyTypes, data: bytes):", id="annotation"),
+        pytest.param("String token = getCompleteTokenInBuffer(null);", id="token-from-a-call"),
+        pytest.param(
+            "if cache_token != current_token:\n        dispatch_cache.clear()", id="token-then-next-line"
+        ),
     ],
 )
 def test_near_misses_are_not_secrets(text):
