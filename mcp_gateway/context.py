@@ -29,7 +29,7 @@ from corpus.security import ExclusionEngine
 from corpus.status import recorded_embedder
 from corpus.store import open_store
 from kernel import errors
-from kernel.config import Config, default_config_path, load_config
+from kernel.config import Config, config_named, default_config_path, load_config
 from kernel.jsontypes import JsonObject
 from kernel.secrets import from_token_file, resolve_secret
 from kernel.state import StateDir, ensure_token
@@ -207,7 +207,7 @@ def build(
     """
     root = root or Path(settings.DIR2MCP_ROOT)
     state = state or StateDir(Path(settings.DIR2MCP_STATE_DIR))
-    config = config or load_config(default_config_path(root))
+    config = config or load_config(default_config_path(root), named=config_named())
     spec = auth_spec or default_auth_spec(config)
     extra.setdefault("mcp_path", config.server.mcp_path)
     return Context(
@@ -270,7 +270,7 @@ def mcp_path() -> str:
     if _current is not None:
         return _current.mcp_path
     root = Path(settings.DIR2MCP_ROOT)
-    return load_config(default_config_path(root)).server.mcp_path
+    return load_config(default_config_path(root), named=config_named()).server.mcp_path
 
 
 #: why a read-only server refuses a tool's write (corpus.write_guard.check_writable)
