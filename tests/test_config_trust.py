@@ -29,6 +29,7 @@ from kernel.config import (
     schema_keys,
 )
 from kernel.config_template import render_config
+from kernel.state import StateDir, credential_problem, ensure_token
 from tests.fakes.mistral import FakeMistral, fake_mistral  # noqa: F401 (a fixture)
 from tests.test_cli import base_env, cli
 
@@ -254,3 +255,70 @@ def test_ask_on_a_hostile_root_sends_nothing_to_its_endpoint(corpus_dir, tmp_pat
         assert attacker.requests == []
     finally:
         attacker.close()
+
+
+# -- a shipped state directory ----------------------------------------------------------
+
+
+def test_a_shipped_token_readable_by_others_is_refused_not_reused(tmp_path):
+    state = StateDir(tmp_path / ".dir2mcp")
+    state.path.mkdir()
+    state.token_file.write_text("attacker-known-token\n")
+    state.token_file.chmod(0o644)  # what a clone or an archive brings in
+
+    for attempt in (state.ensure, lambda: ensure_token(state)):
+        with pytest.raises(errors.Dir2mcpError) as caught:
+            attempt()
+        assert caught.value.code == errors.CONFIG_UNTRUSTED and "0644" in caught.value.message
+    assert state.token_file.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_state_token_of_its_own_is_kept(tmp_path):
+    state = StateDir(tmp_path / ".dir2mcp")
+    state.ensure()
+
+    assert ensure_token(state) == ensure_token(state)
+
+
+def test_a_token_that_links_elsewhere_is_refused(tmp_path):
+    private = tmp_path / "id_ed25519"
+    private.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    private.chmod(0o600)
+    state = StateDir(tmp_path / ".dir2mcp")
+    state.path.mkdir()
+    state.token_file.symlink_to(private)
+
+    assert credential_problem(state.token_file) == "is a symbolic link"
+    with pytest.raises(errors.Dir2mcpError):
+        ensure_token(state)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_token_of_another_user_is_refused(tmp_path):
+    token = tmp_path / "secret.token"
+    token.write_text("t\n")
+    token.chmod(0o600)
+    os.chown(token, 4242, 4242)
+
+    assert credential_problem(token) == "belongs to another user (uid 4242)"
+
+
+@pytest.mark.parametrize(
+    "link", [".", "cache", "cache/ocr", "locks"], ids=["state-dir", "cache", "ocr", "locks"]
+)
+def test_a_state_directory_that_links_elsewhere_is_refused_untouched(tmp_path, link):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "shared.txt").write_text("x")
+    (victim / "shared.txt").chmod(0o644)
+    state = StateDir(tmp_path / "root" / ".dir2mcp")
+    target = state.path / link if link != "." else state.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(victim)
+
+    with pytest.raises(errors.Dir2mcpError) as caught:
+        state.ensure()
+
+    assert caught.value.code == errors.CONFIG_UNTRUSTED and "symbolic link" in caught.value.message
+    assert sorted(p.name for p in victim.iterdir()) == ["shared.txt"]
+    assert (victim / "shared.txt").stat().st_mode & 0o777 == 0o644
