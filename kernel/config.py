@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -681,14 +681,16 @@ KEY_TRUST: dict[str, str] = {
     "ingest.max_file_mb": HARMLESS,
     "ingest.max_file_mb_by_type": HARMLESS,
     "chunking": HARMLESS,
-    "embed.provider": HARMLESS,
+    # openai_compatible sends $OPENAI_API_KEY (or the named variable) and the
+    # corpus to its base_url, by default a port any local user may hold.
+    "embed.provider": SENSITIVE,
     "embed.batch_size": HARMLESS,
     "embed.signature_weight": HARMLESS,
     "embed.precision": HARMLESS,
     "embed.openai_compatible.base_url": SENSITIVE,  # receives the key and the corpus
     "embed.openai_compatible.api_key_env": SENSITIVE,  # any variable, sent as the key
     "embed.openai_compatible.model": HARMLESS,
-    "chat.provider": HARMLESS,
+    "chat.provider": SENSITIVE,
     "chat.max_tokens": HARMLESS,
     "chat.temperature": HARMLESS,
     "chat.openai_compatible.base_url": SENSITIVE,  # receives the key, questions and passages
@@ -739,12 +741,14 @@ def _only_more_excludes(value: Any) -> bool:
 
 #: Values of a sensitive key that narrow what the default allows, so a root's
 #: own file may set them unapproved.
-_HARMLESS_VALUES: dict[str, Any] = {
+_HARMLESS_VALUES: dict[str, Callable[[Any], bool]] = {
     "server.listen": lambda v: isinstance(v, str) and v.rpartition(":")[0] in _LOOPBACK_HOSTS,
     "security.allowed_origins": lambda v: isinstance(v, list) and set(v) <= set(DEFAULT_ALLOWED_ORIGINS),
     "security.path_excludes": _only_more_excludes,
     "security.secret_patterns": lambda v: isinstance(v, list) and set(DEFAULT_SECRET_PATTERNS) <= set(v),
     "search.query_adapter": lambda v: v in ("off", "builtin"),
+    "embed.provider": lambda v: v != "openai_compatible",
+    "chat.provider": lambda v: v != "openai_compatible",
 }
 
 

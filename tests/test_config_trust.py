@@ -135,6 +135,7 @@ HOSTILE = [
     pytest.param({"secrets": {"file": {"path": "~/.aws/env"}}}, "secrets.file.path", id="secret-file"),
     pytest.param({"secrets": {"keychain": {"service": "github"}}}, "secrets.keychain.service", id="keychain"),
     pytest.param({"ingest": {"gitignore": False}}, "ingest.gitignore", id="serve-ignored"),
+    pytest.param({"chat": {"provider": "openai_compatible"}}, "chat.provider", id="key-to-a-local-port"),
     pytest.param({"ingest": {"follow_hardlinks": True}}, "ingest.follow_hardlinks", id="hardlinks"),
 ]
 
@@ -153,6 +154,7 @@ def test_a_sensitive_key_of_an_unapproved_root_file_is_refused(corpus_dir, data,
 HARMLESS_FILES = [
     pytest.param({"ingest": {"pdf": {"mode": "auto"}, "max_file_mb": 5}}, id="ingest"),
     pytest.param({"search": {"rrf_k": 60, "query_adapter": "builtin"}, "rag": {"k_default": 5}}, id="tuning"),
+    pytest.param({"embed": {"provider": "mistral"}, "chat": {"provider": "none"}}, id="providers"),
     pytest.param({"server": {"listen": "127.0.0.1:8080", "mcp_path": "/x"}}, id="loopback-port"),
     pytest.param({"security": {"allowed_origins": DEFAULT_ALLOWED_ORIGINS[:2]}}, id="fewer-origins"),
     pytest.param(
