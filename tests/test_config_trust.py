@@ -7,7 +7,9 @@ operator's. A shipped ``.dir2mcp/`` may not plant a token or a link."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
 from pathlib import Path
 
@@ -190,6 +192,26 @@ def test_approving_the_file_applies_it_until_it_changes(corpus_dir):
     path.write_text(yaml.safe_dump({"mistral": {"base_url": "http://attacker.example"}}))
     changed = untrusted_error(path)
     assert changed.code == errors.CONFIG_UNTRUSTED and "changed since you approved it" in changed.message
+
+
+def test_config_trust_reports_the_keys_it_approves_as_json(corpus_dir):
+    path = write_root_config(corpus_dir, {"server": {"public": True}, "rag": {"k_default": 3}})
+    out = io.StringIO()
+
+    call_command("config", "trust", "--dir", str(corpus_dir), "--json", stdout=out)
+
+    event = json.loads(out.getvalue().splitlines()[0])
+    assert event["event"] == "config_trusted"
+    assert event["data"]["keys"] == ["server.public"]
+    assert event["data"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_config_trust_without_a_file_is_an_error(corpus_dir):
+    with pytest.raises(SystemExit) as stopped:
+        call_command("config", "trust", "--dir", str(corpus_dir), stdout=io.StringIO(), stderr=io.StringIO())
+
+    assert stopped.value.code == errors.EXIT_CONFIG
+    assert not config_trust.store_path().exists()
 
 
 def test_the_approval_is_kept_outside_the_root_owner_only(corpus_dir, tmp_path):
