@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,10 +29,15 @@ def pytest_configure(config):
     source: 0.2 of its 1.3 CPU-seconds to start. Caches are only read
     when they match the source, so what runs is the same."""
     os.environ.pop("DIR2MCP_TRUST_DIR", None)
-    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="dir2mcp-config-home-")
+    config.dir2mcp_config_home = tempfile.mkdtemp(prefix="dir2mcp-config-home-")
+    os.environ["XDG_CONFIG_HOME"] = config.dir2mcp_config_home
     if sys.dont_write_bytecode:
         for package in ("corpus", "dir2mcp_site", "mcp_gateway", "payments", "tests"):
             compileall.compile_dir(REPO / package, quiet=1)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "dir2mcp_config_home", ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):
