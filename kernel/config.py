@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -34,7 +34,7 @@ from pydantic import (
     ValidationError,
 )
 
-from kernel import errors, secret_scan
+from kernel import config_trust, errors, secret_scan
 from kernel.config_base import Section, Switch
 from kernel.jsontypes import JsonObject, JsonValue
 from kernel.x402_config import X402Config, layer_switches, merged_switches
@@ -651,6 +651,177 @@ class Config(Section):
         return int(limit * 1024 * 1024)
 
 
+# -- which keys a root's own file may set unapproved ---------------------------------
+
+HARMLESS, SENSITIVE = "harmless", "sensitive"
+
+#: How every key of the schema is taken from a root's own ``.dir2mcp.yaml``
+#: (the default file, which whoever wrote the directory wrote: a cloned
+#: repository) before the operator has approved it with ``dir2mcp config
+#: trust``. A sensitive key sends credentials or data to a network endpoint,
+#: names a credential, a file or a variable outside the root, or weakens the
+#: gate; set there to anything but its default (or a value
+#: :data:`_HARMLESS_VALUES` accepts), it is refused with CONFIG_UNTRUSTED.
+#: Harmless keys apply as written. A key covers every key under it; the
+#: environment, flags and a file named by ``--config``/``DIR2MCP_CONFIG``
+#: are the operator's and always apply. tests/test_config_trust.py checks
+#: that every key of :class:`Config` is covered, so a new one must be placed.
+KEY_TRUST: dict[str, str] = {
+    "version": HARMLESS,
+    "mistral.api_key": SENSITIVE,  # ${ANY_VARIABLE}: sends that variable as the key
+    "mistral.base_url": SENSITIVE,  # receives the key, queries and corpus text
+    "mistral.chat_model": HARMLESS,
+    "mistral.embed_text_model": HARMLESS,
+    "mistral.embed_code_model": HARMLESS,
+    "mistral.ocr_model": HARMLESS,
+    "rag": HARMLESS,
+    "ingest.gitignore": SENSITIVE,  # false indexes and serves what git ignores
+    "ingest.follow_hardlinks": SENSITIVE,  # content shared with files outside the root
+    "ingest.follow_symlinks": HARMLESS,  # only links that stay inside the root
+    "ingest.pdf": HARMLESS,
+    "ingest.images": HARMLESS,
+    "ingest.audio": HARMLESS,
+    "ingest.archives": HARMLESS,
+    "ingest.max_file_mb": HARMLESS,
+    "ingest.max_file_mb_by_type": HARMLESS,
+    "chunking": HARMLESS,
+    # openai_compatible sends $OPENAI_API_KEY (or the named variable) and the
+    # corpus to its base_url, by default a port any local user may hold.
+    "embed.provider": SENSITIVE,
+    "embed.batch_size": HARMLESS,
+    "embed.signature_weight": HARMLESS,
+    "embed.precision": HARMLESS,
+    "embed.openai_compatible.base_url": SENSITIVE,  # receives the key and the corpus
+    "embed.openai_compatible.api_key_env": SENSITIVE,  # any variable, sent as the key
+    "embed.openai_compatible.model": HARMLESS,
+    "chat.provider": SENSITIVE,
+    "chat.max_tokens": HARMLESS,
+    "chat.temperature": HARMLESS,
+    "chat.openai_compatible.base_url": SENSITIVE,  # receives the key, questions and passages
+    "chat.openai_compatible.api_key_env": SENSITIVE,
+    "chat.openai_compatible.model": HARMLESS,
+    "search": HARMLESS,
+    "search.query_adapter": SENSITIVE,  # a path anywhere (builtin and off are harmless)
+    "stt.provider": HARMLESS,
+    "stt.mistral.api_key": SENSITIVE,
+    "stt.mistral.model": HARMLESS,
+    "stt.mistral.timestamps": HARMLESS,
+    "stt.elevenlabs.api_key": SENSITIVE,
+    "stt.elevenlabs.model": HARMLESS,
+    "stt.elevenlabs.timestamps": HARMLESS,
+    "stt.timeout_seconds": HARMLESS,
+    "stt.concurrency": HARMLESS,
+    "stt.max_attempts": HARMLESS,
+    "ocr": HARMLESS,
+    "elevenlabs.base_url": SENSITIVE,  # receives the ElevenLabs key and the audio
+    "elevenlabs.voice_id": HARMLESS,
+    "elevenlabs.tts_model": HARMLESS,
+    "elevenlabs.output_format": HARMLESS,
+    "elevenlabs.timeout_seconds": HARMLESS,
+    "annotations": HARMLESS,
+    "x402": SENSITIVE,  # the facilitator, where payments go, prices, the mode
+    "server": HARMLESS,
+    "server.listen": SENSITIVE,  # another interface than loopback
+    "server.public": SENSITIVE,
+    "server.tls": SENSITIVE,  # key files outside the root, a key someone else holds
+    "secrets": SENSITIVE,  # which stores, keychain entries and files credentials come from
+    "security.auth": SENSITIVE,  # the bearer token: mode, token file, variable
+    "security.allowed_origins": SENSITIVE,  # only fewer than the defaults is harmless
+    "security.path_excludes": SENSITIVE,  # only more than the defaults is harmless
+    "security.secret_patterns": SENSITIVE,  # only more than the defaults is harmless
+    "security.secret_mode": SENSITIVE,  # redact serves files holding credentials
+}
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}
+
+
+def _only_more_excludes(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and set(DEFAULT_PATH_EXCLUDES) <= set(value)
+        and not any(str(p).startswith("!") for p in value if p not in DEFAULT_PATH_EXCLUDES)
+    )
+
+
+#: Values of a sensitive key that narrow what the default allows, so a root's
+#: own file may set them unapproved.
+_HARMLESS_VALUES: dict[str, Callable[[Any], bool]] = {
+    "server.listen": lambda v: isinstance(v, str) and v.rpartition(":")[0] in _LOOPBACK_HOSTS,
+    "security.allowed_origins": lambda v: isinstance(v, list) and set(v) <= set(DEFAULT_ALLOWED_ORIGINS),
+    "security.path_excludes": _only_more_excludes,
+    "security.secret_patterns": lambda v: isinstance(v, list) and set(DEFAULT_SECRET_PATTERNS) <= set(v),
+    "search.query_adapter": lambda v: v in ("off", "builtin"),
+    "embed.provider": lambda v: v != "openai_compatible",
+    "chat.provider": lambda v: v != "openai_compatible",
+}
+
+
+def key_trust(dotted: str) -> str | None:
+    """The class of ``dotted`` in :data:`KEY_TRUST` (its longest listed prefix), or None."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        found = KEY_TRUST.get(".".join(parts[:end]))
+        if found:
+            return found
+    return None
+
+
+def schema_keys(model: type[Section] = Config, prefix: str = "") -> list[str]:
+    """Every key of the schema, dotted: a section's keys, not the section."""
+    keys = []
+    for name, field in model.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, Section):
+            keys += schema_keys(sub, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def _leaves(
+    data: Mapping[str, Any], model: type[Section] = Config, prefix: str = ""
+) -> list[tuple[str, Any]]:
+    """The keys ``data`` sets, dotted, with their values (unknown keys left to validation)."""
+    found = []
+    for name, value in data.items():
+        field = model.model_fields.get(str(name))
+        if field is None:
+            continue
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, Section) and isinstance(value, Mapping):
+            found += _leaves(value, sub, f"{prefix}{name}.")
+        else:
+            found.append((prefix + str(name), value))
+    return found
+
+
+def _is_new(dotted: str, value: Any) -> bool:
+    """Whether ``value`` is valid for the key and not its default (``mode: off``
+    is ``"off"``); an invalid one is left for validation to report."""
+    tree: JsonObject = {}
+    _set_dotted(tree, dotted, value)
+    try:
+        config = Config.model_validate(merged_switches(dict(layer_switches(tree, "file"))))
+    except (ValidationError, errors.Dir2mcpError):
+        return False
+    mine: Any = config
+    default: Any = Config()
+    for part in dotted.split("."):
+        mine, default = getattr(mine, part), getattr(default, part)
+    return bool(mine != default)
+
+
+def untrusted_keys(data: Mapping[str, Any]) -> list[str]:
+    """The keys of ``data`` (a root's own file) that need the operator's approval."""
+    return [
+        dotted
+        for dotted, value in _leaves(data)
+        if key_trust(dotted) == SENSITIVE
+        and _is_new(dotted, value)
+        and not _HARMLESS_VALUES.get(dotted, lambda _: False)(value)
+    ]
+
+
 # Well-known variables that map onto config keys. Secrets (API keys, the auth
 # token) are not here: kernel.secrets reads them directly.
 ENV_ALIASES: dict[str, str] = {
@@ -730,16 +901,25 @@ def _env_value(raw: str) -> JsonValue:
 
 def read_config_file(path: Path) -> JsonObject:
     """Load a YAML config file; a missing file is an empty config."""
+    return parse_config_text(path, read_config_text(path))
+
+
+def read_config_text(path: Path) -> str:
+    """The text of a config file; a missing file is empty."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return {}
+        return ""
     except (OSError, UnicodeDecodeError) as exc:
         raise errors.Dir2mcpError(
             errors.CONFIG_INVALID,
             f"cannot read {path}: {exc}",
             hint="Check the file's permissions and encoding.",
         ) from exc
+
+
+def parse_config_text(path: Path, text: str) -> JsonObject:
+    """The mapping a config file's ``text`` holds (``path`` names it in errors)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -762,8 +942,11 @@ class ConfigProblem:
     detail: str  # pydantic's message, for a bad value
     value: object  # as the layer held it, for its repr
     source: str  # "/abs/.dir2mcp.yaml", "environment variable DIR2MCP_X", "command-line flag"
+    untrusted: bool = False  # a sensitive key in a root's own file the operator has not approved
 
     def describe(self) -> str:
+        if self.untrusted:
+            return f"'{self.key}' in {self.source}, which {self.detail}, is not applied"
         if self.unknown:
             return f"unknown key '{self.key}' in {self.source}: remove it or fix its spelling"
         return f"bad value for '{self.key}' in {self.source}: {self.detail} (got {self.value!r})"
@@ -852,23 +1035,46 @@ def validate_layers(
                 problems.append(problem)
         held = [(layer, key) for _, layer, key in found if layer is not None]
         if len(held) != len(found):
-            raise _describe(problems)
+            raise describe_problems(problems)
         removed = False
         for layer, key in held:
             if layer.depth(key) == len(key):  # not already removed, alone or with a parent key
                 layer.remove(key)
                 removed = True
         if not removed:
-            raise _describe(problems)
+            raise describe_problems(problems)
 
 
-def _describe(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
+def describe_problems(problems: list[ConfigProblem]) -> errors.Dir2mcpError:
     sources = sorted({problem.source for problem in problems})
+    untrusted = [problem for problem in problems if problem.untrusted]
+    rest = [problem.describe() for problem in problems if not problem.untrusted]
+    if untrusted:
+        keys = ", ".join(problem.key for problem in untrusted)
+        rest.insert(
+            0,
+            f"{untrusted[0].source} sets keys that send credentials or data to a network endpoint or "
+            f"weaken the gate, and it {untrusted[0].detail}: {keys}",
+        )
+    hint = (
+        f"Fix it where it is set ({', '.join(sources)}), then retry; `dir2mcp config print` shows the "
+        "configuration with it marked."
+    )
+    if untrusted:
+        hint = f"{untrusted_hint(untrusted[0].source)} {hint if len(untrusted) < len(problems) else ''}"
     return errors.Dir2mcpError(
-        errors.CONFIG_INVALID,
-        "; ".join(problem.describe() for problem in problems),
-        hint=f"Fix it where it is set ({', '.join(sources)}), then retry; `dir2mcp config print` shows the "
-        "configuration with it marked.",
+        errors.CONFIG_UNTRUSTED if len(untrusted) == len(problems) else errors.CONFIG_INVALID,
+        "; ".join(rest),
+        hint=hint.strip(),
+    )
+
+
+def untrusted_hint(path: str) -> str:
+    root = Path(path).parent
+    return (
+        f"Read {path}; if you accept what it sets, approve it with `dir2mcp config trust --dir {root}` "
+        "(a later change to the file needs a new approval), or set those keys in the environment, "
+        "with flags or in a file you name with --config."
     )
 
 
@@ -889,7 +1095,7 @@ def build_config(file_data: Layer, env_data: Layer, flag_data: Layer, *, origin:
 
 def _whole(config: Config, problems: list[ConfigProblem]) -> Config:
     if problems:
-        raise _describe(problems)
+        raise describe_problems(problems)
     return config
 
 
@@ -898,18 +1104,50 @@ def load_config_marked(
     *,
     environ: Mapping[str, str] | None = None,
     flags: Layer | None = None,
+    named: bool = False,
 ) -> tuple[Config, list[ConfigProblem]]:
     """The configuration for ``path`` without the keys it cannot take, and
-    those keys (``config print`` shows them marked)."""
+    those keys (``config print`` shows them marked). Unless the operator
+    ``named`` the file (``--config``, ``DIR2MCP_CONFIG``), it is the root's
+    own: its sensitive keys (:data:`KEY_TRUST`) apply only once approved."""
     environ = os.environ if environ is None else environ
-    file_data = read_config_file(path) if path else {}
-    return validate_layers(
+    file_data: JsonObject = {}
+    untrusted: list[ConfigProblem] = []
+    if path:
+        text = read_config_text(path)
+        file_data = parse_config_text(path, text)
+        if not named:
+            untrusted = _unapproved(path, text, file_data)
+    config, problems = validate_layers(
         file_data,
         env_overrides(environ),
         flags or {},
         origin=str(path) if path else "the configuration file",
         env_vars=env_names(environ),
     )
+    return config, untrusted + problems
+
+
+def _unapproved(path: Path, text: str, file_data: JsonObject) -> list[ConfigProblem]:
+    """The sensitive keys of an unapproved root file, each taken out of ``file_data``."""
+    keys = untrusted_keys(file_data)
+    if not keys:
+        return []
+    state = config_trust.approval(path, text)
+    if state == config_trust.APPROVED:
+        return []
+    if state == config_trust.CHANGED:
+        detail = "changed since you approved it, so the approval no longer holds"
+    else:
+        detail = "is not approved"
+    found = []
+    for dotted in keys:
+        node: Any = file_data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        found.append(ConfigProblem(dotted, False, detail, node.pop(leaf), str(path), untrusted=True))
+    return found
 
 
 def load_config(
@@ -917,9 +1155,16 @@ def load_config(
     *,
     environ: Mapping[str, str] | None = None,
     flags: Layer | None = None,
+    named: bool = False,
 ) -> Config:
-    """The effective configuration for ``path`` (missing file = defaults)."""
-    return _whole(*load_config_marked(path, environ=environ, flags=flags))
+    """The effective configuration for ``path`` (missing file = defaults);
+    ``named``: the operator chose the file (see :func:`load_config_marked`)."""
+    return _whole(*load_config_marked(path, environ=environ, flags=flags, named=named))
+
+
+def config_named() -> bool:
+    """Whether the operator named the config file (``DIR2MCP_CONFIG``)."""
+    return bool(os.environ.get("DIR2MCP_CONFIG"))
 
 
 def default_config_path(root: Path) -> Path:

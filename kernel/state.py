@@ -96,6 +96,7 @@ class StateDir:
         and a warning is logged; ``[]`` when all was owner-only already.
         """
         restrict_umask()
+        self.check_shipped()
         try:
             for sub in (self.path, self.cache, self.locks, self.path / "payments"):
                 sub.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
@@ -121,6 +122,25 @@ class StateDir:
             )
         return tightened
 
+    def check_shipped(self) -> None:
+        """Refuse what a directory someone else wrote (a cloned repository's
+        ``.dir2mcp/``) could plant: a symlink for the state directory or a
+        directory of its layout (dir2mcp would write, and tighten, wherever it
+        points), or a credential file (``secret.token``, ``django.secret``)
+        that is a link, is not the user's, or that group or others could read
+        (files a clone or an archive brings in are 0644): its value is known."""
+        layout = [self.path, self.cache, self.locks, self.path / "payments"]
+        layout += [self.cache / kind for kind in ("ocr", "transcribe", "annotations")]
+        for path in layout:
+            if path.is_symlink():
+                raise _untrusted(
+                    f"{path} is a symbolic link (to {os.readlink(path)}); dir2mcp writes its state, and "
+                    "makes it owner-only, only in directories of its own",
+                    "Remove the link, or pass the directory it points to with --state-dir if it is yours.",
+                )
+        for path in (self.token_file, self.path / "django.secret"):
+            check_credential(path)
+
     def tighten(self) -> list[str]:
         """Take group and other access off the state directory and everything
         in it, links not followed; return what was looser, relative to it.
@@ -141,6 +161,38 @@ class StateDir:
                 if _drop_group_other(path):
                     changed.append(os.path.relpath(path, top))
         return changed
+
+
+def credential_problem(path: Path) -> str | None:
+    """Why the credential file at ``path`` cannot be trusted, or None (also when absent)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & _GROUP_OTHER:
+        return f"is readable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def check_credential(path: Path) -> None:
+    """Raise CONFIG_UNTRUSTED for a credential file :func:`credential_problem` refuses."""
+    problem = credential_problem(path)
+    if problem:
+        raise _untrusted(
+            f"{path} {problem}: whoever wrote it or could read it knows it",
+            f"Delete it ({path}) and dir2mcp makes a new one; a bearer token of your own can also "
+            "come from DIR2MCP_AUTH_TOKEN.",
+        )
+
+
+def _untrusted(message: str, hint: str) -> errors.Dir2mcpError:
+    return errors.Dir2mcpError(errors.CONFIG_UNTRUSTED, message, hint=hint)
 
 
 def _drop_group_other(path: str) -> bool:
@@ -263,11 +315,12 @@ class IndexLock:
 
 
 def ensure_token(state: StateDir) -> str:
-    """Return the bearer token in ``secret.token``, creating it (0600) once."""
+    """Return the bearer token in ``secret.token``, creating it (0600) once;
+    one dir2mcp did not write for this user is refused (:meth:`StateDir.check_shipped`)."""
+    check_credential(state.token_file)
     try:
         token = state.token_file.read_text(encoding="utf-8").strip()
         if token:
-            os.chmod(state.token_file, 0o600)
             return token
     except FileNotFoundError:
         pass

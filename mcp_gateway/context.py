@@ -25,7 +25,7 @@ from corpus.providers.registry import EmbedderChoice, live_choice, make_chat
 from corpus.security import ExclusionEngine
 from corpus.status import recorded_embedder
 from kernel import errors
-from kernel.config import Config, default_config_path, load_config
+from kernel.config import Config, config_named, default_config_path, load_config
 from kernel.jsontypes import JsonObject
 from kernel.secrets import from_token_file, resolve_secret
 from kernel.state import StateDir, ensure_token
@@ -220,7 +220,7 @@ def build(
     """
     root = root or Path(settings.DIR2MCP_ROOT)
     state = state or StateDir(Path(settings.DIR2MCP_STATE_DIR))
-    config = config or load_config(default_config_path(root))
+    config = config or load_config(default_config_path(root), named=config_named())
     spec = auth_spec or default_auth_spec(config)
     extra.setdefault("mcp_path", config.server.mcp_path)
     auth = resolve_auth(spec, config, state, root=root)

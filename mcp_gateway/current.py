@@ -19,7 +19,7 @@ from django.conf import settings
 
 from corpus import write_guard
 from corpus.store import open_store
-from kernel.config import default_config_path, load_config
+from kernel.config import config_named, default_config_path, load_config
 from kernel.jsontypes import JsonObject
 from mcp_gateway import registry
 from mcp_gateway.context import Context, build
@@ -71,7 +71,7 @@ def mcp_path() -> str:
     if _current is not None:
         return _current.mcp_path
     root = Path(settings.DIR2MCP_ROOT)
-    return load_config(default_config_path(root)).server.mcp_path
+    return load_config(default_config_path(root), named=config_named()).server.mcp_path
 
 
 #: why a read-only server refuses a tool's write (corpus.write_guard.check_writable)

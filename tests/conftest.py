@@ -4,7 +4,10 @@ and indexing that corpus in-process."""
 from __future__ import annotations
 
 import compileall
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,16 +16,28 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
-    """Write the project's bytecode caches before any test starts a process.
+    """Keep the approvals of root config files (kernel/config_trust.py) in a
+    directory of the run's own, inherited by every process a test starts,
+    never the user's ~/.config/dir2mcp: through XDG_CONFIG_HOME, which the
+    tests that clear DIR2MCP_* variables keep.
+
+    Write the project's bytecode caches before any test starts a process.
 
     Where PYTHONDONTWRITEBYTECODE is set (as on the shared machine), no
     process writes them, so every `manage.py` the suite starts (several
     hundred; `up` is two processes) compiled our 200-odd modules from
     source: 0.2 of its 1.3 CPU-seconds to start. Caches are only read
     when they match the source, so what runs is the same."""
+    os.environ.pop("DIR2MCP_TRUST_DIR", None)
+    config.dir2mcp_config_home = tempfile.mkdtemp(prefix="dir2mcp-config-home-")
+    os.environ["XDG_CONFIG_HOME"] = config.dir2mcp_config_home
     if sys.dont_write_bytecode:
         for package in ("corpus", "dir2mcp_site", "mcp_gateway", "payments", "tests"):
             compileall.compile_dir(REPO / package, quiet=1)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "dir2mcp_config_home", ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):

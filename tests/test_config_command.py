@@ -201,6 +201,7 @@ def test_print_shows_secret_sources_never_values(corpus_dir, monkeypatch):
 
 def test_print_hides_a_literal_key_written_in_the_file(corpus_dir):
     (corpus_dir / ".dir2mcp.yaml").write_text(f"mistral:\n  api_key: {SECRET}\n")
+    run_config("trust", "--dir", str(corpus_dir))  # a literal key is for the operator to approve
 
     out, _ = run_config("print", "--dir", str(corpus_dir))
 

@@ -456,7 +456,7 @@ def test_snapshot_records_sources_and_no_values(no_keychain, root, root_state):
     write_private(root / ".dir2mcp/secret.env", f"ELEVENLABS_API_KEY={SECRET}-el\n")
     write_private(root_state.token_file, f"{SECRET}-tok\n")
     (root / ".dir2mcp.yaml").write_text(f"mistral:\n  api_key: {SECRET}\n")
-    config = load_config(root / ".dir2mcp.yaml", environ={})
+    config = load_config(root / ".dir2mcp.yaml", environ={}, named=True)
     secrets = resolve_all(config, root_state, environ={}, root=root)
 
     write_snapshot(config, secrets, root_state)

@@ -46,7 +46,7 @@ from corpus.providers.base import Embedder
 from corpus.status import write_corpus_json
 from corpus.store import get_setting, open_store, set_setting
 from kernel import errors
-from kernel.config import Config, default_config_path, load_config
+from kernel.config import Config, config_named, default_config_path, load_config
 from kernel.secrets import resolve_secret
 from kernel.state import StateDir
 
@@ -290,7 +290,7 @@ class WorkerRuntime:
     def from_settings(cls) -> WorkerRuntime:
         root = Path(settings.DIR2MCP_ROOT)
         state = StateDir(Path(settings.DIR2MCP_STATE_DIR))
-        config = load_config(default_config_path(root))
+        config = load_config(default_config_path(root), named=config_named())
         open_store(state)
         # The index's recorded embedder, as the server keeps it: vectors never mix.
         embedder, _ = choose_embedder(

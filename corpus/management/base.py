@@ -18,7 +18,7 @@ from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import EmbedderChoice, make_chat
 from kernel import errors
-from kernel.config import Config, default_config_path, load_config
+from kernel.config import Config, config_named, default_config_path, load_config
 from kernel.jsontypes import JsonObject
 from kernel.secrets import resolve_all, resolve_secret, write_snapshot
 from kernel.state import StateDir, ensure_token, resolve_root, resolve_state
@@ -93,7 +93,8 @@ class Dir2mcpCommand(BaseCommand):
             raise errors.Dir2mcpError(
                 errors.CONFIG_INVALID, f"config file {config_path} does not exist", hint="Check --config."
             )
-        config = load_config(config_path, flags=config_flags)
+        named = bool(options.get("config")) or config_named()
+        config = load_config(config_path, flags=config_flags, named=named)
         reporter = Reporter(
             self.stdout._out,  # type: ignore[arg-type]  # a text stream; django-stubs types it as a callable
             json_mode=options.get("json", False),

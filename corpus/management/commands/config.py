@@ -21,16 +21,27 @@ from django.core.management.base import CommandError, CommandParser
 from corpus.events import Reporter
 from corpus.management.base import Dir2mcpCommand
 from corpus.setup_wizard import WizardResult, run_wizard
-from kernel import errors
+from kernel import config_trust, errors
 from kernel import secrets as secret_store
-from kernel.config import Config, ConfigProblem, default_config_path, load_config, load_config_marked
+from kernel.config import (
+    Config,
+    ConfigProblem,
+    config_named,
+    default_config_path,
+    describe_problems,
+    load_config,
+    load_config_marked,
+    parse_config_text,
+    read_config_text,
+    untrusted_keys,
+)
 from kernel.config_template import render_config
 from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, atomic_write, resolve_root, resolve_state
 
 
 def _write_snapshot(config_path: Path, state: StateDir, root: Path, session: dict[str, str]) -> bool:
-    effective = load_config(config_path)
+    effective = load_config(config_path, named=True)  # written (and approved) just now
     resolved = secret_store.resolve_all(effective, state, session=session, root=root)
     try:
         state.path.mkdir(parents=True, exist_ok=True)
@@ -41,10 +52,13 @@ def _write_snapshot(config_path: Path, state: StateDir, root: Path, session: dic
 
 
 class Command(Dir2mcpCommand):
-    help = "Print the effective configuration (config print) or create .dir2mcp.yaml (config init)."
+    help = (
+        "Print the effective configuration (config print), create .dir2mcp.yaml (config init), or approve "
+        "the root's own .dir2mcp.yaml as it is now (config trust)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        actions = parser.add_subparsers(dest="action", required=True, metavar="{print,init}")
+        actions = parser.add_subparsers(dest="action", required=True, metavar="{print,init,trust}")
         called: bool | None = getattr(parser, "called_from_command_line", None)
         show = actions.add_parser(
             "print",
@@ -56,14 +70,22 @@ class Command(Dir2mcpCommand):
             help="Create .dir2mcp.yaml: a wizard on a terminal, else a commented template.",
             called_from_command_line=called,
         )
+        trust = actions.add_parser(
+            "trust",
+            help="Approve the root's .dir2mcp.yaml as it is now: its keys that send credentials or data "
+            "to a network endpoint, or weaken the gate, then apply (a later change needs a new approval).",
+            called_from_command_line=called,
+        )
         # Global flags go on each subcommand so `config init --dir X` parses.
-        for sub in (show, init):
+        for sub in (show, init, trust):
             super().add_arguments(sub)
         init.add_argument("--force", action="store_true", help="Overwrite an existing config file.")
 
     def handle(self, *args: Any, **options: Any) -> None:  # Any: BaseCommand.handle's signature
         if options["action"] == "print":
             self.print_config(options)
+        elif options["action"] == "trust":
+            self.trust_config(options)
         else:
             self.init_config(options)
 
@@ -77,7 +99,7 @@ class Command(Dir2mcpCommand):
             raise errors.Dir2mcpError(
                 errors.CONFIG_INVALID, f"config file {path} does not exist", hint="Check --config."
             )
-        config, problems = load_config_marked(path)
+        config, problems = load_config_marked(path, named=bool(options.get("config")) or config_named())
         resolved = secret_store.resolve_all(config, state, root=root)
         data = secret_store.redacted_config(config, resolved)
         if options["json"]:
@@ -87,11 +109,32 @@ class Command(Dir2mcpCommand):
         else:
             self.stdout.write(marked_yaml(data, problems), ending="")
         if problems:
+            found = describe_problems(problems)
             raise errors.Dir2mcpError(
-                errors.CONFIG_INVALID,
-                "; ".join(problem.describe() for problem in problems),
-                hint="The configuration above leaves the marked keys out; fix them where they are set.",
+                found.code,
+                found.message,
+                hint=f"The configuration above leaves the marked keys out. {found.hint}",
             )
+
+    def trust_config(self, options: JsonObject) -> None:
+        root = resolve_root(options.get("dir"))
+        path = Path(options["config"]).absolute() if options.get("config") else default_config_path(root)
+        if not path.is_file():
+            raise errors.Dir2mcpError(errors.CONFIG_INVALID, f"there is no config file {path} to approve")
+        text = read_config_text(path)
+        sensitive = untrusted_keys(parse_config_text(path, text))
+        store = config_trust.approve(path, text)
+        reporter = Reporter(
+            self.stdout._out,  # type: ignore[arg-type]  # a text stream; django-stubs types it as a callable
+            json_mode=options["json"],
+            quiet=options["quiet"],
+        )
+        reporter.event(
+            "config_trusted",
+            {"path": str(path), "sha256": config_trust.digest(text), "keys": sensitive, "store": str(store)},
+        )
+        keys = ", ".join(sensitive) if sensitive else "none (it needed no approval)"
+        reporter.say(f"Approved {path} as it is now; the keys that needed it: {keys}")
 
     def init_config(self, options: JsonObject) -> None:
         # Not self.runtime(): init must work when the target file is missing
@@ -112,7 +155,9 @@ class Command(Dir2mcpCommand):
             result = run_wizard(state, root)
         else:
             result = WizardResult(Config())
-        atomic_write(path, render_config(result.config))
+        text = render_config(result.config)
+        atomic_write(path, text)
+        config_trust.approve(path, text)  # the operator wrote it: no approval to ask for
         snapshot = _write_snapshot(path, state, root, result.session)
         reporter.event("config_written", {"path": str(path), "snapshot": snapshot})
         reporter.say(f"Wrote {path}")
@@ -138,12 +183,15 @@ def _shown(problem: ConfigProblem) -> object:
 
 
 def _problem_dict(problem: ConfigProblem) -> JsonObject:
-    out: JsonObject = {"key": problem.key, "problem": "unknown key" if problem.unknown else "bad value"}
+    kind = "not approved" if problem.untrusted else "unknown key" if problem.unknown else "bad value"
+    out: JsonObject = {"key": problem.key, "problem": kind}
     out |= {"source": problem.source, "value": _shown(problem)}
     return out if problem.unknown else out | {"detail": problem.detail}
 
 
 def _mark_text(problem: ConfigProblem) -> str:
+    if problem.untrusted:
+        return f"<- {_shown(problem)!r} in {problem.source}: not approved, not applied (config trust)"
     if problem.unknown:
         return f"<- unknown key, set in {problem.source}: not applied"
     return f"<- bad value {_shown(problem)!r} in {problem.source}, not applied: {problem.detail}"
@@ -164,7 +212,10 @@ def marked_yaml(data: JsonObject, problems: list[ConfigProblem]) -> str:
     text = _mark_lines(secret_store.dump_yaml(data), marks)
     if not problems:
         return text
-    header = ["# CONFIG_INVALID: the marked keys are left out below; other commands refuse to start", "#"]
+    code = (
+        errors.CONFIG_UNTRUSTED if all(problem.untrusted for problem in problems) else errors.CONFIG_INVALID
+    )
+    header = [f"# {code}: the marked keys are left out below; other commands refuse to start", "#"]
     header += [f"#   {problem.describe()}" for problem in problems]
     return "\n".join([*header, "", text])
 
