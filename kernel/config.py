@@ -735,7 +735,7 @@ KEY_TRUST: dict[str, str] = {
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}
 
 
-def _only_more_excludes(value: Any) -> bool:
+def _only_more_excludes(value: object) -> bool:
     return (
         isinstance(value, list)
         and set(DEFAULT_PATH_EXCLUDES) <= set(value)
@@ -745,7 +745,7 @@ def _only_more_excludes(value: Any) -> bool:
 
 #: Values of a sensitive key that narrow what the default allows, so a root's
 #: own file may set them unapproved.
-_HARMLESS_VALUES: dict[str, Callable[[Any], bool]] = {
+_HARMLESS_VALUES: dict[str, Callable[[object], bool]] = {
     "server.listen": lambda v: isinstance(v, str) and v.rpartition(":")[0] in _LOOPBACK_HOSTS,
     "security.allowed_origins": lambda v: isinstance(v, list) and set(v) <= set(DEFAULT_ALLOWED_ORIGINS),
     "security.path_excludes": _only_more_excludes,
@@ -779,8 +779,8 @@ def schema_keys(model: type[Section] = Config, prefix: str = "") -> list[str]:
 
 
 def _leaves(
-    data: Mapping[str, Any], model: type[Section] = Config, prefix: str = ""
-) -> list[tuple[str, Any]]:
+    data: Mapping[str, JsonValue], model: type[Section] = Config, prefix: str = ""
+) -> list[tuple[str, JsonValue]]:
     """The keys ``data`` sets, dotted, with their values (unknown keys left to validation)."""
     found = []
     for name, value in data.items():
@@ -795,7 +795,7 @@ def _leaves(
     return found
 
 
-def _is_new(dotted: str, value: Any) -> bool:
+def _is_new(dotted: str, value: JsonValue) -> bool:
     """Whether ``value`` is valid for the key and not its default (``mode: off``
     is ``"off"``); an invalid one is left for validation to report."""
     tree: JsonObject = {}
@@ -804,22 +804,26 @@ def _is_new(dotted: str, value: Any) -> bool:
         config = Config.model_validate(merged_switches(dict(layer_switches(tree, "file"))))
     except (ValidationError, errors.Dir2mcpError):
         return False
-    mine: Any = config
-    default: Any = Config()
+    mine: object = config
+    default: object = Config()
     for part in dotted.split("."):
         mine, default = getattr(mine, part), getattr(default, part)
     return bool(mine != default)
 
 
-def untrusted_keys(data: Mapping[str, Any]) -> list[str]:
+def untrusted_keys(data: Mapping[str, JsonValue]) -> list[str]:
     """The keys of ``data`` (a root's own file) that need the operator's approval."""
     return [
         dotted
         for dotted, value in _leaves(data)
         if key_trust(dotted) == SENSITIVE
         and _is_new(dotted, value)
-        and not _HARMLESS_VALUES.get(dotted, lambda _: False)(value)
+        and not _HARMLESS_VALUES.get(dotted, _never)(value)
     ]
+
+
+def _never(_value: object) -> bool:
+    return False
 
 
 # Well-known variables that map onto config keys. Secrets (API keys, the auth
@@ -1142,10 +1146,12 @@ def _unapproved(path: Path, text: str, file_data: JsonObject) -> list[ConfigProb
         detail = "is not approved"
     found = []
     for dotted in keys:
-        node: Any = file_data
+        node = file_data
         *parents, leaf = dotted.split(".")
         for part in parents:
-            node = node[part]
+            child = node[part]
+            assert isinstance(child, dict)  # _leaves walked it as a section
+            node = child
         found.append(ConfigProblem(dotted, False, detail, node.pop(leaf), str(path), untrusted=True))
     return found
 
