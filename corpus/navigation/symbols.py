@@ -165,7 +165,9 @@ def _last_identifier(node: tree_sitter.Node) -> tree_sitter.Node | None:
 
 def _uses(parsed: units.Parsed, skip: set[int]) -> list[Uses]:
     lines: dict[str, list[int]] = {}
-    for node in _identifiers(parsed):
+    # In the file's order: the query's captures come grouped in an order that
+    # varies between processes (string hashing), and the rows follow it.
+    for node in sorted(_identifiers(parsed), key=_start):
         if node.start_byte in skip:
             continue
         name = (node.text or b"").decode("utf-8", "replace")
@@ -173,6 +175,10 @@ def _uses(parsed: units.Parsed, skip: set[int]) -> list[Uses]:
             continue
         lines.setdefault(name, []).append(node.start_point.row + 1)
     return [Uses(name, tuple(sorted(set(rows)))) for name, rows in lines.items()]
+
+
+def _start(node: tree_sitter.Node) -> int:
+    return node.start_byte
 
 
 def _identifiers(parsed: units.Parsed) -> list[tree_sitter.Node]:
