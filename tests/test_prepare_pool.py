@@ -224,6 +224,30 @@ def test_a_worker_killed_during_a_pass_costs_no_file_and_the_pass_completes(tmp_
     assert victim.status == "ok" and victim.representations.get().chunks.exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_stopped_while_workers_prepare_ends_with_whole_documents_and_no_worker(tmp_path, state):
+    root = real_tree(tmp_path / "tree")
+    indexer = Indexer(root, state, config(2))
+    workers: set[int] = set()
+
+    def stop_once_workers_hold_files() -> None:
+        pool = wait_for(lambda: indexer.reader.processes, "worker pool")
+        workers.update(wait_for(lambda: {pid for pid, paths in pool.held().items() if paths}, "busy worker"))
+        indexer.stop.set()
+
+    stopper = threading.Thread(target=stop_once_workers_hold_files, daemon=True)
+    stopper.start()
+    counters = indexer.run()
+    stopper.join(PATIENCE)
+
+    assert workers and not any(alive(pid) for pid in workers)
+    assert indexer.job is not None and indexer.job.outcome == "interrupted"
+    files = sum(1 for p in root.rglob("*") if p.is_file())
+    written = Document.objects.filter(status="ok")
+    assert 0 < written.count() == counters.indexed < files
+    assert all(doc.representations.get().chunks.exists() for doc in written if doc.size_bytes)
+
+
 @pytest.mark.parametrize(
     ("setting", "cores", "expected"),
     [
