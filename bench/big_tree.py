@@ -43,6 +43,11 @@ first: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every
 start compiles the project's modules again (about 0.4 CPU-s).
 
     python bench/big_tree.py --initialize --tree ~/src/linux-subtree --state ~/src/linux-subtree/.dir2mcp
+
+``--subtrees fs kernel`` unpacks and indexes only those paths;
+``--prepare-processes 0 auto`` runs one pass with files prepared in the
+indexing child and one with its preparing workers (``ingest.prepare_processes``),
+in the same run: the CPU of the writer and of its workers is reported apart.
 """
 
 from __future__ import annotations
@@ -103,14 +108,25 @@ def say(message: str) -> None:
     print(f"[{time.monotonic() - T0:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def prepare(tarball: Path, work: Path) -> Path:
-    """The unpacked tree as a git repository with one commit (kept)."""
-    tree = work / tarball.name.removesuffix(".tar.xz")
+def prepare(tarball: Path, work: Path, subtrees: list[str] | None = None) -> Path:
+    """The unpacked tree (or only ``subtrees`` of it, with its top
+    ``.gitignore``) as a git repository with one commit (kept)."""
+    top = tarball.name.removesuffix(".tar.xz")
+    name = top if not subtrees else top + "-" + "-".join(s.strip("/").replace("/", "_") for s in subtrees)
+    tree = work / name
     if (tree / ".git").is_dir():
         return tree
     work.mkdir(parents=True, exist_ok=True)
     say(f"unpacking {tarball} into {work}")
-    subprocess.run(["tar", "-xf", str(tarball), "-C", str(work)], check=True)
+    if subtrees:
+        into = work / f"{name}.unpacking"
+        into.mkdir(exist_ok=True)
+        members = [f"{top}/.gitignore", *(f"{top}/{s.strip('/')}/*" for s in subtrees)]
+        subprocess.run(["tar", "-xf", str(tarball), "-C", str(into), "--wildcards", *members], check=True)
+        (into / top).rename(tree)
+        into.rmdir()
+    else:
+        subprocess.run(["tar", "-xf", str(tarball), "-C", str(work)], check=True)
     ignore = tree / ".gitignore"
     kept = [line for line in ignore.read_text().splitlines() if line.strip() not in DEBIAN_PACKAGING]
     ignore.write_text("\n".join(kept) + "\n")
@@ -251,16 +267,21 @@ def sizes(state: Path) -> dict:
     }
 
 
-def run(tree: Path, work: Path, embed: str, dense_window: float, timeout: float) -> dict:
-    state = work / f"state-{embed}"
+def run(
+    tree: Path, work: Path, embed: str, dense_window: float, timeout: float, processes: str = "auto"
+) -> dict:
+    state = work / f"state-{embed}-{processes}"
     shutil.rmtree(state, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL"))}
     env["DIR2MCP_EMBED__PROVIDER"] = embed
+    env["DIR2MCP_INGEST__PREPARE_PROCESSES"] = processes
+    if os.environ.get("DIR2MCP_SERVER__INDEXER_NICE"):
+        env["DIR2MCP_SERVER__INDEXER_NICE"] = os.environ["DIR2MCP_SERVER__INDEXER_NICE"]
     began = time.monotonic()
     indexing = Server(tree, state, env)
     reference = None
     peaks: dict[str, float] = {}
-    result: dict = {"embed": embed}
+    result: dict = {"embed": embed, "prepare_processes": processes, "load_at_start": os.getloadavg()[0]}
     try:
         indexing.wait(lambda s: bool(s.url), timeout=120)
         result["initialize_seconds"] = round(first_initialize(indexing.url, began + 120) - began, 2)
@@ -332,25 +353,48 @@ def run(tree: Path, work: Path, embed: str, dense_window: float, timeout: float)
     return result
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of a process so far (0 once it is gone)."""
+def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User and system CPU seconds of a process so far (0 once it is gone);
+    ``reaped``: with those of its children it has waited for (the indexing
+    child's preparing workers once they exit)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
     except (OSError, IndexError):
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(") ", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 
 def progress(server: Server, began: float) -> dict:
-    """Files indexed so far, the CPU each process has used, and the load."""
+    """Files indexed so far, the CPU each process has used, and the load:
+    the indexing child's own (the writer, and preparing when it has no
+    workers) and its preparing workers' (live ones, and those it reaped)."""
     counters = next((e["data"] for e in reversed(server.events) if e["event"] == "scan_progress"), {})
     pids = server.pids()
+    writer = sum(cpu_seconds(pid) for pid in pids[1:])
+    workers = sum(cpu_seconds(pid, reaped=True) - cpu_seconds(pid) for pid in pids[1:])
+    workers += sum(cpu_seconds(w) for pid in pids[1:] for w in children(pid))
     return {
         "seconds": round(time.monotonic() - began, 1),
         "indexed": counters.get("indexed", 0),
         "chunks": counters.get("chunks_total", 0),
         "server_cpu_s": round(cpu_seconds(pids[0]), 1),
-        "child_cpu_s": round(sum(cpu_seconds(pid) for pid in pids[1:]), 1),
+        "child_cpu_s": round(writer + workers, 1),
+        "writer_cpu_s": round(writer, 1),
+        "workers_cpu_s": round(workers, 1),
         "load": os.getloadavg()[0],
     }
 
@@ -358,6 +402,7 @@ def progress(server: Server, began: float) -> dict:
 def sample(server: Server, peaks: dict[str, float]) -> None:
     pids = server.pids()
     labelled = [("server", pids[0])] + [(f"child {n}", pid) for n, pid in enumerate(pids[1:], 1)]
+    labelled += [(f"worker {n}", pid) for n, pid in enumerate((w for c in pids[1:] for w in children(c)), 1)]
     for label, pid in labelled:
         peaks[label] = max(peaks.get(label, 0.0), peak_rss_mib(pid))
 
@@ -497,6 +542,16 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, help="With --initialize: this tree instead of the kernel.")
     parser.add_argument("--state", type=Path, help="With --initialize: an existing index of the tree.")
     parser.add_argument("--repeat", type=int, default=5, help="With --initialize: runs of each case.")
+    parser.add_argument(
+        "--subtrees", nargs="+", help="Only these paths of the tree (fs kernel drivers/net); default all."
+    )
+    parser.add_argument(
+        "--prepare-processes",
+        nargs="+",
+        default=["auto"],
+        help="ingest.prepare_processes of each pass, one pass each in this run (e.g. 0 auto).",
+    )
+    parser.add_argument("--skip-floor", action="store_true", help="Do not time the cold read.")
     args = parser.parse_args()
     if args.initialize:
         tree = args.tree or prepare(args.tarball, args.work)
@@ -511,7 +566,7 @@ def main() -> None:
         return
     if not args.tarball.is_file():
         raise SystemExit(f"{args.tarball} is missing: apt-get install linux-source-6.12")
-    tree = prepare(args.tarball, args.work)
+    tree = prepare(args.tarball, args.work, args.subtrees)
     files = tracked(tree)
     load = os.getloadavg()
     print(
@@ -519,8 +574,11 @@ def main() -> None:
         f"load {load[0]:.1f}, {len(files)} files tracked by git",
         flush=True,
     )
-    print(json.dumps({"floor_read": floor_read(tree)}), flush=True)
-    print(json.dumps(run(tree, args.work, args.embed, args.dense_window, args.timeout)), flush=True)
+    if not args.skip_floor:
+        print(json.dumps({"floor_read": floor_read(tree)}), flush=True)
+    for processes in args.prepare_processes:
+        found = run(tree, args.work, args.embed, args.dense_window, args.timeout, processes)
+        print(json.dumps(found), flush=True)
 
 
 if __name__ == "__main__":

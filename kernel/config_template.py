@@ -31,6 +31,7 @@ _NOTES = {
     "security.auth.token_env": "variable holding the bearer token",
     "secrets.file.path": "relative to the root directory",
     "ingest.max_file_mb_by_type": "per doc_type ceiling in MB",
+    "ingest.prepare_processes": "auto|0|N processes preparing files beside the writer (auto: cores-1, max 4)",
 }
 
 

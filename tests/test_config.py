@@ -272,6 +272,19 @@ def test_the_indexer_niceness_defaults_to_10_and_takes_the_environment(tmp_path)
     assert taken.server.indexer_nice == 0
 
 
+@pytest.mark.parametrize("value", ["-1", "65", "many"])
+def test_a_prepare_processes_count_that_is_not_auto_or_0_to_64_is_refused(tmp_path, value) -> None:
+    error = config_error(tmp_path, "", {"DIR2MCP_INGEST__PREPARE_PROCESSES": value})
+    assert "DIR2MCP_INGEST__PREPARE_PROCESSES" in error.message
+
+
+@pytest.mark.parametrize(("value", "expected"), [("auto", "auto"), ("0", 0), ("3", 3)])
+def test_prepare_processes_defaults_to_auto_and_takes_a_count(tmp_path, value, expected) -> None:
+    assert load_config(write_config(tmp_path, ""), environ={}).ingest.prepare_processes == "auto"
+    taken = load_config(write_config(tmp_path, ""), environ={"DIR2MCP_INGEST__PREPARE_PROCESSES": value})
+    assert taken.ingest.prepare_processes == expected
+
+
 @pytest.mark.parametrize("depth", [1, 10, 49], ids=["one", "ten", "below-max-k"])
 def test_a_candidate_depth_below_the_largest_k_is_refused(tmp_path, depth):
     # a depth under k=50 could not return 50 hits that are the same at every k

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 
 from django.db import connection, transaction
 
@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 
 BATCH_DOCS = 64
 BATCH_SECONDS = 0.5
+#: The most documents and file bytes a batch holds unwritten: with files
+#: prepared in other processes (corpus/ingest/prepare_pool.py) the reader
+#: reads ahead of the writer up to here, which bounds the memory of a pass.
+WINDOW_DOCS = 4 * BATCH_DOCS
+WINDOW_BYTES = 64 * 2**20
 #: Paths tombstoned in one transaction.
 TOMBSTONE_PART = 500
 #: SQLite's page cache for the connection that writes batches, in KiB (its
@@ -49,30 +54,57 @@ class BatchWriter:
         self.counters = counters
         self.reporter = reporter
         self._written = written
-        self._batch: list[Prepared | Future[Prepared]] = []
+        self._batch: list[tuple[Prepared | Future[Prepared], int]] = []
+        self._bytes = 0
         self._started = 0.0
         #: documents written or tombstoned since the reporter was last told, and whether the set changed
         self._changed: list[str] = []
         self._listing = False
 
-    def add(self, prepared: Prepared | Future[Prepared]) -> None:
-        """Queue a document (or a future one, prepared on a provider's pool)."""
+    def add(self, prepared: Prepared | Future[Prepared], *, size: int = 0) -> None:
+        """Queue a document, or a future one (prepared on a provider's pool
+        or in a worker process) of a file of ``size`` bytes."""
         if not self._batch:
             self._started = time.monotonic()
-        self._batch.append(prepared)
+        size = prepared.size if isinstance(prepared, Prepared) else size
+        self._batch.append((prepared, size))
+        self._bytes += size
 
     def due(self) -> bool:
-        """The batch is full, or its first document has waited long enough."""
-        return len(self._batch) >= BATCH_DOCS or bool(
-            self._batch and time.monotonic() - self._started >= BATCH_SECONDS
-        )
+        """Documents are ready to write: a batch's worth at the head of the
+        queue (in the walk's order), or a first one that has waited long
+        enough; or the queue is at its window and must make room."""
+        if len(self._batch) >= WINDOW_DOCS or self._bytes >= WINDOW_BYTES:
+            return True
+        ready = self._ready()
+        return ready >= BATCH_DOCS or bool(ready and time.monotonic() - self._started >= BATCH_SECONDS)
+
+    def write_due(self) -> None:
+        """Write the documents ready at the head of the queue, a batch at
+        most (waiting for the first one when none is)."""
+        if self._batch:
+            self._write(max(self._ready(), 1))
 
     def flush(self) -> None:
-        """Write the batch in one transaction and announce it."""
-        if not self._batch:
-            return
-        batch = [item.result() if isinstance(item, Future) else item for item in self._batch]
-        self._batch = []
+        """Write every queued document, a batch per transaction, and announce them."""
+        while self._batch:
+            self._write(BATCH_DOCS)
+
+    def _ready(self) -> int:
+        """How many documents at the head of the queue are prepared (at most a batch)."""
+        count = 0
+        for item, _ in self._batch[:BATCH_DOCS]:
+            if isinstance(item, Future) and not item.done():
+                break
+            count += 1
+        return count
+
+    def _write(self, count: int) -> None:
+        """Write the first ``count`` queued documents in one transaction and announce them."""
+        head, self._batch = self._batch[:count], self._batch[count:]
+        self._bytes -= sum(size for _, size in head)
+        self._started = time.monotonic()
+        batch = [prepared for prepared in map(_resolved, head) if prepared is not None]
         widen_cache()
         with transaction.atomic():
             fresh = [prepared for prepared in batch if prepared.rel_path not in self.known]
@@ -169,6 +201,18 @@ class BatchWriter:
             self.counters.errors += 1
             code = prepared.error_code or errors.EXTRACT_FAILED
             self.reporter.file_error(prepared.rel_path, code, prepared.error_message)
+
+
+def _resolved(item: tuple[Prepared | Future[Prepared], int]) -> Prepared | None:
+    """A queued document, once prepared; None for one cancelled unprepared
+    (its pass stopped: it is read again by the next)."""
+    prepared = item[0]
+    if not isinstance(prepared, Future):
+        return prepared
+    try:
+        return prepared.result()
+    except CancelledError:
+        return None
 
 
 def widen_cache() -> None:

@@ -38,6 +38,7 @@ from corpus.ingest.exclusions import ExclusionTally
 from corpus.ingest.known import KnownFiles
 from corpus.ingest.media import MediaProviders, media_providers
 from corpus.ingest.prepare import Capabilities, Preparer, capabilities_for
+from corpus.ingest.prepare_pool import AUTO_AFTER_FILES, PoolSetup, processes_for
 from corpus.ingest.reading import FileReader, stored_name
 from corpus.models import Chunk, Document, EmbeddingStatus, IndexJob
 from corpus.providers.base import Embedder
@@ -95,7 +96,7 @@ class LocalWrite:
 
     def tick(self, indexer: Indexer) -> None:
         if indexer.batch.due():
-            indexer.batch.flush()
+            indexer.batch.write_due()
 
     def save_counters(self, indexer: Indexer, *, force: bool) -> None:
         job = indexer.job
@@ -206,6 +207,11 @@ class Indexer:
 
     def _run(self) -> Counters:
         self.start()
+        processes = processes_for(self.config.ingest.prepare_processes)
+        if processes:
+            setup = PoolSetup(self.root, self.state.path, self.config, self.preparer.capabilities)
+            after = AUTO_AFTER_FILES if self.config.ingest.prepare_processes == "auto" else 0
+            self.reader.prepare_in(setup, processes, after=after)
         outcome = "interrupted"
         try:
             for item in walk(self.engine, tally=self.tally):
@@ -349,8 +355,12 @@ class Indexer:
             self._owned_providers = None
 
     def _finish(self, outcome: str) -> None:
-        self.batch.flush()
-        self.close()
+        if self.stop.is_set():
+            self.reader.stop_preparing()  # what no worker holds yet is read again by the next pass
+        try:
+            self.batch.flush()
+        finally:
+            self.close()
         assert self.job is not None
         self.job.running = False
         self.job.outcome = outcome

@@ -23,6 +23,7 @@ from corpus.ingest.classify import TEXTUAL_TYPES, gzip_inner_name
 from corpus.ingest.discover import FileEntry, WalkProblem
 from corpus.ingest.known import Known, KnownFiles
 from corpus.ingest.prepare import HEAD_BYTES, Prepared, Preparer, sha256_hex
+from corpus.ingest.prepare_pool import PoolSetup, PreparePool
 from corpus.ingest.unpack import GZIP, ArchiveReader, from_gzip
 from corpus.security import ExclusionEngine
 from kernel import errors
@@ -60,12 +61,32 @@ class FileReader:
         self.take = take
         self.archives = ArchiveReader(config, preparer, engine, stop)
         self._pools: dict[str, ThreadPoolExecutor] = {}
+        #: worker processes preparing files (a walk's, once it has enough to prepare)
+        self.processes: PreparePool | None = None
+        self._processes_wanted: tuple[PoolSetup, int] | None = None
+        self._inline_left = 0
+
+    def prepare_in(self, setup: PoolSetup, processes: int, *, after: int = 0) -> None:
+        """Prepare files in ``processes`` worker processes from now on, once
+        ``after`` more files have been prepared here (a pass with a few
+        changes never starts a process)."""
+        self._processes_wanted = (setup, processes)
+        self._inline_left = after
+
+    def stop_preparing(self) -> None:
+        """Cancel what the worker processes have not started (the pass stops)."""
+        if self.processes is not None:
+            self.processes.close()
 
     def close(self) -> None:
-        """Stop the provider pools (what they still run is cancelled)."""
+        """Stop the provider pools and the worker processes (what they still
+        run is cancelled)."""
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
         self._pools.clear()
+        if self.processes is not None:
+            self.processes.close()
+            self.processes = None
 
     def consume(self, item: FileEntry | WalkProblem) -> bool:
         """Read one walked item; True when it was a file not seen before."""
@@ -120,7 +141,10 @@ class FileReader:
         if base.doc_type == "archive":
             self._consume_archive(base, data)
             return
-        self.batch.add(from_gzip(self.preparer.prepare(base, data)) if gzipped else self._prepare(base, data))
+        if gzipped:
+            self.batch.add(from_gzip(self.preparer.prepare(base, data)))
+        else:
+            self.batch.add(self._prepare(base, data), size=len(data))
 
     def _gunzip(self, base: Prepared, data: bytes) -> bytes | None:
         """A gzip file's text; None when ``base`` is written as it is instead
@@ -191,11 +215,15 @@ class FileReader:
         self.batch.add(from_gzip(prepared) if gzipped else prepared)
 
     def _prepare(self, base: Prepared, data: bytes) -> Prepared | Future[Prepared]:
-        """Prepare now, or on a worker thread when a provider call may be slow."""
+        """Prepare now, on a worker thread when a provider call may be slow,
+        or in a worker process when the pass has them."""
         providers = self.preparer.providers
         if base.doc_type not in ("pdf", "image", "audio") or (
             providers.ocr is None and providers.stt is None
         ):
+            processes = self._processes()
+            if processes is not None:
+                return processes.submit(base, data)
             return self.preparer.prepare(base, data)
         # One pool per provider, each as wide as its limit, so scans queued
         # first cannot hold the workers that recordings need.
@@ -207,6 +235,17 @@ class FileReader:
                 max_workers=workers, thread_name_prefix=f"dir2mcp-{kind}"
             )
         return pool.submit(self._prepare_safely, base, data)
+
+    def _processes(self) -> PreparePool | None:
+        """The worker processes, started once the pass has enough files to prepare."""
+        if self.processes is None and self._processes_wanted is not None:
+            if self._inline_left > 0:
+                self._inline_left -= 1
+                return None
+            setup, count = self._processes_wanted
+            self._processes_wanted = None
+            self.processes = PreparePool(setup, count)
+        return self.processes
 
     def _prepare_safely(self, base: Prepared, data: bytes) -> Prepared:
         try:

@@ -196,7 +196,9 @@ def _uses(parsed: units.Parsed, skip: set[int]) -> list[Uses]:
     lines: dict[str, list[int]] = {}
     # One walk of the tree: identifiers (@name) and, in C and C++, macro bodies (@body).
     found = tree_sitter.QueryCursor(_query(parsed.grammar.name)).captures(parsed.tree.root_node)
-    for node in found.get("name", ()):
+    # In the file's order, whatever order the cursor hands the captures in
+    # (it varied between processes, and the reference rows followed it).
+    for node in sorted(found.get("name", ()), key=_start):
         if node.start_byte in skip:
             continue
         name = (node.text or b"").decode("utf-8", "replace")
@@ -222,6 +224,10 @@ def macro_names(body: str) -> Iterator[tuple[str, int]]:
         row += body.count("\n", at, match.start())
         at = match.start()
         yield name, row
+
+
+def _start(node: tree_sitter.Node) -> int:
+    return node.start_byte
 
 
 def _captures(query: tree_sitter.Query | None, parsed: units.Parsed) -> list[tree_sitter.Node]:
