@@ -14,7 +14,7 @@ and reports chunks/s, tokens, the ratio to the first variant, the cosine to
 the first variant's vectors and the time the whole tree would take at that
 rate. A variant is ``BACKEND[-PRECISION][+sig]:CALL[:THREADS[:PROCESSES]]``:
 the embedder backend (onnx, numpy), its precision (``embed.precision``:
-fp32, the default, or int8), whether each code call also embeds its units'
+fp32, the default, int8 or bf16), whether each code call also embeds its units'
 signature views as corpus.index.dense.embedding does when ``embed.signature_weight`` is
 above 0 (``+sig``; the cosines compare the units' own vectors), how many
 texts one ``embed`` call gets (what corpus.index.dense.embedding fetches at a time), its

@@ -232,12 +232,13 @@ class EmbedConfig(Section):
     # stored = (unit + w * signature) / (1 + w). Recorded with the index's
     # vectors; a change takes effect at the next full `reindex` (0: off).
     signature_weight: float = Field(0.3, ge=0, le=4)
-    # The local model's arithmetic: fp32, or int8 weights and activations in
-    # onnxruntime (faster; docs/benchmarks.md), or auto: int8 on a processor
-    # with VNNI or AMX, fp32 elsewhere (corpus/providers/precision.py). Part
-    # of the model's recorded name, so a change applies at the next full
-    # `reindex`, as a model change.
-    precision: Literal["auto", "fp32", "int8"] = "fp32"
+    # The local model's arithmetic: fp32; int8 weights and activations in
+    # onnxruntime (faster, less accurate); bf16 matmuls in OpenVINO (faster
+    # where the processor has AVX-512 BF16 or AMX-BF16; docs/benchmarks.md);
+    # or auto: bf16 on such a processor, fp32 elsewhere
+    # (corpus/providers/precision.py). Part of the model's recorded name, so
+    # a change applies at the next full `reindex`, as a model change.
+    precision: Literal["auto", "fp32", "int8", "bf16"] = "fp32"
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 
