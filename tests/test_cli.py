@@ -285,16 +285,21 @@ def test_tty_shows_a_live_progress_line(corpus_dir):
     assert "\r\x1b[KProgress: scanned=5 indexed=4" in text
 
 
-def test_status_works_while_another_process_indexes(corpus_dir):
-    for i in range(1500):
-        (corpus_dir / f"file_{i:04d}.md").write_text(f"# Note {i}\n\n" + "Words about things. " * 200)
-    indexer = subprocess.Popen(
+def start_reindex_of_notes(corpus_dir: Path, notes: int, repeat: int) -> subprocess.Popen[str]:
+    """``reindex`` running in the background over ``notes`` markdown files."""
+    for i in range(notes):
+        (corpus_dir / f"file_{i:04d}.md").write_text(f"# Note {i}\n\n" + "Words about things. " * repeat)
+    return subprocess.Popen(
         [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
         env=base_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_status_works_while_another_process_indexes(corpus_dir):
+    indexer = start_reindex_of_notes(corpus_dir, 1500, 200)
     seen_running, results = False, []
     wait_until(
         lambda: (corpus_dir / ".dir2mcp" / "meta.sqlite").exists() or indexer.poll() is not None,
@@ -468,15 +473,7 @@ def test_every_command_that_loads_without_the_collector_turns_it_back_on():
 
 
 def test_ctrl_c_on_reindex_is_a_line_and_code_130_and_the_next_run_goes_on(corpus_dir):
-    for i in range(3000):
-        (corpus_dir / f"file_{i:04d}.md").write_text(f"# Note {i}\n\n" + "Words about things. " * 50)
-    indexer = subprocess.Popen(
-        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
-        env=base_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    indexer = start_reindex_of_notes(corpus_dir, 3000, 50)
     db = corpus_dir / ".dir2mcp" / "meta.sqlite"
 
     def some_indexed() -> bool:
