@@ -13,6 +13,8 @@ import json
 import re
 import resource
 import socket
+from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -32,13 +34,18 @@ WAIT = 60.0  # a socket's safety timeout: only a broken server reaches it
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("slow")
-    (root / "notes.txt").write_text("hnsw index notes\nsecond line\n")
     env = base_env(
         DIR2MCP_SERVER__HEADER_TIMEOUT=HEADER_TIMEOUT,
         DIR2MCP_SERVER__IDLE_TIMEOUT=IDLE_TIMEOUT,
     )
-    up = Up("--dir", str(root), "--json", env=env)
+    yield from serve_notes(tmp_path_factory.mktemp("slow"), env)
+
+
+def serve_notes(root: Path, env: dict[str, str], **options: int) -> Iterator[Server]:
+    """``up`` over one small file in ``root``, indexed; stopped cleanly afterwards."""
+    root.mkdir(exist_ok=True)
+    (root / "notes.txt").write_text("hnsw index notes\nsecond line\n")
+    up = Up("--dir", str(root), "--json", env=env, **options)
     url = up.url()
     up.event("scan_progress", lambda data: data.get("running") is False)
     token = (root / ".dir2mcp" / "secret.token").read_text().strip()
@@ -323,22 +330,6 @@ OPEN_FILES = 512
 SLOW_UPLOADS = 300
 
 
-@pytest.fixture
-def few_files_server(tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "notes.txt").write_text("hnsw index notes\nsecond line\n")
-    up = Up("--dir", str(root), "--json", env=base_env(), open_files=OPEN_FILES)
-    url = up.url()
-    up.event("scan_progress", lambda data: data.get("running") is False)
-    token = (root / ".dir2mcp" / "secret.token").read_text().strip()
-    yield Server(root, url, token, up.proc)
-    code = up.stop()
-    up.close()
-    assert code == 0, up.stderr[-3000:]
-    assert "Traceback" not in up.stderr, up.stderr[-3000:]
-
-
 def test_slow_uploads_past_the_file_limit_make_way_for_another_client(few_files_server):
     """An unauthenticated client trickling request bodies held every file
     descriptor of the process (a socket and a temporary file each): every
@@ -373,19 +364,13 @@ def test_slow_uploads_past_the_file_limit_make_way_for_another_client(few_files_
 
 
 @pytest.fixture
+def few_files_server(tmp_path):
+    yield from serve_notes(tmp_path / "root", base_env(), open_files=OPEN_FILES)
+
+
+@pytest.fixture
 def small_buffer_server(tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "notes.txt").write_text("hnsw index notes\nsecond line\n")
-    up = Up("--dir", str(root), "--json", env=base_env(DIR2MCP_SERVER__MAX_BODY_BUFFER_MB="8"))
-    url = up.url()
-    up.event("scan_progress", lambda data: data.get("running") is False)
-    token = (root / ".dir2mcp" / "secret.token").read_text().strip()
-    yield Server(root, url, token, up.proc)
-    code = up.stop()
-    up.close()
-    assert code == 0, up.stderr[-3000:]
-    assert "Traceback" not in up.stderr, up.stderr[-3000:]
+    yield from serve_notes(tmp_path / "root", base_env(DIR2MCP_SERVER__MAX_BODY_BUFFER_MB="8"))
 
 
 def test_unfinished_uploads_past_the_body_buffer_make_the_oldest_make_way(small_buffer_server):
