@@ -32,7 +32,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from channels.layers import BaseChannelLayer, get_channel_layer
@@ -206,7 +206,10 @@ class _Debouncer:
 class Hub:
     """This process's end of the fan-out: the group listener and the sinks it feeds."""
 
-    def __init__(self, debounce: float = DEBOUNCE_SECONDS) -> None:
+    def __init__(
+        self, debounce: float = DEBOUNCE_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock  # the debounce window's clock
         self._lock = threading.Lock()
         self._sinks: dict[str, tuple[Sink, LocalSubscriptions | None]] = {}
         self._inbox: queue.Queue[JsonObject] = queue.Queue(maxsize=INBOX_MAX)
@@ -304,7 +307,7 @@ class Hub:
     def _deliver(self) -> None:
         while True:
             try:
-                message = self._inbox.get(timeout=self._debounce.wait(time.monotonic()))
+                message = self._inbox.get(timeout=self._debounce.wait(self._clock()))
             except queue.Empty:
                 message = None
             try:
@@ -315,7 +318,7 @@ class Hub:
                 close_old_connections()
 
     def _take(self, message: JsonObject | None) -> None:
-        now = time.monotonic()
+        now = self._clock()
         paths, listing = set(), self._overflow.is_set()
         self._overflow.clear()
         if message and message.get("type") == ENDED:

@@ -32,7 +32,7 @@ def pytest_configure(config):
     config.dir2mcp_config_home = tempfile.mkdtemp(prefix="dir2mcp-config-home-")
     os.environ["XDG_CONFIG_HOME"] = config.dir2mcp_config_home
     if sys.dont_write_bytecode:
-        for package in ("corpus", "dir2mcp_site", "mcp_gateway", "payments", "tests"):
+        for package in ("corpus", "dir2mcp_site", "kernel", "mcp_gateway", "payments", "tests"):
             compileall.compile_dir(REPO / package, quiet=1)
 
 

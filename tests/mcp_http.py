@@ -198,4 +198,4 @@ async def wait_for_index(session) -> dict:
         stats = (await session.call_tool("dir2mcp.stats", {})).structuredContent
         return stats if stats["indexing"]["job_id"] and not stats["indexing"]["running"] else None
 
-    return await wait_until_async(finished, timeout=60, message="the first indexing job to finish")
+    return await wait_until_async(finished, timeout=240, message="the first indexing job to finish")

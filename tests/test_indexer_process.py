@@ -33,6 +33,16 @@ from tests.up_process import running  # noqa: F401  (the fixture)
 
 LOCAL = {"DIR2MCP_EMBED__PROVIDER": "local"}
 
+
+def end_to_end(test):
+    """A test on real `up` processes: marked slow, so the file is handed
+    out among the first (tests/conftest.py), and allowed 900 s, since the
+    first such test's module fixture alone (a clean build of 1,200 chunks
+    with the local model) can take most of the suite's default 300 s on a
+    loaded machine, before the test's own waits of minutes each."""
+    return pytest.mark.slow(pytest.mark.timeout(900)(test))
+
+
 TOPICS = [
     ("invoice", "total", "tax"),
     ("parser", "token", "grammar"),
@@ -135,10 +145,11 @@ def up_mid_embedding(tree: Path, tmp_path: Path, running, **env: str):  # noqa: 
     root = tmp_path / "root"
     shutil.copytree(tree, root)
     up = running("--dir", str(root), "--json", "--auth", "none", env={**LOCAL, **env})
-    up.wait_until(embedding_under_way, "embedding under way")
+    up.wait_until(embedding_under_way, "embedding under way", timeout=300)
     return root, up
 
 
+@end_to_end
 def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_clean_build(
     reference,
     tmp_path,
@@ -198,6 +209,7 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
     assert recorded["restarts"] == 1 and recorded["running"] is False
 
 
+@end_to_end
 def test_ctrl_c_during_embedding_stops_every_process_and_leaves_the_index_whole(
     reference,
     tmp_path,
@@ -236,6 +248,7 @@ def pending_by_file(state_dir: Path) -> tuple[str, dict[str, int]]:
     return last, {path: count for path, count, _ in rows}
 
 
+@end_to_end
 @pytest.mark.parametrize("mode", ["process", "thread"])
 def test_a_file_a_client_opens_is_embedded_ahead_of_the_queue_and_stats_estimates_the_rest(
     mode,
@@ -282,6 +295,7 @@ def all_stored(state_dir: Path, rel_path: str) -> bool:
     return {status for (status,) in found} == {"ok"}
 
 
+@end_to_end
 def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, running):  # noqa: F811
     root = tmp_path / "root"
     root.mkdir()
@@ -326,6 +340,7 @@ def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, runn
     assert up.stop() == 0, up.stderr
 
 
+@end_to_end
 def test_up_says_when_each_half_of_the_index_is_complete(tmp_path, running):  # noqa: F811
     root = tmp_path / "root"
     root.mkdir()

@@ -158,7 +158,7 @@ def test_stdio_listen_until_cancelled(tmp_path):
             stats = server.request(f"stats-{next(ids)}", "tools/call", params)["result"]["structuredContent"]
             return not stats["indexing"]["running"] and stats["indexing"]["job_id"]
 
-        wait_until(indexed, timeout=60, message="the first indexing job to finish")
+        wait_until(indexed, timeout=240, message="the first indexing job to finish")
         uri = "dir2mcp:///watched/updated.txt"
         params = {
             "_meta": META,

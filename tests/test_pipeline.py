@@ -564,7 +564,7 @@ BEFORE, AFTER = ("corpus", "0011_chunk_context"), ("corpus", "0012_error_code")
 
 def _executor() -> MigrationExecutor:
     """An executor that sees 0011 and 0012 themselves: a new database is made
-    by the migration that replaces 0001-0013 (0001_squashed_0013_symbols),
+    by the migration that replaces 0001-0018 (0001_squashed_0018_drop_symbol_name_index),
     and Django's own loader then shows only that one."""
     executor = MigrationExecutor(connection)
     executor.loader = MigrationLoader(connection, replace_migrations=False)

@@ -147,7 +147,7 @@ class Raw:
             stats = self.call(f"stats-{next(ids)}", "dir2mcp.stats", {})["structuredContent"]
             return stats if stats["indexing"]["job_id"] and not stats["indexing"]["running"] else None
 
-        return wait_until(finished, timeout=60, message="the first indexing job to finish")
+        return wait_until(finished, timeout=240, message="the first indexing job to finish")
 
     def close(self, timeout: float = 30) -> int:
         """Close stdin (EOF) and wait: the exit code."""

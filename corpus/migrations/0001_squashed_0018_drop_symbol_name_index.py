@@ -1,16 +1,23 @@
-"""Migrations 0001 to 0013 as one, for new databases (issue #35).
+"""Migrations 0001 to 0018 as one, for new databases (issue #35).
 
-A fresh state directory applied 13 migrations, seven of which re-created a
-table in SQLite to change or add a column: about 0.5 CPU-seconds of every
-first start, and the test suite starts several hundred. This creates the
-tables as 0013 left them, then runs the vendor-specific steps a new
-database needs (SQLite's FTS5 table; PostgreSQL's lexical table and lz4
-compression). Steps that only convert existing rows (0008's re-index, 0012's
-error codes) have nothing to convert here.
+A fresh state directory applied 0001_squashed_0013_symbols and then five
+migrations (0014-0018), three of which re-created or rewrote tables in
+SQLite: 26 migrations in all with Django's own, about 0.6 CPU-seconds of
+every first start, half of a `reindex` of one file, and the test suite
+makes a fresh state directory for most of its several hundred processes.
+This creates the tables as 0018 left them, each model with its indexes,
+then runs the vendor-specific steps a new database needs (SQLite's
+contentless FTS5 table, corpus/index/lexical.py; PostgreSQL's lexical
+table and lz4 compression). Steps that only convert existing rows (0008's
+re-index, 0012's error codes, 0014's refill, 0015's packing, 0016's
+slicing) have nothing to convert here.
 
-Django uses this migration only where none of 0001-0013 is applied; a
-database that has them all goes on from 0013, and one part-way finishes the
-chain. Keep the old files until no deployment older than 0013 remains.
+It replaces 0001_squashed_0013_symbols, whose file is gone: Django does not
+allow two squashes of the same migrations. A database that squash made
+records 0001-0013 themselves, so it is one with them applied. Django uses
+this migration only where none of 0001-0018 is applied; a database that
+has them all goes on from 0018, and one part-way finishes the chain. Keep
+the old files until no deployment older than 0018 remains.
 """
 
 import importlib
@@ -18,11 +25,24 @@ import importlib
 import django.db.models.deletion
 from django.db import migrations, models
 
-# The vendor-specific steps, as the migrations they come from define them.
-_fts = importlib.import_module("corpus.migrations.0003_chunk_fts")
+import corpus.packed
+from corpus.index.lexical import create_sql
+
+# The PostgreSQL steps, as the migrations they come from define them.
 _lexical_pg = importlib.import_module("corpus.migrations.0004_lexical_postgres")
 _lz4_text = importlib.import_module("corpus.migrations.0009_postgres_lz4_text")
 _lz4_lexical = importlib.import_module("corpus.migrations.0010_drop_redundant_indexes")
+
+
+def create_fts(apps, schema_editor):
+    """The lexical table as 0014 left it: contentless, empty on a new database."""
+    if schema_editor.connection.vendor == "sqlite":
+        schema_editor.execute(create_sql("chunks_fts"))
+
+
+def drop_fts(apps, schema_editor):
+    if schema_editor.connection.vendor == "sqlite":
+        schema_editor.execute("DROP TABLE IF EXISTS chunks_fts")
 
 
 class Migration(migrations.Migration):
@@ -42,6 +62,11 @@ class Migration(migrations.Migration):
         ("corpus", "0011_chunk_context"),
         ("corpus", "0012_error_code"),
         ("corpus", "0013_symbols"),
+        ("corpus", "0014_contentless_fts"),
+        ("corpus", "0015_packed_text"),
+        ("corpus", "0016_chunk_slices"),
+        ("corpus", "0017_drop_chunk_text_hash"),
+        ("corpus", "0018_drop_symbol_name_index"),
     ]
 
     dependencies = []
@@ -159,7 +184,7 @@ class Migration(migrations.Migration):
                 ("rep_hash", models.CharField(max_length=64)),
                 ("created_unix", models.BigIntegerField(default=0)),
                 ("meta_json", models.JSONField(blank=True, default=dict)),
-                ("text", models.TextField(blank=True, default="")),
+                ("text", corpus.packed.PackedTextField(blank=True, default="")),
                 ("deleted", models.BooleanField(default=False)),
                 (
                     "document",
@@ -173,6 +198,9 @@ class Migration(migrations.Migration):
             ],
             options={
                 "db_table": "representations",
+                "indexes": [
+                    models.Index(fields=["document", "rep_type", "deleted"], name="rep_doc_type"),
+                ],
             },
         ),
         migrations.CreateModel(
@@ -180,9 +208,8 @@ class Migration(migrations.Migration):
             fields=[
                 ("chunk_id", models.BigAutoField(primary_key=True, serialize=False)),
                 ("ordinal", models.IntegerField()),
-                ("text", models.TextField()),
+                ("stored_text", corpus.packed.PackedTextField(db_column="text")),
                 ("context", models.TextField(blank=True, default="")),
-                ("text_hash", models.CharField(max_length=64)),
                 ("tokens_est", models.IntegerField(default=0)),
                 (
                     "index_kind",
@@ -211,9 +238,17 @@ class Migration(migrations.Migration):
                         to="corpus.representation",
                     ),
                 ),
+                ("text_start", models.IntegerField(blank=True, null=True)),
+                ("text_end", models.IntegerField(blank=True, null=True)),
             ],
             options={
                 "db_table": "chunks",
+                "indexes": [
+                    models.Index(fields=["representation", "deleted", "ordinal"], name="chunk_rep_live"),
+                    models.Index(
+                        fields=["deleted", "embedding_status", "index_kind"], name="chunk_embed_queue"
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
@@ -246,6 +281,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "db_table": "spans",
+                "indexes": [models.Index(fields=["chunk"], name="span_chunk")],
             },
         ),
         migrations.CreateModel(
@@ -277,6 +313,10 @@ class Migration(migrations.Migration):
             ],
             options={
                 "db_table": "symbols",
+                "indexes": [
+                    models.Index(fields=["name_lower"], name="symbol_name_lower"),
+                    models.Index(fields=["document"], name="symbol_doc"),
+                ],
             },
         ),
         migrations.CreateModel(
@@ -340,37 +380,7 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.AddIndex(
-            model_name="representation",
-            index=models.Index(fields=["document", "rep_type", "deleted"], name="rep_doc_type"),
-        ),
-        migrations.AddIndex(
-            model_name="chunk",
-            index=models.Index(fields=["representation", "deleted", "ordinal"], name="chunk_rep_live"),
-        ),
-        migrations.AddIndex(
-            model_name="chunk",
-            index=models.Index(
-                fields=["deleted", "embedding_status", "index_kind"], name="chunk_embed_queue"
-            ),
-        ),
-        migrations.AddIndex(
-            model_name="span",
-            index=models.Index(fields=["chunk"], name="span_chunk"),
-        ),
-        migrations.AddIndex(
-            model_name="symbol",
-            index=models.Index(fields=["name"], name="symbol_name"),
-        ),
-        migrations.AddIndex(
-            model_name="symbol",
-            index=models.Index(fields=["name_lower"], name="symbol_name_lower"),
-        ),
-        migrations.AddIndex(
-            model_name="symbol",
-            index=models.Index(fields=["document"], name="symbol_doc"),
-        ),
-        migrations.RunPython(_fts.create_fts, _fts.drop_fts),
+        migrations.RunPython(create_fts, drop_fts),
         migrations.RunPython(_lexical_pg.create, _lexical_pg.drop),
         migrations.RunPython(_lz4_text.lz4, _lz4_text.pglz),
         migrations.RunPython(_lz4_lexical.lz4, _lz4_lexical.pglz),
