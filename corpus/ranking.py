@@ -119,6 +119,13 @@ def definitions_first(fused: Ranking, defining: Sequence[int]) -> Ranking:
     return _ordered(scores)
 
 
+def definitions_ranking(defining: Sequence[int], weight: float) -> Weighted:
+    """The units in ``defining`` (best first) as one more ranking to fuse:
+    for a sentence that mentions a name, defining it is evidence, not the
+    answer (the sentence may describe what uses the name)."""
+    return Weighted([(cid, 1.0) for cid in defining], weight)
+
+
 def _ordered(scores: dict[int, float]) -> Ranking:
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 

@@ -172,16 +172,22 @@ class Searcher:
         plan = self._dense_plan(query, index, used)
         dense_rankings, dense, vectors = self._dense_rankings(query, plan, pool, filters)
         lexical_ranking = ranking.Weighted(lexical_hits, 1.0, shares=self._long_shares(lexical_hits))
-        fused = ranking.fuse(
-            [lexical_ranking, *dense_rankings], method=search_cfg.fusion, rrf_k=search_cfg.rrf_k
-        )
+        rankings = [lexical_ranking, *dense_rankings]
+        fused = ranking.fuse(rankings, method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
         if dense_rankings and search_cfg.feedback_units and search_cfg.feedback_share:
             again = self._feedback(fused, plan, dense_rankings, vectors, pool, filters)
             if again is not None:
-                fused = ranking.fuse(
-                    [lexical_ranking, *again], method=search_cfg.fusion, rrf_k=search_cfg.rrf_k
-                )
-        fused = ranking.definitions_first(fused, self._defining(query, fused, filters, lexical_kinds))
+                rankings = [lexical_ranking, *again]
+                fused = ranking.fuse(rankings, method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
+        defining = self._defining(query, fused, filters, lexical_kinds)
+        if len(query.split()) <= search_cfg.definitions_lead_words:
+            fused = ranking.definitions_first(fused, defining)
+        elif defining:
+            fused = ranking.fuse(
+                [*rankings, ranking.definitions_ranking(defining, lexical_ranking.weight)],
+                method=search_cfg.fusion,
+                rrf_k=search_cfg.rrf_k,
+            )
         best = max((r.ranking[0][1] for r in dense_rankings if r.ranking), default=None)
         weak = ranking.is_weak(
             full_lexical_matches=full,

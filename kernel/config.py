@@ -289,6 +289,13 @@ class SearchConfig(Section):
     # default: at 30 it helped Python and cost JavaScript and Java
     # (docs/benchmarks.md).
     code_lexical_lines: int = Field(0, ge=0, le=100000)
+    # A query of up to this many words is a lookup: the units defining a
+    # name it gives lead the ranking. In a longer one (a sentence that
+    # mentions names, "the base implementation of _.isMap") they join the
+    # fusion as one more ranking, of the lexical ranking's weight: the name
+    # is as often what the asked-for code uses as what it is
+    # (docs/benchmarks.md). A large value makes them always lead.
+    definitions_lead_words: int = Field(4, ge=0, le=1000)
     # Pseudo-relevance feedback: each of these dense indices is searched a
     # second time with the query moved towards the mean vector of the best
     # this many units of the first fusion (query + weight * mean), and that

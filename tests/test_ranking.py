@@ -38,6 +38,19 @@ def test_definitions_lead_in_their_own_order_and_the_rest_keeps_its_order():
     assert ranking.definitions_first(fused, []) == fused
 
 
+def test_definitions_as_a_ranking_add_their_rank_share_without_leading():
+    lexical = Weighted([(1, 5.0), (2, 4.0), (3, 3.0)], 1.0)
+    fused = ranking.rrf([lexical, ranking.definitions_ranking([3], 1.0)], rrf_k=30)
+    assert [cid for cid, _ in fused] == [3, 1, 2]
+    assert fused[0][1] == pytest.approx(1 / 33 + 1 / 31)
+    # a definition far down the fusion rises (1/69 + 1/31) past what only the
+    # lexical ranking holds, not past what both rankings agree on
+    lexical = Weighted([(i, 1.0) for i in range(1, 40)], 1.0)
+    dense = Weighted([(1, 0.9), (2, 0.8)], 2.0, absolute=True)
+    far = ranking.rrf([lexical, dense, ranking.definitions_ranking([39], 1.0)], rrf_k=30)
+    assert [cid for cid, _ in far][:4] == [1, 2, 39, 3]
+
+
 @pytest.mark.parametrize(("terms", "share"), [(1, 0.25), (2, 0.5), (4, 1.0), (9, 1.0)])
 def test_short_queries_keep_part_of_the_dense_weight(terms, share):
     assert ranking.query_share(terms, 4) == share

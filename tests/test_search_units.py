@@ -273,3 +273,77 @@ def test_feedback_leaves_an_index_it_is_not_configured_for_alone(indexed, embedd
 
     assert results[0] and results[0] == results[1]
     assert build_config({}, {}, {}).search.feedback_indices == ["code"]
+
+
+SHOP = """
+def strip_symbol(text):
+    return text.strip().lstrip("$")
+
+
+def order_total(lines):
+    return sum(line.quantity * float(strip_symbol(line.price)) for line in lines)
+
+
+def order_weight(lines):
+    return sum(line.quantity * line.item.weight for line in lines)
+
+
+def line_discount(line, rate):
+    return line.quantity * rate
+
+
+def price_with_tax(price, tax):
+    return price * (1 + tax)
+
+
+def cheapest_line(lines):
+    return min(lines, key=lambda line: line.price)
+
+
+def order_tax(lines, rate):
+    return sum(line.price for line in lines) * rate
+
+
+def largest_quantity(lines):
+    return max(line.quantity for line in lines)
+
+
+def order_count(orders):
+    return len([order for order in orders if order.lines])
+
+
+def restock(item, count):
+    item.stock += count
+    return item.stock
+"""
+
+#: a sentence describing order_total that names the helper it calls
+ORDER_TOTAL = (
+    "The total of an order: the sum over its lines of quantity times price, each price read by strip_symbol."
+)
+
+
+@pytest.fixture
+def shop(corpus_dir, state, embedder):
+    (corpus_dir / "shop.py").write_text(SHOP.lstrip("\n"))
+    config = build_config({"embed": {"provider": "local"}}, {}, {})
+    index_directory(corpus_dir, state=state, config=config, embedder=embedder)
+    return state
+
+
+def test_a_sentence_naming_a_helper_ranks_the_code_it_describes_first(shop, embedder):
+    config = build_config({"embed": {"provider": "local"}}, {}, {})
+
+    hits = Searcher(shop, config, embedder).search(ORDER_TOTAL, k=5).hits
+
+    # the helper's definition joins the fusion as evidence: close behind, not ahead
+    assert [where(hit)[1] for hit in hits[:2]] == ["def order_total(lines):", "def strip_symbol(text):"]
+
+
+def test_with_every_query_a_lookup_the_named_helper_leads(shop, embedder):
+    lookups = {"definitions_lead_words": 1000}
+    config = build_config({"embed": {"provider": "local"}, "search": lookups}, {}, {})
+
+    hits = Searcher(shop, config, embedder).search(ORDER_TOTAL, k=5).hits
+
+    assert where(hits[0])[1] == "def strip_symbol(text):"
