@@ -17,7 +17,7 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "11.1.0"
+SCHEMA_VERSION = "12.0.0"
 
 #: ``doc_types`` filters at most (there are eleven types) and the length of each
 MAX_DOC_TYPES = 16
