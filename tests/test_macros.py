@@ -16,7 +16,8 @@ from corpus.ingest.indexing import index_directory
 from corpus.models import Document, Reference, Symbol
 from corpus.navigation import names, outline, symbols
 from kernel.config import build_config
-from mcp_gateway.navigation_schemas import SYMBOLS_OUTPUT
+from mcp_gateway import summaries
+from mcp_gateway.navigation_schemas import OUTLINE_OUTPUT, SYMBOLS_OUTPUT
 from tests.test_generated import enum_header, register_header, small_functions
 
 pytestmark = pytest.mark.django_db
@@ -238,3 +239,21 @@ def test_a_long_enum_folds_its_enumerators_and_a_function_like_macro_breaks_a_ru
         ("macro", "F", "", 0),
         ("macro", "D", "", 0),
     ]
+
+
+def test_a_folded_outline_meets_the_schema_and_reads_as_one_line():
+    text = "".join(f"#define REG_{n:03d} 0x{n:04x}\n" for n in range(12)) + "int reset(void);\n"
+    found = outline.Outline(
+        "r.h", "code", "definitions", outline.fold(outline.code_outline(text, "r.h") or []), 13
+    )
+    result = found.as_dict() | {"total": 2}
+    Draft202012Validator(OUTLINE_OUTPUT).validate(result)
+    assert result["entries"][0] | {"span": None} == {
+        "kind": "macros",
+        "name": "REG_000",
+        "signature": "#define REG_000 0x0000",
+        "span": None,
+        "folded": 12,
+        "last": "REG_011",
+    }
+    assert summaries.outline(result).split("\n")[1] == "[r.h:L1-L12] macros 12: REG_000 … REG_011"
