@@ -14,6 +14,7 @@ average during the run, per tree and code the CPU per call by name and its
 mean, and the ratio after/before.
 
     python bench/symbols_cost.py --base DIR [--files 300] [--work DIR]
+    python bench/symbols_cost.py --base DIR --tree TREE [--names a,b,c]  # one tree as it is
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=300, help="headers of /usr/include to copy")
     parser.add_argument("--work", type=Path, help="where the trees and states go (a temporary folder)")
     parser.add_argument("--names", default=NAMES, help="names to time symbols for")
+    parser.add_argument("--tree", type=Path, help="index this tree as it is instead (e.g. a kernel subtree)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="dir2mcp-symbols-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -77,9 +79,15 @@ def main() -> None:
     report: dict = {
         "machine": {"nproc": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()}
     }
-    for label, table in (("no_tables", False), ("with_table", True)):
-        tree, state = work / f"tree-{label}", work / f"state-{label}"
-        make_tree(tree, args.files, table=table)
+    trees = (
+        [("tree", args.tree, False)]
+        if args.tree
+        else [("no_tables", None, False), ("with_table", None, True)]
+    )
+    for label, given, table in trees:
+        tree, state = given or work / f"tree-{label}", work / f"state-{label}"
+        if given is None:
+            make_tree(tree, args.files, table=table)
         shutil.rmtree(state, ignore_errors=True)
         indexed = phase(REPO, "_index", ["--tree", str(tree), "--state", str(state), "--config", str(config)])
         row: dict = {"indexed": indexed["indexed"]}
