@@ -257,13 +257,3 @@ def test_a_folded_outline_meets_the_schema_and_reads_as_one_line():
         "last": "REG_011",
     }
     assert summaries.outline(result).split("\n")[1] == "[r.h:L1-L12] macros 12: REG_000 … REG_011"
-
-
-def test_a_table_is_found_however_many_other_files_use_the_name(index):
-    users = {
-        f"drv/u{n:03d}.c": f"int u{n}(void)\n{{\n\treturn RREG32(mmREG_00042);\n}}\n"
-        for n in range(names.GENERATED_CHUNKS + 50)
-    }
-    index({"asic_reg/gc_offset.h": register_header(1200), **users})
-    found = defined("mmREG_00042")
-    assert found[0][0] == "asic_reg/gc_offset.h" and found[0][3] == "generated"

@@ -131,17 +131,6 @@ def search_tiers(
     return hits[:limit], full
 
 
-def holding(query: str, *, limit: int, chunk_filter_sql: str = "", params: SqlParams = ()) -> list[int]:
-    """Up to ``limit`` live chunks holding every term of ``query`` that pass
-    ``chunk_filter_sql`` (as :func:`search` takes it), unranked: no score is
-    computed for the other chunks that hold them, so a common term costs a
-    scan of its postings, not a ranking of them."""
-    terms = query_terms(query)
-    if not terms or limit <= 0:
-        return []
-    return _backend().holding(terms, limit=limit, filter_sql=chunk_filter_sql, params=params)
-
-
 def rebuild() -> int:
     """Repopulate the index from every live chunk; returns the row count."""
     return _backend().rebuild()
@@ -221,17 +210,6 @@ class SQLiteFTS5(TableBackend):
         match = joiner.join('"' + term.replace('"', '""') + '"' for term in terms)
         return self._top(match, limit, filter_sql, params)
 
-    def holding(self, terms: list[str], *, limit: int, filter_sql: str, params: SqlParams) -> list[int]:
-        match = " AND ".join('"' + term.replace('"', '""') + '"' for term in terms)
-        extra = f" AND ({filter_sql})" if filter_sql else ""
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT c.chunk_id FROM {TABLE} JOIN chunks c ON c.chunk_id = {TABLE}.rowid {TO_DOCUMENT} "
-                f"WHERE {TABLE} MATCH %s AND {LIVE}{extra} LIMIT %s",
-                [match, *params, limit],
-            )
-            return [row[0] for row in cursor.fetchall()]
-
     def _top(self, match: str, limit: int, filter_sql: str, params: SqlParams) -> list[tuple[int, float]]:
         """FTS5's own top-N by rank, then liveness and the filter checked on
         just those rows; when too few pass, a window four times larger is
@@ -296,9 +274,6 @@ class Unavailable:
     def query(
         self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: SqlParams
     ) -> list[tuple[int, float]]:
-        return []
-
-    def holding(self, terms: list[str], *, limit: int, filter_sql: str, params: SqlParams) -> list[int]:
         return []
 
     def rebuild(self) -> int:

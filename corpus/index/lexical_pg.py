@@ -236,16 +236,3 @@ class PostgresFTS(TableBackend):
             "ORDER BY score DESC, c.chunk_id LIMIT %s"
         )
         return scored(sql, [query, *params, limit])
-
-    def holding(self, terms: list[str], *, limit: int, filter_sql: str, params: SqlParams) -> list[int]:
-        query = tsquery(terms, require_all=True)
-        if not query:
-            return []
-        extra = f"AND ({filter_sql})" if filter_sql else ""
-        sql = (
-            f"SELECT c.chunk_id FROM {TABLE} l JOIN chunks c ON c.chunk_id = l.chunk_id {TO_DOCUMENT} "
-            f"WHERE l.body @@ %s::tsquery AND {LIVE} {extra} LIMIT %s"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [query, *params, limit])
-            return [row[0] for row in cursor.fetchall()]

@@ -27,7 +27,6 @@ from corpus import slices
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
 from corpus.index import lexical, words
-from corpus.index.tables import marks
 from corpus.models import Chunk, Reference, Representation, RepType, Symbol
 from corpus.navigation import symbols
 from kernel import errors
@@ -145,7 +144,7 @@ def find_symbols(
             )
         )
         hits.extend(dict(row, match=tier) for row in found)
-        if tier == "exact" and len(hits) <= limit and kind in (None, "", *_GENERATED_KINDS):
+        if tier == "exact" and len(hits) <= limit:
             hits.extend(_generated_definitions(name, prefix, kind))
         if len(hits) > limit:
             break
@@ -164,25 +163,16 @@ def _generated_definitions(name: str, prefix: str, kind: str | None) -> list[Jso
     token = words.tokens(name)[:1]  # the whole name, joined: its rarest token
     if kind not in (None, "", *_GENERATED_KINDS) or not token:
         return []
-    tables = Representation.objects.filter(
-        meta_json__table_of_constants=True, deleted=False, document__deleted=False
+    found = lexical.search(token[0], limit=GENERATED_CHUNKS)
+    holding = Chunk.objects.filter(chunk_id__in=[chunk_id for chunk_id, _ in found])
+    reps = Representation.objects.filter(
+        rep_id__in=holding.values("representation_id"),
+        meta_json__table_of_constants=True,
+        deleted=False,
+        document__deleted=False,
     )
     if prefix:
-        tables = tables.filter(under_prefix("document__rel_path", prefix))
-    # Most indexes hold no table: then no full-text query at all. Else an
-    # unranked one, over the tables' chunks only (a ranked one ranked every
-    # chunk holding the name, its uses too: most of a call's CPU).
-    table_ids = list(tables.values_list("rep_id", flat=True))
-    if not table_ids:
-        return []
-    found = lexical.holding(
-        token[0],
-        limit=GENERATED_CHUNKS,
-        chunk_filter_sql=f"c.representation_id IN ({marks(table_ids)})",
-        params=table_ids,
-    )
-    holding = Chunk.objects.filter(chunk_id__in=found).values("representation_id")
-    reps = tables.filter(rep_id__in=holding)
+        reps = reps.filter(under_prefix("document__rel_path", prefix))
     documents = sorted(reps.values_list("document__rel_path", "document_id", "rep_id")[:GENERATED_FILES])
     texts = slices.representation_texts(rep_id for _, _, rep_id in documents)
     shape = _generated_shape(name)
