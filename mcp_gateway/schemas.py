@@ -623,8 +623,8 @@ STATS_OUTPUT: JsonObject = {
         "pending_changes": {
             "type": "integer",
             "description": (
-                "Changed paths live sync has seen and not yet indexed: the count every answer's "
-                "freshness.pending_changes carries."
+                "Changed paths live sync has seen and not yet indexed, of those the exclusion policy "
+                "would index: the count every answer's freshness.pending_changes carries."
             ),
         },
     },
