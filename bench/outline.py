@@ -20,7 +20,9 @@ reference list of (name, the line the definition is named on):
 It prints, per language: files, reference definitions, the share the outline
 lists at the exact line (coverage, goal >= 0.98), the outline's entries that
 the reference does not have, and the outline's size against the file's
-(the JSON an agent receives, and its ``content[0]`` text).
+(the JSON an agent receives, and its ``content[0]`` text; runs of C
+``#define`` lines and enumerators folded as ``dir2mcp.outline`` folds them, and
+the JSON unfolded as the reference).
 
     .venv/bin/python bench/outline.py [--files 400] [--languages python,java,ts,js,c,rxjs,go,go-scan]
 """
@@ -202,7 +204,7 @@ def measure(language: str, limit: int) -> dict | None:
     tags = Tags(language) if language in GRAMMARS else None
     ext = GRAMMARS[language][2] if tags else "go" if language == "go-scan" else "py"
     files = reference_total = covered = extra = 0
-    file_bytes = json_bytes = text_bytes = 0
+    file_bytes = json_bytes = text_bytes = unfolded_bytes = 0
     started = time.perf_counter()
     for rel, text in SOURCES[language](limit):
         if language == "go-scan":  # an independent count: a line scan, no parser
@@ -212,9 +214,10 @@ def measure(language: str, limit: int) -> dict | None:
         if reference is None:
             continue
         rel_path = rel if rel.endswith("." + ext) else rel + "." + ext
-        entries = outlines.code_outline(text, rel_path)
-        if entries is None:
+        unfolded = outlines.code_outline(text, rel_path)
+        if unfolded is None:
             continue
+        entries = outlines.fold(unfolded)  # what dir2mcp.outline returns
         # By the name a definition binds: ``socket.onopen = …`` and
         # ``A.prototype.m = …`` bind ``onopen`` and ``m`` (the tags query's
         # @name, and what ``symbols`` files them under).
@@ -228,6 +231,8 @@ def measure(language: str, limit: int) -> dict | None:
         file_bytes += len(text.encode())
         json_bytes += len(json.dumps(result).encode())
         text_bytes += len(summaries.outline(result).encode())
+        whole = outlines.Outline(rel_path, "code", "definitions", unfolded, text.count("\n")).as_dict()
+        unfolded_bytes += len(json.dumps(whole | {"total": whole["count"]}).encode())
     if not files:
         return None
     return {
@@ -238,6 +243,7 @@ def measure(language: str, limit: int) -> dict | None:
         "outline_only": extra,
         "json_to_file": round(json_bytes / file_bytes, 3),
         "text_to_file": round(text_bytes / file_bytes, 3),
+        "unfolded_json_to_file": round(unfolded_bytes / file_bytes, 3),
         "seconds": round(time.perf_counter() - started, 1),
     }
 
@@ -248,17 +254,21 @@ def main() -> None:
     parser.add_argument("--languages", default="python,java,ts,js,c,rxjs,go,go-scan")
     args = parser.parse_args()
     setup_django()
-    columns = "files | reference definitions | coverage | outline-only entries | JSON / file | text / file"
+    columns = (
+        "files | reference definitions | coverage | outline-only entries | JSON / file | text / file "
+        "| JSON unfolded / file"
+    )
     print(f"| language | {columns} |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for language in args.languages.split(","):
         row = measure(language, args.files)
         if row is None:
-            print(f"| {language} | (no sources on this machine) | | | | | |")
+            print(f"| {language} | (no sources on this machine) | | | | | | |")
             continue
         print(
             f"| {row['language']} | {row['files']} | {row['reference']} | {row['coverage']:.4f} | "
-            f"{row['outline_only']} | {row['json_to_file']:.3f} | {row['text_to_file']:.3f} |"
+            f"{row['outline_only']} | {row['json_to_file']:.3f} | {row['text_to_file']:.3f} | "
+            f"{row['unfolded_json_to_file']:.3f} |"
         )
 
 

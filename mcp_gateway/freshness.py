@@ -37,7 +37,10 @@ OUTPUT = {
         "pending_changes": {
             "type": "integer",
             "minimum": 0,
-            "description": "Changed paths live sync has seen and not yet indexed (0 without live sync).",
+            "description": (
+                "Changed paths live sync has seen and not yet indexed, of those the exclusion policy "
+                "would index (0 without live sync)."
+            ),
         },
         "indexing": {
             "type": "boolean",

@@ -42,8 +42,9 @@ TOOLS: tuple[Tool, ...] = (
                 "List a file's definitions as a tree (functions, classes, methods, types … with their "
                 "signature line and line span), or a document's headings, or a PDF's pages: what is in a "
                 "file, at a fraction of its tokens. Code in Python, JavaScript/TypeScript/TSX, Go, Rust, "
-                "Java, C, C++, Ruby and shell; Markdown, reStructuredText and HTML headings. Pass a span to "
-                "dir2mcp.open_file to read one entry."
+                "Java, C, C++, Ruby and shell; Markdown, reStructuredText and HTML headings. A run of C/C++ "
+                "#defines or enumerators is one entry (folded: how many, first and last name). Pass a span "
+                "to dir2mcp.open_file to read one entry."
             ),
             input_schema=navigation_schemas.OUTLINE_INPUT,
             output_schema=navigation_schemas.OUTLINE_OUTPUT,

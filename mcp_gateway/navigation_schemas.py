@@ -35,7 +35,10 @@ OUTLINE_ENTRY: JsonObject = {
     "properties": {
         "kind": {
             "type": "string",
-            "description": "function, method, class, interface, struct, enum, type, module, …; heading; page",
+            "description": (
+                "function, method, class, interface, struct, enum, type, module, macro, constant, …; "
+                "macros or constants (a folded run); heading; page"
+            ),
         },
         "name": {"type": "string"},
         "signature": {"type": "string", "description": "The definition's first line (a heading's title)."},
@@ -44,6 +47,16 @@ OUTLINE_ENTRY: JsonObject = {
             "type": "integer",
             "description": "The signature's line, where the span starts above it (decorators, attributes).",
         },
+        "folded": {
+            "type": "integer",
+            "minimum": 2,
+            "description": (
+                "A run of consecutive object-like C/C++ macros (kind macros) or enumerators (kind "
+                "constants) shown as one entry: how many; name and signature are the first one's, "
+                "span covers the run. dir2mcp.symbols finds each by name."
+            ),
+        },
+        "last": {"type": "string", "description": "The name of a folded run's last definition."},
         "children": {"type": "array", "items": {"$ref": "#/$defs/OutlineEntry"}},
     },
     "required": ["kind", "name", "signature", "span"],

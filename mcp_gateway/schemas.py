@@ -17,7 +17,7 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "11.1.0"
+SCHEMA_VERSION = "12.0.0"
 
 #: ``doc_types`` filters at most (there are eleven types) and the length of each
 MAX_DOC_TYPES = 16
@@ -623,8 +623,8 @@ STATS_OUTPUT: JsonObject = {
         "pending_changes": {
             "type": "integer",
             "description": (
-                "Changed paths live sync has seen and not yet indexed: the count every answer's "
-                "freshness.pending_changes carries."
+                "Changed paths live sync has seen and not yet indexed, of those the exclusion policy "
+                "would index: the count every answer's freshness.pending_changes carries."
             ),
         },
     },

@@ -242,6 +242,8 @@ def outline(result: JsonObject) -> str:
     def add(entries: list[JsonObject], depth: int) -> None:
         for entry in entries:
             text = entry["signature"] or entry["name"]
+            if "folded" in entry:  # a run of macros or enumerators: its first and last names
+                text = f"{entry['folded']}: {entry['name']} … {entry['last']}"
             lines.append(f"{'  ' * depth}{cite(rel, entry['span'])} {entry['kind']} {_one_line(text, 160)}")
             add(entry.get("children", []), depth + 1)
 

@@ -23,7 +23,8 @@ from jsonschema import Draft202012Validator
 from corpus.freshness import MAX_CHECKED, freshness
 from corpus.ingest.indexing import index_directory
 from corpus.ingest.pending import PendingChanges, pending_count
-from kernel.config import build_config
+from corpus.security import ExclusionEngine
+from kernel.config import DEFAULT_PATH_EXCLUDES, build_config
 from mcp_gateway import tools
 from mcp_gateway.context import AuthSetup, Context
 from tests import mcp_http
@@ -125,7 +126,7 @@ def test_a_deleted_file_and_a_changed_archives_members_are_stale(served, corpus_
 
 @pytest.mark.django_db
 def test_pending_changes_are_what_live_sync_saw_and_has_not_written(served):
-    pending = PendingChanges()
+    pending = PendingChanges(ExclusionEngine.from_config(served.root, CONFIG))
     pending.publish()  # the watch starting: nothing waits
     assert fresh_of(run(served, "dir2mcp.search", CALLS["dir2mcp.search"]))["pending_changes"] == 0
 
@@ -148,13 +149,25 @@ def test_pending_changes_are_what_live_sync_saw_and_has_not_written(served):
 
 
 @pytest.mark.django_db
+def test_pending_changes_count_only_paths_the_policy_indexes(corpus_dir):
+    excludes = [*DEFAULT_PATH_EXCLUDES, "private/**"]
+    config = build_config({"embed": {"provider": "none"}, "security": {"path_excludes": excludes}}, {}, {})
+    write(corpus_dir, {".gitignore": "build.log\n", ".env": "API_KEY=x\n", "private/plan.md": "# Plan\n"})
+    pending = PendingChanges(ExclusionEngine.from_config(corpus_dir, config))
+    seen = {".env", "id_rsa", "private/plan.md", "build.log", "src/loader.py", "docs/gone.md"}
+    pending.saw(seen)
+    pending.publish()
+    assert (pending.count, pending_count()) == (2, 2)  # src/loader.py and the deleted docs/gone.md
+
+
+@pytest.mark.django_db
 def test_stats_and_status_carry_the_pending_count_answers_carry(served, corpus_dir, state):
     def status(*flags: str) -> str:
         out = io.StringIO()
         call_command("status", "--dir", str(corpus_dir), "--state-dir", str(state.path), *flags, stdout=out)
         return out.getvalue()
 
-    pending = PendingChanges()
+    pending = PendingChanges(ExclusionEngine.from_config(corpus_dir, CONFIG))
     pending.publish()
     stats = run(served, "dir2mcp.stats", {})
     assert stats["structuredContent"]["pending_changes"] == 0
@@ -170,8 +183,8 @@ def test_stats_and_status_carry_the_pending_count_answers_carry(served, corpus_d
     assert json.loads(status("--json"))["pending_changes"] == 3
 
 
-def test_a_walk_of_the_whole_tree_writes_every_change_taken_before_it():
-    pending = PendingChanges()
+def test_a_walk_of_the_whole_tree_writes_every_change_taken_before_it(corpus_dir):
+    pending = PendingChanges(ExclusionEngine.from_config(corpus_dir, CONFIG))
     taken = pending.saw({"a.txt", "b/c.txt"})
     later = pending.saw({"d.txt"})
     pending.taken(taken)
@@ -249,6 +262,8 @@ def test_a_process_that_only_serves_tells_a_stale_answer_from_a_fresh_one(corpus
 
 #: What a watcher records when it sees one change (another process: `manage.py shell`).
 RECORD_PENDING = (
-    "from corpus.ingest.pending import PendingChanges; "
-    "p = PendingChanges(); p.saw({'notes.txt'}); p.publish()"
+    "from pathlib import Path; from corpus.ingest.pending import PendingChanges; "
+    "from corpus.security import ExclusionEngine; from kernel.config import build_config; "
+    "p = PendingChanges(ExclusionEngine.from_config(Path.cwd(), build_config({}, {}, {}))); "
+    "p.saw({'notes.txt'}); p.publish()"
 )

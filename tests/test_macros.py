@@ -7,6 +7,8 @@ full-text index. Runs on SQLite and, under ``bash .ci/postgres``, PostgreSQL."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from jsonschema import Draft202012Validator
 
 from corpus.ingest import generated, units
@@ -14,7 +16,8 @@ from corpus.ingest.indexing import index_directory
 from corpus.models import Document, Reference, Symbol
 from corpus.navigation import names, outline, symbols
 from kernel.config import build_config
-from mcp_gateway.navigation_schemas import SYMBOLS_OUTPUT
+from mcp_gateway import summaries
+from mcp_gateway.navigation_schemas import OUTLINE_OUTPUT, SYMBOLS_OUTPUT
 from tests.test_generated import enum_header, register_header, small_functions
 
 pytestmark = pytest.mark.django_db
@@ -182,3 +185,75 @@ def test_a_marked_generated_file_that_is_no_table_keeps_its_names(index):
     assert defined("helper_7")[0] == ("gen/api.pb.c", "function", line, "exact")
     assert used("helper_7") == [("src/use.c", 3)]
     assert defined("LIMIT") == [("gen/api.pb.c", "macro", 9, "exact")]
+
+
+def full_text_queries(call) -> list[str]:
+    """The full-text searches (SQLite FTS5 MATCH, PostgreSQL @@) that ``call`` runs."""
+    with CaptureQueriesContext(connection) as captured:
+        call()
+    return [q["sql"] for q in captured.captured_queries if " MATCH " in q["sql"] or " @@ " in q["sql"]]
+
+
+def test_symbols_runs_no_full_text_search_over_an_index_without_tables_of_constants(index):
+    index({"src/a.c": "#define LIMIT 16\nint limit(void)\n{\n\treturn LIMIT;\n}\n"})
+    assert full_text_queries(lambda: names.find_symbols("LIMIT")) == []
+    assert full_text_queries(lambda: names.find_symbols("nowhere")) == []
+    assert defined("LIMIT") == [
+        ("src/a.c", "macro", 1, "exact"),
+        ("src/a.c", "function", 2, "case_insensitive"),
+    ]
+
+
+def test_symbols_searches_the_tables_only_for_the_kinds_they_define(index):
+    index({"asic_reg/gc_offset.h": register_header(1200), "src/a.c": "int limit(void)\n{\n\treturn 0;\n}\n"})
+    assert full_text_queries(lambda: names.find_symbols("mmREG_00042")) != []
+    assert full_text_queries(lambda: names.find_symbols("mmREG_00042", kind="function")) == []
+
+
+def test_a_run_of_defines_is_one_outline_entry_and_each_stays_a_symbol(index):
+    body = "".join(f"#define REG_{n:03d} 0x{n:04x}\n" for n in range(40))
+    text = "#ifndef R_H\n#define R_H\n" + body + "int reset(void);\n#define ONE 1\n#define TWO 2\n#endif\n"
+    folded = outline.fold(outline.code_outline(text, "r.h") or [])
+    listed = [(e.kind, e.name, e.last, e.folded, e.start, e.end) for e in outline.walk(folded)]
+    assert listed == [
+        ("macros", "R_H", "REG_039", 41, 2, 42),
+        ("declaration", "reset", "", 0, 43, 43),
+        ("macro", "ONE", "", 0, 44, 44),
+        ("macro", "TWO", "", 0, 45, 45),
+    ]
+    index({"inc/r.h": text})
+    assert defined("REG_017") == [("inc/r.h", "macro", 20, "exact")]
+
+
+def test_a_long_enum_folds_its_enumerators_and_a_function_like_macro_breaks_a_run():
+    enum = "enum state {\n" + "".join(f"\tS_{n},\n" for n in range(10)) + "};\n"
+    macros = "#define A 1\n#define B 2\n#define C 3\n#define F(x) (x)\n#define D 4\n"
+    folded = outline.fold(outline.code_outline(enum + macros, "s.c") or [])
+    listed = [(e.kind, e.name, e.last, e.folded) for e in outline.walk(folded)]
+    assert listed == [
+        ("enum", "state", "", 0),
+        ("constants", "S_0", "S_9", 10),
+        ("macro", "A", "", 0),
+        ("macro", "B", "", 0),
+        ("macro", "C", "", 0),
+        ("macro", "F", "", 0),
+        ("macro", "D", "", 0),
+    ]
+
+
+def test_a_folded_outline_meets_the_schema_and_reads_as_one_line():
+    text = "".join(f"#define REG_{n:03d} 0x{n:04x}\n" for n in range(12)) + "int reset(void);\n"
+    found = outline.Outline(
+        "r.h", "code", "definitions", outline.fold(outline.code_outline(text, "r.h") or []), 13
+    )
+    result = found.as_dict() | {"total": 2}
+    Draft202012Validator(OUTLINE_OUTPUT).validate(result)
+    assert result["entries"][0] | {"span": None} == {
+        "kind": "macros",
+        "name": "REG_000",
+        "signature": "#define REG_000 0x0000",
+        "span": None,
+        "folded": 12,
+        "last": "REG_011",
+    }
+    assert summaries.outline(result).split("\n")[1] == "[r.h:L1-L12] macros 12: REG_000 … REG_011"

@@ -392,6 +392,20 @@ def test_the_outline_is_much_smaller_than_the_file(index, engine):
 
 
 @pytest.mark.django_db
+def test_a_header_of_defines_outlines_much_smaller_than_the_file(index, engine):
+    body = "".join(f"#define REG_{n:04d}_OFFSET 0x{n:04x} /* register {n} */\n" for n in range(300))
+    text = f"#ifndef REGS_H\n#define REGS_H\n\nstruct regs {{ int base; }};\n\n{body}\n#endif\n"
+    index({"inc/regs.h": text})
+    found = outlines.outline(engine, "inc/regs.h")
+    assert [(e.kind, e.name, e.folded) for e in found.entries] == [
+        ("macro", "REGS_H", 0),
+        ("struct", "regs", 0),
+        ("macros", "REG_0000_OFFSET", 300),
+    ]
+    assert len(json.dumps(found.as_dict())) * 20 < len(text)
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("files", "rel_path", "code"),
     [

@@ -21,7 +21,9 @@ import threading
 import time
 from collections.abc import Iterable
 
+from corpus.security import ExclusionEngine
 from corpus.store import get_setting, set_setting
+from kernel import errors
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +35,14 @@ class PendingChanges:
     """The paths the watcher saw change and the indexer has not yet written.
 
     The watch thread calls :meth:`saw`, the indexing thread :meth:`taken`
-    and :meth:`written`, and both :meth:`publish`.
+    and :meth:`written`, and both :meth:`publish`. Only a path ``engine``
+    would index is counted: the count is in every answer, and an edit to a
+    file no tool may read (``.env``, a secret-named file, ``path_excludes``)
+    must not show in it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, engine: ExclusionEngine) -> None:
+        self._engine = engine
         self._lock = threading.Lock()
         #: path -> the number of the last batch that named it
         self._paths: dict[str, int] = {}
@@ -49,9 +55,10 @@ class PendingChanges:
 
     def saw(self, rel_paths: Iterable[str]) -> int:
         """Record a batch of changed paths; its number, for :meth:`taken`."""
+        counted = [rel_path for rel_path in rel_paths if self._indexable(rel_path)]
         with self._lock:
             self._batches += 1
-            for rel_path in rel_paths:
+            for rel_path in counted:
                 self._paths[rel_path] = self._batches
             return self._batches
 
@@ -67,6 +74,14 @@ class PendingChanges:
             for rel_path in list(self._paths) if rel_paths is None else rel_paths:
                 if self._paths.get(rel_path, self._taken + 1) <= self._taken:
                     del self._paths[rel_path]
+
+    def _indexable(self, rel_path: str) -> bool:
+        """Whether the policy would index ``rel_path`` (judged by its path,
+        as a walk judges it before reading); a path it cannot judge is not counted."""
+        try:
+            return self._engine.excluded_reason(rel_path) is None
+        except (errors.Dir2mcpError, OSError, ValueError):
+            return False
 
     @property
     def count(self) -> int:

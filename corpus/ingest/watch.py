@@ -37,7 +37,13 @@ from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
 from corpus.models import Document
 from corpus.providers.base import Embedder
-from corpus.security import DEFAULT_IGNORED_DIRS, OUTPUT_DIR_NAMES, is_within, relative_within
+from corpus.security import (
+    DEFAULT_IGNORED_DIRS,
+    OUTPUT_DIR_NAMES,
+    ExclusionEngine,
+    is_within,
+    relative_within,
+)
 from kernel import errors
 from kernel.config import Config
 from kernel.state import IndexLock, StateDir
@@ -104,7 +110,8 @@ def watch_directory(
     # The OS watch goes in place before the first pass, so a file changed
     # while that pass embeds is re-read and embedded ahead of the rest
     # (issue #17) instead of waiting for the pass to end.
-    feed = _Feed(root, state, stop, reporter=reporter, watch_limit=watch_limits.configured_limit())
+    engine = ExclusionEngine.from_config(root, config, state_dir=state.path)
+    feed = _Feed(root, state, stop, engine, reporter=reporter, watch_limit=watch_limits.configured_limit())
 
     def retry_indexer(mode: str = "incremental") -> Indexer:
         return Indexer(root, state, config, reporter=reporter, stop=stop, embedder=embedder, mode=mode)
@@ -194,6 +201,7 @@ class _Feed:
         root: Path,
         state: StateDir,
         stop: threading.Event,
+        engine: ExclusionEngine,
         *,
         reporter: Reporter | None = None,
         watch_limit: int | None = None,
@@ -210,8 +218,8 @@ class _Feed:
         self._state_dir = state.path
         #: (batch number, batch) in the order seen; the number is :attr:`pending`'s
         self._batches: queue.Queue[tuple[int, _Batch]] = queue.Queue()
-        #: what live sync has not yet written, recorded for every process's answers
-        self.pending = PendingChanges()
+        #: what live sync has not yet written (of what the policy indexes), recorded for every process
+        self.pending = PendingChanges(engine)
         #: the paths :meth:`take_paths` last handed to a pass under way
         self._handed: set[str] = set()
         self._in_place = threading.Event()

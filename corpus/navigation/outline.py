@@ -16,6 +16,7 @@ names its kind, its name, its signature line (cut at
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -30,6 +31,10 @@ from kernel.jsontypes import JsonObject
 
 #: the most text an outline reads (characters): a generated file past it is outlined in part
 MAX_CHARS = 4 * 1024 * 1024
+#: a run of at least this many object-like macros, or enumerators, is one outline entry
+FOLD_RUN = 4
+#: the node types folded when in a run, and the kind of the entry that stands for the run
+_FOLDED = {"preproc_def": "macros", "enumerator": "constants"}
 # Prose formats with headings, by document type or extension.
 _PROSE = {"md": "md", "markdown": "md", "html": "md", "rst": "rst"}
 
@@ -130,6 +135,9 @@ class Entry:
     #: for the symbol index (corpus/navigation/symbols.py); never returned
     node: tree_sitter.Node | None = field(default=None, repr=False, compare=False)
     name_node: tree_sitter.Node | None = field(default=None, repr=False, compare=False)
+    #: a folded run (kind macros or constants): how many definitions, and the last one's name
+    folded: int = 0
+    last: str = ""
 
     def as_dict(self) -> JsonObject:
         out: JsonObject = {
@@ -140,6 +148,8 @@ class Entry:
         }
         if self.line is not None and self.line != self.start:
             out["line"] = self.line
+        if self.folded:
+            out |= {"folded": self.folded, "last": self.last}
         if self.children:
             out["children"] = [child.as_dict() for child in self.children]
         return out
@@ -207,6 +217,7 @@ def outline(engine: ExclusionEngine, rel_path: str, *, max_chars: int = MAX_CHAR
                 "use open_file or search",
             )
     files.screen(engine, rel, "\n".join(f"{e.name}\n{e.signature}" for e in walk(entries)))
+    entries = fold(entries) if of == "definitions" else entries
     return Outline(rel, document.doc_type, of, entries, length, document.truncated, document.from_index)
 
 
@@ -227,6 +238,38 @@ def prune(entries: list[Entry], limit: int) -> tuple[list[Entry], int]:
         return [replace(e, children=rebuilt(e.children)) for e in group if id(e) in kept]
 
     return rebuilt(entries), total
+
+
+def fold(entries: list[Entry], *, run: int = FOLD_RUN) -> list[Entry]:
+    """``entries`` with each run of at least ``run`` consecutive object-like
+    macros (or enumerators) as one entry of kind macros (or constants): its
+    first definition's name and signature, the last one's name, how many, and
+    the span of the run. A header of ``#define`` lines outlines in a few lines
+    instead of one a name; the names stay in the symbol index (``symbols``)."""
+    found: list[Entry] = []
+    for kind, group in itertools.groupby(entries, key=_folded_kind):
+        members = list(group)
+        if kind and len(members) >= run:
+            first, last = members[0], members[-1]
+            found.append(
+                Entry(
+                    kind,
+                    first.name,
+                    first.signature,
+                    first.start,
+                    last.end,
+                    line=first.line,
+                    folded=len(members),
+                    last=last.name,
+                )
+            )
+        else:
+            found += [replace(e, children=fold(e.children, run=run)) for e in members]
+    return found
+
+
+def _folded_kind(entry: Entry) -> str:
+    return _FOLDED.get(entry.node.type, "") if entry.node is not None else ""
 
 
 # -- code ---------------------------------------------------------------------------
