@@ -148,7 +148,6 @@ def find_symbols(
             tier == "exact"
             and len(hits) <= limit
             and kind in (None, "", *_GENERATED_KINDS)
-            and _holds_tables()
         ):
             hits.extend(_generated_definitions(name, prefix, kind))
         if len(hits) > limit:
@@ -158,13 +157,6 @@ def find_symbols(
     texts = _line_texts({(hit["document_id"], hit["line"]) for hit in hits})
     out = [_symbol(hit, texts.get((hit["document_id"], hit["line"]), "")) for hit in hits]
     return {"name": name, "symbols": out, "count": len(out), "truncated": more}
-
-
-def _holds_tables() -> bool:
-    """Whether the index holds any generated table of constants: one lookup
-    that stops at the first, so a call over an index without them runs no
-    full-text query."""
-    return Representation.objects.filter(meta_json__table_of_constants=True, deleted=False).exists()
 
 
 def _generated_definitions(name: str, prefix: str, kind: str | None) -> list[JsonObject]:
