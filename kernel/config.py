@@ -691,6 +691,8 @@ KEY_TRUST: dict[str, str] = {
     "ingest.gitignore": SENSITIVE,  # false indexes and serves what git ignores
     "ingest.follow_hardlinks": SENSITIVE,  # content shared with files outside the root
     "ingest.follow_symlinks": HARMLESS,  # only links that stay inside the root
+    # Up to 64 worker processes of ~275 MiB each: more than the machine holds.
+    "ingest.prepare_processes": SENSITIVE,  # only auto, 0 or 1 is harmless
     "ingest.pdf": HARMLESS,
     "ingest.images": HARMLESS,
     "ingest.audio": HARMLESS,
@@ -764,6 +766,7 @@ _HARMLESS_VALUES: dict[str, Callable[[object], bool]] = {
     "security.path_excludes": _only_more_excludes,
     "security.secret_patterns": lambda v: isinstance(v, list) and set(DEFAULT_SECRET_PATTERNS) <= set(v),
     "search.query_adapter": lambda v: v in ("off", "builtin"),
+    "ingest.prepare_processes": lambda v: v in ("auto", 0, 1),
     "embed.provider": lambda v: v != "openai_compatible",
     "chat.provider": lambda v: v != "openai_compatible",
 }

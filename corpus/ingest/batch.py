@@ -85,10 +85,19 @@ class BatchWriter:
         if self._batch:
             self._write(max(self._ready(), 1))
 
+    def queued(self) -> int:
+        """How many documents wait to be written (prepared or not)."""
+        return len(self._batch)
+
+    def write_batch(self) -> None:
+        """Write the next batch of queued documents (waiting for them to be
+        prepared) in one transaction, and announce them."""
+        self._write(BATCH_DOCS)
+
     def flush(self) -> None:
         """Write every queued document, a batch per transaction, and announce them."""
         while self._batch:
-            self._write(BATCH_DOCS)
+            self.write_batch()
 
     def _ready(self) -> int:
         """How many documents at the head of the queue are prepared (at most a batch)."""

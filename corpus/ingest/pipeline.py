@@ -113,8 +113,18 @@ class LocalWrite:
             indexer.reporter.progress(indexer.counters.as_dict())
 
     def end_walk(self, indexer: Indexer) -> bool:
-        indexer.batch.flush()
+        # The walk can end well before the files it handed to worker
+        # processes are prepared: a stop meanwhile cancels what no worker
+        # holds yet (read again by the next pass), and the job is not complete.
+        cancelled = False
+        while indexer.batch.queued():
+            if indexer.stop.is_set() and not cancelled:
+                indexer.reader.stop_preparing()
+                cancelled = True
+            indexer.batch.write_batch()
         indexer.batch.tombstone(indexer.known.unseen())
+        if indexer.stop.is_set():
+            return False
         indexer.embed_walked()
         return True
 

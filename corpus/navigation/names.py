@@ -144,11 +144,7 @@ def find_symbols(
             )
         )
         hits.extend(dict(row, match=tier) for row in found)
-        if (
-            tier == "exact"
-            and len(hits) <= limit
-            and kind in (None, "", *_GENERATED_KINDS)
-        ):
+        if tier == "exact" and len(hits) <= limit and kind in (None, "", *_GENERATED_KINDS):
             hits.extend(_generated_definitions(name, prefix, kind))
         if len(hits) > limit:
             break
