@@ -156,7 +156,7 @@ def test_a_sensitive_key_of_an_unapproved_root_file_is_refused(corpus_dir, data,
 
 HARMLESS_FILES = [
     pytest.param({"ingest": {"pdf": {"mode": "auto"}, "max_file_mb": 5}}, id="ingest"),
-    pytest.param({"ingest": {"prepare_processes": 1}}, id="one-worker"),
+    pytest.param({"ingest": {"pdf": {"mode": "auto"}, "prepare_processes": 1}}, id="one-worker"),
     pytest.param({"search": {"rrf_k": 60, "query_adapter": "builtin"}, "rag": {"k_default": 5}}, id="tuning"),
     pytest.param({"embed": {"provider": "mistral"}, "chat": {"provider": "none"}}, id="providers"),
     pytest.param({"server": {"listen": "127.0.0.1:8080", "mcp_path": "/x"}}, id="loopback-port"),
