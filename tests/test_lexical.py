@@ -527,7 +527,12 @@ def create_by_migration() -> None:
         cursor.executemany(
             "UPDATE chunks SET text = %s, text_start = NULL, text_end = NULL WHERE chunk_id = %s", texts
         )
-    before = MigrationLoader(connection).project_state(("corpus", "0015_packed_text")).apps
+    # The migrations as written (a new database records the squash of 0001-0018 instead).
+    before = (
+        MigrationLoader(connection, replace_migrations=False)
+        .project_state(("corpus", "0015_packed_text"))
+        .apps
+    )
     if connection.vendor == "sqlite":
         importlib.import_module("corpus.migrations.0003_chunk_fts").create_fts(before, FakeSchemaEditor())
         importlib.import_module("corpus.migrations.0014_contentless_fts").to_contentless(
