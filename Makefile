@@ -35,10 +35,10 @@ contract: install
 
 # Two workers, one test file each at a time (files share module fixtures and
 # servers), files with slow-marked tests first (tests/conftest.py; xdist's
-# reorder by test count would leave few-test long files for last). At
-# session 17's end: 24 min 33 s with 4,390 tests on a 2-core AMD EPYC beside
-# a niced benchmark, 35 CPU-minutes (about 18 min idle, estimated); 16 min
-# 50 s idle with 4,250 on an Intel Xeon (docs/benchmarks.md, "The test suite").
+# reorder by test count would leave few-test long files for last). On
+# 2026-11-29: 9 min 55 s idle with 4,625 tests on a 2-core AMD EPYC (Zen 5),
+# 24 min beside two busy loops; 16 min 34 s with 4,443 on an Intel Xeon the
+# night before (docs/benchmarks.md, "The test suite").
 test: install lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
