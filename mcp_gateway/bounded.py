@@ -391,7 +391,9 @@ class OpenConnections:
             "(server.max_body_buffer_mb); retry shortly"
         )
         while self._body_bytes > self.body_budget:
-            oldest = next((c for c in self._bodies if c is not channel), channel)
+            # The oldest connection, not the one whose body was read first:
+            # the server reads the sockets in no set order.
+            oldest = next((c for c in self._open if c in self._bodies and c is not channel), channel)
             self.body_done(oldest)
             oldest.make_way(message)
             if oldest is channel:
