@@ -37,7 +37,7 @@ contract: install
 # servers), files with slow-marked tests first (tests/conftest.py; xdist's
 # reorder by test count would leave few-test long files for last). On
 # 2026-11-29: 9 min 55 s idle with 4,625 tests on a 2-core AMD EPYC (Zen 5),
-# 24 min beside two busy loops; 16 min 34 s with 4,443 on an Intel Xeon the
+# 16 min 19 s beside two busy loops; 16 min 34 s with 4,443 on an Intel Xeon the
 # night before (docs/benchmarks.md, "The test suite").
 test: install lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
