@@ -25,12 +25,14 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from bench.macros import child  # noqa: E402  (runs bench/macros.py's phases in a checkout)
+
 NAMES = "printf,FILE,EOF,size_t,pthread_create,O_RDONLY,SEEK_SET,errno,mmREG_00042,no_such_name_here"
 
 
@@ -53,14 +55,6 @@ def make_tree(tree: Path, files: int, *, table: bool) -> None:
     if table:
         (tree / "asic_reg").mkdir(parents=True, exist_ok=True)
         (tree / "asic_reg" / "gc_offset.h").write_text(register_header(3000))
-
-
-def phase(code: Path, name: str, args: list[str]) -> dict:
-    command = [sys.executable, str(REPO / "bench" / "macros.py"), name, "--code", str(code), *args]
-    done = subprocess.run(command, cwd=code, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise SystemExit(f"{name} with {code} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -89,10 +83,10 @@ def main() -> None:
         if given is None:
             make_tree(tree, args.files, table=table)
         shutil.rmtree(state, ignore_errors=True)
-        indexed = phase(REPO, "_index", ["--tree", str(tree), "--state", str(state), "--config", str(config)])
+        indexed = child("_index", REPO, ["--tree", str(tree), "--state", str(state), "--config", str(config)])
         row: dict = {"indexed": indexed["indexed"]}
         for code_label, code in (("before", args.base.resolve()), ("after", REPO)):
-            found = phase(code, "_query", ["--tree", str(tree), "--state", str(state), "--names", args.names])
+            found = child("_query", code, ["--tree", str(tree), "--state", str(state), "--names", args.names])
             per_name = {name: hit["symbols_cpu_ms"] for name, hit in found.items()}
             row[code_label] = {"mean_cpu_ms": round(sum(per_name.values()) / len(per_name), 1)} | per_name
             row[f"{code_label}_first"] = {name: hit.get("first", "") for name, hit in found.items()}
