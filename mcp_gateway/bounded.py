@@ -383,7 +383,7 @@ class OpenConnections:
 
     def received(self, channel: BoundedChannel, size: int) -> None:
         """``size`` more bytes of ``channel``'s request body; past the budget,
-        the oldest unfinished uploads make way (``channel`` itself last)."""
+        the oldest unfinished uploads make way, ``channel`` included."""
         self._bodies[channel] = self._bodies.get(channel, 0) + size
         self._body_bytes += size
         message = (
@@ -391,9 +391,11 @@ class OpenConnections:
             "(server.max_body_buffer_mb); retry shortly"
         )
         while self._body_bytes > self.body_budget:
-            # The oldest connection, not the one whose body was read first:
-            # the server reads the sockets in no set order.
-            oldest = next((c for c in self._open if c in self._bodies and c is not channel), channel)
+            # The oldest connection, not the one whose body was read first,
+            # and not skipping the one being read: the server reads the
+            # sockets in no set order, and a client's bytes may wait in the
+            # kernel until its younger neighbours' bodies are counted.
+            oldest = next((c for c in self._open if c in self._bodies), channel)
             self.body_done(oldest)
             oldest.make_way(message)
             if oldest is channel:

@@ -373,19 +373,26 @@ def small_buffer_server(tmp_path):
     yield from serve_notes(tmp_path / "root", base_env(DIR2MCP_SERVER__MAX_BODY_BUFFER_MB="8"))
 
 
-def test_unfinished_uploads_past_the_body_buffer_make_the_oldest_make_way(small_buffer_server):
+@pytest.mark.parametrize("oldest_body", ["first", "last"])
+def test_unfinished_uploads_past_the_body_buffer_make_the_oldest_make_way(small_buffer_server, oldest_body):
     """Each unfinished upload held up to 4 MiB in a temporary file: 100
     unauthenticated ones held 400 MiB, and the connection limit alone allowed
     tens of GiB. Past ``server.max_body_buffer_mb`` (8 here), the oldest
-    unfinished upload is told to retry and closed; the newest goes on."""
+    unfinished upload is told to retry and closed; the newest goes on. Also
+    when the oldest connection's body comes last (or, as on a loaded machine,
+    its bytes wait in the kernel's buffers until the others' are read): the
+    youngest used to make way, and the oldest waited out its idle timeout."""
     srv = small_buffer_server
     head = _post_head(srv, "/mcp", "Content-Length: 4194304")
+    body = b" " * (3 * 1024 * 1024)  # 9 MiB in all, each short of its 4 MiB body
     uploads = []
     try:
-        for _ in range(3):  # 9 MiB in all, each short of its 4 MiB body
+        for n in range(3):
             sock = connect(srv)
-            sock.sendall(head + b" " * (3 * 1024 * 1024))
+            sock.sendall(head if (n == 0 and oldest_body == "last") else head + body)
             uploads.append(sock)
+        if oldest_body == "last":
+            uploads[0].sendall(body)
         answer = read_to_close(uploads[0])
         head_part, _, body = answer.partition(b"\r\n\r\n")
         assert head_part.startswith(b"HTTP/1.1 503 "), answer[:200]
