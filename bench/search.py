@@ -99,7 +99,7 @@ def build_synthetic(size: int, dim: int) -> None:
                 )
             chunks = Chunk.objects.bulk_create(chunks)
             Span.objects.bulk_create(Span(chunk=c, span_kind="lines", start=1, end=40) for c in chunks)
-            lexical.index_chunks((c.chunk_id, c.text) for c in chunks)
+            lexical.index_chunks((c.chunk_id, "", c.text, c.index_kind) for c in chunks)
     set_setting("embed_provider", "local")
     for kind in ("text", "code"):
         set_setting(f"embed_{kind}_model", "all-MiniLM-L6-v2")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from corpus import slices
 from corpus.index import lexical, words
-from corpus.models import Chunk, with_context
+from corpus.models import Chunk
 from corpus.store import wipe_index
 
 pytestmark = pytest.mark.django_db
@@ -281,7 +281,7 @@ def test_tombstoned_chunk_never_matches_even_if_its_row_leaked(index):
     chunk_id = Chunk.objects.get().chunk_id
     index({"a.md": None})
 
-    lexical.index_chunks([(chunk_id, "the quokkaword lives here")])
+    lexical.index_chunks([(chunk_id, "", "the quokkaword lives here", "text")])
 
     assert lexical.search("quokkaword", limit=10) == []
 
@@ -293,19 +293,23 @@ def regular_table_ranks(match: str) -> list[tuple[int, float]]:
     with connection.cursor() as cursor:
         cursor.execute(
             "CREATE VIRTUAL TABLE reference_fts "
-            "USING fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
+            "USING fts5(head, body, tokenize = 'porter unicode61 remove_diacritics 2')"
         )
         try:
             live = slices.texts(
-                Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", *slices.FIELDS), 2
+                Chunk.objects.filter(deleted=False).values_list(
+                    "chunk_id", "context", *slices.FIELDS, "index_kind"
+                ),
+                2,
             )
             cursor.executemany(
-                "INSERT INTO reference_fts(rowid, body) VALUES (%s, %s)",
-                [(cid, lexical.index_text(with_context(context, text))) for cid, context, text in live],
+                "INSERT INTO reference_fts(rowid, head, body) VALUES (%s, %s, %s)",
+                [(cid, *lexical.columns(context, text, kind)) for cid, context, text, kind in live],
             )
             cursor.execute(
-                "SELECT rowid, rank FROM reference_fts WHERE reference_fts MATCH %s ORDER BY rank, rowid",
-                [match],
+                "SELECT rowid, rank FROM reference_fts WHERE reference_fts MATCH %s AND rank MATCH %s "
+                "ORDER BY rank, rowid",
+                [match, lexical.RANK],
             )
             return cursor.fetchall()
         finally:
@@ -315,7 +319,9 @@ def regular_table_ranks(match: str) -> list[tuple[int, float]]:
 def contentless_ranks(match: str) -> list[tuple[int, float]]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH %s ORDER BY rank, rowid", [match]
+            "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH %s AND rank MATCH %s "
+            "ORDER BY rank, rowid",
+            [match, lexical.RANK],
         )
         return cursor.fetchall()
 
@@ -331,9 +337,9 @@ def test_the_table_keeps_no_copy_of_the_text_and_ranks_as_a_regular_table_after_
     for step in steps:
         index(step)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*), count(body) FROM chunks_fts")
-            rows, bodies = cursor.fetchone()
-        assert rows == Chunk.objects.filter(deleted=False).count() and bodies == 0
+            cursor.execute("SELECT count(*), count(head), count(body) FROM chunks_fts")
+            rows, heads, bodies = cursor.fetchone()
+        assert rows == Chunk.objects.filter(deleted=False).count() and heads == bodies == 0
         for match in ('"value"', '"function"', '"note"', '"appended" OR "second"'):
             found, expected = contentless_ranks(match), regular_table_ranks(match)
             assert [rowid for rowid, _ in found] == [rowid for rowid, _ in expected]
@@ -341,14 +347,18 @@ def test_the_table_keeps_no_copy_of_the_text_and_ranks_as_a_regular_table_after_
 
 
 def test_the_splitter_is_pinned_because_rows_are_deleted_by_their_body():
-    """Contentless rows are deleted by the exact body written: a change to
-    what index_text writes must bump SPLITTER_VERSION and ship a migration
-    that rebuilds chunks_fts (as 0014_contentless_fts does), then update this."""
+    """Contentless rows are deleted by the exact columns written: a change to
+    what index_text or columns writes must bump SPLITTER_VERSION and ship a
+    migration that rebuilds chunks_fts (as 0019_lexical_head does), then
+    update this."""
     sample = "class HTTPServer(socketserver.TCPServer):\n    parse_config_file(os.path.join(a, b)) # café"
-    assert (lexical.SPLITTER_VERSION, lexical.index_text(sample)) == (
-        1,
+    unit = "\n@cache\ndef parse(path):\n    return os.path.join(path)"
+    assert (lexical.SPLITTER_VERSION, lexical.index_text(sample), lexical.columns("m.py", unit, "code")) == (
+        2,
         sample + "\nhttp server socketservertcpserver tcp server parseconfigfile ospathjoin",
+        ("m.py\n\n@cache\ndef parse(path):\nmpy", "    return os.path.join(path)\nospathjoin"),
     )
+    assert lexical.columns("a.md", "Title\nbody", "text") == ("", "a.md\nTitle\nbody\namd")
 
 
 def code_file(functions: int, tail: str = "") -> str:
@@ -544,6 +554,7 @@ def create_by_migration() -> None:
         )
     importlib.import_module("corpus.migrations.0016_chunk_slices").slice_rows(apps, FakeSchemaEditor())
     assert set(Chunk.objects.filter(deleted=False).values_list("stored_text", flat=True)) == {""}
+    importlib.import_module("corpus.migrations.0019_lexical_head").rebuild(apps, FakeSchemaEditor())
 
 
 def test_repeated_words_blobs_and_accents_index_and_match(index):
@@ -567,8 +578,10 @@ def test_repeated_words_blobs_and_accents_index_and_match(index):
 def test_a_chunk_is_stored_as_its_stemmed_tokens_with_one_position_per_occurrence(index):
     """The binary tsvector a COPY sends reads back as the one PostgreSQL
     would hold: folded, stemmed, sorted, positions 1..n (the "s" of "it's",
-    which the stemmer empties, is left out); a replaced row too. The unit's
-    context, its path, is indexed with it ("a", "md", "amd")."""
+    which the stemmer empties, is left out); a replaced row too. The chunk's
+    context, its path, is indexed with it ("a", "md", "amd"). A code chunk's
+    head (context and first line) comes first, of weight A, the rest of its
+    text following, of weight D (bare); a prose chunk has no head."""
     index({"a.md": "Café parseConfig parseConfig it's\n"})
     chunk_id = Chunk.objects.get().chunk_id
 
@@ -578,8 +591,10 @@ def test_a_chunk_is_stored_as_its_stemmed_tokens_with_one_position_per_occurrenc
             return cursor.fetchone()[0]
 
     assert stored() == "'a':1 'amd':1 'cafe':1 'config':1,2 'it':1 'md':1 'pars':1,2 'parseconfig':1,2"
-    lexical.index_chunks([(chunk_id, "zebra zebra zebra")])
+    lexical.index_chunks([(chunk_id, "", "zebra\nzebra zebra", "text")])
     assert stored() == "'zebra':1,2,3"
+    lexical.index_chunks([(chunk_id, "z.py", "def zebra():\n    zebra = zebra", "code")])
+    assert stored() == "'def':1A 'py':1A 'z':1A 'zebra':1A,2,3 'zpy':1A"
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="the COPY is PostgreSQL's")
@@ -593,7 +608,7 @@ def test_a_refused_copy_is_django_integrity_error(index):
     index({"a.md": "the quokkaword\n"})
     chunk_id = Chunk.objects.get().chunk_id
     with pytest.raises(IntegrityError), transaction.atomic():
-        PostgresFTS().insert([(chunk_id, "a second row for the same chunk")])
+        PostgresFTS().insert([(chunk_id, "", "a second row for the same chunk", "text")])
     assert top_paths("quokkaword") == ["a.md"]
 
 
@@ -636,7 +651,7 @@ def test_other_databases_index_nothing_and_migrate_as_a_no_op(monkeypatch):
     importlib.import_module("corpus.migrations.0003_chunk_fts").create_fts(apps, editor)
     importlib.import_module("corpus.migrations.0004_lexical_postgres").create(apps, editor)
     importlib.import_module("corpus.migrations.0008_lexical_postgres_python_stems").reindex(apps, editor)
-    lexical.index_chunks([(1, "quokkaword")])
+    lexical.index_chunks([(1, "", "quokkaword", "text")])
 
     assert editor.statements == []
     assert lexical.search("quokkaword", limit=5) == []
@@ -694,3 +709,49 @@ def test_a_long_question_is_ranked_by_its_content_words(index):
     path = dict(Chunk.objects.values_list("chunk_id", "representation__document__rel_path"))
     assert [path[cid] for cid, _ in long_first] == ["answer.txt"]
     assert {path[cid] for cid, _ in tiered} == {"answer.txt", "filler.txt"}
+
+
+CONSOLE = """class Console:
+    def show_syntax_error(self, filename=None):
+        kind, value, tb = sys.exc_info()
+        lines = traceback.format_exception_only(kind, value)
+        self.write(''.join(lines))
+
+    def run_source(self, source, filename='<input>'):
+        try:
+            code = self.compile(source, filename)
+        except SyntaxError as error:
+            self.report(error.msg, error.lineno, error.offset)
+            return False
+        self.run_code(code)
+        return False
+
+    def run_code(self, code):
+        try:
+            exec(code, self.locals)
+        except BaseException as error:
+            self.report(error)
+""" + "".join(
+    f"\n    def helper_{i}(self, value):\n        total = value + {i}\n        return self.store(total)\n"
+    for i in range(20)
+)
+
+
+def test_a_sentence_finds_first_the_unit_whose_name_shares_its_words(index):
+    """A doc comment's sentence (bench/retrieval.py's Python query for
+    code.py's showsyntaxerror) ranks first the unit whose head, its context
+    and first line, holds its words, above one using some of them more often
+    in its body. With one column, run_source ranked first (issue #36)."""
+    index({"console.py": CONSOLE})
+
+    hits = lexical.search("Display the syntax error that just occurred.", limit=3)
+
+    ids = [chunk_id for chunk_id, _ in hits]
+    texts = dict(
+        slices.texts(Chunk.objects.filter(chunk_id__in=ids).values_list("chunk_id", *slices.FIELDS), 1)
+    )
+    assert [texts[chunk_id].strip().split("(")[0] for chunk_id in ids] == [
+        "def show_syntax_error",
+        "def run_source",
+        "def run_code",
+    ]

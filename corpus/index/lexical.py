@@ -6,18 +6,27 @@ by "parse config file" and ``os.path.join`` by "path join". Queries go
 through the same splitter and reach the engine only as quoted tokens, so no
 user input can form query syntax.
 
+A row has two columns (:func:`columns`): a code chunk's *head*, its context
+(path, enclosing definitions) and its first line, where a unit names what it
+defines, and the rest of its text (a prose chunk has it all in the second).
+BM25 counts a term in the head :data:`HEAD_WEIGHT` times: a sentence
+describing ``show_syntax_error`` shares "syntax error" with that unit's
+name, and a unit merely using such words in its body no longer outranks it
+(docs/benchmarks.md, issue #36).
+
 On SQLite this is a contentless FTS5 table (``content=''``): it keeps the
 terms, their counts and positions, and no copy of the text, which the
 ``chunks`` table already holds (a regular table stored each chunk's text a
 second time, about a third of ``meta.sqlite``; issue #37). SQLite 3.40
 predates ``contentless_delete``, so a row is deleted by handing FTS5 the
-exact body it indexed, rebuilt from the chunk's stored ``context`` and
-``text`` with the current splitter. Chunk text is never rewritten in place
-(a changed unit is a new chunk; an old one is only flagged ``deleted``), so
-the body can always be rebuilt, and a change to :func:`index_text` ships
-with a migration that rebuilds the table (``SPLITTER_VERSION``; a test pins
-the splitter's output). PostgreSQL has a tsvector table (``lexical_pg.py``);
-other databases get a backend that indexes nothing.
+exact columns it indexed, rebuilt from the chunk's stored ``context``,
+``text`` and ``index_kind`` with the current splitter. Chunk text is never
+rewritten in place (a changed unit is a new chunk; an old one is only
+flagged ``deleted``), so the columns can always be rebuilt, and a change to
+:func:`index_text` or :func:`columns` ships with a migration that rebuilds
+the table (``SPLITTER_VERSION``; a test pins the splitter's output).
+PostgreSQL has a tsvector table (``lexical_pg.py``); other databases get a
+backend that indexes nothing.
 """
 
 from __future__ import annotations
@@ -32,26 +41,39 @@ from corpus.index.tables import (
     LIVE,
     TO_DOCUMENT,
     Backend,
+    Row,
     SqlParams,
     TableBackend,
     batches,
     marks,
     scored,
 )
-from corpus.index.words import index_text, query_terms
-from corpus.models import with_context
+from corpus.index.words import head_and_body, index_text, query_terms
 
 TABLE = "chunks_fts"
 #: Bumped, with a migration that rebuilds the table, whenever :func:`index_text`
-#: changes what it writes: contentless rows are deleted by their exact body.
-SPLITTER_VERSION = 1
+#: or :func:`columns` changes what a row holds: contentless rows are deleted by
+#: their exact columns. 2: the head column (0019_lexical_head).
+SPLITTER_VERSION = 2
+#: How many times BM25 counts a term of a chunk's head (``bm25()``'s column
+#: weight; the body counts once). Measured at 1-4 on every corpus of
+#: bench/retrieval.py (docs/benchmarks.md).
+HEAD_WEIGHT = 3.0
 
 
 def create_sql(table: str = TABLE) -> str:
     return (
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} "
-        "USING fts5(body, content = '', tokenize = 'porter unicode61 remove_diacritics 2')"
+        "USING fts5(head, body, content = '', tokenize = 'porter unicode61 remove_diacritics 2')"
     )
+
+
+def columns(context: str, text: str, kind: str) -> tuple[str, str]:
+    """A chunk's two columns as the table stores them: its head (context and
+    first line, for code) and the rest of its text (``words.head_and_body``),
+    each through :func:`index_text`."""
+    head, body = head_and_body(context, text, kind)
+    return index_text(head), index_text(body)
 
 
 #: English function words a long question's BM25 ranking may leave out
@@ -59,15 +81,19 @@ STOP_WORDS = frozenset(
     "a an and are as at be by for from has have if in into is it its of on or that the this to "
     "was were which with will can not no do does how what when where who why".split()
 )
+#: The ranking, BM25 with the head column counted HEAD_WEIGHT times: as
+#: FTS5's ``rank`` (its own top-N) and as a function (in a join).
+RANK = f"bm25({HEAD_WEIGHT}, 1.0)"
+BM25 = f"bm25({TABLE}, {HEAD_WEIGHT}, 1.0)"
 # The largest top-N window read before a filtered query falls back to a join.
 FILTER_WINDOW = 4096
 
 # -- the public API --------------------------------------------------------------
 
 
-def index_chunks(rows: Iterable[tuple[int, str]], *, new: bool = False) -> None:
-    """Add or replace the rows of these (chunk_id, text) pairs; ``new`` says
-    the ids were just created, so there is nothing to replace."""
+def index_chunks(rows: Iterable[Row], *, new: bool = False) -> None:
+    """Add or replace the rows of these (chunk_id, context, text, index_kind) chunks;
+    ``new`` says the ids were just created, so there is nothing to replace."""
     backend = _backend()
     write = backend.insert if new else backend.replace
     for batch in batches(rows):
@@ -164,20 +190,20 @@ class SQLiteFTS5(TableBackend):
     def create(self, cursor: CursorWrapper) -> None:
         cursor.execute(create_sql())
 
-    def replace(self, rows: list[tuple[int, str]]) -> None:
-        self.delete([chunk_id for chunk_id, _ in rows])
+    def replace(self, rows: list[Row]) -> None:
+        self.delete([row[0] for row in rows])
         self.insert(rows)
 
-    def insert(self, rows: list[tuple[int, str]]) -> None:
+    def insert(self, rows: list[Row]) -> None:
         with connection.cursor() as cursor:
             cursor.executemany(
-                f"INSERT INTO {TABLE}(rowid, body) VALUES (%s, %s)",
-                [(chunk_id, index_text(text)) for chunk_id, text in rows],
+                f"INSERT INTO {TABLE}(rowid, head, body) VALUES (%s, %s, %s)",
+                [(chunk_id, *columns(context, text, kind)) for chunk_id, context, text, kind in rows],
             )
 
     def delete(self, chunk_ids: list[int]) -> None:
         """Remove the rows of these chunks that the table holds, each by the
-        body it was written with (a row absent is left alone: deleting a body
+        columns it was written with (a row absent is left alone: deleting a body
         FTS5 never held would corrupt its counts)."""
         if not chunk_ids:
             return
@@ -187,14 +213,14 @@ class SQLiteFTS5(TableBackend):
             if not held:
                 return
             cursor.execute(
-                f"SELECT c.chunk_id, c.context, {slices.SQL_FIELDS} FROM chunks c "
+                f"SELECT c.chunk_id, c.context, {slices.SQL_FIELDS}, c.index_kind FROM chunks c "
                 f"WHERE c.chunk_id IN ({marks(held)})",
                 held,
             )
             rows = slices.texts(cursor.fetchall(), 2)
             cursor.executemany(
-                f"INSERT INTO {TABLE}({TABLE}, rowid, body) VALUES ('delete', %s, %s)",
-                [(chunk_id, index_text(with_context(context, text))) for chunk_id, context, text in rows],
+                f"INSERT INTO {TABLE}({TABLE}, rowid, head, body) VALUES ('delete', %s, %s, %s)",
+                [(chunk_id, *columns(context, text, kind)) for chunk_id, context, text, kind in rows],
             )
 
     def empty(self, cursor: CursorWrapper) -> None:
@@ -222,8 +248,9 @@ class SQLiteFTS5(TableBackend):
         while True:
             with connection.cursor() as cursor:
                 cursor.execute(
-                    f"SELECT rowid, rank FROM {TABLE} WHERE {TABLE} MATCH %s ORDER BY rank, rowid LIMIT %s",
-                    [match, window],
+                    f"SELECT rowid, rank FROM {TABLE} WHERE {TABLE} MATCH %s AND rank MATCH %s "
+                    "ORDER BY rank, rowid LIMIT %s",
+                    [match, RANK, window],
                 )
                 rows = cursor.fetchall()
                 live = _live_ids([rowid for rowid, _ in rows], cursor, filter_sql, params)
@@ -236,7 +263,7 @@ class SQLiteFTS5(TableBackend):
 
     def _joined(self, match: str, limit: int, filter_sql: str, params: SqlParams) -> list[tuple[int, float]]:
         sql = (
-            f"SELECT c.chunk_id, bm25({TABLE}) AS bm25_score FROM {TABLE} "
+            f"SELECT c.chunk_id, {BM25} AS bm25_score FROM {TABLE} "
             f"JOIN chunks c ON c.chunk_id = {TABLE}.rowid {TO_DOCUMENT} "
             f"WHERE {TABLE} MATCH %s AND {LIVE} AND ({filter_sql}) "
             "ORDER BY bm25_score, c.chunk_id LIMIT %s"
@@ -262,10 +289,10 @@ def _live_ids(
 class Unavailable:
     """Databases without a lexical backend yet: nothing indexed, nothing found."""
 
-    def replace(self, rows: list[tuple[int, str]]) -> None:
+    def replace(self, rows: list[Row]) -> None:
         pass
 
-    def insert(self, rows: list[tuple[int, str]]) -> None:
+    def insert(self, rows: list[Row]) -> None:
         pass
 
     def delete(self, chunk_ids: list[int]) -> None:

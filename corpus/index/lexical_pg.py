@@ -15,7 +15,10 @@ as a quoted ``tsquery`` literal, so no input forms query syntax.
 A lexeme's positions are ``1..n`` for its ``n`` occurrences (at most 256,
 PostgreSQL's limit): ``ts_rank`` with length normalisation (flag 1) then
 ranks by term frequency and chunk length, as BM25 does, with no proximity
-term. The tiers (every term, then some) are the same as SQLite's; the order
+term. Occurrences in a code chunk's head (``words.head_and_body``: its
+context and first line) come first and carry weight A, the rest weight D, and
+``ts_rank`` counts an A as :data:`HEAD_WEIGHT` Ds, as FTS5's column weight
+does. The tiers (every term, then some) are the same as SQLite's; the order
 within a tier can differ.
 """
 
@@ -33,8 +36,8 @@ import Stemmer
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
-from corpus.index.tables import LIVE, TO_DOCUMENT, SqlParams, TableBackend, batches, scored
-from corpus.index.words import COMPOUND, parts, piece_tokens
+from corpus.index.tables import LIVE, TO_DOCUMENT, Row, SqlParams, TableBackend, batches, scored
+from corpus.index.words import COMPOUND, head_and_body, parts, piece_tokens
 
 TABLE = "chunks_lexical"
 CREATE_SQL = (
@@ -53,6 +56,12 @@ _COUNT = struct.Struct(">i")
 #: After a lexeme in tsvectorsend's format: its number of positions, then
 #: each (weight D, so the bare position): 1..n for its n occurrences.
 _TAILS = [struct.pack(f">H{n}H", n, *range(1, n + 1)) for n in range(MAX_POSITIONS + 1)]
+#: A position of weight A: the weight is a position's top two bits (3 = A).
+_WEIGHT_A = 3 << 14
+#: ``ts_rank``'s weights of D, C, B and A: an A occurrence (the head) counts
+#: HEAD_WEIGHT times a D (the body), as in corpus/index/lexical.py.
+HEAD_WEIGHT = 3.0
+RANK_WEIGHTS = f"{{0.1, 0.2, 0.4, {0.1 * HEAD_WEIGHT:g}}}"
 
 
 def fold(text: str) -> str:
@@ -110,21 +119,39 @@ _compounds: dict[str, tuple[bytes, ...]] = {}
 _pieces: dict[str, tuple[bytes, ...]] = {}
 
 
-def document(text: str) -> bytes:
+def document(text: str, head: str = "") -> bytes:
     """What is indexed for a chunk: its tsvector in binary form (as
     ``tsvectorsend`` writes it), each lexeme with one position per
     occurrence, in PostgreSQL's order, so the server neither parses nor
-    sorts it."""
+    sorts it; the occurrences in ``head`` first, of weight A."""
+    counts = _counts(text)
+    tails, top = _TAILS, MAX_POSITIONS
+    if not head:
+        entries = [entry + tails[n if n <= top else top] for entry, n in sorted(counts.items())]
+        return _COUNT.pack(len(entries)) + b"".join(entries)
+    in_head = _counts(head)
+    counts.update(in_head)
+    entries = []
+    for entry, n in sorted(counts.items()):
+        first = in_head.get(entry, 0)
+        if not first:
+            entries.append(entry + tails[n if n <= top else top])
+            continue
+        n, first = min(n, top), min(first, top)
+        weighted = [_WEIGHT_A | p for p in range(1, first + 1)] + list(range(first + 1, n + 1))
+        entries.append(entry + struct.pack(f">H{n}H", n, *weighted))
+    return _COUNT.pack(len(entries)) + b"".join(entries)
+
+
+def _counts(text: str) -> Counter[bytes]:
+    """Each lexeme entry of ``text`` with its number of occurrences."""
     compounds = COMPOUND.findall(text)
     known = _compounds if len(_compounds) < CACHE_LIMIT > len(_pieces) else _forget()
     new = [compound for compound in dict.fromkeys(compounds) if compound not in known]
     if new:
         _learn(new, known)
     # map, chain and Counter keep the per-token work in C
-    counts = Counter(chain.from_iterable(map(known.__getitem__, compounds)))
-    tails, top = _TAILS, MAX_POSITIONS
-    entries = [entry + tails[n if n <= top else top] for entry, n in sorted(counts.items())]
-    return _COUNT.pack(len(entries)) + b"".join(entries)
+    return Counter(chain.from_iterable(map(known.__getitem__, compounds)))
 
 
 def _forget() -> dict[str, tuple[bytes, ...]]:
@@ -170,15 +197,16 @@ def create(cursor: CursorWrapper) -> None:
         cursor.execute(statement)
 
 
-def copy_rows(cursor: CursorWrapper, rows: Sequence[tuple[int, str]]) -> None:
+def copy_rows(cursor: CursorWrapper, rows: Sequence[Row]) -> None:
     """Index rows of chunks the table does not hold (new ids, or ids just
     deleted in this transaction) by binary COPY. ``rows`` must be in memory:
     the COPY holds the connection."""
     raw = getattr(cursor, "cursor", cursor)  # psycopg's own, under Django's wrapper
     pack = _ROW.pack
     data = [_SIGNATURE]
-    for chunk_id, text in rows:
-        body = document(text)
+    for chunk_id, context, text, kind in rows:
+        head, rest = head_and_body(context, text, kind)
+        body = document(rest, head)
         data += (pack(2, 8, chunk_id, len(body)), body)
     data.append(_TRAILER)
     # Errors as Django's, as from any other statement: COPY bypasses its wrapper.
@@ -187,8 +215,8 @@ def copy_rows(cursor: CursorWrapper, rows: Sequence[tuple[int, str]]) -> None:
         copy.write(b"".join(data))
 
 
-def reindex_all(cursor: CursorWrapper, rows: Iterable[tuple[int, str]]) -> None:
-    """Empty the table and index these (chunk_id, text) rows (migrations:
+def reindex_all(cursor: CursorWrapper, rows: Iterable[Row]) -> None:
+    """Empty the table and index these (chunk_id, context, text, index_kind) rows (migrations:
     every live chunk, after a change to what is indexed)."""
     create(cursor)
     cursor.execute(f"DELETE FROM {TABLE}")
@@ -205,15 +233,15 @@ class PostgresFTS(TableBackend):
     def create(self, cursor: CursorWrapper) -> None:
         create(cursor)
 
-    def replace(self, rows: list[tuple[int, str]]) -> None:
-        latest = dict(rows)  # one row per id
+    def replace(self, rows: list[Row]) -> None:
+        latest = {row[0]: row for row in rows}  # one row per id
         if not latest:
             return
         with transaction.atomic():  # the delete and the COPY are one change
             self.delete(list(latest))
-            self.insert(list(latest.items()))
+            self.insert(list(latest.values()))
 
-    def insert(self, rows: list[tuple[int, str]]) -> None:
+    def insert(self, rows: list[Row]) -> None:
         with connection.cursor() as cursor:
             copy_rows(cursor, rows)
 
@@ -230,7 +258,7 @@ class PostgresFTS(TableBackend):
         extra = f"AND ({filter_sql})" if filter_sql else ""
         sql = (
             "WITH q AS (SELECT %s::tsquery AS query) "
-            f"SELECT c.chunk_id, ts_rank(l.body, q.query, 1) AS score FROM q, {TABLE} l "
+            f"SELECT c.chunk_id, ts_rank('{RANK_WEIGHTS}', l.body, q.query, 1) AS score FROM q, {TABLE} l "
             f"JOIN chunks c ON c.chunk_id = l.chunk_id {TO_DOCUMENT} "
             f"WHERE l.body @@ q.query AND {LIVE} {extra} "
             "ORDER BY score DESC, c.chunk_id LIMIT %s"

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 from corpus import slices
-from corpus.models import Chunk, with_context
+from corpus.models import Chunk
 
 _T = TypeVar("_T")
 #: The parameters of a query: what the filters compare with.
@@ -50,14 +50,16 @@ def scored(sql: str, params: SqlParams, *, sign: float = 1.0) -> list[tuple[int,
 def refill(backend: Inserts, recreate: Callable[[CursorWrapper], None]) -> int:
     """Empty the index (``recreate(cursor)``) and write every live chunk into
     it, in one transaction; returns the row count. Shared by the backends."""
-    live = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", *slices.FIELDS)
+    live = Chunk.objects.filter(deleted=False).values_list(
+        "chunk_id", "context", *slices.FIELDS, "index_kind"
+    )
     count = 0
     with transaction.atomic():
         with connection.cursor() as cursor:
             recreate(cursor)
         for batch in batches(live.iterator(chunk_size=BATCH)):
             backend.insert(
-                [(cid, with_context(context, text)) for cid, context, text in slices.texts(batch, 2)]
+                [(cid, context, text, kind) for cid, context, text, kind in slices.texts(batch, 2)]
             )
             count += len(batch)
     return count
@@ -69,13 +71,17 @@ def batches(items: Iterable[_T]) -> Iterator[list[_T]]:
         yield batch
 
 
+#: A chunk as the lexical index reads it: (chunk_id, context, text, index_kind).
+Row = tuple[int, str, str, str]
+
+
 class Inserts(Protocol):
-    def insert(self, rows: list[tuple[int, str]]) -> None: ...
+    def insert(self, rows: list[Row]) -> None: ...
 
 
 class Backend(Protocol):
-    def replace(self, rows: list[tuple[int, str]]) -> None: ...
-    def insert(self, rows: list[tuple[int, str]]) -> None: ...
+    def replace(self, rows: list[Row]) -> None: ...
+    def insert(self, rows: list[Row]) -> None: ...
     def delete(self, chunk_ids: list[int]) -> None: ...
     def query(
         self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: SqlParams
@@ -96,7 +102,7 @@ class TableBackend:
     def create(self, cursor: CursorWrapper) -> None:
         raise NotImplementedError
 
-    def insert(self, rows: list[tuple[int, str]]) -> None:
+    def insert(self, rows: list[Row]) -> None:
         raise NotImplementedError
 
     def empty(self, cursor: CursorWrapper) -> None:

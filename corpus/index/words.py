@@ -41,6 +41,22 @@ def index_text(text: str) -> str:
     return f"{text}\n{' '.join(extras)}" if extras else text
 
 
+def head_and_body(context: str, text: str, kind: str) -> tuple[str, str]:
+    """A code chunk's head, its context and its first line (after any blank
+    lines and decorators, which the head keeps: a unit names what it defines
+    there), and the rest of its text: the lexical index's two columns. A
+    prose chunk (any other ``kind``) has no head: its first line is no name,
+    and weighing it cost prose MRR (docs/benchmarks.md)."""
+    if kind != "code":
+        return "", (f"{context}\n{text}" if context else text)
+    lines = text.split("\n")
+    first = 0
+    while first < len(lines) - 1 and (not lines[first].strip() or lines[first].lstrip().startswith("@")):
+        first += 1
+    head = "\n".join(lines[: first + 1])
+    return (f"{context}\n{head}" if context else head), "\n".join(lines[first + 1 :])
+
+
 # Code repeats the same identifiers endlessly; memoising their expansion
 # made indexing the standard library's lexical rows about 5x faster.
 @functools.lru_cache(maxsize=200_000)

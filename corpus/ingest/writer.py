@@ -206,7 +206,7 @@ def _create_chunks(new_chunks: list[tuple[Chunk, ChunkDraft]]) -> list[Chunk]:
     created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
     lexical.index_chunks(
         (
-            (chunk.chunk_id, with_context(chunk.context, draft.text))
+            (chunk.chunk_id, chunk.context, draft.text, chunk.index_kind)
             for chunk, (_, draft) in zip(created, new_chunks, strict=True)
         ),
         new=True,
@@ -354,7 +354,7 @@ def _revive_chunks(
         draft = chosen[chunk.chunk_id]
         _move_chunk(chunk, draft, _locate(locator, draft))
     lexical.index_chunks(
-        (chunk.chunk_id, with_context(chunk.context, chosen[chunk.chunk_id].text)) for chunk in revived
+        (chunk.chunk_id, chunk.context, chosen[chunk.chunk_id].text, chunk.index_kind) for chunk in revived
     )
     delta.chunks_added += len(revived)
     delta.chunks_revived += len(revived)

@@ -17,7 +17,9 @@ def reindex(apps, schema_editor):
     Chunk = apps.get_model("corpus", "Chunk")
     rows = Chunk.objects.using(schema_editor.connection.alias).filter(deleted=False)
     with schema_editor.connection.cursor() as cursor:
-        reindex_all(cursor, rows.values_list("chunk_id", "text").iterator(chunk_size=500))
+        # chunks had no context yet (0011); lexical_pg reads (chunk_id, context, text, kind)
+        texts = rows.values_list("chunk_id", "text", "index_kind").iterator(chunk_size=500)
+        reindex_all(cursor, ((chunk_id, "", text, kind) for chunk_id, text, kind in texts))
 
 
 class Migration(migrations.Migration):

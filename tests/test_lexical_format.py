@@ -1,0 +1,126 @@
+"""An index written in an older lexical format is rebuilt when a process
+opens it (migration 0019_lexical_head: one column -> head and body), in real
+processes on a real state directory, as a user's index is at the first start
+of a new version; a process already reading the index goes on searching the
+old table while the rebuild runs (SQLite's WAL: the rebuild neither waits
+for it nor changes what it reads until its transaction ends)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.mcp_http import REPO, base_env
+from tests.test_lexical import CONSOLE
+
+#: Opens the store of argv[1] (the root) as every command does, then runs
+#: the step named by argv[2], printing a JSON line.
+SCRIPT = textwrap.dedent(
+    """
+    import importlib, json, sys
+    from pathlib import Path
+    from dir2mcp_site import bootstrap
+    root = sys.argv[1]
+    bootstrap.prepare(["--dir", root])
+    import django
+    django.setup()
+    from django.db import connection
+    from corpus import slices
+    from corpus.index import lexical
+    from corpus.models import Chunk, with_context
+    from corpus.store import MIGRATIONS_KEY, open_store, set_setting
+    from kernel.state import StateDir
+    open_store(StateDir(Path(root) / ".dir2mcp"))
+
+    def columns():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM pragma_table_info('chunks_fts')")
+            return [row[0] for row in cursor.fetchall()]
+
+    def first_lines(hits):
+        ids = [cid for cid, _ in hits]
+        rows = Chunk.objects.filter(chunk_id__in=ids).values_list("chunk_id", *slices.FIELDS)
+        texts = dict(slices.texts(rows, 1))
+        return [texts[cid].strip().split("(")[0] for cid in ids]
+
+    if sys.argv[2] == "make-old":
+        # The table as 0014 left it (one column), holding every live chunk,
+        # and the database recording no 0019.
+        old = importlib.import_module("corpus.migrations.0014_contentless_fts")
+        rows = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", *slices.FIELDS)
+        live = slices.texts(rows, 2)
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE chunks_fts")
+            cursor.execute(old.CREATE_SQL)
+            cursor.executemany(
+                "INSERT INTO chunks_fts_contentless(rowid, body) VALUES (%s, %s)",
+                [(cid, lexical.index_text(with_context(context, text))) for cid, context, text in live],
+            )
+            cursor.execute("ALTER TABLE chunks_fts_contentless RENAME TO chunks_fts")
+            cursor.execute("DELETE FROM django_migrations WHERE name = '0019_lexical_head'")
+            match = '"syntax" OR "error"'
+            cursor.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH %s ORDER BY rank", [match])
+            old_hits = [(row[0], 0.0) for row in cursor.fetchall()]
+        set_setting(MIGRATIONS_KEY, "older migration files")
+        print(json.dumps({"columns": columns(), "old": first_lines(old_hits)}))
+    else:
+        hits = lexical.search("Display the syntax error that just occurred.", limit=3)
+        live = Chunk.objects.filter(deleted=False).count()
+        found = {"first": first_lines(hits), "rows": lexical.live_count(), "live": live}
+        print(json.dumps({"columns": columns(), **found}))
+    """
+)
+
+
+def run(root: Path, step: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(root), step],
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX state directory")
+def test_an_index_of_the_one_column_format_is_rebuilt_when_a_process_opens_it(corpus_dir):
+    (corpus_dir / "console.py").write_text(CONSOLE)
+    indexed = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert indexed.returncode == 0, indexed.stderr
+
+    old = run(corpus_dir, "make-old")
+    # A process already serving the index reads it while another rebuilds
+    # it: its read transaction keeps the old table until it ends.
+    db = corpus_dir / ".dir2mcp" / "meta.sqlite"
+    match = "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH '\"syntax\"' ORDER BY rank"
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as reader:
+        reader.execute("BEGIN")
+        before = reader.execute(match).fetchall()
+        opened = run(corpus_dir, "search")
+        during = reader.execute(match).fetchall()
+        reader.execute("COMMIT")
+        after = reader.execute("SELECT name FROM pragma_table_info('chunks_fts')").fetchall()
+
+    assert old["columns"] == ["body"] and "def run_source" in old["old"]
+    assert before == during and len(before) >= 2
+    assert [name for (name,) in after] == ["head", "body"]
+    assert opened["columns"] == ["head", "body"]
+    assert opened["rows"] == opened["live"] > 20
+    assert opened["first"] == ["def show_syntax_error", "def run_source", "def run_code"]
