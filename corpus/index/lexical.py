@@ -9,7 +9,7 @@ user input can form query syntax.
 A row has two columns (:func:`columns`): a code chunk's *head*, its context
 (path, enclosing definitions) and its first line, where a unit names what it
 defines, and the rest of its text (a prose chunk has it all in the second).
-BM25 counts a term in the head :data:`HEAD_WEIGHT` times: a sentence
+BM25 counts a term in the head ``words.HEAD_WEIGHT`` times: a sentence
 describing ``show_syntax_error`` shares "syntax error" with that unit's
 name, and a unit merely using such words in its body no longer outranks it
 (docs/benchmarks.md, issue #36).
@@ -48,17 +48,13 @@ from corpus.index.tables import (
     marks,
     scored,
 )
-from corpus.index.words import head_and_body, index_text, query_terms
+from corpus.index.words import HEAD_WEIGHT, head_and_body, index_text, query_terms
 
 TABLE = "chunks_fts"
 #: Bumped, with a migration that rebuilds the table, whenever :func:`index_text`
 #: or :func:`columns` changes what a row holds: contentless rows are deleted by
 #: their exact columns. 2: the head column (0019_lexical_head).
 SPLITTER_VERSION = 2
-#: How many times BM25 counts a term of a chunk's head (``bm25()``'s column
-#: weight; the body counts once). Measured at 1-4 on every corpus of
-#: bench/retrieval.py (docs/benchmarks.md).
-HEAD_WEIGHT = 3.0
 
 
 def create_sql(table: str = TABLE) -> str:

@@ -17,7 +17,7 @@ PostgreSQL's limit): ``ts_rank`` with length normalisation (flag 1) then
 ranks by term frequency and chunk length, as BM25 does, with no proximity
 term. Occurrences in a code chunk's head (``words.head_and_body``: its
 context and first line) come first and carry weight A, the rest weight D, and
-``ts_rank`` counts an A as :data:`HEAD_WEIGHT` Ds, as FTS5's column weight
+``ts_rank`` counts an A as ``words.HEAD_WEIGHT`` Ds, as FTS5's column weight
 does. The tiers (every term, then some) are the same as SQLite's; the order
 within a tier can differ.
 """
@@ -37,7 +37,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 from corpus.index.tables import LIVE, TO_DOCUMENT, Row, SqlParams, TableBackend, batches, scored
-from corpus.index.words import COMPOUND, head_and_body, parts, piece_tokens
+from corpus.index.words import COMPOUND, HEAD_WEIGHT, head_and_body, parts, piece_tokens
 
 TABLE = "chunks_lexical"
 CREATE_SQL = (
@@ -59,8 +59,7 @@ _TAILS = [struct.pack(f">H{n}H", n, *range(1, n + 1)) for n in range(MAX_POSITIO
 #: A position of weight A: the weight is a position's top two bits (3 = A).
 _WEIGHT_A = 3 << 14
 #: ``ts_rank``'s weights of D, C, B and A: an A occurrence (the head) counts
-#: HEAD_WEIGHT times a D (the body), as in corpus/index/lexical.py.
-HEAD_WEIGHT = 3.0
+#: HEAD_WEIGHT times a D (the body), as FTS5's column weight does.
 RANK_WEIGHTS = f"{{0.1, 0.2, 0.4, {0.1 * HEAD_WEIGHT:g}}}"
 
 

@@ -15,6 +15,10 @@ from itertools import chain
 from operator import itemgetter
 
 MAX_QUERY_TERMS = 32
+#: How many times both backends count a word of a code chunk's head
+#: (:func:`head_and_body`) against one of its body. Measured at 1-4 on every
+#: corpus of bench/retrieval.py (docs/benchmarks.md, 2026-11-29).
+HEAD_WEIGHT = 3.0
 # Longer joined forms are URLs and blobs, not identifiers anyone types.
 MAX_JOINED = 64
 # An identifier with its connectors: snake_case, kebab-case, a.b.c, a/b.py, a::b.
