@@ -40,6 +40,9 @@ Rows, all on the same corpus and queries:
 - ``bm25s units`` (and ``, plain``): the same over the live chunks of the
   units-mode index (``chunking.code.mode: units``), their ``context`` (when
   chunks have one) indexed with their text;
+- ``lexical units``: our own lexical ranking alone (``Searcher._lexical``,
+  what the fusion gets from the lexical index) on the units index, to set
+  beside ``bm25s units``;
 - ``dense units``: the local model alone on the units, each embedded
   plainly with its context (``Searcher._dense`` on the units index when its
   code vectors are plain; an exact search over plain re-embeddings when they
@@ -101,6 +104,7 @@ ROW_ORDER = (
     "bm25s windows, plain",
     "bm25s units",
     "bm25s units, plain",
+    "lexical units",
     "dense units",
     "dense units, as stored",
     "dense units, as stored + adapter",
@@ -433,6 +437,16 @@ def dense_rankings(
     return ranked
 
 
+def lexical_rankings(searcher, queries: list[str], chunks: dict) -> list[list[list]]:
+    """``Searcher._lexical`` alone: the ``DEEP`` best live chunks by the lexical index."""
+    from corpus.retrieval import Filters
+
+    return [
+        [hit_of(chunks[cid]) for cid, _ in searcher._lexical(query, DEEP, Filters(), ())[0] if cid in chunks]
+        for query in queries
+    ]
+
+
 def plain_vectors(embedder, kind: str, texts: list[str], cache: Path | None):
     """``embedder.embed(texts)``, kept in ``cache`` (an .npz named by the texts'
     digest) so that a rerun on a kept index (``--work``) does not embed them again."""
@@ -545,6 +559,7 @@ def units_rows(
         label: {"hits": bm25s_rankings(docs, queries, plain), "units": len(docs)}
         for plain, label in ((False, "bm25s units"), (True, "bm25s units, plain"))
     }
+    rows["lexical units"] = {"hits": lexical_rankings(searcher, queries, chunks), "units": len(chunks)}
     from corpus.index.dense.embedding import signature_weight
 
     if kind == "code" and signature_weight() > 0 and plain:
