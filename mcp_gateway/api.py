@@ -278,11 +278,10 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
 _stateless_keys = itertools.count()
 
 
-def _stateless_client(request: Request) -> str:
+def _stateless_client(request: Request, ctx: context.Context) -> str:
     """Who a stateless call is admitted as (mcp_gateway/workers.py): its
     address and credential, as for the REST mirror."""
-    address = ratelimit.client_address(request.client, request.headers.get("x-real-ip"))
-    return f"mcp|{address}|{sessions.token_digest(request.headers.get('authorization'))}"
+    return ratelimit.client_key("mcp", request.client, request.headers.get("x-real-ip"), ctx.auth.token)
 
 
 async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Response | StreamResponse:
@@ -300,7 +299,7 @@ async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Re
         return _json(refusal.response(msg.id), refusal.status)
     if msg.method == subscriptions.METHOD:
         return await _listen(msg, ctx)
-    client = _stateless_client(request)
+    client = _stateless_client(request, ctx)
     key = ("stateless", next(_stateless_keys))
     paid = dispatch.is_paid(msg, ctx)
     streams = dispatch.progress_token(msg) is not None or envelope.log_level

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from mcp_gateway import sessions
+
 log = logging.getLogger(__name__)
 
 MAX_CLIENTS = 50_000
@@ -122,6 +124,19 @@ def client_address(peer: str, real_ip: str | None) -> str:
     if settings.DJANGO_BEHIND_PROXY and real_ip:
         return real_ip.strip()[:64]
     return peer
+
+
+def client_key(surface: str, peer: str, real_ip: str | None, token: str | None) -> str:
+    """Who a request is, for the rate limit and for a share of the call slots
+    (``surface`` keeps the shares of the MCP endpoint and the REST mirror
+    apart; the rate limit passes ""): its address (:func:`client_address`) and
+    the credential the gate let it in with, ``token``, the server's own
+    (None when auth is off). Never the ``Authorization`` header as sent: the
+    gate accepts one token under many spellings (``bearer`` in any case, any
+    whitespace around the token), and keyed by the header each spelling was
+    a client of its own, with a fresh rate budget and a fresh share of the
+    slots (found 2026-11-29, docs/security.md)."""
+    return f"{surface}|{client_address(peer, real_ip)}|{sessions.token_digest(token)}"
 
 
 def limiter(per_minute: int) -> RateLimiter | RedisRateLimiter | None:

@@ -48,7 +48,7 @@ from django.http.request import split_domain_port
 
 from kernel import errors, observe
 from kernel.jsontypes import JsonObject
-from mcp_gateway import api, context, current, ratelimit, rest_edge, sessions, transport
+from mcp_gateway import api, context, current, ratelimit, rest_edge, transport
 from mcp_gateway.asgi_io import App, Receive, Request, Response, Scope, Send
 from mcp_gateway.listen import parse_listen
 from mcp_gateway.transport import HttpError
@@ -123,12 +123,12 @@ def beyond_loopback(ctx: context.Context) -> bool:
         return True
 
 
-def check_rate(remote: str, authorization: str | None, ctx: context.Context) -> None:
+def check_rate(request: Request, ctx: context.Context) -> None:
     """429 once this client (address and credential) is over its budget."""
     bucket = ratelimit.limiter(ctx.config.server.rate_limit_per_minute)
     if bucket is None:
         return
-    key = f"{remote}|{sessions.token_digest(authorization)}"
+    key = ratelimit.client_key("", request.client, request.headers.get("x-real-ip"), ctx.auth.token)
     wait = bucket.retry_after(key)
     if wait:
         raise HttpError(
@@ -177,9 +177,8 @@ async def check_credential(request: Request, route: Route, ctx: context.Context 
     ctx = ctx or await api.context_async()
     if route.bearer == BEYOND_LOOPBACK and not beyond_loopback(ctx):
         return
-    authorization = request.headers.get("authorization")
-    transport.check_bearer(authorization, ctx.auth.token)
-    check_rate(ratelimit.client_address(request.client, request.headers.get("x-real-ip")), authorization, ctx)
+    transport.check_bearer(request.headers.get("authorization"), ctx.auth.token)
+    check_rate(request, ctx)
 
 
 def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:
