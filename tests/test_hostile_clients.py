@@ -20,7 +20,7 @@ import pytest
 
 from kernel import errors
 from tests.fakes.mistral import FakeMistral
-from tests.mcp_http import ACCEPT, write_corpus
+from tests.mcp_http import ACCEPT, PROTOCOL, write_corpus
 from tests.support import TLS, wait_until
 from tests.test_modern import META, VERSION
 
@@ -141,3 +141,98 @@ def test_one_token_spelled_many_ways_holds_one_share_of_the_call_slots(tmp_path,
     assert len(fake.requests_to(CHAT)) == 4  # the refused calls never reached the provider
     for conn in held:  # answered at their deadline
         answer(conn)
+
+
+# -- answers that stay open -------------------------------------------------------------
+
+CAP = 16  # server.max_connections here (the least the default would give)
+
+
+class Opened:
+    """An answer whose head has arrived: a stream left open, or a refusal read whole."""
+
+    def __init__(self, conn: http.client.HTTPConnection):
+        self.conn = conn
+        self.response = conn.getresponse()
+        self.status = self.response.status
+        self.streaming = self.response.getheader("Content-Type", "").startswith("text/event-stream")
+        self.body = {} if self.streaming else json.loads(self.response.read() or b"{}")
+        if not self.streaming:
+            conn.close()
+
+    def code(self) -> str | None:
+        error = self.body.get("error") or {}
+        return (error.get("data") or {}).get("code") or error.get("code")
+
+
+def open_listen(url: str, token: str, msg_id: int) -> Opened:
+    """A ``subscriptions/listen`` request, its answer's head arrived."""
+    params = {"notifications": {"resourcesListChanged": True}}
+    body, headers = stateless("subscriptions/listen", params, msg_id)
+    return Opened(send(url, "/mcp", body, {**headers, "Authorization": f"Bearer {token}"}))
+
+
+def open_get_stream(url: str, token: str) -> Opened:
+    """A new session's standalone stream (``GET /mcp``), its head arrived."""
+    parts = urlsplit(url)
+    credential = {"Authorization": f"Bearer {token}"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    made = Opened(
+        send(url, "/mcp", init, {**credential, "Accept": ACCEPT, "Content-Type": "application/json"})
+    )
+    if made.status != 200:
+        return made
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=WAIT)
+    headers = {"Accept": "text/event-stream", "MCP-Protocol-Version": PROTOCOL}
+    session = made.response.getheader("MCP-Session-Id")
+    conn.request("GET", parts.path, headers={**credential, **headers, "MCP-Session-Id": session})
+    return Opened(conn)
+
+
+def test_streams_one_client_opens_never_take_every_connection(tmp_path, running):
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    up = running("--dir", str(root), "--json", env={"DIR2MCP_SERVER__MAX_CONNECTIONS": str(CAP)})
+    url = up.url()
+    token = token_of(root)
+    answers = []
+    try:
+        # One client asks for as many streams as the server has connections:
+        # subscriptions, and the standalone streams of sessions of its own.
+        for i in range(CAP):
+            answers.append(open_listen(url, token, i) if i % 2 else open_get_stream(url, token))
+        # Another client is still served.
+        body, headers = stateless("tools/list", {})
+        other = httpx.post(
+            url, headers={**headers, "Authorization": f"Bearer {token}"}, json=body, timeout=WAIT
+        )
+        assert other.status_code == 200 and "tools" in other.json()["result"], other.text
+        streams = [a for a in answers if a.streaming]
+        assert len(streams) <= CAP // 2, len(streams)
+        for refused in (a for a in answers if not a.streaming):  # in the surface's own words
+            assert refused.code() == errors.SERVER_BUSY, (refused.status, refused.body)
+            assert refused.response.getheader("Retry-After") == "1"
+        # A stream that ends gives its place back, however it ended.
+        for answer in answers:
+            answer.conn.close()
+        assert wait_until(lambda: reopened(url, token), timeout=WAIT, message="their places given back")
+    finally:
+        for answer in answers:
+            answer.conn.close()
+
+
+def reopened(url: str, token: str) -> bool:
+    """Whether this client may open as many streams as at first now."""
+    probes = [open_listen(url, token, i) for i in range(CAP // 2)]
+    for probe in probes:
+        probe.conn.close()
+    return all(probe.streaming for probe in probes)
