@@ -58,7 +58,7 @@ class RateLimiter:
                 if not take:
                     return 0
                 if len(self._buckets) >= MAX_CLIENTS:
-                    self._buckets.clear()
+                    self._make_room(now)
                 bucket = self._buckets[key] = _Bucket(self.capacity, now)
             bucket.tokens = min(self.capacity, bucket.tokens + (now - bucket.stamp) * self.rate)
             bucket.stamp = now
@@ -66,6 +66,23 @@ class RateLimiter:
                 bucket.tokens -= take
                 return 0
             return max(1, math.ceil((1 - bucket.tokens) / self.rate))
+
+    def _make_room(self, now: float) -> None:
+        """Forget the clients whose buckets have refilled (as good as new);
+        when none has, the half nearest to a full bucket. Never every
+        client: forgetting a throttled one gives it its burst back, so a
+        table cleared whole let whoever brought the next new address (or
+        username, for the sign-in throttle) reset every limit (found
+        2026-11-29)."""
+
+        def tokens(item: tuple[str, _Bucket]) -> float:
+            bucket = item[1]
+            return bucket.tokens + (now - bucket.stamp) * self.rate
+
+        kept = {key: bucket for key, bucket in self._buckets.items() if tokens((key, bucket)) < self.capacity}
+        if len(kept) >= MAX_CLIENTS:
+            kept = dict(sorted(kept.items(), key=tokens)[: MAX_CLIENTS // 2])
+        self._buckets = kept
 
 
 class RedisRateLimiter:

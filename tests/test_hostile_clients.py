@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from kernel import errors
+from mcp_gateway.ratelimit import MAX_CLIENTS, RateLimiter
 from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import ACCEPT, PROTOCOL, write_corpus
 from tests.support import TLS, wait_until
@@ -236,3 +238,24 @@ def reopened(url: str, token: str) -> bool:
     for probe in probes:
         probe.conn.close()
     return all(probe.streaming for probe in probes)
+
+
+# -- the rate limiter's table ---------------------------------------------------------
+
+
+def test_a_full_table_of_clients_never_gives_a_throttled_client_a_fresh_budget():
+    """Past MAX_CLIENTS buckets the limiter made room by forgetting every
+    client, so whoever brought the 50,001st address (or username, for the
+    admin's sign-in throttle) gave every throttled client its burst back."""
+    limiter = RateLimiter(per_minute=60)  # a burst of 6, then one a second
+    now = time.monotonic()
+    while limiter.retry_after("throttled", now) == 0:
+        pass
+    for i in range(MAX_CLIENTS - 1):  # other clients, each with most of its burst left
+        assert limiter.retry_after(f"client-{i}", now) == 0
+    assert limiter.retry_after("one-more", now) == 0  # a new client is still served
+    assert limiter.retry_after("throttled", now) > 0  # and the throttled one is still throttled
+    # Clients whose buckets have refilled are the first forgotten: as good as new anyway.
+    later = now + 3600
+    assert limiter.retry_after("another", later) == 0
+    assert limiter.retry_after("throttled", later) == 0
