@@ -30,6 +30,9 @@ none by default) and decides on the path less that prefix, which is what
 Django routes. ``X-Forwarded-Prefix``, ``X-Script-Name`` and the like are
 read by nothing here.
 
+A WebSocket handshake, on any path, is refused (403) before anything runs:
+no route speaks WebSocket.
+
 A refusal is written the way its surface writes errors: a JSON-RPC error on
 ``/mcp``, the REST envelope ``{"error": {"code", "message", "retryable"}}``
 everywhere else, with CORS headers for an allowed Origin on ``/mcp`` and
@@ -197,7 +200,9 @@ def gate(app: App) -> App:
     """``app`` behind the gate: every HTTP request is checked before it runs."""
 
     async def gated(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":
+            return await refuse_websocket(receive, send)
+        if scope["type"] != "http":  # lifespan
             return await app(scope, receive, send)
         scope, path = resolved(scope)
         request = Request(scope, receive)
@@ -218,6 +223,17 @@ def gate(app: App) -> App:
         return await app({**scope, PASSED: route}, receive, send)
 
     return gated
+
+
+async def refuse_websocket(receive: Receive, send: Send) -> None:
+    """No route speaks WebSocket, but daphne accepts the handshake on any
+    path and hands it on as a ``websocket`` scope: refused here, before
+    anything (Django raised on it, a traceback in the log for each
+    handshake from anyone; found 2026-11-29). Closing before accepting is
+    answered 403 by daphne."""
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.close", "code": 1008})
 
 
 async def _refuse(

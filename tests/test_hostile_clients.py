@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 from urllib.parse import urlsplit
 
@@ -259,3 +260,44 @@ def test_a_full_table_of_clients_never_gives_a_throttled_client_a_fresh_budget()
     later = now + 3600
     assert limiter.retry_after("another", later) == 0
     assert limiter.retry_after("throttled", later) == 0
+
+
+# -- websockets ---------------------------------------------------------------------------
+
+
+def websocket_upgrade(url: str, path: str, *headers: str) -> bytes:
+    """The raw answer to a WebSocket handshake on ``path``."""
+    parts = urlsplit(url)
+    extra = "".join(f"{header}\r\n" for header in headers)
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+    with socket.create_connection((parts.hostname, parts.port), timeout=WAIT) as sock:
+        sock.sendall(request.encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            data = sock.recv(65536)
+            if not data:
+                break
+            answer += data
+    return answer
+
+
+def test_a_websocket_handshake_is_refused_by_the_gate_on_every_route(tmp_path, running):
+    """daphne speaks WebSocket, and the gate let every scope but HTTP through
+    unchecked: a handshake from anyone reached Django, which raised, so each
+    one was a bare 500 and a traceback in the server's log."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    up = running("--dir", str(root), "--json")
+    url = up.url()
+    token = token_of(root)
+    for path in ("/mcp", "/api/v1/files", "/admin/", "/healthz", "/nowhere"):
+        for headers in ((), (f"Authorization: Bearer {token}",), ("Origin: http://evil.example",)):
+            answer = websocket_upgrade(url, path, *headers)
+            assert answer.startswith(b"HTTP/1.1 403"), (path, headers, answer[:200])
+    assert httpx.get(url.removesuffix("/mcp") + "/healthz/live", timeout=WAIT).status_code == 200
+    assert up.stop() == 0
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
+    assert "websocket" not in up.stderr.lower(), up.stderr[-3000:]
