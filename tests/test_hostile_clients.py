@@ -301,3 +301,37 @@ def test_a_websocket_handshake_is_refused_by_the_gate_on_every_route(tmp_path, r
     assert up.stop() == 0
     assert "Traceback" not in up.stderr, up.stderr[-3000:]
     assert "websocket" not in up.stderr.lower(), up.stderr[-3000:]
+
+
+# -- what anyone can make the server log ---------------------------------------------------
+
+
+def raw_get(url: str, target: str) -> bytes:
+    """The raw answer to ``GET target`` sent as it is (no client normalises it)."""
+    parts = urlsplit(url)
+    request = f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n"
+    with socket.create_connection((parts.hostname, parts.port), timeout=WAIT) as sock:
+        sock.sendall(request.encode())
+        answer = b""
+        while data := sock.recv(65536):
+            answer += data
+    return answer
+
+
+def test_a_suspicious_request_from_anyone_is_one_line_in_the_log(tmp_path, running):
+    """Django refuses a static path that climbs out of its directories (400),
+    and logs it on ``django.security.SuspiciousFileOperation`` with its
+    traceback: about 50 lines in the server's log for each such request
+    from anyone, where a refused Host header was already one line."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    up = running("--dir", str(root), "--json")
+    url = up.url()
+    for target in ("/static/../../../etc/passwd", "/static/admin/../../../../settings.py"):
+        answer = raw_get(url, target)
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"root:" not in answer
+    assert up.stop() == 0
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
+    refusals = [line for line in up.err if "SuspiciousFileOperation" in line]
+    assert len(refusals) == 2, up.stderr[-3000:]  # one line each, saying what was refused
