@@ -335,3 +335,36 @@ def test_a_suspicious_request_from_anyone_is_one_line_in_the_log(tmp_path, runni
     assert "Traceback" not in up.stderr, up.stderr[-3000:]
     refusals = [line for line in up.err if "SuspiciousFileOperation" in line]
     assert len(refusals) == 2, up.stderr[-3000:]  # one line each, saying what was refused
+
+
+# -- work no deadline stops --------------------------------------------------------------
+
+
+def test_a_diff_of_two_files_built_to_be_costly_is_answered_within_its_deadline(tmp_path, running):
+    """difflib's matching is quadratic on a file and the same file with a
+    line inserted after each (5,000 lines took 37 s, 50,000 about an hour),
+    in pure Python that no deadline stops: each such call held a call slot
+    and a core long after its client was told DEADLINE_EXCEEDED. Now the
+    matching has a work budget, past which the lines between the first and
+    the last change are one hunk: a right diff, not a minimal one."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    lines = [f"value_{i} = compute({i})" for i in range(20_000)]
+    (root / "before.py").write_text("\n".join(lines) + "\n")
+    (root / "after.py").write_text("\n".join(x for line in lines for x in (line, "log(value)")) + "\n")
+    env = {"DIR2MCP_SERVER__CALL_TIMEOUT": "60s"}
+    up = running("--dir", str(root), "--json", env=env)
+    url = up.url()
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    base = url.removesuffix("/mcp")
+    headers = {"Authorization": f"Bearer {token_of(root)}"}
+    query = {"rel_path_a": "before.py", "rel_path_b": "after.py", "max_chars": 2000}
+    answer = httpx.get(f"{base}/api/v1/files/diff", params=query, headers=headers, timeout=120, verify=TLS)
+    assert answer.status_code == 200, answer.text[:500]
+    result = answer.json()
+    # One hunk from the first line that differs (it is right: 20,000 more lines), not a minimal one.
+    assert result["added"] - result["removed"] == 20_000 and result["removed"] > 0, result
+    assert result["diff"].startswith("--- before.py\n+++ after.py\n@@ -1,"), result["diff"][:200]
+    assert result["truncated"] is True  # max_chars
+    health = httpx.get(f"{base}/healthz", timeout=WAIT, verify=TLS).json()
+    assert health["checks"]["tool_calls"]["ok"], health  # no call left running past its deadline
