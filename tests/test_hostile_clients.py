@@ -368,3 +368,32 @@ def test_a_diff_of_two_files_built_to_be_costly_is_answered_within_its_deadline(
     assert result["truncated"] is True  # max_chars
     health = httpx.get(f"{base}/healthz", timeout=WAIT, verify=TLS).json()
     assert health["checks"]["tool_calls"]["ok"], health  # no call left running past its deadline
+
+
+def test_verify_refuses_citations_with_numbers_no_file_has(tmp_path, running):
+    """``verify`` read a citation's numbers with ``int``: 5,000 digits were
+    Python's digit limit, an INTERNAL_ERROR with a traceback; a clock of
+    49,000 ``9:`` parts cost seconds of big-integer arithmetic. A citation
+    is now lines and pages of at most 18 digits and a clock of at most
+    three parts, else that citation is INVALID_FIELD."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    up = running("--dir", str(root), "--json")
+    base = up.url().removesuffix("/mcp")
+    headers = {"Authorization": f"Bearer {token_of(root)}"}
+    texts = [
+        "see [notes.txt@t=" + "9" * 5000 + "-1]",
+        "see [notes.txt:L" + "9" * 5000 + "-L1]",
+        "see [notes.txt#p=" + "9" * 5000 + "]",
+        "see [notes.txt@t=" + "9:" * 3000 + "9-1]",
+    ]
+    for text in texts:
+        answer = httpx.post(f"{base}/api/v1/verify", json={"text": text}, headers=headers, timeout=WAIT)
+        assert answer.status_code == 200, answer.text[:300]
+        (citation,) = answer.json()["citations"]
+        assert citation["error"]["code"] == errors.INVALID_FIELD and not citation["ok"], citation["error"]
+    fine = "it reads configuration [docs/guide.md:L1-L3] and [notes.txt@t=0:00-1:00:00]"
+    answer = httpx.post(f"{base}/api/v1/verify", json={"text": fine}, headers=headers, timeout=WAIT)
+    assert answer.json()["citations"][0]["ok"], answer.text
+    assert up.stop() == 0
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
