@@ -175,10 +175,8 @@ def open_listen(url: str, token: str, msg_id: int) -> Opened:
     return Opened(send(url, "/mcp", body, {**headers, "Authorization": f"Bearer {token}"}))
 
 
-def open_get_stream(url: str, token: str) -> Opened:
-    """A new session's standalone stream (``GET /mcp``), its head arrived."""
-    parts = urlsplit(url)
-    credential = {"Authorization": f"Bearer {token}"}
+def initialize(url: str, token: str) -> Opened:
+    """The answer to an ``initialize`` (a new session), read whole."""
     init = {
         "jsonrpc": "2.0",
         "id": 0,
@@ -189,15 +187,26 @@ def open_get_stream(url: str, token: str) -> Opened:
             "clientInfo": {"name": "t", "version": "1"},
         },
     }
-    made = Opened(
-        send(url, "/mcp", init, {**credential, "Accept": ACCEPT, "Content-Type": "application/json"})
-    )
+    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "Content-Type": "application/json"}
+    return Opened(send(url, "/mcp", init, headers))
+
+
+def open_get_stream(url: str, token: str, last_event_id: str | None = None) -> Opened:
+    """A new session's standalone stream (``GET /mcp``), its head arrived."""
+    made = initialize(url, token)
     if made.status != 200:
         return made
+    parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=WAIT)
-    headers = {"Accept": "text/event-stream", "MCP-Protocol-Version": PROTOCOL}
-    session = made.response.getheader("MCP-Session-Id")
-    conn.request("GET", parts.path, headers={**credential, **headers, "MCP-Session-Id": session})
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "text/event-stream",
+        "MCP-Protocol-Version": PROTOCOL,
+        "MCP-Session-Id": made.response.getheader("MCP-Session-Id"),
+    }
+    if last_event_id:
+        headers["Last-Event-ID"] = last_event_id
+    conn.request("GET", parts.path, headers=headers)
     return Opened(conn)
 
 
@@ -395,5 +404,30 @@ def test_verify_refuses_citations_with_numbers_no_file_has(tmp_path, running):
     fine = "it reads configuration [docs/guide.md:L1-L3] and [notes.txt@t=0:00-1:00:00]"
     answer = httpx.post(f"{base}/api/v1/verify", json={"text": fine}, headers=headers, timeout=WAIT)
     assert answer.json()["citations"][0]["ok"], answer.text
+    assert up.stop() == 0
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
+
+
+def test_digits_python_calls_digits_but_int_refuses_are_no_numbers(tmp_path, running):
+    """``str.isdigit`` is true of superscripts and circled digits that
+    ``int`` refuses: ``find``'s ``modified_after`` and a stream's
+    ``Last-Event-ID`` checked with it, then read with ``int``, so "²" was
+    an INTERNAL_ERROR and a traceback."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    up = running("--dir", str(root), "--json")
+    url = up.url()
+    token = token_of(root)
+    credential = {"Authorization": f"Bearer {token}"}
+    for value in ("²", "-①", "٣"):
+        arguments = {"modified_after": value}
+        call, headers = stateless("tools/call", {"name": "dir2mcp.find", "arguments": arguments})
+        answer = httpx.post(url, json=call, headers={**headers, **credential}, timeout=WAIT).json()
+        error = answer["result"]["structuredContent"]["error"]
+        assert error["code"] == errors.INVALID_FIELD and "modified_after" in error["message"], answer
+    for last_event_id in ("abc.²", "abc.¹²", "²"):  # a stream the server does not have: a fresh one
+        opened = open_get_stream(url, token, last_event_id)
+        assert opened.status == 200 and opened.streaming, (last_event_id, opened.status, opened.body)
+        opened.conn.close()
     assert up.stop() == 0
     assert "Traceback" not in up.stderr, up.stderr[-3000:]
