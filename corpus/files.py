@@ -636,11 +636,16 @@ def _listed(row: JsonObject) -> JsonObject:
 # -- find ----------------------------------------------------------------------
 
 
+# ASCII digits only: str.isdigit() is true of "²" and "①", which int() refuses
+# (an INTERNAL_ERROR until 2026-11-29).
+_UNIX_SECONDS = re.compile(r"-?[0-9]+")
+
+
 def _modified_after(value: object) -> int | None:
     """Nanoseconds since the epoch from Unix seconds or an ISO-8601 date/datetime (UTC if naive)."""
     if value is None or value == "":
         return None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and _UNIX_SECONDS.fullmatch(value.strip()):
         value = int(value.strip())
     if isinstance(value, int) and not isinstance(value, bool):
         return value * 1_000_000_000

@@ -250,7 +250,9 @@ LOGGING: dict[str, Any] = {
     "loggers": {
         # 4xx answers are the transport doing its job; 5xx still log.
         "django.request": {"level": "ERROR"},
-        "django.security.DisallowedHost": {"handlers": ["stderr_one_line"], "propagate": False},
+        # A refused Host, a static path climbing out of its directory, a bad
+        # session cookie: anyone can send them, so one line each, never a traceback.
+        "django.security": {"handlers": ["stderr_one_line"], "propagate": False},
     },
     "root": {"handlers": ["stderr"], "level": env.str("DIR2MCP_LOG_LEVEL", default="WARNING")},
 }

@@ -45,6 +45,7 @@ from mcp_gateway import (
     ratelimit,
     sessions,
     standalone,
+    streams,
     subscriptions,
     tools,
     transport,
@@ -278,11 +279,10 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
 _stateless_keys = itertools.count()
 
 
-def _stateless_client(request: Request) -> str:
+def _stateless_client(request: Request, ctx: context.Context) -> str:
     """Who a stateless call is admitted as (mcp_gateway/workers.py): its
     address and credential, as for the REST mirror."""
-    address = ratelimit.client_address(request.client, request.headers.get("x-real-ip"))
-    return f"mcp|{address}|{sessions.token_digest(request.headers.get('authorization'))}"
+    return ratelimit.client_key("mcp", request.client, request.headers.get("x-real-ip"), ctx.auth.token)
 
 
 async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Response | StreamResponse:
@@ -299,8 +299,8 @@ async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Re
     except modern.Refusal as refusal:
         return _json(refusal.response(msg.id), refusal.status)
     if msg.method == subscriptions.METHOD:
-        return await _listen(msg, ctx)
-    client = _stateless_client(request)
+        return await _listen(request, msg, ctx)
+    client = _stateless_client(request, ctx)
     key = ("stateless", next(_stateless_keys))
     paid = dispatch.is_paid(msg, ctx)
     streams = dispatch.progress_token(msg) is not None or envelope.log_level
@@ -324,25 +324,48 @@ async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Re
     return _json(outcome, status, reply.headers)
 
 
-async def _listen(msg: Message, ctx: context.Context) -> Response | StreamResponse:
+async def _listen(request: Request, msg: Message, ctx: context.Context) -> Response | StreamResponse:
     """``subscriptions/listen``: its acknowledgment, then the change
     notifications it asked for, on an SSE answer that stays open
-    (mcp_gateway/subscriptions.py); a keep-alive comment when quiet."""
+    (mcp_gateway/subscriptions.py); a keep-alive comment when quiet.
+    Counted among this process's subscriptions and its streams (both
+    before anything awaits) until the answer ends."""
     if len(_listening) >= subscriptions.max_open():
         busy = errors.Dir2mcpError(errors.SERVER_BUSY, "too many subscriptions are open here; retry later")
         return _json(_call_error(msg.id, busy), headers={"Retry-After": "1"})
+    client = _stream_client(request, ctx)
+    try:
+        streams.admit(streams.limits(ctx.config), client)
+    except errors.Dir2mcpError as busy:
+        return _json(_call_error(msg.id, busy), headers={"Retry-After": "1"})
+    key = f"listen-{next(_stateless_keys)}"
+    _listening.add(key)
+
+    def closed() -> None:
+        _listening.discard(key)
+        streams.release(client)
+
     try:
         listen = await _in_worker(subscriptions.open_listen, msg, ctx)
-    except ResourceError as exc:
-        return _json(errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data))
-    return StreamResponse(_listen_events(listen))
+    except BaseException as exc:
+        closed()
+        if isinstance(exc, ResourceError):
+            return _json(errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data))
+        raise
+    return StreamResponse(_listen_events(listen, key), on_close=closed)
+
+
+def _stream_client(request: Request, ctx: context.Context) -> str:
+    """Who a stream is counted for (mcp_gateway/streams.py): its address and
+    credential, whichever session or subscription it is."""
+    return ratelimit.client_key("stream", request.client, request.headers.get("x-real-ip"), ctx.auth.token)
 
 
 # The subscriptions/listen streams open on this process, by hub key.
 _listening: set[str] = set()
 
 
-async def _listen_events(listen: subscriptions.Listen) -> AsyncGenerator[bytes, None]:
+async def _listen_events(listen: subscriptions.Listen, key: str) -> AsyncGenerator[bytes, None]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[JsonObject | object] = asyncio.Queue()  # object: _END
 
@@ -353,8 +376,6 @@ async def _listen_events(listen: subscriptions.Listen) -> AsyncGenerator[bytes, 
             pass
 
     sink = subscriptions.Sink(listen, put, lambda: put(_END))
-    key = f"listen-{next(_stateless_keys)}"
-    _listening.add(key)
     notify.HUB.attach(key, sink, listen.local)
     every = standalone.keepalive_seconds()
     try:
@@ -372,7 +393,6 @@ async def _listen_events(listen: subscriptions.Listen) -> AsyncGenerator[bytes, 
             yield _sse(item)
     finally:
         notify.HUB.detach(key, sink)
-        _listening.discard(key)
 
 
 def _input_schema(msg: Message) -> JsonObject | None:
@@ -582,4 +602,15 @@ async def _get(request: Request, ctx: context.Context) -> StreamResponse:
     transport.check_protocol_version(request.headers.get("mcp-protocol-version"))
     row = await _session(transport.check_session_header(request.headers.get("mcp-session-id")), ctx)
     last_event_id = request.headers.get("last-event-id")
-    return await standalone.open_stream(row.session_id, last_event_id, _limits(ctx), _in_worker)
+    client = _stream_client(request, ctx)
+    try:
+        streams.admit(streams.limits(ctx.config), client)
+    except errors.Dir2mcpError as busy:
+        raise HttpError(503, busy.code, busy.message, errors.RPC_SERVER_BUSY, {"Retry-After": "1"}) from None
+    try:
+        stream = await standalone.open_stream(row.session_id, last_event_id, _limits(ctx), _in_worker)
+    except BaseException:
+        streams.release(client)
+        raise
+    stream.on_close = lambda: streams.release(client)
+    return stream

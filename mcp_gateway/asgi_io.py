@@ -139,18 +139,33 @@ class Response:
 @dataclass
 class StreamResponse:
     """An SSE answer: each item of ``events`` is sent as it comes. When the
-    client hangs up, the iterator is cancelled, which stops its work."""
+    client hangs up, the iterator is cancelled, which stops its work.
+    ``on_close`` runs once the answer has ended, however it ended (even
+    when ``events`` never started: its own ``finally`` would not run)."""
 
     events: AsyncGenerator[bytes, None]
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    on_close: Callable[[], None] | None = None
 
     async def send(self, send: Send, request: Request) -> None:
+        try:
+            await self._send(send, request)
+        finally:
+            if self.on_close is not None:
+                self.on_close()
+
+    async def _send(self, send: Send, request: Request) -> None:
         headers = {"Content-Type": "text/event-stream", "X-Accel-Buffering": "no", **self.headers}
         security_headers.add_to(headers, secure=request.is_secure(), no_store=True)
-        await send({"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)})
-        gone = asyncio.ensure_future(request.disconnected())
         events = self.events
+        start = {"type": "http.response.start", "status": self.status, "headers": _raw_headers(headers)}
+        try:
+            await send(start)
+        except BaseException:
+            await events.aclose()
+            raise
+        gone = asyncio.ensure_future(request.disconnected())
         try:
             while True:
                 step = asyncio.ensure_future(anext(events))

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from mcp_gateway import sessions
+
 log = logging.getLogger(__name__)
 
 MAX_CLIENTS = 50_000
@@ -56,7 +58,7 @@ class RateLimiter:
                 if not take:
                     return 0
                 if len(self._buckets) >= MAX_CLIENTS:
-                    self._buckets.clear()
+                    self._make_room(now)
                 bucket = self._buckets[key] = _Bucket(self.capacity, now)
             bucket.tokens = min(self.capacity, bucket.tokens + (now - bucket.stamp) * self.rate)
             bucket.stamp = now
@@ -64,6 +66,23 @@ class RateLimiter:
                 bucket.tokens -= take
                 return 0
             return max(1, math.ceil((1 - bucket.tokens) / self.rate))
+
+    def _make_room(self, now: float) -> None:
+        """Forget the clients whose buckets have refilled (as good as new);
+        when none has, the half nearest to a full bucket. Never every
+        client: forgetting a throttled one gives it its burst back, so a
+        table cleared whole let whoever brought the next new address (or
+        username, for the sign-in throttle) reset every limit (found
+        2026-11-29)."""
+
+        def tokens(item: tuple[str, _Bucket]) -> float:
+            bucket = item[1]
+            return bucket.tokens + (now - bucket.stamp) * self.rate
+
+        kept = {key: bucket for key, bucket in self._buckets.items() if tokens((key, bucket)) < self.capacity}
+        if len(kept) >= MAX_CLIENTS:
+            kept = dict(sorted(kept.items(), key=tokens)[: MAX_CLIENTS // 2])
+        self._buckets = kept
 
 
 class RedisRateLimiter:
@@ -122,6 +141,19 @@ def client_address(peer: str, real_ip: str | None) -> str:
     if settings.DJANGO_BEHIND_PROXY and real_ip:
         return real_ip.strip()[:64]
     return peer
+
+
+def client_key(surface: str, peer: str, real_ip: str | None, token: str | None) -> str:
+    """Who a request is, for the rate limit and for a share of the call slots
+    (``surface`` keeps the shares of the MCP endpoint and the REST mirror
+    apart; the rate limit passes ""): its address (:func:`client_address`) and
+    the credential the gate let it in with, ``token``, the server's own
+    (None when auth is off). Never the ``Authorization`` header as sent: the
+    gate accepts one token under many spellings (``bearer`` in any case, any
+    whitespace around the token), and keyed by the header each spelling was
+    a client of its own, with a fresh rate budget and a fresh share of the
+    slots (found 2026-11-29, docs/security.md)."""
+    return f"{surface}|{client_address(peer, real_ip)}|{sessions.token_digest(token)}"
 
 
 def limiter(per_minute: int) -> RateLimiter | RedisRateLimiter | None:

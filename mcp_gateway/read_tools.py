@@ -22,6 +22,7 @@ def diff(call: Call, args: JsonObject) -> JsonObject:
         args["rel_path_b"],
         context=args["context"],
         max_chars=args["max_chars"],
+        check=call.check,
     )
 
 

@@ -53,10 +53,9 @@ from corpus import store_faults, uris
 from corpus.security import MAX_PATH_SEGMENTS
 from kernel import errors
 from kernel.jsontypes import JsonObject, JsonValue
-from mcp_gateway import context, current, resources, schemas, tools, transport, workers
+from mcp_gateway import context, current, ratelimit, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED, REST
-from mcp_gateway.sessions import token_digest
 
 if TYPE_CHECKING:  # for an annotation only: payments is imported when a paid call runs (paid_call)
     from payments.outcome import Outcome
@@ -552,9 +551,10 @@ async def _in_slot(
     credential) on a call thread, under the deadline (mcp_gateway/workers.py;
     none for a ``paid`` call): 503 SERVER_BUSY when not admitted,
     DEADLINE_EXCEEDED past the deadline."""
-    bounds = workers.Bounds.of(_context(request).config, paid=paid)
-    credential = token_digest(request.headers.get("Authorization"))
-    client = f"rest|{request.META.get('REMOTE_ADDR', '')}|{credential}"
+    ctx = _context(request)
+    bounds = workers.Bounds.of(ctx.config, paid=paid)
+    peer = request.META.get("REMOTE_ADDR", "")
+    client = ratelimit.client_key("rest", peer, request.headers.get("X-Real-IP"), ctx.auth.token)
     try:
         work = workers.start(fn, *args, bounds=bounds, client=client)
     except workers.Refused as busy:

@@ -30,6 +30,9 @@ none by default) and decides on the path less that prefix, which is what
 Django routes. ``X-Forwarded-Prefix``, ``X-Script-Name`` and the like are
 read by nothing here.
 
+A WebSocket handshake, on any path, is refused (403) before anything runs:
+no route speaks WebSocket.
+
 A refusal is written the way its surface writes errors: a JSON-RPC error on
 ``/mcp``, the REST envelope ``{"error": {"code", "message", "retryable"}}``
 everywhere else, with CORS headers for an allowed Origin on ``/mcp`` and
@@ -48,7 +51,7 @@ from django.http.request import split_domain_port
 
 from kernel import errors, observe
 from kernel.jsontypes import JsonObject
-from mcp_gateway import api, context, current, ratelimit, rest_edge, sessions, transport
+from mcp_gateway import api, context, current, ratelimit, rest_edge, transport
 from mcp_gateway.asgi_io import App, Receive, Request, Response, Scope, Send
 from mcp_gateway.listen import parse_listen
 from mcp_gateway.transport import HttpError
@@ -123,12 +126,12 @@ def beyond_loopback(ctx: context.Context) -> bool:
         return True
 
 
-def check_rate(remote: str, authorization: str | None, ctx: context.Context) -> None:
+def check_rate(request: Request, ctx: context.Context) -> None:
     """429 once this client (address and credential) is over its budget."""
     bucket = ratelimit.limiter(ctx.config.server.rate_limit_per_minute)
     if bucket is None:
         return
-    key = f"{remote}|{sessions.token_digest(authorization)}"
+    key = ratelimit.client_key("", request.client, request.headers.get("x-real-ip"), ctx.auth.token)
     wait = bucket.retry_after(key)
     if wait:
         raise HttpError(
@@ -177,9 +180,8 @@ async def check_credential(request: Request, route: Route, ctx: context.Context 
     ctx = ctx or await api.context_async()
     if route.bearer == BEYOND_LOOPBACK and not beyond_loopback(ctx):
         return
-    authorization = request.headers.get("authorization")
-    transport.check_bearer(authorization, ctx.auth.token)
-    check_rate(ratelimit.client_address(request.client, request.headers.get("x-real-ip")), authorization, ctx)
+    transport.check_bearer(request.headers.get("authorization"), ctx.auth.token)
+    check_rate(request, ctx)
 
 
 def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:
@@ -198,7 +200,9 @@ def gate(app: App) -> App:
     """``app`` behind the gate: every HTTP request is checked before it runs."""
 
     async def gated(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":
+            return await refuse_websocket(receive, send)
+        if scope["type"] != "http":  # lifespan
             return await app(scope, receive, send)
         scope, path = resolved(scope)
         request = Request(scope, receive)
@@ -219,6 +223,17 @@ def gate(app: App) -> App:
         return await app({**scope, PASSED: route}, receive, send)
 
     return gated
+
+
+async def refuse_websocket(receive: Receive, send: Send) -> None:
+    """No route speaks WebSocket, but daphne accepts the handshake on any
+    path and hands it on as a ``websocket`` scope: refused here, before
+    anything (Django raised on it, a traceback in the log for each
+    handshake from anyone; found 2026-11-29). Closing before accepting is
+    answered 403 by daphne."""
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.close", "code": 1008})
 
 
 async def _refuse(

@@ -179,7 +179,7 @@ def event_bytes(event_id: str, message: JsonObject | None) -> bytes:
 def parse_event_id(value: str | None) -> tuple[str, int] | None:
     """``(stream key, seq)`` of a ``Last-Event-ID``, or None when it is not one of ours."""
     key, sep, seq = (value or "").strip().partition(".")
-    if not sep or not key or not seq.isdigit() or len(seq) > 12:
+    if not sep or not key or not (seq.isascii() and seq.isdigit()) or len(seq) > 12:  # int() refuses "²"
         return None
     return key, int(seq)
 

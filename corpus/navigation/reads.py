@@ -12,10 +12,11 @@ returned text.
 from __future__ import annotations
 
 import base64
+import collections
 import difflib
 import hashlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from corpus import files
@@ -33,6 +34,12 @@ _BLOCK = 1024 * 1024
 #: the text a diff reads of each side (characters), and the lines it compares
 MAX_DIFF_CHARS = 2 * 1024 * 1024
 MAX_DIFF_LINES = 50_000
+#: how much matching a diff may do: steps of difflib's inner loop, counted
+#: before each search for a longest match (a few seconds of CPU at most).
+#: Past it the lines between the first and the last change are one hunk: the
+#: diff stays right, not minimal. Two 50,000-line files with 50 changes
+#: spread through them need about 600,000.
+MAX_DIFF_WORK = 2_000_000
 FORMATS = ("auto", "text", "base64", "image")
 #: the bytes a range read returns unless asked for another length, and the most
 DEFAULT_LENGTH = 64 * 1024
@@ -115,14 +122,14 @@ def diff(
     *,
     context: int = 3,
     max_chars: int = 20000,
+    check: Callable[[], None] = _no_check,
 ) -> JsonObject:
     """A unified diff of two documents' text: lines of text files, or the
     indexed text of converted ones (two PDFs' text layers or OCR, page by
-    page), capped at ``max_chars`` with ``truncated``."""
+    page), capped at ``max_chars`` with ``truncated``. ``check`` is called
+    between searches for a match: a caller that stops the work raises from it."""
     a, b = (_diff_text(engine, rel) for rel in (rel_path_a, rel_path_b))
-    lines = difflib.unified_diff(
-        a.lines, b.lines, fromfile=a.rel_path, tofile=b.rel_path, n=context, lineterm=""
-    )
+    lines = _unified(a, b, context, check)
     out, size, truncated, added, removed = [], 0, False, 0, 0
     for line in lines:
         if line.startswith("+") and not line.startswith("+++"):
@@ -147,6 +154,100 @@ def diff(
         "diff": text,
         "truncated": truncated or a.truncated or b.truncated,
     }
+
+
+class _TooCostly(Exception):
+    """The matching ran past :data:`MAX_DIFF_WORK`."""
+
+
+class _BoundedMatcher(difflib.SequenceMatcher[str]):
+    """difflib's matcher, its work counted. Its search for a longest match
+    costs, for each line of ``a`` in the range, that line's places in ``b``,
+    and it searches once per matching block found: quadratic in the lines
+    when many lines match once (a file and the same file with a line
+    inserted after each: 5,000 lines took 37 s, 50,000 about an hour) or a
+    few lines match often, in pure Python that no deadline stops (found
+    2026-11-29). Each search is counted before it runs."""
+
+    def __init__(self, a: list[str], b: list[str], check: Callable[[], None]) -> None:
+        super().__init__(None, a, b)
+        self.lines_a = a
+        self.check = check
+        self.spent = 0
+        # Where each line of b may match, as difflib's autojunk sees it: a
+        # line on more than 1% of 200 or more lines is never a match's start.
+        self.places = collections.Counter(b)
+        if len(b) >= 200:
+            popular = len(b) // 100 + 1
+            self.places = collections.Counter({line: n for line, n in self.places.items() if n <= popular})
+
+    def find_longest_match(
+        self, alo: int = 0, ahi: int | None = None, blo: int = 0, bhi: int | None = None
+    ) -> difflib.Match:
+        ahi = len(self.lines_a) if ahi is None else ahi
+        places = self.places
+        self.spent += (ahi - alo) + sum(map(places.__getitem__, self.lines_a[alo:ahi]))
+        if self.spent > MAX_DIFF_WORK:
+            raise _TooCostly()
+        self.check()
+        return super().find_longest_match(alo, ahi, blo, bhi)
+
+
+def _grouped(a: list[str], b: list[str], context: int, check: Callable[[], None]) -> list[list[Opcode]]:
+    """The hunks of a diff of ``a`` and ``b``: difflib's, or, when matching
+    them would cost more than :data:`MAX_DIFF_WORK`, the common first and
+    last lines kept and everything between them replaced, in one hunk."""
+    try:
+        return list(_BoundedMatcher(a, b, check).get_grouped_opcodes(context))
+    except _TooCostly:
+        pass
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    i2, j2 = len(a) - tail, len(b) - tail
+    if head == i2 and head == j2:
+        return []
+    tag = "replace" if head < i2 and head < j2 else "delete" if head < i2 else "insert"
+    lead, trail = min(context, head), min(context, tail)
+    group: list[Opcode] = [("equal", head - lead, head, head - lead, head)] if lead else []
+    group.append((tag, head, i2, head, j2))
+    if trail:
+        group.append(("equal", i2, i2 + trail, j2, j2 + trail))
+    return [group]
+
+
+Opcode = tuple[str, int, int, int, int]
+
+
+def _hunk_range(start: int, stop: int) -> str:
+    """A unified diff's range ``start,length`` (1-based; an empty range names the line before it)."""
+    length = stop - start
+    first = start + 1 if length else start
+    return str(first) if length == 1 else f"{first},{length}"
+
+
+def _unified(a: _Side, b: _Side, context: int, check: Callable[[], None]) -> Iterator[str]:
+    """``difflib.unified_diff`` of the two sides (no dates, no line ends),
+    over :func:`_grouped`'s bounded hunks."""
+    groups = _grouped(a.lines, b.lines, context, check)
+    if not groups:
+        return
+    yield f"--- {a.rel_path}"
+    yield f"+++ {b.rel_path}"
+    for group in groups:
+        first, last = group[0], group[-1]
+        yield f"@@ -{_hunk_range(first[1], last[2])} +{_hunk_range(first[3], last[4])} @@"
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from (" " + line for line in a.lines[i1:i2])
+                continue
+            if tag in ("replace", "delete"):
+                yield from ("-" + line for line in a.lines[i1:i2])
+            if tag in ("replace", "insert"):
+                yield from ("+" + line for line in b.lines[j1:j2])
 
 
 class _Side(NamedTuple):

@@ -24,9 +24,15 @@ MAX_CITATIONS = 50
 #: shorter quotations say too little to check
 MIN_QUOTE_CHARS = 8
 _SLICE_CHARS = 50_000
-_LINES = re.compile(r"^(?P<path>.+):L(?P<start>\d+)-L(?P<end>\d+)$")
-_PAGE = re.compile(r"^(?P<path>.+)#p=(?P<page>\d+)$")
-_TIME = re.compile(r"^(?P<path>.+)@t=(?P<start>[\d:]+)-(?P<end>[\d:]+)$")
+# Numbers of at most 18 digits and clocks of at most three parts (h:m:s):
+# a citation's numbers come from the caller, and Python's int() refuses
+# 4,300 digits (an INTERNAL_ERROR) and a clock of 49,000 parts cost seconds of
+# big-integer arithmetic (found 2026-11-29). Anything else is no citation.
+_NUMBER = r"\d{1,18}"
+_CLOCK = rf"(?:{_NUMBER}:){{0,2}}{_NUMBER}"
+_LINES = re.compile(rf"^(?P<path>.+):L(?P<start>{_NUMBER})-L(?P<end>{_NUMBER})$")
+_PAGE = re.compile(rf"^(?P<path>.+)#p=(?P<page>{_NUMBER})$")
+_TIME = re.compile(rf"^(?P<path>.+)@t=(?P<start>{_CLOCK})-(?P<end>{_CLOCK})$")
 _QUOTE = re.compile(r"\"([^\"\n]+)\"|“([^”\n]+)”|`([^`\n]+)`")
 
 
