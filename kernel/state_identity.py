@@ -27,8 +27,8 @@ number); and nobody else knows an id this user's record holds.
   parent as the root it indexed; else refused.
 
 Refusals are CONFIG_UNTRUSTED (exit 2); the remedies are to delete it, keep
-state elsewhere (``--state-dir``), or ``dir2mcp state adopt``, which empties
-it first (:func:`adopt`). The device number is recorded but not compared:
+state elsewhere (``--state-dir``), or ``dir2mcp state adopt``, which sets
+aside what it holds first (:func:`adopt`). The device number is recorded but not compared:
 those of NFS, LVM and overlay mounts change across mounts and reboots, and
 the id and the inode at the same path already tell a copy from the original.
 
@@ -126,8 +126,8 @@ def refused(path: Path, reason: str) -> errors.Dir2mcpError:
         "or an unpacked archive's .dir2mcp/) can carry another's admin users and sessions, index entries "
         "your files do not hold, and a token others know",
         f"Delete it ({path}) and a new one is made; or keep your state elsewhere with --state-dir DIR; "
-        f"or run `dir2mcp state adopt --state-dir {path}`, which empties it and makes it yours "
-        "(a new token, signing key and index, built from your files).",
+        f"or run `dir2mcp state adopt --state-dir {path}`, which sets aside what it holds (never read "
+        "again) and makes it yours (a new token, signing key and index, built from your files).",
     )
 
 
