@@ -17,7 +17,6 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from corpus.events import Reporter
 from corpus.management.base import Dir2mcpCommand
 from kernel.state import resolve_root, resolve_state
 from kernel.state_identity import records_dir
@@ -44,11 +43,7 @@ class Command(Dir2mcpCommand):
         root = resolve_root(options.get("dir"))
         state = resolve_state(options.get("state_dir"), options.get("dir"), root)
         moved, aside = state.adopt()
-        reporter = Reporter(
-            self.stdout._out,  # type: ignore[arg-type]  # a text stream; django-stubs types it as a callable
-            json_mode=options["json"],
-            quiet=options["quiet"],
-        )
+        reporter = self.reporter(options)
         reporter.event(
             "state_adopted",
             {
