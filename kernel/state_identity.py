@@ -72,6 +72,8 @@ SET_ASIDE = "set-aside-"
 _BY_HAND = frozenset({"secret.env", ".dir2mcp.yaml.snapshot"})
 
 log = logging.getLogger(__name__)
+#: (path, id) of the recorded state directories this process found git tracks nothing in
+_untracked: set[tuple[str, str]] = set()
 
 
 def trust_dir() -> Path:
@@ -321,9 +323,12 @@ def _check_record(path: Path, found: _Id, top: os.stat_result) -> None:
     changed = record.get("id_changed_ns")  # absent only while a claim is being written
     if record.get("inode") != top.st_ino or changed not in (None, found.changed_ns):
         raise refused(path, "is a copy of the one dir2mcp made at this path, not that directory")
-    if _in_work_tree(path) and _tracked_by_git(path):
+    checked = (recorded, found.value)
+    if checked not in _untracked and _in_work_tree(path):
         # `git pull` writes over ignored files: a repository that starts shipping them fills this one
-        raise refused(path, "holds files git tracks (a repository wrote them into it)")
+        if _tracked_by_git(path):
+            raise refused(path, "holds files git tracks (a repository wrote them into it)")
+        _untracked.add(checked)  # asked once a process: a git run is some 10 ms
 
 
 def _check_records_dir(store: Path) -> None:
