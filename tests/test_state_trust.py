@@ -271,6 +271,14 @@ def test_a_record_readable_by_others_is_refused(corpus_dir, own_trust_dir):
     assert "0644" in refusal(state.ensure).message
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_record_of_another_user_is_refused(corpus_dir, own_trust_dir):
+    state, record = recorded_state(corpus_dir, own_trust_dir)
+    os.chown(record, 4242, 4242)
+
+    assert "belongs to another user (uid 4242)" in refusal(state.ensure).message
+
+
 def test_a_records_directory_others_may_write_or_that_links_elsewhere_is_refused(
     corpus_dir, own_trust_dir, tmp_path
 ):
