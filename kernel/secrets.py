@@ -254,6 +254,9 @@ def _from_config(name: str, config: Config, root: Path) -> Secret | None:
 
 def _from_dotenv(name: str, config: Config, root: Path) -> Secret | None:
     path = secret_file_path(config, root)
+    if path.parent.name == state_identity.STATE_DIRNAME:
+        # the default place, <root>/.dir2mcp: one a repository ships is refused, not read
+        state_identity.verify(path.parent)
     text = read_secret_file(path)
     if text is None:
         return None

@@ -23,6 +23,8 @@ import httpx
 import pytest
 
 from kernel import config_trust, errors, state_identity
+from kernel.config import Config
+from kernel.secrets import resolve_secret
 from kernel.state import StateDir, ensure_token
 from tests.support import TLS
 from tests.test_cli import REPO, base_env
@@ -232,6 +234,23 @@ def test_a_dot_dir2mcp_holding_only_a_secrets_file_written_by_hand_is_taken_over
     state.ensure()
 
     assert state.id_file.is_file() and (state.path / "secret.env").is_file()
+
+
+def test_a_secrets_file_a_repository_ships_in_dot_dir2mcp_is_refused_not_read(corpus_dir, tmp_path):
+    """``secrets.file.path`` defaults to ``<root>/.dir2mcp/secret.env`` wherever the state is."""
+    shipped = corpus_dir / ".dir2mcp" / "secret.env"
+    shipped.parent.mkdir()
+    shipped.write_text("DIR2MCP_AUTH_TOKEN=known-to-the-writer\n")
+    shipped.chmod(0o600)  # a clone under umask 077
+    git(corpus_dir, "init", "-q")
+    git(corpus_dir, "add", "-f", ".dir2mcp/secret.env")
+    git(corpus_dir, "commit", "-q", "-m", "ship a token")
+    state = StateDir(tmp_path / "elsewhere")
+    state.ensure()
+
+    error = refusal(lambda: resolve_secret("auth_token", Config(), state, environ={}, root=corpus_dir))
+
+    assert "git tracks files in it" in error.message and str(shipped.parent) in error.message
 
 
 def test_an_empty_directory_is_a_new_state_directory(corpus_dir):
