@@ -299,7 +299,7 @@ def resolve_secret(
     if found is None and "file" in stores:
         found = _from_dotenv(name, config, root)
     if found is None and name == "auth_token":
-        state.check_identity()  # a token in a state directory not made for this user is never read
+        state_identity.verify(state.path)  # a token in a state directory not made for this user is never read
         found = from_token_file(name, state.token_file)
     if found is None and "session" in stores and session and session.get(name):
         found = Secret(name, session[name], "session")
