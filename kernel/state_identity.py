@@ -146,12 +146,14 @@ def verify(path: Path) -> None:
     if stat.S_ISLNK(top.st_mode) or not stat.S_ISDIR(top.st_mode):
         raise refused(path, "is not a directory")
     found = _read_id(path)
-    if found is not None:
-        _check_record(path, found, top)
-        return
-    if _holds_no_file(path):
+    if found is None and _holds_no_file(path):
         with contextlib.suppress(OSError):  # read-only: it holds nothing to read anyway
             _claim_or_join(path)
+        return
+    if found is None:  # another process may have claimed it meanwhile: then its id is there now
+        found = _read_id(path)
+    if found is not None:
+        _check_record(path, found, top)
         return
     problem = legacy_problem(path)
     if problem:
@@ -381,7 +383,8 @@ def _publish(path: Path, text: str, *, replace: bool = False) -> None:
 def _holds_no_file(path: Path) -> bool:
     """Whether ``path`` holds directories at most: nothing a copy could carry."""
     for dirpath, dirnames, filenames in os.walk(path):
-        if filenames:
+        # (but for the id another process is writing: ``.state.id.<random>.tmp``, see _publish)
+        if any(not (name.startswith(f".{ID_NAME}.") and name.endswith(".tmp")) for name in filenames):
             return False
         if any(os.path.islink(os.path.join(dirpath, name)) for name in dirnames):
             return False
