@@ -24,7 +24,7 @@ from corpus import store_faults
 from corpus.events import Reporter
 from corpus.index import lexical
 from corpus.models import Chunk, Document, Representation, Setting, Span
-from kernel import errors
+from kernel import errors, state_identity
 from kernel.config import PROTOCOL_VERSION
 from kernel.jsontypes import JsonObject
 from kernel.state import DIR_MODE, FILE_MODE, INDEX_FORMAT_VERSION, StateDir
@@ -94,6 +94,7 @@ def open_read_only(state: StateDir) -> None:
     be migrated and of this build's format already (nothing can be written
     to make it so); it is checked for damage like any other."""
     global _read_only_name
+    state.check_identity()
     connection.close()
     _read_only_name = read_only_uri(state)
     settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = _read_only_name
@@ -305,8 +306,11 @@ def serving_copy(state: StateDir) -> StateDir:
     copy this way, since serving writes (MCP sessions, the connection file).
     The database is copied page by page with SQLite's backup API, so a copy
     of a damaged one is found damaged by the check that follows."""
+    state.check_identity()
     copy = StateDir(Path(tempfile.mkdtemp(prefix="dir2mcp-read-only-")))
     atexit.register(shutil.rmtree, copy.path, ignore_errors=True)
+    copy.ensure()  # a state directory of this user's, its record dropped at exit
+    atexit.register(state_identity.forget, copy.path)
     source = sqlite3.connect(read_only_uri(state), uri=True)
     target = sqlite3.connect(copy.meta_db)
     try:

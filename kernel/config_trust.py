@@ -4,7 +4,10 @@ per-user file outside every root, so a cloned repository cannot approve
 itself. A changed file is no longer approved.
 
 The store is ``$DIR2MCP_TRUST_DIR/trusted.json``, else
-``$XDG_CONFIG_HOME/dir2mcp/trusted.json``, else ``~/.config/dir2mcp/trusted.json``.
+``$XDG_CONFIG_HOME/dir2mcp/trusted.json``, else ``~/.config/dir2mcp/trusted.json``
+(the directory also holds the records of the user's state directories,
+:mod:`kernel.state_identity`). One that is a link, another user's, or
+readable by group or others is refused (CONFIG_UNTRUSTED).
 :mod:`kernel.config` decides which keys need an approval.
 """
 
@@ -12,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
-from kernel import errors
+from kernel import state_identity
 from kernel.state import DIR_MODE, atomic_write, read_json
+from kernel.state_identity import TRUST_DIR_ENV as TRUST_DIR_ENV
 
-TRUST_DIR_ENV = "DIR2MCP_TRUST_DIR"
 STORE_NAME = "trusted.json"
 
 #: what :func:`approval` finds for a file
@@ -27,11 +29,7 @@ APPROVED, CHANGED, UNKNOWN = "approved", "changed", "unknown"
 
 def store_path() -> Path:
     """The per-user file holding the approvals."""
-    explicit = os.environ.get(TRUST_DIR_ENV, "").strip()
-    if explicit:
-        return Path(explicit).expanduser() / STORE_NAME
-    config_home = os.environ.get("XDG_CONFIG_HOME", "").strip() or str(Path.home() / ".config")
-    return Path(config_home) / "dir2mcp" / STORE_NAME
+    return state_identity.trust_dir() / STORE_NAME
 
 
 def digest(text: str) -> str:
@@ -43,7 +41,15 @@ def _key(path: Path) -> str:
 
 
 def _approvals() -> dict[str, str]:
-    data = read_json(store_path()) or {}
+    store = store_path()
+    problem = state_identity.credential_problem(store)
+    if problem:
+        raise state_identity.untrusted(
+            f"the store of approvals {store} {problem}: it is not one dir2mcp wrote for you",
+            f"Delete it (approve your files again with `dir2mcp config trust`), or set {TRUST_DIR_ENV} "
+            "to a directory of your own.",
+        )
+    data = read_json(store) or {}
     files = data.get("files")
     return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
 
@@ -66,9 +72,5 @@ def approve(path: Path, text: str) -> Path:
         store.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         atomic_write(store, json.dumps({"version": 1, "files": files}, indent=2, sort_keys=True) + "\n")
     except OSError as exc:
-        raise errors.Dir2mcpError(
-            errors.STATE_NOT_WRITABLE,
-            f"cannot record the approval in {store}: {exc.strerror or exc}",
-            hint=f"Make it writable, or set {TRUST_DIR_ENV} to a directory of your own.",
-        ) from exc
+        raise state_identity.not_writable(f"cannot record the approval in {store}", exc) from exc
     return store

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from kernel import errors
+from kernel import errors, state_identity
 from kernel.config import ENV_PREFIX, Config
 from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, atomic_write
@@ -254,6 +254,9 @@ def _from_config(name: str, config: Config, root: Path) -> Secret | None:
 
 def _from_dotenv(name: str, config: Config, root: Path) -> Secret | None:
     path = secret_file_path(config, root)
+    if path.parent.name == state_identity.STATE_DIRNAME:
+        # the default place, <root>/.dir2mcp: one a repository ships is refused, not read
+        state_identity.verify(path.parent)
     text = read_secret_file(path)
     if text is None:
         return None
@@ -296,6 +299,7 @@ def resolve_secret(
     if found is None and "file" in stores:
         found = _from_dotenv(name, config, root)
     if found is None and name == "auth_token":
+        state_identity.verify(state.path)  # a token in a state directory not made for this user is never read
         found = from_token_file(name, state.token_file)
     if found is None and "session" in stores and session and session.get(name):
         found = Secret(name, session[name], "session")
@@ -385,7 +389,12 @@ def _store_in_file(name: str, value: str, config: Config, root: Path) -> Secret:
     mode = _file_mode(config)
     try:
         existing = path.read_text(encoding="utf-8") if path.exists() else ""
+        made = not path.parent.exists()
         path.parent.mkdir(parents=True, exist_ok=True)
+        if (
+            made and path.parent.name == state_identity.STATE_DIRNAME
+        ):  # the default place: a state directory of the user's
+            state_identity.verify(path.parent)
         atomic_write(path, _merge_dotenv(existing, env_names(name, config)[0], value), mode=mode)
     except OSError as exc:
         raise errors.Dir2mcpError(

@@ -11,6 +11,11 @@ looser (with a warning), and turns those bits off in the process umask, so
 files that libraries create in it later (SQLite's ``-wal`` and ``-shm``,
 the ANN index, the caches, logs) are owner-only too; what this module
 writes gets its mode explicitly (docs/security.md, "Secrets at rest").
+
+It must be one dir2mcp made for this user: :meth:`StateDir.ensure` and every
+reader (the token, ``status``'s read-only open) refuse one this user's record
+does not know, such as a ``.dir2mcp/`` a cloned repository ships, before
+anything in it is read (:mod:`kernel.state_identity`).
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from kernel import errors
+from kernel import errors, state_identity
 from kernel.jsontypes import JsonObject
+from kernel.state_identity import credential_problem as credential_problem
 
 INDEX_FORMAT_VERSION = "1"
 #: The state directory and the directories in it.
@@ -77,6 +83,10 @@ class StateDir:
         return self.path / "secret.token"
 
     @property
+    def id_file(self) -> Path:
+        return self.path / state_identity.ID_NAME
+
+    @property
     def cache(self) -> Path:
         return self.path / "cache"
 
@@ -98,7 +108,9 @@ class StateDir:
         restrict_umask()
         self.check_shipped()
         try:
-            for sub in (self.path, self.cache, self.locks, self.path / "payments"):
+            self.path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            state_identity.verify(self.path)
+            for sub in (self.cache, self.locks, self.path / "payments"):
                 sub.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             for kind in ("ocr", "transcribe", "annotations"):
                 (self.cache / kind).mkdir(mode=DIR_MODE, exist_ok=True)
@@ -133,13 +145,37 @@ class StateDir:
         layout += [self.cache / kind for kind in ("ocr", "transcribe", "annotations")]
         for path in layout:
             if path.is_symlink():
-                raise _untrusted(
+                raise state_identity.untrusted(
                     f"{path} is a symbolic link (to {os.readlink(path)}); dir2mcp writes its state, and "
                     "makes it owner-only, only in directories of its own",
                     "Remove the link, or pass the directory it points to with --state-dir if it is yours.",
                 )
         for path in (self.token_file, self.path / "django.secret"):
             check_credential(path)
+
+    def check_identity(self) -> None:
+        """Refuse (CONFIG_UNTRUSTED) a state directory this user's record does
+        not know, or one that plants a link or a known credential; before
+        anything in it is read (:func:`kernel.state_identity.verify`)."""
+        self.check_shipped()
+        state_identity.verify(self.path)
+
+    def adopt(self) -> tuple[int, Path | None]:
+        """Set aside everything in the state directory and record it as this
+        user's (``dir2mcp state adopt``, :func:`kernel.state_identity.adopt`);
+        returns how many entries were set aside, and where. A link for it or
+        for a directory of its layout is refused, untouched."""
+        layout = [self.path, self.cache, self.locks, self.path / "payments"]
+        for path in layout:
+            if path.is_symlink():
+                raise state_identity.untrusted(
+                    f"{path} is a symbolic link (to {os.readlink(path)}); not adopting it",
+                    "Remove the link, or pass the directory it points to with --state-dir if it is yours.",
+                )
+        self.path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        found = state_identity.adopt(self.path)
+        self.ensure()
+        return found
 
     def tighten(self) -> list[str]:
         """Take group and other access off the state directory and everything
@@ -163,36 +199,15 @@ class StateDir:
         return changed
 
 
-def credential_problem(path: Path) -> str | None:
-    """Why the credential file at ``path`` cannot be trusted, or None (also when absent)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symbolic link"
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
-    if st.st_uid != os.geteuid():
-        return f"belongs to another user (uid {st.st_uid})"
-    if st.st_mode & _GROUP_OTHER:
-        return f"is readable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
 def check_credential(path: Path) -> None:
     """Raise CONFIG_UNTRUSTED for a credential file :func:`credential_problem` refuses."""
     problem = credential_problem(path)
     if problem:
-        raise _untrusted(
+        raise state_identity.untrusted(
             f"{path} {problem}: whoever wrote it or could read it knows it",
             f"Delete it ({path}) and dir2mcp makes a new one; a bearer token of your own can also "
             "come from DIR2MCP_AUTH_TOKEN.",
         )
-
-
-def _untrusted(message: str, hint: str) -> errors.Dir2mcpError:
-    return errors.Dir2mcpError(errors.CONFIG_UNTRUSTED, message, hint=hint)
 
 
 def _drop_group_other(path: str) -> bool:
@@ -316,8 +331,9 @@ class IndexLock:
 
 def ensure_token(state: StateDir) -> str:
     """Return the bearer token in ``secret.token``, creating it (0600) once;
-    one dir2mcp did not write for this user is refused (:meth:`StateDir.check_shipped`)."""
-    check_credential(state.token_file)
+    one dir2mcp did not write for this user, or in a state directory this
+    user's record does not know, is refused (:meth:`StateDir.check_identity`)."""
+    state.check_identity()
     try:
         token = state.token_file.read_text(encoding="utf-8").strip()
         if token:

@@ -181,7 +181,7 @@ def test_migrations_run_once_then_only_when_the_migration_files_change(corpus_di
 def test_corrupt_database_exits_5_and_reindex_rebuilds(corpus_dir):
     make_tree(corpus_dir, files=1)
     state = corpus_dir / ".dir2mcp"
-    state.mkdir()
+    StateDir(state).ensure()  # dir2mcp's own (kernel/state_identity.py), its database then damaged
     (state / "meta.sqlite").write_bytes(b"this is not a database" * 100)
 
     status = cli("status", "--dir", str(corpus_dir))

@@ -515,7 +515,9 @@ def test_a_held_index_lock_is_reported_and_taken_over_when_freed(corpus_dir, run
     """What a running `reindex` does to `up`: the lock is held elsewhere
     (here by this test process, so the ordering is certain)."""
     make_tree(corpus_dir, files=2)
-    lock = IndexLock(StateDir(corpus_dir / ".dir2mcp"))
+    state = StateDir(corpus_dir / ".dir2mcp")
+    state.ensure()  # a state directory of dir2mcp's own (kernel/state_identity.py)
+    lock = IndexLock(state)
     lock.acquire()
     try:
         up = running("--dir", str(corpus_dir), "--json")

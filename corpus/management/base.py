@@ -95,11 +95,7 @@ class Dir2mcpCommand(BaseCommand):
             )
         named = bool(options.get("config")) or config_named()
         config = load_config(config_path, flags=config_flags, named=named)
-        reporter = Reporter(
-            self.stdout._out,  # type: ignore[arg-type]  # a text stream; django-stubs types it as a callable
-            json_mode=options.get("json", False),
-            quiet=bool(options.get("quiet")),
-        )
+        reporter = self.reporter(options)
         interactive = not options.get("non_interactive") and sys.stdin.isatty() and sys.stdout.isatty()
         return Runtime(
             root=root,
@@ -110,6 +106,14 @@ class Dir2mcpCommand(BaseCommand):
             json=bool(options.get("json")),
             quiet=bool(options.get("quiet")),
             interactive=interactive,
+        )
+
+    def reporter(self, options: JsonObject) -> Reporter:
+        """Events and lines on the command's standard output (``--json``, ``--quiet``)."""
+        return Reporter(
+            self.stdout._out,  # type: ignore[arg-type]  # a text stream; django-stubs types it as a callable
+            json_mode=options.get("json", False),
+            quiet=bool(options.get("quiet")),
         )
 
     def prepare_state(self, rt: Runtime) -> None:

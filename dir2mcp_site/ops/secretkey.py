@@ -14,7 +14,9 @@ them, so there is no built-in default:
   made once and kept in ``<state>/django.secret`` (mode 0600), read lazily
   on first use so that importing the settings writes nothing. Before the
   state directory exists, or when it cannot be written, the process uses a
-  random key of its own (sessions then end with the process).
+  random key of its own (sessions then end with the process). A state
+  directory this user's record does not know is refused first
+  (:mod:`kernel.state_identity`).
 
 This module must not import Django's settings: the settings import it.
 """
@@ -30,6 +32,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import lazy
+
+from kernel import state_identity
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,8 @@ def _state_key(state_dir: Path) -> str:
     path = state_dir / FILENAME
     if not state_dir.is_dir():
         return _process_key  # nothing to keep it in yet; asked again once it exists
+    # A key in a state directory not made for this user (a shipped copy's) is never read.
+    state_identity.verify(state_dir)
     try:
         key = _read(path) or _create(path)
     except OSError as exc:

@@ -44,9 +44,13 @@ def _write_snapshot(config_path: Path, state: StateDir, root: Path, session: dic
     effective = load_config(config_path, named=True)  # written (and approved) just now
     resolved = secret_store.resolve_all(effective, state, session=session, root=root)
     try:
-        state.path.mkdir(parents=True, exist_ok=True)
+        state.ensure()
         secret_store.write_snapshot(effective, resolved, state)
     except OSError:
+        return False
+    except errors.Dir2mcpError as exc:
+        if exc.code != errors.STATE_NOT_WRITABLE:
+            raise
         return False
     return True
 
