@@ -211,12 +211,13 @@ def first_initialize(url: str, deadline: float) -> float:
 
 
 class Searcher(threading.Thread):
-    """Once a second, the same query to the indexing server and to the
+    """Once a second (``interval``), the same query to the indexing server and to the
     reference (when it is up), alternating which goes first."""
 
-    def __init__(self, indexing: str):
+    def __init__(self, indexing: str, interval: float = 1.0):
         super().__init__(daemon=True)
         self.indexing = Mcp(indexing)
+        self.interval = interval
         self.reference: Mcp | None = None
         self.phase = "during"
         self.times: dict[tuple[str, str], list[float]] = {}
@@ -224,7 +225,7 @@ class Searcher(threading.Thread):
 
     def run(self) -> None:
         i = 0
-        while not self.halt.wait(1.0):
+        while not self.halt.wait(self.interval):
             args = {"query": QUERIES[i % len(QUERIES)], "k": 10}
             pairs = [("indexing", self.indexing)]
             if self.reference is not None:

@@ -7,28 +7,37 @@ their top ``.gitignore`` (as bench/big_tree.py does), and commits the same
 subtrees of each (``--subtrees``; the whole tree with ``.``) as two branches
 of one git repository, ``v6.12`` and ``v6.1``. Then, in one run:
 
-1. a clean build of 6.1, the reference: ``up --json`` on a second work
+1. ``up --json`` on the ``v6.12`` checkout: its first pass is the clean
+   build of 6.12, measured as bench/big_tree.py measures a pass (files, CPU
+   and load every minute; searches over MCP during and after it against an
+   ``up --no-index`` server on the same state, every ``--search-interval``
+   seconds; ``find``; peak RSS of each process; the walk's coverage against
+   git), then ``meta.sqlite`` against the text it indexes and its bytes by
+   table (``dbstat``);
+2. a clean build of 6.1, the reference: ``up --json`` on a second work
    tree of ``v6.1`` with a state directory of its own, to its
-   ``lexical_index_complete``;
-2. ``up --json`` on the ``v6.12`` checkout: its first pass is the clean
-   build of 6.12;
-3. ``git checkout v6.1`` under it: the time until the index holds what the
-   clean build of 6.1 holds (every live document with 6.1's content hash, no
-   job running), the index jobs it took, the ``scan_progress`` events it
-   printed, and search latency over MCP during it against the same server's
-   before and after it; then the switched index is compared with the clean
-   build (the same documents, and for each the same chunk text hashes in
-   order: text and context);
-4. ``git checkout v6.12`` back: its time against the first pass, and how
-   many of the live chunks then were kept through both switches, revived
+   ``lexical_index_complete``; after step 1 (the 6.12 server idle), or
+   beside it with ``--together`` (then compare CPU, not wall);
+3. ``git checkout v6.1`` under the 6.12 server: the time until the index
+   holds what the clean build of 6.1 holds (every live document with 6.1's
+   content hash, no job running), the index jobs it took, the
+   ``scan_progress`` events it printed, and search latency over MCP during
+   it against the same server's before and after it; then the switched
+   index is compared with the clean build (the same documents, and for each
+   the same chunk texts and contexts in order, by hash);
+4. ``git checkout v6.12`` back: its time against the first pass, whether
+   the index then equals the first pass's in the same way, and how many of
+   the live chunks then were kept through both switches, revived
    (tombstoned by the first switch, brought back with their id and vector)
    or created (the only ones that would be embedded).
 
-Time is wall-clock (``time.monotonic``) and CPU-seconds of the server and its
-children (``/proc/<pid>/stat``), each as a ratio to the clean build in the
-same run; the load average is printed at each step.
+Time is wall-clock (``time.monotonic``) and CPU-seconds of the server, its
+indexing child and the child's preparing workers (``/proc/<pid>/stat``),
+each as a ratio to the clean build in the same run; the load average is
+printed at each step.
 
     python bench/branch_switch.py --subtrees drivers/net fs kernel
+    python bench/branch_switch.py --subtrees . --together --search-interval 2
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,7 +59,17 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 # bench/big_tree.py's packaging rule and searcher, and bench/serving.py's server
-from big_tree import DEBIAN_PACKAGING, Searcher, say, sizes  # noqa: E402
+from big_tree import (  # noqa: E402
+    DEBIAN_PACKAGING,
+    Mcp,
+    Searcher,
+    children,
+    progress,
+    sample,
+    say,
+    sizes,
+)
+from big_tree import cpu_seconds as process_cpu_seconds  # noqa: E402
 from serving import Server  # noqa: E402
 
 sys.path.insert(0, str(BENCH.parent))
@@ -59,7 +79,6 @@ TARBALLS = {
     "6.12": Path("/usr/src/linux-source-6.12.tar.xz"),
     "6.1": Path("/usr/src/linux-source-6.1.tar.xz"),
 }
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def git(repo: Path, *args: str, **env: str) -> str:
@@ -139,15 +158,13 @@ def environment() -> dict[str, str]:
 
 
 def cpu_seconds(server: Server) -> float:
-    """User and system CPU of the server and its children so far."""
-    total = 0
+    """User and system CPU of the server, its children and their preparing
+    workers (live, and those reaped) so far."""
+    total = 0.0
     for pid in server.pids():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
+        total += process_cpu_seconds(pid, reaped=True)
+        total += sum(process_cpu_seconds(worker) for worker in children(pid))
+    return total
 
 
 def query(db: Path, sql: str, params=()) -> list[tuple]:
@@ -170,20 +187,66 @@ def jobs(db: Path) -> int:
     return query(db, "SELECT count(*) FROM index_jobs")[0][0]
 
 
-def unit_hashes(db: Path) -> dict[str, list[str]]:
-    """Each live document's chunk text hashes (text and context), in order."""
-    rows = query(
-        db,
-        "SELECT d.rel_path, c.context, c.text, c.text_start, c.text_end, r.text FROM chunks c "
-        "JOIN representations r ON r.rep_id = c.representation_id "
-        "JOIN documents d ON d.doc_id = r.document_id "
-        "WHERE c.deleted = 0 AND d.deleted = 0 ORDER BY d.rel_path, c.ordinal",
-    )
-    found: dict[str, list[str]] = {}
-    for rel, context, stored, start, end, rep_text in rows:
-        text = unpack(stored) if start is None else unpack(rep_text)[start:end]
-        found.setdefault(rel, []).append(hashlib.sha256(f"{context}\n{text}".encode()).hexdigest())
+def unit_hashes(db: Path) -> dict[str, tuple[int, str]]:
+    """Each live document's chunks: how many, and one hash over their texts
+    and contexts in order (a chunk that is a slice is cut from its
+    representation's text, read once per representation: the whole tree's
+    chunks with a copy of their file's text each would not fit in memory)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)
+    found: dict[str, tuple[int, str]] = {}
+    try:
+        rows = conn.execute(
+            "SELECT d.rel_path, c.representation_id, c.context, c.text, c.text_start, c.text_end "
+            "FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
+            "JOIN documents d ON d.doc_id = r.document_id "
+            "WHERE c.deleted = 0 AND d.deleted = 0 ORDER BY d.rel_path, c.ordinal",
+        )
+        rep_id, rep_text = None, ""
+        current, count, digest = None, 0, hashlib.sha256()
+        for rel, rep, context, stored, start, end in rows:
+            if rel != current:
+                if current is not None:
+                    found[current] = (count, digest.hexdigest())
+                current, count, digest = rel, 0, hashlib.sha256()
+            if start is None:
+                text = unpack(stored)
+            else:
+                if rep != rep_id:
+                    got = conn.execute("SELECT text FROM representations WHERE rep_id = ?", (rep,))
+                    rep_id, rep_text = rep, unpack(got.fetchone()[0])
+                text = rep_text[start:end]
+            count += 1
+            digest.update(hashlib.sha256(f"{context}\n{text}".encode()).digest())
+        if current is not None:
+            found[current] = (count, digest.hexdigest())
+    finally:
+        conn.close()
     return found
+
+
+def storage(db: Path) -> dict:
+    """``meta.sqlite`` (with its WAL) against the representation text it
+    indexes, and the bytes of each table and index (``dbstat``)."""
+    on_disk = sum(p.stat().st_size for p in db.parent.glob("meta.sqlite*"))
+    text = 0
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)
+    try:
+        for (value,) in conn.execute("SELECT text FROM representations WHERE deleted = 0"):
+            text += len(unpack(value).encode())
+        try:
+            tables = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC")
+            by_table = {name: round(size / 2**20, 1) for name, size in tables if size > 2**20}
+        except sqlite3.OperationalError:  # SQLite built without dbstat
+            by_table = {}
+    finally:
+        conn.close()
+    return {
+        "text_mib": round(text / 2**20, 1),
+        "meta_sqlite_mib": round(on_disk / 2**20, 1),
+        "wal_mib": round(sum(p.stat().st_size for p in db.parent.glob("meta.sqlite-wal")) / 2**20, 1),
+        "ratio": round(on_disk / text, 2) if text else None,
+        "tables_mib": by_table,
+    }
 
 
 def live_chunk_ids(db: Path) -> set[int]:
@@ -251,6 +314,70 @@ def switch(server: Server, repo: Path, db: Path, branch: str, want: dict[str, st
     }
 
 
+def first_build(server: Server, repo: Path, env: dict, began: float, timeout: float, interval: float) -> dict:
+    """``up``'s first pass over 6.12, measured as bench/big_tree.py measures
+    a pass: searches once a second, each also sent to an ``up --no-index``
+    server on the same state (started once the walk has begun), the files,
+    CPU and load every minute, the peak RSS of each process, and once the
+    lexical index is complete, ``find`` over the whole tree, the walk's
+    coverage and the storage against the text indexed."""
+    searcher = Searcher(server.url, interval)
+    searcher.start()
+    reference: Server | None = None
+    peaks: dict[str, float] = {}
+    trace: list[dict] = []
+    next_trace = began
+    deadline = began + timeout
+    try:
+        while not any(e["event"] == "lexical_index_complete" for e in server.events):
+            if time.monotonic() > deadline or server.proc.poll() is not None:
+                raise SystemExit("the first pass did not complete")
+            if time.monotonic() >= next_trace:
+                trace.append(progress(server, began))
+                say(json.dumps(trace[-1]))
+                next_trace = time.monotonic() + 60.0
+            if reference is None and any(e["event"] == "scan_progress" for e in server.events):
+                reference = Server(repo, server_state(server), env, "--no-index")
+                reference.wait(lambda s: bool(s.url), timeout=120)
+                searcher.reference = Mcp(reference.url)
+            sample(server, peaks)
+            time.sleep(1.0)
+        found: dict = {
+            "seconds": round(time.monotonic() - began, 1),
+            "cpu_seconds": round(cpu_seconds(server), 1),
+            "cpu": progress(server, began),
+            "load": load(),
+            "lexical": next(e["data"] for e in server.events if e["event"] == "lexical_index_complete"),
+        }
+        searcher.phase = "after"
+        client = Mcp(server.url)
+        for label, arguments in (
+            ("find_literal", {"content": "EXPORT_SYMBOL_GPL(kmalloc", "limit": 50}),
+            ("find_regex", {"content": r"static\s+int\s+\w+_probe\(", "regex": True, "limit": 50}),
+        ):
+            ms, answer = client.timed("dir2mcp.find", arguments)
+            found[label] = {"ms": round(ms, 1), "matches": len(answer.get("matches") or [])}
+        time.sleep(30)
+        searcher.halt.set()
+        searcher.join()
+        found["search"] = searcher.summary()
+        found["coverage"] = next((e["data"] for e in server.events if e["event"] == "coverage"), None)
+        sample(server, peaks)
+        found["peak_rss_mib"] = {k: round(v, 1) for k, v in peaks.items()}
+        found["peak_rss_total_mib"] = round(sum(peaks.values()), 1)
+        found["trace"] = trace
+    finally:
+        searcher.halt.set()
+        if reference is not None:
+            reference.stop()
+    return found
+
+
+def server_state(server: Server) -> Path:
+    args = server.proc.args
+    return Path(args[args.index("--state-dir") + 1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -260,6 +387,14 @@ def main() -> None:
         "--subtrees", nargs="+", default=["drivers/net", "fs", "kernel"], help="Paths of both trees, or '.'."
     )
     parser.add_argument("--timeout", type=float, default=7200.0, help="Seconds a step may take.")
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="Build 6.12 and the 6.1 reference at the same time (compare their CPU, not their wall).",
+    )
+    parser.add_argument(
+        "--search-interval", type=float, default=1.0, help="Seconds between searches during the 6.12 build."
+    )
     args = parser.parse_args()
     for version, tarball in TARBALLS.items():
         if not tarball.is_file():
@@ -277,26 +412,43 @@ def main() -> None:
     if not clean_tree.is_dir():
         git(repo, "worktree", "add", "-q", "--detach", str(clean_tree), "v6.1")
 
-    # The reference first: a clean build of 6.1, with nothing else running.
+    # The reference for the switch: a clean build of 6.1 in its own work
+    # tree and state directory, after the 6.12 build or (--together) beside it.
     clean_state = args.work / f"state-{repo.name}-clean"
-    result["clean_6.1"] = clean_build(clean_tree, clean_state, args.timeout)
-    say(f"clean build of 6.1: {result['clean_6.1']}")
-    want_61, clean_61 = live_hashes(clean_state / "meta.sqlite"), unit_hashes(clean_state / "meta.sqlite")
 
+    def reference() -> None:
+        result["clean_6.1"] = clean_build(clean_tree, clean_state, args.timeout)
+        say(f"clean build of 6.1: {result['clean_6.1']}")
+
+    beside = threading.Thread(target=reference)
+    if args.together:
+        beside.start()
+
+    # 6.12 first, measured as bench/big_tree.py measures a pass; the server
+    # stays up, idle, while the reference is built.
     state = args.work / f"state-{repo.name}"
     shutil.rmtree(state, ignore_errors=True)
     db = state / "meta.sqlite"
+    env = environment()
     began = time.monotonic()
-    server = Server(repo, state, environment())
+    server = Server(repo, state, env)
     try:
-        first_pass(server, args.timeout)
-        result["build_6.12"] = {
-            "seconds": round(time.monotonic() - began, 1),
-            "cpu_seconds": round(cpu_seconds(server), 1),
-            "load": load(),
-        }
-        say(f"6.12 built: {result['build_6.12']}")
-        want_612 = live_hashes(db)
+        server.wait(lambda s: bool(s.url), timeout=300)
+        result["build_6.12"] = first_build(server, repo, env, began, args.timeout, args.search_interval)
+        say(f"6.12 built: {json.dumps(result['build_6.12'])}")
+        result["storage_6.12"] = storage(db)
+        say(f"storage at 6.12: {result['storage_6.12']}")
+        print(json.dumps({k: result[k] for k in ("build_6.12", "storage_6.12")}), flush=True)
+        want_612, clean_612 = live_hashes(db), unit_hashes(db)
+
+        if not args.together:
+            beside.start()
+        beside.join()
+        if "clean_6.1" not in result:
+            raise SystemExit("the clean build of 6.1 did not complete")
+        want_61, clean_61 = live_hashes(clean_state / "meta.sqlite"), unit_hashes(clean_state / "meta.sqlite")
+        result["storage_clean_6.1"] = storage(clean_state / "meta.sqlite")
+
         searcher = Searcher(server.url)
         searcher.phase = "before"
         searcher.start()
@@ -309,11 +461,8 @@ def main() -> None:
         searcher.halt.set()
         searcher.join()
         result["search"] = searcher.summary()
-        at_61 = unit_hashes(db)
-        result["equal_to_clean_build"] = at_61 == clean_61
-        if at_61 != clean_61:
-            differ = sorted(set(at_61) ^ set(clean_61)) or [p for p in at_61 if at_61[p] != clean_61.get(p)]
-            result["differ"] = differ[:20]
+        result["equal_to_clean_build_6.1"] = compare(unit_hashes(db), clean_61, result)
+        say(f"equal to the clean build of 6.1: {result['equal_to_clean_build_6.1']} {result.get('differ')}")
         result["sizes_at_6.1"] = sizes(state)
 
         live_before, top = live_chunk_ids(db), max_chunk_id(db)
@@ -326,7 +475,10 @@ def main() -> None:
             "revived": len({c for c in live_after - live_before if c <= top}),
             "created": len({c for c in live_after if c > top}),
         }
+        result["equal_to_first_build_6.12"] = compare(unit_hashes(db), clean_612, result)
+        say(f"back, equal to the first build: {result['equal_to_first_build_6.12']}")
         result["sizes_back_at_6.12"] = sizes(state)
+        result["storage_back_at_6.12"] = storage(db)
     finally:
         server.stop()
     build, clean = result["build_6.12"], result["clean_6.1"]
@@ -335,6 +487,16 @@ def main() -> None:
         "switch_back_to_6.12 / build_6.12": ratio(result["switch_back_to_6.12"], build),
     }
     print(json.dumps(result), flush=True)
+
+
+def compare(switched: dict[str, tuple[int, str]], clean: dict[str, tuple[int, str]], result: dict) -> bool:
+    """Whether the switched index holds the clean build's documents with the
+    same chunks; the first paths that differ go into ``result``."""
+    if switched == clean:
+        return True
+    differ = sorted(set(switched) ^ set(clean)) or [p for p in switched if switched[p] != clean.get(p)]
+    result.setdefault("differ", []).append(differ[:20])
+    return False
 
 
 def ratio(step: dict, reference: dict) -> dict:
