@@ -74,6 +74,37 @@ def index_chunks(rows: Iterable[tuple[int, str]], *, new: bool = False) -> None:
         write(batch)
 
 
+def row_tails(texts: Iterable[str]) -> list[str] | None:
+    """What this database's index row holds after each of ``texts`` (the
+    identifier split's extra words: :func:`index_text`), worked out where
+    the texts are cut (a preparing worker: corpus/ingest/prepare_pool.py) so
+    that the writing process only writes them (:func:`index_new_chunks`);
+    None where the backend keeps the text as it is."""
+    if connection.vendor != "sqlite":
+        return None
+    tails = []
+    for text in texts:
+        body = index_text(text)
+        if not body.startswith(text):  # not a text and its extras: the writer works the row out
+            return None
+        tails.append(body[len(text) :])
+    return tails
+
+
+def index_new_chunks(rows: Iterable[tuple[int, str, str | None]]) -> None:
+    """:func:`index_chunks` of chunks just created, as (chunk_id, text,
+    tail): the tail :func:`row_tails` gave for the text, or None to work it
+    out here."""
+    backend = _backend()
+    for batch in batches(rows):
+        if isinstance(backend, SQLiteFTS5):
+            backend.insert_bodies(
+                [(cid, index_text(text) if tail is None else text + tail) for cid, text, tail in batch]
+            )
+        else:
+            backend.insert([(cid, text) for cid, text, _ in batch])
+
+
 def remove_chunks(chunk_ids: Iterable[int]) -> None:
     backend = _backend()
     for batch in batches(chunk_ids):
@@ -169,11 +200,12 @@ class SQLiteFTS5(TableBackend):
         self.insert(rows)
 
     def insert(self, rows: list[tuple[int, str]]) -> None:
+        self.insert_bodies([(chunk_id, index_text(text)) for chunk_id, text in rows])
+
+    def insert_bodies(self, rows: list[tuple[int, str]]) -> None:
+        """Insert rows whose body is already what :func:`index_text` makes of their text."""
         with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {TABLE}(rowid, body) VALUES (%s, %s)",
-                [(chunk_id, index_text(text)) for chunk_id, text in rows],
-            )
+            cursor.executemany(f"INSERT INTO {TABLE}(rowid, body) VALUES (%s, %s)", rows)
 
     def delete(self, chunk_ids: list[int]) -> None:
         """Remove the rows of these chunks that the table holds, each by the

@@ -273,6 +273,7 @@ def serve(conn: Connection, setup: bytes, parent: int) -> None:
     django.setup()
     # After Django's setup: the preparer's modules import the models.
     from corpus.ingest.prepare import Preparer  # noqa: PLC0415
+    from corpus.ingest.writer import precompute  # noqa: PLC0415
     from corpus.security import ExclusionEngine  # noqa: PLC0415
 
     found: PoolSetup = pickle.loads(setup)
@@ -282,7 +283,8 @@ def serve(conn: Connection, setup: bytes, parent: int) -> None:
     while (task := tasks.next()) is not None:
         base, data = task
         try:
-            prepared = preparer.prepare(base, data)
+            # What the writer would work out without the database is worked out here.
+            prepared = precompute(preparer.prepare(base, data))
         except Exception as exc:  # one bad document must not stop the run
             log.exception("failed to prepare %s", base.rel_path)
             prepared = base.fail("error", errors.EXTRACT_FAILED, f"{type(exc).__name__}: {exc}")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from corpus import bulk, slices
 from corpus.index import lexical
 from corpus.ingest.chunking import ChunkDraft
-from corpus.ingest.prepare import Prepared, sha256_hex
+from corpus.ingest.prepare import Ahead, Prepared, sha256_hex
 from corpus.models import (
     Chunk,
     Document,
@@ -90,7 +90,8 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
         return delta
     extracted = prepared.extracted
     assert extracted is not None
-    rep_hash = _rep_hash(prepared)
+    ahead = _ahead(prepared)
+    rep_hash = ahead.rep_hash if ahead else _rep_hash(prepared)
     # A brand-new document has no rows to compare with: skip the look-ups.
     delta = Delta() if is_new else _retire_representations(doc, keep=extracted.rep_type)
     delta.doc_id = doc.doc_id
@@ -108,7 +109,7 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     rep.deleted = False
     rep.save()
     delta.representations += 1
-    _sync_chunks(rep, prepared, delta, fresh=is_new, old_text=old_text)
+    _sync_chunks(rep, prepared, delta, fresh=is_new, old_text=old_text, ahead=ahead)
     if not is_new:
         _drop_navigation([doc.doc_id])
     _create_navigation([(doc.doc_id, prepared)])
@@ -136,7 +137,7 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
             Representation(
                 document=docs[i],
                 rep_type=extracted.rep_type,
-                rep_hash=_rep_hash(prepared),
+                rep_hash=ahead.rep_hash if (ahead := _ahead(prepared)) else _rep_hash(prepared),
                 text=extracted.text,
                 meta_json=extracted.meta,
                 created_unix=now,
@@ -146,14 +147,59 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
         ],
     )
     new_chunks: list[tuple[Chunk, ChunkDraft]] = []
+    tails: list[str | None] = []
     for rep, (i, prepared, _) in zip(reps, with_text, strict=True):
         deltas[i].representations = 1
         deltas[i].chunks_added = len(prepared.drafts)
-        locator = slices.Locator(rep.text)
-        new_chunks.extend((_new_chunk(rep, prepared, draft, locator), draft) for draft in prepared.drafts)
-    _create_chunks(new_chunks)
+        places, found_tails = _places_and_tails(rep, prepared, _ahead(prepared))
+        new_chunks.extend(
+            (_new_chunk(rep, prepared, draft, place), draft)
+            for draft, place in zip(prepared.drafts, places, strict=True)
+        )
+        tails.extend(found_tails)
+    _create_chunks(new_chunks, tails)
     _create_navigation([(doc.doc_id, prepared) for doc, prepared in zip(docs, batch, strict=True)])
     return deltas
+
+
+def precompute(prepared: Prepared) -> Prepared:
+    """Work out what writing ``prepared`` as a new representation needs and
+    no database does (:class:`~corpus.ingest.prepare.Ahead`): the preparing
+    workers call this, and the serial path too, so that both write the same
+    rows and the writing process only writes. Call it last: a document
+    changed afterwards must drop ``ahead``."""
+    extracted = prepared.extracted
+    if not prepared.has_text or extracted is None:
+        return prepared
+    locator = slices.Locator(extracted.text)
+    prepared.ahead = Ahead(
+        rep_hash=_rep_hash(prepared),
+        places=[_locate(locator, draft) for draft in prepared.drafts],
+        tails=lexical.row_tails(with_context(draft.context, draft.text) for draft in prepared.drafts),
+    )
+    return prepared
+
+
+def _ahead(prepared: Prepared) -> Ahead | None:
+    """What :func:`precompute` worked out for ``prepared``, if it did (for these drafts)."""
+    ahead = prepared.ahead
+    if ahead is None or len(ahead.places) != len(prepared.drafts):
+        return None
+    if ahead.tails is not None and len(ahead.tails) != len(prepared.drafts):
+        return None
+    return ahead
+
+
+def _places_and_tails(
+    rep: Representation, prepared: Prepared, ahead: Ahead | None
+) -> tuple[list[tuple[int, int] | None], list[str | None]]:
+    """Where each draft of a new representation lies in its text, and its
+    lexical row's tail: worked out ahead, else here."""
+    if ahead is not None:
+        tails: list[str | None] = list(ahead.tails) if ahead.tails is not None else [None] * len(ahead.places)
+        return ahead.places, tails
+    locator = slices.Locator(rep.text)
+    return [_locate(locator, draft) for draft in prepared.drafts], [None] * len(prepared.drafts)
 
 
 def _rep_hash(prepared: Prepared) -> str:
@@ -181,10 +227,11 @@ def _hash(context: str, text: str) -> str:
     return sha256_hex(with_context(context, text))
 
 
-def _new_chunk(rep: Representation, prepared: Prepared, draft: ChunkDraft, locator: slices.Locator) -> Chunk:
-    """A chunk of ``rep``: a slice of its text where ``locator`` finds the
-    draft's text there, else holding the text itself."""
-    found = _locate(locator, draft)
+def _new_chunk(
+    rep: Representation, prepared: Prepared, draft: ChunkDraft, found: tuple[int, int] | None
+) -> Chunk:
+    """A chunk of ``rep``: a slice of its text where the draft's text was
+    ``found`` in it, else holding the text itself."""
     return Chunk(
         representation=rep,
         ordinal=draft.ordinal,
@@ -201,15 +248,13 @@ def _locate(locator: slices.Locator, draft: ChunkDraft) -> tuple[int, int] | Non
     return locator.find(draft.text, draft.start if draft.span_kind == SpanKind.LINES else None)
 
 
-def _create_chunks(new_chunks: list[tuple[Chunk, ChunkDraft]]) -> list[Chunk]:
-    """Insert these chunks, their lexical rows and their spans."""
+def _create_chunks(new_chunks: list[tuple[Chunk, ChunkDraft]], tails: list[str | None]) -> list[Chunk]:
+    """Insert these chunks, their lexical rows (each with its tail worked
+    out ahead, or None) and their spans."""
     created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
-    lexical.index_chunks(
-        (
-            (chunk.chunk_id, with_context(chunk.context, draft.text))
-            for chunk, (_, draft) in zip(created, new_chunks, strict=True)
-        ),
-        new=True,
+    lexical.index_new_chunks(
+        (chunk.chunk_id, with_context(chunk.context, draft.text), tail)
+        for chunk, (_, draft), tail in zip(created, new_chunks, tails, strict=True)
     )
     bulk.create(
         Span,
@@ -279,14 +324,32 @@ def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
 
 
 def _sync_chunks(
-    rep: Representation, prepared: Prepared, delta: Delta, *, fresh: bool, old_text: str | None
+    rep: Representation,
+    prepared: Prepared,
+    delta: Delta,
+    *,
+    fresh: bool,
+    old_text: str | None,
+    ahead: Ahead | None = None,
 ) -> None:
     """Keep chunks whose text survived, tombstone the rest, add the new.
     ``old_text`` is the representation's text before this write (None when
     it had none): the chunks that do not survive get their text written out
-    of it before they are tombstoned (corpus/slices.py)."""
+    of it before they are tombstoned (corpus/slices.py). ``fresh``: the
+    representation has no chunks, so every draft is new (and ``ahead``, when
+    given, says where each lies and its lexical row's tail)."""
+    if fresh:
+        places, tails = _places_and_tails(rep, prepared, ahead)
+        fresh_chunks = [
+            (_new_chunk(rep, prepared, draft, place), draft)
+            for draft, place in zip(prepared.drafts, places, strict=True)
+        ]
+        if old_text is not None and old_text != rep.text:
+            slices.materialize(rep.rep_id, old_text, keep=[])
+        delta.chunks_added += len(_create_chunks(fresh_chunks, tails))
+        return
     old_by_hash: dict[str, list[Chunk]] = defaultdict(list)
-    live = () if fresh else rep.chunks.filter(deleted=False).prefetch_related("spans")
+    live = rep.chunks.filter(deleted=False).prefetch_related("spans")
     cut_from = rep.text if old_text is None else old_text
     for chunk in live:
         text = chunk.stored_text if chunk.text_start is None else cut_from[chunk.text_start : chunk.text_end]
@@ -299,16 +362,15 @@ def _sync_chunks(
         if reusable:
             moved.append((reusable.pop(), draft))
             continue
-        new_chunks.append((_new_chunk(rep, prepared, draft, locator), draft))
+        new_chunks.append((_new_chunk(rep, prepared, draft, _locate(locator, draft)), draft))
     if old_text is not None and old_text != rep.text:
         slices.materialize(rep.rep_id, old_text, keep=[chunk.chunk_id for chunk, _ in moved])
     for chunk, draft in moved:
         _move_chunk(chunk, draft, _locate(locator, draft))
     stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
     _tombstone_chunks(stale, delta)
-    if not fresh:
-        new_chunks = _revive_chunks(rep, new_chunks, delta, locator)
-    delta.chunks_added += len(_create_chunks(new_chunks))
+    new_chunks = _revive_chunks(rep, new_chunks, delta, locator)
+    delta.chunks_added += len(_create_chunks(new_chunks, [None] * len(new_chunks)))
 
 
 def _revive_chunks(
