@@ -67,6 +67,8 @@ class Ahead:
     #: what each draft's lexical row holds after its text (with its context);
     #: None where the writer works that out (corpus.index.lexical.row_tails)
     tails: list[str] | None
+    #: the text as its column stores it (compressed on SQLite: corpus/packed.py); None: the writer packs it
+    stored_text: str | bytes | None = None
 
 
 @dataclass

@@ -25,11 +25,15 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from django.db import connection
 
 from corpus import bulk, slices
 from corpus.index import lexical
 from corpus.ingest.chunking import ChunkDraft
+from corpus.ingest.extracted import Extracted
 from corpus.ingest.prepare import Ahead, Prepared, sha256_hex
 from corpus.models import (
     Chunk,
@@ -42,7 +46,7 @@ from corpus.models import (
     Symbol,
     with_context,
 )
-from corpus.packed import unpack
+from corpus.packed import Packed, stored_form, unpack
 
 # Re-exported (as X): pipeline calls writer.indexing(), and the writers' callers their guards.
 from corpus.write_guard import check_writable as check_writable
@@ -54,6 +58,14 @@ from kernel.jsontypes import JsonObject
 REVIVE_PART = 500
 #: a symbol row's values, in :func:`_create_navigation`'s order
 SYMBOL_COLUMNS = tuple("document_id name name_lower qualified kind line start end enclosing".split())
+#: a new chunk row's values, in :func:`_new_chunk`'s order (every column but its id)
+CHUNK_COLUMNS = tuple(
+    "representation_id ordinal stored_text text_start text_end context tokens_est index_kind "
+    "embedding_status embedding_error embed_seq embedding deleted".split()
+)
+SPAN_COLUMNS = ("chunk_id", "span_kind", "start", "end", "extra_json")
+#: a new chunk's values (:data:`CHUNK_COLUMNS`): rows, not model objects, on the writer's hot path
+ChunkRow = tuple[int, int, str, int | None, int | None, str, int, str, str, None, None, None, bool]
 
 
 @dataclass
@@ -103,7 +115,7 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     if rep is None:
         rep = Representation(document=doc, rep_type=extracted.rep_type)
     rep.rep_hash = rep_hash
-    rep.text = extracted.text
+    rep.text = _rep_text(extracted, ahead)
     rep.meta_json = extracted.meta
     rep.created_unix = int(time.time())
     rep.deleted = False
@@ -138,7 +150,7 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
                 document=docs[i],
                 rep_type=extracted.rep_type,
                 rep_hash=ahead.rep_hash if (ahead := _ahead(prepared)) else _rep_hash(prepared),
-                text=extracted.text,
+                text=_rep_text(extracted, ahead),
                 meta_json=extracted.meta,
                 created_unix=now,
             )
@@ -146,7 +158,7 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
             if extracted is not None  # has_text says so
         ],
     )
-    new_chunks: list[tuple[Chunk, ChunkDraft]] = []
+    new_chunks: list[tuple[ChunkRow, ChunkDraft]] = []
     tails: list[str | None] = []
     for rep, (i, prepared, _) in zip(reps, with_text, strict=True):
         deltas[i].representations = 1
@@ -176,8 +188,16 @@ def precompute(prepared: Prepared) -> Prepared:
         rep_hash=_rep_hash(prepared),
         places=[_locate(locator, draft) for draft in prepared.drafts],
         tails=lexical.row_tails(with_context(draft.context, draft.text) for draft in prepared.drafts),
+        stored_text=stored_form(extracted.text, connection),
     )
     return prepared
+
+
+def _rep_text(extracted: Extracted, ahead: Ahead | None) -> str:
+    """The representation's text, with its stored form when that was worked out ahead."""
+    if ahead is None or ahead.stored_text is None:
+        return extracted.text
+    return Packed(extracted.text, ahead.stored_text)
 
 
 def _ahead(prepared: Prepared) -> Ahead | None:
@@ -229,18 +249,23 @@ def _hash(context: str, text: str) -> str:
 
 def _new_chunk(
     rep: Representation, prepared: Prepared, draft: ChunkDraft, found: tuple[int, int] | None
-) -> Chunk:
-    """A chunk of ``rep``: a slice of its text where the draft's text was
-    ``found`` in it, else holding the text itself."""
-    return Chunk(
-        representation=rep,
-        ordinal=draft.ordinal,
-        stored_text="" if found else draft.text,
-        text_start=found[0] if found else None,
-        text_end=found[1] if found else None,
-        context=draft.context,
-        tokens_est=max(1, len(draft.text) // 4),
-        index_kind=prepared.index_kind,
+) -> ChunkRow:
+    """A new chunk of ``rep``: a slice of its text where the draft's text was
+    ``found`` in it, else holding the text itself; not embedded, live."""
+    return (
+        rep.rep_id,
+        draft.ordinal,
+        "" if found else draft.text,
+        found[0] if found else None,
+        found[1] if found else None,
+        draft.context,
+        max(1, len(draft.text) // 4),
+        prepared.index_kind,
+        EmbeddingStatus.PENDING,
+        None,
+        None,
+        None,
+        False,
     )
 
 
@@ -248,25 +273,20 @@ def _locate(locator: slices.Locator, draft: ChunkDraft) -> tuple[int, int] | Non
     return locator.find(draft.text, draft.start if draft.span_kind == SpanKind.LINES else None)
 
 
-def _create_chunks(new_chunks: list[tuple[Chunk, ChunkDraft]], tails: list[str | None]) -> list[Chunk]:
+def _create_chunks(new_chunks: list[tuple[ChunkRow, ChunkDraft]], tails: list[str | None]) -> Sequence[int]:
     """Insert these chunks, their lexical rows (each with its tail worked
-    out ahead, or None) and their spans."""
-    created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
+    out ahead, or None) and their spans; returns their ids."""
+    created = bulk.insert_returning_ids(Chunk, CHUNK_COLUMNS, [chunk for chunk, _ in new_chunks])
     lexical.index_new_chunks(
-        (chunk.chunk_id, with_context(chunk.context, draft.text), tail)
-        for chunk, (_, draft), tail in zip(created, new_chunks, tails, strict=True)
+        (chunk_id, with_context(draft.context, draft.text), tail)
+        for chunk_id, (_, draft), tail in zip(created, new_chunks, tails, strict=True)
     )
-    bulk.create(
+    bulk.insert(
         Span,
+        SPAN_COLUMNS,
         [
-            Span(
-                chunk=chunk,
-                span_kind=draft.span_kind,
-                start=draft.start,
-                end=draft.end,
-                extra_json=draft.extra,
-            )
-            for chunk, (_, draft) in zip(created, new_chunks, strict=True)
+            (chunk_id, draft.span_kind, draft.start, draft.end, draft.extra)
+            for chunk_id, (_, draft) in zip(created, new_chunks, strict=True)
         ],
     )
     return created
@@ -356,7 +376,7 @@ def _sync_chunks(
         old_by_hash[_hash(chunk.context, text)].append(chunk)
     locator = slices.Locator(rep.text)
     moved: list[tuple[Chunk, ChunkDraft]] = []
-    new_chunks: list[tuple[Chunk, ChunkDraft]] = []
+    new_chunks: list[tuple[ChunkRow, ChunkDraft]] = []
     for draft in prepared.drafts:
         reusable = old_by_hash.get(_hash(draft.context, draft.text))
         if reusable:
@@ -374,8 +394,8 @@ def _sync_chunks(
 
 
 def _revive_chunks(
-    rep: Representation, wanted: list[tuple[Chunk, ChunkDraft]], delta: Delta, locator: slices.Locator
-) -> list[tuple[Chunk, ChunkDraft]]:
+    rep: Representation, wanted: list[tuple[ChunkRow, ChunkDraft]], delta: Delta, locator: slices.Locator
+) -> list[tuple[ChunkRow, ChunkDraft]]:
     """Bring back the representation's tombstoned chunks whose context and
     text a wanted unit has (one each, those holding a vector first, then the
     latest); returns the units still to create. Candidates are read by the
@@ -398,13 +418,13 @@ def _revive_chunks(
         return wanted
     candidates = {text_hash: [-key[1] for key in sorted(keys)] for text_hash, keys in found.items()}
     chosen: dict[int, ChunkDraft] = {}
-    rest: list[tuple[Chunk, ChunkDraft]] = []
-    for chunk, draft in wanted:
+    rest: list[tuple[ChunkRow, ChunkDraft]] = []
+    for row, draft in wanted:
         ids = candidates.get(_hash(draft.context, draft.text))
         if ids:
             chosen[ids.pop(0)] = draft
         else:
-            rest.append((chunk, draft))
+            rest.append((row, draft))
     rows = Chunk.objects.filter(chunk_id__in=list(chosen))
     revived = list(rows.defer("embedding").prefetch_related("spans"))
     rows.update(deleted=False)
