@@ -134,21 +134,24 @@ def insert_returning_ids(
 def _stored(model: type[models.Model], attnames: Sequence[str], rows: Sequence[_Row]) -> Sequence[_Row]:
     """``rows`` of these attributes' values as SQLite stores them: each
     value through its field's conversion where it has one (a compressed
-    text, JSON), with no model object built; a foreign key is given by its id."""
-    fields = [_concrete(model, name) for name in attnames]
-    convert = [
-        None if type(field) in _AS_IS or isinstance(field, models.ForeignKey) else field for field in fields
+    text, JSON), with no model object built; a foreign key is given by its
+    id, and None is stored as NULL (as every such field stores it)."""
+    converted = [
+        (at, field)
+        for at, field in enumerate(_concrete(model, name) for name in attnames)
+        if type(field) not in _AS_IS and not isinstance(field, models.ForeignKey)
     ]
-    if not any(convert):
+    if not converted:
         return rows
     db = connections[DEFAULT_DB_ALIAS]
-    return [
-        tuple(
-            value if field is None else field.get_db_prep_save(value, db)
-            for value, field in zip(row, convert, strict=True)
-        )
-        for row in rows
-    ]
+    stored = []
+    for row in rows:
+        values = list(row)
+        for at, field in converted:
+            if values[at] is not None:
+                values[at] = field.get_db_prep_save(values[at], db)
+        stored.append(values)
+    return stored
 
 
 def _next_ids(

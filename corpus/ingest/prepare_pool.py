@@ -6,7 +6,11 @@ symbols and references) is pure CPU work on bytes
 source file's cost; writing it is the other half and stays in one process,
 SQLite's one writer. :class:`PreparePool` runs the preparing in
 ``ingest.prepare_processes`` worker processes, while the writing process
-reads, decides what changed and writes, in the walk's order.
+reads, decides what changed and writes, in the walk's order. A worker also
+works out what writing the file needs and no database does
+(:func:`corpus.ingest.writer.precompute`: the representation's hash and
+compressed text, where each unit lies in it, each lexical row's identifier
+split), so the writing process only writes.
 
 Each worker is a spawned process (no state forked from a process with
 threads and an open database), talking over its own pipe, with at most
