@@ -295,8 +295,8 @@ def test_a_pass_stopped_while_workers_prepare_ends_with_whole_documents_and_no_w
     ("setting", "cores", "expected"),
     [
         ("auto", 1, 0),
-        ("auto", 2, 1),
-        ("auto", 4, 3),
+        ("auto", 2, 2),
+        ("auto", 4, 4),
         ("auto", 64, 4),
         (0, 2, 0),
         (3, 2, 3),

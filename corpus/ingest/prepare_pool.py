@@ -70,13 +70,16 @@ AUTO_AFTER_FILES = 500
 
 def processes_for(setting: int | str, cores: int | None = None) -> int:
     """How many worker processes ``ingest.prepare_processes`` asks for: 0
-    prepares in the writing process. ``auto`` is one worker per core beyond
-    the writer's own, at most four (docs/benchmarks.md, issue #37)."""
+    prepares in the writing process. ``auto`` is one worker per core, at most
+    four, and none on one core: the writer only writes (what it would work
+    out it is handed), about a fifth of a file's CPU, so on 2 cores one
+    worker would be the pass's limit and the writer's core would idle
+    (docs/benchmarks.md, issue #37)."""
     if setting != "auto":
         return int(setting)
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(max(cores - 1, 0), 4)
+    return 0 if cores < 2 else min(cores, 4)
 
 
 @dataclass(frozen=True)
