@@ -276,6 +276,10 @@ def run(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL"))}
     env["DIR2MCP_EMBED__PROVIDER"] = embed
     env["DIR2MCP_INGEST__PREPARE_PROCESSES"] = processes
+    # The indexing child runs `python -m dir2mcp_site.cli` from elsewhere: without
+    # this it imports whichever checkout the virtualenv's editable install names,
+    # not this one (a copy of the project measured another's code).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH.parent), env.get("PYTHONPATH")]))
     if os.environ.get("DIR2MCP_SERVER__INDEXER_NICE"):
         env["DIR2MCP_SERVER__INDEXER_NICE"] = os.environ["DIR2MCP_SERVER__INDEXER_NICE"]
     began = time.monotonic()

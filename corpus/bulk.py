@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 
 if TYPE_CHECKING:  # the driver's types, for annotations only (SQLite needs no psycopg)
     from psycopg import Cursor
@@ -99,24 +100,72 @@ def insert(model: type[models.Model], attnames: Sequence[str], rows: Sequence[_R
     if connection.vendor != "sqlite":
         create(model, [model(**dict(zip(attnames, row, strict=True))) for row in rows])
         return
-    fields = [_concrete(model, name) for name in attnames]
-    # A foreign key is given by its id (``document_id``): stored as it is.
-    convert = [None if isinstance(field, models.ForeignKey) else _converter(field)[1] for field in fields]
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(_column(field)) for field in fields)
-    sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
-    if any(convert):
-        db = connections[DEFAULT_DB_ALIAS]
-        objs = [model(**dict(zip(attnames, row, strict=True))) for row in rows]
-        rows = [
-            tuple(
-                getattr(obj, a) if c is None else c(obj, a, db)
-                for a, c in zip(attnames, convert, strict=True)
-            )
-            for obj in objs
-        ]
+    columns = ", ".join(quote(_column(_concrete(model, name))) for name in attnames)
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(attnames))})"
+    )
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        cursor.executemany(sql, _stored(model, attnames, rows))
+
+
+def insert_returning_ids(
+    model: type[models.Model], attnames: Sequence[str], rows: Sequence[_Row]
+) -> Sequence[int]:
+    """:func:`insert` of new rows whose ids the caller needs (new chunks,
+    for their lexical rows and spans), without a model object for each:
+    every column but the primary key is given. Returns the ids, in order."""
+    if not rows:
+        return range(0)
+    if connection.vendor != "sqlite":
+        objs = create(model, [model(**dict(zip(attnames, row, strict=True))) for row in rows])
+        return [obj.pk for obj in objs]
+    table, pk_column, _, _ = _sqlite_shape(model)
+    quote = connection.ops.quote_name
+    columns = ", ".join([pk_column, *(quote(_column(_concrete(model, name))) for name in attnames)])
+    sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * (len(attnames) + 1))})"
+    stored = _stored(model, attnames, rows)
+    with transaction.atomic(), connection.cursor() as cursor:
+        ids = _next_ids(cursor, model, table, pk_column, len(rows))
+        cursor.executemany(sql, [(pk, *row) for pk, row in zip(ids, stored, strict=True)])
+    return ids
+
+
+def _stored(model: type[models.Model], attnames: Sequence[str], rows: Sequence[_Row]) -> Sequence[_Row]:
+    """``rows`` of these attributes' values as SQLite stores them: each
+    value through its field's conversion where it has one (a compressed
+    text, JSON), with no model object built; a foreign key is given by its
+    id, and None is stored as NULL (as every such field stores it)."""
+    converted = [
+        (at, field)
+        for at, field in enumerate(_concrete(model, name) for name in attnames)
+        if type(field) not in _AS_IS and not isinstance(field, models.ForeignKey)
+    ]
+    if not converted:
+        return rows
+    db = connections[DEFAULT_DB_ALIAS]
+    stored = []
+    for row in rows:
+        values = list(row)
+        for at, field in converted:
+            if values[at] is not None:
+                values[at] = field.get_db_prep_save(values[at], db)
+        stored.append(values)
+    return stored
+
+
+def _next_ids(
+    cursor: CursorWrapper, model: type[models.Model], table: str, pk_column: str, count: int
+) -> range:
+    """The next ``count`` ids of ``model``'s table (read under the write lock
+    the caller's transaction holds)."""
+    cursor.execute(
+        f"SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = %s), 0), "
+        f"coalesce((SELECT max({pk_column}) FROM {table}), 0))",
+        [model._meta.db_table],
+    )
+    first: int = cursor.fetchone()[0] + 1
+    return range(first, first + count)
 
 
 def _inserted(objs: list[M], ids: Sequence[int]) -> list[M]:
@@ -155,13 +204,7 @@ def _sqlite_create(model: type[M], objs: list[M]) -> list[M]:
     # id read and the insert: no other writer takes these ids meanwhile, and
     # a refused row leaves none of the others written.
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = %s), 0), "
-            f"coalesce((SELECT max({pk_column}) FROM {table}), 0))",
-            [model._meta.db_table],
-        )
-        first: int = cursor.fetchone()[0] + 1
-        ids = range(first, first + len(objs))
+        ids = _next_ids(cursor, model, table, pk_column, len(objs))
         cursor.executemany(insert_sql, [(pk, *row) for pk, row in zip(ids, rows, strict=True)])
     return _inserted(objs, ids)
 

@@ -52,6 +52,28 @@ def pack(text: str) -> str | bytes:
     return data if len(data) < len(text) else text
 
 
+def stored_form(text: str, connection: BaseDatabaseWrapper) -> str | bytes | None:
+    """What ``connection`` stores of ``text`` in a packed column (:func:`pack`
+    on SQLite), worked out where the text is made (a preparing worker) so the
+    writing process need not compress it (:class:`Packed`); None on the others."""
+    return pack(text) if connection.vendor == "sqlite" else None
+
+
+class Packed(str):
+    """A text with its stored form worked out already (:func:`stored_form`):
+    a packed column stores that instead of compressing the text again."""
+
+    stored: str | bytes
+
+    def __new__(cls, text: str, stored: str | bytes) -> Packed:
+        made = super().__new__(cls, text)
+        made.stored = stored
+        return made
+
+    def __reduce__(self) -> tuple[type[Packed], tuple[str, str | bytes]]:
+        return Packed, (str(self), self.stored)
+
+
 @overload
 def unpack(value: str | bytes | memoryview) -> str: ...
 @overload
@@ -74,7 +96,7 @@ class PackedTextField(_TextField):
     def get_db_prep_value(self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False) -> Any:
         value = super().get_db_prep_value(value, connection, prepared)
         if connection.vendor == "sqlite" and isinstance(value, str):
-            return pack(value)
+            return value.stored if isinstance(value, Packed) else pack(value)
         return value
 
     def from_db_value(

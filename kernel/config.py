@@ -139,8 +139,8 @@ class IngestConfig(Section):
     max_file_mb: float = Field(20, gt=0)
     # Processes that prepare files (extract, cut into units, outline and
     # symbols) beside the one writing the index during a walk; 0 prepares in
-    # the writing process. auto: one per core beyond the writer's, at most 4,
-    # started once a walk has 64 files to prepare (docs/configuration.md).
+    # the writing process. auto: one per core (none on 1 core), at most 4,
+    # started once a walk has 500 files to prepare (docs/configuration.md).
     prepare_processes: Literal["auto"] | Annotated[int, Field(ge=0, le=64)] = "auto"
     # Per doc_type ceilings in MB; the effective limit is the smaller of
     # this and max_file_mb.

@@ -96,6 +96,49 @@ def index_chunks(rows: Iterable[Row], *, new: bool = False) -> None:
         write(batch)
 
 
+#: What the identifier split adds to a row's head and body (:func:`row_tails`)
+Tails = tuple[str, str]
+
+
+def row_tails(rows: Iterable[tuple[str, str, str]]) -> list[Tails] | None:
+    """What this database's index row holds after the head and the body of
+    each (context, text, index_kind) chunk (the identifier split's extra
+    words: :func:`columns`), worked out where the texts are cut (a preparing
+    worker: corpus/ingest/prepare_pool.py) so that the writing process only
+    writes them (:func:`index_new_chunks`); None where the backend keeps the
+    text as it is."""
+    if connection.vendor != "sqlite":
+        return None
+    tails: list[Tails] = []
+    for context, text, kind in rows:
+        head, body = head_and_body(context, text, kind)
+        head_row, body_row = index_text(head), index_text(body)
+        if not (head_row.startswith(head) and body_row.startswith(body)):  # the writer works the row out
+            return None
+        tails.append((head_row[len(head) :], body_row[len(body) :]))
+    return tails
+
+
+def index_new_chunks(rows: Iterable[tuple[Row, Tails | None]]) -> None:
+    """:func:`index_chunks` of chunks just created, each a (chunk_id,
+    context, text, index_kind) row with the tails :func:`row_tails` gave for
+    it, or None to work them out here."""
+    backend = _backend()
+    for batch in batches(rows):
+        if isinstance(backend, SQLiteFTS5):
+            backend.insert_columns([_with_tails(row, tails) for row, tails in batch])
+        else:
+            backend.insert([row for row, _ in batch])
+
+
+def _with_tails(row: Row, tails: Tails | None) -> tuple[int, str, str]:
+    chunk_id, context, text, kind = row
+    if tails is None:
+        return (chunk_id, *columns(context, text, kind))
+    head, body = head_and_body(context, text, kind)
+    return chunk_id, head + tails[0], body + tails[1]
+
+
 def remove_chunks(chunk_ids: Iterable[int]) -> None:
     backend = _backend()
     for batch in batches(chunk_ids):
@@ -191,11 +234,12 @@ class SQLiteFTS5(TableBackend):
         self.insert(rows)
 
     def insert(self, rows: list[Row]) -> None:
+        self.insert_columns([(row[0], *columns(*row[1:])) for row in rows])
+
+    def insert_columns(self, rows: list[tuple[int, str, str]]) -> None:
+        """Insert rows whose head and body are already what :func:`columns` makes of them."""
         with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {TABLE}(rowid, head, body) VALUES (%s, %s, %s)",
-                [(chunk_id, *columns(context, text, kind)) for chunk_id, context, text, kind in rows],
-            )
+            cursor.executemany(f"INSERT INTO {TABLE}(rowid, head, body) VALUES (%s, %s, %s)", rows)
 
     def delete(self, chunk_ids: list[int]) -> None:
         """Remove the rows of these chunks that the table holds, each by the

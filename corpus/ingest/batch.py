@@ -175,7 +175,7 @@ class BatchWriter:
             raise_store_fault(exc)
             log.exception("failed to store %s", prepared.rel_path)
             prepared.fail("error", errors.EXTRACT_FAILED, f"{type(exc).__name__}: {exc}")
-            prepared.extracted, prepared.drafts = None, []
+            prepared.extracted, prepared.drafts, prepared.ahead = None, [], None
             with transaction.atomic():
                 delta = writer.write_document(prepared, known.doc_id if known else None)
         self._record(prepared, delta)

@@ -52,6 +52,27 @@ def sha256_hex(data: bytes | str) -> str:
 
 
 @dataclass
+class Ahead:
+    """What writing a prepared document as a new representation works out
+    with no database, worked out beforehand where the document was prepared
+    (a worker process: corpus/ingest/prepare_pool.py), so that the writing
+    process only writes (issue #37). :func:`corpus.ingest.writer.precompute`
+    makes it last; whatever changes the document afterwards drops it."""
+
+    #: the representation's hash (its text, meta and the policy that cut it)
+    rep_hash: str
+    #: each draft's (start, end) in the text, located in order as a new
+    #: representation's chunks are; None: not there (the chunk holds its text)
+    places: list[tuple[int, int] | None]
+    #: what each draft's lexical row holds after its head and after its body
+    #: (corpus.index.lexical.Tails); None where the writer works that out
+    #: (corpus.index.lexical.row_tails)
+    tails: list[tuple[str, str]] | None
+    #: the text as its column stores it (compressed on SQLite: corpus/packed.py); None: the writer packs it
+    stored_text: str | bytes | None = None
+
+
+@dataclass
 class Prepared:
     """What one document should look like in the store after this run."""
 
@@ -73,6 +94,8 @@ class Prepared:
     keep_existing: bool = False
     #: a code file's definitions and uses (the symbol index); None when no grammar reads it
     navigation: symbols.Navigation | None = None
+    #: what the writer would otherwise work out from it (None: the writer does)
+    ahead: Ahead | None = None
 
     @property
     def has_text(self) -> bool:

@@ -6,7 +6,11 @@ symbols and references) is pure CPU work on bytes
 source file's cost; writing it is the other half and stays in one process,
 SQLite's one writer. :class:`PreparePool` runs the preparing in
 ``ingest.prepare_processes`` worker processes, while the writing process
-reads, decides what changed and writes, in the walk's order.
+reads, decides what changed and writes, in the walk's order. A worker also
+works out what writing the file needs and no database does
+(:func:`corpus.ingest.writer.precompute`: the representation's hash and
+compressed text, where each unit lies in it, each lexical row's identifier
+split), so the writing process only writes.
 
 Each worker is a spawned process (no state forked from a process with
 threads and an open database), talking over its own pipe, with at most
@@ -66,13 +70,16 @@ AUTO_AFTER_FILES = 500
 
 def processes_for(setting: int | str, cores: int | None = None) -> int:
     """How many worker processes ``ingest.prepare_processes`` asks for: 0
-    prepares in the writing process. ``auto`` is one worker per core beyond
-    the writer's own, at most four (docs/benchmarks.md, issue #37)."""
+    prepares in the writing process. ``auto`` is one worker per core, at most
+    four, and none on one core: the writer only writes (what it would work
+    out it is handed), about a fifth of a file's CPU, so on 2 cores one
+    worker would be the pass's limit and the writer's core would idle
+    (docs/benchmarks.md, issue #37)."""
     if setting != "auto":
         return int(setting)
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(max(cores - 1, 0), 4)
+    return 0 if cores < 2 else min(cores, 4)
 
 
 @dataclass(frozen=True)
@@ -273,6 +280,7 @@ def serve(conn: Connection, setup: bytes, parent: int) -> None:
     django.setup()
     # After Django's setup: the preparer's modules import the models.
     from corpus.ingest.prepare import Preparer  # noqa: PLC0415
+    from corpus.ingest.writer import precompute  # noqa: PLC0415
     from corpus.security import ExclusionEngine  # noqa: PLC0415
 
     found: PoolSetup = pickle.loads(setup)
@@ -282,7 +290,8 @@ def serve(conn: Connection, setup: bytes, parent: int) -> None:
     while (task := tasks.next()) is not None:
         base, data = task
         try:
-            prepared = preparer.prepare(base, data)
+            # What the writer would work out without the database is worked out here.
+            prepared = precompute(preparer.prepare(base, data))
         except Exception as exc:  # one bad document must not stop the run
             log.exception("failed to prepare %s", base.rel_path)
             prepared = base.fail("error", errors.EXTRACT_FAILED, f"{type(exc).__name__}: {exc}")

@@ -224,7 +224,7 @@ class FileReader:
             processes = self._processes()
             if processes is not None:
                 return processes.submit(base, data)
-            return self.preparer.prepare(base, data)
+            return writer.precompute(self.preparer.prepare(base, data))
         # One pool per provider, each as wide as its limit, so scans queued
         # first cannot hold the workers that recordings need.
         kind = "stt" if base.doc_type == "audio" else "ocr"
@@ -249,7 +249,7 @@ class FileReader:
 
     def _prepare_safely(self, base: Prepared, data: bytes) -> Prepared:
         try:
-            return self.preparer.prepare(base, data)
+            return writer.precompute(self.preparer.prepare(base, data))
         except Exception as exc:  # one bad document must not stop the run
             log.exception("failed to prepare %s", base.rel_path)
             return base.fail("error", errors.EXTRACT_FAILED, f"{type(exc).__name__}: {exc}")

@@ -25,12 +25,16 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from django.db import connection
 
 from corpus import bulk, slices
 from corpus.index import lexical
 from corpus.ingest.chunking import ChunkDraft
-from corpus.ingest.prepare import Prepared, sha256_hex
+from corpus.ingest.extracted import Extracted
+from corpus.ingest.prepare import Ahead, Prepared, sha256_hex
 from corpus.models import (
     Chunk,
     Document,
@@ -42,7 +46,7 @@ from corpus.models import (
     Symbol,
     with_context,
 )
-from corpus.packed import unpack
+from corpus.packed import Packed, stored_form, unpack
 
 # Re-exported (as X): pipeline calls writer.indexing(), and the writers' callers their guards.
 from corpus.write_guard import check_writable as check_writable
@@ -54,6 +58,14 @@ from kernel.jsontypes import JsonObject
 REVIVE_PART = 500
 #: a symbol row's values, in :func:`_create_navigation`'s order
 SYMBOL_COLUMNS = tuple("document_id name name_lower qualified kind line start end enclosing".split())
+#: a new chunk row's values, in :func:`_new_chunk`'s order (every column but its id)
+CHUNK_COLUMNS = tuple(
+    "representation_id ordinal stored_text text_start text_end context tokens_est index_kind "
+    "embedding_status embedding_error embed_seq embedding deleted".split()
+)
+SPAN_COLUMNS = ("chunk_id", "span_kind", "start", "end", "extra_json")
+#: a new chunk's values (:data:`CHUNK_COLUMNS`): rows, not model objects, on the writer's hot path
+ChunkRow = tuple[int, int, str, int | None, int | None, str, int, str, str, None, None, None, bool]
 
 
 @dataclass
@@ -90,7 +102,8 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
         return delta
     extracted = prepared.extracted
     assert extracted is not None
-    rep_hash = _rep_hash(prepared)
+    ahead = _ahead(prepared)
+    rep_hash = ahead.rep_hash if ahead else _rep_hash(prepared)
     # A brand-new document has no rows to compare with: skip the look-ups.
     delta = Delta() if is_new else _retire_representations(doc, keep=extracted.rep_type)
     delta.doc_id = doc.doc_id
@@ -102,13 +115,13 @@ def write_document(prepared: Prepared, doc_id: int | None) -> Delta:
     if rep is None:
         rep = Representation(document=doc, rep_type=extracted.rep_type)
     rep.rep_hash = rep_hash
-    rep.text = extracted.text
+    rep.text = _rep_text(extracted, ahead)
     rep.meta_json = extracted.meta
     rep.created_unix = int(time.time())
     rep.deleted = False
     rep.save()
     delta.representations += 1
-    _sync_chunks(rep, prepared, delta, fresh=is_new, old_text=old_text)
+    _sync_chunks(rep, prepared, delta, fresh=is_new, old_text=old_text, ahead=ahead)
     if not is_new:
         _drop_navigation([doc.doc_id])
     _create_navigation([(doc.doc_id, prepared)])
@@ -136,8 +149,8 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
             Representation(
                 document=docs[i],
                 rep_type=extracted.rep_type,
-                rep_hash=_rep_hash(prepared),
-                text=extracted.text,
+                rep_hash=ahead.rep_hash if (ahead := _ahead(prepared)) else _rep_hash(prepared),
+                text=_rep_text(extracted, ahead),
                 meta_json=extracted.meta,
                 created_unix=now,
             )
@@ -145,15 +158,70 @@ def write_new_documents(batch: list[Prepared]) -> list[Delta]:
             if extracted is not None  # has_text says so
         ],
     )
-    new_chunks: list[tuple[Chunk, ChunkDraft]] = []
+    new_chunks: list[tuple[ChunkRow, ChunkDraft]] = []
+    tails: list[lexical.Tails | None] = []
     for rep, (i, prepared, _) in zip(reps, with_text, strict=True):
         deltas[i].representations = 1
         deltas[i].chunks_added = len(prepared.drafts)
-        locator = slices.Locator(rep.text)
-        new_chunks.extend((_new_chunk(rep, prepared, draft, locator), draft) for draft in prepared.drafts)
-    _create_chunks(new_chunks)
+        places, found_tails = _places_and_tails(rep, prepared, _ahead(prepared))
+        new_chunks.extend(
+            (_new_chunk(rep, prepared, draft, place), draft)
+            for draft, place in zip(prepared.drafts, places, strict=True)
+        )
+        tails.extend(found_tails)
+    _create_chunks(new_chunks, tails)
     _create_navigation([(doc.doc_id, prepared) for doc, prepared in zip(docs, batch, strict=True)])
     return deltas
+
+
+def precompute(prepared: Prepared) -> Prepared:
+    """Work out what writing ``prepared`` as a new representation needs and
+    no database does (:class:`~corpus.ingest.prepare.Ahead`): the preparing
+    workers call this, and the serial path too, so that both write the same
+    rows and the writing process only writes. Call it last: a document
+    changed afterwards must drop ``ahead``."""
+    extracted = prepared.extracted
+    if not prepared.has_text or extracted is None:
+        return prepared
+    locator = slices.Locator(extracted.text)
+    prepared.ahead = Ahead(
+        rep_hash=_rep_hash(prepared),
+        places=[_locate(locator, draft) for draft in prepared.drafts],
+        tails=lexical.row_tails((d.context, d.text, prepared.index_kind) for d in prepared.drafts),
+        stored_text=stored_form(extracted.text, connection),
+    )
+    return prepared
+
+
+def _rep_text(extracted: Extracted, ahead: Ahead | None) -> str:
+    """The representation's text, with its stored form when that was worked out ahead."""
+    if ahead is None or ahead.stored_text is None:
+        return extracted.text
+    return Packed(extracted.text, ahead.stored_text)
+
+
+def _ahead(prepared: Prepared) -> Ahead | None:
+    """What :func:`precompute` worked out for ``prepared``, if it did (for these drafts)."""
+    ahead = prepared.ahead
+    if ahead is None or len(ahead.places) != len(prepared.drafts):
+        return None
+    if ahead.tails is not None and len(ahead.tails) != len(prepared.drafts):
+        return None
+    return ahead
+
+
+def _places_and_tails(
+    rep: Representation, prepared: Prepared, ahead: Ahead | None
+) -> tuple[list[tuple[int, int] | None], list[lexical.Tails | None]]:
+    """Where each draft of a new representation lies in its text, and its
+    lexical row's tail: worked out ahead, else here."""
+    if ahead is not None:
+        tails: list[lexical.Tails | None] = (
+            list(ahead.tails) if ahead.tails is not None else [None] * len(ahead.places)
+        )
+        return ahead.places, tails
+    locator = slices.Locator(rep.text)
+    return [_locate(locator, draft) for draft in prepared.drafts], [None] * len(prepared.drafts)
 
 
 def _rep_hash(prepared: Prepared) -> str:
@@ -181,19 +249,25 @@ def _hash(context: str, text: str) -> str:
     return sha256_hex(with_context(context, text))
 
 
-def _new_chunk(rep: Representation, prepared: Prepared, draft: ChunkDraft, locator: slices.Locator) -> Chunk:
-    """A chunk of ``rep``: a slice of its text where ``locator`` finds the
-    draft's text there, else holding the text itself."""
-    found = _locate(locator, draft)
-    return Chunk(
-        representation=rep,
-        ordinal=draft.ordinal,
-        stored_text="" if found else draft.text,
-        text_start=found[0] if found else None,
-        text_end=found[1] if found else None,
-        context=draft.context,
-        tokens_est=max(1, len(draft.text) // 4),
-        index_kind=prepared.index_kind,
+def _new_chunk(
+    rep: Representation, prepared: Prepared, draft: ChunkDraft, found: tuple[int, int] | None
+) -> ChunkRow:
+    """A new chunk of ``rep``: a slice of its text where the draft's text was
+    ``found`` in it, else holding the text itself; not embedded, live."""
+    return (
+        rep.rep_id,
+        draft.ordinal,
+        "" if found else draft.text,
+        found[0] if found else None,
+        found[1] if found else None,
+        draft.context,
+        max(1, len(draft.text) // 4),
+        prepared.index_kind,
+        EmbeddingStatus.PENDING,
+        None,
+        None,
+        None,
+        False,
     )
 
 
@@ -201,27 +275,22 @@ def _locate(locator: slices.Locator, draft: ChunkDraft) -> tuple[int, int] | Non
     return locator.find(draft.text, draft.start if draft.span_kind == SpanKind.LINES else None)
 
 
-def _create_chunks(new_chunks: list[tuple[Chunk, ChunkDraft]]) -> list[Chunk]:
-    """Insert these chunks, their lexical rows and their spans."""
-    created = bulk.create(Chunk, [chunk for chunk, _ in new_chunks])
-    lexical.index_chunks(
-        (
-            (chunk.chunk_id, chunk.context, draft.text, chunk.index_kind)
-            for chunk, (_, draft) in zip(created, new_chunks, strict=True)
-        ),
-        new=True,
+def _create_chunks(
+    new_chunks: list[tuple[ChunkRow, ChunkDraft]], tails: list[lexical.Tails | None]
+) -> Sequence[int]:
+    """Insert these chunks, their lexical rows (each with its tails worked
+    out ahead, or None) and their spans; returns their ids."""
+    created = bulk.insert_returning_ids(Chunk, CHUNK_COLUMNS, [chunk for chunk, _ in new_chunks])
+    lexical.index_new_chunks(
+        ((chunk_id, draft.context, draft.text, chunk[7]), tail)  # chunk[7]: its index_kind (CHUNK_COLUMNS)
+        for chunk_id, (chunk, draft), tail in zip(created, new_chunks, tails, strict=True)
     )
-    bulk.create(
+    bulk.insert(
         Span,
+        SPAN_COLUMNS,
         [
-            Span(
-                chunk=chunk,
-                span_kind=draft.span_kind,
-                start=draft.start,
-                end=draft.end,
-                extra_json=draft.extra,
-            )
-            for chunk, (_, draft) in zip(created, new_chunks, strict=True)
+            (chunk_id, draft.span_kind, draft.start, draft.end, draft.extra)
+            for chunk_id, (_, draft) in zip(created, new_chunks, strict=True)
         ],
     )
     return created
@@ -279,41 +348,58 @@ def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
 
 
 def _sync_chunks(
-    rep: Representation, prepared: Prepared, delta: Delta, *, fresh: bool, old_text: str | None
+    rep: Representation,
+    prepared: Prepared,
+    delta: Delta,
+    *,
+    fresh: bool,
+    old_text: str | None,
+    ahead: Ahead | None = None,
 ) -> None:
     """Keep chunks whose text survived, tombstone the rest, add the new.
     ``old_text`` is the representation's text before this write (None when
     it had none): the chunks that do not survive get their text written out
-    of it before they are tombstoned (corpus/slices.py)."""
+    of it before they are tombstoned (corpus/slices.py). ``fresh``: the
+    representation has no chunks, so every draft is new (and ``ahead``, when
+    given, says where each lies and its lexical row's tail)."""
+    if fresh:
+        places, tails = _places_and_tails(rep, prepared, ahead)
+        fresh_chunks = [
+            (_new_chunk(rep, prepared, draft, place), draft)
+            for draft, place in zip(prepared.drafts, places, strict=True)
+        ]
+        if old_text is not None and old_text != rep.text:
+            slices.materialize(rep.rep_id, old_text, keep=[])
+        delta.chunks_added += len(_create_chunks(fresh_chunks, tails))
+        return
     old_by_hash: dict[str, list[Chunk]] = defaultdict(list)
-    live = () if fresh else rep.chunks.filter(deleted=False).prefetch_related("spans")
+    live = rep.chunks.filter(deleted=False).prefetch_related("spans")
     cut_from = rep.text if old_text is None else old_text
     for chunk in live:
         text = chunk.stored_text if chunk.text_start is None else cut_from[chunk.text_start : chunk.text_end]
         old_by_hash[_hash(chunk.context, text)].append(chunk)
     locator = slices.Locator(rep.text)
     moved: list[tuple[Chunk, ChunkDraft]] = []
-    new_chunks: list[tuple[Chunk, ChunkDraft]] = []
+    new_chunks: list[tuple[ChunkRow, ChunkDraft]] = []
     for draft in prepared.drafts:
         reusable = old_by_hash.get(_hash(draft.context, draft.text))
         if reusable:
             moved.append((reusable.pop(), draft))
             continue
-        new_chunks.append((_new_chunk(rep, prepared, draft, locator), draft))
+        new_chunks.append((_new_chunk(rep, prepared, draft, _locate(locator, draft)), draft))
     if old_text is not None and old_text != rep.text:
         slices.materialize(rep.rep_id, old_text, keep=[chunk.chunk_id for chunk, _ in moved])
     for chunk, draft in moved:
         _move_chunk(chunk, draft, _locate(locator, draft))
     stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
     _tombstone_chunks(stale, delta)
-    if not fresh:
-        new_chunks = _revive_chunks(rep, new_chunks, delta, locator)
-    delta.chunks_added += len(_create_chunks(new_chunks))
+    new_chunks = _revive_chunks(rep, new_chunks, delta, locator)
+    delta.chunks_added += len(_create_chunks(new_chunks, [None] * len(new_chunks)))
 
 
 def _revive_chunks(
-    rep: Representation, wanted: list[tuple[Chunk, ChunkDraft]], delta: Delta, locator: slices.Locator
-) -> list[tuple[Chunk, ChunkDraft]]:
+    rep: Representation, wanted: list[tuple[ChunkRow, ChunkDraft]], delta: Delta, locator: slices.Locator
+) -> list[tuple[ChunkRow, ChunkDraft]]:
     """Bring back the representation's tombstoned chunks whose context and
     text a wanted unit has (one each, those holding a vector first, then the
     latest); returns the units still to create. Candidates are read by the
@@ -336,13 +422,13 @@ def _revive_chunks(
         return wanted
     candidates = {text_hash: [-key[1] for key in sorted(keys)] for text_hash, keys in found.items()}
     chosen: dict[int, ChunkDraft] = {}
-    rest: list[tuple[Chunk, ChunkDraft]] = []
-    for chunk, draft in wanted:
+    rest: list[tuple[ChunkRow, ChunkDraft]] = []
+    for row, draft in wanted:
         ids = candidates.get(_hash(draft.context, draft.text))
         if ids:
             chosen[ids.pop(0)] = draft
         else:
-            rest.append((chunk, draft))
+            rest.append((row, draft))
     rows = Chunk.objects.filter(chunk_id__in=list(chosen))
     revived = list(rows.defer("embedding").prefetch_related("spans"))
     rows.update(deleted=False)
