@@ -28,12 +28,13 @@ here at load time (per output column, 7 bits), activations per call. About
 
 ``precision="bf16"`` hands the same float32 graph to OpenVINO instead,
 compiled with bfloat16 matmuls where the processor has them (AVX-512 BF16,
-AMX-BF16): about 0.6 of float32's CPU on this workload (0.45 with AMX),
+AMX-BF16): about 0.6 of float32's CPU on this workload (0.39 with AMX),
 vectors within cosine 0.99997 of float32's, recorded as
 ``all-MiniLM-L6-v2-bf16``. The compilation is kept in the user's cache
-(``compiled_cache_dir``) and imported by the next process: about 0.5 CPU-s
-instead of 2-3, and the peak RSS of a load 365 MB instead of 470 (796 before
-the weights were inlined one by one; docs/benchmarks.md, 2026-11-29).
+(``compiled_cache_dir``) and imported by the next process: a load then
+costs about 1.6 CPU-s instead of 2.7 (fp32: 1.2), and peaks at 365 MB of RSS
+instead of 468 (796 before the weights were inlined one by one;
+docs/benchmarks.md, 2026-11-29).
 """
 
 from __future__ import annotations
