@@ -4,8 +4,11 @@ equivalence with sentence-transformers (where torch is installed)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -30,6 +33,8 @@ from corpus.providers.local import (
 )
 from kernel import errors
 from tests.factories import ChunkFactory
+
+REPO = Path(__file__).resolve().parent.parent
 
 PROSE = [
     "The quick brown fox jumps over the lazy dog.",
@@ -599,3 +604,37 @@ def test_the_cache_is_the_users_own(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert local.compiled_cache_dir() == tmp_path / "dir2mcp"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert local.compiled_cache_dir() == Path.home() / ".cache" / "dir2mcp"
+
+
+#: Run in a fresh process with its own home: embed at bf16, wait for every
+#: thread OpenVINO started, then print what reached the network or forked.
+NO_TELEMETRY_PROBE = """
+import json, sys, threading
+seen = []
+def hook(event, args):
+    if event in ("socket.connect", "socket.getaddrinfo", "os.fork", "subprocess.Popen", "os.posix_spawn"):
+        seen.append(event)
+sys.addaudithook(hook)
+from corpus.providers.local import LocalEmbedder
+LocalEmbedder(precision="bf16", keep_compiled=False).embed(["def parse(path): return path"], kind="code")
+for thread in threading.enumerate():
+    if thread is not threading.main_thread():
+        thread.join(10)
+print(json.dumps(sorted(set(seen))))
+"""
+
+
+def test_bf16_sends_nothing_and_writes_nothing_to_the_home_directory(tmp_path: Path) -> None:
+    """``import openvino`` started Intel's telemetry: a client id written to
+    ``~/intel`` and a usage event for Google Analytics, sent from a process
+    forked off a thread. Embedding at bf16 now does neither."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(tmp_path / "c"), "PYTHONPATH": str(REPO)}
+    for name in ("CI", "TF_BUILD", "JENKINS_URL"):  # openvino_telemetry is quiet in CI: be a user's machine
+        env.pop(name, None)
+    command = [sys.executable, "-c", NO_TELEMETRY_PROBE]
+    probe = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert json.loads(probe.stdout.strip().splitlines()[-1]) == []
+    assert sorted(path.name for path in home.rglob("*")) == []

@@ -41,15 +41,18 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib
 import json
 import logging
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -467,14 +470,26 @@ def compiled_blob_name(openvino_version: str, properties: dict[str, str]) -> str
     return f"{BLOB_PREFIX}{key.hexdigest()[:24]}.blob"
 
 
+def _import_openvino() -> ModuleType:
+    """OpenVINO, without Intel's telemetry. ``import openvino`` imports its
+    model converter, which starts ``openvino_telemetry``: a client id written
+    to ``~/intel`` and a usage event sent to Google Analytics from a process
+    forked off a thread (a fork that could hang holding its parent's pipes).
+    The converter falls back to a stub of its own when ``openvino_telemetry``
+    cannot be imported, so it is made unimportable first (None in
+    ``sys.modules``: an ImportError). Imported here: only a process that
+    embeds at bf16 pays for OpenVINO."""
+    if "openvino_telemetry" not in sys.modules:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # None: Python's mark for "cannot import"
+    return importlib.import_module("openvino")
+
+
 def _openvino_runner(graph: Callable[[], _Graph], streams: int, cache: Path | None) -> _Run:
     """``graph`` compiled by OpenVINO with bfloat16 arithmetic in its matmuls
     where the processor has it (AVX-512 BF16, AMX-BF16; float32 elsewhere),
     ``streams`` requests at once of one thread each: one per calling thread.
     With ``cache``, the compilation is kept there and imported next time."""
-    # imported here: only a process that embeds at bf16 pays for OpenVINO
-    import openvino
-
+    openvino = _import_openvino()
     core = openvino.Core()
     properties = {
         "INFERENCE_PRECISION_HINT": "bf16",
