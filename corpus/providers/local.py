@@ -28,22 +28,31 @@ here at load time (per output column, 7 bits), activations per call. About
 
 ``precision="bf16"`` hands the same float32 graph to OpenVINO instead,
 compiled with bfloat16 matmuls where the processor has them (AVX-512 BF16,
-AMX-BF16): about 0.6 of float32's CPU on this workload, vectors within
-cosine 0.99997 of float32's, recorded as ``all-MiniLM-L6-v2-bf16``.
+AMX-BF16): about 0.6 of float32's CPU on this workload (0.39 with AMX),
+vectors within cosine 0.99997 of float32's, recorded as
+``all-MiniLM-L6-v2-bf16``. The compilation is kept in the user's cache
+(``compiled_cache_dir``) and imported by the next process: a load then
+costs about 1.6 CPU-s instead of 2.7 (fp32: 1.2), and peaks at 365 MB of RSS
+instead of 468 (796 before the weights were inlined one by one;
+docs/benchmarks.md, 2026-11-29).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib
 import json
+import logging
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,8 +61,9 @@ from tokenizers import Tokenizer
 
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.providers.openai_compatible import check_kind
-from corpus.providers.precision import PRECISIONS, onnx_available, openvino_available
+from corpus.providers.precision import PRECISIONS, cpu_flags, onnx_available, openvino_available
 from kernel import errors
+from kernel.state import DIR_MODE, atomic_write
 
 if TYPE_CHECKING:  # onnx is imported on first use, in _OnnxBert
     from onnx import ModelProto, NodeProto, ValueInfoProto
@@ -76,6 +86,11 @@ BACKENDS = ("onnx", "numpy")
 INT8_WEIGHT_BITS = 7
 # Rows per block of the feed-forward layers: keeps the 4x-wide intermediate in cache.
 FFN_BLOCK_ROWS = 256
+
+#: How a kept bf16 compilation's file name starts (compiled_blob_name)
+BLOB_PREFIX = f"{MODEL_NAME}-bf16-openvino-"
+
+logger = logging.getLogger(__name__)
 
 _verified: set[tuple[str, int, int]] = set()
 _verified_lock = threading.Lock()
@@ -428,22 +443,53 @@ def pack_batches(
 _Run = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
-def _openvino_runner(model: ModelProto, weights: dict[str, np.ndarray], streams: int) -> _Run:
-    """``model`` compiled by OpenVINO with bfloat16 arithmetic in its matmuls
-    where the processor has it (AVX-512 BF16, AMX-BF16; float32 elsewhere),
-    ``streams`` requests at once of one thread each: one per calling thread."""
-    # imported here: only a process that embeds at bf16 pays for OpenVINO
-    import openvino
-    from onnx import TensorProto, numpy_helper
+#: The encoder's ONNX graph and its external weights by name (``_bert_graph``).
+_Graph = tuple["ModelProto", dict[str, np.ndarray]]
 
-    inline = [
-        numpy_helper.from_array(weights[tensor.name], tensor.name)
-        if tensor.data_location == TensorProto.EXTERNAL
-        else tensor
-        for tensor in model.graph.initializer
-    ]
-    model.graph.ClearField("initializer")
-    model.graph.initializer.extend(inline)
+
+def compiled_cache_dir() -> Path:
+    """The per-user directory of compiled models: ``$XDG_CACHE_HOME/dir2mcp``,
+    else ``~/.cache/dir2mcp``; outside every root, so no repository ships one."""
+    cache_home = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+    return Path(cache_home) / "dir2mcp"
+
+
+def compiled_blob_name(openvino_version: str, properties: dict[str, str]) -> str:
+    """The file one compilation is kept in: named by what it depends on (OpenVINO,
+    the weights, this module's code, the properties and the processor's flags), so a
+    change of any of them compiles anew instead of importing a stale model."""
+    key = hashlib.sha256()
+    for part in (
+        openvino_version,
+        WEIGHTS_SHA256,
+        hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        json.dumps(properties, sort_keys=True),
+        " ".join(sorted(cpu_flags())),
+    ):
+        key.update(part.encode() + b"\0")
+    return f"{BLOB_PREFIX}{key.hexdigest()[:24]}.blob"
+
+
+def _import_openvino() -> ModuleType:
+    """OpenVINO, without Intel's telemetry. ``import openvino`` imports its
+    model converter, which starts ``openvino_telemetry``: a client id written
+    to ``~/intel`` and a usage event sent to Google Analytics from a process
+    forked off a thread (a fork that could hang holding its parent's pipes).
+    The converter falls back to a stub of its own when ``openvino_telemetry``
+    cannot be imported, so it is made unimportable first (None in
+    ``sys.modules``: an ImportError). Imported here: only a process that
+    embeds at bf16 pays for OpenVINO."""
+    if "openvino_telemetry" not in sys.modules:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # None: Python's mark for "cannot import"
+    return importlib.import_module("openvino")
+
+
+def _openvino_runner(graph: Callable[[], _Graph], streams: int, cache: Path | None) -> _Run:
+    """``graph`` compiled by OpenVINO with bfloat16 arithmetic in its matmuls
+    where the processor has it (AVX-512 BF16, AMX-BF16; float32 elsewhere),
+    ``streams`` requests at once of one thread each: one per calling thread.
+    With ``cache``, the compilation is kept there and imported next time."""
+    openvino = _import_openvino()
     core = openvino.Core()
     properties = {
         "INFERENCE_PRECISION_HINT": "bf16",
@@ -452,7 +498,12 @@ def _openvino_runner(model: ModelProto, weights: dict[str, np.ndarray], streams:
         "INFERENCE_NUM_THREADS": str(streams),
         "ENABLE_CPU_PINNING": "NO",
     }
-    compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU", properties)
+    blob = cache / compiled_blob_name(openvino.__version__, properties) if cache is not None else None
+    compiled = _imported(core, blob, properties) if blob is not None else None
+    if compiled is None:
+        compiled = core.compile_model(core.read_model(_inlined(*graph())), "CPU", properties)
+        if blob is not None:
+            _keep(blob, compiled.export_model().getvalue())
     output = compiled.output(0)
     requests = threading.local()
 
@@ -462,6 +513,185 @@ def _openvino_runner(model: ModelProto, weights: dict[str, np.ndarray], streams:
         return np.asarray(requests.request.infer(feed)[output], dtype=np.float32)
 
     return run
+
+
+def _inlined(model: ModelProto, weights: dict[str, np.ndarray]) -> bytes:
+    """``model`` serialized with its external weights inline (OpenVINO reads
+    external data only from files). Each float32 array is dropped as it is
+    copied and the proto as it is serialized, so the weights are held at most
+    twice at once (five times before: 796 MB at the peak against 377)."""
+    from onnx import TensorProto  # imported here: as _bert_graph does
+
+    for tensor in model.graph.initializer:
+        if tensor.data_location == TensorProto.EXTERNAL:
+            tensor.raw_data = weights.pop(tensor.name).tobytes()
+            tensor.ClearField("external_data")
+            tensor.data_location = TensorProto.DEFAULT
+    data: bytes = model.SerializeToString()
+    model.Clear()
+    return data
+
+
+# Any: OpenVINO has no type information (an ov.Core and an ov.CompiledModel)
+def _imported(core: Any, blob: Path, properties: dict[str, str]) -> Any:
+    """The compiled model kept in ``blob``, or None when there is none or it
+    cannot be read (then it is compiled again and ``blob`` replaced)."""
+    try:
+        data = blob.read_bytes()
+    except OSError:
+        return None
+    try:
+        return core.import_model(data, "CPU", properties)
+    except RuntimeError as exc:
+        logger.warning("compiling the local model again: %s could not be imported (%s)", blob, exc)
+        return None
+
+
+def _keep(blob: Path, data: bytes) -> None:
+    """Write a compiled model to ``blob``, dropping the earlier ones of this
+    model beside it; where the directory cannot be written, nothing is kept."""
+    try:
+        blob.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        atomic_write(blob, data)
+        for old in blob.parent.glob(f"{BLOB_PREFIX}*.blob"):
+            if old != blob:
+                old.unlink(missing_ok=True)
+    except OSError as exc:
+        logger.info("the compiled local model is not kept in %s: %s", blob.parent, exc)
+
+
+def _bert_graph(model_dir: Path, precision: str) -> _Graph:
+    """The encoder as an ONNX graph (``_OnnxBert``'s) whose weights are external
+    initializers, and those weights by name: handed over from memory, never written."""
+    # imported here: only a process that builds the graph pays for onnx
+    from onnx import TensorProto, helper
+
+    config = json.loads((model_dir / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    hidden = config["hidden_size"]
+    eps = float(config["layer_norm_eps"])
+    w = load_file(str(model_dir / WEIGHTS_FILE))
+    weights: dict[str, np.ndarray] = {}
+    nodes: list[NodeProto] = []
+
+    def weight(name: str, array: np.ndarray, dtype: type[np.generic] = np.float32) -> str:
+        weights[name] = np.ascontiguousarray(array, dtype=dtype)
+        return name
+
+    # Any: make_node takes a node's ONNX attributes (ints, lists) and its own
+    # keywords (domain) through one **kwargs, typed Any there
+    def node(op: str, inputs: list[str], **attrs: Any) -> str:
+        out = f"{op.lower()}{len(nodes)}"
+        nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    constants = []
+
+    def constant(name: str, values: list[int]) -> str:
+        # inline: shape inference reads these, and cannot read external data
+        constants.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+        return name
+
+    scale = np.float32(1 / math.sqrt(hidden // heads))  # folded into the query weights
+    constant("zero", [0])
+    constant("one", [1])
+    constant("heads_shape", [0, 0, heads, hidden // heads])
+    constant("hidden_shape", [0, 0, hidden])
+    weight("word", w["embeddings.word_embeddings.weight"])
+    weight(
+        "position",
+        w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0],
+    )
+    length = node("Shape", ["input_ids"], start=1, end=2)
+    h = node(
+        "Add",
+        [node("Gather", ["word", "input_ids"]), node("Slice", ["position", "zero", length, "zero"])],
+    )
+
+    def layer_norm(x: str, prefix: str) -> str:
+        gamma = weight(prefix + "weight", w[prefix + "weight"])
+        return node(
+            "LayerNormalization", [x, gamma, weight(prefix + "bias", w[prefix + "bias"])], epsilon=eps
+        )
+
+    def dense(x: str, prefix: str, matrix: np.ndarray | None = None, bias: np.ndarray | None = None) -> str:
+        matrix = w[prefix + "weight"] if matrix is None else matrix
+        bias = w[prefix + "bias"] if bias is None else bias
+        if precision == "int8":
+            return int8_dense(x, prefix, matrix.T, bias)
+        product = node("MatMul", [x, weight(prefix + "weight_t", matrix.T)])
+        return node("Add", [product, weight(prefix + "bias", bias)])
+
+    def int8_dense(x: str, prefix: str, matrix: np.ndarray, bias: np.ndarray) -> str:
+        # onnxruntime's own op: the input quantized per call (uint8, per
+        # tensor), the weights here once (int8, per output column)
+        quantized, scale = quantize_columns(matrix)
+        inputs = [
+            x,
+            weight(prefix + "weight_q", quantized, np.int8),
+            weight(prefix + "weight_scale", scale),
+            weight(prefix + "weight_zero", np.zeros(len(scale)), np.int8),
+            weight(prefix + "bias", bias),
+        ]
+        return node("DynamicQuantizeMatMul", inputs, domain="com.microsoft")
+
+    h = layer_norm(h, "embeddings.LayerNorm.")
+    for i in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+        att = p + "attention.self."
+        qkv = dense(
+            h,
+            att + "qkv.",
+            np.concatenate([w[att + "query.weight"] * scale, w[att + "key.weight"], w[att + "value.weight"]]),
+            np.concatenate([w[att + "query.bias"] * scale, w[att + "key.bias"], w[att + "value.bias"]]),
+        )
+        q, k, v = (f"{part}{len(nodes)}" for part in "qkv")
+        nodes.append(helper.make_node("Split", [qkv], [q, k, v], name=q, axis=2, num_outputs=3))
+        # (batch, seq, hidden) -> (batch, head, seq, head_dim); keys as (batch, head, head_dim, seq)
+        q, k, v = (
+            node("Transpose", [node("Reshape", [x, "heads_shape"])], perm=perm)
+            for x, perm in ((q, [0, 2, 1, 3]), (k, [0, 2, 3, 1]), (v, [0, 2, 1, 3]))
+        )
+        scores = node("Add", [node("MatMul", [q, k]), "key_bias"])
+        context = node("MatMul", [node("Softmax", [scores], axis=-1), v])
+        context = node("Reshape", [node("Transpose", [context], perm=[0, 2, 1, 3]), "hidden_shape"])
+        h = layer_norm(
+            node("Add", [dense(context, p + "attention.output.dense."), h]),
+            p + "attention.output.LayerNorm.",
+        )
+        inner = node("Gelu", [dense(h, p + "intermediate.dense.")])
+        h = layer_norm(node("Add", [dense(inner, p + "output.dense."), h]), p + "output.LayerNorm.")
+    node("Div", [node("ReduceSum", [node("Mul", [h, "mask"]), "one"], keepdims=0), "count"])
+    nodes[-1].output[0] = "pooled"
+
+    def tensor(name: str, dtype: int, shape: list[str | int]) -> ValueInfoProto:
+        return helper.make_tensor_value_info(name, dtype, shape)
+
+    external = []
+    for name, array in weights.items():
+        proto = TensorProto(
+            name=name,
+            data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+            dims=array.shape,
+            data_location=TensorProto.EXTERNAL,
+        )
+        entry = proto.external_data.add()
+        entry.key, entry.value = "location", name  # never read: the data is handed over below
+        external.append(proto)
+    graph = helper.make_graph(
+        nodes,
+        "all-MiniLM-L6-v2",
+        [
+            tensor("input_ids", TensorProto.INT64, ["batch", "seq"]),
+            tensor("key_bias", TensorProto.FLOAT, ["batch", 1, 1, "seq"]),
+            tensor("mask", TensorProto.FLOAT, ["batch", "seq", 1]),
+            tensor("count", TensorProto.FLOAT, ["batch", 1]),
+        ],
+        [tensor("pooled", TensorProto.FLOAT, ["batch", hidden])],
+        [*constants, *external],
+    )
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10), weights
 
 
 class _OnnxBert:
@@ -478,145 +708,16 @@ class _OnnxBert:
     request per calling thread (``streams`` of them at once).
     """
 
-    def __init__(self, model_dir: Path, precision: str = "fp32", streams: int = 1) -> None:
-        # imported here: ~0.5 s together, paid only by a process that embeds locally
-        import onnxruntime
-        from onnx import TensorProto, helper
-
-        config = json.loads((model_dir / "config.json").read_text())
-        heads = config["num_attention_heads"]
-        hidden = config["hidden_size"]
-        eps = float(config["layer_norm_eps"])
-        w = load_file(str(model_dir / WEIGHTS_FILE))
-        self._weights: dict[str, np.ndarray] = {}
-        nodes: list[NodeProto] = []
-
-        def weight(name: str, array: np.ndarray, dtype: type[np.generic] = np.float32) -> str:
-            self._weights[name] = np.ascontiguousarray(array, dtype=dtype)
-            return name
-
-        # Any: make_node takes a node's ONNX attributes (ints, lists) and its own
-        # keywords (domain) through one **kwargs, typed Any there
-        def node(op: str, inputs: list[str], **attrs: Any) -> str:
-            out = f"{op.lower()}{len(nodes)}"
-            nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
-            return out
-
-        constants = []
-
-        def constant(name: str, values: list[int]) -> str:
-            # inline: shape inference reads these, and cannot read external data
-            constants.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
-            return name
-
-        scale = np.float32(1 / math.sqrt(hidden // heads))  # folded into the query weights
-        constant("zero", [0])
-        constant("one", [1])
-        constant("heads_shape", [0, 0, heads, hidden // heads])
-        constant("hidden_shape", [0, 0, hidden])
-        weight("word", w["embeddings.word_embeddings.weight"])
-        weight(
-            "position",
-            w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0],
-        )
-        length = node("Shape", ["input_ids"], start=1, end=2)
-        h = node(
-            "Add",
-            [node("Gather", ["word", "input_ids"]), node("Slice", ["position", "zero", length, "zero"])],
-        )
-
-        def layer_norm(x: str, prefix: str) -> str:
-            gamma = weight(prefix + "weight", w[prefix + "weight"])
-            return node(
-                "LayerNormalization", [x, gamma, weight(prefix + "bias", w[prefix + "bias"])], epsilon=eps
-            )
-
-        def dense(
-            x: str, prefix: str, matrix: np.ndarray | None = None, bias: np.ndarray | None = None
-        ) -> str:
-            matrix = w[prefix + "weight"] if matrix is None else matrix
-            bias = w[prefix + "bias"] if bias is None else bias
-            if precision == "int8":
-                return int8_dense(x, prefix, matrix.T, bias)
-            product = node("MatMul", [x, weight(prefix + "weight_t", matrix.T)])
-            return node("Add", [product, weight(prefix + "bias", bias)])
-
-        def int8_dense(x: str, prefix: str, matrix: np.ndarray, bias: np.ndarray) -> str:
-            # onnxruntime's own op: the input quantized per call (uint8, per
-            # tensor), the weights here once (int8, per output column)
-            quantized, scale = quantize_columns(matrix)
-            inputs = [
-                x,
-                weight(prefix + "weight_q", quantized, np.int8),
-                weight(prefix + "weight_scale", scale),
-                weight(prefix + "weight_zero", np.zeros(len(scale)), np.int8),
-                weight(prefix + "bias", bias),
-            ]
-            return node("DynamicQuantizeMatMul", inputs, domain="com.microsoft")
-
-        h = layer_norm(h, "embeddings.LayerNorm.")
-        for i in range(config["num_hidden_layers"]):
-            p = f"encoder.layer.{i}."
-            att = p + "attention.self."
-            qkv = dense(
-                h,
-                att + "qkv.",
-                np.concatenate(
-                    [w[att + "query.weight"] * scale, w[att + "key.weight"], w[att + "value.weight"]]
-                ),
-                np.concatenate([w[att + "query.bias"] * scale, w[att + "key.bias"], w[att + "value.bias"]]),
-            )
-            q, k, v = (f"{part}{len(nodes)}" for part in "qkv")
-            nodes.append(helper.make_node("Split", [qkv], [q, k, v], name=q, axis=2, num_outputs=3))
-            # (batch, seq, hidden) -> (batch, head, seq, head_dim); keys as (batch, head, head_dim, seq)
-            q, k, v = (
-                node("Transpose", [node("Reshape", [x, "heads_shape"])], perm=perm)
-                for x, perm in ((q, [0, 2, 1, 3]), (k, [0, 2, 3, 1]), (v, [0, 2, 1, 3]))
-            )
-            scores = node("Add", [node("MatMul", [q, k]), "key_bias"])
-            context = node("MatMul", [node("Softmax", [scores], axis=-1), v])
-            context = node("Reshape", [node("Transpose", [context], perm=[0, 2, 1, 3]), "hidden_shape"])
-            h = layer_norm(
-                node("Add", [dense(context, p + "attention.output.dense."), h]),
-                p + "attention.output.LayerNorm.",
-            )
-            inner = node("Gelu", [dense(h, p + "intermediate.dense.")])
-            h = layer_norm(node("Add", [dense(inner, p + "output.dense."), h]), p + "output.LayerNorm.")
-        node("Div", [node("ReduceSum", [node("Mul", [h, "mask"]), "one"], keepdims=0), "count"])
-        nodes[-1].output[0] = "pooled"
-
-        def tensor(name: str, dtype: int, shape: list[str | int]) -> ValueInfoProto:
-            return helper.make_tensor_value_info(name, dtype, shape)
-
-        external = []
-        for name, array in self._weights.items():
-            proto = TensorProto(
-                name=name,
-                data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
-                dims=array.shape,
-                data_location=TensorProto.EXTERNAL,
-            )
-            entry = proto.external_data.add()
-            entry.key, entry.value = "location", name  # never read: the data is handed over below
-            external.append(proto)
-        graph = helper.make_graph(
-            nodes,
-            "all-MiniLM-L6-v2",
-            [
-                tensor("input_ids", TensorProto.INT64, ["batch", "seq"]),
-                tensor("key_bias", TensorProto.FLOAT, ["batch", 1, 1, "seq"]),
-                tensor("mask", TensorProto.FLOAT, ["batch", "seq", 1]),
-                tensor("count", TensorProto.FLOAT, ["batch", 1]),
-            ],
-            [tensor("pooled", TensorProto.FLOAT, ["batch", hidden])],
-            [*constants, *external],
-        )
-        opsets = [helper.make_opsetid("", 20), helper.make_opsetid("com.microsoft", 1)]
-        model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    def __init__(
+        self, model_dir: Path, precision: str = "fp32", streams: int = 1, cache: Path | None = None
+    ) -> None:
         if precision == "bf16":
-            self._run = _openvino_runner(model, self._weights, streams)
-            self._weights = {}  # OpenVINO holds its own copy
+            self._run = _openvino_runner(lambda: _bert_graph(model_dir, precision), streams, cache)
             return
+        # imported here: ~0.5 s with onnx, paid only by a process that embeds locally
+        import onnxruntime
+
+        model, self._weights = _bert_graph(model_dir, precision)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -657,7 +758,8 @@ class LocalEmbedder(Embedder):
     texts and ``TOKENS_PER_PASS`` tokens (``PADDED_TOKENS_PER_PASS``, padding
     counted, for onnx); ``threads`` passes run at once (default: one per
     available core), each single-threaded: for numpy, OpenBLAS is held at
-    one thread meanwhile and restored after.
+    one thread meanwhile and restored after. ``keep_compiled``: at bf16, keep
+    OpenVINO's compilation in ``compiled_cache_dir()`` and import it next time.
     """
 
     provider = "local"
@@ -678,6 +780,7 @@ class LocalEmbedder(Embedder):
         threads: int | None = None,
         backend: str | None = None,
         precision: str = "fp32",
+        keep_compiled: bool = True,
     ) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         missing = [name for name in REQUIRED_FILES if not (self.model_dir / name).is_file()]
@@ -695,6 +798,8 @@ class LocalEmbedder(Embedder):
             raise _config_error("embed.precision bf16 needs OpenVINO (the openvino package)")
         self.backend = backend
         self.precision = precision
+        #: keep a bf16 compilation in compiled_cache_dir() and import it next time
+        self.keep_compiled = keep_compiled
         self.max_batch = max_batch
         self.threads = threads or available_cores()
         self._lock = threading.Lock()
@@ -782,6 +887,7 @@ class LocalEmbedder(Embedder):
         tokenizer.enable_truncation(max_length=int(settings["max_seq_length"]))
         self._tokenizer = tokenizer
         if self.backend == "onnx":
-            self._bert = _OnnxBert(self.model_dir, self.precision, self.threads)
+            cache = compiled_cache_dir() if self.keep_compiled else None
+            self._bert = _OnnxBert(self.model_dir, self.precision, self.threads, cache)
         else:
             self._bert = _Bert(self.model_dir)

@@ -1,6 +1,7 @@
 """Which arithmetic the local model runs in (``embed.precision``).
 
-``fp32``, ``int8`` and ``bf16`` are taken as they are. ``auto`` picks
+``fp32``, ``int8`` and ``bf16`` are taken as they are. ``auto``, the
+default since 2026-11-29, picks
 ``bf16`` on a processor with a bfloat16 dot product (AVX-512 BF16 or
 AMX-BF16) where OpenVINO is installed: there the graph costs about 0.6 of
 float32's CPU and its vectors are float32's to cosine 0.99997, and it keeps
