@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,9 +73,13 @@ def git_considers(cwd: Path) -> set[str]:
 
 @pytest.fixture
 def git_home(tmp_path: Path, monkeypatch) -> Path:
-    """A HOME and XDG_CONFIG_HOME of the test's own, so no user's git config counts."""
+    """A HOME and XDG_CONFIG_HOME of the test's own, so no user's git config
+    counts; dir2mcp's own records (kernel/config_trust.py, the state
+    directories it made) stay where the run keeps them."""
     home = tmp_path / "home"
     home.mkdir()
+    if "DIR2MCP_TRUST_DIR" not in os.environ:
+        monkeypatch.setenv("DIR2MCP_TRUST_DIR", os.path.join(os.environ["XDG_CONFIG_HOME"], "dir2mcp"))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "xdg"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")

@@ -31,7 +31,12 @@ from tests.support import CHUNK_TEXT, TLS, chunk_text, wait_until
 from tests.test_cli import cli
 from tests.up_process import running  # noqa: F401  (the fixture)
 
-LOCAL = {"DIR2MCP_EMBED__PROVIDER": "local"}
+#: The local model at float32: these tests watch what `up` shows while the
+#: child embeds (a kill, the restart, the estimate), which needs embedding to
+#: take a while; at bf16 (auto, on a processor with AMX) the rest of the tree
+#: was embedded before stats had a rate to estimate from. bf16 itself:
+#: tests/test_local_embedder.py, tests/test_precision.py.
+LOCAL = {"DIR2MCP_EMBED__PROVIDER": "local", "DIR2MCP_EMBED__PRECISION": "fp32"}
 
 
 def end_to_end(test):

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib
 import json
 import logging
 import math
@@ -481,7 +480,10 @@ def _import_openvino() -> ModuleType:
     embeds at bf16 pays for OpenVINO."""
     if "openvino_telemetry" not in sys.modules:
         sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # None: Python's mark for "cannot import"
-    return importlib.import_module("openvino")
+    import openvino  # here, after the line above, and only where bf16 is used
+
+    module: ModuleType = openvino
+    return module
 
 
 def _openvino_runner(graph: Callable[[], _Graph], streams: int, cache: Path | None) -> _Run:
