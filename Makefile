@@ -38,7 +38,8 @@ contract: install
 # reorder by test count would leave few-test long files for last). On
 # 2026-11-29: 9 min 55 s idle with 4,625 tests on a 2-core AMD EPYC (Zen 5),
 # 16 min 19 s beside two busy loops; 16 min 34 s with 4,443 on an Intel Xeon the
-# night before (docs/benchmarks.md, "The test suite").
+# night before; 18 min 13 s with 4,687 on an idle Intel Xeon at the end of
+# 2026-11-29 (docs/benchmarks.md, "The test suite").
 test: install lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
