@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from kernel import errors
 from kernel.config import Config
 from mcp_gateway.bounded import connection_cap
+from mcp_gateway.workers import give_back
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,4 @@ def admit(bounds: Limits, client: str) -> None:
 
 def release(client: str) -> None:
     Open.total -= 1
-    held = Open.by_client.get(client, 0) - 1
-    if held > 0:
-        Open.by_client[client] = held
-    else:
-        Open.by_client.pop(client, None)
+    give_back(Open.by_client, client)

@@ -106,11 +106,17 @@ def admit(bounds: Bounds, client: str) -> None:
 
 def release(client: str) -> None:
     Slots.taken -= 1
-    held = Slots.by_client.get(client, 0) - 1
+    give_back(Slots.by_client, client)
+
+
+def give_back(by_client: dict[str, int], client: str) -> None:
+    """One less held by ``client`` in a per-client count (call slots here,
+    streams in mcp_gateway/streams.py); a client holding none is dropped."""
+    held = by_client.get(client, 0) - 1
     if held > 0:
-        Slots.by_client[client] = held
+        by_client[client] = held
     else:
-        Slots.by_client.pop(client, None)
+        by_client.pop(client, None)
 
 
 _lock = threading.Lock()
