@@ -20,11 +20,15 @@ number); and nobody else knows an id this user's record holds.
 - ``state.id`` and a record that agree (same path, inode, id file): it is,
   unless git tracks files in it (a ``git pull`` wrote over ignored files);
 - ``state.id`` without such a record (made elsewhere, copied, moved): refused;
-- no ``state.id`` but files: made by an earlier dir2mcp, or shipped. It is
-  adopted as it is, with a warning, only if every entry is the user's, git
-  tracks none of it, and (when it is a ``.dir2mcp`` directory holding more
-  than ``secret.env`` and a config snapshot) its ``corpus.json`` names its
-  parent as the root it indexed; else refused.
+- no ``state.id`` but files: made by a dir2mcp before ids were written, or
+  shipped. Refused (:func:`legacy_refusal`): everything such a directory
+  holds, an archive extractor run by this user writes as well (contents,
+  names, modes, modification times, this user's ownership, a
+  ``corpus.json`` naming the path it is unpacked to, a lone ``secret.env``),
+  and what it cannot set (inode, inode-change times) an earlier dir2mcp
+  recorded nowhere to compare with. So there is no evidence to tell the
+  user's old directory from a planted one (docs/security.md, "Hostile
+  round, 2026-11-29 (session 21)").
 
 Refusals are CONFIG_UNTRUSTED (exit 2); the remedies are to delete it, keep
 state elsewhere (``--state-dir``), or ``dir2mcp state adopt``, which sets
@@ -40,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 import secrets
@@ -64,14 +67,9 @@ _ID = re.compile(r"[0-9a-f]{32}")
 _GROUP_OTHER = 0o077
 _GIT = ("git", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false")
 _GIT_TIMEOUT = 20.0
-_CORPUS_JSON_MAX = 1 << 20
-#: what a ``.dir2mcp`` may hold before any run: the secrets file a user (or
-#: ``config init``) writes, and ``config init``'s snapshot
 #: what ``state adopt`` moved out of the way: never read
 SET_ASIDE = "set-aside-"
-_BY_HAND = frozenset({"secret.env", ".dir2mcp.yaml.snapshot"})
 
-log = logging.getLogger(__name__)
 #: (path, id) of the recorded state directories this process found git tracks nothing in
 _untracked: set[tuple[str, str]] = set()
 
@@ -136,9 +134,8 @@ def refused(path: Path, reason: str) -> errors.Dir2mcpError:
 def verify(path: Path) -> None:
     """Raise CONFIG_UNTRUSTED unless the state directory at ``path`` is one
     dir2mcp made for this user (see the module's rules); claim a new or
-    empty one, and adopt an earlier version's with a warning. Reads nothing
-    else in it. A directory that cannot be written is checked all the same;
-    an earlier version's is then accepted for this run, unrecorded."""
+    empty one. Reads nothing else in it. A directory that cannot be written
+    is checked all the same."""
     try:
         top = os.lstat(path)
     except FileNotFoundError:
@@ -155,49 +152,28 @@ def verify(path: Path) -> None:
     if found is not None:
         _check_record(path, found, top)
         return
-    problem = legacy_problem(path)
-    if problem:
-        raise refused(path, f"has no {ID_NAME} (not made by this dir2mcp) and {problem}")
-    try:
-        _claim_or_join(path)
-    except OSError as exc:  # a read-only state directory: read it as it is
-        log.warning(
-            "the state directory %s was made by an earlier dir2mcp; reading it as it is "
-            "(cannot record it: %s)",
-            json.dumps(str(path)),
-            exc.strerror or exc,
-        )
-        return
-    log.warning(
-        "the state directory %s was made by an earlier dir2mcp (every entry yours, none tracked by git); "
-        "recorded it as yours (%s)",
-        json.dumps(str(path)),
-        records_dir(),
+    raise legacy_refusal(path)
+
+
+def legacy_refusal(path: Path) -> errors.Dir2mcpError:
+    """CONFIG_UNTRUSTED for a state directory holding files but no ``state.id``:
+    an earlier dir2mcp's, a shipped one (a repository, an unpacked archive),
+    or a ``secret.env`` written by hand into a directory dir2mcp never made.
+    None of them can be told apart by what the directory holds (the module's
+    docstring), so none is read; ``dir2mcp state adopt`` makes it the user's."""
+    return untrusted(
+        f"the state directory {path} holds files but no {ID_NAME}: it was not made by this dir2mcp "
+        "(made by a version before 2026-11-29, or shipped in a repository or an archive, which can "
+        "carry another's admin users and sessions, index entries your files do not hold, and a "
+        "token or secret.env others know); dir2mcp reads nothing in it. "
+        f"Run `dir2mcp state adopt --state-dir {path}` to make it yours",
+        f"`dir2mcp state adopt --state-dir {path}` sets aside what it holds in a set-aside-<time>/ "
+        "directory (never read again; take back a secret.env you wrote yourself from there) and records "
+        "it as yours: the next run makes a new token, signing key and index from your files. Or delete "
+        f"it ({path}) and a new one is made; or keep your state elsewhere with --state-dir DIR. "
+        "To keep a secret.env in a new .dir2mcp, let dir2mcp make the directory first "
+        "(`dir2mcp config init`, or any command), then write the file.",
     )
-
-
-def legacy_problem(path: Path) -> str | None:
-    """Why a state directory without ``state.id`` may not be taken for an
-    earlier dir2mcp's, or None: an entry of another user's, a file git tracks
-    (a repository shipped it), or, for a ``.dir2mcp`` directory, a
-    ``corpus.json`` that does not name its parent as the root it indexed."""
-    uid = os.geteuid()
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in (".", *dirnames, *filenames):
-            entry = os.path.join(dirpath, name)
-            with contextlib.suppress(FileNotFoundError):
-                if os.lstat(entry).st_uid != uid:
-                    return f"{os.path.normpath(entry)} belongs to another user"
-    if _in_work_tree(path) and _tracked_by_git(path):
-        return "git tracks files in it (a repository shipped it)"
-    if path.name == STATE_DIRNAME and _holds_state(path):
-        indexed = _indexed_root(path)
-        if indexed is None:
-            return "its corpus.json names no root it indexed"
-        if os.path.realpath(indexed) != os.path.realpath(path.parent):
-            parent = json.dumps(str(path.parent))
-            return f"its corpus.json says it indexed {json.dumps(indexed)}, not {parent}"
-    return None
 
 
 def claim(path: Path) -> str:
@@ -391,18 +367,6 @@ def _holds_no_file(path: Path) -> bool:
     return True
 
 
-def _holds_state(path: Path) -> bool:
-    """Whether ``path`` holds more than what a user may write there by hand
-    before any run (the secrets file, ``secrets.file.path``'s default) and
-    ``config init`` leaves: a database, a token, a key, caches, an index."""
-    for dirpath, _dirnames, filenames in os.walk(path):
-        if dirpath != str(path) and filenames:
-            return True
-        if set(filenames) - _BY_HAND:
-            return True
-    return False
-
-
 def _in_work_tree(path: Path) -> bool:
     """Whether a ``.git`` lies in ``path`` or above it (so that git is asked only then)."""
     here = Path(os.path.realpath(path))
@@ -422,13 +386,3 @@ def _tracked_by_git(path: Path) -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return listed.returncode == 0 and bool(listed.stdout)
-
-
-def _indexed_root(path: Path) -> str | None:
-    try:
-        with open(path / "corpus.json", "rb") as handle:
-            data = json.loads(handle.read(_CORPUS_JSON_MAX))
-    except (OSError, ValueError):
-        return None
-    root = data.get("root") if isinstance(data, dict) else None
-    return root if isinstance(root, str) else None

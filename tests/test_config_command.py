@@ -19,6 +19,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from kernel.config import Config, load_config
+from kernel.state import StateDir
 from tests.support import holds
 
 MANAGE = Path(settings.BASE_DIR) / "manage.py"
@@ -186,7 +187,7 @@ def test_print_json_is_one_object(corpus_dir):
 def test_print_shows_secret_sources_never_values(corpus_dir, monkeypatch):
     monkeypatch.setenv("MISTRAL_API_KEY", SECRET)
     env_file = corpus_dir / ".dir2mcp/secret.env"
-    env_file.parent.mkdir()
+    StateDir(env_file.parent).ensure()  # dir2mcp makes it first: one without state.id is refused
     env_file.write_text(f"ELEVENLABS_API_KEY={EL_SECRET}\n")
     env_file.chmod(0o600)
 
@@ -211,7 +212,7 @@ def test_print_hides_a_literal_key_written_in_the_file(corpus_dir):
 
 def test_print_refuses_a_world_readable_secret_file(corpus_dir):
     env_file = corpus_dir / ".dir2mcp/secret.env"
-    env_file.parent.mkdir()
+    StateDir(env_file.parent).ensure()  # dir2mcp makes it first: one without state.id is refused
     env_file.write_text(f"MISTRAL_API_KEY={SECRET}\n")
     env_file.chmod(0o644)
 

@@ -2,21 +2,21 @@
 (kernel/state_identity.py): a ``.dir2mcp/`` shipped inside a root (a cloned
 repository, an unpacked archive) is refused by every command before anything
 in it is read, whatever its modes; ``dir2mcp state adopt`` empties it and
-makes it the user's; one made by an earlier dir2mcp is taken over only if it
-cannot have been shipped (docs/security.md, "A root's own configuration and
+makes it the user's; one without ``state.id`` (an earlier dir2mcp's, or
+shipped) is refused too (docs/security.md, "A root's own configuration and
 state")."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import multiprocessing
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import httpx
@@ -167,19 +167,6 @@ def test_a_new_state_directory_claimed_by_processes_at_once_gets_one_id(tmp_path
 # -- made by an earlier version -----------------------------------------------------
 
 
-def test_an_earlier_versions_state_directory_is_taken_over_with_a_warning(corpus_dir, caplog):
-    state = earlier_versions_state(corpus_dir)
-
-    with caplog.at_level(logging.WARNING, logger="kernel.state_identity"):
-        state.ensure()
-        state.ensure()
-
-    assert ensure_token(state) == "users-own-token"  # nothing it held was dropped
-    warnings = [r.getMessage() for r in caplog.records if r.name == "kernel.state_identity"]
-    assert len(warnings) == 1 and "earlier dir2mcp" in warnings[0] and str(state.path) in warnings[0]
-    assert state.id_file.is_file()
-
-
 def git(root: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
@@ -189,61 +176,88 @@ def git(root: Path, *args: str) -> None:
     )
 
 
-def test_an_earlier_versions_state_directory_that_git_tracks_is_refused_untouched(corpus_dir):
-    state = earlier_versions_state(corpus_dir)
-    git(corpus_dir, "init", "-q")
-    git(corpus_dir, "add", "-f", ".dir2mcp")
-    git(corpus_dir, "commit", "-q", "-m", "ship the state")
+def packed_and_unpacked(state: StateDir, kind: str) -> None:
+    """``state`` packed into an archive (tar keeping modes and times, or zip)
+    and unpacked in its place by this user, as someone's download would be."""
+    archive = state.path.parent.parent / f"shipped.{kind}"
+    if kind == "tar":
+        with tarfile.open(archive, "w") as packed:
+            packed.add(state.path, arcname=".dir2mcp")
+    else:
+        shutil.make_archive(str(archive.with_suffix("")), "zip", state.path.parent, ".dir2mcp")
+    shutil.rmtree(state.path)
+    if kind == "tar":
+        with tarfile.open(archive) as packed:
+            packed.extractall(state.path.parent, filter="tar")
+    else:
+        shutil.unpack_archive(archive, state.path.parent)
+
+
+def a_secrets_file_written_by_hand(root: Path) -> StateDir:
+    state = StateDir(root / ".dir2mcp")
+    state.path.mkdir()
+    (state.path / "secret.env").write_text("DIR2MCP_AUTH_TOKEN=known-to-whoever-wrote-it\n")
+    (state.path / "secret.env").chmod(0o600)
+    return state
+
+
+@pytest.mark.parametrize(
+    "shape", ["earlier-version", "git-tracked", "tar-unpacked", "zip-unpacked", "secret-env"]
+)
+def test_a_state_directory_without_an_id_is_refused_untouched_naming_state_adopt(corpus_dir, shape):
+    """No ``state.id``: nothing it holds tells an earlier dir2mcp's directory
+    from an archive unpacked by this user whose corpus.json names exactly the
+    path it was unpacked to, or from a lone secret.env shipped the same way
+    (session 21: all three were taken over, the last one's token used)."""
+    if shape == "secret-env":
+        state = a_secrets_file_written_by_hand(corpus_dir)
+    else:
+        state = earlier_versions_state(corpus_dir)
+    if shape == "git-tracked":
+        git(corpus_dir, "init", "-q")
+        git(corpus_dir, "add", "-f", ".dir2mcp")
+        git(corpus_dir, "commit", "-q", "-m", "ship the state")
+    elif shape.endswith("-unpacked"):
+        packed_and_unpacked(state, shape.removesuffix("-unpacked"))
     before = tree(state.path)
 
-    error = refusal(state.ensure)
+    for attempt in (state.ensure, lambda: ensure_token(state)):
+        error = refusal(attempt)
+        assert f"dir2mcp state adopt --state-dir {state.path}" in error.message
+        assert "state.id" in error.message
+    if shape == "secret-env":
+        elsewhere = StateDir(corpus_dir.parent / "elsewhere")
+        elsewhere.ensure()
 
-    assert "git tracks files in it" in error.message
-    refusal(lambda: ensure_token(state))
+        def resolving() -> object:
+            return resolve_secret("auth_token", Config(), elsewhere, environ={}, root=corpus_dir)
+
+        assert "dir2mcp state adopt" in refusal(resolving).message
     assert tree(state.path) == before
+    assert not state.id_file.exists()
 
 
-def test_a_users_own_state_directory_that_git_starts_tracking_is_refused(corpus_dir):
-    """``git pull`` writes over ignored files: a repository that starts shipping
-    ``.dir2mcp/meta.sqlite`` replaces the one in the user's own state directory."""
+def test_adopting_an_earlier_versions_state_directory_makes_it_the_users_with_a_new_token(corpus_dir):
+    state = earlier_versions_state(corpus_dir)
+
+    moved, aside = state_identity.adopt(state.path)
+    state.ensure()
+
+    assert moved == 4 and aside is not None and (aside / "secret.token").is_file()
+    assert ensure_token(state) != "users-own-token"
+
+
+def test_a_secrets_file_written_into_a_dot_dir2mcp_dir2mcp_made_is_read(corpus_dir):
+    """The way to keep a secret.env there now: dir2mcp makes the directory first."""
     state = StateDir(corpus_dir / ".dir2mcp")
     state.ensure()
-    git(corpus_dir, "init", "-q")
-    (state.path / "meta.sqlite").write_bytes(b"the writer's database")
-    git(corpus_dir, "add", "-f", ".dir2mcp/meta.sqlite")
-    git(corpus_dir, "commit", "-q", "-m", "ship a database")
-
-    assert "git tracks" in refusal(state.ensure).message
-
-
-@pytest.mark.parametrize("corpus_json", [None, "/home/author/project", "{not json"])
-def test_an_earlier_versions_dot_dir2mcp_that_indexed_another_root_is_refused(corpus_dir, corpus_json):
-    """An unpacked archive's ``.dir2mcp`` names the root its writer indexed (or none)."""
-    state = earlier_versions_state(corpus_dir)
-    if corpus_json is None:
-        (state.path / "corpus.json").unlink()
-    elif corpus_json.startswith("/"):
-        (state.path / "corpus.json").write_text(json.dumps({"root": corpus_json}))
-    else:
-        (state.path / "corpus.json").write_text(corpus_json)
-    before = tree(state.path)
-
-    error = refusal(state.ensure)
-
-    assert "corpus.json" in error.message
-    assert tree(state.path) == before
-
-
-def test_a_dot_dir2mcp_holding_only_a_secrets_file_written_by_hand_is_taken_over(corpus_dir):
-    """``secrets.file.path`` defaults to ``.dir2mcp/secret.env``: written before any run, no corpus.json."""
-    state = StateDir(corpus_dir / ".dir2mcp")
-    state.path.mkdir()
-    (state.path / "secret.env").write_text("MISTRAL_API_KEY=mine\n")
+    (state.path / "secret.env").write_text("DIR2MCP_AUTH_TOKEN=mine-and-long-enough-0123456789\n")
     (state.path / "secret.env").chmod(0o600)
 
     state.ensure()
+    found = resolve_secret("auth_token", Config(), state, environ={}, root=corpus_dir)
 
-    assert state.id_file.is_file() and (state.path / "secret.env").is_file()
+    assert found is not None and found.value == "mine-and-long-enough-0123456789"
 
 
 def test_a_secrets_file_a_repository_ships_in_dot_dir2mcp_is_refused_not_read(corpus_dir, tmp_path):
@@ -260,7 +274,7 @@ def test_a_secrets_file_a_repository_ships_in_dot_dir2mcp_is_refused_not_read(co
 
     error = refusal(lambda: resolve_secret("auth_token", Config(), state, environ={}, root=corpus_dir))
 
-    assert "git tracks files in it" in error.message and str(shipped.parent) in error.message
+    assert "but no state.id" in error.message and str(shipped.parent) in error.message
 
 
 def test_an_empty_directory_is_a_new_state_directory(corpus_dir):
