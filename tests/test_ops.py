@@ -9,10 +9,12 @@ import logging
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import AsyncClient
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
+from corpus.index import lexical
 from corpus.models import Setting
 from corpus.providers.annotate import annotate
 from corpus.providers.http import HttpOptions, ProviderClient, ProviderError
@@ -68,6 +70,35 @@ def test_healthz_is_unavailable_until_the_index_is_opened(client):
     assert ready.status_code == 200
     body = ready.json()
     assert body["status"] == "ok" and body["checks"]["lexical_index"]["ok"]
+
+
+def healthz_steps(client) -> int:
+    """SQLite virtual-machine steps one ``/healthz`` costs (a progress handler on every step)."""
+    connection.ensure_connection()
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    connection.connection.set_progress_handler(step, 1)
+    try:
+        assert client.get("/healthz").status_code == 200
+    finally:
+        connection.connection.set_progress_handler(None, 1)
+    return steps[0]
+
+
+def test_healthz_does_the_same_work_however_large_the_index(client):
+    """/healthz asks no token: it read every full-text row on each call until
+    session 21 (count(*) over FTS5), work that grew with the index for anyone."""
+    Setting.objects.create(key="index_format_version", value=INDEX_FORMAT_VERSION)
+    fts = lexical.SQLiteFTS5()
+    fts.insert_columns([(n, "head", f"body {n}") for n in range(1, 11)])
+    small = healthz_steps(client)
+    fts.insert_columns([(n, "head", f"body {n} " + "word " * 20) for n in range(11, 3011)])
+
+    assert healthz_steps(client) == small
 
 
 def test_liveness_answers_without_the_database(client, django_assert_num_queries):

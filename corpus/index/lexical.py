@@ -210,6 +210,12 @@ def live_count() -> int:
     return _backend().count()
 
 
+def answers() -> None:
+    """Raise DatabaseError unless the index can be queried; reads one row at
+    most (``/healthz``, asked by anyone: never work that grows with the index)."""
+    _backend().answers()
+
+
 def indexed_ids() -> set[int]:
     """The chunk ids the index holds (for consistency checks)."""
     return _backend().ids()
@@ -351,6 +357,9 @@ class Unavailable:
 
     def count(self) -> int:
         return 0
+
+    def answers(self) -> None:
+        pass
 
     def ids(self) -> set[int]:
         return set()

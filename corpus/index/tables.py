@@ -89,6 +89,7 @@ class Backend(Protocol):
     def rebuild(self) -> int: ...
     def clear(self) -> None: ...
     def count(self) -> int: ...
+    def answers(self) -> None: ...
     def ids(self) -> set[int]: ...
 
 
@@ -125,6 +126,13 @@ class TableBackend:
             cursor.execute(f"SELECT count(*) FROM {self.TABLE}")
             count: int = cursor.fetchone()[0]
             return count
+
+    def answers(self) -> None:
+        """Read one row (DatabaseError when the table cannot be queried):
+        the same work however many rows it holds, unlike :meth:`count`."""
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {self.ID_COLUMN} FROM {self.TABLE} LIMIT 1")
+            cursor.fetchone()
 
     def ids(self) -> set[int]:
         with connection.cursor() as cursor:
