@@ -828,7 +828,8 @@ def _find_page(
         scanned += 1
         skip = max(start_skip, 0) if row[1] == start_path else 0
         found, cut = _doc_matches(engine, pattern, base, reps, per_file, deadline)
-        if cut and (scanned > 1 or waited):  # retry this document with a full budget on the next page
+        gave_way = getattr(pattern, "gave_way", False)  # its turn at the regex worker went to another client
+        if cut and (scanned > 1 or waited or gave_way):  # retry this document with a full budget next page
             timed_out, resume = True, (row[1], skip)
             break
         found = found[skip:]

@@ -9,7 +9,11 @@
   doing; the next call starts a fresh one. There is one worker, so all
   regex calls share one budget: a call waits for it within its own
   deadline, and a dozen hostile calls cost one core for one budget each in
-  turn, not the whole machine.
+  turn, not the whole machine. Turns are fair between clients
+  (:class:`Turns`): the next goes to the waiting client that had one least
+  recently, and a turn another client waits behind ends a quarter of that
+  client's time after it began waiting, so one client's calls never take
+  every turn.
 * **Literal text** (``find`` without ``regex``) stays in the server: an
   escaped literal compiles in linear time, and the ``regex`` module matches
   it without the GIL and with a timeout.
@@ -21,6 +25,7 @@
 from __future__ import annotations
 
 import atexit
+import contextvars
 import marshal
 import os
 import select
@@ -30,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +80,7 @@ class _Died(Exception):
 
 
 class _Worker:
-    """The child process and its pipes; used under :data:`_TURN` only."""
+    """The child process and its pipes; used by the holder of a turn (:class:`Turns`) only."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
@@ -106,7 +112,8 @@ class _Worker:
                 pass
 
     def request(self, message: _Request, deadline: float) -> _Reply:
-        """The worker's reply, or ``Overrun`` (and a killed worker) at the deadline."""
+        """The worker's reply, or ``Overrun`` (and a killed worker) at the
+        deadline, or when the turn must be given up (:meth:`Turns.must_yield`)."""
         self.start()
         assert self.proc is not None and self.proc.stdin is not None  # start() opened it
         payload = marshal.dumps(message)
@@ -133,9 +140,14 @@ class _Worker:
         poller.register(fd, select.POLLIN)
         chunks, left = [], size
         while left:
-            wait = deadline + GRACE_SECONDS - time.monotonic()
-            if wait <= 0 or not poller.poll(wait * 1000):
+            now = time.monotonic()
+            if _turns.must_yield(now):
                 raise Overrun()
+            wait = min(deadline + GRACE_SECONDS - now, _YIELD_POLL_SECONDS)
+            if wait <= 0:
+                raise Overrun()
+            if not poller.poll(wait * 1000):
+                continue
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
                 raise _Died()
@@ -144,7 +156,96 @@ class _Worker:
         return b"".join(chunks)
 
 
-_TURN = threading.Lock()
+#: the client a call is made for (mcp_gateway/workers.py sets it on each call thread)
+CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("dir2mcp_client", default="")
+#: how often a turn's holder looks whether another client waits for it
+_YIELD_POLL_SECONDS = 0.05
+#: clients whose last turn is remembered when none of them waits
+_REMEMBERED_CLIENTS = 1024
+
+
+@dataclass(eq=False)
+class _Waiter:
+    client: str
+    deadline: float
+
+
+@dataclass
+class Turns:
+    """Turns at the one regex worker, fair between clients.
+
+    Until session 21 a lock: one client keeping a call waiting took the
+    next turn as often as not, and each turn could last a whole find budget,
+    so another client's regex ``find`` answered ``timed_out`` again and again.
+    Now the next turn goes to the waiting client that had one least recently
+    (in arrival order among equals), and while another client waits the
+    holder's turn ends a quarter of that client's remaining time after it
+    began waiting (:meth:`must_yield`): its worker is killed and its call
+    answers ``timed_out`` with a cursor to go on from, so every waiting
+    client gets three quarters of its time at the worker.
+    """
+
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    holder: str | None = None
+    waiting: list[_Waiter] = field(default_factory=list)
+    #: the serial number of each client's last turn
+    last: dict[str, int] = field(default_factory=dict)
+    served: int = 0
+    #: when the holder must give its turn up (another client waits), or None
+    yield_at: float | None = None
+
+    def take(self, client: str, deadline: float) -> bool:
+        """Wait for a turn until ``deadline``; False when none came."""
+        me = _Waiter(client, deadline)
+        with self.cond:
+            self.waiting.append(me)
+            self._ask_holder_to_yield()
+            try:
+                while not (self.holder is None and self._next() is me):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self.cond.wait(left)
+            finally:
+                self.waiting.remove(me)
+                self.cond.notify_all()  # whoever is next now, if it was this one that gave up
+            self.holder, self.yield_at = client, None
+            self.served += 1
+            self.last[client] = self.served
+            self._ask_holder_to_yield()
+            return True
+
+    def give_back(self) -> None:
+        with self.cond:
+            self.holder, self.yield_at = None, None
+            if len(self.last) > _REMEMBERED_CLIENTS:
+                keep = {w.client for w in self.waiting}
+                self.last = {c: n for c, n in self.last.items() if c in keep}
+            self.cond.notify_all()
+
+    def must_yield(self, now: float) -> bool:
+        """Whether the holder's turn has ended because another client waits."""
+        at = self.yield_at  # one read: set and cleared under the lock by others
+        return at is not None and now >= at
+
+    def _next(self) -> _Waiter | None:
+        if not self.waiting:
+            return None
+        return min(self.waiting, key=lambda w: self.last.get(w.client, 0))  # min is stable: arrival order
+
+    def _ask_holder_to_yield(self) -> None:
+        """Under the lock: end the holder's turn a quarter of the remaining
+        time of the soonest other client waiting, counted from now."""
+        if self.holder is None:
+            return
+        now = time.monotonic()
+        for waiter in self.waiting:
+            if waiter.client != self.holder:
+                at = now + max(waiter.deadline - now, 0) / 4
+                self.yield_at = at if self.yield_at is None else min(self.yield_at, at)
+
+
+_turns = Turns()
 _worker = _Worker()
 atexit.register(_worker.kill)
 
@@ -170,10 +271,13 @@ class RegexScan:
         self.pattern, self.flags, self.deadline = pattern, int(flags), deadline
         self.budget = deadline - time.monotonic()
         self.held, self.waited = False, 0.0
+        self.client = CLIENT.get()
+        #: whether the worker was stopped to give another client its turn (not at this call's deadline)
+        self.gave_way = False
 
     def __enter__(self) -> RegexScan:
         asked = time.monotonic()
-        if not _TURN.acquire(timeout=max(self.deadline - asked, 0)):
+        if not _turns.take(self.client, self.deadline):
             raise Overrun()
         self.held = True
         #: how long this call waited for its turn (another call held the worker)
@@ -182,7 +286,9 @@ class RegexScan:
             reply = self._ask(("compile", self.pattern, self.flags))
         except Overrun:
             self.__exit__()
-            if self.waited > self.budget / 10:  # its turn came too late to judge the pattern
+            if (
+                self.gave_way or self.waited > self.budget / 10
+            ):  # its turn ended too soon to judge the pattern
                 raise
             raise errors.Dir2mcpError(
                 errors.INVALID_FIELD, "the regular expression takes too long to compile"
@@ -198,12 +304,16 @@ class RegexScan:
     def __exit__(self, *exc: object) -> None:
         if self.held:
             self.held = False
-            _TURN.release()
+            _turns.give_back()
 
     def _ask(self, message: _Request) -> _Reply:
         seconds = max(self.deadline - time.monotonic(), 0.001)
         try:
             reply = _worker.request((*message, seconds), self.deadline)
+        except Overrun:
+            now = time.monotonic()
+            self.gave_way = _turns.must_yield(now) and now < self.deadline
+            raise
         except _Died:
             raise errors.Dir2mcpError(
                 errors.INVALID_FIELD, "the regular expression could not be run (its matcher stopped)"

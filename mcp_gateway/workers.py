@@ -37,6 +37,7 @@ from typing import TypeVar
 
 from asgiref.sync import sync_to_async
 
+from corpus import patterns
 from kernel import errors
 from kernel.config import Config
 from kernel.jsontypes import JsonObject
@@ -145,9 +146,19 @@ def start(fn: Callable[..., _R], *args: object, bounds: Bounds, client: str) -> 
     """Admit ``client`` (:func:`admit`, which may refuse) and start
     ``fn(*args)`` on a call thread; the slot comes back when the thread returns."""
     admit(bounds, client)
-    work = asyncio.ensure_future(run(fn, *args, limit=bounds.limit))
+    work = asyncio.ensure_future(run(_as_client, client, fn, *args, limit=bounds.limit))
     work.add_done_callback(lambda _done: release(client))
     return work
+
+
+def _as_client(client: str, fn: Callable[..., _R], *args: object) -> _R:
+    """``fn(*args)`` made for ``client``: the regex worker's turns are shared
+    fairly between clients (corpus/patterns.py)."""
+    token = patterns.CLIENT.set(client)
+    try:
+        return fn(*args)
+    finally:
+        patterns.CLIENT.reset(token)
 
 
 async def finish(
