@@ -24,7 +24,9 @@ thread (``asgiref.sync.sync_to_async``), like any other tool call.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -96,10 +98,26 @@ def _match_problem(price: Price, accepted: PaymentRequirements) -> str | None:
     return None
 
 
+def _from_header(header: str) -> PaymentPayload:
+    """The payload of a ``PAYMENT-SIGNATURE`` header: base64 of a JSON object.
+    The x402 SDK's decoder calls ``.get`` on whatever the JSON is, so a header
+    of ``[]``, ``"x"``, ``1`` or ``null`` (or JSON nested past Python's
+    recursion limit) was an INTERNAL_ERROR and a traceback for anyone holding
+    the token (until session 21); each is ValueError here, so an unreadable
+    payment, answered with a fresh challenge."""
+    try:
+        data = json.loads(base64.b64decode(header.encode("utf-8"), validate=False).decode("utf-8"))
+    except RecursionError:
+        raise ValueError("the payment is nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ValueError("the payment is not a JSON object")
+    return decode_payment_signature_header(header)
+
+
 def _decode(header: str | None, meta_payment: object) -> PaymentPayload:
     """The payment payload from the header (preferred) or the in-band ``_meta`` object."""
     if header:
-        payload = decode_payment_signature_header(header.strip())
+        payload = _from_header(header.strip())
     elif isinstance(meta_payment, dict):
         payload = PaymentPayload.model_validate(meta_payment)
     else:

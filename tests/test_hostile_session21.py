@@ -6,12 +6,17 @@ a way in that was open before its fix.
 
 from __future__ import annotations
 
+import base64
 import threading
 
+import httpx
 import pytest
 
-from tests.mcp_http import Server, base_env
+from tests.fakes.facilitator import running_facilitator
+from tests.mcp_http import ACCEPT, Server, base_env, write_corpus
+from tests.support import TLS
 from tests.test_hostile_patterns import CATASTROPHIC, Call, build, busy_worker
+from tests.test_payments_e2e import INIT, x402_flags
 from tests.up_process import Up
 
 pytestmark = pytest.mark.slow
@@ -69,3 +74,50 @@ def test_one_client_never_takes_every_turn_at_the_regex_worker(tmp_path):
         assert [m["rel_path"] for m in result["matches"]] == ["notes.txt"], served
     # the hostile client's calls gave way (or ran out their budget): never an error
     assert answers and all(a["structuredContent"].get("timed_out") for a in answers), answers
+
+
+# -- x402 payment headers ----------------------------------------------------------
+
+
+@pytest.fixture
+def facilitator():
+    with running_facilitator() as fake:
+        yield fake
+
+
+def test_a_payment_header_that_is_not_a_json_object_is_an_unreadable_payment(tmp_path, running, facilitator):
+    """The x402 SDK's decoder called ``.get`` on whatever JSON the header held:
+    ``[]``, ``"x"``, ``1``, ``null`` and JSON nested past the recursion limit
+    were INTERNAL_ERROR (500) and a traceback each, on REST and MCP alike."""
+    write_corpus(tmp_path)
+    flags, env = x402_flags(facilitator)
+    up = running("--dir", str(tmp_path), "--json", *flags, env=env)
+    url = up.url()
+    base = url.removesuffix("/mcp")
+    token = (tmp_path / ".dir2mcp" / "secret.token").read_text().strip()
+    auth = {"Authorization": f"Bearer {token}"}
+    hostile = [b"[]", b'"x"', b"1", b"null", b"[" * 3000 + b"]" * 3000]
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+    call["params"] = {"name": "dir2mcp.search", "arguments": {"query": "loader"}}
+    answers = []
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
+        mcp = {**auth, "Accept": ACCEPT, "MCP-Protocol-Version": "2025-11-25"}
+        session = http.post(url, json=INIT, headers=mcp).headers["MCP-Session-Id"]
+        for raw in hostile:
+            signature = base64.b64encode(raw).decode()
+            rest = http.post(
+                f"{base}/api/v1/search",
+                json={"query": "loader"},
+                headers={**auth, "PAYMENT-SIGNATURE": signature},
+            )
+            answers.append((rest.status_code, rest.json()["error"]["message"]))
+            headers = {**mcp, "MCP-Session-Id": session, "PAYMENT-SIGNATURE": signature}
+            paid = http.post(url, json=call, headers=headers)
+            answers.append((paid.status_code, paid.json()["error"]["message"]))
+    code = up.stop()
+
+    assert answers == [
+        (402, "payment rejected: invalid_payload"),
+        (402, "Payment rejected: invalid_payload"),
+    ] * len(hostile), answers
+    assert code == 0 and "Traceback" not in up.stderr, up.stderr[-3000:]
