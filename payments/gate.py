@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TypedDict, Unpack
 
 from django.db import transaction
-from x402 import PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse
+from x402 import PaymentPayload, PaymentPayloadV1, PaymentRequired, PaymentRequirements, SettleResponse
 from x402.http import PAYMENT_RESPONSE_HEADER, decode_payment_signature_header, encode_payment_response_header
 from x402.mcp.constants import MCP_PAYMENT_RESPONSE_META_KEY
 
@@ -98,7 +98,7 @@ def _match_problem(price: Price, accepted: PaymentRequirements) -> str | None:
     return None
 
 
-def _from_header(header: str) -> PaymentPayload:
+def _from_header(header: str) -> PaymentPayload | PaymentPayloadV1:
     """The payload of a ``PAYMENT-SIGNATURE`` header: base64 of a JSON object.
     The x402 SDK's decoder calls ``.get`` on whatever the JSON is, so a header
     of ``[]``, ``"x"``, ``1`` or ``null`` (or JSON nested past Python's
