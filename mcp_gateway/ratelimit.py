@@ -11,6 +11,7 @@ down with it.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import threading
@@ -139,8 +140,25 @@ def client_address(peer: str, real_ip: str | None) -> str:
     connection (deploy/nginx), else the peer of the connection, which
     behind a proxy is the proxy for every client."""
     if settings.DJANGO_BEHIND_PROXY and real_ip:
-        return real_ip.strip()[:64]
-    return peer
+        return network_of(real_ip.strip()[:64])
+    return network_of(peer)
+
+
+def network_of(address: str) -> str:
+    """An address as one client: an IPv6 address by its /64, the block one
+    host or site is handed (until session 21 each address was a client, so
+    one host stepping through its /64 had a fresh rate budget, sign-in
+    budget and share of the slots with each request), an IPv4-mapped one as
+    its IPv4 address, either in one spelling. Anything else as it is."""
+    try:
+        ip = ipaddress.ip_address(address.partition("%")[0])  # a zone ("%eth0") names no other host
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def client_key(surface: str, peer: str, real_ip: str | None, token: str | None) -> str:

@@ -121,3 +121,30 @@ def test_a_payment_header_that_is_not_a_json_object_is_an_unreadable_payment(tmp
         (402, "Payment rejected: invalid_payload"),
     ] * len(hostile), answers
     assert code == 0 and "Traceback" not in up.stderr, up.stderr[-3000:]
+
+
+# -- who a client is -----------------------------------------------------------------
+
+
+def test_one_ipv6_host_is_one_client_to_the_rate_limit_whatever_its_address(tmp_path, running):
+    """Behind the documented proxy, each X-Real-IP was a client with a fresh
+    budget: a host stepping through its IPv6 /64 was never refused."""
+    write_corpus(tmp_path)
+    env = {
+        "DIR2MCP_SERVER__RATE_LIMIT_PER_MINUTE": "1",
+        "DJANGO_BEHIND_PROXY": "1",
+        "DJANGO_SECRET_KEY": "a-test-key-" + "x" * 50,
+    }
+    up = running("--dir", str(tmp_path), "--json", env=env)
+    base = up.url().removesuffix("/mcp")
+    token = (tmp_path / ".dir2mcp" / "secret.token").read_text().strip()
+    with httpx.Client(timeout=60, trust_env=False, verify=TLS) as http:
+        statuses = [
+            http.get(
+                f"{base}/api/v1/stats",
+                headers={"Authorization": f"Bearer {token}", "X-Real-IP": f"2001:db8:5:6::{i + 1:x}"},
+            ).status_code
+            for i in range(12)
+        ]
+    # a burst of five (the bucket's floor), then 429 for the same /64
+    assert statuses[:5] == [200] * 5 and 429 in statuses, statuses

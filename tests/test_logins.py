@@ -108,3 +108,26 @@ def test_the_client_behind_the_proxy(client, settings, counting, behind_proxy, s
         sign_in(client, f"user{next(_unique)}", "guess", peer, HTTP_X_REAL_IP=address())
     answer = sign_in(client, f"user{next(_unique)}", "guess", peer, HTTP_X_REAL_IP=address())
     assert (THROTTLED not in answer.content.decode()) is separate
+
+
+@pytest.mark.parametrize("behind_proxy", [True, False], ids=["X-Real-IP", "the peer"])
+def test_one_ipv6_host_stepping_through_its_64_is_one_client(client, settings, counting, behind_proxy):
+    """Each IPv6 address was a client of its own (session 21): one host hands
+    itself any address of its /64, so each guess came from a fresh address,
+    under other usernames, and the client's budget never ran out. The same
+    for an IPv4 client spelled as an IPv4-mapped IPv6 address."""
+    settings.DJANGO_BEHIND_PROXY = behind_proxy
+    net = f"2001:db8:{next(_unique):x}:7"
+    spellings = [f"{net}::{i:x}" for i in range(1, settings.DIR2MCP_LOGIN_FAILURES + 1)]
+    v4 = address()
+    mapped = [f"::ffff:{v4}" if i % 2 else v4 for i in range(settings.DIR2MCP_LOGIN_FAILURES + 1)]
+    for addresses in (spellings + [f"{net}:ffff:ffff:ffff:ffff"], mapped):
+        answers = []
+        for remote in addresses:
+            if behind_proxy:
+                answers.append(
+                    sign_in(client, f"user{next(_unique)}", "guess", "127.0.0.1", HTTP_X_REAL_IP=remote)
+                )
+            else:
+                answers.append(sign_in(client, f"user{next(_unique)}", "guess", remote))
+        assert [THROTTLED in a.content.decode() for a in answers] == [False] * (len(addresses) - 1) + [True]
