@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import AsyncClient
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,6 +22,7 @@ from corpus.providers.http import HttpOptions, ProviderClient, ProviderError
 from corpus.providers.ocr import MistralOcr
 from corpus.providers.stt import ElevenLabsStt, MistralStt
 from corpus.providers.tts import speak
+from dir2mcp_site.ops import metrics
 from kernel import observe
 from kernel.config import build_config
 from kernel.state import INDEX_FORMAT_VERSION, StateDir
@@ -109,7 +111,8 @@ def test_liveness_answers_without_the_database(client, django_assert_num_queries
 # -- /metrics -----------------------------------------------------------------
 
 
-def test_metrics_parse_as_prometheus_text_with_index_figures(client):
+def test_metrics_parse_as_prometheus_text_with_index_figures(client, monkeypatch):
+    monkeypatch.setattr(metrics, "INDEX_FIGURES_SECONDS", 0)  # counted now, not kept from an earlier scrape
     for _ in range(3):
         ChunkFactory(representation__document=DocumentFactory(doc_type="md"))
     DocumentFactory(doc_type="pdf", status="error")
@@ -117,6 +120,20 @@ def test_metrics_parse_as_prometheus_text_with_index_figures(client):
     assert sample(families, "dir2mcp_documents", doc_type="md", status="ok") == 3
     assert sample(families, "dir2mcp_documents", doc_type="pdf", status="error") == 1
     assert sample(families, "dir2mcp_chunks", embedding_status="pending") == 3
+
+
+def test_metrics_count_the_index_once_for_scrapes_in_a_row(client, monkeypatch):
+    """/metrics asks no token on loopback: each request counted every document
+    and chunk (GROUP BY over both tables) until session 21; now the figures of
+    one count serve the scrapes of the next INDEX_FIGURES_SECONDS."""
+    monkeypatch.setattr(metrics, "INDEX_FIGURES_SECONDS", 0, raising=False)
+    scrape(client)  # counted now: a scrape before this test's kept nothing for it
+    monkeypatch.setattr(metrics, "INDEX_FIGURES_SECONDS", 3600, raising=False)
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(5):
+            assert "dir2mcp_documents" in client.get("/metrics").content.decode()
+
+    assert [q["sql"] for q in queries.captured_queries] == []
 
 
 def test_metrics_count_site_requests_tool_calls_and_payments(client):

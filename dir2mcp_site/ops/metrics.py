@@ -5,7 +5,9 @@ module in :mod:`kernel.observe`, so the gateway, the payment audit and the
 provider client count without reaching up into the site; they are in the
 default registry, so the exposition here includes them.
 Indexing figures are not counted by hooks: :class:`IndexCollector` reads
-them from the database at scrape time, so they agree across processes.
+them from the database, so they agree across processes, at most once every
+:data:`INDEX_FIGURES_SECONDS` (``/metrics`` asks no token on loopback, and
+counting every document and chunk is work that grows with the index).
 
 Each daphne process keeps its own counters. With ``PROMETHEUS_MULTIPROC_DIR``
 set (before the process starts), prometheus_client writes them to files there
@@ -15,6 +17,8 @@ and :func:`exposition` merges every process's (docs/deploy.md).
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry
@@ -27,10 +31,28 @@ from corpus.models import Chunk, Document, IndexJob
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+#: how long the index figures of a scrape are kept for the next ones: until
+#: session 21 each request to ``/metrics`` (no token on loopback: any local
+#: user, or a web page's no-cors GET) counted every document and chunk
+INDEX_FIGURES_SECONDS = 15.0
+
+
 class IndexCollector:
-    """Indexing figures read from the database at scrape time."""
+    """Indexing figures read from the database, at most once every
+    :data:`INDEX_FIGURES_SECONDS` (scrapes meanwhile get the same figures)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.kept: tuple[float, list[Metric]] | None = None
 
     def collect(self) -> Iterator[Metric]:
+        with self.lock:  # one count at a time: scrapes meanwhile wait for it
+            now = time.monotonic()
+            if self.kept is None or now - self.kept[0] >= INDEX_FIGURES_SECONDS:
+                self.kept = (now, list(self.read()))
+            return iter(self.kept[1])
+
+    def read(self) -> Iterator[Metric]:
         from django.db.models import Count
 
         docs = GaugeMetricFamily(
