@@ -16,6 +16,8 @@ import errno
 import os
 import re
 import stat
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -572,6 +574,9 @@ class ExclusionEngine:
                 self._forbid_excluded(real_rel, is_dir=stat.S_ISDIR(st.st_mode))
             if self.hardlink_refused(st):
                 raise errors.Dir2mcpError(errors.FORBIDDEN, HARDLINK_REASON)
+            kernel = kernel_file_system(st.st_dev)
+            if kernel:
+                raise errors.Dir2mcpError(errors.FORBIDDEN, f"{KERNEL_FS_REASON} ({kernel}): {shown}")
         except BaseException:
             if fd >= 0:
                 os.close(fd)
@@ -699,6 +704,67 @@ class OpenedFile:
 #: The messages of the resolver's refusals a walk reports as problems
 #: (beside ``PATH_OUTSIDE_ROOT``); each message starts with its constant.
 LINK_LOOP_REASON = "too many levels of symbolic links"
+KERNEL_FS_REASON = "a file of a kernel file system, not a document"
+#: File systems whose files are the machine's live state, not documents:
+#: ``/proc/<pid>/environ`` is a process's environment (the server's own
+#: tokens and keys), ``/sys`` and ``/dev`` the hardware. Their files pass as
+#: regular ones (size 0, read as generated), so a root holding such a mount
+#: (``/`` itself, a chroot or container tree with ``proc`` mounted) served
+#: them until session 21; now no file on one is opened.
+KERNEL_FILE_SYSTEMS = frozenset(
+    {
+        "proc", "sysfs", "devtmpfs", "devpts", "debugfs", "tracefs", "securityfs", "cgroup", "cgroup2",
+        "pstore", "bpf", "configfs", "efivarfs", "fusectl", "hugetlbfs", "mqueue", "binfmt_misc",
+        "autofs", "rpc_pipefs", "nsfs", "selinuxfs", "nfsd",
+    }
+)  # fmt: skip
+_MOUNTINFO = "/proc/self/mountinfo"
+_MOUNTS_FRESH_SECONDS = 2.0
+
+
+class _Mounts:
+    """Each mounted file system's type by device number, read from
+    ``/proc/self/mountinfo`` (again when a device is unknown, or 2 s old)."""
+
+    lock = threading.Lock()
+    types: dict[int, str] = {}
+    read_at = -_MOUNTS_FRESH_SECONDS
+
+    @classmethod
+    def type_of(cls, dev: int) -> str:
+        with cls.lock:
+            now = time.monotonic()
+            if dev not in cls.types or now - cls.read_at >= _MOUNTS_FRESH_SECONDS:
+                cls.types, cls.read_at = _read_mounts(), now
+            # a device mountinfo does not name (a btrfs subvolume's) is no kernel
+            # file system: remembered as such until the next reading
+            return cls.types.setdefault(dev, "")
+
+
+def _read_mounts() -> dict[int, str]:
+    """``major:minor`` (field 3) and the type (the first field after " - ") of each mount."""
+    try:
+        with open(_MOUNTINFO, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return {}  # no /proc here: no kernel file system of the kind mounted either
+    found: dict[int, str] = {}
+    for line in lines:
+        fields, _, after = line.partition(" - ")
+        parts = fields.split()
+        major, _, minor = parts[2].partition(":") if len(parts) > 2 else ("", "", "")
+        if major.isdigit() and minor.isdigit() and after:
+            found[os.makedev(int(major), int(minor))] = after.split()[0]
+    return found
+
+
+def kernel_file_system(dev: int) -> str | None:
+    """The type of the kernel file system (``proc``, ``sysfs``, …) device
+    ``dev`` is, or None for any other (a disk's, tmpfs, NFS, FUSE)."""
+    kind = _Mounts.type_of(dev)
+    return kind if kind in KERNEL_FILE_SYSTEMS else None
+
+
 PERMISSION_REASON = "permission denied"
 HARDLINK_REASON = (
     "hard link: the file has other names, which may lie outside the root; "

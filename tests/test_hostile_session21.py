@@ -7,11 +7,17 @@ a way in that was open before its fix.
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 
+from corpus.security import KERNEL_FS_REASON, ExclusionEngine
+from kernel import errors
+from kernel.config import build_config
 from tests.fakes.facilitator import running_facilitator
 from tests.mcp_http import ACCEPT, Server, base_env, write_corpus
 from tests.support import TLS
@@ -148,3 +154,43 @@ def test_one_ipv6_host_is_one_client_to_the_rate_limit_whatever_its_address(tmp_
         ]
     # a burst of five (the bucket's floor), then 429 for the same /64
     assert statuses[:5] == [200] * 5 and 429 in statuses, statuses
+
+
+# -- kernel file systems under the root ---------------------------------------------
+
+
+def test_no_file_of_a_kernel_file_system_is_opened_even_under_the_root(tmp_path):
+    """/proc's files pass as regular ones: a root that is, or holds, a proc
+    mount served ``environ`` (a process's secrets) through open_file and
+    read_bytes until session 21. A root below /proc needs no privilege to show it."""
+    root = Path(f"/proc/{os.getpid()}")
+    engine = ExclusionEngine.from_config(root, build_config({}, {}, {}), state_dir=tmp_path / "state")
+    for rel in ("environ", "cmdline", "status"):
+        with pytest.raises(errors.Dir2mcpError) as refused, engine.open(rel):
+            pass
+        assert refused.value.code == errors.FORBIDDEN, rel
+        assert refused.value.message.startswith(KERNEL_FS_REASON + " (proc)"), rel
+
+
+def test_a_proc_mount_inside_a_served_root_is_never_read(tmp_path, running):
+    """The same through a real ``up`` whose root holds a proc mount (as a
+    chroot or container tree does); needs the privilege to mount one."""
+    write_corpus(tmp_path)
+    procfs = tmp_path / "procfs"
+    procfs.mkdir()
+    if subprocess.run(["mount", "-t", "proc", "proc", str(procfs)], capture_output=True).returncode != 0:
+        pytest.skip("mounting proc needs privileges this run does not have")
+    try:
+        up = running("--dir", str(tmp_path), "--json", "--no-index")
+        srv = Server(
+            tmp_path, up.url(), (tmp_path / ".dir2mcp" / "secret.token").read_text().strip(), up.proc
+        )
+        session = srv.initialize()
+        answers = {
+            tool: srv.call(session, tool, {"rel_path": f"procfs/{up.proc.pid}/environ"})
+            for tool in ("dir2mcp.read_bytes", "dir2mcp.open_file", "dir2mcp.checksum")
+        }
+    finally:
+        subprocess.run(["umount", "-l", str(procfs)], check=False)
+    for tool, result in answers.items():
+        assert result["structuredContent"].get("error", {}).get("code") == errors.FORBIDDEN, (tool, result)
