@@ -167,7 +167,8 @@ _REMEMBERED_CLIENTS = 1024
 @dataclass(eq=False)
 class _Waiter:
     client: str
-    deadline: float
+    #: when the holder must have given way to it: a quarter of its time after it arrived
+    claim_at: float
 
 
 @dataclass
@@ -179,10 +180,13 @@ class Turns:
     so another client's regex ``find`` answered ``timed_out`` again and again.
     Now the next turn goes to the waiting client that had one least recently
     (in arrival order among equals), and while another client waits the
-    holder's turn ends a quarter of that client's remaining time after it
-    began waiting (:meth:`must_yield`): its worker is killed and its call
-    answers ``timed_out`` with a cursor to go on from, so every waiting
-    client gets three quarters of its time at the worker.
+    holder's turn ends a quarter of that client's time after it began
+    waiting, though never before the holder has had a quarter of its own
+    (:meth:`must_yield`): its worker is killed and its call answers
+    ``timed_out`` with a cursor to go on from. So a waiting client whose
+    turn is next gets at least three quarters of its time at the worker, and
+    every turn lasts at least a quarter of its holder's time (calls kept
+    waiting until their time is nearly out cannot cut every turn short).
     """
 
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -193,10 +197,13 @@ class Turns:
     served: int = 0
     #: when the holder must give its turn up (another client waits), or None
     yield_at: float | None = None
+    #: until when the holder keeps its turn whoever waits: a quarter of its own time
+    guard: float = 0.0
 
     def take(self, client: str, deadline: float) -> bool:
         """Wait for a turn until ``deadline``; False when none came."""
-        me = _Waiter(client, deadline)
+        now = time.monotonic()
+        me = _Waiter(client, now + max(deadline - now, 0) / 4)
         with self.cond:
             self.waiting.append(me)
             self._ask_holder_to_yield()
@@ -209,7 +216,9 @@ class Turns:
             finally:
                 self.waiting.remove(me)
                 self.cond.notify_all()  # whoever is next now, if it was this one that gave up
+            now = time.monotonic()
             self.holder, self.yield_at = client, None
+            self.guard = now + max(deadline - now, 0) / 4
             self.served += 1
             self.last[client] = self.served
             self._ask_holder_to_yield()
@@ -234,14 +243,15 @@ class Turns:
         return min(self.waiting, key=lambda w: self.last.get(w.client, 0))  # min is stable: arrival order
 
     def _ask_holder_to_yield(self) -> None:
-        """Under the lock: end the holder's turn a quarter of the remaining
-        time of the soonest other client waiting, counted from now."""
+        """Under the lock: end the holder's turn when the first other client
+        waiting has waited a quarter of its time, but not before the holder
+        has had a quarter of its own (so calls kept waiting until their time
+        is nearly out cannot cut every turn short)."""
         if self.holder is None:
             return
-        now = time.monotonic()
         for waiter in self.waiting:
             if waiter.client != self.holder:
-                at = now + max(waiter.deadline - now, 0) / 4
+                at = max(self.guard, waiter.claim_at)
                 self.yield_at = at if self.yield_at is None else min(self.yield_at, at)
 
 
