@@ -53,7 +53,7 @@ def test_one_client_never_takes_every_turn_at_the_regex_worker(tmp_path):
     Now the turn goes to the client that waits, within a quarter of its budget."""
     root = tmp_path / "corpus"
     build(root)
-    up, srv = started(root, DIR2MCP_FIND_BUDGET_SECONDS="4")
+    up, srv = started(root, DIR2MCP_FIND_BUDGET_SECONDS="8")
     try:
         hostile, other = srv.initialize(), srv.initialize()
         done = threading.Event()
