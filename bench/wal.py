@@ -64,10 +64,12 @@ SEARCHER = textwrap.dedent(
 )
 
 
-def run(code: Path, tree: Path, searchers: int) -> dict:
+def run(code: Path, tree: Path, searchers: int, wal_mib: int | None) -> dict:
     state = Path(tempfile.mkdtemp(prefix="wal-bench-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL", "DJANGO_"))}
     env.update(DIR2MCP_EMBED__PROVIDER="none", DIR2MCP_SERVER__INDEXER_NICE="0", PYTHONPATH=str(code))
+    if wal_mib is not None:
+        env["DIR2MCP_SQLITE_WAL_MIB"] = str(wal_mib)
     wal = state / "meta.sqlite-wal"
     load = [os.getloadavg()[0]]
     started = time.perf_counter()
@@ -129,6 +131,7 @@ def run(code: Path, tree: Path, searchers: int) -> dict:
     shutil.rmtree(state)
     return {
         "code": str(code),
+        "wal_mib": wal_mib,
         "exit": os.waitstatus_to_exitcode(status),
         "wal_peak_mib": round(peak / 2**20, 1),
         "wal_end_mib": round(end / 2**20, 1),
@@ -149,10 +152,15 @@ def main() -> None:
     parser.add_argument("--code", type=Path, action="append", required=True, help="a checkout (repeatable)")
     parser.add_argument("--searchers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1, help="each checkout this many times, alternating")
+    parser.add_argument(
+        "--wal-mib", type=int, help="DIR2MCP_SQLITE_WAL_MIB for the indexing (default: its own)"
+    )
     args = parser.parse_args()
     for _ in range(args.rounds):
         for code in args.code:
-            print(json.dumps(run(code.resolve(), args.tree.resolve(), args.searchers)), flush=True)
+            print(
+                json.dumps(run(code.resolve(), args.tree.resolve(), args.searchers, args.wal_mib)), flush=True
+            )
 
 
 if __name__ == "__main__":
