@@ -175,6 +175,8 @@ def time_searches(state_dir: Path, root: Path, rounds: int) -> dict:
         "queries": len(cpu),
         "cpu_p50_ms": round(cpu[len(cpu) // 2], 2),
         "cpu_p90_ms": round(cpu[len(cpu) * 9 // 10], 2),
+        "cpu_p99_ms": round(cpu[min(len(cpu) - 1, len(cpu) * 99 // 100)], 2),
+        "cpu_mean_ms": round(sum(cpu) / len(cpu), 2),
         "wall_p50_ms": round(wall[len(wall) // 2], 2),
         # equal digests: the same hits, spans and texts for every query
         "answers_sha256": answers.hexdigest()[:16],

@@ -111,11 +111,16 @@ TEMPLATES = [
 # SQLite in WAL mode with a busy timeout lets the server, the indexer and
 # `status` share one file; IMMEDIATE transactions take the write lock up
 # front so concurrent writers queue instead of failing mid-transaction.
+# The write-ahead log is kept near DIR2MCP_SQLITE_WAL_MIB: the indexing
+# writer checkpoints it past that size (corpus/wal.py) and
+# `journal_size_limit` truncates the file back to it once it restarts.
+SQLITE_WAL_LIMIT_BYTES = _whole("DIR2MCP_SQLITE_WAL_MIB", 64, minimum=1) * 2**20
 SQLITE_OPTIONS = {
     "timeout": _whole("DIR2MCP_SQLITE_TIMEOUT", 30, minimum=0),
     "transaction_mode": "IMMEDIATE",
     "init_command": (
         "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000;"
+        f"PRAGMA journal_size_limit={SQLITE_WAL_LIMIT_BYTES};"
     ),
 }
 

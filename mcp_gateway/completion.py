@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from itertools import islice
 from typing import Generic, TypeVar
 
 from django.db import connection
@@ -222,20 +221,27 @@ def unit_names(head: str, context: str) -> set[str]:
     return {name for name in map(declared_name, lines) if name}
 
 
-def _code_units(rel_path: str | None = None) -> QuerySet[Chunk, tuple[str, str]]:
+def _code_units(rel_path: str | None = None) -> QuerySet[Chunk, tuple[int, str, str]]:
     units = Chunk.objects.filter(
         deleted=False, index_kind=IndexKind.CODE, representation__deleted=False
     ).filter(representation__document__in=prompts.listable_documents())
     if rel_path is not None:
         units = units.filter(representation__document__rel_path=rel_path)
-    return units.order_by("chunk_id").values_list("context", *slices.FIELDS)
+    return units.order_by("chunk_id").values_list("chunk_id", "context", *slices.FIELDS)
+
+
+#: code units read per query while building the symbol table
+SYMBOL_PAGE = 2000
 
 
 def build_symbols(rel_path: str | None = None) -> SymbolTable:
     names: set[str] = set()
-    rows = _code_units(rel_path).iterator(chunk_size=2000)
-    while batch := list(islice(rows, 2000)):
-        for context, text in slices.texts(batch, 1):
+    after = 0
+    # A page per query, each read whole: no read transaction is held across
+    # the table (one kept the write-ahead log from restarting: corpus/wal.py).
+    while batch := list(_code_units(rel_path).filter(chunk_id__gt=after)[:SYMBOL_PAGE]):
+        after = batch[-1][0]
+        for _, context, text in slices.texts(batch, 2):
             names |= unit_names(text[:_HEAD_CHARS], context)
     return SymbolTable(names)
 

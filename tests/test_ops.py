@@ -577,6 +577,7 @@ def test_behind_a_proxy_a_missing_or_published_secret_key_refuses_to_start(tmp_p
         ("DIR2MCP_CELERY_TASK_PATHS", "many", "DIR2MCP_CELERY_TASK_PATHS must be a whole number, not 'many'"),
         ("DIR2MCP_CELERY_VISIBILITY_TIMEOUT", "1h", "DIR2MCP_CELERY_VISIBILITY_TIMEOUT must be a whole"),
         ("DIR2MCP_SQLITE_TIMEOUT", "-1", "DIR2MCP_SQLITE_TIMEOUT must be at least 0, not -1"),
+        ("DIR2MCP_SQLITE_WAL_MIB", "0", "DIR2MCP_SQLITE_WAL_MIB must be at least 1, not 0"),
     ],
 )
 def test_a_malformed_number_setting_is_one_config_invalid_line(tmp_path, name, value, message):

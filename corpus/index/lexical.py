@@ -31,7 +31,10 @@ backend that indexes nothing.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
@@ -173,27 +176,117 @@ def search_tiers(
     With ``all_first_max``, a query of more terms than that is ranked by BM25
     alone (a long question's every word is rarely in one unit, and the
     all-terms tier then ranks whatever happens to hold them all first); the
-    count of hits holding every term is still given."""
+    count of hits holding every term is still given.
+
+    The answer for a smaller ``limit`` is the first hits of a larger one
+    (each tier is a total order: BM25, then chunk id), so an answer given
+    lately for the same query on an unchanged database serves it
+    (:class:`Remembered`): a search asks again for the name a one-identifier
+    query defines (corpus/retrieval.py, ``_defining``)."""
     terms = query_terms(query)
     if not terms or limit <= 0:
         return [], 0
+    key = (query, chunk_filter_sql, tuple(params), all_first_max, drop_stop_words)
+    known = _REMEMBERED.get(key, limit)
+    if known is not None:
+        return known
+    hits, full = _tiers(terms, limit, chunk_filter_sql, params, all_first_max, drop_stop_words)
+    _REMEMBERED.put(key, limit, hits, full)
+    return hits, full
+
+
+def _tiers(
+    terms: list[str],
+    limit: int,
+    filter_sql: str,
+    params: SqlParams,
+    all_first_max: int,
+    drop_stop_words: bool,
+) -> tuple[list[tuple[int, float]], int]:
     backend = _backend()
-    hits = backend.query(terms, require_all=True, limit=limit, filter_sql=chunk_filter_sql, params=params)
-    full = len(hits)
     if all_first_max and len(terms) > all_first_max:
+        # only the count of hits holding every term is wanted: no ranking of them
+        if isinstance(backend, SQLiteFTS5):
+            full = backend.count_all(terms, limit=limit, filter_sql=filter_sql, params=params)
+        else:
+            every = backend.query(terms, require_all=True, limit=limit, filter_sql=filter_sql, params=params)
+            full = len(every)
         content = [term for term in terms if term not in STOP_WORDS] if drop_stop_words else terms
         ranked = backend.query(
-            content or terms, require_all=False, limit=limit, filter_sql=chunk_filter_sql, params=params
+            content or terms, require_all=False, limit=limit, filter_sql=filter_sql, params=params
         )
         return ranked, full
+    hits = backend.query(terms, require_all=True, limit=limit, filter_sql=filter_sql, params=params)
+    full = len(hits)
     if len(terms) == 1 or len(hits) >= limit:
         return hits, full
     seen = {chunk_id for chunk_id, _ in hits}
     more = backend.query(
-        terms, require_all=False, limit=limit + len(hits), filter_sql=chunk_filter_sql, params=params
+        terms, require_all=False, limit=limit + len(hits), filter_sql=filter_sql, params=params
     )
     hits.extend(hit for hit in more if hit[0] not in seen)
     return hits[:limit], full
+
+
+@dataclass(frozen=True)
+class _Answer:
+    #: the DB-API connection that read it, held so that no other connection
+    #: can take its identity while the answer is kept
+    raw: object
+    version: tuple[int, int]
+    limit: int
+    hits: list[tuple[int, float]]
+    full: int
+
+
+class Remembered:
+    """:func:`search_tiers`' latest answers (SQLite only), each kept while
+    the database is unchanged: SQLite's ``data_version`` moves when another
+    connection commits, the connection's ``total_changes`` when it writes
+    itself, and an answer is served only to the connection that read it."""
+
+    ENTRIES = 8
+
+    def __init__(self) -> None:
+        self._answers: OrderedDict[tuple[object, ...], _Answer] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[object, ...], limit: int) -> tuple[list[tuple[int, float]], int] | None:
+        version = _version()
+        if version is None:
+            return None
+        with self._lock:
+            answer = self._answers.get(key)
+        if answer is None or answer.raw is not connection.connection or answer.version != version:
+            return None
+        if limit <= answer.limit:
+            return answer.hits[:limit], min(answer.full, limit)
+        if len(answer.hits) < answer.limit and answer.full < answer.limit:  # it held every hit there is
+            return list(answer.hits), answer.full
+        return None
+
+    def put(self, key: tuple[object, ...], limit: int, hits: list[tuple[int, float]], full: int) -> None:
+        version = _version()
+        if version is None:
+            return
+        with self._lock:
+            self._answers[key] = _Answer(connection.connection, version, limit, list(hits), full)
+            self._answers.move_to_end(key)
+            while len(self._answers) > self.ENTRIES:
+                self._answers.popitem(last=False)
+
+
+def _version() -> tuple[int, int] | None:
+    """What changes when this connection's database does, or None off SQLite."""
+    if connection.vendor != "sqlite":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA data_version")
+        (version,) = cursor.fetchone()
+    return int(version), int(connection.connection.total_changes)
+
+
+_REMEMBERED = Remembered()
 
 
 def rebuild() -> int:
@@ -281,6 +374,23 @@ class SQLiteFTS5(TableBackend):
         joiner = " AND " if require_all else " OR "
         match = joiner.join('"' + term.replace('"', '""') + '"' for term in terms)
         return self._top(match, limit, filter_sql, params)
+
+    def count_all(self, terms: list[str], *, limit: int, filter_sql: str, params: SqlParams) -> int:
+        """How many live chunks passing the filter hold every term, up to
+        ``limit``: what ``len(query(terms, require_all=True, ...))`` gives,
+        read in rowid order without ranking them (BM25 reads every match)."""
+        match = " AND ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        window = limit
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH %s LIMIT %s", [match, window])
+                rows = [row[0] for row in cursor.fetchall()]
+                live = _live_ids(rows, cursor, filter_sql, params)
+            if len(live) >= limit or len(rows) < window:
+                return min(len(live), limit)
+            if filter_sql and window >= FILTER_WINDOW:
+                return len(self._joined(match, limit, filter_sql, params))
+            window *= 4
 
     def _top(self, match: str, limit: int, filter_sql: str, params: SqlParams) -> list[tuple[int, float]]:
         """FTS5's own top-N by rank, then liveness and the filter checked on

@@ -16,7 +16,7 @@ from concurrent.futures import CancelledError, Future
 
 from django.db import connection, transaction
 
-from corpus import store_faults
+from corpus import store_faults, wal
 from corpus.counters import Counters
 from corpus.events import Reporter
 from corpus.ingest import writer
@@ -123,6 +123,7 @@ class BatchWriter:
                     self._write_one(prepared)
         self.announce()
         self._written()
+        wal.bound()
 
     def tombstone(self, rel_paths: list[str]) -> None:
         """Mark these documents (and their chunks) deleted, a part at a time."""
@@ -136,6 +137,7 @@ class BatchWriter:
             self._changed.extend(part)
             self._listing = True
             self.announce()
+            wal.bound()
         self._written()
 
     def announce(self, elsewhere: Iterable[str] = (), *, listing: bool = False) -> None:
