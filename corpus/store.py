@@ -192,7 +192,11 @@ def _migrate_now(state: StateDir, fingerprint: str) -> None:
     of the schema template (:func:`schema_template`) when there is one for
     these migrations; a migrated new one leaves its copy as the template."""
     new = uses_state_sqlite(state) and _empty()
-    template = schema_template() if new else None
+    try:
+        template = schema_template() if new else None
+    except (OSError, RuntimeError) as exc:  # no home directory, an unreadable migration file
+        log.info("no schema template: %s", exc)
+        template = None
     if template is not None and _copied(template, fingerprint):
         return
     call_command("migrate", verbosity=0, interactive=False)
