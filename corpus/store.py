@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import django
+from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, connection
@@ -174,8 +176,7 @@ def migrate(state: StateDir) -> None:
                 cursor.execute("SELECT pg_advisory_lock(%s)", [PG_MIGRATE_LOCK])
         try:
             if not _migrated(fingerprint):
-                call_command("migrate", verbosity=0, interactive=False)
-                set_setting(MIGRATIONS_KEY, fingerprint)
+                _migrate_now(state, fingerprint)
         finally:
             if shared:
                 with connection.cursor() as cursor:
@@ -184,6 +185,106 @@ def migrate(state: StateDir) -> None:
         raise (_migration_failed(exc) if shared else _corrupt(state, exc)) from exc
     finally:
         os.close(fd)
+
+
+def _migrate_now(state: StateDir, fingerprint: str) -> None:
+    """Migrate, under the migration lock. A new, empty state database is a copy
+    of the schema template (:func:`schema_template`) when there is one for
+    these migrations; a migrated new one leaves its copy as the template."""
+    new = uses_state_sqlite(state) and _empty()
+    try:
+        template = schema_template() if new else None
+    except (OSError, RuntimeError) as exc:  # no home directory, an unreadable migration file
+        log.info("no schema template: %s", exc)
+        template = None
+    if template is not None and _copied(template, fingerprint):
+        return
+    call_command("migrate", verbosity=0, interactive=False)
+    set_setting(MIGRATIONS_KEY, fingerprint)
+    if template is not None:
+        _keep_template(template)
+
+
+#: The schema templates' names begin so (the rest: their key's hash).
+TEMPLATE_PREFIX = "schema-"
+
+
+def schema_template() -> Path:
+    """Where a migrated, otherwise empty state database is kept for the next new
+    one: in the user's cache (``$XDG_CACHE_HOME/dir2mcp``, else
+    ``~/.cache/dir2mcp``), named by what the migrations make it of: every
+    migration file's name and contents, Django's and SQLite's versions.
+
+    Migrating a new database costs about 0.35 CPU-s (render the models of
+    22 migrations, create the tables, Django's post-migrate rows); a copy
+    of the template about 0.01 (docs/benchmarks.md, "The test suite"). It
+    holds what ``migrate`` writes and nothing of a corpus: ``corpus_id``
+    and the format settings are written after it (:func:`open_store`)."""
+    key = hashlib.sha256(f"{django.get_version()}\0{sqlite3.sqlite_version}\0".encode())
+    for app in apps.get_app_configs():
+        for path in sorted((Path(app.path) / "migrations").glob("[0-9]*.py")):
+            key.update(f"{app.label}.{path.stem}\0".encode() + path.read_bytes() + b"\0")
+    cache_home = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+    return Path(cache_home) / "dir2mcp" / f"{TEMPLATE_PREFIX}{key.hexdigest()[:24]}.sqlite"
+
+
+def _empty() -> bool:
+    """Whether the database holds no table, index or view yet."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master")
+        return bool(cursor.fetchone()[0] == 0)
+
+
+def _copied(template: Path, fingerprint: str) -> bool:
+    """Copy ``template`` into the (empty) state database; False, the database
+    left empty again, when there is none or it is not a migrated database of
+    these migrations (then the caller migrates)."""
+    connection.ensure_connection()
+    target = connection.connection
+    try:
+        source = sqlite3.connect(f"file:{quote(str(template))}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        source.backup(target)
+        if _migrated(fingerprint):
+            return True
+    except (sqlite3.Error, DatabaseError) as exc:
+        log.info("the schema template %s is not used: %s", template, exc)
+    finally:
+        source.close()
+    sqlite3.connect(":memory:").backup(target)  # empty again
+    return False
+
+
+def _keep_template(template: Path) -> None:
+    """Keep a copy of the just migrated database as ``template``, replacing
+    the earlier templates beside it; where the cache cannot be written,
+    nothing is kept. Written whole, then renamed: a process copying a
+    template never reads one half written."""
+    tmp: str | None = None
+    try:
+        template.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=template.parent, prefix=f".{template.name}.", suffix=".tmp")
+        os.close(fd)
+        copy = sqlite3.connect(tmp)
+        try:
+            connection.connection.backup(copy)
+            # read-only copies need no -wal or -shm beside it
+            copy.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            copy.close()
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, template)
+        tmp = None
+        for old in template.parent.glob(f"{TEMPLATE_PREFIX}*.sqlite"):
+            if old != template:
+                old.unlink(missing_ok=True)
+    except (OSError, sqlite3.Error) as exc:
+        log.info("no schema template kept in %s: %s", template.parent, exc)
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _migration_failed(exc: Exception) -> errors.Dir2mcpError:

@@ -47,6 +47,7 @@ def prepare(argv: list[str] | None = None) -> None:
     A process on a shared store or queue with no root named ends here, with
     one ``ERROR: CONFIG_INVALID`` line and exit status 2 (see
     :func:`missing_root`)."""
+    without_httpx_cli()
     known, rest = _preparser().parse_known_args(argv or [])
     if known.dir:
         os.environ[ROOT_ENV] = str(Path(known.dir).expanduser().absolute())
@@ -60,6 +61,20 @@ def prepare(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"ERROR: CONFIG_INVALID: {problem}\n")
         sys.stderr.flush()
         raise SystemExit(2)  # kernel.errors.EXIT_CONFIG; corpus is not importable before the settings
+
+
+def without_httpx_cli() -> None:
+    """Keep httpx from loading its command-line client, which this process never runs.
+
+    ``import httpx`` imports ``httpx._main`` (click, pygments and rich) when
+    they are installed, and falls back to a stub that asks for them when the
+    import fails: about 0.06 CPU-s of every process that uses a remote
+    provider, the indexing child and `up` among them (docs/benchmarks.md,
+    "The test suite"). Marked unimportable (None in ``sys.modules``, as
+    corpus.providers.local does for OpenVINO's telemetry), it is never
+    loaded; httpx's own API is unchanged. A process that imported httpx
+    already keeps what it has."""
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: Python's mark for "cannot import"
 
 
 def missing_root() -> str | None:

@@ -472,6 +472,28 @@ def test_every_command_that_loads_without_the_collector_turns_it_back_on():
         assert isinstance(load_command_class(app, name), Dir2mcpCommand), name
 
 
+def test_a_command_process_never_loads_httpx_s_command_line_client():
+    # httpx imports its CLI (click, pygments, rich) when they are installed, as in
+    # the dev environment; every entry point's bootstrap.prepare keeps it out
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from dir2mcp_site import bootstrap; bootstrap.prepare(['help']); "
+            "import httpx; assert httpx.Client and httpx.get; "
+            "cli = ('httpx._main', 'rich', 'pygments'); "
+            "print(sorted(m for m, mod in sys.modules.items() if mod and m.startswith(cli)))",
+        ],
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
+
+
 def test_ctrl_c_on_reindex_is_a_line_and_code_130_and_the_next_run_goes_on(corpus_dir):
     indexer = start_reindex_of_notes(corpus_dir, 3000, 50)
     db = corpus_dir / ".dir2mcp" / "meta.sqlite"
