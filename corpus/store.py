@@ -239,6 +239,10 @@ def _copied(template: Path, fingerprint: str) -> bool:
     """Copy ``template`` into the (empty) state database; False, the database
     left empty again, when there is none or it is not a migrated database of
     these migrations (then the caller migrates)."""
+    problem = state_identity.credential_problem(template)
+    if problem is not None:
+        log.warning("the schema template %s is not used: it %s", template, problem)
+        return False
     connection.ensure_connection()
     target = connection.connection
     try:
@@ -247,13 +251,28 @@ def _copied(template: Path, fingerprint: str) -> bool:
         return False
     try:
         source.backup(target)
-        if _migrated(fingerprint):
+        if _migrated(fingerprint) and not _holds_people():
             return True
     except (sqlite3.Error, DatabaseError) as exc:
         log.info("the schema template %s is not used: %s", template, exc)
     finally:
         source.close()
     sqlite3.connect(":memory:").backup(target)  # empty again
+    return False
+
+
+#: Tables ``migrate`` leaves empty: a template holding a row in one (an admin
+#: user, a session someone wrote into the cache) is not a migrated database.
+PEOPLE_TABLES = ("auth_user", "django_session", "auth_user_groups", "auth_user_user_permissions")
+
+
+def _holds_people() -> bool:
+    """Whether the database just copied holds a user, a session or a grant."""
+    with connection.cursor() as cursor:
+        for table in PEOPLE_TABLES:
+            cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {table})")  # noqa: S608  # a constant name
+            if cursor.fetchone()[0]:
+                return True
     return False
 
 

@@ -103,3 +103,41 @@ def test_a_template_of_other_migrations_is_not_used(tmp_path):
         assert conn.execute("SELECT value FROM settings WHERE key = ?", [MIGRATIONS_KEY]).fetchone() != (
             "other files",
         )
+
+
+def test_a_template_holding_a_user_or_a_session_is_not_used(tmp_path):
+    """Someone who can write the cache put an admin user and a session into
+    the template: a new state directory must not start with them."""
+    cache = tmp_path / "cache"
+    reindexed(tmp_path / "a", cache)
+    [template] = templates(cache)
+    with contextlib.closing(sqlite3.connect(template)) as conn, conn:
+        conn.execute(
+            "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, email,"
+            " is_staff, is_active, date_joined) VALUES ('x', 1, 'planted', '', '', '', 1, 1, '2026-01-01')"
+        )
+        conn.execute("INSERT INTO django_session VALUES ('planted', 'x', '2999-01-01')")
+
+    reindexed(tmp_path / "b", cache)
+
+    with read_only(tmp_path / "b" / ".dir2mcp" / "meta.sqlite") as conn:
+        assert conn.execute("SELECT count(*) FROM auth_user").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM django_session").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("how", ["readable-by-others", "symlink"])
+def test_a_loose_or_linked_template_is_not_used(tmp_path, how):
+    cache = tmp_path / "cache"
+    first = schema(reindexed(tmp_path / "a", cache))
+    [template] = templates(cache)
+    if how == "symlink":
+        elsewhere = tmp_path / "elsewhere.sqlite"
+        template.rename(elsewhere)
+        template.symlink_to(elsewhere)
+    else:
+        template.chmod(0o644)
+
+    second = schema(reindexed(tmp_path / "b", cache))
+
+    assert second["applied"] != first["applied"]  # migrated anew, not copied
+    assert second["sql"] == first["sql"]
