@@ -8,6 +8,7 @@ tables, including what did not help.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -83,6 +84,43 @@ def long_unit_shares(lines: dict[int, int], limit: int) -> dict[int, float]:
     if limit <= 0:
         return {}
     return {cid: limit / n for cid, n in lines.items() if n > limit}
+
+
+#: a line that only brings names in or hands them out (an import, a
+#: ``require``, an export of a name defined elsewhere), a comment, or a
+#: closing bracket: what a unit made of nothing else says is in other units
+_FRAGMENT_LINE = re.compile(
+    r"\s*(?:$|//|/\*|\*|#(?!\s*define)|import\b|from\s+\S+\s+import\b|package\s|using\s"
+    r"|export\s+(?:\*|\{[^}]*\}|default\s+[\w.$]+\s*;?\s*$)"
+    r"|module\.exports\s*=\s*[\w.$]+\s*;?\s*$"
+    r"|(?:(?:var|let|const)\s+)?[\w$]+\s*=\s*require\("
+    r"|[\])};,]+\s*$)"
+)
+
+
+#: a line that brings a name in or hands one out
+_TRADE_LINE = re.compile(
+    r"\s*(?:import\b|from\s+\S+\s+import\b|package\s|using\s|export\s|module\.exports\s*="
+    r"|(?:(?:var|let|const)\s+)?[\w$]+\s*=\s*require\()"
+)
+
+
+def is_fragment(text: str) -> bool:
+    """Whether a code unit is only imports, exports of names defined
+    elsewhere and ``require`` calls (with comments and brackets between
+    them): it names what other units are, and is rarely what a description
+    of behaviour asks for. A unit of comments alone is not one: it describes."""
+    lines = text.splitlines()
+    return any(_TRADE_LINE.match(line) for line in lines) and all(
+        _FRAGMENT_LINE.match(line) for line in lines
+    )
+
+
+def fragments_last(fused: Ranking, fragments: set[int], share: float) -> Ranking:
+    """``fused`` with the units in ``fragments`` keeping ``share`` of their score."""
+    if not fragments or share >= 1:
+        return fused
+    return _ordered({cid: score * share if cid in fragments else score for cid, score in fused})
 
 
 def feedback_query(query: np.ndarray, leaders: np.ndarray, weight: float) -> np.ndarray:

@@ -39,6 +39,8 @@ DEFINITION_POOL = 50
 #: how far down the fused ranking feedback looks for each index's units
 #: (``search.feedback_units`` times this)
 FEEDBACK_DEPTH = 4
+#: how far down the fused ranking units are read to tell imports from code
+FRAGMENT_DEPTH = 100
 
 _CODE_HINTS = re.compile(
     # camelCase: a lowercase letter, digits, a capital. Found wherever
@@ -181,13 +183,16 @@ class Searcher:
                 fused = ranking.fuse(rankings, method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
         defining = self._defining(query, fused, filters, lexical_kinds)
         if len(query.split()) <= search_cfg.definitions_lead_words:
-            fused = ranking.definitions_first(fused, defining)
+            fused = ranking.definitions_first(self._reordered(fused), defining)
         elif defining:
             fused = ranking.fuse(
                 [*rankings, ranking.definitions_ranking(defining, lexical_ranking.weight)],
                 method=search_cfg.fusion,
                 rrf_k=search_cfg.rrf_k,
             )
+            fused = self._reordered(fused)
+        else:
+            fused = self._reordered(fused)
         best = max((r.ranking[0][1] for r in dense_rankings if r.ranking), default=None)
         weak = ranking.is_weak(
             full_lexical_matches=full,
@@ -365,6 +370,21 @@ class Searcher:
         if not limit or not hits:
             return None
         return ranking.long_unit_shares(chunks.code_unit_lines([cid for cid, _ in hits]), limit)
+
+    def _reordered(self, fused: ranking.Ranking) -> ranking.Ranking:
+        """``fused`` after what the units are, not how they matched: code
+        units among the first ``FRAGMENT_DEPTH`` that are only imports and
+        exports (``ranking.is_fragment``) keep ``search.fragment_share`` of
+        their score."""
+        share = self.config.search.fragment_share
+        if not fused or share >= 1:
+            return fused
+        ids = [cid for cid, _ in fused[:FRAGMENT_DEPTH]]
+        rows = Chunk.objects.filter(chunk_id__in=ids, index_kind="code").values_list(
+            "chunk_id", *slices.FIELDS
+        )
+        fragments = {cid for cid, text in slices.texts(list(rows), 1) if ranking.is_fragment(text)}
+        return ranking.fragments_last(fused, fragments, share)
 
     def _glob_filter(self, ids: list[int], filters: Filters) -> list[int]:
         if not filters.file_glob or not ids:

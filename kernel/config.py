@@ -290,6 +290,11 @@ class SearchConfig(Section):
     # default: at 30 it helped Python and cost JavaScript and Java
     # (docs/benchmarks.md).
     code_lexical_lines: int = Field(0, ge=0, le=100000)
+    # A code unit that is only imports and exports (``import``, ``require``,
+    # ``module.exports = name``) keeps this share of its fused score: it
+    # names what other units are, and took places in the top 50 from them
+    # (docs/benchmarks.md; 1: off, as before).
+    fragment_share: float = Field(0.0, ge=0, le=1)
     # A query of up to this many words is a lookup: the units defining a
     # name it gives lead the ranking. In a longer one (a sentence that
     # mentions names, "the base implementation of _.isMap") they join the

@@ -123,3 +123,28 @@ def test_hybrid_first_hits_are_the_first_of_any_larger_k(stdlib_corpus, state):
         assert len(hits[50]) == 50
         for k in KS:
             assert hits[k] == hits[50][:k]
+
+
+def test_a_unit_of_imports_and_exports_comes_after_the_code_it_names(corpus_dir, state):
+    (corpus_dir / "parse_config.js").write_text(
+        "var readFile = require('./read_file');\n\n"
+        "function parseConfig(text) {\n"
+        "  var settings = JSON.parse(text);\n"
+        "  settings.loaded = true;\n"
+        "  return settings;\n"
+        "}\n\n"
+        "module.exports = parseConfig;\n"
+    )
+    query = "where is the parse config function exported from"
+
+    def paths_and_lines(searcher: Searcher) -> list[tuple[str, int | None]]:
+        return [(h.rel_path, h.span.start) for h in searcher.search(query, k=10).hits]
+
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    index_directory(corpus_dir, state=state, config=config, embedder=None)
+    before = build_config({"embed": {"provider": "none"}, "search": {"fragment_share": 1}}, {}, {})
+    # by its words alone the one-line export outranks the function
+    assert paths_and_lines(Searcher(state, before, None))[0] == ("parse_config.js", 9)
+    hits = paths_and_lines(Searcher(state, config, None))
+    assert hits[0] == ("parse_config.js", 3)
+    assert hits[-1] == ("parse_config.js", 9)

@@ -98,3 +98,40 @@ def test_feedback_moves_the_query_towards_the_leaders_and_keeps_unit_length():
     # query + 0.5 * mean(leaders) = (1, 0.25, 0.25), normalised
     assert moved == pytest.approx(np.array([1.0, 0.25, 0.25]) / np.sqrt(1.125))
     assert ranking.feedback_query(query, leaders, 0.0) == pytest.approx(query)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "module.exports = baseMap;",
+        "var baseIsMap = require('./_baseIsMap'),\n    baseUnary = require('./_baseUnary');",
+        "import os\n# the platform's paths\nimport sys\n",
+        "export { parse, format } from './url';\nexport default parse;",
+        "package java.util;\n\nimport java.io.Serializable;",
+    ],
+)
+def test_a_unit_of_imports_and_exports_is_a_fragment(text):
+    assert ranking.is_fragment(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "    # The following functions support printing of reports\n    # (a comment alone describes)",
+        "var objectProto = Object.prototype;",
+        "import os\n\ndef home():\n    return os.environ['HOME']",
+        "export default function parse(text) {",
+        "export class Parser {",
+        "var isMap = nodeIsMap ? baseUnary(nodeIsMap) : baseIsMap;\nmodule.exports = isMap;",
+    ],
+)
+def test_a_unit_that_defines_or_describes_is_not_a_fragment(text):
+    assert not ranking.is_fragment(text)
+
+
+def test_fragments_keep_their_share_and_the_rest_its_order():
+    fused = [(1, 0.9), (2, 0.8), (3, 0.5), (4, 0.1)]
+    assert ranking.fragments_last(fused, {1}, 0.5) == [(2, 0.8), (3, 0.5), (1, 0.45), (4, 0.1)]
+    assert ranking.fragments_last(fused, {1, 2}, 0.0)[:2] == [(3, 0.5), (4, 0.1)]
+    assert ranking.fragments_last(fused, {1}, 1.0) == fused

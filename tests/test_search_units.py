@@ -233,11 +233,19 @@ def test_feedback_searches_again_from_the_query_moved_towards_the_first_leader(i
     first. Checked against an exact search over the stored vectors."""
     searcher, _ = indexed
     question = "zqxv wvyq"  # no word of the corpus: the ranking is the dense one alone
-    one_round = build_config({"embed": {"provider": "local"}, "search": {"feedback_units": 0}}, {}, {})
+    # fragment_share 1: the order is the dense one alone, imports and exports where they rank
+    one_round = build_config(
+        {"embed": {"provider": "local"}, "search": {"feedback_units": 0, "fragment_share": 1}}, {}, {}
+    )
     two_rounds = build_config(
         {
             "embed": {"provider": "local"},
-            "search": {"feedback_units": 1, "feedback_weight": 4.0, "feedback_share": 1.0},
+            "search": {
+                "feedback_units": 1,
+                "feedback_weight": 4.0,
+                "feedback_share": 1.0,
+                "fragment_share": 1,
+            },
         },
         {},
         {},
