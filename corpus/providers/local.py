@@ -417,19 +417,26 @@ def quantize_columns(matrix: np.ndarray, bits: int = INT8_WEIGHT_BITS) -> tuple[
     return quantized, scale
 
 
+def padded_length(longest: int, step: int) -> int:
+    """The length a padded batch whose longest text is ``longest`` tokens is
+    padded to: ``longest`` rounded up to a multiple of ``step``."""
+    return -(-longest // step) * step
+
+
 def pack_batches(
-    lengths: Sequence[int], *, max_texts: int, max_tokens: int, padded: bool = False
+    lengths: Sequence[int], *, max_texts: int, max_tokens: int, padded: bool = False, step: int = 1
 ) -> list[list[int]]:
     """Text indices grouped into forward passes, shortest first: at most
     ``max_texts`` texts and ``max_tokens`` tokens a pass (a longer text goes
-    alone). ``padded`` counts a pass as its texts times its longest text,
-    which is what a padded batch computes: sorting first keeps that close to
-    the real token count."""
+    alone). ``padded`` counts a pass as its texts times its longest text
+    (rounded up to a multiple of ``step``, ``padded_length``), which is what
+    a padded batch computes: sorting first keeps that close to the real
+    token count."""
     batches: list[list[int]] = []
     current: list[int] = []
     tokens = 0
     for i in sorted(range(len(lengths)), key=lengths.__getitem__):
-        cost = (len(current) + 1) * lengths[i] if padded else tokens + lengths[i]
+        cost = (len(current) + 1) * padded_length(lengths[i], step) if padded else tokens + lengths[i]
         if current and (len(current) == max_texts or cost > max_tokens):
             batches.append(current)
             current, tokens = [], 0
@@ -711,8 +718,15 @@ class _OnnxBert:
     """
 
     def __init__(
-        self, model_dir: Path, precision: str = "fp32", streams: int = 1, cache: Path | None = None
+        self,
+        model_dir: Path,
+        precision: str = "fp32",
+        streams: int = 1,
+        cache: Path | None = None,
+        length_step: int = 1,
     ) -> None:
+        #: batches are padded to a multiple of this many tokens (``padded_length``)
+        self.length_step = length_step
         if precision == "bf16":
             self._run = _openvino_runner(lambda: _bert_graph(model_dir, precision), streams, cache)
             return
@@ -736,7 +750,7 @@ class _OnnxBert:
 
     def mean_pooled(self, sequences: Sequence[list[int]]) -> np.ndarray:
         """Mean of the last hidden states over each sequence's tokens (padded batch)."""
-        longest = max(len(seq) for seq in sequences)
+        longest = padded_length(max(len(seq) for seq in sequences), self.length_step)
         ids = np.zeros((len(sequences), longest), np.int64)
         mask = np.zeros((len(sequences), longest), np.float32)
         for row, seq in enumerate(sequences):
@@ -802,7 +816,15 @@ class LocalEmbedder(Embedder):
         self.precision = precision
         #: keep a bf16 compilation in compiled_cache_dir() and import it next time
         self.keep_compiled = keep_compiled
+        #: texts a forward pass may take, the tokens it may compute (padding
+        #: counted for onnx) and the step padded lengths are rounded up to
+        #: (``padded_length``). Larger passes of fewer shapes at bf16 (step 8,
+        #: 1,024 tokens, 64 texts) measured 0.98 of these defaults' CPU, within
+        #: the noise (docs/benchmarks.md, "Time to dense", session 21), so
+        #: every precision keeps them; bench/time_to_dense.py varies them.
         self.max_batch = max_batch
+        self.tokens_per_pass = PADDED_TOKENS_PER_PASS if backend == "onnx" else TOKENS_PER_PASS
+        self.length_step = 1
         self.threads = threads or available_cores()
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None
@@ -840,8 +862,9 @@ class LocalEmbedder(Embedder):
             batches = pack_batches(
                 [len(seq) for seq in ids],
                 max_texts=self.max_batch,
-                max_tokens=PADDED_TOKENS_PER_PASS if padded else TOKENS_PER_PASS,
+                max_tokens=self.tokens_per_pass,
                 padded=padded,
+                step=self.length_step,
             )
             for batch, rows in zip(batches, self._forward(batches, ids, stop), strict=True):
                 vectors[batch] = rows
@@ -890,6 +913,6 @@ class LocalEmbedder(Embedder):
         self._tokenizer = tokenizer
         if self.backend == "onnx":
             cache = compiled_cache_dir() if self.keep_compiled else None
-            self._bert = _OnnxBert(self.model_dir, self.precision, self.threads, cache)
+            self._bert = _OnnxBert(self.model_dir, self.precision, self.threads, cache, self.length_step)
         else:
             self._bert = _Bert(self.model_dir)
