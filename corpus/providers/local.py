@@ -79,6 +79,11 @@ REQUIRED_FILES = (WEIGHTS_FILE, "tokenizer.json", "config.json", "sentence_bert_
 TOKENS_PER_PASS = 512
 # The same for the onnx backend, counting padding (texts x longest text).
 PADDED_TOKENS_PER_PASS = 512
+# At bf16 (OpenVINO) padded lengths are rounded up to a multiple of 16: OpenVINO
+# prepares its kernels for each new input shape, and AMX works in tiles of 16
+# rows. 0.88 of the CPU of exact lengths, lower in each of six rounds
+# (docs/benchmarks.md, "Time to dense", 2026-11-29, session 21).
+BF16_LENGTH_STEP = 16
 BACKENDS = ("onnx", "numpy")
 # Bits of the int8 weights: 7 keeps every pair of uint8 x int8 products inside
 # int16, which AVX2's multiply-add (no VNNI) saturates (see quantize_columns).
@@ -818,13 +823,11 @@ class LocalEmbedder(Embedder):
         self.keep_compiled = keep_compiled
         #: texts a forward pass may take, the tokens it may compute (padding
         #: counted for onnx) and the step padded lengths are rounded up to
-        #: (``padded_length``). Larger passes of fewer shapes at bf16 (step 8,
-        #: 1,024 tokens, 64 texts) measured 0.98 of these defaults' CPU, within
-        #: the noise (docs/benchmarks.md, "Time to dense", session 21), so
-        #: every precision keeps them; bench/time_to_dense.py varies them.
+        #: (``padded_length``): BF16_LENGTH_STEP at bf16, exact lengths
+        #: elsewhere; bench/time_to_dense.py varies them
         self.max_batch = max_batch
         self.tokens_per_pass = PADDED_TOKENS_PER_PASS if backend == "onnx" else TOKENS_PER_PASS
-        self.length_step = 1
+        self.length_step = BF16_LENGTH_STEP if precision == "bf16" else 1
         self.threads = threads or available_cores()
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None
