@@ -12,11 +12,15 @@ variant in alternating rounds, every round in a fresh child process (so the
 peak RSS is that variant's own and background load falls on all of them),
 and reports chunks/s, tokens, the ratio to the first variant, the cosine to
 the first variant's vectors and the time the whole tree would take at that
-rate. A variant is ``BACKEND[-PRECISION][+sig]:CALL[:THREADS[:PROCESSES]]``:
+rate. A variant is ``BACKEND[-PRECISION][+sig][@STEPxTOKENSxTEXTS]:CALL[:THREADS[:PROCESSES]]``:
 the embedder backend (onnx, numpy), its precision (``embed.precision``:
 fp32, the default, int8 or bf16), whether each code call also embeds its units'
 signature views as corpus.index.dense.embedding does when ``embed.signature_weight`` is
-above 0 (``+sig``; the cosines compare the units' own vectors), how many
+above 0 (``+sig``; the cosines compare the units' own vectors), how its
+forward passes are cut where that is not the precision's default (``@``: padded
+lengths rounded up to a multiple of STEP, at most TOKENS tokens, padding
+counted, and TEXTS texts a pass; ``onnx-bf16@1x512x32`` is bf16 before
+2026-11-29, session 21), how many
 texts one ``embed`` call gets (what corpus.index.dense.embedding fetches at a time), its
 worker threads (default: one per core) and how many processes share the
 calls between them (default 1; their peak RSS is summed). ``numpy:32:2`` is
@@ -57,10 +61,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from corpus.providers.local import (  # noqa: E402
-    PADDED_TOKENS_PER_PASS,
     LocalEmbedder,
     default_model_dir,
     pack_batches,
+    padded_length,
 )
 
 CONFIG = (
@@ -100,14 +104,11 @@ from pathlib import Path
 from kernel.config import EmbedConfig
 from corpus.index.dense.embedding import check_models, embed_pending
 from corpus.models import Chunk, EmbeddingStatus
-from corpus.providers.local import LocalEmbedder
 from kernel.state import StateDir
 sys.path.insert(0, "bench")
 from time_to_dense import parse_variant, peak_rss_mb
 variant = parse_variant(sys.argv[3])
-embedder = LocalEmbedder(
-    backend=variant.backend, threads=variant.threads or None, precision=variant.precision
-)
+embedder = variant.embedder()
 embedder.texts_per_call = variant.call
 weight = EmbedConfig().signature_weight if variant.signature else 0.0
 check_models(embedder, StateDir(Path(sys.argv[2])), signature_weight=weight)
@@ -141,16 +142,30 @@ class Variant:
     call: int
     threads: int
     processes: int
+    #: (length step, tokens a pass, texts a pass) when not the precision's default
+    passes: tuple[int, int, int] | None = None
+
+    def embedder(self) -> LocalEmbedder:
+        embedder = LocalEmbedder(backend=self.backend, threads=self.threads or None, precision=self.precision)
+        if self.passes is not None:
+            embedder.length_step, embedder.tokens_per_pass, embedder.max_batch = self.passes
+        return embedder
 
 
 def parse_variant(text: str) -> Variant:
-    """``BACKEND[-PRECISION][+sig]:CALL[:THREADS[:PROCESSES]]`` (threads 0: one per core)."""
+    """``BACKEND[-PRECISION][+sig][@STEPxTOKENSxTEXTS]:CALL[:THREADS[:PROCESSES]]``
+    (threads 0: one per core)."""
     name, call, *rest = text.split(":")
+    name, at, cut = name.partition("@")
+    parts = [int(part) for part in cut.split("x")] if at else []
+    if at and len(parts) != 3:
+        raise SystemExit(f"{text}: @ wants STEPxTOKENSxTEXTS")
+    passes = (parts[0], parts[1], parts[2]) if parts else None
     name, plus, _ = name.partition("+sig")
     backend, _, precision = name.partition("-")
     threads = int(rest[0]) if rest else 0
     processes = int(rest[1]) if len(rest) > 1 else 1
-    return Variant(backend, precision or "fp32", bool(plus), int(call), threads, processes)
+    return Variant(backend, precision or "fp32", bool(plus), int(call), threads, processes, passes)
 
 
 def index_tree(tree: Path, work: Path) -> Path:
@@ -208,17 +223,20 @@ def token_counts(texts: list[str]) -> list[int]:
     ]
 
 
-def computed_tokens(groups: list[list[int]], call: int, backend: str) -> int:
-    """Tokens the forward passes compute, padding included (onnx pads)."""
+def computed_tokens(groups: list[list[int]], variant: Variant) -> int:
+    """Tokens the forward passes of the units' own texts compute, padding
+    included (onnx pads, to a multiple of the variant's length step)."""
+    embedder = variant.embedder()
+    step, per_pass, texts = embedder.length_step, embedder.tokens_per_pass, embedder.max_batch
     total = 0
     for lengths in groups:
-        for at in range(0, len(lengths), call):
-            part = lengths[at : at + call]
-            if backend != "onnx":
+        for at in range(0, len(lengths), variant.call):
+            part = lengths[at : at + variant.call]
+            if variant.backend != "onnx":
                 total += sum(part)
                 continue
-            for batch in pack_batches(part, max_texts=32, max_tokens=PADDED_TOKENS_PER_PASS, padded=True):
-                total += len(batch) * max(part[i] for i in batch)
+            for batch in pack_batches(part, max_texts=texts, max_tokens=per_pass, padded=True, step=step):
+                total += len(batch) * padded_length(max(part[i] for i in batch), step)
     return total
 
 
@@ -227,9 +245,7 @@ def child_embed(args: argparse.Namespace) -> None:
     rows = json.loads(Path(args.texts).read_text())
     variant = parse_variant(args.variant)
     call = variant.call
-    embedder = LocalEmbedder(
-        backend=variant.backend, threads=variant.threads or None, precision=variant.precision
-    )
+    embedder = variant.embedder()
     start = time.perf_counter()
     embedder.load()
     load_s = time.perf_counter() - start
@@ -336,13 +352,14 @@ def sample_mode(args, rows: list[list], work: Path, result: dict) -> None:
             {
                 "variant": variant,
                 "round_s": [round(r["seconds"], 2) for r in rounds[variant]],
+                "round_cpu_s": [round(r["cpu_s"], 2) for r in rounds[variant]],
                 "chunks_per_s": round(len(sample) / seconds, 1),
                 "ratio": round(base / seconds, 3),
                 # CPU seconds (all threads) per round: steadier than wall time on a shared machine
                 "cpu_s": round(cpu_s, 1),
                 "cpu_ratio": round(base_cpu / cpu_s, 3),
                 "tokens_real": sum(lengths) + (view_tokens if parsed.signature else 0),
-                "tokens_computed": computed_tokens(list(groups.values()), parsed.call, parsed.backend),
+                "tokens_computed": computed_tokens(list(groups.values()), parsed),
                 "cosine_min": float(cosines.min()),
                 "load_s": round(statistics.median(r["load_s"] for r in rounds[variant]), 2),
                 "peak_rss_mb": round(max(r["peak_rss_mb"] for r in rounds[variant])),

@@ -79,6 +79,11 @@ REQUIRED_FILES = (WEIGHTS_FILE, "tokenizer.json", "config.json", "sentence_bert_
 TOKENS_PER_PASS = 512
 # The same for the onnx backend, counting padding (texts x longest text).
 PADDED_TOKENS_PER_PASS = 512
+# At bf16 (OpenVINO) padded lengths are rounded up to a multiple of 16: OpenVINO
+# prepares its kernels for each new input shape, and AMX works in tiles of 16
+# rows. 0.88 of the CPU of exact lengths, lower in each of six rounds
+# (docs/benchmarks.md, "Time to dense", 2026-11-29, session 21).
+BF16_LENGTH_STEP = 16
 BACKENDS = ("onnx", "numpy")
 # Bits of the int8 weights: 7 keeps every pair of uint8 x int8 products inside
 # int16, which AVX2's multiply-add (no VNNI) saturates (see quantize_columns).
@@ -417,19 +422,26 @@ def quantize_columns(matrix: np.ndarray, bits: int = INT8_WEIGHT_BITS) -> tuple[
     return quantized, scale
 
 
+def padded_length(longest: int, step: int) -> int:
+    """The length a padded batch whose longest text is ``longest`` tokens is
+    padded to: ``longest`` rounded up to a multiple of ``step``."""
+    return -(-longest // step) * step
+
+
 def pack_batches(
-    lengths: Sequence[int], *, max_texts: int, max_tokens: int, padded: bool = False
+    lengths: Sequence[int], *, max_texts: int, max_tokens: int, padded: bool = False, step: int = 1
 ) -> list[list[int]]:
     """Text indices grouped into forward passes, shortest first: at most
     ``max_texts`` texts and ``max_tokens`` tokens a pass (a longer text goes
-    alone). ``padded`` counts a pass as its texts times its longest text,
-    which is what a padded batch computes: sorting first keeps that close to
-    the real token count."""
+    alone). ``padded`` counts a pass as its texts times its longest text
+    (rounded up to a multiple of ``step``, ``padded_length``), which is what
+    a padded batch computes: sorting first keeps that close to the real
+    token count."""
     batches: list[list[int]] = []
     current: list[int] = []
     tokens = 0
     for i in sorted(range(len(lengths)), key=lengths.__getitem__):
-        cost = (len(current) + 1) * lengths[i] if padded else tokens + lengths[i]
+        cost = (len(current) + 1) * padded_length(lengths[i], step) if padded else tokens + lengths[i]
         if current and (len(current) == max_texts or cost > max_tokens):
             batches.append(current)
             current, tokens = [], 0
@@ -711,8 +723,15 @@ class _OnnxBert:
     """
 
     def __init__(
-        self, model_dir: Path, precision: str = "fp32", streams: int = 1, cache: Path | None = None
+        self,
+        model_dir: Path,
+        precision: str = "fp32",
+        streams: int = 1,
+        cache: Path | None = None,
+        length_step: int = 1,
     ) -> None:
+        #: batches are padded to a multiple of this many tokens (``padded_length``)
+        self.length_step = length_step
         if precision == "bf16":
             self._run = _openvino_runner(lambda: _bert_graph(model_dir, precision), streams, cache)
             return
@@ -736,7 +755,7 @@ class _OnnxBert:
 
     def mean_pooled(self, sequences: Sequence[list[int]]) -> np.ndarray:
         """Mean of the last hidden states over each sequence's tokens (padded batch)."""
-        longest = max(len(seq) for seq in sequences)
+        longest = padded_length(max(len(seq) for seq in sequences), self.length_step)
         ids = np.zeros((len(sequences), longest), np.int64)
         mask = np.zeros((len(sequences), longest), np.float32)
         for row, seq in enumerate(sequences):
@@ -802,7 +821,13 @@ class LocalEmbedder(Embedder):
         self.precision = precision
         #: keep a bf16 compilation in compiled_cache_dir() and import it next time
         self.keep_compiled = keep_compiled
+        #: texts a forward pass may take, the tokens it may compute (padding
+        #: counted for onnx) and the step padded lengths are rounded up to
+        #: (``padded_length``): BF16_LENGTH_STEP at bf16, exact lengths
+        #: elsewhere; bench/time_to_dense.py varies them
         self.max_batch = max_batch
+        self.tokens_per_pass = PADDED_TOKENS_PER_PASS if backend == "onnx" else TOKENS_PER_PASS
+        self.length_step = BF16_LENGTH_STEP if precision == "bf16" else 1
         self.threads = threads or available_cores()
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None
@@ -840,8 +865,9 @@ class LocalEmbedder(Embedder):
             batches = pack_batches(
                 [len(seq) for seq in ids],
                 max_texts=self.max_batch,
-                max_tokens=PADDED_TOKENS_PER_PASS if padded else TOKENS_PER_PASS,
+                max_tokens=self.tokens_per_pass,
                 padded=padded,
+                step=self.length_step,
             )
             for batch, rows in zip(batches, self._forward(batches, ids, stop), strict=True):
                 vectors[batch] = rows
@@ -890,6 +916,6 @@ class LocalEmbedder(Embedder):
         self._tokenizer = tokenizer
         if self.backend == "onnx":
             cache = compiled_cache_dir() if self.keep_compiled else None
-            self._bert = _OnnxBert(self.model_dir, self.precision, self.threads, cache)
+            self._bert = _OnnxBert(self.model_dir, self.precision, self.threads, cache, self.length_step)
         else:
             self._bert = _Bert(self.model_dir)
