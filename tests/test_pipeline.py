@@ -17,7 +17,7 @@ from corpus.ingest import unpack
 from corpus.ingest.indexing import index_directory, refresh_paths
 from corpus.models import Chunk, Document, Representation
 from corpus.status import older_format_documents
-from kernel import errors
+from kernel import errors, state_identity
 from kernel.config import build_config
 from kernel.state import IndexLock, StateDir
 from tests.support import texts_hold, zip_bytes
@@ -495,6 +495,7 @@ def test_a_key_in_the_secret_file_counts_as_a_key_appearing(corpus_dir, state, m
     assert doc("scan.png").error == "needs MISTRAL_API_KEY"
     secret_file = corpus_dir / ".dir2mcp" / "secret.env"  # secrets.file.path, relative to the root
     secret_file.parent.mkdir()
+    state_identity.claim(secret_file.parent)  # made by dir2mcp: one made by hand is refused
     secret_file.write_text("MISTRAL_API_KEY=from-the-secret-file\n")
     secret_file.chmod(0o600)
 

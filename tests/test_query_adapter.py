@@ -82,7 +82,13 @@ def stored_code_vectors() -> dict[int, np.ndarray]:
 
 def dense_order(state, embedder, adapter: str) -> list[int]:
     config = build_config(
-        {"embed": {"provider": "local"}, "search": {"query_adapter": adapter, "feedback_units": 0}}, {}, {}
+        # fragment_share 1: the dense order itself, import-only units not moved last
+        {
+            "embed": {"provider": "local"},
+            "search": {"query_adapter": adapter, "feedback_units": 0, "fragment_share": 1},
+        },
+        {},
+        {},
     )
     found = Searcher(state, config, embedder).search(QUESTION, k=50, index="code")
     return [hit.chunk_id for hit in found.hits]

@@ -16,6 +16,7 @@ import pytest
 
 from corpus.events import Reporter
 from corpus.store import open_store, owner_only_database
+from kernel import state_identity
 from kernel.state import IndexLock, StateDir, atomic_write, ensure_token, write_json
 from tests.test_cli import make_tree
 
@@ -97,7 +98,11 @@ def test_sqlite_wal_and_shm_files_take_the_database_files_mode(tmp_path, loose_u
 
 
 def loose_state(path: Path, outside: Path) -> None:
-    """A state directory as an older version (or a copy with cp -r) leaves it."""
+    """A state directory dir2mcp made, loosened as a copy with cp -r or a
+    umask of 022 leaves it (one dir2mcp did not make is refused:
+    tests/test_state_trust.py)."""
+    path.mkdir(parents=True)
+    state_identity.claim(path)
     (path / "cache" / "ocr").mkdir(parents=True)
     (path / "logs").mkdir()
     for rel in ("meta.sqlite", "meta.sqlite-wal", "corpus.json", "cache/ocr/page.json", "logs/run.log"):
@@ -125,7 +130,6 @@ def test_a_loose_state_directory_is_tightened_with_a_warning(tmp_path, caplog):
         [".", "corpus.json", "meta.sqlite", "meta.sqlite-wal", "cache/ocr/page.json", "logs", "logs/run.log"]
     )
     assert again == []
-    # (kernel.state_identity also says, once, that it took the directory for an earlier version's)
     warnings = [
         r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "kernel.state"
     ]
@@ -168,9 +172,11 @@ def test_up_tightens_a_loose_state_directory_and_keeps_everything_owner_only(
 ):
     make_tree(corpus_dir, files=2)
     state = corpus_dir / ".dir2mcp"
+    state.mkdir()
+    state_identity.claim(state)  # dir2mcp made it; a umask of 022 loosened what came after
     (state / "cache" / "ocr").mkdir(parents=True)
     (state / "cache" / "ocr" / "old.json").write_text("{}")
-    (state / "corpus.json").write_text(json.dumps({"root": str(corpus_dir)}))  # as an earlier version left it
+    (state / "corpus.json").write_text(json.dumps({"root": str(corpus_dir)}))
     state.chmod(0o755)
     (state / "cache").chmod(0o755)
 
