@@ -22,6 +22,7 @@ import ast
 import html
 import random
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -264,6 +265,24 @@ def _inline_tag(match: re.Match) -> str:
         target, _, label = body.partition(" ")
         return label.strip() or target.lstrip("#").replace("#", ".")
     return body
+
+
+def stdlib_copy(cache: Path = CACHE) -> Path:
+    """A copy of the interpreter's standard library (``site-packages`` and
+    ``__pycache__`` left out), made once under ``cache``: the tree of
+    bench/indexing.py and bench/time_to_dense.py. Not the library itself,
+    because an interpreter installed by pyenv lies under pyenv's own
+    ``.gitignore``, which hides it from the walk (0 files)."""
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    dest = cache / f"stdlib-{sys.version.split()[0]}"
+    if not (dest / "os.py").is_file():
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        skip = shutil.ignore_patterns("site-packages", "__pycache__")
+        shutil.copytree(lib, partial, symlinks=True, ignore=skip)
+        shutil.rmtree(dest, ignore_errors=True)
+        partial.rename(dest)
+    return dest
 
 
 def npm_package(spec: str, cache: Path = CACHE) -> Path:

@@ -19,12 +19,15 @@ import re
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+import corpora  # noqa: E402  (bench/corpora.py: the standard library's copy)
+
 NOOP_SNIPPET = """
 import sys, time, json
 from dir2mcp_site import bootstrap
@@ -56,10 +59,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--tree", default=sysconfig.get_paths()["stdlib"], help="Directory to index.")
+    parser.add_argument(
+        "--tree", help="Directory to index (default: bench/corpora.stdlib_copy, the standard library)."
+    )
     parser.add_argument("--repeat", type=int, default=5, help="Runs of each timed step (median reported).")
     args = parser.parse_args()
-    tree = Path(args.tree).resolve()
+    tree = Path(args.tree).resolve() if args.tree else corpora.stdlib_copy()
     work = Path(tempfile.mkdtemp(prefix="dir2mcp-bench-"))
     config = work / "bench.yaml"
     # Ingestion alone: embeddings have their own benchmark (bench/embedder.py).

@@ -49,7 +49,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -59,6 +58,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import corpora  # noqa: E402  (bench/corpora.py: the standard library's copy)
 
 from corpus.providers.local import (  # noqa: E402
     LocalEmbedder,
@@ -415,7 +417,9 @@ def main() -> None:
     parser.add_argument(
         "mode", nargs="?", default="bench", choices=["bench", "_embed"], help=argparse.SUPPRESS
     )
-    parser.add_argument("--tree", default=sysconfig.get_paths()["stdlib"], help="Directory to index.")
+    parser.add_argument(
+        "--tree", help="Directory to index (default: bench/corpora.stdlib_copy, the standard library)."
+    )
     parser.add_argument(
         "--work", help="Keeps the indexed state and texts between runs (default: a temp dir)."
     )
@@ -436,7 +440,7 @@ def main() -> None:
         child_embed(args)
         return
 
-    tree = Path(args.tree).resolve()
+    tree = Path(args.tree).resolve() if args.tree else corpora.stdlib_copy()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="dir2mcp-ttd-"))
     work.mkdir(parents=True, exist_ok=True)
     state = index_tree(tree, work)

@@ -1,7 +1,8 @@
-"""``embed.precision: auto``: bf16 where the processor has a bfloat16 dot
-product and OpenVINO is installed, fp32 elsewhere; never int8.
+"""``embed.precision: auto``: bf16 where OpenVINO is installed and the
+processor was measured to run it faster than float32 (AMX-BF16, or AVX-512
+BF16 on AMD), fp32 elsewhere; never int8.
 
-The choice takes the processor's flags as an argument, so a CPU with and
+The choice takes the processor's flags and vendor as arguments, so a CPU with and
 without AVX-512 BF16/AMX-BF16 is tested here whatever this machine has; the recorded
 model is then the chosen precision's, and a recorded precision other than
 the configured one is kept until a full reindex (tests/test_embedder_change.py
@@ -19,6 +20,7 @@ from corpus.providers.precision import (
     BF16_DOT_FLAGS,
     choose_precision,
     cpu_flags,
+    cpu_vendor,
     onnx_available,
     openvino_available,
     resolve_precision,
@@ -40,9 +42,23 @@ flags\t\t: fpu
 """
 
 
-@pytest.mark.parametrize("flag", sorted(BF16_DOT_FLAGS))
-def test_auto_is_bf16_on_a_processor_with_a_bfloat16_dot_product(flag):
-    assert choose_precision("auto", AVX2_ONLY | {flag}) == "bf16"
+@pytest.mark.parametrize(
+    ("flags", "vendor"),
+    [
+        (AVX2_ONLY | BF16_DOT_FLAGS, "GenuineIntel"),  # AMX: 0.39 of fp32's CPU on a Xeon
+        (AVX2_ONLY | {"amx_bf16"}, ""),
+        (AVX2_ONLY | {"avx512_bf16"}, "AuthenticAMD"),  # 0.63 on an EPYC, family 26
+    ],
+)
+def test_auto_is_bf16_where_bf16_was_measured_faster(flags, vendor):
+    assert choose_precision("auto", flags, vendor=vendor) == "bf16"
+
+
+@pytest.mark.parametrize("vendor", ["GenuineIntel", ""])
+def test_auto_is_fp32_on_avx512_bf16_without_amx_outside_amd(vendor):
+    # an Intel Xeon (family 6, model 207) whose hypervisor hides AMX: bf16 took
+    # 1.64 times fp32's CPU there (docs/benchmarks.md, session 22)
+    assert choose_precision("auto", AVX2_ONLY | INT8_DOT_FLAGS | {"avx512_bf16"}, vendor=vendor) == "fp32"
 
 
 @pytest.mark.parametrize("flags", [AVX2_ONLY, AVX2_ONLY | INT8_DOT_FLAGS, frozenset()])
@@ -53,7 +69,8 @@ def test_auto_is_fp32_without_one_even_with_an_int8_dot_product(flags):
 
 @pytest.mark.parametrize("missing", [{"onnx": False}, {"openvino": False}])
 def test_auto_is_fp32_without_onnx_or_openvino_whatever_the_processor(missing):
-    assert choose_precision("auto", AVX2_ONLY | BF16_DOT_FLAGS | INT8_DOT_FLAGS, **missing) == "fp32"
+    flags = AVX2_ONLY | BF16_DOT_FLAGS | INT8_DOT_FLAGS
+    assert choose_precision("auto", flags, vendor="AuthenticAMD", **missing) == "fp32"
 
 
 @pytest.mark.parametrize("setting", ["fp32", "int8", "bf16"])
@@ -74,12 +91,15 @@ def test_the_flags_are_the_first_processors(tmp_path: Path):
     flags = cpu_flags(cpuinfo)
 
     assert {"avx2", "avx512_bf16", "amx_bf16"} <= flags and "bogomips" not in flags
-    assert choose_precision("auto", flags) == "bf16"
-    assert cpu_flags(tmp_path / "missing") == frozenset()
+    assert cpu_vendor(cpuinfo) == "GenuineIntel"
+    assert choose_precision("auto", flags, vendor=cpu_vendor(cpuinfo)) == "bf16"
+    assert cpu_flags(tmp_path / "missing") == frozenset() and cpu_vendor(tmp_path / "missing") == ""
 
 
 def auto_here() -> str:
-    return choose_precision("auto", cpu_flags(), onnx=onnx_available(), openvino=openvino_available())
+    return choose_precision(
+        "auto", cpu_flags(), vendor=cpu_vendor(), onnx=onnx_available(), openvino=openvino_available()
+    )
 
 
 def test_the_configured_model_is_the_precision_chosen_here():

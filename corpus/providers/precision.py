@@ -1,17 +1,21 @@
 """Which arithmetic the local model runs in (``embed.precision``).
 
 ``fp32``, ``int8`` and ``bf16`` are taken as they are. ``auto``, the
-default since 2026-11-29, picks
-``bf16`` on a processor with a bfloat16 dot product (AVX-512 BF16 or
-AMX-BF16) where OpenVINO is installed: there the graph costs about 0.6 of
-float32's CPU and its vectors are float32's to cosine 0.99997, and it keeps
-found@200 of every corpus in ``bench/retrieval.py`` within 0.01 of float32
-(docs/benchmarks.md, "Time to dense"). Elsewhere ``auto`` is ``fp32``.
-``int8`` (onnxruntime's dynamic quantization) is faster still but lost 0.02
-found@200 on Python, so ``auto`` never picks it. The choice is made when the
-embedder is chosen and is recorded with the vectors through the model's
-name, so an index keeps the precision it was built with wherever it is
-served from (docs/configuration.md).
+default since 2026-11-29, picks ``bf16`` where OpenVINO is installed and
+the processor was measured to run it faster than float32: one with AMX-BF16
+(0.39 of float32's CPU on an Intel Xeon) or an AMD one with AVX-512 BF16
+(0.63 on an EPYC, family 26). Its vectors are float32's to cosine 0.99997
+and it keeps found@200 of every corpus in ``bench/retrieval.py`` within
+0.01 of float32 (docs/benchmarks.md, "Time to dense"). An Intel processor
+with AVX-512 BF16 but no AMX is not such a processor: on an Intel Xeon
+(family 6, model 207) whose hypervisor hides AMX, OpenVINO's AVX-512 BF16
+kernels took 1.64 times float32's CPU (docs/benchmarks.md, session 22), so
+there, and everywhere else, ``auto`` is ``fp32``. ``int8`` (onnxruntime's
+dynamic quantization) is faster still but lost 0.02 found@200 on Python,
+so ``auto`` never picks it. The choice is made when the embedder is chosen
+and is recorded with the vectors through the model's name, so an index
+keeps the precision it was built with wherever it is served from
+(docs/configuration.md).
 
 Kept apart from ``corpus.providers.local`` so that the registry can name the
 configured model without importing numpy, tokenizers and safetensors.
@@ -26,6 +30,8 @@ PRECISIONS = ("fp32", "int8", "bf16")
 SETTINGS = ("auto", *PRECISIONS)
 #: /proc/cpuinfo flags of the bfloat16 dot-product instructions OpenVINO uses
 BF16_DOT_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+#: the /proc/cpuinfo vendor whose AVX-512 BF16 (without AMX) ran bf16 faster than float32
+BF16_AVX512_VENDORS = frozenset({"AuthenticAMD"})
 CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -39,30 +45,52 @@ def openvino_available() -> bool:
     return importlib.util.find_spec("openvino") is not None
 
 
-def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str]:
-    """The first processor's feature flags (empty where there is no /proc/cpuinfo)."""
+def _first_processor(cpuinfo: Path) -> dict[str, str]:
+    """The first processor's ``name: value`` lines of ``cpuinfo`` (empty where it cannot be read)."""
     try:
         text = cpuinfo.read_text()
     except OSError:
-        return frozenset()
+        return {}
+    fields: dict[str, str] = {}
     for line in text.splitlines():
+        if not line.strip():
+            break
         name, _, value = line.partition(":")
-        if name.strip() == "flags":
-            return frozenset(value.split())
-    return frozenset()
+        fields.setdefault(name.strip(), value.strip())
+    return fields
 
 
-def choose_precision(setting: str, flags: frozenset[str], *, onnx: bool = True, openvino: bool = True) -> str:
-    """``setting`` (``auto``, ``fp32``, ``int8`` or ``bf16``) as the precision to run."""
+def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str]:
+    """The first processor's feature flags (empty where there is no /proc/cpuinfo)."""
+    return frozenset(_first_processor(cpuinfo).get("flags", "").split())
+
+
+def cpu_vendor(cpuinfo: Path = CPUINFO) -> str:
+    """The first processor's ``vendor_id`` (``GenuineIntel``, ``AuthenticAMD``; empty where unknown)."""
+    return _first_processor(cpuinfo).get("vendor_id", "")
+
+
+def bf16_pays(flags: frozenset[str], vendor: str) -> bool:
+    """Whether OpenVINO's bf16 was measured faster than float32 on such a processor (module docstring)."""
+    return "amx_bf16" in flags or ("avx512_bf16" in flags and vendor in BF16_AVX512_VENDORS)
+
+
+def choose_precision(
+    setting: str, flags: frozenset[str], *, vendor: str = "", onnx: bool = True, openvino: bool = True
+) -> str:
+    """``setting`` (``auto``, ``fp32``, ``int8`` or ``bf16``) as the precision to
+    run on a processor with these ``flags`` from this ``vendor``."""
     if setting not in SETTINGS:
         raise ValueError(f"precision must be one of {', '.join(SETTINGS)}, not {setting!r}")
     if setting != "auto":
         return setting
-    return "bf16" if onnx and openvino and flags & BF16_DOT_FLAGS else "fp32"
+    return "bf16" if onnx and openvino and bf16_pays(flags, vendor) else "fp32"
 
 
 def resolve_precision(setting: str) -> str:
     """``setting`` as the precision to run on this processor."""
     if setting != "auto":
         return choose_precision(setting, frozenset())
-    return choose_precision(setting, cpu_flags(), onnx=onnx_available(), openvino=openvino_available())
+    return choose_precision(
+        setting, cpu_flags(), vendor=cpu_vendor(), onnx=onnx_available(), openvino=openvino_available()
+    )
