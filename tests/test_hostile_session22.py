@@ -1,0 +1,166 @@
+"""Hostile round of 2026-11-29, session 22: every field and header as hostile,
+against a real ``up`` (daphne, the gate, the connection bounds); see
+docs/security.md, "Hostile round, 2026-11-29 (session 22)". Each test shows
+a way in that was open before its fix.
+
+Two hosts are told apart as the documented proxy tells them: behind it
+(``DJANGO_BEHIND_PROXY``), by the ``X-Real-IP`` it sets.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from corpus import patterns
+from kernel import errors
+from tests.fakes.mistral import FakeMistral
+from tests.mcp_http import Server, write_corpus
+from tests.support import wait_until
+from tests.test_hostile_clients import CHAT, WAIT, answer, send, stateless, token_of
+from tests.test_hostile_patterns import Call
+
+pytestmark = pytest.mark.slow
+
+PROXY = {"DJANGO_BEHIND_PROXY": "1", "DJANGO_SECRET_KEY": "a-test-key-" + "x" * 50}
+HOSTILE, OTHER = "192.0.2.7", "198.51.100.9"  # two hosts, as nginx's X-Real-IP names them
+
+
+@pytest.fixture
+def fake():
+    fake = FakeMistral().start()
+    yield fake
+    fake.close()  # releases the held chat requests
+
+
+class Host(Server):
+    """A client of ``up`` from one address, as the proxy passes it on."""
+
+    address: str = ""
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return super().headers(**{"X-Real-IP": self.address, **extra})
+
+
+def from_host(srv: Server, address: str) -> Host:
+    host = Host(srv.root, srv.url, srv.token, srv.proc)
+    host.address = address
+    return host
+
+
+# -- who holds the call slots -------------------------------------------------------
+
+
+def test_many_sessions_of_one_host_never_take_every_call_slot(tmp_path, running, fake):
+    """Each MCP session was a client with a share of its own: one host that
+    opened ``max_concurrent_calls / max_calls_per_client`` sessions held every
+    slot, and every other host was refused SERVER_BUSY until it let go."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    env = {
+        **PROXY,
+        "MISTRAL_API_KEY": fake.API_KEY,
+        "DIR2MCP_MISTRAL__BASE_URL": fake.url,
+        "DIR2MCP_CHAT__PROVIDER": "mistral",
+        "DIR2MCP_SERVER__MAX_CONCURRENT_CALLS": "6",
+        "DIR2MCP_SERVER__MAX_CALLS_PER_CLIENT": "2",
+        "DIR2MCP_SERVER__CALL_TIMEOUT": "30s",  # the held asks end at it
+    }
+    up = running("--dir", str(root), "--json", env=env)
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    hostile, other = from_host(srv, HOSTILE), from_host(srv, OTHER)
+    fake.delay_next(600, count=20)
+    ask = {"name": "dir2mcp.ask", "arguments": {"question": "what does the loader read?"}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": ask}
+
+    def ask_in(host: Host, session: str):
+        return send(
+            host.url,
+            "/mcp",
+            body,
+            host.headers(**{"MCP-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}),
+        )
+
+    # The hostile host fills the share of two sessions: four of six slots.
+    held = [
+        ask_in(hostile, session) for session in (hostile.initialize(), hostile.initialize()) for _ in range(2)
+    ]
+    wait_until(lambda: len(fake.requests_to(CHAT)) >= 4, timeout=WAIT, message="the asks reach the provider")
+    # A third session of the same host would take the last two: refused.
+    third = hostile.initialize()
+    status, refused = answer(ask_in(hostile, third))
+    assert refused.get("error", {}).get("data", {}).get("code") == errors.SERVER_BUSY, (status, refused)
+    # Another host is admitted.
+    held += [ask_in(other, other.initialize())]
+    wait_until(lambda: len(fake.requests_to(CHAT)) >= 5, timeout=WAIT, message="the other host's ask runs")
+    for conn in held:  # answered at their deadline
+        answer(conn)
+
+
+def test_the_rest_mirror_and_stateless_calls_of_one_host_hold_one_share(tmp_path, running, fake):
+    """Calls without a session (the REST mirror, 2026-07-28 stateless MCP)
+    were admitted per surface: a host that switched surfaces held two shares."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    env = {
+        "MISTRAL_API_KEY": fake.API_KEY,
+        "DIR2MCP_MISTRAL__BASE_URL": fake.url,
+        "DIR2MCP_CHAT__PROVIDER": "mistral",
+        "DIR2MCP_SERVER__MAX_CALLS_PER_CLIENT": "2",
+        "DIR2MCP_SERVER__CALL_TIMEOUT": "30s",  # the held asks end at it
+    }
+    up = running("--dir", str(root), "--json", env=env)
+    url = up.url()
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    auth = {"Authorization": f"Bearer {token_of(root)}"}
+    question = {"question": "what does the loader read?"}
+    fake.delay_next(600, count=8)
+
+    rest_headers = {**auth, "Content-Type": "application/json", "Accept": "application/json"}
+    held = [send(url, "/api/v1/ask", question, rest_headers) for _ in range(2)]
+    wait_until(lambda: len(fake.requests_to(CHAT)) >= 2, timeout=WAIT, message="the asks reach the provider")
+    call, mcp_headers = stateless("tools/call", {"name": "dir2mcp.ask", "arguments": question})
+    status, body = answer(send(url, "/mcp", call, {**mcp_headers, **auth}))
+    assert body.get("error", {}).get("data", {}).get("code") == errors.SERVER_BUSY, (status, body)
+    assert len(fake.requests_to(CHAT)) == 2  # the refused call never reached the provider
+    for conn in held:
+        answer(conn)
+
+
+# -- the regex worker's turns ------------------------------------------------------
+
+
+def test_hosts_take_turns_at_the_regex_worker_before_their_sessions_do():
+    """Turns went to the waiting session that had one least recently, each
+    session a client: a host with many sessions had a turn for each of them
+    to every one of another host's. (On a live ``up`` six such sessions kept
+    another host's small finds within their budget, since every turn ends a
+    quarter of its holder's time after another waits, but that host had one
+    turn in seven of the worker's time, so a longer find was cut short six
+    times as often.) Now the host that had a turn least recently goes first."""
+    turns = patterns.Turns()
+    a1, a2, a3, b = ("host-a", "sess_1"), ("host-a", "sess_2"), ("host-a", "sess_3"), ("host-b", "host-b")
+    far = time.monotonic() + WAIT
+    for who in (a2, a3, b, a1):  # the last turn of each: a2, a3, b, then a1's, which it holds
+        assert turns.take(who, far)
+        if who is not a1:
+            turns.give_back()
+    order: list[tuple[str, str]] = []
+
+    def wait_for_turn(who: tuple[str, str]) -> None:
+        assert turns.take(who, far)
+        order.append(who)
+        turns.give_back()
+
+    waiting = []
+    for count, who in enumerate((a2, a3, b), 1):  # in this order, each once the one before waits
+        waiting.append(Call(wait_for_turn, who))
+        wait_until(lambda n=count: len(turns.waiting) == n, timeout=WAIT, message="it waits")
+    turns.give_back()  # a1's turn ends
+    for call in waiting:
+        call.value()
+    # host-b had a turn less recently than host-a (a1's): it goes first; then
+    # host-a's sessions, the one with the oldest turn first
+    assert order == [b, a2, a3], order
