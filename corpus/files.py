@@ -147,6 +147,20 @@ def screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
         raise _fail(errors.FORBIDDEN, f"{rel_path}: content matches a secret pattern ({rule}); not returned")
 
 
+def refuse_archive_bytes(rel_path: str, kind: str) -> None:
+    """FORBIDDEN for the bytes of an archive (``kind`` "archive": zip, tar,
+    compressed tar, gzip). They hold its members compressed, and the
+    exclusion rules judge each member (``a.zip!/x``): until session 22
+    ``read_bytes`` and ``resources/read`` served a zip whole, and the
+    ``.env`` or key file refused as a member came out of it unpacked."""
+    if kind == "archive":
+        raise _fail(
+            errors.FORBIDDEN,
+            f"{rel_path} is an archive: its bytes are not served (they would hold members the "
+            "exclusion rules refuse); read its members by name (archive.zip!/path), a .gz with open_file",
+        )
+
+
 def redacted_text(engine: ExclusionEngine, rel_path: str, text: str) -> str:
     """Redact mode: the text of ``rel_path`` as read from the file, whole,
     with each credential replaced by the redaction the indexer applies

@@ -9,15 +9,19 @@ Two hosts are told apart as the documented proxy tells them: behind it
 
 from __future__ import annotations
 
+import io
+import tarfile
 import time
+import zipfile
 
+import httpx
 import pytest
 
 from corpus import patterns
 from kernel import errors
 from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import Server, write_corpus
-from tests.support import wait_until
+from tests.support import TLS, wait_until
 from tests.test_hostile_clients import CHAT, WAIT, answer, send, stateless, token_of
 from tests.test_hostile_patterns import Call
 
@@ -164,3 +168,52 @@ def test_hosts_take_turns_at_the_regex_worker_before_their_sessions_do():
     # host-b had a turn less recently than host-a (a1's): it goes first; then
     # host-a's sessions, the one with the oldest turn first
     assert order == [b, a2, a3], order
+
+
+# -- archives read as bytes ------------------------------------------------------------
+
+
+def test_an_archive_is_never_served_as_its_bytes(tmp_path, running):
+    """The exclusion rules judge an archive's members, and refused a member
+    that was a ``.env`` or held a key; but the archive itself was served
+    whole by ``read_bytes`` (MCP and REST) and as a ``resources/read`` blob,
+    and the client unpacked the refused members from it."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    with zipfile.ZipFile(root / "backup.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("readme.txt", "what the backup holds\n")
+        archive.writestr("config/.env", "DB_PASSWORD=Sup3rSecretValue123\n")
+        archive.writestr("keys.txt", "aws AKIAABCDEFGHIJKLMNOP here\n")
+    with tarfile.open(root / "backup.tar.gz", "w:gz") as archive:
+        data = b"aws AKIAABCDEFGHIJKLMNOP here\n"
+        member = tarfile.TarInfo("keys.txt")
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    up = running("--dir", str(root), "--json")
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    answers = {}
+    for name in ("backup.zip", "backup.tar.gz"):
+        for fmt in ("auto", "base64"):
+            result = srv.call(session, "dir2mcp.read_bytes", {"rel_path": name, "format": fmt})
+            answers[(name, "read_bytes", fmt)] = result["structuredContent"].get("error", {}).get("code")
+        ranged = srv.call(session, "dir2mcp.read_bytes", {"rel_path": name, "offset": 30, "length": 100})
+        answers[(name, "read_bytes", "range")] = ranged["structuredContent"].get("error", {}).get("code")
+        rest = httpx.get(
+            f"{srv.base}/api/v1/files/bytes",
+            params={"rel_path": name},
+            headers={"Authorization": f"Bearer {srv.token}"},
+            timeout=WAIT,
+            verify=TLS,
+        )
+        answers[(name, "REST", "bytes")] = rest.json().get("error", {}).get("code")
+        read = srv.post(
+            {"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": f"dir2mcp:///{name}"}},
+            session=session,
+        ).json()
+        answers[(name, "resources/read", "whole")] = read.get("error", {}).get("data", {}).get("code")
+    # the members the rules allow are still read, as before
+    member = srv.call(session, "dir2mcp.open_file", {"rel_path": "backup.zip!/readme.txt"})
+    assert "what the backup holds" in member["structuredContent"]["content"], member
+    assert set(answers.values()) == {errors.FORBIDDEN}, answers

@@ -307,6 +307,7 @@ def read_bytes(
     def read(opened: OpenedFile) -> JsonObject:
         _the_file_itself(opened, "a byte range")
         kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
+        files.refuse_archive_bytes(opened.rel, kind)
         chosen = _chosen(fmt, kind, ranged)
         check()
         if chosen == "image":
