@@ -9,7 +9,9 @@ Two hosts are told apart as the documented proxy tells them: behind it
 
 from __future__ import annotations
 
+import base64
 import io
+import os
 import tarfile
 import time
 import zipfile
@@ -217,3 +219,45 @@ def test_an_archive_is_never_served_as_its_bytes(tmp_path, running):
     member = srv.call(session, "dir2mcp.open_file", {"rel_path": "backup.zip!/readme.txt"})
     assert "what the backup holds" in member["structuredContent"]["content"], member
     assert set(answers.values()) == {errors.FORBIDDEN}, answers
+
+
+# -- long secrets cut by a range -------------------------------------------------------
+
+
+def private_key() -> str:
+    """An RSA-4096-sized PEM block (random material: only its shape matters)."""
+    body = base64.encodebytes(os.urandom(2350)).decode()
+    return f"-----BEGIN RSA PRIVATE KEY-----\n{body}-----END RSA PRIVATE KEY-----\n"
+
+
+def test_a_range_inside_a_long_key_is_refused_however_far_from_its_start(tmp_path, running):
+    """Ranges and slices were screened with 256 bytes on each side: enough
+    for a token, not for a private key, whose rule anchors at its BEGIN line.
+    A range in the middle of a key in a file the indexer never screens (a
+    binary file, or any file under ``--no-index``) was served, and so was
+    most of the key, range by range."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    key = private_key()
+    far = "unrelated line of text\n" * 2000  # 46 KB: past any screen's reach
+    head = b"\x00\x01\x02header\x00" * 4  # a binary file: never screened by the indexer
+    (root / "keystore.bin").write_bytes(head + key.encode() + far.encode())
+    (root / "deploy.txt").write_text("notes\n" + key + far)
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    start = len(head) + key.index("\n", 2000)  # a line well past the BEGIN line's 256-byte reach
+    in_key = srv.call(
+        session, "dir2mcp.read_bytes", {"rel_path": "keystore.bin", "offset": start, "length": 64}
+    )
+    middle_line = 1 + key[:2000].count("\n") + 1
+    lines = {"rel_path": "deploy.txt", "start_line": middle_line, "end_line": middle_line + 2}
+    in_text = srv.call(session, "dir2mcp.open_file", lines)
+    size = (root / "keystore.bin").stat().st_size
+    tail = srv.call(session, "dir2mcp.read_bytes", {"rel_path": "keystore.bin", "offset": size - 64})
+    last = (root / "deploy.txt").read_text().count("\n")
+    tail_lines = srv.call(session, "dir2mcp.open_file", {"rel_path": "deploy.txt", "start_line": last - 1})
+    for refused in (in_key, in_text):
+        assert refused["structuredContent"].get("error", {}).get("code") == errors.FORBIDDEN, refused
+    assert "content" in tail["structuredContent"], tail  # far from the key: served
+    assert "unrelated line" in tail_lines["structuredContent"]["content"], tail_lines

@@ -45,8 +45,9 @@ FORMATS = ("auto", "text", "base64", "image")
 DEFAULT_LENGTH = 64 * 1024
 MAX_LENGTH = 1024 * 1024
 # Bytes screened for secrets on each side of a returned range, so a range
-# that cuts a key ("AKIA" + 15 of its 16 characters) cannot leak it.
-_CONTEXT = 256
+# that cuts a key cannot leak it, nor one in the middle of a private key
+# block (files.LIVE_CONTEXT).
+_CONTEXT = files.LIVE_CONTEXT
 # The longest UTF-8 character, less one: how far a text range moves to whole characters.
 _UTF8_TAIL = 3
 
