@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
-from corpus import files
+from corpus import containers, files
 from corpus.citations import format_ms
 from corpus.ingest.classify import classify
 from corpus.ingest.extracted import PAGE_SEPARATOR
@@ -193,6 +193,7 @@ def _from_file(
         files.screen(engine, rel, text)
         return Whole(rel, mime_type(rel, doc_type), text=text)
     files.screen(engine, rel, data.decode("latin-1"))  # a key stored in a binary file is still a key
+    containers.screen_zip_parts(engine, opened)  # and one in a compressed part of a .docx
     return Whole(rel, mime_type(rel, doc_type), data=data)
 
 

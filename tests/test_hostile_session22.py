@@ -26,6 +26,7 @@ from tests.mcp_http import Server, write_corpus
 from tests.support import TLS, wait_until
 from tests.test_hostile_clients import CHAT, WAIT, answer, send, stateless, token_of
 from tests.test_hostile_patterns import Call
+from tests.test_office import make_docx, make_xlsx
 
 pytestmark = pytest.mark.slow
 
@@ -261,3 +262,56 @@ def test_a_range_inside_a_long_key_is_refused_however_far_from_its_start(tmp_pat
         assert refused["structuredContent"].get("error", {}).get("code") == errors.FORBIDDEN, refused
     assert "content" in tail["structuredContent"], tail  # far from the key: served
     assert "unrelated line" in tail_lines["structuredContent"]["content"], tail_lines
+
+
+# -- documents that are zips ---------------------------------------------------------------
+
+
+def with_part(document: bytes, name: str, data: bytes) -> bytes:
+    """``document`` (a zip) with one more part."""
+    out = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(document)) as source,
+        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zipped,
+    ):
+        for info in source.infolist():
+            zipped.writestr(info, source.read(info))
+        zipped.writestr(name, data)
+    return out.getvalue()
+
+
+def test_a_document_that_is_a_zip_is_served_as_bytes_only_once_its_parts_are_screened(tmp_path, running):
+    """A .docx is a zip: the indexer screened the text its extractor took
+    out, and ``read_bytes`` served the container, whose compressed parts the
+    byte screen never saw: an embedded object holding a key, a workbook
+    embedded in the document. (A whole ``resources/read`` of a document
+    serves its extracted text.)"""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    clean = make_docx()
+    (root / "memo.docx").write_bytes(clean)
+    key = b"aws_access_key_id AKIAABCDEFGHIJKLMNOP\n"
+    (root / "object.docx").write_bytes(with_part(clean, "word/embeddings/oleObject1.bin", key))
+    workbook = make_xlsx({"creds": [["aws", "AKIAABCDEFGHIJKLMNOP"]]})
+    (root / "workbook.docx").write_bytes(with_part(clean, "word/embeddings/Sheet1.xlsx", workbook))
+    up = running("--dir", str(root), "--json")
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+
+    def refusals(name: str) -> list[str | None]:
+        whole = srv.call(session, "dir2mcp.read_bytes", {"rel_path": name})
+        ranged = srv.call(session, "dir2mcp.read_bytes", {"rel_path": name, "offset": 10, "length": 20})
+        return [r["structuredContent"].get("error", {}).get("code") for r in (whole, ranged)]
+
+    assert refusals("memo.docx") == [None, None]  # a clean document's bytes are served as before
+    assert refusals("object.docx") == [errors.FORBIDDEN] * 2
+    assert refusals("workbook.docx") == [errors.FORBIDDEN] * 2
+    for name in ("object.docx", "workbook.docx"):  # a whole resources/read is the extracted text
+        read = srv.post(
+            {"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": f"dir2mcp:///{name}"}},
+            session=session,
+        ).json()
+        assert "zephyrine budget" in read["result"]["contents"][0]["text"], read
+    text = srv.call(session, "dir2mcp.open_file", {"rel_path": "object.docx"})
+    assert "zephyrine budget" in text["structuredContent"]["content"], text  # its text as before

@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from corpus import files
+from corpus import containers, files
 from corpus.documents import mime_type
 from corpus.ingest.classify import SNIFF_BYTES, TEXTUAL_TYPES, classify
 from corpus.navigation import images
@@ -309,6 +309,7 @@ def read_bytes(
         _the_file_itself(opened, "a byte range")
         kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
         files.refuse_archive_bytes(opened.rel, kind)
+        containers.screen_zip_parts(engine, opened)  # a .docx's parts, compressed in its bytes
         chosen = _chosen(fmt, kind, ranged)
         check()
         if chosen == "image":

@@ -1,0 +1,128 @@
+"""The parts of a zip container a raw read hands out whole.
+
+A ``.docx``, ``.xlsx``, ``.pptx``, ``.odt`` or ``.epub`` is a zip: its text
+and everything else it carries (comments, custom properties, an embedded
+workbook or object) are compressed parts. The indexer screens the text its
+extractor takes out; a raw read (``read_bytes``, a whole ``resources/read``)
+hands out every part, and screening the container's bytes sees none of them
+(until session 22 a document whose embedded object held a key and a
+password was served, and the client unzipped them). So before a zip
+container's bytes go out, each part is decompressed and screened
+(:func:`screen_zip_parts`), nested zips inside it too, within a budget of
+decompressed bytes; a container that cannot be screened within it (too
+large, compressed past :data:`MAX_RATIO`, encrypted or unreadable parts) is
+refused. An archive (``.zip``, ``.jar``) is never read as bytes at all
+(``files.refuse_archive_bytes``); this is for the documents that are zips.
+
+A clean verdict is remembered for the file's identity and version (device,
+inode, size, modification and change times), so reading a large document
+range by range screens it once.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import threading
+import zipfile
+import zlib
+from typing import BinaryIO
+
+from corpus import files
+from corpus.security import ExclusionEngine, OpenedFile
+from kernel import errors
+
+ZIP_MAGIC = b"PK\x03\x04"
+#: decompressed bytes screened for one container, nested ones included
+MAX_SCREENED_BYTES = 256 * 2**20
+#: decompressed over compressed bytes a part may reach once past 1 MiB
+MAX_RATIO = 100
+#: zips inside zips screened (a workbook embedded in a document is one level)
+MAX_DEPTH = 3
+#: the largest nested zip held in memory to be screened in turn
+MAX_NESTED_BYTES = 32 * 2**20
+_CHUNK = 1 << 20
+_REMEMBERED = 512
+
+_clean: collections.OrderedDict[tuple[int, ...], None] = collections.OrderedDict()
+_lock = threading.Lock()
+
+
+def screen_zip_parts(engine: ExclusionEngine, opened: OpenedFile) -> None:
+    """FORBIDDEN when ``opened`` is a zip container one of whose parts
+    holds a secret, or that cannot be screened; nothing for any other file.
+    Leaves the file's position anywhere: the caller seeks."""
+    opened.file.seek(0)
+    if opened.file.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+        return
+    st = opened.st
+    version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    with _lock:
+        if version in _clean:
+            _clean.move_to_end(version)
+            return
+    opened.file.seek(0)
+    _screen_zip(engine, opened.rel, opened.file, [MAX_SCREENED_BYTES], 1)
+    with _lock:
+        _clean[version] = None
+        while len(_clean) > _REMEMBERED:
+            _clean.popitem(last=False)
+
+
+def _refused(rel: str, why: str) -> errors.Dir2mcpError:
+    return errors.Dir2mcpError(
+        errors.FORBIDDEN,
+        f"{rel} is a zip container whose parts cannot be screened for secrets ({why}); its bytes are not "
+        "served: read its text with open_file",
+    )
+
+
+def _screen_zip(engine: ExclusionEngine, rel: str, source: BinaryIO, budget: list[int], depth: int) -> None:
+    try:
+        with zipfile.ZipFile(source) as container:
+            for info in container.infolist():
+                if info.is_dir():
+                    continue
+                if info.flag_bits & 0x1:
+                    raise _refused(rel, "an encrypted part")
+                nested = _screen_part(engine, rel, container, info, budget)
+                if nested is not None and depth < MAX_DEPTH:
+                    _screen_zip(engine, rel, io.BytesIO(nested), budget, depth + 1)
+                elif nested is not None:
+                    raise _refused(rel, f"zips nested more than {MAX_DEPTH} deep")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, zlib.error, ValueError):
+        raise _refused(rel, "a part that cannot be read") from None
+
+
+def _screen_part(
+    engine: ExclusionEngine, rel: str, container: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[int]
+) -> bytes | None:
+    """Screen one part as it decompresses, with :data:`files.LIVE_CONTEXT`
+    carried across chunks; its bytes when it is itself a zip (to screen in turn)."""
+    tail, read, held = b"", 0, bytearray()
+    nested: bool | None = None
+    with container.open(info) as part:
+        while chunk := part.read(_CHUNK):
+            read += len(chunk)
+            budget[0] -= len(chunk)
+            if budget[0] < 0:
+                raise _refused(rel, f"over {MAX_SCREENED_BYTES // 2**20} MiB decompressed")
+            if read > _CHUNK and read > MAX_RATIO * max(info.compress_size, 1):
+                raise _refused(rel, f"a part compressed more than {MAX_RATIO} to 1")
+            if nested is None:
+                nested = chunk.startswith(ZIP_MAGIC)
+            if nested:
+                if read > MAX_NESTED_BYTES:
+                    raise _refused(rel, f"a zip inside it over {MAX_NESTED_BYTES // 2**20} MiB")
+                held += chunk
+            window = tail + chunk
+            _screen_bytes(engine, rel, window)
+            tail = window[-files.LIVE_CONTEXT :]
+    return bytes(held) if nested else None
+
+
+def _screen_bytes(engine: ExclusionEngine, rel: str, data: bytes) -> None:
+    """As Latin-1 (every byte one character) and without NULs (UTF-16 text)."""
+    files.screen(engine, rel, data.decode("latin-1"))
+    if b"\x00" in data:
+        files.screen(engine, rel, data.replace(b"\x00", b"").decode("latin-1"))
