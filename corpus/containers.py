@@ -14,9 +14,10 @@ large, compressed past :data:`MAX_RATIO`, encrypted or unreadable parts) is
 refused. An archive (``.zip``, ``.jar``) is never read as bytes at all
 (``files.refuse_archive_bytes``); this is for the documents that are zips.
 
-A clean verdict is remembered for the file's identity and version (device,
+The verdict is remembered for the file's identity and version (device,
 inode, size, modification and change times), so reading a large document
-range by range screens it once.
+range by range screens it once, and asking again for one that was refused
+costs no second screening.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ MAX_NESTED_BYTES = 32 * 2**20
 _CHUNK = 1 << 20
 _REMEMBERED = 512
 
-_clean: collections.OrderedDict[tuple[int, ...], None] = collections.OrderedDict()
+#: the verdict on each version screened lately: None (clean) or its refusal
+_verdicts: collections.OrderedDict[tuple[int, ...], errors.Dir2mcpError | None] = collections.OrderedDict()
 _lock = threading.Lock()
 
 
@@ -58,15 +60,22 @@ def screen_zip_parts(engine: ExclusionEngine, opened: OpenedFile) -> None:
     st = opened.st
     version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     with _lock:
-        if version in _clean:
-            _clean.move_to_end(version)
-            return
-    opened.file.seek(0)
-    _screen_zip(engine, opened.rel, opened.file, [MAX_SCREENED_BYTES], 1)
-    with _lock:
-        _clean[version] = None
-        while len(_clean) > _REMEMBERED:
-            _clean.popitem(last=False)
+        known = version in _verdicts
+        verdict = _verdicts.get(version)
+        if known:
+            _verdicts.move_to_end(version)
+    if not known:
+        opened.file.seek(0)
+        try:
+            _screen_zip(engine, opened.rel, opened.file, [MAX_SCREENED_BYTES], 1)
+        except errors.Dir2mcpError as refused:
+            verdict = refused
+        with _lock:
+            _verdicts[version] = verdict
+            while len(_verdicts) > _REMEMBERED:
+                _verdicts.popitem(last=False)
+    if verdict is not None:
+        raise errors.Dir2mcpError(verdict.code, verdict.message)
 
 
 def _refused(rel: str, why: str) -> errors.Dir2mcpError:
