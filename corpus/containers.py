@@ -1,4 +1,4 @@
-"""The parts of a zip container a raw read hands out whole.
+"""The parts of a zip container (and the streams of a PDF) a raw read hands out whole.
 
 A ``.docx``, ``.xlsx``, ``.pptx``, ``.odt`` or ``.epub`` is a zip: its text
 and everything else it carries (comments, custom properties, an embedded
@@ -13,6 +13,11 @@ decompressed bytes; a container that cannot be screened within it (too
 large, compressed past :data:`MAX_RATIO`, encrypted or unreadable parts) is
 refused. An archive (``.zip``, ``.jar``) is never read as bytes at all
 (``files.refuse_archive_bytes``); this is for the documents that are zips.
+
+A PDF is the same kind of container: its text layer is what the indexer
+screens, and its streams (an attached file, a form, an annotation's
+appearance) are compressed in its bytes. Each stream is decoded and
+screened the same way (:func:`screen_pdf_streams`), within the same budget.
 
 The verdict is remembered for the file's identity and version (device,
 inode, size, modification and change times), so reading a large document
@@ -34,6 +39,7 @@ from corpus.security import ExclusionEngine, OpenedFile
 from kernel import errors
 
 ZIP_MAGIC = b"PK\x03\x04"
+PDF_MAGIC = b"%PDF-"
 #: decompressed bytes screened for one container, nested ones included
 MAX_SCREENED_BYTES = 256 * 2**20
 #: decompressed over compressed bytes a part may reach once past 1 MiB
@@ -51,11 +57,16 @@ _lock = threading.Lock()
 
 
 def screen_zip_parts(engine: ExclusionEngine, opened: OpenedFile) -> None:
-    """FORBIDDEN when ``opened`` is a zip container one of whose parts
-    holds a secret, or that cannot be screened; nothing for any other file.
-    Leaves the file's position anywhere: the caller seeks."""
+    """FORBIDDEN when ``opened`` is a zip container (or a PDF) one of whose
+    parts (streams) holds a secret, or that cannot be screened; nothing for
+    any other file. Leaves the file's position anywhere: the caller seeks."""
     opened.file.seek(0)
-    if opened.file.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+    head = opened.file.read(len(PDF_MAGIC))
+    if head.startswith(ZIP_MAGIC):
+        screen = _screen_zip
+    elif head == PDF_MAGIC:
+        screen = _screen_pdf
+    else:
         return
     st = opened.st
     version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -67,7 +78,7 @@ def screen_zip_parts(engine: ExclusionEngine, opened: OpenedFile) -> None:
     if not known:
         opened.file.seek(0)
         try:
-            _screen_zip(engine, opened.rel, opened.file, [MAX_SCREENED_BYTES], 1)
+            screen(engine, opened.rel, opened.file, [MAX_SCREENED_BYTES], 1)
         except errors.Dir2mcpError as refused:
             verdict = refused
         with _lock:
@@ -81,7 +92,7 @@ def screen_zip_parts(engine: ExclusionEngine, opened: OpenedFile) -> None:
 def _refused(rel: str, why: str) -> errors.Dir2mcpError:
     return errors.Dir2mcpError(
         errors.FORBIDDEN,
-        f"{rel} is a zip container whose parts cannot be screened for secrets ({why}); its bytes are not "
+        f"{rel} holds parts that cannot be screened for secrets ({why}); its bytes are not "
         "served: read its text with open_file",
     )
 
@@ -101,6 +112,38 @@ def _screen_zip(engine: ExclusionEngine, rel: str, source: BinaryIO, budget: lis
                     raise _refused(rel, f"zips nested more than {MAX_DEPTH} deep")
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, zlib.error, ValueError):
         raise _refused(rel, "a part that cannot be read") from None
+
+
+def _screen_pdf(engine: ExclusionEngine, rel: str, source: BinaryIO, budget: list[int], depth: int) -> None:
+    """Every stream of the PDF, decoded (an attached zip screened in turn)."""
+    # imported on the first PDF read as bytes: pypdf costs 0.11 CPU-s to import (corpus/ingest/extract.py)
+    from pypdf import PasswordType, PdfReader
+    from pypdf.generic import IndirectObject, StreamObject
+
+    try:
+        reader = PdfReader(source, strict=False)
+        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+            raise _refused(rel, "it is encrypted")
+        numbered = {(number, generation) for generation, table in reader.xref.items() for number in table}
+        numbered |= {(number, 0) for number in reader.xref_objStm}
+        for number, generation in sorted(numbered):
+            stream = reader.get_object(IndirectObject(number, generation, reader))
+            if not isinstance(stream, StreamObject):
+                continue
+            data = stream.get_data()
+            budget[0] -= len(data)
+            if budget[0] < 0:
+                raise _refused(rel, f"over {MAX_SCREENED_BYTES // 2**20} MiB decoded")
+            for start in range(0, max(len(data), 1), _CHUNK):
+                _screen_bytes(engine, rel, data[max(0, start - files.LIVE_CONTEXT) : start + _CHUNK])
+            if data.startswith(ZIP_MAGIC) and depth < MAX_DEPTH:
+                _screen_zip(engine, rel, io.BytesIO(data), budget, depth + 1)
+    except errors.Dir2mcpError:
+        raise
+    # pypdf raises a wide and version-dependent set of exceptions (and
+    # RecursionError on cyclic trees) for broken files (corpus/ingest/extract.py)
+    except Exception:
+        raise _refused(rel, "it cannot be read") from None
 
 
 def _screen_part(

@@ -15,6 +15,7 @@ import os
 import tarfile
 import time
 import zipfile
+import zlib
 
 import httpx
 import pytest
@@ -315,3 +316,55 @@ def test_a_document_that_is_a_zip_is_served_as_bytes_only_once_its_parts_are_scr
         assert "zephyrine budget" in read["result"]["contents"][0]["text"], read
     text = srv.call(session, "dir2mcp.open_file", {"rel_path": "object.docx"})
     assert "zephyrine budget" in text["structuredContent"]["content"], text  # its text as before
+
+
+def pdf_with_attachment(data: bytes) -> bytes:
+    """A one-page PDF with ``data`` attached as a compressed embedded file."""
+    packed = zlib.compress(data)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R /Names << /EmbeddedFiles << /Names [(notes.txt) 4 0 R] >> >> >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] >>",
+        b"<< /Type /Filespec /F (notes.txt) /EF << /F 5 0 R >> >>",
+        b"<< /Type /EmbeddedFile /Filter /FlateDecode /Length %d >>\nstream\n" % len(packed)
+        + packed
+        + b"\nendstream",
+    ]
+    out = bytearray(b"%PDF-1.7\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_a_pdf_is_served_as_bytes_only_once_its_streams_are_screened(tmp_path, running):
+    """The indexer screens a PDF's text layer; ``read_bytes`` served the
+    file, whose compressed streams (here an attached file holding a key)
+    the byte screen never saw."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    (root / "attached.pdf").write_bytes(pdf_with_attachment(b"aws AKIAABCDEFGHIJKLMNOP here\n"))
+    (root / "clean.pdf").write_bytes(pdf_with_attachment(b"minutes of the planning meeting\n"))
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    codes = {
+        (name, offset): srv.call(session, "dir2mcp.read_bytes", {"rel_path": name, "offset": offset})[
+            "structuredContent"
+        ]
+        .get("error", {})
+        .get("code")
+        for name in ("attached.pdf", "clean.pdf")
+        for offset in (0, 200)
+    }
+    assert codes == {
+        ("attached.pdf", 0): errors.FORBIDDEN,
+        ("attached.pdf", 200): errors.FORBIDDEN,
+        ("clean.pdf", 0): None,
+        ("clean.pdf", 200): None,
+    }, codes
