@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
-from corpus import files
+from corpus import containers, files
 from corpus.citations import format_ms
 from corpus.ingest.classify import classify
 from corpus.ingest.extracted import PAGE_SEPARATOR
@@ -185,12 +185,15 @@ def _from_file(
     sniffed = classify(rel.rsplit("/", 1)[-1], data[:8192])
     if doc is None or doc.status == DocStatus.ERROR:  # no type the index trusts: the bytes say
         doc_type = sniffed
+    for kind in (doc_type, sniffed):
+        files.refuse_archive_bytes(rel, kind)
     if doc_type in _TEXTUAL and sniffed in _TEXTUAL:
         text = files.decode_text(data, (raw.meta_json or {}).get("encoding") if raw is not None else None)
         text = files.redacted_text(engine, rel, text)
         files.screen(engine, rel, text)
         return Whole(rel, mime_type(rel, doc_type), text=text)
     files.screen(engine, rel, data.decode("latin-1"))  # a key stored in a binary file is still a key
+    containers.screen_zip_parts(engine, opened)  # and one in a compressed part of a .docx
     return Whole(rel, mime_type(rel, doc_type), data=data)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import collections
 import contextlib
 import hashlib
 import io
@@ -71,9 +72,17 @@ def _find_budget() -> float:
 FIND_BUDGET_SECONDS = _find_budget()
 SNIPPET_CHARS = 240
 _READ_BLOCK = 64 * 1024
-# Text screened for secrets on each side of a returned slice, so a cut
-# through a key ("AKIA" + 15 of its 16 characters) cannot leak it.
+# Text screened for secrets on each side of a snippet of indexed text, so a
+# cut through a key ("AKIA" + 15 of its 16 characters) cannot leak it.
 _CONTEXT = 256
+#: Text (or bytes) screened on each side of what is read from a file as it
+#: is now (``open_file`` lines, ``read_bytes`` ranges), which the indexer
+#: may never have screened (a binary file, ``--no-index``, a change not yet
+#: indexed): the longest secret the rules know by its start, a private key
+#: block (RSA-4096 PEM about 3.3 KB, an OpenPGP one some 7 KB), so a range
+#: in its middle still sees its BEGIN line. Until session 22 it was 256, and
+#: a key was served range by range past its first few hundred characters.
+LIVE_CONTEXT = 16 * 1024
 _HTML_READ_CAP = 16 * 1024 * 1024
 #: redact mode: the largest file read whole to be redacted (beyond it, streamed and screened)
 _REDACT_READ_CAP = 16 * 1024 * 1024
@@ -145,6 +154,20 @@ def screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
     rule = engine.find_secret(text)
     if rule:
         raise _fail(errors.FORBIDDEN, f"{rel_path}: content matches a secret pattern ({rule}); not returned")
+
+
+def refuse_archive_bytes(rel_path: str, kind: str) -> None:
+    """FORBIDDEN for the bytes of an archive (``kind`` "archive": zip, tar,
+    compressed tar, gzip). They hold its members compressed, and the
+    exclusion rules judge each member (``a.zip!/x``): until session 22
+    ``read_bytes`` and ``resources/read`` served a zip whole, and the
+    ``.env`` or key file refused as a member came out of it unpacked."""
+    if kind == "archive":
+        raise _fail(
+            errors.FORBIDDEN,
+            f"{rel_path} is an archive: its bytes are not served (they would hold members the "
+            "exclusion rules refuse); read its members by name (archive.zip!/path), a .gz with open_file",
+        )
 
 
 def redacted_text(engine: ExclusionEngine, rel_path: str, text: str) -> str:
@@ -538,13 +561,18 @@ def _read_lines(
     fh: io.TextIOBase, start: int, end: int | None, max_chars: int
 ) -> tuple[str, SpanRef | None, bool, str]:
     """Lines ``start..end`` (1-based) within ``max_chars``, streaming: never a whole file or line."""
-    before, line_no = "", 1
+    recent: collections.deque[str] = collections.deque()  # the pieces before, LIVE_CONTEXT at least
+    held, line_no = 0, 1
     while line_no < start:
         piece = fh.readline(_READ_BLOCK)
         if not piece:
             raise _fail(errors.INVALID_RANGE, f"start_line {start} is past the end of the file")
-        before = (before + piece)[-_CONTEXT:]
+        recent.append(piece)
+        held += len(piece)
+        while held - len(recent[0]) >= LIVE_CONTEXT:  # never copied whole per line: linear in the file
+            held -= len(recent.popleft())
         line_no += piece.endswith("\n")
+    before = "".join(recent)[-LIVE_CONTEXT:]
     out: list[str] = []
     used, truncated, line = 0, False, ""
     while end is None or start + len(out) <= end:
@@ -563,7 +591,7 @@ def _read_lines(
     if not out and start > 1:
         raise _fail(errors.INVALID_RANGE, f"start_line {start} is past the end of the file")
     content = "\n".join(out)
-    context = before + content + (line if truncated else "") + fh.read(_CONTEXT)
+    context = before + content + (line if truncated else "") + fh.read(LIVE_CONTEXT)
     span = SpanRef("lines", start, start + len(out) - 1) if out else None
     return content, span, truncated, context
 

@@ -9,11 +9,11 @@
   doing; the next call starts a fresh one. There is one worker, so all
   regex calls share one budget: a call waits for it within its own
   deadline, and a dozen hostile calls cost one core for one budget each in
-  turn, not the whole machine. Turns are fair between clients
-  (:class:`Turns`): the next goes to the waiting client that had one least
-  recently, and a turn another client waits behind ends a quarter of that
-  client's time after it began waiting, so one client's calls never take
-  every turn.
+  turn, not the whole machine. Turns are fair between hosts, and between
+  the clients of a host (:class:`Turns`): the next goes to the waiting
+  client whose host had one least recently, and a turn another client waits
+  behind ends a quarter of that client's time after it began waiting, so
+  one client's calls never take every turn, nor one host's many sessions.
 * **Literal text** (``find`` without ``regex``) stays in the server: an
   escaped literal compiles in linear time, and the ``regex`` module matches
   it without the GIL and with a timeout.
@@ -156,8 +156,10 @@ class _Worker:
         return b"".join(chunks)
 
 
-#: the client a call is made for (mcp_gateway/workers.py sets it on each call thread)
-CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("dir2mcp_client", default="")
+#: who a call is made for: its host and, within it, its client (an MCP
+#: session, or the host again); mcp_gateway/workers.py sets it on each call thread
+Who = tuple[str, str]
+CLIENT: contextvars.ContextVar[Who] = contextvars.ContextVar("dir2mcp_client", default=("", ""))
 #: how often a turn's holder looks whether another client waits for it
 _YIELD_POLL_SECONDS = 0.05
 #: clients whose last turn is remembered when none of them waits
@@ -166,7 +168,7 @@ _REMEMBERED_CLIENTS = 1024
 
 @dataclass(eq=False)
 class _Waiter:
-    client: str
+    who: Who
     #: when the holder must have given way to it: a quarter of its time after it arrived
     claim_at: float
 
@@ -187,23 +189,31 @@ class Turns:
     turn is next gets at least three quarters of its time at the worker, and
     every turn lasts at least a quarter of its holder's time (calls kept
     waiting until their time is nearly out cannot cut every turn short).
+
+    Until session 22 each MCP session was a client of its own, so one host
+    that opened many sessions had a turn for each of them to every one of
+    another host's. Now the next turn goes to the waiting client whose host
+    had a turn least recently, and among a host's clients to the one that
+    had one least recently: hosts take turns, and so do a host's sessions
+    within its turns.
     """
 
     cond: threading.Condition = field(default_factory=threading.Condition)
-    holder: str | None = None
+    holder: Who | None = None
     waiting: list[_Waiter] = field(default_factory=list)
-    #: the serial number of each client's last turn
+    #: the serial number of each host's last turn, and of each client's
     last: dict[str, int] = field(default_factory=dict)
+    last_host: dict[str, int] = field(default_factory=dict)
     served: int = 0
     #: when the holder must give its turn up (another client waits), or None
     yield_at: float | None = None
     #: until when the holder keeps its turn whoever waits: a quarter of its own time
     guard: float = 0.0
 
-    def take(self, client: str, deadline: float) -> bool:
-        """Wait for a turn until ``deadline``; False when none came."""
+    def take(self, who: Who, deadline: float) -> bool:
+        """Wait for a turn for ``who`` (host, client) until ``deadline``; False when none came."""
         now = time.monotonic()
-        me = _Waiter(client, now + max(deadline - now, 0) / 4)
+        me = _Waiter(who, now + max(deadline - now, 0) / 4)
         with self.cond:
             self.waiting.append(me)
             self._ask_holder_to_yield()
@@ -217,19 +227,20 @@ class Turns:
                 self.waiting.remove(me)
                 self.cond.notify_all()  # whoever is next now, if it was this one that gave up
             now = time.monotonic()
-            self.holder, self.yield_at = client, None
+            self.holder, self.yield_at = who, None
             self.guard = now + max(deadline - now, 0) / 4
             self.served += 1
-            self.last[client] = self.served
+            self.last_host[who[0]] = self.last[who[1]] = self.served
             self._ask_holder_to_yield()
             return True
 
     def give_back(self) -> None:
         with self.cond:
             self.holder, self.yield_at = None, None
-            if len(self.last) > _REMEMBERED_CLIENTS:
-                keep = {w.client for w in self.waiting}
-                self.last = {c: n for c, n in self.last.items() if c in keep}
+            if len(self.last) > _REMEMBERED_CLIENTS or len(self.last_host) > _REMEMBERED_CLIENTS:
+                hosts, clients = {w.who[0] for w in self.waiting}, {w.who[1] for w in self.waiting}
+                self.last = {c: n for c, n in self.last.items() if c in clients}
+                self.last_host = {h: n for h, n in self.last_host.items() if h in hosts}
             self.cond.notify_all()
 
     def must_yield(self, now: float) -> bool:
@@ -240,7 +251,9 @@ class Turns:
     def _next(self) -> _Waiter | None:
         if not self.waiting:
             return None
-        return min(self.waiting, key=lambda w: self.last.get(w.client, 0))  # min is stable: arrival order
+        return min(  # min is stable: arrival order among equals
+            self.waiting, key=lambda w: (self.last_host.get(w.who[0], 0), self.last.get(w.who[1], 0))
+        )
 
     def _ask_holder_to_yield(self) -> None:
         """Under the lock: end the holder's turn when the first other client
@@ -250,7 +263,7 @@ class Turns:
         if self.holder is None:
             return
         for waiter in self.waiting:
-            if waiter.client != self.holder:
+            if waiter.who[1] != self.holder[1]:
                 at = max(self.guard, waiter.claim_at)
                 self.yield_at = at if self.yield_at is None else min(self.yield_at, at)
 
@@ -281,13 +294,13 @@ class RegexScan:
         self.pattern, self.flags, self.deadline = pattern, int(flags), deadline
         self.budget = deadline - time.monotonic()
         self.held, self.waited = False, 0.0
-        self.client = CLIENT.get()
+        self.who = CLIENT.get()
         #: whether the worker was stopped to give another client its turn (not at this call's deadline)
         self.gave_way = False
 
     def __enter__(self) -> RegexScan:
         asked = time.monotonic()
-        if not _turns.take(self.client, self.deadline):
+        if not _turns.take(self.who, self.deadline):
             raise Overrun()
         self.held = True
         #: how long this call waited for its turn (another call held the worker)

@@ -260,18 +260,18 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
                 msg.id,
                 lambda cancel: _lookup_and_respond(session_id, msg, version, ctx, cancel, payment, reply),
                 bounds=bounds,
-                client=session_id,
+                client=_call_client(request, ctx, session_id),
             )
         except sessions.SessionGone as gone:
             raise _gone(gone) from None
-        except workers.Refused as refused:  # not admitted: no slot free, or the session's share taken
+        except workers.Refused as refused:  # not admitted: no slot free, or a session's (host's) share taken
             return _json(_call_error(msg.id, refused), headers={"Retry-After": "1"})
         if outcome is not _NEEDS_STREAM:
             return _json(outcome, reply.status, reply.headers)
     row = await _session(session_id, ctx)
     state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
     job = lambda emit, cancel: dispatch.respond(msg, state, ctx, emit=emit, cancel=cancel)  # noqa: E731
-    return _stream(msg, (session_id, msg.id), session_id, job, ctx)
+    return _stream(msg, (session_id, msg.id), _call_client(request, ctx, session_id), job, ctx)
 
 
 # Keys of stateless calls among the in-flight ones: nothing cancels them by
@@ -279,10 +279,11 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
 _stateless_keys = itertools.count()
 
 
-def _stateless_client(request: Request, ctx: context.Context) -> str:
-    """Who a stateless call is admitted as (mcp_gateway/workers.py): its
-    address and credential, as for the REST mirror."""
-    return ratelimit.client_key("mcp", request.client, request.headers.get("x-real-ip"), ctx.auth.token)
+def _call_client(request: Request, ctx: context.Context, session_id: str | None = None) -> workers.Client:
+    """Who a call is admitted as (mcp_gateway/workers.py): its session, within
+    its host (address and credential, as on the REST mirror); a stateless
+    call has no session and is its host's, as a REST call is."""
+    return workers.client_of(request.client, request.headers.get("x-real-ip"), ctx.auth.token, session_id)
 
 
 async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Response | StreamResponse:
@@ -300,7 +301,7 @@ async def _stateless(request: Request, msg: Message, ctx: context.Context) -> Re
         return _json(refusal.response(msg.id), refusal.status)
     if msg.method == subscriptions.METHOD:
         return await _listen(request, msg, ctx)
-    client = _stateless_client(request, ctx)
+    client = _call_client(request, ctx)
     key = ("stateless", next(_stateless_keys))
     paid = dispatch.is_paid(msg, ctx)
     streams = dispatch.progress_token(msg) is not None or envelope.log_level
@@ -469,7 +470,7 @@ async def _run(
     job: Callable[[threading.Event], JsonObject | None],
     *,
     bounds: workers.Bounds | None = None,
-    client: str = "",
+    client: workers.Client | None = None,
 ) -> JsonObject | None:
     """Run ``job(cancel_event)`` in a worker thread, registered under ``key``
     for cancellation meanwhile. With ``bounds``, admitted as ``client``'s
@@ -484,6 +485,7 @@ async def _run(
     if bounds is None:
         work = asyncio.ensure_future(_in_worker(job, entry.event))
     else:  # never on one of the loop's few shared threads
+        assert client is not None  # every caller passing bounds names its client
         work = workers.start(_usable_connection, job, entry.event, bounds=bounds, client=client)
     _inflight[key] = entry
     try:
@@ -511,7 +513,7 @@ async def _run_or_refuse(
     job: Callable[[threading.Event], JsonObject | None],
     *,
     bounds: workers.Bounds,
-    client: str,
+    client: workers.Client,
 ) -> JsonObject | None:
     """:func:`_run`, with a refused admission as the JSON-RPC answer (an SSE
     answer has begun: no status or header can say it any more)."""
@@ -533,7 +535,7 @@ def _sse(message: JsonObject) -> bytes:
 def _stream(
     msg: Message,
     key: _Key,
-    client: str,
+    client: workers.Client,
     job: Callable[[dispatch.Emit, threading.Event], JsonObject | None],
     ctx: Context,
 ) -> StreamResponse:

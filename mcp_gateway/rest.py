@@ -53,7 +53,7 @@ from corpus import store_faults, uris
 from corpus.security import MAX_PATH_SEGMENTS
 from kernel import errors
 from kernel.jsontypes import JsonObject, JsonValue
-from mcp_gateway import context, current, ratelimit, resources, schemas, tools, transport, workers
+from mcp_gateway import context, current, resources, schemas, tools, transport, workers
 from mcp_gateway.rest_edge import error_response
 from mcp_gateway.route_gate import PASSED, REST
 
@@ -548,13 +548,14 @@ async def _in_slot(
     request: HttpRequest, fn: Callable[..., _R], *args: object, paid: bool = False
 ) -> _R | HttpResponse:
     """``fn(*args)`` admitted as this client's call (its address and
-    credential) on a call thread, under the deadline (mcp_gateway/workers.py;
-    none for a ``paid`` call): 503 SERVER_BUSY when not admitted,
-    DEADLINE_EXCEEDED past the deadline."""
+    credential, the same client as its stateless MCP calls) on a call
+    thread, under the deadline (mcp_gateway/workers.py; none for a ``paid``
+    call): 503 SERVER_BUSY when not admitted, DEADLINE_EXCEEDED past the
+    deadline."""
     ctx = _context(request)
     bounds = workers.Bounds.of(ctx.config, paid=paid)
     peer = request.META.get("REMOTE_ADDR", "")
-    client = ratelimit.client_key("rest", peer, request.headers.get("X-Real-IP"), ctx.auth.token)
+    client = workers.client_of(peer, request.headers.get("X-Real-IP"), ctx.auth.token)
     try:
         work = workers.start(fn, *args, bounds=bounds, client=client)
     except workers.Refused as busy:

@@ -13,10 +13,18 @@ first (:func:`admit`):
 
 * it takes one of ``server.max_concurrent_calls`` slots, and runs in a pool
   exactly that wide, so it never queues behind another;
-* one client (an MCP session; on the REST mirror, an address and credential)
-  holds at most ``server.max_calls_per_client`` of them, so no client can
-  take every slot;
-* one past either limit is refused at once (``SERVER_BUSY``, retryable).
+* one client (:class:`Client`: an MCP session; a call without one, on the
+  REST mirror or a stateless 2026-07-28 request, is its host's) holds at
+  most ``server.max_calls_per_client`` of them, so no client can take every
+  slot;
+* one host (an address and credential, whatever the surface, session or
+  spelling of its requests) holds at most every slot but one client's share
+  (:attr:`Bounds.host_share`), so the sessions of one host never take every
+  slot either (until session 22 each session was a client and nothing more:
+  a host that opened ``max_concurrent_calls / max_calls_per_client``
+  sessions held every slot, and calls without a session had a share per
+  surface);
+* one past any limit is refused at once (``SERVER_BUSY``, retryable).
 
 The request then waits at most ``server.call_timeout`` (:func:`finish`).
 Past it the client is answered ``DEADLINE_EXCEEDED``, the call's stop event
@@ -41,6 +49,7 @@ from corpus import patterns
 from kernel import errors
 from kernel.config import Config
 from kernel.jsontypes import JsonObject
+from mcp_gateway import ratelimit
 
 _R = TypeVar("_R")
 _A = TypeVar("_A")  # the result of a future that finish waits alongside
@@ -63,6 +72,32 @@ class Bounds:
         deadline = 0.0 if paid else server.call_timeout
         return cls(server.max_concurrent_calls, server.max_calls_per_client, deadline)
 
+    @property
+    def host_share(self) -> int:
+        """Slots one host may hold over all its clients: every slot but one
+        client's share, so another host always finds a share free unless
+        other hosts hold it (all of them when one client may hold them all)."""
+        return max(self.share, self.limit - self.share)
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who a call is admitted as: its ``host`` (address and credential,
+    :func:`ratelimit.client_key`, one for the MCP endpoint and the REST
+    mirror) and, within it, the ``caller``: an MCP session, or the host
+    itself for a call that names none (a host's REST and stateless calls
+    cannot be told apart, so they share one share)."""
+
+    host: str
+    caller: str
+
+
+def client_of(peer: str, real_ip: str | None, token: str | None, session: str | None = None) -> Client:
+    """The :class:`Client` of a request from ``peer`` (``real_ip``: its
+    ``X-Real-IP`` header), let in with ``token``, in ``session`` if it names one."""
+    host = ratelimit.client_key("calls", peer, real_ip, token)
+    return Client(host, session or host)
+
 
 class Refused(errors.Dir2mcpError):
     """A call not admitted (``SERVER_BUSY``): no slot free, or its client's share taken."""
@@ -83,31 +118,41 @@ class Slots:
 
     taken = 0
     limit: int | None = None  # the limit last asked for: None until the first call
-    by_client: dict[str, int] = {}
+    by_client: dict[str, int] = {}  # by Client.caller
+    by_host: dict[str, int] = {}  # by Client.host
     overdue = 0  # calls still running past their deadline
 
 
-def admit(bounds: Bounds, client: str) -> None:
+def admit(bounds: Bounds, client: Client) -> None:
     """Take a slot for ``client``; :class:`Refused` (``SERVER_BUSY``) when
-    none is free or the client already holds its share. Release it with
-    :func:`release`."""
+    none is free, or the client or its host already holds its share.
+    Release it with :func:`release`."""
     Slots.limit = bounds.limit
     if Slots.taken >= bounds.limit:
         raise Refused(errors.SERVER_BUSY, errors.server_busy(bounds.limit).message)
-    held = Slots.by_client.get(client, 0)
+    held = Slots.by_client.get(client.caller, 0)
     if held >= bounds.share:
         raise Refused(
             errors.SERVER_BUSY,
             f"this client already has {held} calls running (server.max_calls_per_client); "
             "retry when one has finished",
         )
+    by_host = Slots.by_host.get(client.host, 0)
+    if by_host >= bounds.host_share:
+        raise Refused(
+            errors.SERVER_BUSY,
+            f"this address already has {by_host} calls running over its sessions (all of "
+            "server.max_concurrent_calls but one server.max_calls_per_client); retry when one has finished",
+        )
     Slots.taken += 1
-    Slots.by_client[client] = held + 1
+    Slots.by_client[client.caller] = held + 1
+    Slots.by_host[client.host] = by_host + 1
 
 
-def release(client: str) -> None:
+def release(client: Client) -> None:
     Slots.taken -= 1
-    give_back(Slots.by_client, client)
+    give_back(Slots.by_client, client.caller)
+    give_back(Slots.by_host, client.host)
 
 
 def give_back(by_client: dict[str, int], client: str) -> None:
@@ -142,7 +187,7 @@ def run(fn: Callable[..., _R], *args: object, limit: int, **kwargs: object) -> A
     return sync_to_async(fn, thread_sensitive=False, executor=executor(limit))(*args, **kwargs)
 
 
-def start(fn: Callable[..., _R], *args: object, bounds: Bounds, client: str) -> asyncio.Future[_R]:
+def start(fn: Callable[..., _R], *args: object, bounds: Bounds, client: Client) -> asyncio.Future[_R]:
     """Admit ``client`` (:func:`admit`, which may refuse) and start
     ``fn(*args)`` on a call thread; the slot comes back when the thread returns."""
     admit(bounds, client)
@@ -151,10 +196,10 @@ def start(fn: Callable[..., _R], *args: object, bounds: Bounds, client: str) -> 
     return work
 
 
-def _as_client(client: str, fn: Callable[..., _R], *args: object) -> _R:
+def _as_client(client: Client, fn: Callable[..., _R], *args: object) -> _R:
     """``fn(*args)`` made for ``client``: the regex worker's turns are shared
-    fairly between clients (corpus/patterns.py)."""
-    token = patterns.CLIENT.set(client)
+    fairly between hosts, and between the clients of a host (corpus/patterns.py)."""
+    token = patterns.CLIENT.set((client.host, client.caller))
     try:
         return fn(*args)
     finally:

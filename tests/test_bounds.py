@@ -221,37 +221,69 @@ def test_hostile_and_stuck_calls_never_starve_another_client_and_sigterm_ends_up
     assert "without waiting for 6 call(s)" in up.stdout + up.stderr
 
 
+def alone(name: str) -> workers.Client:
+    """A client that is its own host (a REST or stateless caller)."""
+    return workers.Client(name, name)
+
+
 def test_one_client_holds_at_most_its_share_and_another_is_still_admitted():
     bounds = workers.Bounds(limit=8, share=3, deadline=0)
+    greedy, other = alone("greedy"), alone("other")
     held = []
     try:
         for _ in range(3):
-            workers.admit(bounds, "greedy")
-            held.append("greedy")
+            workers.admit(bounds, greedy)
+            held.append(greedy)
         with pytest.raises(workers.Refused) as refused:
-            workers.admit(bounds, "greedy")
+            workers.admit(bounds, greedy)
         assert refused.value.code == errors.SERVER_BUSY and refused.value.retryable
         assert "max_calls_per_client" in refused.value.message
-        workers.admit(bounds, "other")  # the greedy client's share is not everyone's
-        held.append("other")
+        workers.admit(bounds, other)  # the greedy client's share is not everyone's
+        held.append(other)
         workers.release(held.pop(0))
-        workers.admit(bounds, "greedy")  # a finished call gives its client a slot back
-        held.append("greedy")
+        workers.admit(bounds, greedy)  # a finished call gives its client a slot back
+        held.append(greedy)
     finally:
         for client in held:
             workers.release(client)
-    assert workers.Slots.by_client == {}
+    assert workers.Slots.by_client == {} and workers.Slots.by_host == {}
+
+
+def test_the_sessions_of_one_host_leave_another_host_a_share():
+    """Until session 22 each session was a client and nothing more: three
+    sessions of one host held all eight slots. A host now holds every slot
+    but one client's share, over all its sessions."""
+    bounds = workers.Bounds(limit=8, share=3, deadline=0)
+    sessions = [workers.Client("host-a", f"sess_{i}") for i in range(3)]
+    held = []
+    try:
+        for session in sessions:
+            for _ in range(3):
+                try:
+                    workers.admit(bounds, session)
+                except workers.Refused as refused:
+                    assert "this address already has 5 calls" in refused.message
+                    continue
+                held.append(session)
+        assert len(held) == bounds.host_share == 5
+        for _ in range(3):  # a full share for the next host
+            workers.admit(bounds, alone("host-b"))
+            held.append(alone("host-b"))
+    finally:
+        for client in held:
+            workers.release(client)
+    assert workers.Slots.by_client == {} and workers.Slots.by_host == {}
 
 
 def test_the_process_limit_refuses_every_client_once_reached():
     bounds = workers.Bounds(limit=2, share=2, deadline=0)
-    workers.admit(bounds, "a")
-    workers.admit(bounds, "b")
+    workers.admit(bounds, alone("a"))
+    workers.admit(bounds, alone("b"))
     try:
         with pytest.raises(workers.Refused):
-            workers.admit(bounds, "c")
+            workers.admit(bounds, alone("c"))
         assert workers.readiness()["degraded"] is True
     finally:
-        workers.release("a")
-        workers.release("b")
+        workers.release(alone("a"))
+        workers.release(alone("b"))
     assert workers.readiness()["ok"] is True

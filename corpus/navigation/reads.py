@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from corpus import files
+from corpus import containers, files
 from corpus.documents import mime_type
 from corpus.ingest.classify import SNIFF_BYTES, TEXTUAL_TYPES, classify
 from corpus.navigation import images
@@ -45,8 +45,9 @@ FORMATS = ("auto", "text", "base64", "image")
 DEFAULT_LENGTH = 64 * 1024
 MAX_LENGTH = 1024 * 1024
 # Bytes screened for secrets on each side of a returned range, so a range
-# that cuts a key ("AKIA" + 15 of its 16 characters) cannot leak it.
-_CONTEXT = 256
+# that cuts a key cannot leak it, nor one in the middle of a private key
+# block (files.LIVE_CONTEXT).
+_CONTEXT = files.LIVE_CONTEXT
 # The longest UTF-8 character, less one: how far a text range moves to whole characters.
 _UTF8_TAIL = 3
 
@@ -307,6 +308,8 @@ def read_bytes(
     def read(opened: OpenedFile) -> JsonObject:
         _the_file_itself(opened, "a byte range")
         kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
+        files.refuse_archive_bytes(opened.rel, kind)
+        containers.screen_zip_parts(engine, opened)  # a .docx's parts, compressed in its bytes
         chosen = _chosen(fmt, kind, ranged)
         check()
         if chosen == "image":
