@@ -585,12 +585,17 @@ _HELD = Held()
 def _live_ids(
     chunk_ids: list[int], cursor: CursorWrapper, filter_sql: str = "", params: SqlParams = ()
 ) -> set[int]:
-    """Those of ``chunk_ids`` that are live and pass ``filter_sql``."""
+    """Those of ``chunk_ids`` that are live and pass ``filter_sql``.
+
+    Each is looked up by its id (``NOT INDEXED``): with no statistics,
+    SQLite's planner read ``c.deleted = FALSE`` through the index that
+    begins with ``deleted`` instead, every live chunk for a handful of ids
+    (0.1 s a call on a 940,000-chunk index, several calls a search)."""
     if not chunk_ids:
         return set()
     extra = f" AND ({filter_sql})" if filter_sql else ""
     cursor.execute(
-        f"SELECT c.chunk_id FROM chunks c {TO_DOCUMENT} "
+        f"SELECT c.chunk_id FROM chunks c NOT INDEXED {TO_DOCUMENT} "
         f"WHERE c.chunk_id IN ({marks(chunk_ids)}) AND {LIVE}{extra}",
         [*chunk_ids, *params],
     )
