@@ -782,7 +782,7 @@ def test_an_any_term_query_leaves_rows_of_only_common_terms_unranked_and_answers
     is the one ranking every row gives."""
     monkeypatch.setattr(lexical, "PRUNE_ROWS", 50)
     files = {f"common/{i:03}.md": f"take the lock {'and wait ' * (i % 7)}then unlock\n" for i in range(200)}
-    files |= {f"paged/{i:02}.md": f"lock the page {'page ' * (i % 3)}{'word ' * (i % 5)}\n" for i in range(40)}
+    files |= {f"paged/{i:02}.md": f"lock the page {'page ' * (i % 3)}{'word ' * (i % 5)}" for i in range(40)}
     files |= {f"rare/{i:02}.md": f"quokka {'lock ' * (i % 3)}{'word ' * i}\n" for i in range(15)}
     files |= {f"other/{i:03}.md": f"nothing here {i}\n" for i in range(250)}
     index(files)
