@@ -302,6 +302,7 @@ def run_tree(root: Path, state_dir: Path, rounds: int) -> dict:
         for query, by in per_query.items()
     }
     results["differing"] = [query for query, h in hits.items() if len(set(map(tuple, h.values()))) > 1]
+    results["hits"] = {query: h[reference] for query, h in hits.items()}  # to compare runs of other code
     return results
 
 
