@@ -409,13 +409,15 @@ class SQLiteFTS5(TableBackend):
         BM25 is a sum over the query's terms, each term's share depending
         only on that term (its IDF, its count in the row) and the row's
         length, and less than ``idf * (k1 + 1)`` (max-score pruning). The
-        rare terms are ranked first: their ``limit``-th score is a floor
-        for the whole query's ``limit``-th. The commonest terms whose bounds
-        together stay under that floor cannot lift a row holding none of the
-        other terms into the answer, so only rows holding one of the others
-        are ranked: those holding some of the common terms too (``A AND
-        B``) and those holding none (``A NOT B``), each scored by FTS5 with
-        every term of the query, as the whole query would. The rare terms
+        rows holding a rare term are ranked first, scored with every term:
+        those holding some of the other terms too (``A AND B``) and those
+        holding none (``A NOT B``), each phrase once, as the whole query
+        scores them. Their ``limit``-th score is a floor for the whole
+        query's ``limit``-th. The commonest terms whose bounds together stay
+        under that floor cannot lift a row holding none of the other terms
+        into the answer: when that is all of them, the rare rows are the
+        answer; else the rows holding one of the terms not left out are
+        ranked the same way. The rare terms
         are those held by at most ``RARE_SHARE`` of the commonest term's
         rows, and the next rarer while they hold fewer than ``limit`` rows.
         The rows holding only ``lock`` or ``page`` (a large part of a
@@ -427,30 +429,38 @@ class SQLiteFTS5(TableBackend):
         by_rarity = sorted(terms, key=lambda term: (held[term], term))
         rare = max(1, sum(held[term] <= held[by_rarity[-1]] * RARE_SHARE for term in terms))
         while True:
-            first = self._top(_quoted(by_rarity[:rare], " OR "), limit, filter_sql, params)
+            first = self._split(by_rarity[:rare], by_rarity[rare:], limit, filter_sql, params)
             if len(first) >= limit:
                 break
             rare += 1  # too few rows hold the rare terms: the next rarer one counts, never the commonest
             if rare >= len(terms):
                 return None
         floor = first[-1][1]
-        rare_terms = set(by_rarity[:rare])
         left_out: list[str] = []
         bound = 0.0
-        for term in reversed(by_rarity):
-            if term in rare_terms:
-                break
+        for term in reversed(by_rarity[rare:]):
             most = _idf(total, held[term]) * (BM25_K1 + 1) * (1 + 1e-9)
             if bound + most >= floor:
                 break
             left_out.append(term)
             bound += most
+        if len(left_out) == len(terms) - rare:  # the rows holding a rare term are the answer's
+            return first
         if not left_out:
             return None
         kept = [term for term in terms if term not in left_out]
-        some, common = _quoted(kept, " OR "), _quoted(left_out, " OR ")
-        both = self._top(f"({some}) AND ({common})", limit, filter_sql, params)
-        only = self._top(f"({some}) NOT ({common})", limit, filter_sql, params)
+        return self._split(kept, left_out, limit, filter_sql, params)
+
+    def _split(
+        self, some: list[str], others: list[str], limit: int, filter_sql: str, params: SqlParams
+    ) -> list[tuple[int, float]]:
+        """The best ``limit`` rows holding one of ``some``, each scored by
+        BM25 over ``some`` and ``others`` (the rows holding one of ``others``
+        too, and those holding none), without reading the rows that hold
+        only ``others``."""
+        first, second = _quoted(some, " OR "), _quoted(others, " OR ")
+        both = self._top(f"({first}) AND ({second})", limit, filter_sql, params)
+        only = self._top(f"({first}) NOT ({second})", limit, filter_sql, params)
         return sorted(both + only, key=lambda hit: (-hit[1], hit[0]))[:limit]
 
     def count_all(self, terms: list[str], *, limit: int, filter_sql: str, params: SqlParams) -> int:
