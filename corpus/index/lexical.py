@@ -27,6 +27,13 @@ flagged ``deleted``), so the columns can always be rebuilt, and a change to
 the table (``SPLITTER_VERSION``; a test pins the splitter's output).
 PostgreSQL has a tsvector table (``lexical_pg.py``); other databases get a
 backend that indexes nothing.
+
+On a big tree a common term (``lock``, ``device``) is held by hundreds of
+thousands of rows, and FTS5 scores every row a ``MATCH`` enumerates before
+it can sort. An any-term query therefore reads the rows holding its rare
+terms first, scored with every term, and leaves unranked the rows holding
+only common terms whose best possible share cannot reach the answer
+(:meth:`SQLiteFTS5._pruned`: the same hits, docs/benchmarks.md, session 22).
 """
 
 from __future__ import annotations
