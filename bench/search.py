@@ -14,6 +14,26 @@ with ``--depths``, each candidate depth, every query through every variant
 in turn. The reference
 in the same run is a bare FTS5 MATCH on the same table.
 
+    python bench/search.py tree --dir TREE [--state TREE/.dir2mcp] [--rounds 3]
+
+tree: an index already built (``up`` or ``reindex``, embeddings off or not)
+of a big tree, e.g. the kernel's ``drivers/`` (issue #37): each query of
+``TREE_QUERIES`` (identifiers, questions, common words) searched in-process
+(``Searcher.search``, k=10, lexical only) with any-term queries read pruned
+(today's code) and with every row holding a term ranked (the reference,
+``lexical.PRUNE_ROWS`` out of reach), in turn, nothing kept between searches
+(``lexical.forget``): CPU seconds a search (``time.process_time``), p50/p99
+over every query and round, and whether both gave the same hits.
+
+    python bench/search.py pruned-corpora --language python --seed 5
+
+pruned-corpora: one corpus of bench/retrieval.py (bench/corpora.py, its
+default size and 300 queries), indexed lexically (units, embeddings off),
+then each query's lexical candidates (``Searcher._lexical`` at the default
+depth, what the fusion gets) and ``search`` hits (k=50) with any-term
+queries read pruned at every size (``lexical.PRUNE_ROWS`` 0) and with every
+row ranked: identical lists mean identical retrieval figures, dense or not.
+
 Each run runs in a fresh temp state directory; results go to bench/results/.
 """
 
@@ -25,6 +45,7 @@ import os
 import platform
 import random
 import resource
+import statistics
 import sys
 import sysconfig
 import tempfile
@@ -201,6 +222,147 @@ def run_latency(size: int, queries: int, depths: list[int]) -> dict:
     return results
 
 
+# -- a big tree ----------------------------------------------------------------
+
+TREE_QUERIES = [
+    # identifiers
+    "spin_lock_irqsave", "copy_from_user", "kmalloc", "devm_kzalloc", "platform_get_irq",
+    "dma_alloc_coherent", "pci_enable_device", "netif_napi_add", "usb_submit_urb", "i2c_transfer",
+    "mutex_lock", "request_threaded_irq", "of_property_read_u32", "regmap_update_bits",
+    "pm_runtime_get_sync", "skb_put", "list_for_each_entry", "dev_err", "ioremap", "clk_prepare_enable",
+    # questions
+    "schedule a task on another cpu run queue", "tcp retransmit timer",
+    "page fault handler for anonymous memory", "kmalloc slab cache allocation",
+    "usb device enumeration descriptor", "inode cache eviction", "pci config space read",
+    "how does the driver reset the device after a timeout", "where is the interrupt handler registered",
+    "allocate a DMA buffer for the ring", "read the temperature sensor over i2c",
+    "power management suspend and resume callbacks", "parse the device tree node for the clock",
+    "free the receive buffers when the interface goes down", "firmware loading failed error path",
+    "set the link speed and duplex", "queue a work item to handle the event",
+    "wait for the hardware to become ready", "register a new network device",
+    "handle a hot unplug of the device", "map PCI BAR memory",
+    "validate the ioctl argument from user space", "GPU memory eviction under pressure",
+    "display mode setting atomic commit", "bluetooth HCI command timeout",
+    # common words
+    "lock", "page", "buffer", "device", "error", "the device", "memory", "read write", "init", "data",
+]  # fmt: skip
+
+
+def run_tree(root: Path, state_dir: Path, rounds: int) -> dict:
+    setup_django(root, state_dir)
+    from corpus.index import lexical
+    from corpus.retrieval import Searcher
+    from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
+
+    state = StateDir(state_dir)
+    open_store(state)
+    searcher = Searcher(state, build_config({"embed": {"provider": "none"}}, {}, {}), None)
+    pruned_rows = lexical.PRUNE_ROWS
+    variants = {"pruned": pruned_rows, "every row ranked (reference)": 10**15}
+    cpu: dict[str, list[float]] = {label: [] for label in variants}
+    per_query: dict[str, dict[str, list[float]]] = {
+        q: {label: [] for label in variants} for q in TREE_QUERIES
+    }
+    hits: dict[str, dict[str, list[int]]] = {q: {} for q in TREE_QUERIES}
+    load = [os.getloadavg()[0]]
+    for n in range(rounds):
+        for i, query in enumerate(TREE_QUERIES):
+            labels = list(variants)
+            for label in labels[(n + i) % 2 :] + labels[: (n + i) % 2]:  # alternate which goes first
+                lexical.PRUNE_ROWS = variants[label]
+                lexical.forget()
+                started = time.process_time()
+                result = searcher.search(query, k=10)
+                spent = time.process_time() - started
+                cpu[label].append(spent)
+                per_query[query][label].append(spent)
+                hits[query][label] = [hit.chunk_id for hit in result.hits]
+        load.append(os.getloadavg()[0])
+    lexical.PRUNE_ROWS = pruned_rows
+    reference = "every row ranked (reference)"
+    results: dict = {
+        "rows": lexical.live_count(),
+        "queries": len(TREE_QUERIES),
+        "rounds": rounds,
+        "load_average": [round(value, 2) for value in load],
+        "same_hits": sum(len(set(map(tuple, h.values()))) == 1 for h in hits.values()),
+    }
+    for label, values in cpu.items():
+        results[label] = {
+            "cpu_s_p50": round(percentile(values, 50), 4),
+            "cpu_s_p99": round(percentile(values, 99), 4),
+            "cpu_s_mean": round(sum(values) / len(values), 4),
+        }
+    for key in ("cpu_s_p50", "cpu_s_p99", "cpu_s_mean"):
+        results[f"ratio_{key}"] = round(results["pruned"][key] / results[reference][key], 3)
+    results["per_query_median_cpu_s"] = {
+        query: {label: round(statistics.median(values), 4) for label, values in by.items()}
+        for query, by in per_query.items()
+    }
+    results["differing"] = [query for query, h in hits.items() if len(set(map(tuple, h.values()))) > 1]
+    results["hits"] = {query: h[reference] for query, h in hits.items()}  # to compare runs of other code
+    return results
+
+
+def run_pruned_corpora(language: str, seed: int) -> dict:
+    sys.path.insert(0, str(REPO / "bench"))
+    import corpora
+    from retrieval import DEFAULT_MAX_LINES
+
+    work = Path(tempfile.mkdtemp(prefix="dir2mcp-pruned-"))
+    corpus = corpora.build(
+        language, work / "root", max_lines=DEFAULT_MAX_LINES[language], queries=300, seed=seed
+    )
+    setup_django(work / "root", work / "state")
+    from corpus.index import lexical
+    from corpus.ingest.indexing import index_directory
+    from corpus.retrieval import Filters, Searcher
+    from corpus.store import open_store
+    from kernel.config import build_config
+    from kernel.state import StateDir
+
+    state = StateDir(work / "state")
+    open_store(state)
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    index_directory(work / "root", state=state, config=config)
+    searcher = Searcher(state, config, None)
+    depth = config.search.candidates
+    queries = [label["query"] for label in corpus.labels]
+    answers: dict[str, list] = {}
+    cpu: dict[str, float] = {}
+    for label, rows in (("pruned", 0), ("every row ranked", 10**15)):
+        lexical.PRUNE_ROWS = rows
+        started = time.process_time()
+        out = []
+        for query in queries:
+            lexical.forget()
+            candidates = [cid for cid, _ in searcher._lexical(query, depth, Filters(), ())[0]]
+            out.append((candidates, [hit.chunk_id for hit in searcher.search(query, k=50).hits]))
+        cpu[label] = round(time.process_time() - started, 2)
+        answers[label] = out
+    lexical.PRUNE_ROWS = 0
+    backend = lexical.SQLiteFTS5()
+    read_pruned = 0
+    for query in queries:  # as lexical._tiers reads the any-term tier
+        terms = lexical.query_terms(query)
+        if len(terms) > config.search.all_terms_first_max:
+            terms = [term for term in terms if term not in lexical.STOP_WORDS] or terms
+        read_pruned += len(terms) > 1 and backend._pruned(terms, depth, "", ()) is not None
+    pruned, whole = answers["pruned"], answers["every row ranked"]
+    return {
+        "language": language,
+        "seed": seed,
+        "rows": lexical.live_count(),
+        "queries": len(queries),
+        "same_candidates": sum(a[0] == b[0] for a, b in zip(pruned, whole, strict=True)),
+        "same_hits": sum(a[1] == b[1] for a, b in zip(pruned, whole, strict=True)),
+        "any_term_tier_read_pruned": read_pruned,
+        "cpu_s": cpu,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -216,8 +378,20 @@ def main() -> None:
         default=[],
         help="also time search.candidates at each of these depths (hybrid and lexical), e.g. 50 100 200 400",
     )
+    tree = sub.add_parser("tree")
+    tree.add_argument("--dir", type=Path, required=True, help="the indexed tree")
+    tree.add_argument("--state", type=Path, help="its state directory (default: DIR/.dir2mcp)")
+    tree.add_argument("--rounds", type=int, default=3)
+    check = sub.add_parser("pruned-corpora")
+    check.add_argument("--language", required=True)
+    check.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
-    result = run_latency(args.size, args.queries, args.depths)
+    if args.what == "pruned-corpora":
+        result = run_pruned_corpora(args.language, args.seed)
+    elif args.what == "tree":
+        result = run_tree(args.dir, args.state or args.dir / ".dir2mcp", args.rounds)
+    else:
+        result = run_latency(args.size, args.queries, args.depths)
     result.update(
         date=time.strftime("%Y-%m-%d"),
         machine=f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",

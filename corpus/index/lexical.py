@@ -27,10 +27,18 @@ flagged ``deleted``), so the columns can always be rebuilt, and a change to
 the table (``SPLITTER_VERSION``; a test pins the splitter's output).
 PostgreSQL has a tsvector table (``lexical_pg.py``); other databases get a
 backend that indexes nothing.
+
+On a big tree a common term (``lock``, ``device``) is held by hundreds of
+thousands of rows, and FTS5 scores every row a ``MATCH`` enumerates before
+it can sort. An any-term query therefore reads the rows holding its rare
+terms first, scored with every term, and leaves unranked the rows holding
+only common terms whose best possible share cannot reach the answer
+(:meth:`SQLiteFTS5._pruned`: the same hits, docs/benchmarks.md, session 22).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -86,6 +94,16 @@ RANK = f"bm25({HEAD_WEIGHT}, 1.0)"
 BM25 = f"bm25({TABLE}, {HEAD_WEIGHT}, 1.0)"
 # The largest top-N window read before a filtered query falls back to a join.
 FILTER_WINDOW = 4096
+#: FTS5's bm25() parameters (k1; b is 0.75): a term adds less than
+#: ``idf * (BM25_K1 + 1)`` to any row's score, however often the row holds it
+BM25_K1 = 1.2
+#: An any-term query whose commonest term is held by fewer rows than this
+#: ranks every row holding a term: ranking them costs little
+#: (:meth:`SQLiteFTS5._pruned`; about 1.3 µs a row on this project's machine)
+PRUNE_ROWS = 20_000
+#: A term is rare, for :meth:`SQLiteFTS5._pruned`'s first read, when at most
+#: this share of the rows holding the query's commonest term hold it
+RARE_SHARE = 0.125
 
 # -- the public API --------------------------------------------------------------
 
@@ -275,6 +293,10 @@ class Remembered:
             while len(self._answers) > self.ENTRIES:
                 self._answers.popitem(last=False)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._answers.clear()
+
 
 def _version() -> tuple[int, int] | None:
     """What changes when this connection's database does, or None off SQLite."""
@@ -287,6 +309,13 @@ def _version() -> tuple[int, int] | None:
 
 
 _REMEMBERED = Remembered()
+
+
+def forget() -> None:
+    """Drop this process's kept answers and term counts (:class:`Remembered`,
+    :class:`Held`): a benchmark timing each search from nothing kept."""
+    _REMEMBERED.clear()
+    _HELD.clear()
 
 
 def rebuild() -> int:
@@ -369,17 +398,83 @@ class SQLiteFTS5(TableBackend):
     def query(
         self, terms: list[str], *, require_all: bool, limit: int, filter_sql: str, params: SqlParams
     ) -> list[tuple[int, float]]:
-        # Tokens hold only letters and digits; quoting still makes any
-        # character a literal, so MATCH never sees an operator.
-        joiner = " AND " if require_all else " OR "
-        match = joiner.join('"' + term.replace('"', '""') + '"' for term in terms)
-        return self._top(match, limit, filter_sql, params)
+        if require_all:
+            return self._top(_quoted(terms, " AND "), limit, filter_sql, params)
+        if len(terms) > 1:
+            pruned = self._pruned(terms, limit, filter_sql, params)
+            if pruned is not None:
+                return pruned
+        return self._top(_quoted(terms, " OR "), limit, filter_sql, params)
+
+    def _pruned(
+        self, terms: list[str], limit: int, filter_sql: str, params: SqlParams
+    ) -> list[tuple[int, float]] | None:
+        """The any-term query's hits, the same rows in the same order,
+        without ranking the rows that hold only its commonest terms; None
+        when that cannot be shown, and the query is ranked whole.
+
+        BM25 is a sum over the query's terms, each term's share depending
+        only on that term (its IDF, its count in the row) and the row's
+        length, and less than ``idf * (k1 + 1)`` (max-score pruning). The
+        rows holding a rare term are ranked first, scored with every term:
+        those holding some of the other terms too (``A AND B``) and those
+        holding none (``A NOT B``), each phrase once, as the whole query
+        scores them. Their ``limit``-th score is a floor for the whole
+        query's ``limit``-th. The commonest terms whose bounds together stay
+        under that floor cannot lift a row holding none of the other terms
+        into the answer: when that is all of them, the rare rows are the
+        answer; else the rows holding one of the terms not left out are
+        ranked the same way. The rare terms
+        are those held by at most ``RARE_SHARE`` of the commonest term's
+        rows, and the next rarer while they hold fewer than ``limit`` rows.
+        The rows holding only ``lock`` or ``page`` (a large part of a
+        kernel tree) are counted, not ranked."""
+        held = _HELD.counts(terms)
+        total = _row_count()
+        if total is None or max(held.values()) < PRUNE_ROWS:
+            return None
+        by_rarity = sorted(terms, key=lambda term: (held[term], term))
+        rare = max(1, sum(held[term] <= held[by_rarity[-1]] * RARE_SHARE for term in terms))
+        while True:
+            first = self._split(by_rarity[:rare], by_rarity[rare:], limit, filter_sql, params)
+            if len(first) >= limit:
+                break
+            rare += 1  # too few rows hold the rare terms: the next rarer one counts, never the commonest
+            if rare >= len(terms):
+                return None
+        floor = first[-1][1]
+        left_out: list[str] = []
+        bound = 0.0
+        for term in reversed(by_rarity[rare:]):
+            most = _idf(total, held[term]) * (BM25_K1 + 1) * (1 + 1e-9)
+            if bound + most >= floor:
+                break
+            left_out.append(term)
+            bound += most
+        if len(left_out) == len(terms) - rare:  # the rows holding a rare term are the answer's
+            return first
+        if not left_out:
+            return None
+        kept = [term for term in terms if term not in left_out]
+        return self._split(kept, left_out, limit, filter_sql, params)
+
+    def _split(
+        self, some: list[str], others: list[str], limit: int, filter_sql: str, params: SqlParams
+    ) -> list[tuple[int, float]]:
+        """The best ``limit`` rows holding one of ``some``, each scored by
+        BM25 over ``some`` and ``others`` (the rows holding one of ``others``
+        too, and those holding none), without reading the rows that hold
+        only ``others``."""
+        first, second = _quoted(some, " OR "), _quoted(others, " OR ")
+        both = self._top(f"({first}) AND ({second})", limit, filter_sql, params)
+        only = self._top(f"({first}) NOT ({second})", limit, filter_sql, params)
+        return sorted(both + only, key=lambda hit: (-hit[1], hit[0]))[:limit]
 
     def count_all(self, terms: list[str], *, limit: int, filter_sql: str, params: SqlParams) -> int:
         """How many live chunks passing the filter hold every term, up to
         ``limit``: what ``len(query(terms, require_all=True, ...))`` gives,
         read in rowid order without ranking them (BM25 reads every match)."""
-        match = " AND ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        match = _quoted(terms, " AND ")
         window = limit
         while True:
             with connection.cursor() as cursor:
@@ -427,15 +522,97 @@ class SQLiteFTS5(TableBackend):
         return scored(sql, [match, *params, limit], sign=-1.0)
 
 
+def _quoted(terms: list[str], joiner: str) -> str:
+    """A MATCH expression of ``terms`` joined by ``joiner``. Tokens hold only
+    letters and digits; quoting still makes any character a literal, so
+    MATCH never sees an operator."""
+    return joiner.join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def _idf(total: int, held: int) -> float:
+    """FTS5's bm25() IDF of a term ``held`` by that many of ``total`` rows."""
+    idf = math.log((total - held + 0.5) / (held + 0.5))
+    return idf if idf > 0 else 1e-6
+
+
+def _row_count() -> int | None:
+    """The rows of the FTS5 table as bm25() counts them: the first number of
+    its averages record (row 1 of its ``_data`` table, a varint), or None
+    when there is none."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT block FROM {TABLE}_data WHERE id = 1")
+        row = cursor.fetchone()
+    if row is None or not row[0]:
+        return None
+    return _varint(bytes(row[0]))
+
+
+def _varint(data: bytes) -> int | None:
+    """SQLite's varint at the start of ``data`` (big-endian, seven bits a
+    byte while the high bit is set; the ninth byte gives eight)."""
+    value = 0
+    for index, byte in enumerate(data[:9]):
+        if index == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    return None
+
+
+class Held:
+    """How many rows hold each term (what bm25() counts for its IDF), kept
+    per process while the database is unchanged (as :class:`Remembered`):
+    ``lock`` and ``page`` come back in query after query."""
+
+    ENTRIES = 4096
+
+    def __init__(self) -> None:
+        self._raw: object = None
+        self._version: tuple[int, int] | None = None
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def counts(self, terms: list[str]) -> dict[str, int]:
+        version = _version()
+        with self._lock:
+            if self._raw is not connection.connection or self._version != version:
+                self._raw, self._version, self._counts = connection.connection, version, {}
+            known = {term: self._counts[term] for term in terms if term in self._counts}
+        missing = [term for term in terms if term not in known]
+        with connection.cursor() as cursor:
+            for term in missing:
+                cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE {TABLE} MATCH %s", [_quoted([term], "")])
+                known[term] = int(cursor.fetchone()[0])
+        with self._lock:
+            if self._raw is connection.connection and self._version == version:
+                if len(self._counts) + len(missing) > self.ENTRIES:
+                    self._counts = {}
+                self._counts.update((term, known[term]) for term in missing)
+        return known
+
+    def clear(self) -> None:
+        with self._lock:
+            self._raw, self._version, self._counts = None, None, {}
+
+
+_HELD = Held()
+
+
 def _live_ids(
     chunk_ids: list[int], cursor: CursorWrapper, filter_sql: str = "", params: SqlParams = ()
 ) -> set[int]:
-    """Those of ``chunk_ids`` that are live and pass ``filter_sql``."""
+    """Those of ``chunk_ids`` that are live and pass ``filter_sql``.
+
+    Each is looked up by its id (``NOT INDEXED``): with no statistics,
+    SQLite's planner read ``c.deleted = FALSE`` through the index that
+    begins with ``deleted`` instead, every live chunk for a handful of ids
+    (0.1 s a call on a 940,000-chunk index, several calls a search)."""
     if not chunk_ids:
         return set()
     extra = f" AND ({filter_sql})" if filter_sql else ""
     cursor.execute(
-        f"SELECT c.chunk_id FROM chunks c {TO_DOCUMENT} "
+        f"SELECT c.chunk_id FROM chunks c NOT INDEXED {TO_DOCUMENT} "
         f"WHERE c.chunk_id IN ({marks(chunk_ids)}) AND {LIVE}{extra}",
         [*chunk_ids, *params],
     )
