@@ -71,6 +71,38 @@ def test_definitions_in_several_languages_are_kept(line):
             id="window",
         ),
         pytest.param("", "# note\nVALUE = 1\n", "VALUE = 1", id="no-context"),
+        pytest.param(
+            "lib/lib.dom.d.ts\ninterface HTMLMediaElement extends HTMLElement {",
+            "    /** Loads and starts playback of a media resource. */\n    load(): void;",
+            "HTMLMediaElement.load(): void;\nhtml media element: load",
+            id="declaration-file-member",
+        ),
+        pytest.param(
+            "types/index.d.mts\ndeclare namespace Intl {\ninterface NumberFormatOptions {",
+            "    readonly maximumFractionDigits?: number;",
+            "NumberFormatOptions.readonly maximumFractionDigits?: number;\n"
+            "number format options: maximum fraction digits",
+            id="declaration-file-nested-member",
+        ),
+        pytest.param(
+            "lib/lib.dom.d.ts\ninterface NodeList {",
+            "    [index: number]: Node;",
+            "lib.dom.d.ts\ninterface NodeList {\n[index: number]: Node;",
+            id="declaration-file-index-signature",
+        ),
+        pytest.param(
+            "src/media.ts\ninterface HTMLMediaElement extends HTMLElement {",
+            "    load(): void;",
+            "media.ts\ninterface HTMLMediaElement extends HTMLElement {\nload(): void;",
+            id="member-of-a-source-file",
+        ),
+        pytest.param(
+            "lib/lib.dom.d.ts\ninterface Document {",
+            "    createElement<K extends keyof HTMLElementTagNameMap>(\n"
+            "        tagName: K,\n    ): HTMLElementTagNameMap[K];",
+            "lib.dom.d.ts\ninterface Document {\ncreateElement<K extends keyof HTMLElementTagNameMap>(",
+            id="declaration-file-member-of-several-lines",
+        ),
     ],
 )
 def test_signature_view_is_the_context_and_the_definition_line(context, text, expected):

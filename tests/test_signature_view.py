@@ -10,8 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from corpus.index.dense.embedding import SIGNATURE_KEY, from_bytes, recipe_summary, signature_weight
-from corpus.index.dense.views import embedding_text, signature_text
+from corpus.index.dense.embedding import (
+    SIGNATURE_KEY,
+    VIEW_KEY,
+    from_bytes,
+    recipe_summary,
+    signature_weight,
+    view_version,
+)
+from corpus.index.dense.views import MEMBER_VIEW_WEIGHT, VIEW_VERSION, embedding_text, signature_view
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Setting
 from corpus.providers.local import LocalEmbedder
@@ -52,12 +59,16 @@ def stored(kind: str) -> dict[int, tuple[np.ndarray, str, str]]:
     return {chunk.chunk_id: (from_bytes(chunk.embedding), chunk.context, chunk.text) for chunk in chunks}
 
 
-def expected(embedder, kind: str, context: str, text: str, weight: float) -> np.ndarray:
+def expected(
+    embedder, kind: str, context: str, text: str, weight: float, view: int = VIEW_VERSION
+) -> np.ndarray:
     plain = embedder.embed([embedding_text(context, text, kind, embedder.window_chars)], kind=kind)[0]
     if not weight:
         return plain
-    view = embedder.embed([signature_text(context, text)], kind=kind)[0]
-    return (plain + weight * view) / (1 + weight)
+    signature, member = signature_view(context, text, view)
+    weight = max(weight, MEMBER_VIEW_WEIGHT) if member else weight
+    vector = embedder.embed([signature], kind=kind)[0]
+    return (plain + weight * vector) / (1 + weight)
 
 
 @pytest.mark.django_db
@@ -117,3 +128,49 @@ def test_a_full_reindex_with_the_same_weight_keeps_the_vectors(corpus_dir, state
 
     after = {cid: vector.tobytes() for cid, (vector, _, _) in stored("code").items()}
     assert after == before
+
+
+def declarations(name: str) -> str:
+    """A declaration file's interface, long enough to be cut into its members."""
+    members = [f"    {verb}{name}(): void;" for verb in ("load", "pause", "play", "seek", "stop", "mute")]
+    members += [f"    readonly {noun}{name}: number;" for noun in ("duration", "volume", "rate", "width")]
+    return f"interface {name}Element {{\n" + "\n\n".join(members) + "\n}\n"
+
+
+def member_vectors() -> dict[int, tuple[np.ndarray, str, str]]:
+    return {cid: found for cid, found in stored("code").items() if found[2].strip().endswith(";")}
+
+
+@pytest.mark.django_db
+def test_an_index_keeps_its_signature_view_version_until_a_full_reindex(corpus_dir, state, embedder):
+    (corpus_dir / "media.d.ts").write_text(declarations("Media"))
+    index_directory(corpus_dir, state=state, config=config(0.3), embedder=embedder)
+
+    assert view_version() == VIEW_VERSION == 2
+    members = member_vectors()
+    assert len(members) == 10
+    for vector, context, body in members.values():  # the declaration-file member view, weighing 1
+        assert signature_view(context, body)[1]
+        assert np.allclose(vector, expected(embedder, "code", context, body, 0.3), atol=1e-5)
+        assert np.allclose(vector, expected(embedder, "code", context, body, 1.0), atol=1e-5)
+        assert not np.allclose(vector, expected(embedder, "code", context, body, 0.3, view=1), atol=1e-3)
+
+    Setting.objects.filter(key=VIEW_KEY).delete()  # as an index from before the view was recorded
+    (corpus_dir / "video.d.ts").write_text(declarations("Video"))
+    index_directory(corpus_dir, state=state, config=config(0.3), embedder=embedder)
+
+    assert view_version() == 1
+    videos = {cid: found for cid, found in member_vectors().items() if "Video" in found[1]}
+    assert len(videos) == 10
+    for vector, context, body in videos.values():  # the new file's too: no mix
+        assert np.allclose(vector, expected(embedder, "code", context, body, 0.3, view=1), atol=1e-5)
+    assert "dir2mcp reindex" in recipe_summary(0.3)["note"]
+
+    index_directory(corpus_dir, state=state, config=config(0.3), embedder=embedder, mode="full")
+
+    assert view_version() == VIEW_VERSION
+    members = member_vectors()
+    assert len(members) == 20
+    for vector, context, body in members.values():
+        assert np.allclose(vector, expected(embedder, "code", context, body, 0.3), atol=1e-5)
+    assert recipe_summary(0.3)["note"] == ""

@@ -27,7 +27,7 @@ from django.db.models import QuerySet
 
 from corpus import slices
 from corpus.index.dense.vectors import KINDS, VectorIndex, index_path, remove_files
-from corpus.index.dense.views import embedding_text, signature_text
+from corpus.index.dense.views import MEMBER_VIEW_WEIGHT, VIEW_VERSION, embedding_text, signature_view
 from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.store import get_setting, set_setting
@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 SAVE_EVERY_SECONDS = 5.0
 LAST_ERROR_KEY = "embed_last_error"
 SIGNATURE_KEY = "embed_code_signature_weight"
+VIEW_KEY = "embed_code_view_version"
 #: A chunk to embed: (chunk_id, context, text), as slices.texts gives it.
 # Any: its rows are values_list tuples of several columns, typed tuple[Any, ...] by django-stubs.
 TextRow = tuple[Any, ...]
@@ -127,25 +128,42 @@ def check_models(
 
 
 def _record_recipe(state: StateDir, weight: float | None, *, fresh: bool, reset: bool) -> None:
-    """Record how code vectors are made (``embed.signature_weight``): the
-    configured weight for vectors starting now, 0 for an index made before
-    the weight existed. A different configured weight takes effect at a
-    full reindex, which then re-embeds every chunk (never a mix)."""
+    """Record how code vectors are made (``embed.signature_weight`` and the
+    signature view's version, ``views.VIEW_VERSION``): the configured
+    weight and the current view for vectors starting now; weight 0 and view
+    1 for an index made before each was recorded. A different configured
+    weight, or a newer view, takes effect at a full reindex, which then
+    re-embeds every chunk (never a mix)."""
     if weight is None:
         return
     recorded = get_setting(SIGNATURE_KEY)
     if not fresh and recorded is None:
         recorded = "0.0"
         set_setting(SIGNATURE_KEY, recorded)
-    if fresh or (reset and recorded is not None and float(recorded) != float(weight)):
+    view = get_setting(VIEW_KEY)
+    if not fresh and view is None:
+        view = "1"
+        set_setting(VIEW_KEY, view)
+    # the view's version matters only to vectors that lean towards it
+    stale = recorded is not None and (
+        float(recorded) != float(weight) or (float(weight) > 0 and view != str(VIEW_VERSION))
+    )
+    if fresh or (reset and stale):
         if not fresh:
             forget_vectors(state)
         set_setting(SIGNATURE_KEY, repr(float(weight)))
+        set_setting(VIEW_KEY, str(VIEW_VERSION))
 
 
 def signature_weight() -> float:
     """The recorded ``embed.signature_weight`` of the index's code vectors."""
     return float(get_setting(SIGNATURE_KEY) or 0.0)
+
+
+def view_version() -> int:
+    """The recorded version of the signature view of the index's code vectors
+    (the current one before any vector)."""
+    return int(get_setting(VIEW_KEY) or VIEW_VERSION)
 
 
 def recipe_summary(configured: float) -> JsonObject:
@@ -158,6 +176,11 @@ def recipe_summary(configured: float) -> JsonObject:
         note = (
             f"code vectors lean {recorded:g} towards the signature view; embed.signature_weight is "
             f"{float(configured):g}: run `dir2mcp reindex` to re-embed with it"
+        )
+    elif recorded and view_version() != VIEW_VERSION:
+        note = (
+            f"code vectors were made with signature view {view_version()} (this version makes "
+            f"{VIEW_VERSION}): run `dir2mcp reindex` to re-embed with it"
         )
     return {"recorded": recorded, "configured": float(configured), "note": note}
 
@@ -461,14 +484,19 @@ def _vectors(
     (one call for both views, so a length-sorting embedder packs them)."""
     texts = [embedding_text(context, text, kind, embedder.window_chars) for _, context, text in batch]
     weight = signature_weight() if kind == "code" else 0.0
+    version = view_version()
     options = {"stop": stop} if stop is not None and getattr(embedder, "interruptible", False) else {}
     if weight <= 0:
         return embedder.embed(texts, kind=kind, **options)
-    views = embedder.embed(
-        texts + [signature_text(context, text) for _, context, text in batch], kind=kind, **options
-    )
+    signatures = [signature_view(context, text, version) for _, context, text in batch]
+    views = embedder.embed(texts + [view for view, _ in signatures], kind=kind, **options)
     views = np.asarray(views, dtype=np.float32)
-    return (views[: len(batch)] + np.float32(weight) * views[len(batch) :]) / np.float32(1 + weight)
+    # a declaration file member's view weighs at least MEMBER_VIEW_WEIGHT (views.py)
+    weights = np.array(
+        [max(weight, MEMBER_VIEW_WEIGHT) if member else weight for _, member in signatures], dtype=np.float32
+    )[:, None]
+    blended: np.ndarray = (views[: len(batch)] + weights * views[len(batch) :]) / (1 + weights)
+    return blended
 
 
 def _version_key(kind: str) -> str:
