@@ -349,15 +349,40 @@ def test_the_table_keeps_no_copy_of_the_text_and_ranks_as_a_regular_table_after_
 def test_the_splitter_is_pinned_because_rows_are_deleted_by_their_body():
     """Contentless rows are deleted by the exact columns written: a change to
     what index_text or columns writes must bump SPLITTER_VERSION and ship a
-    migration that rebuilds chunks_fts (as 0019_lexical_head does), then
+    migration that rebuilds chunks_fts (as 0020_lexical_head_after_comments does), then
     update this."""
     sample = "class HTTPServer(socketserver.TCPServer):\n    parse_config_file(os.path.join(a, b)) # café"
-    unit = "\n@cache\ndef parse(path):\n    return os.path.join(path)"
+    unit = "# the parser\n@cache\ndef parse(path):\n    return os.path.join(path)"
     assert (lexical.SPLITTER_VERSION, lexical.index_text(sample), lexical.columns("m.py", unit, "code")) == (
-        2,
+        3,
         sample + "\nhttp server socketservertcpserver tcp server parseconfigfile ospathjoin",
-        ("m.py\n\n@cache\ndef parse(path):\nmpy", "    return os.path.join(path)\nospathjoin"),
+        ("m.py\n@cache\ndef parse(path):\nmpy", "# the parser\n    return os.path.join(path)\nospathjoin"),
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "head", "body"),
+    [
+        # a JSDoc/Javadoc block: the member's line is the head, the comment the body
+        (
+            "/**\n * Begins loading the media.\n */\nload(): void;",
+            "load(): void;",
+            "/**\n * Begins loading the media.\n */",
+        ),
+        ("// helper\n// more\nfunction f() {\n}", "function f() {", "// helper\n// more\n}"),
+        ("/// Adds.\n#[inline]\nfn add() {}", "#[inline]\nfn add() {}", "/// Adds."),
+        ("# note\n\n@cache\ndef f():\n    pass", "\n@cache\ndef f():", "# note\n    pass"),
+        ("/* a */ int x;\nint y;", "/* a */ int x;", "int y;"),
+        ("/*\n * License\n */\nstatic int f(void)\n{", "static int f(void)", "/*\n * License\n */\n{"),
+        # C preprocessor lines define: they are heads, not comments
+        ("#define FOO 1\n#define BAR 2", "#define FOO 1", "#define BAR 2"),
+        ("#  if defined(X)\nint x;", "#  if defined(X)", "int x;"),
+        ("def f():\n    # inner\n    return 1", "def f():", "    # inner\n    return 1"),
+        ("// only a comment", "// only a comment", ""),
+    ],
+)
+def test_a_code_heads_line_is_the_one_after_the_comments_before_it(text, head, body):
+    assert words.head_and_body("", text, "code") == (head, body)
     assert lexical.columns("a.md", "Title\nbody", "text") == ("", "a.md\nTitle\nbody\namd")
 
 
@@ -554,7 +579,9 @@ def create_by_migration() -> None:
         )
     importlib.import_module("corpus.migrations.0016_chunk_slices").slice_rows(apps, FakeSchemaEditor())
     assert set(Chunk.objects.filter(deleted=False).values_list("stored_text", flat=True)) == {""}
-    importlib.import_module("corpus.migrations.0019_lexical_head").rebuild(apps, FakeSchemaEditor())
+    importlib.import_module("corpus.migrations.0020_lexical_head_after_comments").rebuild(
+        apps, FakeSchemaEditor()
+    )
 
 
 def test_repeated_words_blobs_and_accents_index_and_match(index):

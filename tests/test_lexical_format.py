@@ -44,6 +44,13 @@ SCRIPT = textwrap.dedent(
             cursor.execute("SELECT name FROM pragma_table_info('chunks_fts')")
             return [row[0] for row in cursor.fetchall()]
 
+    def head_hits():
+        # the documented functions of settings.ts whose name the head column holds
+        with connection.cursor() as cursor:
+            names = 'head : ("loadsettings" OR "savesettings")'
+            cursor.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH %s", [names])
+            return len(cursor.fetchall())
+
     def first_lines(hits):
         ids = [cid for cid, _ in hits]
         rows = Chunk.objects.filter(chunk_id__in=ids).values_list("chunk_id", *slices.FIELDS)
@@ -64,12 +71,40 @@ SCRIPT = textwrap.dedent(
                 [(cid, lexical.index_text(with_context(context, text))) for cid, context, text in live],
             )
             cursor.execute("ALTER TABLE chunks_fts_contentless RENAME TO chunks_fts")
-            cursor.execute("DELETE FROM django_migrations WHERE name = '0019_lexical_head'")
+            since = ("0019_lexical_head", "0020_lexical_head_after_comments")
+            cursor.execute("DELETE FROM django_migrations WHERE name IN (%s, %s)", since)
             match = '"syntax" OR "error"'
             cursor.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH %s ORDER BY rank", [match])
             old_hits = [(row[0], 0.0) for row in cursor.fetchall()]
         set_setting(MIGRATIONS_KEY, "older migration files")
         print(json.dumps({"columns": columns(), "old": first_lines(old_hits)}))
+    elif sys.argv[2] == "make-v2":
+        # The table as 0019 left it: a code chunk's head its first line that
+        # is neither blank nor a decorator, a comment's first line included.
+        def v2_columns(context, text, kind):
+            if kind != "code":
+                return "", lexical.index_text(f"{context}\\n{text}" if context else text)
+            lines = text.split("\\n")
+            first = 0
+            while first < len(lines) - 1 and lines[first].lstrip()[:1] in ("", "@"):
+                first += 1
+            head = "\\n".join(lines[: first + 1])
+            head = f"{context}\\n{head}" if context else head
+            return lexical.index_text(head), lexical.index_text("\\n".join(lines[first + 1 :]))
+        live = Chunk.objects.filter(deleted=False)
+        rows = live.values_list("chunk_id", "context", "index_kind", *slices.FIELDS)
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE chunks_fts")
+            cursor.execute(lexical.create_sql())
+            cursor.executemany(
+                "INSERT INTO chunks_fts(rowid, head, body) VALUES (%s, %s, %s)",
+                [(cid, *v2_columns(ctx, text, kind)) for cid, ctx, kind, text in slices.texts(rows, 3)],
+            )
+            cursor.execute("DELETE FROM django_migrations WHERE name = '0020_lexical_head_after_comments'")
+        set_setting(MIGRATIONS_KEY, "older migration files")
+        print(json.dumps({"heads": head_hits()}))
+    elif sys.argv[2] == "heads":
+        print(json.dumps({"heads": head_hits(), "rows": lexical.live_count()}))
     else:
         hits = lexical.search("Display the syntax error that just occurred.", limit=3)
         live = Chunk.objects.filter(deleted=False).count()
@@ -124,3 +159,41 @@ def test_an_index_of_the_one_column_format_is_rebuilt_when_a_process_opens_it(co
     assert opened["columns"] == ["head", "body"]
     assert opened["rows"] == opened["live"] > 20
     assert opened["first"] == ["def show_syntax_error", "def run_source", "def run_code"]
+
+
+SETTINGS_TS = """\
+/**
+ * Reads the configuration file the user chose.
+ */
+export function loadSettings(path: string): string {
+  return path.trim();
+}
+
+// Writes them back where they came from.
+// Keeps a copy beside them first.
+export function saveSettings(path: string, text: string): number {
+  return path.length + text.length;
+}
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX state directory")
+def test_an_index_whose_heads_are_doc_comments_is_rebuilt_when_a_process_opens_it(corpus_dir):
+    """Before 0020 a documented unit's head (weighed 3 times its body) was
+    the comment's first line, ``/**``, not the line naming the function."""
+    (corpus_dir / "settings.ts").write_text(SETTINGS_TS)
+    indexed = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert indexed.returncode == 0, indexed.stderr
+
+    old = run(corpus_dir, "make-v2")
+    opened = run(corpus_dir, "heads")
+
+    assert old["heads"] == 0
+    assert opened["heads"] == 2 and opened["rows"] >= 2

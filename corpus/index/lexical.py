@@ -64,8 +64,9 @@ from corpus.index.words import HEAD_WEIGHT, head_and_body, index_text, query_ter
 TABLE = "chunks_fts"
 #: Bumped, with a migration that rebuilds the table, whenever :func:`index_text`
 #: or :func:`columns` changes what a row holds: contentless rows are deleted by
-#: their exact columns. 2: the head column (0019_lexical_head).
-SPLITTER_VERSION = 2
+#: their exact columns. 2: the head column (0019_lexical_head). 3: the head
+#: is the line after the comments that precede a definition (0020_lexical_head_after_comments).
+SPLITTER_VERSION = 3
 
 
 def create_sql(table: str = TABLE) -> str:

@@ -45,20 +45,49 @@ def index_text(text: str) -> str:
     return f"{text}\n{' '.join(extras)}" if extras else text
 
 
+#: A ``#`` line that is a comment (``# note``, ``#!``, ``##``), not a C
+#: preprocessor line (``#define``, ``# if``) or a Rust attribute (``#[test]``).
+_HASH_COMMENT = re.compile(
+    r"#(?![ \t]*(?:define|undef|if|ifdef|ifndef|elif|else|endif|include|pragma)\b)(?:[\s#!]|$)"
+)
+
+
 def head_and_body(context: str, text: str, kind: str) -> tuple[str, str]:
-    """A code chunk's head, its context and its first line (after any blank
-    lines and decorators, which the head keeps: a unit names what it defines
-    there), and the rest of its text: the lexical index's two columns. A
-    prose chunk (any other ``kind``) has no head: its first line is no name,
-    and weighing it cost prose MRR (docs/benchmarks.md)."""
+    """A code chunk's head, its context and its first line, and the rest of
+    its text: the lexical index's two columns. The first line is the one that
+    names what the unit defines: the comments before it (a JSDoc, Javadoc or
+    Rust doc block, ``//`` and ``#`` lines) go to the rest, blank lines and
+    decorators (``@…``, ``#[…]``) stay in the head. A prose chunk (any other
+    ``kind``) has no head: its first line is no name, and weighing it cost
+    prose MRR (docs/benchmarks.md)."""
     if kind != "code":
         return "", (f"{context}\n{text}" if context else text)
     lines = text.split("\n")
+    head: list[str] = []
+    notes: list[str] = []
     first = 0
-    while first < len(lines) - 1 and (not lines[first].strip() or lines[first].lstrip().startswith("@")):
+    in_block = False
+    while first < len(lines) - 1:
+        line = lines[first].lstrip()
+        if in_block:
+            notes.append(lines[first])
+            in_block = "*/" not in line
+        elif line.startswith("/*"):
+            end = line.find("*/", 2)
+            if end >= 0 and line[end + 2 :].strip():  # /* a note */ then the definition
+                break
+            notes.append(lines[first])
+            in_block = end < 0
+        elif line.startswith("//") or _HASH_COMMENT.match(line):
+            notes.append(lines[first])
+        elif not line or line.startswith(("@", "#[")):
+            head.append(lines[first])
+        else:
+            break
         first += 1
-    head = "\n".join(lines[: first + 1])
-    return (f"{context}\n{head}" if context else head), "\n".join(lines[first + 1 :])
+    head.append(lines[first])
+    joined = "\n".join(head)
+    return (f"{context}\n{joined}" if context else joined), "\n".join([*notes, *lines[first + 1 :]])
 
 
 # Code repeats the same identifiers endlessly; memoising their expansion
