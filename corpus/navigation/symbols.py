@@ -205,7 +205,7 @@ def _uses(parsed: units.Parsed, skip: set[int]) -> list[Uses]:
         if not plausible(name):
             continue
         lines.setdefault(name, []).append(node.start_point.row + 1)
-    for body in found.get("body", ()):
+    for body in sorted(found.get("body", ()), key=_start):
         text = (body.text or b"").decode("utf-8", "replace")
         for name, row in macro_names(text):
             if plausible(name):
