@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tree_sitter
 import tree_sitter_bash
@@ -96,6 +96,12 @@ def _js_binds_function(node: tree_sitter.Node) -> bool:
         expr = node.named_children[0]
         return expr.type == "assignment_expression" and is_function_value(expr.child_by_field_name("right"))
     return False
+
+
+#: the node types :func:`_js_local_function` may accept
+_JS_LOCAL_TYPES = frozenset(
+    {"function_expression", "function", "generator_function", "class", "pair", "assignment_expression"}
+)
 
 
 def _js_local_function(node: tree_sitter.Node) -> bool:
@@ -179,6 +185,7 @@ def _typescript(loader: Callable[[], object], name: str) -> Grammar:
         sometimes=_js_binds_function,
         sometimes_types=_JS_BINDING_TYPES,
         local=_js_local_function,
+        local_types=_JS_LOCAL_TYPES,
     )
 
 
@@ -232,6 +239,7 @@ _GRAMMARS: dict[str, Grammar] = {
             sometimes=_js_binds_function,
             sometimes_types=_JS_BINDING_TYPES,
             local=_js_local_function,
+            local_types=_JS_LOCAL_TYPES,
         ),
         _typescript(tree_sitter_typescript.language_typescript, "typescript"),
         _typescript(tree_sitter_typescript.language_tsx, "tsx"),
@@ -409,6 +417,10 @@ class Parsed:
     grammar: Grammar
     tree: tree_sitter.Tree
     lines: list[str]
+    #: :meth:`inner`'s answers for the whole tree, by ``local`` (built on first use)
+    _nestings: dict[bool, _Nesting | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def is_definition(self, node: tree_sitter.Node) -> bool:
         grammar = self.grammar
@@ -431,7 +443,19 @@ class Parsed:
 
     def inner(self, node: tree_sitter.Node, *, local: bool = False) -> Iterator[tree_sitter.Node]:
         """The nearest definitions under ``node``, in order (wrappers included);
-        with ``local``, the outline's local definitions too (:attr:`Grammar.local`)."""
+        with ``local``, the outline's local definitions too (:attr:`Grammar.local`).
+
+        Answered from the tree's nesting of definitions, worked out once
+        (:class:`_Nesting`), for the root and for a definition; any other
+        node is walked (:meth:`_walk`)."""
+        if local not in self._nestings:
+            self._nestings[local] = _Nesting.of(self, local=local)
+        nesting = self._nestings[local]
+        found = nesting.under(node) if nesting is not None else None
+        return iter(found) if found is not None else self._walk(node, local=local)
+
+    def _walk(self, node: tree_sitter.Node, *, local: bool) -> Iterator[tree_sitter.Node]:
+        """:meth:`inner` by a walk of ``node``'s subtree in Python."""
         opaque = self.grammar.opaque
         is_local = self.grammar.local if local else None
         local_types = self.grammar.local_types
@@ -455,6 +479,99 @@ class Parsed:
 
     def is_class_like(self, node: tree_sitter.Node) -> bool:
         return node.type in self.grammar.class_like
+
+    def yields(self, node: tree_sitter.Node, *, local: bool) -> bool:
+        """Whether :meth:`inner`'s walk stops at ``node`` and yields it."""
+        grammar = self.grammar
+        if not node.is_named:
+            return False
+        if self.is_definition(node):
+            return True
+        is_local = grammar.local if local else None
+        types = grammar.local_types
+        return is_local is not None and (types is None or node.type in types) and is_local(node)
+
+
+class _Nesting:
+    """Every node :meth:`Parsed.inner` can yield in one tree, each under the
+    nearest one above it that it would be yielded from (or the root): the
+    candidates are found by one query, in C, instead of a walk in Python
+    of every node below each definition (issue #37: on the kernel's C, the
+    walks were the largest part of preparing a file)."""
+
+    def __init__(self, root: int, children: dict[int, list[tree_sitter.Node]], stops: set[int]) -> None:
+        self._root = root
+        self._children = children
+        self._stops = stops
+
+    def under(self, node: tree_sitter.Node) -> list[tree_sitter.Node] | None:
+        """What :meth:`Parsed.inner` yields of ``node``: known for the root
+        and for a node it yields; None for any other node."""
+        key = node.id
+        if key == self._root or key in self._stops:
+            return self._children.get(key, [])
+        return None
+
+    @classmethod
+    def of(cls, parsed: Parsed, *, local: bool) -> _Nesting | None:
+        """The nesting of ``parsed``'s tree, or None where it cannot be told
+        from byte ranges (a yielded node of no width, or two of one range)."""
+        query = _candidates(parsed.grammar.name, local=local)
+        if query is None:
+            return None
+        root = parsed.tree.root_node
+        found = tree_sitter.QueryCursor(query).captures(root).get("c", [])
+        stops = [node for node in found if parsed.yields(node, local=local)]
+        stops.sort(key=_range_key)
+        opaque = parsed.grammar.opaque
+        children: dict[int, list[tree_sitter.Node]] = {}
+        open_: list[tree_sitter.Node] = []  # the stops that hold the current one, innermost last
+        last = (-1, -1)
+        for node in stops:
+            start, end = node.start_byte, node.end_byte
+            if start == end or (start, end) == last:
+                return None
+            last = (start, end)
+            while open_ and open_[-1].end_byte < end:
+                open_.pop()
+            above = open_[-1].id if open_ else root.id
+            if not (opaque and _hidden(node, above, opaque)):
+                children.setdefault(above, []).append(node)
+            open_.append(node)
+        return cls(root.id, children, {node.id for node in stops})
+
+
+def _range_key(node: tree_sitter.Node) -> tuple[int, int]:
+    return node.start_byte, -node.end_byte
+
+
+def _hidden(node: tree_sitter.Node, above: int, opaque: frozenset[str]) -> bool:
+    """Whether an opaque node the walk does not enter lies between ``node``
+    and the stop ``above`` it."""
+    parent = node.parent
+    while parent is not None and parent.id != above:
+        if parent.type in opaque and not parent.has_error:
+            return True
+        parent = parent.parent
+    return False
+
+
+@functools.cache
+def _candidates(name: str, *, local: bool) -> tree_sitter.Query | None:
+    """One query capturing (as ``c``) every node of a type :meth:`Parsed.inner`
+    may yield in grammar ``name``; None when a predicate may accept any type."""
+    grammar = _GRAMMARS[name]
+    types = set(grammar.definitions | grammar.wrappers)
+    predicates = [(grammar.sometimes, grammar.sometimes_types)]
+    if local:
+        predicates.append((grammar.local, grammar.local_types))
+    for predicate, accepted in predicates:
+        if predicate is not None and accepted is None:
+            return None
+        types |= accepted or set()
+    lang = language(name)
+    kinds = sorted(kind for kind in types if lang.id_for_node_kind(kind, True))
+    return tree_sitter.Query(lang, "[" + " ".join(f"({kind})" for kind in kinds) + "] @c")
 
 
 def parse(text: str, rel_path: str) -> Parsed | None:
