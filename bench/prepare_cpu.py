@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import hashlib
 import json
 import os
@@ -138,8 +139,20 @@ def main() -> None:
         found.content_hash = sha256_hex(data)
         return found
 
+    collecting = {"since": 0.0, "cpu": 0.0, "runs": [0, 0, 0]}
+
+    def collected(phase: str, info: dict) -> None:
+        if phase == "start":
+            collecting["since"] = time.process_time()
+        else:
+            collecting["cpu"] += time.process_time() - collecting["since"]
+            collecting["runs"][info["generation"]] += 1
+
+    gc.callbacks.append(collected)
+
     def one_pass(profile: cProfile.Profile | None = None) -> tuple[dict, list]:
         cpu = {"classify_hash": 0.0, "prepare": 0.0, "pickle": 0.0}
+        collecting.update(cpu=0.0, runs=[0, 0, 0])
         out = []
         for rel, data in blobs:
             t0 = time.process_time()
@@ -161,14 +174,18 @@ def main() -> None:
             cpu["classify_hash"] += t1 - t0
             cpu["prepare"] += t2 - t1
             cpu["pickle"] += t3 - t2
-            out.append(prepared)
+            out.append(fingerprint(prepared))  # as a worker, which keeps nothing of a file it sent
         return cpu, out
 
+    if os.environ.get("PREP_GC") == "freeze":
+        gc.freeze()
     if args.repeat or args.profile:
         one_pass()  # warm: grammars, compiled queries, regexes
+    if os.environ.get("PREP_GC") == "freeze2":
+        gc.freeze()
     for round_ in range(args.repeat):
         load = os.getloadavg()[0]
-        cpu, prepared = one_pass()
+        cpu, _ = one_pass()
         total = sum(cpu.values())
         row = {
             "round": round_,
@@ -177,17 +194,17 @@ def main() -> None:
             "ms_per_file": round(1000 * total / len(blobs), 3),
         }
         row |= {f"{k}_ms": round(1000 * v / len(blobs), 3) for k, v in cpu.items()}
+        row |= {"gc_ms": round(1000 * collecting["cpu"] / len(blobs), 3), "gc_runs": collecting["runs"]}
         print(json.dumps(row), flush=True)
     if args.profile:
         profile = cProfile.Profile()
-        _, prepared = one_pass(profile)
+        _, prints = one_pass(profile)
         profile.dump_stats(str(args.profile))
         stats = pstats.Stats(profile)
         stats.sort_stats("tottime").print_stats(args.top)
         stats.sort_stats("cumulative").print_stats(args.top)
-    else:
-        _, prepared = one_pass()
-    prints = [fingerprint(p) for p in prepared]
+    elif args.dump or args.compare:
+        _, prints = one_pass()
     if args.dump:
         args.dump.write_text("".join(json.dumps(p) + "\n" for p in prints))
     if args.compare:

@@ -448,11 +448,20 @@ class Parsed:
         Answered from the tree's nesting of definitions, worked out once
         (:class:`_Nesting`), for the root and for a definition; any other
         node is walked (:meth:`_walk`)."""
-        if local not in self._nestings:
-            self._nestings[local] = _Nesting.of(self, local=local)
+        if not self._nestings:
+            query = _candidate_query(self.grammar.name)
+            self.take_candidates(tree_sitter.QueryCursor(query).captures(self.tree.root_node).get("c", []))
         nesting = self._nestings[local]
         found = nesting.under(node) if nesting is not None else None
         return iter(found) if found is not None else self._walk(node, local=local)
+
+    def take_candidates(self, nodes: list[tree_sitter.Node]) -> None:
+        """Work out :meth:`inner`'s answers from ``nodes``, what a query of
+        :func:`candidate_patterns` captured in this tree: a reader that runs
+        one query for more than this (corpus/navigation/symbols.py) hands
+        them here, and the query is not run again."""
+        if not self._nestings:
+            self._nestings.update(_Nesting.of(self, nodes))
 
     def _walk(self, node: tree_sitter.Node, *, local: bool) -> Iterator[tree_sitter.Node]:
         """:meth:`inner` by a walk of ``node``'s subtree in Python."""
@@ -480,15 +489,9 @@ class Parsed:
     def is_class_like(self, node: tree_sitter.Node) -> bool:
         return node.type in self.grammar.class_like
 
-    def yields(self, node: tree_sitter.Node, *, local: bool) -> bool:
-        """Whether :meth:`inner`'s walk stops at ``node`` and yields it."""
-        grammar = self.grammar
-        if not node.is_named:
-            return False
-        if self.is_definition(node):
-            return True
-        is_local = grammar.local if local else None
-        types = grammar.local_types
+    def is_local(self, node: tree_sitter.Node) -> bool:
+        """Whether ``node`` is one of the outline's local definitions (:attr:`Grammar.local`)."""
+        is_local, types = self.grammar.local, self.grammar.local_types
         return is_local is not None and (types is None or node.type in types) and is_local(node)
 
 
@@ -513,17 +516,33 @@ class _Nesting:
         return None
 
     @classmethod
-    def of(cls, parsed: Parsed, *, local: bool) -> _Nesting | None:
-        """The nesting of ``parsed``'s tree, or None where it cannot be told
-        from byte ranges (a yielded node of no width, or two of one range)."""
-        query = _candidates(parsed.grammar.name, local=local)
-        if query is None:
-            return None
+    def of(cls, parsed: Parsed, nodes: list[tree_sitter.Node]) -> dict[bool, _Nesting | None]:
+        """The nestings of ``parsed``'s tree, with the outline's local
+        definitions (True) and without (False), from ``nodes`` (the
+        candidates :func:`candidate_patterns` captures)."""
+        stops: list[tree_sitter.Node] = []
+        definitions: list[tree_sitter.Node] = []
+        for node in sorted(nodes, key=_range_key):
+            if not node.is_named:
+                continue
+            if parsed.is_definition(node):
+                definitions.append(node)
+                stops.append(node)
+            elif parsed.is_local(node):
+                stops.append(node)
         root = parsed.tree.root_node
-        found = tree_sitter.QueryCursor(query).captures(root).get("c", [])
-        stops = [node for node in found if parsed.yields(node, local=local)]
-        stops.sort(key=_range_key)
-        opaque = parsed.grammar.opaque
+        return {
+            True: cls.nest(root, stops, parsed.grammar.opaque),
+            False: cls.nest(root, definitions, parsed.grammar.opaque),
+        }
+
+    @classmethod
+    def nest(
+        cls, root: tree_sitter.Node, stops: list[tree_sitter.Node], opaque: frozenset[str]
+    ) -> _Nesting | None:
+        """Each of ``stops`` (in order) under the nearest that holds it, or
+        the root; None where that cannot be told from byte ranges (a stop of
+        no width, or two of one range)."""
         children: dict[int, list[tree_sitter.Node]] = {}
         open_: list[tree_sitter.Node] = []  # the stops that hold the current one, innermost last
         last = (-1, -1)
@@ -557,21 +576,27 @@ def _hidden(node: tree_sitter.Node, above: int, opaque: frozenset[str]) -> bool:
 
 
 @functools.cache
-def _candidates(name: str, *, local: bool) -> tree_sitter.Query | None:
-    """One query capturing (as ``c``) every node of a type :meth:`Parsed.inner`
-    may yield in grammar ``name``; None when a predicate may accept any type."""
+def candidate_patterns(name: str) -> str:
+    """Query patterns capturing, as ``c``, every node of a type
+    :meth:`Parsed.inner` may yield in grammar ``name`` (its local definitions too)."""
     grammar = _GRAMMARS[name]
     types = set(grammar.definitions | grammar.wrappers)
-    predicates = [(grammar.sometimes, grammar.sometimes_types)]
-    if local:
-        predicates.append((grammar.local, grammar.local_types))
-    for predicate, accepted in predicates:
-        if predicate is not None and accepted is None:
-            return None
-        types |= accepted or set()
+    for predicate, accepted in (
+        (grammar.sometimes, grammar.sometimes_types),
+        (grammar.local, grammar.local_types),
+    ):
+        if predicate is not None:
+            # A predicate asked of every type would need every node captured.
+            assert accepted is not None, f"{name}: a predicate without the types it accepts"
+            types |= accepted
     lang = language(name)
     kinds = sorted(kind for kind in types if lang.id_for_node_kind(kind, True))
-    return tree_sitter.Query(lang, "[" + " ".join(f"({kind})" for kind in kinds) + "] @c")
+    return "[" + " ".join(f"({kind})" for kind in kinds) + "] @c"
+
+
+@functools.cache
+def _candidate_query(name: str) -> tree_sitter.Query:
+    return tree_sitter.Query(language(name), candidate_patterns(name))
 
 
 def parse(text: str, rel_path: str) -> Parsed | None:
