@@ -96,6 +96,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", type=Path, help="Write a cProfile of the preparing here.")
     parser.add_argument("--top", type=int, default=45)
+    parser.add_argument(
+        "--freeze", action="store_true", help="gc.freeze() after setting up, as a worker does."
+    )
     parser.add_argument("--dump", type=Path, help="Write each file's digests here (JSON lines).")
     parser.add_argument("--compare", type=Path, help="Check each file's digests against a dump.")
     args = parser.parse_args()
@@ -177,12 +180,10 @@ def main() -> None:
             out.append(fingerprint(prepared))  # as a worker, which keeps nothing of a file it sent
         return cpu, out
 
-    if os.environ.get("PREP_GC") == "freeze":
-        gc.freeze()
+    if args.freeze:
+        gc.freeze()  # as a preparing worker does after its setup (corpus/ingest/prepare_pool.py)
     if args.repeat or args.profile:
         one_pass()  # warm: grammars, compiled queries, regexes
-    if os.environ.get("PREP_GC") == "freeze2":
-        gc.freeze()
     for round_ in range(args.repeat):
         load = os.getloadavg()[0]
         cpu, _ = one_pass()
