@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import tree_sitter
 import tree_sitter_bash
@@ -43,6 +44,7 @@ SIGNATURE_CHARS = 200
 #: more of a file's top level than this inside ERROR nodes: use line windows
 MAX_ERROR_SHARE = 0.2
 _COMMENTS = frozenset({"comment", "line_comment", "block_comment"})
+_START, _END = attrgetter("start_byte"), attrgetter("end_byte")
 
 
 @dataclass(frozen=True)
@@ -522,7 +524,11 @@ class _Nesting:
         candidates :func:`candidate_patterns` captures)."""
         stops: list[tree_sitter.Node] = []
         definitions: list[tree_sitter.Node] = []
-        for node in sorted(nodes, key=_range_key):
+        # In the file's order, a node before those it holds (by start, then
+        # by end the other way): two stable sorts with keys read in C.
+        ordered = sorted(nodes, key=_END, reverse=True)
+        ordered.sort(key=_START)
+        for node in ordered:
             if not node.is_named:
                 continue
             if parsed.is_definition(node):
@@ -558,10 +564,6 @@ class _Nesting:
                 children.setdefault(above, []).append(node)
             open_.append(node)
         return cls(root.id, children, {node.id for node in stops})
-
-
-def _range_key(node: tree_sitter.Node) -> tuple[int, int]:
-    return node.start_byte, -node.end_byte
 
 
 def _hidden(node: tree_sitter.Node, above: int, opaque: frozenset[str]) -> bool:

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import NamedTuple
 
 import tree_sitter
 
@@ -113,8 +114,10 @@ _C_WORDS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Definition:
+# Named tuples, not dataclasses: a kernel file's few hundred of them are
+# pickled by its preparing worker and read back by the writing process,
+# which reads a named tuple about 2.5 times faster (issue #37).
+class Definition(NamedTuple):
     name: str
     qualified: str
     kind: str
@@ -124,8 +127,7 @@ class Definition:
     enclosing: str
 
 
-@dataclass(frozen=True)
-class Uses:
+class Uses(NamedTuple):
     """The lines (1-based, ascending, each once) where a file uses ``name``."""
 
     name: str
