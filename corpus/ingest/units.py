@@ -449,13 +449,13 @@ class Parsed:
 
         Answered from the tree's nesting of definitions, worked out once
         (:class:`_Nesting`), for the root and for a definition; any other
-        node is walked (:meth:`_walk`)."""
+        node is walked (:meth:`walked`)."""
         if not self._nestings:
             query = _candidate_query(self.grammar.name)
             self.take_candidates(tree_sitter.QueryCursor(query).captures(self.tree.root_node).get("c", []))
         nesting = self._nestings[local]
         found = nesting.under(node) if nesting is not None else None
-        return iter(found) if found is not None else self._walk(node, local=local)
+        return iter(found) if found is not None else self.walked(node, local=local)
 
     def take_candidates(self, nodes: list[tree_sitter.Node]) -> None:
         """Work out :meth:`inner`'s answers from ``nodes``, what a query of
@@ -465,8 +465,9 @@ class Parsed:
         if not self._nestings:
             self._nestings.update(_Nesting.of(self, nodes))
 
-    def _walk(self, node: tree_sitter.Node, *, local: bool) -> Iterator[tree_sitter.Node]:
-        """:meth:`inner` by a walk of ``node``'s subtree in Python."""
+    def walked(self, node: tree_sitter.Node, *, local: bool = False) -> Iterator[tree_sitter.Node]:
+        """:meth:`inner`'s answer by a walk of ``node``'s subtree in Python: the rule
+        the answers from the nesting agree with (tests/test_units.py)."""
         opaque = self.grammar.opaque
         is_local = self.grammar.local if local else None
         local_types = self.grammar.local_types
