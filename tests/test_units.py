@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus.ingest.units import code_units, language_for
+from corpus.ingest.units import code_units, language_for, parse
 
 
 def units(source: str, path: str, **kwargs) -> list[tuple[int, int, str]]:
@@ -403,3 +403,89 @@ def test_spans_are_exact_for_any_python_like_text(lines):
     drafts = code_units(text, "h.py", unit_max_lines=8)
     if drafts is not None:
         assert_spans_exact(text, drafts)
+
+
+# The definitions under a node come from one query per file (units._Nesting);
+# a walk of every node is the rule they must agree with, on every grammar,
+# parse errors and Python's skipped statements included.
+NESTING_CASES = {
+    "a.c": """
+        #define A 1
+        #define F(x) g(x)
+        enum e { X = 1, Y, Z };
+        struct s { int a; struct { int b; } in; };
+        int proto(void);
+        static int f(int a) {
+            #define LOCAL 2
+            struct local { int q; } v;
+            enum { P, Q } w;
+            extern int g(int);
+            return a + (struct { int z; }){1}.z;
+        }
+        int broken( { if (;
+        typedef struct t { int x; } t_t;
+    """,
+    "a.cpp": """
+        namespace n { class C { int m(); void k() {} }; template <class T> T id(T t) { return t; } }
+        struct S { int f(); };
+    """,
+    "a.py": """
+        import os
+        def f(a, b=1):
+            def g():
+                class L: pass
+            return lambda: g
+        @decorator
+        class C:
+            x = call(lambda: 1)
+            def m(self): ...
+        if True:
+            def h(): pass
+        def broken(:
+            pass
+    """,
+    "a.js": """
+        const a = () => 1, b = function named() {}, c = 3;
+        exports.f = function () { return { next: (v) => v, k: 1 }; };
+        class K { m() { const inner = () => 2; } }
+        A.prototype.m = x = function () {};
+        export function e() {}
+        foo(function cb() {}, class Q {});
+    """,
+    "a.ts": """
+        interface I { p: string; m(): void; }
+        export abstract class A { abstract f(): void; g = () => 1; }
+        namespace N { export function h() {} }
+        type T = { a: number };
+        declare function d(x: number): void;
+    """,
+    "a.go": "package p\ntype ( A int\n B struct{} )\nfunc (a A) M() {}\nfunc F() { f := func() {}; _ = f }\n",
+    "a.rs": """
+        mod m { fn f() {} }
+        impl Display for C { fn fmt(&self) {} }
+        trait T { fn t(); }
+        macro_rules! mm { () => {} }
+    """,
+    "A.java": """
+        class A { void m() { class L {} Runnable r = new Runnable() { public void run() {} }; } enum E { X } }
+    """,
+    "a.rb": "module M\n  class C\n    def m; end\n    def self.s; end\n  end\nend\n",
+    "a.sh": "f() { g() { :; }; }\nfunction h { :; }\n",
+}
+
+
+@pytest.mark.parametrize("path", sorted(NESTING_CASES), ids=sorted(NESTING_CASES))
+def test_the_definitions_found_by_the_query_are_those_a_walk_finds(path):
+    text = textwrap.dedent(NESTING_CASES[path])
+    parsed = parse(text, path)
+    assert parsed is not None
+    root = parsed.tree.root_node
+    for local in (False, True):
+        checked, pending = 0, [root]
+        while pending:
+            node = pending.pop()
+            found = list(parsed.inner(node, local=local))
+            assert [n.id for n in found] == [n.id for n in parsed.walked(node, local=local)], node.type
+            checked += 1
+            pending += [parsed.core(n) for n in found] + found
+        assert checked > 3

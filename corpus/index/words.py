@@ -41,8 +41,10 @@ def tokens(text: str) -> list[str]:
 def index_text(text: str) -> str:
     """What the index stores for a chunk: its text plus the extra sub-tokens
     of each distinct compound (once: the text itself carries the counts)."""
-    extras = [token for compound in dict.fromkeys(COMPOUND.findall(text)) for token in _expand(compound)[1]]
-    return f"{text}\n{' '.join(extras)}" if extras else text
+    # map and filter keep the per-compound loop in C (a preparing worker runs
+    # this over every chunk: issue #37)
+    extras = " ".join(filter(None, map(_extras, dict.fromkeys(COMPOUND.findall(text)))))
+    return f"{text}\n{extras}" if extras else text
 
 
 #: A ``#`` line that is a comment (``# note``, ``#!``, ``##``), not a C
@@ -104,6 +106,20 @@ def _expand(compound: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         every += words
         extra += words[1:]
     return tuple(every), tuple(extra)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _extras(compound: str) -> str:
+    """:func:`_expand`'s extra tokens of one compound, joined by spaces:
+    what :func:`index_text` adds for it (its own cache: indexing needs no
+    more, and a kernel tree meets about half a million compounds once)."""
+    joined, pieces = parts(compound)
+    extra = [joined] if joined else []
+    for piece in pieces:
+        found = piece_tokens(piece)
+        if len(found) > 1:
+            extra += found[1:]
+    return " ".join(extra)
 
 
 def parts(compound: str) -> tuple[str, list[str]]:

@@ -79,16 +79,21 @@ def is_generated(text: str) -> bool:
 def generated_kind(text: str) -> str | None:
     """:data:`TABLE` (whatever its head says), :data:`MARKED`, or None for
     code cut by definition: a table keeps no names, a marked file keeps them."""
-    lines = text.split("\n")
-    if len(lines) < MIN_LINES:
+    if text.count("\n") + 1 < MIN_LINES:  # its lines, not split for a short file
         return None
-    if _constant_share(lines) >= CONSTANT_SHARE:
+    lines = text.split("\n")
+    if _is_table(lines):
         return TABLE
     return MARKED if any(_MARKER.search(line) for line in lines[:HEAD_LINES]) else None
 
 
-def _constant_share(lines: list[str]) -> float:
+def _is_table(lines: list[str]) -> bool:
+    """Whether at least :data:`CONSTANT_SHARE` of the code lines are constants."""
     code = constants = 0
+    # Past this many other code lines the share cannot reach CONSTANT_SHARE
+    # whatever follows (the 1 keeps the bound strict): hand-written code is
+    # told after a few hundred lines, not read to its end (issue #37).
+    hopeless = len(lines) * (1 - CONSTANT_SHARE) + 1
     in_comment = False
     for raw in lines:
         line = raw.strip()
@@ -101,5 +106,8 @@ def _constant_share(lines: list[str]) -> float:
             in_comment = "*/" not in line
             continue
         code += 1
-        constants += bool(_CONSTANT.match(line))
-    return constants / code if code else 0.0
+        if _CONSTANT.match(line):
+            constants += 1
+        elif code - constants > hopeless:
+            return False
+    return bool(code) and constants / code >= CONSTANT_SHARE

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 import tree_sitter
 import tree_sitter_bash
@@ -43,6 +44,7 @@ SIGNATURE_CHARS = 200
 #: more of a file's top level than this inside ERROR nodes: use line windows
 MAX_ERROR_SHARE = 0.2
 _COMMENTS = frozenset({"comment", "line_comment", "block_comment"})
+_START, _END = attrgetter("start_byte"), attrgetter("end_byte")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,12 @@ def _js_binds_function(node: tree_sitter.Node) -> bool:
         expr = node.named_children[0]
         return expr.type == "assignment_expression" and is_function_value(expr.child_by_field_name("right"))
     return False
+
+
+#: the node types :func:`_js_local_function` may accept
+_JS_LOCAL_TYPES = frozenset(
+    {"function_expression", "function", "generator_function", "class", "pair", "assignment_expression"}
+)
 
 
 def _js_local_function(node: tree_sitter.Node) -> bool:
@@ -179,6 +187,7 @@ def _typescript(loader: Callable[[], object], name: str) -> Grammar:
         sometimes=_js_binds_function,
         sometimes_types=_JS_BINDING_TYPES,
         local=_js_local_function,
+        local_types=_JS_LOCAL_TYPES,
     )
 
 
@@ -232,6 +241,7 @@ _GRAMMARS: dict[str, Grammar] = {
             sometimes=_js_binds_function,
             sometimes_types=_JS_BINDING_TYPES,
             local=_js_local_function,
+            local_types=_JS_LOCAL_TYPES,
         ),
         _typescript(tree_sitter_typescript.language_typescript, "typescript"),
         _typescript(tree_sitter_typescript.language_tsx, "tsx"),
@@ -409,6 +419,10 @@ class Parsed:
     grammar: Grammar
     tree: tree_sitter.Tree
     lines: list[str]
+    #: :meth:`inner`'s answers for the whole tree, by ``local`` (built on first use)
+    _nestings: dict[bool, _Nesting | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def is_definition(self, node: tree_sitter.Node) -> bool:
         grammar = self.grammar
@@ -431,7 +445,29 @@ class Parsed:
 
     def inner(self, node: tree_sitter.Node, *, local: bool = False) -> Iterator[tree_sitter.Node]:
         """The nearest definitions under ``node``, in order (wrappers included);
-        with ``local``, the outline's local definitions too (:attr:`Grammar.local`)."""
+        with ``local``, the outline's local definitions too (:attr:`Grammar.local`).
+
+        Answered from the tree's nesting of definitions, worked out once
+        (:class:`_Nesting`), for the root and for a definition; any other
+        node is walked (:meth:`walked`)."""
+        if not self._nestings:
+            query = _candidate_query(self.grammar.name)
+            self.take_candidates(tree_sitter.QueryCursor(query).captures(self.tree.root_node).get("c", []))
+        nesting = self._nestings[local]
+        found = nesting.under(node) if nesting is not None else None
+        return iter(found) if found is not None else self.walked(node, local=local)
+
+    def take_candidates(self, nodes: list[tree_sitter.Node]) -> None:
+        """Work out :meth:`inner`'s answers from ``nodes``, what a query of
+        :func:`candidate_patterns` captured in this tree: a reader that runs
+        one query for more than this (corpus/navigation/symbols.py) hands
+        them here, and the query is not run again."""
+        if not self._nestings:
+            self._nestings.update(_Nesting.of(self, nodes))
+
+    def walked(self, node: tree_sitter.Node, *, local: bool = False) -> Iterator[tree_sitter.Node]:
+        """:meth:`inner`'s answer by a walk of ``node``'s subtree in Python: the rule
+        the answers from the nesting agree with (tests/test_units.py)."""
         opaque = self.grammar.opaque
         is_local = self.grammar.local if local else None
         local_types = self.grammar.local_types
@@ -455,6 +491,115 @@ class Parsed:
 
     def is_class_like(self, node: tree_sitter.Node) -> bool:
         return node.type in self.grammar.class_like
+
+    def is_local(self, node: tree_sitter.Node) -> bool:
+        """Whether ``node`` is one of the outline's local definitions (:attr:`Grammar.local`)."""
+        is_local, types = self.grammar.local, self.grammar.local_types
+        return is_local is not None and (types is None or node.type in types) and is_local(node)
+
+
+class _Nesting:
+    """Every node :meth:`Parsed.inner` can yield in one tree, each under the
+    nearest one above it that it would be yielded from (or the root): the
+    candidates are found by one query, in C, instead of a walk in Python
+    of every node below each definition (issue #37: on the kernel's C, the
+    walks were the largest part of preparing a file)."""
+
+    def __init__(self, root: int, children: dict[int, list[tree_sitter.Node]], stops: set[int]) -> None:
+        self._root = root
+        self._children = children
+        self._stops = stops
+
+    def under(self, node: tree_sitter.Node) -> list[tree_sitter.Node] | None:
+        """What :meth:`Parsed.inner` yields of ``node``: known for the root
+        and for a node it yields; None for any other node."""
+        key = node.id
+        if key == self._root or key in self._stops:
+            return self._children.get(key, [])
+        return None
+
+    @classmethod
+    def of(cls, parsed: Parsed, nodes: list[tree_sitter.Node]) -> dict[bool, _Nesting | None]:
+        """The nestings of ``parsed``'s tree, with the outline's local
+        definitions (True) and without (False), from ``nodes`` (the
+        candidates :func:`candidate_patterns` captures)."""
+        stops: list[tree_sitter.Node] = []
+        definitions: list[tree_sitter.Node] = []
+        # In the file's order, a node before those it holds (by start, then
+        # by end the other way): two stable sorts with keys read in C.
+        ordered = sorted(nodes, key=_END, reverse=True)
+        ordered.sort(key=_START)
+        for node in ordered:
+            if not node.is_named:
+                continue
+            if parsed.is_definition(node):
+                definitions.append(node)
+                stops.append(node)
+            elif parsed.is_local(node):
+                stops.append(node)
+        root = parsed.tree.root_node
+        return {
+            True: cls.nest(root, stops, parsed.grammar.opaque),
+            False: cls.nest(root, definitions, parsed.grammar.opaque),
+        }
+
+    @classmethod
+    def nest(
+        cls, root: tree_sitter.Node, stops: list[tree_sitter.Node], opaque: frozenset[str]
+    ) -> _Nesting | None:
+        """Each of ``stops`` (in order) under the nearest that holds it, or
+        the root; None where that cannot be told from byte ranges (a stop of
+        no width, or two of one range)."""
+        children: dict[int, list[tree_sitter.Node]] = {}
+        open_: list[tree_sitter.Node] = []  # the stops that hold the current one, innermost last
+        last = (-1, -1)
+        for node in stops:
+            start, end = node.start_byte, node.end_byte
+            if start == end or (start, end) == last:
+                return None
+            last = (start, end)
+            while open_ and open_[-1].end_byte < end:
+                open_.pop()
+            above = open_[-1].id if open_ else root.id
+            if not (opaque and _hidden(node, above, opaque)):
+                children.setdefault(above, []).append(node)
+            open_.append(node)
+        return cls(root.id, children, {node.id for node in stops})
+
+
+def _hidden(node: tree_sitter.Node, above: int, opaque: frozenset[str]) -> bool:
+    """Whether an opaque node the walk does not enter lies between ``node``
+    and the stop ``above`` it."""
+    parent = node.parent
+    while parent is not None and parent.id != above:
+        if parent.type in opaque and not parent.has_error:
+            return True
+        parent = parent.parent
+    return False
+
+
+@functools.cache
+def candidate_patterns(name: str) -> str:
+    """Query patterns capturing, as ``c``, every node of a type
+    :meth:`Parsed.inner` may yield in grammar ``name`` (its local definitions too)."""
+    grammar = _GRAMMARS[name]
+    types = set(grammar.definitions | grammar.wrappers)
+    for predicate, accepted in (
+        (grammar.sometimes, grammar.sometimes_types),
+        (grammar.local, grammar.local_types),
+    ):
+        if predicate is not None:
+            # A predicate asked of every type would need every node captured.
+            assert accepted is not None, f"{name}: a predicate without the types it accepts"
+            types |= accepted
+    lang = language(name)
+    kinds = sorted(kind for kind in types if lang.id_for_node_kind(kind, True))
+    return "[" + " ".join(f"({kind})" for kind in kinds) + "] @c"
+
+
+@functools.cache
+def _candidate_query(name: str) -> tree_sitter.Query:
+    return tree_sitter.Query(language(name), candidate_patterns(name))
 
 
 def parse(text: str, rel_path: str) -> Parsed | None:
