@@ -520,11 +520,28 @@ def _openvino_runner(graph: Callable[[], _Graph], streams: int, cache: Path | No
             _keep(blob, compiled.export_model().getvalue())
     output = compiled.output(0)
     requests = threading.local()
+    # OpenVINO's Python binding initialises a C++ function-local static on
+    # the first infer of a process while running Python code: if the
+    # interpreter hands the GIL to a second thread meanwhile and that thread
+    # infers too, it waits for the static holding the GIL, and the first
+    # waits for the GIL: both hang for good (a test embedding on two threads
+    # hung the suite; 5 of 6 fresh processes with a 1 us switch interval).
+    # The first infer therefore runs alone, the others wait for it.
+    first = threading.Lock()
+    warmed = threading.Event()
 
-    def run(feed: dict[str, np.ndarray]) -> np.ndarray:
+    def infer(feed: dict[str, np.ndarray]) -> np.ndarray:
         if not hasattr(requests, "request"):
             requests.request = compiled.create_infer_request()
         return np.asarray(requests.request.infer(feed)[output], dtype=np.float32)
+
+    def run(feed: dict[str, np.ndarray]) -> np.ndarray:
+        if warmed.is_set():
+            return infer(feed)
+        with first:
+            vectors = infer(feed)
+            warmed.set()
+        return vectors
 
     return run
 
