@@ -114,6 +114,18 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def reindex(root: Path) -> None:
+    indexed = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(root)],
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert indexed.returncode == 0, indexed.stderr
+
+
 def run(root: Path, step: str) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(root), step],
@@ -130,15 +142,7 @@ def run(root: Path, step: str) -> dict:
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX state directory")
 def test_an_index_of_the_one_column_format_is_rebuilt_when_a_process_opens_it(corpus_dir):
     (corpus_dir / "console.py").write_text(CONSOLE)
-    indexed = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
-        cwd=REPO,
-        env=base_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert indexed.returncode == 0, indexed.stderr
+    reindex(corpus_dir)
 
     old = run(corpus_dir, "make-old")
     # A process already serving the index reads it while another rebuilds
@@ -182,15 +186,7 @@ def test_an_index_whose_heads_are_doc_comments_is_rebuilt_when_a_process_opens_i
     """Before 0020 a documented unit's head (weighed 3 times its body) was
     the comment's first line, ``/**``, not the line naming the function."""
     (corpus_dir / "settings.ts").write_text(SETTINGS_TS)
-    indexed = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(corpus_dir)],
-        cwd=REPO,
-        env=base_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert indexed.returncode == 0, indexed.stderr
+    reindex(corpus_dir)
 
     old = run(corpus_dir, "make-v2")
     opened = run(corpus_dir, "heads")

@@ -6,18 +6,12 @@ the rest, held ``/**`` instead of the name. Every live chunk is indexed
 anew, as 0019 did (a contentless row is deleted by its exact columns).
 """
 
+import importlib
+
 from django.db import migrations
 
-from corpus.index import lexical
-
-
-def rebuild(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "sqlite":
-        with schema_editor.connection.cursor() as cursor:
-            cursor.execute("DROP TABLE IF EXISTS chunks_fts")
-    if vendor in ("sqlite", "postgresql"):
-        lexical.rebuild()
+# The same rebuild as 0019's: drop the SQLite table, index every live chunk anew.
+rebuild = importlib.import_module("corpus.migrations.0019_lexical_head").rebuild
 
 
 class Migration(migrations.Migration):
