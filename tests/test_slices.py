@@ -13,6 +13,7 @@ from django.db import connection
 
 from corpus.index import lexical
 from corpus.ingest.indexing import index_directory
+from corpus.ingest.units import code_units
 from corpus.models import Chunk, Representation
 from corpus.navigation import names
 from corpus.retrieval import Searcher
@@ -119,3 +120,30 @@ def test_an_index_built_before_migrates_to_slices_and_answers_the_same(corpus_di
     assert answered(state) == answers
     assert answers[0] and answers[1]
     assert Representation.objects.count() == 2
+
+
+def rust_module(types: int) -> str:
+    """A module whose last lines, under its own context, read as the whole
+    module does at the top level once its type items are gone."""
+    items = "".join(f"    type Size{i} = usize;\n" for i in range(types)) + ("\n" if types else "")
+    return "mod raw {\n" + items + '    pub use super::helpers::*;\n    include!("generated.rs");\n}\n'
+
+
+def test_an_edit_leaves_every_unit_with_the_context_a_clean_build_gives_it(corpus_dir, state):
+    # 20 type items open the module: its tail is a unit under "mod raw {".
+    # Without them the module is one unit at the top level, whose context
+    # and text joined read as the tail's did: it was matched to the tail's
+    # chunk and kept that chunk's context (the kernel's rust/bindings/lib.rs
+    # after a switch from 6.12 to 6.1 differed from a clean build so).
+    path = corpus_dir / "src" / "lib.rs"
+    path.parent.mkdir()
+    path.write_text(rust_module(20))
+    index_directory(corpus_dir, state=state, config=CONFIG, mode="full")
+    assert Chunk.objects.filter(deleted=False, context="src/lib.rs\nmod raw {").count() > 20
+
+    path.write_text(rust_module(0))
+    index_directory(corpus_dir, state=state, config=CONFIG)
+    live = Chunk.objects.filter(deleted=False).select_related("representation").order_by("ordinal")
+    clean = code_units(path.read_text(), "src/lib.rs", unit_max_lines=CONFIG.chunking.code.unit_max_lines)
+    assert clean is not None
+    assert [(c.context, c.text) for c in live] == [(d.context, d.text) for d in clean]

@@ -44,7 +44,6 @@ from corpus.models import (
     Span,
     SpanKind,
     Symbol,
-    with_context,
 )
 from corpus.packed import Packed, stored_form, unpack
 
@@ -245,8 +244,13 @@ def _rep_hash(prepared: Prepared) -> str:
 def _hash(context: str, text: str) -> str:
     """What a stored unit and a draft are matched by: a unit whose context
     changed (a renamed class) is a new unit. Computed from the texts when
-    they are compared (a stored copy took 64 bytes a chunk)."""
-    return sha256_hex(with_context(context, text))
+    they are compared (a stored copy took 64 bytes a chunk). The context's
+    length comes first: a module's last lines under the context ``mod raw {``
+    and the same module whole at the top level read alike joined
+    (``corpus.models.with_context``), and before session 23 the second kept the first's
+    chunk and its stale context (rust/bindings/lib.rs, switching the kernel
+    from 6.12 to 6.1)."""
+    return sha256_hex(f"{len(context)}\n{context}\n{text}")
 
 
 def _new_chunk(
