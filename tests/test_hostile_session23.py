@@ -1,0 +1,68 @@
+"""Hostile round of 2026-11-29, session 23: a hostile client and a hostile
+file in the indexed tree, against a real ``up`` (daphne, the gate, the
+connection bounds); see docs/security.md, "Hostile round, 2026-11-29
+(session 23)". Each test shows a way in that was open before its fix.
+"""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from kernel import errors
+from tests.mcp_http import Server, write_corpus
+from tests.test_hostile_clients import token_of
+from tests.test_hostile_session22 import pdf_with_attachment, with_part
+from tests.test_office import make_docx
+
+pytestmark = pytest.mark.slow
+
+KEY = b"aws AKIAABCDEFGHIJKLMNOP here\n"
+
+
+def code_of(result: dict) -> str | None:
+    return result["structuredContent"].get("error", {}).get("code")
+
+
+# -- a digest of bytes no reader serves -----------------------------------------------
+
+
+def test_a_checksum_answers_only_for_bytes_read_bytes_would_serve(tmp_path, running):
+    """``checksum`` refused a file only when the index had judged it
+    secret-bearing, while ``read_bytes`` screens the bytes themselves: a
+    binary file holding a key (never screened by the indexer), any file
+    under ``--no-index``, an archive whose member is refused, a zip document
+    whose part holds a key, a PDF whose attachment does. A digest tests
+    guesses of a short secret against the rest of the file (why a redacted
+    file's checksum was already refused)."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    (root / "keystore.bin").write_bytes(b"\x00\x01\x02header\x00" * 4 + KEY)
+    (root / "settings.txt").write_text("name = app\nDB_PASSWORD=Sup3rSecretValue123\n")
+    with zipfile.ZipFile(root / "backup.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("readme.txt", "what the backup holds\n")
+        archive.writestr("keys.txt", KEY)
+    clean = make_docx()
+    (root / "memo.docx").write_bytes(clean)
+    (root / "object.docx").write_bytes(with_part(clean, "word/embeddings/oleObject1.bin", KEY))
+    (root / "attached.pdf").write_bytes(pdf_with_attachment(KEY))
+    (root / "clean.pdf").write_bytes(pdf_with_attachment(b"minutes of the planning meeting\n"))
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    names = (
+        "keystore.bin", "settings.txt", "backup.zip", "object.docx", "attached.pdf", "memo.docx", "clean.pdf",
+        "notes.txt",
+    )  # fmt: skip
+    codes = {name: code_of(srv.call(session, "dir2mcp.checksum", {"rel_path": name})) for name in names}
+    assert codes == {
+        "keystore.bin": errors.FORBIDDEN,
+        "settings.txt": errors.FORBIDDEN,
+        "backup.zip": errors.FORBIDDEN,
+        "object.docx": errors.FORBIDDEN,
+        "attached.pdf": errors.FORBIDDEN,
+        "memo.docx": None,
+        "clean.pdf": None,
+        "notes.txt": None,
+    }, codes
