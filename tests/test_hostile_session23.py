@@ -6,13 +6,14 @@ connection bounds); see docs/security.md, "Hostile round, 2026-11-29
 
 from __future__ import annotations
 
+import os
 import zipfile
 
 import pytest
 
 from kernel import errors
 from tests.mcp_http import Server, write_corpus
-from tests.test_hostile_clients import token_of
+from tests.test_hostile_clients import WAIT, token_of
 from tests.test_hostile_session22 import pdf_with_attachment, with_part
 from tests.test_office import make_docx
 
@@ -66,3 +67,40 @@ def test_a_checksum_answers_only_for_bytes_read_bytes_would_serve(tmp_path, runn
         "clean.pdf": None,
         "notes.txt": None,
     }, codes
+
+
+# -- a root's own config file ----------------------------------------------------------
+
+
+def billion_laughs() -> str:
+    """Ten lines of YAML anchors and aliases that stand for 10^10 strings."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
+    return "\n".join(lines) + "\nsecurity:\n  path_excludes: *l9\n"
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(lambda path: os.mkfifo(path), id="fifo"),
+        pytest.param(lambda path: path.symlink_to("/dev/zero"), id="symlink-to-dev-zero"),
+        pytest.param(lambda path: path.write_text("# padding\n" * 200_000), id="two-mebibytes"),
+        pytest.param(lambda path: path.write_text(billion_laughs()), id="billion-laughs"),
+        pytest.param(lambda path: path.write_text("a: " + "[" * 50_000 + "]" * 50_000), id="nested-deep"),
+    ],
+)
+def test_a_root_config_file_built_to_hang_up_is_refused_at_once(tmp_path, running, plant):
+    """The root's ``.dir2mcp.yaml`` is whatever the tree holds (a cloned
+    repository carries symlinks, an unpacked archive FIFOs too). ``up`` read
+    it with ``read_text``: a FIFO held it for good before it served anything,
+    a symlink to ``/dev/zero`` was read until memory ran out; ten lines of
+    YAML aliases stood for 10^10 values that validation and its error
+    message walked for good, and deep nesting was a RecursionError traceback.
+    Each is now CONFIG_INVALID, exit 2."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    plant(root / ".dir2mcp.yaml")
+    up = running("--dir", str(root), "--json", "--no-index")
+    assert up.proc.wait(timeout=WAIT) == 2, up.stdout + up.stderr
+    up.wait_until(lambda up: errors.CONFIG_INVALID in up.stdout + up.stderr, "the refusal")
+    assert "Traceback" not in up.stderr, up.stderr
