@@ -13,6 +13,7 @@ import pytest
 
 from kernel import errors
 from tests.mcp_http import Server, write_corpus
+from tests.test_cli import cli
 from tests.test_hostile_clients import WAIT, token_of
 from tests.test_hostile_session22 import pdf_with_attachment, with_part
 from tests.test_office import make_docx
@@ -104,3 +105,25 @@ def test_a_root_config_file_built_to_hang_up_is_refused_at_once(tmp_path, runnin
     assert up.proc.wait(timeout=WAIT) == 2, up.stdout + up.stderr
     up.wait_until(lambda up: errors.CONFIG_INVALID in up.stdout + up.stderr, "the refusal")
     assert "Traceback" not in up.stderr, up.stderr
+
+
+# -- the operator's terminal ---------------------------------------------------------
+
+
+def test_ask_prints_names_and_text_from_the_directory_escaped(tmp_path):
+    """``ask`` printed its answer as it came: in search-only mode each hit's
+    name and snippet, in answer mode what the model wrote from them. A file
+    named or holding ``ESC ] 0 ;`` (set the title), ``ESC [ 2 J`` (clear the
+    screen), OSC 52 (write the clipboard) drove the operator's terminal,
+    and a newline in a name forged a line; the citations under "Sources:"
+    were already escaped (issue #23)."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "zephyr\x1b]0;PWNED\x07.txt").write_text("zephyrine budget approved\n")
+    (root / "plain.txt").write_text("zephyrine budget \x1b]52;c;cm0gLXJmIH4=\x07 held\x1b[2J\n")
+    (root / "forged\n1. [ok.txt:L1-L1] zephyrine budget.txt").write_text("zephyrine budget\n")
+    done = cli("ask", "zephyrine budget", "--mode", "search_only", "--dir", str(root))
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout, done.stdout
+    assert "zephyr\\x1b]0;PWNED\\x07.txt" in done.stdout, done.stdout
+    assert not any(line.startswith("1. [ok.txt") for line in done.stdout.splitlines()), done.stdout
