@@ -13,6 +13,7 @@ import pytest
 
 from kernel import errors
 from tests.mcp_http import Server, write_corpus
+from tests.support import wait_until
 from tests.test_cli import cli
 from tests.test_hostile_clients import WAIT, token_of
 from tests.test_hostile_session22 import pdf_with_attachment, with_part
@@ -127,3 +128,84 @@ def test_ask_prints_names_and_text_from_the_directory_escaped(tmp_path):
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout, done.stdout
     assert "zephyr\\x1b]0;PWNED\\x07.txt" in done.stdout, done.stdout
     assert not any(line.startswith("1. [ok.txt") for line in done.stdout.splitlines()), done.stdout
+
+
+# -- reading far into a huge file -------------------------------------------------------
+
+
+def test_a_line_far_into_a_huge_file_ends_at_its_calls_deadline(tmp_path, running):
+    """``open_file`` read its way to ``start_line`` without looking at the
+    call's stop event: a line past the end of a 1 TiB sparse file (its
+    writer spends a few bytes of disk) kept the thread reading for a quarter
+    of an hour after its client was told DEADLINE_EXCEEDED, and it held its
+    client's call slot all that time: the client's next call was SERVER_BUSY."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    with open(root / "huge.log", "wb") as log:
+        log.write(b"a line of the log\n" * 1000)  # the head the classifier sniffs is text
+        log.truncate(2**40)
+    env = {"DIR2MCP_SERVER__MAX_CALLS_PER_CLIENT": "1", "DIR2MCP_SERVER__CALL_TIMEOUT": "2s"}
+    up = running("--dir", str(root), "--json", "--no-index", env=env)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    far = srv.post(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "dir2mcp.open_file",
+                "arguments": {"rel_path": "huge.log", "start_line": 10**9},
+            },
+        },
+        session=session,
+    ).json()
+    assert far.get("error", {}).get("data", {}).get("code") == errors.DEADLINE_EXCEEDED, far
+
+    def served() -> bool:
+        stats = srv.post(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "dir2mcp.stats", "arguments": {}},
+            },
+            session=session,
+        ).json()
+        assert stats.get("error", {}).get("data", {}).get("code") in (None, errors.SERVER_BUSY), stats
+        return "result" in stats
+
+    wait_until(served, timeout=WAIT, message="the slot of the overdue read given back")
+
+
+# -- a sparse file in the tree ---------------------------------------------------------------
+
+
+def sparse(path, head: bytes, size: int, tail: bytes = b"") -> None:
+    """``head``, then a hole up to ``size`` less ``tail``, then ``tail``."""
+    with open(path, "wb") as file:
+        file.write(head)
+        file.truncate(size - len(tail))
+        file.seek(0, os.SEEK_END)
+        file.write(tail)
+
+
+def test_the_indexer_screens_a_sparse_file_for_what_it_stores_not_its_size(tmp_path, running):
+    """A text file too large to index is screened whole for secrets. A
+    sparse one of 1 TiB costs its writer a few bytes of disk, and the
+    indexer screened its NULs for a quarter of an hour of CPU (each time it
+    changed), while every other change waited. Its holes are now passed
+    over; what is stored is still screened, a key past a hole included."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    lines = b"a line of the log\n" * 1000  # the head the classifier sniffs is text
+    sparse(root / "huge.log", lines, 2**40)
+    sparse(root / "keyed.log", lines, 2**36, tail=b"\n" + KEY)
+    up = running("--dir", str(root), "--json")
+    up.event("scan_progress", lambda data: data.get("running") is False, timeout=WAIT)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    listed = srv.call(session, "dir2mcp.list_files", {"glob": "*.log"})["structuredContent"]["files"]
+    assert [(f["rel_path"], f["status"]) for f in listed] == [("huge.log", "skipped")], listed
+    head = srv.call(session, "dir2mcp.open_file", {"rel_path": "keyed.log", "start_line": 1, "end_line": 2})
+    assert code_of(head) == errors.FORBIDDEN, head  # refused whole: the key past the hole was seen
