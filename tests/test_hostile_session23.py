@@ -133,11 +133,32 @@ def test_ask_prints_names_and_text_from_the_directory_escaped(tmp_path):
 # -- reading far into a huge file -------------------------------------------------------
 
 
-def test_a_line_far_into_a_huge_file_ends_at_its_calls_deadline(tmp_path, running):
-    """``open_file`` read its way to ``start_line`` without looking at the
-    call's stop event: a line past the end of a 1 TiB sparse file (its
-    writer spends a few bytes of disk) kept the thread reading for a quarter
-    of an hour after its client was told DEADLINE_EXCEEDED, and it held its
+FAR = 10**9  # a line far past the end
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        pytest.param(
+            "tools/call",
+            {"name": "dir2mcp.open_file", "arguments": {"rel_path": "huge.log", "start_line": FAR}},
+            id="open_file",
+        ),
+        pytest.param(
+            "tools/call",
+            {"name": "dir2mcp.verify", "arguments": {"text": f"it says so [huge.log:L{FAR}-L{FAR}]"}},
+            id="verify",
+        ),
+        pytest.param(
+            "resources/read", {"uri": f"dir2mcp:///huge.log?lines={FAR}-{FAR}"}, id="resources-read"
+        ),
+    ],
+)
+def test_a_line_far_into_a_huge_file_ends_at_its_calls_deadline(tmp_path, running, method, params):
+    """Slices were read up to ``start_line`` without looking at the call's
+    stop event: a line past the end of a 1 TiB sparse file (its writer
+    spends a few bytes of disk) kept the thread reading for a quarter of an
+    hour after its client was told DEADLINE_EXCEEDED, and it held its
     client's call slot all that time: the client's next call was SERVER_BUSY."""
     root = tmp_path / "corpus"
     write_corpus(root)
@@ -148,18 +169,7 @@ def test_a_line_far_into_a_huge_file_ends_at_its_calls_deadline(tmp_path, runnin
     up = running("--dir", str(root), "--json", "--no-index", env=env)
     srv = Server(root, up.url(), token_of(root), up.proc)
     session = srv.initialize()
-    far = srv.post(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": "dir2mcp.open_file",
-                "arguments": {"rel_path": "huge.log", "start_line": 10**9},
-            },
-        },
-        session=session,
-    ).json()
+    far = srv.post({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, session=session).json()
     assert far.get("error", {}).get("data", {}).get("code") == errors.DEADLINE_EXCEEDED, far
 
     def served() -> bool:
@@ -176,6 +186,7 @@ def test_a_line_far_into_a_huge_file_ends_at_its_calls_deadline(tmp_path, runnin
         return "result" in stats
 
     wait_until(served, timeout=WAIT, message="the slot of the overdue read given back")
+    assert "Traceback" not in up.stderr, up.stderr
 
 
 # -- a sparse file in the tree ---------------------------------------------------------------
