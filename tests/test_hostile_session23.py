@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import zipfile
 
+import httpx
 import pytest
 
 from kernel import errors
@@ -136,27 +137,63 @@ def test_ask_prints_names_and_text_from_the_directory_escaped(tmp_path):
 FAR = 10**9  # a line far past the end
 
 
+def mcp_far(srv: Server, session: str, method: str, params: dict) -> str | None:
+    """The request on the MCP endpoint: its error code; then whether the
+    client's next call (``stats``) is answered."""
+    answer = srv.post({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, session=session).json()
+    return answer.get("error", {}).get("data", {}).get("code")
+
+
+def mcp_next(srv: Server, session: str) -> bool:
+    stats = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "dir2mcp.stats", "arguments": {}},
+    }
+    answer = srv.post(stats, session=session).json()
+    assert answer.get("error", {}).get("data", {}).get("code") in (None, errors.SERVER_BUSY), answer
+    return "result" in answer
+
+
+def rest_far(srv: Server, path: str, params: dict) -> str | None:
+    auth = {"Authorization": f"Bearer {srv.token}"}
+    return (
+        httpx.get(srv.base + path, params=params, headers=auth, timeout=WAIT)
+        .json()
+        .get("error", {})
+        .get("code")
+    )
+
+
+def rest_next(srv: Server) -> bool:
+    answer = httpx.get(
+        f"{srv.base}/api/v1/stats", headers={"Authorization": f"Bearer {srv.token}"}, timeout=WAIT
+    )
+    assert answer.status_code in (200, 503), answer.text
+    return answer.status_code == 200
+
+
+MCP_FAR = [
+    ("tools/call", {"name": "dir2mcp.open_file", "arguments": {"rel_path": "huge.log", "start_line": FAR}}),
+    ("tools/call", {"name": "dir2mcp.verify", "arguments": {"text": f"it says so [huge.log:L{FAR}-L{FAR}]"}}),
+    ("resources/read", {"uri": f"dir2mcp:///huge.log?lines={FAR}-{FAR}"}),
+]
+REST_FAR = [
+    ("/api/v1/files/slice", {"rel_path": "huge.log", "start_line": FAR}),
+    ("/api/v1/resources/read", {"uri": f"dir2mcp:///huge.log?lines={FAR}-{FAR}"}),
+]
+
+
 @pytest.mark.parametrize(
-    ("method", "params"),
-    [
-        pytest.param(
-            "tools/call",
-            {"name": "dir2mcp.open_file", "arguments": {"rel_path": "huge.log", "start_line": FAR}},
-            id="open_file",
-        ),
-        pytest.param(
-            "tools/call",
-            {"name": "dir2mcp.verify", "arguments": {"text": f"it says so [huge.log:L{FAR}-L{FAR}]"}},
-            id="verify",
-        ),
-        pytest.param(
-            "resources/read", {"uri": f"dir2mcp:///huge.log?lines={FAR}-{FAR}"}, id="resources-read"
-        ),
-    ],
+    "way",
+    [pytest.param(("mcp", *far), id=f"mcp-{far[0]}-{n}") for n, far in enumerate(MCP_FAR)]
+    + [pytest.param(("rest", *far), id=f"rest-{far[0]}") for far in REST_FAR],
 )
-def test_a_line_far_into_a_huge_file_ends_at_its_calls_deadline(tmp_path, running, method, params):
+def test_a_line_far_into_a_huge_file_ends_at_its_calls_deadline(tmp_path, running, way):
     """Slices were read up to ``start_line`` without looking at the call's
-    stop event: a line past the end of a 1 TiB sparse file (its writer
+    stop event, and on the REST mirror no call had a stop event set at its
+    deadline at all: a line past the end of a 1 TiB sparse file (its writer
     spends a few bytes of disk) kept the thread reading for a quarter of an
     hour after its client was told DEADLINE_EXCEEDED, and it held its
     client's call slot all that time: the client's next call was SERVER_BUSY."""
@@ -168,24 +205,13 @@ def test_a_line_far_into_a_huge_file_ends_at_its_calls_deadline(tmp_path, runnin
     env = {"DIR2MCP_SERVER__MAX_CALLS_PER_CLIENT": "1", "DIR2MCP_SERVER__CALL_TIMEOUT": "2s"}
     up = running("--dir", str(root), "--json", "--no-index", env=env)
     srv = Server(root, up.url(), token_of(root), up.proc)
-    session = srv.initialize()
-    far = srv.post({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, session=session).json()
-    assert far.get("error", {}).get("data", {}).get("code") == errors.DEADLINE_EXCEEDED, far
-
-    def served() -> bool:
-        stats = srv.post(
-            {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "tools/call",
-                "params": {"name": "dir2mcp.stats", "arguments": {}},
-            },
-            session=session,
-        ).json()
-        assert stats.get("error", {}).get("data", {}).get("code") in (None, errors.SERVER_BUSY), stats
-        return "result" in stats
-
-    wait_until(served, timeout=WAIT, message="the slot of the overdue read given back")
+    if way[0] == "mcp":
+        session = srv.initialize()
+        assert mcp_far(srv, session, way[1], way[2]) == errors.DEADLINE_EXCEEDED
+        wait_until(lambda: mcp_next(srv, session), timeout=WAIT, message="the slot of the overdue read back")
+    else:
+        assert rest_far(srv, way[1], way[2]) == errors.DEADLINE_EXCEEDED
+        wait_until(lambda: rest_next(srv), timeout=WAIT, message="the slot of the overdue read back")
     assert "Traceback" not in up.stderr, up.stderr
 
 
