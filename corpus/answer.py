@@ -25,6 +25,7 @@ from corpus.status import no_chat_reason
 from kernel import errors
 from kernel.config import Config
 from kernel.jsontypes import JsonObject
+from kernel.output import printable
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +114,19 @@ def build_prompt(question: str, hits: list[Hit], config: Config) -> tuple[list[C
     return [ChatMessage("system", system), ChatMessage("user", user)], used
 
 
+def _label(hit: Hit) -> str:
+    return f" ({hit.label})" if hit.label else ""
+
+
 def search_only_text(hits: list[Hit]) -> str:
+    """One line a hit. A name or snippet from the directory is made
+    :func:`printable`: a newline in a file's name forged a hit of its
+    choosing, and an ESC in either drove the terminal of ``dir2mcp ask``
+    (the hits themselves keep the exact names)."""
     if not hits:
         return "No matching content found."
     lines = [
-        f"{n}. {format_citation(h.rel_path, h.span)}{f' ({h.label})' if h.label else ''} {h.snippet}"
+        printable(f"{n}. {format_citation(h.rel_path, h.span)}{_label(h)} {h.snippet}")
         for n, h in enumerate(hits, start=1)
     ]
     return "Top matches:\n" + "\n".join(lines)

@@ -72,6 +72,8 @@ def _find_budget() -> float:
 FIND_BUDGET_SECONDS = _find_budget()
 SNIPPET_CHARS = 240
 _READ_BLOCK = 64 * 1024
+#: Pieces of at most _READ_BLOCK characters read between two stop checks
+_CHECK_PIECES = 256
 # Text screened for secrets on each side of a snippet of indexed text, so a
 # cut through a key ("AKIA" + 15 of its 16 characters) cannot leak it.
 _CONTEXT = 256
@@ -255,8 +257,10 @@ def open_file(
     start_ms: int | None = None,
     end_ms: int | None = None,
     max_chars: int = 20000,
+    check: Callable[[], None] = lambda: None,
 ) -> JsonObject:
-    """The §15.4 output for one slice of ``rel_path``: page, time range, lines, or the beginning."""
+    """The §15.4 output for one slice of ``rel_path``: page, time range, lines, or the beginning.
+    ``check`` is called as lines are read: a caller that stops the work raises from it."""
     if rel_path is None or rel_path == "":
         raise _fail(errors.MISSING_FIELD, "rel_path is required")
     arguments.text("rel_path", rel_path, limit=MAX_PATH_CHARS)
@@ -270,7 +274,7 @@ def open_file(
         arguments.MILLISECOND.check("end_ms", end_ms),
     )
     max_chars = _bounded(arguments.MAX_CHARS, "max_chars", max_chars)
-    where = (start_line, end_line, page, start_ms, end_ms, max_chars)
+    where = (start_line, end_line, page, start_ms, end_ms, max_chars, check)
 
     def read(opened: OpenedFile) -> JsonObject:
         return _open_slice(engine, opened.rel, opened.file, *where)
@@ -316,6 +320,7 @@ def _open_slice(
     start_ms: int | None,
     end_ms: int | None,
     max_chars: int,
+    check: Callable[[], None],
 ) -> JsonObject:
     """The slice, from ``file`` (as :meth:`ExclusionEngine.open` opened it,
     left open), or, with ``file`` None, from the document's indexed text."""
@@ -338,7 +343,9 @@ def _open_slice(
             raise _fail(errors.INVALID_RANGE, "start_line must not be greater than end_line")
         doc_type, source = _line_source(engine, file, rel, doc, reps.get(RepType.RAW_TEXT))
         try:
-            content, span, truncated, context = _read_lines(source, start_line or 1, end_line, max_chars)
+            content, span, truncated, context = _read_lines(
+                source, start_line or 1, end_line, max_chars, check
+            )
         except UnicodeError:  # no codec chosen raises; a decoder that does meets a changed file
             raise _fail(errors.EXTRACT_FAILED, f"{rel} cannot be decoded as it is now") from None
         finally:
@@ -558,12 +565,20 @@ def _encoding_for(head: bytes, indexed: str | None) -> tuple[str, int]:
 
 
 def _read_lines(
-    fh: io.TextIOBase, start: int, end: int | None, max_chars: int
+    fh: io.TextIOBase, start: int, end: int | None, max_chars: int, check: Callable[[], None]
 ) -> tuple[str, SpanRef | None, bool, str]:
-    """Lines ``start..end`` (1-based) within ``max_chars``, streaming: never a whole file or line."""
+    """Lines ``start..end`` (1-based) within ``max_chars``, streaming: never a whole file or line.
+    ``check`` is called every :data:`_CHECK_PIECES` pieces read on the way to
+    ``start``: a line far into a huge file (a sparse one costs its writer
+    nothing) took the thread past its call's deadline for as long as the
+    reading lasted, holding its call slot (until session 23)."""
     recent: collections.deque[str] = collections.deque()  # the pieces before, LIVE_CONTEXT at least
     held, line_no = 0, 1
-    while line_no < start:
+    for pieces in itertools.count():
+        if line_no >= start:
+            break
+        if pieces % _CHECK_PIECES == 0:
+            check()
         piece = fh.readline(_READ_BLOCK)
         if not piece:
             raise _fail(errors.INVALID_RANGE, f"start_line {start} is past the end of the file")

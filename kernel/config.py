@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,16 @@ from kernel.jsontypes import JsonObject, JsonValue
 from kernel.x402_config import X402Config, layer_switches, merged_switches
 
 CONFIG_FILENAME = ".dir2mcp.yaml"
+#: The largest config file read. The root's own file is whatever the tree
+#: holds: a cloned repository's ``.dir2mcp.yaml`` may be a symlink to
+#: ``/dev/zero`` or to a huge file (read until memory ran out before session
+#: 23), or a FIFO (``up`` waited on it for good). Every real one is a few KiB.
+MAX_CONFIG_BYTES = 1024 * 1024
+#: The most values a config file may stand for, aliases expanded: a YAML
+#: alias repeats a node, so ten lines of anchors and aliases stand for 10^10
+#: values ("billion laughs"), which validation, the trust check and the
+#: error message walked (``status`` on such a root never ended before session 23).
+MAX_CONFIG_VALUES = 100_000
 ENV_PREFIX = "DIR2MCP_"
 #: The MCP protocol version this server speaks (spec §4.3, §5.5).
 PROTOCOL_VERSION = "2025-11-25"
@@ -932,17 +943,53 @@ def read_config_file(path: Path) -> JsonObject:
 
 
 def read_config_text(path: Path) -> str:
-    """The text of a config file; a missing file is empty."""
+    """The text of a config file; a missing file is empty. Opened without
+    blocking, it must be a regular file (a symlink to one is followed) of at
+    most :data:`MAX_CONFIG_BYTES`."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
-    except (OSError, UnicodeDecodeError) as exc:
-        raise errors.Dir2mcpError(
-            errors.CONFIG_INVALID,
-            f"cannot read {path}: {exc}",
-            hint="Check the file's permissions and encoding.",
-        ) from exc
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _unreadable(path, "not a regular file")
+        try:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise _unreadable(path, exc) from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _unreadable(path, f"over {MAX_CONFIG_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _more_values_than(data: object, limit: int) -> bool:
+    """Whether ``data`` holds more than ``limit`` values, each alias's
+    counted again; stops counting past ``limit``."""
+    pending, seen = [data], 0
+    while pending:
+        seen += 1
+        if seen > limit:
+            return True
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
+
+
+def _unreadable(path: Path, why: object) -> errors.Dir2mcpError:
+    return errors.Dir2mcpError(
+        errors.CONFIG_INVALID,
+        f"cannot read {path}: {why}",
+        hint="Check the file's permissions and encoding; a config file is a regular file of YAML.",
+    )
 
 
 def parse_config_text(path: Path, text: str) -> JsonObject:
@@ -953,6 +1000,16 @@ def parse_config_text(path: Path, text: str) -> JsonObject:
         raise errors.Dir2mcpError(
             errors.CONFIG_INVALID, f"{path} is not valid YAML: {exc}", hint="Fix the YAML syntax."
         ) from exc
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID, f"{path} nests collections too deep", hint="Fix the YAML syntax."
+        ) from None
+    if _more_values_than(data, MAX_CONFIG_VALUES):
+        raise errors.Dir2mcpError(
+            errors.CONFIG_INVALID,
+            f"{path} stands for more than {MAX_CONFIG_VALUES} values once its aliases are expanded",
+            hint="Write the configuration out without YAML anchors and aliases.",
+        )
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -35,5 +35,11 @@ def printable(text: object) -> str:
     return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text
 
 
+def printable_lines(text: object) -> str:
+    """``text`` with each of its lines :func:`printable`, its line breaks
+    kept: an answer, whose hits quote names and text from the directory."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
+
+
 def utc_stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -176,7 +176,7 @@ def respond(
     if method == "tools/call":
         return _call_tool(msg, session, ctx, emit, cancel or threading.Event(), payment, reply or HttpReply())
     if method in resources.METHODS:
-        return _resources(msg, ctx)
+        return _resources(msg, ctx, cancel)
     if method in SUBSCRIPTION_METHODS:
         return _subscription(msg, session, ctx)
     if method in PROMPT_METHODS:
@@ -184,9 +184,9 @@ def respond(
     return rpc_error(msg.id, RPC_METHOD_NOT_FOUND, f"method not found: {method[:100]}")
 
 
-def _resources(msg: Message, ctx: Context) -> JsonObject:
+def _resources(msg: Message, ctx: Context, cancel: threading.Event | None) -> JsonObject:
     try:
-        return ok(msg.id, resources.handle(msg.method, msg.params, ctx))
+        return ok(msg.id, resources.handle(msg.method, msg.params, ctx, cancel))
     except resources.ResourceError as exc:
         return rpc_error(msg.id, exc.rpc_code, exc.message, exc.data)
 

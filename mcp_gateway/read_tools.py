@@ -49,7 +49,7 @@ def image_content(result: JsonObject) -> tuple[JsonObject, list[JsonObject]]:
 
 
 def verify(call: Call, args: JsonObject) -> JsonObject:
-    return grounding.verify(call.ctx.engine, args["text"])
+    return grounding.verify(call.ctx.engine, args["text"], check=call.check)
 
 
 def open_files(call: Call, args: JsonObject) -> JsonObject:

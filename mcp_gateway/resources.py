@@ -20,6 +20,8 @@ import binascii
 import json
 import logging
 import re
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from corpus import documents, files, store_faults, uris
@@ -29,6 +31,7 @@ from kernel import errors
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 from mcp_gateway.context import Context
+from mcp_gateway.registry import Cancelled
 
 log = logging.getLogger(__name__)
 
@@ -107,19 +110,20 @@ def _invalid(message: str, code: str = errors.INVALID_FIELD, **data: object) -> 
     return ResourceError(errors.RPC_INVALID_PARAMS, message, {"code": code, "retryable": False, **data})
 
 
-def handle(method: str, params: JsonObject, ctx: Context) -> JsonObject:
-    """The result of one resources method; :class:`ResourceError` otherwise."""
+def handle(method: str, params: JsonObject, ctx: Context, stop: threading.Event | None = None) -> JsonObject:
+    """The result of one resources method; :class:`ResourceError` otherwise.
+    ``stop`` set (the call's deadline passed), a read stops: :class:`Cancelled`."""
     try:
         if method == "resources/list":
             return list_page(ctx, _string(params, "cursor", required=False))
         if method == "resources/read":
             uri = _string(params, "uri", required=True)
             assert uri is not None  # required: _string raised otherwise
-            return {"contents": read(ctx, uri)}
+            return {"contents": read(ctx, uri, stop=stop)}
         if params.get("cursor") is not None:
             raise _invalid("invalid cursor: the templates fit one page")
         return {"resourceTemplates": TEMPLATES}
-    except ResourceError:
+    except (ResourceError, Cancelled):
         raise
     except Exception as exc:  # a bug must not become a traceback on the wire
         fault = store_faults.classify(exc)  # a damaged database, a full disk: named, not a bug
@@ -204,7 +208,7 @@ def list_page(ctx: Context, cursor: str | None = None) -> JsonObject:
 # -- resources/read ------------------------------------------------------------------
 
 
-def read(ctx: Context, uri: str) -> list[JsonObject]:
+def read(ctx: Context, uri: str, *, stop: threading.Event | None = None) -> list[JsonObject]:
     """The ``contents`` of ``resources/read`` for ``uri``: one text or blob item."""
     _refuse_if_sold(ctx, "dir2mcp.open_file")
     if len(uri) > uris.MAX_URI_CHARS:
@@ -226,14 +230,28 @@ def read(ctx: Context, uri: str) -> list[JsonObject]:
     answered = uris.canonical(rel_path, span)
     try:
         return [
-            _slice(ctx, answered, rel_path, span) if span is not None else _whole(ctx, answered, rel_path)
+            _slice(ctx, answered, rel_path, span, _stopped_by(stop))
+            if span is not None
+            else _whole(ctx, answered, rel_path)
         ]
     except errors.Dir2mcpError as exc:
         raise ResourceError.of(exc, uri) from None
 
 
-def _slice(ctx: Context, uri: str, rel_path: str, span: SpanRef) -> JsonObject:
-    opened = files.open_file(ctx.engine, rel_path=rel_path, max_chars=SLICE_MAX_CHARS, **span.forms().fields)
+def _stopped_by(stop: threading.Event | None) -> Callable[[], None]:
+    def check() -> None:
+        if stop is not None and stop.is_set():
+            raise Cancelled()
+
+    return check
+
+
+def _slice(ctx: Context, uri: str, rel_path: str, span: SpanRef, check: Callable[[], None]) -> JsonObject:
+    """A cited slice; ``check`` is called as lines are read (a line far into
+    a huge file kept a read going past its deadline until session 23)."""
+    opened = files.open_file(
+        ctx.engine, rel_path=rel_path, max_chars=SLICE_MAX_CHARS, check=check, **span.forms().fields
+    )
     item = {"uri": uri, "mimeType": "text/plain", "text": opened["content"]}
     meta = {f"dir2mcp/{key}": True for key in ("truncated", "from_index") if opened.get(key)}
     return item | ({"_meta": meta} if meta else {})

@@ -35,6 +35,7 @@ errors, including ninja's own, are 400 (never 422).
 import copy
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from types import GenericAlias
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar
@@ -505,10 +506,14 @@ def _operation(tool_name: str, operation_id: str, *extra: dict[int, JsonObject])
 # -- the one way in ------------------------------------------------------------------
 
 
-def run_tool(ctx: context.Context, tool_name: str, arguments: JsonObject) -> JsonObject | HttpResponse:
+def run_tool(
+    ctx: context.Context, tool_name: str, arguments: JsonObject, stop: threading.Event | None = None
+) -> JsonObject | HttpResponse:
     """What ``tools/call`` runs (``tools.run``: validated, run, counted in the
-    metrics), answered the REST way: the structured result, or the envelope."""
-    return tool_answer(tools.run(tools.table()[tool_name], arguments, tools.Call(ctx)))
+    metrics), answered the REST way: the structured result, or the envelope.
+    ``stop``: the call's stop event, set at its deadline (:func:`_in_slot`)."""
+    call = tools.Call(ctx, cancel=stop or threading.Event())
+    return tool_answer(tools.run(tools.table()[tool_name], arguments, call))
 
 
 def tool_answer(result: JsonObject) -> JsonObject | HttpResponse:
@@ -541,17 +546,24 @@ async def _call(
         payment = request.headers.get("PAYMENT-SIGNATURE")
         route = (request.method, request.path)
         return await _in_slot(request, paid_call, ctx, tool_name, arguments, payment, route, paid=True)
-    return await _in_slot(request, run_tool, ctx, tool_name, arguments)
+    stop = threading.Event()
+    return await _in_slot(request, run_tool, ctx, tool_name, arguments, stop, stop=stop)
 
 
 async def _in_slot(
-    request: HttpRequest, fn: Callable[..., _R], *args: object, paid: bool = False
+    request: HttpRequest,
+    fn: Callable[..., _R],
+    *args: object,
+    paid: bool = False,
+    stop: threading.Event | None = None,
 ) -> _R | HttpResponse:
     """``fn(*args)`` admitted as this client's call (its address and
     credential, the same client as its stateless MCP calls) on a call
     thread, under the deadline (mcp_gateway/workers.py; none for a ``paid``
     call): 503 SERVER_BUSY when not admitted, DEADLINE_EXCEEDED past the
-    deadline."""
+    deadline, when ``stop`` is set: the work checks it between steps. Until
+    session 23 no REST call had one set, so a tool's checks never stopped it
+    and its thread held its slot for as long as the work lasted."""
     ctx = _context(request)
     bounds = workers.Bounds.of(ctx.config, paid=paid)
     peer = request.META.get("REMOTE_ADDR", "")
@@ -561,7 +573,7 @@ async def _in_slot(
     except workers.Refused as busy:
         return error_response(busy.code, busy.message, headers={"Retry-After": "1"}, retryable=True)
     try:  # a client that hangs up cancels this wait, never ``work`` (its slot is released by its thread)
-        await workers.finish(work, bounds)
+        await workers.finish(work, bounds, stop=stop)
     except workers.Overdue as overdue:
         return error_response(overdue.code, overdue.message, retryable=True)
     return work.result()
@@ -797,8 +809,8 @@ def _resource_result(
         return error_response(exc.code, exc.message, retryable=exc.data.get("retryable"))
 
 
-def _read_contents(ctx: context.Context, uri: str) -> JsonObject:
-    return {"contents": resources.read(ctx, uri)}
+def _read_contents(ctx: context.Context, uri: str, stop: threading.Event | None = None) -> JsonObject:
+    return {"contents": resources.read(ctx, uri, stop=stop)}
 
 
 @api.get(
@@ -828,4 +840,6 @@ async def list_resources(request: HttpRequest, params: Query[ResourcesQuery]) ->
     ),
 )
 async def read_resource(request: HttpRequest, params: Query[ReadResourceQuery]) -> JsonObject | HttpResponse:
-    return await _in_slot(request, _resource_result, _read_contents, _context(request), params.uri)
+    stop = threading.Event()
+    read = functools.partial(_read_contents, stop=stop)
+    return await _in_slot(request, _resource_result, read, _context(request), params.uri, stop=stop)

@@ -277,7 +277,10 @@ def open_file(call: Call, args: JsonObject) -> JsonObject:
     keys = ("start_line", "end_line", "page", "start_ms", "end_ms", "max_chars")
     _embed_first(call.ctx, [args["rel_path"]])
     return files.open_file(
-        call.ctx.engine, rel_path=args["rel_path"], **{k: args[k] for k in keys if k in args}
+        call.ctx.engine,
+        rel_path=args["rel_path"],
+        check=call.check,
+        **{k: args[k] for k in keys if k in args},
     )
 
 

@@ -90,10 +90,15 @@ def checksum(
             raise errors.Dir2mcpError(
                 errors.FILE_TOO_LARGE, f"{opened.rel} is over the {MAX_CHECKSUM_BYTES}-byte checksum limit"
             )
+        _servable_whole(engine, opened)
+        opened.file.seek(0)
         hasher = hashlib.new(algorithm)
-        size = 0
+        size, tail = 0, b""
         while block := opened.read(_BLOCK):
             check()
+            window = tail + block
+            _screen_bytes(engine, opened.rel, window)  # as read_bytes would, range after range
+            tail = window[-_CONTEXT:]
             hasher.update(block)
             size += len(block)
         return {
@@ -104,6 +109,19 @@ def checksum(
         }
 
     return _settled(engine, rel_path, hashed)
+
+
+def _servable_whole(engine: ExclusionEngine, opened: OpenedFile) -> str:
+    """The file's kind (:func:`classify`); FORBIDDEN for a file whose bytes
+    no raw reader serves for what they pack: an archive, a zip document or
+    a PDF whose part holds a secret. ``checksum`` asks it too: a digest of
+    bytes no reader serves tests guesses of a short secret in them against
+    the rest of the file (until session 23 it answered for all of these)."""
+    opened.file.seek(0)
+    kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
+    files.refuse_archive_bytes(opened.rel, kind)
+    containers.screen_zip_parts(engine, opened)
+    return kind
 
 
 def _settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedFile], JsonObject]) -> JsonObject:
@@ -307,9 +325,7 @@ def read_bytes(
 
     def read(opened: OpenedFile) -> JsonObject:
         _the_file_itself(opened, "a byte range")
-        kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
-        files.refuse_archive_bytes(opened.rel, kind)
-        containers.screen_zip_parts(engine, opened)  # a .docx's parts, compressed in its bytes
+        kind = _servable_whole(engine, opened)  # an archive's, or a .docx's parts, compressed in its bytes
         chosen = _chosen(fmt, kind, ranged)
         check()
         if chosen == "image":

@@ -12,6 +12,7 @@ with whitespace and case folded.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from corpus import files
 from corpus.citations import find_citations
@@ -59,10 +60,11 @@ def _fold(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def verify(engine: ExclusionEngine, text: str) -> JsonObject:
-    """Each citation of ``text`` checked, in order of first appearance."""
+def verify(engine: ExclusionEngine, text: str, *, check: Callable[[], None] = lambda: None) -> JsonObject:
+    """Each citation of ``text`` checked, in order of first appearance.
+    ``check`` is called as each slice is read: a caller that stops the work raises from it."""
     cited = find_citations(text)
-    checked = [_check(engine, text, citation) for citation in cited[:MAX_CITATIONS]]
+    checked = [_check(engine, text, citation, check) for citation in cited[:MAX_CITATIONS]]
     return {
         "citations": checked,
         "checked": len(checked),
@@ -72,11 +74,11 @@ def verify(engine: ExclusionEngine, text: str) -> JsonObject:
     }
 
 
-def _check(engine: ExclusionEngine, text: str, citation: str) -> JsonObject:
+def _check(engine: ExclusionEngine, text: str, citation: str, check: Callable[[], None]) -> JsonObject:
     out: JsonObject = {"citation": citation, "exists": False, "in_bounds": False, "quotes": [], "ok": False}
     try:
         rel_path, span = parse(citation)
-        opened = files.open_file(engine, rel_path=rel_path, max_chars=_SLICE_CHARS, **span)
+        opened = files.open_file(engine, rel_path=rel_path, max_chars=_SLICE_CHARS, check=check, **span)
     except errors.Dir2mcpError as exc:
         out["exists"] = exc.code in (errors.INVALID_RANGE, errors.DOC_TYPE_UNSUPPORTED)
         return out | {"error": exc.as_dict()}

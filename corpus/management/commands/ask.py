@@ -14,7 +14,7 @@ from corpus.providers.base import Embedder
 from corpus.retrieval import INDEXES, Filters, Searcher
 from corpus.store import open_store
 from kernel import errors
-from kernel.output import printable
+from kernel.output import printable, printable_lines
 
 
 class Command(Dir2mcpCommand):
@@ -63,7 +63,7 @@ class Command(Dir2mcpCommand):
         if rt.json:
             self.stdout.write(json.dumps(result.as_dict()))
             return
-        self.stdout.write(result.answer)
+        self.stdout.write(printable_lines(result.answer))  # names and text from the directory
         if result.generated and result.citations:
             self.stdout.write("\nSources:")
             for citation in result.citations:
