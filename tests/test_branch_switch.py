@@ -1,6 +1,6 @@
 """A branch switch under live sync (issue #37, item 3).
 
-A generated git repository with two commits that differ in about 680
+A generated git repository with two commits that differ in 2,000
 files (changed, added and deleted, in nested folders, with a ``.gitignore``
 that changes too: over ten times ``watch.SETTLE_FROM``, the batch size at
 which live sync starts settling a burst), ``up`` following it, then
@@ -31,7 +31,7 @@ from tests.up_process import Up
 # 5-9 minutes of wall time for about 35 CPU s).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-KEPT, CHANGED, ONLY_A, ONLY_B = 120, 280, 200, 200
+KEPT, CHANGED, ONLY_A, ONLY_B = 120, 1000, 500, 500
 
 
 def module(name: str, version: str) -> str:
