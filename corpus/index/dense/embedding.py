@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -432,41 +433,68 @@ def _embed_batches(
     chunks in id order leave it 6% padding, 256 leave 1%. Such a call takes
     seconds, so one that is ``interruptible`` is handed ``stop`` too: a stop
     ends the run after the forward pass under way, and that call's chunks
-    stay pending."""
+    stay pending.
+
+    The embedding runs one call ahead, on a thread of its own: while it
+    embeds a batch, this thread reads the next one and stores the one
+    before (the database's writes, and the caller's index inserts between
+    two yields). Done one after the other, those left the model's cores idle
+    for a tenth of a 65,000-chunk run (docs/benchmarks.md, "Time to dense",
+    session 23). Everything that reads or writes the database stays on this
+    thread; the embedding thread only embeds."""
     per_call = max(batch_size, getattr(embedder, "texts_per_call", 0))
     queues = {kind: queue_for(kind) for kind in KINDS}
-    for kind in KINDS:
-        queue = queues[kind]
-        last_id = 0
-        while not (stop and stop.is_set()):
-            # Files a client asked about go first, whichever index they are in.
-            first_kind, batch = embed_first.pick(queues, per_call) or (kind, [])
-            if not batch:
-                batch = slices.texts(
-                    queue.filter(chunk_id__gt=last_id)
-                    .order_by("chunk_id")
-                    .values_list("chunk_id", "context", *slices.FIELDS)[:per_call],
-                    2,
-                )
+    ahead: tuple[str, list[TextRow], Future[np.ndarray]] | None = None
+
+    def batches() -> Iterator[tuple[str, list[TextRow]]]:
+        for kind in KINDS:
+            queue = queues[kind]
+            last_id = 0
+            while not (stop and stop.is_set()):
+                # Files a client asked about go first, whichever index they
+                # are in, but not the chunks being embedded meanwhile
+                flying = [row[0] for row in ahead[1]] if ahead else []
+                asked = {name: among.exclude(chunk_id__in=flying) for name, among in queues.items()}
+                first_kind, batch = embed_first.pick(asked, per_call) or (kind, [])
                 if not batch:
-                    break
-                last_id = batch[-1][0]
-            try:
-                done = _embed_batch(embedder, first_kind, batch, on_stored, stop)
-            except Interrupted:
-                return
-            yield done
+                    batch = slices.texts(
+                        queue.filter(chunk_id__gt=last_id)
+                        .order_by("chunk_id")
+                        .values_list("chunk_id", "context", *slices.FIELDS)[:per_call],
+                        2,
+                    )
+                    if not batch:
+                        break
+                    last_id = batch[-1][0]
+                yield first_kind, batch
+
+    with ThreadPoolExecutor(1, thread_name_prefix="embed") as pool:
+        try:
+            for kind, batch in batches():
+                # the recipe is read here: the embedding thread has no database
+                weight = signature_weight() if kind == "code" else 0.0
+                task = pool.submit(_vectors, embedder, kind, batch, weight, view_version(), stop)
+                if ahead is not None:
+                    yield _store_batch(*ahead, on_stored)
+                ahead = (kind, batch, task)
+            if ahead is not None:
+                yield _store_batch(*ahead, on_stored)
+        except Interrupted:
+            return
+        finally:
+            # a call not started yet is dropped; one under way is waited for
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _embed_batch(
-    embedder: Embedder,
+def _store_batch(
     kind: str,
     batch: list[TextRow],
+    task: Future[np.ndarray],
     on_stored: Callable[[int], None] | None,
-    stop: threading.Event | None = None,
 ) -> Batch:
+    """Store a batch once its embedding ``task`` is done (Interrupted if a stop cut it short)."""
     try:
-        vectors = _vectors(embedder, kind, batch, stop)
+        vectors = task.result()
     except errors.Dir2mcpError as exc:
         set_setting(LAST_ERROR_KEY, str(exc))
         logger.warning("embedding stopped: %s", exc)
@@ -477,14 +505,18 @@ def _embed_batch(
 
 
 def _vectors(
-    embedder: Embedder, kind: str, batch: list[TextRow], stop: threading.Event | None = None
+    embedder: Embedder,
+    kind: str,
+    batch: list[TextRow],
+    weight: float,
+    version: int,
+    stop: threading.Event | None = None,
 ) -> np.ndarray:
     """The stored vectors of a batch of (id, context, text): each unit's,
-    and for code, leaning towards its signature view by the recorded weight
-    (one call for both views, so a length-sorting embedder packs them)."""
+    and for code, leaning towards its signature view (of this ``version``)
+    by ``weight``, the recorded one (one call for both views, so a
+    length-sorting embedder packs them)."""
     texts = [embedding_text(context, text, kind, embedder.window_chars) for _, context, text in batch]
-    weight = signature_weight() if kind == "code" else 0.0
-    version = view_version()
     options = {"stop": stop} if stop is not None and getattr(embedder, "interruptible", False) else {}
     if weight <= 0:
         return embedder.embed(texts, kind=kind, **options)
@@ -519,19 +551,37 @@ def _store_vectors(
     """
     with transaction.atomic():
         version = _bump_version(kind)
-        stored = 0
-        for cid, vec in zip(ids, vectors, strict=True):
-            stored += Chunk.objects.filter(
-                chunk_id=int(cid), embedding_status=EmbeddingStatus.PENDING
-            ).update(
-                embedding=to_bytes(vec),
-                embedding_status=EmbeddingStatus.OK,
-                embedding_error=None,
-                embed_seq=int(version),
+        # Under the version's lock (on SQLite the write lock, on PostgreSQL
+        # the settings row, which every storing process takes first) the
+        # pending set cannot change before the commit; one prepared UPDATE
+        # then runs over the batch (executemany binds in C): an ORM update()
+        # a chunk was about 0.3 ms of Python each, 20 s of a 65,000-chunk tree
+        # on the thread that feeds the model (docs/benchmarks.md, "Time to dense").
+        wanted = [int(cid) for cid in ids]
+        pending = set(
+            Chunk.objects.filter(chunk_id__in=wanted, embedding_status=EmbeddingStatus.PENDING).values_list(
+                "chunk_id", flat=True
             )
+        )
+        rows = [
+            (to_bytes(vec), EmbeddingStatus.OK.value, int(version), cid, EmbeddingStatus.PENDING.value)
+            for cid, vec in zip(wanted, vectors, strict=True)
+            if cid in pending
+        ]
+        if rows:
+            with connection.cursor() as cursor:
+                cursor.executemany(_STORE_SQL, rows)
+        stored = len(rows)
         if on_stored is not None and stored:
             on_stored(stored)
     return stored, version
+
+
+#: One stored vector: (embedding, status ok, embed_seq, chunk_id, status pending).
+_STORE_SQL = (
+    f"UPDATE {Chunk._meta.db_table} SET embedding = %s, embedding_status = %s, embedding_error = NULL,"
+    " embed_seq = %s WHERE chunk_id = %s AND embedding_status = %s"
+)
 
 
 def _bump_version(kind: str) -> str:
