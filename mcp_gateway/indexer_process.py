@@ -73,8 +73,9 @@ MAX_BACKOFF = 60.0
 HEALTHY_SECONDS = 60.0
 #: How often the server's dense indices take new vectors from the store.
 REFRESH_SECONDS = 0.5
-#: How many files asked about (search hits, open_file) the child keeps to embed first.
-EMBED_FIRST_MAX = 256
+#: How many of the latest paths asked about are not sent again: the child takes
+#: the latest ask first, so a file asked again longer ago is sent to move it up.
+RECENT_ASKS = 32
 #: Vectors added per hold of an index's lock: a search waits at most this many inserts.
 REFRESH_SLICE = 4
 
@@ -251,8 +252,8 @@ class IndexerSupervisor:
         self.unwritten = UnwrittenCount()
         self._proc: subprocess.Popen[str] | None = None
         self._stdin_lock = threading.Lock()
-        # Paths already asked to be embedded first (recent ones only).
-        self._asked: deque[str] = deque(maxlen=EMBED_FIRST_MAX)
+        # Paths asked to be embedded first lately (not sent again).
+        self._asked: deque[str] = deque(maxlen=RECENT_ASKS)
         self._outbox: queue.Queue[JsonObject] = queue.Queue(maxsize=64)
         self._thread = threading.Thread(
             target=self._supervise, name="dir2mcp-indexer-supervisor", daemon=True

@@ -382,6 +382,42 @@ def test_files_a_client_asked_about_are_embedded_first(tmp_path, state):
     assert embed_first.pick({"code": Chunk.objects.none()}, 4) is None  # forgotten once embedded
 
 
+@pytest.mark.django_db
+def test_the_file_asked_about_last_is_embedded_first(tmp_path, state):
+    """Taken in chunk id order, a file asked about waited behind every file
+    asked before or after it with lower ids: on the kernel's drivers/net, a
+    file opened while another client searched once a second waited more than
+    five minutes (issue #37)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    small_modules(root, 12)
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    index_directory(root, state=state, config=config, embedder=None)  # every chunk pending
+    pending = Chunk.objects.filter(deleted=False, embedding_status="pending")
+    queues = {kind: pending.filter(index_kind=kind) for kind in ("text", "code")}
+    by_id = sorted(
+        pending.filter(index_kind="code").values_list("chunk_id", "representation__document__rel_path")
+    )
+    low, high = by_id[0][1], by_id[-1][1]
+
+    def picked() -> set[str]:
+        kind, rows = embed_first.pick(queues, 1) or ("", [])
+        return set(
+            Chunk.objects.filter(chunk_id__in=[r[0] for r in rows]).values_list(
+                "representation__document__rel_path", flat=True
+            )
+        )
+
+    try:
+        embed_first.add([low])
+        embed_first.add([high])  # asked last: first, though its chunks come last in the queue
+        assert picked() == {high}
+        embed_first.add([low])  # asked again: first again
+        assert picked() == {low}
+    finally:
+        embed_first.pick({"code": Chunk.objects.none()}, 1)  # forget them
+
+
 # -- the report channel --------------------------------------------------------
 
 

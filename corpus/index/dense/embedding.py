@@ -371,41 +371,61 @@ def embed_chunks(
 class EmbedFirst:
     """Files a client asked about (a search hit, ``open_file``), whose pending
     chunks this process embeds before the rest (issue #17); the server sends
-    them to its indexing child (mcp_gateway.indexer_process). Bounded: the
-    most recent ``limit`` paths."""
+    them to its indexing child (mcp_gateway.indexer_process). The latest ask
+    goes first (a file asked again moves up; one ask's files in the order
+    given): taken in chunk id order instead, a file a client opened waited
+    behind every file asked before or after it with lower ids, for good
+    while searches kept asking (issue #37: 5 minutes and more on the
+    kernel's drivers/net with a search a second). Bounded: the most recent
+    ``limit`` paths."""
 
     def __init__(self, limit: int = 256) -> None:
-        self._paths: deque[str] = deque(maxlen=limit)
+        self._paths: deque[str] = deque(maxlen=limit)  # the latest ask last
         self._lock = threading.Lock()
 
     def add(self, rel_paths: Iterable[str]) -> None:
         with self._lock:
-            for path in rel_paths:
-                if path not in self._paths:
-                    self._paths.append(path)
+            for path in reversed(list(dict.fromkeys(rel_paths))):
+                with contextlib.suppress(ValueError):
+                    self._paths.remove(path)
+                self._paths.append(path)
 
     def pick(self, queues: Mapping[str, QuerySet[Chunk]], size: int) -> tuple[str, list[TextRow]] | None:
         """(kind, up to ``size`` pending (chunk_id, context, text)) of the
-        asked-about files, from the first of ``queues`` holding any; None
-        when none does, which forgets those files (all embedded)."""
+        asked-about files, the latest asked first, of one of ``queues``;
+        None when none holds any. Files with nothing pending are forgotten."""
         with self._lock:
-            paths = list(self._paths)
+            paths = list(reversed(self._paths))
         if not paths:
             return None
+        waiting: dict[str, list[tuple[int, str]]] = {}
         for kind, queue in queues.items():
-            rows = slices.texts(
-                queue.filter(representation__document__rel_path__in=paths)
-                .order_by("chunk_id")
-                .values_list("chunk_id", "context", *slices.FIELDS)[:size],
-                2,
+            found = queue.filter(representation__document__rel_path__in=paths).values_list(
+                "chunk_id", "representation__document__rel_path"
             )
-            if rows:
-                return kind, rows
+            for chunk_id, path in found:
+                waiting.setdefault(path, []).append((chunk_id, kind))
         with self._lock:
             for path in paths:
-                with contextlib.suppress(ValueError):
-                    self._paths.remove(path)
-        return None
+                if path not in waiting:
+                    with contextlib.suppress(ValueError):
+                        self._paths.remove(path)
+        if not waiting:
+            return None
+        first = min(waiting[next(p for p in paths if p in waiting)])[1]
+        ids: list[int] = []
+        for path in paths:
+            ids += sorted(cid for cid, kind in waiting.get(path, ()) if kind == first)[: size - len(ids)]
+            if len(ids) >= size:
+                break
+        rows = slices.texts(
+            queues[first]
+            .filter(chunk_id__in=ids)
+            .order_by("chunk_id")
+            .values_list("chunk_id", "context", *slices.FIELDS),
+            2,
+        )
+        return (first, rows) if rows else None
 
 
 #: This process's files to embed first.
