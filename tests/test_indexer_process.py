@@ -453,14 +453,42 @@ def test_a_stray_line_from_the_child_is_shown_not_lost():
     assert replay(json.dumps({"call": "__class__", "args": []}), Reporter(out)) is None
 
 
+class Clock:
+    """A clock a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_the_embedding_rate_follows_progress_and_restarts_with_a_new_job():
-    rate = _Rate(window=60)
-    rate.add({"embedded_ok": 0, "chunks_total": 100})
-    rate._points[0] = (rate._points[0][0] - 10, 0)  # ten seconds ago
-    rate.add({"embedded_ok": 50, "chunks_total": 100})
-    assert 4.5 < rate.per_second() < 5.5
-    rate.add({"embedded_ok": 10, "chunks_total": 100})  # a new job counts from zero
+    clock = Clock()
+    rate = _Rate(window=60, clock=clock)
+    for done in (0, 50, 100):  # a batch of 50 every ten seconds
+        rate.add({"embedded_ok": done, "chunks_total": 200})
+        clock.now += 10
+    assert rate.per_second() == pytest.approx(5.0)
+    rate.add({"embedded_ok": 10, "chunks_total": 200})  # a new job counts from zero
     assert rate.per_second() == 0.0
+
+
+def test_the_embedding_rate_counts_from_the_first_batch_stored_not_from_the_lexical_pass():
+    """A dense pass begins when the lexical one ends: counted from the
+    lexical pass's reports (nothing embedded) and the model's loading, the
+    first estimate on the kernel's drivers/net was 0.02 chunks/s, an ETA of
+    160 days for about an hour and a half (issue #37)."""
+    clock = Clock()
+    rate = _Rate(window=60, clock=clock)
+    for _ in range(40):  # the lexical pass's last reports: nothing embedded
+        rate.add({"embedded_ok": 0, "chunks_total": 10_000})
+        clock.now += 1
+    clock.now += 30  # the model loads, and the first batch is embedded
+    for done in (1, 257, 513, 769):  # then a batch of 256 every 6 seconds
+        rate.add({"embedded_ok": done, "chunks_total": 10_000})
+        clock.now += 6
+    assert rate.per_second() == pytest.approx(256 / 6)
 
 
 @pytest.mark.django_db(transaction=True)
