@@ -73,9 +73,8 @@ MAX_BACKOFF = 60.0
 HEALTHY_SECONDS = 60.0
 #: How often the server's dense indices take new vectors from the store.
 REFRESH_SECONDS = 0.5
-#: How many of the latest paths asked about are not sent again: the child takes
-#: the latest ask first, so a file asked again longer ago is sent to move it up.
-RECENT_ASKS = 32
+#: How many files asked about (search hits, open_file) the child keeps to embed first.
+EMBED_FIRST_MAX = 256
 #: Vectors added per hold of an index's lock: a search waits at most this many inserts.
 REFRESH_SLICE = 4
 
@@ -261,8 +260,8 @@ class IndexerSupervisor:
         self.unwritten = UnwrittenCount()
         self._proc: subprocess.Popen[str] | None = None
         self._stdin_lock = threading.Lock()
-        # Paths asked to be embedded first lately (not sent again).
-        self._asked: deque[str] = deque(maxlen=RECENT_ASKS)
+        # Paths already asked to be embedded first (recent ones only).
+        self._asked: deque[str] = deque(maxlen=EMBED_FIRST_MAX)
         self._outbox: queue.Queue[JsonObject] = queue.Queue(maxsize=64)
         self._thread = threading.Thread(
             target=self._supervise, name="dir2mcp-indexer-supervisor", daemon=True
@@ -305,17 +304,19 @@ class IndexerSupervisor:
                 return False
         return True
 
-    def embed_first(self, rel_paths: list[str]) -> bool:
+    def embed_first(self, rel_paths: list[str], *, again: bool = False) -> bool:
         """Ask the child to embed these files' pending chunks before the rest
-        (a client asked about them); nothing is sent once embedding is done."""
+        (a client asked about them); nothing is sent once embedding is done.
+        A path asked lately is sent again only ``again`` (a file opened: it
+        moves up, corpus.index.dense.embedding.EmbedFirst)."""
         if self.rate.complete():
             return False
-        fresh = [p for p in dict.fromkeys(rel_paths) if p not in self._asked]
+        fresh = [p for p in dict.fromkeys(rel_paths) if again or p not in self._asked]
         if not fresh:
             return False
-        self._asked.extend(fresh)
+        self._asked.extend(p for p in fresh if p not in self._asked)
         try:  # a request never waits on the pipe: the sender thread writes it
-            self._outbox.put_nowait({"op": "embed_first", "paths": fresh})
+            self._outbox.put_nowait({"op": "embed_first", "paths": fresh, "again": again})
         except queue.Full:
             return False
         return True
@@ -495,10 +496,10 @@ class IndexerThread:
         this process (mcp_gateway.reindex)."""
         return False
 
-    def embed_first(self, rel_paths: list[str]) -> bool:
+    def embed_first(self, rel_paths: list[str], *, again: bool = False) -> bool:
         if self.rate.complete() or not rel_paths:
             return False
-        embed_first.add(rel_paths)
+        embed_first.add(rel_paths, again=again)
         return True
 
     def describe(self) -> JsonObject:

@@ -387,7 +387,9 @@ def test_the_file_asked_about_last_is_embedded_first(tmp_path, state):
     """Taken in chunk id order, a file asked about waited behind every file
     asked before or after it with lower ids: on the kernel's drivers/net, a
     file opened while another client searched once a second waited more than
-    five minutes (issue #37)."""
+    five minutes (issue #37). A file asked again moves up only when opened:
+    moved up by every search that hit it again, the files of a client
+    searching in circles kept everything else waiting."""
     root = tmp_path / "root"
     root.mkdir()
     small_modules(root, 12)
@@ -412,7 +414,9 @@ def test_the_file_asked_about_last_is_embedded_first(tmp_path, state):
         embed_first.add([low])
         embed_first.add([high])  # asked last: first, though its chunks come last in the queue
         assert picked() == {high}
-        embed_first.add([low])  # asked again: first again
+        embed_first.add([low])  # a search hit again: keeps its place
+        assert picked() == {high}
+        embed_first.add([low], again=True)  # opened: first again
         assert picked() == {low}
     finally:
         embed_first.pick({"code": Chunk.objects.none()}, 1)  # forget them

@@ -376,17 +376,21 @@ class EmbedFirst:
     given): taken in chunk id order instead, a file a client opened waited
     behind every file asked before or after it with lower ids, for good
     while searches kept asking (issue #37: 5 minutes and more on the
-    kernel's drivers/net with a search a second). Bounded: the most recent
-    ``limit`` paths."""
+    kernel's drivers/net with a search a second). A file asked again keeps
+    its place unless ``again`` (a file opened): moved up on every search
+    that hit it, a client searching in circles kept everything else
+    waiting. Bounded: the most recent ``limit`` paths."""
 
     def __init__(self, limit: int = 256) -> None:
         self._paths: deque[str] = deque(maxlen=limit)  # the latest ask last
         self._lock = threading.Lock()
 
-    def add(self, rel_paths: Iterable[str]) -> None:
+    def add(self, rel_paths: Iterable[str], *, again: bool = False) -> None:
         with self._lock:
             for path in reversed(list(dict.fromkeys(rel_paths))):
-                with contextlib.suppress(ValueError):
+                if path in self._paths:
+                    if not again:
+                        continue
                     self._paths.remove(path)
                 self._paths.append(path)
 
