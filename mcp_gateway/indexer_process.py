@@ -191,16 +191,18 @@ class ChildLaunch:
 
 class _Rate:
     """Chunks embedded per second over the last ``window`` seconds (from
-    progress calls), counted from the first report in it that stored
-    something: the reports of a lexical pass, and the first batch's wait for
-    the model, stored nothing, and counted in they made the first estimate
-    of a dense pass after the lexical one 0.02 chunks/s on the kernel's
-    drivers/net, an ETA of 160 days for about an hour and a half (issue #37)."""
+    progress calls; the last two at least, when batches take longer), from
+    the first report of the job that stored something: the reports of a
+    lexical pass, and the first batch's wait for the model, stored nothing,
+    and counted in they made the first estimate of a dense pass after the
+    lexical one 0.02 chunks/s on the kernel's drivers/net, an ETA of 160
+    days for about an hour and a half (issue #37)."""
 
     def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.window = window
         self.clock = clock
         self._points: deque[tuple[float, int]] = deque()
+        self._stored = False  # whether this job has stored anything yet
         self.total = 0
         self.done = 0
 
@@ -210,8 +212,12 @@ class _Rate:
         now = self.clock()
         if self._points and done < self._points[-1][1]:
             self._points.clear()  # a new job counts from its own start
+            self._stored = False
+        if self._points and not self._stored and done > self._points[-1][1]:
+            self._points.clear()  # the first batch stored: count from here
+            self._stored = True
         self._points.append((now, done))
-        while self._points and now - self._points[0][0] > self.window:
+        while len(self._points) > 2 and now - self._points[0][0] > self.window:
             self._points.popleft()
         self.total, self.done = total, done
 
@@ -220,12 +226,9 @@ class _Rate:
         return bool(self.total) and self.done >= self.total
 
     def per_second(self) -> float:
-        points = list(self._points)
-        # from the first report that stored something (the end of a batch)
-        start = next((i for i in range(1, len(points)) if points[i][1] > points[i - 1][1]), len(points))
-        if len(points) - start < 2:
+        if len(self._points) < 2 or not self._stored:
             return 0.0
-        (t0, d0), (t1, d1) = points[start], points[-1]
+        (t0, d0), (t1, d1) = self._points[0], self._points[-1]
         return (d1 - d0) / (t1 - t0) if t1 > t0 else 0.0
 
 

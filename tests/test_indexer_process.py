@@ -493,6 +493,9 @@ def test_the_embedding_rate_counts_from_the_first_batch_stored_not_from_the_lexi
         rate.add({"embedded_ok": done, "chunks_total": 10_000})
         clock.now += 6
     assert rate.per_second() == pytest.approx(256 / 6)
+    clock.now += 120  # batches slower than the window: the last two reports
+    rate.add({"embedded_ok": 1025, "chunks_total": 10_000})
+    assert rate.per_second() == pytest.approx(256 / 126)
 
 
 @pytest.mark.django_db(transaction=True)
