@@ -24,8 +24,22 @@ repository and runs ``up --json`` on it, recording:
   shared machine the child's CPU per 1,000 files is the figure that holds,
   wall time is not. A pass not complete by ``--timeout`` is reported as far
   as it got;
-- with ``--embed local``: the dense rate over ``--dense-window`` seconds after
-  the lexical pass, and the ETA ``stats`` shows then.
+- with ``--embed local``, over ``--dense-window`` seconds from the end of the
+  lexical pass (the dense pass starts there): every ``--eta-interval``
+  seconds the chunks embedded, the rate and the ETA ``stats`` shows, each
+  ETA's rate (chunks left / ETA) against the rate achieved from it to the
+  next sample and to the window's end, its error in % (positive: the ETA
+  was too long), and beside it the rate of the five samples before (what a
+  five-minute window would have shown); the rate achieved and the child's
+  CPU seconds over the window; and embed-first (``--probes``): files of
+  5-400 chunks, none embedded, from the last half of the queue, opened
+  (``dir2mcp.open_file``) or searched for (their name, within their
+  folder: the hit files are asked for), one at a time, each timed from the
+  request until every chunk of the files asked about has its vector
+  (``meta.sqlite``, read-only), against the time the background pass would
+  have taken to reach them (their place in its queue at the window's rate);
+  and whether a search scoped to the file, for words no file holds, then
+  has hits (only the dense ranking can give them; none before).
 
     python bench/big_tree.py --work ~/.cache/dir2mcp-bench/big-tree --embed none
 
@@ -451,6 +465,14 @@ def eta_accuracy(track: list[dict]) -> list[dict]:
             "eta_seconds": s["eta_seconds"],
             "implied": round(implied, 2),
         }
+        if i >= 5 and track[i - 5]["eta_seconds"] is not None:  # five samples back, all in the pass
+            before = track[i - 5]
+            trailing = (s["embedded"] - before["embedded"]) / (s["seconds"] - before["seconds"])
+            achieved = (last["embedded"] - s["embedded"]) / (last["seconds"] - s["seconds"])
+            row["trailing_5"] = round(trailing, 2)
+            row["error_trailing_5_end_pct"] = (
+                round((achieved / trailing - 1) * 100, 1) if trailing > 0 else None
+            )
         for label, later in (("next", track[i + 1]), ("end", last)):
             achieved = (later["embedded"] - s["embedded"]) / (later["seconds"] - s["seconds"])
             row[f"achieved_{label}"] = round(achieved, 2)
@@ -460,13 +482,20 @@ def eta_accuracy(track: list[dict]) -> list[dict]:
 
 
 def dense_window_run(
-    server: Server, client: Mcp, state: Path, began: float, options: DenseOptions, peaks: dict[str, float]
+    server: Server,
+    client: Mcp,
+    state: Path,
+    began: float,
+    options: DenseOptions,
+    peaks: dict[str, float],
+    deadline: float,
 ) -> dict:
     """``options.window`` seconds of the dense pass from the end of the
     lexical one: the ETA `stats` shows every ``eta_interval`` seconds, and
-    ``probes`` files deep in the queue opened or searched for, one at a time."""
+    ``probes`` files deep in the queue opened or searched for, one at a time;
+    ended by ``deadline`` (``--timeout`` from the start) if that comes first."""
     queue = Queue(state)
-    end = time.monotonic() + options.window
+    end = min(time.monotonic() + options.window, deadline)
     track: list[dict] = []
     due = [time.monotonic()]
 
@@ -498,8 +527,8 @@ def dense_window_run(
     timed = [p["seconds"] for p in probes if p["seconds"] is not None]
     accuracy = eta_accuracy(track)
     errors = {
-        label: [abs(r[f"error_{label}_pct"]) for r in accuracy if r[f"error_{label}_pct"] is not None]
-        for label in ("next", "end")
+        label: [abs(r[f"error_{label}_pct"]) for r in accuracy if r.get(f"error_{label}_pct") is not None]
+        for label in ("next", "end", "trailing_5_end")
     }
     cpu = last["child_cpu_s"] - first["child_cpu_s"]
     dense = {
@@ -591,7 +620,7 @@ def run(
             ms, found = client.timed("dir2mcp.find", arguments)
             result[label] = {"ms": round(ms, 1), "matches": len(found.get("matches") or [])}
         if embed != "none":
-            found = dense_window_run(indexing, client, state, began, dense, peaks)
+            found = dense_window_run(indexing, client, state, began, dense, peaks, began + timeout)
             result["dense_track"], result["embed_first"] = found["track"], found["embed_first"]
             result["dense"] = found["dense"]
         else:
@@ -806,7 +835,12 @@ def main() -> None:
     parser.add_argument(
         "--probe-timeout", type=float, default=300.0, help="Seconds a probe's files may take to be embedded."
     )
-    parser.add_argument("--timeout", type=float, default=7200.0, help="Seconds before giving up.")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=7200.0,
+        help="Seconds before giving up (the dense window ends by it too).",
+    )
     parser.add_argument("--initialize", action="store_true", help="Measure only the time to initialize.")
     parser.add_argument("--tree", type=Path, help="With --initialize: this tree instead of the kernel.")
     parser.add_argument("--state", type=Path, help="With --initialize: an existing index of the tree.")
