@@ -474,6 +474,8 @@ def eta_accuracy(track: list[dict]) -> list[dict]:
                 round((achieved / trailing - 1) * 100, 1) if trailing > 0 else None
             )
         for label, later in (("next", track[i + 1]), ("end", last)):
+            if later["seconds"] - s["seconds"] < 30:  # the window's last sample can follow closely
+                continue
             achieved = (later["embedded"] - s["embedded"]) / (later["seconds"] - s["seconds"])
             row[f"achieved_{label}"] = round(achieved, 2)
             row[f"error_{label}_pct"] = round((achieved / implied - 1) * 100, 1) if achieved > 0 else None
