@@ -417,7 +417,8 @@ def probe(client: Mcp, queue: Queue, how: str, path: str, options: DenseOptions,
         "request_ms": round(request_ms, 1),
         "dense_hits_before": before,
     }
-    waited = None
+    waited = None if asked else 0.0  # no hit file had anything pending: nothing to wait for
+    result["nothing_pending"] = not asked
     while asked and time.monotonic() - began < options.probe_timeout:
         tick()
         if queue.pending(asked) == 0:
@@ -526,7 +527,7 @@ def dense_window_run(
     rate = (last["embedded"] - first["embedded"]) / elapsed if elapsed > 0 else 0.0
     for found in probes:  # where the background pass would have reached them at the window's rate
         found["background_seconds"] = round(found["position"] / rate, 1) if rate > 0 else None
-    timed = [p["seconds"] for p in probes if p["seconds"] is not None]
+    timed = [p["seconds"] for p in probes if p["seconds"] is not None and not p["nothing_pending"]]
     accuracy = eta_accuracy(track)
     errors = {
         label: [abs(r[f"error_{label}_pct"]) for r in accuracy if r.get(f"error_{label}_pct") is not None]
@@ -549,7 +550,7 @@ def dense_window_run(
     }
     embed_first = {
         "probes": probes,
-        "answered": f"{len(timed)} of {len(probes)}",
+        "answered": f"{len(timed)} of {sum(1 for p in probes if not p['nothing_pending'])}",
         "p50_seconds": round(statistics.median(timed), 1) if timed else None,
         "max_seconds": round(max(timed), 1) if timed else None,
         "dense_hits_after": sum(1 for p in probes if p["dense_hits_after"]),
