@@ -24,8 +24,22 @@ repository and runs ``up --json`` on it, recording:
   shared machine the child's CPU per 1,000 files is the figure that holds,
   wall time is not. A pass not complete by ``--timeout`` is reported as far
   as it got;
-- with ``--embed local``: the dense rate over ``--dense-window`` seconds after
-  the lexical pass, and the ETA ``stats`` shows then.
+- with ``--embed local``, over ``--dense-window`` seconds from the end of the
+  lexical pass (the dense pass starts there): every ``--eta-interval``
+  seconds the chunks embedded, the rate and the ETA ``stats`` shows, each
+  ETA's rate (chunks left / ETA) against the rate achieved from it to the
+  next sample and to the window's end, its error in % (positive: the ETA
+  was too long), and beside it the rate of the five samples before (what a
+  five-minute window would have shown); the rate achieved and the child's
+  CPU seconds over the window; and embed-first (``--probes``): files of
+  5-400 chunks, none embedded, from the last half of the queue, opened
+  (``dir2mcp.open_file``) or searched for (their name, within their
+  folder: the hit files are asked for), one at a time, each timed from the
+  request until every chunk of the files asked about has its vector
+  (``meta.sqlite``, read-only), against the time the background pass would
+  have taken to reach them (their place in its queue at the window's rate);
+  and whether a search scoped to the file, for words no file holds, then
+  has hits (only the dense ranking can give them; none before).
 
     python bench/big_tree.py --work ~/.cache/dir2mcp-bench/big-tree --embed none
 
@@ -56,21 +70,27 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
 
 from serving import Server, make_tree, peak_rss_mib, percentile  # noqa: E402  (bench/serving.py's)
+
+from corpus.index.dense.vectors import KINDS  # noqa: E402  (the background pass's order of kinds)
 
 TARBALL = Path("/usr/src/linux-source-6.12.tar.xz")
 STATELESS = "2026-07-28"
@@ -171,7 +191,7 @@ class Mcp:
         self.http = httpx.Client(timeout=300)
         self.next_id = 0
 
-    def post(self, method: str, params: dict, name: str = "") -> dict:
+    def post(self, method: str, params: dict, name: str = "", headers: dict | None = None) -> dict:
         self.next_id += 1
         body = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": {**params, "_meta": META}}
         headers = {
@@ -179,18 +199,23 @@ class Mcp:
             "Content-Type": "application/json",
             "MCP-Protocol-Version": STATELESS,
             "Mcp-Method": method,
+            **(headers or {}),
         }
         if name:
             headers["Mcp-Name"] = name
         response = self.http.post(self.url, headers=headers, content=json.dumps(body))
-        response.raise_for_status()
+        if response.status_code >= 400:
+            raise RuntimeError(f"{method} {name}: HTTP {response.status_code}: {response.text[:500]}")
         message = response.json()
         if "error" in message or message["result"].get("isError"):
             raise RuntimeError(json.dumps(message)[:500])
         return message["result"]
 
     def call(self, tool: str, arguments: dict) -> dict:
-        return self.post("tools/call", {"name": tool, "arguments": arguments}, name=tool)["structuredContent"]
+        # a 2026-07-28 client mirrors a rel_path as a header (an ASCII path is sent as is)
+        mirrored = {"Mcp-Param-Path": arguments["rel_path"]} if "rel_path" in arguments else {}
+        params = {"name": tool, "arguments": arguments}
+        return self.post("tools/call", params, name=tool, headers=mirrored)["structuredContent"]
 
     def timed(self, tool: str, arguments: dict) -> tuple[float, dict]:
         began = time.perf_counter()
@@ -268,8 +293,273 @@ def sizes(state: Path) -> dict:
     }
 
 
+# -- the dense pass: the ETA `stats` shows, and what an agent gets meanwhile -------
+
+
+@dataclass(frozen=True)
+class DenseOptions:
+    window: float  # seconds of the dense pass measured
+    eta_interval: float  # seconds between `stats` samples
+    probes: int  # files opened or searched for, one at a time
+    probe_timeout: float  # seconds a probe's files may take
+
+
+#: what `dir2mcp.search` can match in no file: a search scoped to one file
+#: with it has lexical hits in none, so any hit is the file's dense neighbour
+NO_WORDS = "zyxwvq plughqux frobnitzal"
+
+
+class Queue:
+    """The embedding queue as meta.sqlite holds it, read-only (the server
+    writes it): the background pass embeds the pending chunks kind by kind
+    (``KINDS``) and by chunk id within a kind (``_embed_batches``)."""
+
+    JOIN = (
+        "FROM chunks c JOIN representations r ON r.rep_id = c.representation_id "
+        "JOIN documents d ON d.doc_id = r.document_id"
+    )
+    LIVE_PENDING = "c.deleted = 0 AND r.deleted = 0 AND d.deleted = 0 AND c.embedding_status = 'pending'"
+
+    def __init__(self, state: Path):
+        self.db = sqlite3.connect(f"file:{state / 'meta.sqlite'}?mode=ro", uri=True, timeout=60)
+
+    def pending(self, paths: list[str]) -> int:
+        marks = ",".join("?" * len(paths))
+        sql = f"SELECT count(*) {self.JOIN} WHERE d.rel_path IN ({marks}) AND {self.LIVE_PENDING}"
+        return int(self.db.execute(sql, paths).fetchone()[0])
+
+    def position(self, paths: list[str]) -> int:
+        """Pending chunks the background pass embeds before it has every
+        pending chunk of ``paths`` (those chunks included)."""
+        marks = ",".join("?" * len(paths))
+        last = dict(
+            self.db.execute(
+                f"SELECT c.index_kind, max(c.chunk_id) {self.JOIN} "
+                f"WHERE d.rel_path IN ({marks}) AND {self.LIVE_PENDING} GROUP BY c.index_kind",
+                paths,
+            ).fetchall()
+        )
+        if not last:
+            return 0
+        final = max(last, key=KINDS.index)
+        queue = "SELECT count(*) FROM chunks WHERE deleted = 0 AND embedding_status = 'pending'"
+        ahead = sum(
+            int(self.db.execute(f"{queue} AND index_kind = ?", [kind]).fetchone()[0])
+            for kind in KINDS[: KINDS.index(final)]
+        )
+        mine = self.db.execute(f"{queue} AND index_kind = ? AND chunk_id <= ?", [final, last[final]])
+        return ahead + int(mine.fetchone()[0])
+
+    def deep_files(self, count: int, seed: int = 37) -> list[tuple[str, int]]:
+        """(path, pending chunks) of ``count`` files of 5-400 chunks, none
+        embedded, from the last half of the queue's last kind, in distinct
+        folders (seeded)."""
+        kind = KINDS[-1]
+        ids = self.db.execute(
+            "SELECT min(chunk_id), max(chunk_id) FROM chunks "
+            "WHERE deleted = 0 AND embedding_status = 'pending' AND index_kind = ?",
+            [kind],
+        ).fetchone()
+        if ids[0] is None:
+            return []
+        middle = (ids[0] + ids[1]) // 2
+        rows = self.db.execute(
+            f"SELECT d.rel_path, count(*), sum(c.embedding_status = 'pending') {self.JOIN} "
+            "WHERE c.deleted = 0 AND c.index_kind = ? AND c.chunk_id > ? GROUP BY d.doc_id",
+            [kind, middle],
+        ).fetchall()
+        whole = [(path, n) for path, n, pending in rows if 5 <= n <= 400 and pending == n]
+        random.Random(seed).shuffle(whole)
+        picked: list[tuple[str, int]] = []
+        folders: set[str] = set()
+        for path, n in whole:
+            folder = path.rsplit("/", 1)[0]
+            if folder not in folders:
+                folders.add(folder)
+                picked.append((path, n))
+            if len(picked) == count:
+                break
+        return picked
+
+
+def scoped_dense_hits(client: Mcp, path: str) -> int:
+    """Hits of a search scoped to ``path`` for words no file holds: its
+    chunks that have vectors the dense ranking read (0 while none has)."""
+    found = client.call("dir2mcp.search", {"query": NO_WORDS, "k": 5, "path_prefix": path})
+    return sum(1 for hit in found["hits"] if hit["rel_path"] == path)
+
+
+def probe(client: Mcp, queue: Queue, how: str, path: str, options: DenseOptions, tick) -> dict:
+    """Ask about ``path`` as an agent would (``open``: dir2mcp.open_file;
+    ``search``: a search for its name within its folder, whose hit files the
+    server asks to embed first) and time until every chunk of the files asked
+    about has its vector; ``tick`` runs while waiting (the ETA samples)."""
+    before = scoped_dense_hits(client, path)
+    folder, _, name = path.rpartition("/")
+    if how == "open":
+        began = time.monotonic()
+        client.call("dir2mcp.open_file", {"rel_path": path, "max_chars": 2000})
+        asked = [path]
+    else:
+        words = name.rsplit(".", 1)[0].replace("_", " ").replace("-", " ")
+        began = time.monotonic()
+        found = client.call("dir2mcp.search", {"query": words, "k": 10, "path_prefix": folder + "/"})
+        asked = list(dict.fromkeys(hit["rel_path"] for hit in found["hits"]))
+    request_ms = (time.monotonic() - began) * 1000
+    pending = {p: queue.pending([p]) for p in asked}
+    asked = [p for p, n in pending.items() if n]  # a hit file embedded already is not waited for
+    result = {
+        "how": how,
+        "path": path,
+        "files": len(asked),
+        "chunks": sum(pending[p] for p in asked),
+        "position": queue.position(asked) if asked else 0,
+        "request_ms": round(request_ms, 1),
+        "dense_hits_before": before,
+    }
+    waited = None if asked else 0.0  # no hit file had anything pending: nothing to wait for
+    result["nothing_pending"] = not asked
+    while asked and time.monotonic() - began < options.probe_timeout:
+        tick()
+        if queue.pending(asked) == 0:
+            waited = time.monotonic() - began
+            break
+        time.sleep(0.25)
+    result["seconds"] = round(waited, 1) if waited is not None else None
+    result["dense_hits_after"] = scoped_dense_hits(client, path) if path in asked or how == "open" else None
+    return result
+
+
+def eta_sample(client: Mcp, server: Server, began: float) -> dict:
+    t = time.monotonic()
+    dense = client.call("dir2mcp.stats", {})["indexer"]["dense"]
+    cpu = progress(server, began)
+    return {
+        "seconds": round(t - began, 1),
+        "stats_ms": round((time.monotonic() - t) * 1000),
+        "embedded": dense["embedded"],
+        "total": dense["total"],
+        "rate_per_second": dense["rate_per_second"],
+        "eta_seconds": dense["eta_seconds"],
+        "child_cpu_s": cpu["child_cpu_s"],
+        "server_cpu_s": cpu["server_cpu_s"],
+        "load": cpu["load"],
+    }
+
+
+def eta_accuracy(track: list[dict]) -> list[dict]:
+    """Each ETA `stats` showed against the rate achieved after it: the rate
+    the ETA implies (chunks left / ETA) against the chunks embedded per
+    second from that sample to the next one and to the window's end; the
+    error is the ETA's, against the time those chunks would take at the rate
+    achieved (positive: the ETA was too long)."""
+    found = []
+    last = track[-1]
+    for i, s in enumerate(track[:-1]):
+        left = s["total"] - s["embedded"]
+        if not s["eta_seconds"] or left <= 0:
+            continue
+        implied = left / s["eta_seconds"]
+        row = {
+            "seconds": s["seconds"],
+            "left": left,
+            "eta_seconds": s["eta_seconds"],
+            "implied": round(implied, 2),
+        }
+        if i >= 5 and track[i - 5]["eta_seconds"] is not None:  # five samples back, all in the pass
+            before = track[i - 5]
+            trailing = (s["embedded"] - before["embedded"]) / (s["seconds"] - before["seconds"])
+            achieved = (last["embedded"] - s["embedded"]) / (last["seconds"] - s["seconds"])
+            row["trailing_5"] = round(trailing, 2)
+            row["error_trailing_5_end_pct"] = (
+                round((achieved / trailing - 1) * 100, 1) if trailing > 0 else None
+            )
+        for label, later in (("next", track[i + 1]), ("end", last)):
+            if later["seconds"] - s["seconds"] < 30:  # the window's last sample can follow closely
+                continue
+            achieved = (later["embedded"] - s["embedded"]) / (later["seconds"] - s["seconds"])
+            row[f"achieved_{label}"] = round(achieved, 2)
+            row[f"error_{label}_pct"] = round((achieved / implied - 1) * 100, 1) if achieved > 0 else None
+        found.append(row)
+    return found
+
+
+def dense_window_run(
+    server: Server,
+    client: Mcp,
+    state: Path,
+    began: float,
+    options: DenseOptions,
+    peaks: dict[str, float],
+    deadline: float,
+) -> dict:
+    """``options.window`` seconds of the dense pass from the end of the
+    lexical one: the ETA `stats` shows every ``eta_interval`` seconds, and
+    ``probes`` files deep in the queue opened or searched for, one at a time;
+    ended by ``deadline`` (``--timeout`` from the start) if that comes first."""
+    queue = Queue(state)
+    end = min(time.monotonic() + options.window, deadline)
+    track: list[dict] = []
+    due = [time.monotonic()]
+
+    def tick() -> None:
+        if time.monotonic() >= due[0]:
+            track.append(eta_sample(client, server, began))
+            say("dense " + json.dumps(track[-1]))
+            due[0] += options.eta_interval
+        sample(server, peaks)
+
+    files = queue.deep_files(options.probes)
+    say(f"embed-first probes: {files}")
+    probes: list[dict] = []
+    while time.monotonic() < end:
+        tick()
+        # the first probe once `stats` has a rate, then one after another
+        if files and len(track) >= 2 and time.monotonic() < end - 30:
+            path, _ = files.pop(0)
+            how = "open" if len(probes) % 2 == 0 else "search"
+            probes.append(probe(client, queue, how, path, options, tick))
+            say("probe " + json.dumps(probes[-1]))
+        time.sleep(0.5)
+    track.append(eta_sample(client, server, began))
+    first, last = track[0], track[-1]
+    elapsed = last["seconds"] - first["seconds"]
+    rate = (last["embedded"] - first["embedded"]) / elapsed if elapsed > 0 else 0.0
+    for found in probes:  # where the background pass would have reached them at the window's rate
+        found["background_seconds"] = round(found["position"] / rate, 1) if rate > 0 else None
+    timed = [p["seconds"] for p in probes if p["seconds"] is not None and not p["nothing_pending"]]
+    accuracy = eta_accuracy(track)
+    errors = {
+        label: [abs(r[f"error_{label}_pct"]) for r in accuracy if r.get(f"error_{label}_pct") is not None]
+        for label in ("next", "end", "trailing_5_end")
+    }
+    cpu = last["child_cpu_s"] - first["child_cpu_s"]
+    dense = {
+        **{k: last[k] for k in ("embedded", "total", "rate_per_second", "eta_seconds")},
+        "window_seconds": round(elapsed, 1),
+        "embedded_in_window": last["embedded"] - first["embedded"],
+        "rate_achieved": round(rate, 2),
+        "child_cpu_s": round(cpu, 1),
+        "chunks_per_child_cpu_s": round((last["embedded"] - first["embedded"]) / cpu, 2) if cpu > 0 else None,
+        "eta_abs_error_pct": {
+            label: {"median": round(statistics.median(v), 1), "max": round(max(v), 1), "n": len(v)}
+            for label, v in errors.items()
+            if v
+        },
+        "load": [min(s["load"] for s in track), max(s["load"] for s in track)],
+    }
+    embed_first = {
+        "probes": probes,
+        "answered": f"{len(timed)} of {sum(1 for p in probes if not p['nothing_pending'])}",
+        "p50_seconds": round(statistics.median(timed), 1) if timed else None,
+        "max_seconds": round(max(timed), 1) if timed else None,
+        "dense_hits_after": sum(1 for p in probes if p["dense_hits_after"]),
+    }
+    return {"track": {"samples": track, "accuracy": accuracy}, "embed_first": embed_first, "dense": dense}
+
+
 def run(
-    tree: Path, work: Path, embed: str, dense_window: float, timeout: float, processes: str = "auto"
+    tree: Path, work: Path, embed: str, dense: DenseOptions, timeout: float, processes: str = "auto"
 ) -> dict:
     state = work / f"state-{embed}-{processes}"
     shutil.rmtree(state, ignore_errors=True)
@@ -333,14 +623,11 @@ def run(
             ms, found = client.timed("dir2mcp.find", arguments)
             result[label] = {"ms": round(ms, 1), "matches": len(found.get("matches") or [])}
         if embed != "none":
-            window_end = time.monotonic() + dense_window
-            while time.monotonic() < window_end:
-                sample(indexing, peaks)
-                time.sleep(2.0)
-            stats = client.call("dir2mcp.stats", {})
-            result["dense"] = stats["indexer"]["dense"]
+            found = dense_window_run(indexing, client, state, began, dense, peaks, began + timeout)
+            result["dense_track"], result["embed_first"] = found["track"], found["embed_first"]
+            result["dense"] = found["dense"]
         else:
-            time.sleep(min(30.0, dense_window))
+            time.sleep(min(30.0, dense.window))
         searcher.halt.set()
         searcher.join()
         result["search"] = searcher.summary()
@@ -542,7 +829,21 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "dir2mcp-bench" / "big-tree")
     parser.add_argument("--embed", default="none", help="embed.provider: none (lexical only) or local.")
     parser.add_argument("--dense-window", type=float, default=300.0, help="Seconds of dense work measured.")
-    parser.add_argument("--timeout", type=float, default=7200.0, help="Seconds before giving up.")
+    parser.add_argument(
+        "--eta-interval", type=float, default=60.0, help="Seconds between `stats` ETA samples."
+    )
+    parser.add_argument(
+        "--probes", type=int, default=6, help="Files opened or searched for during the window."
+    )
+    parser.add_argument(
+        "--probe-timeout", type=float, default=300.0, help="Seconds a probe's files may take to be embedded."
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=7200.0,
+        help="Seconds before giving up (the dense window ends by it too).",
+    )
     parser.add_argument("--initialize", action="store_true", help="Measure only the time to initialize.")
     parser.add_argument("--tree", type=Path, help="With --initialize: this tree instead of the kernel.")
     parser.add_argument("--state", type=Path, help="With --initialize: an existing index of the tree.")
@@ -582,7 +883,8 @@ def main() -> None:
     if not args.skip_floor:
         print(json.dumps({"floor_read": floor_read(tree)}), flush=True)
     for processes in args.prepare_processes:
-        found = run(tree, args.work, args.embed, args.dense_window, args.timeout, processes)
+        dense = DenseOptions(args.dense_window, args.eta_interval, args.probes, args.probe_timeout)
+        found = run(tree, args.work, args.embed, dense, args.timeout, processes)
         print(json.dumps(found), flush=True)
 
 

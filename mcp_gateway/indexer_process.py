@@ -190,22 +190,34 @@ class ChildLaunch:
 
 
 class _Rate:
-    """Chunks embedded per second over the last minute (from progress calls)."""
+    """Chunks embedded per second over the last ``window`` seconds (from
+    progress calls; the last two at least, when batches take longer), from
+    the first report of the job that stored something: the reports of a
+    lexical pass, and the first batch's wait for the model, stored nothing,
+    and counted in they made the first estimate of a dense pass after the
+    lexical one 0.02 chunks/s on the kernel's drivers/net, an ETA of 160
+    days for about an hour and a half (issue #37)."""
 
-    def __init__(self, window: float = 60.0) -> None:
+    def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.window = window
+        self.clock = clock
         self._points: deque[tuple[float, int]] = deque()
+        self._stored = False  # whether this job has stored anything yet
         self.total = 0
         self.done = 0
 
     def add(self, counters: JsonObject) -> None:
         done = int(counters.get("embedded_ok") or 0)
         total = int(counters.get("chunks_total") or 0)
-        now = time.monotonic()
+        now = self.clock()
         if self._points and done < self._points[-1][1]:
             self._points.clear()  # a new job counts from its own start
+            self._stored = False
+        if self._points and not self._stored and done > self._points[-1][1]:
+            self._points.clear()  # the first batch stored: count from here
+            self._stored = True
         self._points.append((now, done))
-        while self._points and now - self._points[0][0] > self.window:
+        while len(self._points) > 2 and now - self._points[0][0] > self.window:
             self._points.popleft()
         self.total, self.done = total, done
 
@@ -214,7 +226,7 @@ class _Rate:
         return bool(self.total) and self.done >= self.total
 
     def per_second(self) -> float:
-        if len(self._points) < 2:
+        if len(self._points) < 2 or not self._stored:
             return 0.0
         (t0, d0), (t1, d1) = self._points[0], self._points[-1]
         return (d1 - d0) / (t1 - t0) if t1 > t0 else 0.0
@@ -295,17 +307,19 @@ class IndexerSupervisor:
                 return False
         return True
 
-    def embed_first(self, rel_paths: list[str]) -> bool:
+    def embed_first(self, rel_paths: list[str], *, again: bool = False) -> bool:
         """Ask the child to embed these files' pending chunks before the rest
-        (a client asked about them); nothing is sent once embedding is done."""
+        (a client asked about them); nothing is sent once embedding is done.
+        A path asked lately is sent again only ``again`` (a file opened: it
+        moves up, corpus.index.dense.embedding.EmbedFirst)."""
         if self.rate.complete():
             return False
-        fresh = [p for p in dict.fromkeys(rel_paths) if p not in self._asked]
+        fresh = [p for p in dict.fromkeys(rel_paths) if again or p not in self._asked]
         if not fresh:
             return False
-        self._asked.extend(fresh)
+        self._asked.extend(p for p in fresh if p not in self._asked)
         try:  # a request never waits on the pipe: the sender thread writes it
-            self._outbox.put_nowait({"op": "embed_first", "paths": fresh})
+            self._outbox.put_nowait({"op": "embed_first", "paths": fresh, "again": again})
         except queue.Full:
             return False
         return True
@@ -485,10 +499,10 @@ class IndexerThread:
         this process (mcp_gateway.reindex)."""
         return False
 
-    def embed_first(self, rel_paths: list[str]) -> bool:
+    def embed_first(self, rel_paths: list[str], *, again: bool = False) -> bool:
         if self.rate.complete() or not rel_paths:
             return False
-        embed_first.add(rel_paths)
+        embed_first.add(rel_paths, again=again)
         return True
 
     def describe(self) -> JsonObject:

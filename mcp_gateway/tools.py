@@ -234,13 +234,13 @@ def _within_budget(call: Call, result: SearchResult, max_tokens: int) -> JsonObj
     }
 
 
-def _embed_first(ctx: Context, rel_paths: list[str]) -> None:
+def _embed_first(ctx: Context, rel_paths: list[str], *, again: bool = False) -> None:
     """Files a client asks about are embedded before the rest (issue #17):
     ask the indexer (the child process, or the thread in this process) while
-    embedding is not complete."""
+    embedding is not complete; ``again``: ahead of the files asked since."""
     supervisor = getattr(ctx, "indexer", None)
     if supervisor is not None and rel_paths:
-        supervisor.embed_first(rel_paths)
+        supervisor.embed_first(rel_paths, again=again)
 
 
 def ask(call: Call, args: JsonObject) -> JsonObject:
@@ -275,7 +275,7 @@ def _retrieved(call: Call, found: SearchResult, *, generating: bool) -> None:
 
 def open_file(call: Call, args: JsonObject) -> JsonObject:
     keys = ("start_line", "end_line", "page", "start_ms", "end_ms", "max_chars")
-    _embed_first(call.ctx, [args["rel_path"]])
+    _embed_first(call.ctx, [args["rel_path"]], again=True)  # a file opened goes first
     return files.open_file(
         call.ctx.engine,
         rel_path=args["rel_path"],

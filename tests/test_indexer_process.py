@@ -382,6 +382,48 @@ def test_files_a_client_asked_about_are_embedded_first(tmp_path, state):
     assert embed_first.pick({"code": Chunk.objects.none()}, 4) is None  # forgotten once embedded
 
 
+@pytest.mark.django_db
+def test_the_file_asked_about_last_is_embedded_first(tmp_path, state):
+    """Taken in chunk id order, a file asked about waited behind every file
+    asked before or after it with lower ids: on the kernel's drivers/net, a
+    file opened while another client searched once a second waited more than
+    five minutes (issue #37). A file asked again moves up only when opened:
+    moved up by every search that hit it again, the files of a client
+    searching in circles kept everything else waiting. The batch holds the
+    latest file alone: filled up with the other asked files, it took as long
+    as any batch (256 chunks, a minute at 5 chunks/s under load)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    small_modules(root, 12)
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    index_directory(root, state=state, config=config, embedder=None)  # every chunk pending
+    pending = Chunk.objects.filter(deleted=False, embedding_status="pending")
+    queues = {kind: pending.filter(index_kind=kind) for kind in ("text", "code")}
+    by_id = sorted(
+        pending.filter(index_kind="code").values_list("chunk_id", "representation__document__rel_path")
+    )
+    low, high = by_id[0][1], by_id[-1][1]
+
+    def picked() -> set[str]:
+        kind, rows = embed_first.pick(queues, 64) or ("", [])
+        return set(
+            Chunk.objects.filter(chunk_id__in=[r[0] for r in rows]).values_list(
+                "representation__document__rel_path", flat=True
+            )
+        )
+
+    try:
+        embed_first.add([low])
+        embed_first.add([high])  # asked last: first, though its chunks come last in the queue
+        assert picked() == {high}  # alone: a batch of the file asked about is done sooner
+        embed_first.add([low])  # a search hit again: keeps its place
+        assert picked() == {high}
+        embed_first.add([low], again=True)  # opened: first again
+        assert picked() == {low}
+    finally:
+        embed_first.pick({"code": Chunk.objects.none()}, 1)  # forget them
+
+
 # -- the report channel --------------------------------------------------------
 
 
@@ -417,14 +459,45 @@ def test_a_stray_line_from_the_child_is_shown_not_lost():
     assert replay(json.dumps({"call": "__class__", "args": []}), Reporter(out)) is None
 
 
+class Clock:
+    """A clock a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_the_embedding_rate_follows_progress_and_restarts_with_a_new_job():
-    rate = _Rate(window=60)
-    rate.add({"embedded_ok": 0, "chunks_total": 100})
-    rate._points[0] = (rate._points[0][0] - 10, 0)  # ten seconds ago
-    rate.add({"embedded_ok": 50, "chunks_total": 100})
-    assert 4.5 < rate.per_second() < 5.5
-    rate.add({"embedded_ok": 10, "chunks_total": 100})  # a new job counts from zero
+    clock = Clock()
+    rate = _Rate(window=60, clock=clock)
+    for done in (0, 50, 100):  # a batch of 50 every ten seconds
+        rate.add({"embedded_ok": done, "chunks_total": 200})
+        clock.now += 10
+    assert rate.per_second() == pytest.approx(5.0)
+    rate.add({"embedded_ok": 10, "chunks_total": 200})  # a new job counts from zero
     assert rate.per_second() == 0.0
+
+
+def test_the_embedding_rate_counts_from_the_first_batch_stored_not_from_the_lexical_pass():
+    """A dense pass begins when the lexical one ends: counted from the
+    lexical pass's reports (nothing embedded) and the model's loading, the
+    first estimate on the kernel's drivers/net was 0.02 chunks/s, an ETA of
+    160 days for about an hour and a half (issue #37)."""
+    clock = Clock()
+    rate = _Rate(window=60, clock=clock)
+    for _ in range(40):  # the lexical pass's last reports: nothing embedded
+        rate.add({"embedded_ok": 0, "chunks_total": 10_000})
+        clock.now += 1
+    clock.now += 30  # the model loads, and the first batch is embedded
+    for done in (1, 257, 513, 769):  # then a batch of 256 every 6 seconds
+        rate.add({"embedded_ok": done, "chunks_total": 10_000})
+        clock.now += 6
+    assert rate.per_second() == pytest.approx(256 / 6)
+    clock.now += 120  # batches slower than the window: the last two reports
+    rate.add({"embedded_ok": 1025, "chunks_total": 10_000})
+    assert rate.per_second() == pytest.approx(256 / 126)
 
 
 @pytest.mark.django_db(transaction=True)

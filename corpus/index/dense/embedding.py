@@ -372,41 +372,64 @@ def embed_chunks(
 class EmbedFirst:
     """Files a client asked about (a search hit, ``open_file``), whose pending
     chunks this process embeds before the rest (issue #17); the server sends
-    them to its indexing child (mcp_gateway.indexer_process). Bounded: the
-    most recent ``limit`` paths."""
+    them to its indexing child (mcp_gateway.indexer_process). The latest ask
+    goes first (a file asked again moves up; one ask's files in the order
+    given): taken in chunk id order instead, a file a client opened waited
+    behind every file asked before or after it with lower ids, for good
+    while searches kept asking (issue #37: 5 minutes and more on the
+    kernel's drivers/net with a search a second). A file asked again keeps
+    its place unless ``again`` (a file opened): moved up on every search
+    that hit it, a client searching in circles kept everything else
+    waiting. Bounded: the most recent ``limit`` paths."""
 
     def __init__(self, limit: int = 256) -> None:
-        self._paths: deque[str] = deque(maxlen=limit)
+        self._paths: deque[str] = deque(maxlen=limit)  # the latest ask last
         self._lock = threading.Lock()
 
-    def add(self, rel_paths: Iterable[str]) -> None:
+    def add(self, rel_paths: Iterable[str], *, again: bool = False) -> None:
         with self._lock:
-            for path in rel_paths:
-                if path not in self._paths:
-                    self._paths.append(path)
+            for path in reversed(list(dict.fromkeys(rel_paths))):
+                if path in self._paths:
+                    if not again:
+                        continue
+                    self._paths.remove(path)
+                self._paths.append(path)
 
     def pick(self, queues: Mapping[str, QuerySet[Chunk]], size: int) -> tuple[str, list[TextRow]] | None:
         """(kind, up to ``size`` pending (chunk_id, context, text)) of the
-        asked-about files, from the first of ``queues`` holding any; None
-        when none does, which forgets those files (all embedded)."""
+        latest asked file with any in ``queues``; None when none has. Files
+        with nothing pending are forgotten."""
         with self._lock:
-            paths = list(self._paths)
+            paths = list(reversed(self._paths))
         if not paths:
             return None
+        waiting: dict[str, list[tuple[int, str]]] = {}
         for kind, queue in queues.items():
-            rows = slices.texts(
-                queue.filter(representation__document__rel_path__in=paths)
-                .order_by("chunk_id")
-                .values_list("chunk_id", "context", *slices.FIELDS)[:size],
-                2,
+            found = queue.filter(representation__document__rel_path__in=paths).values_list(
+                "chunk_id", "representation__document__rel_path"
             )
-            if rows:
-                return kind, rows
+            for chunk_id, path in found:
+                waiting.setdefault(path, []).append((chunk_id, kind))
         with self._lock:
             for path in paths:
-                with contextlib.suppress(ValueError):
-                    self._paths.remove(path)
-        return None
+                if path not in waiting:
+                    with contextlib.suppress(ValueError):
+                        self._paths.remove(path)
+        if not waiting:
+            return None
+        # The latest asked file alone: filled up with other asked files, its
+        # batch took as long as any (a minute at 5 chunks/s on a loaded machine).
+        latest = waiting[next(p for p in paths if p in waiting)]
+        first = min(latest)[1]
+        ids = sorted(cid for cid, kind in latest if kind == first)[:size]
+        rows = slices.texts(
+            queues[first]
+            .filter(chunk_id__in=ids)
+            .order_by("chunk_id")
+            .values_list("chunk_id", "context", *slices.FIELDS),
+            2,
+        )
+        return (first, rows) if rows else None
 
 
 #: This process's files to embed first.

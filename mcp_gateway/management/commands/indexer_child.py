@@ -72,7 +72,8 @@ class _Requests:
                     log.warning("indexer: ignoring a request that is not JSON")
                     continue
                 if isinstance(request, dict) and request.get("op") == "embed_first":
-                    embed_first.add(str(p) for p in request.get("paths") or [])
+                    paths = [str(p) for p in request.get("paths") or []]
+                    embed_first.add(paths, again=bool(request.get("again")))
                 elif isinstance(request, dict) and request.get("op") == "reindex":
                     thread = threading.Thread(
                         target=self.reindex,
