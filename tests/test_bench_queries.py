@@ -4,13 +4,27 @@ sample's targets."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import corpora  # noqa: E402  (bench/ is scripts, not a package: its folder goes on the path first)
+
+def _script(name: str) -> ModuleType:
+    """A bench/ script as a module: bench/ is scripts, not a package."""
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+corpora = _script("corpora")
 
 
 @pytest.mark.parametrize(
