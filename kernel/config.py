@@ -37,7 +37,7 @@ from pydantic import (
 
 from kernel import config_trust, errors, secret_scan
 from kernel.config_base import Section, Switch
-from kernel.jsontypes import JsonObject, JsonValue
+from kernel.jsontypes import JsonObject, JsonValue, walk
 from kernel.x402_config import X402Config, layer_switches, merged_switches
 
 CONFIG_FILENAME = ".dir2mcp.yaml"
@@ -970,18 +970,7 @@ def read_config_text(path: Path) -> str:
 def _more_values_than(data: object, limit: int) -> bool:
     """Whether ``data`` holds more than ``limit`` values, each alias's
     counted again; stops counting past ``limit``."""
-    pending, seen = [data], 0
-    while pending:
-        seen += 1
-        if seen > limit:
-            return True
-        value = pending.pop()
-        if isinstance(value, dict):
-            pending.extend(value.keys())
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-    return False
+    return any(seen > limit for seen, _ in enumerate(walk(data), start=1))
 
 
 def _unreadable(path: Path, why: object) -> errors.Dir2mcpError:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from django.http.response import ResponseHeaders
 
 from kernel import errors
-from kernel.jsontypes import JsonObject, JsonValue
+from kernel.jsontypes import JsonObject, JsonValue, walk
 
 LATEST_VERSION = "2025-11-25"
 # Every version we speak; the header may carry any of them (the v0.1.16
@@ -276,18 +276,7 @@ def loads(raw: bytes | str) -> JsonValue:
 
 
 def _holds_surrogate(data: object) -> bool:
-    pending = [data]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                return True
-        elif isinstance(value, dict):
-            pending.extend(value.keys())
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-    return False
+    return any(isinstance(value, str) and _SURROGATE.search(value) for value in walk(data))
 
 
 def parse_message(body: bytes) -> Message:
