@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.mcp_http import REPO, base_env
+from tests.test_cli import cli
 from tests.test_lexical import CONSOLE
 
 #: Opens the store of argv[1] (the root) as every command does, then runs
@@ -115,14 +116,7 @@ SCRIPT = textwrap.dedent(
 
 
 def reindex(root: Path) -> None:
-    indexed = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "reindex", "--dir", str(root)],
-        cwd=REPO,
-        env=base_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    indexed = cli("reindex", "--dir", str(root), timeout=300)
     assert indexed.returncode == 0, indexed.stderr
 
 
