@@ -144,9 +144,11 @@ def start_background_indexing(
             on_progress=refresher.wake,
         ).start()
         ctx.indexer, ctx.indexer_mode = supervisor, "process"
+        notify.HUB.take_asks(supervisor.embed_first)  # other processes' clients ask too
         return supervisor
     thread = IndexerThread()
     ctx.indexer, ctx.indexer_mode = thread, "thread"
+    notify.HUB.take_asks(thread.embed_first)
     return thread.start(
         _index_in_background,
         ctx,

@@ -21,6 +21,12 @@ the changes into MCP notifications for the sessions it holds a stream for:
 A file saved ten times in a second gives at most two ``updated`` (the first
 at once, the rest folded into one at the end of :data:`DEBOUNCE_SECONDS`).
 ``resources/subscribe`` and ``unsubscribe`` are answered here too.
+
+The same group carries asks the other way: a process that does not index
+(a serving-only daphne beside the ``up`` that does, on another machine or
+not) sends the files its clients searched or opened (:meth:`Hub.ask`), and
+the process whose indexer embeds (:meth:`Hub.take_asks`) embeds them first,
+as it does for its own clients (issue #17, docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -68,6 +75,15 @@ MAX_URI_CHARS = 2048
 
 CHANGED = "dir2mcp.changed"  # the layer's message types (channels routes on "type")
 ENDED = "dir2mcp.session_ended"
+ASKED = "dir2mcp.embed_first"
+
+#: Paths one ask carries (a search's hits, an opened file); more are dropped.
+ASK_PATHS_MAX = 64
+#: The longest path an ask carries (longer ones are no file of the corpus).
+ASK_PATH_CHARS = 4096
+#: Paths a process remembers having asked for lately: asked again, they are
+#: not sent again (unless opened: ``again``).
+ASKED_RECENT = 256
 
 
 def updated(uri: str) -> JsonObject:
@@ -203,6 +219,12 @@ class _Debouncer:
         return max(0.0, min(self._held.values()) - now) if self._held else None
 
 
+class Asks(Protocol):
+    """Where this process takes asks to embed files first (``RunningIndexer.embed_first``)."""
+
+    def __call__(self, rel_paths: list[str], *, again: bool = False) -> bool: ...
+
+
 class Hub:
     """This process's end of the fan-out: the group listener and the sinks it feeds."""
 
@@ -218,6 +240,8 @@ class Hub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._group = ""
         self.listening = threading.Event()
+        self._asks: Asks | None = None
+        self._asked: deque[str] = deque(maxlen=ASKED_RECENT)
 
     # -- lifecycle --
 
@@ -283,6 +307,28 @@ class Hub:
     async def _send(self, message: JsonObject) -> None:
         await get_channel_layer().group_send(self._group, message)
 
+    # -- embed-first asks --
+
+    def take_asks(self, handler: Asks) -> None:
+        """This process embeds: ``handler(rel_paths, again)`` gets the files
+        other processes' clients asked about (``RunningIndexer.embed_first``)."""
+        self._asks = handler
+        if cross_process():  # else no other process can ask: no listener needed for it
+            self.start()
+
+    def ask(self, rel_paths: Iterable[str], *, again: bool = False) -> None:
+        """This process does not embed: ask the one that does, through the
+        layer, to embed these files first. Only where the layer reaches other
+        processes (Redis); a path asked lately is not sent again unless
+        ``again`` (a file opened moves up). Never blocks, never raises."""
+        if not cross_process():
+            return
+        with self._lock:
+            fresh = [p for p in dict.fromkeys(rel_paths) if again or p not in self._asked]
+            self._asked.extend(p for p in fresh if p not in self._asked)
+        if fresh:
+            self.publish({"type": ASKED, "paths": fresh[:ASK_PATHS_MAX], "again": again})
+
     # -- sinks --
 
     def attach(self, key: str, sink: Sink, local: LocalSubscriptions | None = None) -> None:
@@ -325,6 +371,8 @@ class Hub:
             sink = self.sink(str(message.get("session")))
             if sink is not None:
                 sink.close()
+        elif message and message.get("type") == ASKED:
+            self._asked_here(message)
         elif message and message.get("type") == CHANGED:
             paths = {p for p in message.get("paths", ()) if self._debounce.offer(("path", p), now)}
             listing = listing or (bool(message.get("listing")) and self._debounce.offer("list", now))
@@ -335,6 +383,14 @@ class Hub:
                 paths.add(key[1])
         if paths or listing:
             self._fan_out(paths, listing)
+
+    def _asked_here(self, message: JsonObject) -> None:
+        handler, paths = self._asks, message.get("paths")
+        if handler is None or not isinstance(paths, list):
+            return
+        wanted = [p for p in paths[:ASK_PATHS_MAX] if isinstance(p, str) and 0 < len(p) <= ASK_PATH_CHARS]
+        if wanted:
+            handler(wanted, again=message.get("again") is True)
 
     def _fan_out(self, paths: set[str], listing: bool) -> None:
         with self._lock:
@@ -355,6 +411,11 @@ class Hub:
         if stored:
             found += sessions.subscribers(stored, sorted(paths))
         return found
+
+
+def cross_process() -> bool:
+    """Whether the channel layer reaches other processes (Redis), not only this one."""
+    return settings.CHANNEL_LAYERS["default"]["BACKEND"] != "channels.layers.InMemoryChannelLayer"
 
 
 def _report_failure(future: concurrent.futures.Future[None]) -> None:

@@ -31,7 +31,7 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from corpus.status import latest_job, models_summary, older_format_documents
 from kernel import errors, observe
 from kernel.jsontypes import JsonObject
-from mcp_gateway import budgets, freshness, hints, indexer_process, links, schemas, summaries
+from mcp_gateway import budgets, freshness, hints, indexer_process, links, notify, schemas, summaries
 from mcp_gateway.context import Context
 from mcp_gateway.registry import Budget, Tool
 from mcp_gateway.registry import Call as Call  # the transports and handlers reach it through tools
@@ -237,10 +237,16 @@ def _within_budget(call: Call, result: SearchResult, max_tokens: int) -> JsonObj
 def _embed_first(ctx: Context, rel_paths: list[str], *, again: bool = False) -> None:
     """Files a client asks about are embedded before the rest (issue #17):
     ask the indexer (the child process, or the thread in this process) while
-    embedding is not complete; ``again``: ahead of the files asked since."""
+    embedding is not complete; ``again``: ahead of the files asked since. A
+    process that does not index (a serving-only daphne of a deployment) asks
+    the one that does, through the channel layer (docs/scaling.md)."""
+    if not rel_paths:
+        return
     supervisor = getattr(ctx, "indexer", None)
-    if supervisor is not None and rel_paths:
+    if supervisor is not None:
         supervisor.embed_first(rel_paths, again=again)
+    else:
+        notify.HUB.ask(rel_paths, again=again)
 
 
 def ask(call: Call, args: JsonObject) -> JsonObject:

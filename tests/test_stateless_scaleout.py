@@ -7,7 +7,8 @@ balancer would send them, and every one is answered, the same by both. A
 ``subscriptions/listen`` stream open on the process that indexes nothing
 hears of a file change the other one indexed, through the channel layer.
 A payment settled through one process buys nothing more through the other
-(the replay store is the database).
+(the replay store is the database). A file a client opens through the
+process that indexes nothing is embedded first by the one that does.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from __future__ import annotations
 import contextlib
 
 import httpx
+import psycopg
 import pytest
 import redis
 from x402.http import decode_payment_response_header
 
 from tests.fakes.facilitator import running_facilitator
 from tests.mcp_http import base_env, serve_daphne, stop, write_corpus
+from tests.support import wait_until
+from tests.test_indexer_process import LOCAL, small_modules
 from tests.test_listen import ACK, LIST_CHANGED, SUBSCRIPTION, UPDATED, Listening
 from tests.test_modern import post
 from tests.test_notifications import FAST, REDIS_URL, start_up
@@ -133,3 +137,82 @@ def test_a_payment_is_answered_once_whichever_process_it_reaches(tmp_path, runni
             replayed = post(indexing, "tools/call", other, extra=signature, msg_id=2)
             assert answered(replayed)["structuredContent"] == result["structuredContent"]
             assert (facilitator.count("/verify"), facilitator.count("/settle")) == (1, 1)
+
+
+def pending_by_file(database: str) -> tuple[str, dict[str, int], int, int]:
+    """(the file whose chunks come last in the embedding queue, pending
+    chunks per file, chunks embedded, files with chunks), read straight from
+    the shared PostgreSQL database."""
+    with psycopg.connect(database) as conn:
+        rows = conn.execute(
+            "SELECT d.rel_path, c.embedding_status, count(*), max(c.chunk_id) FROM chunks c "
+            "JOIN representations r ON r.rep_id = c.representation_id "
+            "JOIN documents d ON d.doc_id = r.document_id "
+            "WHERE NOT c.deleted AND NOT r.deleted AND NOT d.deleted GROUP BY d.rel_path, c.embedding_status"
+        ).fetchall()
+    pending = [row for row in rows if row[1] == "pending"]
+    last = max(pending, key=lambda row: row[3])[0] if pending else ""
+    embedded = sum(count for _, status, count, _ in rows if status == "ok")
+    files = len({row[0] for row in rows})
+    return last, {path: count for path, _, count, _ in pending}, embedded, files
+
+
+@pytest.mark.timeout(900)
+def test_a_file_opened_through_the_serving_process_is_embedded_first_by_the_indexing_one(
+    tmp_path, running, pg_database
+):
+    """The serving-only process has no indexer of its own: it asks the one
+    that embeds through the channel layer. Before, the ask was dropped and
+    the file waited for its turn in the queue, last."""
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:  # .ci/run starts Redis; by hand it may be down
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+    small_modules(tmp_path, 300)  # ~1,200 units: the local model takes a while
+    shared = {
+        "DATABASE_URL": pg_database,
+        "REDIS_URL": REDIS_URL,
+        "DIR2MCP_ROOT": str(tmp_path),
+        **FAST,
+        **LOCAL,
+    }
+    up = running("--dir", str(tmp_path), "--json", env=shared)
+    up.url()  # answering: its state directory and token are there
+    serving = serve_daphne(tmp_path, base_env(DIR2MCP_AUTH="auto", **shared))
+    try:
+        seen: list[tuple] = []
+
+        def written() -> tuple[str, dict[str, int]] | None:
+            """Every file's chunks are written (the lexical pass is through)."""
+            last, pending, embedded, files = pending_by_file(pg_database)
+            seen[:] = [(files, sum(pending.values()), embedded)]
+            return (last, pending) if files == 300 else None
+
+        asked, pending = wait_until(
+            written,
+            timeout=300,
+            interval=0.1,
+            message=lambda: f"every file written (files, pending, embedded: {seen})",
+        )
+        assert pending[asked] > 0 and sum(pending.values()) > pending[asked]
+        opened = {
+            "name": "dir2mcp.open_file",
+            "arguments": {"rel_path": asked, "start_line": 1, "end_line": 3},
+        }
+        assert answered(post(serving, "tools/call", opened, extra={"Mcp-Param-Path": asked}))[
+            "structuredContent"
+        ]
+
+        def embedded() -> tuple[dict[str, int]] | None:
+            _, now, _, _ = pending_by_file(pg_database)
+            return (now,) if asked not in now else None
+
+        # In id order it would be embedded with the last call, nothing left
+        # after it; asked about through the other process, it goes ahead.
+        (left,) = wait_until(embedded, timeout=300, interval=0.1, message=f"{asked}'s chunks embedded")
+        assert sum(left.values()) > 0, "embedded only in its turn, with the last of the queue"
+    finally:
+        err = stop(serving)
+    assert "Traceback" not in err, err[-3000:]
+    assert up.stop() == 0
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]
