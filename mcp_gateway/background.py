@@ -14,13 +14,14 @@ from django.db import connections
 
 from corpus.events import Reporter
 from corpus.index.dense.embedding import check_models
+from corpus.ingest.lock import IndexLock
 from corpus.management.base import Runtime
 from corpus.providers.base import Embedder
 from corpus.store import open_store, serving_copy, small_enough_to_check, uses_state_sqlite, writable
 from kernel import errors
 from kernel.config import Config
 from kernel.jsontypes import JsonObject
-from kernel.state import IndexLock, StateDir
+from kernel.state import StateDir
 from mcp_gateway import context, current, notify
 from mcp_gateway.context import Context, ContextOptions
 from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread

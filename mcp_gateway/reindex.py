@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from corpus.ingest.lock import IndexLock
 from corpus.ingest.pipeline import Indexer
 from kernel import errors
-from kernel.state import IndexLock, StateDir
+from kernel.state import StateDir
 from mcp_gateway import current
 from mcp_gateway.context import Context
 

@@ -8,6 +8,7 @@ machine: together they allow the per-minute rate once, not twice.
 
 from __future__ import annotations
 
+import socket
 import time
 
 import httpx
@@ -75,3 +76,32 @@ def test_two_processes_share_one_rate_limit(pair):
 def httpx_delete(server: Server, session: str) -> int:
     headers = server.headers(**{"MCP-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
     return httpx.delete(server.url, headers=headers, timeout=30, verify=TLS).status_code
+
+
+def test_two_indexers_on_one_database_take_turns_whatever_their_state_directories(
+    tmp_path, running, pg_database
+):
+    """Machines share PostgreSQL, not a state directory: the index lock is
+    also the database's. Before, each `up` took the file lock of its own
+    state directory and both indexed the same documents at once."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    write_corpus(root)
+    env = {"DATABASE_URL": pg_database, "DIR2MCP_ROOT": str(root)}
+    first = running(
+        "--dir", str(root), "--state-dir", str(tmp_path / "state-a"), "--json", "--auth", "none", env=env
+    )
+    first.event("watch_ready")
+    second = running(
+        "--dir", str(root), "--state-dir", str(tmp_path / "state-b"), "--json", "--auth", "none", env=env
+    )
+    locked = second.event("warning", lambda d: d.get("code") == "INDEX_LOCKED")
+    assert f"dir2mcp indexer {socket.gethostname()}" in locked["message"], locked
+    found = second.rest("/api/v1/search", {"query": "loader configuration", "k": 5})
+    assert found.status_code == 200 and found.json()["hits"], found.text  # it serves meanwhile
+    assert not [e for e in second.events() if e["event"] in ("scan_progress", "watch_ready")]
+
+    assert first.stop() == 0, first.stderr
+    second.event("watch_ready", timeout=120)  # the lock is free: it takes over
+    assert second.stop() == 0, second.stderr
+    assert "Traceback" not in first.stderr + second.stderr

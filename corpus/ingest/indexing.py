@@ -14,11 +14,12 @@ from corpus.counters import Counters
 from corpus.events import Reporter
 from corpus.index.dense.embedding import check_models
 from corpus.ingest.distributed import Dispatch
+from corpus.ingest.lock import IndexLock
 from corpus.ingest.pipeline import Indexer, IndexerOptions
 from corpus.providers.base import Embedder
 from corpus.tasks import ingest_paths
 from kernel.config import Config
-from kernel.state import IndexLock, StateDir
+from kernel.state import StateDir
 
 
 def walking_indexer(

@@ -32,6 +32,7 @@ from corpus.events import Reporter
 from corpus.index.dense.embedding import check_models
 from corpus.ingest import watch_limits
 from corpus.ingest.indexing import walking_indexer
+from corpus.ingest.lock import IndexLock
 from corpus.ingest.pending import PendingChanges
 from corpus.ingest.pipeline import Indexer
 from corpus.ingest.prepare import RETRYABLE_NOTE
@@ -46,7 +47,7 @@ from corpus.security import (
 )
 from kernel import errors
 from kernel.config import Config
-from kernel.state import IndexLock, StateDir
+from kernel.state import StateDir
 
 log = logging.getLogger(__name__)
 
