@@ -12,9 +12,11 @@ import socket
 import time
 
 import httpx
+import psycopg
 import pytest
 import redis
 
+from corpus.ingest.lock import PG_INDEX_LOCK
 from tests.mcp_http import Server, base_env, serve_daphne, start_daphne, stop, write_corpus
 from tests.support import TLS
 
@@ -105,3 +107,41 @@ def test_two_indexers_on_one_database_take_turns_whatever_their_state_directorie
     second.event("watch_ready", timeout=120)  # the lock is free: it takes over
     assert second.stop() == 0, second.stderr
     assert "Traceback" not in first.stderr + second.stderr
+
+
+def test_an_indexer_that_lost_the_database_lock_stops_writing_until_it_has_it_again(
+    tmp_path, running, pg_database
+):
+    """PostgreSQL dropped the lock's session (a restart, a cut connection)
+    and another indexer took the lock: the first writes nothing more until
+    the lock is free again. Before, it went on indexing beside the other."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    write_corpus(root)
+    env = {"DATABASE_URL": pg_database, "DIR2MCP_ROOT": str(root)}
+    up = running("--dir", str(root), "--json", "--auth", "none", env=env)
+    up.event("watch_ready")
+    with psycopg.connect(pg_database, autocommit=True) as other:
+        dropped = other.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE 'dir2mcp indexer %'"
+        ).fetchall()
+        assert dropped == [(True,)]
+        other.execute("SELECT pg_advisory_lock(%s)", [PG_INDEX_LOCK])  # another indexer, now the holder
+        (root / "late.md").write_text(
+            "# Late\n\nzebrafinch songs, written while another indexer holds the lock\n"
+        )
+        lost = up.event("warning", lambda d: d.get("code") == "INDEX_LOCKED")
+        assert "another indexer" in lost["message"], lost
+        assert not search_hits(up, "zebrafinch")
+    # The other indexer let go: this one takes the lock again and catches up.
+    found = up.wait_until(lambda u: search_hits(u, "zebrafinch"), "late.md indexed after the lock came back")
+    assert found == ["late.md"]
+    assert up.stop() == 0, up.stderr
+    assert "Traceback" not in up.stderr
+
+
+def search_hits(up, query: str) -> list[str]:
+    answer = up.rest("/api/v1/search", {"query": query, "k": 5})
+    assert answer.status_code == 200, answer.text
+    return [hit["rel_path"] for hit in answer.json()["hits"]]

@@ -11,7 +11,11 @@ second indexer, wherever it runs, gets ``INDEX_LOCKED`` naming the holder's
 machine and process, serves the index as it is, and takes over once the
 holder lets go. A holder that dies drops its connection and the lock with
 it; one whose machine vanishes is dropped by PostgreSQL once TCP keepalives
-go unanswered (:data:`KEEPALIVES`: about a minute).
+go unanswered (:data:`KEEPALIVES`: about a minute). A holder whose session
+the database dropped (PostgreSQL restarted, the connection cut) finds out
+before it writes its next batch of changes (:meth:`IndexLock.confirm`): it
+takes the lock again, or steps down with ``INDEX_LOCKED`` when another
+indexer has it by then.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from typing import Self
 
 import psycopg
 from django.db import connections
@@ -45,6 +50,10 @@ class IndexLock(kernel_state.IndexLock):
         super().__init__(state)
         self._session: psycopg.Connection | None = None
 
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
     def acquire(self) -> None:
         super().acquire()
         if connections["default"].vendor != "postgresql":
@@ -54,6 +63,21 @@ class IndexLock(kernel_state.IndexLock):
         except BaseException:
             super().release()
             raise
+
+    def confirm(self) -> None:
+        """Still this process's: on PostgreSQL, the lock's session answers,
+        or the lock is taken again on a new one; ``INDEX_LOCKED`` when
+        another indexer took it meanwhile (the caller stops writing)."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            session.execute("SELECT 1")
+            return
+        except psycopg.Error:
+            session.close()
+            self._session = None
+        self._session = _database_lock()
 
     def release(self) -> None:
         session, self._session = self._session, None

@@ -123,7 +123,7 @@ def watch_directory(
         )
 
     unwritten = Unwritten(reporter)
-    with IndexLock(state):
+    with IndexLock(state) as lock:
         if embedder is not None:
             check_models(embedder, state, signature_weight=config.embed.signature_weight)
         feed.start()
@@ -136,7 +136,15 @@ def watch_directory(
                     if not unwritten.keep(exc, set(), walk=True):
                         raise
             _follow(
-                root, feed, stop, walking, retry_indexer, ready=ready, reporter=reporter, unwritten=unwritten
+                root,
+                feed,
+                stop,
+                walking,
+                retry_indexer,
+                ready=ready,
+                reporter=reporter,
+                unwritten=unwritten,
+                lock=lock,
             )
         finally:
             feed.close()
@@ -152,9 +160,12 @@ def _follow(
     ready: threading.Event | None,
     reporter: Reporter | None,
     unwritten: Unwritten,
+    lock: IndexLock,
 ) -> None:
     """Apply the watcher's batches until ``stop``, beside the retry pass;
-    what a full disk kept from being written is applied again meanwhile."""
+    what a full disk kept from being written is applied again meanwhile.
+    Each batch is written only while the index lock is still this
+    process's (``INDEX_LOCKED`` once it was lost and another took it)."""
     retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
     retrier.start()
     try:
@@ -176,6 +187,7 @@ def _follow(
                 rescan = rescan or again
             if not (rel_paths or rescan) and not unwritten.due():
                 continue
+            lock.confirm()
             earlier, walk_again = unwritten.take()
             walk = walk_again or rescan or _walks(rel_paths | earlier)
             with retrier.lock:
