@@ -391,6 +391,12 @@ class ExclusionEngine:
             chain = chain + (rule,) if rule else chain
         return chain
 
+    def outer_rules_stamp(self) -> tuple[object, ...]:
+        """What moves when the rules from outside the root do (git's global
+        and ``info/exclude`` files, the ``.gitignore`` files above the root,
+        what git tracks): :meth:`Repository.rules_stamp`; empty outside git."""
+        return () if self._repo is None else self._repo.rules_stamp()
+
     def _outer_rules(self) -> tuple[GitignoreRule, ...]:
         """The git rules from outside the root (global excludes, ``info/exclude``,
         the ``.gitignore`` files above it), lowest precedence first."""

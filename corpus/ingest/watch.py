@@ -122,6 +122,7 @@ def watch_directory(
         )
 
     unwritten = Unwritten(reporter)
+    outer = OuterRules(engine)  # read before the first pass: a change during it walks again
     with IndexLock(state):
         if embedder is not None:
             check_models(embedder, state, signature_weight=config.embed.signature_weight)
@@ -135,7 +136,15 @@ def watch_directory(
                     if not unwritten.keep(exc, set(), walk=True):
                         raise
             _follow(
-                root, feed, stop, walking, retry_indexer, ready=ready, reporter=reporter, unwritten=unwritten
+                root,
+                feed,
+                stop,
+                walking,
+                retry_indexer,
+                ready=ready,
+                reporter=reporter,
+                unwritten=unwritten,
+                outer=outer,
             )
         finally:
             feed.close()
@@ -151,9 +160,11 @@ def _follow(
     ready: threading.Event | None,
     reporter: Reporter | None,
     unwritten: Unwritten,
+    outer: OuterRules | None = None,
 ) -> None:
     """Apply the watcher's batches until ``stop``, beside the retry pass;
-    what a full disk kept from being written is applied again meanwhile."""
+    what a full disk kept from being written is applied again meanwhile.
+    A change to the rules from outside the root (``outer``) is a walk."""
     retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
     retrier.start()
     try:
@@ -173,6 +184,7 @@ def _follow(
                 more, again = feed.settle()
                 rel_paths |= more
                 rescan = rescan or again
+            rescan = (outer is not None and outer.moved()) or rescan
             if not (rel_paths or rescan) and not unwritten.due():
                 continue
             earlier, walk_again = unwritten.take()
@@ -403,6 +415,26 @@ def _apply(
         return False
     unwritten.landed()
     return True
+
+
+class OuterRules:
+    """Whether git's rules for the root changed from outside it since last
+    asked: ``.git/info/exclude``, the global excludes file, a ``.gitignore``
+    above the root, or what git tracks (``git rm --cached``). The watch sees
+    none of these (``.git`` is not watched, the others lie outside the
+    root), while every reader applies them at once: until 2026-11-29 a file
+    excluded so stayed in the index, and search, references, symbols and
+    list_files served it until a ``.gitignore`` changed or ``up`` restarted.
+    A few ``stat`` calls each time the watcher looks (every 0.5 s when idle)."""
+
+    def __init__(self, engine: ExclusionEngine) -> None:
+        self._engine = engine
+        self._stamp = engine.outer_rules_stamp()
+
+    def moved(self) -> bool:
+        now = self._engine.outer_rules_stamp()
+        moved, self._stamp = now != self._stamp, now
+        return moved
 
 
 def _walks(rel_paths: set[str]) -> bool:

@@ -1,0 +1,101 @@
+"""Hostile round of 2026-11-29, session 24: a hostile client and a hostile
+file in the indexed tree, against a real ``up`` (daphne, the gate, the
+connection bounds); see docs/security.md, "Hostile round, 2026-11-29
+(session 24)". Each test shows a way in that was open before its fix.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from kernel import errors
+from tests.mcp_http import Server, write_corpus
+from tests.support import wait_until
+from tests.test_hostile_clients import WAIT, token_of
+
+pytestmark = pytest.mark.slow
+
+
+def code_of(result: dict) -> str | None:
+    return result["structuredContent"].get("error", {}).get("code")
+
+
+def git(root, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+# -- rules that change outside the watched tree -------------------------------------------
+
+
+def served_anywhere(srv: Server, session: str, rel_path: str) -> list[str]:
+    """The index's surfaces that still hand out ``rel_path`` (src/loader.py)."""
+    answers = {
+        "search": srv.call(session, "dir2mcp.search", {"query": "parse_config_file"})["structuredContent"],
+        "symbols": srv.call(session, "dir2mcp.symbols", {"name": "parse_config_file"})["structuredContent"],
+        "references": srv.call(session, "dir2mcp.references", {"name": "path"})["structuredContent"],
+        "list_files": srv.call(session, "dir2mcp.list_files", {})["structuredContent"],
+    }
+    return [name for name, answer in answers.items() if json.dumps(rel_path) in json.dumps(answer)]
+
+
+def exclude_by_info_exclude(root, rel_path: str, config_home) -> None:
+    with open(root / ".git" / "info" / "exclude", "a") as fh:
+        fh.write(f"{rel_path}\n")
+
+
+def exclude_by_global_excludes(root, rel_path: str, config_home) -> None:
+    (config_home / "git").mkdir(parents=True, exist_ok=True)
+    (config_home / "git" / "ignore").write_text(f"{rel_path}\n")
+
+
+def exclude_by_untracking(root, rel_path: str, config_home) -> None:
+    git(root, "rm", "-q", "--cached", rel_path)  # .gitignore has named it all along
+
+
+@pytest.mark.parametrize(
+    "exclude",
+    [
+        pytest.param(exclude_by_info_exclude, id="info-exclude"),
+        pytest.param(exclude_by_global_excludes, id="global-excludes-file"),
+        pytest.param(exclude_by_untracking, id="git-rm-cached"),
+    ],
+)
+def test_a_file_excluded_from_outside_the_tree_leaves_the_index(tmp_path, running, exclude):
+    """Git's rules also come from outside the watched tree: ``.git/info/exclude``,
+    the global excludes file, and what git tracks (a tracked file is never
+    excluded). Every reader applies them at once, but the watch sees none of
+    them (``.git`` is not watched, the global file lies elsewhere), so a
+    file excluded that way stayed in the index: search snippets, symbols,
+    references and list_files handed out what ``open_file`` refused, until
+    a ``.gitignore`` changed or ``up`` restarted."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    config_home = tmp_path / "config"
+    config_home.mkdir()
+    git(root, "init", "-q")
+    if exclude is exclude_by_untracking:
+        (root / ".gitignore").write_text("src/loader.py\n")
+        git(root, "add", "-f", "src/loader.py", ".gitignore")
+        git(root, "commit", "-q", "-m", "tracked though ignored")
+    up = running("--dir", str(root), "--json", env={"XDG_CONFIG_HOME": str(config_home)})
+    up.event("watch_ready", timeout=WAIT)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    assert served_anywhere(srv, session, "src/loader.py") == ["search", "symbols", "references", "list_files"]
+
+    exclude(root, "src/loader.py", config_home)
+    opened = srv.call(session, "dir2mcp.open_file", {"rel_path": "src/loader.py"})
+    assert code_of(opened) == errors.FORBIDDEN, opened  # the readers see the rule at once
+    wait_until(
+        lambda: not served_anywhere(srv, session, "src/loader.py"),
+        timeout=WAIT,
+        message=lambda: f"still served by {served_anywhere(srv, session, 'src/loader.py')}",
+    )
