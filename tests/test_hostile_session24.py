@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import httpx
 import pytest
 
 from kernel import errors
@@ -99,3 +100,51 @@ def test_a_file_excluded_from_outside_the_tree_leaves_the_index(tmp_path, runnin
         timeout=WAIT,
         message=lambda: f"still served by {served_anywhere(srv, session, 'src/loader.py')}",
     )
+
+
+# -- what a body costs before anything reads it ---------------------------------------------
+
+
+def containers_body(message: dict, size: int = 4 * 1024 * 1024 - 4096) -> bytes:
+    """``message`` with ``pad`` holding as many nested empty lists as fit in
+    ``size`` bytes: about two million, each a tracked object to build."""
+    item = b"[[[[[[[[[[]]]]]]]]]]"
+    head = json.dumps({**message, "pad": None}).encode().rsplit(b"null", 1)
+    return head[0] + b"[" + b",".join([item] * (size // (len(item) + 1))) + b"]" + head[1]
+
+
+def test_a_body_of_millions_of_lists_is_refused_before_it_is_parsed(tmp_path, running):
+    """Bodies were parsed on the server's event loop: 4 MiB of nested empty
+    lists is two million lists that ``json.loads`` and the garbage
+    collector took 0.6 CPU-s to build, and a client posting them over
+    four connections kept the loop busy (another client's ``ping`` had no
+    answer within 120 s on a loaded 2-core machine). A body of more than
+    20,000 JSON tokens is now refused before it is parsed, on MCP (with a
+    session or stateless) and the REST mirror; a long text is one token."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+
+    ping = {"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {}}
+    for sent in (
+        srv.post(containers_body(ping), session=session),
+        srv.post(containers_body(ping), **{"MCP-Protocol-Version": "2026-07-28"}),
+    ):
+        assert sent.status_code == 400, sent.text
+        error = sent.json()["error"]
+        assert error["code"] == -32600 and error["data"]["code"] == errors.INVALID_RANGE, error
+    rest = httpx.post(
+        srv.base + "/api/v1/search",
+        headers={"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"},
+        content=containers_body({"query": "loader"}),
+        timeout=WAIT,
+    )
+    assert rest.status_code == 400 and rest.json()["error"]["code"] == errors.INVALID_RANGE, rest.text
+
+    # Text is a token however many brackets, commas and colons it holds.
+    text = "[notes.txt:L1-L1] a, b: {c} [d], " * 2900
+    verified = srv.call(session, "dir2mcp.verify", {"text": text})
+    assert "error" not in verified["structuredContent"], verified
+    assert srv.post(ping, session=session).json()["result"] == {}
