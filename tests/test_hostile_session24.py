@@ -15,6 +15,7 @@ import pytest
 from kernel import errors
 from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
+from tests.test_cli import cli
 from tests.test_hostile_clients import WAIT, token_of
 
 pytestmark = pytest.mark.slow
@@ -100,6 +101,47 @@ def test_a_file_excluded_from_outside_the_tree_leaves_the_index(tmp_path, runnin
         timeout=WAIT,
         message=lambda: f"still served by {served_anywhere(srv, session, 'src/loader.py')}",
     )
+
+
+def test_the_index_serves_no_file_the_rules_exclude_now(tmp_path, running):
+    """The index is written by the walk, the rules are read by every reader
+    at once: between a rule's change and the walk that follows it (on a
+    large tree, a while), and for good under ``up --no-index``, search
+    snippets, ``ask``'s passages, symbols and references (with their
+    snippets) served a file that ``open_file`` refused. They now pass over
+    what the rules exclude when they answer, as ``find`` and
+    ``resources/list`` did."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    (root / ".gitignore").write_text("src/loader.py\n")
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    opened = srv.call(session, "dir2mcp.open_file", {"rel_path": "src/loader.py"})
+    assert code_of(opened) == errors.FORBIDDEN, opened
+    served = served_anywhere(srv, session, "src/loader.py")
+    asked = srv.call(session, "dir2mcp.ask", {"question": "parse_config_file", "mode": "search_only"})
+    if json.dumps("src/loader.py") in json.dumps(asked["structuredContent"]):
+        served.append("ask")
+    completed = srv.post(
+        {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "completion/complete",
+            "params": {
+                "ref": {"type": "ref/prompt", "name": "explain"},
+                "argument": {"name": "symbol", "value": "parse"},
+                "context": {"arguments": {"path": "src/loader.py"}},
+            },
+        },
+        session=session,
+    ).json()["result"]["completion"]
+    if completed["values"]:
+        served.append("completion")
+    assert served == ["list_files"], served  # a name in a listing until the next walk (docs/security.md)
+    assert "search" in served_anywhere(srv, session, "docs/guide.md")  # the others still are
 
 
 # -- what a body costs before anything reads it ---------------------------------------------
