@@ -7,7 +7,6 @@ connection bounds); see docs/security.md, "Hostile round, 2026-11-29
 from __future__ import annotations
 
 import json
-import subprocess
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from kernel import errors
 from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
+from tests.test_branch_switch import git
 from tests.test_cli import cli
 from tests.test_hostile_clients import WAIT, token_of
 
@@ -23,15 +23,6 @@ pytestmark = pytest.mark.slow
 
 def code_of(result: dict) -> str | None:
     return result["structuredContent"].get("error", {}).get("code")
-
-
-def git(root, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
 
 
 # -- rules that change outside the watched tree -------------------------------------------
