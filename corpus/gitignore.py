@@ -301,12 +301,10 @@ class Repository:
     def rules_stamp(self) -> tuple[object, ...]:
         """What moves when git's rules for the root change from outside it:
         each file :meth:`outer_rules` reads (which one the global excludes
-        file is, too) and git's index, which says what is tracked (a tracked
-        file is never excluded). No watch of the root sees these: the
-        watcher compares this stamp instead (found 2026-11-29)."""
-        paths = [path for path, _, _ in self._outer_sources() if path]
-        paths.append(os.path.join(self.git_dir, "index"))
-        return tuple((path, _stamp(path)) for path in paths)
+        file is, too). No watch of the root sees these: the watcher compares
+        this stamp instead (found 2026-11-29). What git tracks (a tracked
+        file is never excluded) is :meth:`tracked`'s."""
+        return tuple((path, _stamp(path)) for path, _, _ in self._outer_sources() if path)
 
     def _rule(self, path: str, source: str, prefix: str) -> GitignoreRule | None:
         stamp = _stamp(path)

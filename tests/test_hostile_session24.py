@@ -7,6 +7,7 @@ connection bounds); see docs/security.md, "Hostile round, 2026-11-29
 from __future__ import annotations
 
 import json
+import os
 
 import httpx
 import pytest
@@ -92,6 +93,46 @@ def test_a_file_excluded_from_outside_the_tree_leaves_the_index(tmp_path, runnin
         timeout=WAIT,
         message=lambda: f"still served by {served_anywhere(srv, session, 'src/loader.py')}",
     )
+
+
+def test_git_rewriting_its_index_walks_nothing_and_a_path_it_stops_tracking_is_checked_alone(
+    tmp_path, running
+):
+    """``git status``, ``add`` and ``commit`` rewrite git's index all day;
+    on the kernel a walk of the tree costs tens of CPU seconds. Only the
+    paths whose tracking changed are looked at again; the first version of
+    the fix above walked the whole tree each time the index moved."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    (root / ".gitignore").write_text("src/loader.py\n")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "add", "-f", "src/loader.py")
+    git(root, "commit", "-q", "-m", "tracked though ignored")
+    up = running("--dir", str(root), "--json")
+    up.event("watch_ready", timeout=WAIT)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    seen = len(up.events())
+
+    git(root, "update-index", "--really-refresh")  # the index rewritten, nothing tracked changed
+    index = root / ".git" / "index"
+    stat = index.stat()
+    os.utime(index, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    exclude_by_untracking(root, "src/loader.py", None)  # one path stops being tracked: excluded now
+    wait_until(
+        lambda: not served_anywhere(srv, session, "src/loader.py"),
+        timeout=WAIT,
+        message=lambda: f"still served by {served_anywhere(srv, session, 'src/loader.py')}",
+    )
+    up.wait_until(
+        lambda u: [
+            e for e in u.events()[seen:] if e["event"] == "scan_progress" and not e["data"]["running"]
+        ],
+        "the pass's end",
+    )
+    walks = [e["data"] for e in up.events()[seen:] if e["event"] == "coverage"]  # what a walk reports
+    assert walks == [], walks
 
 
 def test_the_index_serves_no_file_the_rules_exclude_now(tmp_path, running):

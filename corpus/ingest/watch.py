@@ -184,7 +184,10 @@ def _follow(
                 more, again = feed.settle()
                 rel_paths |= more
                 rescan = rescan or again
-            rescan = (outer is not None and outer.moved()) or rescan
+            if outer is not None:
+                walk_rules, retracked = outer.changes()
+                rescan = rescan or walk_rules
+                rel_paths |= retracked
             if not (rel_paths or rescan) and not unwritten.due():
                 continue
             earlier, walk_again = unwritten.take()
@@ -418,23 +421,35 @@ def _apply(
 
 
 class OuterRules:
-    """Whether git's rules for the root changed from outside it since last
+    """What changed in git's rules for the root from outside it since last
     asked: ``.git/info/exclude``, the global excludes file, a ``.gitignore``
-    above the root, or what git tracks (``git rm --cached``). The watch sees
-    none of these (``.git`` is not watched, the others lie outside the
-    root), while every reader applies them at once: until 2026-11-29 a file
-    excluded so stayed in the index, and search, references, symbols and
-    list_files served it until a ``.gitignore`` changed or ``up`` restarted.
-    A few ``stat`` calls each time the watcher looks (every 0.5 s when idle)."""
+    above the root (a walk), or what git tracks (``git rm --cached``, ``git
+    add`` of an ignored file: those paths). The watch sees none of these
+    (``.git`` is not watched, the others lie outside the root), while every
+    reader applies them at once: until 2026-11-29 a file excluded so stayed
+    in the index, and search, references, symbols and list_files served it
+    until a ``.gitignore`` changed or ``up`` restarted. A few ``stat`` calls
+    each time the watcher looks (every 0.5 s when idle); git's index, which
+    ``git status``, ``add`` and ``commit`` rewrite all day, is read again
+    only when it changed and costs only the paths whose tracking changed,
+    never a walk of the tree."""
 
     def __init__(self, engine: ExclusionEngine) -> None:
         self._engine = engine
         self._stamp = engine.outer_rules_stamp()
+        self._tracked = engine.tracked()
 
-    def moved(self) -> bool:
+    def changes(self) -> tuple[bool, set[str]]:
+        """(whether the rules moved: walk the tree, the paths git started or
+        stopped tracking)."""
         now = self._engine.outer_rules_stamp()
-        moved, self._stamp = now != self._stamp, now
-        return moved
+        walk, self._stamp = now != self._stamp, now
+        tracked = self._engine.tracked()
+        if tracked is self._tracked:
+            return walk, set()
+        changed = set(tracked).symmetric_difference(self._tracked)
+        self._tracked = tracked
+        return walk, changed
 
 
 def _walks(rel_paths: set[str]) -> bool:
