@@ -282,6 +282,11 @@ class Repository:
         """The rules that apply to the root from outside it, lowest precedence
         first: the global excludes file, ``info/exclude``, then the
         ``.gitignore`` of each directory from the top down to the root's parent."""
+        rules = (self._rule(path, source, prefix) for path, source, prefix in self._outer_sources() if path)
+        return tuple(rule for rule in rules if rule is not None)
+
+    def _outer_sources(self) -> list[tuple[str | None, str, str]]:
+        """``(path, source, prefix)`` of each file :meth:`outer_rules` reads."""
         sources = [
             (global_excludes_file(self.top), "core.excludesFile", self.prefix),
             (os.path.join(self.git_dir, "info", "exclude"), ".git/info/exclude", self.prefix),
@@ -291,8 +296,15 @@ class Repository:
             above = "/".join(parts[:depth])
             source = f"../{above}/.gitignore" if above else "<work tree top>/.gitignore"
             sources.append((os.path.join(self.top, above, ".gitignore"), source, "/".join(parts[depth:])))
-        rules = (self._rule(path, source, prefix) for path, source, prefix in sources if path)
-        return tuple(rule for rule in rules if rule is not None)
+        return sources
+
+    def rules_stamp(self) -> tuple[object, ...]:
+        """What moves when git's rules for the root change from outside it:
+        each file :meth:`outer_rules` reads (which one the global excludes
+        file is, too). No watch of the root sees these: the watcher compares
+        this stamp instead (found 2026-11-29). What git tracks (a tracked
+        file is never excluded) is :meth:`tracked`'s."""
+        return tuple((path, _stamp(path)) for path, _, _ in self._outer_sources() if path)
 
     def _rule(self, path: str, source: str, prefix: str) -> GitignoreRule | None:
         stamp = _stamp(path)

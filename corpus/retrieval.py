@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -157,10 +157,21 @@ def validate(query: str, k: int, index: str) -> None:
 class Searcher:
     """Hybrid search over one state directory."""
 
-    def __init__(self, state: StateDir, config: Config, embedder: Embedder | None) -> None:
+    def __init__(
+        self,
+        state: StateDir,
+        config: Config,
+        embedder: Embedder | None,
+        *,
+        readable: Callable[[str], bool] | None = None,
+    ) -> None:
         self.state = state
         self.config = config
         self.embedder = embedder
+        #: whether the rules as they are now let a file be read: the index
+        #: may still hold one excluded since it was written (a rule changed,
+        #: its walk not done yet, or ``--no-index``); such hits are passed over
+        self.readable = readable
 
     def search(
         self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()
@@ -479,6 +490,8 @@ class Searcher:
             if row is None:
                 continue
             text, rep_type, rel_path, doc_type, span, label = row
+            if self.readable is not None and not self.readable(rel_path):
+                continue
             hits.append(
                 Hit(
                     chunk_id=cid,

@@ -391,6 +391,17 @@ class ExclusionEngine:
             chain = chain + (rule,) if rule else chain
         return chain
 
+    def outer_rules_stamp(self) -> tuple[object, ...]:
+        """What moves when the rules from outside the root do (git's global
+        and ``info/exclude`` files, the ``.gitignore`` files above the root):
+        :meth:`Repository.rules_stamp`; empty outside git."""
+        return () if self._repo is None else self._repo.rules_stamp()
+
+    def tracked(self) -> list[str]:
+        """What git tracks below the root, sorted (:meth:`Repository.tracked`:
+        the same list object until git's index changes); empty outside git."""
+        return [] if self._repo is None else self._repo.tracked()
+
     def _outer_rules(self) -> tuple[GitignoreRule, ...]:
         """The git rules from outside the root (global excludes, ``info/exclude``,
         the ``.gitignore`` files above it), lowest precedence first."""

@@ -323,6 +323,8 @@ def complete_symbol(ctx: Context, typed: str, context: JsonObject) -> Completion
         rel = canonical_rel_path(path)
     except errors.Dir2mcpError:  # names no file under the root: nothing is defined there
         return Completion([], 0)
+    if not ctx.readable(rel):  # excluded since it was indexed: as the explain prompt refuses it
+        return Completion([], 0)
     return Completion(*build_symbols(rel).complete(typed))
 
 

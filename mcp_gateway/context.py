@@ -185,11 +185,16 @@ class Context:
         # imported by the first search, not before the server's first answer.
         from corpus.retrieval import Searcher
 
-        return Searcher(self.state, self.config, self.embedder)
+        return Searcher(self.state, self.config, self.embedder, readable=self.readable)
 
     @cached_property
     def engine(self) -> ExclusionEngine:
         return ExclusionEngine.from_config(self.root, self.config, state_dir=self.state.path)
+
+    def readable(self, rel_path: str) -> bool:
+        """Whether the rules as they are now let ``rel_path`` be read (the
+        index may hold a file excluded since: see :class:`Searcher`)."""
+        return self.engine.excluded_reason(rel_path) is None
 
     @property
     def allowed_origins(self) -> tuple[str, ...]:

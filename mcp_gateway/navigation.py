@@ -23,13 +23,21 @@ def outline(call: Call, args: JsonObject) -> JsonObject:
 
 def symbols(call: Call, args: JsonObject) -> JsonObject:
     return names.find_symbols(
-        args["name"], kind=args.get("kind"), path_prefix=args.get("path_prefix", ""), limit=args["limit"]
+        args["name"],
+        kind=args.get("kind"),
+        path_prefix=args.get("path_prefix", ""),
+        limit=args["limit"],
+        readable=call.ctx.readable,
     )
 
 
 def references(call: Call, args: JsonObject) -> JsonObject:
     return names.find_references(
-        args["name"], path_prefix=args.get("path_prefix", ""), limit=args["limit"], cursor=args.get("cursor")
+        args["name"],
+        path_prefix=args.get("path_prefix", ""),
+        limit=args["limit"],
+        cursor=args.get("cursor"),
+        readable=call.ctx.readable,
     )
 
 

@@ -47,7 +47,9 @@ from ninja.errors import AuthenticationError
 from ninja.errors import HttpError as NinjaHttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.openapi.schema import REF_TEMPLATE, OpenAPISchema
+from ninja.parser import Parser
 from ninja.security.http import HttpAuthBase
+from ninja.types import DictStrAny
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from corpus import store_faults, uris
@@ -164,6 +166,15 @@ class RestAPI(NinjaAPI):
         return document
 
 
+class _Parser(Parser):
+    """ninja's JSON body parser, behind the MCP endpoint's bound on a
+    message's tokens: a body is parsed on the event loop here too."""
+
+    def parse_body(self, request: HttpRequest) -> DictStrAny:
+        transport.check_tokens(request.body)
+        return super().parse_body(request)
+
+
 api = RestAPI(
     urls_namespace="rest",
     title="dir2mcp REST mirror",
@@ -193,6 +204,7 @@ api = RestAPI(
     docs=Swagger(settings={"validatorUrl": None}),
     openapi_url="/openapi.json",
     auth=BearerAuth(),
+    parser=_Parser(),
 )
 
 
@@ -262,6 +274,8 @@ def _on_ninja_http_error(request: HttpRequest, exc: NinjaHttpError) -> HttpRespo
         return error_response(
             errors.UNAUTHORIZED, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}
         )
+    if isinstance(exc.__cause__, transport.HttpError):  # ninja wraps what the body parser raised
+        return _on_transport_error(request, exc.__cause__)
     status = exc.status_code if 400 <= exc.status_code < 500 else 500
     code = errors.INVALID_FIELD if status < 500 else errors.INTERNAL_ERROR
     return error_response(code, str(exc), status=status)

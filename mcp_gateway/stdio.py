@@ -246,6 +246,11 @@ class StdioServer:
         if not raw.strip():
             return  # blank lines (or a stray "\r") carry no message
         try:
+            transport.check_tokens(raw)
+        except HttpError as exc:
+            self.writer.write(errors.rpc_error(None, errors.RPC_INVALID_REQUEST, exc.message))
+            return
+        try:
             data = transport.loads(raw)
         except (ValueError, RecursionError):
             self.writer.write(errors.rpc_error(None, errors.RPC_PARSE_ERROR, "parse error: not valid JSON"))

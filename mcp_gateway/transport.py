@@ -263,6 +263,40 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+#: The most JSON tokens a message may hold: strings, and the ``[``, ``{``,
+#: ``,`` and ``:`` between them (found 2026-11-29, session 24). Parsing runs
+#: on the server's event loop, and 4 MiB of ``[[[[]]]]`` is 2 million lists
+#: that ``json.loads`` and the garbage collector took 0.6 CPU-s to build:
+#: a few clients posting such bodies held the loop, and every other
+#: client's request (a ``ping``) waited for minutes. No message of the
+#: protocol comes near the bound (tool arguments are capped by their
+#: schemas; a long text is one string), and 20,000 tokens parse in a few ms.
+MAX_JSON_TOKENS = 20_000
+#: a string (to its closing quote, or the end of an unterminated one: a
+#: token whatever follows, so no start is scanned twice), or a separator
+_TOKEN = re.compile(rb'"[^"\\]*+(?:\\.?[^"\\]*+)*+(?:"|\Z)|[\[{,:]', re.DOTALL)
+_TOKEN_BYTES = (b'"', b"[", b"{", b",", b":")
+
+
+def check_tokens(raw: bytes | str) -> None:
+    """400 (-32600 ``INVALID_RANGE``) for a body of more than
+    :data:`MAX_JSON_TOKENS` tokens, before anything parses it. Counting the
+    bytes that start a token settles an ordinary body at once; past the
+    bound, tokens are counted only until there are too many."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if sum(data.count(byte) for byte in _TOKEN_BYTES) <= MAX_JSON_TOKENS:
+        return
+    for count, _ in enumerate(_TOKEN.finditer(data), 1):
+        if count > MAX_JSON_TOKENS:
+            raise HttpError(
+                400,
+                errors.INVALID_RANGE,
+                f"a message may hold at most {MAX_JSON_TOKENS:,} JSON tokens (strings, brackets, "
+                "commas and colons)",
+                errors.RPC_INVALID_REQUEST,
+            )
+
+
 def loads(raw: bytes | str) -> JsonValue:
     """``json.loads``, refusing (ValueError) a string or key that holds a lone
     surrogate: JSON's escape for bytes that are not UTF-8, which no tool,
@@ -281,6 +315,7 @@ def _holds_surrogate(data: object) -> bool:
 
 def parse_message(body: bytes) -> Message:
     """Parse and shape-check a POST body (400 with -32700 / -32600)."""
+    check_tokens(body)
     try:
         data = loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly deep nesting

@@ -165,8 +165,12 @@ def test_malformed_json_is_400_parse_error(server, session):
 
 
 def test_absurdly_deep_json_is_a_parse_error_not_a_crash(server, session):
-    response = server.post(b"[" * 100_000 + b"]" * 100_000, session=session)
+    # Deeper than the parser recurses, within the token bound: parsed, and refused.
+    response = server.post(b"[" * 9_000 + b"]" * 9_000, session=session)
     assert response.status_code == 400 and error_code(response) == -32700
+    # Past the token bound (transport.MAX_JSON_TOKENS): refused before it is parsed.
+    response = server.post(b"[" * 100_000 + b"]" * 100_000, session=session)
+    assert response.status_code == 400 and error_code(response) == -32600
 
 
 def test_batch_is_400_invalid_request(server, session):

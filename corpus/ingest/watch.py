@@ -123,6 +123,7 @@ def watch_directory(
         )
 
     unwritten = Unwritten(reporter)
+    outer = OuterRules(engine)  # read before the first pass: a change during it walks again
     with IndexLock(state) as lock:
         if embedder is not None:
             check_models(embedder, state, signature_weight=config.embed.signature_weight)
@@ -145,6 +146,7 @@ def watch_directory(
                 reporter=reporter,
                 unwritten=unwritten,
                 lock=lock,
+                outer=outer,
             )
         finally:
             feed.close()
@@ -161,11 +163,14 @@ def _follow(
     reporter: Reporter | None,
     unwritten: Unwritten,
     lock: IndexLock,
+    outer: OuterRules | None = None,
 ) -> None:
     """Apply the watcher's batches until ``stop``, beside the retry pass;
     what a full disk kept from being written is applied again meanwhile.
     Each batch is written only while the index lock is still this
-    process's (``INDEX_LOCKED`` once it was lost and another took it)."""
+    process's (``INDEX_LOCKED`` once it was lost and another took it). A
+    change to the rules from outside the root (``outer``) is a walk, one
+    to what git tracks those paths."""
     retrier = _Retrier(_retry_seconds(), retry_indexer, stop)
     retrier.start()
     try:
@@ -185,6 +190,10 @@ def _follow(
                 more, again = feed.settle()
                 rel_paths |= more
                 rescan = rescan or again
+            if outer is not None:
+                walk_rules, retracked = outer.changes()
+                rescan = rescan or walk_rules
+                rel_paths |= retracked
             if not (rel_paths or rescan) and not unwritten.due():
                 continue
             lock.confirm()
@@ -416,6 +425,38 @@ def _apply(
         return False
     unwritten.landed()
     return True
+
+
+class OuterRules:
+    """What changed in git's rules for the root from outside it since last
+    asked: ``.git/info/exclude``, the global excludes file, a ``.gitignore``
+    above the root (a walk), or what git tracks (``git rm --cached``, ``git
+    add`` of an ignored file: those paths). The watch sees none of these
+    (``.git`` is not watched, the others lie outside the root), while every
+    reader applies them at once: until 2026-11-29 a file excluded so stayed
+    in the index, and search, references, symbols and list_files served it
+    until a ``.gitignore`` changed or ``up`` restarted. A few ``stat`` calls
+    each time the watcher looks (every 0.5 s when idle); git's index, which
+    ``git status``, ``add`` and ``commit`` rewrite all day, is read again
+    only when it changed and costs only the paths whose tracking changed,
+    never a walk of the tree."""
+
+    def __init__(self, engine: ExclusionEngine) -> None:
+        self._engine = engine
+        self._stamp = engine.outer_rules_stamp()
+        self._tracked = engine.tracked()
+
+    def changes(self) -> tuple[bool, set[str]]:
+        """(whether the rules moved: walk the tree, the paths git started or
+        stopped tracking)."""
+        now = self._engine.outer_rules_stamp()
+        walk, self._stamp = now != self._stamp, now
+        tracked = self._engine.tracked()
+        if tracked is self._tracked:
+            return walk, set()
+        changed = set(tracked).symmetric_difference(self._tracked)
+        self._tracked = tracked
+        return walk, changed
 
 
 def _walks(rel_paths: set[str]) -> bool:

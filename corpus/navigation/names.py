@@ -20,8 +20,8 @@ import base64
 import hashlib
 import json
 import re
-from collections.abc import Iterable
-from typing import TypeGuard
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeGuard, TypeVar
 
 from corpus import slices
 from corpus.citations import SpanRef
@@ -99,9 +99,15 @@ def _limit(value: object, default: int) -> int:
 
 
 def find_symbols(
-    name: object, *, kind: str | None = None, path_prefix: str = "", limit: int | None = None
+    name: object,
+    *,
+    kind: str | None = None,
+    path_prefix: str = "",
+    limit: int | None = None,
+    readable: Callable[[str], bool] = lambda rel_path: True,
 ) -> JsonObject:
-    """Where ``name`` is defined, best first (the tiers above)."""
+    """Where ``name`` is defined, best first (the tiers above), in the files
+    ``readable`` lets through (the rules as they are now)."""
     name, limit, prefix = _name(name), _limit(limit, 20), canonical_prefix(path_prefix)
     if kind not in (None, "") and kind not in KINDS:
         raise _fail(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
@@ -143,9 +149,10 @@ def find_symbols(
                 r["line"],
             )
         )
-        hits.extend(dict(row, match=tier) for row in found)
+        hits.extend(dict(row, match=tier) for row in _first_readable(found, readable, limit + 1 - len(hits)))
         if tier == "exact" and len(hits) <= limit and kind in (None, "", *_GENERATED_KINDS):
-            hits.extend(_generated_definitions(name, prefix, kind))
+            generated = _generated_definitions(name, prefix, kind)
+            hits.extend(_first_readable(generated, readable, limit + 1 - len(hits)))
         if len(hits) > limit:
             break
     more = len(hits) > limit or cut
@@ -153,6 +160,21 @@ def find_symbols(
     texts = _line_texts({(hit["document_id"], hit["line"]) for hit in hits})
     out = [_symbol(hit, texts.get((hit["document_id"], hit["line"]), "")) for hit in hits]
     return {"name": name, "symbols": out, "count": len(out), "truncated": more}
+
+
+_Row = TypeVar("_Row", bound=Mapping[str, object])
+
+
+def _first_readable(rows: Iterable[_Row], readable: Callable[[str], bool], wanted: int) -> list[_Row]:
+    """The first ``wanted`` of ``rows`` in files ``readable`` lets through:
+    judged only as far as the answer needs (about 50 us a path)."""
+    kept: list[_Row] = []
+    for row in rows:
+        if len(kept) >= wanted:
+            break
+        if readable(str(row["document__rel_path"])):
+            kept.append(row)
+    return kept
 
 
 def _generated_definitions(name: str, prefix: str, kind: str | None) -> list[JsonObject]:
@@ -236,9 +258,15 @@ def _symbol(row: JsonObject, signature: str) -> JsonObject:
 
 
 def find_references(
-    name: object, *, path_prefix: str = "", limit: int | None = None, cursor: str | None = None
+    name: object,
+    *,
+    path_prefix: str = "",
+    limit: int | None = None,
+    cursor: str | None = None,
+    readable: Callable[[str], bool] = lambda rel_path: True,
 ) -> JsonObject:
-    """Where ``name`` is used: a page of hits and, when there are more, a cursor."""
+    """Where ``name`` is used: a page of hits and, when there are more, a
+    cursor; in the files ``readable`` lets through (the rules as they are now)."""
     name, limit, prefix = _name(name), _limit(limit, 50), canonical_prefix(path_prefix)
     # The cursor names its query by a digest: short whatever the prefix's length.
     key = hashlib.sha256(f"{name}\0{prefix}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -252,6 +280,8 @@ def find_references(
     hits: list[tuple[int, str, int]] = []
     resume: tuple[int, int] | None = None
     for row_id, doc_id, rel_path, packed in page:
+        if not readable(rel_path):
+            continue
         lines = [int(n) for n in packed.split()]
         start = skip if row_id == after else 0
         for index in range(start, len(lines)):
@@ -261,6 +291,8 @@ def find_references(
             hits.append((doc_id, rel_path, lines[index]))
         if resume is not None:
             break
+    if resume is None and len(page) > limit:  # rows passed over left the page short: more follow
+        resume = (page[-1][0] + 1, 0)
     texts = _line_texts({(doc_id, line) for doc_id, _, line in hits})
     enclosing = _enclosing({doc_id for doc_id, _, _ in hits})
     out = []
