@@ -250,7 +250,7 @@ class EmbedConfig(Section):
     # OpenVINO installed, fp32 elsewhere (corpus/providers/precision.py).
     # Part of the model's recorded name, so a change applies at the next
     # full `reindex`, as a model change; an index built before keeps its fp32.
-    precision: Literal["auto", "fp32", "int8", "bf16"] = "auto"
+    precision: Literal["auto", "fp32", "int8", "bf16", "bf16-int8"] = "auto"
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 

@@ -73,7 +73,7 @@ def test_auto_is_fp32_without_onnx_or_openvino_whatever_the_processor(missing):
     assert choose_precision("auto", flags, vendor="AuthenticAMD", **missing) == "fp32"
 
 
-@pytest.mark.parametrize("setting", ["fp32", "int8", "bf16"])
+@pytest.mark.parametrize("setting", ["fp32", "int8", "bf16", "bf16-int8"])
 @pytest.mark.parametrize("flags", [AVX2_ONLY, INT8_DOT_FLAGS, BF16_DOT_FLAGS])
 def test_an_explicit_precision_is_kept_on_any_processor(setting, flags):
     assert choose_precision(setting, flags) == setting
