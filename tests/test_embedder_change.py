@@ -266,8 +266,12 @@ def test_a_full_reindex_switches_and_then_the_provider_is_asked(local_index, sta
     after.close()
 
 
+#: int8, and the OpenVINO precision auto does not choose here (bf16-int8 where auto is bf16 or fp32)
+CHANGES = ["int8", "bf16" if resolve_precision("auto") == "bf16-int8" else "bf16-int8"]
+
+
 @pytest.mark.django_db
-@pytest.mark.parametrize("precision", ["int8", "bf16-int8"])
+@pytest.mark.parametrize("precision", CHANGES)
 def test_a_change_of_precision_keeps_the_recorded_one_until_a_full_reindex_re_embeds(
     local_index, state, precision
 ):
