@@ -14,7 +14,7 @@ and reports chunks/s, tokens, the ratio to the first variant, the cosine to
 the first variant's vectors and the time the whole tree would take at that
 rate. A variant is ``BACKEND[-PRECISION][+sig][@STEPxTOKENSxTEXTS]:CALL[:THREADS[:PROCESSES]]``:
 the embedder backend (onnx, numpy), its precision (``embed.precision``:
-fp32, the default, int8 or bf16), whether each code call also embeds its units'
+fp32, the default, int8, bf16 or bf16-int8), whether each code call also embeds its units'
 signature views as corpus.index.dense.embedding does when ``embed.signature_weight`` is
 above 0 (``+sig``; the cosines compare the units' own vectors), how its
 forward passes are cut where that is not the precision's default (``@``: padded
@@ -31,7 +31,13 @@ over every pending chunk of a copy of the indexed state, database writes and
 index saves included: the time to dense itself. There ``+sig`` records
 the configured ``embed.signature_weight`` (0.3) with the index, as a real
 run does; without it the code vectors are the units' alone (weight 0, what
-the runs before 2026-11-29 measured).
+the runs before 2026-11-29 measured). Since 2026-11-29, session 24, a run
+embeds every unit alone first and the signature views after (views later,
+corpus/index/dense/embedding.py): ``units_seconds`` and ``units_cpu_s`` are
+the wall and CPU seconds from the start of ``embed_pending`` until the last
+chunk's own vector was stored, when every unit is found by dense search
+(``embed_cpu_s``: the same to its end; ``cpu_s`` counts the process's
+start and the model's load too).
 
     python bench/time_to_dense.py [--sample 2000] [--rounds 3]
         [--variants numpy:32:2,onnx:256,onnx-int8+sig:256] [--work DIR] [--full onnx+sig:256]
@@ -117,13 +123,22 @@ check_models(embedder, StateDir(Path(sys.argv[2])), signature_weight=weight)
 start = time.perf_counter()
 embedder.load()
 load_s = time.perf_counter() - start
-start = time.perf_counter()
-done = embed_pending(embedder, StateDir(Path(sys.argv[2])))
+total = Chunk.objects.filter(deleted=False, embedding_status=EmbeddingStatus.PENDING).count()
+units = {"stored": 0}
+start, start_cpu = time.perf_counter(), time.process_time()
+def progress(count):
+    # when the last chunk's own vector is stored: every unit is found by dense search from then
+    units["stored"] += count
+    if units["stored"] >= total and "seconds" not in units:
+        units.update(seconds=time.perf_counter() - start, cpu_s=time.process_time() - start_cpu)
+done = embed_pending(embedder, StateDir(Path(sys.argv[2])), progress=progress)
 seconds = time.perf_counter() - start
 left = Chunk.objects.filter(deleted=False, embedding_status=EmbeddingStatus.PENDING).count()
 cpu_s = time.process_time()
 print(json.dumps({"embedded": done, "left_pending": left, "seconds": seconds, "load_s": load_s,
-                  "cpu_s": cpu_s, "signature_weight": weight, "peak_rss_mb": peak_rss_mb()}))
+                  "cpu_s": cpu_s, "embed_cpu_s": cpu_s - start_cpu,
+                  "units_seconds": units.get("seconds"), "units_cpu_s": units.get("cpu_s"),
+                  "signature_weight": weight, "peak_rss_mb": peak_rss_mb()}))
 """
 
 

@@ -143,6 +143,10 @@ class Chunk(models.Model):
     embed_seq = models.BigIntegerField(null=True, blank=True, db_index=True)
     # float32 little-endian vector; the .hnsw files are caches rebuilt from it.
     embedding = models.BinaryField(null=True, blank=True, editable=False)
+    #: A code unit whose stored vector is still its own alone: the signature
+    #: view it leans towards is embedded in a later pass, once every unit has
+    #: a vector (corpus/index/dense/embedding.py, "views later").
+    view_pending = models.BooleanField(default=False, db_default=False)
     deleted = models.BooleanField(default=False)
 
     class Meta:
@@ -150,6 +154,7 @@ class Chunk(models.Model):
         indexes = [
             models.Index(fields=["representation", "deleted", "ordinal"], name="chunk_rep_live"),
             models.Index(fields=["deleted", "embedding_status", "index_kind"], name="chunk_embed_queue"),
+            models.Index(fields=["chunk_id"], condition=models.Q(view_pending=True), name="chunk_view_queue"),
         ]
 
     def __str__(self) -> str:

@@ -111,13 +111,15 @@ def pid_alive(pid: int) -> bool:
 
 
 def indexing_complete(dense: bool) -> bool:
-    """False while an indexer is alive or chunks still wait for embeddings."""
+    """False while an indexer is alive or chunks still wait for embeddings
+    (or code units for their signature views: corpus/index/dense/embedding.py)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT (SELECT running FROM index_jobs ORDER BY started_unix DESC LIMIT 1), "
             "(SELECT pid FROM index_jobs ORDER BY started_unix DESC LIMIT 1), "
-            "EXISTS (SELECT 1 FROM chunks WHERE deleted = %s AND embedding_status = %s)",
-            [False, EmbeddingStatus.PENDING],
+            "EXISTS (SELECT 1 FROM chunks WHERE deleted = %s AND embedding_status = %s) "
+            "OR EXISTS (SELECT 1 FROM chunks WHERE view_pending = %s AND deleted = %s)",
+            [False, EmbeddingStatus.PENDING, True, False],
         )
         running, pid, pending = cursor.fetchone()
     if running and pid_alive(pid):

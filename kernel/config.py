@@ -246,11 +246,14 @@ class EmbedConfig(Section):
     # The local model's arithmetic: fp32; int8 weights and activations in
     # onnxruntime (faster, less accurate); bf16 matmuls in OpenVINO (faster
     # where the processor has AVX-512 BF16 or AMX-BF16; docs/benchmarks.md);
-    # or auto (the default since 2026-11-29): bf16 on such a processor with
-    # OpenVINO installed, fp32 elsewhere (corpus/providers/precision.py).
+    # bf16-int8, OpenVINO with int8 dense weights (faster still on an AMD
+    # EPYC, as accurate as fp32 by found@200); or auto (the default since
+    # 2026-11-29): bf16-int8 on an AMD processor with AVX-512 BF16 and VNNI,
+    # bf16 on another such processor, with OpenVINO installed, fp32
+    # elsewhere (corpus/providers/precision.py).
     # Part of the model's recorded name, so a change applies at the next
     # full `reindex`, as a model change; an index built before keeps its fp32.
-    precision: Literal["auto", "fp32", "int8", "bf16"] = "auto"
+    precision: Literal["auto", "fp32", "int8", "bf16", "bf16-int8"] = "auto"
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 

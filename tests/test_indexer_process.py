@@ -88,9 +88,16 @@ def chunk_rows(state_dir: Path, select: str, where: str = "", params: tuple = ()
 
 
 def snapshot(state_dir: Path) -> dict[tuple, bytes | None]:
-    """Every live chunk, by (path, ordinal, text), with its vector."""
-    rows = chunk_rows(state_dir, f"d.rel_path, c.ordinal, c.embedding_status, c.embedding, {CHUNK_TEXT}")
-    return {(path, ordinal, chunk_text(*text)): (status, blob) for path, ordinal, status, blob, *text in rows}
+    """Every live chunk, by (path, ordinal, text), with its status and vector;
+    status ``unit`` for a code unit whose vector is still its own alone (its
+    signature view is embedded later: corpus/index/dense/embedding.py)."""
+    rows = chunk_rows(
+        state_dir, f"d.rel_path, c.ordinal, c.embedding_status, c.view_pending, c.embedding, {CHUNK_TEXT}"
+    )
+    return {
+        (path, ordinal, chunk_text(*text)): ("unit" if later else status, blob)
+        for path, ordinal, status, later, blob, *text in rows
+    }
 
 
 def same_vector(blob: bytes, reference: bytes) -> bool:
@@ -232,9 +239,12 @@ def test_ctrl_c_during_embedding_stops_every_process_and_leaves_the_index_whole(
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     found = snapshot(state)
     embedded = [key for key, (status, _) in found.items() if status == "ok"]
-    assert 0 < len(embedded) < len(clean)  # stopped mid-way, not before or after
+    alone = [key for key, (status, _) in found.items() if status == "unit"]
+    assert 0 < len(embedded) + len(alone) and len(embedded) < len(clean)  # stopped mid-way
     for key in embedded:  # what was stored is whole and right
         assert same_vector(found[key][1], clean[key][1]), key
+    for key in alone:  # a unit's own vector, whole: unit length (a blend is shorter)
+        assert np.linalg.norm(np.frombuffer(found[key][1], dtype="<f4")) == pytest.approx(1, abs=1e-4), key
 
     resumed = cli("reindex", "--dir", str(root), "--incremental", env=LOCAL, timeout=600)
     assert resumed.returncode == 0, resumed.stderr

@@ -12,7 +12,13 @@ with AVX-512 BF16 but no AMX is not such a processor: on an Intel Xeon
 kernels took 1.64 times float32's CPU (docs/benchmarks.md, session 22), so
 there, and everywhere else, ``auto`` is ``fp32``. ``int8`` (onnxruntime's
 dynamic quantization) is faster still but lost 0.02 found@200 on Python,
-so ``auto`` never picks it. The choice is made when the embedder is chosen
+so ``auto`` never picks it. ``bf16-int8`` (OpenVINO with int8 weights in
+the dense layers and inputs quantized per 128 channels of a token) took
+0.80-0.86 of bf16's CPU on that EPYC (AVX-512 BF16 and VNNI, no AMX) and
+kept found@200 of the default ranking within 0.01 of float32 on every
+corpus (docs/benchmarks.md, session 24), so ``auto`` picks it on an AMD
+processor with both; it was not measured with AMX, where ``auto`` stays
+``bf16``. The choice is made when the embedder is chosen
 and is recorded with the vectors through the model's name, so an index
 keeps the precision it was built with wherever it is served from
 (docs/configuration.md).
@@ -26,12 +32,14 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-PRECISIONS = ("fp32", "int8", "bf16")
+PRECISIONS = ("fp32", "int8", "bf16", "bf16-int8")
 SETTINGS = ("auto", *PRECISIONS)
 #: /proc/cpuinfo flags of the bfloat16 dot-product instructions OpenVINO uses
 BF16_DOT_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 #: the /proc/cpuinfo vendor whose AVX-512 BF16 (without AMX) ran bf16 faster than float32
 BF16_AVX512_VENDORS = frozenset({"AuthenticAMD"})
+#: the flags with which such a processor ran bf16-int8 faster than bf16 (an AMD EPYC, family 26)
+BF16_INT8_FLAGS = frozenset({"avx512_bf16", "avx512_vnni"})
 CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -75,16 +83,24 @@ def bf16_pays(flags: frozenset[str], vendor: str) -> bool:
     return "amx_bf16" in flags or ("avx512_bf16" in flags and vendor in BF16_AVX512_VENDORS)
 
 
+def bf16_int8_pays(flags: frozenset[str], vendor: str) -> bool:
+    """Whether bf16-int8 was measured faster than bf16, and as accurate as
+    float32 by found@200, on such a processor (module docstring)."""
+    return BF16_INT8_FLAGS <= flags and "amx_bf16" not in flags and vendor in BF16_AVX512_VENDORS
+
+
 def choose_precision(
     setting: str, flags: frozenset[str], *, vendor: str = "", onnx: bool = True, openvino: bool = True
 ) -> str:
-    """``setting`` (``auto``, ``fp32``, ``int8`` or ``bf16``) as the precision to
-    run on a processor with these ``flags`` from this ``vendor``."""
+    """``setting`` (``auto``, ``fp32``, ``int8``, ``bf16`` or ``bf16-int8``) as
+    the precision to run on a processor with these ``flags`` from this ``vendor``."""
     if setting not in SETTINGS:
         raise ValueError(f"precision must be one of {', '.join(SETTINGS)}, not {setting!r}")
     if setting != "auto":
         return setting
-    return "bf16" if onnx and openvino and bf16_pays(flags, vendor) else "fp32"
+    if not (onnx and openvino and bf16_pays(flags, vendor)):
+        return "fp32"
+    return "bf16-int8" if bf16_int8_pays(flags, vendor) else "bf16"
 
 
 def resolve_precision(setting: str) -> str:

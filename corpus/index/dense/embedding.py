@@ -8,6 +8,16 @@ provider, model and dimension per index kind are recorded in ``settings``;
 unless the caller is a full reindex, which starts the vectors over; the
 commands never reach that refusal, since corpus.index.dense.choice.choose_embedder
 keeps the recorded embedder over a different configured one.
+
+Views later: a code unit's stored vector leans towards its signature view
+(``embed.signature_weight``, corpus/index/dense/views.py), a second text to
+embed, about a fifth of a pass's CPU. A run embeds every pending unit's own
+text first and stores that vector alone (``Chunk.view_pending``), so every
+unit of a tree is found by dense search sooner; then it embeds the views of
+those units and replaces their vectors with the blend, the same vector the
+two embedded together make (to the model's rounding for the batch's shape).
+Files a client asked about (``embed_first``) get both at once. Until the
+views pass ends, ``stats`` and ``status`` count the units still waiting.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +56,9 @@ VIEW_KEY = "embed_code_view_version"
 #: A chunk to embed: (chunk_id, context, text), as slices.texts gives it.
 # Any: its rows are values_list tuples of several columns, typed tuple[Any, ...] by django-stubs.
 TextRow = tuple[Any, ...]
-#: One stored batch: (kind, chunk ids, their vectors, chunks stored, the version they committed under).
-Batch = tuple[str, np.ndarray, np.ndarray, int, str]
+#: One stored batch: (kind, chunk ids, their vectors, chunks stored, the version they
+#: committed under, whether they replace vectors stored before: a views batch).
+Batch = tuple[str, np.ndarray, np.ndarray, int, str, bool]
 
 
 def to_bytes(vector: np.ndarray) -> bytes:
@@ -169,7 +181,9 @@ def view_version() -> int:
 
 def recipe_summary(configured: float) -> JsonObject:
     """How the index's code vectors are made against the configuration (for
-    ``stats`` and ``status``): ``recorded`` is null before any vector."""
+    ``stats`` and ``status``): ``recorded`` is null before any vector; the
+    note says how to apply a changed recipe, or how many units wait for
+    their signature views (views later)."""
     found = get_setting(SIGNATURE_KEY)
     recorded = float(found) if found is not None else None
     note = ""
@@ -183,13 +197,22 @@ def recipe_summary(configured: float) -> JsonObject:
             f"code vectors were made with signature view {view_version()} (this version makes "
             f"{VIEW_VERSION}): run `dir2mcp reindex` to re-embed with it"
         )
+    elif recorded and (waiting := views_pending().count()):
+        note = (
+            f"{waiting} code vectors are their unit's alone for now: their signature views are "
+            "embedded after every unit has a vector"
+        )
     return {"recorded": recorded, "configured": float(configured), "note": note}
 
 
 def forget_vectors(state: StateDir) -> None:
     """Drop every embedding and both index files (a model change)."""
     Chunk.objects.update(
-        embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error=None, embed_seq=None
+        embedding=None,
+        embedding_status=EmbeddingStatus.PENDING,
+        embedding_error=None,
+        embed_seq=None,
+        view_pending=False,
     )
     # A fresh, never-seen version, so no process mistakes its old index for current.
     for kind in KINDS:
@@ -225,7 +248,11 @@ class DenseStore:
                 return None
             if current is None or (current.model, current.dim) != (info.model, info.dim):
                 current = VectorIndex(index_path(self.state, kind), info.dim, info.model)
-                current.load()
+                if current.load() and current.seq is not None:
+                    # what the file holds every vector of: sync re-reads only what is newer
+                    self._synced[kind] = current.seq
+                else:
+                    self._synced.pop(kind, None)
                 self._indices[kind] = current
             return current
 
@@ -255,29 +282,37 @@ class DenseStore:
             "chunk_id", "embedding"
         )
         synced = self._synced.get(kind)
-        if synced is not None and len(index):
+        since = synced is not None and len(index) > 0
+        if synced is not None and since:
             # Only what was stored since: every batch carries the version it
             # committed under, and versions commit in order (_store_vectors).
+            # A vector stored again since (a unit's, with its view) replaces
+            # the one the index holds.
             rows = rows.filter(embed_seq__gt=int(synced))
-        missing_ids = [cid for cid in rows.values_list("chunk_id", flat=True).iterator() if cid not in known]
-        for start in range(0, len(missing_ids), 2000):
-            part = rows.filter(chunk_id__in=missing_ids[start : start + 2000])
+        wanted = [
+            cid for cid in rows.values_list("chunk_id", flat=True).iterator() if since or cid not in known
+        ]
+        for start in range(0, len(wanted), 2000):
+            part = rows.filter(chunk_id__in=wanted[start : start + 2000])
             ids, vecs = _stack(part)
             for at in range(0, len(ids), slice_size):
-                index.add(ids[at : at + slice_size], vecs[at : at + slice_size])
-        self._synced[kind] = version
+                index.add(ids[at : at + slice_size], vecs[at : at + slice_size], replace=since)
+        self._synced[kind] = index.seq = version
         return index
 
-    def add(self, kind: str, chunk_ids: np.ndarray, vectors: np.ndarray, *, version: str) -> None:
-        """Add vectors this process just stored; ``version`` is the one their
-        transaction wrote, so a store already in step stays in step."""
+    def add(
+        self, kind: str, chunk_ids: np.ndarray, vectors: np.ndarray, *, version: str, replace: bool = False
+    ) -> None:
+        """Add vectors this process just stored (``replace``: in place of the
+        ones stored before); ``version`` is the one their transaction wrote,
+        so a store already in step stays in step."""
         index = self.index(kind)
         if index is None:
             return
         was_current = self._synced.get(kind) == str(int(version) - 1)
-        index.add(chunk_ids, vectors)
+        index.add(chunk_ids, vectors, replace=replace)
         if was_current:
-            self._synced[kind] = version
+            self._synced[kind] = index.seq = version
 
     def save(self, *, force: bool = False) -> None:
         if not force and time.monotonic() - self._last_save < SAVE_EVERY_SECONDS:
@@ -322,7 +357,9 @@ def embed_pending(
     batch_size: int = 32,
 ) -> int:
     """Embed every live pending chunk into the database and this process's
-    dense index; returns how many were stored.
+    dense index, then the signature views of the code units stored without
+    them (views later); returns how many chunks were stored (``progress``
+    counts them too).
 
     A provider failure stops the run and leaves the rest pending (they are
     retried next time); the error is recorded for ``status``.
@@ -332,14 +369,16 @@ def embed_pending(
         store.sync(kind)
     done = 0
     try:
-        for kind, ids, vectors, stored, version in _embed_batches(
-            embedder, _pending, batch_size=batch_size, stop=stop
+        for kind, ids, vectors, stored, version, views in _embed_batches(
+            embedder, _pending, views_pending, batch_size=batch_size, stop=stop
         ):
-            store.add(kind, ids, vectors, version=version)
+            store.add(kind, ids, vectors, version=version, replace=views)
+            store.save()
+            if views:  # chunks counted when their own vectors were stored
+                continue
             done += stored
             if progress and stored:
                 progress(stored)
-            store.save()
     finally:
         store.save(force=True)
     if done:
@@ -364,9 +403,11 @@ def embed_chunks(
     def among(kind: str) -> QuerySet[Chunk]:
         return _pending(kind).filter(chunk_id__in=chunk_ids)
 
-    return sum(
-        batch[3] for batch in _embed_batches(embedder, among, batch_size=batch_size, on_stored=on_stored)
-    )
+    def views_among() -> QuerySet[Chunk]:
+        return views_pending().filter(chunk_id__in=chunk_ids)
+
+    batches = _embed_batches(embedder, among, views_among, batch_size=batch_size, on_stored=on_stored)
+    return sum(stored for _, _, _, stored, _, views in batches if not views)
 
 
 class EmbedFirst:
@@ -440,16 +481,32 @@ def _pending(kind: str) -> QuerySet[Chunk]:
     return Chunk.objects.filter(deleted=False, index_kind=kind, embedding_status=EmbeddingStatus.PENDING)
 
 
+def views_pending() -> QuerySet[Chunk]:
+    """Live code units whose stored vector is their own alone: their signature
+    views are still to be embedded (views later, module docstring)."""
+    return Chunk.objects.filter(
+        view_pending=True, deleted=False, index_kind="code", embedding_status=EmbeddingStatus.OK
+    )
+
+
 def _embed_batches(
     embedder: Embedder,
     queue_for: Callable[[str], QuerySet[Chunk]],
+    views_queue: Callable[[], QuerySet[Chunk]],
     *,
     batch_size: int,
     stop: threading.Event | None = None,
     on_stored: Callable[[int], None] | None = None,
 ) -> Iterator[Batch]:
-    """Embed and store ``queue_for(kind)`` batch by batch, for each kind:
-    yields (kind, ids, vectors, stored, version) after each commit.
+    """Embed and store ``queue_for(kind)`` batch by batch, for each kind,
+    then the signature views of ``views_queue()``'s units: yields (kind, ids,
+    vectors, stored, version, views) after each commit.
+
+    A code unit is embedded alone at first, its vector stored as its own
+    (``view_pending``); once every kind's queue is empty, its signature view
+    is embedded and its vector replaced by the blend (views later, module
+    docstring). A batch of files a client asked about is embedded with its
+    views at once.
 
     An embedder that sorts its texts into forward passes of like lengths
     (the local one) says how many it wants a call (``texts_per_call``): 32
@@ -467,41 +524,54 @@ def _embed_batches(
     thread; the embedding thread only embeds."""
     per_call = max(batch_size, getattr(embedder, "texts_per_call", 0))
     queues = {kind: queue_for(kind) for kind in KINDS}
-    ahead: tuple[str, list[TextRow], Future[np.ndarray]] | None = None
+    ahead: _Ahead | None = None
 
-    def batches() -> Iterator[tuple[str, list[TextRow]]]:
+    def flying() -> list[int]:
+        return [row[0] for row in ahead.batch] if ahead else []
+
+    def units() -> Iterator[_Ahead]:
         for kind in KINDS:
             queue = queues[kind]
             last_id = 0
             while not (stop and stop.is_set()):
                 # Files a client asked about go first, whichever index they
                 # are in, but not the chunks being embedded meanwhile
-                flying = [row[0] for row in ahead[1]] if ahead else []
-                asked = {name: among.exclude(chunk_id__in=flying) for name, among in queues.items()}
-                first_kind, batch = embed_first.pick(asked, per_call) or (kind, [])
+                asked = {name: among.exclude(chunk_id__in=flying()) for name, among in queues.items()}
+                picked = embed_first.pick(asked, per_call)
+                if picked is not None:
+                    yield _submit(pool, embedder, *picked, stop=stop, views=True)
+                    continue
+                batch = _after(queue, last_id, per_call)
                 if not batch:
-                    batch = slices.texts(
-                        queue.filter(chunk_id__gt=last_id)
-                        .order_by("chunk_id")
-                        .values_list("chunk_id", "context", *slices.FIELDS)[:per_call],
-                        2,
-                    )
-                    if not batch:
-                        break
-                    last_id = batch[-1][0]
-                yield first_kind, batch
+                    break
+                last_id = batch[-1][0]
+                yield _submit(pool, embedder, kind, batch, stop=stop, views=False)
+
+    def views() -> Iterator[_Ahead]:
+        # a unit of an asked file first, as above; else in chunk id order
+        queue = views_queue()
+        last_id = 0
+        while not (stop and stop.is_set()):
+            picked = embed_first.pick({"code": queue.exclude(chunk_id__in=flying())}, per_call)
+            batch = picked[1] if picked is not None else []
+            if not batch:
+                batch = _after(queue, last_id, per_call)
+                if not batch:
+                    return
+                last_id = batch[-1][0]
+            yield _submit_views(pool, embedder, batch, stop=stop)
 
     with ThreadPoolExecutor(1, thread_name_prefix="embed") as pool:
         try:
-            for kind, batch in batches():
-                # the recipe is read here: the embedding thread has no database
-                weight = signature_weight() if kind == "code" else 0.0
-                task = pool.submit(_vectors, embedder, kind, batch, weight, view_version(), stop)
+            # the views pass reads the units the last pass stored: each is drained first
+            for tasks in (units, views):
+                for task in tasks():
+                    if ahead is not None:
+                        yield _store_batch(ahead, on_stored)
+                    ahead = task
                 if ahead is not None:
-                    yield _store_batch(*ahead, on_stored)
-                ahead = (kind, batch, task)
-            if ahead is not None:
-                yield _store_batch(*ahead, on_stored)
+                    yield _store_batch(ahead, on_stored)
+                    ahead = None
         except Interrupted:
             return
         finally:
@@ -509,22 +579,82 @@ def _embed_batches(
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _store_batch(
+def _after(queue: QuerySet[Chunk], last_id: int, size: int) -> list[TextRow]:
+    """The next ``size`` chunks of ``queue`` after ``last_id`` in id order, as (id, context, text)."""
+    rows = queue.filter(chunk_id__gt=last_id).order_by("chunk_id")
+    return slices.texts(rows.values_list("chunk_id", "context", *slices.FIELDS)[:size], 2)
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """A batch handed to the embedding thread: its kind and rows, the call
+    under way, and what storing it does: ``pending`` marks code vectors made
+    without their views; ``replace`` stores a views batch over them."""
+
+    kind: str
+    batch: list[TextRow]
+    task: Future[np.ndarray]
+    pending: bool = False
+    replace: bool = False
+
+
+def _submit(
+    pool: ThreadPoolExecutor,
+    embedder: Embedder,
     kind: str,
     batch: list[TextRow],
-    task: Future[np.ndarray],
-    on_stored: Callable[[int], None] | None,
-) -> Batch:
-    """Store a batch once its embedding ``task`` is done (Interrupted if a stop cut it short)."""
+    *,
+    stop: threading.Event | None,
+    views: bool,
+) -> _Ahead:
+    """Hand a batch of pending chunks to the embedding thread: code units
+    with their signature views (``views``) or, views later, alone."""
+    # the recipe is read here: the embedding thread has no database
+    weight = signature_weight() if kind == "code" else 0.0
+    later = weight > 0 and not views
+    task = pool.submit(_vectors, embedder, kind, batch, 0.0 if later else weight, view_version(), stop)
+    return _Ahead(kind, batch, task, pending=later)
+
+
+def _submit_views(
+    pool: ThreadPoolExecutor, embedder: Embedder, batch: list[TextRow], *, stop: threading.Event | None
+) -> _Ahead:
+    """Hand the signature views of code units stored alone to the embedding
+    thread, with their stored vectors to blend them into."""
+    stored = {
+        cid: from_bytes(blob)
+        for cid, blob in Chunk.objects.filter(chunk_id__in=[row[0] for row in batch]).values_list(
+            "chunk_id", "embedding"
+        )
+        if blob
+    }
+    batch = [row for row in batch if row[0] in stored]
+    own = np.stack([stored[row[0]] for row in batch]) if batch else np.zeros((0, 0), np.float32)
+    task = pool.submit(_with_views, embedder, batch, own, signature_weight(), view_version(), stop)
+    return _Ahead("code", batch, task, replace=True)
+
+
+def _store_batch(ahead: _Ahead, on_stored: Callable[[int], None] | None) -> Batch:
+    """Store a batch once its embedding task is done (Interrupted if a stop cut it short)."""
     try:
-        vectors = task.result()
+        vectors = ahead.task.result()
     except errors.Dir2mcpError as exc:
         set_setting(LAST_ERROR_KEY, str(exc))
         logger.warning("embedding stopped: %s", exc)
         raise
-    ids = np.array([row[0] for row in batch], dtype=np.int64)
-    stored, version = _store_vectors(kind, ids, vectors, on_stored=on_stored)
-    return kind, ids, vectors, stored, version
+    ids = np.array([row[0] for row in ahead.batch], dtype=np.int64)
+    if ahead.replace:
+        stored, version = _store_views(ids, vectors)
+    else:
+        stored, version = _store_vectors(
+            ahead.kind, ids, vectors, on_stored=on_stored, view_pending=ahead.pending
+        )
+    return ahead.kind, ids, vectors, stored, version, ahead.replace
+
+
+def _options(embedder: Embedder, stop: threading.Event | None) -> dict[str, threading.Event]:
+    """``embed``'s keywords: ``stop`` for an embedder that takes it."""
+    return {"stop": stop} if stop is not None and getattr(embedder, "interruptible", False) else {}
 
 
 def _vectors(
@@ -537,20 +667,43 @@ def _vectors(
 ) -> np.ndarray:
     """The stored vectors of a batch of (id, context, text): each unit's,
     and for code, leaning towards its signature view (of this ``version``)
-    by ``weight``, the recorded one (one call for both views, so a
-    length-sorting embedder packs them)."""
+    by ``weight`` (one call for both views, so a length-sorting embedder
+    packs them); weight 0: the unit's own."""
     texts = [embedding_text(context, text, kind, embedder.window_chars) for _, context, text in batch]
-    options = {"stop": stop} if stop is not None and getattr(embedder, "interruptible", False) else {}
+    options = _options(embedder, stop)
     if weight <= 0:
         return embedder.embed(texts, kind=kind, **options)
     signatures = [signature_view(context, text, version) for _, context, text in batch]
     views = embedder.embed(texts + [view for view, _ in signatures], kind=kind, **options)
     views = np.asarray(views, dtype=np.float32)
-    # a declaration file member's view weighs at least MEMBER_VIEW_WEIGHT (views.py)
-    weights = np.array(
-        [max(weight, MEMBER_VIEW_WEIGHT) if member else weight for _, member in signatures], dtype=np.float32
-    )[:, None]
-    blended: np.ndarray = (views[: len(batch)] + weights * views[len(batch) :]) / (1 + weights)
+    return _blend(views[: len(batch)], views[len(batch) :], [member for _, member in signatures], weight)
+
+
+def _with_views(
+    embedder: Embedder,
+    batch: list[TextRow],
+    own: np.ndarray,
+    weight: float,
+    version: int,
+    stop: threading.Event | None = None,
+) -> np.ndarray:
+    """The stored vectors of code units whose own vectors ``own`` were stored
+    alone: leaning towards their signature views by ``weight``, as
+    :func:`_vectors` makes them in one go."""
+    if not batch:
+        return own
+    signatures = [signature_view(context, text, version) for _, context, text in batch]
+    views = embedder.embed([view for view, _ in signatures], kind="code", **_options(embedder, stop))
+    return _blend(own, np.asarray(views, dtype=np.float32), [member for _, member in signatures], weight)
+
+
+def _blend(own: np.ndarray, views: np.ndarray, members: list[bool], weight: float) -> np.ndarray:
+    """Units' vectors leaning towards their signature views: ``(own + w *
+    view) / (1 + w)``, where a declaration file member's view weighs at
+    least MEMBER_VIEW_WEIGHT (views.py)."""
+    weights = np.array([max(weight, MEMBER_VIEW_WEIGHT) if member else weight for member in members])
+    column = weights.astype(np.float32)[:, None]
+    blended: np.ndarray = (own + column * views) / (1 + column)
     return blended
 
 
@@ -559,10 +712,16 @@ def _version_key(kind: str) -> str:
 
 
 def _store_vectors(
-    kind: str, ids: np.ndarray, vectors: np.ndarray, *, on_stored: Callable[[int], None] | None = None
+    kind: str,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    *,
+    on_stored: Callable[[int], None] | None = None,
+    view_pending: bool = False,
 ) -> tuple[int, str]:
     """Write a batch's vectors under a new version of the kind, atomically;
-    returns (chunks stored, that version).
+    returns (chunks stored, that version). ``view_pending``: code units'
+    own vectors, whose signature views are embedded later.
 
     The version is taken first, with its row locked until the commit, so
     batches commit in version order and each chunk carries the version it
@@ -587,7 +746,14 @@ def _store_vectors(
             )
         )
         rows = [
-            (to_bytes(vec), EmbeddingStatus.OK.value, int(version), cid, EmbeddingStatus.PENDING.value)
+            (
+                to_bytes(vec),
+                EmbeddingStatus.OK.value,
+                int(version),
+                view_pending,
+                cid,
+                EmbeddingStatus.PENDING.value,
+            )
             for cid, vec in zip(wanted, vectors, strict=True)
             if cid in pending
         ]
@@ -600,10 +766,35 @@ def _store_vectors(
     return stored, version
 
 
-#: One stored vector: (embedding, status ok, embed_seq, chunk_id, status pending).
+def _store_views(ids: np.ndarray, vectors: np.ndarray) -> tuple[int, str]:
+    """Write code units' vectors leaning towards their views over their own,
+    under a new version of the code kind, where a unit still holds its own
+    (not re-embedded, nor stored by another process meanwhile); returns
+    (units stored, that version), as :func:`_store_vectors` does."""
+    with transaction.atomic():
+        version = _bump_version("code")
+        wanted = [int(cid) for cid in ids]
+        waiting = set(views_pending().filter(chunk_id__in=wanted).values_list("chunk_id", flat=True))
+        rows = [
+            (to_bytes(vec), int(version), False, cid, EmbeddingStatus.OK.value)
+            for cid, vec in zip(wanted, vectors, strict=True)
+            if cid in waiting
+        ]
+        if rows:
+            with connection.cursor() as cursor:
+                cursor.executemany(_VIEWS_SQL, rows)
+    return len(rows), version
+
+
+#: One stored vector: (embedding, status ok, embed_seq, view pending, chunk_id, status pending).
 _STORE_SQL = (
     f"UPDATE {Chunk._meta.db_table} SET embedding = %s, embedding_status = %s, embedding_error = NULL,"
-    " embed_seq = %s WHERE chunk_id = %s AND embedding_status = %s"
+    " embed_seq = %s, view_pending = %s WHERE chunk_id = %s AND embedding_status = %s"
+)
+#: One unit's vector with its view: (embedding, embed_seq, view pending: false, chunk_id, status ok).
+_VIEWS_SQL = (
+    f"UPDATE {Chunk._meta.db_table} SET embedding = %s, embed_seq = %s, view_pending = %s"
+    " WHERE chunk_id = %s AND embedding_status = %s"
 )
 
 

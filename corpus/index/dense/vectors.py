@@ -8,7 +8,12 @@ sidecar recording their size and sha256, checked before hnswlib reads a byte
 (hnswlib trusts its input and can crash on a damaged file).
 
 Labels are chunk ids. Nothing is deleted from an index: tombstoned chunks
-are filtered out at query time, with oversampling (spec §6.3).
+are filtered out at query time, with oversampling (spec §6.3). A label's
+vector changes once at most: a code unit's own vector is replaced by the one
+leaning towards its signature view when that view is embedded, later
+(corpus/index/dense/embedding.py). The sidecar records the embeddings version
+(``seq``) the file holds every vector of, so a process loading it re-reads
+only what was stored, or replaced, after.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class VectorIndex:
         self._index = self._empty(INITIAL_CAPACITY)
         self._labels: set[int] = set()
         self.dirty = False
+        #: the embeddings version this index holds every vector of (None: unknown);
+        #: the caller keeps it, the file records it
+        self.seq: str | None = None
 
     def _empty(self, capacity: int) -> hnswlib.Index:
         index = hnswlib.Index(space="ip", dim=self.dim)
@@ -102,10 +110,12 @@ class VectorIndex:
             logger.warning("rebuilding %s from the database: %s", self.path.name, exc)
             return False
         index.set_ef(EF_SEARCH_MIN)
+        seq = meta.get("seq")
         with self._lock:
             self._index = index
             self._labels = set(int(label) for label in index.get_ids_list())
             self.dirty = False
+            self.seq = seq if isinstance(seq, str) else None
         return True
 
     def _check_file(self, meta: JsonObject | None) -> str:
@@ -119,10 +129,13 @@ class VectorIndex:
             return "file is truncated or corrupt"
         return ""
 
-    def add(self, chunk_ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Add vectors whose labels are not present yet (re-adds are skipped)."""
+    def add(self, chunk_ids: np.ndarray, vectors: np.ndarray, *, replace: bool = False) -> None:
+        """Add vectors whose labels are not present yet; a label present is
+        skipped, or with ``replace`` given this vector where it holds another."""
         with self._lock:
             keep = [i for i, cid in enumerate(chunk_ids) if int(cid) not in self._labels]
+            if replace and len(keep) < len(chunk_ids):
+                keep = sorted({*keep, *self._changed(chunk_ids, vectors)})
             if not keep:
                 return
             ids = np.asarray(chunk_ids, dtype=np.int64)[keep]
@@ -133,6 +146,13 @@ class VectorIndex:
             self._index.add_items(vecs, ids, num_threads=1)
             self._labels.update(int(i) for i in ids)
             self.dirty = True
+
+    def _changed(self, chunk_ids: np.ndarray, vectors: np.ndarray) -> list[int]:
+        """Positions of the labels present whose vector is not the given one."""
+        present = [i for i, cid in enumerate(chunk_ids) if int(cid) in self._labels]
+        held = self._index.get_items([int(chunk_ids[i]) for i in present])
+        given = np.asarray(vectors, dtype=np.float32)
+        return [i for i, row in zip(present, held, strict=True) if not np.array_equal(row, given[i])]
 
     def search(self, vector: np.ndarray, k: int) -> list[Neighbour]:
         """The ``k`` nearest labels (live or not: callers filter tombstones)."""
@@ -164,6 +184,7 @@ class VectorIndex:
                     "model": self.model,
                     "dim": self.dim,
                     "count": len(self._labels),
+                    "seq": self.seq,
                     "size": tmp.stat().st_size,
                     "sha256": _sha256(tmp),
                 }

@@ -1,0 +1,183 @@
+"""Views later (corpus.index.dense.embedding): every pending code unit is
+embedded alone first and stored with its own vector, then the signature
+views are embedded and each unit's vector replaced by the blend, the one
+both embedded together make; files a client asked about get both at once."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from corpus.index.dense.embedding import (
+    DenseStore,
+    check_models,
+    dense_store,
+    embed_chunks,
+    embed_first,
+    embed_pending,
+    from_bytes,
+    recipe_summary,
+    views_pending,
+)
+from corpus.index.dense.views import VIEW_VERSION, embedding_text, signature_view
+from corpus.models import Chunk
+from corpus.providers.base import Embedder, Interrupted, ModelInfo
+from corpus.status import indexing_complete
+from tests.factories import ChunkFactory
+
+WEIGHT = 0.3
+DIM = 8
+
+
+class _Hashed(Embedder):
+    """A text's vector is a hash of the text (the same in any batch); each
+    call's texts are kept. ``stop_at_views``: the first call of signature
+    views alone sets ``stop`` and is interrupted, as a stop during it is."""
+
+    provider = "fake"
+    texts_per_call = 4
+    interruptible = True
+
+    def __init__(self, views: set[str] = frozenset(), stop_at_views: threading.Event | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.views = views
+        self.stop_at_views = stop_at_views
+
+    def model_info(self, kind: str) -> ModelInfo:
+        return ModelInfo(self.provider, "fake", DIM)
+
+    def embed(self, texts: Sequence[str], *, kind: str, stop: threading.Event | None = None) -> np.ndarray:
+        if self.stop_at_views is not None and all(text in self.views for text in texts):
+            self.stop_at_views.set()
+            raise Interrupted
+        self.calls.append(list(texts))
+        return np.stack([vector(text) for text in texts])
+
+
+def vector(text: str) -> np.ndarray:
+    raw = np.frombuffer(hashlib.sha256(text.encode()).digest()[: DIM * 2], dtype=np.int16).astype(np.float32)
+    return raw / np.linalg.norm(raw)
+
+
+def unit_text(chunk: Chunk) -> str:
+    return embedding_text(chunk.context, chunk.text, "code", None)
+
+
+def view_text(chunk: Chunk) -> str:
+    return signature_view(chunk.context, chunk.text, VIEW_VERSION)[0]
+
+
+def blended(chunk: Chunk) -> np.ndarray:
+    return (vector(unit_text(chunk)) + WEIGHT * vector(view_text(chunk))) / (1 + WEIGHT)
+
+
+def code_chunks(count: int) -> list[Chunk]:
+    return [
+        ChunkFactory(
+            index_kind="code",
+            context=f"src/mod{n}.py",
+            text=f"def handler_{n}(request):\n    return respond(request, {n})",
+        )
+        for n in range(count)
+    ]
+
+
+def stored(chunk: Chunk) -> np.ndarray:
+    return from_bytes(Chunk.objects.get(chunk_id=chunk.chunk_id).embedding)
+
+
+def scores(store: DenseStore, chunks: list[Chunk], wanted: list[np.ndarray]) -> list[float]:
+    """Each chunk's score in the code index for its ``wanted`` vector (the
+    inner product the index holds for it: ``wanted @ held``)."""
+    index = store.sync("code")
+    assert index is not None
+    found = []
+    for chunk, query in zip(chunks, wanted, strict=True):
+        hits = {hit.chunk_id: hit.score for hit in index.search(query, k=len(chunks))}
+        found.append(hits[chunk.chunk_id])
+    return found
+
+
+def assert_holds_blends(store: DenseStore, chunks: list[Chunk]) -> None:
+    """``store``'s code index holds each chunk's blend, not its own vector alone."""
+    wanted = [blended(c) for c in chunks]
+    assert np.allclose(scores(store, chunks, wanted), [float(w @ w) for w in wanted], atol=1e-5)
+
+
+@pytest.mark.django_db
+def test_every_unit_is_embedded_before_any_view_and_ends_as_both_together_make_it(state) -> None:
+    chunks = code_chunks(6)
+    fake = _Hashed()
+    check_models(fake, state, signature_weight=WEIGHT)
+
+    done = embed_pending(fake, state, batch_size=4)
+
+    units, views = {unit_text(c) for c in chunks}, {view_text(c) for c in chunks}
+    assert done == 6
+    # two calls of units alone, then two of views alone
+    assert [set(call) <= units for call in fake.calls] == [True, True, False, False]
+    assert all(set(call) <= views for call in fake.calls[2:])
+    for chunk in chunks:
+        assert np.allclose(stored(chunk), blended(chunk), atol=1e-6)
+    assert views_pending().count() == 0
+    # this process's index holds the blends, not the units' own vectors
+    assert_holds_blends(dense_store(state), chunks)
+
+
+@pytest.mark.django_db
+def test_units_without_their_views_yet_are_searched_and_said_to_wait(state) -> None:
+    chunks = code_chunks(5)
+    stop = threading.Event()
+    check_models(_Hashed(), state, signature_weight=WEIGHT)
+    other = DenseStore(state)  # a server's store in another process
+
+    done = embed_pending(_Hashed({view_text(c) for c in chunks}, stop), state, stop=stop, batch_size=4)
+
+    assert done == 5 and stop.is_set()
+    for chunk in chunks:
+        assert np.allclose(stored(chunk), vector(unit_text(chunk)), atol=1e-6)
+    own = [vector(unit_text(c)) for c in chunks]
+    assert np.allclose(scores(other, chunks, own), 1.0, atol=1e-5)  # found by their own vectors
+    assert recipe_summary(WEIGHT)["note"].startswith("5 code vectors are their unit's alone")
+    assert views_pending().count() == 5
+    assert not indexing_complete(dense=True)
+
+    embed_pending(_Hashed(), state, batch_size=4)
+
+    assert views_pending().count() == 0 and recipe_summary(WEIGHT)["note"] == ""
+    # the other store replaces the vectors it held when it syncs
+    assert_holds_blends(other, chunks)
+
+
+@pytest.mark.django_db
+def test_a_saved_index_loaded_later_takes_the_views_stored_after_it(state) -> None:
+    chunks = code_chunks(4)
+    stop = threading.Event()
+    check_models(_Hashed(), state, signature_weight=WEIGHT)
+    embed_pending(_Hashed({view_text(c) for c in chunks}, stop), state, stop=stop, batch_size=4)
+    # the file now holds the units' own vectors; another process stores the views (database only)
+    embed_chunks(_Hashed(), [c.chunk_id for c in chunks], batch_size=4)
+
+    loaded = DenseStore(state)
+
+    assert views_pending().count() == 0
+    assert_holds_blends(loaded, chunks)
+
+
+@pytest.mark.django_db
+def test_a_file_asked_about_gets_its_units_and_views_at_once(state) -> None:
+    chunks = code_chunks(6)
+    asked = chunks[4]
+    fake = _Hashed()
+    check_models(fake, state, signature_weight=WEIGHT)
+    embed_first.add([asked.representation.document.rel_path])
+
+    embed_pending(fake, state, batch_size=4)
+
+    assert fake.calls[0] == [unit_text(asked), view_text(asked)]
+    assert np.allclose(stored(asked), blended(asked), atol=1e-6)
+    assert all(unit_text(asked) not in call for call in fake.calls[1:])
