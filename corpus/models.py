@@ -144,6 +144,10 @@ class Chunk(models.Model):
     # float32 little-endian vector; the .hnsw files are caches rebuilt from it.
     embedding = models.BinaryField(null=True, blank=True, editable=False)
     deleted = models.BooleanField(default=False)
+    #: when the chunk was last tombstoned (unix seconds; None while it is
+    #: live or was never tombstoned): the oldest go first when tombstones are
+    #: collected (corpus/ingest/collect.py)
+    deleted_unix = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "chunks"
