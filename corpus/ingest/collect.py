@@ -32,8 +32,11 @@ reviving one waits and then finds it gone and creates the unit anew
 (writer.py), and a representation or document is removed only while still
 tombstoned and empty, in the same statement.
 
-SQLite reuses the pages freed for new rows: the file stops growing; it does
-not shrink (no VACUUM).
+Then the lexical index's segments are merged where two share a level
+(corpus.index.lexical.compact), which drops the delete markers every
+tombstone, revival and edit leaves in a contentless FTS5 table. SQLite
+reuses the pages freed for new rows: the file stops growing; it does not
+shrink (no VACUUM).
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class Collected:
     chunks: int = 0
     representations: int = 0
     documents: int = 0
+    #: steps of merging the lexical index's segments (lexical.compact)
+    lexical_merges: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.chunks or self.representations or self.documents)
@@ -102,8 +107,9 @@ def collect(
     stop: threading.Event | None = None,
     now: float | None = None,
 ) -> Collected:
-    """Remove the tombstones :func:`due` names, a batch per transaction;
-    ``stop`` (a threading.Event) ends it between two batches."""
+    """Remove the tombstones :func:`due` names, a batch per transaction,
+    then merge the lexical index's segments; ``stop`` ends either between
+    two transactions."""
     found = Collected()
     ids = due(share, days, now=now)
     for start in range(0, len(ids), BATCH):
@@ -119,6 +125,7 @@ def collect(
         # skipped file's, with no representation ever), however recent.
         with transaction.atomic():
             found.documents += _collect_documents(_empty_tombstoned_documents())
+    found.lexical_merges = lexical.compact(stop)
     if found:
         set_setting(COLLECTED_KEY, str(time.time_ns()))
         _forget_labels(state)

@@ -392,7 +392,7 @@ class Indexer:
         ingest = self.config.ingest
         began, cpu = time.monotonic(), time.process_time()
         found = collect.collect(self.state, ingest.tombstone_share, ingest.tombstone_days, stop=self.stop)
-        if found:
+        if found or found.lexical_merges > 1:
             data = dataclasses.asdict(found) | {
                 "seconds": round(time.monotonic() - began, 3),
                 "cpu_seconds": round(time.process_time() - cpu, 3),
