@@ -148,6 +148,10 @@ class Chunk(models.Model):
     #: a vector (corpus/index/dense/embedding.py, "views later").
     view_pending = models.BooleanField(default=False, db_default=False)
     deleted = models.BooleanField(default=False)
+    #: when the chunk was last tombstoned (unix seconds; None while it is
+    #: live or was never tombstoned): the oldest go first when tombstones are
+    #: collected (corpus/ingest/collect.py)
+    deleted_unix = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "chunks"

@@ -153,6 +153,12 @@ class IngestConfig(Section):
     # the writing process. auto: one per core (none on 1 core), at most 4,
     # started once a walk has 500 files to prepare (docs/configuration.md).
     prepare_processes: Literal["auto"] | Annotated[int, Field(ge=0, le=64)] = "auto"
+    # Tombstoned chunks (of files changed or deleted, kept so that switching
+    # back revives them with their vectors) are collected, oldest first, once
+    # they outnumber this share of the live chunks, and once older than
+    # tombstone_days whatever their number (0: no age limit).
+    tombstone_share: float = Field(1.0, ge=0)
+    tombstone_days: float = Field(14, ge=0)
     # Per doc_type ceilings in MB; the effective limit is the smaller of
     # this and max_file_mb.
     max_file_mb_by_type: dict[str, float] = Field(default_factory=_default_type_limits)
@@ -719,6 +725,8 @@ KEY_TRUST: dict[str, str] = {
     "ingest.archives": HARMLESS,
     "ingest.max_file_mb": HARMLESS,
     "ingest.max_file_mb_by_type": HARMLESS,
+    "ingest.tombstone_share": HARMLESS,
+    "ingest.tombstone_days": HARMLESS,
     "chunking": HARMLESS,
     # openai_compatible sends $OPENAI_API_KEY (or the named variable) and the
     # corpus to its base_url, by default a port any local user may hold.

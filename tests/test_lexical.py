@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from corpus import slices
 from corpus.index import lexical, words
-from corpus.models import Chunk
+from corpus.models import Chunk, Document, Representation, Span
 from corpus.store import wipe_index
+from kernel.config import build_config
 
 pytestmark = pytest.mark.django_db
 
@@ -856,3 +857,57 @@ def test_pruned_any_term_queries_equal_ranking_every_row_on_random_text(index, m
 
         assert same_hits(got, any_term_ranking(terms, limit)), terms
     assert pruned >= 10
+
+
+def test_collected_tombstones_leave_no_row_and_the_index_in_sync(index):
+    """With ``ingest.tombstone_share`` 0 every pass removes what it
+    tombstoned (corpus/ingest/collect.py): chunks, their spans, emptied
+    representations and documents; the lexical index keeps equal to the live
+    chunks, and a file deleted, collected and written again is indexed anew."""
+    config = build_config({"ingest": {"tombstone_share": 0}}, {}, {})
+    steps = [
+        {"big.py": code_file(300), "a.md": "first note\n", "b.md": "second note\n"},
+        {"big.py": code_file(300, "def appendedFunction():\n    pass\n")},
+        {"a.md": None},
+        {"a.md": "first note is back\n", "b.md": "second note, edited\n"},
+        {"b.md": "now it leaks AKIAABCDEFGHIJKLMNOP\n"},  # becomes skipped: representation retired
+        {"b.md": "clean again\n", "big.py": code_file(20)},
+        {"big.py": None},
+    ]
+    for step in steps:
+        index(step, config=config)
+        assert_in_sync()
+        assert not Chunk.objects.filter(deleted=True).exists()
+        assert not Span.objects.exclude(chunk__in=Chunk.objects.all()).exists()
+        assert not Representation.objects.filter(deleted=True).exists()
+        assert not Document.objects.filter(deleted=True).exists()
+    assert sorted(Document.objects.values_list("rel_path", flat=True)) == ["a.md", "b.md"]
+    assert top_paths("first note back") == ["a.md"]
+    assert top_paths("function_3") == []
+
+
+def fts_blocks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*), coalesce(sum(length(block)), 0) FROM {lexical.TABLE}_data")
+        return cursor.fetchone()[1]
+
+
+def versioned_file(functions: int, version: int) -> str:
+    """Code whose every unit names ``version``: an edit changes them all."""
+    return "".join(
+        f"def function_{i}(x):\n    return x * {i} + {version}  # edition {version}\n\n\n"
+        for i in range(functions)
+    )
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="FTS5 segments are SQLite's")
+def test_the_lexical_index_stays_its_clean_size_through_edits(index):
+    """Each edit writes new segments and delete markers into the contentless
+    FTS5 table; merged at the end of each pass (lexical.compact), the index
+    stays about the size a clean build of the same files gives it."""
+    for version in range(8):
+        index({f"mod{i}.py": versioned_file(40, version) for i in range(30)})
+    edited = fts_blocks()
+    assert_in_sync()
+    lexical.rebuild()
+    assert edited <= 1.25 * fts_blocks()

@@ -68,9 +68,19 @@ def test_exact_term_ranks_its_chunk_first(corpus_dir, state, mistral_config, fak
     assert Chunk.objects.filter(embedding_status="ok", deleted=False).count() == 21
 
 
-def test_k_live_hits_survive_when_most_of_the_index_is_tombstoned(
-    corpus_dir, state, mistral_config, fake_mistral
-):
+@pytest.mark.parametrize("collected", [False, True])
+def test_k_live_hits_survive_when_most_of_the_index_is_tombstoned(corpus_dir, state, fake_mistral, collected):
+    """Tombstones kept (``ingest.tombstone_share`` above their share) stay
+    in the ANN index, filtered out with oversampling; collected ones
+    (share 0.1 of 15 live: 84 of the 85 go) are marked deleted there, and neither
+    comes back in a search."""
+    share = 0.1 if collected else 10
+    mistral_config = build_config(
+        {"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "mistral"}}
+        | {"ingest": {"tombstone_share": share}},
+        {},
+        {},
+    )
     corpus_of(corpus_dir, 100)
     embedder = mistral_embedder(mistral_config, fake_mistral)
     build(corpus_dir, state, mistral_config, embedder)
@@ -89,7 +99,12 @@ def test_k_live_hits_survive_when_most_of_the_index_is_tombstoned(
 
     live = set(Chunk.objects.filter(deleted=False).values_list("chunk_id", flat=True))
     assert len(dense) == 10 and set(dense) <= live
-    assert len(dense_store(state).index("text")) == 100  # tombstones stay in the ANN index
+    index = dense_store(state).index("text")
+    assert index is not None
+    stored = set(Chunk.objects.values_list("chunk_id", flat=True))
+    # tombstones stay in the ANN index; collected ones are marked deleted
+    assert len(index) == len(stored) == (15 + 1 if collected else 100)
+    assert index.labels == stored
     assert all(hit.chunk_id in live for hit in result.hits)
 
 

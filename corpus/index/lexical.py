@@ -44,7 +44,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 from corpus import slices
@@ -105,6 +105,8 @@ PRUNE_ROWS = 20_000
 #: A term is rare, for :meth:`SQLiteFTS5._pruned`'s first read, when at most
 #: this share of the rows holding the query's commonest term hold it
 RARE_SHARE = 0.125
+#: FTS5 pages one step of :func:`compact` writes at most (one short transaction)
+MERGE_PAGES = 200
 
 # -- the public API --------------------------------------------------------------
 
@@ -339,6 +341,34 @@ def answers() -> None:
     """Raise DatabaseError unless the index can be queried; reads one row at
     most (``/healthz``, asked by anyone: never work that grows with the index)."""
     _backend().answers()
+
+
+def compact(stop: threading.Event | None = None) -> int:
+    """Merge the SQLite index's segments where two lie on one level, a step
+    of at most :data:`MERGE_PAGES` pages per transaction, until none is
+    left to merge (or ``stop``); returns the steps taken. Each chunk
+    tombstoned, revived or edited writes a new segment and, in a contentless
+    table, a delete marker into it; FTS5 merges them only once a level holds
+    four (``automerge``), so a tree that keeps moving left the index at
+    about twice its clean size (docs/benchmarks.md). PostgreSQL's table
+    needs nothing (autovacuum reuses its space)."""
+    if connection.vendor != "sqlite":
+        return 0
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None  # ensure_connection opened it
+    steps = 0
+    while stop is None or not stop.is_set():
+        with transaction.atomic():
+            before = raw.total_changes
+            with connection.cursor() as cursor:
+                # A negative count: merge wherever two segments share a level.
+                cursor.execute(f"INSERT INTO {TABLE}({TABLE}, rank) VALUES ('merge', %s)", [-MERGE_PAGES])
+            merged = raw.total_changes - before >= 2  # FTS5's documented test: under 2, nothing to do
+        steps += 1
+        if not merged:
+            break
+    return steps
 
 
 def indexed_ids() -> set[int]:

@@ -19,6 +19,7 @@ collaborators through the indexer's public attributes and methods.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -31,7 +32,7 @@ from typing import Protocol, TypedDict
 from corpus.counters import Counters
 from corpus.events import Reporter
 from corpus.index.dense.embedding import embed_first, embed_pending
-from corpus.ingest import coverage, writer
+from corpus.ingest import collect, coverage, writer
 from corpus.ingest.batch import BatchWriter
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
 from corpus.ingest.exclusions import ExclusionTally
@@ -207,6 +208,8 @@ class Indexer:
         self.job: IndexJob | None = None
         #: the models in use, for corpus.json (set when the job starts)
         self.models: dict[str, str] | None = None
+        #: this pass walks the whole root (not only some paths)
+        self.walked = False
 
     # -- public entry points -------------------------------------------------
 
@@ -216,6 +219,7 @@ class Indexer:
             return self._run()
 
     def _run(self) -> Counters:
+        self.walked = True
         self.start()
         processes = processes_for(self.config.ingest.prepare_processes)
         if processes:
@@ -369,6 +373,10 @@ class Indexer:
             self.reader.stop_preparing()  # what no worker holds yet is read again by the next pass
         try:
             self.batch.flush()
+            # Every walk (the age bound), else a pass that wrote or deleted
+            # something: a watcher's pass that changed nothing skips the counts.
+            if outcome == "complete" and (self.walked or self.counters.indexed or self.counters.deleted):
+                self._collect()
         finally:
             self.close()
         assert self.job is not None
@@ -377,6 +385,19 @@ class Indexer:
         self.job.finished_unix = time.time()
         self.flush_counters(force=True)
         self.reporter.progress(self.counters.as_dict(), final=True)
+
+    def _collect(self) -> None:
+        """Remove the oldest tombstones past the configured bound (issue #37
+        item 5), a batch per transaction; a stop ends it between two."""
+        ingest = self.config.ingest
+        began, cpu = time.monotonic(), time.process_time()
+        found = collect.collect(self.state, ingest.tombstone_share, ingest.tombstone_days, stop=self.stop)
+        if found or found.lexical_merges > 1:
+            data = dataclasses.asdict(found) | {
+                "seconds": round(time.monotonic() - began, 3),
+                "cpu_seconds": round(time.process_time() - cpu, 3),
+            }
+            self.reporter.event("tombstones_collected", data)
 
     def flush_counters(self, *, force: bool = False) -> None:
         """Have the step save the counters, at most every FLUSH_SECONDS unless ``force``."""

@@ -2,14 +2,17 @@
 
 Callers wrap each call in a transaction. Nothing is deleted in place:
 representations and chunks that no longer apply are marked ``deleted`` so
-ANN labels stay valid (spec §6.3). The lexical index follows every chunk
+ANN labels stay valid (spec §6.3), and dated (``Chunk.deleted_unix``) so
+that tombstone collection (corpus/ingest/collect.py) removes the oldest once
+they pass the configured bound. The lexical index follows every chunk
 created, tombstoned or revived here, in the same transaction.
 
 A unit that comes back (a branch switched back, a file restored, an edit
 undone) revives its tombstoned chunk of the same representation and text
 hash rather than making a new one: the chunk keeps its id, its vector and
 its ANN label, so nothing is embedded again and the database does not grow
-with each switch (issue #37). Vectors follow the recorded model: a model
+with each switch (issue #37). A tombstone another process collected since
+it was looked up is not revived: its unit is created anew. Vectors follow the recorded model: a model
 change forgets every stored vector, tombstoned ones too
 (corpus.index.dense.embedding.forget_vectors), so a revived chunk never brings back a
 vector of another model.
@@ -60,11 +63,11 @@ SYMBOL_COLUMNS = tuple("document_id name name_lower qualified kind line start en
 #: a new chunk row's values, in :func:`_new_chunk`'s order (every column but its id)
 CHUNK_COLUMNS = tuple(
     "representation_id ordinal stored_text text_start text_end context tokens_est index_kind "
-    "embedding_status embedding_error embed_seq embedding deleted".split()
+    "embedding_status embedding_error embed_seq embedding deleted deleted_unix".split()
 )
 SPAN_COLUMNS = ("chunk_id", "span_kind", "start", "end", "extra_json")
 #: a new chunk's values (:data:`CHUNK_COLUMNS`): rows, not model objects, on the writer's hot path
-ChunkRow = tuple[int, int, str, int | None, int | None, str, int, str, str, None, None, None, bool]
+ChunkRow = tuple[int, int, str, int | None, int | None, str, int, str, str, None, None, None, bool, None]
 
 
 @dataclass
@@ -272,6 +275,7 @@ def _new_chunk(
         None,
         None,
         False,
+        None,
     )
 
 
@@ -345,8 +349,9 @@ def _document_fields(prepared: Prepared) -> JsonObject:
 
 def _upsert_document(prepared: Prepared, doc_id: int | None) -> Document:
     fields = _document_fields(prepared)
-    if doc_id is not None:
-        Document.objects.filter(doc_id=doc_id).update(**fields)
+    # A tombstoned document that tombstone collection removed since the caller
+    # looked (corpus/ingest/collect.py, another process) updates nothing: made anew.
+    if doc_id is not None and Document.objects.filter(doc_id=doc_id).update(**fields):
         return Document(doc_id=doc_id, rel_path=prepared.rel_path, **fields)
     return Document.objects.create(rel_path=prepared.rel_path, **fields)
 
@@ -425,26 +430,31 @@ def _revive_chunks(
     if not found:
         return wanted
     candidates = {text_hash: [-key[1] for key in sorted(keys)] for text_hash, keys in found.items()}
-    chosen: dict[int, ChunkDraft] = {}
+    chosen: dict[int, tuple[ChunkRow, ChunkDraft]] = {}
     rest: list[tuple[ChunkRow, ChunkDraft]] = []
     for row, draft in wanted:
         ids = candidates.get(_hash(draft.context, draft.text))
         if ids:
-            chosen[ids.pop(0)] = draft
+            chosen[ids.pop(0)] = (row, draft)
         else:
             rest.append((row, draft))
-    rows = Chunk.objects.filter(chunk_id__in=list(chosen))
+    # Revived first, then read: a chunk that tombstone collection removed
+    # since the candidates were read (corpus/ingest/collect.py, another
+    # process) is not brought back, and its unit is created anew.
+    Chunk.objects.filter(chunk_id__in=list(chosen), deleted=True).update(deleted=False, deleted_unix=None)
+    rows = Chunk.objects.filter(chunk_id__in=list(chosen), deleted=False)
     revived = list(rows.defer("embedding").prefetch_related("spans"))
-    rows.update(deleted=False)
+    kept = {chunk.chunk_id for chunk in revived}
+    rest.extend(wanted_unit for chunk_id, wanted_unit in chosen.items() if chunk_id not in kept)
     # A vector that failed is tried again, as a new chunk's would be.
     rows.filter(embedding_status=EmbeddingStatus.ERROR).update(
         embedding_status=EmbeddingStatus.PENDING, embedding_error=None
     )
     for chunk in revived:
-        draft = chosen[chunk.chunk_id]
+        draft = chosen[chunk.chunk_id][1]
         _move_chunk(chunk, draft, _locate(locator, draft))
     lexical.index_chunks(
-        (chunk.chunk_id, chunk.context, chosen[chunk.chunk_id].text, chunk.index_kind) for chunk in revived
+        (chunk.chunk_id, chunk.context, chosen[chunk.chunk_id][1].text, chunk.index_kind) for chunk in revived
     )
     delta.chunks_added += len(revived)
     delta.chunks_revived += len(revived)
@@ -482,7 +492,7 @@ def _tombstone_chunks(chunks: list[Chunk], delta: Delta) -> None:
     if not chunks:
         return
     ids = [chunk.chunk_id for chunk in chunks]
-    Chunk.objects.filter(chunk_id__in=ids).update(deleted=True)
+    Chunk.objects.filter(chunk_id__in=ids).update(deleted=True, deleted_unix=int(time.time()))
     lexical.remove_chunks(ids)
     delta.chunks_removed += len(ids)
     delta.embedded_removed += sum(1 for c in chunks if c.embedding_status == EmbeddingStatus.OK)
@@ -500,7 +510,7 @@ def _retire_representations(doc: Document, *, keep: str | None) -> Delta:
     chunk_ids = list(chunks.values_list("chunk_id", flat=True))
     delta.chunks_removed = len(chunk_ids)
     delta.embedded_removed = chunks.filter(embedding_status=EmbeddingStatus.OK).count()
-    chunks.update(deleted=True)
+    chunks.update(deleted=True, deleted_unix=int(time.time()))
     lexical.remove_chunks(chunk_ids)
     Representation.objects.filter(rep_id__in=rep_ids).update(deleted=True)
     return delta

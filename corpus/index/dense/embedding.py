@@ -40,6 +40,7 @@ from django.db.models import QuerySet
 from corpus import slices
 from corpus.index.dense.vectors import KINDS, VectorIndex, index_path, remove_files
 from corpus.index.dense.views import MEMBER_VIEW_WEIGHT, VIEW_VERSION, embedding_text, signature_view
+from corpus.index.tables import marks
 from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.store import get_setting, set_setting
@@ -51,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 SAVE_EVERY_SECONDS = 5.0
 LAST_ERROR_KEY = "embed_last_error"
+#: moved by each tombstone collection (corpus/ingest/collect.py): a process
+#: seeing it move marks the labels of chunks no longer stored deleted
+COLLECTED_KEY = "tombstones_collected"
 SIGNATURE_KEY = "embed_code_signature_weight"
 VIEW_KEY = "embed_code_view_version"
 #: A chunk to embed: (chunk_id, context, text), as slices.texts gives it.
@@ -233,6 +237,8 @@ class DenseStore:
         self._indices: dict[str, VectorIndex] = {}
         # The embeddings version each index was last reconciled with.
         self._synced: dict[str, str] = {}
+        # The tombstone collection (COLLECTED_KEY) each index last followed.
+        self._collected: dict[str, str | None] = {}
         self._last_save = time.monotonic()
         # A thread keeping the indices in step with the store (a server whose
         # indexer is another process: mcp_gateway.indexer_process.DenseRefresher);
@@ -268,35 +274,52 @@ class DenseStore:
         processes' work, or what a crash kept out of the file), at most
         ``slice_size`` per hold of the index's lock.
 
-        Cheap when nothing changed: one settings row is compared with the
-        version this process last reconciled."""
-        version = get_setting(_version_key(kind)) or "0"
+        A tombstone collection since the last call (the ``collected``
+        setting moved) has the labels of chunks no longer stored marked
+        deleted first (corpus/ingest/collect.py).
+
+        Cheap when nothing changed: two settings rows are compared with what
+        this process last reconciled."""
+        recorded, collected = _settings(_version_key(kind), COLLECTED_KEY)
+        version = recorded or "0"
         current = self._indices.get(kind)
-        if current is not None and len(current) and self._synced.get(kind) == version:
+        if (
+            current is not None
+            and len(current)
+            and self._synced.get(kind) == version
+            and self._collected.get(kind) == collected
+        ):
             return current
         index = self.index(kind)
         if index is None:
             return None
-        known = index.labels
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK).values_list(
             "chunk_id", "embedding"
         )
         synced = self._synced.get(kind)
-        since = synced is not None and len(index) > 0
-        if synced is not None and since:
+        whole = synced is None or not len(index)
+        held: set[int] = set()
+        if whole or self._collected.get(kind) != collected:
+            # Every stored id: what the index holds that is no longer stored
+            # goes, and (the first time) what it lacks comes.
+            held = set(rows.values_list("chunk_id", flat=True).iterator())
+            index.forget([label for label in index.labels if label not in held])
+            self._collected[kind] = collected
+        if whole:
+            known = index.labels
+            wanted = sorted(cid for cid in held if cid not in known)
+        else:
             # Only what was stored since: every batch carries the version it
             # committed under, and versions commit in order (_store_vectors).
             # A vector stored again since (a unit's, with its view) replaces
             # the one the index holds.
-            rows = rows.filter(embed_seq__gt=int(synced))
-        wanted = [
-            cid for cid in rows.values_list("chunk_id", flat=True).iterator() if since or cid not in known
-        ]
+            since = rows.filter(embed_seq__gt=int(synced or 0)).values_list("chunk_id", flat=True)
+            wanted = sorted(since.iterator())
         for start in range(0, len(wanted), 2000):
             part = rows.filter(chunk_id__in=wanted[start : start + 2000])
             ids, vecs = _stack(part)
             for at in range(0, len(ids), slice_size):
-                index.add(ids[at : at + slice_size], vecs[at : at + slice_size], replace=since)
+                index.add(ids[at : at + slice_size], vecs[at : at + slice_size], replace=not whole)
         self._synced[kind] = index.seq = version
         return index
 
@@ -323,6 +346,15 @@ class DenseStore:
                 index.save()
             except OSError as exc:
                 logger.warning("cannot save %s: %s", index.path.name, exc)
+
+
+def _settings(*keys: str) -> list[str | None]:
+    """The values of these settings in one query (None where unset): a
+    search reads them each time."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT key, value FROM settings WHERE key IN ({marks(keys)})", keys)
+        found = dict(cursor.fetchall())
+    return [found.get(key) for key in keys]
 
 
 def _stack(rows: Iterable[tuple[int, bytes | memoryview | None]]) -> tuple[np.ndarray, np.ndarray]:

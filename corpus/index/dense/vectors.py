@@ -7,13 +7,19 @@ never a crash. Files are written to a temp name, fsynced and renamed, with a
 sidecar recording their size and sha256, checked before hnswlib reads a byte
 (hnswlib trusts its input and can crash on a damaged file).
 
-Labels are chunk ids. Nothing is deleted from an index: tombstoned chunks
-are filtered out at query time, with oversampling (spec §6.3). A label's
-vector changes once at most: a code unit's own vector is replaced by the one
-leaning towards its signature view when that view is embedded, later
-(corpus/index/dense/embedding.py). The sidecar records the embeddings version
-(``seq``) the file holds every vector of, so a process loading it re-reads
-only what was stored, or replaced, after.
+Labels are chunk ids. Tombstoned chunks stay in an index, filtered out at
+query time with oversampling (spec §6.3), so that a chunk revived keeps its
+vector. A chunk removed by tombstone collection (corpus/ingest/collect.py)
+has its label marked deleted (:meth:`VectorIndex.forget`): hnswlib no longer
+returns it and gives its slot to the next vector added, so a file holds at
+most the live and tombstoned chunks' vectors. The sidecar lists the labels
+marked deleted still in the file, which hnswlib does not tell apart.
+
+A label's vector changes once at most: a code unit's own vector is replaced,
+in its own slot, by the one leaning towards its signature view when that
+view is embedded, later (corpus/index/dense/embedding.py). The sidecar
+records the embeddings version (``seq``) the file holds every vector of, so
+a process loading it re-reads only what was stored, or replaced, after.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +79,10 @@ class VectorIndex:
         self.model = model
         self._lock = threading.RLock()
         self._index = self._empty(INITIAL_CAPACITY)
+        #: the labels searched: those in the index not marked deleted
         self._labels: set[int] = set()
+        #: slots marked deleted that no vector reused yet
+        self._free = 0
         self.dirty = False
         #: the embeddings version this index holds every vector of (None: unknown);
         #: the caller keeps it, the file records it
@@ -80,7 +90,9 @@ class VectorIndex:
 
     def _empty(self, capacity: int) -> hnswlib.Index:
         index = hnswlib.Index(space="ip", dim=self.dim)
-        index.init_index(max_elements=capacity, ef_construction=EF_CONSTRUCTION, M=M)
+        index.init_index(
+            max_elements=capacity, ef_construction=EF_CONSTRUCTION, M=M, allow_replace_deleted=True
+        )
         index.set_ef(EF_SEARCH_MIN)
         return index
 
@@ -105,15 +117,22 @@ class VectorIndex:
         assert meta is not None  # _check_file reports a missing sidecar
         index = hnswlib.Index(space="ip", dim=self.dim)
         try:
-            index.load_index(str(self.path), max_elements=max(meta["count"], INITIAL_CAPACITY))
+            index.load_index(
+                str(self.path),
+                max_elements=max(index_count(meta), INITIAL_CAPACITY),
+                allow_replace_deleted=True,
+            )
         except (RuntimeError, ValueError, MemoryError) as exc:
             logger.warning("rebuilding %s from the database: %s", self.path.name, exc)
             return False
         index.set_ef(EF_SEARCH_MIN)
         seq = meta.get("seq")
+        held = set(int(label) for label in index.get_ids_list())
+        deleted = held.intersection(int(label) for label in meta.get("deleted") or [])
         with self._lock:
             self._index = index
-            self._labels = set(int(label) for label in index.get_ids_list())
+            self._labels = held - deleted
+            self._free = len(deleted)
             self.dirty = False
             self.seq = seq if isinstance(seq, str) else None
         return True
@@ -134,16 +153,25 @@ class VectorIndex:
         skipped, or with ``replace`` given this vector where it holds another."""
         with self._lock:
             keep = [i for i, cid in enumerate(chunk_ids) if int(cid) not in self._labels]
-            if replace and len(keep) < len(chunk_ids):
-                keep = sorted({*keep, *self._changed(chunk_ids, vectors)})
+            changed = self._changed(chunk_ids, vectors) if replace and len(keep) < len(chunk_ids) else []
+            if changed:
+                # In the label's own slot: added with replace_deleted, a label
+                # held would move to a freed slot and leave its old one live,
+                # found twice and never freed.
+                at = np.asarray(changed)
+                olds = np.asarray(chunk_ids, dtype=np.int64)[at]
+                self._index.add_items(np.asarray(vectors, dtype=np.float32)[at], olds, num_threads=1)
+                self.dirty = True
             if not keep:
                 return
             ids = np.asarray(chunk_ids, dtype=np.int64)[keep]
             vecs = np.asarray(vectors, dtype=np.float32)[keep]
-            needed = len(self._labels) + len(ids)
+            reused = min(self._free, len(ids))
+            needed = self._index.element_count + len(ids) - reused
             if needed > self._index.get_max_elements():
                 self._index.resize_index(max(needed, 2 * self._index.get_max_elements()))
-            self._index.add_items(vecs, ids, num_threads=1)
+            self._index.add_items(vecs, ids, num_threads=1, replace_deleted=True)
+            self._free -= reused
             self._labels.update(int(i) for i in ids)
             self.dirty = True
 
@@ -154,6 +182,23 @@ class VectorIndex:
         given = np.asarray(vectors, dtype=np.float32)
         return [i for i, row in zip(present, held, strict=True) if not np.array_equal(row, given[i])]
 
+    def forget(self, chunk_ids: Iterable[int]) -> int:
+        """Mark these labels deleted (chunks tombstone collection removed):
+        searches no longer return them, and their slots take the next
+        vectors added. Returns how many were held."""
+        with self._lock:
+            gone = [int(cid) for cid in chunk_ids if int(cid) in self._labels]
+            for label in gone:
+                try:
+                    self._index.mark_deleted(label)
+                except RuntimeError:  # marked already (a file saved without its sidecar's list)
+                    pass
+                self._labels.discard(label)
+                self._free += 1
+            if gone:
+                self.dirty = True
+            return len(gone)
+
     def search(self, vector: np.ndarray, k: int) -> list[Neighbour]:
         """The ``k`` nearest labels (live or not: callers filter tombstones)."""
         with self._lock:
@@ -161,10 +206,14 @@ class VectorIndex:
             if count == 0 or k <= 0:
                 return []
             k = min(k, count)
+            query = np.asarray(vector, dtype=np.float32)
             self._index.set_ef(max(EF_SEARCH_MIN, k))
-            labels, distances = self._index.knn_query(
-                np.asarray(vector, dtype=np.float32), k=k, num_threads=1
-            )
+            try:
+                labels, distances = self._index.knn_query(query, k=k, num_threads=1)
+            except RuntimeError:
+                # Slots marked deleted can leave a search short of k: look wider.
+                self._index.set_ef(max(EF_SEARCH_MIN, k) + self._free)
+                labels, distances = self._index.knn_query(query, k=k, num_threads=1)
         # For the "ip" space hnswlib reports 1 - inner product.
         return [
             Neighbour(int(label), float(1.0 - d)) for label, d in zip(labels[0], distances[0], strict=True)
@@ -180,11 +229,17 @@ class VectorIndex:
                 self._index.save_index(str(tmp))
                 with open(tmp, "rb") as handle:
                     os.fsync(handle.fileno())
+                deleted = (
+                    sorted(set(int(label) for label in self._index.get_ids_list()) - self._labels)
+                    if self._free
+                    else []
+                )
                 meta = {
                     "model": self.model,
                     "dim": self.dim,
                     "count": len(self._labels),
                     "seq": self.seq,
+                    "deleted": deleted,
                     "size": tmp.stat().st_size,
                     "sha256": _sha256(tmp),
                 }
@@ -195,6 +250,12 @@ class VectorIndex:
             finally:
                 tmp.unlink(missing_ok=True)
             self.dirty = False
+
+
+def index_count(meta: JsonObject) -> int:
+    """The slots a file's sidecar says it holds: its labels and those marked deleted."""
+    deleted = meta.get("deleted") or []
+    return int(meta.get("count") or 0) + (len(deleted) if isinstance(deleted, list) else 0)
 
 
 def _read_sidecar(path: Path) -> JsonObject | None:
