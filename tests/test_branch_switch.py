@@ -159,10 +159,12 @@ class Searcher(threading.Thread):
                     self.failed.append((response.status_code, response.text[:200]))
 
 
-def switch_and_settle(up: Up, root: Path, db: Path, branch: str, want: set[str]) -> int:
+def switch_and_settle(up: Up, root: Path, db: Path, branch: str, want: set[str], token: str) -> int:
     """Check ``branch`` out under the running ``up``; wait until the index
-    holds the documents ``want`` (a clean build's); returns how many index
-    jobs it took."""
+    holds the documents ``want`` (a clean build's) and then until live sync
+    has nothing pending and no pass running (files changed in place may
+    still be on their way when the set of paths is already right); returns
+    how many index jobs it took."""
     before = jobs(db)
     git(root, "checkout", "-q", branch)
     wait_until(
@@ -172,6 +174,17 @@ def switch_and_settle(up: Up, root: Path, db: Path, branch: str, want: set[str])
         message=lambda: f"index never matched {branch}: {sorted(live_paths(db) ^ want)[:10]}",
     )
     assert up.proc.poll() is None, up.stderr[-3000:]
+    base = up.url().removesuffix("/mcp")
+    quiet: list[bool] = []
+
+    def settled() -> bool:
+        stats = httpx.get(
+            base + "/api/v1/stats", headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ).json()
+        quiet.append(stats["pending_changes"] == 0 and not stats["indexing"]["running"])
+        return quiet[-2:] == [True, True]  # twice in a row, a second apart: no batch between two looks
+
+    wait_until(settled, timeout=900, interval=1.0, message=f"live sync settling on {branch}")
     return jobs(db) - before
 
 
@@ -193,9 +206,9 @@ def test_a_branch_switch_is_applied_whole_in_few_passes_while_search_answers(rep
         searcher = Searcher(up.url().removesuffix("/mcp"), token)
         searcher.start()
         try:
-            passes_to_b = switch_and_settle(up, repo, db, "b", set(clean["b"]))
+            passes_to_b = switch_and_settle(up, repo, db, "b", set(clean["b"]), token)
             at_b = live_chunks(db)
-            passes_back = switch_and_settle(up, repo, db, "a", set(clean["a"]))
+            passes_back = switch_and_settle(up, repo, db, "a", set(clean["a"]), token)
         finally:
             searcher.halt.set()
             searcher.join(60)

@@ -32,6 +32,7 @@ SCRIPT = textwrap.dedent(
     bootstrap.prepare(["--dir", root])
     import django
     django.setup()
+    from django.core.management import call_command
     from django.db import connection
     from corpus import slices
     from corpus.index import lexical
@@ -64,6 +65,8 @@ SCRIPT = textwrap.dedent(
         old = importlib.import_module("corpus.migrations.0014_contentless_fts")
         rows = Chunk.objects.filter(deleted=False).values_list("chunk_id", "context", *slices.FIELDS)
         live = slices.texts(rows, 2)
+        # back to before 0019: the later migrations are unapplied too, as on a database that old
+        call_command("migrate", "corpus", "0018_drop_symbol_name_index", verbosity=0)
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE chunks_fts")
             cursor.execute(old.CREATE_SQL)
@@ -72,8 +75,6 @@ SCRIPT = textwrap.dedent(
                 [(cid, lexical.index_text(with_context(context, text))) for cid, context, text in live],
             )
             cursor.execute("ALTER TABLE chunks_fts_contentless RENAME TO chunks_fts")
-            since = ("0019_lexical_head", "0020_lexical_head_after_comments")
-            cursor.execute("DELETE FROM django_migrations WHERE name IN (%s, %s)", since)
             match = '"syntax" OR "error"'
             cursor.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH %s ORDER BY rank", [match])
             old_hits = [(row[0], 0.0) for row in cursor.fetchall()]
@@ -93,15 +94,15 @@ SCRIPT = textwrap.dedent(
             head = f"{context}\\n{head}" if context else head
             return lexical.index_text(head), lexical.index_text("\\n".join(lines[first + 1 :]))
         live = Chunk.objects.filter(deleted=False)
-        rows = live.values_list("chunk_id", "context", "index_kind", *slices.FIELDS)
+        rows = slices.texts(live.values_list("chunk_id", "context", "index_kind", *slices.FIELDS), 3)
+        call_command("migrate", "corpus", "0019_lexical_head", verbosity=0)  # 0020 and later unapplied
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE chunks_fts")
             cursor.execute(lexical.create_sql())
             cursor.executemany(
                 "INSERT INTO chunks_fts(rowid, head, body) VALUES (%s, %s, %s)",
-                [(cid, *v2_columns(ctx, text, kind)) for cid, ctx, kind, text in slices.texts(rows, 3)],
+                [(cid, *v2_columns(ctx, text, kind)) for cid, ctx, kind, text in rows],
             )
-            cursor.execute("DELETE FROM django_migrations WHERE name = '0020_lexical_head_after_comments'")
         set_setting(MIGRATIONS_KEY, "older migration files")
         print(json.dumps({"heads": head_hits()}))
     elif sys.argv[2] == "heads":
