@@ -104,25 +104,20 @@ def chunk_rows(state: Path) -> int:
         return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
 
+def search_only(root: Path, state: Path, env: dict, query: str) -> dict:
+    """``ask --mode search_only --json`` on ``root``'s index in ``state``: its answer."""
+    args = ["--mode", "search_only", "--json", "--dir", str(root), "--state-dir", str(state)]
+    result = cli("ask", query, *args, env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 def answers(root: Path, state: Path, env: dict) -> list[list[tuple]]:
     """The hits of each query (path, span, snippet, score), from the dense
     and lexical indexes fused."""
     found = []
     for query in QUERIES:
-        result = cli(
-            "ask",
-            query,
-            "--mode",
-            "search_only",
-            "--json",
-            "--dir",
-            str(root),
-            "--state-dir",
-            str(state),
-            env=env,
-        )
-        assert result.returncode == 0, result.stderr
-        data = json.loads(result.stdout)
+        data = search_only(root, state, env, query)
         assert data["dense"] == {"status": "ok"}
         found.append([(hit["rel_path"], hit["span"], hit["snippet"], hit["score"]) for hit in data["hits"]])
     return found

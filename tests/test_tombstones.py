@@ -24,7 +24,7 @@ import pytest
 
 from corpus.index.dense.vectors import VectorIndex, index_count
 from tests.support import read_only
-from tests.test_cli import cli, mistral_env
+from tests.test_cli import mistral_env
 from tests.test_switch_reuse import (
     EMBED,
     check_out,
@@ -32,6 +32,7 @@ from tests.test_switch_reuse import (
     live_units,
     reindex,
     same_as_clean_build,
+    search_only,
     tree,
 )
 
@@ -69,20 +70,7 @@ def hnsw_slots(state: Path) -> int:
 
 
 def search_paths(root: Path, state: Path, env: dict, query: str) -> list[str]:
-    result = cli(
-        "ask",
-        query,
-        "--mode",
-        "search_only",
-        "--json",
-        "--dir",
-        str(root),
-        "--state-dir",
-        str(state),
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    return [hit["rel_path"] for hit in json.loads(result.stdout)["hits"]]
+    return [hit["rel_path"] for hit in search_only(root, state, env, query)["hits"]]
 
 
 def test_a_moving_tree_stays_bounded_and_the_last_tree_still_revives(tmp_path, fake_mistral):
