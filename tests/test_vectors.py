@@ -49,6 +49,29 @@ def test_readding_a_label_is_a_no_op(path):
     assert len(index) == 1
 
 
+def test_a_vector_replaced_beside_freed_slots_stays_in_its_own_slot(path):
+    """A unit's vector replaced by its blend with the signature view while
+    tombstone collection has freed slots: added as a new vector it would move
+    to a freed slot and leave its old one live, the label found twice and
+    that slot never freed again."""
+    index = VectorIndex(path, DIM, "m")
+    vectors = unit(50)
+    index.add(np.arange(1, 51), vectors)
+    assert index.forget([10, 11, 12]) == 3  # three slots freed
+    blend = unit(1, seed=7)
+    index.add(np.array([5]), blend, replace=True)
+
+    hits = index.search(blend[0], 47)  # every live label
+    assert sorted(h.chunk_id for h in hits) == sorted(set(range(1, 51)) - {10, 11, 12})
+    assert hits[0].chunk_id == 5 and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert (
+        5 not in [h.chunk_id for h in index.search(vectors[4], 47)[1:]]
+        or index.search(vectors[4], 1)[0].score < 0.999
+    )
+    index.add(np.arange(100, 103), unit(3, seed=3))  # the freed slots take new labels
+    assert len(index) == 50 and {10, 11, 12}.isdisjoint(h.chunk_id for h in index.search(vectors[9], 50))
+
+
 def test_saved_index_loads_back(path):
     index = VectorIndex(path, DIM, "m")
     index.add(np.arange(100), unit(100))
