@@ -336,6 +336,11 @@ def test_slow_uploads_past_the_file_limit_make_way_for_another_client(few_files_
     other client was reset. The oldest connection waiting on its client
     now makes way for a new one, with a 503 it may retry."""
     srv = few_files_server
+    # The REST routes load once serving has begun (mcp_gateway.server._load_urls),
+    # reading their modules' files: loaded first, as any server is within a
+    # second, not while the uploads below hold every descriptor (then the
+    # one request that loads them is refused with EMFILE; seen under load).
+    assert rest_get(srv, "/search", params={"query": "hnsw index"}).status_code == 200
     head = _post_head(srv, "/mcp", "Content-Length: 1000000") + b"{"
     slow = []
     try:
