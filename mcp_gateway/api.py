@@ -27,6 +27,7 @@ import json
 import logging
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from asgiref.sync import sync_to_async
@@ -201,8 +202,83 @@ def _usable_connection(fn: Callable[..., _R], *args: object, **kwargs: object) -
 
 
 def _in_worker(fn: Callable[..., _R], *args: object, **kwargs: object) -> Awaitable[_R]:
-    """``fn(*args, **kwargs)`` in a worker thread, awaitable."""
+    """``fn(*args, **kwargs)`` in a worker thread of the loop's default pool,
+    awaitable: only for work that reads (or writes nothing to SQLite)."""
     return sync_to_async(_usable_connection, thread_sensitive=False)(fn, *args, **kwargs)
+
+
+#: Threads of the write lane. SQLite lets one writer in at a time, so more
+#: would only wait on its lock.
+WRITE_THREADS = 2
+_write_pool: ThreadPoolExecutor | None = None
+_write_pool_lock = threading.Lock()
+
+
+def _writes() -> ThreadPoolExecutor:
+    global _write_pool
+    with _write_pool_lock:
+        if _write_pool is None:
+            _write_pool = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="dir2mcp-session-write")
+        return _write_pool
+
+
+def _in_writer(fn: Callable[..., _R], *args: object, **kwargs: object) -> Awaitable[_R]:
+    """``fn(*args, **kwargs)`` on the write lane, awaitable: everything the
+    endpoint writes to the database (a session made, ended, touched or
+    swept; a stream claimed or renewed; a subscription; a log level).
+
+    A write waits on SQLite's lock for as long as another writer holds it
+    (the indexer, a ``reindex``: up to the busy timeout, 30 s). On the
+    loop's default pool (six threads on two CPUs) a flood of ``initialize``
+    from one client meanwhile held every thread, and every other client's
+    ``ping``, ``tools/list`` and session lookup waited behind it (a 5 s
+    lock: another client's ``tools/list`` p50 5.1 s, against 10 ms).
+    Here writes queue among themselves; reads never wait on them."""
+    return sync_to_async(_usable_connection, thread_sensitive=False, executor=_writes())(fn, *args, **kwargs)
+
+
+#: Methods outside CALL_METHODS that write to the database: run on the write lane.
+WRITE_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+
+# Sessions whose upkeep (mcp_gateway/sessions.py) is queued on the write
+# lane: one at a time each, however many requests find it due meanwhile.
+_upkeep_pending: set[str] = set()
+_upkeep_lock = threading.Lock()
+
+
+def _found(session_id: str, ctx: Context) -> McpSession:
+    """The live session (:class:`sessions.SessionGone` otherwise), read
+    without writing, in any thread; the writes its lookup calls for (a
+    touch, a sweep, an expired session's deletion) are queued on the write
+    lane and not awaited."""
+    limits = _limits(ctx)
+    try:
+        row = sessions.lookup(session_id, token=ctx.auth.token, limits=limits, write=False)
+    except sessions.SessionGone as gone:
+        if gone.reason:
+            _upkeep(session_id, limits)
+        raise
+    if sessions.upkeep_due(row, limits):
+        _upkeep(row.session_id, limits)
+    return row
+
+
+def _upkeep(session_id: str, limits: sessions.Limits) -> None:
+    with _upkeep_lock:
+        if session_id in _upkeep_pending:
+            return
+        _upkeep_pending.add(session_id)
+    _writes().submit(_upkeep_one, session_id, limits)
+
+
+def _upkeep_one(session_id: str, limits: sessions.Limits) -> None:
+    try:
+        _usable_connection(sessions.upkeep, session_id, limits)
+    except Exception as exc:  # a later lookup queues it again; nothing waits on it
+        log.warning("session upkeep failed: %s", store_faults.classify(exc) or exc)
+    finally:
+        with _upkeep_lock:
+            _upkeep_pending.discard(session_id)
 
 
 _ctx_lock = asyncio.Lock()
@@ -261,6 +337,7 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
                 lambda cancel: _lookup_and_respond(session_id, msg, version, ctx, cancel, payment, reply),
                 bounds=bounds,
                 client=_call_client(request, ctx, session_id),
+                lane=_in_writer if msg.method in WRITE_METHODS else _in_worker,
             )
         except sessions.SessionGone as gone:
             raise _gone(gone) from None
@@ -419,7 +496,7 @@ def _lookup_and_respond(
 
     A paid call never streams: its status and payment headers are known
     only once it has run."""
-    row = sessions.lookup(session_id, token=ctx.auth.token, limits=_limits(ctx))
+    row = _found(session_id, ctx)
     state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
     if msg.method == "tools/call" and state.log_level and not dispatch.is_paid(msg, ctx):
         return _NEEDS_STREAM  # its log messages travel on an SSE answer
@@ -431,7 +508,7 @@ def _lookup_and_respond(
 
 async def _initialize(msg: Message, ctx: context.Context) -> Response:
     version = dispatch.negotiate(msg.params)
-    row = await _in_worker(
+    row = await _in_writer(
         sessions.create,
         protocol_version=version,
         client_info=msg.params.get("clientInfo") or {},
@@ -444,7 +521,7 @@ async def _initialize(msg: Message, ctx: context.Context) -> Response:
 
 async def _session(session_id: str, ctx: context.Context) -> McpSession:
     try:
-        return await _in_worker(sessions.lookup, session_id, token=ctx.auth.token, limits=_limits(ctx))
+        return await _in_worker(_found, session_id, ctx)
     except sessions.SessionGone as gone:
         raise _gone(gone) from None
 
@@ -471,11 +548,13 @@ async def _run(
     *,
     bounds: workers.Bounds | None = None,
     client: workers.Client | None = None,
+    lane: Callable[..., Awaitable[JsonObject | None]] = _in_worker,
 ) -> JsonObject | None:
     """Run ``job(cancel_event)`` in a worker thread, registered under ``key``
     for cancellation meanwhile. With ``bounds``, admitted as ``client``'s
     call (``SERVER_BUSY`` raised when it is not: workers.admit) on a call
-    thread, and answered ``DEADLINE_EXCEEDED`` past the deadline.
+    thread, and answered ``DEADLINE_EXCEEDED`` past the deadline; without,
+    on ``lane`` (:func:`_in_worker`, or :func:`_in_writer` for a write).
 
     A cancel answers at once; the worker stops at its next check and its
     late result is dropped.
@@ -483,7 +562,7 @@ async def _run(
     entry = _Inflight(asyncio.get_running_loop())
     work: asyncio.Future[JsonObject | None]
     if bounds is None:
-        work = asyncio.ensure_future(_in_worker(job, entry.event))
+        work = asyncio.ensure_future(lane(job, entry.event))
     else:  # never on one of the loop's few shared threads
         assert client is not None  # every caller passing bounds names its client
         work = workers.start(_usable_connection, job, entry.event, bounds=bounds, client=client)
@@ -593,7 +672,7 @@ async def _when_done(
 async def _delete(request: Request, ctx: context.Context) -> Response:
     transport.check_protocol_version(request.headers.get("mcp-protocol-version"))
     row = await _session(transport.check_session_header(request.headers.get("mcp-session-id")), ctx)
-    await _in_worker(sessions.end, row.session_id)
+    await _in_writer(sessions.end, row.session_id)
     notify.session_ended(row.session_id)  # its stream ends, whichever process holds it
     return _json(None, 204)
 
@@ -610,7 +689,7 @@ async def _get(request: Request, ctx: context.Context) -> StreamResponse:
     except errors.Dir2mcpError as busy:
         raise HttpError(503, busy.code, busy.message, errors.RPC_SERVER_BUSY, {"Retry-After": "1"}) from None
     try:
-        stream = await standalone.open_stream(row.session_id, last_event_id, _limits(ctx), _in_worker)
+        stream = await standalone.open_stream(row.session_id, last_event_id, _limits(ctx), _in_writer)
     except BaseException:
         streams.release(client)
         raise

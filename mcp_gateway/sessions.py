@@ -99,26 +99,60 @@ def _touch_interval(limits: Limits) -> float:
     return min(30.0, limits.inactivity / 20) if limits.inactivity else 30.0
 
 
-def lookup(session_id: str, *, token: str | None, limits: Limits) -> McpSession:
+def lookup(session_id: str, *, token: str | None, limits: Limits, write: bool = True) -> McpSession:
     """The live session, touched; :class:`SessionGone` otherwise.
 
     A session opened with another credential is reported as unknown: ids are
     not bearer secrets and must not let one client ride another's session.
+
+    ``write=False`` only reads (a reader never waits on SQLite's write lock,
+    which another writer may hold for seconds): an expired session is
+    still gone but not deleted, and nothing is touched or swept; the caller
+    runs :func:`upkeep` where waiting on the lock costs no other client
+    (mcp_gateway/api.py: its write lane) when :func:`upkeep_due` says so.
     """
-    sweep(limits)
+    if write:
+        sweep(limits)
     now = time.time()
     session = McpSession.objects.filter(session_id=session_id).first()
     if session is None or (session.auth_digest and session.auth_digest != token_digest(token)):
         raise SessionGone()
     reason = expiry_reason(session, limits, now)
     if reason:
-        McpSession.objects.filter(session_id=session_id).delete()
-        log.info("session %s expired (%s)", session_id, reason)
+        if write:
+            McpSession.objects.filter(session_id=session_id).delete()
+            log.info("session %s expired (%s)", session_id, reason)
         raise SessionGone(reason)
-    if now - session.last_seen_unix > _touch_interval(limits):
+    if write and now - session.last_seen_unix > _touch_interval(limits):
         McpSession.objects.filter(session_id=session_id).update(last_seen_unix=now)
         session.last_seen_unix = now
     return session
+
+
+def upkeep_due(session: McpSession | None, limits: Limits) -> bool:
+    """Whether a read-only :func:`lookup` of ``session`` (None: one that
+    found it expired) left a write to do: the sweep, its touch, or its
+    deletion."""
+    now = time.time()
+    if now - _last_sweep >= SWEEP_EVERY or session is None:
+        return True
+    return now - session.last_seen_unix > _touch_interval(limits)
+
+
+def upkeep(session_id: str, limits: Limits) -> None:
+    """The writes a read-only :func:`lookup` left: the sweep when due, then
+    the session's touch, or its deletion once expired."""
+    sweep(limits)
+    now = time.time()
+    session = McpSession.objects.filter(session_id=session_id).first()
+    if session is None:
+        return
+    reason = expiry_reason(session, limits, now)
+    if reason:
+        McpSession.objects.filter(session_id=session_id).delete()
+        log.info("session %s expired (%s)", session_id, reason)
+    elif now - session.last_seen_unix > _touch_interval(limits):
+        McpSession.objects.filter(session_id=session_id).update(last_seen_unix=now)
 
 
 def set_log_level(session_id: str, level: str) -> None:

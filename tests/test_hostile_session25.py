@@ -1,0 +1,100 @@
+"""Hostile round of 2026-11-30, session 25: a hostile client against a real
+``up`` (daphne, the gate, the connection bounds); see docs/security.md,
+"Hostile round, 2026-11-30 (session 25)". Each test shows a way in that was
+open before its fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+
+import httpx
+import pytest
+
+from tests.mcp_http import PROTOCOL, Server, write_corpus
+from tests.test_hostile_clients import WAIT, token_of
+from tests.test_modern import META, VERSION
+
+pytestmark = pytest.mark.slow
+
+#: More requests than the loop's default pool has threads (``min(32, CPUs + 4)``).
+FLOOD = 40
+
+
+@contextlib.contextmanager
+def write_lock(root):
+    """SQLite's write lock on the server's database, held as a long writer
+    (the indexer's pass, a ``reindex`` beside ``up``) holds it."""
+    db = sqlite3.connect(root / ".dir2mcp" / "meta.sqlite", isolation_level=None, timeout=WAIT)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield
+        db.execute("COMMIT")
+    finally:
+        db.close()
+
+
+def test_a_flood_of_writes_never_stalls_another_clients_reads(tmp_path, running):
+    """Everything the endpoint did besides calls ran on the loop's default
+    pool (six threads on two CPUs), writes among it: ``initialize`` makes a
+    session, and a write waits on SQLite's lock for as long as another
+    writer holds it (up to the 30 s busy timeout). One client's flood of
+    ``initialize`` while the indexer wrote held every thread, and every
+    other client's ``tools/list``, ``ping`` and session lookup waited behind
+    it: answered only after the flood was (with a 5 s lock, another
+    client's ``tools/list`` p50 5.1 s against 10 ms). Writes now have a
+    lane of their own; reads never wait on the lock."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    up = running("--dir", str(root), "--json")
+    up.event("watch_ready", timeout=WAIT)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    order: list[str] = []
+    flood_answers: list[int] = []
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "f", "version": "1"},
+        },
+    }
+
+    def flood_one() -> None:
+        with httpx.Client(timeout=2 * WAIT) as client:
+            answer = client.post(srv.url, headers=srv.headers(), json=initialize)
+        flood_answers.append(answer.status_code)
+        order.append("initialize")
+
+    stateless = srv.headers(**{"MCP-Protocol-Version": VERSION, "Mcp-Method": "tools/list"})
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}}
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    with write_lock(root):
+        flood = [threading.Thread(target=flood_one, daemon=True) for _ in range(FLOOD)]
+        for thread in flood:
+            thread.start()
+        with httpx.Client(timeout=2 * WAIT) as client:
+            client.get(srv.base + "/healthz/live")  # the flood's requests are in before the reads
+            for _ in range(3):
+                listed = client.post(srv.url, headers=stateless, json=listing)
+                assert listed.status_code == 200, listed.text
+                assert listed.json()["result"]["tools"], listed.text
+                order.append("tools/list")
+                pinged = client.post(
+                    srv.url,
+                    headers=srv.headers(**{"MCP-Protocol-Version": PROTOCOL, "MCP-Session-Id": session}),
+                    json=ping,
+                )
+                assert pinged.status_code == 200, pinged.text
+                order.append("ping")
+        # Answered while every initialize still waits on the lock (before:
+        # after the flood, once the busy timeout had failed it).
+        assert order[:6] == ["tools/list", "ping"] * 3, order
+    for thread in flood:
+        thread.join(2 * WAIT)
+    assert flood_answers == [200] * FLOOD, flood_answers  # the writes went through once the lock was free
