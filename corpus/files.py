@@ -650,8 +650,23 @@ def listable_documents() -> QuerySet[Document]:
     return Document.objects.filter(deleted=False).exclude(secret)
 
 
-def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offset: int = 0) -> JsonObject:
-    """The §15.5 page of listable documents, by rel_path; the glob runs over paths only."""
+def list_files(
+    *,
+    path_prefix: str = "",
+    glob: str = "",
+    limit: int = 200,
+    offset: int = 0,
+    engine: ExclusionEngine | None = None,
+) -> JsonObject:
+    """The §15.5 page of listable documents, by rel_path; the glob runs over paths only.
+
+    With ``engine``, a page leaves out the files its rules exclude now, as
+    every reader does: the index drops such a file only once the walk a
+    rule's change starts has ended (or, under ``up --no-index``, never), and
+    until then its name, size and time were listed. ``total`` and
+    ``offset`` still count the index's entries, so a page may hold fewer
+    than ``limit`` while more follow; judging each page costs what judging
+    ``limit`` paths does, where recounting ``total`` would cost the tree."""
     prefix, spec = canonical_prefix(path_prefix), _glob(glob)
     limit = _bounded(arguments.LIST_LIMIT, "limit", limit)
     offset = _bounded(arguments.OFFSET, "offset", offset)
@@ -666,6 +681,9 @@ def list_files(*, path_prefix: str = "", glob: str = "", limit: int = 200, offse
         total = len(ids)
         page = docs.filter(doc_id__in=ids[offset : offset + limit]).values_list(*_FILE_FIELDS)
     files = [_listed(dict(zip(_FILE_FIELDS, row, strict=True))) for row in page]
+    if engine is not None:
+        with engine.pinned():
+            files = [f for f in files if engine.excluded_reason(str(f["rel_path"])) is None]
     return {"limit": limit, "offset": offset, "total": total, "files": files}
 
 

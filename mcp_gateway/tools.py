@@ -296,6 +296,7 @@ def list_files(call: Call, args: JsonObject) -> JsonObject:
         glob=args.get("glob", ""),
         limit=args["limit"],
         offset=args["offset"],
+        engine=call.ctx.engine,
     )
 
 

@@ -172,7 +172,7 @@ def test_the_index_serves_no_file_the_rules_exclude_now(tmp_path, running):
     ).json()["result"]["completion"]
     if completed["values"]:
         served.append("completion")
-    assert served == ["list_files"], served  # a name in a listing until the next walk (docs/security.md)
+    assert served == [], served  # list_files too, since session 25 (test_hostile_session25.py)
     assert "search" in served_anywhere(srv, session, "docs/guide.md")  # the others still are
 
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.mcp_http import PROTOCOL, Server, write_corpus
+from tests.test_cli import cli
 from tests.test_hostile_clients import WAIT, token_of
 from tests.test_modern import META, VERSION
 
@@ -49,7 +50,6 @@ def test_a_flood_of_writes_never_stalls_another_clients_reads(tmp_path, running)
     root = tmp_path / "corpus"
     write_corpus(root)
     up = running("--dir", str(root), "--json")
-    up.event("watch_ready", timeout=WAIT)
     srv = Server(root, up.url(), token_of(root), up.proc)
     session = srv.initialize()
     order: list[str] = []
@@ -98,3 +98,38 @@ def test_a_flood_of_writes_never_stalls_another_clients_reads(tmp_path, running)
     for thread in flood:
         thread.join(2 * WAIT)
     assert flood_answers == [200] * FLOOD, flood_answers  # the writes went through once the lock was free
+
+
+# -- a listing of what the rules exclude now ----------------------------------------------
+
+
+def test_list_files_names_no_file_the_rules_exclude_now(tmp_path, running):
+    """The index drops a file a rule's change excludes only once the walk
+    that change starts has ended, and under ``up --no-index`` never: until
+    then ``list_files`` (MCP and the REST mirror) still gave its name, size
+    and time, the one listing that did not judge its entries again (left
+    open by session 24). A page now leaves such files out."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    (root / ".gitignore").write_text("src/loader.py\n")
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    listed = srv.call(session, "dir2mcp.list_files", {})["structuredContent"]
+    assert [f["rel_path"] for f in listed["files"]] == ["docs/guide.md", "notes.txt"], listed
+    paged = [
+        f["rel_path"]
+        for offset in range(3)
+        for f in srv.call(session, "dir2mcp.list_files", {"limit": 1, "offset": offset})["structuredContent"][
+            "files"
+        ]
+    ]
+    assert paged == ["docs/guide.md", "notes.txt"], paged
+    rest = httpx.get(
+        srv.base + "/api/v1/files", headers={"Authorization": f"Bearer {srv.token}"}, timeout=WAIT
+    )
+    assert rest.status_code == 200, rest.text
+    assert "src/loader.py" not in rest.text, rest.text
+    assert "docs/guide.md" in rest.text
