@@ -424,13 +424,36 @@ async def _listen(request: Request, msg: Message, ctx: context.Context) -> Respo
         streams.release(client)
 
     try:
-        listen = await _in_worker(subscriptions.open_listen, msg, ctx)
+        listen = await _opened(request, msg, ctx)
     except BaseException as exc:
         closed()
         if isinstance(exc, ResourceError):
             return _json(errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data))
+        if isinstance(exc, workers.Refused | workers.Overdue):
+            return _json(_call_error(msg.id, exc), headers={"Retry-After": "1"})
         raise
     return StreamResponse(_listen_events(listen, key), on_close=closed)
+
+
+async def _opened(request: Request, msg: Message, ctx: context.Context) -> subscriptions.Listen:
+    """The subscription ``msg`` asks for, judged as its client's call: up to
+    a thousand URIs, each resolved against the rules (a quarter of a CPU
+    second for a thousand deep ones), is work a call slot bounds. On the
+    loop's default pool, one client's listens in a loop over eight
+    connections kept another
+    client's ``tools/list`` waiting p50 0.49 s, max 2.3 s (11 ms alone)."""
+    bounds = workers.Bounds.of(ctx.config)
+    work = workers.start(
+        _usable_connection,
+        subscriptions.open_listen,
+        msg,
+        ctx,
+        bounds=bounds,
+        client=_call_client(request, ctx),
+    )
+    await workers.finish(work, bounds)
+    listen: subscriptions.Listen = work.result()
+    return listen
 
 
 def _stream_client(request: Request, ctx: context.Context) -> str:
