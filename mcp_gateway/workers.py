@@ -1,12 +1,15 @@
 """Where calls that do work run: threads of their own, never the event loop's
 default pool, admitted per client and awaited under a deadline.
 
-Everything cheap a request needs (``initialize``, ``ping``, ``tools/list``,
-``resources/list``, the session lookup, DELETE, the REST mirror's edge) runs
+Everything cheap a request needs (``ping``, ``tools/list``,
+``resources/list``, the session lookup, the REST mirror's edge) runs
 in the loop's default executor, which is small (``min(32, CPUs + 4)``
-threads: six on a two-CPU machine). What reads files, searches or calls a
-provider may take long: run there, six slow calls would starve every later
-request while ``/healthz`` still said ok (issue #34). So every such call,
+threads: six on a two-CPU machine); what writes the database
+(``initialize``, DELETE, a session's touch) has a lane of its own
+(mcp_gateway/api.py: ``_in_writer``), since a write may wait on SQLite's
+lock. What reads files, searches or calls a provider may take long: run
+there, six slow calls would starve every later request while ``/healthz``
+still said ok (issue #34). So every such call,
 MCP and REST alike (``tools/call``, ``resources/read``, ``prompts/get``,
 ``completion/complete``, every REST tool and resource route), is *admitted*
 first (:func:`admit`):
