@@ -112,6 +112,16 @@ class Hit:
 
 
 @dataclass(frozen=True)
+class Ranked:
+    """A query's final ranking, every candidate (``Searcher.ranked``)."""
+
+    fused: ranking.Ranking
+    index_used: str
+    dense: JsonObject
+    weak: bool
+
+
+@dataclass(frozen=True)
 class SearchResult:
     query: str
     k: int
@@ -177,6 +187,21 @@ class Searcher:
         self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()
     ) -> SearchResult:
         validate(query, k, index)
+        ranked = self.ranked(query, k=k, index=index, filters=filters)
+        return SearchResult(
+            query=query,
+            k=k,
+            index_used=ranked.index_used,
+            hits=self._hits(query, ranked.fused, k),
+            indexing_complete=indexing_complete(self.embedder is not None),
+            dense=ranked.dense,
+            match="weak" if ranked.weak else "good",
+        )
+
+    def ranked(self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()) -> Ranked:
+        """The whole final ranking of ``query`` (every candidate, best first),
+        before it is cut to ``k``: ``search`` returns its first ``k`` units.
+        ``k`` matters only with ``search.candidates: 0`` (the earlier pool)."""
         used = route(query, index, filters)
         search_cfg = self.config.search
         pool = self._pool(k)
@@ -211,15 +236,7 @@ class Searcher:
             best_cosine=best,
             threshold=search_cfg.weak_cosine,
         )
-        return SearchResult(
-            query=query,
-            k=k,
-            index_used=_index_used(used, plan, dense),
-            hits=self._hits(query, fused, k),
-            indexing_complete=indexing_complete(self.embedder is not None),
-            dense=dense,
-            match="weak" if weak else "good",
-        )
+        return Ranked(fused=fused, index_used=_index_used(used, plan, dense), dense=dense, weak=weak)
 
     def _pool(self, k: int) -> int:
         """Candidates each ranking hands the fusion: ``search.candidates``,
@@ -383,11 +400,18 @@ class Searcher:
         return ranking.long_unit_shares(chunks.code_unit_lines([cid for cid, _ in hits]), limit)
 
     def _reordered(self, fused: ranking.Ranking) -> ranking.Ranking:
-        """``fused`` after what the units are, not how they matched: code
-        units among the first ``FRAGMENT_DEPTH`` that are only imports and
-        exports (``ranking.is_fragment``) keep ``search.fragment_share`` of
-        their score."""
-        share = self.config.search.fragment_share
+        """``fused`` after what the units are, not how they matched: a code
+        unit longer than ``search.long_unit_lines`` keeps
+        ``ranking.cost_shares`` of its score, and code units among the first
+        ``FRAGMENT_DEPTH`` that are only imports and exports
+        (``ranking.is_fragment``) keep ``search.fragment_share`` of theirs."""
+        cfg = self.config.search
+        if fused and cfg.long_unit_lines and cfg.long_unit_exponent:
+            lines = chunks.code_unit_lines([cid for cid, _ in fused])
+            fused = ranking.scaled(
+                fused, ranking.cost_shares(lines, cfg.long_unit_lines, cfg.long_unit_exponent)
+            )
+        share = cfg.fragment_share
         if not fused or share >= 1:
             return fused
         ids = [cid for cid, _ in fused[:FRAGMENT_DEPTH]]
