@@ -16,8 +16,12 @@ text first and stores that vector alone (``Chunk.view_pending``), so every
 unit of a tree is found by dense search sooner; then it embeds the views of
 those units and replaces their vectors with the blend, the same vector the
 two embedded together make (to the model's rounding for the batch's shape).
-Files a client asked about (``embed_first``) get both at once. Until the
-views pass ends, ``stats`` and ``status`` count the units still waiting.
+Files a client asked about (``embed_first``) get both at once, and a file
+asked about after its units were stored alone gets its views before the
+next unit (they waited for every unit of the tree before). Until the views
+pass ends, ``stats`` and ``status`` count the views still to come, and the
+time to full coverage in ``stats`` counts them (views_to_come; the pass
+reports the views it stores beside its chunks).
 """
 
 from __future__ import annotations
@@ -387,11 +391,12 @@ def embed_pending(
     stop: threading.Event | None = None,
     progress: Callable[[int], None] | None = None,
     batch_size: int = 32,
+    views_progress: Callable[[int], None] | None = None,
 ) -> int:
     """Embed every live pending chunk into the database and this process's
     dense index, then the signature views of the code units stored without
     them (views later); returns how many chunks were stored (``progress``
-    counts them too).
+    counts them too; ``views_progress`` counts the views stored).
 
     A provider failure stops the run and leaves the rest pending (they are
     retried next time); the error is recorded for ``status``.
@@ -407,6 +412,8 @@ def embed_pending(
             store.add(kind, ids, vectors, version=version, replace=views)
             store.save()
             if views:  # chunks counted when their own vectors were stored
+                if views_progress and stored:
+                    views_progress(stored)
                 continue
             done += stored
             if progress and stored:
@@ -521,6 +528,16 @@ def views_pending() -> QuerySet[Chunk]:
     )
 
 
+def views_to_come() -> int:
+    """Signature views still to be embedded: those of the units stored alone,
+    and, while the index's code vectors lean towards their views, those of
+    the code units still pending (each is stored alone first)."""
+    waiting = views_pending().count()
+    if signature_weight() > 0:
+        waiting += _pending("code").count()
+    return waiting
+
+
 def _embed_batches(
     embedder: Embedder,
     queue_for: Callable[[str], QuerySet[Chunk]],
@@ -568,8 +585,14 @@ def _embed_batches(
             while not (stop and stop.is_set()):
                 # Files a client asked about go first, whichever index they
                 # are in, but not the chunks being embedded meanwhile
+                # (an asked file whose units were stored alone before the ask:
+                # its views, which waited for every other unit in id order)
                 asked = {name: among.exclude(chunk_id__in=flying()) for name, among in queues.items()}
+                asked[ASKED_VIEWS] = views_queue().exclude(chunk_id__in=flying())
                 picked = embed_first.pick(asked, per_call)
+                if picked is not None and picked[0] == ASKED_VIEWS:
+                    yield _submit_views(pool, embedder, picked[1], stop=stop)
+                    continue
                 if picked is not None:
                     yield _submit(pool, embedder, *picked, stop=stop, views=True)
                     continue
@@ -609,6 +632,10 @@ def _embed_batches(
         finally:
             # a call not started yet is dropped; one under way is waited for
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+#: the key of the views queue among the queues an asked file is looked for in
+ASKED_VIEWS = "views"
 
 
 def _after(queue: QuerySet[Chunk], last_id: int, size: int) -> list[TextRow]:
