@@ -262,3 +262,65 @@ class _AnyView(set[str]):
 
     def __contains__(self, text: object) -> bool:
         return isinstance(text, str) and text.startswith("mod") and text.count("\n") < 2
+
+
+class _StopAtViewCall(_Hashed):
+    """Interrupts its ``at``-th call of signature views alone (1-based), as a
+    stop during it does; ``views``: every view text."""
+
+    def __init__(self, views: set[str], stop: threading.Event, at: int) -> None:
+        super().__init__()
+        self.views, self.stop, self.at, self.view_calls = views, stop, at, 0
+
+    def embed(self, texts: Sequence[str], *, kind: str, stop: threading.Event | None = None) -> np.ndarray:
+        if all(text in self.views for text in texts):
+            self.view_calls += 1
+            if self.view_calls == self.at:
+                self.stop.set()
+                raise Interrupted
+        return super().embed(texts, kind=kind, stop=stop)
+
+
+@pytest.mark.django_db
+def test_many_replaced_vectors_build_the_index_again_instead_of_relinking_each(state) -> None:
+    # hnswlib re-links a replaced vector's neighbours (ten insertions' CPU):
+    # past the store's bound, the views pass's replacements build the index again
+    chunks = code_chunks(12)
+    fake = _Hashed()
+    check_models(fake, state, signature_weight=WEIGHT)
+    store = dense_store(state)
+    store.replace_in_place_max = 4
+    embed_pending(
+        _StopAtViewCall({view_text(c) for c in chunks}, threading.Event(), at=1), state, batch_size=4
+    )
+    before = store.index("code")
+    assert views_pending().count() == 12
+
+    embed_pending(fake, state, batch_size=4)
+
+    assert views_pending().count() == 0 and store.deferred("code") == 0
+    assert store.index("code") is not before  # built again, not relinked in place
+    assert_holds_blends(store, chunks)
+    assert_holds_blends(DenseStore(state), chunks)  # the file saved holds them too
+
+
+@pytest.mark.django_db
+def test_replacements_deferred_while_views_wait_are_not_claimed_by_the_saved_file(state) -> None:
+    # A views pass stopped after its first batch: that batch's blends wait
+    # (the index holds the units' own vectors), so the file must not say it
+    # holds every vector up to their version, or a process loading it would
+    # never take them.
+    chunks = code_chunks(12)
+    views = {view_text(c) for c in chunks}
+    check_models(_Hashed(), state, signature_weight=WEIGHT)
+    stop = threading.Event()
+    embed_pending(_StopAtViewCall(views, stop, at=2), state, stop=stop, batch_size=4)
+    assert views_pending().count() == 8 and dense_store(state).deferred("code") == 4
+    own = [vector(unit_text(c)) for c in chunks]
+    assert np.allclose(scores(dense_store(state), chunks, own), 1.0, atol=1e-5)  # still their own
+
+    loaded = DenseStore(state)  # another process, from the saved file
+    embed_chunks(_Hashed(), [c.chunk_id for c in chunks], batch_size=4)  # a worker embeds the rest
+
+    assert views_pending().count() == 0
+    assert_holds_blends(loaded, chunks)
