@@ -132,6 +132,9 @@ class SearchResult:
     dense: JsonObject = field(default_factory=dense_status.off)
     #: "weak" when nothing matches well (corpus/ranking.py: is_weak), else "good"
     match: str = "good"
+    #: the position in the ranking the hits after these start from (the
+    #: tools' next_cursor); None when the ranking has nothing after them
+    next_start: int | None = None
 
     def as_dict(self) -> JsonObject:
         return {
@@ -152,6 +155,11 @@ def route(query: str, index: str, filters: Filters) -> str:
     if filters.doc_types and set(filters.doc_types) <= _CODE_TYPES:
         return "code"
     return "code" if _CODE_HINTS.search(query) else "text"
+
+
+#: the deepest position of a ranking a page may start from (a ranking holds
+#: a few hundred units: ``search.candidates`` from each half)
+MAX_START = 10_000
 
 
 def validate(query: str, k: int, index: str) -> None:
@@ -184,18 +192,26 @@ class Searcher:
         self.readable = readable
 
     def search(
-        self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()
+        self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters(), start: int = 0
     ) -> SearchResult:
+        """The first ``k`` hits of the ranking from position ``start`` (0:
+        its top; a previous result's ``next_start``: the hits after it).
+        The ranking does not depend on ``k``, so the pages of a query are
+        the first hits of a larger ``k``, cut."""
         validate(query, k, index)
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= MAX_START:
+            raise errors.Dir2mcpError(errors.INVALID_RANGE, f"start must be an integer from 0 to {MAX_START}")
         ranked = self.ranked(query, k=k, index=index, filters=filters)
+        hits, after = self._hits(query, ranked.fused, k, start)
         return SearchResult(
             query=query,
             k=k,
             index_used=ranked.index_used,
-            hits=self._hits(query, ranked.fused, k),
+            hits=hits,
             indexing_complete=indexing_complete(self.embedder is not None),
             dense=ranked.dense,
             match="weak" if ranked.weak else "good",
+            next_start=after if after < len(ranked.fused) else None,
         )
 
     def ranked(self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()) -> Ranked:
@@ -493,18 +509,18 @@ class Searcher:
 
     # -- results ------------------------------------------------------------
 
-    def _hits(self, query: str, fused: ranking.Ranking, k: int) -> list[Hit]:
-        """The first ``k`` units of ``fused`` that still exist (one deleted
-        since the ranking was read is passed over, so ``k`` hits are still
-        the first ``k`` of a larger ``k``)."""
+    def _hits(self, query: str, fused: ranking.Ranking, k: int, start: int = 0) -> tuple[list[Hit], int]:
+        """The first ``k`` units of ``fused`` from position ``start`` that
+        still exist (one deleted since the ranking was read is passed over,
+        so ``k`` hits are still the first ``k`` of a larger ``k``), and the
+        position after the last one read."""
         terms = words.tokens(query)
         hits: list[Hit] = []
-        start = 0
         while len(hits) < k and start < len(fused):
             batch = fused[start : start + k - len(hits)]
             start += len(batch)
             hits.extend(self._hits_of(batch, terms))
-        return hits
+        return hits, start
 
     def _hits_of(self, fused: ranking.Ranking, terms: list[str]) -> list[Hit]:
         rows = chunks.hit_rows([cid for cid, _ in fused])
