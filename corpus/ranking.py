@@ -86,6 +86,23 @@ def long_unit_shares(lines: dict[int, int], limit: int) -> dict[int, float]:
     return {cid: limit / n for cid, n in lines.items() if n > limit}
 
 
+def cost_shares(lines: dict[int, int], limit: int, exponent: float) -> dict[int, float]:
+    """The share of its score each unit longer than ``limit`` lines keeps:
+    ``(limit / lines) ** exponent``. Hits are read in order and each costs
+    the lines it cites, so a long unit read first must be likelier to be
+    the answer than the several short ones its lines would have paid for."""
+    if limit <= 0 or exponent <= 0:
+        return {}
+    return {cid: (limit / n) ** exponent for cid, n in lines.items() if n > limit}
+
+
+def scaled(fused: Ranking, shares: dict[int, float]) -> Ranking:
+    """``fused`` with each unit's score times its share in ``shares`` (1 when not named)."""
+    if not shares:
+        return fused
+    return _ordered({cid: score * shares.get(cid, 1.0) for cid, score in fused})
+
+
 #: a line that only brings names in or hands them out (an import, a
 #: ``require``, an export of a name defined elsewhere), a comment, or a
 #: closing bracket: what a unit made of nothing else says is in other units

@@ -112,6 +112,16 @@ class Hit:
 
 
 @dataclass(frozen=True)
+class Ranked:
+    """A query's final ranking, every candidate (``Searcher.ranked``)."""
+
+    fused: ranking.Ranking
+    index_used: str
+    dense: JsonObject
+    weak: bool
+
+
+@dataclass(frozen=True)
 class SearchResult:
     query: str
     k: int
@@ -122,6 +132,9 @@ class SearchResult:
     dense: JsonObject = field(default_factory=dense_status.off)
     #: "weak" when nothing matches well (corpus/ranking.py: is_weak), else "good"
     match: str = "good"
+    #: the position in the ranking the hits after these start from (the
+    #: tools' next_cursor); None when the ranking has nothing after them
+    next_start: int | None = None
 
     def as_dict(self) -> JsonObject:
         return {
@@ -142,6 +155,11 @@ def route(query: str, index: str, filters: Filters) -> str:
     if filters.doc_types and set(filters.doc_types) <= _CODE_TYPES:
         return "code"
     return "code" if _CODE_HINTS.search(query) else "text"
+
+
+#: the deepest position of a ranking a page may start from (a ranking holds
+#: a few hundred units: ``search.candidates`` from each half)
+MAX_START = 10_000
 
 
 def validate(query: str, k: int, index: str) -> None:
@@ -174,9 +192,32 @@ class Searcher:
         self.readable = readable
 
     def search(
-        self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()
+        self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters(), start: int = 0
     ) -> SearchResult:
+        """The first ``k`` hits of the ranking from position ``start`` (0:
+        its top; a previous result's ``next_start``: the hits after it).
+        The ranking does not depend on ``k``, so the pages of a query are
+        the first hits of a larger ``k``, cut."""
         validate(query, k, index)
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= MAX_START:
+            raise errors.Dir2mcpError(errors.INVALID_RANGE, f"start must be an integer from 0 to {MAX_START}")
+        ranked = self.ranked(query, k=k, index=index, filters=filters)
+        hits, after = self._hits(query, ranked.fused, k, start)
+        return SearchResult(
+            query=query,
+            k=k,
+            index_used=ranked.index_used,
+            hits=hits,
+            indexing_complete=indexing_complete(self.embedder is not None),
+            dense=ranked.dense,
+            match="weak" if ranked.weak else "good",
+            next_start=after if after < len(ranked.fused) else None,
+        )
+
+    def ranked(self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()) -> Ranked:
+        """The whole final ranking of ``query`` (every candidate, best first),
+        before it is cut to ``k``: ``search`` returns its first ``k`` units.
+        ``k`` matters only with ``search.candidates: 0`` (the earlier pool)."""
         used = route(query, index, filters)
         search_cfg = self.config.search
         pool = self._pool(k)
@@ -211,15 +252,7 @@ class Searcher:
             best_cosine=best,
             threshold=search_cfg.weak_cosine,
         )
-        return SearchResult(
-            query=query,
-            k=k,
-            index_used=_index_used(used, plan, dense),
-            hits=self._hits(query, fused, k),
-            indexing_complete=indexing_complete(self.embedder is not None),
-            dense=dense,
-            match="weak" if weak else "good",
-        )
+        return Ranked(fused=fused, index_used=_index_used(used, plan, dense), dense=dense, weak=weak)
 
     def _pool(self, k: int) -> int:
         """Candidates each ranking hands the fusion: ``search.candidates``,
@@ -383,11 +416,18 @@ class Searcher:
         return ranking.long_unit_shares(chunks.code_unit_lines([cid for cid, _ in hits]), limit)
 
     def _reordered(self, fused: ranking.Ranking) -> ranking.Ranking:
-        """``fused`` after what the units are, not how they matched: code
-        units among the first ``FRAGMENT_DEPTH`` that are only imports and
-        exports (``ranking.is_fragment``) keep ``search.fragment_share`` of
-        their score."""
-        share = self.config.search.fragment_share
+        """``fused`` after what the units are, not how they matched: a code
+        unit longer than ``search.long_unit_lines`` keeps
+        ``ranking.cost_shares`` of its score, and code units among the first
+        ``FRAGMENT_DEPTH`` that are only imports and exports
+        (``ranking.is_fragment``) keep ``search.fragment_share`` of theirs."""
+        cfg = self.config.search
+        if fused and cfg.long_unit_lines and cfg.long_unit_exponent:
+            lines = chunks.code_unit_lines([cid for cid, _ in fused])
+            fused = ranking.scaled(
+                fused, ranking.cost_shares(lines, cfg.long_unit_lines, cfg.long_unit_exponent)
+            )
+        share = cfg.fragment_share
         if not fused or share >= 1:
             return fused
         ids = [cid for cid, _ in fused[:FRAGMENT_DEPTH]]
@@ -469,18 +509,18 @@ class Searcher:
 
     # -- results ------------------------------------------------------------
 
-    def _hits(self, query: str, fused: ranking.Ranking, k: int) -> list[Hit]:
-        """The first ``k`` units of ``fused`` that still exist (one deleted
-        since the ranking was read is passed over, so ``k`` hits are still
-        the first ``k`` of a larger ``k``)."""
+    def _hits(self, query: str, fused: ranking.Ranking, k: int, start: int = 0) -> tuple[list[Hit], int]:
+        """The first ``k`` units of ``fused`` from position ``start`` that
+        still exist (one deleted since the ranking was read is passed over,
+        so ``k`` hits are still the first ``k`` of a larger ``k``), and the
+        position after the last one read."""
         terms = words.tokens(query)
         hits: list[Hit] = []
-        start = 0
         while len(hits) < k and start < len(fused):
             batch = fused[start : start + k - len(hits)]
             start += len(batch)
             hits.extend(self._hits_of(batch, terms))
-        return hits
+        return hits, start
 
     def _hits_of(self, fused: ranking.Ranking, terms: list[str]) -> list[Hit]:
         rows = chunks.hit_rows([cid for cid, _ in fused])

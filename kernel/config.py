@@ -315,6 +315,12 @@ class SearchConfig(Section):
     # names what other units are, and took places in the top 50 from them
     # (docs/benchmarks.md; 1: off, as before).
     fragment_share: float = Field(0.0, ge=0, le=1)
+    # A code unit longer than this many lines keeps (this / lines) **
+    # long_unit_exponent of its final score: an agent pays every line a hit
+    # cites, so a long unit has to be that much likelier to be the answer to
+    # be worth reading first (docs/retrieval.md; 0: off).
+    long_unit_lines: int = Field(0, ge=0, le=100000)
+    long_unit_exponent: float = Field(0.5, ge=0, le=4)
     # A query of up to this many words is a lookup: the units defining a
     # name it gives lead the ranking. In a longer one (a sentence that
     # mentions names, "the base implementation of _.isMap") they join the

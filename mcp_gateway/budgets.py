@@ -279,6 +279,29 @@ def _digest(tool_name: str, args: JsonObject) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
+def page_cursor(tool_name: str, args: JsonObject, position: int) -> str:
+    """A tool's own cursor (base64url, no dot): where the call ``args``
+    goes on, at ``position`` of what it pages through."""
+    body = {"d": _digest(tool_name, args), "p": position}
+    return base64.urlsafe_b64encode(json.dumps(body).encode()).decode().rstrip("=")
+
+
+def page_position(cursor: str, tool_name: str, args: JsonObject) -> int:
+    """The position a :func:`page_cursor` holds; INVALID_FIELD for a cursor
+    that is not one we gave, or was given for other arguments."""
+    invalid = errors.Dir2mcpError(errors.INVALID_FIELD, "invalid cursor")
+    try:
+        body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise invalid from None
+    position = body.get("p") if isinstance(body, dict) else None
+    if not isinstance(position, int) or isinstance(position, bool) or position < 0:
+        raise invalid
+    if body.get("d") != _digest(tool_name, args):
+        raise errors.Dir2mcpError(errors.INVALID_FIELD, "cursor was given for other arguments")
+    return position
+
+
 def encode_cursor(tool_name: str, args: JsonObject, skip: int) -> str:
     """Resume the call ``args`` after ``skip`` items of the page its own cursor (if any) gave."""
     body = {"d": _digest(tool_name, args), "s": skip, "n": args.get("cursor")}

@@ -103,6 +103,7 @@ class IndexerLaunch(Protocol):
 
 class EmbedRate(Protocol):
     def per_second(self) -> float: ...
+    def views_per_second(self) -> float: ...
 
 
 class RunningIndexer(Protocol):

@@ -53,7 +53,7 @@ from typing import IO
 from django.db import connections
 
 from corpus.events import Reporter
-from corpus.index.dense.embedding import dense_store, embed_first
+from corpus.index.dense.embedding import dense_store, embed_first, views_to_come
 from corpus.index.dense.vectors import KINDS
 from corpus.models import Chunk, EmbeddingStatus
 from corpus.status import INDEXER_KEY
@@ -189,47 +189,74 @@ class ChildLaunch:
         return env
 
 
-class _Rate:
-    """Chunks embedded per second over the last ``window`` seconds (from
-    progress calls; the last two at least, when batches take longer), from
-    the first report of the job that stored something: the reports of a
-    lexical pass, and the first batch's wait for the model, stored nothing,
-    and counted in they made the first estimate of a dense pass after the
-    lexical one 0.02 chunks/s on the kernel's drivers/net, an ETA of 160
-    days for about an hour and a half (issue #37)."""
+class _Window:
+    """Things done per second over the last ``window`` seconds, from a
+    running count reported now and then (the last two reports at least,
+    when they come further apart), from the first report that counted
+    something: the reports before it (a lexical pass, the first batch's
+    wait for the model) counted in made the first estimate of a dense pass
+    after the lexical one 0.02 chunks/s on the kernel's drivers/net, an ETA
+    of 160 days for about an hour and a half (issue #37). A count that goes
+    down is a new job's: it counts from its own start."""
 
-    def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, window: float, clock: Callable[[], float]) -> None:
         self.window = window
         self.clock = clock
         self._points: deque[tuple[float, int]] = deque()
-        self._stored = False  # whether this job has stored anything yet
-        self.total = 0
-        self.done = 0
+        self._counted = False  # whether this job has counted anything yet
 
-    def add(self, counters: JsonObject) -> None:
-        done = int(counters.get("embedded_ok") or 0)
-        total = int(counters.get("chunks_total") or 0)
+    def add(self, done: int) -> None:
         now = self.clock()
         if self._points and done < self._points[-1][1]:
-            self._points.clear()  # a new job counts from its own start
-            self._stored = False
-        if self._points and not self._stored and done > self._points[-1][1]:
-            self._points.clear()  # the first batch stored: count from here
-            self._stored = True
+            self._points.clear()
+            self._counted = False
+        if self._points and not self._counted and done > self._points[-1][1]:
+            self._points.clear()  # the first thing counted: count from here
+            self._counted = True
         self._points.append((now, done))
         while len(self._points) > 2 and now - self._points[0][0] > self.window:
             self._points.popleft()
-        self.total, self.done = total, done
-
-    def complete(self) -> bool:
-        """Whether the current job has embedded every chunk it counts."""
-        return bool(self.total) and self.done >= self.total
 
     def per_second(self) -> float:
-        if len(self._points) < 2 or not self._stored:
+        if len(self._points) < 2 or not self._counted:
             return 0.0
         (t0, d0), (t1, d1) = self._points[0], self._points[-1]
         return (d1 - d0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+class _Rate:
+    """The indexing child's embedding rates, from its progress reports:
+    chunks given their (own) vectors per second, and signature views per
+    second (views later: corpus/index/dense/embedding.py), each over the
+    last ``window`` seconds (:class:`_Window`); and where the job stands."""
+
+    def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._units = _Window(window, clock)
+        self._views = _Window(window, clock)
+        self.total = 0
+        self.done = 0
+        #: signature views the job has still to embed, as it last counted them
+        self.views_waiting = 0
+
+    def add(self, counters: JsonObject) -> None:
+        self.total = int(counters.get("chunks_total") or 0)
+        self.done = int(counters.get("embedded_ok") or 0)
+        self.views_waiting = int(counters.get("views_waiting") or 0)
+        self._units.add(self.done)
+        self._views.add(int(counters.get("views_embedded") or 0))
+
+    def complete(self) -> bool:
+        """Whether the current job has embedded every chunk it counts, and
+        every signature view."""
+        return bool(self.total) and self.done >= self.total and not self.views_waiting
+
+    def per_second(self) -> float:
+        """Chunks given a vector per second."""
+        return self._units.per_second()
+
+    def views_per_second(self) -> float:
+        """Signature views embedded per second (0 before any was)."""
+        return self._views.per_second()
 
 
 class IndexerSupervisor:
@@ -340,6 +367,7 @@ class IndexerSupervisor:
             "restarts": self.restarts,
             "last_exit": self.last_exit,
             "embed_rate_per_second": round(self.rate.per_second(), 2),
+            "views_rate_per_second": round(self.rate.views_per_second(), 2),
             "unwritten": self.unwritten.as_dict(),
         }
 
@@ -513,6 +541,7 @@ class IndexerThread:
             "restarts": 0,
             "last_exit": None,
             "embed_rate_per_second": round(self.rate.per_second(), 2),
+            "views_rate_per_second": round(self.rate.views_per_second(), 2),
             "unwritten": self.unwritten.as_dict(),
         }
 
@@ -661,6 +690,28 @@ class DenseRefresher:
 
 # -- what status and stats show ---------------------------------------------
 
+#: what a signature view costs to embed against a unit's own text (its short
+#: text: 13.0 CPU-s of views against 43.7 of units over one part of the
+#: standard library, docs/benchmarks.md, session 24), for the ETA before the
+#: views pass has a rate of its own
+VIEW_COST = 0.3
+
+
+def dense_eta(units: int, views: int, unit_rate: float, view_rate: float) -> float | None:
+    """Seconds until every chunk has its vector and every code unit its
+    signature view, at the recent rates: ``units`` chunks and ``views``
+    views still to embed; before any view was embedded (views come after
+    every unit), a view counts as VIEW_COST of a unit. None when a rate
+    needed is not known yet."""
+    if units <= 0 and views <= 0:
+        return 0.0
+    if view_rate <= 0 and unit_rate > 0:
+        view_rate = unit_rate / VIEW_COST
+    if (units > 0 and unit_rate <= 0) or (views > 0 and view_rate <= 0):
+        return None
+    seconds = (units / unit_rate if units > 0 else 0.0) + (views / view_rate if views > 0 else 0.0)
+    return round(seconds, 1)
+
 
 def summary(ctx: Context) -> JsonObject:
     """The indexer as ``stats`` shows it: where it runs, whether it is
@@ -670,11 +721,17 @@ def summary(ctx: Context) -> JsonObject:
     live = Chunk.objects.filter(deleted=False)
     total = live.count()
     embedded = live.filter(embedding_status=EmbeddingStatus.OK).count() if total else 0
+    views = views_to_come() if total else 0
     found = (
         supervisor.describe() if supervisor is not None else {"mode": getattr(ctx, "indexer_mode", "none")}
     )
-    rate = supervisor.rate.per_second() if supervisor is not None else 0.0
-    eta = 0.0 if embedded >= total else (round((total - embedded) / rate, 1) if rate > 0 else None)
+    rate = supervisor.rate if supervisor is not None else None
+    eta = dense_eta(
+        total - embedded,
+        views,
+        rate.per_second() if rate is not None else 0.0,
+        rate.views_per_second() if rate is not None else 0.0,
+    )
     return {
         "mode": found.get("mode", "none"),
         "running": bool(found.get("running")),
@@ -686,6 +743,8 @@ def summary(ctx: Context) -> JsonObject:
             "embedded": embedded,
             "total": total,
             "rate_per_second": found.get("embed_rate_per_second"),
+            "views_waiting": views,
+            "views_rate_per_second": found.get("views_rate_per_second"),
             "eta_seconds": eta,
         },
     }

@@ -17,7 +17,7 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "12.0.0"
+SCHEMA_VERSION = "13.0.0"
 
 #: ``doc_types`` filters at most (there are eleven types) and the length of each
 MAX_DOC_TYPES = 16
@@ -530,9 +530,24 @@ STATS_OUTPUT: JsonObject = {
                         "embedded": {"type": "integer"},
                         "total": {"type": "integer"},
                         "rate_per_second": {"type": ["number", "null"]},
+                        "views_waiting": {
+                            "type": "integer",
+                            "description": (
+                                "Signature views of code units still to embed (views later: each unit's "
+                                "own vector comes first); eta_seconds counts them."
+                            ),
+                        },
+                        "views_rate_per_second": {"type": ["number", "null"]},
                         "eta_seconds": {"type": ["number", "null"]},
                     },
-                    "required": ["embedded", "total", "rate_per_second", "eta_seconds"],
+                    "required": [
+                        "embedded",
+                        "total",
+                        "rate_per_second",
+                        "views_waiting",
+                        "views_rate_per_second",
+                        "eta_seconds",
+                    ],
                 },
             },
             "required": ["mode", "running", "pid", "restarts", "last_exit", "dense"],

@@ -160,8 +160,11 @@ def _indexer_line(indexer: JsonObject | None) -> str:
         if indexer["restarts"]:
             line += f", restarted {indexer['restarts']}x"
     line += f"; dense {dense['embedded']}/{dense['total']}"
+    views = dense.get("views_waiting") or 0
+    if views:
+        line += f", {views} signature view(s) to come"
     eta = dense["eta_seconds"]
-    if dense["embedded"] < dense["total"] and eta is not None:
+    if (dense["embedded"] < dense["total"] or views) and eta is not None:
         line += f", about {_duration(eta)} to full coverage"
     return line + "\n" + unwritten_line(indexer.get("unwritten"))
 

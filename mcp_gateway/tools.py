@@ -210,11 +210,17 @@ def _filters(args: JsonObject) -> Filters:
 
 def search(call: Call, args: JsonObject) -> JsonObject:
     call.progress(0, 1, "searching")
-    result = call.ctx.searcher.search(args["query"], k=args["k"], index=args["index"], filters=_filters(args))
+    cursor = args.get("cursor")
+    start = budgets.page_position(cursor, "dir2mcp.search", args) if isinstance(cursor, str) else 0
+    result = call.ctx.searcher.search(
+        args["query"], k=args["k"], index=args["index"], filters=_filters(args), start=start
+    )
     call.check()
     call.progress(1, 1, f"{len(result.hits)} hits")
     _embed_first(call.ctx, [hit.rel_path for hit in result.hits])
     out = result.as_dict()
+    if result.next_start is not None:  # the hits after these, in the same ranking
+        out["next_cursor"] = budgets.page_cursor("dir2mcp.search", args, result.next_start)
     if "max_tokens" in args:
         out |= _within_budget(call, result, args["max_tokens"])
     return out
@@ -365,7 +371,8 @@ TOOLS: tuple[Tool, ...] = (
                 "is written or implemented; identifiers (snake_case, camelCase, paths) match well. Each hit "
                 "has rel_path, a snippet and a span (line range, PDF page or audio time range) that you can "
                 "pass to dir2mcp.open_file to read the exact source. Narrow with path_prefix, file_glob or "
-                "doc_types."
+                "doc_types. The ranking does not depend on k: pass next_cursor as cursor for the hits "
+                "after these."
             ),
             input_schema=schemas.SEARCH_INPUT,
             output_schema=schemas.SEARCH_OUTPUT,

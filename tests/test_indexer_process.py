@@ -26,7 +26,14 @@ from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.local import LocalEmbedder
 from kernel.config import build_config
-from mcp_gateway.indexer_process import DenseRefresher, ForwardingReporter, _Rate, replay
+from mcp_gateway.indexer_process import (
+    VIEW_COST,
+    DenseRefresher,
+    ForwardingReporter,
+    _Rate,
+    dense_eta,
+    replay,
+)
 from tests.support import CHUNK_TEXT, TLS, chunk_text, wait_until
 from tests.test_cli import cli
 from tests.up_process import running  # noqa: F401  (the fixture)
@@ -198,8 +205,7 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
 
     # The restarted child embeds the rest, and stats says when it will be done.
     estimate = up.wait_until(estimating, "an estimate of the time to full coverage", timeout=120)
-    left = estimate["total"] - estimate["embedded"]
-    assert estimate["eta_seconds"] == pytest.approx(left / estimate["rate_per_second"], rel=0.05, abs=0.2)
+    assert estimate["eta_seconds"] == pytest.approx(shown_eta(estimate), rel=0.05, abs=0.2)
 
     def covered(_):
         stats = up.rest("/api/v1/stats").json()
@@ -297,11 +303,17 @@ def test_a_file_a_client_opens_is_embedded_ahead_of_the_queue_and_stats_estimate
         return dense if dense["embedded"] < dense["total"] and (dense["eta_seconds"] or 0) > 0 else None
 
     estimate = up.wait_until(estimating, "an estimate of the time to full coverage", timeout=120)
-    remaining = estimate["total"] - estimate["embedded"]
-    assert estimate["eta_seconds"] == pytest.approx(
-        remaining / estimate["rate_per_second"], rel=0.05, abs=0.2
-    )
+    assert estimate["eta_seconds"] == pytest.approx(shown_eta(estimate), rel=0.05, abs=0.2)
     assert up.stop() == 0, up.stderr
+
+
+def shown_eta(dense: dict) -> float:
+    """The ETA the rates ``stats`` shows give: the chunks left at the chunk
+    rate, the signature views left at the views' rate (before any was
+    embedded, VIEW_COST of a chunk each)."""
+    rate = dense["rate_per_second"]
+    views_rate = dense["views_rate_per_second"] or rate / VIEW_COST
+    return (dense["total"] - dense["embedded"]) / rate + dense["views_waiting"] / views_rate
 
 
 def all_stored(state_dir: Path, rel_path: str) -> bool:
@@ -508,6 +520,39 @@ def test_the_embedding_rate_counts_from_the_first_batch_stored_not_from_the_lexi
     clock.now += 120  # batches slower than the window: the last two reports
     rate.add({"embedded_ok": 1025, "chunks_total": 10_000})
     assert rate.per_second() == pytest.approx(256 / 126)
+
+
+def test_the_signature_views_have_a_rate_of_their_own_and_the_job_is_complete_only_after_them():
+    """Views later: every chunk's own vector first, then the code units'
+    signature views. A job whose chunks all have a vector while views wait
+    is not complete (asks to embed files first are still sent), and the
+    views' rate is measured apart from the chunks'."""
+    clock = Clock()
+    rate = _Rate(window=60, clock=clock)
+    for done in (0, 100, 200):  # units: 10 a second
+        rate.add({"embedded_ok": done, "chunks_total": 200, "views_embedded": 0, "views_waiting": 180})
+        clock.now += 10
+    assert rate.per_second() == pytest.approx(10.0) and rate.views_per_second() == 0.0
+    assert not rate.complete()
+    for views in (30, 90, 150):  # then views: 6 a second
+        waiting = 180 - views
+        rate.add({"embedded_ok": 200, "chunks_total": 200, "views_embedded": views, "views_waiting": waiting})
+        clock.now += 10
+    assert rate.views_per_second() == pytest.approx(6.0)
+    assert not rate.complete()
+    rate.add({"embedded_ok": 200, "chunks_total": 200, "views_embedded": 180, "views_waiting": 0})
+    assert rate.complete()
+
+
+def test_the_time_to_full_coverage_counts_the_views_still_to_come():
+    # before any view: each costs VIEW_COST of a chunk at the chunks' rate
+    assert dense_eta(100, 50, 10.0, 0.0) == pytest.approx(10 + 50 * VIEW_COST / 10)
+    # the views' own rate once measured; every chunk has its vector
+    assert dense_eta(0, 60, 0.0, 6.0) == pytest.approx(10.0)
+    assert dense_eta(0, 0, 0.0, 0.0) == 0.0
+    # a rate not known yet: no estimate rather than a wrong one
+    assert dense_eta(100, 50, 0.0, 0.0) is None
+    assert dense_eta(0, 50, 0.0, 0.0) is None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -125,6 +125,49 @@ def test_hybrid_first_hits_are_the_first_of_any_larger_k(stdlib_corpus, state):
             assert hits[k] == hits[50][:k]
 
 
+def call_error(ctx, arguments: dict) -> dict:
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "dir2mcp.search", "arguments": arguments},
+    }
+    response = dispatch.respond(shape_message(message), dispatch.SessionState("s", "2025-11-25"), ctx)
+    assert response["result"].get("isError"), response
+    return response["result"]["structuredContent"]["error"]
+
+
+def test_the_pages_of_a_search_are_the_hits_of_a_larger_k_and_end_with_the_ranking(stdlib_corpus, state):
+    # 50 hits of one-line units cite a few dozen lines: an agent reading on
+    # (found@1000) pages through the same ranking with next_cursor
+    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    index_directory(stdlib_corpus, state=state, config=config, embedder=None)
+    ctx = context.build(root=stdlib_corpus, state=state, config=config, auth_spec="none")
+    query = "return the list of strings for each line"
+    whole = call_search(ctx, {"query": query, "k": 50})["hits"]
+    assert len(whole) == 50
+
+    pages, arguments = [], {"query": query, "k": 10}
+    while True:
+        page = call_search(ctx, arguments)
+        pages.append(page["hits"])
+        if "next_cursor" not in page:
+            break
+        arguments = {"query": query, "k": 10, "cursor": page["next_cursor"]}
+    read = [hit for page in pages for hit in page]
+    assert read[:50] == whole
+    assert len(read) > 50  # the ranking goes on past the largest k
+    assert len({(hit["rel_path"], str(hit["span"])) for hit in read}) == len(read)  # no hit twice
+    assert pages[-1] and len(pages[-1]) <= 10
+
+    # a cursor belongs to its call: another query's, or one we did not give, is refused
+    cursor = call_search(ctx, {"query": query, "k": 10})["next_cursor"]
+    other = call_error(ctx, {"query": QUERIES[1], "k": 10, "cursor": cursor})
+    assert other["code"] == "INVALID_FIELD" and "other arguments" in other["message"]
+    forged = call_error(ctx, {"query": query, "k": 10, "cursor": "eyJwIjogLTF9"})
+    assert forged["code"] == "INVALID_FIELD"
+
+
 def test_a_unit_of_imports_and_exports_comes_after_the_code_it_names(corpus_dir, state):
     (corpus_dir / "parse_config.js").write_text(
         "var readFile = require('./read_file');\n\n"

@@ -204,14 +204,19 @@ def test_every_unit_opens_to_exactly_its_cited_lines(indexed):
         assert chunk.context.split("\n")[0] == rel
 
 
-def test_a_long_block_matching_the_words_ranks_below_a_short_unit_that_matches_them(corpus_dir, state):
-    """``search.code_lexical_lines``: the lexical half weighs a long unit by
-    its length, so a table that repeats the words does not bury the function."""
+def write_refunds(corpus_dir):
+    """A 62-line table that says "refund ledger" 120 times, and a 3-line function that posts a refund."""
     rows = "\n".join(f"    ('refund', 'ledger', {n}),  # refund ledger entry {n}" for n in range(60))
     (corpus_dir / "tables.py").write_text(f"REFUNDS = [\n{rows}\n]\n")
     (corpus_dir / "refunds.py").write_text(
         "def post_refund(ledger, amount):\n    ledger.append(('refund', amount))\n    return ledger\n"
     )
+
+
+def test_a_long_block_matching_the_words_ranks_below_a_short_unit_that_matches_them(corpus_dir, state):
+    """``search.code_lexical_lines``: the lexical half weighs a long unit by
+    its length, so a table that repeats the words does not bury the function."""
+    write_refunds(corpus_dir)
     found = {}
     for limit in (30, 0):
         config = build_config(
@@ -224,6 +229,31 @@ def test_a_long_block_matching_the_words_ranks_below_a_short_unit_that_matches_t
 
     assert found[0] == ["tables.py", "refunds.py"]  # BM25 alone: the table says it 120 times
     assert found[30] == ["refunds.py", "tables.py"]
+
+
+def test_a_long_unit_keeps_a_share_of_its_final_score_by_its_length(corpus_dir, state):
+    """``search.long_unit_lines``: a code unit longer than that keeps
+    ``(limit / lines) ** long_unit_exponent`` of its final score, so a short
+    unit that matches as well is read first; ``Searcher.ranked`` is the
+    whole ranking ``search`` cuts to ``k``."""
+    write_refunds(corpus_dir)
+    found = {}
+    for limit in (20, 0):
+        config = build_config(
+            {"embed": {"provider": "none"}, "search": {"long_unit_lines": limit, "long_unit_exponent": 0.5}},
+            {},
+            {},
+        )
+        index_directory(corpus_dir, state=state, config=config, embedder=None)
+        searcher = Searcher(state, config, None)
+        found[limit] = [hit.rel_path for hit in searcher.search("refund ledger", k=2).hits]
+        whole = searcher.ranked("refund ledger").fused
+        assert [hit.chunk_id for hit in searcher.search("refund ledger", k=2).hits] == [
+            cid for cid, _ in whole[:2]
+        ]
+
+    assert found[0] == ["tables.py", "refunds.py"]  # BM25 alone: the table says it 120 times
+    assert found[20] == ["refunds.py", "tables.py"]  # 62 lines keep sqrt(20 / 62) of the score
 
 
 def test_feedback_searches_again_from_the_query_moved_towards_the_first_leader(indexed, embedder):

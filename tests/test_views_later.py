@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from corpus.events import Reporter
 from corpus.index.dense.embedding import (
     DenseStore,
     check_models,
@@ -24,9 +25,11 @@ from corpus.index.dense.embedding import (
     views_pending,
 )
 from corpus.index.dense.views import VIEW_VERSION, embedding_text, signature_view
+from corpus.ingest.pipeline import Indexer
 from corpus.models import Chunk
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.status import indexing_complete
+from kernel.config import build_config
 from tests.factories import ChunkFactory
 
 WEIGHT = 0.3
@@ -181,3 +184,143 @@ def test_a_file_asked_about_gets_its_units_and_views_at_once(state) -> None:
     assert fake.calls[0] == [unit_text(asked), view_text(asked)]
     assert np.allclose(stored(asked), blended(asked), atol=1e-6)
     assert all(unit_text(asked) not in call for call in fake.calls[1:])
+
+
+@pytest.mark.django_db
+def test_a_file_asked_after_its_units_were_stored_alone_gets_its_views_before_other_units(state) -> None:
+    # Every unit of the first files is stored alone (its views interrupted),
+    # then more units arrive pending, and a client asks about one of the
+    # first files: its views come before the new units and before the other
+    # views, which wait for every unit in id order.
+    first = code_chunks(4)
+    stop = threading.Event()
+    check_models(_Hashed(), state, signature_weight=WEIGHT)
+    embed_pending(_Hashed({view_text(c) for c in first}, stop), state, stop=stop, batch_size=4)
+    assert views_pending().count() == 4
+    later = [
+        ChunkFactory(index_kind="code", context=f"lib/extra{n}.py", text=f"def extra_{n}():\n    return {n}")
+        for n in range(4)
+    ]
+    asked = first[2]
+    embed_first.add([asked.representation.document.rel_path])
+    fake = _Hashed()
+
+    embed_pending(fake, state, batch_size=4)
+
+    assert fake.calls[0] == [view_text(asked)]
+    assert set(fake.calls[1]) == {unit_text(c) for c in later}
+    assert np.allclose(stored(asked), blended(asked), atol=1e-6)
+    assert all(view_text(asked) not in call for call in fake.calls[1:])
+    assert views_pending().count() == 0
+    assert_holds_blends(dense_store(state), first + later)
+
+
+class _Progress(Reporter):
+    """Keeps every progress report."""
+
+    def __init__(self) -> None:
+        super().__init__(quiet=True)
+        self.reports: list[dict[str, int]] = []
+
+    def progress(self, counters: dict[str, int], *, final: bool = False, running: bool = True) -> None:
+        self.reports.append(dict(counters))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_an_indexing_pass_reports_the_views_it_embedded_and_those_still_to_come(tmp_path, state, interrupted):
+    # what the server's stats estimate the time to full coverage from
+    # (mcp_gateway.indexer_process.dense_eta): a pass stopped before its
+    # views says they are still to come
+    root = tmp_path / "root"
+    root.mkdir()
+    for n in range(5):
+        (root / f"mod{n}.py").write_text(f"def handler_{n}(request):\n    return respond(request, {n})\n")
+    config = build_config({"embed": {"signature_weight": WEIGHT}}, {}, {})
+    stop = threading.Event()
+    fake = _Hashed(stop_at_views=stop) if interrupted else _Hashed()
+    check_models(fake, state, signature_weight=WEIGHT)
+    reporter = _Progress()
+    if interrupted:  # every view text stops the run, as a stop during the views pass does
+        fake.views = _AnyView()
+
+    Indexer(root, state, config, reporter=reporter, stop=stop, embedder=fake).run()
+
+    units = Chunk.objects.filter(deleted=False, index_kind="code").count()
+    final = reporter.reports[-1]
+    assert units >= 5 and final["embedded_ok"] == final["chunks_total"]
+    if interrupted:
+        assert (final["views_embedded"], final["views_waiting"]) == (0, units)
+        assert views_pending().count() == units
+    else:
+        assert (final["views_embedded"], final["views_waiting"]) == (units, 0)
+        assert views_pending().count() == 0
+
+
+class _AnyView(set[str]):
+    """Every signature view text, for _Hashed's ``views``: whatever starts with a path line."""
+
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str) and text.startswith("mod") and text.count("\n") < 2
+
+
+class _StopAtViewCall(_Hashed):
+    """Interrupts its ``at``-th call of signature views alone (1-based), as a
+    stop during it does; ``views``: every view text."""
+
+    def __init__(self, views: set[str], stop: threading.Event, at: int) -> None:
+        super().__init__()
+        self.views, self.stop, self.at, self.view_calls = views, stop, at, 0
+
+    def embed(self, texts: Sequence[str], *, kind: str, stop: threading.Event | None = None) -> np.ndarray:
+        if all(text in self.views for text in texts):
+            self.view_calls += 1
+            if self.view_calls == self.at:
+                self.stop.set()
+                raise Interrupted
+        return super().embed(texts, kind=kind, stop=stop)
+
+
+@pytest.mark.django_db
+def test_many_replaced_vectors_build_the_index_again_instead_of_relinking_each(state) -> None:
+    # hnswlib re-links a replaced vector's neighbours (ten insertions' CPU):
+    # past the store's bound, the views pass's replacements build the index again
+    chunks = code_chunks(12)
+    fake = _Hashed()
+    check_models(fake, state, signature_weight=WEIGHT)
+    store = dense_store(state)
+    store.replace_in_place_max = 4
+    embed_pending(
+        _StopAtViewCall({view_text(c) for c in chunks}, threading.Event(), at=1), state, batch_size=4
+    )
+    before = store.index("code")
+    assert views_pending().count() == 12
+
+    embed_pending(fake, state, batch_size=4)
+
+    assert views_pending().count() == 0 and store.deferred("code") == 0
+    assert store.index("code") is not before  # built again, not relinked in place
+    assert_holds_blends(store, chunks)
+    assert_holds_blends(DenseStore(state), chunks)  # the file saved holds them too
+
+
+@pytest.mark.django_db
+def test_replacements_deferred_while_views_wait_are_not_claimed_by_the_saved_file(state) -> None:
+    # A views pass stopped after its first batch: that batch's blends wait
+    # (the index holds the units' own vectors), so the file must not say it
+    # holds every vector up to their version, or a process loading it would
+    # never take them.
+    chunks = code_chunks(12)
+    views = {view_text(c) for c in chunks}
+    check_models(_Hashed(), state, signature_weight=WEIGHT)
+    stop = threading.Event()
+    embed_pending(_StopAtViewCall(views, stop, at=2), state, stop=stop, batch_size=4)
+    assert views_pending().count() == 8 and dense_store(state).deferred("code") == 4
+    own = [vector(unit_text(c)) for c in chunks]
+    assert np.allclose(scores(dense_store(state), chunks, own), 1.0, atol=1e-5)  # still their own
+
+    loaded = DenseStore(state)  # another process, from the saved file
+    embed_chunks(_Hashed(), [c.chunk_id for c in chunks], batch_size=4)  # a worker embeds the rest
+
+    assert views_pending().count() == 0
+    assert_holds_blends(loaded, chunks)

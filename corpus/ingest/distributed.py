@@ -237,7 +237,7 @@ class Dispatch:
         self._flushed = _from_job(job)
         write_corpus_json(indexer.root, indexer.state, indexer.config, job)
         if job.running:
-            indexer.reporter.progress(indexer.counters.as_dict())
+            indexer.reporter.progress(indexer.progress_counts())
 
 
 # -- the worker ---------------------------------------------------------------

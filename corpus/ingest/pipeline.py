@@ -31,7 +31,7 @@ from typing import Protocol, TypedDict
 
 from corpus.counters import Counters
 from corpus.events import Reporter
-from corpus.index.dense.embedding import embed_first, embed_pending
+from corpus.index.dense.embedding import embed_first, embed_pending, views_to_come
 from corpus.ingest import collect, coverage, writer
 from corpus.ingest.batch import BatchWriter
 from corpus.ingest.discover import FileEntry, WalkProblem, walk
@@ -111,7 +111,7 @@ class LocalWrite:
             write_corpus_json(indexer.root, indexer.state, indexer.config, job, models=indexer.models)
             self._summary_due = now + (time.monotonic() - now) / CORPUS_JSON_SHARE
         if not force:  # forced flushes start or end a job; _finish prints the final line
-            indexer.reporter.progress(indexer.counters.as_dict())
+            indexer.reporter.progress(indexer.progress_counts())
 
     def end_walk(self, indexer: Indexer) -> bool:
         # The walk can end well before the files it handed to worker
@@ -210,6 +210,18 @@ class Indexer:
         self.models: dict[str, str] | None = None
         #: this pass walks the whole root (not only some paths)
         self.walked = False
+        #: signature views stored by this job, and those still to come (views
+        #: later: not job counters, but reported with them for the ETA in ``stats``)
+        self.views_embedded = 0
+        self.views_waiting = 0
+
+    def progress_counts(self) -> dict[str, int]:
+        """What a progress report carries: the job's counters and its views."""
+        return {
+            **self.counters.as_dict(),
+            "views_embedded": self.views_embedded,
+            "views_waiting": self.views_waiting,
+        }
 
     # -- public entry points -------------------------------------------------
 
@@ -311,12 +323,22 @@ class Indexer:
             self.flush_counters()
             self._take_changes()
 
+        def views_progress(count: int) -> None:
+            self.views_embedded += count
+            self.views_waiting = max(0, self.views_waiting - count)
+            self.flush_counters()
+            self._take_changes()
+
+        # counted once a pass, then counted down (a count per batch reads
+        # the whole queue's index: a million rows on the kernel)
+        self.views_waiting = views_to_come()
         try:
             embed_pending(
                 self.embedder,
                 self.state,
                 stop=self.stop,
                 progress=progress,
+                views_progress=views_progress,
                 batch_size=self.config.embed.batch_size,
             )
         except errors.Dir2mcpError as exc:
@@ -384,7 +406,7 @@ class Indexer:
         self.job.outcome = outcome
         self.job.finished_unix = time.time()
         self.flush_counters(force=True)
-        self.reporter.progress(self.counters.as_dict(), final=True)
+        self.reporter.progress(self.progress_counts(), final=True)
 
     def _collect(self) -> None:
         """Remove the oldest tombstones past the configured bound (issue #37

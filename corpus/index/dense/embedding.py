@@ -16,14 +16,19 @@ text first and stores that vector alone (``Chunk.view_pending``), so every
 unit of a tree is found by dense search sooner; then it embeds the views of
 those units and replaces their vectors with the blend, the same vector the
 two embedded together make (to the model's rounding for the batch's shape).
-Files a client asked about (``embed_first``) get both at once. Until the
-views pass ends, ``stats`` and ``status`` count the units still waiting.
+Files a client asked about (``embed_first``) get both at once, and a file
+asked about after its units were stored alone gets its views before the
+next unit (they waited for every unit of the tree before). Until the views
+pass ends, ``stats`` and ``status`` count the views still to come, and the
+time to full coverage in ``stats`` counts them (views_to_come; the pass
+reports the views it stores beside its chunks).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -228,15 +233,42 @@ def forget_vectors(state: StateDir) -> None:
 # -- the per-process dense store ----------------------------------------------
 
 
+#: hnswlib's threads when the embedding process builds its code index again
+#: (its model waits meanwhile); a server's refresher builds with one
+EMBED_THREADS = max(1, os.cpu_count() or 1)
+#: replacements of held vectors applied one by one up to this many; past it
+#: the index is built again from the database instead. hnswlib re-links a
+#: replaced vector's neighbours: 1.9 ms of CPU a vector against 0.2 ms to
+#: insert one (M 16, ef_construction 200, 384 dimensions, this processor),
+#: and the views pass replaces every code unit's vector, two thirds of its
+#: CPU (docs/benchmarks.md, session 25)
+REPLACE_IN_PLACE_MAX = 1000
+
+
 class DenseStore:
-    """The two indices of one state directory, loaded once per process."""
+    """The two indices of one state directory, loaded once per process.
+
+    Replacements (a code unit's own vector by the blend with its signature
+    view: views later) are deferred while a views pass runs: the index
+    keeps the unit's own vector, as before its view, and the replacements
+    are applied when no view is pending any more or they reach half the
+    index (:meth:`settle`): a few in place, many by building the index
+    again, which costs what inserting every vector once does, instead of
+    ten times that for each one replaced."""
 
     def __init__(self, state: StateDir) -> None:
         self.state = state
         self._lock = threading.Lock()
+        self._settling = threading.Lock()
         self._indices: dict[str, VectorIndex] = {}
         # The embeddings version each index was last reconciled with.
         self._synced: dict[str, str] = {}
+        # Labels whose stored vector replaced the one the index holds, not
+        # applied yet; while any is, the index's seq (what its file says it
+        # holds every vector of) stays where it was before the first.
+        self._deferred: dict[str, set[int]] = {}
+        #: see REPLACE_IN_PLACE_MAX
+        self.replace_in_place_max = REPLACE_IN_PLACE_MAX
         # The tombstone collection (COLLECTED_KEY) each index last followed.
         self._collected: dict[str, str | None] = {}
         self._last_save = time.monotonic()
@@ -319,9 +351,87 @@ class DenseStore:
             part = rows.filter(chunk_id__in=wanted[start : start + 2000])
             ids, vecs = _stack(part)
             for at in range(0, len(ids), slice_size):
-                index.add(ids[at : at + slice_size], vecs[at : at + slice_size], replace=not whole)
-        self._synced[kind] = index.seq = version
-        return index
+                if whole:
+                    index.add(ids[at : at + slice_size], vecs[at : at + slice_size])
+                else:
+                    self._add_or_defer(kind, index, ids[at : at + slice_size], vecs[at : at + slice_size])
+        self._synced[kind] = version
+        if not self._deferred.get(kind):
+            index.seq = version
+        return self.settle(kind) or index
+
+    def _add_or_defer(
+        self, kind: str, index: VectorIndex, chunk_ids: np.ndarray, vectors: np.ndarray, threads: int = 1
+    ) -> None:
+        """Add the vectors of labels the index lacks; defer those of labels it
+        holds (replacements, applied by :meth:`settle`)."""
+        held = np.array([int(cid) in index for cid in chunk_ids], dtype=bool)
+        if held.any():
+            if not self._deferred.get(kind):
+                self._deferred[kind] = set()
+            self._deferred[kind].update(int(cid) for cid in chunk_ids[held])
+        if not held.all():
+            index.add(chunk_ids[~held], vectors[~held], threads=threads)
+
+    def deferred(self, kind: str) -> int:
+        """How many replaced vectors ``kind``'s index does not hold yet."""
+        return len(self._deferred.get(kind) or ())
+
+    def settle(self, kind: str, *, threads: int = 1) -> VectorIndex | None:
+        """Apply ``kind``'s deferred replacements once no signature view is
+        pending (the views pass is over) or they reach half the index: up to
+        REPLACE_IN_PLACE_MAX in place, more by building the index again from
+        the database (with ``threads``; searches read the old one meanwhile).
+        Returns the index then held (None: nothing was applied)."""
+        deferred = self._deferred.get(kind)
+        index = self._indices.get(kind)
+        if not deferred or index is None:
+            return None
+        if len(deferred) * 2 < len(index) and views_pending().exists():
+            return None
+        if not self._settling.acquire(blocking=False):
+            return None  # another thread is at it
+        try:
+            labels = sorted(deferred)
+            if len(labels) <= self.replace_in_place_max:
+                rows = Chunk.objects.filter(embedding_status=EmbeddingStatus.OK)
+                for start in range(0, len(labels), 2000):
+                    ids, vecs = _stack(
+                        rows.filter(chunk_id__in=labels[start : start + 2000]).values_list(
+                            "chunk_id", "embedding"
+                        )
+                    )
+                    index.add(ids, vecs, replace=True)
+                self._deferred[kind] = set()
+                index.seq = self._synced.get(kind)
+                return index
+            return self._rebuild(kind, index, threads)
+        finally:
+            self._settling.release()
+
+    def _rebuild(self, kind: str, old: VectorIndex, threads: int) -> VectorIndex:
+        """``kind``'s index built again from every stored vector, in place of
+        ``old`` (read by searches until then). What is stored after the
+        version read first is read again by the next sync."""
+        (recorded,) = _settings(_version_key(kind))
+        version = recorded or "0"
+        fresh = VectorIndex(old.path, old.dim, old.model)
+        rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
+        ids_all = sorted(rows.values_list("chunk_id", flat=True).iterator())
+        for start in range(0, len(ids_all), 10_000):
+            part = rows.filter(chunk_id__in=ids_all[start : start + 10_000]).values_list(
+                "chunk_id", "embedding"
+            )
+            ids, vecs = _stack(part)
+            if len(ids):
+                fresh.add(ids, vecs, threads=threads)
+        fresh.seq = version
+        with self._lock:
+            self._indices[kind] = fresh
+            self._synced[kind] = version
+            self._deferred[kind] = set()
+        logger.info("%s index built again with %d vectors (views pass)", kind, len(fresh))
+        return fresh
 
     def add(
         self, kind: str, chunk_ids: np.ndarray, vectors: np.ndarray, *, version: str, replace: bool = False
@@ -333,9 +443,16 @@ class DenseStore:
         if index is None:
             return
         was_current = self._synced.get(kind) == str(int(version) - 1)
-        index.add(chunk_ids, vectors, replace=replace)
+        if replace:
+            self._add_or_defer(kind, index, chunk_ids, vectors)
+        else:
+            index.add(chunk_ids, vectors)
         if was_current:
-            self._synced[kind] = index.seq = version
+            self._synced[kind] = version
+            if not self._deferred.get(kind):
+                index.seq = version
+        if replace:
+            self.settle(kind, threads=EMBED_THREADS)
 
     def save(self, *, force: bool = False) -> None:
         if not force and time.monotonic() - self._last_save < SAVE_EVERY_SECONDS:
@@ -387,11 +504,12 @@ def embed_pending(
     stop: threading.Event | None = None,
     progress: Callable[[int], None] | None = None,
     batch_size: int = 32,
+    views_progress: Callable[[int], None] | None = None,
 ) -> int:
     """Embed every live pending chunk into the database and this process's
     dense index, then the signature views of the code units stored without
     them (views later); returns how many chunks were stored (``progress``
-    counts them too).
+    counts them too; ``views_progress`` counts the views stored).
 
     A provider failure stops the run and leaves the rest pending (they are
     retried next time); the error is recorded for ``status``.
@@ -407,10 +525,13 @@ def embed_pending(
             store.add(kind, ids, vectors, version=version, replace=views)
             store.save()
             if views:  # chunks counted when their own vectors were stored
+                if views_progress and stored:
+                    views_progress(stored)
                 continue
             done += stored
             if progress and stored:
                 progress(stored)
+        store.settle("code", threads=EMBED_THREADS)  # the views pass is over
     finally:
         store.save(force=True)
     if done:
@@ -521,6 +642,16 @@ def views_pending() -> QuerySet[Chunk]:
     )
 
 
+def views_to_come() -> int:
+    """Signature views still to be embedded: those of the units stored alone,
+    and, while the index's code vectors lean towards their views, those of
+    the code units still pending (each is stored alone first)."""
+    waiting = views_pending().count()
+    if signature_weight() > 0:
+        waiting += _pending("code").count()
+    return waiting
+
+
 def _embed_batches(
     embedder: Embedder,
     queue_for: Callable[[str], QuerySet[Chunk]],
@@ -568,8 +699,14 @@ def _embed_batches(
             while not (stop and stop.is_set()):
                 # Files a client asked about go first, whichever index they
                 # are in, but not the chunks being embedded meanwhile
+                # (an asked file whose units were stored alone before the ask:
+                # its views, which waited for every other unit in id order)
                 asked = {name: among.exclude(chunk_id__in=flying()) for name, among in queues.items()}
+                asked[ASKED_VIEWS] = views_queue().exclude(chunk_id__in=flying())
                 picked = embed_first.pick(asked, per_call)
+                if picked is not None and picked[0] == ASKED_VIEWS:
+                    yield _submit_views(pool, embedder, picked[1], stop=stop)
+                    continue
                 if picked is not None:
                     yield _submit(pool, embedder, *picked, stop=stop, views=True)
                     continue
@@ -609,6 +746,10 @@ def _embed_batches(
         finally:
             # a call not started yet is dropped; one under way is waited for
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+#: the key of the views queue among the queues an asked file is looked for in
+ASKED_VIEWS = "views"
 
 
 def _after(queue: QuerySet[Chunk], last_id: int, size: int) -> list[TextRow]:

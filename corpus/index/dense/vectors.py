@@ -17,7 +17,8 @@ marked deleted still in the file, which hnswlib does not tell apart.
 
 A label's vector changes once at most: a code unit's own vector is replaced,
 in its own slot, by the one leaning towards its signature view when that
-view is embedded, later (corpus/index/dense/embedding.py). The sidecar
+view is embedded, later (corpus/index/dense/embedding.py; many replacements
+at once rebuild the index instead, DenseStore.settle). The sidecar
 records the embeddings version (``seq``) the file holds every vector of, so
 a process loading it re-reads only what was stored, or replaced, after.
 """
@@ -148,9 +149,13 @@ class VectorIndex:
             return "file is truncated or corrupt"
         return ""
 
-    def add(self, chunk_ids: np.ndarray, vectors: np.ndarray, *, replace: bool = False) -> None:
-        """Add vectors whose labels are not present yet; a label present is
-        skipped, or with ``replace`` given this vector where it holds another."""
+    def add(
+        self, chunk_ids: np.ndarray, vectors: np.ndarray, *, replace: bool = False, threads: int = 1
+    ) -> None:
+        """Add vectors whose labels are not present yet (hnswlib inserting
+        with ``threads``); a label present is skipped, or with ``replace``
+        given this vector where it holds another (which costs hnswlib about
+        ten insertions: it re-links the label's neighbours)."""
         with self._lock:
             keep = [i for i, cid in enumerate(chunk_ids) if int(cid) not in self._labels]
             changed = self._changed(chunk_ids, vectors) if replace and len(keep) < len(chunk_ids) else []
@@ -170,7 +175,7 @@ class VectorIndex:
             needed = self._index.element_count + len(ids) - reused
             if needed > self._index.get_max_elements():
                 self._index.resize_index(max(needed, 2 * self._index.get_max_elements()))
-            self._index.add_items(vecs, ids, num_threads=1, replace_deleted=True)
+            self._index.add_items(vecs, ids, num_threads=threads, replace_deleted=True)
             self._free -= reused
             self._labels.update(int(i) for i in ids)
             self.dirty = True
