@@ -127,7 +127,10 @@ def collect(
         # skipped file's, with no representation ever), however recent.
         with transaction.atomic():
             found.documents += _collect_documents(_empty_tombstoned_documents())
-    if found.documents:
+    # On SQLite the index lock makes this process the one writer; on a shared
+    # PostgreSQL database another machine's writer may be inserting a
+    # reference to a name no committed row holds yet, so names stay there.
+    if found.documents and connection.vendor == "sqlite":
         with transaction.atomic():
             found.names = _collect_names()
     found.lexical_merges = lexical.compact(stop)
