@@ -182,9 +182,11 @@ def _inserted(objs: list[M], ids: Sequence[int]) -> list[M]:
 
 
 #: Field classes whose Python value SQLite stores as it is (subclasses, such
-#: as a compressed text field, convert theirs).
+#: as a compressed text field, convert theirs; bytes are a BLOB as the
+#: memoryview BinaryField makes of them is).
 _AS_IS = frozenset(
     {
+        models.BinaryField,
         models.BigIntegerField,
         models.IntegerField,
         models.SmallIntegerField,

@@ -45,6 +45,7 @@ from corpus.models import (
     Document,
     EmbeddingStatus,
     Reference,
+    ReferenceName,
     Representation,
     Span,
     SpanKind,
@@ -337,12 +338,18 @@ def name_ids(names: Iterable[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     with connection.cursor() as cursor:
         _read_name_ids(cursor, wanted, found)
-        new = [(name,) for name in wanted if name not in found]
-        if new:
-            cursor.executemany(
-                "INSERT INTO symbol_names (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", new
-            )
-            _read_name_ids(cursor, [name for (name,) in new], found)
+        new = [name for name in wanted if name not in found]
+        if not new:
+            return found
+        if connection.vendor == "sqlite":
+            # The one writer (the index lock): the new names take the next ids, read back in order.
+            ids = bulk.insert_returning_ids(ReferenceName, ("name",), [(name,) for name in new])
+            found.update(zip(new, ids, strict=True))
+            return found
+        cursor.executemany(
+            "INSERT INTO symbol_names (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", [(n,) for n in new]
+        )
+        _read_name_ids(cursor, new, found)
     return found
 
 
