@@ -21,6 +21,10 @@ it does wall time). ``--code DIR`` runs another checkout's code on its own
 state (main's on main's), so two layouts are compared in one session:
 
     python bench/storage.py --state S --search ROOT [--code DIR]
+
+With ``--navigation ROOT`` it times ``dir2mcp.symbols`` and
+``dir2mcp.references`` the same way (the first page of 50, and every page
+of a name's uses through the cursor), with a digest of their answers.
 """
 
 from __future__ import annotations
@@ -84,7 +88,10 @@ def compressed(conn: sqlite3.Connection) -> None:
 
 
 def interned_references(conn: sqlite3.Connection) -> None:
-    # Names in a table of their own; references clustered on (name, document).
+    # Names in a table of their own; references clustered on (name, document)
+    # (migration 0023 interned them, clustered on (document, name): nothing to do after it).
+    if "name_id" in {row[1] for row in conn.execute("PRAGMA table_info(symbol_references)")}:
+        return
     conn.executescript(
         """
         CREATE TABLE names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
@@ -183,15 +190,107 @@ def time_searches(state_dir: Path, root: Path, rounds: int) -> dict:
     }
 
 
+#: names over the kernel's fs/ (and the rest of it): common to rare
+NAMES = (
+    "kfree",
+    "kmalloc",
+    "mutex_lock",
+    "spin_lock",
+    "inode_lock",
+    "iput",
+    "brelse",
+    "d_inode",
+    "copy_from_user",
+    "folio_mark_dirty",
+    "ext4_map_blocks",
+    "btrfs_search_slot",
+    "xfs_trans_commit",
+    "nfs_fattr",
+    "fuse_conn",
+    "ENOMEM",
+    "EXPORT_SYMBOL",
+    "super_block",
+    "dentry",
+    "zstd_decompress",
+)
+
+
+def _timed(rounds: int, call) -> tuple[list[float], list[float]]:
+    cpu, wall = [], []
+    for _ in range(rounds):
+        for name in NAMES:
+            c, w = time.process_time(), time.perf_counter()
+            call(name)
+            cpu.append((time.process_time() - c) * 1000)
+            wall.append((time.perf_counter() - w) * 1000)
+    return sorted(cpu), sorted(wall)
+
+
+def time_navigation(state_dir: Path, root: Path, rounds: int) -> dict:
+    """CPU ms per ``find_symbols`` and ``find_references`` call (p50, p90), after a warm-up round."""
+    # Django and the project's modules load after sys.path names the checkout.
+    from dir2mcp_site import bootstrap
+
+    bootstrap.prepare(["--dir", str(root), "--state-dir", str(state_dir)])
+    import django
+
+    django.setup()
+    from corpus.navigation import names
+    from corpus.store import open_store
+    from kernel.state import StateDir
+
+    open_store(StateDir(state_dir))
+
+    def every_use(name: str) -> list:
+        hits, cursor = [], None
+        while True:
+            page = names.find_references(name, limit=50, cursor=cursor)
+            hits += page["references"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return hits
+
+    calls = {
+        "symbols": lambda name: names.find_symbols(name, limit=20),
+        "references_first_page": lambda name: names.find_references(name, limit=50),
+        "references_every_page": every_use,
+    }
+    report: dict = {"code": str(Path(sys.modules["corpus"].__file__).parent.parent)}
+    for label, call in calls.items():
+        answers = hashlib.sha256()
+        count = 0
+        for name in NAMES:
+            found = call(name)
+            items = found if isinstance(found, list) else found.get("symbols", found.get("references"))
+            count += len(items)
+            answers.update(json.dumps(items, sort_keys=True).encode())
+        cpu, wall = _timed(rounds, call)
+        report[label] = {
+            "calls": len(cpu),
+            "items": count,
+            "cpu_p50_ms": round(cpu[len(cpu) // 2], 2),
+            "cpu_p90_ms": round(cpu[len(cpu) * 9 // 10], 2),
+            "cpu_mean_ms": round(sum(cpu) / len(cpu), 2),
+            "wall_p50_ms": round(wall[len(wall) // 2], 2),
+            # equal digests: the same hits, in the same order
+            "answers_sha256": answers.hexdigest()[:16],
+        }
+    return report
+
+
 def main() -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--search", type=Path, help="time searches over the state; its root folder")
+    parser.add_argument("--navigation", type=Path, help="time symbols and references; the root folder")
     parser.add_argument("--code", type=Path, help="the checkout whose code runs the searches")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     sys.path.insert(0, str(args.code or REPO))
+    if args.navigation:
+        print(json.dumps(time_navigation(args.state, args.navigation, args.rounds), indent=1))
+        return
     if args.search:
         print(json.dumps(time_searches(args.state, args.search, args.rounds), indent=1))
         return

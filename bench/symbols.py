@@ -195,7 +195,7 @@ def reference_definitions(language: str):
 
 def phase_query(tree: Path, state: Path, sample: int, language: str = "python") -> dict:
     _django(tree, state)
-    from corpus.models import Document, Reference, Symbol
+    from corpus.models import Document, Reference, Symbol, unpack_lines
     from corpus.navigation import names
     from corpus.navigation.symbols import plausible
 
@@ -230,8 +230,9 @@ def phase_query(tree: Path, state: Path, sample: int, language: str = "python") 
     # references: stored (name, line) pairs against ast's, per file
     stored: dict[str, set[tuple[str, int]]] = {}
     docs = dict(Document.objects.filter(deleted=False).values_list("doc_id", "rel_path"))
-    for doc_id, name, lines in Reference.objects.values_list("document_id", "name", "lines").iterator(5000):
-        stored.setdefault(docs[doc_id], set()).update((name, int(n)) for n in lines.split())
+    uses = Reference.objects.values_list("document_id", "name__name", "lines")
+    for doc_id, name, lines in uses.iterator(5000):
+        stored.setdefault(docs[doc_id], set()).update((name, n) for n in unpack_lines(bytes(lines)))
     signature_lines: dict[str, set[int]] = {}
     for doc_id, line in Symbol.objects.values_list("document_id", "line").iterator(5000):
         signature_lines.setdefault(docs[doc_id], set()).add(line)

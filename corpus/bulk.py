@@ -98,7 +98,11 @@ def insert(model: type[models.Model], attnames: Sequence[str], rows: Sequence[_R
     if not rows:
         return
     if connection.vendor != "sqlite":
-        create(model, [model(**dict(zip(attnames, row, strict=True))) for row in rows])
+        objs = [model(**dict(zip(attnames, row, strict=True))) for row in rows]
+        if isinstance(model._meta.pk, models.CompositePrimaryKey):  # keyed by its columns: no id to give
+            model._default_manager.bulk_create(objs, batch_size=BATCH)
+        else:
+            create(model, objs)
         return
     quote = connection.ops.quote_name
     columns = ", ".join(quote(_column(_concrete(model, name))) for name in attnames)
@@ -178,9 +182,11 @@ def _inserted(objs: list[M], ids: Sequence[int]) -> list[M]:
 
 
 #: Field classes whose Python value SQLite stores as it is (subclasses, such
-#: as a compressed text field, convert theirs).
+#: as a compressed text field, convert theirs; bytes are a BLOB as the
+#: memoryview BinaryField makes of them is).
 _AS_IS = frozenset(
     {
+        models.BinaryField,
         models.BigIntegerField,
         models.IntegerField,
         models.SmallIntegerField,

@@ -8,7 +8,17 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from corpus import bulk
-from corpus.models import Chunk, Document, Reference, Representation, Span, Symbol
+from corpus.ingest.writer import name_ids
+from corpus.models import (
+    Chunk,
+    Document,
+    Reference,
+    ReferenceName,
+    Representation,
+    Span,
+    Symbol,
+    pack_lines,
+)
 from corpus.packed import Packed, stored_form
 
 pytestmark = pytest.mark.django_db
@@ -123,7 +133,8 @@ def _write_everything(insert) -> dict[str, list[tuple]]:
     """Rows of every table the indexer fills, written by ``insert(model, objs)``
     inside a transaction that is rolled back (so the next call takes the
     same ids), read back raw: the bytes SQLite holds, not what the ORM makes of them."""
-    tables = ["documents", "representations", "chunks", "spans", "symbols", "symbol_references"]
+    # (references are written by bulk.insert alone: _navigation_rows)
+    tables = ["documents", "representations", "chunks", "spans", "symbols"]
     with transaction.atomic():
         docs = insert(
             Document, [Document(rel_path=f"src/m{i}.py", doc_type="code", size_bytes=i) for i in range(2)]
@@ -167,7 +178,6 @@ def _write_everything(insert) -> dict[str, list[tuple]]:
                 )
             ],
         )
-        insert(Reference, [Reference(document=docs[1], name="Parse", lines="1 4 9")])
         with connection.cursor() as cursor:
             found = {}
             for table in tables:
@@ -194,7 +204,9 @@ def _navigation_rows(write) -> list[tuple]:
         with connection.cursor() as cursor:
             cursor.execute("SELECT * FROM symbols ORDER BY 1")
             found = cursor.fetchall()
-            cursor.execute("SELECT * FROM symbol_references ORDER BY 1")
+            cursor.execute("SELECT * FROM symbol_names ORDER BY 1")
+            found += cursor.fetchall()
+            cursor.execute("SELECT * FROM symbol_references ORDER BY 1, 2")
             found += cursor.fetchall()
         transaction.set_rollback(True)
     return found
@@ -205,22 +217,29 @@ def test_rows_inserted_as_tuples_are_the_rows_bulk_create_writes():
         pytest.skip("the executemany path is SQLite's (PostgreSQL's ids are not rolled back either)")
     symbol = ("Parse", "parse", "A::Parse", "method", 3, 2, 9, "A")
     symbol_columns = ("name", "name_lower", "qualified", "kind", "line", "start", "end", "enclosing")
-    uses = [("Parse", "1 4 9"), (AWKWARD, "2")]
+    uses = [("Parse", pack_lines([1, 4, 9])), (AWKWARD, pack_lines([2]))]
 
     def as_tuples(doc_id: int) -> None:
         bulk.insert(Symbol, ("document_id", *symbol_columns), [(doc_id, *symbol)])
-        bulk.insert(Reference, ("document_id", "name", "lines"), [(doc_id, *use) for use in uses])
+        ids = name_ids(name for name, _ in uses)
+        bulk.insert(
+            Reference, ("document_id", "name_id", "lines"), [(doc_id, ids[n], lines) for n, lines in uses]
+        )
 
     def by_django(doc_id: int) -> None:
         Symbol.objects.bulk_create(
             [Symbol(document_id=doc_id, **dict(zip(symbol_columns, symbol, strict=True)))]
         )
+        names = ReferenceName.objects.bulk_create([ReferenceName(name=n) for n, _ in uses])
         Reference.objects.bulk_create(
-            [Reference(document_id=doc_id, name=n, lines=lines) for n, lines in uses]
+            [
+                Reference(document_id=doc_id, name=name, lines=lines)
+                for name, (_, lines) in zip(names, uses, strict=True)
+            ]
         )
 
     ours = _navigation_rows(as_tuples)
-    assert len(ours) == 3 and ours == _navigation_rows(by_django)
+    assert len(ours) == 5 and ours == _navigation_rows(by_django)
 
 
 def test_rows_given_as_values_are_the_rows_bulk_create_writes():

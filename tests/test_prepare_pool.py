@@ -29,14 +29,16 @@ REPO = Path(__file__).resolve().parent.parent
 #: How long a test waits for a worker to reach a state before it fails (not a timing assertion).
 PATIENCE = 120.0
 
-#: table: (primary key, {foreign key: table it points to}, columns that hold a clock time)
-TABLES = {
+#: table: (primary key, {foreign key: table it points to}, columns that hold a clock time);
+#: a table keyed by its foreign keys (references: document, name) has no key of its own
+TABLES: dict[str, tuple[str | None, dict[str, str], set[str]]] = {
     "documents": ("doc_id", {}, {"indexed_unix"}),
     "representations": ("rep_id", {"document_id": "documents"}, {"created_unix"}),
     "chunks": ("chunk_id", {"representation_id": "representations"}, set()),
     "spans": ("id", {"chunk_id": "chunks"}, set()),
     "symbols": ("id", {"document_id": "documents"}, set()),
-    "symbol_references": ("id", {"document_id": "documents"}, set()),
+    "symbol_names": ("id", {}, set()),
+    "symbol_references": (None, {"document_id": "documents", "name_id": "symbol_names"}, set()),
 }
 
 
@@ -58,10 +60,11 @@ def raw_rows() -> dict[str, list[tuple[object, ...]]]:
     found: dict[str, list[tuple[object, ...]]] = {}
     with connection.cursor() as cursor:
         for table, (key, _, _) in TABLES.items():
-            cursor.execute(f"SELECT {key} FROM {table} ORDER BY {key}")
-            ranks[table] = {row[0]: rank for rank, row in enumerate(cursor.fetchall())}
+            if key is not None:
+                cursor.execute(f"SELECT {key} FROM {table} ORDER BY {key}")
+                ranks[table] = {row[0]: rank for rank, row in enumerate(cursor.fetchall())}
         for table, (key, foreign, clocks) in TABLES.items():
-            cursor.execute(f"SELECT * FROM {table} ORDER BY {key}")
+            cursor.execute(f"SELECT * FROM {table} ORDER BY {key or ', '.join(foreign)}")
             names = [column[0] for column in cursor.description]
             rows = []
             for row in cursor.fetchall():
@@ -75,7 +78,7 @@ def raw_rows() -> dict[str, list[tuple[object, ...]]]:
                         value = ranks[foreign[name]][value]
                     kept.append(bytes(value) if isinstance(value, memoryview) else value)
                 rows.append(tuple(kept))
-            found[table] = rows
+            found[table] = rows if key else sorted(rows)
         # The lexical index: each term's every occurrence, by the rank of its chunk.
         cursor.execute(f"CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, {lexical.TABLE}, instance)")
         cursor.execute("SELECT term, doc, col, offset FROM temp.terms ORDER BY term, doc, offset")

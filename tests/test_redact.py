@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from corpus import documents, files, uris
-from corpus.models import Chunk, Document, Reference, Representation, Symbol
+from corpus.models import Chunk, Document, ReferenceName, Representation, Symbol
 from corpus.navigation import outline, reads
 from corpus.security import ExclusionEngine, ExclusionPolicy
 from kernel import errors
@@ -167,7 +167,7 @@ def test_every_kind_is_indexed_redacted_in_files_and_archives(redacted_index):
         *Representation.objects.values_list("text", flat=True),
         *(chunk.text for chunk in Chunk.objects.select_related("representation")),
         *Symbol.objects.values_list("name", flat=True),
-        *Reference.objects.values_list("name", flat=True),
+        *ReferenceName.objects.values_list("name", flat=True),
     ]
     assert leaks("\n".join(stored), secrets) == []
     served = []

@@ -176,7 +176,8 @@ def snapshot(conn) -> dict:
             "JOIN documents d ON d.doc_id = s.document_id WHERE d.deleted = false"
         ),
         "references": rows(
-            "SELECT d.rel_path, x.name, x.lines FROM symbol_references x "
+            "SELECT d.rel_path, n.name, x.lines FROM symbol_references x "
+            "JOIN symbol_names n ON n.id = x.name_id "
             "JOIN documents d ON d.doc_id = x.document_id WHERE d.deleted = false"
         ),
     }

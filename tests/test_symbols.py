@@ -6,9 +6,11 @@ on SQLite and, under ``bash .ci/postgres``, on PostgreSQL."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
+from corpus.ingest import collect
 from corpus.ingest.indexing import index_directory
-from corpus.models import Document, Reference, Symbol
+from corpus.models import Document, Reference, ReferenceName, Symbol
 from corpus.navigation import names
 from kernel import errors
 from kernel.config import build_config
@@ -196,7 +198,7 @@ def test_references_are_identifiers_not_comments_strings_or_the_definition(index
     assert hits[1]["snippet"] == "store = open_store('db')"
     assert used("load", path_prefix="pkg/") == used("load")[:3]
     # Names too short or receivers are not indexed as uses.
-    assert used("self") == [] and not Reference.objects.filter(name__in=["self", "l"]).exists()
+    assert used("self") == [] and not Reference.objects.filter(name__name__in=["self", "l"]).exists()
     # A parameter's name is its definition, not a use: store.py's path is used on lines 5 and 12.
     assert used("path", path_prefix="pkg/store.py") == [("pkg/store.py", 5), ("pkg/store.py", 12)]
 
@@ -241,6 +243,24 @@ def test_a_rename_and_a_deletion_change_the_rows_under_incremental_indexing(inde
         and not Reference.objects.filter(document=doc).exists()
     )
     assert defined("make_store") == [("pkg/store.py", "function", 11, "exact")]
+
+
+def test_collected_files_take_the_names_only_they_used(index, state):
+    """References hold interned names (migration 0023): once the tombstones
+    of a deleted file are collected, the names no other file uses go too
+    (on SQLite: a shared PostgreSQL database keeps them, corpus/ingest/collect.py)."""
+    if connection.vendor != "sqlite":
+        pytest.skip("names are collected on SQLite only")
+    extra = "from pkg.store import open_store\n\ndef run():\n    return only_here(open_store)\n"
+    index(CONFIG | {"pkg/extra.py": extra})
+    assert used("only_here") == [("pkg/extra.py", 4)]
+    index({"pkg/extra.py": None})
+    found = collect.collect(state, share=0.0, days=0.0)
+
+    assert found.documents == 1 and found.names >= 1
+    stored = set(ReferenceName.objects.values_list("name", flat=True))
+    assert "only_here" not in stored and {"open_store", "load"} <= stored
+    assert used("open_store") == [("pkg/use.py", 1), ("pkg/use.py", 4)]
 
 
 def test_a_file_that_turns_into_no_code_loses_its_rows(index):

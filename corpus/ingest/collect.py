@@ -72,6 +72,8 @@ class Collected:
     documents: int = 0
     #: steps of merging the lexical index's segments (lexical.compact)
     lexical_merges: int = 0
+    #: names no file uses any more (``symbol_names``, once documents went)
+    names: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.chunks or self.representations or self.documents)
@@ -125,6 +127,12 @@ def collect(
         # skipped file's, with no representation ever), however recent.
         with transaction.atomic():
             found.documents += _collect_documents(_empty_tombstoned_documents())
+    # On SQLite the index lock makes this process the one writer; on a shared
+    # PostgreSQL database another machine's writer may be inserting a
+    # reference to a name no committed row holds yet, so names stay there.
+    if found.documents and connection.vendor == "sqlite":
+        with transaction.atomic():
+            found.names = _collect_names()
     found.lexical_merges = lexical.compact(stop)
     if found:
         set_setting(COLLECTED_KEY, str(time.time_ns()))
@@ -194,6 +202,18 @@ def _collect_documents(doc_ids: list[int]) -> int:
             f"DELETE FROM documents WHERE doc_id IN ({marks(doc_ids)}) AND deleted = TRUE "
             "AND NOT EXISTS (SELECT 1 FROM representations r WHERE r.document_id = documents.doc_id)",
             doc_ids,
+        )
+        return int(cursor.rowcount)
+
+
+def _collect_names() -> int:
+    """Remove the interned names no reference row holds any more: a
+    collected file's identifiers do not outlive it (each name is one probe
+    of the references' (name, document) index)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM symbol_names WHERE NOT EXISTS "
+            "(SELECT 1 FROM symbol_references r WHERE r.name_id = symbol_names.id)"
         )
         return int(cursor.rowcount)
 

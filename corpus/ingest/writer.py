@@ -28,13 +28,15 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 
 from corpus import bulk, slices
 from corpus.index import lexical
+from corpus.index.tables import batches, marks
 from corpus.ingest.chunking import ChunkDraft
 from corpus.ingest.extracted import Extracted
 from corpus.ingest.prepare import Ahead, Prepared, sha256_hex
@@ -43,10 +45,12 @@ from corpus.models import (
     Document,
     EmbeddingStatus,
     Reference,
+    ReferenceName,
     Representation,
     Span,
     SpanKind,
     Symbol,
+    pack_lines,
 )
 from corpus.packed import Packed, stored_form, unpack
 
@@ -307,9 +311,10 @@ def _create_chunks(
 def _create_navigation(written: list[tuple[int, Prepared]]) -> None:
     """Insert the symbol and reference rows of these documents (code files
     a grammar read; the others have none), as tuples: a batch of kernel
-    sources holds tens of thousands of references."""
+    sources holds tens of thousands of references. References go in key
+    order (document, name id), so their table's pages fill as it grows."""
     defined: list[tuple[object, ...]] = []
-    used: list[tuple[object, ...]] = []
+    uses: list[tuple[int, str, tuple[int, ...]]] = []
     for doc_id, prepared in written:
         navigation = prepared.navigation
         if navigation is None or not prepared.has_text:
@@ -318,9 +323,40 @@ def _create_navigation(written: list[tuple[int, Prepared]]) -> None:
             (doc_id, d.name, d.name.lower(), d.qualified, d.kind, d.line, d.start, d.end, d.enclosing)
             for d in navigation.definitions
         )
-        used.extend((doc_id, u.name, " ".join(map(str, u.lines))) for u in navigation.uses)
+        uses.extend((doc_id, u.name, u.lines) for u in navigation.uses)
     bulk.insert(Symbol, SYMBOL_COLUMNS, defined)
-    bulk.insert(Reference, ("document_id", "name", "lines"), used)
+    ids = name_ids(name for _, name, _ in uses)
+    used = sorted((doc_id, ids[name], pack_lines(lines)) for doc_id, name, lines in uses)
+    bulk.insert(Reference, ("document_id", "name_id", "lines"), used)
+
+
+def name_ids(names: Iterable[str]) -> dict[str, int]:
+    """The id in ``symbol_names`` of each of these names, the new ones added
+    (in the order given, so that ids follow the files that first used them;
+    a name another writer added meanwhile is taken as it is)."""
+    wanted = list(dict.fromkeys(names))
+    found: dict[str, int] = {}
+    with connection.cursor() as cursor:
+        _read_name_ids(cursor, wanted, found)
+        new = [name for name in wanted if name not in found]
+        if not new:
+            return found
+        if connection.vendor == "sqlite":
+            # The one writer (the index lock): the new names take the next ids, read back in order.
+            ids = bulk.insert_returning_ids(ReferenceName, ("name",), [(name,) for name in new])
+            found.update(zip(new, ids, strict=True))
+            return found
+        cursor.executemany(
+            "INSERT INTO symbol_names (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", [(n,) for n in new]
+        )
+        _read_name_ids(cursor, new, found)
+    return found
+
+
+def _read_name_ids(cursor: CursorWrapper, names: list[str], into: dict[str, int]) -> None:
+    for batch in batches(names):
+        cursor.execute(f"SELECT name, id FROM symbol_names WHERE name IN ({marks(batch)})", batch)
+        into.update(cursor.fetchall())
 
 
 def _drop_navigation(doc_ids: list[int]) -> None:

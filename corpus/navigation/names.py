@@ -27,7 +27,7 @@ from corpus import slices
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
 from corpus.index import lexical, words
-from corpus.models import Chunk, Reference, Representation, RepType, Symbol
+from corpus.models import Chunk, Reference, Representation, RepType, Symbol, unpack_lines
 from corpus.navigation import symbols
 from kernel import errors
 from kernel.jsontypes import JsonObject
@@ -269,24 +269,26 @@ def find_references(
     cursor; in the files ``readable`` lets through (the rules as they are now)."""
     name, limit, prefix = _name(name), _limit(limit, 50), canonical_prefix(path_prefix)
     # The cursor names its query by a digest: short whatever the prefix's length.
-    key = hashlib.sha256(f"{name}\0{prefix}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    # (the "2": a cursor of the layout before 0023, which named rows by id, is refused)
+    key = hashlib.sha256(f"2\0{name}\0{prefix}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
     after, skip = _resume(cursor, key) if cursor else (0, 0)
-    rows = Reference.objects.filter(name=name, document__deleted=False, id__gte=after)
+    rows = Reference.objects.filter(name__name=name, document__deleted=False, document_id__gte=after)
     if prefix:
         rows = rows.filter(under_prefix("document__rel_path", prefix))
+    # A file has one row per name: the document's id places a row in the order.
     page = list(
-        rows.order_by("id").values_list("id", "document_id", "document__rel_path", "lines")[: limit + 1]
+        rows.order_by("document_id").values_list("document_id", "document__rel_path", "lines")[: limit + 1]
     )
     hits: list[tuple[int, str, int]] = []
     resume: tuple[int, int] | None = None
-    for row_id, doc_id, rel_path, packed in page:
+    for doc_id, rel_path, packed in page:
         if not readable(rel_path):
             continue
-        lines = [int(n) for n in packed.split()]
-        start = skip if row_id == after else 0
+        lines = unpack_lines(bytes(packed))
+        start = skip if doc_id == after else 0
         for index in range(start, len(lines)):
             if len(hits) == limit:
-                resume = (row_id, index)
+                resume = (doc_id, index)
                 break
             hits.append((doc_id, rel_path, lines[index]))
         if resume is not None:
@@ -310,13 +312,13 @@ def find_references(
     return result | ({"next_cursor": _cursor(key, *resume)} if resume else {})
 
 
-def _cursor(key: str, row_id: int, skip: int) -> str:
-    raw = json.dumps({"q": key, "r": row_id, "k": skip}, separators=(",", ":")).encode()
+def _cursor(key: str, doc_id: int, skip: int) -> str:
+    raw = json.dumps({"q": key, "r": doc_id, "k": skip}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def _resume(cursor: object, key: str) -> tuple[int, int]:
-    """``(row id, k)``: resume at that row after its first k lines."""
+    """``(document id, k)``: resume at that document's row after its first k lines."""
     invalid = _fail("invalid cursor")
     if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR:
         raise invalid
