@@ -77,6 +77,10 @@ POSTGRES_OLD = (
 )
 #: rows copied per executemany where the database has no function of ours (PostgreSQL)
 BATCH = 10_000
+#: PostgreSQL queues the check of each row's deferred foreign keys to the
+#: commit, and refuses DDL (CREATE INDEX, ALTER TABLE) on a table with such
+#: checks pending: they are run at once after the copy, deferred again after.
+CHECK_NOW, CHECK_LATER = "SET CONSTRAINTS ALL IMMEDIATE", "SET CONSTRAINTS ALL DEFERRED"
 
 
 def _copied(cursor, sql: str) -> Iterator[list[tuple]]:
@@ -111,9 +115,12 @@ def intern(apps, schema_editor):
                         insert + "VALUES (%s, %s, %s)",
                         [(doc, name, pack_lines(lines)) for doc, name, lines in rows],
                     )
+            cursor.execute(CHECK_NOW)
         cursor.execute('DROP TABLE "symbol_references"')
         cursor.execute('ALTER TABLE "symbol_references_new" RENAME TO "symbol_references"')
         cursor.execute('CREATE INDEX "reference_name_doc" ON "symbol_references" ("name_id", "document_id")')
+        if not sqlite:
+            cursor.execute(CHECK_LATER)
 
 
 def restore(apps, schema_editor):
@@ -136,11 +143,14 @@ def restore(apps, schema_editor):
                         insert + "VALUES (%s, %s, %s)",
                         [(name, unpack_lines(lines), doc) for name, lines, doc in rows],
                     )
+            cursor.execute(CHECK_NOW)
         cursor.execute('DROP TABLE "symbol_references"')
         cursor.execute('DROP TABLE "symbol_names"')
         cursor.execute('ALTER TABLE "symbol_references_old" RENAME TO "symbol_references"')
         cursor.execute('CREATE INDEX "reference_name" ON "symbol_references" ("name")')
         cursor.execute('CREATE INDEX "reference_doc" ON "symbol_references" ("document_id")')
+        if not sqlite:
+            cursor.execute(CHECK_LATER)
 
 
 class Migration(migrations.Migration):
