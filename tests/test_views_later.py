@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from django.db import connection
 
 from corpus.events import Reporter
 from corpus.index.dense.embedding import (
@@ -324,3 +325,38 @@ def test_replacements_deferred_while_views_wait_are_not_claimed_by_the_saved_fil
 
     assert views_pending().count() == 0
     assert_holds_blends(loaded, chunks)
+
+
+@pytest.mark.django_db
+def test_replacements_deferred_while_others_are_applied_in_place_are_applied_too(state) -> None:
+    # Thread mode: a search thread's sync defers the replacements the
+    # embedding thread stored while that thread applies the earlier ones in
+    # place. Before, the settle then emptied the deferred set, dropping
+    # those, and the file claimed their version: the index kept the units'
+    # own vectors for good. The interleaving is made in one thread: the sync
+    # runs when the settle reads the vectors it applies.
+    chunks = code_chunks(12)
+    views = {view_text(c) for c in chunks}
+    check_models(_Hashed(), state, signature_weight=WEIGHT)
+    stop = threading.Event()
+    embed_pending(_StopAtViewCall(views, stop, at=2), state, stop=stop, batch_size=4)
+    store = dense_store(state)
+    assert store.deferred("code") == 4 and views_pending().count() == 8
+    embed_chunks(_Hashed(), [c.chunk_id for c in chunks[4:8]], batch_size=4)  # 8 of 12 deferred: settle
+
+    armed = [True]
+
+    def meanwhile(execute, sql, params, many, context):  # Django's execute_wrapper signature
+        if armed[0] and "embedding" in sql and "index_kind" not in sql:  # the settle's read
+            armed[0] = False
+            embed_chunks(_Hashed(), [c.chunk_id for c in chunks[8:]], batch_size=4)
+            store.sync("code")  # the search thread: defers the last 4
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(meanwhile):
+        store.sync("code")
+    assert not armed[0] and views_pending().count() == 0
+
+    assert_holds_blends(store, chunks)
+    store.save(force=True)
+    assert_holds_blends(DenseStore(state), chunks)  # the file saved holds them too

@@ -367,9 +367,8 @@ class DenseStore:
         holds (replacements, applied by :meth:`settle`)."""
         held = np.array([int(cid) in index for cid in chunk_ids], dtype=bool)
         if held.any():
-            if not self._deferred.get(kind):
-                self._deferred[kind] = set()
-            self._deferred[kind].update(int(cid) for cid in chunk_ids[held])
+            with self._lock:
+                self._deferred.setdefault(kind, set()).update(int(cid) for cid in chunk_ids[held])
         if not held.all():
             index.add(chunk_ids[~held], vectors[~held], threads=threads)
 
@@ -392,8 +391,12 @@ class DenseStore:
         if not self._settling.acquire(blocking=False):
             return None  # another thread is at it
         try:
-            labels = sorted(deferred)
-            if len(labels) <= self.replace_in_place_max:
+            # Another thread may defer more meanwhile (a search's sync while
+            # the embedding thread settles): only what was applied is taken
+            # off, and what came meanwhile is applied in turn.
+            while labels := sorted(self._deferred.get(kind) or ()):
+                if len(labels) > self.replace_in_place_max:
+                    return self._rebuild(kind, index, threads)
                 rows = Chunk.objects.filter(embedding_status=EmbeddingStatus.OK)
                 for start in range(0, len(labels), 2000):
                     ids, vecs = _stack(
@@ -402,10 +405,12 @@ class DenseStore:
                         )
                     )
                     index.add(ids, vecs, replace=True)
-                self._deferred[kind] = set()
-                index.seq = self._synced.get(kind)
-                return index
-            return self._rebuild(kind, index, threads)
+                with self._lock:
+                    left = self._deferred[kind]
+                    left.difference_update(labels)
+                    if not left:
+                        index.seq = self._synced.get(kind)
+            return index
         finally:
             self._settling.release()
 
