@@ -360,3 +360,63 @@ def test_replacements_deferred_while_others_are_applied_in_place_are_applied_too
     assert_holds_blends(store, chunks)
     store.save(force=True)
     assert_holds_blends(DenseStore(state), chunks)  # the file saved holds them too
+
+
+@pytest.mark.django_db(transaction=True)
+def test_vectors_a_search_adds_while_the_index_is_built_again_are_in_the_index_built(state) -> None:
+    # Thread mode: the embedding thread builds the code index again (many
+    # replacements) while a search thread's sync adds a new chunk's vector,
+    # stored after the rebuild listed the ids: the sync adds it to the old
+    # index, the rebuild's index takes the old one's place, and the sync
+    # must not then claim the new version for the index built without it.
+    chunks = code_chunks(12)
+    views = {view_text(c) for c in chunks}
+    check_models(_Hashed(), state, signature_weight=WEIGHT)
+    stop = threading.Event()
+    embed_pending(_StopAtViewCall(views, stop, at=1), state, stop=stop, batch_size=4)
+    store = dense_store(state)
+    store.replace_in_place_max = 4
+    embed_chunks(_Hashed(), [c.chunk_id for c in chunks[:8]], batch_size=4)  # 8 replacements: a rebuild
+    late = code_chunks(1)[0]  # pending: stored once the rebuild has listed the ids
+    listed, go = threading.Event(), threading.Event()
+
+    def rebuilding() -> None:
+        step = ["ids"]
+
+        def paused(execute, sql, params, many, context):  # Django's execute_wrapper signature
+            # the rebuild lists the stored ids (no vector, no embed_seq), then reads their vectors
+            if (
+                step[0] == "ids"
+                and "index_kind" in sql
+                and "embed" not in sql.replace("embedding_status", "x")
+            ):
+                step[0] = "rows"
+            elif step[0] == "rows" and "embedding" in sql.replace("embedding_", ""):
+                step[0] = "done"
+                listed.set()
+                go.wait()
+            return execute(sql, params, many, context)
+
+        try:
+            with connection.execute_wrapper(paused):
+                store.sync("code")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=rebuilding)
+    thread.start()
+    assert listed.wait(60)
+    embed_chunks(_Hashed(), [late.chunk_id], batch_size=4)
+
+    def swapped_meanwhile(execute, sql, params, many, context):
+        if not go.is_set() and "embedding" in sql.replace("embedding_", ""):
+            go.set()
+            thread.join()  # the rebuild ends while this sync reads the new vector
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(swapped_meanwhile):
+        store.sync("code")
+    assert go.is_set()
+
+    index = store.sync("code")
+    assert index is not None and late.chunk_id in index

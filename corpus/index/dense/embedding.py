@@ -355,9 +355,16 @@ class DenseStore:
                     index.add(ids[at : at + slice_size], vecs[at : at + slice_size])
                 else:
                     self._add_or_defer(kind, index, ids[at : at + slice_size], vecs[at : at + slice_size])
-        self._synced[kind] = version
-        if not self._deferred.get(kind):
-            index.seq = version
+        with self._lock:
+            if self._indices.get(kind) is not index:
+                # Built again meanwhile (settle, in another thread) from what
+                # was stored before this read: the next sync reads again from
+                # the version the new one holds, and checks its labels.
+                self._collected.pop(kind, None)
+                return self._indices.get(kind)
+            self._synced[kind] = version
+            if not self._deferred.get(kind):
+                index.seq = version
         return self.settle(kind) or index
 
     def _add_or_defer(
@@ -452,10 +459,11 @@ class DenseStore:
             self._add_or_defer(kind, index, chunk_ids, vectors)
         else:
             index.add(chunk_ids, vectors)
-        if was_current:
-            self._synced[kind] = version
-            if not self._deferred.get(kind):
-                index.seq = version
+        with self._lock:
+            if was_current and self._indices.get(kind) is index:  # not built again meanwhile (sync's note)
+                self._synced[kind] = version
+                if not self._deferred.get(kind):
+                    index.seq = version
         if replace:
             self.settle(kind, threads=EMBED_THREADS)
 
