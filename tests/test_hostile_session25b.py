@@ -5,6 +5,7 @@ stdio and the admin". Each test shows a way in that was open before its fix.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 
@@ -13,9 +14,12 @@ import pytest
 from kernel import errors
 from tests.mcp_http import REPO, base_env, write_corpus
 from tests.test_cli import cli
+from tests.test_payments_gate import ARGS, TOOL, Tool, call, challenge, fake_facilitator, gate
 from tests.test_stdio import INITIALIZE, check_jsonrpc_line, command
+from tests.x402_client import payment_header
 
 pytestmark = pytest.mark.slow
+__all__ = ["fake_facilitator", "gate"]  # the fixtures: a fake x402 facilitator and a gate paying to it
 
 #: calls accepted and unanswered at a time (``server.max_concurrent_calls``), kept small here
 LIMIT = 8
@@ -85,3 +89,42 @@ def test_stdio_calls_written_without_reading_answers_are_bounded(tmp_path):
         proc.stdin.close()
         proc.wait(60)
         proc.stdout.close()
+
+
+# -- x402: one payment, one run ----------------------------------------------------------
+
+
+def respelled(header: str) -> str:
+    """The same payment, its signature's hex without ``0x``: the same bytes to the facilitator."""
+    payment = json.loads(base64.b64decode(header))
+    payment["payload"]["signature"] = payment["payload"]["signature"].removeprefix("0x")
+    return base64.b64encode(json.dumps(payment).encode()).decode()
+
+
+@pytest.mark.django_db
+def test_a_respelled_payment_is_the_same_payment_and_never_runs_the_tool_twice(gate, fake_facilitator):
+    """The replay store knew a payment by its signature and nonce as sent,
+    lower-cased only: the same signature without its ``0x`` was a new
+    payment, verified again (the nonce is unused until the first settles),
+    and ran the tool a second time; only one of the two settled, so one
+    result was served for one payment, but the work was done twice. Sent
+    while the first is running it is now "in progress", and after it the
+    stored answer."""
+    header = payment_header(challenge(gate))
+    tool = Tool()
+    during: list[object] = []
+
+    def run_and_resend() -> dict[str, object]:
+        during.append(call(gate, tool, header=respelled(header)))  # arrives while the first runs
+        return tool()
+
+    first = gate.handle(
+        tool_name=TOOL, arguments=ARGS, header=header, meta_payment=None, request_hash="h", run=run_and_resend
+    )
+    assert first.kind == "paid", first
+    assert [o.kind for o in during] == ["in_progress"], during  # before: "paid", the tool run again
+    after = call(gate, tool, header=respelled(header))
+    assert after.kind == "replayed" and after.result == first.result, after
+    assert (
+        tool.calls == 1 and fake_facilitator.count("/verify") == 1 and fake_facilitator.count("/settle") == 1
+    )
