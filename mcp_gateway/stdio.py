@@ -198,6 +198,10 @@ class StdioServer:
         max_line: int = MAX_LINE_BYTES,
     ) -> None:
         self.ctx = ctx
+        #: calls accepted and not yet answered (queued or running); one more is
+        #: SERVER_BUSY, so a client that writes calls without reading answers
+        #: cannot grow the queue without end (session 25b)
+        self.max_calls = ctx.config.server.max_concurrent_calls
         self.infd = infd
         self.max_line = max_line
         self.writer = LineWriter(out)
@@ -348,11 +352,15 @@ class StdioServer:
     def _submit(self, msg: Message) -> None:
         call = _Call(msg, self.writer)
         with self._lock:
-            if msg.id in self._inflight:
-                duplicate = True
-            else:
-                duplicate = False
+            busy = len(self._inflight) >= self.max_calls
+            duplicate = msg.id in self._inflight
+            if not (busy or duplicate):
                 self._inflight[msg.id] = call
+        if busy and not duplicate:
+            refused = errors.server_busy(self.max_calls)
+            data = {"code": refused.code, "retryable": True}
+            self.writer.write(errors.rpc_error(msg.id, errors.RPC_SERVER_BUSY, refused.message, data))
+            return
         if duplicate:
             self.writer.write(
                 errors.rpc_error(

@@ -93,9 +93,17 @@ def payment_key(payload: JsonObject) -> str:
     inner = inner if isinstance(inner, dict) else {}
     auth = inner.get("authorization")
     auth = auth if isinstance(auth, dict) else {}
-    signature, nonce = str(inner.get("signature", "")), str(auth.get("nonce", ""))
-    material = f"{signature.lower()}|{nonce.lower()}" if signature else json.dumps(payload, sort_keys=True)
+    signature, nonce = _hex(inner.get("signature", "")), _hex(auth.get("nonce", ""))
+    material = f"{signature}|{nonce}" if signature else json.dumps(payload, sort_keys=True)
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def _hex(value: object) -> str:
+    """One spelling of a hex value: the facilitator reads ``0xAB``, ``AB`` and
+    `` ab `` as the same bytes, so a payment respelled so was a new payment
+    here and ran its tool a second time (session 25b)."""
+    text = str(value).strip().lower()
+    return text[2:] if text.startswith("0x") else text
 
 
 def _until() -> datetime:
