@@ -76,16 +76,21 @@ def stdlib_corpus(corpus_dir):
     return corpus_dir
 
 
-def call_search(ctx, arguments: dict) -> dict:
+def search_call(ctx, arguments: dict) -> dict:
+    """The result of ``dir2mcp.search`` called with ``arguments``, as an agent calls it."""
     message = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "tools/call",
         "params": {"name": "dir2mcp.search", "arguments": arguments},
     }
-    response = dispatch.respond(shape_message(message), dispatch.SessionState("s", "2025-11-25"), ctx)
-    assert not response["result"].get("isError"), response
-    return response["result"]["structuredContent"]
+    return dispatch.respond(shape_message(message), dispatch.SessionState("s", "2025-11-25"), ctx)["result"]
+
+
+def call_search(ctx, arguments: dict) -> dict:
+    result = search_call(ctx, arguments)
+    assert not result.get("isError"), result
+    return result["structuredContent"]
 
 
 def test_lexical_first_hits_are_the_first_of_any_larger_k(stdlib_corpus, state):
@@ -126,15 +131,9 @@ def test_hybrid_first_hits_are_the_first_of_any_larger_k(stdlib_corpus, state):
 
 
 def call_error(ctx, arguments: dict) -> dict:
-    message = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": "dir2mcp.search", "arguments": arguments},
-    }
-    response = dispatch.respond(shape_message(message), dispatch.SessionState("s", "2025-11-25"), ctx)
-    assert response["result"].get("isError"), response
-    return response["result"]["structuredContent"]["error"]
+    result = search_call(ctx, arguments)
+    assert result.get("isError"), result
+    return result["structuredContent"]["error"]
 
 
 def test_the_pages_of_a_search_are_the_hits_of_a_larger_k_and_end_with_the_ranking(stdlib_corpus, state):
