@@ -89,6 +89,24 @@ def _copied(cursor, sql: str) -> Iterator[list[tuple]]:
         yield rows
 
 
+def _copy_lines(connection, cursor, select: str, insert: str, convert, function: str, at: int) -> None:
+    """``insert`` the rows of ``select`` (three columns, ``r."lines"`` the
+    one at ``at``) with their lines converted by ``convert``: in SQL on
+    SQLite (as the function ``function``), row by row in batches on
+    PostgreSQL, whose deferred foreign-key checks are then run at once."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(function, 1, convert, deterministic=True)
+        cursor.execute(insert + select.replace('r."lines"', f'{function}(r."lines")'))
+        return
+    with connection.cursor() as writing:
+        for rows in _copied(cursor, select):
+            writing.executemany(
+                insert + "VALUES (%s, %s, %s)",
+                [(*row[:at], convert(row[at]), *row[at + 1 :]) for row in rows],
+            )
+    cursor.execute(CHECK_NOW)
+
+
 def intern(apps, schema_editor):
     connection = schema_editor.connection
     sqlite = connection.vendor == "sqlite"
@@ -105,17 +123,7 @@ def intern(apps, schema_editor):
             'JOIN "symbol_names" n ON n."name" = r."name" ORDER BY r."document_id", n."id"'
         )
         insert = 'INSERT INTO "symbol_references_new" ("document_id", "name_id", "lines") '
-        if sqlite:
-            connection.connection.create_function("dir2mcp_pack_lines", 1, pack_lines, deterministic=True)
-            cursor.execute(insert + select.replace('r."lines"', 'dir2mcp_pack_lines(r."lines")'))
-        else:
-            with connection.cursor() as writing:
-                for rows in _copied(cursor, select):
-                    writing.executemany(
-                        insert + "VALUES (%s, %s, %s)",
-                        [(doc, name, pack_lines(lines)) for doc, name, lines in rows],
-                    )
-            cursor.execute(CHECK_NOW)
+        _copy_lines(connection, cursor, select, insert, pack_lines, "dir2mcp_pack_lines", at=2)
         cursor.execute('DROP TABLE "symbol_references"')
         cursor.execute('ALTER TABLE "symbol_references_new" RENAME TO "symbol_references"')
         cursor.execute('CREATE INDEX "reference_name_doc" ON "symbol_references" ("name_id", "document_id")')
@@ -133,17 +141,7 @@ def restore(apps, schema_editor):
             'JOIN "symbol_names" n ON n."id" = r."name_id" ORDER BY r."document_id", n."id"'
         )
         insert = 'INSERT INTO "symbol_references_old" ("name", "lines", "document_id") '
-        if sqlite:
-            connection.connection.create_function("dir2mcp_unpack_lines", 1, unpack_lines, deterministic=True)
-            cursor.execute(insert + select.replace('r."lines"', 'dir2mcp_unpack_lines(r."lines")'))
-        else:
-            with connection.cursor() as writing:
-                for rows in _copied(cursor, select):
-                    writing.executemany(
-                        insert + "VALUES (%s, %s, %s)",
-                        [(name, unpack_lines(lines), doc) for name, lines, doc in rows],
-                    )
-            cursor.execute(CHECK_NOW)
+        _copy_lines(connection, cursor, select, insert, unpack_lines, "dir2mcp_unpack_lines", at=1)
         cursor.execute('DROP TABLE "symbol_references"')
         cursor.execute('DROP TABLE "symbol_names"')
         cursor.execute('ALTER TABLE "symbol_references_old" RENAME TO "symbol_references"')
