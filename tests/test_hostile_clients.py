@@ -109,7 +109,10 @@ def answer(conn: http.client.HTTPConnection) -> tuple[int, dict]:
         conn.close()
 
 
-def test_one_token_spelled_many_ways_holds_one_share_of_the_call_slots(tmp_path, running, fake):
+def up_with_two_call_slots(tmp_path, running, fake, call_timeout: str):
+    """``up`` over a small corpus, asks answered by the fake Mistral (which a
+    test holds with ``delay_next``), two call slots a client, calls ended at
+    ``call_timeout``; the first pass done. Returns (the server, its root)."""
     root = tmp_path / "corpus"
     write_corpus(root)
     env = {
@@ -117,11 +120,16 @@ def test_one_token_spelled_many_ways_holds_one_share_of_the_call_slots(tmp_path,
         "DIR2MCP_MISTRAL__BASE_URL": fake.url,
         "DIR2MCP_CHAT__PROVIDER": "mistral",
         "DIR2MCP_SERVER__MAX_CALLS_PER_CLIENT": "2",
-        "DIR2MCP_SERVER__CALL_TIMEOUT": "20s",  # the held asks end at it
+        "DIR2MCP_SERVER__CALL_TIMEOUT": call_timeout,  # the held asks end at it
     }
     up = running("--dir", str(root), "--json", env=env)
-    url = up.url()
     up.event("scan_progress", lambda data: data.get("running") is False)
+    return up, root
+
+
+def test_one_token_spelled_many_ways_holds_one_share_of_the_call_slots(tmp_path, running, fake):
+    up, root = up_with_two_call_slots(tmp_path, running, fake, "20s")
+    url = up.url()
     token = token_of(root)
     first, second, third = spellings(token, 3)
     question = {"question": "what does the loader read?"}

@@ -25,7 +25,7 @@ from kernel import errors
 from tests.fakes.mistral import FakeMistral
 from tests.mcp_http import Server, write_corpus
 from tests.support import TLS, wait_until
-from tests.test_hostile_clients import CHAT, WAIT, answer, send, stateless, token_of
+from tests.test_hostile_clients import CHAT, WAIT, answer, send, stateless, token_of, up_with_two_call_slots
 from tests.test_hostile_patterns import Call
 from tests.test_office import make_docx, make_xlsx
 
@@ -110,18 +110,8 @@ def test_many_sessions_of_one_host_never_take_every_call_slot(tmp_path, running,
 def test_the_rest_mirror_and_stateless_calls_of_one_host_hold_one_share(tmp_path, running, fake):
     """Calls without a session (the REST mirror, 2026-07-28 stateless MCP)
     were admitted per surface: a host that switched surfaces held two shares."""
-    root = tmp_path / "corpus"
-    write_corpus(root)
-    env = {
-        "MISTRAL_API_KEY": fake.API_KEY,
-        "DIR2MCP_MISTRAL__BASE_URL": fake.url,
-        "DIR2MCP_CHAT__PROVIDER": "mistral",
-        "DIR2MCP_SERVER__MAX_CALLS_PER_CLIENT": "2",
-        "DIR2MCP_SERVER__CALL_TIMEOUT": "30s",  # the held asks end at it
-    }
-    up = running("--dir", str(root), "--json", env=env)
+    up, root = up_with_two_call_slots(tmp_path, running, fake, "30s")
     url = up.url()
-    up.event("scan_progress", lambda data: data.get("running") is False)
     auth = {"Authorization": f"Bearer {token_of(root)}"}
     question = {"question": "what does the loader read?"}
     fake.delay_next(600, count=8)

@@ -17,7 +17,17 @@ from kernel import errors
 from tests.mcp_http import PROTOCOL, Server, write_corpus
 from tests.support import wait_until
 from tests.test_cli import cli
-from tests.test_hostile_clients import CHAT, WAIT, Opened, answer, fake, send, stateless, token_of
+from tests.test_hostile_clients import (
+    CHAT,
+    WAIT,
+    Opened,
+    answer,
+    fake,
+    send,
+    stateless,
+    token_of,
+    up_with_two_call_slots,
+)
 from tests.test_modern import META, VERSION
 
 pytestmark = pytest.mark.slow
@@ -151,18 +161,8 @@ def test_a_subscription_is_judged_as_its_clients_call(tmp_path, running, fake):
     share of the call slots like any other: a client whose share is taken
     (two asks held at the provider here) is told ``SERVER_BUSY`` instead
     of getting more threads."""
-    root = tmp_path / "corpus"
-    write_corpus(root)
-    env = {
-        "MISTRAL_API_KEY": fake.API_KEY,
-        "DIR2MCP_MISTRAL__BASE_URL": fake.url,
-        "DIR2MCP_CHAT__PROVIDER": "mistral",
-        "DIR2MCP_SERVER__MAX_CALLS_PER_CLIENT": "2",
-        "DIR2MCP_SERVER__CALL_TIMEOUT": "20s",  # the held asks end at it
-    }
-    up = running("--dir", str(root), "--json", env=env)
+    up, root = up_with_two_call_slots(tmp_path, running, fake, "20s")
     url = up.url()
-    up.event("scan_progress", lambda data: data.get("running") is False)
     credential = {"Authorization": f"Bearer {token_of(root)}"}
     fake.delay_next(600, count=2)
     call, headers = stateless(
