@@ -19,7 +19,9 @@ the next commit writes the log from its start, and ``journal_size_limit``
 (set on every connection, dir2mcp_site/settings.py) truncates the file back
 to the limit. The log then stays within the limit and one transaction's
 pages. A reader that holds its snapshot past that wait only delays it: the
-next batch tries again.
+next batch tries again. (Readers that overlap without a gap can keep one of
+SQLite's read marks locked through the whole wait; each checkpoint, done or
+refused, is logged at INFO.)
 """
 
 from __future__ import annotations
@@ -76,4 +78,6 @@ def bound() -> bool:
         log.info(
             "write-ahead log at %d bytes: a reader held it (%d of %d frames copied)", size, copied, frames
         )
+    else:
+        log.info("write-ahead log at %d bytes: checkpointed, the next commit writes it from its start", size)
     return not busy
