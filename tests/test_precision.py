@@ -46,6 +46,8 @@ flags\t\t: fpu
     ("flags", "vendor"),
     [
         (AVX2_ONLY | BF16_DOT_FLAGS, "GenuineIntel"),  # AMX: 0.39 of fp32's CPU on a Xeon
+        # AMX with int8 dot products too: bf16-int8 took 1.02-1.15x bf16's CPU there (session 26)
+        (AVX2_ONLY | BF16_DOT_FLAGS | INT8_DOT_FLAGS | {"amx_tile"}, "GenuineIntel"),
         (AVX2_ONLY | {"amx_bf16"}, ""),
         (AVX2_ONLY | {"avx512_bf16"}, "AuthenticAMD"),  # 0.63 on an EPYC, family 26
     ],
@@ -60,7 +62,8 @@ def test_auto_is_bf16_int8_on_amd_with_avx512_bf16_and_vnni(vnni):
     # default ranking within 0.01 of fp32 on every corpus (docs/benchmarks.md, session 24)
     flags = AVX2_ONLY | {"avx512_bf16"} | vnni
     assert choose_precision("auto", flags, vendor="AuthenticAMD") == "bf16-int8"
-    # not measured with AMX, nor on Intel's AVX-512 BF16 (where bf16 itself was slower)
+    # slower than bf16 with AMX (docs/benchmarks.md, session 26); not measured on
+    # Intel's AVX-512 BF16 without AMX (where bf16 itself was slower than fp32)
     assert choose_precision("auto", flags | {"amx_bf16"}, vendor="AuthenticAMD") == "bf16"
     assert choose_precision("auto", flags, vendor="GenuineIntel") == "fp32"
 

@@ -17,8 +17,11 @@ the dense layers and inputs quantized per 128 channels of a token) took
 0.80-0.86 of bf16's CPU on that EPYC (AVX-512 BF16 and VNNI, no AMX) and
 kept found@200 of the default ranking within 0.01 of float32 on every
 corpus (docs/benchmarks.md, session 24), so ``auto`` picks it on an AMD
-processor with both; it was not measured with AMX, where ``auto`` stays
-``bf16``. The choice is made when the embedder is chosen
+processor with both. With AMX (an Intel Xeon, family 6, model 207, with
+AMX-BF16 and AMX-INT8) it took 1.02-1.15 times bf16's CPU, and no group size of
+the inputs' quantization (32, 128, a whole token, none) made it cheaper than
+bf16 (docs/benchmarks.md, session 26), so there ``auto`` stays ``bf16``.
+The choice is made when the embedder is chosen
 and is recorded with the vectors through the model's name, so an index
 keeps the precision it was built with wherever it is served from
 (docs/configuration.md).
@@ -38,7 +41,8 @@ SETTINGS = ("auto", *PRECISIONS)
 BF16_DOT_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 #: the /proc/cpuinfo vendor whose AVX-512 BF16 (without AMX) ran bf16 faster than float32
 BF16_AVX512_VENDORS = frozenset({"AuthenticAMD"})
-#: the flags with which such a processor ran bf16-int8 faster than bf16 (an AMD EPYC, family 26)
+#: the flags with which such a processor ran bf16-int8 faster than bf16 (an AMD EPYC, family 26;
+#: with AMX it was slower than bf16: docs/benchmarks.md, session 26)
 BF16_INT8_FLAGS = frozenset({"avx512_bf16", "avx512_vnni"})
 CPUINFO = Path("/proc/cpuinfo")
 
