@@ -6,13 +6,17 @@ open before its fix.
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+
 import httpx
 import pytest
 
 from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
 from tests.test_cli import cli
-from tests.test_hostile_clients import WAIT, stateless, token_of
+from tests.test_hostile_clients import WAIT, Opened, send, stateless, token_of
 
 pytestmark = pytest.mark.slow
 
@@ -68,3 +72,97 @@ def test_completion_offers_nothing_of_a_file_the_rules_exclude_now(tmp_path, run
     )
     # before: parse_config_file still offered
     assert complete(srv, "symbol", "parse_") == ["parse_kept_value"]
+
+
+# -- a subscription while Redis is away ------------------------------------------------------
+
+
+@pytest.fixture
+def unreachable_redis():
+    """A Redis whose connections never complete, as behind a firewall that
+    drops them: a listener that never accepts, its one-connection backlog
+    taken, so the kernel drops every further SYN. The fan-out group is then
+    never joined, nor known to fail, for as long as a test runs. Yields its URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    filler = [socket.socket() for _ in range(2)]
+    for conn in filler:
+        conn.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            conn.connect(listener.getsockname())
+    yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    for conn in filler:
+        conn.close()
+    listener.close()
+
+
+#: more than the loop's default pool has threads (six on two CPUs), fewer than a client's 16 streams
+LISTENS = 12
+
+
+def test_subscriptions_never_hold_a_shared_thread_while_redis_is_away(tmp_path, running, unreachable_redis):
+    """With Redis configured and away, each ``subscriptions/listen`` waited
+    up to 5 s for the fan-out group on a thread of the loop's default pool
+    (``asyncio.to_thread(HUB.ready)``), and each ``resources/subscribe`` on
+    one of the write lane's two threads (left open by session 25): a dozen
+    listens held every shared thread, and every other client's
+    ``tools/list``, session lookup and ``initialize`` waited behind them.
+    The wait now holds no thread (the loop awaits it), and once a wait has
+    run out or a join failed the next subscription is answered at once."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")  # notes.txt is indexed before the server serves
+    assert indexed.returncode == 0, indexed.stderr
+    up = running("--dir", str(root), "--json", env={"REDIS_URL": unreachable_redis})
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    url = up.url()
+    credential = {"Authorization": f"Bearer {srv.token}"}
+    sessions = [srv.initialize() for _ in range(2)]
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def record(what: str) -> None:
+        with lock:
+            order.append(what)
+
+    def listen() -> None:
+        body, headers = stateless(
+            "subscriptions/listen", {"notifications": {"resourceSubscriptions": ["dir2mcp:///notes.txt"]}}
+        )
+        opened = Opened(send(url, "/mcp", body, {**headers, **credential}))
+        assert opened.streaming, (opened.status, opened.body)
+        opened.response.readline()  # the acknowledgment's first line
+        record("listen")
+        opened.conn.close()
+
+    def subscribe(session: str) -> None:
+        answered = srv.post(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "resources/subscribe",
+                "params": {"uri": "dir2mcp:///notes.txt"},
+            },
+            session=session,
+        )
+        assert answered.status_code == 200 and "result" in answered.json(), answered.text
+        record("subscribe")
+
+    waiting = [threading.Thread(target=listen, daemon=True) for _ in range(LISTENS)]
+    waiting += [threading.Thread(target=subscribe, args=(s,), daemon=True) for s in sessions]
+    for thread in waiting:
+        thread.start()
+    with httpx.Client(timeout=2 * WAIT) as client:
+        client.get(srv.base + "/healthz/live")  # the subscriptions are in before the others' calls
+        listed = rpc(srv, "tools/list", {})
+        assert listed.status_code == 200 and listed.json()["result"]["tools"], listed.text
+        record("tools/list")
+        session = srv.initialize()
+        record("initialize")
+    for thread in waiting:
+        thread.join(2 * WAIT)
+    # Before: answered only once waits had run out and freed a thread.
+    assert order[:2] == ["tools/list", "initialize"], order
+    assert sorted(order[2:]) == ["listen"] * LISTENS + ["subscribe"] * 2, order
+    assert session
