@@ -13,6 +13,7 @@ import threading
 import httpx
 import pytest
 
+from mcp_gateway.ratelimit import RedisRateLimiter
 from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
 from tests.test_cli import cli
@@ -166,3 +167,92 @@ def test_subscriptions_never_hold_a_shared_thread_while_redis_is_away(tmp_path, 
     assert order[:2] == ["tools/list", "initialize"], order
     assert sorted(order[2:]) == ["listen"] * LISTENS + ["subscribe"] * 2, order
     assert session
+
+
+# -- the rate limit while Redis is away -----------------------------------------------------
+
+
+class SilentRedis:
+    """A Redis that takes connections and never answers (hung, or behind a
+    route that drops its replies), counting the connections it takes."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                conn = self.listener.accept()[0]
+                reader = threading.Thread(target=self._read, args=(conn,), daemon=True)
+                self._threads.append(reader)
+                reader.start()
+
+    def _read(self, conn: socket.socket) -> None:
+        conn.settimeout(0.2)
+        with conn:
+            while not self._stop.is_set():
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+
+    def connections(self) -> int:
+        """How many connections it has taken (each client's handshake waits
+        for an answer that never comes: no command follows it)."""
+        return len(self._threads) - 1
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(WAIT)
+        self.listener.close()
+
+
+@pytest.fixture
+def silent_redis():
+    redis = SilentRedis()
+    yield redis
+    redis.close()
+
+
+def test_the_rate_limit_leaves_a_redis_that_does_not_answer_alone(tmp_path, running, silent_redis):
+    """With ``server.rate_limit_per_minute`` and Redis configured, the gate
+    counts each request in Redis, on the event loop. A Redis that took
+    connections and never answered held the loop for the client's 1 s
+    timeout on every request, and each was asked again: every client,
+    ``/healthz/live`` included, waited (p50 33 s under four clients'
+    loops of requests). Once Redis has failed, each process counts on its
+    own for ten seconds before it asks again."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    env = {"REDIS_URL": silent_redis.url, "DIR2MCP_SERVER__RATE_LIMIT_PER_MINUTE": "6000"}
+    up = running("--dir", str(root), "--json", env=env)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    body, headers = stateless("tools/list", {})
+    credential = {"Authorization": f"Bearer {srv.token}"}
+    before = silent_redis.connections()  # the notifications' listener connects too, every 5 s or more
+    with httpx.Client(timeout=2 * WAIT) as client:
+        for _ in range(10):
+            listed = client.post(srv.url, headers={**headers, **credential}, json=body)
+            assert listed.status_code == 200, listed.text
+    asked = silent_redis.connections() - before
+    assert asked <= 3, asked  # before: one a request, each holding the loop 1 s
+
+
+def test_a_shared_limiter_asks_a_silent_redis_once_and_still_limits(silent_redis):
+    """The limiter itself: a Redis that never answers costs one wait, then
+    the process counts on its own (before: every call waited its 1 s and
+    was let through unlimited)."""
+    limiter = RedisRateLimiter(silent_redis.url, per_minute=60)  # a burst of 6 in this process
+    answers = [limiter.retry_after("client") for _ in range(8)]
+    assert answers[:6] == [0] * 6 and all(answers[6:]), answers  # before: [0] * 8
+    assert silent_redis.connections() == 1  # before: one a call
