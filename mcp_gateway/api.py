@@ -344,6 +344,11 @@ async def _post(request: Request, ctx: context.Context) -> Response | StreamResp
         except workers.Refused as refused:  # not admitted: no slot free, or a session's (host's) share taken
             return _json(_call_error(msg.id, refused), headers={"Retry-After": "1"})
         if outcome is not _NEEDS_STREAM:
+            if msg.method == "resources/subscribe" and isinstance(outcome, dict) and "result" in outcome:
+                # Acknowledged once a change anywhere reaches the session's
+                # stream, waited for here: on the write lane it held one of
+                # its two threads up to 5 s while Redis was away (session 26).
+                await notify.HUB.joined()
             return _json(outcome, reply.status, reply.headers)
     row = await _session(session_id, ctx)
     state = dispatch.SessionState(row.session_id, version, row.log_level, initialized=True)
@@ -480,7 +485,7 @@ async def _listen_events(listen: subscriptions.Listen, key: str) -> AsyncGenerat
     notify.HUB.attach(key, sink, listen.local)
     every = standalone.keepalive_seconds()
     try:
-        await asyncio.to_thread(notify.HUB.ready)  # acknowledged once a change anywhere reaches it
+        await notify.HUB.joined()  # acknowledged once a change anywhere reaches it
         yield _sse(subscriptions.acknowledged(listen))
         while True:
             try:

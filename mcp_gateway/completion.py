@@ -37,7 +37,7 @@ from django.db.models import Count, Max, Q, QuerySet, Sum
 from corpus import slices, uris
 from corpus.definitions import signature_line
 from corpus.models import Chunk, Document, IndexKind
-from corpus.security import canonical_rel_path
+from corpus.security import ExclusionEngine, canonical_rel_path
 from kernel import errors
 from kernel.jsontypes import JsonObject
 from mcp_gateway import prompts
@@ -136,7 +136,7 @@ class PathTable:
                     one_file[key] = path
                 folder += name
         #: value -> whether the exclusion engine lets it through (see _screened)
-        self.verdicts: dict[str, bool] = {}
+        self.verdicts = Verdicts()
         self.folders = {
             folder: Sorted.of(
                 (name, one_file[folder, name] if files_below.get((folder, name)) == 1 else entry)
@@ -154,14 +154,51 @@ class PathTable:
 
 
 class SymbolTable:
-    """The defined names of the index, as one :class:`Sorted`."""
+    """The defined names of the index, as one :class:`Sorted`, and for each
+    name the files that define it (the first :data:`FILES_PER_NAME`), so an
+    answer can leave out a name whose files the rules exclude now."""
 
-    def __init__(self, names: Iterable[str]) -> None:
-        self.names = Sorted.of({(name.lower(), name) for name in names})
+    def __init__(self, definitions: Iterable[tuple[str, str]]) -> None:
+        """``definitions``: (a defined name, the file defining it) pairs."""
+        paths: dict[str, int] = {}
+        files: dict[str, list[int]] = {}
+        for name, rel_path in definitions:
+            where = files.setdefault(name, [])
+            index = paths.setdefault(rel_path, len(paths))
+            if len(where) < FILES_PER_NAME and index not in where:
+                where.append(index)
+        self.names = Sorted.of((name.lower(), name) for name in files)
+        self.paths = tuple(paths)
+        self.files = {name: tuple(where) for name, where in files.items()}
+        #: a defining file -> whether the exclusion engine lets it through (see _screened)
+        self.verdicts = Verdicts()
 
     def complete(self, typed: str) -> tuple[list[str], int]:
         lo, hi = self.names.matching(typed.lower())
         return list(self.names.values[lo : min(hi, lo + MAX_VALUES + 1)]), hi - lo
+
+    def defined_in(self, name: str) -> list[str]:
+        return [self.paths[index] for index in self.files.get(name, ())]
+
+
+class Verdicts:
+    """Whether the exclusion engine lets each path of a table through, kept
+    :data:`CHECK_SECONDS`: the rules may change without the index moving (a
+    new ``.gitignore`` line is seen by the walk it starts, and under ``up
+    --no-index`` never), so a verdict kept for the table's life answered
+    by rules that no longer held."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[bool, float]] = {}
+
+    def of(self, engine: ExclusionEngine, path: str, now: float) -> bool:
+        """Whether ``path`` (a folder when it ends with ``/``) passes the rules."""
+        kept = self._kept.get(path)
+        if kept is not None and now - kept[1] < CHECK_SECONDS:
+            return kept[0]
+        passes = engine.excluded_reason(path.rstrip("/"), is_dir=path.endswith("/")) is None
+        self._kept[path] = (passes, now)
+        return passes
 
 
 # -- what the index holds -----------------------------------------------------------
@@ -221,29 +258,34 @@ def unit_names(head: str, context: str) -> set[str]:
     return {name for name in map(declared_name, lines) if name}
 
 
-def _code_units(rel_path: str | None = None) -> QuerySet[Chunk, tuple[int, str, str]]:
+def _code_units(rel_path: str | None = None) -> QuerySet[Chunk, tuple[int, str, str, str]]:
     units = Chunk.objects.filter(
         deleted=False, index_kind=IndexKind.CODE, representation__deleted=False
     ).filter(representation__document__in=prompts.listable_documents())
     if rel_path is not None:
         units = units.filter(representation__document__rel_path=rel_path)
-    return units.order_by("chunk_id").values_list("chunk_id", "context", *slices.FIELDS)
+    return units.order_by("chunk_id").values_list(
+        "chunk_id", "context", *slices.FIELDS, "representation__document__rel_path"
+    )
 
 
 #: code units read per query while building the symbol table
 SYMBOL_PAGE = 2000
+#: the files a symbol table keeps for each name, judged in turn until one
+#: passes the rules (a name all of them fail is left out of an answer)
+FILES_PER_NAME = 4
 
 
 def build_symbols(rel_path: str | None = None) -> SymbolTable:
-    names: set[str] = set()
+    definitions: list[tuple[str, str]] = []
     after = 0
     # A page per query, each read whole: no read transaction is held across
     # the table (one kept the write-ahead log from restarting: corpus/wal.py).
     while batch := list(_code_units(rel_path).filter(chunk_id__gt=after)[:SYMBOL_PAGE]):
         after = batch[-1][0]
-        for _, context, text in slices.texts(batch, 2):
-            names |= unit_names(text[:_HEAD_CHARS], context)
-    return SymbolTable(names)
+        for _, context, text, defined_in in slices.texts(batch, 2):
+            definitions += ((name, defined_in) for name in unit_names(text[:_HEAD_CHARS], context))
+    return SymbolTable(definitions)
 
 
 class Cached(Generic[_Table]):
@@ -293,32 +335,38 @@ SYMBOLS = Cached(build_symbols)
 # -- completers -----------------------------------------------------------------------
 
 
-def _screened(ctx: Context, table: PathTable, typed: str) -> Completion:
-    """The table's values for ``typed`` without any the exclusion engine
-    refuses (counted out of the total): the rules may have changed since
-    the files were indexed. Verdicts are kept with the table, which a
-    change of the index replaces."""
-    values, total = table.complete(typed)
-    engine, verdicts = ctx.engine, table.verdicts
-    with engine.pinned():
-        for value in values:
-            if value not in verdicts:
-                verdicts[value] = (
-                    engine.excluded_reason(value.rstrip("/"), is_dir=value.endswith("/")) is None
-                )
-    kept = [value for value in values if verdicts[value]]
+def _screened(ctx: Context, values: list[str], total: int, passes: Callable[[str], bool]) -> Completion:
+    """``values`` (of ``total``) without any ``passes`` refuses (counted out
+    of the total): the rules may have changed since the files were indexed."""
+    with ctx.engine.pinned():
+        kept = [value for value in values if passes(value)]
     return Completion(kept, total - (len(values) - len(kept)))
 
 
 def complete_path(ctx: Context, typed: str, _context: JsonObject) -> Completion:
-    return _screened(ctx, PATHS.get(), typed)
+    table, now = PATHS.get(), time.monotonic()
+    return _screened(ctx, *table.complete(typed), lambda path: table.verdicts.of(ctx.engine, path, now))
+
+
+def _symbols(ctx: Context, table: SymbolTable, typed: str) -> Completion:
+    """The names ``typed`` begins, each while a file defining it passes the
+    rules as they are now (session 26: a file excluded since the index was
+    written, by a ``.gitignore`` line say, kept its names in the answer
+    until the walk that change starts had ended). At most
+    :data:`FILES_PER_NAME` verdicts a name, each kept :data:`CHECK_SECONDS`."""
+    now = time.monotonic()
+
+    def defined_where_readable(name: str) -> bool:
+        return any(table.verdicts.of(ctx.engine, path, now) for path in table.defined_in(name))
+
+    return _screened(ctx, *table.complete(typed), defined_where_readable)
 
 
 def complete_symbol(ctx: Context, typed: str, context: JsonObject) -> Completion:
     """Defined names; only those of ``path`` once the client has chosen one."""
     path = context.get("path", "").strip()
     if not path:
-        return Completion(*SYMBOLS.get().complete(typed))
+        return _symbols(ctx, SYMBOLS.get(), typed)
     try:
         rel = canonical_rel_path(path)
     except errors.Dir2mcpError:  # names no file under the root: nothing is defined there

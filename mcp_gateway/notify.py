@@ -69,6 +69,8 @@ INBOX_MAX = 10_000
 REJOIN_SECONDS = 3600.0
 #: the longest a new subscription waits for this process to join the fan-out group
 READY_SECONDS = 5.0
+#: how often a waiting subscription looks whether the group was joined or given up on
+READY_POLL_SECONDS = 0.05
 
 #: The longest URI a subscription stores (McpSubscription.uri).
 MAX_URI_CHARS = 2048
@@ -240,6 +242,9 @@ class Hub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._group = ""
         self.listening = threading.Event()
+        #: set while the layer is known to be away: a failed attempt to join
+        #: the group, or a wait for it that ran out (see ready())
+        self.away = threading.Event()
         self._asks: Asks | None = None
         self._asked: deque[str] = deque(maxlen=ASKED_RECENT)
 
@@ -271,6 +276,7 @@ class Hub:
                 await self._receive(layer, channel)
             except Exception as exc:  # Redis away: retry; nothing else depends on this
                 self.listening.clear()
+                self.away.set()
                 log.warning("resource notifications: listening failed (%s); retrying in %gs", exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -279,6 +285,7 @@ class Hub:
         while True:
             await layer.group_add(self._group, channel)
             self.listening.set()
+            self.away.clear()
             rejoin = asyncio.get_running_loop().time() + REJOIN_SECONDS
             while (left := rejoin - asyncio.get_running_loop().time()) > 0:
                 try:
@@ -294,9 +301,35 @@ class Hub:
         """Wait (at most ``timeout``) until this process is in the fan-out
         group: a subscription acknowledged before then could miss a change
         published meanwhile by another process. False when it is not (the
-        channel layer is away: the stream still opens, and hears once it is)."""
+        channel layer is away: the stream still opens, and hears once it is).
+
+        Once the layer is known to be away (an attempt to join failed, or a
+        wait ran out), False at once until it is back: with Redis down each
+        subscription held a thread for the whole ``timeout`` (session 26).
+        Blocks its thread: a server awaits :meth:`joined` instead."""
         self.start()
-        return self.listening.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while not self.listening.is_set():
+            left = deadline - time.monotonic()
+            if self.away.is_set() or left <= 0:
+                self.away.set()
+                return False
+            self.listening.wait(min(left, READY_POLL_SECONDS))
+        return True
+
+    async def joined(self, timeout: float = READY_SECONDS) -> bool:
+        """:meth:`ready` for the event loop, holding no thread while it waits:
+        ``asyncio.to_thread(ready)`` held one of the loop's few shared
+        threads for up to ``timeout`` per subscription while Redis was away,
+        and every other client's lookups and lists waited behind them."""
+        self.start()
+        deadline = time.monotonic() + timeout
+        while not self.listening.is_set():
+            if self.away.is_set() or time.monotonic() >= deadline:
+                self.away.set()
+                return False
+            await asyncio.sleep(READY_POLL_SECONDS)
+        return True
 
     def publish(self, message: JsonObject) -> None:
         self.start()
@@ -431,7 +464,9 @@ HUB = Hub()
 
 def respond(msg: Message, session_id: str | None, ctx: Context) -> JsonObject:
     """The result of a subscription method; :class:`ResourceError` otherwise.
-    ``session_id`` None is stdio's session (:data:`LOCAL`)."""
+    ``session_id`` None is stdio's session (:data:`LOCAL`), which waits here
+    for the fan-out group; an HTTP session's caller awaits :meth:`Hub.joined`
+    off the write lane (whose two threads every ``initialize`` needs)."""
     uri = msg.params.get("uri")
     if not isinstance(uri, str) or not uri:
         raise ResourceError(
@@ -464,7 +499,8 @@ def respond(msg: Message, session_id: str | None, ctx: Context) -> JsonObject:
     # Acknowledged once this process is in the fan-out group (at most
     # READY_SECONDS), as subscriptions/listen is: a change another process
     # indexes right after the acknowledgment must reach this session's stream.
-    HUB.ready()
+    if session_id is None:
+        HUB.ready()
     return {}
 
 

@@ -4,9 +4,14 @@ admin sign-ins (:func:`failure_limiter`, ``dir2mcp_site/ops/logins.py``).
 One server process keeps token buckets in memory. Several processes behind
 one address share the limit through Redis when ``REDIS_URL`` (or a Redis
 Celery broker) is set: one-minute windows counted with INCR, so N processes
-allow the rate once, not N times. If Redis cannot be reached the request is
-let through and a warning logged: a limiter outage must not take the server
-down with it.
+allow the rate once, not N times. If Redis cannot be reached a warning is
+logged and for :data:`AWAY_SECONDS` each process counts on its own, as
+without Redis, before it asks Redis again: a limiter outage must not take
+the server down with it. The gate asks on the event loop, so until session
+26 a Redis that took connections and never answered (hung, or a route that
+drops its replies) held the loop 1 s for every request, and every other
+client's, even ``/healthz/live``, waited behind them (p50 33 s under four
+clients' loops of requests).
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from mcp_gateway import sessions
 log = logging.getLogger(__name__)
 
 MAX_CLIENTS = 50_000
+#: how long a Redis the limiter could not reach is left alone (counting in this process meanwhile)
+AWAY_SECONDS = 10.0
+#: the longest the limiter waits for Redis to connect or answer (it answers in well under a millisecond)
+REDIS_TIMEOUT_SECONDS = 0.25
 
 
 @dataclass
@@ -92,12 +101,20 @@ class RedisRateLimiter:
 
     PREFIX = "dir2mcp:rate:"
 
-    def __init__(self, url: str, per_minute: int, *, window: int = 60) -> None:
+    def __init__(
+        self, url: str, per_minute: int, *, window: int = 60, fallback: RateLimiter | None = None
+    ) -> None:
+        """``fallback``: what counts while Redis is away (by default, buckets
+        of the same rate in this process)."""
         import redis
 
         self.per_minute = per_minute
         self.window = window
-        self._redis = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self._redis = redis.Redis.from_url(
+            url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS
+        )
+        self._fallback = fallback or RateLimiter(per_minute * 60 / window)
+        self._away_until = float("-inf")  # time.monotonic() until which Redis is not asked
         self._warned = False
 
     def retry_after(self, key: str, now: float | None = None) -> int:
@@ -109,6 +126,8 @@ class RedisRateLimiter:
         return self._count(key, now, take=False)
 
     def _count(self, key: str, now: float | None, *, take: bool) -> int:
+        if time.monotonic() < self._away_until:
+            return self._fallback.retry_after(key) if take else self._fallback.blocked(key)
         now = time.time() if now is None else now
         window = int(now // self.window)
         name = f"{self.PREFIX}{self.window}:{window}:{key}"
@@ -120,11 +139,16 @@ class RedisRateLimiter:
                 count = pipe.execute()[0]
             else:
                 count = int(self._redis.get(name) or 0) + 1
-        except Exception as exc:  # redis.RedisError or a socket error: let the call through
+        except Exception as exc:  # redis.RedisError or a socket error: count here for a while
             if not self._warned:
-                log.warning("rate limit store unreachable, not limiting: %s", type(exc).__name__)
+                log.warning(
+                    "rate limit store unreachable, limiting in this process for %gs at a time: %s",
+                    AWAY_SECONDS,
+                    type(exc).__name__,
+                )
                 self._warned = True
-            return 0
+            self._away_until = time.monotonic() + AWAY_SECONDS
+            return self._fallback.retry_after(key) if take else self._fallback.blocked(key)
         self._warned = False
         if count <= self.per_minute:
             return 0
@@ -194,7 +218,9 @@ def failure_limiter(failures: int, window: int) -> RateLimiter | RedisRateLimite
     key = (-failures, f"{window}|{url}")
     if key not in _limiters:
         _limiters[key] = (
-            RedisRateLimiter(url, failures, window=window)
+            RedisRateLimiter(
+                url, failures, window=window, fallback=RateLimiter(failures * 60 / window, capacity=failures)
+            )
             if url
             else RateLimiter(failures * 60 / window, capacity=failures)
         )
