@@ -49,6 +49,10 @@ _Table = TypeVar("_Table")
 log = logging.getLogger(__name__)
 
 MAX_VALUES = 100  # the spec's bound on one answer
+#: the most values of one range an answer judges against the rules: a longer
+#: range's total is left out (counted unjudged, it told a client of the
+#: files excluded since the index was written: review of session 26)
+JUDGED = 4 * (MAX_VALUES + 1)
 MAX_VALUE_CHARS = 4096
 #: how often, at most, a table asks whether the index changed (seconds)
 CHECK_SECONDS = 2.0
@@ -109,10 +113,12 @@ EMPTY = Sorted((), ())
 @dataclass(frozen=True)
 class Completion:
     values: list[str]
-    total: int
+    total: int | None  # None: not known without judging more values than JUDGED
 
     def as_result(self) -> JsonObject:
         shown = self.values[:MAX_VALUES]
+        if self.total is None:
+            return {"completion": {"values": shown, "hasMore": True}}
         return {"completion": {"values": shown, "total": self.total, "hasMore": self.total > len(shown)}}
 
 
@@ -150,7 +156,7 @@ class PathTable:
         folder, slash, name = lowered.rpartition("/")
         table = self.folders.get(folder + slash, EMPTY)
         lo, hi = table.matching(name)
-        return list(table.values[lo : min(hi, lo + MAX_VALUES + 1)]), hi - lo
+        return list(table.values[lo : min(hi, lo + JUDGED)]), hi - lo
 
 
 class SymbolTable:
@@ -175,7 +181,7 @@ class SymbolTable:
 
     def complete(self, typed: str) -> tuple[list[str], int]:
         lo, hi = self.names.matching(typed.lower())
-        return list(self.names.values[lo : min(hi, lo + MAX_VALUES + 1)]), hi - lo
+        return list(self.names.values[lo : min(hi, lo + JUDGED)]), hi - lo
 
     def defined_in(self, name: str) -> list[str]:
         return [self.paths[index] for index in self.files.get(name, ())]
@@ -336,11 +342,13 @@ SYMBOLS = Cached(build_symbols)
 
 
 def _screened(ctx: Context, values: list[str], total: int, passes: Callable[[str], bool]) -> Completion:
-    """``values`` (of ``total``) without any ``passes`` refuses (counted out
-    of the total): the rules may have changed since the files were indexed."""
+    """``values`` (of ``total``) without any ``passes`` refuses: the rules
+    may have changed since the files were indexed. The total only when every
+    value was judged: one counting values unjudged counted any the rules
+    now exclude, which a client could narrow down by prefix."""
     with ctx.engine.pinned():
         kept = [value for value in values if passes(value)]
-    return Completion(kept, total - (len(values) - len(kept)))
+    return Completion(kept, len(kept) if len(values) == total else None)
 
 
 def complete_path(ctx: Context, typed: str, _context: JsonObject) -> Completion:
