@@ -21,15 +21,14 @@ pytestmark = pytest.mark.django_db
 FILES = 105
 
 
-@pytest.fixture
-def ctx(corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch) -> Context:
-    """``src`` holds FILES files, each defining one ``handler_NNN``, and
+def indexed(corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch, files: int) -> Context:
+    """``src`` holds ``files`` files, each defining one ``handler_NNN``, and
     ``src/zz_secret.py`` defining ``handler_zz_secret``: sorted last, past
     the first 101 values an answer used to judge. It is indexed, then
     excluded by a ``.gitignore`` line (as under ``up --no-index``)."""
     src = corpus_dir / "src"
     src.mkdir()
-    for n in range(FILES):
+    for n in range(files):
         (src / f"m{n:03}.py").write_text(f"def handler_{n:03}(value):\n    return value + {n}\n")
     (src / "zz_secret.py").write_text("def handler_zz_secret(value):\n    return value\n")
     config = build_config({"embed": {"provider": "none"}, "chat": {"provider": "none"}}, {}, {})
@@ -39,6 +38,11 @@ def ctx(corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch) -> C
     monkeypatch.setattr(completion, "PATHS", completion.Cached(completion.build_paths))
     monkeypatch.setattr(completion, "SYMBOLS", completion.Cached(completion.build_symbols))
     return context.build(root=corpus_dir, state=state, config=config, auth_spec="none")
+
+
+@pytest.fixture
+def ctx(corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch) -> Context:
+    return indexed(corpus_dir, state, monkeypatch, FILES)
 
 
 def answer(ctx: Context, name: str, value: str) -> JsonObject:
@@ -64,3 +68,16 @@ def test_a_total_never_counts_what_the_rules_exclude_now(
     assert excluded not in got["values"]
     assert got["total"] == FILES, got["total"]  # before: FILES + 1
     assert got["hasMore"] is True
+
+
+def test_a_range_longer_than_an_answer_judges_has_no_total(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past :data:`completion.JUDGED` values the total is not known without
+    judging the whole range (a cost that grows with the tree): it is left
+    out, never counted unjudged (before: JUDGED + 2 here, the excluded
+    file's among them)."""
+    ctx = indexed(corpus_dir, state, monkeypatch, completion.JUDGED + 1)
+    got = answer(ctx, "path", "src/")
+    assert "total" not in got and got["hasMore"] is True, got.get("total")
+    assert len(got["values"]) == completion.MAX_VALUES
