@@ -205,6 +205,17 @@ def _components(path: str | os.PathLike[str]) -> list[str] | None:
     return None if ".." in parts else parts
 
 
+class _Pins(threading.local):
+    """One thread's pinned block of :meth:`ExclusionEngine.pinned`: a
+    thread's block is its own, neither seen nor ended by another's (a tool
+    call's page of verdicts ran on the block another call's thread had
+    begun, and judged by its memo or lost it half-way)."""
+
+    dirs: dict[str, tuple[str | None, tuple[GitignoreRule, ...]]] | None = None
+    rules: dict[str, GitignoreRule | None] | None = None
+    outer: tuple[GitignoreRule, ...] | None = None
+
+
 class ExclusionEngine:
     """Decides what may be indexed or opened below ``root``."""
 
@@ -225,24 +236,24 @@ class ExclusionEngine:
         self._rule_names = secret_rule_names(policy.secret_patterns)
         self._state_dir = self._state_dir_for(state_dir)
         self._gitignores: dict[str, tuple[int, int, GitignoreRule | None]] = {}
-        # While pinned: each directory's verdict and .gitignore, judged once.
-        self._pinned_dirs: dict[str, tuple[str | None, tuple[GitignoreRule, ...]]] | None = None
-        self._pinned_rules: dict[str, GitignoreRule | None] | None = None
-        self._pinned_outer: tuple[GitignoreRule, ...] | None = None
+        # While pinned: each directory's verdict and .gitignore, judged once,
+        # for the thread that pinned them (the engine serves every thread).
+        self._pins = _Pins()
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:
         """Judge a batch of paths against the rules as they stand when it
         starts, as a walk is: each directory's verdict and ``.gitignore``
         are looked up once in the block, not once per path below them."""
-        if self._pinned_dirs is not None:  # nested: the outer block rules
+        pins = self._pins
+        if pins.dirs is not None:  # nested: the outer block rules
             yield
             return
-        self._pinned_dirs, self._pinned_rules = {}, {}
+        pins.dirs, pins.rules = {}, {}
         try:
             yield
         finally:
-            self._pinned_dirs = self._pinned_rules = self._pinned_outer = None
+            pins.dirs = pins.rules = pins.outer = None
 
     def _state_dir_for(self, state_dir: Path | None) -> str | None:
         """The state directory's real path, if it lies below the root (not the root itself)."""
@@ -290,7 +301,7 @@ class ExclusionEngine:
         The cost is then linear in the length of a made-up path, where judging
         each of its prefixes was quadratic (issue #34: 4,000 segments, 10 s).
         """
-        memo = self._pinned_dirs
+        memo = self._pins.dirs
         reason, chain = None, self.gitignore_chain("")
         parts = dir_rel.split("/") if dir_rel else []
         prefix = ""
@@ -407,14 +418,15 @@ class ExclusionEngine:
         the ``.gitignore`` files above it), lowest precedence first."""
         if self._repo is None:
             return ()
-        if self._pinned_rules is None:
+        pins = self._pins
+        if pins.rules is None:
             return self._repo.outer_rules()
-        if self._pinned_outer is None:
-            self._pinned_outer = self._repo.outer_rules()
-        return self._pinned_outer
+        if pins.outer is None:
+            pins.outer = self._repo.outer_rules()
+        return pins.outer
 
     def _gitignore_for(self, dir_rel: str) -> GitignoreRule | None:
-        pinned = self._pinned_rules
+        pinned = self._pins.rules
         if pinned is not None:
             if dir_rel not in pinned:
                 pinned[dir_rel] = self._read_gitignore(dir_rel)

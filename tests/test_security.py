@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -335,6 +336,35 @@ def test_a_pinned_batch_keeps_the_rules_it_started_with(corpus_dir: Path) -> Non
         with engine.pinned():  # nested: still the outer block's rules
             assert engine.excluded_reason("sub/b.log") is None
     assert engine.excluded_reason("sub/a.log") == "gitignore: sub/.gitignore"
+
+
+def test_a_pinned_block_is_its_own_threads(corpus_dir: Path) -> None:
+    """One engine serves every thread (the server's tool calls judge their
+    pages pinned). Another thread's block was taken for this thread's own:
+    a call on one thread judged by the rules another call's block had
+    started with (a file excluded since then passed), and a block ending on
+    one thread left another's half-way (its memo gone between a check and
+    a read). Each thread's block is now its own."""
+    engine = ExclusionEngine(corpus_dir, DEFAULT_POLICY)
+    started, ended = threading.Event(), threading.Event()
+
+    def other_call() -> None:
+        with engine.pinned():
+            assert engine.excluded_reason("sub/a.log") is None
+            started.set()
+            ended.wait(10)
+
+    thread = threading.Thread(target=other_call)
+    thread.start()
+    try:
+        assert started.wait(10)
+        write(corpus_dir / "sub" / ".gitignore", "*.log\n")
+        assert engine.excluded_reason("sub/a.log") == "gitignore: sub/.gitignore"  # before: None
+        with engine.pinned():
+            assert engine.excluded_reason("sub/b.log") == "gitignore: sub/.gitignore"  # before: None
+    finally:
+        ended.set()
+        thread.join(10)
 
 
 def test_gitignore_is_ignored_when_disabled(nested_gitignores: Path) -> None:
