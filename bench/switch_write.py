@@ -15,7 +15,8 @@ pair of steps ran under the same load:
 
 steps 3 and 4 ``--rounds`` times. Each step prints its wall and CPU
 seconds (the ``reindex`` process and its preparing workers), the CPU as a
-ratio to the clean build of the same tree, and the load average. With
+ratio to the clean build of the same tree, ``meta.sqlite`` against the
+text it indexes (bench/branch_switch.py's ``storage``), and the load average. With
 ``--profile DIR`` the switches run under cProfile (the writing process;
 its CPU is then inflated: profile and measure in separate runs) and the
 profiles land in ``DIR``.
@@ -37,7 +38,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from branch_switch import compare, environment, git, load, prepare, unit_hashes  # noqa: E402
+from branch_switch import compare, environment, git, load, prepare, storage, unit_hashes  # noqa: E402
 from tombstones import reindex  # noqa: E402
 
 
@@ -78,7 +79,8 @@ def main() -> None:
         index = args.code.index(code)
         profile = args.profile / f"{args.label}-{index}-{name}.prof" if profiled and args.profile else None
         done = {"code": index, "step": name, "ref": ref, **reindex(code, repo, state, env, profile)}
-        done["load"] = load()
+        found = storage(state / "meta.sqlite")
+        done |= {k: found[k] for k in ("text_mib", "meta_sqlite_mib", "ratio")} | {"load": load()}
         return done
 
     for code in args.code:
