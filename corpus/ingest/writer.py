@@ -52,7 +52,7 @@ from corpus.models import (
     Symbol,
     pack_lines,
 )
-from corpus.packed import Packed, stored_form, unpack
+from corpus.packed import Packed, column_value, stored_form, unpack
 
 # Re-exported (as X): pipeline calls writer.indexing(), and the writers' callers their guards.
 from corpus.write_guard import check_writable as check_writable
@@ -531,12 +531,12 @@ def _move_chunks(moved: list[tuple[Chunk, ChunkDraft, Place]]) -> None:
     for chunk, draft, found in moved:
         ordinal, stored, start, end = chunk.ordinal, None, chunk.text_start, chunk.text_end
         if found is None and chunk.text_start is not None:
-            stored, start, end = _stored_text(draft.text), None, None
+            stored, start, end = column_value(draft.text, connection), None, None
         elif found is not None and found != (chunk.text_start, chunk.text_end):
             stored, start, end = "", found[0], found[1]
         if draft.ordinal != ordinal or stored is not None:
             if stored is None:  # the ordinal alone: the text column as it is
-                stored = _stored_text(chunk.stored_text) if chunk.text_start is None else ""
+                stored = column_value(chunk.stored_text, connection) if chunk.text_start is None else ""
             updates.append((draft.ordinal, stored, start, end, chunk.chunk_id))
         spans = list(chunk.spans.all())
         if len(spans) == 1 and (spans[0].span_kind, spans[0].start, spans[0].end, spans[0].extra_json) == (
@@ -558,12 +558,6 @@ def _move_chunks(moved: list[tuple[Chunk, ChunkDraft, Place]]) -> None:
         for part in batches(span_chunks):
             cursor.execute(f"DELETE FROM spans WHERE chunk_id IN ({marks(part)})", part)
     bulk.insert(Span, SPAN_COLUMNS, new_spans)
-
-
-def _stored_text(text: str) -> str | bytes:
-    """What the chunks' text column stores of ``text`` on this database (corpus/packed.py)."""
-    stored = stored_form(text, connection)
-    return text if stored is None else stored
 
 
 def _tombstone_chunks(chunks: list[Chunk], delta: Delta) -> None:
