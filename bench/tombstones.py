@@ -65,13 +65,16 @@ def edit_branches(repo: Path, count: int) -> list[str]:
     return names
 
 
-def reindex(code: Path, repo: Path, state: Path, env: dict[str, str]) -> dict:
+def reindex(code: Path, repo: Path, state: Path, env: dict[str, str], profile: Path | None = None) -> dict:
     """``reindex --incremental --json`` of ``repo``: its wall and CPU seconds
-    and its tombstones_collected event."""
+    and its tombstones_collected event; under cProfile into ``profile``
+    when given (the writing process only: its preparing workers are not
+    profiled, their CPU is still counted)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.monotonic()
+    profiling = ["-m", "cProfile", "-o", str(profile)] if profile else []
     done = subprocess.run(
-        [sys.executable, str(code / "manage.py"), "reindex", "--incremental", "--json"]
+        [sys.executable, *profiling, str(code / "manage.py"), "reindex", "--incremental", "--json"]
         + ["--dir", str(repo), "--state-dir", str(state)],
         cwd=code,
         env={**env, "PYTHONPATH": str(code)},

@@ -59,6 +59,13 @@ def stored_form(text: str, connection: BaseDatabaseWrapper) -> str | bytes | Non
     return pack(text) if connection.vendor == "sqlite" else None
 
 
+def column_value(text: str, connection: BaseDatabaseWrapper) -> str | bytes:
+    """What a packed column of ``connection`` holds for ``text``, for SQL
+    that writes the column itself (an UPDATE of many rows at once)."""
+    stored = stored_form(text, connection)
+    return text if stored is None else stored
+
+
 class Packed(str):
     """A text with its stored form worked out already (:func:`stored_form`):
     a packed column stores that instead of compressing the text again."""

@@ -10,6 +10,7 @@ import importlib
 import pytest
 from django.apps import apps
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from corpus.index import lexical
 from corpus.ingest.indexing import index_directory
@@ -147,3 +148,30 @@ def test_an_edit_leaves_every_unit_with_the_context_a_clean_build_gives_it(corpu
     clean = code_units(path.read_text(), "src/lib.rs", unit_max_lines=CONFIG.chunking.code.unit_max_lines)
     assert clean is not None
     assert [(c.context, c.text) for c in live] == [(d.context, d.text) for d in clean]
+
+
+def statements_to_shift(corpus_dir, state, name: str, units: int) -> int:
+    """SQL statements of the pass that writes ``name`` again with a new
+    function first (every one of its ``units`` units moves by four lines)."""
+    path = corpus_dir / name
+    path.write_text(module(range(units)))
+    index_directory(corpus_dir, state=state, config=CONFIG)
+    path.write_text(module([999, *range(units)]))
+    with CaptureQueriesContext(connection) as captured:
+        index_directory(corpus_dir, state=state, config=CONFIG)
+    live = Chunk.objects.filter(deleted=False, representation__document__rel_path=name)
+    lines = path.read_text().split("\n")
+    assert live.count() == units + 1
+    for chunk in live.select_related("representation").prefetch_related("spans"):
+        span = chunk.spans.get()
+        assert chunk.text == "\n".join(lines[span.start - 1 : span.end]), chunk.chunk_id
+    return len(captured.captured_queries)
+
+
+def test_units_that_move_are_written_together_not_one_by_one(corpus_dir, state):
+    # A switched branch's changed files mostly shift their units by some
+    # lines: each moved chunk's new place and span went in a statement or
+    # three of its own (the kernel's switch wrote hundreds of thousands).
+    few = statements_to_shift(corpus_dir, state, "few.py", 10)
+    many = statements_to_shift(corpus_dir, state, "many.py", 150)
+    assert many - few < 20, (few, many)

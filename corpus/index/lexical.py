@@ -155,6 +155,18 @@ def index_new_chunks(rows: Iterable[tuple[Row, Tails | None]]) -> None:
             backend.insert([row for row, _ in batch])
 
 
+def reindex_chunks(rows: Iterable[tuple[Row, Tails | None]]) -> None:
+    """:func:`index_new_chunks` of chunks the table may hold already (a
+    tombstoned chunk brought back): a row held is replaced."""
+    backend = _backend()
+    for batch in batches(rows):
+        backend.delete([row[0] for row, _ in batch])
+        if isinstance(backend, SQLiteFTS5):
+            backend.insert_columns([_with_tails(row, tails) for row, tails in batch])
+        else:
+            backend.insert([row for row, _ in batch])
+
+
 def _with_tails(row: Row, tails: Tails | None) -> tuple[int, str, str]:
     chunk_id, context, text, kind = row
     if tails is None:

@@ -52,7 +52,7 @@ from corpus.models import (
     Symbol,
     pack_lines,
 )
-from corpus.packed import Packed, stored_form, unpack
+from corpus.packed import Packed, column_value, stored_form, unpack
 
 # Re-exported (as X): pipeline calls writer.indexing(), and the writers' callers their guards.
 from corpus.write_guard import check_writable as check_writable
@@ -72,6 +72,8 @@ CHUNK_COLUMNS = tuple(
 SPAN_COLUMNS = ("chunk_id", "span_kind", "start", "end", "extra_json")
 #: a new chunk's values (:data:`CHUNK_COLUMNS`): rows, not model objects, on the writer's hot path
 ChunkRow = tuple[int, int, str, int | None, int | None, str, int, str, str, None, None, None, bool, None]
+#: where a unit's text lies in its representation's text; None: not there (the chunk holds it)
+Place = tuple[int, int] | None
 
 
 @dataclass
@@ -423,36 +425,44 @@ def _sync_chunks(
     for chunk in live:
         text = chunk.stored_text if chunk.text_start is None else cut_from[chunk.text_start : chunk.text_end]
         old_by_hash[_hash(chunk.context, text)].append(chunk)
-    locator = slices.Locator(rep.text)
-    moved: list[tuple[Chunk, ChunkDraft]] = []
+    # Where each draft lies and its lexical row's tail, worked out by the
+    # preparing worker when it could (as for a new representation), else here.
+    places, tails = _places_and_tails(rep, prepared, ahead)
+    moved: list[tuple[Chunk, ChunkDraft, Place]] = []
     new_chunks: list[tuple[ChunkRow, ChunkDraft]] = []
-    for draft in prepared.drafts:
+    new_tails: list[lexical.Tails | None] = []
+    for draft, place, tail in zip(prepared.drafts, places, tails, strict=True):
         reusable = old_by_hash.get(_hash(draft.context, draft.text))
         if reusable:
-            moved.append((reusable.pop(), draft))
+            moved.append((reusable.pop(), draft, place))
             continue
-        new_chunks.append((_new_chunk(rep, prepared, draft, _locate(locator, draft)), draft))
+        new_chunks.append((_new_chunk(rep, prepared, draft, place), draft))
+        new_tails.append(tail)
     if old_text is not None and old_text != rep.text:
-        slices.materialize(rep.rep_id, old_text, keep=[chunk.chunk_id for chunk, _ in moved])
-    for chunk, draft in moved:
-        _move_chunk(chunk, draft, _locate(locator, draft))
+        slices.materialize(rep.rep_id, old_text, keep=[chunk.chunk_id for chunk, _, _ in moved])
+    _move_chunks(moved)
     stale = [chunk for chunks in old_by_hash.values() for chunk in chunks]
     _tombstone_chunks(stale, delta)
-    new_chunks = _revive_chunks(rep, new_chunks, delta, locator)
-    delta.chunks_added += len(_create_chunks(new_chunks, [None] * len(new_chunks)))
+    new_chunks, new_tails = _revive_chunks(rep, new_chunks, new_tails, delta)
+    delta.chunks_added += len(_create_chunks(new_chunks, new_tails))
 
 
 def _revive_chunks(
-    rep: Representation, wanted: list[tuple[ChunkRow, ChunkDraft]], delta: Delta, locator: slices.Locator
-) -> list[tuple[ChunkRow, ChunkDraft]]:
+    rep: Representation,
+    wanted: list[tuple[ChunkRow, ChunkDraft]],
+    wanted_tails: list[lexical.Tails | None],
+    delta: Delta,
+) -> tuple[list[tuple[ChunkRow, ChunkDraft]], list[lexical.Tails | None]]:
     """Bring back the representation's tombstoned chunks whose context and
     text a wanted unit has (one each, those holding a vector first, then the
-    latest); returns the units still to create. Candidates are read by the
-    wanted contexts (REVIVE_PART at a time) and matched by the hash of their
-    text, which a tombstoned chunk holds itself or as offsets into the
-    representation's unchanged text (corpus/slices.py)."""
+    latest); returns the units still to create, with their lexical tails.
+    Candidates are read by the wanted contexts (REVIVE_PART at a time) and
+    matched by the hash of their text, which a tombstoned chunk holds itself
+    or as offsets into the representation's unchanged text
+    (corpus/slices.py). A revived chunk takes the wanted row's place and
+    lexical row (its tails as worked out for the new chunk)."""
     if not wanted:
-        return wanted
+        return wanted, wanted_tails
     contexts = sorted({draft.context for _, draft in wanted})
     found: dict[str, list[tuple[bool, int]]] = defaultdict(list)
     tombstoned = rep.chunks.filter(deleted=True)
@@ -464,16 +474,18 @@ def _revive_chunks(
             text = unpack(stored) if text_start is None else rep.text[text_start:text_end]
             found[_hash(context, text)].append((status != EmbeddingStatus.OK, -chunk_id))
     if not found:
-        return wanted
+        return wanted, wanted_tails
     candidates = {text_hash: [-key[1] for key in sorted(keys)] for text_hash, keys in found.items()}
-    chosen: dict[int, tuple[ChunkRow, ChunkDraft]] = {}
+    chosen: dict[int, tuple[ChunkRow, ChunkDraft, lexical.Tails | None]] = {}
     rest: list[tuple[ChunkRow, ChunkDraft]] = []
-    for row, draft in wanted:
+    rest_tails: list[lexical.Tails | None] = []
+    for (row, draft), tail in zip(wanted, wanted_tails, strict=True):
         ids = candidates.get(_hash(draft.context, draft.text))
         if ids:
-            chosen[ids.pop(0)] = (row, draft)
+            chosen[ids.pop(0)] = (row, draft, tail)
         else:
             rest.append((row, draft))
+            rest_tails.append(tail)
     # Revived first, then read: a chunk that tombstone collection removed
     # since the candidates were read (corpus/ingest/collect.py, another
     # process) is not brought back, and its unit is created anew.
@@ -481,47 +493,71 @@ def _revive_chunks(
     rows = Chunk.objects.filter(chunk_id__in=list(chosen), deleted=False)
     revived = list(rows.defer("embedding").prefetch_related("spans"))
     kept = {chunk.chunk_id for chunk in revived}
-    rest.extend(wanted_unit for chunk_id, wanted_unit in chosen.items() if chunk_id not in kept)
+    for chunk_id, (row, draft, tail) in chosen.items():
+        if chunk_id not in kept:
+            rest.append((row, draft))
+            rest_tails.append(tail)
     # A vector that failed is tried again, as a new chunk's would be.
     rows.filter(embedding_status=EmbeddingStatus.ERROR).update(
         embedding_status=EmbeddingStatus.PENDING, embedding_error=None
     )
-    for chunk in revived:
-        draft = chosen[chunk.chunk_id][1]
-        _move_chunk(chunk, draft, _locate(locator, draft))
-    lexical.index_chunks(
-        (chunk.chunk_id, chunk.context, chosen[chunk.chunk_id][1].text, chunk.index_kind) for chunk in revived
+    _move_chunks([(chunk, chosen[chunk.chunk_id][1], _place(chosen[chunk.chunk_id][0])) for chunk in revived])
+    lexical.reindex_chunks(
+        ((chunk.chunk_id, chunk.context, draft.text, chunk.index_kind), tail)
+        for chunk in revived
+        for _, draft, tail in [chosen[chunk.chunk_id]]
     )
     delta.chunks_added += len(revived)
     delta.chunks_revived += len(revived)
     delta.embedded_revived += sum(1 for c in revived if c.embedding_status == EmbeddingStatus.OK)
-    return rest
+    return rest, rest_tails
 
 
-def _move_chunk(chunk: Chunk, draft: ChunkDraft, found: tuple[int, int] | None) -> None:
-    """A surviving chunk keeps its id and embedding; its place may move, in
-    the file and in its representation's text."""
-    changed: dict[str, object] = {}
-    if chunk.ordinal != draft.ordinal:
-        changed["ordinal"] = draft.ordinal
-    if found is None and chunk.text_start is not None:
-        changed.update(stored_text=draft.text, text_start=None, text_end=None)
-    elif found is not None and found != (chunk.text_start, chunk.text_end):
-        changed.update(stored_text="", text_start=found[0], text_end=found[1])
-    if changed:
-        Chunk.objects.filter(chunk_id=chunk.chunk_id).update(**changed)
-    spans = list(chunk.spans.all())
-    if len(spans) == 1 and (spans[0].span_kind, spans[0].start, spans[0].end, spans[0].extra_json) == (
-        draft.span_kind,
-        draft.start,
-        draft.end,
-        draft.extra,
-    ):
-        return
-    Span.objects.filter(chunk=chunk).delete()
-    Span.objects.create(
-        chunk=chunk, span_kind=draft.span_kind, start=draft.start, end=draft.end, extra_json=draft.extra
-    )
+def _place(row: ChunkRow) -> Place:
+    """Where a new chunk's row says its text lies in its representation's text (None: it holds it)."""
+    start, end = row[3], row[4]  # text_start, text_end (CHUNK_COLUMNS)
+    return None if start is None or end is None else (start, end)
+
+
+def _move_chunks(moved: list[tuple[Chunk, ChunkDraft, Place]]) -> None:
+    """Surviving chunks keep their ids and embeddings; their places may move,
+    in the file and in their representation's text. One UPDATE statement
+    for the rows that moved, one DELETE and one INSERT for the spans that
+    changed (a switched file's units mostly shift by some lines: the same
+    writes a chunk at a time were a query or three each)."""
+    updates: list[tuple[int, str | bytes, int | None, int | None, int]] = []
+    new_spans: list[tuple[object, ...]] = []
+    span_chunks: list[int] = []
+    for chunk, draft, found in moved:
+        ordinal, stored, start, end = chunk.ordinal, None, chunk.text_start, chunk.text_end
+        if found is None and chunk.text_start is not None:
+            stored, start, end = column_value(draft.text, connection), None, None
+        elif found is not None and found != (chunk.text_start, chunk.text_end):
+            stored, start, end = "", found[0], found[1]
+        if draft.ordinal != ordinal or stored is not None:
+            if stored is None:  # the ordinal alone: the text column as it is
+                stored = column_value(chunk.stored_text, connection) if chunk.text_start is None else ""
+            updates.append((draft.ordinal, stored, start, end, chunk.chunk_id))
+        spans = list(chunk.spans.all())
+        if len(spans) == 1 and (spans[0].span_kind, spans[0].start, spans[0].end, spans[0].extra_json) == (
+            draft.span_kind,
+            draft.start,
+            draft.end,
+            draft.extra,
+        ):
+            continue
+        new_spans.append((chunk.chunk_id, draft.span_kind, draft.start, draft.end, draft.extra))
+        span_chunks.append(chunk.chunk_id)
+    with connection.cursor() as cursor:
+        if updates:
+            cursor.executemany(
+                "UPDATE chunks SET ordinal = %s, text = %s, text_start = %s, text_end = %s "
+                "WHERE chunk_id = %s",
+                updates,
+            )
+        for part in batches(span_chunks):
+            cursor.execute(f"DELETE FROM spans WHERE chunk_id IN ({marks(part)})", part)
+    bulk.insert(Span, SPAN_COLUMNS, new_spans)
 
 
 def _tombstone_chunks(chunks: list[Chunk], delta: Delta) -> None:
