@@ -13,7 +13,10 @@ Once a verified payment's tool has run, its result is stored with the
 intent to settle (nonce, payer, amount, request hash) before settlement is
 asked for (payments/replay.py): a retry with the same payment after a
 facilitator outage, or after this process died at any point, only retries
-settlement, and never runs the tool again once its result is stored. If the
+settlement, and never runs the tool again once its result is stored. A
+payment answers only the request it was first sent with (its request hash):
+any other request carrying it is refused ``payment_already_used``, since a
+settled authorization is public on chain. If the
 facilitator then says the nonce is already used and an earlier settle
 request for this payment went unanswered, that request is what settled it:
 the retry gets the stored result, and nothing is charged twice.
@@ -241,7 +244,12 @@ class Gate:
         attempt, fresh = replay.claim(key, tool=tool_name, request_hash=request_hash, owner=self.owner)
         entry = _with(entry, Status.REQUIRED, payment_key=key, payer=_payer(payload_dict))
         step = _Step(attempt, entry, price, payload, variant, route)
-        if not fresh and not self._take_over(step, request_hash):
+        if not fresh and attempt.request_hash != request_hash:
+            # A payment answers the request it was first sent with, and no
+            # other: once settled its authorization is public on chain, and
+            # anyone could rebuild it to read that request's stored answer.
+            return self._used(step)
+        if not fresh and not self._take_over(step):
             return self._again(step)
         try:
             return self._process(step, run)
@@ -288,12 +296,19 @@ class Gate:
             self._record_after_run(_with(entry, Status.SETTLING))
         return self._settle(step, result)
 
-    def _take_over(self, step: _Step, request_hash: str) -> bool:
-        """A ``pending`` payment whose process died: this request starts it again."""
+    def _take_over(self, step: _Step) -> bool:
+        """A ``pending`` payment whose process died: this request (the same one) starts it again."""
         attempt = step.attempt
         if attempt.state != attempt.State.PENDING or self._owner_state(attempt.owner) != owners.DEAD:
             return False
-        return replay.take_over(attempt, owner=self.owner, tool=step.entry.tool, request_hash=request_hash)
+        return replay.take_over(attempt, owner=self.owner, request_hash=step.entry.request_hash)
+
+    def _used(self, step: _Step) -> Outcome:
+        """The payment is another request's: ``payment_already_used``, a fresh
+        challenge for this request's tool. Its row is left as it is."""
+        reason = "payment_already_used"
+        self.audit.record(_with(step.entry, Status.FAILED, error_reason=reason))
+        return self._rejected(step.entry.tool, step.variant, reason, route=step.route)
 
     def _again(self, step: _Step) -> Outcome:
         """A payment seen before: its stored outcome, or a retry of its settlement only."""
@@ -301,15 +316,16 @@ class Gate:
         if attempt.state == attempt.State.DONE:
             if attempt.outcome:
                 return Outcome.from_dict(attempt.outcome).as_replay()
-            # The outcome was purged after its retention: the payment stays used.
-            reason = "payment_already_used"
-            self.audit.record(_with(step.entry, Status.FAILED, error_reason=reason))
-            return self._rejected(step.entry.tool, step.variant, reason, route=step.route)
+            return self._used(step)  # the outcome was purged after its retention: the payment stays used
         if attempt.state not in (attempt.State.RAN, attempt.State.SETTLING):
             return in_progress(step.variant)
         dead = attempt.state == attempt.State.SETTLING and self._owner_state(attempt.owner) == owners.DEAD
         if not replay.take_settlement(
-            attempt, owner=self.owner, stale_after=self.settle_takeover, owner_dead=dead
+            attempt,
+            owner=self.owner,
+            request_hash=step.entry.request_hash,
+            stale_after=self.settle_takeover,
+            owner_dead=dead,
         ):
             return in_progress(step.variant)
         price = self.price_for(attempt.tool) or step.price

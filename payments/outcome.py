@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from dataclasses import asdict, dataclass, field, replace
 
 from kernel import errors
@@ -31,7 +32,9 @@ class Outcome:
       the same payment settles it (a settle outage: ``data.tool_ran``).
     * ``ran``: stored only, never answered: the tool succeeded, settlement is pending.
     * ``in_progress``: the same payment is being processed by another request; retry.
-    * ``replayed``: the stored outcome of an earlier request with the same payment.
+    * ``replayed``: the stored outcome of an earlier request with the same payment and
+      the same request hash (a payment sent for another request is ``failed``,
+      ``payment_already_used``).
 
     Exactly one of ``result`` / ``error`` is set. ``variant`` is ``http`` (headers)
     or ``inband`` (``_meta``); in-band payment failures are tool results with
@@ -91,12 +94,38 @@ def in_progress(variant: str) -> Outcome:
 
 
 def request_hash(tool_name: str, arguments: JsonObject | None) -> str:
-    """sha256 of the tool name and its canonical arguments; the text itself is never kept."""
+    """sha256 of the tool name and its canonical arguments; the text itself is never kept.
+
+    The replay store serves a payment's stored answer only to a request with
+    this hash (payments/gate.py), so it names the question the tool is asked,
+    not how it was spelled: keys in any order (at every depth), a number in
+    any spelling (``3``, ``3.0``, ``3e0`` are one; ``true`` stays a boolean),
+    a key in any Unicode normal form (NFC; two keys of one form in one
+    object stay two keys). A value is kept as sent: ``café`` in NFC and NFD
+    may name two files. Arguments of integers, NFC keys and any strings hash
+    as they did before session 26, so a stored row still answers its retry.
+    """
     canonical = json.dumps(
-        {"tool": tool_name, "arguments": arguments or {}},
+        {"tool": tool_name, "arguments": _canonical(arguments or {})},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
         default=str,
     )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    # a lone surrogate is no UTF-8; hashed as its code point rather than raised
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical(value: object) -> object:
+    """``value`` with integral floats as integers and object keys in NFC."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    if isinstance(value, dict):
+        items = {str(key): _canonical(item) for key, item in value.items()}
+        normal = {unicodedata.normalize("NFC", key): item for key, item in items.items()}
+        # two keys that normalize alike stay apart, spelled as sent (a key not
+        # in NFC never appears in a normalized object, so no other request matches)
+        return normal if len(normal) == len(items) else items
+    return value

@@ -1,26 +1,34 @@
 """The replay store: one row per payment, claimed before anything runs.
 
 A payment is identified by its signature and its authorization nonce. The
-first request inserts the row (the database's unique constraint decides
-races between processes too); any later request with the same payment
-finds it and gets the stored outcome, or "in progress" while the first is
-still running.
+first request inserts the row with its ``request_hash`` (the tool and its
+canonical arguments, payments/outcome.py; the database's unique constraint
+decides races between processes too). The payment then belongs to that
+request: a later request with the same payment and the same request hash
+(its client's retry) gets the stored outcome, or "in progress" while the
+first is still running; one with another request hash gets
+``payment_already_used`` and changes nothing here (payments/gate.py). The
+row's ``tool`` and ``request_hash`` are never rewritten: once settled, the
+authorization is public on chain, and a stored answer served to any request
+carrying it was anyone's to read (until session 26).
 
 A row moves through these states:
 
 * ``pending``: claimed by its ``owner`` (a process, payments/owners.py);
   verifying, then running the tool. Nothing is stored and nothing settled:
-  if the owner dies, a retry takes the row over and starts again (verify,
-  run); while it lives, a retry is told "in progress";
+  if the owner dies, a retry of the same request takes the row over and
+  starts again (verify, run); while it lives, a retry is told "in progress";
 * ``settling``: the tool ran and succeeded. Its result is stored together
   with the intent to settle (the authorization's nonce, payer and amount,
   and the request hash), and ``settle_attempts`` counts the settle request,
-  all before the facilitator is asked. If the owner dies, a retry takes the
+  all before the facilitator is asked. If the owner dies, a retry (of the
+  same request, as for every state below) takes the
   settlement over at once (or, when the owner cannot be probed, once the row
   is older than a settle call can last) and asks again;
 * ``ran``: the facilitator could not be reached; the result stays stored,
   and a retry with the same payment only retries settlement;
-* ``done``: the final outcome is stored and is what every replay gets.
+* ``done``: the final outcome is stored and is what every retry of the
+  same request gets.
 
 A row that never ran the tool (a verification outage) is deleted, so the
 same payment can be retried from the start.
@@ -111,7 +119,8 @@ def _until() -> datetime:
 
 
 def claim(key: str, *, tool: str, request_hash: str, owner: str = "") -> tuple[PaymentAttempt, bool]:
-    """(attempt, True) for a new payment, owned by ``owner``; (existing attempt, False) for a replay.
+    """(attempt, True) for a new payment, owned by ``owner``; (existing attempt, False) for a
+    payment seen before, whichever request it was for (the caller compares ``request_hash``).
 
     Expired outcomes are purged first (at most once per :data:`PURGE_INTERVAL`),
     so the table never keeps a result much longer than :data:`RETENTION`; a
@@ -133,14 +142,16 @@ def claim(key: str, *, tool: str, request_hash: str, owner: str = "") -> tuple[P
     return attempt, False
 
 
-def take_over(attempt: PaymentAttempt, *, owner: str, tool: str, request_hash: str) -> bool:
-    """Claim a ``pending`` payment whose owner died, for this request; False if
-    another request took it first. Nothing was stored or settled for it."""
-    taken = PaymentAttempt.objects.filter(pk=attempt.pk, state=State.PENDING, owner=attempt.owner).update(
-        owner=owner, tool=tool, request_hash=request_hash, kept_until=_until(), updated_at=timezone.now()
-    )
+def take_over(attempt: PaymentAttempt, *, owner: str, request_hash: str) -> bool:
+    """Claim a ``pending`` payment whose owner died, for a retry of its own
+    request (``request_hash``, which the row must hold: it is never
+    rewritten); False if another request took it first. Nothing was stored
+    or settled for it."""
+    taken = PaymentAttempt.objects.filter(
+        pk=attempt.pk, state=State.PENDING, owner=attempt.owner, request_hash=request_hash
+    ).update(owner=owner, kept_until=_until(), updated_at=timezone.now())
     if taken:
-        attempt.owner, attempt.tool, attempt.request_hash = owner, tool, request_hash
+        attempt.owner = owner
     return bool(taken)
 
 
@@ -170,10 +181,16 @@ def await_settlement(attempt: PaymentAttempt, *, sent: bool = True) -> None:
 
 
 def take_settlement(
-    attempt: PaymentAttempt, *, owner: str, stale_after: timedelta, owner_dead: bool = False
+    attempt: PaymentAttempt,
+    *,
+    owner: str,
+    request_hash: str,
+    stale_after: timedelta,
+    owner_dead: bool = False,
 ) -> bool:
     """Move a payment to ``settling`` for this request and count the settle
-    request it is about to send; False if another request has it.
+    request it is about to send; False if another request has it, or if this
+    request is not the one the payment was first sent with (``request_hash``).
 
     A ``ran`` payment is taken at once, and so is a ``settling`` one whose owner
     died (``owner_dead``: its process is gone, payments/owners.py). Otherwise a
@@ -186,7 +203,7 @@ def take_settlement(
     waiting = Q(state=State.RAN) | Q(state=State.SETTLING, updated_at__lt=now - stale_after)
     if owner_dead:
         waiting |= Q(state=State.SETTLING, owner=attempt.owner)
-    taken = PaymentAttempt.objects.filter(waiting, pk=attempt.pk).update(
+    taken = PaymentAttempt.objects.filter(waiting, pk=attempt.pk, request_hash=request_hash).update(
         state=State.SETTLING, owner=owner, settle_attempts=F("settle_attempts") + 1, updated_at=now
     )
     if taken:

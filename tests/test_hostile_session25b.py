@@ -14,7 +14,7 @@ import pytest
 from kernel import errors
 from tests.mcp_http import REPO, base_env, write_corpus
 from tests.test_cli import cli
-from tests.test_payments_gate import ARGS, TOOL, Tool, call, challenge, fake_facilitator, gate
+from tests.test_payments_gate import Tool, call, challenge, fake_facilitator, gate
 from tests.test_stdio import INITIALIZE, check_jsonrpc_line, command
 from tests.x402_client import payment_header
 
@@ -118,9 +118,7 @@ def test_a_respelled_payment_is_the_same_payment_and_never_runs_the_tool_twice(g
         during.append(call(gate, tool, header=respelled(header)))  # arrives while the first runs
         return tool()
 
-    first = gate.handle(
-        tool_name=TOOL, arguments=ARGS, header=header, meta_payment=None, request_hash="h", run=run_and_resend
-    )
+    first = call(gate, run_and_resend, header=header)  # the same request as the respelled copy's
     assert first.kind == "paid", first
     assert [o.kind for o in during] == ["in_progress"], during  # before: "paid", the tool run again
     after = call(gate, tool, header=respelled(header))

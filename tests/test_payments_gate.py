@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import time
 from datetime import timedelta
@@ -329,9 +330,7 @@ def test_payment_still_in_progress_is_not_run_twice(gate):
         inner.append(call(gate, tool, header=header))  # the duplicate arrives mid-call
         return tool()
 
-    outcome = gate.handle(
-        tool_name=TOOL, arguments=ARGS, header=header, meta_payment=None, request_hash="h", run=run_and_replay
-    )
+    outcome = call(gate, run_and_replay, header=header)  # the duplicate is the same request
     assert outcome.kind == "paid" and tool.calls == 1
     assert inner[0].kind == "in_progress" and inner[0].retryable and inner[0].http_status == 409
 
@@ -682,14 +681,16 @@ DEAD_OWNER = "4242-0123456789ab"
 
 
 def leave_behind(gate, header: str, state: str, *, owner: str, outcome=None) -> PaymentAttempt:
-    """The replay row a process left when it stopped at ``state`` (``owner``'s lock file
+    """The replay row a process serving ``call(gate, ..., header=header)`` left
+    when it stopped at ``state`` (``owner``'s lock file
     is there, unlocked, when the owner died: what the kernel leaves of a killed process)."""
     if owner == DEAD_OWNER:
         folder = owners.owners_dir(gate.state_dir)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{DEAD_OWNER}.lock").touch()
     payload = decode_payment_signature_header(header).model_dump(by_alias=True, exclude_none=True)
-    attempt, _ = replay.claim(replay.payment_key(payload), tool=TOOL, request_hash="h", owner=owner)
+    key, asked = replay.payment_key(payload), gate_mod.request_hash(TOOL, ARGS)
+    attempt, _ = replay.claim(key, tool=TOOL, request_hash=asked, owner=owner)
     if state != "pending":
         PaymentAttempt.objects.filter(pk=attempt.pk).update(state=state, outcome=outcome, settle_attempts=1)
     return attempt
@@ -739,3 +740,197 @@ def test_a_settling_payment_whose_process_died_is_settled_at_once(gate, fake_fac
     assert fake_facilitator.count("/verify") == 0 and fake_facilitator.settlements == [nonce_of(header)]
     attempt = PaymentAttempt.objects.get()
     assert attempt.state == "done" and attempt.settle_attempts == 2
+
+
+# -- a payment answers its own request only (docs/security.md, session 26) -------------
+
+OTHER_ARGS = {"query": "payroll 2025", "k": 3}
+
+
+def the_row() -> dict:
+    """Every column of the one replay row, to show a refused replay changed none."""
+    return PaymentAttempt.objects.values().get()
+
+
+def refused_as_used(outcome, *, variant: str = "http", tool: str = TOOL) -> None:
+    """A fresh challenge for the request's own tool, naming ``payment_already_used``,
+    holding nothing of the stored answer."""
+    assert outcome.kind == "failed" and outcome.reason == "payment_already_used", outcome
+    assert "3 hits" not in json.dumps(outcome.to_dict())
+    if variant == "inband":
+        assert outcome.http_status == 200 and outcome.result["isError"] is True
+        required = outcome.result["structuredContent"]
+        assert required["error"] == "payment_already_used" and required["accepts"][0]["amount"] == "10000"
+        assert required["resource"]["description"] == f"MCP tool call: {tool}"
+        return
+    assert outcome.http_status == 402 and outcome.result is None
+    required = decode_payment_required_header(outcome.headers["PAYMENT-REQUIRED"])
+    assert required.error == "payment_already_used" and required.accepts[0].amount == "10000"
+    assert required.resource.description == f"MCP tool call: {tool}"
+    assert outcome.error["code"] == 402 and outcome.error["data"]["error"] == "payment_already_used"
+
+
+def test_a_settled_payment_sent_for_another_request_is_used_and_gets_nothing_stored(gate, fake_facilitator):
+    """Once settled, the authorization is public on chain: rebuilt into a
+    header, it got the stored answer of the request it paid for, whatever the
+    replay asked. Now only the same request (tool and arguments) gets it."""
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    paid = call(gate, tool, header=header)
+    assert paid.kind == "paid"
+    row = the_row()
+
+    other_query = call(gate, tool, header=header, args=OTHER_ARGS)
+    refused_as_used(other_query)
+    other_tool = call(gate, tool, header=header, name="dir2mcp.find", args={"content": "loader"})
+    refused_as_used(other_tool, tool="dir2mcp.find")
+    assert the_row() == row  # nothing taken over, nothing overwritten
+    assert tool.calls == 1
+    assert (fake_facilitator.count("/verify"), fake_facilitator.count("/settle")) == (1, 1)
+    refusals = SettlementLog.objects.filter(status="failed", error_reason="payment_already_used")
+    assert sorted(refusals.values_list("request_hash", flat=True)) == sorted(
+        [
+            gate_mod.request_hash(TOOL, OTHER_ARGS),
+            gate_mod.request_hash("dir2mcp.find", {"content": "loader"}),
+        ]
+    )
+
+    # the request it paid for still gets its answer (its client's retry of a lost answer)
+    same = call(gate, tool, header=header, args={"k": 3, "query": ARGS["query"]})
+    assert same.kind == "replayed" and same.result == paid.result and same.headers == paid.headers
+    assert tool.calls == 1 and fake_facilitator.count("/settle") == 1
+
+
+def test_an_inband_payment_sent_for_another_request_is_used_in_band(gate, fake_facilitator):
+    tool = Tool()
+    meta = payment_meta(challenge(gate))
+    paid = call(gate, tool, meta=meta)
+    assert paid.kind == "paid"
+    row = the_row()
+    refused_as_used(call(gate, tool, meta=meta, args=OTHER_ARGS), variant="inband")
+    # the same payment as a header, for another request: the same payment, used
+    refused_as_used(
+        call(
+            gate,
+            tool,
+            header=encode_payment_signature_header(PaymentPayload.model_validate(meta)),
+            args=OTHER_ARGS,
+        )
+    )
+    assert the_row() == row and tool.calls == 1
+    same = call(gate, tool, meta=meta)
+    assert same.kind == "replayed" and same.result == paid.result
+
+
+def test_a_held_result_is_settled_only_for_its_own_request(gate, fake_facilitator):
+    """After a settle outage the result waits (``ran``) for its client's retry:
+    another request with the payment neither settles it nor gets it."""
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    fake_facilitator.fail_next(503, path="/settle")
+    down = call(gate, tool, header=header)
+    assert down.kind == "unavailable" and down.error["data"]["tool_ran"] is True
+    row = the_row()
+    assert row["state"] == "ran" and row["settle_attempts"] == 1
+
+    refused_as_used(call(gate, tool, header=header, args=OTHER_ARGS))  # a mistaken retry: not a second run
+    assert the_row() == row
+    assert tool.calls == 1 and fake_facilitator.count("/settle") == 1
+
+    settled = call(gate, tool, header=header)  # the legitimate retry settles and gets the result
+    assert settled.kind == "paid" and settled.result["content"][0]["text"] == "3 hits" and tool.calls == 1
+    assert fake_facilitator.count("/settle") == 2
+    refused_as_used(call(gate, tool, header=header, args=OTHER_ARGS))
+
+
+def test_a_settlement_whose_process_died_is_not_taken_over_by_another_request(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    held = gate_mod.Outcome("ran", 200, "http", result=Tool()()).to_dict()
+    leave_behind(gate, header, "settling", owner=DEAD_OWNER, outcome=held)
+    row = the_row()
+    refused_as_used(call(gate, tool, header=header, args=OTHER_ARGS))
+    assert the_row() == row and fake_facilitator.calls == []
+    settled = call(gate, tool, header=header)  # its own request settles it at once
+    assert settled.kind == "paid" and settled.result["content"][0]["text"] == "3 hits" and tool.calls == 0
+
+
+def test_a_pending_payment_whose_process_died_is_started_again_only_for_its_request(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    leave_behind(gate, header, "pending", owner=DEAD_OWNER)
+    row = the_row()
+    refused_as_used(call(gate, tool, header=header, args=OTHER_ARGS))
+    assert the_row() == row and tool.calls == 0 and fake_facilitator.calls == []
+    assert call(gate, tool, header=header).kind == "paid" and tool.calls == 1
+
+
+def test_a_payment_running_for_one_request_is_used_for_another(gate, fake_facilitator):
+    """Two requests with one payment: the first's request runs; the other,
+    sent while it runs, is refused (not "in progress": it would never get
+    its own answer), and refused after it too."""
+    header = payment_header(challenge(gate))
+    tool = Tool()
+    during: list = []
+
+    def run_and_send_another() -> dict:
+        during.append(call(gate, tool, header=header, args=OTHER_ARGS))
+        during.append(call(gate, tool, header=header))  # its own request, meanwhile: in progress
+        return tool()
+
+    first = call(gate, run_and_send_another, header=header)
+    assert first.kind == "paid" and tool.calls == 1
+    refused_as_used(during[0])
+    assert during[1].kind == "in_progress"
+    refused_as_used(call(gate, tool, header=header, args=OTHER_ARGS))
+    assert tool.calls == 1 and fake_facilitator.count("/settle") == 1
+
+
+def _old_request_hash(tool_name: str, arguments: dict) -> str:
+    """The request hash as sessions before 26 wrote it."""
+    text = json.dumps(
+        {"tool": tool_name, "arguments": arguments}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def test_the_request_hash_is_one_per_question_the_tool_is_asked():
+    h = gate_mod.request_hash
+    base = h(TOOL, {"query": "café", "k": 3, "filters": {"a": 1, "b": [1, 2]}})
+    # key order (at every depth) and the spelling of a number are not the question
+    assert h(TOOL, json.loads('{"filters": {"b": [1, 2.0], "a": 1e0}, "k": 3.0, "query": "café"}')) == base
+    assert (
+        h(TOOL, json.loads('{"k": 30e-1, "filters": {"a": 1, "b": [1, 2]}, "query": "caf\\u00e9"}')) == base
+    )
+    # a key in another Unicode normal form is the same key
+    assert h(TOOL, {"caf\u00e9": 1}) == h(TOOL, {"cafe\u0301": 1})
+    # what the tool reads differently is another question
+    assert h(TOOL, {"query": "caf\u00e9"}) != h(TOOL, {"query": "cafe\u0301"})  # a value is kept as sent
+    assert h(TOOL, {"k": 1}) != h(TOOL, {"k": True}) != h(TOOL, {"k": "1"})
+    assert h(TOOL, {"k": [1, 2]}) != h(TOOL, {"k": [2, 1]})
+    assert h(TOOL, {"k": 1}) != h("dir2mcp.find", {"k": 1})
+    assert h(TOOL, {"k": 0.5}) != h(TOOL, {"k": 0})
+    assert h(TOOL, None) == h(TOOL, {})
+    # two keys of one normal form in one object stay two keys
+    both = h(TOOL, {"caf\u00e9": 1, "cafe\u0301": 2})
+    assert both not in (
+        h(TOOL, {"caf\u00e9": 1}),
+        h(TOOL, {"caf\u00e9": 2}),
+        h(TOOL, {"caf\u00e9": 2, "cafe\u0301": 1}),
+    )
+    # a lone surrogate (REST or a future parser) is hashed, not a traceback
+    assert len(h(TOOL, {"query": "\ud800"})) == 64
+    # what sessions before 26 stored still matches: a retry across the upgrade gets its answer
+    assert h(TOOL, ARGS) == _old_request_hash(TOOL, ARGS)
+    assert h(TOOL, {"query": "naïve", "k": 3, "x": [True, None, 1.5]}) == _old_request_hash(
+        TOOL, {"query": "naïve", "k": 3, "x": [True, None, 1.5]}
+    )
+
+
+def test_a_retry_that_respells_its_arguments_is_the_same_request(gate, fake_facilitator):
+    tool = Tool()
+    header = payment_header(challenge(gate))
+    paid = call(gate, tool, header=header)
+    respelled = json.loads('{"k": 3.0, "query": "invoices 2024 confidential"}')
+    same = call(gate, tool, header=header, args=respelled)
+    assert same.kind == "replayed" and same.result == paid.result and tool.calls == 1

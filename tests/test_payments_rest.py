@@ -90,14 +90,14 @@ def envelope(response: httpx.Response, status: int, code: str) -> dict:
     return body["error"]
 
 
-def mcp_call(server, name: str, arguments: dict) -> httpx.Response:
+def mcp_call(server, name: str, arguments: dict, **headers: str) -> httpx.Response:
     body = {
         "jsonrpc": "2.0",
         "id": 7,
         "method": "tools/call",
         "params": {"name": name, "arguments": arguments},
     }
-    return server.post(body, session=server.session)
+    return server.post(body, session=server.session, **headers)
 
 
 @pytest.mark.parametrize(("method", "path", "params", "tool", "amount"), PRICED)
@@ -155,6 +155,23 @@ def test_paid_retry_gets_the_result_and_payment_response_and_a_replay_runs_nothi
     again = rest(server, "GET", "/search", {"query": "loader"}, **{"PAYMENT-SIGNATURE": signature})
     assert again.status_code == 200 and again.json() == body
     assert again.headers["PAYMENT-RESPONSE"] == paid.headers["PAYMENT-RESPONSE"]
+    assert (
+        facilitator.count("/settle") == settled_before + 1 and facilitator.count("/verify") == verified_before
+    )
+
+    # the same payment for another request, on this route or the MCP endpoint: used up,
+    # a fresh challenge for that request and nothing of the stored answer
+    other = rest(server, "GET", "/search", {"query": "hnsw"}, **{"PAYMENT-SIGNATURE": signature})
+    error = envelope(other, 402, "UNAUTHORIZED")
+    assert "payment_already_used" in error["message"] and "hits" not in other.text
+    required = decode_payment_required_header(other.headers["PAYMENT-REQUIRED"])
+    assert required.error == "payment_already_used"
+    assert required.resource.url == f"{RESOURCE_BASE}/api/v1/search"
+    assert "PAYMENT-RESPONSE" not in other.headers
+    find = rest(server, "GET", "/find", {"content": "loader"}, **{"PAYMENT-SIGNATURE": signature})
+    assert "payment_already_used" in envelope(find, 402, "UNAUTHORIZED")["message"]
+    via_mcp = mcp_call(server, "dir2mcp.search", {"query": "hnsw"}, **{"PAYMENT-SIGNATURE": signature})
+    assert via_mcp.status_code == 402 and via_mcp.json()["error"]["data"]["error"] == "payment_already_used"
     assert (
         facilitator.count("/settle") == settled_before + 1 and facilitator.count("/verify") == verified_before
     )

@@ -178,3 +178,65 @@ def test_signed_header_round_trips_through_the_codecs():
     assert _dump(decoded) == _dump(payload) and decoded.accepted.pay_to == PAY_TO
     auth = _dump(decoded)["payload"]["authorization"]
     assert FakeFacilitator.signature_ok(auth, _dump(decoded)["payload"]["signature"], pr["accepts"][0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_with_one_payment_run_only_the_first_request(fake_facilitator, tmp_path):
+    """Two requests with the same payment and different arguments, on two
+    threads (two database connections): the first claims the payment and its
+    request runs; the other is ``payment_already_used`` while it runs and
+    after, never "in progress" (it would be served the first's answer)."""
+    cfg = build_config(
+        {
+            "x402": {
+                "mode": "required",
+                "facilitator_url": fake_facilitator.url,
+                "resource_base_url": "https://files.example",
+                "route_policy": {"tools_call": {"price": "0.01", "network": BASE_SEPOLIA, "pay_to": PAY_TO}},
+            }
+        },
+        {},
+        {},
+    )
+    gate = gate_mod.from_config(cfg, tmp_path)
+    unpaid = gate.handle(
+        tool_name="t", arguments={}, header=None, meta_payment=None, request_hash="a", run=dict
+    )
+    header = payment_header(unpaid.headers["PAYMENT-REQUIRED"])
+    started, release = threading.Event(), threading.Event()
+    runs: list[str] = []
+    outcomes: dict[str, gate_mod.Outcome] = {}
+
+    def request(name: str, asked: str) -> None:
+        def tool() -> dict:
+            runs.append(asked)
+            started.set()
+            release.wait(30)
+            return {"content": [{"type": "text", "text": f"answer to {asked}"}], "isError": False}
+
+        try:
+            outcomes[name] = gate.handle(
+                tool_name="t", arguments={}, header=header, meta_payment=None, request_hash=asked, run=tool
+            )
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=request, args=("first", "a"))
+    first.start()
+    assert started.wait(30)
+    second = threading.Thread(target=request, args=("second", "b"))
+    second.start()
+    second.join(30)
+    release.set()
+    first.join(30)
+    late = threading.Thread(target=request, args=("late", "b"))
+    late.start()
+    late.join(30)
+    gate.close()
+    assert outcomes["first"].kind == "paid" and runs == ["a"]
+    for name in ("second", "late"):
+        assert outcomes[name].kind == "failed" and outcomes[name].reason == "payment_already_used", name
+        assert "answer to" not in json.dumps(outcomes[name].to_dict())
+    assert fake_facilitator.count("/verify") == 1 and fake_facilitator.count("/settle") == 1
+    attempt = PaymentAttempt.objects.get()
+    assert (attempt.state, attempt.request_hash) == ("done", "a")

@@ -121,7 +121,8 @@ def test_a_listen_on_one_process_hears_a_change_the_other_indexed(pair):
 
 def test_a_payment_is_answered_once_whichever_process_it_reaches(tmp_path, running, pg_database):
     """The replay store is the shared database: a payment settled through
-    one process buys nothing more through the other."""
+    one process buys nothing more through the other (its own request gets the
+    stored answer, another ``payment_already_used``)."""
     with running_facilitator() as facilitator:
         env = x402_env(facilitator.url)
         with serve_pair(tmp_path, running, pg_database, env) as (indexing, serving):
@@ -133,9 +134,12 @@ def test_a_payment_is_answered_once_whichever_process_it_reaches(tmp_path, runni
             result = answered(paid)
             assert result["structuredContent"]["hits"]
             assert decode_payment_response_header(paid.headers["PAYMENT-RESPONSE"]).success is True
-            other = {"name": "dir2mcp.search", "arguments": {"query": "hnsw notes"}}
-            replayed = post(indexing, "tools/call", other, extra=signature, msg_id=2)
+            replayed = post(indexing, "tools/call", search, extra=signature, msg_id=2)
             assert answered(replayed)["structuredContent"] == result["structuredContent"]
+            other = {"name": "dir2mcp.search", "arguments": {"query": "hnsw notes"}}
+            refused = post(indexing, "tools/call", other, extra=signature, msg_id=3)
+            assert refused.status_code == 402 and "result" not in refused.json(), refused.text
+            assert refused.json()["error"]["data"]["error"] == "payment_already_used"
             assert (facilitator.count("/verify"), facilitator.count("/settle")) == (1, 1)
 
 
