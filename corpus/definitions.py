@@ -81,3 +81,25 @@ def defines(text: str, name: str) -> bool:
     if line and _declares(name).search(line):
         return True
     return bool(_declares_inside(name).search(text))
+
+
+# The name a signature line declares: after a declaring keyword (``def x``,
+# ``function x``, ``class X``, ``const x``), or first on the line after
+# modifiers and at most two types (``x = …``, ``x(…)``, ``int x(…)``,
+# ``readonly x: T``, ``<T> List<T> x(``). Only a
+# signature line's first ``SIGNATURE_CHARS`` characters are read.
+SIGNATURE_CHARS = 400
+_DECLARED = re.compile(
+    r"\b(?:def|class|function|interface|enum|type|struct|trait|fn|func|var|let|const|record)\s+\*?([A-Za-z_$][\w$]*)"
+    r"|^\s*(?:(?:export|default|async|static|public|private|protected|readonly|declare|abstract|final)\s+)*"
+    rf"(?!(?:{_NOT_DECLARING})\b)(?:[\w$<>\[\],.?]+\s+){{0,2}}([A-Za-z_$][\w$.]*)\s*(?:=|:|\(|<)"
+)
+
+
+def declared_name(text: str) -> str | None:
+    """The name a unit's signature line declares (its last dotted part), or
+    None for a unit that declares nothing there (a comment, a statement)."""
+    match = _DECLARED.search(signature_line(text)[:SIGNATURE_CHARS])
+    if match is None:
+        return None
+    return (match.group(1) or match.group(2)).split(".")[-1]

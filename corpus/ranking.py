@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corpus.index import words
+
 Ranking = list[tuple[int, float]]
 
 #: added to a unit that defines a name the query asks for, so it leads
@@ -94,6 +96,50 @@ def cost_shares(lines: dict[int, int], limit: int, exponent: float) -> dict[int,
     if limit <= 0 or exponent <= 0:
         return {}
     return {cid: (limit / n) ** exponent for cid, n in lines.items() if n > limit}
+
+
+#: shorter words than this are neither a name's word nor a query's to match
+NAME_WORD_MIN = 3
+#: a word matches another it begins when it has at least this many letters
+#: ("thread" matches "threading", "back" "backward")
+NAME_PREFIX_MIN = 4
+
+
+def name_words(name: str) -> list[str]:
+    """The words of an identifier (``_compress_hextets``: compress, hextets;
+    ``baseFlatten``: base, flatten), lower-cased, without short ones."""
+    found = words.tokens(name)
+    pieces = found[1:] if len(found) > 1 else found  # the first of several is the joined form
+    return [word for word in dict.fromkeys(pieces) if len(word) >= NAME_WORD_MIN]
+
+
+def _word_matches(word: str, terms: Sequence[str]) -> bool:
+    for term in terms:
+        if term == word:
+            return True
+        short, long = (term, word) if len(term) <= len(word) else (word, term)
+        if len(short) >= NAME_PREFIX_MIN and long.startswith(short):
+            return True
+    return False
+
+
+def name_match_shares(names: dict[int, str], query_words: Sequence[str], weight: float) -> dict[int, float]:
+    """What each unit's score is multiplied by when the query holds the
+    words of the name it declares: ``1 + weight × matched / words``. A
+    sentence describing code tends to use the words its name is made of
+    ("Move the turtle backward" → ``back``, "Compresses a list of hextets"
+    → ``_compress_hextets``), while the units around it match the sentence's
+    topic, not its verb."""
+    terms = [term for term in query_words if len(term) >= NAME_WORD_MIN]
+    if weight <= 0 or not terms:
+        return {}
+    shares = {}
+    for cid, name in names.items():
+        parts = name_words(name)
+        matched = sum(_word_matches(part, terms) for part in parts)
+        if matched:
+            shares[cid] = 1 + weight * matched / len(parts)
+    return shares
 
 
 def scaled(fused: Ranking, shares: dict[int, float]) -> Ranking:

@@ -13,7 +13,7 @@ import numpy as np
 from corpus import adapter as query_adapter
 from corpus import globs, patterns, ranking, slices
 from corpus.citations import SpanRef, place_dict
-from corpus.definitions import defines, query_identifiers
+from corpus.definitions import declared_name, defines, query_identifiers
 from corpus.files import prefix_range, under_prefix
 from corpus.index import chunks, lexical, words
 from corpus.index.dense import status as dense_status
@@ -235,16 +235,16 @@ class Searcher:
                 fused = ranking.fuse(rankings, method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
         defining = self._defining(query, fused, filters, lexical_kinds)
         if len(query.split()) <= search_cfg.definitions_lead_words:
-            fused = ranking.definitions_first(self._reordered(fused), defining)
+            fused = ranking.definitions_first(self._reordered(fused, query), defining)
         elif defining:
             fused = ranking.fuse(
                 [*rankings, ranking.definitions_ranking(defining, lexical_ranking.weight)],
                 method=search_cfg.fusion,
                 rrf_k=search_cfg.rrf_k,
             )
-            fused = self._reordered(fused)
+            fused = self._reordered(fused, query)
         else:
-            fused = self._reordered(fused)
+            fused = self._reordered(fused, query)
         best = max((r.ranking[0][1] for r in dense_rankings if r.ranking), default=None)
         weak = ranking.is_weak(
             full_lexical_matches=full,
@@ -415,26 +415,39 @@ class Searcher:
             return None
         return ranking.long_unit_shares(chunks.code_unit_lines([cid for cid, _ in hits]), limit)
 
-    def _reordered(self, fused: ranking.Ranking) -> ranking.Ranking:
+    def _reordered(self, fused: ranking.Ranking, query: str) -> ranking.Ranking:
         """``fused`` after what the units are, not how they matched: a code
         unit longer than ``search.long_unit_lines`` keeps
-        ``ranking.cost_shares`` of its score, and code units among the first
-        ``FRAGMENT_DEPTH`` that are only imports and exports
-        (``ranking.is_fragment``) keep ``search.fragment_share`` of theirs."""
+        ``ranking.cost_shares`` of its score; among the first
+        ``FRAGMENT_DEPTH``, a code unit whose declared name is made of the
+        query's words gains ``ranking.name_match_shares`` of its score
+        (``search.name_match_weight``), one whose signature line declares
+        nothing (``definitions.declared_name``: a comment, a statement, a
+        leftover window) keeps ``search.undeclared_share`` of it, and code
+        units that are only imports and exports (``ranking.is_fragment``)
+        keep ``search.fragment_share`` of theirs."""
         cfg = self.config.search
         if fused and cfg.long_unit_lines and cfg.long_unit_exponent:
             lines = chunks.code_unit_lines([cid for cid, _ in fused])
             fused = ranking.scaled(
                 fused, ranking.cost_shares(lines, cfg.long_unit_lines, cfg.long_unit_exponent)
             )
-        share = cfg.fragment_share
-        if not fused or share >= 1:
+        share, weight, undeclared = cfg.fragment_share, cfg.name_match_weight, cfg.undeclared_share
+        if not fused or (share >= 1 and weight <= 0 and undeclared >= 1):
             return fused
         ids = [cid for cid, _ in fused[:FRAGMENT_DEPTH]]
         rows = Chunk.objects.filter(chunk_id__in=ids, index_kind="code").values_list(
             "chunk_id", *slices.FIELDS
         )
-        fragments = {cid for cid, text in slices.texts(list(rows), 1) if ranking.is_fragment(text)}
+        texts = slices.texts(list(rows), 1)
+        if weight > 0 or undeclared < 1:
+            names = {cid: name for cid, text in texts if (name := declared_name(text))}
+            query_words = [term for term in words.query_terms(query) if term not in lexical.STOP_WORDS]
+            shares = ranking.name_match_shares(names, query_words, weight)
+            if undeclared < 1:
+                shares.update((cid, undeclared) for cid, _ in texts if cid not in names)
+            fused = ranking.scaled(fused, shares)
+        fragments = {cid for cid, text in texts if ranking.is_fragment(text)}
         return ranking.fragments_last(fused, fragments, share)
 
     def _glob_filter(self, ids: list[int], filters: Filters) -> list[int]:

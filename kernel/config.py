@@ -315,6 +315,15 @@ class SearchConfig(Section):
     # names what other units are, and took places in the top 50 from them
     # (docs/benchmarks.md; 1: off, as before).
     fragment_share: float = Field(0.0, ge=0, le=1)
+    # Among the first fused units, a code unit whose declared name is made
+    # of the query's words ("Move the turtle backward" and ``back``) has
+    # its score multiplied by 1 + this × the share of its name's words the
+    # query holds (ranking.name_match_shares; docs/retrieval.md; 0: off).
+    name_match_weight: float = Field(0.75, ge=0, le=10)
+    # Among the same units, a code unit whose signature line declares
+    # nothing (a comment, a statement, a leftover window) keeps this share
+    # of its score (definitions.declared_name; 1: off).
+    undeclared_share: float = Field(1.0, ge=0, le=1)
     # A code unit longer than this many lines keeps (this / lines) **
     # long_unit_exponent of its final score: an agent pays every line a hit
     # cites, so a long unit has to be that much likelier to be the answer to

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpus.definitions import defines, query_identifiers, signature_line
+from corpus.definitions import declared_name, defines, query_identifiers, signature_line
 
 DECLARES = [
     ("def get_boundary(self, failobj=None):", "get_boundary"),
@@ -66,3 +66,30 @@ def test_signature_line_skips_comments_and_decorators():
 )
 def test_query_identifiers(query, names):
     assert query_identifiers(query) == names
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("@cached\nasync def _compress_hextets(cls, hextets):\n    pass", "_compress_hextets"),
+        ("class TopologicalSorter:\n    pass", "TopologicalSorter"),
+        ("function baseFlatten(array, depth) {", "baseFlatten"),
+        ("var reIsDeepProp = /\\.|\\[/;", "reIsDeepProp"),
+        ("/** Doc. */\npublic static <T> List<T> asList(T... a) {", "asList"),
+        ("  readonly length: number;", "length"),
+        ("  indexOf(searchElement: T): number;", "indexOf"),
+        ("Thread.prototype.join = function (timeout) {", "join"),
+    ],
+    ids=["python", "class", "js-function", "js-var", "java-generic", "ts-field", "ts-method", "dotted"],
+)
+def test_declared_name(text, name):
+    assert declared_name(text) == name
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["# only a comment", "return parse(text)", "if (ready) {", "else if (x) {", "throw new Error(message);"],
+    ids=["comment", "return", "if", "else-if", "throw"],
+)
+def test_declared_name_is_none_for_a_line_that_declares_nothing(text):
+    assert declared_name(text) is None

@@ -182,9 +182,11 @@ def test_a_unit_of_imports_and_exports_comes_after_the_code_it_names(corpus_dir,
     def paths_and_lines(searcher: Searcher) -> list[tuple[str, int | None]]:
         return [(h.rel_path, h.span.start) for h in searcher.search(query, k=10).hits]
 
-    config = build_config({"embed": {"provider": "none"}}, {}, {})
+    # name_match_weight 0: the order of the words alone, and of fragments last
+    alone = {"name_match_weight": 0}
+    config = build_config({"embed": {"provider": "none"}, "search": alone}, {}, {})
     index_directory(corpus_dir, state=state, config=config, embedder=None)
-    before = build_config({"embed": {"provider": "none"}, "search": {"fragment_share": 1}}, {}, {})
+    before = build_config({"embed": {"provider": "none"}, "search": {**alone, "fragment_share": 1}}, {}, {})
     # by its words alone the one-line export outranks the function
     assert paths_and_lines(Searcher(state, before, None))[0] == ("parse_config.js", 9)
     hits = paths_and_lines(Searcher(state, config, None))

@@ -135,3 +135,29 @@ def test_fragments_keep_their_share_and_the_rest_its_order():
     assert ranking.fragments_last(fused, {1}, 0.5) == [(2, 0.8), (3, 0.5), (1, 0.45), (4, 0.1)]
     assert ranking.fragments_last(fused, {1, 2}, 0.0)[:2] == [(3, 0.5), (4, 0.1)]
     assert ranking.fragments_last(fused, {1}, 1.0) == fused
+
+
+def test_name_words_are_the_pieces_of_an_identifier():
+    assert ranking.name_words("_compress_hextets") == ["compress", "hextets"]
+    assert ranking.name_words("baseFlatten") == ["base", "flatten"]
+    assert ranking.name_words("S_ISREG") == ["isreg"]  # one-letter pieces are no word
+    assert ranking.name_words("back") == ["back"]
+
+
+def test_name_match_shares_scale_a_unit_by_the_share_of_its_name_the_query_holds():
+    names = {1: "back", 2: "forward", 3: "_compress_hextets", 4: "compress_all_headers", 5: "the"}
+    query = ["move", "turtle", "backward", "compresses", "hextets", "ab"]
+
+    shares = ranking.name_match_shares(names, query, 0.5)
+
+    # "backward" begins with "back", "compresses" with "compress": whole names
+    assert shares[1] == pytest.approx(1.5)
+    assert shares[3] == pytest.approx(1.5)
+    assert shares[4] == pytest.approx(1 + 0.5 / 3)  # one word of three
+    assert 2 not in shares and 5 not in shares  # no word of the query; "the" is not one
+    assert ranking.name_match_shares(names, query, 0.0) == {}
+
+
+def test_a_short_word_matches_only_itself():
+    # "bac" is shorter than NAME_PREFIX_MIN: it does not match "back" by beginning it
+    assert ranking.name_match_shares({1: "back", 2: "bac"}, ["bac"], 1.0) == {2: 2.0}

@@ -256,6 +256,64 @@ def test_a_long_unit_keeps_a_share_of_its_final_score_by_its_length(corpus_dir, 
     assert found[20] == ["refunds.py", "tables.py"]  # 62 lines keep sqrt(20 / 62) of the score
 
 
+def test_a_unit_named_by_the_query_s_words_gains_on_one_that_only_matches_its_topic(corpus_dir, state):
+    """``search.name_match_weight``: a sentence describing code uses the
+    words its name is made of; the unit declaring ``back`` comes before a
+    neighbour that says more of the sentence's words in its body."""
+    (corpus_dir / "turtle.py").write_text(
+        "def step(turtle, distance):\n"
+        "    # move the turtle by distance, then move the pen\n"
+        "    turtle.move(distance)\n"
+        "    turtle.pen.move(distance)\n"
+        "\n\n"
+        "def back(turtle, distance):\n"
+        "    turtle.go(-distance)\n"
+    )
+    query = "Move the turtle backward by distance."
+    found = {}
+    for weight in (0.0, 1.0):
+        config = build_config(
+            {"embed": {"provider": "none"}, "search": {"name_match_weight": weight}}, {}, {}
+        )
+        index_directory(corpus_dir, state=state, config=config, embedder=None)
+        searcher = Searcher(state, config, None)
+        found[weight] = [hit.snippet.split("(")[0] for hit in searcher.search(query, k=2).hits]
+
+    assert found[0.0] == ["def step", "def back"]  # BM25: "move" twice, and the other words
+    assert found[1.0] == ["def back", "def step"]
+
+
+def test_a_unit_that_declares_nothing_keeps_a_share_of_its_score(corpus_dir, state):
+    """``search.undeclared_share``: a statement between definitions that
+    says the query's words more often comes after the definitions that
+    match them, when it keeps half its score."""
+    (corpus_dir / "ledger.py").write_text(
+        "def post_refund(ledger, amount):\n"
+        "    ledger.append(('refund', amount))\n"
+        "    return ledger\n"
+        "\n\n"
+        "for _ in range(3):\n"
+        "    LEDGER.extend(('refund', 'ledger refund'))\n"
+        "    LEDGER.extend(('refund ledger', 'refund ledger entries'))\n"
+        "\n\n"
+        "def close(ledger):\n"
+        "    ledger.closed = True\n"
+    )
+    found = {}
+    for share in (1.0, 0.5):
+        config = build_config(
+            {"embed": {"provider": "none"}, "search": {"undeclared_share": share, "name_match_weight": 0}},
+            {},
+            {},
+        )
+        index_directory(corpus_dir, state=state, config=config, embedder=None)
+        hits = Searcher(state, config, None).search("refund ledger entries", k=2).hits
+        found[share] = [hit.text.split("(")[0] for hit in hits]
+
+    assert found[1.0] == ["for _ in range", "def post_refund"]
+    assert found[0.5] == ["def post_refund", "def close"]  # 1/31 halved is below 1/33
+
+
 def test_feedback_searches_again_from_the_query_moved_towards_the_first_leader(indexed, embedder):
     """``search.feedback_units``: the dense index is searched a second time
     with ``query + w * leader`` (unit length), the leader being the first
