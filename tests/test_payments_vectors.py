@@ -101,13 +101,13 @@ def test_payment_key_is_signature_and_nonce():
     assert replay.payment_key(base) == replay.payment_key(same) != replay.payment_key(other)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_duplicate_payment_runs_the_tool_once(fake_facilitator, tmp_path):
+def required_gate(facilitator_url: str, tmp_path, *, request_hash: str) -> tuple[gate_mod.Gate, str]:
+    """A gate requiring payment for every call, and a payment for its challenge to ``request_hash``."""
     cfg = build_config(
         {
             "x402": {
                 "mode": "required",
-                "facilitator_url": fake_facilitator.url,
+                "facilitator_url": facilitator_url,
                 "resource_base_url": "https://files.example",
                 "route_policy": {"tools_call": {"price": "0.01", "network": BASE_SEPOLIA, "pay_to": PAY_TO}},
             }
@@ -117,9 +117,14 @@ def test_concurrent_duplicate_payment_runs_the_tool_once(fake_facilitator, tmp_p
     )
     gate = gate_mod.from_config(cfg, tmp_path)
     unpaid = gate.handle(
-        tool_name="t", arguments={}, header=None, meta_payment=None, request_hash="h", run=dict
+        tool_name="t", arguments={}, header=None, meta_payment=None, request_hash=request_hash, run=dict
     )
-    header = payment_header(unpaid.headers["PAYMENT-REQUIRED"])
+    return gate, payment_header(unpaid.headers["PAYMENT-REQUIRED"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_duplicate_payment_runs_the_tool_once(fake_facilitator, tmp_path):
+    gate, header = required_gate(fake_facilitator.url, tmp_path, request_hash="h")
     started, release = threading.Event(), threading.Event()
     runs: list[int] = []
     outcomes: dict[str, object] = {}
@@ -186,23 +191,7 @@ def test_concurrent_requests_with_one_payment_run_only_the_first_request(fake_fa
     threads (two database connections): the first claims the payment and its
     request runs; the other is ``payment_already_used`` while it runs and
     after, never "in progress" (it would be served the first's answer)."""
-    cfg = build_config(
-        {
-            "x402": {
-                "mode": "required",
-                "facilitator_url": fake_facilitator.url,
-                "resource_base_url": "https://files.example",
-                "route_policy": {"tools_call": {"price": "0.01", "network": BASE_SEPOLIA, "pay_to": PAY_TO}},
-            }
-        },
-        {},
-        {},
-    )
-    gate = gate_mod.from_config(cfg, tmp_path)
-    unpaid = gate.handle(
-        tool_name="t", arguments={}, header=None, meta_payment=None, request_hash="a", run=dict
-    )
-    header = payment_header(unpaid.headers["PAYMENT-REQUIRED"])
+    gate, header = required_gate(fake_facilitator.url, tmp_path, request_hash="a")
     started, release = threading.Event(), threading.Event()
     runs: list[str] = []
     outcomes: dict[str, gate_mod.Outcome] = {}
