@@ -88,7 +88,9 @@ def test_one_clients_stateless_requests_alternate_between_processes(pair):
     for key, seen in answers.items():
         assert all(one == seen[0] for one in seen), (key, seen)
     assert "dir2mcp.search" in answers["tools"][0]
-    assert answers["hits"][0][0][0] == "docs/guide.md"
+    # the guide says "The loader reads configuration files"; src/loader.py
+    # declares parse_config_file, named by the query's words (search.name_match_weight)
+    assert {"docs/guide.md", "src/loader.py"} <= {path for path, _ in answers["hits"][0][:2]}
     assert "The loader reads configuration files" in answers["text"][0]
 
 
