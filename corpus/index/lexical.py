@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -149,10 +149,7 @@ def index_new_chunks(rows: Iterable[tuple[Row, Tails | None]]) -> None:
     it, or None to work them out here."""
     backend = _backend()
     for batch in batches(rows):
-        if isinstance(backend, SQLiteFTS5):
-            backend.insert_columns([_with_tails(row, tails) for row, tails in batch])
-        else:
-            backend.insert([row for row, _ in batch])
+        _insert_with_tails(backend, batch)
 
 
 def reindex_chunks(rows: Iterable[tuple[Row, Tails | None]]) -> None:
@@ -161,10 +158,15 @@ def reindex_chunks(rows: Iterable[tuple[Row, Tails | None]]) -> None:
     backend = _backend()
     for batch in batches(rows):
         backend.delete([row[0] for row, _ in batch])
-        if isinstance(backend, SQLiteFTS5):
-            backend.insert_columns([_with_tails(row, tails) for row, tails in batch])
-        else:
-            backend.insert([row for row, _ in batch])
+        _insert_with_tails(backend, batch)
+
+
+def _insert_with_tails(backend: Backend, batch: Sequence[tuple[Row, Tails | None]]) -> None:
+    """Insert one batch of rows with their tails (where the backend takes them)."""
+    if isinstance(backend, SQLiteFTS5):
+        backend.insert_columns([_with_tails(row, tails) for row, tails in batch])
+    else:
+        backend.insert([row for row, _ in batch])
 
 
 def _with_tails(row: Row, tails: Tails | None) -> tuple[int, str, str]:
