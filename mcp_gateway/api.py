@@ -115,7 +115,7 @@ _inflight: dict[tuple[str, object], _Inflight] = {}
 #: Methods that read files, search or call a provider: each is admitted to a
 #: call slot and runs on a call thread under a deadline (mcp_gateway/workers.py).
 #: Everything else is cheap and runs on the loop's default pool.
-CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+CALL_METHODS = dispatch.CALL_METHODS
 
 
 def _call_error(msg_id: object, exc: errors.Dir2mcpError) -> JsonObject:

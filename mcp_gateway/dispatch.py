@@ -39,6 +39,12 @@ INSTRUCTIONS = (
 
 Emit = Callable[[JsonObject], None]
 
+#: Methods that read files, search or call a provider: on every transport each
+#: is a call, run off the thread that reads requests, cancellable and under
+#: ``server.call_timeout`` (HTTP: a call slot, mcp_gateway/workers.py; stdio: a
+#: worker, mcp_gateway/stdio.py). Everything else is cheap.
+CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+
 
 @dataclass
 class HttpReply:

@@ -15,9 +15,16 @@ indexer) goes to stderr. The stream rules this module keeps:
   batches, invalid messages and lines over :data:`MAX_LINE_BYTES` -32600,
   requests before ``initialize`` -32600 (``ping`` is always allowed),
   notifications and client responses nothing.
-* ``tools/call`` runs on a few worker threads, so ``ping`` answers and
-  ``notifications/cancelled`` stops a call while it runs; a cancelled call
-  gets no response. The other methods are quick and are answered in order.
+* a call (``tools/call``, ``resources/read``, ``prompts/get``,
+  ``completion/complete``: ``dispatch.CALL_METHODS``, as on HTTP) runs on a
+  few worker threads, so ``ping`` answers and ``notifications/cancelled``
+  stops a call while it runs; a cancelled call gets no response. A call
+  not answered within ``server.call_timeout`` of being read is answered
+  ``DEADLINE_EXCEEDED`` (-32001) and its stop event set, as on HTTP (until
+  session 27 the three besides ``tools/call`` ran on the reader itself, and
+  no call had a deadline: a slice far into a huge file held the reader, so
+  no ``ping``, cancellation or end of input was read, for a quarter of an
+  hour). The other methods are quick and are answered in order.
 * EOF on stdin, SIGINT or SIGTERM stop the indexer, give in-flight calls a
   moment to finish, and return (exit 0).
 * resource notifications (``notifications/resources/updated`` for the
@@ -48,7 +55,7 @@ from corpus import store_faults
 from corpus.events import Reporter
 from kernel import errors
 from kernel.jsontypes import JsonObject
-from mcp_gateway import dispatch, modern, subscriptions, tools, transport
+from mcp_gateway import dispatch, modern, subscriptions, tools, transport, workers
 from mcp_gateway.background import BackgroundIndexer, start_background_indexing
 from mcp_gateway.context import Context
 from mcp_gateway.notify import HUB, LOCAL
@@ -65,6 +72,9 @@ WORKERS = 4
 DRAIN_SECONDS = 5.0
 #: How long shutdown waits for the background indexer to reach a safe point.
 INDEXER_STOP_SECONDS = 30.0
+#: How often the deadlines of calls in flight are looked at (a call is
+#: answered ``DEADLINE_EXCEEDED`` at most this late).
+DEADLINE_TICK = 0.1
 
 #: The key of stdio's one session among the notification hub's sinks.
 STDIO_SESSION = "stdio"
@@ -157,15 +167,18 @@ def read_lines(fd: int, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | object]
 
 
 class _Call:
-    """One ``tools/call`` being worked on; what cancellation and completion
-    agree on, so that nothing is written after either."""
+    """One call being worked on; what cancellation, its deadline and
+    completion agree on, so that nothing is written after any of them."""
 
-    def __init__(self, msg: Message, writer: LineWriter) -> None:
+    def __init__(self, msg: Message, writer: LineWriter, timeout: float) -> None:
         self.msg = msg
         self.writer = writer
         self.cancel = threading.Event()
         self._lock = threading.Lock()
         self._over = False
+        #: ``time.monotonic()`` past which the call is overdue; None: no deadline
+        self.deadline = time.monotonic() + timeout if timeout > 0 else None
+        self.timeout = timeout
 
     def emit(self, notification: JsonObject) -> None:
         """Progress and log notifications, only while the call is live."""
@@ -183,6 +196,18 @@ class _Call:
         """``notifications/cancelled``: stop the work, send no response."""
         with self._lock:
             self.cancel.set()
+
+    def overdue(self) -> None:
+        """Past the deadline: stop the work and answer ``DEADLINE_EXCEEDED``
+        (as ``up`` does: mcp_gateway/workers.py), unless already answered."""
+        with self._lock:
+            if self._over or self.cancel.is_set():
+                return
+            self._over = True
+            self.cancel.set()
+            late = workers.deadline_exceeded(self.timeout)
+            data = {"code": late.code, "retryable": late.retryable}
+            self.writer.write(errors.rpc_error(self.msg.id, errors.RPC_SERVER_BUSY, late.message, data))
 
 
 class StdioServer:
@@ -212,6 +237,7 @@ class StdioServer:
         self._listens: dict[object, subscriptions.Sink] = {}  # open subscriptions/listen, by request id
         self._lock = threading.Lock()
         self._jobs: queue.Queue[_Call | None] = queue.Queue()
+        self._stopped = threading.Event()  # the deadline watcher's end
         # Daemon threads, not a ThreadPoolExecutor: a call that never returns
         # must not keep the process alive after shutdown gave up on it.
         self._workers = [
@@ -223,6 +249,7 @@ class StdioServer:
     def start(self) -> None:
         for worker in self._workers:
             worker.start()
+        threading.Thread(target=self._watch_deadlines, name="mcp-stdio-deadlines", daemon=True).start()
         threading.Thread(target=self._read, name="mcp-stdio-reader", daemon=True).start()
 
     def _read(self) -> None:
@@ -293,7 +320,7 @@ class StdioServer:
         if stateless and msg.method == subscriptions.METHOD:
             self._listen(msg)
             return
-        if msg.method == "tools/call":
+        if msg.method in dispatch.CALL_METHODS:
             self._submit(msg)
             return
         response = self._respond(msg, None, None)
@@ -350,7 +377,8 @@ class StdioServer:
     # -- calls --
 
     def _submit(self, msg: Message) -> None:
-        call = _Call(msg, self.writer)
+        paid = msg.method == "tools/call" and dispatch.is_paid(msg, self.ctx)
+        call = _Call(msg, self.writer, workers.Bounds.of(self.ctx.config, paid=paid).deadline)
         with self._lock:
             busy = len(self._inflight) >= self.max_calls
             duplicate = msg.id in self._inflight
@@ -383,6 +411,18 @@ class StdioServer:
                 with self._lock:
                     self._inflight.pop(call.msg.id, None)
                 call.finish(response)
+
+    def _watch_deadlines(self) -> None:
+        """Answer each call still unanswered at its deadline (queued or
+        running) ``DEADLINE_EXCEEDED`` and set its stop event. The call keeps
+        its place among ``max_calls`` until its worker returns, so the bound
+        counts real work, as a slot does on HTTP."""
+        while not self._stopped.wait(DEADLINE_TICK):
+            now = time.monotonic()
+            with self._lock:
+                late = [c for c in self._inflight.values() if c.deadline is not None and c.deadline <= now]
+            for call in late:
+                call.overdue()
 
     def _respond(
         self, msg: Message, emit: dispatch.Emit | None, cancel: threading.Event | None
@@ -429,6 +469,7 @@ class StdioServer:
             call.abandon()
         for _ in self._workers:
             self._jobs.put(None)
+        self._stopped.set()
 
 
 class NotificationSink:
