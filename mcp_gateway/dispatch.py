@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kernel.errors import RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, rpc_error
+from kernel.errors import (
+    FORBIDDEN,
+    RPC_INVALID_PARAMS,
+    RPC_INVALID_REQUEST,
+    RPC_METHOD_NOT_FOUND,
+    rpc_error,
+)
 from kernel.jsontypes import JsonObject
 from mcp_gateway import completion, notify, prompts, resources, schemas, tools
 from mcp_gateway.context import Context
@@ -44,6 +50,38 @@ Emit = Callable[[JsonObject], None]
 #: ``server.call_timeout`` (HTTP: a call slot, mcp_gateway/workers.py; stdio: a
 #: worker, mcp_gateway/stdio.py). Everything else is cheap.
 CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+
+#: What a prompt or a completion hands out, as the tool that sells the same
+#: (x402): the ``changes`` prompt lists files with their times (``find``'s
+#: ``modified_after`` and ``list_files`` sell that), a completion offers
+#: file names or defined names. While that tool is priced the method is
+#: refused (:func:`unsold`), as ``resources/read`` and ``resources/list`` are
+#: while ``open_file`` and ``list_files`` are (mcp_gateway/resources.py): no
+#: x402 transport pays for anything but ``tools/call``, and until session 27
+#: these two handed out free the names the tools sold. The ``explain`` prompt
+#: embeds its file through ``resources/read``, so it is refused there; the
+#: ``ask`` prompt holds nothing of the directory.
+SOLD_AS = {
+    "prompts/get changes": "dir2mcp.list_files",
+    "completion/complete path": "dir2mcp.list_files",  # any argument but a symbol names files
+    "completion/complete symbol": "dir2mcp.symbols",
+}
+
+
+def unsold(method: str, params: JsonObject, ctx: Context) -> str | None:
+    """The priced tool that sells what ``method`` would hand out (the method
+    is then refused), or None."""
+    if ctx.gate is None:
+        return None
+    if method == "prompts/get":
+        tool = SOLD_AS.get(f"{method} {params.get('name')}")
+    elif method == "completion/complete":
+        argument = params.get("argument")
+        name = argument.get("name") if isinstance(argument, dict) else None
+        tool = SOLD_AS[f"{method} {'symbol' if name == 'symbol' else 'path'}"]
+    else:
+        return None
+    return tool if tool is not None and ctx.gate.price_for(tool) is not None else None
 
 
 @dataclass
@@ -211,6 +249,10 @@ PROMPT_METHODS = ("prompts/list", "prompts/get", "completion/complete")
 
 
 def _prompts(msg: Message, ctx: Context) -> JsonObject:
+    sold_by = unsold(msg.method, msg.params, ctx)
+    if sold_by is not None:  # the same refusal as resources/read's (mcp_gateway/resources.py)
+        message = f"this server sells file and symbol names: call the tool {sold_by} instead (x402)"
+        return rpc_error(msg.id, RPC_INVALID_REQUEST, message, {"code": FORBIDDEN, "retryable": False})
     run = completion.complete if msg.method == "completion/complete" else prompts.METHODS[msg.method]
     try:
         return ok(msg.id, run(ctx, msg.params))

@@ -7,12 +7,19 @@ Each test shows a way in that was open before its fix, on a real
 
 from __future__ import annotations
 
+import json
+
+import httpx
 import pytest
 
 from kernel import errors
-from tests.mcp_http import write_corpus
+from tests.fakes.facilitator import running_facilitator
+from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
+from tests.test_cli import cli
+from tests.test_hostile_clients import stateless, token_of
 from tests.test_stdio import Raw, raw_server  # noqa: F401 (a fixture)
+from tests.x402_client import BASE_SEPOLIA, PAY_TO
 
 pytestmark = pytest.mark.slow
 
@@ -90,3 +97,126 @@ def test_stdio_never_reads_a_file_on_its_reader_and_keeps_every_calls_deadline(t
     assert server.close() == 0
     assert all(b'"id":"cancelled"' not in line for line in server.lines)  # a cancelled call gets no answer
     assert "Traceback" not in server.stderr, server.stderr
+
+
+# -- x402: what a priced tool sells, handed out free by other methods ------------------------
+
+
+@pytest.fixture(scope="module")
+def facilitator():
+    with running_facilitator() as fake:
+        yield fake
+
+
+def gated_env(facilitator, prices: str) -> dict[str, str]:
+    """x402 required, every tool at the default price but those ``prices`` names."""
+    return {
+        "DIR2MCP_X402_MODE": "required",
+        "DIR2MCP_X402_FACILITATOR_URL": facilitator.url,
+        "DIR2MCP_X402_RESOURCE_BASE_URL": "https://files.example",
+        "DIR2MCP_X402_NETWORK": BASE_SEPOLIA,
+        "DIR2MCP_X402_PRICE": "0.01",
+        "DIR2MCP_X402_PAY_TO": PAY_TO,
+        "DIR2MCP_X402__ROUTE_POLICY__TOOLS_CALL__PRICES": prices,
+    }
+
+
+def rpc(srv: Server, method: str, params: dict) -> dict:
+    """A stateless (2026-07-28) request with the server's token; its answer."""
+    body, headers = stateless(method, params)
+    named = params.get("uri", params.get("name"))
+    if method in ("resources/read", "prompts/get") and isinstance(named, str):
+        headers["Mcp-Name"] = named  # ASCII here: no encoding needed
+    auth = {"Authorization": f"Bearer {srv.token}"}
+    return httpx.post(srv.url, headers=headers | auth, json=body, timeout=WAIT).json()
+
+
+TEXT = "hnsw index notes"  # notes.txt's first line (tests/mcp_http.py: write_corpus)
+SOLD = [  # (method, params): each hands out what a priced tool sells
+    ("resources/read", {"uri": "dir2mcp:///notes.txt"}),
+    ("resources/read", {"uri": "dir2mcp:///notes.txt?lines=1-1"}),
+    ("resources/list", {}),
+    ("prompts/get", {"name": "explain", "arguments": {"path": "notes.txt"}}),
+    ("prompts/get", {"name": "changes", "arguments": {"since": "1970-01-01"}}),
+    (
+        "completion/complete",
+        {"ref": {"type": "ref/prompt", "name": "explain"}, "argument": {"name": "path", "value": "no"}},
+    ),
+    (
+        "completion/complete",
+        {
+            "ref": {"type": "ref/resource", "uri": "dir2mcp:///{+path}"},
+            "argument": {"name": "path", "value": "no"},
+        },
+    ),
+    (
+        "completion/complete",
+        {"ref": {"type": "ref/prompt", "name": "explain"}, "argument": {"name": "symbol", "value": "parse_"}},
+    ),
+]
+
+
+def test_nothing_a_priced_tool_sells_is_handed_out_free_by_another_method(tmp_path, running, facilitator):
+    """With x402 on, ``resources/read`` and ``resources/list`` were refused
+    while ``open_file`` and ``list_files`` are priced, but the same names
+    went out free by two other methods that are no tool: the ``changes``
+    prompt (since 1970: every file, newest first, with its time, 50 of them
+    and the total) and ``completion/complete`` (file names for a path or a
+    resource template, defined names for a symbol), over a session,
+    stateless and stdio alike. A client holding the token listed the
+    directory without paying. Each is now refused (-32600, ``FORBIDDEN``)
+    while the tool selling what it hands out is priced."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    up = running("--dir", str(root), "--json", "--no-index", env=gated_env(facilitator, "{}"))
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    opened = {"name": "dir2mcp.open_file", "arguments": {"rel_path": "notes.txt"}}
+    unpaid = srv.post(
+        {"jsonrpc": "2.0", "id": "tool", "method": "tools/call", "params": opened}, session=session
+    )
+    assert unpaid.status_code == 402 and TEXT not in unpaid.text  # the tool is sold: a challenge
+
+    handed_out = []  # (surface, method, what it answered) for each that was not refused
+    for n, (method, params) in enumerate(SOLD):
+        answer = srv.post({"jsonrpc": "2.0", "id": n, "method": method, "params": params}, session=session)
+        for surface, sent in (("session", answer.json()), ("stateless", rpc(srv, method, params))):
+            text = json.dumps(sent)
+            leaked = TEXT in text or "notes.txt" in text.replace("dir2mcp:///notes.txt", "")
+            refused = (sent.get("error") or {}).get("data", {}).get("code") == errors.FORBIDDEN
+            if leaked or not refused:
+                handed_out.append((surface, method, text[:300]))
+    auth = {"Authorization": f"Bearer {srv.token}"}
+    for path, params in [
+        ("/api/v1/resources/read", {"uri": "dir2mcp:///notes.txt"}),
+        ("/api/v1/resources", {}),
+    ]:
+        rest = httpx.get(srv.base + path, params=params, headers=auth, timeout=WAIT)
+        if rest.status_code != 403 or TEXT in rest.text or "notes.txt" in rest.text:
+            handed_out.append(("rest", path, rest.text[:300]))
+    assert not handed_out, "\n".join(
+        map(str, handed_out)
+    )  # before: resources/list, the ask and changes prompts, completions, REST listing
+    assert "Traceback" not in up.stderr, up.stderr
+
+
+def test_methods_stay_free_while_the_tools_selling_the_same_are_free(tmp_path, running, facilitator):
+    """The refusal follows the prices: with the tools behind them free, the
+    same methods answer as without x402 (a resource, a prompt, a completion)."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    tools = ("open_file", "read_bytes", "list_files", "search", "symbols")
+    free = "{" + ", ".join(f'dir2mcp.{tool}: "0"' for tool in tools) + "}"
+    up = running("--dir", str(root), "--json", "--no-index", env=gated_env(facilitator, free))
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    for method, params in SOLD:
+        answer = rpc(srv, method, params)
+        assert "result" in answer, (method, answer)
+    read = rpc(srv, "resources/read", {"uri": "dir2mcp:///notes.txt"})
+    assert TEXT in read["result"]["contents"][0]["text"]
+    stats = rpc(srv, "tools/call", {"name": "dir2mcp.stats", "arguments": {}})
+    assert "result" not in stats  # stats keeps the default price: still sold
