@@ -18,7 +18,7 @@ from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
 from tests.test_cli import cli
 from tests.test_hostile_clients import stateless, token_of
-from tests.test_stdio import Raw, raw_server  # noqa: F401 (a fixture)
+from tests.test_stdio import Raw, command, raw_server  # noqa: F401 (a fixture)
 from tests.x402_client import BASE_SEPOLIA, PAY_TO
 
 pytestmark = pytest.mark.slow
@@ -196,9 +196,19 @@ def test_nothing_a_priced_tool_sells_is_handed_out_free_by_another_method(tmp_pa
         rest = httpx.get(srv.base + path, params=params, headers=auth, timeout=WAIT)
         if rest.status_code != 403 or TEXT in rest.text or "notes.txt" in rest.text:
             handed_out.append(("rest", path, rest.text[:300]))
-    assert not handed_out, "\n".join(
-        map(str, handed_out)
-    )  # before: resources/list, the ask and changes prompts, completions, REST listing
+    # stdio answers through the same dispatch
+    stdio = Raw(command(root, "--no-index"), env=gated_env(facilitator, "{}"))
+    try:
+        stdio.initialize()
+        for n, (method, params) in enumerate(SOLD):
+            sent = stdio.request(f"stdio-{n}", method, params)
+            if (sent.get("error") or {}).get("data", {}).get("code") != errors.FORBIDDEN:
+                handed_out.append(("stdio", method, json.dumps(sent)[:300]))
+        assert stdio.close() == 0
+    finally:
+        stdio.kill()
+    # before: the changes prompt and the three completions, on every surface
+    assert not handed_out, "\n".join(map(str, handed_out))
     assert "Traceback" not in up.stderr, up.stderr
 
 
