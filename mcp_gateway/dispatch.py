@@ -63,7 +63,7 @@ CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "comple
 #: ``ask`` prompt holds nothing of the directory.
 SOLD_AS = {
     "prompts/get changes": "dir2mcp.list_files",
-    "completion/complete path": "dir2mcp.list_files",  # any argument but a symbol names files
+    "completion/complete path": "dir2mcp.list_files",  # a prompt's or the file template's path
     "completion/complete symbol": "dir2mcp.symbols",
 }
 
@@ -78,7 +78,7 @@ def unsold(method: str, params: JsonObject, ctx: Context) -> str | None:
     elif method == "completion/complete":
         argument = params.get("argument")
         name = argument.get("name") if isinstance(argument, dict) else None
-        tool = SOLD_AS[f"{method} {'symbol' if name == 'symbol' else 'path'}"]
+        tool = SOLD_AS.get(f"{method} {name}")  # a question or a date offers nothing of the directory
     else:
         return None
     return tool if tool is not None and ctx.gate.price_for(tool) is not None else None
