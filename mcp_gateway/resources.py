@@ -262,6 +262,9 @@ def _whole(ctx: Context, uri: str, rel_path: str) -> JsonObject:
     if whole.text is not None:
         return _bounded({"uri": uri, "mimeType": whole.mime_type, "text": whole.text}, rel_path, whole.lines)
     assert whole.data is not None  # read_whole gives the bytes when it gives no text
+    # Bytes are what read_bytes sells: refused while it is priced, whatever
+    # open_file costs (until session 27 only open_file's price was asked).
+    _refuse_if_sold(ctx, "dir2mcp.read_bytes")
     return {"uri": uri, "mimeType": whole.mime_type, "blob": base64.b64encode(whole.data).decode("ascii")}
 
 

@@ -230,3 +230,30 @@ def test_methods_stay_free_while_the_tools_selling_the_same_are_free(tmp_path, r
     assert TEXT in read["result"]["contents"][0]["text"]
     stats = rpc(srv, "tools/call", {"name": "dir2mcp.stats", "arguments": {}})
     assert "result" not in stats  # stats keeps the default price: still sold
+
+
+def test_a_binary_file_is_not_handed_out_free_while_read_bytes_is_sold(tmp_path, running, facilitator):
+    """``resources/read`` was refused only while ``open_file`` is priced: with
+    ``open_file`` free and ``read_bytes`` sold, a whole read of a binary file
+    (an image, a key store, any file that is no text) answered its bytes,
+    base64, free: what ``read_bytes`` sells. Such a read is now refused
+    (-32600 ``FORBIDDEN``, REST 403) while ``read_bytes`` is priced; text
+    is still served, as ``open_file`` serves it free."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    (root / "blob.bin").write_bytes(bytes(range(256)) * 8)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    free = '{dir2mcp.open_file: "0", dir2mcp.list_files: "0"}'  # read_bytes keeps the default price
+    up = running("--dir", str(root), "--json", "--no-index", env=gated_env(facilitator, free))
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    text = rpc(srv, "resources/read", {"uri": "dir2mcp:///notes.txt"})
+    assert TEXT in text["result"]["contents"][0]["text"], text
+    blob = rpc(srv, "resources/read", {"uri": "dir2mcp:///blob.bin"})
+    assert "result" not in blob, str(blob)[:300]  # before: the bytes, base64
+    assert blob["error"]["data"]["code"] == errors.FORBIDDEN, blob
+    auth = {"Authorization": f"Bearer {srv.token}"}
+    params = {"uri": "dir2mcp:///blob.bin"}
+    rest = httpx.get(srv.base + "/api/v1/resources/read", params=params, headers=auth, timeout=WAIT)
+    assert rest.status_code == 403 and rest.json()["error"]["code"] == errors.FORBIDDEN, rest.text[:300]
+    assert "Traceback" not in up.stderr, up.stderr
