@@ -24,7 +24,9 @@ indexer) goes to stderr. The stream rules this module keeps:
   session 27 the three besides ``tools/call`` ran on the reader itself, and
   no call had a deadline: a slice far into a huge file held the reader, so
   no ``ping``, cancellation or end of input was read, for a quarter of an
-  hour). The other methods are quick and are answered in order.
+  hour). ``resources/subscribe`` and ``subscriptions/listen`` run on a
+  worker too (``OPENED_ON_A_WORKER``): each may wait for the fan-out group.
+  The other methods are quick and are answered in order.
 * EOF on stdin, SIGINT or SIGTERM stop the indexer, give in-flight calls a
   moment to finish, and return (exit 0).
 * resource notifications (``notifications/resources/updated`` for the
@@ -40,6 +42,7 @@ indexer) goes to stderr. The stream rules this module keeps:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -47,7 +50,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import BinaryIO
 
@@ -75,6 +78,12 @@ INDEXER_STOP_SECONDS = 30.0
 #: How often the deadlines of calls in flight are looked at (a call is
 #: answered ``DEADLINE_EXCEEDED`` at most this late).
 DEADLINE_TICK = 0.1
+
+#: Methods besides ``dispatch.CALL_METHODS`` that stdio runs on a worker, never
+#: on its reader: each may wait up to ``notify.READY_SECONDS`` for the fan-out
+#: group while Redis is away (``HUB.ready``), and a listen resolves up to 1,000
+#: URIs first (session 27: the reader read nothing else meanwhile).
+OPENED_ON_A_WORKER = frozenset({"resources/subscribe", subscriptions.METHOD})
 
 #: The key of stdio's one session among the notification hub's sinks.
 STDIO_SESSION = "stdio"
@@ -182,9 +191,14 @@ class _Call:
 
     def emit(self, notification: JsonObject) -> None:
         """Progress and log notifications, only while the call is live."""
+        self.emit_live(notification)
+
+    def emit_live(self, notification: JsonObject) -> bool:
+        """:meth:`emit`, saying whether it wrote (False once the call is over)."""
         with self._lock:
-            if not self._over and not self.cancel.is_set():
-                self.writer.write(notification)
+            if self._over or self.cancel.is_set():
+                return False
+            return self.writer.write(notification)
 
     def finish(self, response: JsonObject | None) -> None:
         with self._lock:
@@ -317,12 +331,10 @@ class StdioServer:
         elif not (stateless or self.initialized or msg.method == "ping"):
             self.writer.write(dispatch.not_initialized(msg))
             return
-        if stateless and msg.method == subscriptions.METHOD:
-            self._listen(msg)
-            return
-        if msg.method in dispatch.CALL_METHODS:
-            self._submit(msg)
-            return
+        if msg.method in dispatch.CALL_METHODS or msg.method in OPENED_ON_A_WORKER:
+            if msg.method != subscriptions.METHOD or stateless:
+                self._submit(msg)
+                return
         response = self._respond(msg, None, None)
         if msg.method == "initialize" and response and "result" in response:
             self.session.protocol_version = response["result"]["protocolVersion"]
@@ -331,30 +343,29 @@ class StdioServer:
 
     # -- subscriptions/listen (2026-07-28) --
 
-    def _listen(self, msg: Message) -> None:
-        """Acknowledge, then write the subscription's notifications as they
-        come, until ``notifications/cancelled`` names it or the server stops."""
+    def _listen(self, call: _Call) -> JsonObject | None:
+        """On a worker: acknowledge, then write the subscription's
+        notifications as they come, until ``notifications/cancelled`` names
+        it or the server stops. The answer to send, if any (an error); a
+        listen cancelled or overdue before its acknowledgment opens nothing."""
+        msg = call.msg
         try:
             modern.check_version(modern.envelope(msg).version)
             listen = subscriptions.open_listen(msg, self.ctx)
         except modern.Refusal as refusal:
-            self.writer.write(refusal.response(msg.id))
-            return
+            return refusal.response(msg.id)
         except ResourceError as exc:
-            self.writer.write(errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data))
-            return
-        with self._lock:
-            duplicate = msg.id in self._listens or msg.id in self._inflight
-            if not duplicate:
-                sink = subscriptions.Sink(listen, self.writer.write, lambda: self.end_listen(msg.id))
-                self._listens[msg.id] = sink
-        if duplicate:
-            in_use = f"request id {msg.id!r} is already in use"
-            self.writer.write(errors.rpc_error(msg.id, errors.RPC_INVALID_REQUEST, in_use))
-            return
+            return errors.rpc_error(msg.id, exc.rpc_code, exc.message, exc.data)
         HUB.ready()  # acknowledged once a change anywhere reaches this process
-        self.writer.write(subscriptions.acknowledged(listen))  # first, before any notification
+        sink = subscriptions.Sink(listen, self.writer.write, lambda: self.end_listen(msg.id))
+        if not call.emit_live(subscriptions.acknowledged(listen)):  # first, before any notification
+            return None
+        with self._lock:
+            self._listens[msg.id] = sink
         HUB.attach(_listen_key(msg.id), sink, listen.local)
+        if call.cancel.is_set():  # cancelled after its acknowledgment, before it was listed
+            self.end_listen(msg.id, graceful=False)
+        return None
 
     def end_listen(self, request_id: object, *, graceful: bool = True) -> bool:
         """Close one subscription (with its closing result when ``graceful``);
@@ -381,7 +392,7 @@ class StdioServer:
         call = _Call(msg, self.writer, workers.Bounds.of(self.ctx.config, paid=paid).deadline)
         with self._lock:
             busy = len(self._inflight) >= self.max_calls
-            duplicate = msg.id in self._inflight
+            duplicate = msg.id in self._inflight or msg.id in self._listens
             if not (busy or duplicate):
                 self._inflight[msg.id] = call
         if busy and not duplicate:
@@ -405,7 +416,11 @@ class StdioServer:
                 return
             response = None
             try:
-                if not call.cancel.is_set():
+                if call.cancel.is_set():
+                    pass
+                elif call.msg.method == subscriptions.METHOD:  # only stateless ones are submitted
+                    response = self._guarded(call.msg, functools.partial(self._listen, call))
+                else:
                     response = self._respond(call.msg, call.emit, call.cancel)
             finally:
                 with self._lock:
@@ -427,10 +442,17 @@ class StdioServer:
     def _respond(
         self, msg: Message, emit: dispatch.Emit | None, cancel: threading.Event | None
     ) -> JsonObject | None:
+        if modern.is_modern(msg):  # 2026-07-28: no session, everything in the request
+            return self._guarded(msg, lambda: modern.respond(msg, self.ctx, emit=emit, cancel=cancel))
+        return self._guarded(
+            msg, lambda: dispatch.respond(msg, self.session, self.ctx, emit=emit, cancel=cancel)
+        )
+
+    def _guarded(self, msg: Message, answer: Callable[[], JsonObject | None]) -> JsonObject | None:
+        """``answer()``, with a failure named (a damaged store) or logged and
+        answered ``INTERNAL_ERROR``, never a traceback on the wire."""
         try:
-            if modern.is_modern(msg):  # 2026-07-28: no session, everything in the request
-                return modern.respond(msg, self.ctx, emit=emit, cancel=cancel)
-            return dispatch.respond(msg, self.session, self.ctx, emit=emit, cancel=cancel)
+            return answer()
         except tools.Cancelled:
             return None
         except Exception as exc:  # a bug must not become a traceback on the wire

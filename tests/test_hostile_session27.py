@@ -18,6 +18,7 @@ from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
 from tests.test_cli import cli
 from tests.test_hostile_clients import stateless, token_of
+from tests.test_hostile_session26 import unreachable_redis  # noqa: F401 (a fixture)
 from tests.test_stdio import Raw, command, raw_server  # noqa: F401 (a fixture)
 from tests.x402_client import BASE_SEPOLIA, PAY_TO
 
@@ -96,6 +97,39 @@ def test_stdio_never_reads_a_file_on_its_reader_and_keeps_every_calls_deadline(t
     wait_until(stats_answered, timeout=WAIT, message="a call answered after the cancelled read")
     assert server.close() == 0
     assert all(b'"id":"cancelled"' not in line for line in server.lines)  # a cancelled call gets no answer
+    assert "Traceback" not in server.stderr, server.stderr
+
+
+def test_stdio_never_waits_for_the_fan_out_group_on_its_reader(tmp_path, raw_server, unreachable_redis):  # noqa: F811
+    """With Redis configured and away, stdio's ``resources/subscribe`` and
+    ``subscriptions/listen`` waited up to 5 s for the fan-out group on the
+    reader thread (``HUB.ready``), which read nothing else meanwhile: a
+    ``ping`` written after them was answered after them. Both are now
+    calls (on a worker, cancellable, under ``server.call_timeout``), as
+    ``up`` admits a listen as its client's call; the ``ping`` comes first."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    server = raw_server(root, "--no-index", env={"REDIS_URL": unreachable_redis})
+    server.initialize()
+    note = "dir2mcp:///notes.txt"
+    server.send({"jsonrpc": "2.0", "id": "sub", "method": "resources/subscribe", "params": {"uri": note}})
+    body, _headers = stateless("subscriptions/listen", {"notifications": {"resourceSubscriptions": [note]}})
+    server.send(body | {"id": "listen"})
+    server.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
+    before_ping = []  # what came before the ping's answer
+    while (message := server.recv(timeout=WAIT)).get("id") != "ping":
+        before_ping.append(message.get("id", message.get("method")))
+    assert before_ping == [], before_ping  # before: the subscription's answer and the acknowledgment
+    seen = []
+    while len(seen) < 2:
+        message = server.recv(timeout=WAIT)
+        seen.append(message.get("id", message.get("method")))
+    assert sorted(seen) == ["notifications/subscriptions/acknowledged", "sub"], seen
+    server.notify("notifications/cancelled", {"requestId": "listen"})
+    assert server.request("ping-2", "ping")["result"] == {}
+    assert server.close() == 0
     assert "Traceback" not in server.stderr, server.stderr
 
 
