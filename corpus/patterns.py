@@ -75,6 +75,13 @@ class Overrun(Exception):
     """The deadline passed: the worker was killed (or never became free)."""
 
 
+class Starting(Overrun):
+    """The deadline passed while the worker was still starting (a fresh
+    interpreter importing ``regex``; slow on a busy machine): nothing was
+    asked of it yet, so nothing is known of the pattern, and the worker is
+    left to finish starting for the next call."""
+
+
 class _Died(Exception):
     """The worker ended without answering (killed from outside, or crashed)."""
 
@@ -84,10 +91,13 @@ class _Worker:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        #: whether the running worker has said it is ready (its first frame)
+        self.ready = False
 
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
+        self.ready = False
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(_WORKER), str(WORKER_MEMORY_BYTES)],
             stdin=subprocess.PIPE,
@@ -113,9 +123,14 @@ class _Worker:
 
     def request(self, message: _Request, deadline: float) -> _Reply:
         """The worker's reply, or ``Overrun`` (and a killed worker) at the
-        deadline, or when the turn must be given up (:meth:`Turns.must_yield`)."""
+        deadline, or when the turn must be given up (:meth:`Turns.must_yield`);
+        ``Starting`` (the worker kept) when that comes before a worker just
+        started has said it is ready, so its start is never taken for the
+        request's own time."""
         self.start()
         assert self.proc is not None and self.proc.stdin is not None  # start() opened it
+        if not self.ready:
+            self._wait_ready(deadline)
         payload = marshal.dumps(message)
         try:
             self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
@@ -132,6 +147,30 @@ class _Worker:
         if reply[0] == "memory":
             self.kill()
         return reply
+
+    def _wait_ready(self, deadline: float) -> None:
+        """Read the worker's first frame, ``("ready",)``: ``Starting`` (the
+        worker kept, nothing read) when the deadline or another client's turn
+        comes first."""
+        try:
+            header = self._read(_HEADER.size, deadline)
+        except Overrun:
+            raise Starting() from None
+        except (OSError, _Died):
+            self.kill()
+            raise _Died() from None
+        try:  # written with its header in one write: here at once, but a turn may end between
+            first = marshal.loads(self._read(_HEADER.unpack(header)[0], deadline))
+        except Overrun:
+            self.kill()
+            raise Starting() from None
+        except (OSError, EOFError, ValueError, _Died):
+            self.kill()
+            raise _Died() from None
+        if first != ("ready",):
+            self.kill()
+            raise _Died()
+        self.ready = True
 
     def _read(self, size: int, deadline: float) -> bytes:
         assert self.proc is not None and self.proc.stdout is not None  # request() started it
@@ -307,10 +346,10 @@ class RegexScan:
         self.waited = time.monotonic() - asked
         try:
             reply = self._ask(("compile", self.pattern, self.flags))
-        except Overrun:
+        except Overrun as overrun:
             self.__exit__()
             if (
-                self.gave_way or self.waited > self.budget / 10
+                self.gave_way or self.waited > self.budget / 10 or isinstance(overrun, Starting)
             ):  # its turn ended too soon to judge the pattern
                 raise
             raise errors.Dir2mcpError(

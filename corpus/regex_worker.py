@@ -10,7 +10,9 @@ whose default action ends the process, so a worker whose parent is gone
 cannot spin on.
 
 Protocol on stdin/stdout: frames of an 8-byte little-endian length and a
-``marshal`` payload (tuples of str, int, float). Requests:
+``marshal`` payload (tuples of str, int, float). Once started (``regex``
+imported: a fraction of a second on a busy machine, which the parent must
+not count against a request) the worker sends ``("ready",)``. Requests:
 
 * ``("compile", pattern, flags, seconds)`` -> ``("ok",)`` or ``("error", message)``
 * ``("scan", text, count, seconds)`` -> ``("ok", spans, done)``: the first
@@ -63,6 +65,7 @@ def main() -> int:
         pass
     import regex
 
+    _send(("ready",))
     compiled: dict[tuple[object, ...], regex.Pattern[str]] = {}
     pattern: regex.Pattern[str] | None = None
     matches: Iterator[regex.Match[str]] | None = None

@@ -673,6 +673,26 @@ def test_a_slow_document_after_others_is_retried_with_a_fresh_budget(corpus_dir,
     assert third == {"matches": [], "files_scanned": 0, "timed_out": False}
 
 
+def test_a_worker_still_starting_is_a_timeout_not_a_bad_pattern(corpus_dir, engine, index, monkeypatch):
+    """A fresh regex worker (a new interpreter importing ``regex``: tens of
+    milliseconds idle, far more on a busy machine) is not the pattern's
+    fault: before, a call whose budget ran out while it started was refused
+    as INVALID_FIELD "takes too long to compile" for a plain pattern."""
+    write(corpus_dir, "a.txt", "alpha beta\n")
+    write(corpus_dir, "b.txt", "a" * 5000 + "b\n")
+    index()
+    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 0.3)
+    assert (
+        files.find(engine, content="(a+)+$", regex=True)["timed_out"] is True
+    )  # its worker killed, a new one started
+    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 0.001)
+    answer = files.find(engine, content="al+pha", regex=True)
+    assert answer["timed_out"] is True and answer["matches"] == []
+    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 5.0)
+    found = files.find(engine, content="al+pha", regex=True, cursor=answer.get("next_cursor"))
+    assert [m["rel_path"] for m in found["matches"]] == ["a.txt"]
+
+
 def test_find_reads_representations_not_the_disk(corpus_dir, engine, index):
     write(corpus_dir, "a.txt", "original words\n")
     index()
