@@ -11,7 +11,10 @@ answered before its fix.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
 
 import httpx
 import pytest
@@ -109,3 +112,76 @@ def test_list_files_counts_only_what_the_rules_let_through(served):
     pages = [rest(srv, "/api/v1/files", {"glob": "src/*", "limit": 1, "offset": n}) for n in range(3)]
     paged = [[f["rel_path"] for f in page["files"]] for page in pages]
     assert paged == [["src/loader.py"], ["src/zz.py"], []], paged
+
+
+def search(srv: Server, session: str, arguments: dict) -> dict:
+    return srv.call(session, "dir2mcp.search", arguments)["structuredContent"]
+
+
+def position(cursor: str) -> int:
+    """Where a search cursor resumes: a client can read it (base64 JSON)."""
+    return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["p"]
+
+
+def told(answer: dict) -> dict:
+    """What a search answer tells besides its hits' text."""
+    hits = [hit["rel_path"] for hit in answer["hits"]]
+    return {"hits": hits, "match": answer["match"], "more": "next_cursor" in answer}
+
+
+def test_search_tells_nothing_of_a_file_the_rules_exclude_now(served):
+    """A search passed over the units of an excluded file, but its ``match``
+    was judged over the whole ranking (``good`` for ``walrus``, a word only
+    the excluded file holds, ``weak`` for a word nowhere), and its cursor
+    counted the units passed over, and came whenever the ranking went on
+    past the hits, readable or not. Each now depends on what the rules let
+    through alone."""
+    srv, session = served
+    assert told(search(srv, session, {"query": "walrus"})) == told(search(srv, session, {"query": "narwhal"}))
+    for path in ("/api/v1/search",):
+        probe = rest(srv, path, {"query": "walrus"})
+        control = rest(srv, path, {"query": "narwhal"})
+        assert told(probe) == told(control)
+    # zebra_quokka: the excluded file's own definition ranks above its use in src/zz.py
+    first = search(srv, session, {"query": "zebra_quokka", "k": 1})
+    assert [hit["rel_path"] for hit in first["hits"]] == ["src/zz.py"], first
+    if "next_cursor" in first:
+        assert position(first["next_cursor"]) == 1, first
+
+
+def references(srv: Server, session: str, name: str) -> dict:
+    answer = srv.call(session, "dir2mcp.references", {"name": name, "limit": 1})["structuredContent"]
+    return {"files": [hit["rel_path"] for hit in answer["references"]], "more": "next_cursor" in answer}
+
+
+def test_references_say_no_more_for_a_file_the_rules_exclude_now(served):
+    """``references`` passed over the excluded file's uses, but still handed
+    a cursor on (to an empty page) because the page of rows had held one:
+    a name used in the excluded file and once in ``src/zz.py`` answered
+    with a cursor where a name used in ``src/zz.py`` alone did not."""
+    srv, session = served
+    assert references(srv, session, "zebra_quokka") == references(srv, session, "quokka_only")
+    probe = rest(srv, "/api/v1/references", {"name": "zebra_quokka", "limit": 1})
+    control = rest(srv, "/api/v1/references", {"name": "quokka_only", "limit": 1})
+    assert ("next_cursor" in probe) == ("next_cursor" in control), (probe, control)
+
+
+def test_the_changes_prompt_counts_only_what_the_rules_let_through(served):
+    """The ``changes`` prompt judged the 50 files it links, but counted the
+    rest from the index: the private file, older than those 50, was counted
+    in "These N files", so moving ``since`` told when a file excluded since
+    the index was written had last changed. It now counts the files the
+    rules let through (here, all that ``list_files`` lists)."""
+    srv, session = served
+    readable = len(list_files(srv, session, {})["files"])  # a page judges its files
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "prompts/get",
+        "params": {"name": "changes", "arguments": {"since": "1990-01-01"}},
+    }
+    answer = srv.post(body, session=session)
+    assert answer.status_code == 200, answer.text
+    text = answer.json()["result"]["messages"][0]["content"]["text"]
+    assert re.search(r"These (\d+) files", text).group(1) == str(readable), text
+    assert "m_private" not in text
