@@ -60,7 +60,9 @@ MILLISECOND = Integer(0)
 MAX_CHARS = Integer(200, 50000, 20000)
 #: ``list_files``: a page of paths
 LIST_LIMIT = Integer(1, 5000, 200)
-OFFSET = Integer(0, default=0)
+#: where a ``list_files`` page starts, in the files the rules let through:
+#: every entry before it is judged again (session 27), so it has a bound
+OFFSET = Integer(0, 10_000, 0)
 #: ``find``: matching files a page, and matches a file
 FIND_LIMIT = Integer(1, 200, 50)
 MATCHES_PER_FILE = Integer(1, 100, 5)

@@ -650,6 +650,14 @@ def listable_documents() -> QuerySet[Document]:
     return Document.objects.filter(deleted=False).exclude(secret)
 
 
+#: files the rules let through, past a ``list_files`` page, judged to count
+#: its ``total``: a longer listing answers ``has_more`` without one
+COUNTED_PAST_PAGE = 500
+#: files the rules exclude now (still in the index) one ``list_files``
+#: answer passes over before it stops judging
+PASSED_OVER = 1000
+
+
 def list_files(
     *,
     path_prefix: str = "",
@@ -660,19 +668,64 @@ def list_files(
 ) -> JsonObject:
     """The §15.5 page of listable documents, by rel_path; the glob runs over paths only.
 
-    With ``engine``, a page leaves out the files its rules exclude now, as
-    every reader does: the index drops such a file only once the walk a
-    rule's change starts has ended (or, under ``up --no-index``, never), and
-    until then its name, size and time were listed. ``total`` and
-    ``offset`` still count the index's entries, so a page may hold fewer
-    than ``limit`` while more follow; judging each page costs what judging
-    ``limit`` paths does, where recounting ``total`` would cost the tree."""
+    With ``engine``, everything the answer says is judged against the rules
+    as they are now: the index drops a file a rule's change excludes only
+    once the walk that change starts has ended (under ``up --no-index``,
+    never), and until session 27 ``total`` and ``offset`` counted the
+    index's entries, so a glob such as ``src/zz*`` answered ``total: 1``
+    with an empty page and narrowing it spelled the name out. ``offset``
+    now counts the files the rules let through (at most
+    ``arguments.OFFSET.high``), and the matching entries are judged in
+    path order from the first, up to the page and :data:`COUNTED_PAST_PAGE`
+    more: ``total`` comes only when the listing ended within them, and
+    ``has_more`` says whether more follow. Past :data:`PASSED_OVER`
+    entries the rules exclude now, judging stops: a page already full is
+    answered with ``has_more`` and no ``total``, else ``INDEX_NOT_READY``
+    (the walk the rules' change started takes them out; under ``up
+    --no-index``, ``dir2mcp reindex``). Without ``engine``, the index is
+    taken as it is (counted by the database)."""
     prefix, spec = canonical_prefix(path_prefix), _glob(glob)
     limit = _bounded(arguments.LIST_LIMIT, "limit", limit)
     offset = _bounded(arguments.OFFSET, "offset", offset)
     docs = listable_documents().order_by("rel_path")
     if prefix:
         docs = docs.filter(under_prefix("rel_path", prefix))
+    if engine is None:
+        return _listed_from_index(docs, spec, limit, offset)
+    rows = docs.values_list(*_FILE_FIELDS).iterator(chunk_size=1000)
+    matching = (row for row in rows if spec is None or spec.match_file(row[0]))
+    allowed: list[tuple[object, ...]] = []
+    passed_over, ended = 0, True
+    with engine.pinned():
+        for row in matching:
+            if engine.excluded_reason(str(row[0])) is not None:
+                passed_over += 1
+                if passed_over > PASSED_OVER:
+                    ended = False
+                    break
+                continue
+            if len(allowed) == offset + limit + COUNTED_PAST_PAGE:
+                ended = False
+                break
+            allowed.append(row)
+    if not ended and len(allowed) < offset + limit:
+        raise _fail(
+            errors.INDEX_NOT_READY,
+            f"over {PASSED_OVER} of the files this listing matches are excluded by the rules as they are "
+            "now but still in the index, until the walk their change started ends (under up --no-index, "
+            "until dir2mcp reindex): narrow path_prefix or glob, or page with dir2mcp.find",
+        )
+    files = [_listed(dict(zip(_FILE_FIELDS, row, strict=True))) for row in allowed[offset : offset + limit]]
+    out: JsonObject = {"limit": limit, "offset": offset}
+    if ended:
+        out["total"] = len(allowed)
+    return out | {"has_more": not ended or offset + limit < len(allowed), "files": files}
+
+
+def _listed_from_index(
+    docs: QuerySet[Document], spec: globs.Glob | None, limit: int, offset: int
+) -> JsonObject:
+    """A page of the index as it is, counted by the database."""
     if spec is None:
         total, page = docs.count(), docs.values_list(*_FILE_FIELDS)[offset : offset + limit]
     else:
@@ -681,10 +734,8 @@ def list_files(
         total = len(ids)
         page = docs.filter(doc_id__in=ids[offset : offset + limit]).values_list(*_FILE_FIELDS)
     files = [_listed(dict(zip(_FILE_FIELDS, row, strict=True))) for row in page]
-    if engine is not None:
-        with engine.pinned():
-            files = [f for f in files if engine.excluded_reason(str(f["rel_path"])) is None]
-    return {"limit": limit, "offset": offset, "total": total, "files": files}
+    out = {"limit": limit, "offset": offset, "total": total}
+    return out | {"has_more": offset + len(files) < total, "files": files}
 
 
 def _listed(row: JsonObject) -> JsonObject:

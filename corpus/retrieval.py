@@ -3,6 +3,7 @@ reciprocal rank fusion, with filters applied before the cut to k."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -119,6 +120,32 @@ class Ranked:
     index_used: str
     dense: JsonObject
     weak: bool
+    #: what ``weak`` was judged from, to judge it again over the units a
+    #: reader may see: the lexical hits holding every query term, every
+    #: lexical hit, and each dense ranking's units with their cosines
+    full_matches: tuple[int, ...] = ()
+    lexical_hits: tuple[int, ...] = ()
+    cosines: tuple[ranking.Ranking, ...] = ()
+    #: ``search.weak_cosine``
+    threshold: float = 0.0
+
+    def units(self) -> list[int]:
+        """Every unit the ranking and ``weak`` were judged from."""
+        ranked = [cid for r in (self.fused, *self.cosines) for cid, _ in r]
+        return list(dict.fromkeys([*ranked, *self.full_matches, *self.lexical_hits]))
+
+    def weak_among(self, seen: Callable[[int], bool]) -> bool:
+        """:func:`ranking.is_weak` over the units ``seen`` lets through only."""
+        # Each ranking is best first, and is_weak asks only whether there is
+        # a full match, whether there is a lexical hit, and the best cosine.
+        best = [next((score for cid, score in r if seen(cid)), None) for r in self.cosines]
+        known = [score for score in best if score is not None]
+        return ranking.is_weak(
+            full_lexical_matches=int(any(seen(cid) for cid in self.full_matches)),
+            lexical_hits=int(any(seen(cid) for cid in self.lexical_hits)),
+            best_cosine=max(known) if known else None,
+            threshold=self.threshold,
+        )
 
 
 @dataclass(frozen=True)
@@ -202,7 +229,23 @@ class Searcher:
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= MAX_START:
             raise errors.Dir2mcpError(errors.INVALID_RANGE, f"start must be an integer from 0 to {MAX_START}")
         ranked = self.ranked(query, k=k, index=index, filters=filters)
-        hits, after = self._hits(query, ranked.fused, k, start)
+        fused, weak = ranked.fused, ranked.weak
+        if self.readable is not None:
+            # Positions, whether more follow and whether anything matches
+            # well, over the units the rules let through now: judged over
+            # the whole ranking, a unit of a file excluded since the index
+            # was written told a client of its words (session 27). Each
+            # file is judged once, and only as far as the answer needs.
+            seen = self._seen(ranked.units())
+            weak = ranked.weak_among(seen)
+            readable = (unit for unit in fused if seen(unit[0]))
+            fused = list(itertools.islice(readable, start + k + 1))  # the page and one after it
+            hits, after = self._hits(query, fused, k, start)
+            if len(hits) < k and len(fused) == start + k + 1:  # units gone since the ranking was read
+                fused += readable
+                hits, after = self._hits(query, fused, k, start)
+        else:
+            hits, after = self._hits(query, fused, k, start)
         return SearchResult(
             query=query,
             k=k,
@@ -210,9 +253,27 @@ class Searcher:
             hits=hits,
             indexing_complete=indexing_complete(self.embedder is not None),
             dense=ranked.dense,
-            match="weak" if ranked.weak else "good",
-            next_start=after if after < len(ranked.fused) else None,
+            match="weak" if weak else "good",
+            next_start=after if after < len(fused) else None,
         )
+
+    def _seen(self, ids: list[int]) -> Callable[[int], bool]:
+        """Whether a unit of ``ids`` (a ranking: a few hundred units) lies in
+        a file ``readable`` lets through; each file judged once, when asked."""
+        readable = self.readable
+        assert readable is not None
+        paths = chunks.chunk_paths(ids)
+        verdicts: dict[str, bool] = {}
+
+        def seen(cid: int) -> bool:
+            path = paths.get(cid)
+            if path is None:
+                return False
+            if path not in verdicts:
+                verdicts[path] = readable(path)
+            return verdicts[path]
+
+        return seen
 
     def ranked(self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()) -> Ranked:
         """The whole final ranking of ``query`` (every candidate, best first),
@@ -222,7 +283,7 @@ class Searcher:
         search_cfg = self.config.search
         pool = self._pool(k)
         lexical_kinds = (used,) if index in ("text", "code") else ()
-        lexical_hits, full = self._lexical(query, pool, filters, lexical_kinds)
+        lexical_hits, full_matches = self._lexical(query, pool, filters, lexical_kinds)
         plan = self._dense_plan(query, index, used)
         dense_rankings, dense, vectors = self._dense_rankings(query, plan, pool, filters)
         lexical_ranking = ranking.Weighted(lexical_hits, 1.0, shares=self._long_shares(lexical_hits))
@@ -247,12 +308,21 @@ class Searcher:
             fused = self._reordered(fused, query)
         best = max((r.ranking[0][1] for r in dense_rankings if r.ranking), default=None)
         weak = ranking.is_weak(
-            full_lexical_matches=full,
+            full_lexical_matches=len(full_matches),
             lexical_hits=len(lexical_hits),
             best_cosine=best,
             threshold=search_cfg.weak_cosine,
         )
-        return Ranked(fused=fused, index_used=_index_used(used, plan, dense), dense=dense, weak=weak)
+        return Ranked(
+            fused=fused,
+            index_used=_index_used(used, plan, dense),
+            dense=dense,
+            weak=weak,
+            full_matches=full_matches,
+            lexical_hits=tuple(cid for cid, _ in lexical_hits),
+            cosines=tuple(r.ranking for r in dense_rankings),
+            threshold=search_cfg.weak_cosine,
+        )
 
     def _pool(self, k: int) -> int:
         """Candidates each ranking hands the fusion: ``search.candidates``,
@@ -385,8 +455,8 @@ class Searcher:
 
     def _lexical(
         self, query: str, pool: int, filters: Filters, kinds: Sequence[str]
-    ) -> tuple[ranking.Ranking, int]:
-        """The lexical ranking, and how many of its hits hold every query term."""
+    ) -> tuple[ranking.Ranking, tuple[int, ...]]:
+        """The lexical ranking, and those of its hits that hold every query term."""
         where, params = filters.sql()
         if kinds:
             kind_sql = f"c.index_kind IN ({', '.join(['%s'] * len(kinds))})"
@@ -405,7 +475,7 @@ class Searcher:
             kept = set(self._glob_filter([cid for cid, _ in found], filters))
             hits = [hit for hit in found if hit[0] in kept]
             if len(hits) >= pool or len(found) < limit or not filters.file_glob:
-                return hits[:pool], sum(1 for cid, _ in found[:full] if cid in kept)
+                return hits[:pool], tuple(cid for cid, _ in found[:full] if cid in kept)
             limit *= 4
 
     def _long_shares(self, hits: ranking.Ranking) -> dict[int, float] | None:

@@ -218,6 +218,8 @@ def _shorten(
             how = "pass next_cursor to continue"
         elif budget.paging == "offset":
             shortened["next_offset"] = args.get("offset", 0) + count
+            if "has_more" in result:  # the items cut follow
+                shortened["has_more"] = True
             how = f"pass offset={shortened['next_offset']}"
         else:
             how = budget.advice

@@ -32,6 +32,12 @@ from mcp_gateway.context import Context
 PAGE_SIZE = 50
 #: files the ``changes`` prompt links at most (the rest are counted)
 MAX_CHANGED = 50
+#: files the ``changes`` prompt counts at most, judging each against the
+#: rules as they are now (past it, "more" without a count)
+COUNTED_CHANGED = 4 * (MAX_CHANGED + 1)
+#: files the rules exclude now (still in the index) it passes over before
+#: it stops judging, without a count
+PASSED_OVER = 1000
 #: lines of a file too large to embed whole that are embedded instead
 HEAD_LINES = 400
 MAX_ARGUMENT_CHARS = 4096
@@ -216,9 +222,14 @@ def parse_since(value: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def changed_since(ctx: Context, since: datetime) -> tuple[list[Document], int]:
-    """The listable documents modified after ``since``, newest first (at
-    most :data:`MAX_CHANGED`), and how many there are in all."""
+def changed_since(ctx: Context, since: datetime) -> tuple[list[Document], int | None]:
+    """The listable documents modified after ``since`` that the rules let
+    through now, newest first (at most :data:`MAX_CHANGED`), and how many
+    there are in all: None when more than :data:`COUNTED_CHANGED` are, or
+    judging passed over more than :data:`PASSED_OVER` the rules exclude now.
+    Until session 27 the count took the index's word for the files past the
+    first :data:`MAX_CHANGED`, and told, ``since`` after ``since``, when a
+    file excluded since the index was written had last changed."""
     seconds = since.timestamp()
     nanoseconds = max(
         -arguments.INT64_MAX, min(arguments.INT64_MAX, int(seconds * 1_000_000_000))
@@ -226,11 +237,22 @@ def changed_since(ctx: Context, since: datetime) -> tuple[list[Document], int]:
     after = Q(mtime_ns__gt=nanoseconds) | Q(mtime_ns=0, mtime_unix__gt=int(seconds))
     docs = listable_documents().filter(after).order_by("-mtime_ns", "-mtime_unix", "rel_path")
     engine = ctx.engine
-    total = docs.count()
+    allowed: list[int] = []
+    passed_over, ended = 0, True
     with engine.pinned():
-        first = list(docs[:MAX_CHANGED])
-        shown = [d for d in first if engine.excluded_reason(d.rel_path) is None]
-    return shown, total - (len(first) - len(shown))
+        for doc_id, rel_path in docs.values_list("doc_id", "rel_path").iterator(chunk_size=500):
+            if engine.excluded_reason(rel_path) is not None:
+                passed_over += 1
+                if passed_over > PASSED_OVER:
+                    ended = False
+                    break
+            elif len(allowed) == COUNTED_CHANGED:
+                ended = False
+                break
+            else:
+                allowed.append(doc_id)
+    shown = Document.objects.in_bulk(allowed[:MAX_CHANGED])
+    return [shown[doc_id] for doc_id in allowed[:MAX_CHANGED]], len(allowed) if ended else None
 
 
 def build_changes(ctx: Context, args: JsonObject) -> tuple[str, list[JsonObject]]:
@@ -241,13 +263,14 @@ def build_changes(ctx: Context, args: JsonObject) -> tuple[str, list[JsonObject]
         text = f"No file of this directory was modified since {day}. Say so."
         return f"Files changed since {day}", [_text(text)]
     listing = "\n".join(f"- {d.rel_path} (modified {_iso(d)})" for d in changed)
-    more = (
-        f"\n…and {total - len(changed)} more (dir2mcp.find with modified_after lists them)."
-        if total > len(changed)
-        else ""
-    )
+    find = "(dir2mcp.find with modified_after lists them)"
+    if total is None:
+        more, these = f"\n…and more {find}.", f"These {len(changed)} files, and more,"
+    else:
+        more = f"\n…and {total - len(changed)} more {find}." if total > len(changed) else ""
+        these = f"These {total} files"
     text = (
-        f"Summarise what changed in this directory since {day}. These {total} files were modified "
+        f"Summarise what changed in this directory since {day}. {these} were modified "
         f"after it, newest first; each is attached as a resource link:\n{listing}{more}\n\n"
         "Earlier versions are not kept, so read each file (resources/read, or dir2mcp.open_file) "
         "and describe what it holds now and what it is for; group related files, and cite what you "

@@ -17,7 +17,7 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "13.0.0"
+SCHEMA_VERSION = "14.0.0"
 
 #: ``doc_types`` filters at most (there are eleven types) and the length of each
 MAX_DOC_TYPES = 16
@@ -422,7 +422,15 @@ LIST_FILES_OUTPUT: JsonObject = {
     "properties": {
         "limit": {"type": "integer"},
         "offset": {"type": "integer"},
-        "total": {"type": "integer"},
+        "total": {
+            "type": "integer",
+            "description": (
+                "The files matching that the exclusion rules let through now; absent when more than a "
+                "page and 500 more match (or the rules changed since the index was written and over "
+                "1,000 matches they now exclude are still in it): has_more then says whether more follow."
+            ),
+        },
+        "has_more": {"type": "boolean", "description": "More files follow: pass offset + the files' count."},
         "files": {
             "type": "array",
             "items": {
@@ -442,7 +450,7 @@ LIST_FILES_OUTPUT: JsonObject = {
             },
         },
     },
-    "required": ["limit", "offset", "total", "files"],
+    "required": ["limit", "offset", "has_more", "files"],
 }
 
 STATS_INPUT: JsonObject = {"type": "object", "additionalProperties": False}

@@ -90,13 +90,14 @@ def open_file(result: JsonObject) -> str:
 def list_files(result: JsonObject) -> str:
     files = result["files"]
     start = result["offset"] + 1 if files else result["offset"]
-    lines = [f"Files {start}-{result['offset'] + len(files)} of {result['total']}:"]
+    of = f" of {result['total']}" if "total" in result else ""
+    lines = [f"Files {start}-{result['offset'] + len(files)}{of}:"]
     lines += [
         f"{f['rel_path']}  {f['doc_type']}  {f['size_bytes']} B  {f['status']}"
         + (f" {f['error_code']}" if f.get("error_code") else "")
         for f in files
     ]
-    if result["offset"] + len(files) < result["total"]:
+    if result["has_more"]:
         lines.append(f"(more: offset={result['offset'] + len(files)})")
     return "\n".join(lines)
 

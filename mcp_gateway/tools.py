@@ -428,7 +428,9 @@ TOOLS: tuple[Tool, ...] = (
             description=(
                 "List the indexed files (path, type, size, modified time, index status), filtered by "
                 "path_prefix and glob, paged with limit/offset. Use it to explore the directory's layout or "
-                "to pick filters for search."
+                "to pick filters for search. offset counts the files the exclusion rules let through now, "
+                "up to 10,000 (page further with a narrower path_prefix, or dir2mcp.find); total is given "
+                "when the listing ends within 500 files of the page, and has_more says whether more follow."
             ),
             input_schema=schemas.LIST_FILES_INPUT,
             output_schema=schemas.LIST_FILES_OUTPUT,

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from corpus import files
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Document, Representation
-from corpus.security import ExclusionEngine
+from corpus.security import ExclusionEngine, ExclusionPolicy
 from kernel import errors
 from kernel.config import build_config
 from tests.factories import ChunkFactory, DocumentFactory, RepresentationFactory, SpanFactory
@@ -402,8 +403,8 @@ def test_list_files_names_the_stored_code_of_a_file_in_error():
 
 def test_list_files_pages_live_documents_in_path_order(small_tree):
     result = files.list_files(limit=3, offset=0)
-    assert set(result) == {"limit", "offset", "total", "files"}
-    assert (result["limit"], result["offset"], result["total"]) == (3, 0, 6)
+    assert set(result) == {"limit", "offset", "total", "has_more", "files"}
+    assert (result["limit"], result["offset"], result["total"], result["has_more"]) == (3, 0, 6, True)
     assert [f["rel_path"] for f in result["files"]] == ["README.md", "docs/deep/notes.md", "docs/guide.md"]
     first = result["files"][0]
     assert set(first) == {"rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "deleted"}
@@ -416,7 +417,31 @@ def test_list_files_pages_live_documents_in_path_order(small_tree):
     rest = files.list_files(limit=3, offset=3)
     assert [f["rel_path"] for f in rest["files"]] == ["docs2/other.txt", "src/blob.bin", "src/main.py"]
     assert {f["rel_path"]: f["status"] for f in rest["files"]}["src/blob.bin"] == "skipped"
+    assert not rest["has_more"]
     assert files.list_files(offset=10)["files"] == []
+
+
+def test_list_files_counts_what_the_rules_let_through_now(small_tree, corpus_dir, config, monkeypatch):
+    """docs/ excluded after the index was written: neither listed nor
+    counted, offset counts the files the rules let through, and past the
+    bounds a listing answers has_more without a total, or INDEX_NOT_READY
+    when its page cannot be filled."""
+    policy = ExclusionPolicy.from_config(config, root=corpus_dir)
+    now = ExclusionEngine(corpus_dir, replace(policy, path_excludes=(*policy.path_excludes, "docs/")))
+
+    def listed(**kwargs):
+        result = files.list_files(engine=now, **kwargs)
+        return [f["rel_path"] for f in result["files"]], result.get("total"), result["has_more"]
+
+    assert listed() == (["README.md", "docs2/other.txt", "src/blob.bin", "src/main.py"], 4, False)
+    assert listed(limit=1, offset=1) == (["docs2/other.txt"], 4, True)
+    assert listed(glob="docs/*") == listed(glob="nothing/*") == ([], 0, False)
+    monkeypatch.setattr(files, "COUNTED_PAST_PAGE", 1)
+    assert listed(limit=1) == (["README.md"], None, True)  # four follow: more than one past the page
+    assert listed(limit=1, offset=2) == (["src/blob.bin"], 4, True)
+    monkeypatch.setattr(files, "PASSED_OVER", 1)  # the two docs/ files sort before docs2/
+    assert listed(limit=1) == (["README.md"], None, True)
+    raises(errors.INDEX_NOT_READY, files.list_files, engine=now, limit=1, offset=1)
 
 
 def test_list_files_prefix_and_glob(small_tree):

@@ -50,6 +50,16 @@ def hit_rows(ids: list[int]) -> dict[int, HitRow]:
     return rows
 
 
+def chunk_paths(ids: list[int]) -> dict[int, str]:
+    """The file each chunk of ``ids`` belongs to (live or not)."""
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        sql = f"SELECT c.chunk_id, d.rel_path FROM chunks c {TO_DOCUMENT} WHERE c.chunk_id IN ({marks(ids)})"
+        cursor.execute(sql, ids)
+        return dict(cursor.fetchall())
+
+
 def _label(extra: object) -> str | None:
     """The span's human pointer; ``extra_json`` comes back as text or decoded, by backend."""
     if isinstance(extra, str | bytes):

@@ -60,6 +60,9 @@ MAX_LIMIT = 500
 #: rows read per tier before ranking: a name defined more often than this is cut to it
 TIER_ROWS = 2000
 LINE_CHARS = 200
+#: rows of files the rules exclude now (still in the index) one
+#: ``references`` page passes over before it stops judging
+PASSED_OVER = 1000
 #: the longest cursor accepted (those given out are about 50 characters)
 MAX_CURSOR = 256
 #: the most generated tables scanned for a name (their names are not in the symbol index)
@@ -276,13 +279,21 @@ def find_references(
     if prefix:
         rows = rows.filter(under_prefix("document__rel_path", prefix))
     # A file has one row per name: the document's id places a row in the order.
-    page = list(
-        rows.order_by("document_id").values_list("document_id", "document__rel_path", "lines")[: limit + 1]
-    )
+    ordered = rows.order_by("document_id").values_list("document_id", "document__rel_path", "lines")
     hits: list[tuple[int, str, int]] = []
     resume: tuple[int, int] | None = None
-    for doc_id, rel_path, packed in page:
+    passed_over = 0
+    # Rows are read until the page is full and a readable row follows it (the
+    # cursor), or they end (none): until session 27 a row passed over still
+    # handed a cursor on, to an empty page, and told of a file the rules
+    # exclude now that uses the name. Judging stops past PASSED_OVER such
+    # rows, with a cursor after the last.
+    for doc_id, rel_path, packed in ordered.iterator(chunk_size=limit + 1):
         if not readable(rel_path):
+            passed_over += 1
+            if passed_over > PASSED_OVER:
+                resume = (doc_id + 1, 0)
+                break
             continue
         lines = unpack_lines(bytes(packed))
         start = skip if doc_id == after else 0
@@ -293,8 +304,6 @@ def find_references(
             hits.append((doc_id, rel_path, lines[index]))
         if resume is not None:
             break
-    if resume is None and len(page) > limit:  # rows passed over left the page short: more follow
-        resume = (page[-1][0] + 1, 0)
     texts = _line_texts({(doc_id, line) for doc_id, _, line in hits})
     enclosing = _enclosing({doc_id for doc_id, _, _ in hits})
     out = []
