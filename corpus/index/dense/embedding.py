@@ -56,6 +56,14 @@ from kernel.state import StateDir
 logger = logging.getLogger(__name__)
 
 SAVE_EVERY_SECONDS = 5.0
+#: the most of the embedding run's time the index saves may take: a save
+#: writes the whole file, fsyncs it and reads it back for its sha256 (a
+#: 63,000-unit code index is 106 MB: 0.2 CPU s and 0.5-1.8 s of wall a
+#: save, measured while other work wrote to the disk), on the thread that
+#: feeds the model, which waits meanwhile; so after a save taking S seconds
+#: the next waits at least S / SAVE_SHARE (docs/benchmarks.md, "Time to
+#: dense", session 27)
+SAVE_SHARE = 0.05
 LAST_ERROR_KEY = "embed_last_error"
 #: moved by each tombstone collection (corpus/ingest/collect.py): a process
 #: seeing it move marks the labels of chunks no longer stored deleted
@@ -272,6 +280,11 @@ class DenseStore:
         # The tombstone collection (COLLECTED_KEY) each index last followed.
         self._collected: dict[str, str | None] = {}
         self._last_save = time.monotonic()
+        #: see SAVE_SHARE; the saves so far and the seconds they took
+        self.save_share = SAVE_SHARE
+        self.saves = 0
+        self.save_seconds = 0.0
+        self._save_interval = SAVE_EVERY_SECONDS
         # A thread keeping the indices in step with the store (a server whose
         # indexer is another process: mcp_gateway.indexer_process.DenseRefresher);
         # while one runs, searches read the indices as they are.
@@ -468,14 +481,22 @@ class DenseStore:
             self.settle(kind, threads=EMBED_THREADS)
 
     def save(self, *, force: bool = False) -> None:
-        if not force and time.monotonic() - self._last_save < SAVE_EVERY_SECONDS:
+        """Write the indices that changed (``force``: now; else at most every
+        SAVE_EVERY_SECONDS, and the longer a save took the longer the next
+        waits: SAVE_SHARE)."""
+        if not force and time.monotonic() - self._last_save < self._save_interval:
             return
-        self._last_save = time.monotonic()
+        start = time.monotonic()
         for index in list(self._indices.values()):
             try:
                 index.save()
             except OSError as exc:
                 logger.warning("cannot save %s: %s", index.path.name, exc)
+        self._last_save = time.monotonic()
+        took = self._last_save - start
+        self.saves += 1
+        self.save_seconds += took
+        self._save_interval = max(SAVE_EVERY_SECONDS, took / self.save_share)
 
 
 def _settings(*keys: str) -> list[str | None]:
