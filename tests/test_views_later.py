@@ -448,3 +448,29 @@ def test_an_index_that_took_long_to_save_waits_longer_for_its_next_save(state, m
     assert len(files) == 2 and files[0] == files[1]  # the second batch did not save
     saved = VectorIndex(path, DIM, "fake")
     assert saved.load() and len(saved) == len(chunks)  # the run's end saved every vector
+
+
+@pytest.mark.django_db
+def test_the_embedding_process_builds_the_code_index_again_once_at_the_end_of_its_views_pass(state) -> None:
+    # Building it again costs what inserting every vector once does (two
+    # hnswlib threads, 17 CPU s for the standard library's 63,017 units):
+    # the pass's own end applies every replacement, so one build half-way
+    # through (when they reached half the index) was that cost twice.
+    chunks = code_chunks(12)
+    fake = _Hashed()
+    check_models(fake, state, signature_weight=WEIGHT)
+    store = dense_store(state)
+    store.replace_in_place_max = 4
+    held = []
+
+    def views_progress(count: int) -> None:  # after each views batch is stored and added
+        held.append(store.index("code"))
+
+    embed_pending(fake, state, batch_size=4, views_progress=views_progress)
+
+    # not built again half-way (8 of 12 replacements waiting), but once the
+    # last batch left no view pending
+    assert len(held) == 3 and held[0] is held[1] and held[2] is not held[1]
+    assert store.index("code") is held[2]
+    assert views_pending().count() == 0 and store.deferred("code") == 0
+    assert_holds_blends(store, chunks)

@@ -259,8 +259,8 @@ class DenseStore:
     Replacements (a code unit's own vector by the blend with its signature
     view: views later) are deferred while a views pass runs: the index
     keeps the unit's own vector, as before its view, and the replacements
-    are applied when no view is pending any more or they reach half the
-    index (:meth:`settle`): a few in place, many by building the index
+    are applied when no view is pending any more or, outside the embedding
+    process, they reach half the index (:meth:`settle`): a few in place, many by building the index
     again, which costs what inserting every vector once does, instead of
     ten times that for each one replaced."""
 
@@ -396,17 +396,20 @@ class DenseStore:
         """How many replaced vectors ``kind``'s index does not hold yet."""
         return len(self._deferred.get(kind) or ())
 
-    def settle(self, kind: str, *, threads: int = 1) -> VectorIndex | None:
+    def settle(self, kind: str, *, threads: int = 1, halfway: bool = True) -> VectorIndex | None:
         """Apply ``kind``'s deferred replacements once no signature view is
-        pending (the views pass is over) or they reach half the index: up to
-        REPLACE_IN_PLACE_MAX in place, more by building the index again from
-        the database (with ``threads``; searches read the old one meanwhile).
+        pending (the views pass is over) or, ``halfway``, they reach half the
+        index: up to REPLACE_IN_PLACE_MAX in place, more by building the
+        index again from the database (with ``threads``; searches read the
+        old one meanwhile). The embedding process passes ``halfway=False``:
+        its pass's end applies them all, and a build half-way through cost
+        that build twice (docs/benchmarks.md, "Time to dense", session 27).
         Returns the index then held (None: nothing was applied)."""
         deferred = self._deferred.get(kind)
         index = self._indices.get(kind)
         if not deferred or index is None:
             return None
-        if len(deferred) * 2 < len(index) and views_pending().exists():
+        if (not halfway or len(deferred) * 2 < len(index)) and views_pending().exists():
             return None
         if not self._settling.acquire(blocking=False):
             return None  # another thread is at it
@@ -478,7 +481,7 @@ class DenseStore:
                 if not self._deferred.get(kind):
                     index.seq = version
         if replace:
-            self.settle(kind, threads=EMBED_THREADS)
+            self.settle(kind, threads=EMBED_THREADS, halfway=False)
 
     def save(self, *, force: bool = False) -> None:
         """Write the indices that changed (``force``: now; else at most every
