@@ -2,7 +2,8 @@
 
 Pending chunks are embedded in batches; each batch's vectors are written to
 ``Chunk.embedding`` in one transaction, then added to the in-memory index,
-which is saved (atomically) every few seconds and at the end of a run. The
+which is saved (atomically) every few seconds, less often the longer a
+save takes (SAVE_SHARE), and at the end of a run. The
 provider, model and dimension per index kind are recorded in ``settings``;
 ``check_models`` refuses to mix vectors of two models (INDEX_VERSION_MISMATCH)
 unless the caller is a full reindex, which starts the vectors over; the
