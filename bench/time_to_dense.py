@@ -37,7 +37,11 @@ corpus/index/dense/embedding.py): ``units_seconds`` and ``units_cpu_s`` are
 the wall and CPU seconds from the start of ``embed_pending`` until the last
 chunk's own vector was stored, when every unit is found by dense search
 (``embed_cpu_s``: the same to its end; ``cpu_s`` counts the process's
-start and the model's load too).
+start and the model's load too). Since 2026-11-30, session 27, it also
+reports the index saves of the run (``saves``, ``save_s``: their count and
+wall seconds) and the CPU seconds of the busiest live threads
+(``threads_cpu_s``: the model's own threads against ``main``, which reads,
+stores, inserts into the index and saves it).
 
 Either mode also counts the embedded texts that repeat one before them
 (``repeated_unit_texts``, ``repeated_views``): what a queue embedding each
@@ -61,6 +65,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,11 +120,11 @@ bootstrap.prepare(["--dir", sys.argv[1], "--state-dir", sys.argv[2]])
 import django; django.setup()
 from pathlib import Path
 from kernel.config import EmbedConfig
-from corpus.index.dense.embedding import check_models, embed_pending
+from corpus.index.dense.embedding import check_models, dense_store, embed_pending
 from corpus.models import Chunk, EmbeddingStatus
 from kernel.state import StateDir
 sys.path.insert(0, "bench")
-from time_to_dense import parse_variant, peak_rss_mb
+from time_to_dense import parse_variant, peak_rss_mb, thread_cpu_s
 variant = parse_variant(sys.argv[3])
 embedder = variant.embedder()
 embedder.texts_per_call = variant.call
@@ -140,9 +145,11 @@ done = embed_pending(embedder, StateDir(Path(sys.argv[2])), progress=progress)
 seconds = time.perf_counter() - start
 left = Chunk.objects.filter(deleted=False, embedding_status=EmbeddingStatus.PENDING).count()
 cpu_s = time.process_time()
+store = dense_store(StateDir(Path(sys.argv[2])))
 print(json.dumps({"embedded": done, "left_pending": left, "seconds": seconds, "load_s": load_s,
                   "cpu_s": cpu_s, "embed_cpu_s": cpu_s - start_cpu,
                   "units_seconds": units.get("seconds"), "units_cpu_s": units.get("cpu_s"),
+                  "saves": store.saves, "save_s": store.save_seconds, "threads_cpu_s": thread_cpu_s(),
                   "signature_weight": weight, "peak_rss_mb": peak_rss_mb()}))
 """
 
@@ -154,6 +161,23 @@ def peak_rss_mb() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def thread_cpu_s(top: int = 6) -> list[list]:
+    """The CPU seconds of this process's busiest live threads, as [thread
+    id, seconds], busiest first (Linux): the model's own threads (OpenVINO's
+    streams) against the one storing, inserting and saving. Threads that
+    ended are not listed (a call's forward-pass pool)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found.append([int(task.name), round((int(fields[11]) + int(fields[12])) / ticks, 1)])
+    main = threading.get_native_id()
+    return sorted(([("main" if tid == main else tid), s] for tid, s in found), key=lambda row: -row[1])[:top]
 
 
 @dataclass(frozen=True)

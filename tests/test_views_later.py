@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 
 from corpus.events import Reporter
+from corpus.index.dense import embedding
 from corpus.index.dense.embedding import (
     DenseStore,
     check_models,
@@ -25,6 +26,7 @@ from corpus.index.dense.embedding import (
     recipe_summary,
     views_pending,
 )
+from corpus.index.dense.vectors import VectorIndex, index_path
 from corpus.index.dense.views import VIEW_VERSION, embedding_text, signature_view
 from corpus.ingest.pipeline import Indexer
 from corpus.models import Chunk
@@ -420,3 +422,55 @@ def test_vectors_a_search_adds_while_the_index_is_built_again_are_in_the_index_b
 
     index = store.sync("code")
     assert index is not None and late.chunk_id in index
+
+
+@pytest.mark.django_db
+def test_an_index_that_took_long_to_save_waits_longer_for_its_next_save(state, monkeypatch) -> None:
+    # A save writes, fsyncs and reads back the whole file on the thread that
+    # feeds the model (a 63,000-unit code index: 106 MB, up to 1.8 s): after
+    # a save of S seconds the next waits S / save_share. With no minimum
+    # interval and saves allowed no share of the time, the first batch's
+    # save is the last until the run's forced one; before, every batch saved.
+    monkeypatch.setattr(embedding, "SAVE_EVERY_SECONDS", 0.0)
+    chunks = code_chunks(8)
+    fake = _Hashed()
+    check_models(fake, state, signature_weight=0.0)
+    store = dense_store(state)
+    store.save_share = 1e-12
+    path = index_path(state, "code")
+    files = []
+
+    def progress(count: int) -> None:  # after each batch is stored, added and (maybe) saved
+        files.append(path.stat().st_ino)  # each save replaces the file: a new inode
+
+    embed_pending(fake, state, batch_size=4, progress=progress)
+
+    assert len(files) == 2 and files[0] == files[1]  # the second batch did not save
+    saved = VectorIndex(path, DIM, "fake")
+    assert saved.load() and len(saved) == len(chunks)  # the run's end saved every vector
+
+
+@pytest.mark.django_db
+def test_the_embedding_process_builds_the_code_index_again_once_at_the_end_of_its_views_pass(state) -> None:
+    # Building it again costs what inserting every vector once does (two
+    # hnswlib threads, 17 CPU s for the standard library's 63,017 units):
+    # the pass's own end applies every replacement, so one build half-way
+    # through (when they reached half the index) was that cost twice.
+    chunks = code_chunks(12)
+    fake = _Hashed()
+    check_models(fake, state, signature_weight=WEIGHT)
+    store = dense_store(state)
+    store.replace_in_place_max = 4
+    held = []
+
+    def views_progress(count: int) -> None:  # after each views batch is stored and added
+        held.append(store.index("code"))
+
+    embed_pending(fake, state, batch_size=4, views_progress=views_progress)
+
+    # not built again half-way (8 of 12 replacements waiting), but once the
+    # last batch left no view pending
+    assert len(held) == 3 and held[0] is held[1] and held[2] is not held[1]
+    assert store.index("code") is held[2]
+    assert views_pending().count() == 0 and store.deferred("code") == 0
+    assert_holds_blends(store, chunks)

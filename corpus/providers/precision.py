@@ -14,7 +14,8 @@ there, and everywhere else, ``auto`` is ``fp32``. ``int8`` (onnxruntime's
 dynamic quantization) is faster still but lost 0.02 found@200 on Python,
 so ``auto`` never picks it. ``bf16-int8`` (OpenVINO with int8 weights in
 the dense layers and inputs quantized per 128 channels of a token) took
-0.80-0.86 of bf16's CPU on that EPYC (AVX-512 BF16 and VNNI, no AMX) and
+0.80-0.86 of bf16's CPU on that EPYC (AVX-512 BF16 and VNNI, no AMX; 0.77
+on a Zen 4 EPYC, family 25, session 27) and
 kept found@200 of the default ranking within 0.01 of float32 on every
 corpus (docs/benchmarks.md, session 24), so ``auto`` picks it on an AMD
 processor with both. With AMX (an Intel Xeon, family 6, model 207, with

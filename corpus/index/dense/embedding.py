@@ -2,7 +2,8 @@
 
 Pending chunks are embedded in batches; each batch's vectors are written to
 ``Chunk.embedding`` in one transaction, then added to the in-memory index,
-which is saved (atomically) every few seconds and at the end of a run. The
+which is saved (atomically) every few seconds, less often the longer a
+save takes (SAVE_SHARE), and at the end of a run. The
 provider, model and dimension per index kind are recorded in ``settings``;
 ``check_models`` refuses to mix vectors of two models (INDEX_VERSION_MISMATCH)
 unless the caller is a full reindex, which starts the vectors over; the
@@ -56,6 +57,14 @@ from kernel.state import StateDir
 logger = logging.getLogger(__name__)
 
 SAVE_EVERY_SECONDS = 5.0
+#: the most of the embedding run's time the index saves may take: a save
+#: writes the whole file, fsyncs it and reads it back for its sha256 (a
+#: 63,000-unit code index is 106 MB: 0.2 CPU s and 0.5-1.8 s of wall a
+#: save, measured while other work wrote to the disk), on the thread that
+#: feeds the model, which waits meanwhile; so after a save taking S seconds
+#: the next waits at least S / SAVE_SHARE (docs/benchmarks.md, "Time to
+#: dense", session 27)
+SAVE_SHARE = 0.05
 LAST_ERROR_KEY = "embed_last_error"
 #: moved by each tombstone collection (corpus/ingest/collect.py): a process
 #: seeing it move marks the labels of chunks no longer stored deleted
@@ -251,8 +260,8 @@ class DenseStore:
     Replacements (a code unit's own vector by the blend with its signature
     view: views later) are deferred while a views pass runs: the index
     keeps the unit's own vector, as before its view, and the replacements
-    are applied when no view is pending any more or they reach half the
-    index (:meth:`settle`): a few in place, many by building the index
+    are applied when no view is pending any more or, outside the embedding
+    process, they reach half the index (:meth:`settle`): a few in place, many by building the index
     again, which costs what inserting every vector once does, instead of
     ten times that for each one replaced."""
 
@@ -272,6 +281,11 @@ class DenseStore:
         # The tombstone collection (COLLECTED_KEY) each index last followed.
         self._collected: dict[str, str | None] = {}
         self._last_save = time.monotonic()
+        #: see SAVE_SHARE; the saves so far and the seconds they took
+        self.save_share = SAVE_SHARE
+        self.saves = 0
+        self.save_seconds = 0.0
+        self._save_interval = SAVE_EVERY_SECONDS
         # A thread keeping the indices in step with the store (a server whose
         # indexer is another process: mcp_gateway.indexer_process.DenseRefresher);
         # while one runs, searches read the indices as they are.
@@ -383,17 +397,20 @@ class DenseStore:
         """How many replaced vectors ``kind``'s index does not hold yet."""
         return len(self._deferred.get(kind) or ())
 
-    def settle(self, kind: str, *, threads: int = 1) -> VectorIndex | None:
+    def settle(self, kind: str, *, threads: int = 1, halfway: bool = True) -> VectorIndex | None:
         """Apply ``kind``'s deferred replacements once no signature view is
-        pending (the views pass is over) or they reach half the index: up to
-        REPLACE_IN_PLACE_MAX in place, more by building the index again from
-        the database (with ``threads``; searches read the old one meanwhile).
+        pending (the views pass is over) or, ``halfway``, they reach half the
+        index: up to REPLACE_IN_PLACE_MAX in place, more by building the
+        index again from the database (with ``threads``; searches read the
+        old one meanwhile). The embedding process passes ``halfway=False``:
+        its pass's end applies them all, and a build half-way through cost
+        that build twice (docs/benchmarks.md, "Time to dense", session 27).
         Returns the index then held (None: nothing was applied)."""
         deferred = self._deferred.get(kind)
         index = self._indices.get(kind)
         if not deferred or index is None:
             return None
-        if len(deferred) * 2 < len(index) and views_pending().exists():
+        if (not halfway or len(deferred) * 2 < len(index)) and views_pending().exists():
             return None
         if not self._settling.acquire(blocking=False):
             return None  # another thread is at it
@@ -465,17 +482,25 @@ class DenseStore:
                 if not self._deferred.get(kind):
                     index.seq = version
         if replace:
-            self.settle(kind, threads=EMBED_THREADS)
+            self.settle(kind, threads=EMBED_THREADS, halfway=False)
 
     def save(self, *, force: bool = False) -> None:
-        if not force and time.monotonic() - self._last_save < SAVE_EVERY_SECONDS:
+        """Write the indices that changed (``force``: now; else at most every
+        SAVE_EVERY_SECONDS, and the longer a save took the longer the next
+        waits: SAVE_SHARE)."""
+        if not force and time.monotonic() - self._last_save < self._save_interval:
             return
-        self._last_save = time.monotonic()
+        start = time.monotonic()
         for index in list(self._indices.values()):
             try:
                 index.save()
             except OSError as exc:
                 logger.warning("cannot save %s: %s", index.path.name, exc)
+        self._last_save = time.monotonic()
+        took = self._last_save - start
+        self.saves += 1
+        self.save_seconds += took
+        self._save_interval = max(SAVE_EVERY_SECONDS, took / self.save_share)
 
 
 def _settings(*keys: str) -> list[str | None]:
