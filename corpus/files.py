@@ -665,6 +665,7 @@ def list_files(
     limit: int = 200,
     offset: int = 0,
     engine: ExclusionEngine | None = None,
+    cursor: str | None = None,
 ) -> JsonObject:
     """The §15.5 page of listable documents, by rel_path; the glob runs over paths only.
 
@@ -683,15 +684,27 @@ def list_files(
     answered with ``has_more`` and no ``total``, else ``INDEX_NOT_READY``
     (the walk the rules' change started takes them out; under ``up
     --no-index``, ``dir2mcp reindex``). Without ``engine``, the index is
-    taken as it is (counted by the database)."""
+    taken as it is (counted by the database).
+
+    Past ``offset``'s bound a client pages by cursor (keyset paging): a
+    page with more after it hands on ``next_cursor``, which holds the query
+    (``path_prefix`` and ``glob``) and the last file the page returned
+    (never one it passed over: that would name an excluded file), and the
+    page it leads to reads the index after that path, so its cost does not
+    grow with how deep the client pages. Such a page has no ``total``: it
+    would have to judge every file before the cursor again."""
     prefix, spec = canonical_prefix(path_prefix), _glob(glob)
     limit = _bounded(arguments.LIST_LIMIT, "limit", limit)
     offset = _bounded(arguments.OFFSET, "offset", offset)
+    key = hashlib.sha256(json.dumps(["list_files", prefix, glob]).encode()).hexdigest()[:24]
+    after = _after(cursor, key, offset) if cursor is not None else ""
     docs = listable_documents().order_by("rel_path")
     if prefix:
         docs = docs.filter(under_prefix("rel_path", prefix))
+    if after:
+        docs = docs.filter(rel_path__gt=after)
     if engine is None:
-        return _listed_from_index(docs, spec, limit, offset)
+        return _resumable(_listed_from_index(docs, spec, limit, offset), key, after)
     rows = docs.values_list(*_FILE_FIELDS).iterator(chunk_size=1000)
     matching = (row for row in rows if spec is None or spec.match_file(row[0]))
     allowed: list[tuple[object, ...]] = []
@@ -719,7 +732,31 @@ def list_files(
     out: JsonObject = {"limit": limit, "offset": offset}
     if ended:
         out["total"] = len(allowed)
-    return out | {"has_more": not ended or offset + limit < len(allowed), "files": files}
+    out |= {"has_more": not ended or offset + limit < len(allowed), "files": files}
+    return _resumable(out, key, after)
+
+
+def _after(cursor: object, key: str, offset: int) -> str:
+    """The path a ``list_files`` cursor resumes after (find's cursor, which
+    resumes after its path with ``k = -1``); INVALID_FIELD with an offset."""
+    if offset:
+        raise _fail(
+            errors.INVALID_FIELD, "cursor and offset cannot be combined: pass the cursor alone (offset 0)"
+        )
+    path, skip = _resume(cursor, key)
+    if skip != -1 or not path:
+        raise _fail(errors.INVALID_FIELD, "invalid cursor")
+    return path
+
+
+def _resumable(page: JsonObject, key: str, after: str) -> JsonObject:
+    """A ``list_files`` page with ``next_cursor`` (after its last file) when
+    more follow; paged by cursor, without ``total``."""
+    if after:
+        page.pop("total", None)
+    if page["has_more"] and page["files"]:
+        page["next_cursor"] = _cursor(key, str(page["files"][-1]["rel_path"]), -1)
+    return page
 
 
 def _listed_from_index(

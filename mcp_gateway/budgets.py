@@ -213,13 +213,13 @@ def _shorten(
     def kept(count: int, first: JsonObject | None = None) -> JsonObject:
         listed = items[:count] if first is None else [first, *items[1:count]]
         shortened, omitted = result | {budget.items: listed}, len(items) - count
+        if "has_more" in result and budget.paging:  # the items cut follow
+            shortened["has_more"] = True
         if budget.paging == "cursor":
             shortened["next_cursor"] = encode_cursor(tool_name, args, skip + count)
             how = "pass next_cursor to continue"
         elif budget.paging == "offset":
             shortened["next_offset"] = args.get("offset", 0) + count
-            if "has_more" in result:  # the items cut follow
-                shortened["has_more"] = True
             how = f"pass offset={shortened['next_offset']}"
         else:
             how = budget.advice

@@ -413,6 +413,14 @@ LIST_FILES_INPUT: JsonObject = {
         "glob": {"type": "string", "maxLength": MAX_GLOB_CHARS},
         "limit": arguments.LIST_LIMIT.schema(),
         "offset": arguments.OFFSET.schema(),
+        "cursor": {
+            "type": "string",
+            "maxLength": MAX_FIND_CURSOR_CHARS,
+            "description": (
+                "next_cursor from the previous page, with the same path_prefix and glob (and no offset): "
+                "the page after the last file that page returned."
+            ),
+        },
     },
 }
 
@@ -427,10 +435,14 @@ LIST_FILES_OUTPUT: JsonObject = {
             "description": (
                 "The files matching that the exclusion rules let through now; absent when more than a "
                 "page and 500 more match (or the rules changed since the index was written and over "
-                "1,000 matches they now exclude are still in it): has_more then says whether more follow."
+                "1,000 matches they now exclude are still in it), and on a page reached by cursor: "
+                "has_more then says whether more follow."
             ),
         },
-        "has_more": {"type": "boolean", "description": "More files follow: pass offset + the files' count."},
+        "has_more": {
+            "type": "boolean",
+            "description": "More files follow: pass next_cursor (or offset + the files' count).",
+        },
         "files": {
             "type": "array",
             "items": {

@@ -98,7 +98,8 @@ def list_files(result: JsonObject) -> str:
         for f in files
     ]
     if result["has_more"]:
-        lines.append(f"(more: offset={result['offset'] + len(files)})")
+        more = result.get("next_cursor")
+        lines.append(f"(more: cursor={more})" if more else "(more follow)")
     return "\n".join(lines)
 
 

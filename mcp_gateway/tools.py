@@ -303,6 +303,7 @@ def list_files(call: Call, args: JsonObject) -> JsonObject:
         limit=args["limit"],
         offset=args["offset"],
         engine=call.ctx.engine,
+        cursor=args.get("cursor"),
     )
 
 
@@ -427,17 +428,18 @@ TOOLS: tuple[Tool, ...] = (
             title="List indexed files",
             description=(
                 "List the indexed files (path, type, size, modified time, index status), filtered by "
-                "path_prefix and glob, paged with limit/offset. Use it to explore the directory's layout or "
-                "to pick filters for search. offset counts the files the exclusion rules let through now, "
-                "up to 10,000 (page further with a narrower path_prefix, or dir2mcp.find); total is given "
-                "when the listing ends within 500 files of the page, and has_more says whether more follow."
+                "path_prefix and glob, paged with limit and next_cursor (or offset). Use it to explore the "
+                "directory's layout or to pick filters for search. offset counts the files the exclusion "
+                "rules let through now, up to 10,000; next_cursor, given while more follow, pages any "
+                "depth at the same cost. total is given when the listing ends within 500 files of the page "
+                "(never on a page reached by cursor), and has_more says whether more follow."
             ),
             input_schema=schemas.LIST_FILES_INPUT,
             output_schema=schemas.LIST_FILES_OUTPUT,
             handler=list_files,
             summarize=summaries.list_files,
         ),
-        Budget(items="files", paging="offset"),
+        Budget(items="files", paging="cursor"),
     ),
     budgets.declared(
         Tool(

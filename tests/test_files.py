@@ -403,7 +403,7 @@ def test_list_files_names_the_stored_code_of_a_file_in_error():
 
 def test_list_files_pages_live_documents_in_path_order(small_tree):
     result = files.list_files(limit=3, offset=0)
-    assert set(result) == {"limit", "offset", "total", "has_more", "files"}
+    assert set(result) == {"limit", "offset", "total", "has_more", "next_cursor", "files"}
     assert (result["limit"], result["offset"], result["total"], result["has_more"]) == (3, 0, 6, True)
     assert [f["rel_path"] for f in result["files"]] == ["README.md", "docs/deep/notes.md", "docs/guide.md"]
     first = result["files"][0]
@@ -724,3 +724,30 @@ def test_find_reads_representations_not_the_disk(corpus_dir, engine, index):
     Representation.objects.filter(document__rel_path="a.txt").update(text="stored words\n")
     assert files.find(engine, content="stored")["matches"][0]["rel_path"] == "a.txt"
     assert files.find(engine, content="original")["matches"] == []
+
+
+def test_list_files_pages_by_cursor_after_the_last_file_returned(small_tree, corpus_dir, config):
+    """A cursor holds the query and the last file a page returned: the
+    pages it leads to list every file the rules let through once, in
+    order, without ``total`` (what came before it is not judged again);
+    another query's cursor, or one with an offset, is refused."""
+    policy = ExclusionPolicy.from_config(config, root=corpus_dir)
+    now = ExclusionEngine(corpus_dir, replace(policy, path_excludes=(*policy.path_excludes, "docs/")))
+    first = files.list_files(engine=now, limit=2)
+    assert [f["rel_path"] for f in first["files"]] == ["README.md", "docs2/other.txt"]
+    assert first["total"] == 4 and first["has_more"] and first["next_cursor"]
+    following = files.list_files(engine=now, limit=2, cursor=first["next_cursor"])
+    assert [f["rel_path"] for f in following["files"]] == ["src/blob.bin", "src/main.py"]
+    assert not following["has_more"] and "next_cursor" not in following and "total" not in following
+    by_cursor, cursor = [], None
+    for _ in range(6):
+        page = files.list_files(engine=now, limit=1, cursor=cursor)
+        by_cursor += [f["rel_path"] for f in page["files"]]
+        if not page["has_more"]:
+            break
+        cursor = page["next_cursor"]
+    assert by_cursor == [f["rel_path"] for f in files.list_files(engine=now)["files"]]
+    raises(errors.INVALID_FIELD, files.list_files, engine=now, glob="*.md", cursor=first["next_cursor"])
+    raises(errors.INVALID_FIELD, files.list_files, engine=now, path_prefix="src", cursor=first["next_cursor"])
+    raises(errors.INVALID_FIELD, files.list_files, engine=now, offset=2, cursor=first["next_cursor"])
+    raises(errors.INVALID_FIELD, files.list_files, engine=now, cursor="not a cursor")

@@ -19,6 +19,7 @@ import re
 import httpx
 import pytest
 
+from kernel import errors
 from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
 from tests.test_cli import cli
@@ -185,3 +186,95 @@ def test_the_changes_prompt_counts_only_what_the_rules_let_through(served):
     text = answer.json()["result"]["messages"][0]["content"]["text"]
     assert re.search(r"These (\d+) files", text).group(1) == str(readable), text
     assert "m_private" not in text
+
+
+#: the tree ``list_files`` pages by cursor: 30 files, seven a page
+PAGED = [f"p/{n:02}.txt" for n in range(30)]
+#: excluded by a ``.gitignore`` written after the first page: the file just
+#: after the second page's last, and one inside the third page
+LATE = ("p/14.txt", "p/17.txt")
+
+
+def refused(answer: dict) -> str | None:
+    return answer["structuredContent"]["error"]["code"] if answer.get("isError") else None
+
+
+def test_list_files_pages_by_cursor_past_a_rule_change(tmp_path, running):
+    """``offset`` stops at 10,000 (each answer judges every file before its
+    page), so a tree such as the Linux kernel's could not be listed whole:
+    ``list_files`` now pages by cursor, which holds the query and the last
+    file a page returned, and reads the index after it. Across a
+    ``.gitignore`` written between pages, MCP and REST alike page every file
+    the rules let through exactly once, in order, and no answer names an
+    excluded file, in its files or its cursor; another query's cursor and a
+    cursor with an offset are refused."""
+    root = tmp_path / "corpus"
+    for rel_path in PAGED:
+        (root / rel_path).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel_path).write_text(f"{rel_path}\n")
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    query = {"path_prefix": "p/", "glob": "*.txt", "limit": 7}
+
+    def mcp(arguments: dict) -> dict:
+        return srv.call(session, "dir2mcp.list_files", arguments)
+
+    def over_rest(arguments: dict) -> dict:
+        answer = httpx.get(
+            srv.base + "/api/v1/files",
+            params=arguments,
+            headers={"Authorization": f"Bearer {srv.token}"},
+            timeout=WAIT,
+        )
+        return {"status": answer.status_code, "raw": answer.text, "body": answer.json()}
+
+    first = mcp(query)["structuredContent"]
+    rest_first = over_rest(query)["body"]
+    assert (
+        [f["rel_path"] for f in first["files"]] == PAGED[:7] == [f["rel_path"] for f in rest_first["files"]]
+    )
+    assert first["has_more"] and first["next_cursor"] and rest_first["next_cursor"], first
+    (root / ".gitignore").write_text("".join(f"{name}\n" for name in LATE))
+    wait_until(
+        lambda: not mcp({"glob": LATE[0]})["structuredContent"]["files"],
+        timeout=15,
+        message="list_files to judge the .gitignore written while it serves",
+    )
+
+    seen = {"mcp": [*first["files"]], "rest": [*rest_first["files"]]}
+    cursors = {"mcp": first["next_cursor"], "rest": rest_first["next_cursor"]}
+    for surface in ("mcp", "rest"):
+        for _ in range(10):
+            if surface == "mcp":
+                answer = mcp(query | {"cursor": cursors[surface]})
+                raw, page = json.dumps(answer), answer["structuredContent"]
+                assert not answer.get("isError"), answer
+            else:
+                got = over_rest(query | {"cursor": cursors[surface]})
+                assert got["status"] == 200, got
+                raw, page = got["raw"], got["body"]
+            assert all(name.encode() not in raw.encode() for name in LATE), raw
+            assert "total" not in page, page  # what came before the cursor is not judged again
+            seen[surface] += page["files"]
+            if not page["has_more"]:
+                assert "next_cursor" not in page, page
+                break
+            cursors[surface] = page["next_cursor"]
+    expected = [name for name in PAGED if name not in LATE]
+    assert [f["rel_path"] for f in seen["mcp"]] == expected, seen["mcp"]
+    assert [f["rel_path"] for f in seen["rest"]] == expected, seen["rest"]
+
+    cursor = first["next_cursor"]
+    for other in ({"path_prefix": "p/", "glob": "*.md"}, {"path_prefix": "q/", "glob": "*.txt"}):
+        assert refused(mcp(other | {"cursor": cursor})) == errors.INVALID_FIELD
+        got = over_rest(other | {"cursor": cursor})
+        assert (got["status"], got["body"]["error"]["code"]) == (400, errors.INVALID_FIELD), got
+    assert refused(mcp(query | {"cursor": cursor, "offset": 7})) == errors.INVALID_FIELD
+    got = over_rest(query | {"cursor": cursor, "offset": 7})
+    assert (got["status"], got["body"]["error"]["code"]) == (400, errors.INVALID_FIELD), got
+    assert "offset" in got["body"]["error"]["message"], got
+    assert up.stop() == 0
+    assert "Traceback" not in up.stderr, up.stderr[-3000:]

@@ -16,6 +16,7 @@ from corpus.documents import live_page
 from corpus.index import lexical
 from corpus.models import Chunk, Document
 from corpus.retrieval import Filters, Searcher
+from corpus.security import ExclusionEngine
 from kernel.config import build_config
 from mcp_gateway import completion
 from mcp_gateway.context import AuthSetup, Context
@@ -63,6 +64,20 @@ def test_list_files_by_prefix_reads_only_the_matching_range(tree) -> None:
     details = plans(captured.captured_queries)
     assert details and not full_scans(details), details
     assert any("rel_path>? AND rel_path<?" in d for d in details), details
+
+
+def test_list_files_by_cursor_reads_the_index_after_the_cursor(tree, state) -> None:
+    """Keyset paging (session 27): the page a cursor leads to searches the
+    path index from the cursor's path, whatever page it is."""
+    engine = ExclusionEngine.from_config(tree, build_config({}, {}, {}), state_dir=state.path)
+    first = files.list_files(limit=150, engine=engine)
+    with CaptureQueriesContext(connection) as captured:
+        deep = files.list_files(limit=10, cursor=first["next_cursor"], engine=engine)
+
+    assert [f["rel_path"] for f in deep["files"]][:1] == ["fs/f030.c"] and deep["has_more"]
+    details = plans(captured.captured_queries)
+    assert details and not full_scans(details), details
+    assert any("rel_path>?" in d for d in details), details
 
 
 def test_a_prefix_is_case_sensitive_as_paths_are(tree) -> None:

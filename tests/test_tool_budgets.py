@@ -223,7 +223,8 @@ def test_without_max_tokens_a_large_result_is_cut_to_the_default(corpus_dir, sta
     result = ok(ctx, "dir2mcp.list_files", limit=5000)
     found = result["structuredContent"]
     assert budgets.measure(result) <= budgets.DEFAULT_MAX_TOKENS
-    assert found["budget"]["truncated"] and found["next_offset"] == len(found["files"]) < 450
+    assert found["budget"]["truncated"] and found["has_more"] and len(found["files"]) < 450
+    assert found["next_cursor"] in result["content"][0]["text"]
 
 
 @pytest.mark.django_db
