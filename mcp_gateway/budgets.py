@@ -71,7 +71,6 @@ CURSOR_ARGUMENT = {
 }
 
 NEXT_CURSOR = {"type": "string", "description": "Pass as cursor to continue; absent when nothing follows."}
-NEXT_OFFSET = {"type": "integer", "description": "Pass as offset to continue after a cut to max_tokens."}
 
 OUTPUT = {
     "type": "object",
@@ -92,15 +91,13 @@ def declared(
     tool: Tool, budget: Budget, hints: Callable[[JsonObject, JsonObject], list[JsonObject]] | None = None
 ) -> Tool:
     """``tool`` with ``budget`` and its schemas taking it: ``max_tokens`` (and
-    ``cursor``) in, ``budget`` (and ``next_cursor`` or ``next_offset``) out."""
+    ``cursor``) in, ``budget`` (and ``next_cursor``) out."""
     given, out = copy.deepcopy(tool.input_schema), copy.deepcopy(tool.output_schema)
     given["properties"].setdefault("max_tokens", argument())
     out["properties"].setdefault("budget", OUTPUT)
     if budget.paging == "cursor":
         given["properties"].setdefault("cursor", CURSOR_ARGUMENT)
         out["properties"].setdefault("next_cursor", NEXT_CURSOR)
-    elif budget.paging == "offset":
-        out["properties"].setdefault("next_offset", NEXT_OFFSET)
     return replace(tool, input_schema=given, output_schema=out, budget=budget, next_actions=hints)
 
 
@@ -218,9 +215,6 @@ def _shorten(
         if budget.paging == "cursor":
             shortened["next_cursor"] = encode_cursor(tool_name, args, skip + count)
             how = "pass next_cursor to continue"
-        elif budget.paging == "offset":
-            shortened["next_offset"] = args.get("offset", 0) + count
-            how = f"pass offset={shortened['next_offset']}"
         else:
             how = budget.advice
         note = f"{omitted} more left out to fit max_tokens {limit}: {how}"

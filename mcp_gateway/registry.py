@@ -70,7 +70,7 @@ class Budget:
     floor: int = 0
     #: the knob's value when the call leaves it out (its schema has no default)
     start: int | None = None
-    #: "cursor": a budget cursor continues a cut list; "offset": ``next_offset``
+    #: "cursor": a budget cursor continues a cut list (every paged tool pages so)
     paging: str = ""
     #: ``(item, chars) -> item`` cut to at most ``chars`` characters of its text (None: too
     #: short to cut); ``(item, None)``: its full length. Used when not even one item fits.
