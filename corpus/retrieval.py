@@ -473,6 +473,7 @@ class Searcher:
                 drop_stop_words=self.config.search.drop_stop_words,
             )
             kept = set(self._glob_filter([cid for cid, _ in found], filters))
+            kept -= self._refused(list(kept))
             hits = [hit for hit in found if hit[0] in kept]
             if len(hits) >= pool or len(found) < limit or not filters.file_glob:
                 return hits[:pool], tuple(cid for cid, _ in found[:full] if cid in kept)
@@ -546,8 +547,33 @@ class Searcher:
             )
         candidates = self._candidates(kind, filters)
         if candidates is not None and len(candidates) <= BRUTE_FORCE_LIMIT:
-            return self._exact(vector, candidates, filters)[:pool]
-        return self._approximate(index, vector, kind, pool, filters)
+            nearest = self._exact(vector, candidates, filters)[:pool]
+        else:
+            nearest = self._approximate(index, vector, kind, pool, filters)
+        refused = self._refused([cid for cid, _ in nearest])
+        return [hit for hit in nearest if hit[0] not in refused] if refused else nearest
+
+    def _refused(self, ids: list[int]) -> set[int]:
+        """The units of ``ids`` in files ``readable`` refuses now (each file
+        judged once). Every ranking is cut to them as it is read, so what a
+        fusion makes of it (a hit's ``score``: its rank in each ranking;
+        the definitions put first; the feedback round's vectors) depends on
+        the units the rules let through alone: until session 27's review a
+        readable hit's score counted the excluded units ranked above it, a
+        probe of the words an excluded file holds. A unit gone from the
+        index is kept (``_hits_of`` passes over it), so with nothing
+        excluded every ranking is the one it was."""
+        readable = self.readable
+        if readable is None or not ids:
+            return set()
+        verdicts: dict[str, bool] = {}
+        refused = set()
+        for cid, path in chunks.chunk_paths(ids).items():
+            if path not in verdicts:
+                verdicts[path] = readable(path)
+            if not verdicts[path]:
+                refused.add(cid)
+        return refused
 
     def _candidates(self, kind: str, filters: Filters) -> list[int] | None:
         """Ids passing the SQL filters, or None when nothing narrows the set."""
