@@ -360,9 +360,13 @@ class StdioServer:
         sink = subscriptions.Sink(listen, self.writer.write, lambda: self.end_listen(msg.id))
         if not call.emit_live(subscriptions.acknowledged(listen)):  # first, before any notification
             return None
+        # Attached before it is listed: a cancel on the reader that finds it
+        # listed detaches an attached sink (listed first, a cancel between
+        # the two found it, detached nothing, and the attach that followed
+        # streamed to a cancelled listen for as long as the process ran).
+        HUB.attach(_listen_key(msg.id), sink, listen.local)
         with self._lock:
             self._listens[msg.id] = sink
-        HUB.attach(_listen_key(msg.id), sink, listen.local)
         if call.cancel.is_set():  # cancelled after its acknowledgment, before it was listed
             self.end_listen(msg.id, graceful=False)
         return None
