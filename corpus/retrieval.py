@@ -3,10 +3,13 @@ reciprocal rank fusion, with filters applied before the cut to k."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import re
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -209,6 +212,7 @@ class Searcher:
         embedder: Embedder | None,
         *,
         readable: Callable[[str], bool] | None = None,
+        pinned: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.state = state
         self.config = config
@@ -217,6 +221,12 @@ class Searcher:
         #: may still hold one excluded since it was written (a rule changed,
         #: its walk not done yet, or ``--no-index``); such hits are passed over
         self.readable = readable
+        #: a block in which ``readable`` looks each directory's rules up once
+        #: (``ExclusionEngine.pinned``), held for one search
+        self.pinned = pinned
+        #: one search's verdicts by path (each ranking and the page judge the
+        #: same files); per thread, as one searcher serves every call
+        self._searching = threading.local()
 
     def search(
         self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters(), start: int = 0
@@ -228,6 +238,35 @@ class Searcher:
         validate(query, k, index)
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= MAX_START:
             raise errors.Dir2mcpError(errors.INVALID_RANGE, f"start must be an integer from 0 to {MAX_START}")
+        with self._judging():
+            return self._search(query, k, index, filters, start)
+
+    @contextlib.contextmanager
+    def _judging(self) -> Iterator[None]:
+        """One search's block: each file judged once, under the rules as
+        they stand when it starts."""
+        if self.readable is None or getattr(self._searching, "verdicts", None) is not None:
+            yield
+            return
+        self._searching.verdicts = {}
+        try:
+            with self.pinned() if self.pinned is not None else contextlib.nullcontext():
+                yield
+        finally:
+            self._searching.verdicts = None
+
+    def _judged(self, path: str) -> bool:
+        """``readable(path)``, once a search."""
+        readable = self.readable
+        assert readable is not None
+        verdicts: dict[str, bool] | None = getattr(self._searching, "verdicts", None)
+        if verdicts is None:
+            return readable(path)
+        if path not in verdicts:
+            verdicts[path] = readable(path)
+        return verdicts[path]
+
+    def _search(self, query: str, k: int, index: str, filters: Filters, start: int) -> SearchResult:
         ranked = self.ranked(query, k=k, index=index, filters=filters)
         fused, weak = ranked.fused, ranked.weak
         if self.readable is not None:
@@ -260,18 +299,11 @@ class Searcher:
     def _seen(self, ids: list[int]) -> Callable[[int], bool]:
         """Whether a unit of ``ids`` (a ranking: a few hundred units) lies in
         a file ``readable`` lets through; each file judged once, when asked."""
-        readable = self.readable
-        assert readable is not None
         paths = chunks.chunk_paths(ids)
-        verdicts: dict[str, bool] = {}
 
         def seen(cid: int) -> bool:
             path = paths.get(cid)
-            if path is None:
-                return False
-            if path not in verdicts:
-                verdicts[path] = readable(path)
-            return verdicts[path]
+            return path is not None and self._judged(path)
 
         return seen
 
@@ -473,6 +505,7 @@ class Searcher:
                 drop_stop_words=self.config.search.drop_stop_words,
             )
             kept = set(self._glob_filter([cid for cid, _ in found], filters))
+            kept -= self._refused(list(kept))
             hits = [hit for hit in found if hit[0] in kept]
             if len(hits) >= pool or len(found) < limit or not filters.file_glob:
                 return hits[:pool], tuple(cid for cid, _ in found[:full] if cid in kept)
@@ -546,8 +579,25 @@ class Searcher:
             )
         candidates = self._candidates(kind, filters)
         if candidates is not None and len(candidates) <= BRUTE_FORCE_LIMIT:
-            return self._exact(vector, candidates, filters)[:pool]
-        return self._approximate(index, vector, kind, pool, filters)
+            nearest = self._exact(vector, candidates, filters)[:pool]
+        else:
+            nearest = self._approximate(index, vector, kind, pool, filters)
+        refused = self._refused([cid for cid, _ in nearest])
+        return [hit for hit in nearest if hit[0] not in refused] if refused else nearest
+
+    def _refused(self, ids: list[int]) -> set[int]:
+        """The units of ``ids`` in files ``readable`` refuses now (each file
+        judged once). Every ranking is cut to them as it is read, so what a
+        fusion makes of it (a hit's ``score``: its rank in each ranking;
+        the definitions put first; the feedback round's vectors) depends on
+        the units the rules let through alone: until session 27's review a
+        readable hit's score counted the excluded units ranked above it, a
+        probe of the words an excluded file holds. A unit gone from the
+        index is kept (``_hits_of`` passes over it), so with nothing
+        excluded every ranking is the one it was."""
+        if self.readable is None or not ids:
+            return set()
+        return {cid for cid, path in chunks.chunk_paths(ids).items() if not self._judged(path)}
 
     def _candidates(self, kind: str, filters: Filters) -> list[int] | None:
         """Ids passing the SQL filters, or None when nothing narrows the set."""
@@ -613,7 +663,7 @@ class Searcher:
             if row is None:
                 continue
             text, rep_type, rel_path, doc_type, span, label = row
-            if self.readable is not None and not self.readable(rel_path):
+            if self.readable is not None and not self._judged(rel_path):
                 continue
             hits.append(
                 Hit(

@@ -186,7 +186,9 @@ class Context:
         # imported by the first search, not before the server's first answer.
         from corpus.retrieval import Searcher
 
-        return Searcher(self.state, self.config, self.embedder, readable=self.readable)
+        return Searcher(
+            self.state, self.config, self.embedder, readable=self.readable, pinned=self.engine.pinned
+        )
 
     @cached_property
     def engine(self) -> ExclusionEngine:

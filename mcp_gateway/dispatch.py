@@ -71,8 +71,6 @@ SOLD_AS = {
 def unsold(method: str, params: JsonObject, ctx: Context) -> str | None:
     """The priced tool that sells what ``method`` would hand out (the method
     is then refused), or None."""
-    if ctx.gate is None:
-        return None
     if method == "prompts/get":
         tool = SOLD_AS.get(f"{method} {params.get('name')}")
     elif method == "completion/complete":
@@ -80,8 +78,10 @@ def unsold(method: str, params: JsonObject, ctx: Context) -> str | None:
         name = argument.get("name") if isinstance(argument, dict) else None
         tool = SOLD_AS.get(f"{method} {name}")  # a question or a date offers nothing of the directory
     else:
+        return None  # prompts/list names the prompts, nothing of the directory
+    if tool is None or ctx.gate is None:
         return None
-    return tool if tool is not None and ctx.gate.price_for(tool) is not None else None
+    return tool if ctx.gate.price_for(tool) is not None else None
 
 
 @dataclass

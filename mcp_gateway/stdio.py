@@ -24,8 +24,10 @@ indexer) goes to stderr. The stream rules this module keeps:
   session 27 the three besides ``tools/call`` ran on the reader itself, and
   no call had a deadline: a slice far into a huge file held the reader, so
   no ``ping``, cancellation or end of input was read, for a quarter of an
-  hour). ``resources/subscribe`` and ``subscriptions/listen`` run on a
-  worker too (``OPENED_ON_A_WORKER``): each may wait for the fan-out group.
+  hour). ``subscriptions/listen`` runs on a worker too, and
+  ``resources/subscribe`` and ``unsubscribe`` on a lane of their own, one
+  thread in the order they were read: a subscribe may wait for the fan-out
+  group, and an unsubscribe written right after it must not overtake it.
   The other methods are quick and are answered in order.
 * EOF on stdin, SIGINT or SIGTERM stop the indexer, give in-flight calls a
   moment to finish, and return (exit 0).
@@ -58,7 +60,7 @@ from corpus import store_faults
 from corpus.events import Reporter
 from kernel import errors
 from kernel.jsontypes import JsonObject
-from mcp_gateway import dispatch, modern, subscriptions, tools, transport, workers
+from mcp_gateway import dispatch, modern, notify, subscriptions, tools, transport, workers
 from mcp_gateway.background import BackgroundIndexer, start_background_indexing
 from mcp_gateway.context import Context
 from mcp_gateway.notify import HUB, LOCAL
@@ -79,11 +81,14 @@ INDEXER_STOP_SECONDS = 30.0
 #: answered ``DEADLINE_EXCEEDED`` at most this late).
 DEADLINE_TICK = 0.1
 
-#: Methods besides ``dispatch.CALL_METHODS`` that stdio runs on a worker, never
-#: on its reader: each may wait up to ``notify.READY_SECONDS`` for the fan-out
-#: group while Redis is away (``HUB.ready``), and a listen resolves up to 1,000
-#: URIs first (session 27: the reader read nothing else meanwhile).
-OPENED_ON_A_WORKER = frozenset({"resources/subscribe", subscriptions.METHOD})
+#: ``resources/subscribe`` and ``unsubscribe`` run on one thread of their own
+#: (the subscription lane), never on the reader: a subscribe may wait up to
+#: ``notify.READY_SECONDS`` for the fan-out group while Redis is away
+#: (``HUB.ready``; session 27: the reader read nothing else meanwhile), and
+#: one thread keeps a subscribe and the unsubscribe after it in order (on
+#: the workers, the unsubscribe was answered first and the client stayed
+#: subscribed). At most this many wait there; one more is SERVER_BUSY.
+SUBSCRIPTION_LANE_DEPTH = 64
 
 #: The key of stdio's one session among the notification hub's sinks.
 STDIO_SESSION = "stdio"
@@ -251,6 +256,7 @@ class StdioServer:
         self._listens: dict[object, subscriptions.Sink] = {}  # open subscriptions/listen, by request id
         self._lock = threading.Lock()
         self._jobs: queue.Queue[_Call | None] = queue.Queue()
+        self._lane: queue.Queue[Message | None] = queue.Queue(SUBSCRIPTION_LANE_DEPTH)
         self._stopped = threading.Event()  # the deadline watcher's end
         # Daemon threads, not a ThreadPoolExecutor: a call that never returns
         # must not keep the process alive after shutdown gave up on it.
@@ -264,6 +270,7 @@ class StdioServer:
         for worker in self._workers:
             worker.start()
         threading.Thread(target=self._watch_deadlines, name="mcp-stdio-deadlines", daemon=True).start()
+        threading.Thread(target=self._subscriptions, name="mcp-stdio-subscriptions", daemon=True).start()
         threading.Thread(target=self._read, name="mcp-stdio-reader", daemon=True).start()
 
     def _read(self) -> None:
@@ -331,15 +338,30 @@ class StdioServer:
         elif not (stateless or self.initialized or msg.method == "ping"):
             self.writer.write(dispatch.not_initialized(msg))
             return
-        if msg.method in dispatch.CALL_METHODS or msg.method in OPENED_ON_A_WORKER:
-            if msg.method != subscriptions.METHOD or stateless:
-                self._submit(msg)
-                return
+        if msg.method in dispatch.CALL_METHODS or (msg.method == subscriptions.METHOD and stateless):
+            self._submit(msg)
+            return
+        if msg.method in notify.METHODS:
+            try:
+                self._lane.put_nowait(msg)
+            except queue.Full:
+                refused = errors.server_busy(SUBSCRIPTION_LANE_DEPTH)
+                data = {"code": refused.code, "retryable": True}
+                self.writer.write(errors.rpc_error(msg.id, errors.RPC_SERVER_BUSY, refused.message, data))
+            return
         response = self._respond(msg, None, None)
         if msg.method == "initialize" and response and "result" in response:
             self.session.protocol_version = response["result"]["protocolVersion"]
         if response is not None:
             self.writer.write(response)
+
+    def _subscriptions(self) -> None:
+        """The subscription lane: subscribe and unsubscribe answered one at a
+        time, in the order they were read."""
+        while (msg := self._lane.get()) is not None:
+            response = self._respond(msg, None, None)
+            if response is not None:
+                self.writer.write(response)
 
     # -- subscriptions/listen (2026-07-28) --
 
@@ -360,9 +382,13 @@ class StdioServer:
         sink = subscriptions.Sink(listen, self.writer.write, lambda: self.end_listen(msg.id))
         if not call.emit_live(subscriptions.acknowledged(listen)):  # first, before any notification
             return None
+        # Attached before it is listed: a cancel on the reader that finds it
+        # listed detaches an attached sink (listed first, a cancel between
+        # the two found it, detached nothing, and the attach that followed
+        # streamed to a cancelled listen for as long as the process ran).
+        HUB.attach(_listen_key(msg.id), sink, listen.local)
         with self._lock:
             self._listens[msg.id] = sink
-        HUB.attach(_listen_key(msg.id), sink, listen.local)
         if call.cancel.is_set():  # cancelled after its acknowledgment, before it was listed
             self.end_listen(msg.id, graceful=False)
         return None
@@ -491,6 +517,10 @@ class StdioServer:
             call.abandon()
         for _ in self._workers:
             self._jobs.put(None)
+        try:
+            self._lane.put_nowait(None)
+        except queue.Full:  # a lane that full is stuck on a subscribe: its thread is a daemon
+            pass
         self._stopped.set()
 
 

@@ -146,8 +146,10 @@ def test_search_tells_nothing_of_a_file_the_rules_exclude_now(served):
     # zebra_quokka: the excluded file's own definition ranks above its use in src/zz.py
     first = search(srv, session, {"query": "zebra_quokka", "k": 1})
     assert [hit["rel_path"] for hit in first["hits"]] == ["src/zz.py"], first
-    if "next_cursor" in first:
-        assert position(first["next_cursor"]) == 1, first
+    # src/zz.py's one unit is the only readable one holding the name: no
+    # cursor (before: one, at position 2, past the excluded definition and use)
+    assert told(first) == told(search(srv, session, {"query": "quokka_only", "k": 1})), first
+    assert "next_cursor" not in first, (first, position(first["next_cursor"]))
 
 
 def references(srv: Server, session: str, name: str) -> dict:
@@ -278,3 +280,17 @@ def test_list_files_pages_by_cursor_past_a_rule_change(tmp_path, running):
     assert "offset" in got["body"]["error"]["message"], got
     assert up.stop() == 0
     assert "Traceback" not in up.stderr, up.stderr[-3000:]
+
+
+def test_search_scores_tell_nothing_of_a_file_the_rules_exclude_now(served):
+    """A hit's ``score`` came from a ranking that still held the excluded
+    file's units: ``zebra_quokka`` (defined and used in the excluded file)
+    scored the one readable hit, ``src/zz.py``, lower than ``quokka_only``
+    (used there alone), so a score told how many units of excluded files
+    matched a word. Scores now come from the readable units alone."""
+    srv, session = served
+    probe = search(srv, session, {"query": "zebra_quokka"})
+    control = search(srv, session, {"query": "quokka_only"})
+    assert [hit["rel_path"] for hit in probe["hits"]] == ["src/zz.py"], probe
+    assert [hit["rel_path"] for hit in control["hits"]] == ["src/zz.py"], control
+    assert probe["hits"][0]["score"] == control["hits"][0]["score"], (probe, control)

@@ -133,6 +133,29 @@ def test_stdio_never_waits_for_the_fan_out_group_on_its_reader(tmp_path, raw_ser
     assert "Traceback" not in server.stderr, server.stderr
 
 
+def test_stdio_keeps_a_subscribe_and_its_unsubscribe_in_order(tmp_path, raw_server, unreachable_redis):  # noqa: F811
+    """Found by session 27's review: once ``resources/subscribe`` ran on a
+    worker (waiting for the fan-out group) and ``unsubscribe`` still on the
+    reader, a client writing both without waiting had the unsubscribe
+    answered first and stayed subscribed. Both go through one lane now."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    server = raw_server(root, "--no-index", env={"REDIS_URL": unreachable_redis})
+    server.initialize()
+    note = "dir2mcp:///notes.txt"
+    server.send({"jsonrpc": "2.0", "id": "sub", "method": "resources/subscribe", "params": {"uri": note}})
+    server.send({"jsonrpc": "2.0", "id": "unsub", "method": "resources/unsubscribe", "params": {"uri": note}})
+    server.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
+    order = []
+    while len(order) < 3:
+        order.append(server.recv(timeout=WAIT).get("id"))
+    assert order == ["ping", "sub", "unsub"], order  # before: unsub (on the reader) first
+    assert server.close() == 0
+    assert "Traceback" not in server.stderr, server.stderr
+
+
 # -- x402: what a priced tool sells, handed out free by other methods ------------------------
 
 
