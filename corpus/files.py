@@ -39,6 +39,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 
 from corpus import arguments, globs, patterns, slices
+from corpus import rows as rows_of
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
 from corpus.ingest.extract import byte_order_mark, extract
@@ -705,11 +706,10 @@ def list_files(
         docs = docs.filter(rel_path__gt=after)
     if engine is None:
         return _resumable(_listed_from_index(docs, spec, limit, offset), key, after)
-    rows = docs.values_list(*_FILE_FIELDS).iterator(chunk_size=1000)
-    matching = (row for row in rows if spec is None or spec.match_file(row[0]))
     allowed: list[tuple[object, ...]] = []
     passed_over, ended = 0, True
-    with engine.pinned():
+    with engine.pinned(), rows_of.streamed(docs.values_list(*_FILE_FIELDS), 1000) as rows:
+        matching = (row for row in rows if spec is None or spec.match_file(row[0]))
         for row in matching:
             if engine.excluded_reason(str(row[0])) is not None:
                 passed_over += 1

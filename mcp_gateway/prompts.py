@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from django.db.models import Q, QuerySet
 
 from corpus import arguments, documents, files, uris
+from corpus import rows as rows_of
 from corpus.citations import SpanRef, format_citation
 from corpus.definitions import defines
 from corpus.models import Document
@@ -239,8 +240,8 @@ def changed_since(ctx: Context, since: datetime) -> tuple[list[Document], int | 
     engine = ctx.engine
     allowed: list[int] = []
     passed_over, ended = 0, True
-    with engine.pinned():
-        for doc_id, rel_path in docs.values_list("doc_id", "rel_path").iterator(chunk_size=500):
+    with engine.pinned(), rows_of.streamed(docs.values_list("doc_id", "rel_path"), 500) as rows:
+        for doc_id, rel_path in rows:
             if engine.excluded_reason(rel_path) is not None:
                 passed_over += 1
                 if passed_over > PASSED_OVER:

@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeGuard, TypeVar
 
+from corpus import rows as rows_of
 from corpus import slices
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
@@ -288,22 +289,23 @@ def find_references(
     # handed a cursor on, to an empty page, and told of a file the rules
     # exclude now that uses the name. Judging stops past PASSED_OVER such
     # rows, with a cursor after the last.
-    for doc_id, rel_path, packed in ordered.iterator(chunk_size=limit + 1):
-        if not readable(rel_path):
-            passed_over += 1
-            if passed_over > PASSED_OVER:
-                resume = (doc_id + 1, 0)
+    with rows_of.streamed(ordered, limit + 1) as found:
+        for doc_id, rel_path, packed in found:
+            if not readable(rel_path):
+                passed_over += 1
+                if passed_over > PASSED_OVER:
+                    resume = (doc_id + 1, 0)
+                    break
+                continue
+            lines = unpack_lines(bytes(packed))
+            start = skip if doc_id == after else 0
+            for index in range(start, len(lines)):
+                if len(hits) == limit:
+                    resume = (doc_id, index)
+                    break
+                hits.append((doc_id, rel_path, lines[index]))
+            if resume is not None:
                 break
-            continue
-        lines = unpack_lines(bytes(packed))
-        start = skip if doc_id == after else 0
-        for index in range(start, len(lines)):
-            if len(hits) == limit:
-                resume = (doc_id, index)
-                break
-            hits.append((doc_id, rel_path, lines[index]))
-        if resume is not None:
-            break
     texts = _line_texts({(doc_id, line) for doc_id, _, line in hits})
     enclosing = _enclosing({doc_id for doc_id, _, _ in hits})
     out = []
