@@ -8,6 +8,8 @@ Each test shows a way in that was open before its fix, on a real
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -100,6 +102,18 @@ def test_stdio_never_reads_a_file_on_its_reader_and_keeps_every_calls_deadline(t
     assert "Traceback" not in server.stderr, server.stderr
 
 
+def without_redis(tmp_path: Path, start: Callable[..., Raw], redis_url: str) -> Raw:
+    """``mcp_stdio --no-index`` on an indexed corpus with ``REDIS_URL`` at a
+    Redis that never answers, initialized."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    server = start(root, "--no-index", env={"REDIS_URL": redis_url})
+    server.initialize()
+    return server
+
+
 def test_stdio_never_waits_for_the_fan_out_group_on_its_reader(tmp_path, raw_server, unreachable_redis):  # noqa: F811
     """With Redis configured and away, stdio's ``resources/subscribe`` and
     ``subscriptions/listen`` waited up to 5 s for the fan-out group on the
@@ -107,12 +121,7 @@ def test_stdio_never_waits_for_the_fan_out_group_on_its_reader(tmp_path, raw_ser
     ``ping`` written after them was answered after them. Both are now
     calls (on a worker, cancellable, under ``server.call_timeout``), as
     ``up`` admits a listen as its client's call; the ``ping`` comes first."""
-    root = tmp_path / "corpus"
-    write_corpus(root)
-    indexed = cli("reindex", "--dir", str(root), "--quiet")
-    assert indexed.returncode == 0, indexed.stderr
-    server = raw_server(root, "--no-index", env={"REDIS_URL": unreachable_redis})
-    server.initialize()
+    server = without_redis(tmp_path, raw_server, unreachable_redis)
     note = "dir2mcp:///notes.txt"
     server.send({"jsonrpc": "2.0", "id": "sub", "method": "resources/subscribe", "params": {"uri": note}})
     body, _headers = stateless("subscriptions/listen", {"notifications": {"resourceSubscriptions": [note]}})
@@ -138,12 +147,7 @@ def test_stdio_keeps_a_subscribe_and_its_unsubscribe_in_order(tmp_path, raw_serv
     worker (waiting for the fan-out group) and ``unsubscribe`` still on the
     reader, a client writing both without waiting had the unsubscribe
     answered first and stayed subscribed. Both go through one lane now."""
-    root = tmp_path / "corpus"
-    write_corpus(root)
-    indexed = cli("reindex", "--dir", str(root), "--quiet")
-    assert indexed.returncode == 0, indexed.stderr
-    server = raw_server(root, "--no-index", env={"REDIS_URL": unreachable_redis})
-    server.initialize()
+    server = without_redis(tmp_path, raw_server, unreachable_redis)
     note = "dir2mcp:///notes.txt"
     server.send({"jsonrpc": "2.0", "id": "sub", "method": "resources/subscribe", "params": {"uri": note}})
     server.send({"jsonrpc": "2.0", "id": "unsub", "method": "resources/unsubscribe", "params": {"uri": note}})
