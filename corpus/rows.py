@@ -12,6 +12,7 @@ Row = TypeVar("Row")
 
 
 @contextlib.contextmanager
+# Any: the model the rows come from does not matter here, only what a row is
 def streamed(rows: QuerySet[Any, Row], chunk_size: int) -> Iterator[Iterator[Row]]:
     """``rows.iterator(chunk_size=...)``, closed when the block ends. On
     PostgreSQL the rows come from a server-side cursor: a reader that stopped
