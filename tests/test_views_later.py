@@ -284,15 +284,22 @@ class _StopAtViewCall(_Hashed):
         return super().embed(texts, kind=kind, stop=stop)
 
 
-@pytest.mark.django_db
-def test_many_replaced_vectors_build_the_index_again_instead_of_relinking_each(state) -> None:
-    # hnswlib re-links a replaced vector's neighbours (ten insertions' CPU):
-    # past the store's bound, the views pass's replacements build the index again
+def replacing_store(state):
+    """Twelve code chunks, the hashing embedder checked in with views, and
+    the code index's store set to build again past four replacements."""
     chunks = code_chunks(12)
     fake = _Hashed()
     check_models(fake, state, signature_weight=WEIGHT)
     store = dense_store(state)
     store.replace_in_place_max = 4
+    return chunks, fake, store
+
+
+@pytest.mark.django_db
+def test_many_replaced_vectors_build_the_index_again_instead_of_relinking_each(state) -> None:
+    # hnswlib re-links a replaced vector's neighbours (ten insertions' CPU):
+    # past the store's bound, the views pass's replacements build the index again
+    chunks, fake, store = replacing_store(state)
     embed_pending(
         _StopAtViewCall({view_text(c) for c in chunks}, threading.Event(), at=1), state, batch_size=4
     )
@@ -456,11 +463,7 @@ def test_the_embedding_process_builds_the_code_index_again_once_at_the_end_of_it
     # hnswlib threads, 17 CPU s for the standard library's 63,017 units):
     # the pass's own end applies every replacement, so one build half-way
     # through (when they reached half the index) was that cost twice.
-    chunks = code_chunks(12)
-    fake = _Hashed()
-    check_models(fake, state, signature_weight=WEIGHT)
-    store = dense_store(state)
-    store.replace_in_place_max = 4
+    chunks, fake, store = replacing_store(state)
     held = []
 
     def views_progress(count: int) -> None:  # after each views batch is stored and added
