@@ -13,7 +13,8 @@ pair of steps ran under the same load:
    document with the same chunk texts and contexts in order);
 4. ``S`` switched back to ``v6.12``: compared with step 1's index;
 
-steps 3 and 4 ``--rounds`` times. Each step prints its wall and CPU
+steps 3 and 4 ``--rounds`` times. ``--builds v6.12`` skips step 2 (and
+step 3's comparison): for measuring the way back alone. Each step prints its wall and CPU
 seconds (the ``reindex`` process and its preparing workers), the CPU as a
 ratio to the clean build of the same tree, ``meta.sqlite`` against the
 text it indexes (bench/branch_switch.py's ``storage``), and the load average. With
@@ -54,6 +55,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="Round trips 6.12 -> 6.1 -> 6.12.")
     parser.add_argument("--profile", type=Path, help="Run the switches under cProfile, profiles here.")
     parser.add_argument("--label", default="switch", help="Names the state directories.")
+    parser.add_argument(
+        "--builds",
+        nargs="+",
+        default=["v6.12", "v6.1"],
+        choices=["v6.12", "v6.1"],
+        help="The clean builds to run (v6.12 is the switches' start); a switch to a tree not built "
+        "is measured but not compared.",
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     repo = prepare(args.work, args.subtrees)
@@ -85,6 +94,8 @@ def main() -> None:
 
     for code in args.code:
         for ref, which in (("v6.12", 0), ("v6.1", 1)):
+            if ref not in args.builds and ref != "v6.12":
+                continue
             done = step(code, ref, which, f"build {ref}", False)
             builds[code][ref] = done
             hashes[code][ref] = unit_hashes(states[code][which] / "meta.sqlite")
@@ -93,6 +104,9 @@ def main() -> None:
         for ref in ("v6.1", "v6.12"):
             for code in args.code:
                 done = step(code, ref, 0, f"switch {round_} to {ref}", True)
+                if ref not in builds[code]:
+                    print(json.dumps(done), flush=True)
+                    continue
                 done["cpu_vs_clean_build"] = round(done["cpu_seconds"] / builds[code][ref]["cpu_seconds"], 2)
                 done["equal_to_clean_build"] = compare(
                     unit_hashes(states[code][0] / "meta.sqlite"), hashes[code][ref], done
