@@ -344,12 +344,14 @@ class RegexScan:
         self.held = True
         #: how long this call waited for its turn (another call held the worker)
         self.waited = time.monotonic() - asked
+        #: a worker that had not said it was ready: its start takes part of the budget
+        starting = not _worker.ready
         try:
             reply = self._ask(("compile", self.pattern, self.flags))
         except Overrun as overrun:
             self.__exit__()
             if (
-                self.gave_way or self.waited > self.budget / 10 or isinstance(overrun, Starting)
+                self.gave_way or starting or self.waited > self.budget / 10 or isinstance(overrun, Starting)
             ):  # its turn ended too soon to judge the pattern
                 raise
             raise errors.Dir2mcpError(

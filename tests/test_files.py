@@ -702,7 +702,10 @@ def test_a_worker_still_starting_is_a_timeout_not_a_bad_pattern(corpus_dir, engi
     """A fresh regex worker (a new interpreter importing ``regex``: tens of
     milliseconds idle, far more on a busy machine) is not the pattern's
     fault: before, a call whose budget ran out while it started was refused
-    as INVALID_FIELD "takes too long to compile" for a plain pattern."""
+    as INVALID_FIELD "takes too long to compile" for a plain pattern. Nor is
+    a document cut short by a budget the start had eaten: before, a worker
+    ready within the deadline's grace left the first document a sliver of
+    the budget, and its cut skipped it for good (the cursor past it)."""
     write(corpus_dir, "a.txt", "alpha beta\n")
     write(corpus_dir, "b.txt", "a" * 5000 + "b\n")
     index()
