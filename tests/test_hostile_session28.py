@@ -9,10 +9,16 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from kernel import errors
+from tests.fakes.facilitator import running_facilitator
 from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
 from tests.test_cli import cli, mistral_env
 from tests.test_hostile_clients import WAIT, token_of
+from tests.test_hostile_session27 import gated_env
+from tests.test_listen import ACK, Listening
+from tests.test_modern import META
+from tests.test_stdio import Raw, command
 
 pytestmark = pytest.mark.slow
 
@@ -88,3 +94,97 @@ def test_a_long_querys_match_tells_nothing_of_a_file_the_rules_exclude_now(embed
     assert search(srv, session, probe) == search(srv, session, control)
     assert search(srv, session, control)["match"] == "weak"
     assert rest_search(srv, probe) == rest_search(srv, control)
+
+
+# -- x402: subscriptions told which readable files are indexed ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def facilitator():
+    with running_facilitator() as fake:
+        yield fake
+
+
+INDEXED = "dir2mcp:///notes.txt"  # tests/mcp_http.py: write_corpus
+UNINDEXED = "dir2mcp:///later.txt"  # readable, written after the index (``--no-index``: never indexed)
+
+
+def answered(reply: dict) -> str:
+    """What a subscription's answer tells: accepted, or the refusal's code."""
+    return "accepted" if "result" in reply else reply["error"]["data"]["code"]
+
+
+def honoured(ack: dict) -> list[str]:
+    assert ack["method"] == ACK, ack
+    return ack["params"]["notifications"].get("resourceSubscriptions", [])
+
+
+def test_subscriptions_tell_nothing_list_files_sells(tmp_path, running, facilitator):
+    """With x402 on and ``list_files`` priced, ``resources/subscribe`` and
+    ``subscriptions/listen`` stayed free, and told an indexed file from a
+    readable one that is not (``{}`` against ``FILE_NOT_FOUND`` "is not an
+    indexed file"; the listen's acknowledgment honoured the one and left the
+    other out), and a file on disk from a name made up: what ``list_files``
+    sells. Both are now refused (``FORBIDDEN``, naming ``list_files``) for
+    every URI while ``list_files`` is priced, over a session, a stateless
+    listen and ``mcp_stdio`` (2026-07-28 has no ``resources/subscribe``);
+    a listen still honours ``resourcesListChanged``."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    (root / "later.txt").write_text("written after the index\n")
+    env = gated_env(facilitator, "{}")  # every tool at the default price: list_files sold
+    up = running("--dir", str(root), "--json", "--no-index", env=env)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    told = {}
+    for n, uri in enumerate((INDEXED, UNINDEXED, "dir2mcp:///made-up.txt")):
+        body = {"jsonrpc": "2.0", "id": n, "method": "resources/subscribe", "params": {"uri": uri}}
+        told[uri] = answered(srv.post(body, session=session).json())
+    # before: {INDEXED: "accepted", UNINDEXED: "FILE_NOT_FOUND", made-up: "FILE_NOT_FOUND"}
+    assert set(told.values()) == {errors.FORBIDDEN}, told
+    asked = {"resourcesListChanged": True, "resourceSubscriptions": [INDEXED, UNINDEXED]}
+    stream = Listening(srv, asked)
+    try:
+        ack = stream.messages.get(timeout=WAIT)
+    finally:
+        stream.close()
+    assert honoured(ack) == [], ack  # before: [INDEXED]
+    assert ack["params"]["notifications"]["resourcesListChanged"] is True
+    stdio = Raw(command(root, "--no-index"), env=env)
+    try:
+        stdio.initialize()
+        told = {
+            uri: answered(stdio.request(uri, "resources/subscribe", {"uri": uri}))
+            for uri in (INDEXED, UNINDEXED)
+        }
+        assert set(told.values()) == {errors.FORBIDDEN}, told
+        listen = {"_meta": META, "notifications": {"resourceSubscriptions": [INDEXED, UNINDEXED]}}
+        stdio.send({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen", "params": listen})
+        ack = stdio.recv()
+        assert honoured(ack) == [], ack
+        assert stdio.close() == 0
+    finally:
+        stdio.kill()
+    assert "Traceback" not in up.stderr, up.stderr
+
+
+def test_subscriptions_stay_free_while_list_files_is(tmp_path, running, facilitator):
+    """The control: with ``list_files`` free, subscriptions answer as without x402."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    up = running(
+        "--dir", str(root), "--json", "--no-index", env=gated_env(facilitator, '{dir2mcp.list_files: "0"}')
+    )
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    body = {"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": INDEXED}}
+    assert answered(srv.post(body, session=session).json()) == "accepted"
+    stream = Listening(srv, {"resourceSubscriptions": [INDEXED]})
+    try:
+        assert honoured(stream.messages.get(timeout=WAIT)) == [INDEXED]
+    finally:
+        stream.close()
