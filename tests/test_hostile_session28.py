@@ -188,3 +188,58 @@ def test_subscriptions_stay_free_while_list_files_is(tmp_path, running, facilita
         assert honoured(stream.messages.get(timeout=WAIT)) == [INDEXED]
     finally:
         stream.close()
+
+
+# -- symbols: the rows a tier reads, counted with the rules' excluded ones -------------------
+
+#: definitions of ``qq_`` names in the file the rules exclude: fewer than
+#: ``names.PASSED_OVER`` (1,000), the rows an answer may pass over
+EXCLUDED_ROWS = 999
+#: definitions in a readable file: with the excluded ones, one more than
+#: ``names.TIER_ROWS`` (2,000) rows in the ``prefix`` tier of ``qq_``
+KEPT_ROWS = 1002
+
+
+def defining(names: list[str]) -> str:
+    return "".join(f"def {name}():\n    return 0\n\n\n" for name in names)
+
+
+def symbols(srv: Server, session: str, arguments: dict) -> dict:
+    answer = srv.call(session, "dir2mcp.symbols", arguments)["structuredContent"]
+    return {"files": [hit["rel_path"] for hit in answer["symbols"]], "truncated": answer["truncated"]}
+
+
+def test_symbols_never_let_an_excluded_file_crowd_out_a_readable_definition(tmp_path, running):
+    """``symbols`` read each tier's first 2,001 rows (``names.TIER_ROWS``
+    and one) before judging them, so the rows of a file excluded since the
+    index was written took the places of readable ones: with 999 of them,
+    ``qq_zebra`` (defined in ``src/a_best.py``, which sorts first) was cut
+    from a tier of 2,002 rows and the answer began with ``src/zz.py``, and
+    ``truncated`` counted the excluded rows with the rest. Rows of excluded
+    files are now passed over as they are read (up to ``names.PASSED_OVER``)
+    and the cap counts readable rows alone."""
+    root = tmp_path / "corpus"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "m_private.py").write_text(defining([f"qq_{n:04}" for n in range(EXCLUDED_ROWS)]))
+    (root / "src" / "zz.py").write_text(defining([f"qq_{n:04}" for n in range(1000, 1000 + KEPT_ROWS)]))
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    # indexed last, named last: the last row whichever order the tier is read in
+    (root / "src" / "a_best.py").write_text(defining(["qq_zebra"]))
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    (root / ".gitignore").write_text("src/m_private.py\n")
+    wait_until(
+        lambda: "src/m_private.py" not in symbols(srv, session, {"name": "qq_0001"})["files"],
+        timeout=15,
+        message="symbols to judge src/m_private.py again",
+    )
+    first = symbols(srv, session, {"name": "qq_", "limit": 1})
+    assert first == {"files": ["src/a_best.py"], "truncated": True}, first  # before: src/zz.py
+    # the readable rows alone: 1,003, no tier cut; 500 shown and more follow
+    whole = symbols(srv, session, {"name": "qq_", "limit": 500})
+    assert whole["files"][0] == "src/a_best.py" and whole["truncated"], whole["files"][:3]
+    assert "src/m_private.py" not in whole["files"]
