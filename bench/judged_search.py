@@ -3,13 +3,16 @@
 to the units the rules let through, ``match`` judged over them), on an index
 already built (``dir2mcp reindex``, embeddings off).
 
-    python bench/judged_search.py --dir TREE [--rounds 5]
+    python bench/judged_search.py --dir TREE [--rounds 5] [--symbols NAME ...]
 
 Short queries (up to ``search.all_terms_first_max`` terms: all-terms tier
 first) and long ones (more terms: BM25 alone, the units holding every term
 read apart), each searched ``--rounds`` times with nothing kept between
 searches (``lexical.forget``): CPU seconds a search (``time.process_time``),
-p50 and mean of each kind. Run it from two checkouts in turn to compare.
+p50 and mean of each kind. With ``--symbols``, each name's
+``names.find_symbols`` in a pinned block of the rules (as the ``symbols``
+tool calls it) instead, 7 calls a name, p50. Run it from two checkouts in
+turn to compare.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--symbols", nargs="*", default=[])
     args = parser.parse_args()
     root = args.dir.resolve()
     from dir2mcp_site import bootstrap
@@ -75,6 +79,9 @@ def main() -> None:
         readable=lambda rel_path: engine.excluded_reason(rel_path) is None,
         pinned=engine.pinned,
     )
+    if args.symbols:
+        print(json.dumps(symbols_cpu(engine, args.symbols)))
+        return
     cpu: dict[str, list[float]] = {"short": [], "long": []}
     load = [os.getloadavg()[0]]
     for _ in range(args.rounds):
@@ -101,6 +108,27 @@ def main() -> None:
             }
         )
     )
+
+
+def symbols_cpu(engine, names_asked: list[str]) -> dict:
+    from corpus.navigation import names
+
+    out: dict = {"load_average": os.getloadavg()[0]}
+    for name in names_asked:
+        cpu = []
+        for _ in range(7):
+            with engine.pinned():
+                started = time.process_time()
+                found = names.find_symbols(
+                    name, readable=lambda rel_path: engine.excluded_reason(rel_path) is None
+                )
+                cpu.append(time.process_time() - started)
+        out[name] = {
+            "count": found["count"],
+            "truncated": found["truncated"],
+            "cpu_ms_p50": round(1000 * statistics.median(cpu), 2),
+        }
+    return out
 
 
 if __name__ == "__main__":
