@@ -488,7 +488,9 @@ class Searcher:
     def _lexical(
         self, query: str, pool: int, filters: Filters, kinds: Sequence[str]
     ) -> tuple[ranking.Ranking, tuple[int, ...]]:
-        """The lexical ranking, and those of its hits that hold every query term."""
+        """The lexical ranking, and the units holding every query term that
+        the filters and the rules let through (with a short query, the
+        first of its hits)."""
         where, params = filters.sql()
         if kinds:
             kind_sql = f"c.index_kind IN ({', '.join(['%s'] * len(kinds))})"
@@ -508,8 +510,26 @@ class Searcher:
             kept -= self._refused(list(kept))
             hits = [hit for hit in found if hit[0] in kept]
             if len(hits) >= pool or len(found) < limit or not filters.file_glob:
-                return hits[:pool], tuple(cid for cid, _ in found[:full] if cid in kept)
+                return hits[:pool], self._kept_full(full, found, kept, filters)
             limit *= 4
+
+    def _kept_full(
+        self, full: tuple[int, ...], found: ranking.Ranking, kept: set[int], filters: Filters
+    ) -> tuple[int, ...]:
+        """Those of ``full`` (the units holding every query term) that pass
+        the glob and the rules now. A query of more than
+        ``search.all_terms_first_max`` terms is ranked by BM25 alone, so its
+        full matches need not be among ``found`` (``kept`` judged those):
+        the others are judged here, at most the lexical ``limit`` of them.
+        Until session 28 they were a count over the whole index, so a long
+        query whose words only an excluded file held together answered
+        ``match: good``."""
+        ranked = {cid for cid, _ in found}
+        others = [cid for cid in full if cid not in ranked]
+        if others:
+            more = set(self._glob_filter(others, filters))
+            kept = kept | (more - self._refused(list(more)))
+        return tuple(cid for cid in full if cid in kept)
 
     def _long_shares(self, hits: ranking.Ranking) -> dict[int, float] | None:
         """``ranking.long_unit_shares`` of the code units among ``hits``."""

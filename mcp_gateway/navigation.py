@@ -22,13 +22,16 @@ def outline(call: Call, args: JsonObject) -> JsonObject:
 
 
 def symbols(call: Call, args: JsonObject) -> JsonObject:
-    return names.find_symbols(
-        args["name"],
-        kind=args.get("kind"),
-        path_prefix=args.get("path_prefix", ""),
-        limit=args["limit"],
-        readable=call.ctx.readable,
-    )
+    # One block of the rules: a tier of more than names.TIER_ROWS rows judges
+    # each of its files (about 1,000 paths: 19 ms pinned, 66 ms not).
+    with call.ctx.engine.pinned():
+        return names.find_symbols(
+            args["name"],
+            kind=args.get("kind"),
+            path_prefix=args.get("path_prefix", ""),
+            limit=args["limit"],
+            readable=call.ctx.readable,
+        )
 
 
 def references(call: Call, args: JsonObject) -> JsonObject:

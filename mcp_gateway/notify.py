@@ -53,7 +53,7 @@ from kernel import errors
 from kernel.jsontypes import JsonObject
 from mcp_gateway import sessions
 from mcp_gateway.context import Context
-from mcp_gateway.resources import ResourceError
+from mcp_gateway.resources import ResourceError, refuse_if_sold
 from mcp_gateway.transport import Message
 
 log = logging.getLogger(__name__)
@@ -507,7 +507,15 @@ def respond(msg: Message, session_id: str | None, ctx: Context) -> JsonObject:
 def subscribable(ctx: Context, uri: str) -> str:
     """The rel_path of the indexed, readable file ``uri`` names; the refusals
     of ``resources/read`` otherwise (-32002 for anything outside the root,
-    excluded, secret-bearing or not indexed)."""
+    excluded, secret-bearing or not indexed).
+
+    While x402 prices ``list_files``, every URI is refused (``FORBIDDEN``)
+    before it is looked at: the answer told an indexed file from a readable
+    one that is not, and a file on disk from a made-up name, which is what
+    ``list_files`` sells, and no payment reaches a subscription (session 28;
+    docs/payments.md). A ``subscriptions/listen`` then honours
+    ``resourcesListChanged`` alone; ``resources/unsubscribe`` stays free."""
+    refuse_if_sold(ctx, "dir2mcp.list_files", "file names")
     try:
         rel_path, _span = uris.parse(uri)
         rel = ctx.engine.resolve(rel_path).rel  # the one resolver: outside the root, excluded, gone

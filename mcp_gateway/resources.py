@@ -148,13 +148,14 @@ def _string(params: JsonObject, name: str, *, required: bool) -> str | None:
     return value
 
 
-def _refuse_if_sold(ctx: Context, tool_name: str) -> None:
-    """With x402 on, a read the gate sells as a tool is not given away as a resource."""
+def refuse_if_sold(ctx: Context, tool_name: str, what: str = "file reads") -> None:
+    """With x402 on, what the gate sells as a tool (``what``) is not given
+    away by a method no payment reaches (a resource, a subscription)."""
     gate = getattr(ctx, "gate", None)
     if gate is not None and gate.price_for(tool_name) is not None:
         raise ResourceError(
             errors.RPC_INVALID_REQUEST,
-            f"this server sells file reads: call the tool {tool_name} instead (x402)",
+            f"this server sells {what}: call the tool {tool_name} instead (x402)",
             {"code": errors.FORBIDDEN, "retryable": False},
         )
 
@@ -196,7 +197,7 @@ def resource(listed: documents.Listed) -> JsonObject:
 
 def list_page(ctx: Context, cursor: str | None = None) -> JsonObject:
     """One ``resources/list`` page: ``{"resources": [...], "nextCursor"?}``."""
-    _refuse_if_sold(ctx, "dir2mcp.list_files")
+    refuse_if_sold(ctx, "dir2mcp.list_files")
     after = _decode_cursor(cursor) if cursor is not None else ""
     page, more = documents.live_page(ctx.engine, after=after)
     out: JsonObject = {"resources": [resource(listed) for listed in page]}
@@ -210,7 +211,7 @@ def list_page(ctx: Context, cursor: str | None = None) -> JsonObject:
 
 def read(ctx: Context, uri: str, *, stop: threading.Event | None = None) -> list[JsonObject]:
     """The ``contents`` of ``resources/read`` for ``uri``: one text or blob item."""
-    _refuse_if_sold(ctx, "dir2mcp.open_file")
+    refuse_if_sold(ctx, "dir2mcp.open_file")
     if len(uri) > uris.MAX_URI_CHARS:
         message = f"the URI is longer than {uris.MAX_URI_CHARS} characters"
         raise _invalid(message, uri=uri[:1000])
@@ -264,7 +265,7 @@ def _whole(ctx: Context, uri: str, rel_path: str) -> JsonObject:
     assert whole.data is not None  # read_whole gives the bytes when it gives no text
     # Bytes are what read_bytes sells: refused while it is priced, whatever
     # open_file costs (until session 27 only open_file's price was asked).
-    _refuse_if_sold(ctx, "dir2mcp.read_bytes")
+    refuse_if_sold(ctx, "dir2mcp.read_bytes")
     return {"uri": uri, "mimeType": whole.mime_type, "blob": base64.b64encode(whole.data).decode("ascii")}
 
 

@@ -205,13 +205,19 @@ def search_tiers(
     params: SqlParams = (),
     all_first_max: int = 0,
     drop_stop_words: bool = False,
-) -> tuple[list[tuple[int, float]], int]:
-    """:func:`search`'s hits, and how many of them hold every query term.
+) -> tuple[list[tuple[int, float]], tuple[int, ...]]:
+    """:func:`search`'s hits, and the units holding every query term (at
+    most ``limit``; with a short query, the first hits).
 
     With ``all_first_max``, a query of more terms than that is ranked by BM25
     alone (a long question's every word is rarely in one unit, and the
     all-terms tier then ranks whatever happens to hold them all first); the
-    count of hits holding every term is still given.
+    units holding every term are still given, in the order they are stored,
+    and need not be among the hits. They are units, not a count: a reader
+    judges them against the rules as they are now (corpus/retrieval.py:
+    ``match`` is judged over the readable ones alone; a count over the whole
+    index told of the words of a file excluded since it was indexed,
+    session 28).
 
     The answer for a smaller ``limit`` is the first hits of a larger one
     (each tier is a total order: BM25, then chunk id), so an answer given
@@ -220,7 +226,7 @@ def search_tiers(
     query defines (corpus/retrieval.py, ``_defining``)."""
     terms = query_terms(query)
     if not terms or limit <= 0:
-        return [], 0
+        return [], ()
     key = (query, chunk_filter_sql, tuple(params), all_first_max, drop_stop_words)
     known = _REMEMBERED.get(key, limit)
     if known is not None:
@@ -237,22 +243,22 @@ def _tiers(
     params: SqlParams,
     all_first_max: int,
     drop_stop_words: bool,
-) -> tuple[list[tuple[int, float]], int]:
+) -> tuple[list[tuple[int, float]], tuple[int, ...]]:
     backend = _backend()
     if all_first_max and len(terms) > all_first_max:
-        # only the count of hits holding every term is wanted: no ranking of them
+        # only the units holding every term are wanted: no ranking of them
         if isinstance(backend, SQLiteFTS5):
-            full = backend.count_all(terms, limit=limit, filter_sql=filter_sql, params=params)
+            full = backend.all_ids(terms, limit=limit, filter_sql=filter_sql, params=params)
         else:
             every = backend.query(terms, require_all=True, limit=limit, filter_sql=filter_sql, params=params)
-            full = len(every)
+            full = tuple(chunk_id for chunk_id, _ in every)
         content = [term for term in terms if term not in STOP_WORDS] if drop_stop_words else terms
         ranked = backend.query(
             content or terms, require_all=False, limit=limit, filter_sql=filter_sql, params=params
         )
         return ranked, full
     hits = backend.query(terms, require_all=True, limit=limit, filter_sql=filter_sql, params=params)
-    full = len(hits)
+    full = tuple(chunk_id for chunk_id, _ in hits)
     if len(terms) == 1 or len(hits) >= limit:
         return hits, full
     seen = {chunk_id for chunk_id, _ in hits}
@@ -271,7 +277,7 @@ class _Answer:
     version: tuple[int, int]
     limit: int
     hits: list[tuple[int, float]]
-    full: int
+    full: tuple[int, ...]
 
 
 class Remembered:
@@ -286,7 +292,9 @@ class Remembered:
         self._answers: OrderedDict[tuple[object, ...], _Answer] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[object, ...], limit: int) -> tuple[list[tuple[int, float]], int] | None:
+    def get(
+        self, key: tuple[object, ...], limit: int
+    ) -> tuple[list[tuple[int, float]], tuple[int, ...]] | None:
         version = _version()
         if version is None:
             return None
@@ -295,12 +303,14 @@ class Remembered:
         if answer is None or answer.raw is not connection.connection or answer.version != version:
             return None
         if limit <= answer.limit:
-            return answer.hits[:limit], min(answer.full, limit)
-        if len(answer.hits) < answer.limit and answer.full < answer.limit:  # it held every hit there is
+            return answer.hits[:limit], answer.full[:limit]
+        if len(answer.hits) < answer.limit and len(answer.full) < answer.limit:  # it held every hit there is
             return list(answer.hits), answer.full
         return None
 
-    def put(self, key: tuple[object, ...], limit: int, hits: list[tuple[int, float]], full: int) -> None:
+    def put(
+        self, key: tuple[object, ...], limit: int, hits: list[tuple[int, float]], full: tuple[int, ...]
+    ) -> None:
         version = _version()
         if version is None:
             return
@@ -517,13 +527,13 @@ class SQLiteFTS5(TableBackend):
         only = self._top(f"({first}) NOT ({second})", limit, filter_sql, params)
         return sorted(both + only, key=lambda hit: (-hit[1], hit[0]))[:limit]
 
-    def count_all(self, terms: list[str], *, limit: int, filter_sql: str, params: SqlParams) -> int:
-        """How many live chunks passing the filter hold every term, up to
-        ``limit``: what ``len(query(terms, require_all=True, ...))`` gives,
+    def all_ids(self, terms: list[str], *, limit: int, filter_sql: str, params: SqlParams) -> tuple[int, ...]:
+        """Live chunks passing the filter that hold every term, at most
+        ``limit``: as many as ``query(terms, require_all=True, ...)`` gives,
         read in rowid order without ranking them (BM25 reads every match)."""
         match = _quoted(terms, " AND ")
         if filter_sql and _narrow(limit, filter_sql, params):
-            return len(self._joined(match, limit, filter_sql, params))
+            return tuple(chunk_id for chunk_id, _ in self._joined(match, limit, filter_sql, params))
         window = limit
         while True:
             with connection.cursor() as cursor:
@@ -531,9 +541,9 @@ class SQLiteFTS5(TableBackend):
                 rows = [row[0] for row in cursor.fetchall()]
                 live = _live_ids(rows, cursor, filter_sql, params)
             if len(live) >= limit or len(rows) < window:
-                return min(len(live), limit)
+                return tuple(rowid for rowid in rows if rowid in live)[:limit]
             if filter_sql and window >= FILTER_WINDOW:
-                return len(self._joined(match, limit, filter_sql, params))
+                return tuple(chunk_id for chunk_id, _ in self._joined(match, limit, filter_sql, params))
             window *= 4
 
     def _top(self, match: str, limit: int, filter_sql: str, params: SqlParams) -> list[tuple[int, float]]:

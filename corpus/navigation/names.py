@@ -23,6 +23,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeGuard, TypeVar
 
+from django.db.models import QuerySet
+
 from corpus import rows as rows_of
 from corpus import slices
 from corpus.citations import SpanRef
@@ -58,7 +60,8 @@ KINDS = (
 )
 #: the most hits one call returns
 MAX_LIMIT = 500
-#: rows read per tier before ranking: a name defined more often than this is cut to it
+#: rows read per tier before ranking, in files the rules let through: a name
+#: defined more often than this is cut to it
 TIER_ROWS = 2000
 LINE_CHARS = 200
 #: rows of files the rules exclude now (still in the index) one
@@ -130,21 +133,10 @@ def find_symbols(
     )
     hits: list[JsonObject] = []
     cut = False
+    judged = _Verdicts(readable)
     for tier, query in zip(_TIERS, tiers, strict=True):
-        found = list(
-            query.values(
-                "document_id",
-                "document__rel_path",
-                "name",
-                "qualified",
-                "kind",
-                "line",
-                "start",
-                "end",
-                "enclosing",
-            )[: TIER_ROWS + 1]
-        )
-        cut = cut or len(found) > TIER_ROWS
+        found, cut_here = _tier_rows(query, judged)
+        cut = cut or cut_here
         found.sort(
             key=lambda r: (
                 r["kind"] in _LATER_KINDS,
@@ -153,10 +145,10 @@ def find_symbols(
                 r["line"],
             )
         )
-        hits.extend(dict(row, match=tier) for row in _first_readable(found, readable, limit + 1 - len(hits)))
+        hits.extend(dict(row, match=tier) for row in _first_readable(found, judged, limit + 1 - len(hits)))
         if tier == "exact" and len(hits) <= limit and kind in (None, "", *_GENERATED_KINDS):
             generated = _generated_definitions(name, prefix, kind)
-            hits.extend(_first_readable(generated, readable, limit + 1 - len(hits)))
+            hits.extend(_first_readable(generated, judged, limit + 1 - len(hits)))
         if len(hits) > limit:
             break
     more = len(hits) > limit or cut
@@ -164,6 +156,64 @@ def find_symbols(
     texts = _line_texts({(hit["document_id"], hit["line"]) for hit in hits})
     out = [_symbol(hit, texts.get((hit["document_id"], hit["line"]), "")) for hit in hits]
     return {"name": name, "symbols": out, "count": len(out), "truncated": more}
+
+
+_FIELDS = (
+    "document_id",
+    "document__rel_path",
+    "name",
+    "qualified",
+    "kind",
+    "line",
+    "start",
+    "end",
+    "enclosing",
+)
+
+
+class _Verdicts:
+    """``readable``, each path asked once in a call."""
+
+    def __init__(self, readable: Callable[[str], bool]) -> None:
+        self._readable = readable
+        self._known: dict[str, bool] = {}
+
+    def __call__(self, rel_path: str) -> bool:
+        if rel_path not in self._known:
+            self._known[rel_path] = self._readable(rel_path)
+        return self._known[rel_path]
+
+
+def _tier_rows(query: QuerySet[Symbol], readable: Callable[[str], bool]) -> tuple[list[JsonObject], bool]:
+    """One tier's rows, and whether it was cut: every row when there are at
+    most ``TIER_ROWS`` (judged later, only as far as the answer needs);
+    else its first ``TIER_ROWS`` + 1 rows in files ``readable`` lets through
+    (in row order), the rows of files the rules exclude now passed over as
+    they are read, up to ``PASSED_OVER`` of them. Until session 28 the cap
+    counted those too: a file excluded since the index was written took the
+    places of readable definitions (999 of its rows cut ``qq_zebra`` from a
+    tier of 2,002 rows), so what an answer held and ``truncated`` depended
+    on it. Past ``PASSED_OVER`` such rows the tier is cut (``truncated``):
+    what that tells is that more than 1,000 rows matching the name lie in
+    excluded files, never one name."""
+    ordered = query.order_by("pk").values("pk", *_FIELDS)
+    found = list(ordered[: TIER_ROWS + 1])
+    if len(found) <= TIER_ROWS:
+        return found, False
+    kept: list[JsonObject] = []
+    passed_over = 0
+    while found:
+        for row in found:
+            if not readable(str(row["document__rel_path"])):
+                passed_over += 1
+                if passed_over > PASSED_OVER:
+                    return kept, True
+                continue
+            kept.append(row)
+            if len(kept) > TIER_ROWS:
+                return kept, True
+        found = list(ordered.filter(pk__gt=found[-1]["pk"])[: TIER_ROWS + 1 - len(kept)])
+    return kept, False
 
 
 _Row = TypeVar("_Row", bound=Mapping[str, object])
