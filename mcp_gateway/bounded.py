@@ -28,6 +28,17 @@ oldest connection still waiting on its client (for a request head or the
 rest of a body) make way, with a 503 it may retry, or is itself answered 503
 when every connection has a request being served.
 
+An answer that stays open (an SSE stream: a ``subscriptions/listen``, a
+session's ``GET``, a call answered as events) keeps being written whether
+or not its client reads it, and twisted buffers what the socket does not
+take, without bound: a client that never reads its stream made the server
+hold every notification sent to it for as long as the connection lasted
+(session 28). Once the socket's buffer is full, a connection may leave at
+most ``server.max_unread_mb`` of such an answer unread; past it the
+connection is closed (a stream's client resumes it, or listens again).
+Answers of a known length are written at once and bounded by their size,
+and the idle timeout closes their connection once written.
+
 A deployment that runs ``daphne`` directly should set the same limits on
 its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
 ``keepalive_timeout``, ``large_client_header_buffers`` in nginx).
@@ -36,6 +47,7 @@ its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
 from __future__ import annotations
 
 import json
+import logging
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +66,8 @@ from kernel import errors
 from kernel.jsontypes import JsonObject
 from mcp_gateway import security_headers
 from mcp_gateway.transport import MAX_BODY_BYTES
+
+log = logging.getLogger(__name__)
 
 #: After an error answer, how long input is still read (and dropped) so the
 #: client sees the answer rather than a reset, before the connection closes.
@@ -86,6 +100,7 @@ class ConnectionLimits:
     mcp_path: str = "/mcp"  # answered in JSON-RPC shape; other paths in the REST envelope
     max_connections: int = 0  # open at once; 0 = from the open-file limit (connection_cap)
     max_body_buffer_mb: int = 256  # unfinished request bodies held at once, across connections
+    max_unread_mb: int = 4  # of a streamed answer left unread past the socket's buffer, a connection
 
 
 def connection_cap(configured: int) -> int:
@@ -185,6 +200,11 @@ def _busy_refusal(path: bytes | None, mcp_path: str, message: str) -> bytes:
     return _answer(503, "Service Unavailable", payload, retry_after=1)
 
 
+def _peer(address: IAddress) -> str:
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    return f"{host}:{port}" if host is not None else str(address)
+
+
 def _target(path: bytes | None) -> str:
     return (path or b"").split(b"?", 1)[0].decode("latin-1")
 
@@ -206,6 +226,9 @@ class BoundedChannel(HTTPChannel):
     _head_clock: DelayedCall | None = None  # the current head's deadline
     _linger: DelayedCall | None = None  # closes a refused connection
     _refused = False  # an error was answered: input is dropped until close
+    _socket_full = False  # the transport's buffer is over its size: the client is not taking what is sent
+    _unread = 0  # bytes of streamed answers written since the buffer filled
+    _cut = False  # closed for leaving too much unread: nothing more is written
     # Set on each channel by twisted's HTTPFactory.buildProtocol: its reactor's
     # (so it is called through self, unlike the methods above and below).
     callLater: Callable[[float, Callable[[], object]], DelayedCall]
@@ -278,6 +301,53 @@ class BoundedChannel(HTTPChannel):
         # Set first: a pipelined next request is parsed inside requestDone.
         self._awaiting_head = True
         HTTPChannel.requestDone(self, request)
+
+    # -- answers left unread --
+
+    def pauseProducing(self) -> None:  # noqa: N802
+        # The transport calls this once its buffer passes its size (64 KiB):
+        # the socket takes no more, the client is not reading.
+        self._socket_full = True
+        HTTPChannel.pauseProducing(self)
+
+    def resumeProducing(self) -> None:  # noqa: N802
+        # ...and this once its buffer is empty again: the client read it all.
+        self._socket_full = False
+        self._unread = 0
+        HTTPChannel.resumeProducing(self)
+
+    def writeSequence(self, iovec: list[bytes]) -> None:  # noqa: N802
+        # A chunked answer's body: what streams (SSE) are written as. An
+        # answer of known length goes through write(), once.
+        if not self._left_unread(sum(len(part) for part in iovec)):
+            HTTPChannel.writeSequence(self, iovec)
+
+    def _left_unread(self, size: int) -> bool:
+        """Whether ``size`` more bytes would take the answers this client
+        leaves unread past ``server.max_unread_mb``; if so the connection is
+        closed (at once, dropping what it holds) and nothing more is written."""
+        if self._cut:
+            return True
+        if not self._socket_full:
+            return False
+        self._unread += size
+        if self._unread <= self.limits.max_unread_mb * 1024 * 1024:
+            return False
+        self._cut = True
+        transport = self.transport
+        assert transport is not None  # a request is being answered on it
+        log.warning(
+            "closed a connection from %s: its client left over %d MiB of a streamed answer unread "
+            "(server.max_unread_mb)",
+            _peer(transport.getPeer()),  # type: ignore[misc]  # ITransport.getPeer: see the typing notes
+            self.limits.max_unread_mb,
+        )
+        abort = getattr(transport, "abortConnection", None)  # TCP and TLS have it; ITransport does not say so
+        if abort is not None:
+            abort()
+        else:
+            HTTPChannel.loseConnection(self)
+        return True
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802
         if self.open_connections is not None:

@@ -375,6 +375,7 @@ def _connection_limits(ctx: Context) -> ConnectionLimits:
         mcp_path=ctx.mcp_path,
         max_connections=settings.max_connections,
         max_body_buffer_mb=settings.max_body_buffer_mb,
+        max_unread_mb=settings.max_unread_mb,
     )
 
 

@@ -1,0 +1,152 @@
+"""Hostile round of 2026-11-30, session 28: the HTTP transport under a real
+``up`` (daphne, the gate, the connection bounds) against clients that read
+slowly or never, send slowly, or send without the token; see
+docs/security.md, "Hostile round, 2026-11-30 (session 28): the HTTP
+transport". Each test shows a way in that was open before its fix.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.support import wait_until
+from tests.test_hostile_clients import stateless, token_of
+
+pytestmark = pytest.mark.slow
+
+WAIT = 60.0  # a socket's or a wait's bound: only a starved or broken server reaches it
+
+
+def raw_request(url: str, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+    """A request as it goes on the wire; ``Content-Length`` unless given."""
+    parts = urlsplit(url)
+    fields = {"Host": f"{parts.hostname}:{parts.port}", **headers}
+    if body and "Content-Length" not in fields and "Transfer-Encoding" not in fields:
+        fields["Content-Length"] = str(len(body))
+    head = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+    return f"{method} {path} HTTP/1.1\r\n{head}\r\n".encode() + body
+
+
+def connect(url: str, receive_buffer: int | None = None) -> socket.socket:
+    parts = urlsplit(url)
+    sock = socket.socket()
+    if receive_buffer:  # set before connecting, so the window the server sees is small
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.settimeout(WAIT)
+    sock.connect((parts.hostname, parts.port))
+    return sock
+
+
+def read_until(sock: socket.socket, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(4096)
+        assert chunk, data[-2000:]
+        data += chunk
+    return data
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed or reset ``sock``, without reading what it holds."""
+    poller = select.poll()
+    poller.register(sock, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+    return bool(poller.poll(0))
+
+
+def listen_request(url: str, token: str, uris: list[str], msg_id: int) -> bytes:
+    params = {"notifications": {"resourceSubscriptions": uris}}
+    body, headers = stateless("subscriptions/listen", params, msg_id)
+    headers = {**headers, "Authorization": f"Bearer {token}"}
+    return raw_request(url, "POST", urlsplit(url).path, headers, json.dumps(body).encode())
+
+
+class Listener:
+    """A subscription whose stream is read as it comes, counting the updates."""
+
+    def __init__(self, url: str, token: str, uri: str):
+        self.sock = connect(url)
+        self.sock.sendall(listen_request(url, token, [uri], 7))
+        self.buffer = read_until(self.sock, b"acknowledged")
+        self.updates = 0
+        self.open = True
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while chunk := self.sock.recv(65536):
+                self.buffer += chunk
+                self.updates = self.buffer.count(b"notifications/resources/updated")
+        except OSError:
+            pass
+        self.open = False
+
+
+# -- a stream never read ----------------------------------------------------------------
+
+
+def deep_file(root: Path) -> str:
+    """A file whose path is nearly 1,900 characters: each URI naming it,
+    and so each update sent about it, weighs about 2 KB."""
+    rel = "/".join(f"{i}" + "d" * 229 for i in range(8)) + "/watched.txt"
+    path = root / rel
+    path.parent.mkdir(parents=True)
+    path.write_text("first line\n")
+    return rel
+
+
+def test_a_stream_its_client_never_reads_is_closed_past_the_unread_bound(tmp_path, running):
+    """A streamed answer is written whether or not its client reads it, and
+    twisted buffered what the socket would not take, without bound. One
+    subscription to a thousand spellings of one file (``?lines=1-1`` to
+    ``1-1000``) costs about 2 MB of updates per change of it; a client that
+    never read its stream made the server hold all of them for as long as
+    the connection lasted (measured: 4 such streams with a 100 KB
+    subscription id grew `up` by 40 MB per change, for good). Past the
+    socket's own buffer a connection may now leave at most
+    ``server.max_unread_mb`` of a streamed answer unread (1 MiB here), then
+    it is closed; a client that reads is never cut, and others are served."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    rel = deep_file(root)
+    up = running("--dir", str(root), "--json", env={"DIR2MCP_SERVER__MAX_UNREAD_MB": "1"})
+    url = up.url()
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    token = token_of(root)
+    uri = f"dir2mcp:///{rel}"
+    spellings = [f"{uri}?lines=1-{n}" for n in range(1, 1001)]
+    assert max(len(s) for s in spellings) <= 2048  # notify.MAX_URI_CHARS: each one is honoured
+
+    silent = connect(url, receive_buffer=4096)
+    silent.sendall(listen_request(url, token, spellings, 1))
+    read_until(silent, b"acknowledged")  # from here on it reads nothing
+    reader = Listener(url, token, uri)
+    try:
+        for change in range(1, 13):  # up to ~24 MB for the silent stream; the bound needs a few
+            with open(root / rel, "a") as file:
+                file.write(f"change {change}\n")
+            wait_until(
+                lambda change=change: reader.updates >= change,
+                timeout=WAIT,
+                message=f"the reading client told of change {change}",
+            )
+            if closed_by_server(silent):
+                break
+        assert wait_until(lambda: closed_by_server(silent), timeout=WAIT, message="the silent stream closed")
+        assert reader.open  # it kept reading: never cut
+        assert any("server.max_unread_mb" in line for line in up.err), up.stderr[-3000:]
+        body, headers = stateless("tools/list", {})
+        other = httpx.post(
+            url, headers={**headers, "Authorization": f"Bearer {token}"}, json=body, timeout=WAIT
+        )
+        assert other.status_code == 200 and "tools" in other.json()["result"], other.text
+    finally:
+        silent.close()
+        reader.sock.close()
