@@ -51,6 +51,8 @@ import logging
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import unquote
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.internet.base import DelayedCall
@@ -65,7 +67,12 @@ from twisted.web.http import HTTPChannel, Request, _GenericHTTPChannelProtocol
 from kernel import errors
 from kernel.jsontypes import JsonObject
 from mcp_gateway import security_headers
+from mcp_gateway.asgi_io import Response, Scope
 from mcp_gateway.transport import MAX_BODY_BYTES
+
+#: The gate's check of a request head (``route_gate.head_refusal``): its
+#: refusal, or None. Set on the server by ``up``; none, nothing is checked early.
+HeadCheck = Callable[[Scope], Response | None]
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +150,14 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types
         if self._refused:
             self._refuse()
             return
+        channel = self.channel
+        if length != 0 and isinstance(channel, BoundedChannel):  # a body follows (None: chunked)
+            refusal = channel.checked_head(self)
+            if refusal is not None:  # no token, a foreign Origin or Host: refused before any of the body
+                self._refused = True
+                self.requestHeaders.removeHeader(b"expect")  # no 100 Continue to send it anyway
+                channel.refuse_before_body(refusal)
+                return
         super().gotLength(length)
 
     def handleContentChunk(self, data: bytes) -> None:  # noqa: N802
@@ -166,6 +181,10 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types
             super().requestReceived(command, path, version)
 
     def _refuse(self) -> None:
+        self.requestHeaders.removeHeader(b"expect")  # no 100 Continue after the 413
+        self._refuse_too_large()
+
+    def _refuse_too_large(self) -> None:
         """413 in the shape the request's path expects: JSON-RPC on the MCP
         endpoint, the REST envelope everywhere else (the REST mirror's
         ``{"error": {"code", "message", "retryable"}}``)."""
@@ -200,6 +219,21 @@ def _busy_refusal(path: bytes | None, mcp_path: str, message: str) -> bytes:
     return _answer(503, "Service Unavailable", payload, retry_after=1)
 
 
+def _whole(response: Response, secure: bool) -> bytes:
+    """``response`` as a whole HTTP/1.1 answer after which the connection
+    closes, with the headers every answer carries."""
+    headers = {**response.headers, "Content-Length": str(len(response.body)), "Connection": "close"}
+    security_headers.add_to(headers, secure=secure, no_store=True)
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    reason = HTTPStatus(response.status).phrase
+    return f"HTTP/1.1 {response.status} {reason}\r\n{lines}\r\n".encode("latin-1") + response.body
+
+
+def _address(address: IAddress) -> list[object] | None:
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    return None if host is None else [str(host), port]
+
+
 def _peer(address: IAddress) -> str:
     host, port = getattr(address, "host", None), getattr(address, "port", None)
     return f"{host}:{port}" if host is not None else str(address)
@@ -221,6 +255,7 @@ class BoundedChannel(HTTPChannel):
 
     limits = ConnectionLimits()
     open_connections: OpenConnections | None = None  # the factory's, set as the channel is built
+    head_check: HeadCheck | None = None  # the server's, set as the channel is built
     _awaiting_head = True  # between requests, or reading a request head
     _awaiting_body = False  # the head is in; the body is not yet whole
     _head_clock: DelayedCall | None = None  # the current head's deadline
@@ -266,6 +301,45 @@ class BoundedChannel(HTTPChannel):
         assert transport is not None  # called as the connection opens
         transport.write(_busy_refusal(None, self.limits.mcp_path, message))  # type: ignore[call-arg, misc]  # ITransport.write: see the typing notes
         HTTPChannel.loseConnection(self)
+
+    def checked_head(self, request: Request) -> bytes | None:
+        """The gate's refusal of ``request``, whose head alone has arrived,
+        as a whole answer; None when it may go on. The scope is daphne's for
+        the same head (its path unquoted, header names lower-cased, those
+        with ``_`` left out)."""
+        check = self.head_check
+        target = getattr(self, "_path", None)  # twisted's parse of the request line
+        command = getattr(self, "_command", None)
+        transport = self.transport
+        if check is None or target is None or command is None or transport is None:
+            return None
+        try:
+            path = unquote(target.split(b"?", 1)[0].decode("ascii"))
+        except UnicodeDecodeError:  # daphne answers 400 for it
+            return None
+        secure = HTTPChannel.isSecure(self)
+        headers = [
+            (name.lower(), value)
+            for name, values in request.requestHeaders.getAllRawHeaders()
+            if b"_" not in name
+            for value in values
+        ]
+        scope: Scope = {
+            "type": "http",
+            "method": command.decode("latin-1"),
+            "path": path,
+            "root_path": "",
+            "scheme": "https" if secure else "http",
+            "headers": headers,
+            "client": _address(transport.getPeer()),  # type: ignore[misc]  # see the typing notes
+            "server": _address(transport.getHost()),  # type: ignore[misc]  # see the typing notes
+        }
+        refusal = check(scope)
+        return None if refusal is None else _whole(refusal, secure)
+
+    def refuse_before_body(self, answer: bytes) -> None:
+        """Answer a request refused on its head, and close: its body is never read."""
+        self._answer_and_close(answer)
 
     def dataReceived(self, data: bytes) -> None:  # noqa: N802
         if self._refused:
@@ -487,6 +561,7 @@ def _bounded_channel(factory: BoundedHTTPFactory) -> _GenericHTTPChannelProtocol
     channel = BoundedChannel()
     channel.limits = factory.limits
     channel.open_connections = factory.open_connections
+    channel.head_check = factory.head_check
     return _GenericHTTPChannelProtocol(channel)
 
 
@@ -496,6 +571,7 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
     def __init__(self, server: object) -> None:  # daphne's Server
         super().__init__(server)
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
+        self.head_check: HeadCheck | None = getattr(server, "head_check", None)
         self.open_connections = OpenConnections(
             connection_cap(self.limits.max_connections), self.limits.max_body_buffer_mb * 1024 * 1024
         )

@@ -211,6 +211,11 @@ class Gateway:
             verbosity=0,
         )
         server.limits = _connection_limits(self.ctx)  # read by its HTTP factory (mcp_gateway/bounded.py)
+        # The gate's checks of a request head, before its body is read (the
+        # application, and so the gate, is imported just above).
+        from mcp_gateway.route_gate import head_refusal
+
+        server.head_check = head_refusal
         try:
             server.run()
         except Exception as exc:
