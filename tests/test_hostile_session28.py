@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.support import wait_until
-from tests.test_hostile_clients import stateless, token_of
+from tests.test_hostile_clients import open_listen, stateless, token_of
 
 pytestmark = pytest.mark.slow
 
@@ -150,6 +150,30 @@ def test_a_stream_its_client_never_reads_is_closed_past_the_unread_bound(tmp_pat
     finally:
         silent.close()
         reader.sock.close()
+
+
+def test_a_subscription_id_sent_with_every_notification_is_bounded(tmp_path, running):
+    """Every notification of a subscription carries its id (the listen
+    request's), which could be as long as the body allows: one change of a
+    file sent 100 KB per spelling subscribed (4 streams of a 100 KB id and
+    100 spellings grew `up` by 40 MB per change, and 2 streams of a 1 MB id
+    asked for 100 MB of JSON encoding on the event loop per change). A
+    subscription's id is now at most 256 characters of JSON."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "notes.txt").write_text("hnsw index notes\n")
+    up = running("--dir", str(root), "--json")
+    url = up.url()
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    token = token_of(root)
+    refused = open_listen(url, token, "x" * 100_000)
+    assert not refused.streaming and refused.code() == "INVALID_FIELD", refused.body
+    assert "256" in refused.body["error"]["message"]
+    accepted = open_listen(url, token, "x" * 250)  # with its quotes, 252
+    try:
+        assert accepted.streaming, accepted.body
+    finally:
+        accepted.conn.close()
 
 
 # -- a body before the token --------------------------------------------------------------
