@@ -8,6 +8,7 @@ transport". Each test shows a way in that was open before its fix.
 from __future__ import annotations
 
 import json
+import logging
 import select
 import socket
 import threading
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from dir2mcp_site.logfilters import Throttled
 from tests.support import wait_until
 from tests.test_hostile_clients import open_listen, stateless, token_of
 
@@ -255,3 +257,51 @@ def test_a_request_without_the_token_is_refused_before_its_body_is_read(tmp_path
     status, answer = first_answer(sock)
     sock.close()
     assert status == b"HTTP/1.1 200 OK" and "tools" in answer["result"], (status, answer)
+
+
+# -- lines in the log from anyone -----------------------------------------------------------
+
+
+def test_refusals_anyone_may_cause_are_a_bounded_number_of_lines_in_the_log(tmp_path, running):
+    """A request with a foreign ``Host`` is refused (400) before the token
+    is asked for, and logged, one line each, so that a misconfigured proxy
+    shows: at the sender's rate, from anyone who reaches the port, and from
+    any web page the user opens, by DNS rebinding (its requests carry the
+    page's own name). 200 such requests were 200 lines (about 300 bytes for
+    each request of 100); the log grew without bound. Each kind of refusal
+    is now at most ten lines a minute (a budget of ten, given back over the
+    minute), the next saying how many were not logged."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "notes.txt").write_text("hnsw index notes\n")
+    up = running("--dir", str(root), "--json")
+    url = up.url()
+    for n in range(200):
+        sock = connect(url)
+        sock.sendall(raw_request(url, "GET", "/healthz/live", {"Host": f"rebound{n}.example"}))
+        status = read_until(sock, b"\r\n").split(b"\r\n")[0]
+        sock.close()
+        assert status == b"HTTP/1.1 400 Bad Request", status
+    assert up.stop() == 0
+    refusals = [line for line in up.err if "Invalid HTTP_HOST header" in line]
+    assert 1 <= len(refusals) <= 10, len(refusals)
+
+
+def test_a_throttled_logger_says_how_many_lines_it_left_out():
+    throttled = Throttled()
+    throttled.LINES = 2
+    records = [
+        logging.LogRecord("django.security.DisallowedHost", logging.WARNING, "", 0, "refused %s", (n,), None)
+        for n in range(4)
+    ]
+    assert [throttled.filter(record) for record in records] == [True, True, False, False]
+    throttled.WINDOW = 1e-9  # its budget given back at once
+    record = logging.LogRecord(
+        "django.security.DisallowedHost", logging.WARNING, "", 0, "refused %s", (9,), None
+    )
+    assert throttled.filter(record)
+    assert record.getMessage() == "refused 9 (2 more like it were not logged)"
+    other = logging.LogRecord(
+        "django.security.SuspiciousFileOperation", logging.WARNING, "", 0, "x", None, None
+    )
+    assert throttled.filter(other)  # each logger has its own window
