@@ -240,6 +240,22 @@ def test_a_request_without_the_token_is_refused_before_its_body_is_read(tmp_path
         sock.close()
         assert status == expected, (extra, status)
 
+    # A body over the limit, with the token: 413 from its declared length, and
+    # no 100 Continue after it (twisted sent one once the head was handled).
+    sock = connect(url)
+    headers = {
+        **mcp,
+        "Authorization": f"Bearer {token}",
+        "Expect": "100-continue",
+        "Content-Length": "5000000",
+    }
+    sock.sendall(raw_request(url, "POST", "/mcp", headers))
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 413") and b"100 Continue" not in data, data[-300:]
+
     # With the token the body is awaited and read, sent late, 100 Continue included.
     ping, headers = stateless("tools/list", {})
     body = json.dumps(ping).encode()
