@@ -144,6 +144,7 @@ def test_a_stream_its_client_never_reads_is_closed_past_the_unread_bound(tmp_pat
         assert wait_until(lambda: closed_by_server(silent), timeout=WAIT, message="the silent stream closed")
         assert reader.open  # it kept reading: never cut
         assert any("server.max_unread_mb" in line for line in up.err), up.stderr[-3000:]
+        assert "Traceback" not in up.stderr, up.stderr[-3000:]
         body, headers = stateless("tools/list", {})
         other = httpx.post(
             url, headers={**headers, "Authorization": f"Bearer {token}"}, json=body, timeout=WAIT
