@@ -181,13 +181,10 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types
             super().requestReceived(command, path, version)
 
     def _refuse(self) -> None:
-        self.requestHeaders.removeHeader(b"expect")  # no 100 Continue after the 413
-        self._refuse_too_large()
-
-    def _refuse_too_large(self) -> None:
         """413 in the shape the request's path expects: JSON-RPC on the MCP
         endpoint, the REST envelope everywhere else (the REST mirror's
         ``{"error": {"code", "message", "retryable"}}``)."""
+        self.requestHeaders.removeHeader(b"expect")  # twisted appended 100 Continue to the 413
         channel = self.channel
         message = f"request body over the {self.max_body}-byte limit"
         # The request line's target, as the channel parsed it (requestReceived, which
