@@ -247,16 +247,24 @@ LOGGING: dict[str, Any] = {
             "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
     },
-    "filters": {"one_line": {"()": "dir2mcp_site.logfilters.OneLine"}},
+    "filters": {
+        "one_line": {"()": "dir2mcp_site.logfilters.OneLine"},
+        "throttled": {"()": "dir2mcp_site.logfilters.Throttled"},
+    },
     "handlers": {
         "stderr": {"class": "logging.StreamHandler", "formatter": "plain"},
-        "stderr_one_line": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["one_line"]},
+        "stderr_one_line": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["one_line", "throttled"],
+        },
     },
     "loggers": {
         # 4xx answers are the transport doing its job; 5xx still log.
         "django.request": {"level": "ERROR"},
         # A refused Host, a static path climbing out of its directory, a bad
-        # session cookie: anyone can send them, so one line each, never a traceback.
+        # session cookie: anyone can send them, so one line each, never a
+        # traceback, and at most ten a minute for each kind (logfilters.Throttled).
         "django.security": {"handlers": ["stderr_one_line"], "propagate": False},
     },
     "root": {"handlers": ["stderr"], "level": env.str("DIR2MCP_LOG_LEVEL", default="WARNING")},

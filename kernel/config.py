@@ -410,6 +410,10 @@ class ServerConfig(Section):
     # (each may be up to 4 MiB, in a temporary file); past it, the oldest
     # unfinished upload closes with a 503.
     max_body_buffer_mb: int = Field(256, ge=4, le=65_536)
+    # A streamed answer (SSE) a client leaves unread past the socket's own
+    # buffer: at most this many MiB a connection; past it the connection is
+    # closed (its client resumes or listens again).
+    max_unread_mb: int = Field(4, ge=1, le=4096)
     # Where `up` and `mcp_stdio` index: a supervised child process at a lower
     # CPU priority (searches never wait for extraction or embedding), or a
     # thread of the serving process (docs/operations.md).

@@ -28,6 +28,17 @@ oldest connection still waiting on its client (for a request head or the
 rest of a body) make way, with a 503 it may retry, or is itself answered 503
 when every connection has a request being served.
 
+An answer that stays open (an SSE stream: a ``subscriptions/listen``, a
+session's ``GET``, a call answered as events) keeps being written whether
+or not its client reads it, and twisted buffers what the socket does not
+take, without bound: a client that never reads its stream made the server
+hold every notification sent to it for as long as the connection lasted
+(session 28). Once the socket's buffer is full, a connection may leave at
+most ``server.max_unread_mb`` of such an answer unread; past it the
+connection is closed (a stream's client resumes it, or listens again).
+Answers of a known length are written at once and bounded by their size,
+and the idle timeout closes their connection once written.
+
 A deployment that runs ``daphne`` directly should set the same limits on
 its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
 ``keepalive_timeout``, ``large_client_header_buffers`` in nginx).
@@ -36,9 +47,12 @@ its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
 from __future__ import annotations
 
 import json
+import logging
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import unquote
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.internet.base import DelayedCall
@@ -53,7 +67,14 @@ from twisted.web.http import HTTPChannel, Request, _GenericHTTPChannelProtocol
 from kernel import errors
 from kernel.jsontypes import JsonObject
 from mcp_gateway import security_headers
+from mcp_gateway.asgi_io import Response, Scope
 from mcp_gateway.transport import MAX_BODY_BYTES
+
+#: The gate's check of a request head (``route_gate.head_refusal``): its
+#: refusal, or None. Set on the server by ``up``; none, nothing is checked early.
+HeadCheck = Callable[[Scope], Response | None]
+
+log = logging.getLogger(__name__)
 
 #: After an error answer, how long input is still read (and dropped) so the
 #: client sees the answer rather than a reset, before the connection closes.
@@ -86,6 +107,7 @@ class ConnectionLimits:
     mcp_path: str = "/mcp"  # answered in JSON-RPC shape; other paths in the REST envelope
     max_connections: int = 0  # open at once; 0 = from the open-file limit (connection_cap)
     max_body_buffer_mb: int = 256  # unfinished request bodies held at once, across connections
+    max_unread_mb: int = 4  # of a streamed answer left unread past the socket's buffer, a connection
 
 
 def connection_cap(configured: int) -> int:
@@ -128,6 +150,14 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types
         if self._refused:
             self._refuse()
             return
+        channel = self.channel
+        if length != 0 and isinstance(channel, BoundedChannel):  # a body follows (None: chunked)
+            refusal = channel.checked_head(self)
+            if refusal is not None:  # no token, a foreign Origin or Host: refused before any of the body
+                self._refused = True
+                self.requestHeaders.removeHeader(b"expect")  # no 100 Continue to send it anyway
+                channel.refuse_before_body(refusal)
+                return
         super().gotLength(length)
 
     def handleContentChunk(self, data: bytes) -> None:  # noqa: N802
@@ -154,6 +184,7 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types
         """413 in the shape the request's path expects: JSON-RPC on the MCP
         endpoint, the REST envelope everywhere else (the REST mirror's
         ``{"error": {"code", "message", "retryable"}}``)."""
+        self.requestHeaders.removeHeader(b"expect")  # twisted appended 100 Continue to the 413
         channel = self.channel
         message = f"request body over the {self.max_body}-byte limit"
         # The request line's target, as the channel parsed it (requestReceived, which
@@ -185,6 +216,26 @@ def _busy_refusal(path: bytes | None, mcp_path: str, message: str) -> bytes:
     return _answer(503, "Service Unavailable", payload, retry_after=1)
 
 
+def _whole(response: Response, secure: bool) -> bytes:
+    """``response`` as a whole HTTP/1.1 answer after which the connection
+    closes, with the headers every answer carries."""
+    headers = {**response.headers, "Content-Length": str(len(response.body)), "Connection": "close"}
+    security_headers.add_to(headers, secure=secure, no_store=True)
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    reason = HTTPStatus(response.status).phrase
+    return f"HTTP/1.1 {response.status} {reason}\r\n{lines}\r\n".encode("latin-1") + response.body
+
+
+def _address(address: IAddress) -> list[object] | None:
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    return None if host is None else [str(host), port]
+
+
+def _peer(address: IAddress) -> str:
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    return f"{host}:{port}" if host is not None else str(address)
+
+
 def _target(path: bytes | None) -> str:
     return (path or b"").split(b"?", 1)[0].decode("latin-1")
 
@@ -201,11 +252,15 @@ class BoundedChannel(HTTPChannel):
 
     limits = ConnectionLimits()
     open_connections: OpenConnections | None = None  # the factory's, set as the channel is built
+    head_check: HeadCheck | None = None  # the server's, set as the channel is built
     _awaiting_head = True  # between requests, or reading a request head
     _awaiting_body = False  # the head is in; the body is not yet whole
     _head_clock: DelayedCall | None = None  # the current head's deadline
     _linger: DelayedCall | None = None  # closes a refused connection
     _refused = False  # an error was answered: input is dropped until close
+    _socket_full = False  # the transport's buffer is over its size: the client is not taking what is sent
+    _unread = 0  # bytes of streamed answers written since the buffer filled
+    _cut = False  # closed for leaving too much unread: nothing more is written
     # Set on each channel by twisted's HTTPFactory.buildProtocol: its reactor's
     # (so it is called through self, unlike the methods above and below).
     callLater: Callable[[float, Callable[[], object]], DelayedCall]
@@ -244,6 +299,45 @@ class BoundedChannel(HTTPChannel):
         transport.write(_busy_refusal(None, self.limits.mcp_path, message))  # type: ignore[call-arg, misc]  # ITransport.write: see the typing notes
         HTTPChannel.loseConnection(self)
 
+    def checked_head(self, request: Request) -> bytes | None:
+        """The gate's refusal of ``request``, whose head alone has arrived,
+        as a whole answer; None when it may go on. The scope is daphne's for
+        the same head (its path unquoted, header names lower-cased, those
+        with ``_`` left out)."""
+        check = self.head_check
+        target = getattr(self, "_path", None)  # twisted's parse of the request line
+        command = getattr(self, "_command", None)
+        transport = self.transport
+        if check is None or target is None or command is None or transport is None:
+            return None
+        try:
+            path = unquote(target.split(b"?", 1)[0].decode("ascii"))
+        except UnicodeDecodeError:  # daphne answers 400 for it
+            return None
+        secure = HTTPChannel.isSecure(self)
+        headers = [
+            (name.lower(), value)
+            for name, values in request.requestHeaders.getAllRawHeaders()
+            if b"_" not in name
+            for value in values
+        ]
+        scope: Scope = {
+            "type": "http",
+            "method": command.decode("latin-1"),
+            "path": path,
+            "root_path": "",
+            "scheme": "https" if secure else "http",
+            "headers": headers,
+            "client": _address(transport.getPeer()),  # type: ignore[misc]  # see the typing notes
+            "server": _address(transport.getHost()),  # type: ignore[misc]  # see the typing notes
+        }
+        refusal = check(scope)
+        return None if refusal is None else _whole(refusal, secure)
+
+    def refuse_before_body(self, answer: bytes) -> None:
+        """Answer a request refused on its head, and close: its body is never read."""
+        self._answer_and_close(answer)
+
     def dataReceived(self, data: bytes) -> None:  # noqa: N802
         if self._refused:
             return
@@ -278,6 +372,53 @@ class BoundedChannel(HTTPChannel):
         # Set first: a pipelined next request is parsed inside requestDone.
         self._awaiting_head = True
         HTTPChannel.requestDone(self, request)
+
+    # -- answers left unread --
+
+    def pauseProducing(self) -> None:  # noqa: N802
+        # The transport calls this once its buffer passes its size (64 KiB):
+        # the socket takes no more, the client is not reading.
+        self._socket_full = True
+        HTTPChannel.pauseProducing(self)
+
+    def resumeProducing(self) -> None:  # noqa: N802
+        # ...and this once its buffer is empty again: the client read it all.
+        self._socket_full = False
+        self._unread = 0
+        HTTPChannel.resumeProducing(self)
+
+    def writeSequence(self, iovec: list[bytes]) -> None:  # noqa: N802
+        # A chunked answer's body: what streams (SSE) are written as. An
+        # answer of known length goes through write(), once.
+        if not self._left_unread(sum(len(part) for part in iovec)):
+            HTTPChannel.writeSequence(self, iovec)
+
+    def _left_unread(self, size: int) -> bool:
+        """Whether ``size`` more bytes would take the answers this client
+        leaves unread past ``server.max_unread_mb``; if so the connection is
+        closed (at once, dropping what it holds) and nothing more is written."""
+        if self._cut:
+            return True
+        if not self._socket_full:
+            return False
+        self._unread += size
+        if self._unread <= self.limits.max_unread_mb * 1024 * 1024:
+            return False
+        self._cut = True
+        transport = self.transport
+        assert transport is not None  # a request is being answered on it
+        log.warning(
+            "closed a connection from %s: its client left over %d MiB of a streamed answer unread "
+            "(server.max_unread_mb)",
+            _peer(transport.getPeer()),  # type: ignore[misc]  # ITransport.getPeer: see the typing notes
+            self.limits.max_unread_mb,
+        )
+        abort = getattr(transport, "abortConnection", None)  # TCP and TLS have it; ITransport does not say so
+        if abort is not None:
+            abort()
+        else:
+            HTTPChannel.loseConnection(self)
+        return True
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802
         if self.open_connections is not None:
@@ -417,6 +558,7 @@ def _bounded_channel(factory: BoundedHTTPFactory) -> _GenericHTTPChannelProtocol
     channel = BoundedChannel()
     channel.limits = factory.limits
     channel.open_connections = factory.open_connections
+    channel.head_check = factory.head_check
     return _GenericHTTPChannelProtocol(channel)
 
 
@@ -426,6 +568,7 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
     def __init__(self, server: object) -> None:  # daphne's Server
         super().__init__(server)
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
+        self.head_check: HeadCheck | None = getattr(server, "head_check", None)
         self.open_connections = OpenConnections(
             connection_cap(self.limits.max_connections), self.limits.max_body_buffer_mb * 1024 * 1024
         )

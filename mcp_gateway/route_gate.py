@@ -52,7 +52,7 @@ from django.http.request import split_domain_port
 from kernel import errors, observe
 from kernel.jsontypes import JsonObject
 from mcp_gateway import api, context, current, ratelimit, rest_edge, transport
-from mcp_gateway.asgi_io import App, Receive, Request, Response, Scope, Send
+from mcp_gateway.asgi_io import App, Message, Receive, Request, Response, Scope, Send
 from mcp_gateway.listen import parse_listen
 from mcp_gateway.transport import HttpError
 
@@ -156,32 +156,88 @@ def own_origin(request: Request, scope: JsonObject) -> str:
     return f"{scheme}://{domain}:{port or (443 if scheme == 'https' else 80)}"
 
 
-async def check_edge(request: Request, route: Route, scope: JsonObject) -> context.Context | None:
-    """Host, then Origin; raises :class:`HttpError`. The context, when the
-    Origin check needed it."""
+def check_host(request: Request) -> None:
+    """400 unless the ``Host`` is on ``ALLOWED_HOSTS``."""
     if not request.host_allowed():
         host_log.warning("Invalid HTTP_HOST header: %r; it is not on ALLOWED_HOSTS", request.host()[:200])
         raise HttpError(400, errors.FORBIDDEN_ORIGIN, "Host header is not allowed")
+
+
+def check_origin(request: Request, route: Route, scope: JsonObject, ctx: context.Context) -> None:
+    """403 ``FORBIDDEN_ORIGIN`` for a sent ``Origin`` that ``route`` does not accept."""
     origin = request.headers.get("origin")
     if origin is None:
-        return None
-    ctx = await api.context_async()
+        return
     allowed = ctx.allowed_origins
     if route.bearer == NEVER:
         allowed = (*allowed, own_origin(request, scope))
     transport.check_origin(origin, allowed)
+
+
+async def check_edge(request: Request, route: Route, scope: JsonObject) -> context.Context | None:
+    """Host, then Origin; raises :class:`HttpError`. The context, when the
+    Origin check needed it."""
+    check_host(request)
+    if "origin" not in request.headers:
+        return None
+    ctx = await api.context_async()
+    check_origin(request, route, scope, ctx)
     return ctx
+
+
+def asks_credential(request: Request, route: Route, ctx: context.Context) -> bool:
+    """Whether ``route`` asks this request for the bearer token (and so the rate limit)."""
+    if route.bearer == NEVER or (request.method == "OPTIONS" and route.surface != SITE):
+        return False
+    return route.bearer != BEYOND_LOOPBACK or beyond_loopback(ctx)
 
 
 async def check_credential(request: Request, route: Route, ctx: context.Context | None) -> None:
     """The bearer token, then the rate limit, where ``route`` takes them."""
     if route.bearer == NEVER or (request.method == "OPTIONS" and route.surface != SITE):
-        return
+        return  # known without the context
     ctx = ctx or await api.context_async()
-    if route.bearer == BEYOND_LOOPBACK and not beyond_loopback(ctx):
+    if not asks_credential(request, route, ctx):
         return
     transport.check_bearer(request.headers.get("authorization"), ctx.auth.token)
     check_rate(request, ctx)
+
+
+async def _no_body() -> Message:
+    raise RuntimeError("a request head checked before its body has no body to read")
+
+
+def head_refusal(scope: Scope) -> Response | None:
+    """The gate's refusal of a request whose head alone has arrived, or None
+    when the gate may let it pass (or cannot tell yet: no context installed).
+
+    Called by the connection (``mcp_gateway/bounded.py``) before it reads a
+    request body: daphne hands a request on only once its whole body is in,
+    so until session 28 a client without the token had up to 4 MiB read and
+    buffered (on disk past 100 kB, and counted against every client's
+    ``server.max_body_buffer_mb``) before its 401, held its connection for
+    as long as it trickled the body, and was invited to send it with
+    ``100 Continue``. Host, Origin and the bearer token are checked here as
+    the gate checks them, in the same order and with the same answers; the
+    rate limit is left to the gate (it counts the request)."""
+    ctx = current.peek()
+    if ctx is None:
+        return None
+    scope, path = resolved(scope)
+    request = Request(scope, _no_body)
+    route = route_of(path)
+    cors_origin = None
+    try:
+        check_host(request)
+        check_origin(request, route, scope, ctx)
+        cors_origin = request.headers.get("origin")
+        if asks_credential(request, route, ctx):
+            transport.check_bearer(request.headers.get("authorization"), ctx.auth.token)
+    except HttpError as exc:
+        if route.surface != REST:  # counted as the gate counts its refusals
+            observe.observe_request(request.method, exc.status, endpoint=route.surface)
+        return refusal(route, exc, cors_origin)
+    return None
 
 
 def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:

@@ -211,6 +211,11 @@ class Gateway:
             verbosity=0,
         )
         server.limits = _connection_limits(self.ctx)  # read by its HTTP factory (mcp_gateway/bounded.py)
+        # The gate's checks of a request head, before its body is read (the
+        # application, and so the gate, is imported just above).
+        from mcp_gateway.route_gate import head_refusal
+
+        server.head_check = head_refusal
         try:
             server.run()
         except Exception as exc:
@@ -375,6 +380,7 @@ def _connection_limits(ctx: Context) -> ConnectionLimits:
         mcp_path=ctx.mcp_path,
         max_connections=settings.max_connections,
         max_body_buffer_mb=settings.max_body_buffer_mb,
+        max_unread_mb=settings.max_unread_mb,
     )
 
 

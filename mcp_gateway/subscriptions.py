@@ -22,6 +22,7 @@ with a result when the server stops.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,10 @@ from mcp_gateway.resources import ResourceError
 from mcp_gateway.transport import Message
 
 METHOD = "subscriptions/listen"
+#: A subscription's id (its request's) is sent with each of its
+#: notifications: at most this many characters of JSON. A 1 MB id made each
+#: update 1 MB (session 28).
+MAX_ID_CHARS = 256
 META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 
 
@@ -71,6 +76,10 @@ def _invalid(message: str) -> ResourceError:
 def open_listen(msg: Message, ctx: Context) -> Listen:
     """The subscription ``msg`` asks for; :class:`ResourceError` (-32602) for a
     malformed filter. Reads the database (a worker thread's call)."""
+    if len(json.dumps(msg.id)) > MAX_ID_CHARS:
+        raise _invalid(
+            f"a subscription's id is sent with each of its notifications: at most {MAX_ID_CHARS} characters"
+        )
     wanted = msg.params.get("notifications", {})
     if not isinstance(wanted, dict):
         raise _invalid("params.notifications must be an object")
