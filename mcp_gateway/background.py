@@ -24,7 +24,13 @@ from kernel.jsontypes import JsonObject
 from kernel.state import StateDir
 from mcp_gateway import context, current, notify
 from mcp_gateway.context import Context, ContextOptions
-from mcp_gateway.indexer_process import ChildLaunch, DenseRefresher, IndexerSupervisor, IndexerThread
+from mcp_gateway.indexer_process import (
+    SAVED_WAIT_SECONDS,
+    ChildLaunch,
+    DenseRefresher,
+    IndexerSupervisor,
+    IndexerThread,
+)
 from mcp_gateway.preflight import check_keys
 
 log = logging.getLogger(__name__)
@@ -135,7 +141,9 @@ def start_background_indexing(
     """
     launch = getattr(ctx, "indexer_launch", None)
     if ctx.config.server.indexer == "process" and launch is not None:
-        refresher = DenseRefresher(ctx.state, stop, after=settled).start()
+        # the child saves its index files in ctx.state: the refresher loads them
+        # rather than build the code index again at a views pass's end
+        refresher = DenseRefresher(ctx.state, stop, after=settled, follow_saves=SAVED_WAIT_SECONDS).start()
         supervisor = IndexerSupervisor(
             launch,
             notify.ChangeAnnouncer(reporter),  # changes become resource notifications

@@ -13,8 +13,9 @@ What crosses between them:
 - **Index data** goes through the store: the child commits documents and
   chunks (the lexical index sees them at once) and vectors under a
   per-kind version (``corpus.index.dense.embedding``); the server's dense indices take
-  the new vectors in small slices (:class:`DenseRefresher`), never a full
-  reload.
+  the new vectors in small slices (:class:`DenseRefresher`), and at the end
+  of a views pass load the code index the child built and saved, rather
+  than build it a second time here.
 - **Reports** (progress, warnings, events) go over the child's stdout as
   one JSON object per line, each a call on the server's own reporter
   (:class:`ForwardingReporter` writes them, :func:`replay` plays them back),
@@ -77,6 +78,13 @@ REFRESH_SECONDS = 0.5
 EMBED_FIRST_MAX = 256
 #: Vectors added per hold of an index's lock: a search waits at most this many inserts.
 REFRESH_SLICE = 4
+#: How long, at the end of a views pass, the server's refresher waits for the
+#: index file its child saves after building its code index again, to load it
+#: rather than build the same index itself (DenseStore.follow_saves): the
+#: child's build and save took 10-40 s of wall on a loaded 2-core machine
+#: (docs/benchmarks.md, "Time to dense", sessions 27 and 28); past this the
+#: server builds it (a child that died, or one on another machine)
+SAVED_WAIT_SECONDS = 120.0
 
 # The reporter calls a child may make on the server's reporter.
 _CALLS = ("event", "say", "warn", "file_error", "progress", "documents_changed")
@@ -635,7 +643,15 @@ class DenseRefresher:
     ``after``: the first pass waits for it (``up`` sets it once it has
     answered a first request): the first pass loads each ``.hnsw`` file and
     lists the embedded chunks, which on a large index would compete with
-    the server's first answer. A search before then syncs for itself."""
+    the server's first answer. A search before then syncs for itself.
+
+    ``follow_saves``: the indexing child shares this state directory (``up``),
+    so at the end of a views pass the code index is not built again here
+    but loaded from the file the child saves after its own build, waiting
+    up to that many seconds for it (``DenseStore.follow_saves``; loading and
+    swapping happen in this thread, searches read the index held until
+    then). None (a server whose vectors come from another machine): built
+    here, from the database."""
 
     def __init__(
         self,
@@ -644,11 +660,13 @@ class DenseRefresher:
         *,
         every: float = REFRESH_SECONDS,
         after: threading.Event | None = None,
+        follow_saves: float | None = None,
     ) -> None:
         self.state = state
         self.stop = stop
         self.every = every
         self.after = after
+        self.follow_saves = follow_saves
         self.passes = 0
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dir2mcp-dense-refresh", daemon=True)
@@ -671,6 +689,7 @@ class DenseRefresher:
                 return
         store = dense_store(self.state)
         store.refresher = self
+        store.follow_saves = self.follow_saves
         try:
             while not self.stop.is_set():
                 self._wake.wait(self.every)
@@ -680,11 +699,14 @@ class DenseRefresher:
                 for kind in KINDS:
                     try:
                         store.sync(kind, slice_size=REFRESH_SLICE)
+                        if store.deferred(kind):  # a build or load waiting for the child's file
+                            store.settle(kind)
                     except Exception:  # a busy or broken store: try again next pass
                         log.debug("dense refresh of %s failed", kind, exc_info=True)
                 self.passes += 1
         finally:
             store.refresher = None
+            store.follow_saves = None
             _close_connections()
 
 

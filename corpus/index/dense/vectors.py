@@ -25,12 +25,13 @@ a process loading it re-reads only what was stored, or replaced, after.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,25 +108,35 @@ class VectorIndex:
     def labels(self) -> set[int]:
         return set(self._labels)
 
-    def load(self) -> bool:
-        """Read the file if it is intact and matches; False means rebuild."""
+    def load(self, *, quiet: bool = False) -> bool:
+        """Read the file if it is intact and matches; False means rebuild
+        (said in a warning unless ``quiet``: a process trying a file another
+        one may be saving meanwhile, DenseStore.settle).
+
+        The sidecar is read first, then the file is held open, so that the
+        size and sha256 checked and the bytes hnswlib reads are one file's:
+        a save renaming a new file in between (the sidecar goes first, then
+        the file) leaves a sidecar and a file that do not match, and
+        nothing is read."""
         meta = _read_sidecar(self.path)
-        problem = self._check_file(meta)
-        if problem:
-            if self.path.exists() or _sidecar(self.path).exists():
-                logger.warning("rebuilding %s from the database: %s", self.path.name, problem)
-            return False
-        assert meta is not None  # _check_file reports a missing sidecar
-        index = hnswlib.Index(space="ip", dim=self.dim)
-        try:
-            index.load_index(
-                str(self.path),
-                max_elements=max(index_count(meta), INITIAL_CAPACITY),
-                allow_replace_deleted=True,
-            )
-        except (RuntimeError, ValueError, MemoryError) as exc:
-            logger.warning("rebuilding %s from the database: %s", self.path.name, exc)
-            return False
+        with _pinned(self.path) as path:
+            problem = self._check_file(meta, path)
+            if problem:
+                if not quiet and (self.path.exists() or _sidecar(self.path).exists()):
+                    logger.warning("rebuilding %s from the database: %s", self.path.name, problem)
+                return False
+            assert meta is not None  # _check_file reports a missing sidecar
+            index = hnswlib.Index(space="ip", dim=self.dim)
+            try:
+                index.load_index(
+                    str(path),
+                    max_elements=max(index_count(meta), INITIAL_CAPACITY),
+                    allow_replace_deleted=True,
+                )
+            except (RuntimeError, ValueError, MemoryError) as exc:
+                if not quiet:
+                    logger.warning("rebuilding %s from the database: %s", self.path.name, exc)
+                return False
         index.set_ef(EF_SEARCH_MIN)
         seq = meta.get("seq")
         held = set(int(label) for label in index.get_ids_list())
@@ -138,14 +149,14 @@ class VectorIndex:
             self.seq = seq if isinstance(seq, str) else None
         return True
 
-    def _check_file(self, meta: JsonObject | None) -> str:
-        if not self.path.exists():
+    def _check_file(self, meta: JsonObject | None, path: Path) -> str:
+        if not path.exists():
             return "file is missing"
         if meta is None:
             return "its sidecar is missing or unreadable"
         if meta.get("dim") != self.dim or meta.get("model") != self.model:
             return f"it holds {meta.get('model')}/{meta.get('dim')}, expected {self.model}/{self.dim}"
-        if self.path.stat().st_size != meta.get("size") or _sha256(self.path) != meta.get("sha256"):
+        if path.stat().st_size != meta.get("size") or _sha256(path) != meta.get("sha256"):
             return "file is truncated or corrupt"
         return ""
 
@@ -255,6 +266,34 @@ class VectorIndex:
             finally:
                 tmp.unlink(missing_ok=True)
             self.dirty = False
+
+
+@contextlib.contextmanager
+def _pinned(path: Path) -> Iterator[Path]:
+    """A name for the file ``path`` names now, for as long as the block
+    runs: a rename over ``path`` meanwhile leaves it on the file it held
+    (Linux: ``/proc/self/fd``, an open descriptor, which a crash cannot leak
+    as a hard link would the file's whole size). Elsewhere, ``path`` itself
+    (the sha256 still refuses a sidecar and a file that do not match)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no file: the check says so
+        yield path
+        return
+    try:
+        held = Path(f"/proc/self/fd/{fd}")
+        yield held if held.exists() else path
+    finally:
+        os.close(fd)
+
+
+def saved_seq(path: Path) -> str | None:
+    """The embeddings version the file at ``path`` says it holds every
+    vector of (its sidecar's ``seq``; None: no such file, or unknown). Read
+    before a load is worth trying: the file itself is checked by the load."""
+    meta = _read_sidecar(path)
+    seq = meta.get("seq") if meta is not None else None
+    return seq if isinstance(seq, str) and seq.isdigit() else None
 
 
 def index_count(meta: JsonObject) -> int:

@@ -1,0 +1,220 @@
+"""A server following saves (DenseStore.follow_saves, set by `up`'s refresher):
+at the end of a views pass it loads the code index its indexing child built
+and saved, instead of building the same index again from the database; rows
+stored after the file's snapshot are still taken, rows a tombstone
+collection removed are not searched, a damaged file is never loaded, and a
+server that cannot read the file (another machine) builds it as before."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from corpus.index.dense.embedding import (
+    DenseStore,
+    check_models,
+    dense_store,
+    embed_chunks,
+    embed_pending,
+    views_pending,
+)
+from corpus.index.dense.vectors import index_path
+from corpus.ingest.collect import collect
+from corpus.models import Chunk
+from corpus.providers.base import Embedder, Interrupted, ModelInfo
+from kernel.state import StateDir
+from mcp_gateway.indexer_process import DenseRefresher
+from tests.factories import ChunkFactory
+from tests.support import wait_until
+from tests.test_views_later import (
+    DIM,
+    WEIGHT,
+    assert_holds_blends,
+    blended,
+    code_chunks,
+    replacing_store,
+    unit_text,
+    vector,
+    view_text,
+)
+
+
+class Hashed(Embedder):
+    """A text's vector is test_views_later's hash of it; ``stop_views``: its
+    first call of signature views alone is interrupted, as a stop during it
+    is (the units pass is over, the views pass not begun)."""
+
+    provider = "fake"
+    texts_per_call = 4
+    interruptible = True
+
+    def __init__(self, stop_views: set[str] = frozenset()) -> None:
+        self.stop_views = stop_views
+
+    def model_info(self, kind: str) -> ModelInfo:
+        return ModelInfo(self.provider, "fake", DIM)
+
+    def embed(self, texts: Sequence[str], *, kind: str, stop: threading.Event | None = None) -> np.ndarray:
+        if self.stop_views and all(text in self.stop_views for text in texts):
+            raise Interrupted
+        return np.stack([vector(text) for text in texts])
+
+
+def server_store(state: StateDir, follow: float | None) -> DenseStore:
+    """A server's store (another process's: its own indices), building again
+    past four replacements, as the child's does in these tests."""
+    store = DenseStore(state)
+    store.replace_in_place_max = 4
+    store.follow_saves = follow
+    return store
+
+
+def units_then_views(state: StateDir, chunks: list[Chunk], fake: Embedder, *followers: DenseStore) -> None:
+    """The child's units pass (stopped at its first views call), each
+    follower taking it, then the child's views pass to its end (the child's
+    store builds its code index again and saves it)."""
+    views = {view_text(c) for c in chunks}
+    embed_pending(Hashed(views), state, batch_size=4)
+    for store in followers:
+        store.sync("code")
+    assert views_pending().count() == len(chunks)
+    embed_pending(fake, state, batch_size=4)
+    assert views_pending().count() == 0
+
+
+def hits(store: DenseStore, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    index = store.for_search("code")
+    assert index is not None
+    return [(hit.chunk_id, round(hit.score, 5)) for hit in index.search(query, k)]
+
+
+@pytest.mark.django_db
+def test_a_server_following_saves_loads_the_childs_file_and_finds_what_a_build_finds(state) -> None:
+    chunks, fake, child = replacing_store(state)
+    server = server_store(state, follow=3600.0)
+    elsewhere = server_store(state, follow=None)  # a server on another machine: replays
+    units_then_views(state, chunks, fake, server, elsewhere)
+    assert child.rebuilds == 1  # the child built its code index again, and saved it
+
+    server.sync("code")
+    elsewhere.sync("code")
+
+    assert (server.loads, server.rebuilds) == (1, 0)
+    assert (elsewhere.loads, elsewhere.rebuilds) == (0, 1)
+    assert server.deferred("code") == 0 and elsewhere.deferred("code") == 0
+    assert_holds_blends(server, chunks)
+    assert server.index("code").labels == elsewhere.index("code").labels
+    for query in [blended(c) for c in chunks] + [vector(unit_text(c)) for c in chunks[:3]]:
+        assert hits(server, query, 5) == hits(elsewhere, query, 5)
+
+
+@pytest.mark.django_db
+def test_a_server_waits_for_the_childs_file_rather_than_build_then_loads_it(state) -> None:
+    chunks, fake, child = replacing_store(state)
+    server = server_store(state, follow=3600.0)
+    views = {view_text(c) for c in chunks}
+    embed_pending(Hashed(views), state, batch_size=4)
+    server.sync("code")
+    # the views are stored, the child has not built nor saved its index yet
+    embed_chunks(fake, [c.chunk_id for c in chunks], batch_size=4)
+    assert views_pending().count() == 0
+
+    server.sync("code")
+    assert (server.loads, server.rebuilds) == (0, 0) and server.deferred("code") == 12
+    own = [vector(unit_text(c)) for c in chunks]
+    assert [hits(server, q, 1)[0][0] for q in own] == [c.chunk_id for c in chunks]  # as it was
+
+    child.sync("code")  # the child takes them: builds its index again
+    child.save(force=True)
+    server.settle("code")  # the server's refresher, on its next pass
+
+    assert (server.loads, server.rebuilds) == (1, 0) and server.deferred("code") == 0
+    assert_holds_blends(server, chunks)
+
+
+@pytest.mark.django_db
+def test_rows_stored_after_the_file_are_taken_and_rows_collected_after_it_are_not_searched(
+    state, tmp_path
+) -> None:
+    chunks, fake, _ = replacing_store(state)
+    server = server_store(state, follow=3600.0)
+    units_then_views(state, chunks, fake, server)
+    # after the child's save: another process stores two new units (with
+    # their views at once: database only), and another machine collects one
+    later = [
+        ChunkFactory(
+            index_kind="code", context=f"src/late{n}.py", text=f"def late_{n}(x):\n    return x * {n}"
+        )
+        for n in range(2)
+    ]
+    check_models(fake, state, signature_weight=WEIGHT)
+    assert embed_chunks(fake, [c.chunk_id for c in later], batch_size=4) == 2
+    gone = chunks[0]
+    Chunk.objects.filter(chunk_id=gone.chunk_id).update(deleted=True)
+    other = StateDir(tmp_path / "other-machine")
+    other.path.mkdir()
+    assert collect(other, 0.0, 0.0).chunks == 1
+
+    server.sync("code")
+    server.sync("code")  # the rows after the file's snapshot
+
+    assert (server.loads, server.rebuilds) == (1, 0)
+    labels = server.index("code").labels
+    assert {c.chunk_id for c in later} <= labels
+    assert gone.chunk_id not in labels
+    assert gone.chunk_id not in [cid for cid, _ in hits(server, blended(gone), 14)]
+    assert_holds_blends(server, chunks[1:])
+
+
+@pytest.mark.django_db
+def test_a_damaged_file_is_never_loaded_the_server_builds_instead(state) -> None:
+    chunks, fake, _ = replacing_store(state)
+    server = server_store(state, follow=0.0)  # no wait: build at once when no file will do
+    units_then_views(state, chunks, fake, server)
+    path = index_path(state, "code")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 :] = bytes(len(data) - len(data) // 2)  # same size, half zeroed: torn
+    path.write_bytes(bytes(data))
+
+    server.sync("code")
+
+    assert (server.loads, server.rebuilds) == (0, 1)
+    assert_holds_blends(server, chunks)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_refresher_loads_the_file_saved_after_the_views_pass_ended(state) -> None:
+    # The refresher's store waits, deferring, once the views are all stored;
+    # a later pass (no new version to sync) loads the file saved meanwhile.
+    chunks = code_chunks(12)
+    fake = Hashed()
+    check_models(fake, state, signature_weight=WEIGHT)
+    views = {view_text(c) for c in chunks}
+    embed_pending(Hashed(views), state, batch_size=4)
+    store = dense_store(state)  # the refresher's
+    store.replace_in_place_max = 4
+    stop = threading.Event()
+    refresher = DenseRefresher(state, stop, every=3600, follow_saves=3600.0).start()
+    try:
+        refresher.wake()
+        wait_until(lambda: refresher.passes >= 1, timeout=30, message="the first pass")
+        embed_chunks(fake, [c.chunk_id for c in chunks], batch_size=4)  # the views, database only
+        seen = refresher.passes
+        refresher.wake()
+        wait_until(lambda: refresher.passes > seen, timeout=30, message="a pass after the views")
+        assert store.deferred("code") == 12 and (store.loads, store.rebuilds) == (0, 0)
+
+        child = server_store(state, follow=None)  # the indexing child's, in its own process
+        child.sync("code")
+        child.save(force=True)
+        refresher.wake()
+        wait_until(lambda: store.loads == 1, timeout=30, message="the refresher to load the file")
+    finally:
+        stop.set()
+        refresher.wake()
+        refresher.join(10)
+    assert store.rebuilds == 0
+    assert_holds_blends(store, chunks)
