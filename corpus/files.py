@@ -920,7 +920,12 @@ def find(
     start_path, start_skip = _resume(cursor, key) if cursor is not None else ("", 0)
     try:
         with pattern if pattern is not None else contextlib.nullcontext():
-            page = (limit, per_file, (start_path, start_skip), deadline, FIND_BUDGET_SECONDS)
+            # A regex worker that was starting gave its start's time back (corpus/patterns.py).
+            deadline = getattr(pattern, "deadline", deadline)
+            # Waiting for another call's turn at the worker took part of the
+            # budget: the first document's cut does not prove it needs a whole one.
+            waited = getattr(pattern, "waited", 0.0) > FIND_BUDGET_SECONDS / 10
+            page = (limit, per_file, (start_path, start_skip), deadline, waited)
             return _find_page(engine, key, (spec, prefix, doc_types, after_ns), pattern, page, stop)
     except patterns.Overrun:  # no turn at the regex worker within the budget
         out = {"matches": [], "files_scanned": 0, "timed_out": True}
@@ -932,11 +937,11 @@ def _find_page(
     key: str,
     where: tuple[globs.Glob | None, str, Sequence[str], int | None],
     pattern: _Pattern | None,
-    page: tuple[int, int, tuple[str, int], float, float],
+    page: tuple[int, int, tuple[str, int], float, bool],
     stop: Callable[[], bool] | None,
 ) -> JsonObject:
     spec, prefix, doc_types, after_ns = where
-    limit, per_file, (start_path, start_skip), deadline, budget = page
+    limit, per_file, (start_path, start_skip), deadline, waited = page
     docs = listable_documents().order_by("rel_path")
     docs = docs.filter(under_prefix("rel_path", prefix)) if prefix else docs
     docs = docs.filter(doc_type__in=list(doc_types)) if doc_types else docs
@@ -973,14 +978,9 @@ def _find_page(
             break
         scanned += 1
         skip = max(start_skip, 0) if row[1] == start_path else 0
-        # Whatever came before this document's scan (a wait for another
-        # call's turn at the regex worker, the worker starting, reading the
-        # rows) took part of the budget: a cut then does not prove the
-        # document needs a whole one.
-        short = deadline - time.monotonic() < budget * 0.9
         found, cut = _doc_matches(engine, pattern, base, reps, per_file, deadline)
         gave_way = getattr(pattern, "gave_way", False)  # its turn at the regex worker went to another client
-        if cut and (scanned > 1 or short or gave_way):  # retry this document with a full budget next page
+        if cut and (scanned > 1 or waited or gave_way):  # retry this document with a full budget next page
             timed_out, resume = True, (row[1], skip)
             break
         found = found[skip:]

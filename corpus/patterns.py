@@ -93,6 +93,8 @@ class _Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         #: whether the running worker has said it is ready (its first frame)
         self.ready = False
+        #: how long the last request waited for a worker just started to say it is ready
+        self.ready_wait = 0.0
 
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -129,8 +131,13 @@ class _Worker:
         request's own time."""
         self.start()
         assert self.proc is not None and self.proc.stdin is not None  # start() opened it
+        self.ready_wait = 0.0
         if not self.ready:
+            began = time.monotonic()
             self._wait_ready(deadline)
+            # The start is not the request's: its time is given back.
+            self.ready_wait = time.monotonic() - began
+            deadline += self.ready_wait
         payload = marshal.dumps(message)
         try:
             self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
@@ -344,14 +351,12 @@ class RegexScan:
         self.held = True
         #: how long this call waited for its turn (another call held the worker)
         self.waited = time.monotonic() - asked
-        #: a worker that had not said it was ready: its start takes part of the budget
-        starting = not _worker.ready
         try:
             reply = self._ask(("compile", self.pattern, self.flags))
         except Overrun as overrun:
             self.__exit__()
             if (
-                self.gave_way or starting or self.waited > self.budget / 10 or isinstance(overrun, Starting)
+                self.gave_way or self.waited > self.budget / 10 or isinstance(overrun, Starting)
             ):  # its turn ended too soon to judge the pattern
                 raise
             raise errors.Dir2mcpError(
@@ -374,6 +379,11 @@ class RegexScan:
         seconds = max(self.deadline - time.monotonic(), 0.001)
         try:
             reply = _worker.request((*message, seconds), self.deadline)
+            # A worker that was starting: the call's budget counts from its
+            # readiness, so neither the pattern nor a document is judged on
+            # a budget the start ate (and, judged on a whole one, the next
+            # call after a restart makes progress).
+            self.deadline += _worker.ready_wait
         except Overrun:
             now = time.monotonic()
             self.gave_way = _turns.must_yield(now) and now < self.deadline

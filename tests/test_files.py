@@ -701,29 +701,35 @@ def test_a_slow_document_after_others_is_retried_with_a_fresh_budget(corpus_dir,
 def test_a_worker_still_starting_is_a_timeout_not_a_bad_pattern(corpus_dir, engine, index, monkeypatch):
     """A fresh regex worker (a new interpreter importing ``regex``: tens of
     milliseconds idle, far more on a busy machine) is not the pattern's
-    fault: before, a call whose budget ran out while it started was refused
-    as INVALID_FIELD "takes too long to compile" for a plain pattern. Nor is
-    a document cut short by a budget the start had eaten: before, a worker
-    ready within the deadline's grace left the first document a sliver of
-    the budget, and its cut skipped it for good (the cursor past it)."""
+    fault, nor the first document's: before, a call whose budget ran out
+    while it started was refused as INVALID_FIELD "takes too long to
+    compile" for a plain pattern, and a worker ready just before the
+    deadline left the first document a sliver of the budget, whose cut
+    skipped it for good. Now the start's time is given back to the call
+    (or, when the worker is not ready by the deadline, the call is
+    ``timed_out`` where it started). Which of the two happens depends on how
+    fast this machine starts the worker; a.txt is found either way. (Before,
+    this failed only where the start took most of the budget: CI's run of
+    2026-11-30; and a version that excused a short first document instead
+    never let a call after a restart skip one that needs a whole budget:
+    ``test_a_slow_document_after_others_is_retried_with_a_fresh_budget``.)"""
     write(corpus_dir, "a.txt", "alpha beta\n")
     write(corpus_dir, "b.txt", "a" * 5000 + "b\n")
     index()
-    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 30.0)
-    # The worker running and ready first: a cold start that took the whole
-    # budget below would leave it starting but not killed, and it could be
-    # ready by the next call (the flaky CI run of 2026-11-30).
-    assert files.find(engine, content="be+ta", regex=True)["matches"][0]["rel_path"] == "a.txt"
-    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 1.0)
-    assert (
-        files.find(engine, content="(a+)+$", regex=True)["timed_out"] is True
-    )  # its worker killed, a new one started
-    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 0.001)
-    answer = files.find(engine, content="al+pha", regex=True)
-    assert answer["timed_out"] is True and answer["matches"] == []
-    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 5.0)
-    found = files.find(engine, content="al+pha", regex=True, cursor=answer.get("next_cursor"))
-    assert [m["rel_path"] for m in found["matches"]] == ["a.txt"]
+    for budget in (0.1, 0.3):  # the least a server allows, and more
+        monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 30.0)
+        assert files.find(engine, content="be+ta", regex=True)["matches"][0]["rel_path"] == "a.txt"
+        monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 1.0)
+        assert (
+            files.find(engine, content="(a+)+$", regex=True)["timed_out"] is True
+        )  # its worker killed, a new one started
+        monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", budget)
+        answer = files.find(engine, content="al+pha", regex=True)
+        if not answer["matches"]:
+            assert answer["timed_out"] is True
+            monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 5.0)
+            answer = files.find(engine, content="al+pha", regex=True, cursor=answer["next_cursor"])
+        assert [m["rel_path"] for m in answer["matches"]] == ["a.txt"], budget
 
 
 def test_find_reads_representations_not_the_disk(corpus_dir, engine, index):
