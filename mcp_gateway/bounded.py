@@ -36,7 +36,9 @@ hold every notification sent to it for as long as the connection lasted
 (session 28). Once the socket's buffer is full, a connection may leave at
 most ``server.max_unread_mb`` of such an answer unread; past it the
 connection is closed (a stream's client resumes it, or listens again).
-Answers of a known length are written at once and bounded by their size,
+That holds for a stream chunked (HTTP/1.1) and for one written as it comes
+to an HTTP/1.0 client (uncounted until session 28's review). Answers of a
+known length are written at once and bounded by their size,
 and the idle timeout closes their connection once written.
 
 A deployment that runs ``daphne`` directly should set the same limits on
@@ -392,6 +394,19 @@ class BoundedChannel(HTTPChannel):
         # answer of known length goes through write(), once.
         if not self._left_unread(sum(len(part) for part in iovec)):
             HTTPChannel.writeSequence(self, iovec)
+
+    def write(self, data: bytes) -> None:
+        # ...and so is a stream answered to an HTTP/1.0 client: not chunked,
+        # written as it comes and ended by closing the connection (uncounted
+        # until session 28's review: a silent HTTP/1.0 listen was never cut).
+        request = self.requests[0] if self.requests else None
+        unknown_length = (
+            request is not None
+            and not request.chunked
+            and not request.responseHeaders.hasHeader(b"content-length")
+        )
+        if not (unknown_length and self._left_unread(len(data))):
+            HTTPChannel.write(self, data)
 
     def _left_unread(self, size: int) -> bool:
         """Whether ``size`` more bytes would take the answers this client
