@@ -71,6 +71,11 @@ def _find_budget() -> float:
 
 
 FIND_BUDGET_SECONDS = _find_budget()
+#: A document cut after the call waited for its turn at the regex worker,
+#: or gave its turn up, is retried on the next page, at most this many
+#: pages in a row; then it is passed over as one that took a whole budget,
+#: so that following cursors always ends (the cursor counts the retries).
+FIND_RETRIES = 2
 SNIPPET_CHARS = 240
 _READ_BLOCK = 64 * 1024
 #: Pieces of at most _READ_BLOCK characters read between two stop checks
@@ -743,8 +748,8 @@ def _after(cursor: object, key: str, offset: int) -> str:
         raise _fail(
             errors.INVALID_FIELD, "cursor and offset cannot be combined: pass the cursor alone (offset 0)"
         )
-    path, skip = _resume(cursor, key)
-    if skip != -1 or not path:
+    path, skip, retries = _resume(cursor, key)
+    if skip != -1 or retries or not path:
         raise _fail(errors.INVALID_FIELD, "invalid cursor")
     return path
 
@@ -855,13 +860,18 @@ _DocRow = tuple[int, str, str, float, int]
 _RepRow = tuple[int, str, str, JsonObject | None]
 
 
-def _cursor(key: str, path: str, skip: int) -> str:
-    raw = json.dumps({"q": key, "p": path, "k": skip}, separators=(",", ":")).encode()
+def _cursor(key: str, path: str, skip: int, retries: int = 0) -> str:
+    fields: JsonObject = {"q": key, "p": path, "k": skip}
+    if retries:
+        fields["r"] = retries
+    raw = json.dumps(fields, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _resume(cursor: object, key: str) -> tuple[str, int]:
-    """``(rel_path, k)``: resume at rel_path after its first k matches; k = -1 resumes after it."""
+def _resume(cursor: object, key: str) -> tuple[str, int, int]:
+    """``(rel_path, k, r)``: resume at rel_path after its first k matches;
+    k = -1 resumes after it. ``r``: how many pages in a row have retried it
+    (``FIND_RETRIES``)."""
     invalid = _fail(errors.INVALID_FIELD, "invalid cursor")
     if not isinstance(cursor, str) or len(cursor) > 8192:
         raise invalid
@@ -874,7 +884,10 @@ def _resume(cursor: object, key: str) -> tuple[str, int]:
     skip = data.get("k")
     if isinstance(skip, bool) or not isinstance(skip, int) or skip < -1:
         raise invalid
-    return data["p"], skip
+    retries = data.get("r", 0)
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= FIND_RETRIES:
+        raise invalid
+    return data["p"], skip, retries
 
 
 def find(
@@ -899,7 +912,9 @@ def find(
 
     The scan has a time budget: a pattern that exhausts it stops the page with
     ``timed_out`` and a cursor. A document that exhausts a whole budget on its
-    own is skipped by that cursor, so following cursors always makes progress.
+    own is skipped by that cursor, and one cut after a wait for the worker
+    is retried at most ``FIND_RETRIES`` pages in a row, so following
+    cursors always makes progress.
     Regular expressions share one worker (corpus/patterns.py): the wait for
     it counts against the budget, and a call that gets no turn in time
     returns ``timed_out`` with a cursor where it started.
@@ -917,7 +932,7 @@ def find(
     pattern = _compile(content, regex, case_sensitive, deadline) if content else None
     params = [name_glob, content, regex, case_sensitive, sorted(doc_types), prefix, after_ns, per_file]
     key = hashlib.sha256(json.dumps(params).encode()).hexdigest()[:24]
-    start_path, start_skip = _resume(cursor, key) if cursor is not None else ("", 0)
+    start_path, start_skip, retries = _resume(cursor, key) if cursor is not None else ("", 0, 0)
     try:
         with pattern if pattern is not None else contextlib.nullcontext():
             # A regex worker that was starting gave its start's time back (corpus/patterns.py).
@@ -925,11 +940,11 @@ def find(
             # Waiting for another call's turn at the worker took part of the
             # budget: the first document's cut does not prove it needs a whole one.
             waited = getattr(pattern, "waited", 0.0) > FIND_BUDGET_SECONDS / 10
-            page = (limit, per_file, (start_path, start_skip), deadline, waited)
+            page = (limit, per_file, (start_path, start_skip, retries), deadline, waited)
             return _find_page(engine, key, (spec, prefix, doc_types, after_ns), pattern, page, stop)
     except patterns.Overrun:  # no turn at the regex worker within the budget
         out = {"matches": [], "files_scanned": 0, "timed_out": True}
-        return out | {"next_cursor": _cursor(key, start_path, start_skip)}
+        return out | {"next_cursor": _cursor(key, start_path, start_skip, retries)}
 
 
 def _find_page(
@@ -937,11 +952,11 @@ def _find_page(
     key: str,
     where: tuple[globs.Glob | None, str, Sequence[str], int | None],
     pattern: _Pattern | None,
-    page: tuple[int, int, tuple[str, int], float, bool],
+    page: tuple[int, int, tuple[str, int, int], float, bool],
     stop: Callable[[], bool] | None,
 ) -> JsonObject:
     spec, prefix, doc_types, after_ns = where
-    limit, per_file, (start_path, start_skip), deadline, waited = page
+    limit, per_file, (start_path, start_skip, start_retries), deadline, waited = page
     docs = listable_documents().order_by("rel_path")
     docs = docs.filter(under_prefix("rel_path", prefix)) if prefix else docs
     docs = docs.filter(doc_type__in=list(doc_types)) if doc_types else docs
@@ -960,7 +975,7 @@ def _find_page(
     )
     matches: list[JsonObject] = []
     scanned, timed_out = 0, False
-    resume: tuple[str, int] | None = None
+    resume: tuple[str, int] | tuple[str, int, int] | None = None
     for row, reps in _with_reps(candidates, pattern is not None):
         if stop is not None and stop():
             resume = (row[1], 0)
@@ -980,8 +995,11 @@ def _find_page(
         skip = max(start_skip, 0) if row[1] == start_path else 0
         found, cut = _doc_matches(engine, pattern, base, reps, per_file, deadline)
         gave_way = getattr(pattern, "gave_way", False)  # its turn at the regex worker went to another client
-        if cut and (scanned > 1 or waited or gave_way):  # retry this document with a full budget next page
-            timed_out, resume = True, (row[1], skip)
+        # Pages in a row that retried this document: while another client
+        # keeps the worker busy whenever this one comes back, a bound.
+        retried = start_retries if scanned == 1 and row[1] == start_path else 0
+        if cut and (scanned > 1 or waited or gave_way) and retried < FIND_RETRIES:
+            timed_out, resume = True, (row[1], skip, retried + 1)  # a full budget next page
             break
         found = found[skip:]
         room = limit - len(matches)

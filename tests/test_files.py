@@ -6,13 +6,15 @@ import base64
 import io
 import json
 import os
+import threading
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from corpus import files
+from corpus import files, patterns
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk, Document, Representation
 from corpus.security import ExclusionEngine, ExclusionPolicy
@@ -730,6 +732,42 @@ def test_a_worker_still_starting_is_a_timeout_not_a_bad_pattern(corpus_dir, engi
             monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 5.0)
             answer = files.find(engine, content="al+pha", regex=True, cursor=answer["next_cursor"])
         assert [m["rel_path"] for m in answer["matches"]] == ["a.txt"], budget
+
+
+def test_a_document_retried_on_every_page_is_passed_at_last(corpus_dir, engine, index, monkeypatch):
+    """A document cut after the call waited a tenth of its budget for its
+    turn at the regex worker is retried on the next page rather than
+    skipped. But while another client keeps the worker that busy whenever
+    this one comes back, the cursor pointed at the same document for ever:
+    5 pages of nothing, never b_good.txt, before the review of session 28.
+    A document is now retried at most ``FIND_RETRIES`` pages in a row, then
+    passed over as one that took a whole budget."""
+    write(corpus_dir, "a_bad.txt", "a" * 5000 + "b\n")
+    write(corpus_dir, "b_good.txt", "aaa\n")
+    index()
+    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 1.0)
+
+    def other_client(holding: threading.Event) -> None:
+        # Another client's call, holding its turn for 0.4 s of the page's 1 s.
+        patterns.CLIENT.set(("10.0.0.2", "other"))
+        with patterns.RegexScan("other", 0, time.monotonic() + 30):
+            holding.set()
+            time.sleep(0.4)
+
+    cursor, seen, pages = None, [], 0
+    while pages < 5:
+        holding = threading.Event()
+        other = threading.Thread(target=other_client, args=(holding,))
+        other.start()
+        holding.wait(30)
+        page = files.find(engine, content="(a+)+$", regex=True, cursor=cursor)
+        other.join()
+        pages += 1
+        seen.extend(m["rel_path"] for m in page["matches"])
+        cursor = page.get("next_cursor")
+        if cursor is None:
+            break
+    assert seen == ["b_good.txt"] and cursor is None, (pages, seen)
 
 
 def test_find_reads_representations_not_the_disk(corpus_dir, engine, index):
