@@ -97,8 +97,10 @@ class _Worker:
         self.ready_wait = 0.0
 
     def start(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            return
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                return
+            self.kill()  # it ended (killed from outside): close its pipes
         self.ready = False
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(_WORKER), str(WORKER_MEMORY_BYTES)],

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import gc
 import io
 import json
 import os
+import signal
 import threading
 import time
+import warnings
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -768,6 +771,26 @@ def test_a_document_retried_on_every_page_is_passed_at_last(corpus_dir, engine, 
         if cursor is None:
             break
     assert seen == ["b_good.txt"] and cursor is None, (pages, seen)
+
+
+def test_a_worker_that_ended_is_replaced_without_leaving_its_pipes_open(corpus_dir, engine, index):
+    """A worker ended from outside (killed) is replaced by the next call;
+    before, its two pipes were left to the garbage collector (a
+    ResourceWarning each)."""
+    write(corpus_dir, "a.txt", "alpha beta\n")
+    index()
+    assert files.find(engine, content="al+pha", regex=True)["matches"][0]["rel_path"] == "a.txt"
+    pid = patterns.worker_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # as the kernel's OOM killer would
+    while Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z":
+        time.sleep(0.01)  # dead, not yet reaped
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert files.find(engine, content="al+pha", regex=True)["matches"][0]["rel_path"] == "a.txt"
+        gc.collect()
+    assert patterns.worker_pid() not in (None, pid)
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
 def test_find_reads_representations_not_the_disk(corpus_dir, engine, index):
