@@ -722,12 +722,15 @@ VIEW_COST = 0.3
 def dense_eta(units: int, views: int, unit_rate: float, view_rate: float) -> float | None:
     """Seconds until every chunk has its vector and every code unit its
     signature view, at the recent rates: ``units`` chunks and ``views``
-    views still to embed; before any view was embedded (views come after
-    every unit), a view counts as VIEW_COST of a unit. None when a rate
-    needed is not known yet."""
+    views still to embed. While chunks remain (views come after every
+    unit), a view counts as VIEW_COST of a unit: the only views embedded
+    then are those of files an agent asked about (embed-first), a few now
+    and then, whose rate says nothing of the views pass (on the whole Linux
+    kernel that trickle made the estimate 178 days for a pass of a few
+    hours). None when a rate needed is not known yet."""
     if units <= 0 and views <= 0:
         return 0.0
-    if view_rate <= 0 and unit_rate > 0:
+    if (units > 0 or view_rate <= 0) and unit_rate > 0:
         view_rate = unit_rate / VIEW_COST
     if (units > 0 and unit_rate <= 0) or (views > 0 and view_rate <= 0):
         return None

@@ -549,6 +549,12 @@ def test_the_time_to_full_coverage_counts_the_views_still_to_come():
     assert dense_eta(100, 50, 10.0, 0.0) == pytest.approx(10 + 50 * VIEW_COST / 10)
     # the views' own rate once measured; every chunk has its vector
     assert dense_eta(0, 60, 0.0, 6.0) == pytest.approx(10.0)
+    # while chunks remain, the views embedded are embed-first's few (files
+    # an agent asked about), not the views pass: their rate is not the
+    # pass's (on the whole kernel such a trickle read as 178 days)
+    assert dense_eta(1_500_000, 700_000, 200.0, 0.2) == pytest.approx(
+        1_500_000 / 200 + 700_000 * VIEW_COST / 200
+    )
     assert dense_eta(0, 0, 0.0, 0.0) == 0.0
     # a rate not known yet: no estimate rather than a wrong one
     assert dense_eta(100, 50, 0.0, 0.0) is None
