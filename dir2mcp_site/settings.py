@@ -266,6 +266,9 @@ LOGGING: dict[str, Any] = {
         # session cookie: anyone can send them, so one line each, never a
         # traceback, and at most ten a minute for each kind (logfilters.Throttled).
         "django.security": {"handlers": ["stderr_one_line"], "propagate": False},
+        # The connection's early check of a request head failing (a bug, which
+        # a client's head may set off at its rate): one line, ten a minute.
+        "mcp_gateway.bounded.head_check": {"handlers": ["stderr_one_line"], "propagate": False},
     },
     "root": {"handlers": ["stderr"], "level": env.str("DIR2MCP_LOG_LEVEL", default="WARNING")},
 }

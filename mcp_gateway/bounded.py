@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import logging
 import resource
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -77,6 +78,8 @@ from mcp_gateway.transport import MAX_BODY_BYTES
 HeadCheck = Callable[[Scope], Response | None]
 
 log = logging.getLogger(__name__)
+#: A head check that failed (throttled: ``head_check`` in settings.LOGGING).
+head_check_log = logging.getLogger(f"{__name__}.head_check")
 
 #: After an error answer, how long input is still read (and dropped) so the
 #: client sees the answer rather than a reset, before the connection closes.
@@ -305,7 +308,8 @@ class BoundedChannel(HTTPChannel):
         """The gate's refusal of ``request``, whose head alone has arrived,
         as a whole answer; None when it may go on. The scope is daphne's for
         the same head (its path unquoted, header names lower-cased, those
-        with ``_`` left out)."""
+        with ``_`` left out). A check that raises (a bug) is logged and
+        passes the request on: the gate checks it again once it is whole."""
         check = self.head_check
         target = getattr(self, "_path", None)  # twisted's parse of the request line
         command = getattr(self, "_command", None)
@@ -333,7 +337,21 @@ class BoundedChannel(HTTPChannel):
             "client": _address(transport.getPeer()),  # type: ignore[misc]  # see the typing notes
             "server": _address(transport.getHost()),  # type: ignore[misc]  # see the typing notes
         }
-        refusal = check(scope)
+        try:
+            refusal = check(scope)
+        except Exception as failure:  # a bug: the gate decides, as it runs again on the whole request
+            # Raised inside twisted's parse of the head, it would drop the
+            # connection with no answer. Where it was raised, never its
+            # message nor the scope: they may quote the headers (the token).
+            frame = traceback.extract_tb(failure.__traceback__)[-1]
+            head_check_log.warning(
+                "the early check of a request head from %s failed (%s at %s:%s); left to the gate",
+                _peer(transport.getPeer()),  # type: ignore[misc]  # see the typing notes
+                type(failure).__name__,
+                frame.filename.rsplit("/", 1)[-1],
+                frame.lineno,
+            )
+            return None
         return None if refusal is None else _whole(refusal, secure)
 
     def refuse_before_body(self, answer: bytes) -> None:
