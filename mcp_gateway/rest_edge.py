@@ -68,6 +68,18 @@ def _as_envelope(request: HttpRequest, response: HttpResponseBase) -> HttpRespon
     return response
 
 
+def _with_length(response: HttpResponseBase) -> None:
+    """``Content-Length`` on an answer held whole (every JSON answer; not a
+    streamed one, nor a 204 or 304, which may not carry it), as Django's
+    CommonMiddleware sets it, which the mirror skips. Without it daphne's
+    twisted wrote the answer chunked, as streams are written, so it counted
+    against ``server.max_unread_mb``: an answer of known size is never cut
+    (``bounded.BoundedChannel.writeSequence``)."""
+    if isinstance(response, HttpResponse) and response.status_code not in (204, 304):
+        if not response.has_header("Content-Length"):
+            response["Content-Length"] = str(len(response.content))
+
+
 def rest_edge(
     get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
 ) -> Callable[[HttpRequest], Awaitable[HttpResponseBase]]:
@@ -84,6 +96,7 @@ def rest_edge(
         if origin is not None:
             transport.allow_origin(response.headers, origin, EXPOSE_HEADERS)
         security_headers.add_to(response.headers, secure=request.is_secure(), no_store=True)
+        _with_length(response)
         return response
 
     markcoroutinefunction(middleware)

@@ -491,6 +491,25 @@ def test_unknown_routes_and_methods_get_the_envelope_not_html(server):
     assert "GET" in wrong_method.headers["allow"] and "POST" in wrong_method.headers["allow"]
 
 
+def test_json_answers_are_written_with_their_length(server):
+    """REST answers carried no ``Content-Length``, so twisted sent them
+    chunked, as streams are, and counted them against
+    ``server.max_unread_mb`` (the unread bound meant for streams: an answer
+    of known size is never cut). Now each JSON answer, result or error
+    envelope, says its length and is not chunked."""
+    answers = [
+        rest_get(server, "/search", {"query": "loader"}),
+        rest_post(server, "/files/slices", {"slices": [{"rel_path": "notes.txt", "end_line": 2}]}),
+        rest_get(server, "/no-such-endpoint"),
+        httpx.get(api_url(server, "/stats"), headers={"Origin": "http://evil.example"}, verify=TLS),
+    ]
+    for response in answers:
+        assert response.headers["content-type"].startswith("application/json"), response.text
+        assert "transfer-encoding" not in response.headers, (response.url, response.headers)
+        assert response.headers.get("content-length") == str(len(response.content)), response.url
+    assert [r.status_code for r in answers] == [200, 200, 404, 403]
+
+
 def test_bad_origin_is_refused_before_the_token_is_looked_at(server):
     response = httpx.get(api_url(server, "/stats"), headers={"Origin": "http://evil.example"}, verify=TLS)
     assert_envelope(response, 403, "FORBIDDEN_ORIGIN")
