@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pty
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -495,24 +496,41 @@ def test_a_command_process_never_loads_httpx_s_command_line_client():
 
 
 def test_ctrl_c_on_reindex_is_a_line_and_code_130_and_the_next_run_goes_on(corpus_dir):
-    indexer = start_reindex_of_notes(corpus_dir, 3000, 50)
     db = corpus_dir / ".dir2mcp" / "meta.sqlite"
 
-    def some_indexed() -> bool:
-        if indexer.poll() is not None:
-            return True
-        if not db.exists():
-            return False
-        try:
-            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
-                return conn.execute("SELECT count(*) FROM documents").fetchone()[0] > 0
-        except sqlite3.OperationalError:  # the tables are not made yet
-            return False
+    def stored() -> int:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            return int(conn.execute("SELECT count(*) FROM documents").fetchone()[0])
 
-    wait_until(some_indexed, timeout=120, interval=0.05, message="the first documents to be stored")
-    assert indexer.poll() is None, "reindex finished before it could be interrupted"
-    indexer.send_signal(signal.SIGINT)
-    _, stderr = indexer.communicate(timeout=60)
+    # On a busy machine this test may see the first documents only when the
+    # run is storing its last: a Ctrl-C then lands after the work (all 3,000
+    # stored; code 0 or -2 as the interpreter exits, or 130), which tests
+    # nothing, so the run is tried again from nothing (seen once in a whole
+    # suite on a fresh clone, 2026-11-30). A Ctrl-C that the run ignored
+    # midway still fails: fewer than 3,000 stored without code 130.
+    for _attempt in range(3):
+        shutil.rmtree(corpus_dir / ".dir2mcp", ignore_errors=True)
+        indexer = start_reindex_of_notes(corpus_dir, 3000, 50)
+
+        def some_indexed(indexer: subprocess.Popen[str] = indexer) -> bool:
+            if indexer.poll() is not None:
+                return True
+            if not db.exists():
+                return False
+            try:
+                with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+                    return conn.execute("SELECT count(*) FROM documents").fetchone()[0] > 0
+            except sqlite3.OperationalError:  # the tables are not made yet
+                return False
+
+        wait_until(some_indexed, timeout=120, interval=0.05, message="the first documents to be stored")
+        assert indexer.poll() is None, "reindex finished before it could be interrupted"
+        indexer.send_signal(signal.SIGINT)
+        _, stderr = indexer.communicate(timeout=60)
+        if stored() < 3000:
+            break
+    else:
+        pytest.fail("reindex stored every document before each of three Ctrl-Cs")
 
     assert indexer.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
