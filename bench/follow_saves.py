@@ -21,7 +21,7 @@ replacement deferred. Modes alternate between rounds:
 Reported per round: the refresher thread's CPU seconds (``/proc``), the
 server process's, the child's, and the server's builds and loads.
 
-    nice -n 10 python bench/follow_saves.py --work /tmp/fs --rounds 2
+    nice -n 10 python bench/follow_saves.py --work W --rounds 2
 """
 
 from __future__ import annotations
