@@ -185,16 +185,22 @@ async def check_edge(request: Request, route: Route, scope: JsonObject) -> conte
     return ctx
 
 
+def _never_asks(request: Request, route: Route) -> bool:
+    """Whether ``route`` takes no token from this request whatever the
+    context (a public route, a CORS preflight)."""
+    return route.bearer == NEVER or (request.method == "OPTIONS" and route.surface != SITE)
+
+
 def asks_credential(request: Request, route: Route, ctx: context.Context) -> bool:
     """Whether ``route`` asks this request for the bearer token (and so the rate limit)."""
-    if route.bearer == NEVER or (request.method == "OPTIONS" and route.surface != SITE):
+    if _never_asks(request, route):
         return False
     return route.bearer != BEYOND_LOOPBACK or beyond_loopback(ctx)
 
 
 async def check_credential(request: Request, route: Route, ctx: context.Context | None) -> None:
     """The bearer token, then the rate limit, where ``route`` takes them."""
-    if route.bearer == NEVER or (request.method == "OPTIONS" and route.surface != SITE):
+    if _never_asks(request, route):
         return  # known without the context
     ctx = ctx or await api.context_async()
     if not asks_credential(request, route, ctx):
