@@ -134,9 +134,15 @@ def _answer(status: int, reason: str, payload: JsonObject, retry_after: int | No
     headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close"}
     if retry_after is not None:
         headers["Retry-After"] = str(retry_after)
-    security_headers.add_to(headers, secure=False, no_store=True)  # no HSTS: no request to say https
+    return _closing(status, reason, headers, body, secure=False)  # no HSTS: no request to say https
+
+
+def _closing(status: int, reason: str, headers: dict[str, str], body: bytes, *, secure: bool) -> bytes:
+    """The bytes of an HTTP/1.1 answer after which the connection closes:
+    ``headers`` and the security headers every answer carries."""
+    security_headers.add_to(headers, secure=secure, no_store=True)
     lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    return f"HTTP/1.1 {status} {reason}\r\n{lines}\r\n".encode() + body
+    return f"HTTP/1.1 {status} {reason}\r\n{lines}\r\n".encode("latin-1") + body
 
 
 class BoundedRequest(WebRequest):  # type: ignore[misc]  # daphne ships no types: WebRequest is Any
@@ -225,10 +231,8 @@ def _whole(response: Response, secure: bool) -> bytes:
     """``response`` as a whole HTTP/1.1 answer after which the connection
     closes, with the headers every answer carries."""
     headers = {**response.headers, "Content-Length": str(len(response.body)), "Connection": "close"}
-    security_headers.add_to(headers, secure=secure, no_store=True)
-    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     reason = HTTPStatus(response.status).phrase
-    return f"HTTP/1.1 {response.status} {reason}\r\n{lines}\r\n".encode("latin-1") + response.body
+    return _closing(response.status, reason, headers, response.body, secure=secure)
 
 
 def _address(address: IAddress) -> list[object] | None:
