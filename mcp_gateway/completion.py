@@ -3,7 +3,7 @@ of the resource templates, as a person types them.
 
 Paths complete one segment at a time, case-insensitively: ``sr`` gives
 ``src/``, ``src/`` gives the entries of ``src`` (folders end with ``/``; a
-folder holding a single file completes straight to that file). Symbols
+folder holding a single readable file completes straight to it). Symbols
 complete over the names the index knows to be defined (a code unit's
 signature line, and the enclosing definitions in its ``context``),
 restricted to one file when the client has already chosen ``path``.
@@ -16,7 +16,8 @@ serving, when the index's stamp (its documents, live ones, newest id and
 write times) has moved; the stamp is read only while completions are asked
 for, at most once every :data:`CHECK_SECONDS`, so a change shows within a
 few seconds. Every value is judged by the exclusion engine again before it
-is sent.
+is sent (a file, a folder's files, a name's defining files), within bounds
+(:data:`JUDGED`, :data:`PASSED_OVER`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import groupby, islice
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 from django.db import connection
@@ -45,14 +49,17 @@ from mcp_gateway.context import Context
 from mcp_gateway.prompts import invalid
 
 _Table = TypeVar("_Table")
+_Value = TypeVar("_Value")
 
 log = logging.getLogger(__name__)
 
 MAX_VALUES = 100  # the spec's bound on one answer
-#: the most values of one range an answer judges against the rules: a longer
-#: range's total is left out (counted unjudged, it told a client of the
+#: the most values an answer offers before it stops judging: a range
+#: holding more has no total (counted unjudged, it told a client of the
 #: files excluded since the index was written: review of session 26)
 JUDGED = 4 * (MAX_VALUES + 1)
+#: verdicts refusing a file one answer meets before it stops judging
+PASSED_OVER = 1000
 MAX_VALUE_CHARS = 4096
 #: how often, at most, a table asks whether the index changed (seconds)
 CHECK_SECONDS = 2.0
@@ -123,68 +130,74 @@ class Completion:
 
 
 class PathTable:
-    """Each folder's entries (lowercase folder → :class:`Sorted` of its entries)."""
+    """Each folder's entries (lowercase folder → :class:`Sorted` of its
+    entries; a folder ends with ``/``), and every file in one
+    :class:`Sorted`, so that the files under a folder are one range."""
 
     def __init__(self, paths: Iterable[str]) -> None:
         entries: dict[str, dict[str, str]] = {}  # folder -> {entry's name, lowercase: entry}
-        files_below: dict[tuple[str, str], int] = {}  # a folder entry -> files under it
-        one_file: dict[tuple[str, str], str] = {}  # a folder entry -> a file under it
+        files: list[str] = []
         for path in paths:
+            files.append(path)
             parts = path.split("/")
             folder = ""
             for depth, part in enumerate(parts):
-                leaf = depth == len(parts) - 1
-                name = part if leaf else part + "/"
-                key = (folder.lower(), name.lower())
-                entries.setdefault(key[0], {}).setdefault(key[1], folder + name)
-                if not leaf:
-                    files_below[key] = files_below.get(key, 0) + 1
-                    one_file[key] = path
+                name = part if depth == len(parts) - 1 else part + "/"
+                entries.setdefault(folder.lower(), {}).setdefault(name.lower(), folder + name)
                 folder += name
-        #: value -> whether the exclusion engine lets it through (see _screened)
+        self.files = Sorted.of((path.lower(), path) for path in files)
+        #: value -> whether the exclusion engine lets it through (see Judge)
         self.verdicts = Verdicts()
-        self.folders = {
-            folder: Sorted.of(
-                (name, one_file[folder, name] if files_below.get((folder, name)) == 1 else entry)
-                for name, entry in children.items()
-            )
-            for folder, children in entries.items()
-        }
+        self.folders = {folder: Sorted.of(children.items()) for folder, children in entries.items()}
 
-    def complete(self, typed: str) -> tuple[list[str], int]:
-        lowered = typed.lower()
-        folder, slash, name = lowered.rpartition("/")
+    def matching(self, typed: str) -> Iterator[str]:
+        """The entries ``typed`` begins (case-insensitively), in order."""
+        folder, slash, name = typed.lower().rpartition("/")
         table = self.folders.get(folder + slash, EMPTY)
         lo, hi = table.matching(name)
-        return list(table.values[lo : min(hi, lo + JUDGED)]), hi - lo
+        return iter(table.values[lo:hi])
+
+    def below(self, folder: str) -> Iterator[str]:
+        """The files under ``folder`` (ending with ``/``), in order."""
+        lo, hi = self.files.matching(folder.lower())
+        return iter(self.files.values[lo:hi])
 
 
 class SymbolTable:
     """The defined names of the index, as one :class:`Sorted`, and for each
-    name the files that define it (the first :data:`FILES_PER_NAME`), so an
-    answer can leave out a name whose files the rules exclude now."""
+    name every file that defines it (in the order the index holds them), so
+    an answer can leave out a name whose files the rules exclude now and
+    offer one a readable file defines however many excluded ones come first."""
 
     def __init__(self, definitions: Iterable[tuple[str, str]]) -> None:
         """``definitions``: (a defined name, the file defining it) pairs."""
         paths: dict[str, int] = {}
-        files: dict[str, list[int]] = {}
-        for name, rel_path in definitions:
-            where = files.setdefault(name, [])
-            index = paths.setdefault(rel_path, len(paths))
-            if len(where) < FILES_PER_NAME and index not in where:
-                where.append(index)
-        self.names = Sorted.of((name.lower(), name) for name in files)
+        pairs = dict.fromkeys((name, paths.setdefault(path, len(paths))) for name, path in definitions)
+        names: list[str] = []
+        #: the files of the name at position i: files[starts[i]:starts[i + 1]]
+        self.starts, self.files = array("I"), array("I")
+        # sorted as Sorted.of sorts, each name's files kept in the order read (a stable sort)
+        for name, group in groupby(sorted(pairs, key=lambda pair: (pair[0].lower(), pair[0])), itemgetter(0)):
+            names.append(name)
+            self.starts.append(len(self.files))
+            self.files.extend(index for _, index in group)
+        self.starts.append(len(self.files))
+        self.names = Sorted(tuple(name.lower() for name in names), tuple(names))
         self.paths = tuple(paths)
-        self.files = {name: tuple(where) for name, where in files.items()}
-        #: a defining file -> whether the exclusion engine lets it through (see _screened)
+        #: a defining file -> whether the exclusion engine lets it through (see Judge)
         self.verdicts = Verdicts()
 
-    def complete(self, typed: str) -> tuple[list[str], int]:
+    def matching(self, typed: str) -> Iterator[tuple[str, Iterator[str]]]:
+        """The names ``typed`` begins, in order, each with its files."""
         lo, hi = self.names.matching(typed.lower())
-        return list(self.names.values[lo : min(hi, lo + JUDGED)]), hi - lo
+        for at in range(lo, hi):
+            files = self.files[self.starts[at] : self.starts[at + 1]]
+            yield self.names.values[at], (self.paths[index] for index in files)
 
-    def defined_in(self, name: str) -> list[str]:
-        return [self.paths[index] for index in self.files.get(name, ())]
+    def complete(self, typed: str) -> Completion:
+        """The names ``typed`` begins, unjudged (a table of one readable file)."""
+        lo, hi = self.names.matching(typed.lower())
+        return Completion(list(self.names.values[lo : min(hi, lo + MAX_VALUES)]), hi - lo)
 
 
 class Verdicts:
@@ -277,9 +290,6 @@ def _code_units(rel_path: str | None = None) -> QuerySet[Chunk, tuple[int, str, 
 
 #: code units read per query while building the symbol table
 SYMBOL_PAGE = 2000
-#: the files a symbol table keeps for each name, judged in turn until one
-#: passes the rules (a name all of them fail is left out of an answer)
-FILES_PER_NAME = 4
 
 
 def build_symbols(rel_path: str | None = None) -> SymbolTable:
@@ -341,33 +351,89 @@ SYMBOLS = Cached(build_symbols)
 # -- completers -----------------------------------------------------------------------
 
 
-def _screened(ctx: Context, values: list[str], total: int, passes: Callable[[str], bool]) -> Completion:
-    """``values`` (of ``total``) without any ``passes`` refuses: the rules
-    may have changed since the files were indexed. The total only when every
-    value was judged: one counting values unjudged counted any the rules
-    now exclude, which a client could narrow down by prefix."""
+class Stop(Exception):
+    """An answer met :data:`PASSED_OVER` refusals: it judges no more."""
+
+
+class Judge:
+    """One answer's verdicts (a table's :class:`Verdicts`), counting those
+    that refuse. Past :data:`PASSED_OVER` refusals it raises :class:`Stop`:
+    what that tells is "more than 1,000 of the files judged for this range
+    (a name's defining files, a folder's files) are excluded now", never one."""
+
+    def __init__(self, ctx: Context, verdicts: Verdicts) -> None:
+        self.ctx, self.verdicts, self.now, self.refused = ctx, verdicts, time.monotonic(), 0
+
+    def passes(self, path: str) -> bool:
+        if self.verdicts.of(self.ctx.engine, path, self.now):
+            return True
+        self.refused += 1
+        if self.refused > PASSED_OVER:
+            raise Stop
+        return False
+
+    def first(self, paths: Iterable[str], wanted: int = 1) -> list[str]:
+        """The first ``wanted`` of ``paths`` that pass (fewer when the rest fail)."""
+        return list(islice(filter(self.passes, paths), wanted))
+
+
+def _screened(
+    ctx: Context, candidates: Iterator[_Value], offered: Callable[[_Value], str | None]
+) -> Completion:
+    """The values ``offered`` makes of ``candidates`` (a range, in order;
+    None: left out), judged one by one against the rules as they are now (a
+    file may be excluded since it was indexed). The total only when the
+    range ended within :data:`JUDGED` values offered and :data:`PASSED_OVER`
+    refusals: counting the range's values unjudged counted any the rules
+    exclude now, which a client could narrow down by prefix (review of
+    session 26), and so did leaving the total out whenever the range,
+    excluded values included, was longer than JUDGED (session 29)."""
+    kept: list[str] = []
     with ctx.engine.pinned():
-        kept = [value for value in values if passes(value)]
-    return Completion(kept, len(kept) if len(values) == total else None)
+        try:
+            for candidate in candidates:
+                value = offered(candidate)
+                if value is not None:
+                    if len(kept) == JUDGED:
+                        return Completion(kept, None)
+                    kept.append(value)
+        except Stop:
+            return Completion(kept, None)
+    return Completion(kept, len(kept))
 
 
 def complete_path(ctx: Context, typed: str, _context: JsonObject) -> Completion:
-    table, now = PATHS.get(), time.monotonic()
-    return _screened(ctx, *table.complete(typed), lambda path: table.verdicts.of(ctx.engine, path, now))
+    """Entries of the folder typed so far. A folder is offered while a file
+    under it passes the rules, and as that file when it is the only one
+    that does: an entry made of files all excluded now named a folder only
+    they occupy, and a folder offered as a folder where one readable file
+    lay under it told of another, excluded (session 29)."""
+    table = PATHS.get()
+    judge = Judge(ctx, table.verdicts)
+
+    def offered(entry: str) -> str | None:
+        if not entry.endswith("/"):
+            return entry if judge.passes(entry) else None
+        readable = judge.first(table.below(entry), wanted=2)
+        return entry if len(readable) == 2 else readable[0] if readable else None
+
+    return _screened(ctx, table.matching(typed), offered)
 
 
 def _symbols(ctx: Context, table: SymbolTable, typed: str) -> Completion:
     """The names ``typed`` begins, each while a file defining it passes the
     rules as they are now (session 26: a file excluded since the index was
     written, by a ``.gitignore`` line say, kept its names in the answer
-    until the walk that change starts had ended). At most
-    :data:`FILES_PER_NAME` verdicts a name, each kept :data:`CHECK_SECONDS`."""
-    now = time.monotonic()
+    until the walk that change starts had ended). A name's files are judged
+    in turn until one passes: until session 29 only its first four were
+    kept, so a name only a fifth, readable file defined was not offered."""
+    judge = Judge(ctx, table.verdicts)
 
-    def defined_where_readable(name: str) -> bool:
-        return any(table.verdicts.of(ctx.engine, path, now) for path in table.defined_in(name))
+    def offered(entry: tuple[str, Iterator[str]]) -> str | None:
+        name, files = entry
+        return name if judge.first(files) else None
 
-    return _screened(ctx, *table.complete(typed), defined_where_readable)
+    return _screened(ctx, table.matching(typed), offered)
 
 
 def complete_symbol(ctx: Context, typed: str, context: JsonObject) -> Completion:
@@ -381,7 +447,7 @@ def complete_symbol(ctx: Context, typed: str, context: JsonObject) -> Completion
         return Completion([], 0)
     if not ctx.readable(rel):  # excluded since it was indexed: as the explain prompt refuses it
         return Completion([], 0)
-    return Completion(*build_symbols(rel).complete(typed))
+    return build_symbols(rel).complete(typed)
 
 
 def complete_date(_ctx: Context, typed: str, _context: JsonObject) -> Completion:
