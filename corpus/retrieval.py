@@ -40,6 +40,9 @@ INDEXES = ("auto", "text", "code", "both")
 BRUTE_FORCE_LIMIT = 20000
 #: units a lexical search for a queried name reads to find its definition
 DEFINITION_POOL = 50
+#: pages of units holding every query term read past the first ``limit``
+#: when those all lie in files passed over (Searcher._full_past)
+FULL_PAGES = 8
 #: how far down the fused ranking feedback looks for each index's units
 #: (``search.feedback_units`` times this)
 FEEDBACK_DEPTH = 4
@@ -510,7 +513,10 @@ class Searcher:
             kept -= self._refused(list(kept))
             hits = [hit for hit in found if hit[0] in kept]
             if len(hits) >= pool or len(found) < limit or not filters.file_glob:
-                return hits[:pool], self._kept_full(full, found, kept, filters)
+                readable = self._kept_full(full, found, kept, filters)
+                if not readable and len(full) >= limit:  # all passed over, and more may follow
+                    readable = self._full_past(query, full, limit, (where, params), filters)
+                return hits[:pool], readable
             limit *= 4
 
     def _kept_full(
@@ -530,6 +536,41 @@ class Searcher:
             more = set(self._glob_filter(others, filters))
             kept = kept | (more - self._refused(list(more)))
         return tuple(cid for cid in full if cid in kept)
+
+    def _full_past(
+        self, query: str, full: tuple[int, ...], limit: int, where: tuple[str, list[str]], filters: Filters
+    ) -> tuple[int, ...]:
+        """Readable units holding every term of ``query``, when the first
+        ``limit`` that do (``full``) lie in files the rules exclude now or
+        the glob leaves out: each page asks again for units outside every
+        file passed over so far, so it holds new files only, and stops at
+        the first page holding a readable one. Until session 29 a readable
+        full match past ``limit`` such units was not seen (``match`` could
+        be weak). At most :data:`FULL_PAGES` pages: past ``limit`` ×
+        (FULL_PAGES + 1) units of files passed over, "more than that many
+        units of excluded files hold these words", never a name."""
+        sql, params = where
+        passed = set(chunks.chunk_paths(list(full)).values())
+        for _ in range(FULL_PAGES):
+            outside = f"d.rel_path NOT IN ({', '.join(['%s'] * len(passed))})"
+            page = lexical.full_ids(
+                query,
+                limit=limit,
+                chunk_filter_sql=f"{sql} AND {outside}" if sql else outside,
+                params=[*params, *passed],
+            )
+            paths = chunks.chunk_paths(list(page))
+            readable = tuple(
+                cid
+                for cid in page
+                if cid in paths
+                and filters.glob_matches(paths[cid])
+                and (self.readable is None or self._judged(paths[cid]))
+            )
+            if readable or len(page) < limit:
+                return readable
+            passed.update(paths.values())
+        return ()
 
     def _long_shares(self, hits: ranking.Ranking) -> dict[int, float] | None:
         """``ranking.long_unit_shares`` of the code units among ``hits``."""

@@ -115,3 +115,37 @@ def test_a_total_is_given_whenever_the_readable_values_are_few_enough(
         got = completed(ctx, name, value)
         assert got.get("total") == completion.JUDGED, (name, got.get("total"))  # before: no total
         assert len(got["values"]) == completion.MAX_VALUES
+
+
+# -- search's match past excluded full matches ---------------------------------------------------
+
+#: all four words of the long query, in every unit holding them
+WORDS = "walrus tusk blubber floe"
+
+
+@pytest.mark.django_db
+def test_a_readable_full_match_past_the_excluded_ones_is_seen(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query of more than ``search.all_terms_first_max`` terms takes its
+    full matches from the first ``limit`` units holding every term, in the
+    order they are stored, and keeps the readable ones: with more than
+    ``limit`` units of excluded files first, a readable full match past them
+    was not seen (so ``match`` could say weak; left open by session 28).
+    Pages of units outside the files passed over are read now."""
+    limit = 50  # search.candidates at its least (the largest k)
+    files = {f"private/p{n:03}.txt": f"Log {n}: {WORDS}.\n" for n in range(limit + 10)}
+    files["zz/zoo.txt"] = f"Zoo: {WORDS}.\n"
+    ctx = built(corpus_dir, state, monkeypatch, files)
+    config = build_config({**CONFIG, "search": {"candidates": limit}}, {}, {})
+    ctx = context.build(root=corpus_dir, state=state, config=config, auth_spec="none")
+    units = Chunk.objects.order_by("chunk_id").values_list("representation__document__rel_path", flat=True)
+    assert list(units)[-1] == "zz/zoo.txt"  # stored after every excluded unit
+    (corpus_dir / ".gitignore").write_text("private/\n")
+    full = ctx.searcher.ranked(WORDS).full_matches
+    assert [Chunk.objects.get(chunk_id=cid).representation.document.rel_path for cid in full] == [
+        "zz/zoo.txt"
+    ]
+    # the control: nothing readable holds them all
+    (corpus_dir / ".gitignore").write_text("private/\nzz/\n")
+    assert ctx.searcher.ranked(WORDS).full_matches == ()

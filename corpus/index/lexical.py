@@ -247,11 +247,7 @@ def _tiers(
     backend = _backend()
     if all_first_max and len(terms) > all_first_max:
         # only the units holding every term are wanted: no ranking of them
-        if isinstance(backend, SQLiteFTS5):
-            full = backend.all_ids(terms, limit=limit, filter_sql=filter_sql, params=params)
-        else:
-            every = backend.query(terms, require_all=True, limit=limit, filter_sql=filter_sql, params=params)
-            full = tuple(chunk_id for chunk_id, _ in every)
+        full = _full(backend, terms, limit, filter_sql, params)
         content = [term for term in terms if term not in STOP_WORDS] if drop_stop_words else terms
         ranked = backend.query(
             content or terms, require_all=False, limit=limit, filter_sql=filter_sql, params=params
@@ -267,6 +263,28 @@ def _tiers(
     )
     hits.extend(hit for hit in more if hit[0] not in seen)
     return hits[:limit], full
+
+
+def full_ids(
+    query: str, *, limit: int, chunk_filter_sql: str = "", params: SqlParams = ()
+) -> tuple[int, ...]:
+    """Live units passing ``chunk_filter_sql`` that hold every term of
+    ``query``, at most ``limit``: on SQLite in the order they are stored,
+    unranked (:meth:`SQLiteFTS5.all_ids`), elsewhere best first. A reader
+    looking past units it may not see narrows the filter to other files."""
+    terms = query_terms(query)
+    if not terms or limit <= 0:
+        return ()
+    return _full(_backend(), terms, limit, chunk_filter_sql, params)
+
+
+def _full(
+    backend: Backend, terms: list[str], limit: int, filter_sql: str, params: SqlParams
+) -> tuple[int, ...]:
+    if isinstance(backend, SQLiteFTS5):
+        return backend.all_ids(terms, limit=limit, filter_sql=filter_sql, params=params)
+    every = backend.query(terms, require_all=True, limit=limit, filter_sql=filter_sql, params=params)
+    return tuple(chunk_id for chunk_id, _ in every)
 
 
 @dataclass(frozen=True)
