@@ -1041,15 +1041,28 @@ def _doc_matches(
     per_file: int,
     deadline: float,
 ) -> tuple[list[JsonObject], bool]:
-    """Up to ``per_file`` matches in the document's texts, and whether the time budget ran out."""
+    """Up to ``per_file`` matches in the document's texts, and whether the time budget ran out.
+
+    Each match is quoted only when the text around it holds no credential
+    (:func:`_match`). A regular expression reads more than its match
+    (lookaround, ``\\K``): a text holding a credential under the rules as
+    they are now (a secret pattern added since it was indexed) gives a regex
+    no match at all, or ``anchor(?=[\\s\\S]{1200}KEY-q)`` told the
+    credential's characters one by one (session 29)."""
     found: list[JsonObject] = []
+    looks_around = isinstance(pattern, patterns.RegexScan)
     for rep_id, rep_type, text, meta in reps:
         paged = rep_type == RepType.OCR_MARKDOWN or (rep_type == RepType.RAW_TEXT and "pages" in (meta or {}))
         timed = None
+        screened = not looks_around
         try:
             for pos, end in pattern.spans(text, per_file):
                 if time.monotonic() > deadline:
                     return found, True
+                if not screened:  # once a text, at its first match
+                    if engine.find_secret(text):
+                        break
+                    screened = True
                 if rep_type == RepType.TRANSCRIPT and timed is None:
                     chunks = _time_chunks(rep_id)
                     timed = list(zip(chunks, _locate(text, [c[2] for c in chunks]) or [], strict=False))
