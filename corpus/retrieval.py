@@ -40,6 +40,9 @@ INDEXES = ("auto", "text", "code", "both")
 BRUTE_FORCE_LIMIT = 20000
 #: units a lexical search for a queried name reads to find its definition
 DEFINITION_POOL = 50
+#: how deep a lexical ranking is read, in pools, while units of files the
+#: rules exclude now take the places of readable ones (Searcher._lexical)
+CROWDED_DEPTH = 16
 #: pages of units holding every query term read past the first ``limit``
 #: when those all lie in files passed over (Searcher._full_past)
 FULL_PAGES = 8
@@ -216,6 +219,7 @@ class Searcher:
         *,
         readable: Callable[[str], bool] | None = None,
         pinned: Callable[[], AbstractContextManager[None]] | None = None,
+        holds_secret: Callable[[str], object] | None = None,
     ) -> None:
         self.state = state
         self.config = config
@@ -227,6 +231,12 @@ class Searcher:
         #: a block in which ``readable`` looks each directory's rules up once
         #: (``ExclusionEngine.pinned``), held for one search
         self.pinned = pinned
+        #: whether a unit's stored text holds a credential under the rules as
+        #: they are now (``ExclusionEngine.find_secret``): it was screened by
+        #: the rules it was indexed under, and a secret pattern added since
+        #: is seen by the walk it starts (under ``--no-index``, never); such
+        #: a unit is passed over as one gone (session 29)
+        self.holds_secret = holds_secret
         #: one search's verdicts by path (each ranking and the page judge the
         #: same files); per thread, as one searcher serves every call
         self._searching = threading.local()
@@ -510,9 +520,14 @@ class Searcher:
                 drop_stop_words=self.config.search.drop_stop_words,
             )
             kept = set(self._glob_filter([cid for cid, _ in found], filters))
-            kept -= self._refused(list(kept))
+            refused = self._refused(list(kept))
+            kept -= refused
             hits = [hit for hit in found if hit[0] in kept]
-            if len(hits) >= pool or len(found) < limit or not filters.file_glob:
+            # Units of files excluded now took places: a deeper ranking, up
+            # to CROWDED_DEPTH times the pool (until session 29 none, so 200
+            # such units ranked first hid every readable hit)
+            crowded = bool(refused) and limit < pool * CROWDED_DEPTH
+            if len(hits) >= pool or len(found) < limit or not (filters.file_glob or crowded):
                 readable = self._kept_full(full, found, kept, filters)
                 if not readable and len(full) >= limit:  # all passed over, and more may follow
                     readable = self._full_past(query, full, limit, (where, params), filters)
@@ -725,6 +740,8 @@ class Searcher:
                 continue
             text, rep_type, rel_path, doc_type, span, label = row
             if self.readable is not None and not self._judged(rel_path):
+                continue
+            if self.holds_secret is not None and self.holds_secret(text):
                 continue
             hits.append(
                 Hit(

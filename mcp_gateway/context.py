@@ -187,7 +187,12 @@ class Context:
         from corpus.retrieval import Searcher
 
         return Searcher(
-            self.state, self.config, self.embedder, readable=self.readable, pinned=self.engine.pinned
+            self.state,
+            self.config,
+            self.embedder,
+            readable=self.readable,
+            pinned=self.engine.pinned,
+            holds_secret=self.engine.find_secret,
         )
 
     @cached_property

@@ -25,23 +25,42 @@ def symbols(call: Call, args: JsonObject) -> JsonObject:
     # One block of the rules: a tier of more than names.TIER_ROWS rows judges
     # each of its files (about 1,000 paths: 19 ms pinned, 66 ms not).
     with call.ctx.engine.pinned():
-        return names.find_symbols(
+        found = names.find_symbols(
             args["name"],
             kind=args.get("kind"),
             path_prefix=args.get("path_prefix", ""),
             limit=args["limit"],
             readable=call.ctx.readable,
         )
+    return _screened(call, found, "symbols")
 
 
 def references(call: Call, args: JsonObject) -> JsonObject:
-    return names.find_references(
+    found = names.find_references(
         args["name"],
         path_prefix=args.get("path_prefix", ""),
         limit=args["limit"],
         cursor=args.get("cursor"),
         readable=call.ctx.readable,
     )
+    return _screened(call, found, "references")
+
+
+def _screened(call: Call, found: JsonObject, items: str) -> JsonObject:
+    """``found`` without the hits whose text from the index (a signature, a
+    line, a name) holds a credential under the rules as they are now: the
+    index was screened by the rules it was written under, and a secret
+    pattern added since is seen by the walk it starts (under ``--no-index``,
+    never). Until session 29 a use's line quoted such a credential whole."""
+    hits = found[items]
+    assert isinstance(hits, list)
+    kept = [hit for hit in hits if not _holds_secret(call, hit)]
+    return found if len(kept) == len(hits) else found | {items: kept, "count": len(kept)}
+
+
+def _holds_secret(call: Call, hit: object) -> bool:
+    texts = hit.values() if isinstance(hit, dict) else ()
+    return bool(call.ctx.engine.find_secret("\n".join(text for text in texts if isinstance(text, str))))
 
 
 TOOLS: tuple[Tool, ...] = (
