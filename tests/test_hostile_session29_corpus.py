@@ -8,18 +8,27 @@ under ``up --no-index``) must not be named, counted or probed.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import httpx
 import pytest
 
+from corpus import files, uris
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
-from kernel.config import build_config
+from kernel.config import DEFAULT_SECRET_PATTERNS, build_config
 from kernel.jsontypes import JsonObject
 from kernel.state import StateDir
 from mcp_gateway import completion, context
 from mcp_gateway.context import Context
+from tests.mcp_http import Server, write_corpus
+from tests.test_cli import cli
+from tests.test_dispatch import call
+from tests.test_hostile_clients import WAIT, token_of
+from tests.test_hostile_session27 import rpc
 from tests.test_review26 import indexed
+from tests.test_stdio import Raw, command
 
 CONFIG = {"embed": {"provider": "none"}, "chat": {"provider": "none"}}
 
@@ -149,3 +158,157 @@ def test_a_readable_full_match_past_the_excluded_ones_is_seen(
     # the control: nothing readable holds them all
     (corpus_dir / ".gitignore").write_text("private/\nzz/\n")
     assert ctx.searcher.ranked(WORDS).full_matches == ()
+
+
+@pytest.mark.django_db
+def test_readable_hits_ranked_below_many_excluded_units_are_found(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lexical ranking reads the first ``search.candidates`` units and
+    leaves out those of files excluded now: with more than that many of
+    them ranked first, no readable hit was left (``walrus floe`` found
+    nothing, and ``match`` rested on nothing), and whether one came told
+    how the excluded units ranked. It reads deeper now, up to
+    ``CROWDED_DEPTH`` pools."""
+    limit = 50
+    files = {f"private/p{n:03}.txt": "walrus floe\n" for n in range(limit + 10)}
+    files["zz/zoo.txt"] = "walrus floe " + "and many other words about the zoo keepers " * 20 + "\n"
+    built(corpus_dir, state, monkeypatch, files)
+    config = build_config({**CONFIG, "search": {"candidates": limit}}, {}, {})
+    ctx = context.build(root=corpus_dir, state=state, config=config, auth_spec="none")
+    ranked = [hit.rel_path for hit in ctx.searcher.search("walrus floe", k=limit).hits]
+    assert "zz/zoo.txt" not in ranked and len(ranked) == limit  # it ranks below them all
+    (corpus_dir / ".gitignore").write_text("private/\n")
+    assert [hit.rel_path for hit in ctx.searcher.search("walrus floe", k=10).hits] == [
+        "zz/zoo.txt"
+    ]  # before: []
+
+
+# -- find: a regex looking past the screened window -------------------------------------------------
+
+#: a credential of a shape the rules learn only after the file was indexed
+CREDENTIAL = "MYCO-KEY-q7w8e9r0t1y2u3i4"
+#: a line the probes anchor on, far enough from it that the screen around a match never reaches it
+FILE_WITH_KEY = "anchor line\n" + "filler text for the distance\n" * 40 + f"key = {CREDENTIAL}\n"
+
+
+@pytest.mark.django_db
+def test_a_regex_cannot_look_past_its_screened_window_at_a_credential(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``find`` screens the text around each match (the match and 256
+    characters either side) before quoting it, but a regex's lookaround
+    (and ``\\K``) reads text outside the match: with a secret pattern added
+    since the file was indexed (so its stored text holds what is a
+    credential now, as under ``up --no-index``), ``anchor(?=[\\s\\S]{1200}…)``
+    matched at the anchor, 1,200 characters from the credential, for its
+    true first characters and not for others: the credential spelled out a
+    character at a time. A regex now finds nothing in a text that holds a
+    credential under the rules as they are now."""
+    ctx = built(corpus_dir, state, monkeypatch, {"notes/keys.txt": FILE_WITH_KEY})
+    patterns = [*DEFAULT_SECRET_PATTERNS, "MYCO-KEY-[a-z0-9]{16}"]
+    config = build_config({**CONFIG, "security": {"secret_patterns": patterns}}, {}, {})
+    engine = context.build(root=corpus_dir, state=state, config=config, auth_spec="none").engine
+    assert engine.find_secret(FILE_WITH_KEY) is not None  # a credential under the rules now
+
+    def probe(guess: str) -> int:
+        distance = FILE_WITH_KEY.index(CREDENTIAL) - len("anchor")
+        pattern = f"anchor(?=[\\s\\S]{{{distance}}}{guess})"
+        return len(files.find(engine, content=pattern, regex=True)["matches"])
+
+    assert probe("MYCO-KEY-q") == probe("MYCO-KEY-z") == 0  # before: 1 and 0
+    assert probe(r"MYCO-KEY-q\K") == 0
+    # the control: under the rules it was indexed by, the file holds no credential and is found
+    assert len(files.find(ctx.engine, content="anchor(?=[\\s\\S]{6}filler)", regex=True)["matches"]) == 1
+
+
+USES_KEY = f'def login(key="{CREDENTIAL}"):\n    return connect("{CREDENTIAL}")\n'
+
+
+@pytest.mark.django_db
+def test_no_answer_quotes_a_credential_a_rule_added_since_indexing_names(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index was screened for credentials by the rules it was written
+    under; under ``--no-index`` (or until the walk a rule's change starts
+    ends) a secret pattern added since was applied by the reads alone:
+    ``search``'s snippets and text (and so ``ask``'s passages), a
+    reference's line and a definition's signature quoted the credential
+    whole. Such units and hits are passed over now."""
+    before = built(
+        corpus_dir,
+        state,
+        monkeypatch,
+        {"src/use.py": USES_KEY, "src/other.py": "def connect(x):\n    return x\n"},
+    )
+    patterns = [*DEFAULT_SECRET_PATTERNS, "MYCO-KEY-[a-z0-9]{16}"]
+    config = build_config({**CONFIG, "security": {"secret_patterns": patterns}}, {}, {})
+    now = context.build(root=corpus_dir, state=state, config=config, auth_spec="none")
+    asked = [
+        ("dir2mcp.search", {"query": "login connect key"}),
+        ("dir2mcp.references", {"name": "connect"}),
+        ("dir2mcp.symbols", {"name": "login"}),
+    ]
+    for name, arguments in asked:
+        assert CREDENTIAL in json.dumps(call(before, name, arguments)), name  # the control: the old rules
+        answer = json.dumps(call(now, name, arguments))
+        assert CREDENTIAL not in answer, (name, answer[:500])  # before: quoted in each
+
+
+# -- the same on a real ``up`` (MCP, REST) and ``mcp_stdio`` -------------------------------------
+
+
+def path_values(reply: dict) -> list[str]:
+    return reply["result"]["completion"]["values"]
+
+
+COMPLETE_PATH = {
+    "ref": {"type": "ref/resource", "uri": uris.FILE_TEMPLATE},
+    "argument": {"name": "path", "value": ""},
+}
+
+
+@pytest.mark.slow
+def test_the_corpus_probes_on_every_transport(tmp_path: Path, running) -> None:
+    """Under ``up --no-index`` and ``mcp_stdio --no-index``, over an index
+    written before the rules changed: ``find``'s lookahead at a credential a
+    secret pattern added since names (MCP, ``GET /api/v1/find``, stdio), and
+    a path completion naming a folder only excluded files occupy (MCP,
+    stdio). Before: the true guess matched and the false one did not, and
+    ``keys/`` was offered."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    (root / "notes" / "keys.txt").parent.mkdir()
+    (root / "notes" / "keys.txt").write_text(FILE_WITH_KEY)
+    for name in ("a", "b"):
+        (root / "keys" / f"{name}.secret").parent.mkdir(exist_ok=True)
+        (root / "keys" / f"{name}.secret").write_text(f"{name}\n")
+    indexed = cli("reindex", "--dir", str(root), "--quiet")
+    assert indexed.returncode == 0, indexed.stderr
+    patterns = [*DEFAULT_SECRET_PATTERNS, "MYCO-KEY-[a-z0-9]{16}"]
+    (root / ".dir2mcp.yaml").write_text(json.dumps({"security": {"secret_patterns": patterns}}))
+    (root / ".gitignore").write_text("*.secret\n")
+    distance = FILE_WITH_KEY.index(CREDENTIAL) - len("anchor")
+    guesses = [{"content": f"anchor(?=[\\s\\S]{{{distance}}}MYCO-KEY-{c})", "regex": True} for c in "qz"]
+    up = running("--dir", str(root), "--json", "--no-index")
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    found = [len(srv.call(session, "dir2mcp.find", g)["structuredContent"]["matches"]) for g in guesses]
+    auth = {"Authorization": f"Bearer {srv.token}"}
+    for guess in guesses:
+        rest = httpx.get(srv.base + "/api/v1/find", params=guess, headers=auth, timeout=WAIT)
+        assert rest.status_code == 200, rest.text
+        found.append(len(rest.json()["matches"]))
+    offered = path_values(rpc(srv, "completion/complete", COMPLETE_PATH))
+    stdio = Raw(command(root, "--no-index"))
+    try:
+        stdio.initialize()
+        for n, guess in enumerate(guesses):
+            found.append(len(stdio.call(f"find-{n}", "dir2mcp.find", guess)["structuredContent"]["matches"]))
+        offered += path_values(stdio.request("complete", "completion/complete", COMPLETE_PATH))
+        assert stdio.close() == 0
+    finally:
+        stdio.kill()
+    assert found == [0] * 6, found  # before: [1, 0] on each transport
+    assert "keys/" not in offered and offered.count("docs/guide.md") == 2, offered  # before: keys/ twice
+    assert "Traceback" not in up.stderr, up.stderr
