@@ -566,7 +566,7 @@ class Searcher:
         units of excluded files hold these words", never a name."""
         sql, params = where
         passed = set(chunks.chunk_paths(list(full)).values())
-        for _ in range(FULL_PAGES):
+        for _ in range(FULL_PAGES if passed else 0):  # none: every unit gone since it was read
             outside = f"d.rel_path NOT IN ({', '.join(['%s'] * len(passed))})"
             page = lexical.full_ids(
                 query,

@@ -145,7 +145,10 @@ class PathTable:
                 name = part if depth == len(parts) - 1 else part + "/"
                 entries.setdefault(folder.lower(), {}).setdefault(name.lower(), folder + name)
                 folder += name
-        self.files = Sorted.of((path.lower(), path) for path in files)
+        # a lowercase path is its own key: one string, not two (most paths are)
+        self.files = Sorted.of(
+            ((lowered if (lowered := path.lower()) != path else path), path) for path in files
+        )
         #: value -> whether the exclusion engine lets it through (see Judge)
         self.verdicts = Verdicts()
         self.folders = {folder: Sorted.of(children.items()) for folder, children in entries.items()}
