@@ -655,11 +655,23 @@ class Searcher:
             )
         candidates = self._candidates(kind, filters)
         if candidates is not None and len(candidates) <= BRUTE_FORCE_LIMIT:
-            nearest = self._exact(vector, candidates, filters)[:pool]
-        else:
-            nearest = self._approximate(index, vector, kind, pool, filters)
-        refused = self._refused([cid for cid, _ in nearest])
-        return [hit for hit in nearest if hit[0] not in refused] if refused else nearest
+            return self._readable_head(self._exact(vector, candidates, filters), pool)
+        return self._approximate(index, vector, kind, pool, filters)
+
+    def _readable_head(self, nearest: ranking.Ranking, pool: int) -> ranking.Ranking:
+        """The first ``pool`` units of ``nearest`` in files the rules let
+        through, read a pool at a time and at most ``CROWDED_DEPTH`` pools
+        deep (until session 29, the first ``pool`` less those excluded: a
+        readable unit's place in the ranking, or in it at all, depended on
+        how many excluded ones were nearer)."""
+        kept: ranking.Ranking = []
+        for start in range(0, min(len(nearest), pool * CROWDED_DEPTH), pool):
+            window = nearest[start : start + pool]
+            refused = self._refused([cid for cid, _ in window])
+            kept += [hit for hit in window if hit[0] not in refused]
+            if len(kept) >= pool:
+                break
+        return kept[:pool]
 
     def _refused(self, ids: list[int]) -> set[int]:
         """The units of ``ids`` in files ``readable`` refuses now (each file
@@ -704,16 +716,24 @@ class Searcher:
     def _approximate(
         self, index: VectorIndex, vector: np.ndarray, kind: str, pool: int, filters: Filters
     ) -> ranking.Ranking:
-        """kNN with oversampling that grows until ``pool`` live hits pass."""
+        """kNN with oversampling that grows until ``pool`` live hits pass
+        the glob and the rules; while only units of files the rules exclude
+        now keep it short, up to ``CROWDED_DEPTH`` pools (as the lexical
+        ranking does)."""
         want = pool
         while True:
             neighbours = index.search(vector, want)
             ids = [n.chunk_id for n in neighbours]
             live = stored.live_embedded(ids, kind)
             kept = set(self._glob_filter([cid for cid in ids if cid in live], filters))
-            hits = [(n.chunk_id, n.score) for n in neighbours if n.chunk_id in kept]
+            refused = self._refused(list(kept))
+            hits = [
+                (n.chunk_id, n.score) for n in neighbours if n.chunk_id in kept and n.chunk_id not in refused
+            ]
             if len(hits) >= pool or want >= len(index):
                 return hits[:pool]
+            if len(hits) + len(refused) >= pool and want >= pool * CROWDED_DEPTH:
+                return hits
             want = min(len(index), want * 4)
 
     # -- results ------------------------------------------------------------

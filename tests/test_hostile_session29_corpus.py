@@ -17,6 +17,8 @@ import pytest
 from corpus import files, uris
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
+from corpus.providers.registry import make_embedder
+from corpus.retrieval import Searcher
 from kernel.config import DEFAULT_SECRET_PATTERNS, build_config
 from kernel.jsontypes import JsonObject
 from kernel.state import StateDir
@@ -182,6 +184,42 @@ def test_readable_hits_ranked_below_many_excluded_units_are_found(
     assert [hit.rel_path for hit in ctx.searcher.search("walrus floe", k=10).hits] == [
         "zz/zoo.txt"
     ]  # before: []
+
+
+@pytest.mark.django_db
+def test_a_dense_ranking_reads_past_the_excluded_units_nearest_the_query(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch, fake_mistral
+) -> None:
+    """A dense ranking read the ``search.candidates`` nearest units and then
+    left out those of files excluded now: with that many of them nearer
+    than every readable unit, the ranking held none (``match``'s best
+    readable cosine unseen), and a readable unit was in it or not as
+    excluded ones were nearer or not. It reads deeper now, as the lexical
+    ranking does. The fake Mistral's vectors are random (by text), so the
+    readable file is the one its vectors rank last."""
+    limit = 50
+    files = {f"notes/n{n:03}.txt": f"Field note {n}: the tide came in at dusk.\n" for n in range(limit + 11)}
+    for rel, text in files.items():
+        (corpus_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (corpus_dir / rel).write_text(text)
+    sections = {"mistral": {"base_url": fake_mistral.url}, "embed": {"provider": "mistral"}}
+    config = build_config({**CONFIG, **sections, "search": {"candidates": limit}}, {}, {})
+    embedder = make_embedder(config, secrets_lookup=lambda name: fake_mistral.API_KEY)
+    index_directory(corpus_dir, state=state, config=config, embedder=embedder)
+    engine = context.build(root=corpus_dir, state=state, config=config, auth_spec="none").engine
+
+    def nearest() -> list[str]:
+        searcher = Searcher(state, config, embedder, readable=lambda rel: engine.excluded_reason(rel) is None)
+        (cosines,) = searcher.ranked("tide at dusk", index="text").cosines
+        paths = Chunk.objects.filter(chunk_id__in=[cid for cid, _ in cosines])
+        by_id = dict(paths.values_list("chunk_id", "representation__document__rel_path"))
+        return [by_id[cid] for cid, _ in cosines]
+
+    ranked = nearest()
+    assert len(ranked) == limit
+    last = next(rel for rel in sorted(files) if rel not in ranked)  # nearer than none of the first 50
+    (corpus_dir / ".gitignore").write_text("".join(f"{rel}\n" for rel in files if rel != last))
+    assert nearest() == [last]  # before: []
 
 
 # -- find: a regex looking past the screened window -------------------------------------------------
