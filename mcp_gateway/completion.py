@@ -415,8 +415,10 @@ def complete_path(ctx: Context, typed: str, _context: JsonObject) -> Completion:
     judge = Judge(ctx, table.verdicts)
 
     def offered(entry: str) -> str | None:
+        if not judge.passes(entry):  # a folder excluded whole: one verdict, not one a file
+            return None
         if not entry.endswith("/"):
-            return entry if judge.passes(entry) else None
+            return entry
         readable = judge.first(table.below(entry), wanted=2)
         return entry if len(readable) == 2 else readable[0] if readable else None
 

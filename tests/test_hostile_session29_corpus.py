@@ -111,6 +111,22 @@ def test_a_path_completion_names_no_folder_only_excluded_files_occupy(
 
 
 @pytest.mark.django_db
+def test_a_folder_excluded_whole_costs_one_verdict(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder entry is judged by the files under it, and an answer stops
+    past ``PASSED_OVER`` refusals; a folder the rules exclude whole (a
+    ``gen/`` line) is judged as a folder first, so its files are not
+    counted one by one and the entries after it are still offered (the
+    bound lowered to 2 here: ``gen/`` holds 4 files)."""
+    files = {f"gen/out{n}.txt": "built\n" for n in range(4)}
+    ctx = built(corpus_dir, state, monkeypatch, {**files, "src/main.py": "x = 1\n"})
+    monkeypatch.setattr(completion, "PASSED_OVER", 2)
+    (corpus_dir / ".gitignore").write_text("gen/\n")
+    assert completed(ctx, "path", "") == {"values": ["src/main.py"], "total": 1, "hasMore": False}
+
+
+@pytest.mark.django_db
 def test_a_total_is_given_whenever_the_readable_values_are_few_enough(
     corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
