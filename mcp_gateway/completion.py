@@ -58,8 +58,10 @@ MAX_VALUES = 100  # the spec's bound on one answer
 #: holding more has no total (counted unjudged, it told a client of the
 #: files excluded since the index was written: review of session 26)
 JUDGED = 4 * (MAX_VALUES + 1)
-#: verdicts refusing a file one answer meets before it stops judging
+#: files one answer finds excluded before it stops judging
 PASSED_OVER = 1000
+#: refusals in all (kept verdicts: a dictionary lookup each) before it stops
+REFUSALS = 20 * PASSED_OVER
 MAX_VALUE_CHARS = 4096
 #: how often, at most, a table asks whether the index changed (seconds)
 CHECK_SECONDS = 2.0
@@ -359,19 +361,24 @@ class Stop(Exception):
 
 
 class Judge:
-    """One answer's verdicts (a table's :class:`Verdicts`), counting those
-    that refuse. Past :data:`PASSED_OVER` refusals it raises :class:`Stop`:
-    what that tells is "more than 1,000 of the files judged for this range
-    (a name's defining files, a folder's files) are excluded now", never one."""
+    """One answer's verdicts (a table's :class:`Verdicts`), counting the
+    files they refuse. Past :data:`PASSED_OVER` such files, or
+    :data:`REFUSALS` refusals in all (one file defining many names of the
+    range is refused once for each), it raises :class:`Stop`: what that
+    tells is "more than 1,000 of the files judged for this range (a name's
+    defining files, a folder's files) are excluded now", never one."""
 
     def __init__(self, ctx: Context, verdicts: Verdicts) -> None:
-        self.ctx, self.verdicts, self.now, self.refused = ctx, verdicts, time.monotonic(), 0
+        self.ctx, self.verdicts, self.now = ctx, verdicts, time.monotonic()
+        self.refused: set[str] = set()
+        self.refusals = 0
 
     def passes(self, path: str) -> bool:
         if self.verdicts.of(self.ctx.engine, path, self.now):
             return True
-        self.refused += 1
-        if self.refused > PASSED_OVER:
+        self.refused.add(path)
+        self.refusals += 1
+        if len(self.refused) > PASSED_OVER or self.refusals > REFUSALS:
             raise Stop
         return False
 

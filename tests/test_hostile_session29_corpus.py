@@ -127,6 +127,23 @@ def test_a_folder_excluded_whole_costs_one_verdict(
 
 
 @pytest.mark.django_db
+def test_one_excluded_file_defining_many_names_counts_once(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer stops past ``PASSED_OVER`` excluded files; one excluded
+    file defining many names of the range (generated code ignored since it
+    was indexed) counted once for each of them, so a handful of its names
+    stopped the answer before the readable ones after them (the bound
+    lowered to 2 here)."""
+    generated = "".join(f"def zz_{c}(x):\n    return x\n\n" for c in "abcde")
+    files = {"gen/api.py": generated, "src/zz_tail.py": "def zz_ok(x):\n    return x\n"}
+    ctx = built(corpus_dir, state, monkeypatch, files)
+    monkeypatch.setattr(completion, "PASSED_OVER", 2)
+    (corpus_dir / ".gitignore").write_text("gen/\n")
+    assert completed(ctx, "symbol", "zz_") == {"values": ["zz_ok"], "total": 1, "hasMore": False}
+
+
+@pytest.mark.django_db
 def test_a_total_is_given_whenever_the_readable_values_are_few_enough(
     corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
