@@ -333,6 +333,12 @@ def path_values(reply: dict) -> list[str]:
     return reply["result"]["completion"]["values"]
 
 
+#: what quoted the credential of ``USES_KEY`` before (tool, arguments; the REST routes take the same)
+QUOTING = [
+    ("dir2mcp.search", {"query": "login connect key"}),
+    ("dir2mcp.references", {"name": "connect"}),
+    ("dir2mcp.symbols", {"name": "login"}),
+]
 COMPLETE_PATH = {
     "ref": {"type": "ref/resource", "uri": uris.FILE_TEMPLATE},
     "argument": {"name": "path", "value": ""},
@@ -345,12 +351,14 @@ def test_the_corpus_probes_on_every_transport(tmp_path: Path, running) -> None:
     written before the rules changed: ``find``'s lookahead at a credential a
     secret pattern added since names (MCP, ``GET /api/v1/find``, stdio), and
     a path completion naming a folder only excluded files occupy (MCP,
-    stdio). Before: the true guess matched and the false one did not, and
-    ``keys/`` was offered."""
+    stdio), and the credential quoted by ``search``, ``references`` and
+    ``symbols`` (MCP, REST, stdio). Before: the true guess matched and the
+    false one did not, ``keys/`` was offered, and each quoted the credential."""
     root = tmp_path / "corpus"
     write_corpus(root)
     (root / "notes" / "keys.txt").parent.mkdir()
     (root / "notes" / "keys.txt").write_text(FILE_WITH_KEY)
+    (root / "src" / "use.py").write_text(USES_KEY)
     for name in ("a", "b"):
         (root / "keys" / f"{name}.secret").parent.mkdir(exist_ok=True)
         (root / "keys" / f"{name}.secret").write_text(f"{name}\n")
@@ -371,15 +379,22 @@ def test_the_corpus_probes_on_every_transport(tmp_path: Path, running) -> None:
         assert rest.status_code == 200, rest.text
         found.append(len(rest.json()["matches"]))
     offered = path_values(rpc(srv, "completion/complete", COMPLETE_PATH))
+    quoted = [json.dumps(srv.call(session, name, arguments)) for name, arguments in QUOTING]
+    for route, (_, arguments) in zip(("search", "references", "symbols"), QUOTING, strict=True):
+        rest = httpx.get(f"{srv.base}/api/v1/{route}", params=arguments, headers=auth, timeout=WAIT)
+        assert rest.status_code == 200, rest.text
+        quoted.append(rest.text)
     stdio = Raw(command(root, "--no-index"))
     try:
         stdio.initialize()
         for n, guess in enumerate(guesses):
             found.append(len(stdio.call(f"find-{n}", "dir2mcp.find", guess)["structuredContent"]["matches"]))
         offered += path_values(stdio.request("complete", "completion/complete", COMPLETE_PATH))
+        quoted += [json.dumps(stdio.call(f"q-{n}", *asked)) for n, asked in enumerate(QUOTING)]
         assert stdio.close() == 0
     finally:
         stdio.kill()
     assert found == [0] * 6, found  # before: [1, 0] on each transport
+    assert [CREDENTIAL in text for text in quoted] == [False] * 9, quoted  # before: True for each
     assert "keys/" not in offered and offered.count("docs/guide.md") == 2, offered  # before: keys/ twice
     assert "Traceback" not in up.stderr, up.stderr
