@@ -43,6 +43,8 @@ DEFINITION_POOL = 50
 #: how deep a lexical ranking is read, in pools, while units of files the
 #: rules exclude now take the places of readable ones (Searcher._lexical)
 CROWDED_DEPTH = 16
+#: units whose text is read at once to be screened for credentials (Searcher._clean)
+SCREENED_BATCH = 64
 #: pages of units holding every query term read past the first ``limit``
 #: when those all lie in files passed over (Searcher._full_past)
 FULL_PAGES = 8
@@ -311,14 +313,39 @@ class Searcher:
 
     def _seen(self, ids: list[int]) -> Callable[[int], bool]:
         """Whether a unit of ``ids`` (a ranking: a few hundred units) lies in
-        a file ``readable`` lets through; each file judged once, when asked."""
+        a file ``readable`` lets through, and its stored text holds no
+        credential under the rules now; each file judged once, when asked."""
         paths = chunks.chunk_paths(ids)
+        clean = self._clean(ids)
 
         def seen(cid: int) -> bool:
             path = paths.get(cid)
-            return path is not None and self._judged(path)
+            return path is not None and self._judged(path) and clean(cid)
 
         return seen
+
+    def _clean(self, ids: list[int]) -> Callable[[int], bool]:
+        """Whether a unit of ``ids`` holds no credential under the rules now
+        (``holds_secret``), its text read when asked, with the next
+        ``SCREENED_BATCH`` of the ranking. Such a unit is passed over by the
+        page (``_hits_of``) and by ``match`` and the positions alike: counted
+        there, a query of a credential's words answered ``good`` with no hit
+        (session 29)."""
+        holds_secret = self.holds_secret
+        if holds_secret is None:
+            return lambda cid: True
+        at = {cid: n for n, cid in enumerate(ids)}
+        known: dict[int, bool] = {}
+
+        def clean(cid: int) -> bool:
+            if cid not in known:
+                start = at.get(cid, 0)
+                batch = [c for c in ids[start : start + SCREENED_BATCH] if c not in known] or [cid]
+                rows = chunks.hit_rows(batch)
+                known.update((c, c not in rows or not holds_secret(rows[c].text)) for c in batch)
+            return known.get(cid, True)
+
+        return clean
 
     def ranked(self, query: str, *, k: int = 10, index: str = "auto", filters: Filters = Filters()) -> Ranked:
         """The whole final ranking of ``query`` (every candidate, best first),

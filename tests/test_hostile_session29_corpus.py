@@ -324,6 +324,11 @@ def test_no_answer_quotes_a_credential_a_rule_added_since_indexing_names(
         assert CREDENTIAL in json.dumps(call(before, name, arguments)), name  # the control: the old rules
         answer = json.dumps(call(now, name, arguments))
         assert CREDENTIAL not in answer, (name, answer[:500])  # before: quoted in each
+    # nor does match tell its words: the credential's last token against one held nowhere
+    token = CREDENTIAL.rsplit("-", 1)[1]
+    for query in (token, "zq9zq9zq9zq9zq9zq9"):
+        found = call(now, "dir2mcp.search", {"query": query})["structuredContent"]
+        assert (found["hits"], found["match"]) == ([], "weak"), query  # before: good for the token
 
 
 # -- the same on a real ``up`` (MCP, REST) and ``mcp_stdio`` -------------------------------------
