@@ -110,37 +110,49 @@ def test_a_path_completion_names_no_folder_only_excluded_files_occupy(
     assert completed(ctx, "path", "keys/")["values"] == []
 
 
-@pytest.mark.django_db
-def test_a_folder_excluded_whole_costs_one_verdict(
-    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A folder entry is judged by the files under it, and an answer stops
-    past ``PASSED_OVER`` refusals; a folder the rules exclude whole (a
-    ``gen/`` line) is judged as a folder first, so its files are not
-    counted one by one and the entries after it are still offered (the
-    bound lowered to 2 here: ``gen/`` holds 4 files)."""
-    files = {f"gen/out{n}.txt": "built\n" for n in range(4)}
-    ctx = built(corpus_dir, state, monkeypatch, {**files, "src/main.py": "x = 1\n"})
-    monkeypatch.setattr(completion, "PASSED_OVER", 2)
-    (corpus_dir / ".gitignore").write_text("gen/\n")
-    assert completed(ctx, "path", "") == {"values": ["src/main.py"], "total": 1, "hasMore": False}
+#: generated code defining five names ``zz_`` begins
+GENERATED = "".join(f"def zz_{c}(x):\n    return x\n\n" for c in "abcde")
 
 
 @pytest.mark.django_db
-def test_one_excluded_file_defining_many_names_counts_once(
-    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("files", "name", "typed", "offered"),
+    [
+        pytest.param(
+            {**{f"gen/out{n}.txt": "built\n" for n in range(4)}, "src/main.py": "x = 1\n"},
+            "path",
+            "",
+            "src/main.py",
+            id="a folder excluded whole",
+        ),
+        pytest.param(
+            {"gen/api.py": GENERATED, "src/zz_tail.py": "def zz_ok(x):\n    return x\n"},
+            "symbol",
+            "zz_",
+            "zz_ok",
+            id="one file defining many names",
+        ),
+    ],
+)
+def test_an_excluded_folder_or_file_counts_once_towards_the_bound(
+    corpus_dir: Path,
+    state: StateDir,
+    monkeypatch: pytest.MonkeyPatch,
+    files: dict[str, str],
+    name: str,
+    typed: str,
+    offered: str,
 ) -> None:
-    """An answer stops past ``PASSED_OVER`` excluded files; one excluded
-    file defining many names of the range (generated code ignored since it
-    was indexed) counted once for each of them, so a handful of its names
-    stopped the answer before the readable ones after them (the bound
-    lowered to 2 here)."""
-    generated = "".join(f"def zz_{c}(x):\n    return x\n\n" for c in "abcde")
-    files = {"gen/api.py": generated, "src/zz_tail.py": "def zz_ok(x):\n    return x\n"}
+    """An answer stops past ``PASSED_OVER`` excluded files (lowered to 2
+    here). A first version counted each refusal: a folder the rules exclude
+    whole (``gen/``, 4 files) cost one a file, and one ignored file of
+    generated code one for each name of the range it defines, so either
+    stopped the answer before the readable values after it. A folder is
+    now judged as a folder first, and a file counts once."""
     ctx = built(corpus_dir, state, monkeypatch, files)
     monkeypatch.setattr(completion, "PASSED_OVER", 2)
     (corpus_dir / ".gitignore").write_text("gen/\n")
-    assert completed(ctx, "symbol", "zz_") == {"values": ["zz_ok"], "total": 1, "hasMore": False}
+    assert completed(ctx, name, typed) == {"values": [offered], "total": 1, "hasMore": False}
 
 
 @pytest.mark.django_db
