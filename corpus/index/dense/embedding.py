@@ -44,7 +44,15 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from corpus import slices
-from corpus.index.dense.vectors import KINDS, VectorIndex, index_path, remove_files, saved_seq
+from corpus.index.dense.vectors import (
+    DEFAULT_STORE,
+    KINDS,
+    STORES,
+    VectorIndex,
+    index_path,
+    remove_files,
+    saved_seq,
+)
 from corpus.index.dense.views import MEMBER_VIEW_WEIGHT, VIEW_VERSION, embedding_text, signature_view
 from corpus.index.tables import marks
 from corpus.models import Chunk, EmbeddingStatus, Setting
@@ -122,7 +130,12 @@ def _record(info: ModelInfo, kind: str) -> None:
 
 
 def check_models(
-    embedder: Embedder, state: StateDir, *, reset: bool = False, signature_weight: float | None = None
+    embedder: Embedder,
+    state: StateDir,
+    *,
+    reset: bool = False,
+    signature_weight: float | None = None,
+    vector_store: str | None = None,
 ) -> None:
     """Record the embedder's models, or refuse to mix vectors from two models.
 
@@ -131,7 +144,12 @@ def check_models(
     recorded one (corpus.index.dense.choice.choose_embedder). This refusal guards
     every other caller. ``signature_weight`` (the configured
     ``embed.signature_weight``) is recorded with new vectors only: an index
-    keeps the recipe its vectors were made with until a full reindex."""
+    keeps the recipe its vectors were made with until a full reindex.
+    ``vector_store`` (the configured ``rag.vector_store``) is recorded at
+    once: every process's dense indices follow it (:func:`recorded_store`),
+    built again from the stored vectors."""
+    if vector_store is not None and get_setting(STORE_KEY) != vector_store:
+        set_setting(STORE_KEY, vector_store)
     fresh_code = recorded_model("code") is None
     for kind in KINDS:
         wanted = embedder.model_info(kind)
@@ -184,6 +202,18 @@ def _record_recipe(state: StateDir, weight: float | None, *, fresh: bool, reset:
             forget_vectors(state)
         set_setting(SIGNATURE_KEY, repr(float(weight)))
         set_setting(VIEW_KEY, str(VIEW_VERSION))
+
+
+#: the setting recording ``rag.vector_store`` (vectors.STORES)
+STORE_KEY = "vector_store"
+
+
+def recorded_store(value: str | None = None) -> str:
+    """The recorded ``rag.vector_store`` (``value``: the setting as read
+    already); the default before any was recorded."""
+    if value is None:
+        value = get_setting(STORE_KEY)
+    return value if value in STORES else DEFAULT_STORE
 
 
 def signature_weight() -> float:
@@ -304,15 +334,24 @@ class DenseStore:
         # When a build at a views pass's end first waited for a saved file.
         self._due: dict[str, float] = {}
 
-    def index(self, kind: str) -> VectorIndex | None:
-        """The index for ``kind``, loaded or rebuilt; None before any model."""
+    def index(self, kind: str, store: str | None = None) -> VectorIndex | None:
+        """The index for ``kind``, loaded or rebuilt; None before any model.
+        ``store``: the recorded ``rag.vector_store`` as the caller read it
+        (else the index's own, or read now); another than the index's
+        replaces it by its file, or a build from the database."""
         with self._lock:
             info = recorded_model(kind)
             current = self._indices.get(kind)
             if info is None or not info.dim:
                 return None
-            if current is None or (current.model, current.dim) != (info.model, info.dim):
-                current = VectorIndex(index_path(self.state, kind), info.dim, info.model)
+            if store is None:
+                store = current.store if current is not None else recorded_store()
+            if current is None or (current.model, current.dim, current.store) != (
+                info.model,
+                info.dim,
+                store,
+            ):
+                current = VectorIndex(index_path(self.state, kind), info.dim, info.model, store)
                 if current.load() and current.seq is not None:
                     # what the file holds every vector of: sync re-reads only what is newer
                     self._synced[kind] = current.seq
@@ -339,17 +378,19 @@ class DenseStore:
 
         Cheap when nothing changed: two settings rows are compared with what
         this process last reconciled."""
-        recorded, collected = _settings(_version_key(kind), COLLECTED_KEY)
+        recorded, collected, stored_in = _settings(_version_key(kind), COLLECTED_KEY, STORE_KEY)
         version = recorded or "0"
+        store = recorded_store(stored_in)
         current = self._indices.get(kind)
         if (
             current is not None
             and len(current)
             and self._synced.get(kind) == version
             and self._collected.get(kind) == collected
+            and current.store == store
         ):
             return current
-        index = self.index(kind)
+        index = self.index(kind, store)
         if index is None:
             return None
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK).values_list(
@@ -481,7 +522,7 @@ class DenseStore:
         if rows.filter(embed_seq__gt=int(seq)).count() > self.replace_in_place_max:
             return None  # too far behind the store: a build would follow the load
         (collected,) = _settings(COLLECTED_KEY)
-        fresh = VectorIndex(index.path, index.dim, index.model)
+        fresh = VectorIndex(index.path, index.dim, index.model, index.store)
         # quiet: a save may be under way (the file is checked against its sidecar)
         if not fresh.load(quiet=True) or fresh.seq is None:
             return None
@@ -505,7 +546,7 @@ class DenseStore:
         version read first is read again by the next sync."""
         (recorded,) = _settings(_version_key(kind))
         version = recorded or "0"
-        fresh = VectorIndex(old.path, old.dim, old.model)
+        fresh = VectorIndex(old.path, old.dim, old.model, old.store)
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
         ids_all = sorted(rows.values_list("chunk_id", flat=True).iterator())
         for start in range(0, len(ids_all), 10_000):
