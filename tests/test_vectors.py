@@ -173,3 +173,37 @@ def test_a_replaced_vector_is_held_in_place_and_the_same_one_again_changes_nothi
     index.save()
     index.add(np.array([3, 4]), np.stack([blend, vectors[4]]), replace=True)  # as stored: nothing to do
     assert not index.dirty
+
+
+@pytest.mark.parametrize("store", [s for s in STORES if s != "hnswlib"])
+def test_a_viewed_file_takes_additions_removals_and_replacements_in_memory(path, store):
+    vectors = unit(60)
+    written = VectorIndex(path, DIM, "m", store)
+    written.add(np.arange(1, 51), vectors[:50])
+    written.save()
+    index = VectorIndex(path, DIM, "m", store)
+    assert index.load(view=True) and index.viewed == 0
+    assert written.viewed is None  # built in memory
+
+    index.add(np.arange(51, 54), vectors[50:53])  # added
+    assert index.forget([7, 8, 52]) == 3  # two of the file's, one added
+    blend = unit(1, seed=5) * 0.9
+    index.add(np.array([9]), blend, replace=True)  # one of the file's, replaced
+
+    assert index.viewed == 3 and len(index) == 50
+    every = index.search(vectors[0], 60)
+    assert sorted(n.chunk_id for n in every) == sorted(set(range(1, 54)) - {7, 8, 52})
+    assert index.search(blend[0], 1)[0].chunk_id == 9
+    assert index.search(vectors[50], 1)[0].chunk_id == 51
+    kept = blend[0] / np.linalg.norm(blend[0]) if store == "usearch-i8" else blend[0]
+    assert np.allclose(index.vectors([9])[0], kept, atol=1 / 64)
+
+    # another process's save renames a new file over the path: the view stays on the one it mapped
+    written.add(np.array([99]), vectors[59:60])
+    written.save()
+    assert index.search(vectors[59], 1)[0].chunk_id != 99
+
+    index.save()  # the file and the changes, as one index
+    again = VectorIndex(path, DIM, "m", store)
+    assert again.load() and again.labels == set(range(1, 54)) - {7, 8, 52}
+    assert again.search(blend[0], 1)[0].chunk_id == 9

@@ -282,6 +282,14 @@ EMBED_THREADS = max(1, os.cpu_count() or 1)
 #: and the views pass replaces every code unit's vector, two thirds of its
 #: CPU (docs/benchmarks.md, session 25)
 REPLACE_IN_PLACE_MAX = 1000
+#: a server following its child's saves (DenseStore.follow_saves) swaps its
+#: index for a memory-mapped view of the child's newer file once it holds
+#: more than this many vectors itself (all of an index it built or read,
+#: those added since of a view), trying at most every VIEW_EVERY_SECONDS:
+#: the two processes then share one copy of the vectors, the file's pages
+#: (issue #37; docs/benchmarks.md, "Vector store")
+VIEW_AT = 20_000
+VIEW_EVERY_SECONDS = 60.0
 
 
 class DenseStore:
@@ -333,6 +341,11 @@ class DenseStore:
         self.rebuilds = 0
         # When a build at a views pass's end first waited for a saved file.
         self._due: dict[str, float] = {}
+        #: see VIEW_AT; when each kind last tried a view
+        self.view_at = VIEW_AT
+        self.view_every = VIEW_EVERY_SECONDS
+        self._viewed_at: dict[str, float] = {}
+        self._viewed_seq: dict[str, str] = {}
 
     def index(self, kind: str, store: str | None = None) -> VectorIndex | None:
         """The index for ``kind``, loaded or rebuilt; None before any model.
@@ -352,7 +365,7 @@ class DenseStore:
                 store,
             ):
                 current = VectorIndex(index_path(self.state, kind), info.dim, info.model, store)
-                if current.load() and current.seq is not None:
+                if current.load(view=self.follow_saves is not None) and current.seq is not None:
                     # what the file holds every vector of: sync re-reads only what is newer
                     self._synced[kind] = current.seq
                 else:
@@ -433,7 +446,21 @@ class DenseStore:
             self._synced[kind] = version
             if not self._deferred.get(kind):
                 index.seq = version
-        return self.settle(kind) or index
+        return self.settle(kind) or self._view(kind, index) or index
+
+    def _view(self, kind: str, index: VectorIndex) -> VectorIndex | None:
+        """With ``follow_saves``: ``index`` swapped for a view of the file the
+        indexing child saved, when this process holds more than VIEW_AT
+        vectors itself and the file lacks fewer than that of the store
+        (:meth:`_load_saved`); None: kept."""
+        own = index.viewed if index.viewed is not None else len(index)
+        if self.follow_saves is None or own <= self.view_at or index.store == "hnswlib":
+            return None
+        now = time.monotonic()
+        if kind in self._viewed_at and now - self._viewed_at[kind] < self.view_every:
+            return None
+        self._viewed_at[kind] = now
+        return self._load_saved(kind, index, behind=own)
 
     def _add_or_defer(
         self, kind: str, index: VectorIndex, chunk_ids: np.ndarray, vectors: np.ndarray, threads: int = 1
@@ -506,7 +533,7 @@ class DenseStore:
         finally:
             self._settling.release()
 
-    def _load_saved(self, kind: str, index: VectorIndex) -> VectorIndex | None:
+    def _load_saved(self, kind: str, index: VectorIndex, behind: int | None = None) -> VectorIndex | None:
         """The file another process saved for ``kind``, loaded in place of
         ``index`` (searches read it until the swap), when it is intact and
         holds all but REPLACE_IN_PLACE_MAX of the vectors stored (those
@@ -514,17 +541,25 @@ class DenseStore:
         start); None (``index`` kept) otherwise. What a tombstone collection
         removed after the file was saved is marked deleted before the swap.
         Loading costs a read of the file (about 0.2 s for 50,000 vectors)
-        where a build inserts every vector again (docs/benchmarks.md)."""
+        where a build inserts every vector again (docs/benchmarks.md).
+        ``behind``: how many stored vectors the file may lack (default
+        REPLACE_IN_PLACE_MAX). A usearch file is memory-mapped (a view: the
+        pages shared with the process that saved it), not read."""
         seq = saved_seq(index.path)
-        if seq is None or (index.seq is not None and int(seq) <= int(index.seq)):
-            return None  # no file, or none newer than what this index holds every vector of
+        if seq is None:
+            return None
+        if behind is None and index.seq is not None and int(seq) <= int(index.seq):
+            return None  # none newer than what this index holds every vector of
+        if behind is not None and self._viewed_seq.get(kind) == seq:
+            return None  # the file viewed last: the child saved none since
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
-        if rows.filter(embed_seq__gt=int(seq)).count() > self.replace_in_place_max:
+        limit = self.replace_in_place_max if behind is None else behind
+        if rows.filter(embed_seq__gt=int(seq)).count() > limit:
             return None  # too far behind the store: a build would follow the load
         (collected,) = _settings(COLLECTED_KEY)
         fresh = VectorIndex(index.path, index.dim, index.model, index.store)
         # quiet: a save may be under way (the file is checked against its sidecar)
-        if not fresh.load(quiet=True) or fresh.seq is None:
+        if not fresh.load(quiet=True, view=True) or fresh.seq is None:
             return None
         held = set(rows.values_list("chunk_id", flat=True).iterator())
         fresh.forget([label for label in fresh.labels if label not in held])
@@ -536,8 +571,9 @@ class DenseStore:
             self._deferred[kind] = set()
             self._collected[kind] = collected
             self._due.pop(kind, None)
+            self._viewed_seq[kind] = seq
             self.loads += 1
-        logger.info("%s index loaded from the saved file with %d vectors (views pass)", kind, len(fresh))
+        logger.info("%s index loaded from the saved file with %d vectors", kind, len(fresh))
         return fresh
 
     def _rebuild(self, kind: str, old: VectorIndex, threads: int) -> VectorIndex:

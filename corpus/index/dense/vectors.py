@@ -185,9 +185,15 @@ class _USearch:
         )
 
     @classmethod
-    def read(cls, path: Path, dim: int, dtype: str) -> _USearch:
+    def read(cls, path: Path, dim: int, dtype: str, *, view: bool = False) -> _USearch:
+        """The file at ``path`` read into memory, or (``view``) memory-mapped
+        read-only: then nothing may be added to or removed from it (usearch
+        crashes), which :class:`_Viewed` sees to."""
         loaded = cls(dim, dtype)
-        loaded.index.load(str(path))
+        if view:
+            loaded.index.view(str(path))
+        else:
+            loaded.index.load(str(path))
         if loaded.index.ndim != dim or str(loaded.index.dtype).rsplit(".", 1)[-1].lower() != dtype:
             raise ValueError(f"the file holds {loaded.index.dtype} vectors of {loaded.index.ndim} dimensions")
         loaded.index.expansion_search = EF_SEARCH_MIN  # type: ignore[misc]  # its setter is untyped
@@ -232,7 +238,84 @@ class _USearch:
         self.index.save(str(path))
 
 
-_Ann = _Hnsw | _USearch
+class _Viewed:
+    """A saved usearch file memory-mapped read-only (usearch's view: its
+    pages are the file's, in the page cache, shared with the process that
+    wrote it rather than copied into this one's memory), and in memory what
+    changed since: vectors added or replaced (``delta``), and the file's
+    labels removed or replaced (``masked``), which searches pass over."""
+
+    def __init__(self, base: _USearch) -> None:
+        self.base = base
+        self.delta = _USearch(base.dim, base.dtype)
+        self.masked: set[int] = set()
+        self.tolerance = base.tolerance
+
+    def as_kept(self, vectors: np.ndarray) -> np.ndarray:
+        return self.base.as_kept(vectors)
+
+    def ids(self) -> set[int]:
+        return (self.base.ids() - self.masked) | self.delta.ids()
+
+    def changed(self) -> int:
+        """How many vectors this process holds itself (added or replaced)."""
+        return len(self.delta.index)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, free: int, threads: int) -> None:
+        self.delta.add(ids, vectors, free, threads)
+
+    def replace(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        ours = np.array([bool(self.delta.index.contains(int(label))) for label in ids], dtype=bool)
+        if ours.any():
+            self.delta.replace(ids[ours], vectors[ours])
+        if not ours.all():
+            self.masked.update(int(label) for label in ids[~ours])
+            self.delta.add(ids[~ours], vectors[~ours], 0, 1)
+
+    def get(self, ids: list[int]) -> np.ndarray:
+        rows = [
+            (self.delta if self.delta.index.contains(label) else self.base).get([label])[0] for label in ids
+        ]
+        return np.vstack(rows) if rows else np.empty((0, self.base.dim), dtype=np.float32)
+
+    def remove(self, label: int) -> None:
+        if self.delta.index.contains(label):
+            self.delta.remove(label)
+        if self.base.index.contains(label):
+            self.masked.add(label)
+
+    def search(self, query: np.ndarray, k: int, free: int) -> tuple[np.ndarray, np.ndarray]:
+        found: list[tuple[float, int]] = []
+        wider = min(k + len(self.masked), len(self.base.index))
+        if wider:
+            labels, scores = self.base.search(query, wider, free)
+            found += [
+                (float(score), int(label))
+                for label, score in zip(labels, scores, strict=True)
+                if int(label) not in self.masked
+            ]
+        if len(self.delta.index):
+            labels, scores = self.delta.search(query, min(k, len(self.delta.index)), free)
+            found += [(float(score), int(label)) for label, score in zip(labels, scores, strict=True)]
+        found.sort(key=lambda pair: -pair[0])
+        best = found[:k]
+        return np.array([label for _, label in best], dtype=np.int64), np.array(
+            [s for s, _ in best], dtype=np.float32
+        )
+
+    def write(self, path: Path) -> None:
+        """The file and the changes as one index (a copy in memory, written)."""
+        whole = _USearch(self.base.dim, self.base.dtype)
+        whole.index = self.base.index.copy()
+        if self.masked:
+            whole.index.remove(np.array(sorted(self.masked), dtype=np.uint64))
+        changed = np.array(sorted(self.delta.ids()), dtype=np.int64)
+        if len(changed):
+            whole.add(changed, self.delta.get(changed.tolist()), 0, 1)
+        whole.write(path)
+
+
+_Ann = _Hnsw | _USearch | _Viewed
 
 
 def _empty(store: str, dim: int) -> _Ann:
@@ -266,6 +349,14 @@ class VectorIndex:
     def __len__(self) -> int:
         return len(self._labels)
 
+    @property
+    def viewed(self) -> int | None:
+        """None: the index is in this process's memory; else it is a saved
+        file memory-mapped (``load(view=True)``) and this process holds this
+        many vectors added or replaced since."""
+        with self._lock:
+            return self._ann.changed() if isinstance(self._ann, _Viewed) else None
+
     def __contains__(self, chunk_id: int) -> bool:
         return chunk_id in self._labels
 
@@ -273,10 +364,11 @@ class VectorIndex:
     def labels(self) -> set[int]:
         return set(self._labels)
 
-    def load(self, *, quiet: bool = False) -> bool:
+    def load(self, *, quiet: bool = False, view: bool = False) -> bool:
         """Read the file if it is intact and matches; False means rebuild
         (said in a warning unless ``quiet``: a process trying a file another
-        one may be saving meanwhile, DenseStore.settle).
+        one may be saving meanwhile, DenseStore.settle). ``view``, for a
+        usearch store: memory-map the file rather than read it (``viewed``).
 
         The sidecar is read first, then the file is held open, so that the
         size and sha256 checked and the bytes the library reads are one
@@ -292,11 +384,17 @@ class VectorIndex:
                 return False
             assert meta is not None  # _check_file reports a missing sidecar
             try:
-                ann: _Ann = (
-                    _Hnsw.read(path, self.dim, meta)
-                    if self.store == "hnswlib"
-                    else _USearch.read(path, self.dim, self.store.removeprefix("usearch-"))
-                )
+                ann: _Ann
+                if self.store == "hnswlib":
+                    ann = _Hnsw.read(path, self.dim, meta)
+                elif view:
+                    # The descriptor _pinned holds names the file read: a
+                    # rename over the path meanwhile leaves the mapping on it.
+                    ann = _Viewed(
+                        _USearch.read(path, self.dim, self.store.removeprefix("usearch-"), view=True)
+                    )
+                else:
+                    ann = _USearch.read(path, self.dim, self.store.removeprefix("usearch-"))
             except (RuntimeError, ValueError, MemoryError) as exc:
                 if not quiet:
                     logger.warning("rebuilding %s from the database: %s", self.path.name, exc)
