@@ -284,8 +284,9 @@ EMBED_THREADS = max(1, os.cpu_count() or 1)
 REPLACE_IN_PLACE_MAX = 1000
 #: a server following its child's saves (DenseStore.follow_saves) swaps its
 #: index for a memory-mapped view of the child's newer file once it holds
-#: more than this many vectors itself (all of an index it built or read,
-#: those added since of a view), trying at most every VIEW_EVERY_SECONDS:
+#: more than this many vectors itself (all of an index it built or read; of
+#: a view, the changes since: VectorIndex.viewed), trying at most every
+#: VIEW_EVERY_SECONDS:
 #: the two processes then share one copy of the vectors, the file's pages
 #: (issue #37; docs/benchmarks.md, "Vector store")
 VIEW_AT = 20_000

@@ -62,6 +62,9 @@ STORES = ("hnswlib", "usearch-f32", "usearch-bf16", "usearch-i8")
 #: the store of an index whose sidecar names none (written before there was a choice)
 LEGACY_STORE = "hnswlib"
 DEFAULT_STORE = "usearch-bf16"
+#: a search of a viewed file asks it for k plus at most this many more, for
+#: the labels it passes over (removed or replaced since the file was saved)
+MASKED_WIDEN_MAX = 2000
 
 
 def index_path(state: StateDir, kind: str) -> Path:
@@ -258,8 +261,9 @@ class _Viewed:
         return (self.base.ids() - self.masked) | self.delta.ids()
 
     def changed(self) -> int:
-        """How many vectors this process holds itself (added or replaced)."""
-        return len(self.delta.index)
+        """What this process holds itself: vectors added or replaced, and
+        the file's labels passed over."""
+        return len(self.delta.index) + len(self.masked)
 
     def add(self, ids: np.ndarray, vectors: np.ndarray, free: int, threads: int) -> None:
         self.delta.add(ids, vectors, free, threads)
@@ -286,7 +290,9 @@ class _Viewed:
 
     def search(self, query: np.ndarray, k: int, free: int) -> tuple[np.ndarray, np.ndarray]:
         found: list[tuple[float, int]] = []
-        wider = min(k + len(self.masked), len(self.base.index))
+        # Passed-over labels near the query can leave fewer than k (a
+        # collection of many: the store views a newer file, VIEW_AT).
+        wider = min(k + min(len(self.masked), MASKED_WIDEN_MAX), len(self.base.index))
         if wider:
             labels, scores = self.base.search(query, wider, free)
             found += [
@@ -353,7 +359,7 @@ class VectorIndex:
     def viewed(self) -> int | None:
         """None: the index is in this process's memory; else it is a saved
         file memory-mapped (``load(view=True)``) and this process holds this
-        many vectors added or replaced since."""
+        many changes since: vectors added or replaced, labels removed."""
         with self._lock:
             return self._ann.changed() if isinstance(self._ann, _Viewed) else None
 
