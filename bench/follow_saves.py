@@ -19,9 +19,15 @@ replacement deferred. Modes alternate between rounds:
   loads the file the child saved after its own build.
 
 Reported per round: the refresher thread's CPU seconds (``/proc``), the
-server process's, the child's, and the server's builds and loads.
+server process's, the child's, and the server's builds and loads; and
+memory (issue #37), sampled every 0.2 s from ``/proc/PID/status``: the
+peak of the server's RSS plus the child's at the same instant, each one's
+peak, and the server's RSS at the end split into anonymous memory (its own)
+and file pages (a memory-mapped index file: the page cache's, shared).
+``--store`` sets ``rag.vector_store`` (both processes record it).
 
     nice -n 10 python bench/follow_saves.py --work W --rounds 2
+    nice -n 10 python bench/follow_saves.py --work W --rounds 1 --modes load --store hnswlib
 """
 
 from __future__ import annotations
@@ -84,6 +90,20 @@ def thread_cpu(native_id: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def memory(pid: int) -> dict[str, int]:
+    """VmRSS, RssAnon and RssFile of ``pid`` in bytes (empty once it ended)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = {line.split(":")[0]: line.split()[1:] for line in lines}
+    return {key: int(fields[key][0]) * 1024 for key in ("VmRSS", "RssAnon", "RssFile") if key in fields}
+
+
+def mib(value: int) -> float:
+    return round(value / (1 << 20), 1)
+
+
 def setup_django(tree: Path, state: Path) -> None:
     from dir2mcp_site import bootstrap
 
@@ -123,7 +143,7 @@ def child(args: argparse.Namespace) -> None:
 
     state = StateDir(args.state)
     embedder = hashing_embedder(args.pace)
-    check_models(embedder, state, signature_weight=WEIGHT)
+    check_models(embedder, state, signature_weight=WEIGHT, vector_store=args.store)
     start = time.process_time()
     done = embed_pending(embedder, state)
     store = dense_store(state)
@@ -140,7 +160,7 @@ def server(args: argparse.Namespace) -> None:
     from mcp_gateway.indexer_process import SAVED_WAIT_SECONDS, DenseRefresher
 
     state = StateDir(args.state)
-    check_models(hashing_embedder(0), state, signature_weight=WEIGHT)  # what `up` records first
+    check_models(hashing_embedder(0), state, signature_weight=WEIGHT, vector_store=args.store)  # as `up`
     follow = SAVED_WAIT_SECONDS if args.mode == "load" else None
     stop = threading.Event()
     store = dense_store(state)
@@ -149,17 +169,21 @@ def server(args: argparse.Namespace) -> None:
     start, start_cpu = time.perf_counter(), time.process_time()
     proc = subprocess.Popen(
         ["nice", "-n", "5", sys.executable, __file__, "--child", "--tree", str(args.tree)]
-        + ["--state", str(args.state), "--pace", str(args.pace)],
+        + ["--state", str(args.state), "--pace", str(args.pace), "--store", args.store],
         stdout=subprocess.PIPE,
         text=True,
     )
     # the refresher's CPU when the units pass ends: the last look at the
     # most units stored alone (the views pass brings the count down)
     units_cpu, most = 0.0, 0
+    peak = {"sum": 0, "server": 0, "child": 0}
     while proc.poll() is None:
         cpu, waiting = thread_cpu(thread.native_id), views_pending().count()
         if waiting >= most:
             units_cpu, most = cpu, waiting
+        ours, theirs = memory(os.getpid()).get("VmRSS", 0), memory(proc.pid).get("VmRSS", 0)
+        peak["sum"] = max(peak["sum"], ours + theirs)
+        peak["server"], peak["child"] = max(peak["server"], ours), max(peak["child"], theirs)
         time.sleep(0.2)
     assert proc.stdout is not None and proc.returncode == 0
     child_out = json.loads(proc.stdout.read().strip().splitlines()[-1])
@@ -177,7 +201,11 @@ def server(args: argparse.Namespace) -> None:
 
     deadline = time.monotonic() + 600
     while not caught_up() and time.monotonic() < deadline:
+        peak["server"] = max(peak["server"], memory(os.getpid()).get("VmRSS", 0))
         time.sleep(0.2)
+    at_end = memory(os.getpid())
+    held = store.index("code")
+    viewed = held.viewed if held is not None else None
     done_s = time.perf_counter() - start
     refresher_cpu = thread_cpu(thread.native_id)
     stop.set()
@@ -188,7 +216,7 @@ def server(args: argparse.Namespace) -> None:
     index = store.index("code")
     assert index is not None
     began = time.thread_time()
-    loaded = VectorIndex(index_path(state, "code"), index.dim, index.model)
+    loaded = VectorIndex(index_path(state, "code"), index.dim, index.model, index.store)
     assert loaded.load()
     load_cpu = time.thread_time() - began
     rows = Chunk.objects.filter(index_kind="code", embedding_status=EmbeddingStatus.OK)
@@ -196,7 +224,9 @@ def server(args: argparse.Namespace) -> None:
     ids = np.array([cid for cid, _ in pairs], dtype=np.int64)
     vectors = np.vstack([from_bytes(blob) for _, blob in pairs])
     began = time.thread_time()
-    built = VectorIndex(index_path(state, "code").with_name("bench.hnsw"), index.dim, index.model)
+    built = VectorIndex(
+        index_path(state, "code").with_name("bench.hnsw"), index.dim, index.model, index.store
+    )
     for at in range(0, len(ids), 10_000):
         built.add(ids[at : at + 10_000], vectors[at : at + 10_000])
     build_cpu = time.thread_time() - began
@@ -204,7 +234,14 @@ def server(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 "mode": args.mode,
+                "store": index.store,
                 "code_units": stored,
+                "peak_rss_server_plus_child_mib": mib(peak["sum"]),
+                "peak_rss_server_mib": mib(peak["server"]),
+                "peak_rss_child_mib": mib(peak["child"]),
+                "end_server_anon_mib": mib(at_end.get("RssAnon", 0)),
+                "end_server_file_mib": mib(at_end.get("RssFile", 0)),
+                "end_server_viewed": viewed,
                 "caught_up": caught_up(),
                 "refresher_cpu_s": round(refresher_cpu, 2),
                 "refresher_units_pass_cpu_s": round(units_cpu, 2),
@@ -232,6 +269,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pace", type=float, default=0.0005, help="seconds of sleep a text (the model)")
     parser.add_argument("--every", type=float, default=0.2, help="the refresher's wake-up interval")
+    parser.add_argument("--store", default="usearch-bf16", help="rag.vector_store (both processes)")
+    parser.add_argument("--modes", nargs="+", choices=("replay", "load"), default=["replay", "load"])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="replay", help=argparse.SUPPRESS)
@@ -250,13 +289,14 @@ def main() -> None:
     print(f"# {machine}, load average {os.getloadavg()[0]:.1f}")
     results: dict[str, list[dict]] = {"replay": [], "load": []}
     for r in range(args.rounds):
-        for mode in ("replay", "load") if r % 2 == 0 else ("load", "replay"):
+        for mode in args.modes if r % 2 == 0 else args.modes[::-1]:
             state = args.work / f"round-{r}-{mode}"
             shutil.rmtree(state, ignore_errors=True)
             shutil.copytree(base, state)
             out = subprocess.run(
                 [sys.executable, __file__, "--server", "--mode", mode, "--tree", str(tree)]
-                + ["--state", str(state), "--pace", str(args.pace), "--every", str(args.every)],
+                + ["--state", str(state), "--pace", str(args.pace), "--every", str(args.every)]
+                + ["--store", args.store],
                 check=True,
                 capture_output=True,
                 text=True,
@@ -266,6 +306,8 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             results[mode].append(row)
             shutil.rmtree(state, ignore_errors=True)
+    if not results["replay"] or not results["load"]:
+        return
     replay = statistics.median(r["refresher_cpu_s"] for r in results["replay"])
     load = statistics.median(r["refresher_cpu_s"] for r in results["load"])
     print(f"refresher CPU s, median: replay {replay:.2f}, load {load:.2f}, load / replay {load / replay:.2f}")

@@ -110,6 +110,10 @@ class RagConfig(Section):
     max_context_chars: int = Field(20000, ge=500)
     # Candidates per wanted hit, used only with search.candidates: 0.
     oversample_factor: int = Field(5, ge=1, le=100)
+    # The dense indices' library and vector storage (corpus/index/dense/vectors.py
+    # STORES); recorded by the indexing process, a change builds them again
+    # from the stored embeddings.
+    vector_store: Literal["hnswlib", "usearch-f32", "usearch-bf16", "usearch-i8"] = "usearch-bf16"
 
 
 class PdfConfig(Section):

@@ -105,7 +105,12 @@ def serving_context(
     )
     current.install(ctx)
     if embedder is not None:
-        check_models(embedder, rt.state, signature_weight=rt.config.embed.signature_weight)
+        check_models(
+            embedder,
+            rt.state,
+            signature_weight=rt.config.embed.signature_weight,
+            vector_store=rt.config.rag.vector_store,
+        )
     return ctx
 
 

@@ -28,6 +28,7 @@ variant is run by hand, docs/reliability.md).
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import random
 import shutil
@@ -36,10 +37,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-import hnswlib
 import numpy as np
 import pytest
 
+from corpus.index.dense.vectors import LEGACY_STORE, VectorIndex
 from tests.support import read_only
 from tests.test_cli import cli
 from tests.up_process import Up
@@ -53,6 +54,9 @@ KILLS: list[tuple[bool, int, int]] = []
 # Per run: labels in the dense files that are not live chunks (all filtered).
 STALE_LABELS: list[int] = []
 ENV = {"DIR2MCP_EMBED__PROVIDER": "local"}
+# A vector as the default store keeps it (rag.vector_store usearch-bf16: each
+# component within 2^-8 of its size); another chunk's is far further.
+VECTOR_ATOL = 1 / 256
 WORDS = (
     "index chunk vector lexical search answer citation parser loader config cache token "
     "session server client stream window offset page slide sheet archive member policy"
@@ -149,16 +153,11 @@ def _dense_view(state: Path, kind: str, live: set[int], conn) -> dict:
     path = state / f"vectors_{kind}.hnsw"
     stored: dict[int, np.ndarray] = {}
     if path.exists():
-        index = hnswlib.Index(space="ip", dim=384)
-        index.load_index(str(path))
-        labels = [int(label) for label in index.get_ids_list()]
-        # get_ids_list() includes labels hnswlib has marked deleted, and
-        # get_items() raises "Label not found" for those: reading every label
-        # shows none is marked, so knn_query can return any of them and only
-        # the query-time filter keeps stale ones out.
-        stored = (
-            dict(zip(labels, index.get_items(labels, return_type="numpy"), strict=True)) if labels else {}
-        )
+        meta = json.loads(path.with_name(path.name + ".json").read_text())
+        index = VectorIndex(path, 384, meta["model"], meta.get("store", LEGACY_STORE))
+        assert index.load()
+        labels = sorted(index.labels)
+        stored = dict(zip(labels, index.vectors(labels), strict=True)) if labels else {}
     # The query-time filter: corpus.index.dense.stored.live_embedded keeps exactly the
     # labels whose chunk row passes this predicate.
     passing: dict[int, bytes] = {}
@@ -177,7 +176,7 @@ def _dense_view(state: Path, kind: str, live: set[int], conn) -> dict:
         "wrong_vector": {
             cid
             for cid, blob in passing.items()
-            if not np.allclose(stored[cid], np.frombuffer(blob, dtype="<f4"), atol=1e-6)
+            if not np.allclose(stored[cid], np.frombuffer(blob, dtype="<f4"), atol=VECTOR_ATOL)
         },
         "stale": len(set(stored) - live),
     }

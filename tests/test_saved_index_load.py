@@ -218,3 +218,39 @@ def test_the_refresher_loads_the_file_saved_after_the_views_pass_ended(state) ->
         refresher.join(10)
     assert store.rebuilds == 0
     assert_holds_blends(store, chunks)
+
+
+def distinct_chunks(count: int, tag: str) -> list[Chunk]:
+    return [
+        ChunkFactory(
+            index_kind="code", context=f"src/{tag}{n}.py", text=f"def {tag}_{n}(x):\n    return x + {n}"
+        )
+        for n in range(count)
+    ]
+
+
+@pytest.mark.django_db
+def test_a_server_holding_many_vectors_itself_views_the_childs_file_instead(state) -> None:
+    check_models(Hashed(), state, vector_store="usearch-bf16")
+    chunks = distinct_chunks(6, "a")
+    embed_pending(Hashed(), state, batch_size=4)  # the child stores and saves
+    server = server_store(state, follow=None)
+    server.view_every = 0.0
+    server.view_at = 8
+    assert server.sync("code").viewed is None  # read into memory: not following yet
+    server.follow_saves = 3600.0  # the refresher of `up`, whose child shares the state directory
+
+    chunks += distinct_chunks(6, "b")
+    embed_pending(Hashed(), state, batch_size=4)
+    index = server.sync("code")  # 12 of its own, past 8: the child's file viewed
+    assert index.viewed == 0 and server.loads == 1 and len(index) == 12
+
+    chunks += distinct_chunks(4, "c")
+    embed_pending(Hashed(), state, batch_size=4)
+    index = server.sync("code")
+    assert index.viewed == 4 and server.loads == 1  # 4 added since, under 8
+    elsewhere = server_store(state, follow=None)
+    for chunk in chunks:
+        query = vector(unit_text(chunk))
+        assert hits(server, query, 5) == hits(elsewhere, query, 5)
+        assert hits(server, query, 1)[0][0] == chunk.chunk_id

@@ -6,6 +6,8 @@ both embedded together make; files a client asked about get both at once."""
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import threading
 from collections.abc import Sequence
 
@@ -37,6 +39,9 @@ from tests.factories import ChunkFactory
 
 WEIGHT = 0.3
 DIM = 8
+#: scores as the default vector store keeps vectors (rag.vector_store usearch-bf16:
+#: a component within 2^-8 of its size): a vector and another apart by far more
+SCORE_ATOL = 0.01
 
 
 class _Hashed(Embedder):
@@ -111,7 +116,7 @@ def scores(store: DenseStore, chunks: list[Chunk], wanted: list[np.ndarray]) -> 
 def assert_holds_blends(store: DenseStore, chunks: list[Chunk]) -> None:
     """``store``'s code index holds each chunk's blend, not its own vector alone."""
     wanted = [blended(c) for c in chunks]
-    assert np.allclose(scores(store, chunks, wanted), [float(w @ w) for w in wanted], atol=1e-5)
+    assert np.allclose(scores(store, chunks, wanted), [float(w @ w) for w in wanted], atol=SCORE_ATOL)
 
 
 @pytest.mark.django_db
@@ -147,7 +152,7 @@ def test_units_without_their_views_yet_are_searched_and_said_to_wait(state) -> N
     for chunk in chunks:
         assert np.allclose(stored(chunk), vector(unit_text(chunk)), atol=1e-6)
     own = [vector(unit_text(c)) for c in chunks]
-    assert np.allclose(scores(other, chunks, own), 1.0, atol=1e-5)  # found by their own vectors
+    assert np.allclose(scores(other, chunks, own), 1.0, atol=SCORE_ATOL)  # found by their own vectors
     assert recipe_summary(WEIGHT)["note"].startswith("5 code vectors are their unit's alone")
     assert views_pending().count() == 5
     assert not indexing_complete(dense=True)
@@ -327,7 +332,7 @@ def test_replacements_deferred_while_views_wait_are_not_claimed_by_the_saved_fil
     embed_pending(_StopAtViewCall(views, stop, at=2), state, stop=stop, batch_size=4)
     assert views_pending().count() == 8 and dense_store(state).deferred("code") == 4
     own = [vector(unit_text(c)) for c in chunks]
-    assert np.allclose(scores(dense_store(state), chunks, own), 1.0, atol=1e-5)  # still their own
+    assert np.allclose(scores(dense_store(state), chunks, own), 1.0, atol=SCORE_ATOL)  # still their own
 
     loaded = DenseStore(state)  # another process, from the saved file
     embed_chunks(_Hashed(), [c.chunk_id for c in chunks], batch_size=4)  # a worker embeds the rest
@@ -477,3 +482,31 @@ def test_the_embedding_process_builds_the_code_index_again_once_at_the_end_of_it
     assert store.index("code") is held[2]
     assert views_pending().count() == 0 and store.deferred("code") == 0
     assert_holds_blends(store, chunks)
+
+
+@pytest.mark.django_db
+def test_a_change_of_vector_store_builds_the_index_again_from_the_stored_vectors(state, caplog) -> None:
+    chunks = code_chunks(6)
+    check_models(_Hashed(), state, signature_weight=WEIGHT, vector_store="hnswlib")
+    embed_pending(_Hashed(), state, batch_size=4)
+    store = dense_store(state)
+    before = store.sync("code")
+    assert before is not None and before.store == "hnswlib"
+    store.save(force=True)
+
+    # the indexing process records another rag.vector_store
+    check_models(_Hashed(), state, signature_weight=WEIGHT, vector_store="usearch-i8")
+    with caplog.at_level(logging.WARNING):
+        after = store.sync("code")  # this process's index follows it
+        fresh = DenseStore(state).sync("code")  # and one started now, whose file is hnswlib's
+
+    assert after is not None and after.store == "usearch-i8" and after.labels == before.labels
+    assert fresh is not None and fresh.store == "usearch-i8" and fresh.labels == before.labels
+    assert "rag.vector_store is usearch-i8" in caplog.text
+    own = np.stack([blended(c) for c in chunks])
+    for index in (after, fresh):
+        assert [index.search(query, 1)[0].chunk_id for query in own] == [c.chunk_id for c in chunks]
+    store.save(force=True)
+    assert json.loads(index_path(state, "code").with_name("vectors_code.hnsw.json").read_text())["store"] == (
+        "usearch-i8"
+    )

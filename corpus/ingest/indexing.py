@@ -52,7 +52,11 @@ def index_directory(
     with IndexLock(state):
         if embedder is not None:
             check_models(
-                embedder, state, reset=mode == "full", signature_weight=config.embed.signature_weight
+                embedder,
+                state,
+                reset=mode == "full",
+                signature_weight=config.embed.signature_weight,
+                vector_store=config.rag.vector_store,
             )
             query_adapter.record(config.search.query_adapter)
         return walking_indexer(

@@ -126,7 +126,12 @@ def watch_directory(
     outer = OuterRules(engine)  # read before the first pass: a change during it walks again
     with IndexLock(state) as lock:
         if embedder is not None:
-            check_models(embedder, state, signature_weight=config.embed.signature_weight)
+            check_models(
+                embedder,
+                state,
+                signature_weight=config.embed.signature_weight,
+                vector_store=config.rag.vector_store,
+            )
         feed.start()
         try:
             if initial:

@@ -44,7 +44,15 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from corpus import slices
-from corpus.index.dense.vectors import KINDS, VectorIndex, index_path, remove_files, saved_seq
+from corpus.index.dense.vectors import (
+    DEFAULT_STORE,
+    KINDS,
+    STORES,
+    VectorIndex,
+    index_path,
+    remove_files,
+    saved_seq,
+)
 from corpus.index.dense.views import MEMBER_VIEW_WEIGHT, VIEW_VERSION, embedding_text, signature_view
 from corpus.index.tables import marks
 from corpus.models import Chunk, EmbeddingStatus, Setting
@@ -122,7 +130,12 @@ def _record(info: ModelInfo, kind: str) -> None:
 
 
 def check_models(
-    embedder: Embedder, state: StateDir, *, reset: bool = False, signature_weight: float | None = None
+    embedder: Embedder,
+    state: StateDir,
+    *,
+    reset: bool = False,
+    signature_weight: float | None = None,
+    vector_store: str | None = None,
 ) -> None:
     """Record the embedder's models, or refuse to mix vectors from two models.
 
@@ -131,7 +144,12 @@ def check_models(
     recorded one (corpus.index.dense.choice.choose_embedder). This refusal guards
     every other caller. ``signature_weight`` (the configured
     ``embed.signature_weight``) is recorded with new vectors only: an index
-    keeps the recipe its vectors were made with until a full reindex."""
+    keeps the recipe its vectors were made with until a full reindex.
+    ``vector_store`` (the configured ``rag.vector_store``) is recorded at
+    once: every process's dense indices follow it (:func:`recorded_store`),
+    built again from the stored vectors."""
+    if vector_store is not None and get_setting(STORE_KEY) != vector_store:
+        set_setting(STORE_KEY, vector_store)
     fresh_code = recorded_model("code") is None
     for kind in KINDS:
         wanted = embedder.model_info(kind)
@@ -184,6 +202,18 @@ def _record_recipe(state: StateDir, weight: float | None, *, fresh: bool, reset:
             forget_vectors(state)
         set_setting(SIGNATURE_KEY, repr(float(weight)))
         set_setting(VIEW_KEY, str(VIEW_VERSION))
+
+
+#: the setting recording ``rag.vector_store`` (vectors.STORES)
+STORE_KEY = "vector_store"
+
+
+def recorded_store(value: str | None = None) -> str:
+    """The recorded ``rag.vector_store`` (``value``: the setting as read
+    already); the default before any was recorded."""
+    if value is None:
+        value = get_setting(STORE_KEY)
+    return value if value in STORES else DEFAULT_STORE
 
 
 def signature_weight() -> float:
@@ -252,6 +282,15 @@ EMBED_THREADS = max(1, os.cpu_count() or 1)
 #: and the views pass replaces every code unit's vector, two thirds of its
 #: CPU (docs/benchmarks.md, session 25)
 REPLACE_IN_PLACE_MAX = 1000
+#: a server following its child's saves (DenseStore.follow_saves) swaps its
+#: index for a memory-mapped view of the child's newer file once it holds
+#: more than this many vectors itself (all of an index it built or read; of
+#: a view, the changes since: VectorIndex.viewed), trying at most every
+#: VIEW_EVERY_SECONDS:
+#: the two processes then share one copy of the vectors, the file's pages
+#: (issue #37; docs/benchmarks.md, "Vector store")
+VIEW_AT = 20_000
+VIEW_EVERY_SECONDS = 60.0
 
 
 class DenseStore:
@@ -303,17 +342,31 @@ class DenseStore:
         self.rebuilds = 0
         # When a build at a views pass's end first waited for a saved file.
         self._due: dict[str, float] = {}
+        #: see VIEW_AT; when each kind last tried a view
+        self.view_at = VIEW_AT
+        self.view_every = VIEW_EVERY_SECONDS
+        self._viewed_at: dict[str, float] = {}
+        self._viewed_seq: dict[str, str] = {}
 
-    def index(self, kind: str) -> VectorIndex | None:
-        """The index for ``kind``, loaded or rebuilt; None before any model."""
+    def index(self, kind: str, store: str | None = None) -> VectorIndex | None:
+        """The index for ``kind``, loaded or rebuilt; None before any model.
+        ``store``: the recorded ``rag.vector_store`` as the caller read it
+        (else the index's own, or read now); another than the index's
+        replaces it by its file, or a build from the database."""
         with self._lock:
             info = recorded_model(kind)
             current = self._indices.get(kind)
             if info is None or not info.dim:
                 return None
-            if current is None or (current.model, current.dim) != (info.model, info.dim):
-                current = VectorIndex(index_path(self.state, kind), info.dim, info.model)
-                if current.load() and current.seq is not None:
+            if store is None:
+                store = current.store if current is not None else recorded_store()
+            if current is None or (current.model, current.dim, current.store) != (
+                info.model,
+                info.dim,
+                store,
+            ):
+                current = VectorIndex(index_path(self.state, kind), info.dim, info.model, store)
+                if current.load(view=self.follow_saves is not None) and current.seq is not None:
                     # what the file holds every vector of: sync re-reads only what is newer
                     self._synced[kind] = current.seq
                 else:
@@ -339,17 +392,19 @@ class DenseStore:
 
         Cheap when nothing changed: two settings rows are compared with what
         this process last reconciled."""
-        recorded, collected = _settings(_version_key(kind), COLLECTED_KEY)
+        recorded, collected, stored_in = _settings(_version_key(kind), COLLECTED_KEY, STORE_KEY)
         version = recorded or "0"
+        store = recorded_store(stored_in)
         current = self._indices.get(kind)
         if (
             current is not None
             and len(current)
             and self._synced.get(kind) == version
             and self._collected.get(kind) == collected
+            and current.store == store
         ):
             return current
-        index = self.index(kind)
+        index = self.index(kind, store)
         if index is None:
             return None
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK).values_list(
@@ -392,7 +447,21 @@ class DenseStore:
             self._synced[kind] = version
             if not self._deferred.get(kind):
                 index.seq = version
-        return self.settle(kind) or index
+        return self.settle(kind) or self._view(kind, index) or index
+
+    def _view(self, kind: str, index: VectorIndex) -> VectorIndex | None:
+        """With ``follow_saves``: ``index`` swapped for a view of the file the
+        indexing child saved, when this process holds more than VIEW_AT
+        vectors itself and the file lacks fewer than that of the store
+        (:meth:`_load_saved`); None: kept."""
+        own = index.viewed if index.viewed is not None else len(index)
+        if self.follow_saves is None or own <= self.view_at or index.store == "hnswlib":
+            return None
+        now = time.monotonic()
+        if kind in self._viewed_at and now - self._viewed_at[kind] < self.view_every:
+            return None
+        self._viewed_at[kind] = now
+        return self._load_saved(kind, index, behind=own)
 
     def _add_or_defer(
         self, kind: str, index: VectorIndex, chunk_ids: np.ndarray, vectors: np.ndarray, threads: int = 1
@@ -465,7 +534,7 @@ class DenseStore:
         finally:
             self._settling.release()
 
-    def _load_saved(self, kind: str, index: VectorIndex) -> VectorIndex | None:
+    def _load_saved(self, kind: str, index: VectorIndex, behind: int | None = None) -> VectorIndex | None:
         """The file another process saved for ``kind``, loaded in place of
         ``index`` (searches read it until the swap), when it is intact and
         holds all but REPLACE_IN_PLACE_MAX of the vectors stored (those
@@ -473,17 +542,25 @@ class DenseStore:
         start); None (``index`` kept) otherwise. What a tombstone collection
         removed after the file was saved is marked deleted before the swap.
         Loading costs a read of the file (about 0.2 s for 50,000 vectors)
-        where a build inserts every vector again (docs/benchmarks.md)."""
+        where a build inserts every vector again (docs/benchmarks.md).
+        ``behind``: how many stored vectors the file may lack (default
+        REPLACE_IN_PLACE_MAX). A usearch file is memory-mapped (a view: the
+        pages shared with the process that saved it), not read."""
         seq = saved_seq(index.path)
-        if seq is None or (index.seq is not None and int(seq) <= int(index.seq)):
-            return None  # no file, or none newer than what this index holds every vector of
+        if seq is None:
+            return None
+        if behind is None and index.seq is not None and int(seq) <= int(index.seq):
+            return None  # none newer than what this index holds every vector of
+        if behind is not None and self._viewed_seq.get(kind) == seq:
+            return None  # the file viewed last: the child saved none since
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
-        if rows.filter(embed_seq__gt=int(seq)).count() > self.replace_in_place_max:
+        limit = self.replace_in_place_max if behind is None else behind
+        if rows.filter(embed_seq__gt=int(seq)).count() > limit:
             return None  # too far behind the store: a build would follow the load
         (collected,) = _settings(COLLECTED_KEY)
-        fresh = VectorIndex(index.path, index.dim, index.model)
+        fresh = VectorIndex(index.path, index.dim, index.model, index.store)
         # quiet: a save may be under way (the file is checked against its sidecar)
-        if not fresh.load(quiet=True) or fresh.seq is None:
+        if not fresh.load(quiet=True, view=True) or fresh.seq is None:
             return None
         held = set(rows.values_list("chunk_id", flat=True).iterator())
         fresh.forget([label for label in fresh.labels if label not in held])
@@ -495,8 +572,9 @@ class DenseStore:
             self._deferred[kind] = set()
             self._collected[kind] = collected
             self._due.pop(kind, None)
+            self._viewed_seq[kind] = seq
             self.loads += 1
-        logger.info("%s index loaded from the saved file with %d vectors (views pass)", kind, len(fresh))
+        logger.info("%s index loaded from the saved file with %d vectors", kind, len(fresh))
         return fresh
 
     def _rebuild(self, kind: str, old: VectorIndex, threads: int) -> VectorIndex:
@@ -505,7 +583,7 @@ class DenseStore:
         version read first is read again by the next sync."""
         (recorded,) = _settings(_version_key(kind))
         version = recorded or "0"
-        fresh = VectorIndex(old.path, old.dim, old.model)
+        fresh = VectorIndex(old.path, old.dim, old.model, old.store)
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
         ids_all = sorted(rows.values_list("chunk_id", flat=True).iterator())
         for start in range(0, len(ids_all), 10_000):

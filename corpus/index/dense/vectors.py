@@ -1,5 +1,13 @@
 """Dense indices: ``vectors_text.hnsw`` and ``vectors_code.hnsw`` (spec §6).
 
+Two libraries can hold them (``rag.vector_store``, recorded in the
+database by the indexing process and in each file's sidecar): hnswlib,
+float32 only, or usearch, whose vectors are stored as float32, bfloat16
+or int8 (``usearch-f32``, ``usearch-bf16``, ``usearch-i8``; the same HNSW
+graph, M 16, ef_construction 200). A file of another store than the
+recorded one is built again from the database, as any file that does not
+match (docs/benchmarks.md, "Vector store").
+
 The database holds every embedding (``Chunk.embedding``); an ``.hnsw`` file
 is a cache of it. A file that is missing, truncated, corrupt, from another
 model or behind the database is repaired from the database with a warning,
@@ -37,6 +45,7 @@ from pathlib import Path
 
 import hnswlib
 import numpy as np
+from usearch.index import Index as USearchIndex
 
 from kernel.jsontypes import JsonObject
 from kernel.state import StateDir, atomic_write
@@ -48,6 +57,14 @@ INITIAL_CAPACITY = 1024
 EF_CONSTRUCTION = 200
 M = 16
 EF_SEARCH_MIN = 64
+#: ``rag.vector_store``'s values: the library, and for usearch how a vector is stored
+STORES = ("hnswlib", "usearch-f32", "usearch-bf16", "usearch-i8")
+#: the store of an index whose sidecar names none (written before there was a choice)
+LEGACY_STORE = "hnswlib"
+DEFAULT_STORE = "usearch-bf16"
+#: a search of a viewed file asks it for k plus at most this many more, for
+#: the labels it passes over (removed or replaced since the file was saved)
+MASKED_WIDEN_MAX = 2000
 
 
 def index_path(state: StateDir, kind: str) -> Path:
@@ -72,34 +89,279 @@ class Neighbour:
     score: float  # inner product of normalised vectors = cosine similarity
 
 
-class VectorIndex:
-    """One hnswlib index of normalised vectors, searched by inner product."""
+class _Hnsw:
+    """hnswlib: float32 vectors; a label marked deleted keeps its slot,
+    given to the next vector added (``replace_deleted``)."""
 
-    def __init__(self, path: Path, dim: int, model: str) -> None:
+    #: a held vector equals the one given (float32 is kept exactly)
+    tolerance = 0.0
+
+    def __init__(self, dim: int, capacity: int = INITIAL_CAPACITY) -> None:
+        self.dim = dim
+        self.index = hnswlib.Index(space="ip", dim=dim)
+        self.index.init_index(
+            max_elements=capacity, ef_construction=EF_CONSTRUCTION, M=M, allow_replace_deleted=True
+        )
+        self.index.set_ef(EF_SEARCH_MIN)
+
+    @classmethod
+    def read(cls, path: Path, dim: int, meta: JsonObject) -> _Hnsw:
+        loaded = cls.__new__(cls)
+        loaded.dim = dim
+        loaded.index = hnswlib.Index(space="ip", dim=dim)
+        loaded.index.load_index(
+            str(path), max_elements=max(index_count(meta), INITIAL_CAPACITY), allow_replace_deleted=True
+        )
+        loaded.index.set_ef(EF_SEARCH_MIN)
+        return loaded
+
+    @staticmethod
+    def as_kept(vectors: np.ndarray) -> np.ndarray:
+        return vectors
+
+    def ids(self) -> set[int]:
+        """Every label in the index, those marked deleted too."""
+        return set(int(label) for label in self.index.get_ids_list())
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, free: int, threads: int) -> None:
+        needed = self.index.element_count + len(ids) - min(free, len(ids))
+        if needed > self.index.get_max_elements():
+            self.index.resize_index(max(needed, 2 * self.index.get_max_elements()))
+        self.index.add_items(vectors, ids, num_threads=threads, replace_deleted=True)
+
+    def replace(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        # In the label's own slot: added with replace_deleted, a label held
+        # would move to a freed slot and leave its old one live, found twice
+        # and never freed.
+        self.index.add_items(vectors, ids, num_threads=1)
+
+    def get(self, ids: list[int]) -> np.ndarray:
+        return np.asarray(self.index.get_items(ids, return_type="numpy"), dtype=np.float32)
+
+    def remove(self, label: int) -> None:
+        try:
+            self.index.mark_deleted(label)
+        except RuntimeError:  # marked already (a file saved without its sidecar's list)
+            pass
+
+    def search(self, query: np.ndarray, k: int, free: int) -> tuple[np.ndarray, np.ndarray]:
+        self.index.set_ef(max(EF_SEARCH_MIN, k))
+        try:
+            labels, distances = self.index.knn_query(query, k=k, num_threads=1)
+        except RuntimeError:
+            # Slots marked deleted can leave a search short of k: look wider.
+            self.index.set_ef(max(EF_SEARCH_MIN, k) + free)
+            labels, distances = self.index.knn_query(query, k=k, num_threads=1)
+        # For the "ip" space hnswlib reports 1 - inner product.
+        return labels[0], 1.0 - distances[0]
+
+    def write(self, path: Path) -> None:
+        self.index.save_index(str(path))
+
+
+class _USearch:
+    """usearch, its vectors stored as ``dtype`` (f32, bf16 or i8). A label
+    removed leaves the index (its slot goes to a later vector); a vector
+    replaced is removed and added again. The metric is the inner product,
+    as hnswlib's, except for int8, where usearch's inner product is of the
+    integers (not scaled back): there it is the cosine, the same for the
+    normalised vectors of a model, not for a code unit's blend with its
+    signature view (shorter than 1, corpus/index/dense/embedding.py), whose
+    score is then its direction's alone."""
+
+    def __init__(self, dim: int, dtype: str) -> None:
+        self.dim = dim
+        self.dtype = dtype
+        self.index = self._new(dim, dtype)
+        # int8 keeps a component to within 1/127, bfloat16 to 2^-8 of its size
+        self.tolerance = {"f32": 0.0, "bf16": 1 / 256, "i8": 1 / 127}[dtype] + 1e-6
+
+    @staticmethod
+    def _new(dim: int, dtype: str) -> USearchIndex:
+        return USearchIndex(
+            ndim=dim,
+            metric="cos" if dtype == "i8" else "ip",
+            dtype=dtype,
+            connectivity=M,
+            expansion_add=EF_CONSTRUCTION,
+            expansion_search=EF_SEARCH_MIN,
+        )
+
+    @classmethod
+    def read(cls, path: Path, dim: int, dtype: str, *, view: bool = False) -> _USearch:
+        """The file at ``path`` read into memory, or (``view``) memory-mapped
+        read-only: then nothing may be added to or removed from it (usearch
+        crashes), which :class:`_Viewed` sees to."""
+        loaded = cls(dim, dtype)
+        if view:
+            loaded.index.view(str(path))
+        else:
+            loaded.index.load(str(path))
+        if loaded.index.ndim != dim or str(loaded.index.dtype).rsplit(".", 1)[-1].lower() != dtype:
+            raise ValueError(f"the file holds {loaded.index.dtype} vectors of {loaded.index.ndim} dimensions")
+        loaded.index.expansion_search = EF_SEARCH_MIN  # type: ignore[misc]  # its setter is untyped
+        return loaded
+
+    def as_kept(self, vectors: np.ndarray) -> np.ndarray:
+        """``vectors`` as the index keeps them, but for rounding: int8, by the
+        cosine, keeps each one's direction (normalised)."""
+        if self.dtype != "i8":
+            return vectors
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.where(norms > 0, norms, 1.0)
+
+    def ids(self) -> set[int]:
+        return set(np.asarray(self.index.keys).tolist())
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, free: int, threads: int) -> None:
+        self.index.add(ids.astype(np.uint64), vectors, threads=threads)
+
+    def replace(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        keys = ids.astype(np.uint64)
+        self.index.remove(keys)
+        self.index.add(keys, vectors, threads=1)
+
+    def get(self, ids: list[int]) -> np.ndarray:
+        if not ids:
+            return np.empty((0, self.dim), dtype=np.float32)
+        held = self.index.get(np.asarray(ids, dtype=np.uint64), dtype="f32")
+        rows = held if isinstance(held, tuple) else (held,)
+        return np.vstack([np.asarray(row, dtype=np.float32) for row in rows])
+
+    def remove(self, label: int) -> None:
+        self.index.remove(label)
+
+    def search(self, query: np.ndarray, k: int, free: int) -> tuple[np.ndarray, np.ndarray]:
+        self.index.expansion_search = max(EF_SEARCH_MIN, k)  # type: ignore[misc]  # its setter is untyped
+        found = self.index.search(query, k, threads=1)
+        # 1 - the inner product (int8: 1 - the cosine)
+        return found.keys.astype(np.int64), 1.0 - found.distances
+
+    def write(self, path: Path) -> None:
+        self.index.save(str(path))
+
+
+class _Viewed:
+    """A saved usearch file memory-mapped read-only (usearch's view: its
+    pages are the file's, in the page cache, shared with the process that
+    wrote it rather than copied into this one's memory), and in memory what
+    changed since: vectors added or replaced (``delta``), and the file's
+    labels removed or replaced (``masked``), which searches pass over."""
+
+    def __init__(self, base: _USearch) -> None:
+        self.base = base
+        self.delta = _USearch(base.dim, base.dtype)
+        self.masked: set[int] = set()
+        self.tolerance = base.tolerance
+
+    def as_kept(self, vectors: np.ndarray) -> np.ndarray:
+        return self.base.as_kept(vectors)
+
+    def ids(self) -> set[int]:
+        return (self.base.ids() - self.masked) | self.delta.ids()
+
+    def changed(self) -> int:
+        """What this process holds itself: vectors added or replaced, and
+        the file's labels passed over."""
+        return len(self.delta.index) + len(self.masked)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, free: int, threads: int) -> None:
+        self.delta.add(ids, vectors, free, threads)
+
+    def replace(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        ours = np.array([bool(self.delta.index.contains(int(label))) for label in ids], dtype=bool)
+        if ours.any():
+            self.delta.replace(ids[ours], vectors[ours])
+        if not ours.all():
+            self.masked.update(int(label) for label in ids[~ours])
+            self.delta.add(ids[~ours], vectors[~ours], 0, 1)
+
+    def get(self, ids: list[int]) -> np.ndarray:
+        rows = [
+            (self.delta if self.delta.index.contains(label) else self.base).get([label])[0] for label in ids
+        ]
+        return np.vstack(rows) if rows else np.empty((0, self.base.dim), dtype=np.float32)
+
+    def remove(self, label: int) -> None:
+        if self.delta.index.contains(label):
+            self.delta.remove(label)
+        if self.base.index.contains(label):
+            self.masked.add(label)
+
+    def search(self, query: np.ndarray, k: int, free: int) -> tuple[np.ndarray, np.ndarray]:
+        found: list[tuple[float, int]] = []
+        # Passed-over labels near the query can leave fewer than k (a
+        # collection of many: the store views a newer file, VIEW_AT).
+        wider = min(k + min(len(self.masked), MASKED_WIDEN_MAX), len(self.base.index))
+        if wider:
+            labels, scores = self.base.search(query, wider, free)
+            found += [
+                (float(score), int(label))
+                for label, score in zip(labels, scores, strict=True)
+                if int(label) not in self.masked
+            ]
+        if len(self.delta.index):
+            labels, scores = self.delta.search(query, min(k, len(self.delta.index)), free)
+            found += [(float(score), int(label)) for label, score in zip(labels, scores, strict=True)]
+        found.sort(key=lambda pair: -pair[0])
+        best = found[:k]
+        return np.array([label for _, label in best], dtype=np.int64), np.array(
+            [s for s, _ in best], dtype=np.float32
+        )
+
+    def write(self, path: Path) -> None:
+        """The file and the changes as one index (a copy in memory, written)."""
+        whole = _USearch(self.base.dim, self.base.dtype)
+        whole.index = self.base.index.copy()
+        if self.masked:
+            whole.index.remove(np.array(sorted(self.masked), dtype=np.uint64))
+        changed = np.array(sorted(self.delta.ids()), dtype=np.int64)
+        if len(changed):
+            whole.add(changed, self.delta.get(changed.tolist()), 0, 1)
+        whole.write(path)
+
+
+_Ann = _Hnsw | _USearch | _Viewed
+
+
+def _empty(store: str, dim: int) -> _Ann:
+    if store == "hnswlib":
+        return _Hnsw(dim)
+    return _USearch(dim, store.removeprefix("usearch-"))
+
+
+class VectorIndex:
+    """One HNSW index of normalised vectors, searched by inner product
+    (hnswlib or usearch: ``store``, one of STORES)."""
+
+    def __init__(self, path: Path, dim: int, model: str, store: str = DEFAULT_STORE) -> None:
+        if store not in STORES:
+            raise ValueError(f"unknown vector store {store!r}; expected one of {', '.join(STORES)}")
         self.path = path
         self.dim = dim
         self.model = model
+        self.store = store
         self._lock = threading.RLock()
-        self._index = self._empty(INITIAL_CAPACITY)
+        self._ann = _empty(store, dim)
         #: the labels searched: those in the index not marked deleted
         self._labels: set[int] = set()
-        #: slots marked deleted that no vector reused yet
+        #: slots marked deleted that no vector reused yet (hnswlib)
         self._free = 0
         self.dirty = False
         #: the embeddings version this index holds every vector of (None: unknown);
         #: the caller keeps it, the file records it
         self.seq: str | None = None
 
-    def _empty(self, capacity: int) -> hnswlib.Index:
-        index = hnswlib.Index(space="ip", dim=self.dim)
-        index.init_index(
-            max_elements=capacity, ef_construction=EF_CONSTRUCTION, M=M, allow_replace_deleted=True
-        )
-        index.set_ef(EF_SEARCH_MIN)
-        return index
-
     def __len__(self) -> int:
         return len(self._labels)
+
+    @property
+    def viewed(self) -> int | None:
+        """None: the index is in this process's memory; else it is a saved
+        file memory-mapped (``load(view=True)``) and this process holds this
+        many changes since: vectors added or replaced, labels removed."""
+        with self._lock:
+            return self._ann.changed() if isinstance(self._ann, _Viewed) else None
 
     def __contains__(self, chunk_id: int) -> bool:
         return chunk_id in self._labels
@@ -108,16 +370,17 @@ class VectorIndex:
     def labels(self) -> set[int]:
         return set(self._labels)
 
-    def load(self, *, quiet: bool = False) -> bool:
+    def load(self, *, quiet: bool = False, view: bool = False) -> bool:
         """Read the file if it is intact and matches; False means rebuild
         (said in a warning unless ``quiet``: a process trying a file another
-        one may be saving meanwhile, DenseStore.settle).
+        one may be saving meanwhile, DenseStore.settle). ``view``, for a
+        usearch store: memory-map the file rather than read it (``viewed``).
 
         The sidecar is read first, then the file is held open, so that the
-        size and sha256 checked and the bytes hnswlib reads are one file's:
-        a save renaming a new file in between (the sidecar goes first, then
-        the file) leaves a sidecar and a file that do not match, and
-        nothing is read."""
+        size and sha256 checked and the bytes the library reads are one
+        file's: a save renaming a new file in between (the sidecar goes
+        first, then the file) leaves a sidecar and a file that do not
+        match, and nothing is read."""
         meta = _read_sidecar(self.path)
         with _pinned(self.path) as path:
             problem = self._check_file(meta, path)
@@ -126,23 +389,27 @@ class VectorIndex:
                     logger.warning("rebuilding %s from the database: %s", self.path.name, problem)
                 return False
             assert meta is not None  # _check_file reports a missing sidecar
-            index = hnswlib.Index(space="ip", dim=self.dim)
             try:
-                index.load_index(
-                    str(path),
-                    max_elements=max(index_count(meta), INITIAL_CAPACITY),
-                    allow_replace_deleted=True,
-                )
+                ann: _Ann
+                if self.store == "hnswlib":
+                    ann = _Hnsw.read(path, self.dim, meta)
+                elif view:
+                    # The descriptor _pinned holds names the file read: a
+                    # rename over the path meanwhile leaves the mapping on it.
+                    ann = _Viewed(
+                        _USearch.read(path, self.dim, self.store.removeprefix("usearch-"), view=True)
+                    )
+                else:
+                    ann = _USearch.read(path, self.dim, self.store.removeprefix("usearch-"))
             except (RuntimeError, ValueError, MemoryError) as exc:
                 if not quiet:
                     logger.warning("rebuilding %s from the database: %s", self.path.name, exc)
                 return False
-        index.set_ef(EF_SEARCH_MIN)
         seq = meta.get("seq")
-        held = set(int(label) for label in index.get_ids_list())
+        held = ann.ids()
         deleted = held.intersection(int(label) for label in meta.get("deleted") or [])
         with self._lock:
-            self._index = index
+            self._ann = ann
             self._labels = held - deleted
             self._free = len(deleted)
             self.dirty = False
@@ -156,6 +423,9 @@ class VectorIndex:
             return "its sidecar is missing or unreadable"
         if meta.get("dim") != self.dim or meta.get("model") != self.model:
             return f"it holds {meta.get('model')}/{meta.get('dim')}, expected {self.model}/{self.dim}"
+        store = meta.get("store", LEGACY_STORE)
+        if store != self.store:
+            return f"it is a {store} index, rag.vector_store is {self.store}"
         if path.stat().st_size != meta.get("size") or _sha256(path) != meta.get("sha256"):
             return "file is truncated or corrupt"
         return ""
@@ -163,40 +433,50 @@ class VectorIndex:
     def add(
         self, chunk_ids: np.ndarray, vectors: np.ndarray, *, replace: bool = False, threads: int = 1
     ) -> None:
-        """Add vectors whose labels are not present yet (hnswlib inserting
-        with ``threads``); a label present is skipped, or with ``replace``
-        given this vector where it holds another (which costs hnswlib about
-        ten insertions: it re-links the label's neighbours)."""
+        """Add vectors whose labels are not present yet (inserting with
+        ``threads``); a label present is skipped, or with ``replace`` given
+        this vector where it holds another (which costs about ten
+        insertions: the label's neighbours are linked again)."""
         with self._lock:
             keep = [i for i, cid in enumerate(chunk_ids) if int(cid) not in self._labels]
             changed = self._changed(chunk_ids, vectors) if replace and len(keep) < len(chunk_ids) else []
             if changed:
-                # In the label's own slot: added with replace_deleted, a label
-                # held would move to a freed slot and leave its old one live,
-                # found twice and never freed.
                 at = np.asarray(changed)
                 olds = np.asarray(chunk_ids, dtype=np.int64)[at]
-                self._index.add_items(np.asarray(vectors, dtype=np.float32)[at], olds, num_threads=1)
+                self._ann.replace(olds, np.asarray(vectors, dtype=np.float32)[at])
                 self.dirty = True
             if not keep:
                 return
             ids = np.asarray(chunk_ids, dtype=np.int64)[keep]
             vecs = np.asarray(vectors, dtype=np.float32)[keep]
             reused = min(self._free, len(ids))
-            needed = self._index.element_count + len(ids) - reused
-            if needed > self._index.get_max_elements():
-                self._index.resize_index(max(needed, 2 * self._index.get_max_elements()))
-            self._index.add_items(vecs, ids, num_threads=threads, replace_deleted=True)
+            self._ann.add(ids, vecs, self._free, threads)
             self._free -= reused
             self._labels.update(int(i) for i in ids)
             self.dirty = True
 
     def _changed(self, chunk_ids: np.ndarray, vectors: np.ndarray) -> list[int]:
-        """Positions of the labels present whose vector is not the given one."""
+        """Positions of the labels present whose vector is not the given one
+        (as the store keeps it: bfloat16 and int8 round it)."""
         present = [i for i, cid in enumerate(chunk_ids) if int(cid) in self._labels]
-        held = self._index.get_items([int(chunk_ids[i]) for i in present])
-        given = np.asarray(vectors, dtype=np.float32)
-        return [i for i, row in zip(present, held, strict=True) if not np.array_equal(row, given[i])]
+        held = self._ann.get([int(chunk_ids[i]) for i in present])
+        given = self._ann.as_kept(np.asarray(vectors, dtype=np.float32))
+        tolerance = self._ann.tolerance
+        return [
+            i
+            for i, row in zip(present, held, strict=True)
+            if (
+                not np.array_equal(row, given[i])
+                if tolerance == 0
+                else np.abs(row - given[i]).max() > tolerance
+            )
+        ]
+
+    def vectors(self, chunk_ids: Iterable[int]) -> np.ndarray:
+        """The vectors held for these labels, as float32 (as the store keeps
+        them: bfloat16 and int8 round them, int8 keeps their direction only)."""
+        with self._lock:
+            return self._ann.get([int(cid) for cid in chunk_ids])
 
     def forget(self, chunk_ids: Iterable[int]) -> int:
         """Mark these labels deleted (chunks tombstone collection removed):
@@ -205,12 +485,10 @@ class VectorIndex:
         with self._lock:
             gone = [int(cid) for cid in chunk_ids if int(cid) in self._labels]
             for label in gone:
-                try:
-                    self._index.mark_deleted(label)
-                except RuntimeError:  # marked already (a file saved without its sidecar's list)
-                    pass
+                self._ann.remove(label)
                 self._labels.discard(label)
-                self._free += 1
+                if isinstance(self._ann, _Hnsw):
+                    self._free += 1
             if gone:
                 self.dirty = True
             return len(gone)
@@ -223,17 +501,8 @@ class VectorIndex:
                 return []
             k = min(k, count)
             query = np.asarray(vector, dtype=np.float32)
-            self._index.set_ef(max(EF_SEARCH_MIN, k))
-            try:
-                labels, distances = self._index.knn_query(query, k=k, num_threads=1)
-            except RuntimeError:
-                # Slots marked deleted can leave a search short of k: look wider.
-                self._index.set_ef(max(EF_SEARCH_MIN, k) + self._free)
-                labels, distances = self._index.knn_query(query, k=k, num_threads=1)
-        # For the "ip" space hnswlib reports 1 - inner product.
-        return [
-            Neighbour(int(label), float(1.0 - d)) for label, d in zip(labels[0], distances[0], strict=True)
-        ]
+            labels, scores = self._ann.search(query, k, self._free)
+        return [Neighbour(int(label), float(score)) for label, score in zip(labels, scores, strict=True)]
 
     def save(self) -> None:
         """Write the index atomically, then its sidecar."""
@@ -242,17 +511,14 @@ class VectorIndex:
                 return
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
-                self._index.save_index(str(tmp))
+                self._ann.write(tmp)
                 with open(tmp, "rb") as handle:
                     os.fsync(handle.fileno())
-                deleted = (
-                    sorted(set(int(label) for label in self._index.get_ids_list()) - self._labels)
-                    if self._free
-                    else []
-                )
+                deleted = sorted(self._ann.ids() - self._labels) if self._free else []
                 meta = {
                     "model": self.model,
                     "dim": self.dim,
+                    "store": self.store,
                     "count": len(self._labels),
                     "seq": self.seq,
                     "deleted": deleted,

@@ -49,7 +49,12 @@ class Command(Dir2mcpCommand):
         if not IndexJob.objects.filter(outcome="complete").exists():
             self._index_first(rt, embedder)
         elif embedder is not None:
-            check_models(embedder, rt.state, signature_weight=rt.config.embed.signature_weight)
+            check_models(
+                embedder,
+                rt.state,
+                signature_weight=rt.config.embed.signature_weight,
+                vector_store=rt.config.rag.vector_store,
+            )
         result = ask(
             options["question"],
             searcher=Searcher(rt.state, rt.config, embedder),
