@@ -34,8 +34,9 @@ contract: install
 	$(BIN)/python -m mcp_gateway.contract
 
 # Two workers, one test file each at a time (files share module fixtures and
-# servers), files with slow-marked tests first (tests/conftest.py; xdist's
-# reorder by test count would leave few-test long files for last). On
+# servers), the files measured longest first (tests/longest_files.txt), then
+# the other files with slow-marked tests (tests/conftest.py; xdist's reorder
+# by test count would leave few-test long files for last). On
 # 2026-11-29: 9 min 55 s idle with 4,625 tests on a 2-core AMD EPYC (Zen 5),
 # 16 min 19 s beside two busy loops; 16 min 34 s with 4,443 on an Intel Xeon the
 # night before; 18 min 13 s with 4,687 on an idle Intel Xeon at the end of

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, overload
 
-from jsonschema import Draft202012Validator
-
 from kernel.jsontypes import JsonObject
 
 if TYPE_CHECKING:  # for annotations only: the context is heavier to import than the table
+    from jsonschema import Draft202012Validator
+
     from mcp_gateway.context import Context
 
 
@@ -113,6 +113,10 @@ class Tool:
 
     @property
     def validator(self) -> Draft202012Validator:
+        # jsonschema when a call is first validated: the commands and the
+        # indexing child, which set up Django and so the table, never load it
+        from jsonschema import Draft202012Validator  # noqa: PLC0415
+
         return _validators.setdefault(self.name, Draft202012Validator(self.input_schema))
 
 

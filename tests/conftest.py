@@ -27,7 +27,13 @@ def pytest_configure(config):
     process writes them, so every `manage.py` the suite starts (several
     hundred; `up` is two processes) compiled our 200-odd modules from
     source: 0.2 of its 1.3 CPU-seconds to start. Caches are only read
-    when they match the source, so what runs is the same."""
+    when they match the source, so what runs is the same.
+
+    And pytest itself may then keep the test modules it rewrites for its
+    assertions (``tests/__pycache__/*-pytest-*.pyc``), as it does wherever
+    bytecode is written: else each worker rewrote all 160 of them on every
+    run, some 10 CPU-seconds each before its first test. Only this process
+    writes: what it starts still inherits PYTHONDONTWRITEBYTECODE."""
     os.environ.pop("DIR2MCP_TRUST_DIR", None)
     config.dir2mcp_config_home = tempfile.mkdtemp(prefix="dir2mcp-config-home-")
     os.environ["XDG_CONFIG_HOME"] = config.dir2mcp_config_home
@@ -37,22 +43,44 @@ def pytest_configure(config):
     if sys.dont_write_bytecode:
         for package in ("corpus", "dir2mcp_site", "kernel", "mcp_gateway", "payments", "tests"):
             compileall.compile_dir(REPO / package, quiet=1)
+        sys.dont_write_bytecode = False
 
 
 def pytest_unconfigure(config):
     shutil.rmtree(getattr(config, "dir2mcp_config_home", ""), ignore_errors=True)
 
 
+#: The files that took longest in a whole run, longest first, one a line
+#: (docs/benchmarks.md, "Test suite time", says how it was measured).
+LONGEST_FILES = [
+    line.strip()
+    for line in (REPO / "tests" / "longest_files.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+
+
 def pytest_collection_modifyitems(items):
-    """Files with end-to-end tests (marked ``slow``) run first, each file's
-    tests in their own order. ``make test`` hands each worker the next file
-    as it finishes one (``--dist loadfile --no-loadscope-reorder``), so the
-    long files start early and the suite ends on short in-process files that
-    keep both workers busy. xdist's own order (most tests first) left files
-    of a few long tests, the crash series and the branch switch, for last,
-    running on one worker while the other had nothing left to take."""
+    """The files that took longest run first, longest first; then the other
+    files with end-to-end tests (marked ``slow``); then the rest; each
+    file's tests in their own order. ``make test`` hands each worker the
+    next file as it finishes one (``--dist loadfile
+    --no-loadscope-reorder``), so the long files start early and the suite
+    ends on short in-process files that keep both workers busy. xdist's
+    own order (most tests first) left files of a few long tests, the crash
+    series and the branch switch, for last, running on one worker while
+    the other had nothing left to take; and the slow-marked files in name
+    order left two long files without the mark (`test_wal`,
+    `test_tombstones`: a minute each on a loaded machine) among the last."""
+    rank = {f"tests/{name}": place for place, name in enumerate(LONGEST_FILES)}
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
+
+    def order(item) -> tuple[int, int]:
+        file = item.nodeid.split("::")[0]
+        if file in rank:
+            return (0, rank[file])
+        return (1 if file in slow_files else 2, 0)
+
+    items.sort(key=order)
 
 
 @pytest.fixture

@@ -495,6 +495,30 @@ def test_a_command_process_never_loads_httpx_s_command_line_client():
     assert loaded.stdout.strip() == "[]"
 
 
+def test_a_command_on_sqlite_without_a_broker_loads_no_postgres_celery_or_jsonschema(corpus_dir, tmp_path):
+    # PostgreSQL's driver and Celery serve a shared database and a broker
+    # (docs/scaling.md), jsonschema a server's tool calls; loaded by every
+    # process they cost each about 0.15 CPU-s to start: `reindex`, `up`'s
+    # server and its indexing child
+    (corpus_dir / "a.py").write_text("def f():\n    return 1\n")
+    env = {k: v for k, v in base_env().items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    reindex = ["reindex", "--dir", str(corpus_dir), "--state-dir", str(tmp_path / "state")]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(REPO / "manage.py"), *reindex],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    timed = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    loaded = {line.rsplit("|", 1)[1].strip() for line in timed}
+    assert "corpus.ingest.indexing" in loaded  # the indexing code that asks for both when they are used
+    unused = ("psycopg", "celery", "kombu", "jsonschema")
+    assert sorted(name for name in loaded if name.split(".")[0] in unused) == []
+
+
 def test_ctrl_c_on_reindex_is_a_line_and_code_130_and_the_next_run_goes_on(corpus_dir):
     db = corpus_dir / ".dir2mcp" / "meta.sqlite"
 

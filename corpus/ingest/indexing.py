@@ -17,7 +17,6 @@ from corpus.ingest.distributed import Dispatch
 from corpus.ingest.lock import IndexLock
 from corpus.ingest.pipeline import Indexer, IndexerOptions
 from corpus.providers.base import Embedder
-from corpus.tasks import ingest_paths
 from kernel.config import Config
 from kernel.state import StateDir
 
@@ -30,8 +29,12 @@ def walking_indexer(
 ) -> Indexer:
     """The indexer for a walk of the whole tree: writing in this process, or
     handing the files to Celery workers when a broker is configured (docs/scaling.md)."""
-    step = Dispatch(send=ingest_paths.delay) if settings.CELERY_BROKER_URL else None
-    return Indexer(root, state, config, step=step, **options)
+    if not settings.CELERY_BROKER_URL:
+        return Indexer(root, state, config, **options)
+    # Celery with a broker only: without one no process loads it (tests/test_cli.py)
+    from corpus.tasks import ingest_paths  # noqa: PLC0415
+
+    return Indexer(root, state, config, step=Dispatch(send=ingest_paths.delay), **options)
 
 
 def index_directory(

@@ -23,13 +23,15 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-import psycopg
 from django.db import connections
 
 from kernel import errors
 from kernel import state as kernel_state
+
+if TYPE_CHECKING:
+    import psycopg  # imported where used: on SQLite no process loads it (tests/test_cli.py)
 
 #: pg_advisory_lock key of a database's indexer ("dir2" + "indx", as a
 #: signed 64-bit int; corpus.store.PG_MIGRATE_LOCK is another)
@@ -71,6 +73,8 @@ class IndexLock(kernel_state.IndexLock):
         session = self._session
         if session is None:
             return
+        import psycopg  # noqa: PLC0415  (a session is held on PostgreSQL only)
+
         try:
             session.execute("SELECT 1")
             return
@@ -82,6 +86,8 @@ class IndexLock(kernel_state.IndexLock):
     def release(self) -> None:
         session, self._session = self._session, None
         if session is not None:
+            import psycopg  # noqa: PLC0415  (a session is held on PostgreSQL only)
+
             with contextlib.suppress(psycopg.Error):  # closing the session releases its lock regardless
                 session.execute("SELECT pg_advisory_unlock(%s)", [PG_INDEX_LOCK])
             session.close()
@@ -91,6 +97,8 @@ class IndexLock(kernel_state.IndexLock):
 def _database_lock() -> psycopg.Connection:
     """A connection holding the database's index lock; ``INDEX_LOCKED``
     naming the holder when another session holds it."""
+    import psycopg  # noqa: PLC0415  (PostgreSQL only: on SQLite no process loads it)
+
     me = f"{APPLICATION} {socket.gethostname()} pid {os.getpid()}".encode()[:63].decode(errors="ignore")
     params = {**connections["default"].get_connection_params(), **KEEPALIVES, "application_name": me}
     try:
