@@ -218,6 +218,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 REDIS_URL = env.str(
     "REDIS_URL", default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
+# The longest the rate limiter waits for Redis to connect or answer (it
+# answers in well under a millisecond); then it counts in this process for a
+# while (mcp_gateway/ratelimit.py). The event loop never waits for it.
+DIR2MCP_REDIS_TIMEOUT = env.float("DIR2MCP_REDIS_TIMEOUT", default=0.25)
 
 # Resource change notifications fan out over a channel layer
 # (mcp_gateway/notify.py): Redis pub/sub across processes when REDIS_URL is
