@@ -23,7 +23,9 @@ bodies could hold a socket and a temporary file (a body over 100 kB) per
 connection for as long as it liked, and with enough of them every file
 descriptor of the process: every other client was reset. The factory keeps
 at most ``server.max_connections`` open (by default half of what the
-open-file limit leaves past :data:`RESERVED_FILES`); one more makes the
+open-file limit leaves past :data:`RESERVED_FILES`); one more closes a
+connection that was answered and only lingers to close (since session 29:
+a client without the token kept every connection so), or makes the
 oldest connection still waiting on its client (for a request head or the
 rest of a body) make way, with a 503 it may retry, or is itself answered 503
 when every connection has a request being served.
@@ -307,6 +309,14 @@ class BoundedChannel(HTTPChannel):
     def make_way(self, message: str) -> None:
         """Answer 503 (retry) and close, for a connection that needs the room."""
         self._answer_and_close(_busy_refusal(getattr(self, "_path", None), self.limits.mcp_path, message))
+
+    def stop_lingering(self) -> None:
+        """Close now a connection that was answered and only lingers: its
+        answer is written and its write side shut, so its client has it."""
+        if self._linger is not None and self._linger.active():
+            self._linger.cancel()
+        self._linger = None
+        HTTPChannel.loseConnection(self)
 
     def refuse_busy(self, message: str) -> None:
         """Answer 503 (retry) to a connection just opened, and close it: it
@@ -595,10 +605,24 @@ class OpenConnections:
         self._unread_bytes = 0
 
     def opened(self, channel: BoundedChannel) -> None:
-        """Count ``channel``; past the limit, the oldest connection waiting on
-        its client makes way for it, or (none is) it is refused at once.
-        One that made way stays counted while it lingers (LINGER_SECONDS)."""
+        """Count ``channel``; past the limit, a connection that was answered
+        and only lingers to close (LINGER_SECONDS) closes at once, or else
+        the oldest connection waiting on its client makes way for it, or
+        (none is) it is refused at once. One that made way stays counted
+        while it lingers, and is the first to close for the next.
+
+        Until session 29 a lingering connection was never one to close: a
+        client without the token that kept opening requests refused on their
+        head (401 before the body) held every connection, and every other
+        client was answered 503."""
         self._open[channel] = None
+        while len(self._open) > self.limit:
+            answered = next((c for c in self._open if c is not channel and c.refused), None)
+            if answered is None:
+                break
+            self._open.pop(answered)
+            self.body_done(answered)
+            answered.stop_lingering()
         if len(self._open) <= self.limit:
             return
         message = f"server busy: {self.limit} connections are open (server.max_connections); retry shortly"

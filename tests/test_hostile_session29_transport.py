@@ -20,8 +20,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from mcp_gateway.bounded import OpenConnections
 from tests.mcp_http import Server
 from tests.support import wait_until
+from tests.test_connection_cap import Channel
 from tests.test_hostile_clients import Opened, send, stateless, token_of
 from tests.test_hostile_session28 import closed_by_server, connect, listen_request, raw_request, read_until
 
@@ -397,3 +399,73 @@ def test_one_file_is_named_at_most_sixteen_times_a_subscription(tmp_path, runnin
         {"jsonrpc": "2.0", "id": 99, "method": "resources/subscribe", "params": {"uri": uri}}, session=session
     )
     assert again.json().get("result") == {}, again.text
+
+
+# -- connections that were answered and only linger ----------------------------------------
+
+
+def test_connections_refused_on_their_head_make_way_for_others(tmp_path, running):
+    """A request refused on its head (no token, a body where none is taken,
+    one over the size limit) is answered, and its connection lingers
+    ``LINGER_SECONDS`` (2 s) reading and dropping what its client still
+    sends, so that the client sees the answer rather than a reset. Such a
+    connection still counted against ``server.max_connections``, and was
+    never one to make way (only connections waiting on their clients
+    were): a client without the token that kept opening refused requests
+    held every connection, and every other client was answered 503
+    ``SERVER_BUSY``. A connection that was answered and only lingers now
+    closes first when the room is needed."""
+    _, _, url, _ = serve(tmp_path, running, {"DIR2MCP_SERVER__MAX_CONNECTIONS": "8"})
+    head = raw_request(url, "POST", "/mcp", {"Content-Type": "application/json", "Content-Length": "10"})
+    stop = threading.Event()
+    refused: list[socket.socket] = []
+
+    def refuse_forever() -> None:
+        while not stop.is_set():
+            sock = connect(url)
+            refused.append(sock)
+            with contextlib.suppress(OSError):
+                sock.sendall(head)
+                read_until(sock, b"\r\n")  # answered (401, or 503 when the server was full): it lingers
+            for old in refused[:-32]:  # the client keeps its side open for a while
+                old.close()
+            del refused[:-32]
+
+    attacker = threading.Thread(target=refuse_forever, daemon=True)
+    attacker.start()
+    statuses = []
+    try:
+        wait_until(lambda: len(refused) >= 16, timeout=WAIT, message="the refused connections opened")
+        for _ in range(10):
+            sock = connect(url)
+            sock.sendall(raw_request(url, "GET", "/healthz/live", {"Connection": "close"}))
+            statuses.append(read_until(sock, b"\r\n").split(b"\r\n")[0])
+            sock.close()
+    finally:
+        stop.set()
+        attacker.join(WAIT)
+        for sock in refused:
+            sock.close()
+    assert statuses == [b"HTTP/1.1 200 OK"] * 10, statuses  # before: 503 Service Unavailable
+
+
+def test_a_connection_that_only_lingers_closes_before_any_other_makes_way():
+    """The policy alone (stand-in channels, tests/test_connection_cap.py):
+    at the limit, a connection answered and lingering closes first; the
+    make-way order of those waiting on their clients is unchanged."""
+    open_connections = OpenConnections(3, 10)
+    lingering, waiting = Channel("answered", waiting=False), Channel("waiting", waiting=True)
+    served = Channel("served", waiting=False)
+    lingering.refused = lingering.lingering = True
+    for channel in (lingering, waiting, served):
+        open_connections.opened(channel)
+    newcomer = Channel("new", True)
+    open_connections.opened(newcomer)
+    assert not lingering.lingering and (waiting.answered, newcomer.answered) == (
+        "",
+        "",
+    )  # before: waiting made way
+    assert len(open_connections) == 3
+    last = Channel("last", True)
+    open_connections.opened(last)  # nothing lingers now: the oldest waiting makes way, as before
+    assert waiting.answered.startswith("made way") and last.answered == ""
