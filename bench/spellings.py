@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -180,6 +181,7 @@ def main() -> None:
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

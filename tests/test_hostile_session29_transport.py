@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from mcp_gateway.bounded import OpenConnections
+from tests.fakes.redis import FakeRedis
 from tests.mcp_http import Server
 from tests.support import wait_until
 from tests.test_connection_cap import Channel
@@ -148,22 +149,18 @@ HOLD = 15.0
 HANDSHAKE = {b"HELLO": b"%1\r\n$5\r\nproto\r\n:3\r\n", b"CLIENT": b"+OK\r\n"}
 
 
-class HeldRedis:
-    """A Redis that takes connections, answers the client's handshake
-    (``HELLO``, ``CLIENT``), and holds its answer to the rate limiter's
-    count (a command naming ``dir2mcp:rate:``) until :meth:`release`, then
+class HeldRedis(FakeRedis):
+    """A Redis that answers the client's handshake (``HELLO``, ``CLIENT``),
+    and holds its answer to the rate limiter's count (a command naming
+    ``dir2mcp:rate:``) until :meth:`release` (at most :data:`HOLD`), then
     closes: a Redis answering slowly. Anything else (the notifications'
     channel layer) gets no answer."""
 
     def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
         self.asked = threading.Event()  # a count arrived and is being held
-        self._held: list[socket.socket] = []
         self._released = threading.Event()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
+        self._held: list[socket.socket] = []
+        super().__init__()
 
     def release(self) -> None:
         self._released.set()
@@ -173,43 +170,21 @@ class HeldRedis:
         not given up on it (closed its connection at its timeout)."""
         return not self._released.is_set() and any(not closed_by_server(conn) for conn in self._held)
 
-    def _accept(self) -> None:
-        self.listener.settimeout(0.2)
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                conn = self.listener.accept()[0]
-                reader = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-                self._threads.append(reader)
-                reader.start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(0.2)
-        with conn:
-            while not self._stop.is_set():
-                try:
-                    data = conn.recv(65536)
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                if not data:
-                    return
-                if b"dir2mcp:rate:" in data:
-                    self._held.append(conn)
-                    self.asked.set()
-                    if not self._released.wait(HOLD):
-                        self._released.set()  # given up: what is answered from now on was not while held
-                    return  # closed: the limiter counts in its process
-                lines = data.split(b"\r\n")
-                names = [lines[i + 2].upper() for i, line in enumerate(lines[:-2]) if line.startswith(b"*")]
-                conn.sendall(b"".join(HANDSHAKE.get(name, b"") for name in names))
+    def serve(self, conn: socket.socket) -> None:
+        while (data := self.received(conn)) is not None:
+            if b"dir2mcp:rate:" in data:
+                self._held.append(conn)
+                self.asked.set()
+                if not self._released.wait(HOLD):
+                    self._released.set()  # given up: what is answered from now on was not while held
+                return  # closed: the limiter counts in its process
+            lines = data.split(b"\r\n")
+            names = [lines[i + 2].upper() for i, line in enumerate(lines[:-2]) if line.startswith(b"*")]
+            conn.sendall(b"".join(HANDSHAKE.get(name, b"") for name in names))
 
     def close(self) -> None:
-        self._stop.set()
-        self._released.set()
-        for thread in self._threads:
-            thread.join(WAIT)
-        self.listener.close()
+        self.release()
+        super().close()
 
 
 @pytest.fixture
