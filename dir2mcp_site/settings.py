@@ -273,6 +273,10 @@ LOGGING: dict[str, Any] = {
         # The connection's early check of a request head failing (a bug, which
         # a client's head may set off at its rate): one line, ten a minute.
         "mcp_gateway.bounded.head_check": {"handlers": ["stderr_one_line"], "propagate": False},
+        # A connection closed for the answers its client leaves unread
+        # (server.max_unread_mb, max_unread_total_mb): one a connection, at
+        # the rate a client with the token opens them; ten a minute.
+        "mcp_gateway.bounded.cut": {"handlers": ["stderr_one_line"], "propagate": False},
     },
     "root": {"handlers": ["stderr"], "level": env.str("DIR2MCP_LOG_LEVEL", default="WARNING")},
 }

@@ -87,9 +87,11 @@ from mcp_gateway.transport import MAX_BODY_BYTES
 #: refusal, or None. Set on the server by ``up``; none, nothing is checked early.
 HeadCheck = Callable[[Scope], Response | None]
 
-log = logging.getLogger(__name__)
 #: A head check that failed (throttled: ``head_check`` in settings.LOGGING).
 head_check_log = logging.getLogger(f"{__name__}.head_check")
+#: A connection closed for the answers its client leaves unread (throttled as
+#: ``head_check``: a client with the token sets it off once a connection).
+cut_log = logging.getLogger(f"{__name__}.cut")
 
 #: After an error answer, how long input is still read (and dropped) so the
 #: client sees the answer rather than a reset, before the connection closes.
@@ -484,7 +486,7 @@ class BoundedChannel(HTTPChannel):
         transport = self.transport
         if transport is None:
             return
-        log.warning(
+        cut_log.warning(
             "closed a connection from %s: %s",
             _peer(transport.getPeer()),  # type: ignore[misc]  # ITransport.getPeer: see the typing notes
             message,
