@@ -218,6 +218,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 REDIS_URL = env.str(
     "REDIS_URL", default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
+# The longest the rate limiter waits for Redis to connect or answer (it
+# answers in well under a millisecond); then it counts in this process for a
+# while (mcp_gateway/ratelimit.py). The event loop never waits for it.
+DIR2MCP_REDIS_TIMEOUT = env.float("DIR2MCP_REDIS_TIMEOUT", default=0.25)
 
 # Resource change notifications fan out over a channel layer
 # (mcp_gateway/notify.py): Redis pub/sub across processes when REDIS_URL is
@@ -269,6 +273,10 @@ LOGGING: dict[str, Any] = {
         # The connection's early check of a request head failing (a bug, which
         # a client's head may set off at its rate): one line, ten a minute.
         "mcp_gateway.bounded.head_check": {"handlers": ["stderr_one_line"], "propagate": False},
+        # A connection closed for the answers its client leaves unread
+        # (server.max_unread_mb, max_unread_total_mb): one a connection, at
+        # the rate a client with the token opens them; ten a minute.
+        "mcp_gateway.bounded.cut": {"handlers": ["stderr_one_line"], "propagate": False},
     },
     "root": {"handlers": ["stderr"], "level": env.str("DIR2MCP_LOG_LEVEL", default="WARNING")},
 }

@@ -418,6 +418,11 @@ class ServerConfig(Section):
     # buffer: at most this many MiB a connection; past it the connection is
     # closed (its client resumes or listens again).
     max_unread_mb: int = Field(4, ge=1, le=4096)
+    # Any answers (streamed or of known length: a 1 MiB read_bytes is about
+    # 1.4 MB) clients leave unread past the sockets' buffers, across
+    # connections: at most this many MiB; past it, the connections whose
+    # clients have gone longest without reading are closed.
+    max_unread_total_mb: int = Field(64, ge=1, le=65_536)
     # Where `up` and `mcp_stdio` index: a supervised child process at a lower
     # CPU priority (searches never wait for extraction or embedding), or a
     # thread of the serving process (docs/operations.md).

@@ -23,7 +23,9 @@ bodies could hold a socket and a temporary file (a body over 100 kB) per
 connection for as long as it liked, and with enough of them every file
 descriptor of the process: every other client was reset. The factory keeps
 at most ``server.max_connections`` open (by default half of what the
-open-file limit leaves past :data:`RESERVED_FILES`); one more makes the
+open-file limit leaves past :data:`RESERVED_FILES`); one more closes a
+connection that was answered and only lingers to close (since session 29:
+a client without the token kept every connection so), or makes the
 oldest connection still waiting on its client (for a request head or the
 rest of a body) make way, with a 503 it may retry, or is itself answered 503
 when every connection has a request being served.
@@ -38,8 +40,16 @@ most ``server.max_unread_mb`` of such an answer unread; past it the
 connection is closed (a stream's client resumes it, or listens again).
 That holds for a stream chunked (HTTP/1.1) and for one written as it comes
 to an HTTP/1.0 client (uncounted until session 28's review). Answers of a
-known length are written at once and bounded by their size,
-and the idle timeout closes their connection once written.
+known length are written at once (a ``read_bytes`` of 1 MiB is about 1.4 MB
+of JSON), and twisted holds what the socket does not take until the client
+reads it or the idle timeout closes the connection: one client holding every
+connection with such an answer never read made ``up`` hold hundreds of MB
+(session 29). Every answer left unread past the socket's buffer, streamed
+or not, counts against ``server.max_unread_total_mb`` across connections;
+past it, the connections whose clients have left their answers unread the
+longest are closed until the rest fit. A client that reads empties its
+buffer and leaves the count, so only a budget filled by answers being read
+at that very moment could reach it.
 
 A deployment that runs ``daphne`` directly should set the same limits on
 its reverse proxy (``client_max_body_size``, ``client_header_timeout``,
@@ -77,9 +87,11 @@ from mcp_gateway.transport import MAX_BODY_BYTES
 #: refusal, or None. Set on the server by ``up``; none, nothing is checked early.
 HeadCheck = Callable[[Scope], Response | None]
 
-log = logging.getLogger(__name__)
 #: A head check that failed (throttled: ``head_check`` in settings.LOGGING).
 head_check_log = logging.getLogger(f"{__name__}.head_check")
+#: A connection closed for the answers its client leaves unread (throttled as
+#: ``head_check``: a client with the token sets it off once a connection).
+cut_log = logging.getLogger(f"{__name__}.cut")
 
 #: After an error answer, how long input is still read (and dropped) so the
 #: client sees the answer rather than a reset, before the connection closes.
@@ -113,6 +125,7 @@ class ConnectionLimits:
     max_connections: int = 0  # open at once; 0 = from the open-file limit (connection_cap)
     max_body_buffer_mb: int = 256  # unfinished request bodies held at once, across connections
     max_unread_mb: int = 4  # of a streamed answer left unread past the socket's buffer, a connection
+    max_unread_total_mb: int = 64  # of any answers left unread past the sockets' buffers, all connections
 
 
 def connection_cap(configured: int) -> int:
@@ -269,6 +282,7 @@ class BoundedChannel(HTTPChannel):
     _refused = False  # an error was answered: input is dropped until close
     _socket_full = False  # the transport's buffer is over its size: the client is not taking what is sent
     _unread = 0  # bytes of streamed answers written since the buffer filled
+    _held = 0  # bytes of any answer written since the buffer was last under its size
     _cut = False  # closed for leaving too much unread: nothing more is written
     # Set on each channel by twisted's HTTPFactory.buildProtocol: its reactor's
     # (so it is called through self, unlike the methods above and below).
@@ -297,6 +311,14 @@ class BoundedChannel(HTTPChannel):
     def make_way(self, message: str) -> None:
         """Answer 503 (retry) and close, for a connection that needs the room."""
         self._answer_and_close(_busy_refusal(getattr(self, "_path", None), self.limits.mcp_path, message))
+
+    def stop_lingering(self) -> None:
+        """Close now a connection that was answered and only lingers: its
+        answer is written and its write side shut, so its client has it."""
+        if self._linger is not None and self._linger.active():
+            self._linger.cancel()
+        self._linger = None
+        HTTPChannel.loseConnection(self)
 
     def refuse_busy(self, message: str) -> None:
         """Answer 503 (retry) to a connection just opened, and close it: it
@@ -409,13 +431,18 @@ class BoundedChannel(HTTPChannel):
         # ...and this once its buffer is empty again: the client read it all.
         self._socket_full = False
         self._unread = 0
+        self._held = 0
+        if self.open_connections is not None:
+            self.open_connections.unread(self, 0)
         HTTPChannel.resumeProducing(self)
 
     def writeSequence(self, iovec: list[bytes]) -> None:  # noqa: N802
         # A chunked answer's body: what streams (SSE) are written as. An
-        # answer of known length goes through write(), once.
-        if not self._left_unread(sum(len(part) for part in iovec)):
+        # answer of known length goes through write().
+        size = sum(len(part) for part in iovec)
+        if not self._dropped(size, stream=True):
             HTTPChannel.writeSequence(self, iovec)
+            self._handed(size)
 
     def write(self, data: bytes) -> None:
         # ...and so is a stream answered to an HTTP/1.0 client: not chunked,
@@ -427,34 +454,62 @@ class BoundedChannel(HTTPChannel):
             and not request.chunked
             and not request.responseHeaders.hasHeader(b"content-length")
         )
-        if not (unknown_length and self._left_unread(len(data))):
+        if not self._dropped(len(data), stream=unknown_length):
             HTTPChannel.write(self, data)
+            self._handed(len(data))
 
-    def _left_unread(self, size: int) -> bool:
-        """Whether ``size`` more bytes would take the answers this client
-        leaves unread past ``server.max_unread_mb``; if so the connection is
-        closed (at once, dropping what it holds) and nothing more is written."""
+    def _dropped(self, size: int, *, stream: bool) -> bool:
+        """Whether ``size`` more bytes of an answer are not to be written:
+        the connection was cut, or (a stream) it is cut now."""
         if self._cut:
             return True
-        if not self._socket_full:
-            return False
-        self._unread += size
-        if self._unread <= self.limits.max_unread_mb * 1024 * 1024:
-            return False
+        if not self._socket_full:  # the transport's buffer is under its size: nothing is left unread
+            self._held = 0
+        return stream and self._left_unread(size)
+
+    def _handed(self, size: int) -> None:
+        """``size`` bytes were handed to the transport: while its buffer is
+        full they are left unread, and count against every connection's
+        ``server.max_unread_total_mb`` (which may cut this one)."""
+        self._held += size
+        if self._socket_full and self.open_connections is not None:
+            self.open_connections.unread(self, self._held)
+
+    def cut_unread(self, message: str) -> None:
+        """Close this connection at once, dropping what it holds: its client
+        leaves too much unread. Nothing more is written to it."""
+        if self._cut:
+            return
         self._cut = True
+        if self.open_connections is not None:
+            self.open_connections.unread(self, 0)
         transport = self.transport
-        assert transport is not None  # a request is being answered on it
-        log.warning(
-            "closed a connection from %s: its client left over %d MiB of a streamed answer unread "
-            "(server.max_unread_mb)",
+        if transport is None:
+            return
+        cut_log.warning(
+            "closed a connection from %s: %s",
             _peer(transport.getPeer()),  # type: ignore[misc]  # ITransport.getPeer: see the typing notes
-            self.limits.max_unread_mb,
+            message,
         )
         abort = getattr(transport, "abortConnection", None)  # TCP and TLS have it; ITransport does not say so
         if abort is not None:
             abort()
         else:
             HTTPChannel.loseConnection(self)
+
+    def _left_unread(self, size: int) -> bool:
+        """Whether ``size`` more bytes would take the streamed answers this
+        client leaves unread past ``server.max_unread_mb``; if so the
+        connection is closed (at once, dropping what it holds)."""
+        if not self._socket_full:
+            return False
+        self._unread += size
+        if self._unread <= self.limits.max_unread_mb * 1024 * 1024:
+            return False
+        self.cut_unread(
+            f"its client left over {self.limits.max_unread_mb} MiB of a streamed answer unread "
+            "(server.max_unread_mb)"
+        )
         return True
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802
@@ -533,22 +588,43 @@ class BoundedChannel(HTTPChannel):
 
 class OpenConnections:
     """The factory's open connections, oldest first, kept to at most
-    ``limit``, and the bytes of the request bodies they are receiving, kept
+    ``limit``; the bytes of the request bodies they are receiving, kept
     to at most ``body_budget`` (each a socket, and past 100 kB a temporary
-    file, that an unauthenticated client fills)."""
+    file, that an unauthenticated client fills); and the bytes of answers
+    their clients leave unread past the sockets' buffers, kept to at most
+    ``unread_budget``."""
 
-    def __init__(self, limit: int, body_budget: int) -> None:
+    def __init__(self, limit: int, body_budget: int, unread_budget: int = 64 * 1024 * 1024) -> None:
         self.limit = limit
         self.body_budget = body_budget
+        self.unread_budget = unread_budget
         self._open: dict[BoundedChannel, None] = {}  # insertion order: oldest first
         self._bodies: dict[BoundedChannel, int] = {}  # bytes received of an unfinished body
         self._body_bytes = 0
+        # Bytes left unread by each connection whose socket is full; insertion
+        # order: the one whose client has gone longest without emptying it first.
+        self._unread: dict[BoundedChannel, int] = {}
+        self._unread_bytes = 0
 
     def opened(self, channel: BoundedChannel) -> None:
-        """Count ``channel``; past the limit, the oldest connection waiting on
-        its client makes way for it, or (none is) it is refused at once.
-        One that made way stays counted while it lingers (LINGER_SECONDS)."""
+        """Count ``channel``; past the limit, a connection that was answered
+        and only lingers to close (LINGER_SECONDS) closes at once, or else
+        the oldest connection waiting on its client makes way for it, or
+        (none is) it is refused at once. One that made way stays counted
+        while it lingers, and is the first to close for the next.
+
+        Until session 29 a lingering connection was never one to close: a
+        client without the token that kept opening requests refused on their
+        head (401 before the body) held every connection, and every other
+        client was answered 503."""
         self._open[channel] = None
+        while len(self._open) > self.limit:
+            answered = next((c for c in self._open if c is not channel and c.refused), None)
+            if answered is None:
+                break
+            self._open.pop(answered)
+            self.body_done(answered)
+            answered.stop_lingering()
         if len(self._open) <= self.limit:
             return
         message = f"server busy: {self.limit} connections are open (server.max_connections); retry shortly"
@@ -583,9 +659,30 @@ class OpenConnections:
         """``channel``'s body is whole (handed to the application) or dropped."""
         self._body_bytes -= self._bodies.pop(channel, 0)
 
+    def unread(self, channel: BoundedChannel, held: int) -> None:
+        """``channel``'s client leaves ``held`` bytes of answers unread (0: it
+        read them all); past the budget, the connections whose clients have
+        gone longest without reading are closed until the rest fit. A client
+        that reads leaves the count each time its socket's buffer empties,
+        so it is behind every client that does not."""
+        self._unread_bytes += held - self._unread.get(channel, 0)
+        if not held:
+            self._unread.pop(channel, None)
+            return
+        self._unread[channel] = held  # in place if it was counted: its client has still read nothing
+        message = (
+            f"the answers clients leave unread are over {self.unread_budget} bytes "
+            "(server.max_unread_total_mb); this one had read nothing for the longest"
+        )
+        while self._unread_bytes > self.unread_budget and self._unread:
+            longest = next(iter(self._unread))
+            self._unread_bytes -= self._unread.pop(longest)
+            longest.cut_unread(message)
+
     def closed(self, channel: BoundedChannel) -> None:
         self._open.pop(channel, None)
         self.body_done(channel)
+        self.unread(channel, 0)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -607,7 +704,9 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
         self.limits = getattr(server, "limits", None) or ConnectionLimits()
         self.head_check: HeadCheck | None = getattr(server, "head_check", None)
         self.open_connections = OpenConnections(
-            connection_cap(self.limits.max_connections), self.limits.max_body_buffer_mb * 1024 * 1024
+            connection_cap(self.limits.max_connections),
+            self.limits.max_body_buffer_mb * 1024 * 1024,
+            self.limits.max_unread_total_mb * 1024 * 1024,
         )
         # twisted's idle timeout (12 hours by default): the connection closes
         # when nothing arrives for this long while a request is awaited.

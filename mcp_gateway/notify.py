@@ -174,8 +174,12 @@ class LocalSubscriptions:
 
     def add(self, uri: str, rel_path: str) -> None:
         with self._lock:
-            if uri not in self._by_uri and len(self._by_uri) >= sessions.MAX_SUBSCRIPTIONS:
+            if uri in self._by_uri:
+                return
+            if len(self._by_uri) >= sessions.MAX_SUBSCRIPTIONS:
                 raise sessions.TooManySubscriptions()
+            if sum(rel == rel_path for rel in self._by_uri.values()) >= sessions.MAX_SPELLINGS:
+                raise sessions.TooManySpellings(rel_path)
             self._by_uri[uri] = rel_path
 
     def remove(self, uri: str) -> None:
@@ -495,6 +499,10 @@ def respond(msg: Message, session_id: str | None, ctx: Context) -> JsonObject:
             errors.RPC_INVALID_PARAMS,
             f"a session holds at most {sessions.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe some first",
             _data(errors.INVALID_RANGE),
+        ) from None
+    except sessions.TooManySpellings as exc:
+        raise ResourceError(
+            errors.RPC_INVALID_PARAMS, f"{exc.message()}; unsubscribe one first", _data(errors.INVALID_RANGE)
         ) from None
     # Acknowledged once this process is in the fan-out group (at most
     # READY_SECONDS), as subscriptions/listen is: a change another process

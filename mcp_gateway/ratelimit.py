@@ -7,15 +7,25 @@ Celery broker) is set: one-minute windows counted with INCR, so N processes
 allow the rate once, not N times. If Redis cannot be reached a warning is
 logged and for :data:`AWAY_SECONDS` each process counts on its own, as
 without Redis, before it asks Redis again: a limiter outage must not take
-the server down with it. The gate asks on the event loop, so until session
-26 a Redis that took connections and never answered (hung, or a route that
-drops its replies) held the loop 1 s for every request, and every other
-client's, even ``/healthz/live``, waited behind them (p50 33 s under four
-clients' loops of requests).
+the server down with it, nor lift the limit (each process still counts).
+Until session 26 a Redis that took connections and never answered (hung,
+or a route that drops its replies) held the event loop 1 s for every
+request, and every other client's, even ``/healthz/live``, waited behind
+them (p50 33 s under four clients' loops of requests). Session 26 made that
+one wait of 0.25 s every :data:`AWAY_SECONDS`, still on the loop, and every
+count the loop's: a Redis answering in 0.2 s held the loop that long for
+each request. The gate now asks through :func:`retry_after_async`: the
+count runs on a thread of its own (:data:`ASKING_THREADS`), and the request
+waits for it at most :func:`wait_bound`; past that, or with too many asks
+already waiting (:data:`ASKING_MAX`), the request is counted in this
+process, as while Redis is away. The admin's sign-in throttle counts on
+Django's thread for sync views, never on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import ipaddress
 import logging
 import math
@@ -32,8 +42,26 @@ log = logging.getLogger(__name__)
 MAX_CLIENTS = 50_000
 #: how long a Redis the limiter could not reach is left alone (counting in this process meanwhile)
 AWAY_SECONDS = 10.0
-#: the longest the limiter waits for Redis to connect or answer (it answers in well under a millisecond)
+#: the longest the limiter waits for Redis to connect or answer (it answers in
+#: well under a millisecond), unless ``DIR2MCP_REDIS_TIMEOUT`` says otherwise
 REDIS_TIMEOUT_SECONDS = 0.25
+#: threads that ask Redis for the gate (the event loop never waits on a socket)
+ASKING_THREADS = 4
+#: asks of Redis waiting or running at once; past this a request is counted in this process
+ASKING_MAX = 64
+
+
+def redis_timeout() -> float:
+    return float(getattr(settings, "DIR2MCP_REDIS_TIMEOUT", REDIS_TIMEOUT_SECONDS))
+
+
+def wait_bound() -> float:
+    """The longest a request waits for its count in Redis: a connection and
+    an answer, each within :func:`redis_timeout`, and a little for the thread."""
+    return 2 * redis_timeout() + 0.25
+
+
+_asking = concurrent.futures.ThreadPoolExecutor(ASKING_THREADS, thread_name_prefix="dir2mcp-ratelimit")
 
 
 @dataclass
@@ -110,12 +138,12 @@ class RedisRateLimiter:
 
         self.per_minute = per_minute
         self.window = window
-        self._redis = redis.Redis.from_url(
-            url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS
-        )
+        timeout = redis_timeout()
+        self._redis = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self._fallback = fallback or RateLimiter(per_minute * 60 / window)
         self._away_until = float("-inf")  # time.monotonic() until which Redis is not asked
         self._warned = False
+        self._waiting = 0  # asks of retry_after_async not yet answered (the event loop's count)
 
     def retry_after(self, key: str, now: float | None = None) -> int:
         """0 when the call may go (it is counted); else whole seconds until it may."""
@@ -124,6 +152,35 @@ class RedisRateLimiter:
     def blocked(self, key: str, now: float | None = None) -> int:
         """:meth:`retry_after` without counting a call."""
         return self._count(key, now, take=False)
+
+    async def retry_after_async(self, key: str) -> int:
+        """:meth:`retry_after` for the event loop, which never waits on Redis:
+        the count runs on one of the limiter's threads and is awaited at most
+        :func:`wait_bound`; past that (Redis slow or away), or with
+        :data:`ASKING_MAX` asks already waiting, the call is counted in this
+        process, and Redis is left alone for :data:`AWAY_SECONDS`."""
+        if time.monotonic() < self._away_until or self._waiting >= ASKING_MAX:
+            return self._fallback.retry_after(key)
+        self._waiting += 1
+        try:
+            asked = _asking.submit(self._count, key, None, take=True)
+            return await asyncio.wait_for(asyncio.wrap_future(asked), wait_bound())
+        except TimeoutError:
+            self._away(TimeoutError())
+            return self._fallback.retry_after(key)
+        finally:
+            self._waiting -= 1
+
+    def _away(self, exc: BaseException) -> None:
+        """Redis could not be reached: count here for :data:`AWAY_SECONDS`."""
+        if not self._warned:
+            log.warning(
+                "rate limit store unreachable, limiting in this process for %gs at a time: %s",
+                AWAY_SECONDS,
+                type(exc).__name__,
+            )
+            self._warned = True
+        self._away_until = time.monotonic() + AWAY_SECONDS
 
     def _count(self, key: str, now: float | None, *, take: bool) -> int:
         if time.monotonic() < self._away_until:
@@ -140,14 +197,7 @@ class RedisRateLimiter:
             else:
                 count = int(self._redis.get(name) or 0) + 1
         except Exception as exc:  # redis.RedisError or a socket error: count here for a while
-            if not self._warned:
-                log.warning(
-                    "rate limit store unreachable, limiting in this process for %gs at a time: %s",
-                    AWAY_SECONDS,
-                    type(exc).__name__,
-                )
-                self._warned = True
-            self._away_until = time.monotonic() + AWAY_SECONDS
+            self._away(exc)
             return self._fallback.retry_after(key) if take else self._fallback.blocked(key)
         self._warned = False
         if count <= self.per_minute:
@@ -196,6 +246,14 @@ def client_key(surface: str, peer: str, real_ip: str | None, token: str | None) 
     a client of its own, with a fresh rate budget and a fresh share of the
     slots (found 2026-11-29, docs/security.md)."""
     return f"{surface}|{client_address(peer, real_ip)}|{sessions.token_digest(token)}"
+
+
+async def retry_after_async(bucket: RateLimiter | RedisRateLimiter, key: str) -> int:
+    """``bucket.retry_after(key)`` for the event loop: in memory at once, in
+    Redis on a thread (:meth:`RedisRateLimiter.retry_after_async`)."""
+    if isinstance(bucket, RedisRateLimiter):
+        return await bucket.retry_after_async(key)
+    return bucket.retry_after(key)
 
 
 def limiter(per_minute: int) -> RateLimiter | RedisRateLimiter | None:

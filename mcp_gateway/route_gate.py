@@ -69,6 +69,10 @@ MCP, REST, SITE = "mcp", "rest", "site"
 # When a route asks for the bearer token (and so the rate limit).
 ALWAYS, NEVER, BEYOND_LOOPBACK = "always", "never", "beyond loopback"
 
+#: The one place a route that takes no token takes a body: the admin's forms
+#: (its sign-in, an action on a page of rows), each at most SITE_BODY_MAX bytes.
+ADMIN_PREFIX = "/admin/"
+SITE_BODY_MAX = 64 * 1024
 REST_PREFIX = "/api/v1/"
 #: The REST mirror's public pages (rest.py: openapi_url, docs_url): they hold no data.
 REST_PUBLIC = frozenset({REST_PREFIX + "openapi.json", REST_PREFIX + "docs"})
@@ -126,13 +130,14 @@ def beyond_loopback(ctx: context.Context) -> bool:
         return True
 
 
-def check_rate(request: Request, ctx: context.Context) -> None:
-    """429 once this client (address and credential) is over its budget."""
+async def check_rate(request: Request, ctx: context.Context) -> None:
+    """429 once this client (address and credential) is over its budget.
+    Counted in Redis, when configured, off the event loop (session 29)."""
     bucket = ratelimit.limiter(ctx.config.server.rate_limit_per_minute)
     if bucket is None:
         return
     key = ratelimit.client_key("", request.client, request.headers.get("x-real-ip"), ctx.auth.token)
-    wait = bucket.retry_after(key)
+    wait = await ratelimit.retry_after_async(bucket, key)
     if wait:
         raise HttpError(
             429,
@@ -206,7 +211,7 @@ async def check_credential(request: Request, route: Route, ctx: context.Context 
     if not asks_credential(request, route, ctx):
         return
     transport.check_bearer(request.headers.get("authorization"), ctx.auth.token)
-    check_rate(request, ctx)
+    await check_rate(request, ctx)
 
 
 async def _no_body() -> Message:
@@ -225,7 +230,12 @@ def head_refusal(scope: Scope) -> Response | None:
     as long as it trickled the body, and was invited to send it with
     ``100 Continue``. Host, Origin and the bearer token are checked here as
     the gate checks them, in the same order and with the same answers; the
-    rate limit is left to the gate (it counts the request)."""
+    rate limit is left to the gate (it counts the request).
+
+    A route that takes no token takes no body either (:func:`check_body`),
+    but a POST of the admin's, up to :data:`SITE_BODY_MAX`: until session
+    29 anyone could have 4 MiB read on any site page, a CORS preflight or
+    the admin's sign-in before its answer."""
     ctx = current.peek()
     if ctx is None:
         return None
@@ -239,11 +249,32 @@ def head_refusal(scope: Scope) -> Response | None:
         cors_origin = request.headers.get("origin")
         if asks_credential(request, route, ctx):
             transport.check_bearer(request.headers.get("authorization"), ctx.auth.token)
+        else:
+            check_body(request, path)
     except HttpError as exc:
         if route.surface != REST:  # counted as the gate counts its refusals
             observe.observe_request(request.method, exc.status, endpoint=route.surface)
         return refusal(route, exc, cors_origin)
     return None
+
+
+def check_body(request: Request, path: str) -> None:
+    """For a request that announces a body (this is asked of no other) on a
+    route that takes no token: 413 unless it is a POST to the admin of at
+    most :data:`SITE_BODY_MAX` bytes with its length declared (a form, as a
+    browser sends it: a chunked one is refused 411)."""
+    if request.method != "POST" or not path.startswith(ADMIN_PREFIX):
+        what = (
+            "a CORS preflight (OPTIONS)" if request.method == "OPTIONS" else f"{request.method} {path[:200]}"
+        )
+        raise HttpError(413, errors.INVALID_RANGE, f"{what} takes no request body")
+    declared = request.headers.get("content-length")
+    if declared is None:
+        raise HttpError(411, errors.INVALID_FIELD, "a form sent to the admin must declare its Content-Length")
+    if not declared.isdigit() or int(declared) > SITE_BODY_MAX:
+        raise HttpError(
+            413, errors.INVALID_RANGE, f"a form sent to the admin is at most {SITE_BODY_MAX} bytes"
+        )
 
 
 def refusal(route: Route, exc: HttpError, cors_origin: str | None) -> Response:

@@ -381,6 +381,7 @@ def _connection_limits(ctx: Context) -> ConnectionLimits:
         max_connections=settings.max_connections,
         max_body_buffer_mb=settings.max_body_buffer_mb,
         max_unread_mb=settings.max_unread_mb,
+        max_unread_total_mb=settings.max_unread_total_mb,
     )
 
 

@@ -31,6 +31,12 @@ MAX_SESSIONS = 10_000
 STREAM_STALE_SECONDS = 45.0
 #: Subscriptions one session may hold.
 MAX_SUBSCRIPTIONS = 1000
+#: Of those, URIs naming one file (``dir2mcp:///f.txt``, ``?lines=1-1``,
+#: ``?lines=1-2``, ...): each change of the file is one update for each,
+#: encoded and written on the event loop. At 1,000 (session 28), 16 reading
+#: streams cost 16,000 updates a change, and another client's ``tools/list``
+#: waited 0.03 to 0.2 s meanwhile (session 29).
+MAX_SPELLINGS = 16
 _last_sweep = 0.0
 
 
@@ -230,13 +236,30 @@ class TooManySubscriptions(Exception):
     pass
 
 
+class TooManySpellings(Exception):
+    """More than :data:`MAX_SPELLINGS` URIs naming one file."""
+
+    def __init__(self, rel_path: str) -> None:
+        super().__init__(rel_path)
+        self.rel_path = rel_path
+
+    def message(self) -> str:
+        return (
+            f"at most {MAX_SPELLINGS} subscribed URIs may name one file "
+            f"({self.rel_path[:200]} is named that many times already): each is sent each change"
+        )
+
+
 def subscribe(session_id: str, uri: str, rel_path: str) -> None:
-    """Idempotent; :class:`TooManySubscriptions` past :data:`MAX_SUBSCRIPTIONS`."""
+    """Idempotent; :class:`TooManySubscriptions` past :data:`MAX_SUBSCRIPTIONS`,
+    :class:`TooManySpellings` past :data:`MAX_SPELLINGS` URIs of ``rel_path``."""
     held = McpSubscription.objects.filter(session_id=session_id)
     if held.filter(uri=uri).exists():
         return
     if held.count() >= MAX_SUBSCRIPTIONS:
         raise TooManySubscriptions()
+    if held.filter(rel_path=rel_path).count() >= MAX_SPELLINGS:
+        raise TooManySpellings(rel_path)
     McpSubscription.objects.get_or_create(
         session_id=session_id, uri=uri, defaults={"rel_path": rel_path, "created_unix": time.time()}
     )

@@ -96,6 +96,11 @@ def open_listen(msg: Message, ctx: Context) -> Listen:
             listen.local.add(uri, notify.subscribable(ctx, uri))
         except ResourceError:
             continue  # not a file this client may read: not honoured, left out of the acknowledgment
+        except sessions.TooManySpellings as exc:  # the whole request: a cut list would hide which were kept
+            data = {"code": errors.INVALID_RANGE, "retryable": False}
+            raise ResourceError(
+                errors.RPC_INVALID_PARAMS, f"{exc.message()} in one subscription", data
+            ) from None
         listen.uris.append(uri)
     return listen
 

@@ -17,12 +17,19 @@ class Channel:
 
     def __init__(self, name: str, waiting: bool):
         self.name, self.waiting_on_client, self.answered = name, waiting, ""
+        self.refused = False  # answered: it only lingers to close
+        self.lingering = False
 
     def make_way(self, message: str) -> None:
         self.answered, self.waiting_on_client = f"made way: {message}", False
+        self.refused = self.lingering = True
 
     def refuse_busy(self, message: str) -> None:
         self.answered = f"refused: {message}"
+        self.refused = True
+
+    def stop_lingering(self) -> None:
+        self.lingering = False
 
 
 BUDGET = 10

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from mcp_gateway.ratelimit import RedisRateLimiter
+from tests.fakes.redis import FakeRedis
 from tests.mcp_http import Server, write_corpus
 from tests.support import wait_until
 from tests.test_cli import cli
@@ -175,49 +176,15 @@ def test_subscriptions_never_hold_a_shared_thread_while_redis_is_away(tmp_path, 
 # -- the rate limit while Redis is away -----------------------------------------------------
 
 
-class SilentRedis:
+class SilentRedis(FakeRedis):
     """A Redis that takes connections and never answers (hung, or behind a
-    route that drops its replies), counting the connections it takes."""
+    route that drops its replies), counting the connections it takes (each
+    client's handshake waits for an answer that never comes: no command
+    follows it)."""
 
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def _accept(self) -> None:
-        self.listener.settimeout(0.2)
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                conn = self.listener.accept()[0]
-                reader = threading.Thread(target=self._read, args=(conn,), daemon=True)
-                self._threads.append(reader)
-                reader.start()
-
-    def _read(self, conn: socket.socket) -> None:
-        conn.settimeout(0.2)
-        with conn:
-            while not self._stop.is_set():
-                try:
-                    data = conn.recv(65536)
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                if not data:
-                    return
-
-    def connections(self) -> int:
-        """How many connections it has taken (each client's handshake waits
-        for an answer that never comes: no command follows it)."""
-        return len(self._threads) - 1
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(WAIT)
-        self.listener.close()
+    def serve(self, conn: socket.socket) -> None:
+        while self.received(conn) is not None:
+            pass
 
 
 @pytest.fixture

@@ -96,22 +96,30 @@ class Listener:
 # -- a stream never read ----------------------------------------------------------------
 
 
-def deep_file(root: Path) -> str:
-    """A file whose path is nearly 1,900 characters: each URI naming it,
+#: Files changed at once, each named by :data:`SPELLINGS` URIs: 992 of a
+#: subscription's 1,000, about 2 MB of updates a change.
+FILES = 62
+SPELLINGS = 16  # the most URIs naming one file a subscription (session 29)
+
+
+def deep_files(root: Path, count: int) -> list[str]:
+    """Files whose paths are nearly 1,900 characters: each URI naming one,
     and so each update sent about it, weighs about 2 KB."""
-    rel = "/".join(f"{i}" + "d" * 229 for i in range(8)) + "/watched.txt"
-    path = root / rel
-    path.parent.mkdir(parents=True)
-    path.write_text("first line\n")
-    return rel
+    folder = "/".join(f"{i}" + "d" * 229 for i in range(8))
+    (root / folder).mkdir(parents=True)
+    rels = [f"{folder}/watched{n:02d}.txt" for n in range(count)]
+    for rel in rels:
+        (root / rel).write_text("first line\n")
+    return rels
 
 
 @pytest.mark.parametrize("version", ["HTTP/1.1", "HTTP/1.0"])
 def test_a_stream_its_client_never_reads_is_closed_past_the_unread_bound(tmp_path, running, version):
     """A streamed answer is written whether or not its client reads it, and
     twisted buffered what the socket would not take, without bound. One
-    subscription to a thousand spellings of one file (``?lines=1-1`` to
-    ``1-1000``) costs about 2 MB of updates per change of it; a client that
+    subscription to 16 spellings (``?lines=1-1`` to ``1-15``, and the bare
+    URI) of each of 62 files costs about 2 MB of updates per change of them
+    (until session 29, a thousand spellings of one file); a client that
     never read its stream made the server hold all of them for as long as
     the connection lasted (measured: 4 such streams with a 100 KB
     subscription id grew `up` by 40 MB per change, for good). Past the
@@ -123,23 +131,24 @@ def test_a_stream_its_client_never_reads_is_closed_past_the_unread_bound(tmp_pat
     was never counted, and so never cut."""
     root = tmp_path / "corpus"
     root.mkdir()
-    rel = deep_file(root)
+    rels = deep_files(root, FILES)
     up = running("--dir", str(root), "--json", env={"DIR2MCP_SERVER__MAX_UNREAD_MB": "1"})
     url = up.url()
     up.event("scan_progress", lambda data: data.get("running") is False)
     token = token_of(root)
-    uri = f"dir2mcp:///{rel}"
-    spellings = [f"{uri}?lines=1-{n}" for n in range(1, 1001)]
+    uris = [f"dir2mcp:///{rel}" for rel in rels]
+    spellings = [u + (f"?lines=1-{n}" if n else "") for u in uris for n in range(SPELLINGS)]
     assert max(len(s) for s in spellings) <= 2048  # notify.MAX_URI_CHARS: each one is honoured
 
     silent = connect(url, receive_buffer=4096)
     silent.sendall(listen_request(url, token, spellings, 1, version))
     read_until(silent, b"acknowledged")  # from here on it reads nothing
-    reader = Listener(url, token, uri)
+    reader = Listener(url, token, uris[0])
     try:
         for change in range(1, 13):  # up to ~24 MB for the silent stream; the bound needs a few
-            with open(root / rel, "a") as file:
-                file.write(f"change {change}\n")
+            for rel in rels:
+                with open(root / rel, "a") as file:
+                    file.write(f"change {change}\n")
             wait_until(
                 lambda change=change: reader.updates >= change,
                 timeout=WAIT,
