@@ -415,3 +415,28 @@ def test_the_corpus_probes_on_every_transport(tmp_path: Path, running) -> None:
     assert [CREDENTIAL in text for text in quoted] == [False] * 9, quoted  # before: True for each
     assert "keys/" not in offered and offered.count("docs/guide.md") == 2, offered  # before: keys/ twice
     assert "Traceback" not in up.stderr, up.stderr
+
+
+@pytest.mark.django_db
+def test_a_definition_passed_over_for_a_credential_leaves_the_page_full(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``symbols`` passed over a definition whose signature holds a
+    credential under the rules now after cutting the answer to ``limit``:
+    with ``limit`` 1 it answered no definition and ``truncated`` true (no
+    cursor to go on with), where a readable one came next, and the flag
+    told of the one passed over. It now reads on past it."""
+    built(
+        corpus_dir,
+        state,
+        monkeypatch,
+        {"src/a_use.py": USES_KEY, "src/b_clean.py": "def login(user):\n    return user\n"},
+    )
+    patterns = [*DEFAULT_SECRET_PATTERNS, "MYCO-KEY-[a-z0-9]{16}"]
+    config = build_config({**CONFIG, "security": {"secret_patterns": patterns}}, {}, {})
+    now = context.build(root=corpus_dir, state=state, config=config, auth_spec="none")
+    found = call(now, "dir2mcp.symbols", {"name": "login", "limit": 1})["structuredContent"]
+    assert CREDENTIAL not in json.dumps(found)
+    # before: [] and truncated true
+    assert [hit["rel_path"] for hit in found["symbols"]] == ["src/b_clean.py"], found
+    assert (found["count"], found["truncated"]) == (1, False)
