@@ -210,6 +210,13 @@ def validate(query: str, k: int, index: str) -> None:
         raise errors.Dir2mcpError(errors.INVALID_FIELD, f"index must be one of {', '.join(INDEXES)}")
 
 
+def _holds_secret(holds_secret: Callable[[str], object], row: chunks.HitRow) -> bool:
+    """Whether what a hit shows of its unit holds a credential: its text, or
+    its label (a sheet's name, shown with each of its units' hits where only
+    the first one's text opens with it: session 29's review)."""
+    return bool(holds_secret(row.text)) or (row.label is not None and bool(holds_secret(row.label)))
+
+
 class Searcher:
     """Hybrid search over one state directory."""
 
@@ -342,7 +349,7 @@ class Searcher:
                 start = at.get(cid, 0)
                 batch = [c for c in ids[start : start + SCREENED_BATCH] if c not in known] or [cid]
                 rows = chunks.hit_rows(batch)
-                known.update((c, c not in rows or not holds_secret(rows[c].text)) for c in batch)
+                known.update((c, c not in rows or not _holds_secret(holds_secret, rows[c])) for c in batch)
             return known.get(cid, True)
 
         return clean
@@ -788,7 +795,7 @@ class Searcher:
             text, rep_type, rel_path, doc_type, span, label = row
             if self.readable is not None and not self._judged(rel_path):
                 continue
-            if self.holds_secret is not None and self.holds_secret(text):
+            if self.holds_secret is not None and _holds_secret(self.holds_secret, row):
                 continue
             hits.append(
                 Hit(

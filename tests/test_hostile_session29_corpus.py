@@ -29,6 +29,7 @@ from tests.test_cli import cli
 from tests.test_dispatch import call
 from tests.test_hostile_clients import WAIT, token_of
 from tests.test_hostile_session27 import rpc
+from tests.test_office import make_xlsx
 from tests.test_review26 import indexed
 from tests.test_stdio import Raw, command
 
@@ -440,3 +441,25 @@ def test_a_definition_passed_over_for_a_credential_leaves_the_page_full(
     # before: [] and truncated true
     assert [hit["rel_path"] for hit in found["symbols"]] == ["src/b_clean.py"], found
     assert (found["count"], found["truncated"]) == (1, False)
+
+
+@pytest.mark.django_db
+def test_a_page_label_holding_a_credential_is_screened_with_the_text(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sheet's name is its units' label (``sheet '…'``), shown with every
+    hit and citation, but only its first unit's text opens with it: a
+    sheet named with what a rule added since indexing calls a credential
+    was quoted by the hits of its later units, screened by their text
+    alone. The label is screened with the text."""
+    rows = [[f"row {n} of plain filler words for length"] for n in range(150)] + [["zebrafinch"]]
+    (corpus_dir / "book.xlsx").write_bytes(make_xlsx({CREDENTIAL: rows}))
+    earlier = built(corpus_dir, state, monkeypatch, {})
+    patterns = [*DEFAULT_SECRET_PATTERNS, "MYCO-KEY-[a-z0-9]{16}"]
+    config = build_config({**CONFIG, "security": {"secret_patterns": patterns}}, {}, {})
+    now = context.build(root=corpus_dir, state=state, config=config, auth_spec="none")
+    # the control: a later unit of the sheet, labelled with its name
+    assert CREDENTIAL in json.dumps(call(earlier, "dir2mcp.search", {"query": "zebrafinch"}))
+    found = call(now, "dir2mcp.search", {"query": "zebrafinch"})["structuredContent"]
+    assert CREDENTIAL not in json.dumps(found)  # before: in the hit's label
+    assert (found["hits"], found["match"]) == ([], "weak")
