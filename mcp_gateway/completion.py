@@ -199,11 +199,6 @@ class SymbolTable:
             files = self.files[self.starts[at] : self.starts[at + 1]]
             yield self.names.values[at], (self.paths[index] for index in files)
 
-    def complete(self, typed: str) -> Completion:
-        """The names ``typed`` begins, unjudged (a table of one readable file)."""
-        lo, hi = self.names.matching(typed.lower())
-        return Completion(list(self.names.values[lo : min(hi, lo + MAX_VALUES)]), hi - lo)
-
 
 class Verdicts:
     """Whether the exclusion engine lets each path of a table through, kept
@@ -382,6 +377,12 @@ class Judge:
             raise Stop
         return False
 
+    def refuse(self) -> None:
+        """Count a value left out for itself (a name holding a credential)."""
+        self.refusals += 1
+        if self.refusals > REFUSALS:
+            raise Stop
+
     def first(self, paths: Iterable[str], wanted: int = 1) -> list[str]:
         """The first ``wanted`` of ``paths`` that pass (fewer when the rest fail)."""
         return list(islice(filter(self.passes, paths), wanted))
@@ -443,6 +444,11 @@ def _symbols(ctx: Context, table: SymbolTable, typed: str) -> Completion:
 
     def offered(entry: tuple[str, Iterator[str]]) -> str | None:
         name, files = entry
+        # The name itself is text of the index: a secret pattern added since
+        # it was written may call it a credential (session 29's review).
+        if ctx.engine.find_secret(name) is not None:
+            judge.refuse()
+            return None
         return name if judge.first(files) else None
 
     return _screened(ctx, table.matching(typed), offered)
@@ -459,7 +465,7 @@ def complete_symbol(ctx: Context, typed: str, context: JsonObject) -> Completion
         return Completion([], 0)
     if not ctx.readable(rel):  # excluded since it was indexed: as the explain prompt refuses it
         return Completion([], 0)
-    return build_symbols(rel).complete(typed)
+    return _symbols(ctx, build_symbols(rel), typed)
 
 
 def complete_date(_ctx: Context, typed: str, _context: JsonObject) -> Completion:
