@@ -143,7 +143,7 @@ def child(args: argparse.Namespace) -> None:
 
     state = StateDir(args.state)
     embedder = hashing_embedder(args.pace)
-    check_models(embedder, state, signature_weight=WEIGHT, vector_store=args.store)
+    check_models(embedder, state, signature_weight=WEIGHT, vector_store=args.store, records_store=True)
     start = time.process_time()
     done = embed_pending(embedder, state)
     store = dense_store(state)

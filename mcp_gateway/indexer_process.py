@@ -672,6 +672,9 @@ class DenseRefresher:
         self._thread = threading.Thread(target=self._loop, name="dir2mcp-dense-refresh", daemon=True)
 
     def start(self) -> DenseRefresher:
+        # from now, not from the first pass: a search before it (which syncs
+        # for itself) waits for the child's file too rather than build one
+        dense_store(self.state).follow_saves = self.follow_saves
         self._thread.start()
         return self
 
@@ -684,10 +687,11 @@ class DenseRefresher:
         self._wake.set()
 
     def _loop(self) -> None:
+        store = dense_store(self.state)
         while self.after is not None and not self.after.wait(self.every):
             if self.stop.is_set():
+                store.follow_saves = None
                 return
-        store = dense_store(self.state)
         store.refresher = self
         store.follow_saves = self.follow_saves
         try:

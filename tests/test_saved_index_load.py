@@ -21,7 +21,7 @@ from corpus.index.dense.embedding import (
     embed_pending,
     views_pending,
 )
-from corpus.index.dense.vectors import index_path
+from corpus.index.dense.vectors import index_path, remove_files
 from corpus.ingest.collect import collect
 from corpus.models import Chunk
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
@@ -231,7 +231,7 @@ def distinct_chunks(count: int, tag: str) -> list[Chunk]:
 
 @pytest.mark.django_db
 def test_a_server_holding_many_vectors_itself_views_the_childs_file_instead(state) -> None:
-    check_models(Hashed(), state, vector_store="usearch-bf16")
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True)
     chunks = distinct_chunks(6, "a")
     embed_pending(Hashed(), state, batch_size=4)  # the child stores and saves
     server = server_store(state, follow=None)
@@ -254,3 +254,51 @@ def test_a_server_holding_many_vectors_itself_views_the_childs_file_instead(stat
         query = vector(unit_text(chunk))
         assert hits(server, query, 5) == hits(elsewhere, query, 5)
         assert hits(server, query, 1)[0][0] == chunk.chunk_id
+
+
+@pytest.mark.django_db
+def test_a_server_following_saves_searches_its_old_file_while_the_child_builds_the_new_store(state) -> None:
+    check_models(Hashed(), state, vector_store="hnswlib", records_store=True)
+    chunks = distinct_chunks(6, "a")
+    embed_pending(Hashed(), state, batch_size=4)  # the child stores and saves an hnswlib file
+    # an upgrade: the child starts with another store (the new default) and records it
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True)
+    server = server_store(state, follow=3600.0)  # `up`'s, whose child shares the state directory
+    index = server.sync("code")
+    assert index is not None and index.store == "hnswlib" and len(index) == 6  # the old file, searched
+    assert server.builds == 0
+    query = vector(unit_text(chunks[2]))
+    assert hits(server, query, 1)[0][0] == chunks[2].chunk_id
+    assert server.sync("code") is index and server.builds == 0  # the same file: not tried again
+
+    child = server_store(state, follow=None)  # the indexing child builds the recorded store's
+    child.sync("code")
+    child.save(force=True)
+    assert child.builds == 1
+    index = server.sync("code")
+    assert index is not None and index.store == "usearch-bf16" and index.viewed == 0 and len(index) == 6
+    assert server.builds == 0
+    assert hits(server, query, 1)[0][0] == chunks[2].chunk_id
+
+
+@pytest.mark.django_db
+def test_a_server_following_saves_without_a_file_waits_for_the_childs_instead_of_building(state) -> None:
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True)
+    chunks = distinct_chunks(6, "a")
+    embed_pending(Hashed(), state, batch_size=4)
+    remove_files(state)  # lost, or never saved: the child builds it again from the database
+    server = server_store(state, follow=3600.0)
+    assert server.sync("code") is None and server.builds == 0  # dense search waits (lexical only)
+    assert server.sync("code") is None and server.builds == 0
+
+    child = server_store(state, follow=None)
+    child.sync("code")
+    child.save(force=True)
+    index = server.sync("code")
+    assert index is not None and index.viewed == 0 and len(index) == 6 and server.builds == 0
+    query = vector(unit_text(chunks[4]))
+    assert hits(server, query, 1)[0][0] == chunks[4].chunk_id
+
+    alone = server_store(state, follow=None)  # a server with no child on this machine builds as before
+    remove_files(state)
+    assert alone.sync("code") is not None and alone.builds == 1

@@ -487,7 +487,7 @@ def test_the_embedding_process_builds_the_code_index_again_once_at_the_end_of_it
 @pytest.mark.django_db
 def test_a_change_of_vector_store_builds_the_index_again_from_the_stored_vectors(state, caplog) -> None:
     chunks = code_chunks(6)
-    check_models(_Hashed(), state, signature_weight=WEIGHT, vector_store="hnswlib")
+    check_models(_Hashed(), state, signature_weight=WEIGHT, vector_store="hnswlib", records_store=True)
     embed_pending(_Hashed(), state, batch_size=4)
     store = dense_store(state)
     before = store.sync("code")
@@ -495,7 +495,7 @@ def test_a_change_of_vector_store_builds_the_index_again_from_the_stored_vectors
     store.save(force=True)
 
     # the indexing process records another rag.vector_store
-    check_models(_Hashed(), state, signature_weight=WEIGHT, vector_store="usearch-i8")
+    check_models(_Hashed(), state, signature_weight=WEIGHT, vector_store="usearch-i8", records_store=True)
     with caplog.at_level(logging.WARNING):
         after = store.sync("code")  # this process's index follows it
         fresh = DenseStore(state).sync("code")  # and one started now, whose file is hnswlib's

@@ -60,6 +60,7 @@ def index_directory(
                 reset=mode == "full",
                 signature_weight=config.embed.signature_weight,
                 vector_store=config.rag.vector_store,
+                records_store=True,
             )
             query_adapter.record(config.search.query_adapter)
         return walking_indexer(

@@ -131,6 +131,7 @@ def watch_directory(
                 state,
                 signature_weight=config.embed.signature_weight,
                 vector_store=config.rag.vector_store,
+                records_store=True,
             )
         feed.start()
         try:

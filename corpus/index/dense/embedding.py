@@ -52,6 +52,8 @@ from corpus.index.dense.vectors import (
     index_path,
     remove_files,
     saved_seq,
+    saved_stamp,
+    saved_store,
 )
 from corpus.index.dense.views import MEMBER_VIEW_WEIGHT, VIEW_VERSION, embedding_text, signature_view
 from corpus.index.tables import marks
@@ -136,6 +138,7 @@ def check_models(
     reset: bool = False,
     signature_weight: float | None = None,
     vector_store: str | None = None,
+    records_store: bool = False,
 ) -> None:
     """Record the embedder's models, or refuse to mix vectors from two models.
 
@@ -146,10 +149,18 @@ def check_models(
     ``embed.signature_weight``) is recorded with new vectors only: an index
     keeps the recipe its vectors were made with until a full reindex.
     ``vector_store`` (the configured ``rag.vector_store``) is recorded at
-    once: every process's dense indices follow it (:func:`recorded_store`),
-    built again from the stored vectors."""
-    if vector_store is not None and get_setting(STORE_KEY) != vector_store:
-        set_setting(STORE_KEY, vector_store)
+    once by the process that owns indexing (``records_store``: it holds the
+    index lock; `up`'s child, ``index``, ``reindex``): every process's dense
+    indices follow it (:func:`recorded_store`), built again from the stored
+    vectors. Any other process (``ask``, the server) uses the recorded one,
+    its own only while none is recorded (DenseStore.configured_store), so a
+    one-off command with another store leaves a running ``up`` alone."""
+    if vector_store is not None:
+        if records_store:
+            if get_setting(STORE_KEY) != vector_store:
+                set_setting(STORE_KEY, vector_store)
+        else:
+            dense_store(state).configured_store = vector_store
     fresh_code = recorded_model("code") is None
     for kind in KINDS:
         wanted = embedder.model_info(kind)
@@ -208,12 +219,12 @@ def _record_recipe(state: StateDir, weight: float | None, *, fresh: bool, reset:
 STORE_KEY = "vector_store"
 
 
-def recorded_store(value: str | None = None) -> str:
+def recorded_store(value: str | None = None, configured: str = DEFAULT_STORE) -> str:
     """The recorded ``rag.vector_store`` (``value``: the setting as read
-    already); the default before any was recorded."""
+    already); ``configured`` before any was recorded."""
     if value is None:
         value = get_setting(STORE_KEY)
-    return value if value in STORES else DEFAULT_STORE
+    return value if value in STORES else configured
 
 
 def signature_weight() -> float:
@@ -347,6 +358,16 @@ class DenseStore:
         self.view_every = VIEW_EVERY_SECONDS
         self._viewed_at: dict[str, float] = {}
         self._viewed_seq: dict[str, str] = {}
+        #: the store used while none is recorded (this process's
+        #: ``rag.vector_store``, never recorded by it: check_models)
+        self.configured_store = DEFAULT_STORE
+        #: indices built here from every stored vector (no file to load: sync)
+        self.builds = 0
+        # With follow_saves: the store and file stamp (saved_stamp) of the
+        # last load refused, not tried again until the file is saved again;
+        # and whether dense search waits for the child's file (_meanwhile).
+        self._refused: dict[str, tuple[str, tuple[int, int, int, int] | None]] = {}
+        self._waiting: dict[str, bool] = {}
 
     def index(self, kind: str, store: str | None = None) -> VectorIndex | None:
         """The index for ``kind``, loaded or rebuilt; None before any model.
@@ -359,20 +380,69 @@ class DenseStore:
             if info is None or not info.dim:
                 return None
             if store is None:
-                store = current.store if current is not None else recorded_store()
+                store = (
+                    current.store if current is not None else recorded_store(configured=self.configured_store)
+                )
             if current is None or (current.model, current.dim, current.store) != (
                 info.model,
                 info.dim,
                 store,
             ):
-                current = VectorIndex(index_path(self.state, kind), info.dim, info.model, store)
-                if current.load(view=self.follow_saves is not None) and current.seq is not None:
+                path = index_path(self.state, kind)
+                following = self.follow_saves is not None
+                if following and self._refused.get(kind) == (store, saved_stamp(path)):
+                    return self._meanwhile(kind, current, info)  # the file is as it was refused
+                fresh = VectorIndex(path, info.dim, info.model, store)
+                loaded = fresh.load(quiet=following, view=following)
+                if not loaded and following:
+                    self._refused[kind] = (store, saved_stamp(path))
+                    kept = self._meanwhile(kind, current, info)
+                    if kept is not None or current is None and self._waiting.get(kind):
+                        return kept
+                self._refused.pop(kind, None)
+                self._waiting.pop(kind, None)
+                current = fresh
+                if loaded and current.seq is not None:
                     # what the file holds every vector of: sync re-reads only what is newer
                     self._synced[kind] = current.seq
                 else:
                     self._synced.pop(kind, None)
                 self._indices[kind] = current
             return current
+
+    def _meanwhile(self, kind: str, current: VectorIndex | None, info: ModelInfo) -> VectorIndex | None:
+        """With ``follow_saves``, when the file of the recorded store cannot be
+        loaded (another store's: an upgrade, a change of ``rag.vector_store``;
+        missing, or behind): the index searched until the indexing child,
+        which builds that store's index from the database, saves it (loaded by
+        the next sync after the save), rather than a second build here. The
+        index held (another store's, of the same model: its vectors are the
+        same), else the file in the store its sidecar names, else None
+        (dense search waits: lexical only). None also when the database
+        holds no more than REPLACE_IN_PLACE_MAX vectors of ``kind``: built
+        here then (the caller), at once. Called under ``self._lock``."""
+        if current is not None and (current.model, current.dim) == (info.model, info.dim):
+            return current
+        path = index_path(self.state, kind)
+        older = saved_store(path) if current is None and kind not in self._waiting else None
+        if older is not None:
+            held = VectorIndex(path, info.dim, info.model, older)
+            if held.load(quiet=True, view=True):
+                if held.seq is not None:
+                    self._synced[kind] = held.seq
+                self._indices[kind] = held
+                logger.info(
+                    "%s index: searching the saved %s file until the indexing process saves its new one",
+                    kind,
+                    older,
+                )
+                return held
+        if kind not in self._waiting:
+            stored = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
+            self._waiting[kind] = stored.count() > self.replace_in_place_max
+            if self._waiting[kind]:
+                logger.info("%s index: dense search waits for the file the indexing process builds", kind)
+        return None
 
     def for_search(self, kind: str) -> VectorIndex | None:
         """The index a search reads: as it is while a refresher keeps it in
@@ -394,7 +464,7 @@ class DenseStore:
         this process last reconciled."""
         recorded, collected, stored_in = _settings(_version_key(kind), COLLECTED_KEY, STORE_KEY)
         version = recorded or "0"
-        store = recorded_store(stored_in)
+        store = recorded_store(stored_in, self.configured_store)
         current = self._indices.get(kind)
         if (
             current is not None
@@ -429,6 +499,7 @@ class DenseStore:
             # the one the index holds.
             since = rows.filter(embed_seq__gt=int(synced or 0)).values_list("chunk_id", flat=True)
             wanted = sorted(since.iterator())
+        built = whole and not len(index) and len(wanted) > 0
         for start in range(0, len(wanted), 2000):
             part = rows.filter(chunk_id__in=wanted[start : start + 2000])
             ids, vecs = _stack(part)
@@ -447,6 +518,12 @@ class DenseStore:
             self._synced[kind] = version
             if not self._deferred.get(kind):
                 index.seq = version
+            if built:
+                self.builds += 1
+        if built:
+            logger.info(
+                "%s index built from the database with %d vectors (%s)", kind, len(index), index.store
+            )
         return self.settle(kind) or self._view(kind, index) or index
 
     def _view(self, kind: str, index: VectorIndex) -> VectorIndex | None:

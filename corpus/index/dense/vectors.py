@@ -562,6 +562,26 @@ def saved_seq(path: Path) -> str | None:
     return seq if isinstance(seq, str) and seq.isdigit() else None
 
 
+def saved_store(path: Path) -> str | None:
+    """The store the sidecar of the file at ``path`` names (LEGACY_STORE
+    where it names none); None: no readable sidecar, or an unknown store."""
+    meta = _read_sidecar(path)
+    if meta is None:
+        return None
+    store = meta.get("store", LEGACY_STORE)
+    return store if isinstance(store, str) and store in STORES else None
+
+
+def saved_stamp(path: Path) -> tuple[int, int, int, int] | None:
+    """What changes when the file at ``path`` is saved again (its and its
+    sidecar's sizes and modification times); None: either is missing."""
+    try:
+        file, meta = path.stat(), _sidecar(path).stat()
+    except OSError:
+        return None
+    return (file.st_size, file.st_mtime_ns, meta.st_size, meta.st_mtime_ns)
+
+
 def index_count(meta: JsonObject) -> int:
     """The slots a file's sidecar says it holds: its labels and those marked deleted."""
     deleted = meta.get("deleted") or []
