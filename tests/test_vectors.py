@@ -207,3 +207,17 @@ def test_a_viewed_file_takes_additions_removals_and_replacements_in_memory(path,
     again = VectorIndex(path, DIM, "m", store)
     assert again.load() and again.labels == set(range(1, 54)) - {7, 8, 52}
     assert again.search(blend[0], 1)[0].chunk_id == 9
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_a_zero_query_scores_a_stored_zero_vector_zero(path, store, view):
+    index = VectorIndex(path, DIM, "m", store)
+    index.add(np.arange(1, 4), np.vstack([np.zeros(DIM, dtype=np.float32), unit(2)]))
+    if view:
+        index.save()
+        index = VectorIndex(path, DIM, "m", store)
+        assert index.load(view=True)
+
+    hits = index.search(np.zeros(DIM, dtype=np.float32), 3)
+
+    assert {hit.chunk_id: hit.score for hit in hits} == {1: 0.0, 2: 0.0, 3: 0.0}

@@ -235,7 +235,12 @@ class _USearch:
         self.index.expansion_search = max(EF_SEARCH_MIN, k)  # type: ignore[misc]  # its setter is untyped
         found = self.index.search(query, k, threads=1)
         # 1 - the inner product (int8: 1 - the cosine)
-        return found.keys.astype(np.int64), 1.0 - found.distances
+        scores = 1.0 - found.distances
+        if self.dtype == "i8" and not np.any(query):
+            # usearch's cosine of two zero vectors is 1; their inner product,
+            # as every other store scores a zero query, is 0
+            scores = np.zeros_like(scores)
+        return found.keys.astype(np.int64), scores
 
     def write(self, path: Path) -> None:
         self.index.save(str(path))
