@@ -302,3 +302,25 @@ def test_a_server_following_saves_without_a_file_waits_for_the_childs_instead_of
     alone = server_store(state, follow=None)  # a server with no child on this machine builds as before
     remove_files(state)
     assert alone.sync("code") is not None and alone.builds == 1
+
+
+@pytest.mark.django_db
+def test_ups_refresher_follows_saves_from_its_start_before_its_first_pass(state) -> None:
+    check_models(Hashed(), state, vector_store="hnswlib", records_store=True)
+    chunks = distinct_chunks(6, "a")
+    embed_chunks(Hashed(), [c.chunk_id for c in chunks], batch_size=4)  # the database only
+    child = server_store(state, follow=None)
+    child.sync("code")
+    child.save(force=True)  # the child's hnswlib file
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True)  # its next start
+    stop = threading.Event()
+    answered = threading.Event()  # never: the refresher's first pass waits for it
+    refresher = DenseRefresher(state, stop, every=0.05, after=answered, follow_saves=3600.0).start()
+    try:
+        store = dense_store(state)
+        index = store.for_search("code")  # a search before the first pass syncs for itself
+        assert index is not None and index.store == "hnswlib" and store.builds == 0
+    finally:
+        stop.set()
+        refresher.join(10)
+    assert not refresher.passes and dense_store(state).follow_saves is None
