@@ -100,9 +100,18 @@ def cost_shares(lines: dict[int, int], limit: int, exponent: float) -> dict[int,
 
 #: shorter words than this are neither a name's word nor a query's to match
 NAME_WORD_MIN = 3
-#: a word matches another it begins when it has at least this many letters
-#: ("thread" matches "threading", "back" "backward")
+#: a name's word matches a query word it begins when it has at least this
+#: many letters ("thread" matches "threading", "back" "backward"; ``map``
+#: does not match "mapping": measured, it cost Python queries)
 NAME_PREFIX_MIN = 4
+#: a query word matches a name's word it begins when it has at least this
+#: many letters: "get" the one-word ``getreply``, "run" ``runsource``
+QUERY_PREFIX_MIN = 3
+#: names that declare a constructor (Python's, JavaScript's and TypeScript's),
+#: which a query word beginning with ``CONSTRUCTING`` names in full:
+#: "Constructor for the GzipFile class." asks for ``__init__``
+CONSTRUCTOR_NAMES = frozenset({"__init__", "constructor"})
+CONSTRUCTING = "construct"
 
 
 def name_words(name: str) -> list[str]:
@@ -114,11 +123,15 @@ def name_words(name: str) -> list[str]:
 
 
 def _word_matches(word: str, terms: Sequence[str]) -> bool:
+    """Whether a name's ``word`` equals a query term, begins one
+    (``NAME_PREFIX_MIN``) or is begun by one (``QUERY_PREFIX_MIN``)."""
     for term in terms:
         if term == word:
             return True
-        short, long = (term, word) if len(term) <= len(word) else (word, term)
-        if len(short) >= NAME_PREFIX_MIN and long.startswith(short):
+        if len(term) < len(word):
+            if len(term) >= QUERY_PREFIX_MIN and word.startswith(term):
+                return True
+        elif len(word) >= NAME_PREFIX_MIN and term.startswith(word):
             return True
     return False
 
@@ -129,14 +142,19 @@ def name_match_shares(names: dict[int, str], query_words: Sequence[str], weight:
     sentence describing code tends to use the words its name is made of
     ("Move the turtle backward" → ``back``, "Compresses a list of hextets"
     → ``_compress_hextets``), while the units around it match the sentence's
-    topic, not its verb."""
+    topic, not its verb. A constructor's name (``CONSTRUCTOR_NAMES``) is
+    matched whole by a word beginning with "construct"."""
     terms = [term for term in query_words if len(term) >= NAME_WORD_MIN]
     if weight <= 0 or not terms:
         return {}
+    constructing = any(term.startswith(CONSTRUCTING) for term in terms)
     shares = {}
     for cid, name in names.items():
         parts = name_words(name)
-        matched = sum(_word_matches(part, terms) for part in parts)
+        if constructing and name in CONSTRUCTOR_NAMES:
+            matched = len(parts)
+        else:
+            matched = sum(_word_matches(part, terms) for part in parts)
         if matched:
             shares[cid] = 1 + weight * matched / len(parts)
     return shares

@@ -158,6 +158,18 @@ def test_name_match_shares_scale_a_unit_by_the_share_of_its_name_the_query_holds
     assert ranking.name_match_shares(names, query, 0.0) == {}
 
 
-def test_a_short_word_matches_only_itself():
-    # "bac" is shorter than NAME_PREFIX_MIN: it does not match "back" by beginning it
-    assert ranking.name_match_shares({1: "back", 2: "bac"}, ["bac"], 1.0) == {2: 2.0}
+def test_a_short_name_word_begins_no_query_word_but_a_short_query_word_begins_a_name():
+    # the name's "map" is shorter than NAME_PREFIX_MIN: it does not match "mapping"
+    assert ranking.name_match_shares({1: "map", 2: "mapping"}, ["mapping"], 1.0) == {2: 2.0}
+    # the query's "get" (QUERY_PREFIX_MIN letters) begins the one-word getreply
+    assert ranking.name_match_shares({1: "getreply", 2: "reply_code"}, ["get"], 1.0) == {1: 2.0}
+    assert ranking.name_match_shares({1: "back", 2: "bac"}, ["bac"], 1.0) == {1: 2.0, 2: 2.0}
+
+
+def test_a_word_beginning_with_construct_names_a_constructor_whole():
+    names = {1: "__init__", 2: "constructor", 3: "reopen", 4: "init_db"}
+
+    shares = ranking.name_match_shares(names, ["constructs", "gzip", "file"], 0.5)
+
+    assert shares == {1: 1.5, 2: 1.5}  # not init_db: a constructor is named by what it is
+    assert ranking.name_match_shares(names, ["gzip", "file"], 0.5) == {}

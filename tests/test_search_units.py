@@ -283,6 +283,50 @@ def test_a_unit_named_by_the_query_s_words_gains_on_one_that_only_matches_its_to
     assert found[1.0] == ["def back", "def step"]
 
 
+def test_a_three_letter_word_begins_a_name_and_construct_names_a_constructor(corpus_dir, state):
+    """A three-letter query word begins a one-word name ("get" and
+    ``getreply``; ranking.QUERY_PREFIX_MIN), and a word beginning with
+    "construct" names ``__init__`` whole (ranking.CONSTRUCTOR_NAMES): at the
+    default weight each unit leads the neighbour that, by its words alone
+    (name_match_weight 0), comes first."""
+    (corpus_dir / "client.py").write_text(
+        "class Client:\n"
+        "    def getreply(self):\n"
+        "        return self.server.readline()\n"
+        "\n"
+        "    def status(self, code):\n"
+        "        # the code of the server's reply\n"
+        "        return self.replies[code]\n"
+    )
+    (corpus_dir / "fields.py").write_text(
+        "class Entry:\n"
+        "    def __init__(self, pair):\n"
+        "        self.name, self.value = pair\n"
+        "\n"
+        "    def parse(self, field_name, field_value):\n"
+        "        return field_name.strip(), field_value.strip()\n"
+    )
+    queries = {
+        "Get a reply from the server.": "def getreply",
+        "Constructor from field name and value.": "def __init__",
+    }
+    first = {}
+    for weight in (0.0, None):
+        search = {} if weight is None else {"name_match_weight": weight}
+        # classes of more than 5 lines are opened: each method is a unit
+        chunking = {"code": {"unit_max_lines": 5}}
+        config = build_config({"embed": {"provider": "none"}, "search": search, "chunking": chunking}, {}, {})
+        index_directory(corpus_dir, state=state, config=config, embedder=None)
+        searcher = Searcher(state, config, None)
+        first[weight] = {
+            query: searcher.search(query, k=3).hits[0].text.strip().split("(")[0] for query in queries
+        }
+
+    by_words = ("def status", "def parse")
+    assert first[0.0] == dict(zip(queries, by_words, strict=True))
+    assert first[None] == queries  # the default weight, 0.75
+
+
 def test_a_unit_that_declares_nothing_keeps_a_share_of_its_score(corpus_dir, state):
     """``search.undeclared_share``: a statement between definitions that
     says the query's words more often comes after the definitions that
