@@ -139,6 +139,7 @@ def check_models(
     signature_weight: float | None = None,
     vector_store: str | None = None,
     records_store: bool = False,
+    shard_vectors: int | None = None,
 ) -> None:
     """Record the embedder's models, or refuse to mix vectors from two models.
 
@@ -154,7 +155,12 @@ def check_models(
     indices follow it (:func:`recorded_store`), built again from the stored
     vectors. Any other process (``ask``, the server) uses the recorded one,
     its own only while none is recorded (DenseStore.configured_store), so a
-    one-off command with another store leaves a running ``up`` alone."""
+    one-off command with another store leaves a running ``up`` alone.
+    ``shard_vectors`` (``rag.shard_vectors``): the most vectors a file of
+    the indices this process saves holds, for the process that owns
+    indexing only (any process reads any layout)."""
+    if shard_vectors is not None and records_store:
+        dense_store(state).shard_vectors = shard_vectors
     if vector_store is not None:
         if records_store:
             if get_setting(STORE_KEY) != vector_store:
@@ -369,6 +375,10 @@ class DenseStore:
         self.configured_store = DEFAULT_STORE
         #: indices built here from every stored vector (no file to load: sync)
         self.builds = 0
+        #: the most vectors a file of this process's indices holds (0: one
+        #: file; set for the process that owns indexing, check_models; None:
+        #: another process, which reads any layout: VectorIndex.shard_vectors)
+        self.shard_vectors: int | None = None
         # With follow_saves: the store and file stamp (saved_stamp) of the
         # last load refused, not tried again until the file is saved again;
         # and whether dense search waits for the child's file (_meanwhile).
@@ -405,7 +415,7 @@ class DenseStore:
                     if kept is not None or self._waiting.get(kind):
                         return kept
                     # the indexing child is gone: its file is tried once more, then built here
-                fresh = VectorIndex(path, info.dim, info.model, store)
+                fresh = VectorIndex(path, info.dim, info.model, store, shard_vectors=self.shard_vectors)
                 loaded = fresh.load(quiet=following, view=following)
                 if not loaded and following:
                     self._refused[kind] = (store, saved_stamp(path))
@@ -697,7 +707,7 @@ class DenseStore:
         version read first is read again by the next sync."""
         (recorded,) = _settings(_version_key(kind))
         version = recorded or "0"
-        fresh = VectorIndex(old.path, old.dim, old.model, old.store)
+        fresh = VectorIndex(old.path, old.dim, old.model, old.store, shard_vectors=self.shard_vectors)
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
         ids_all = sorted(rows.values_list("chunk_id", flat=True).iterator())
         for start in range(0, len(ids_all), 10_000):
