@@ -12,15 +12,19 @@ process holds them all. Queries: ``--queries`` more from the same draw.
 
 Each step runs in a fresh process:
 
-- build: ``VectorIndex.add`` (every core) block by block into one index,
-  or into the open shard, saved and dropped once it holds
-  ``--shard-vectors`` (``VectorIndex.save``); the process's peak RSS
-  (``ru_maxrss``) and the build's vectors a second;
-- search: every saved file memory-mapped (``VectorIndex.load(view=True)``,
-  as ``up``'s server does), each query searched with k ``--k`` in each and
-  the hits merged by score (the shards' scores are the same inner product);
-  the p50 and p90 of a query's time, and RSS after the queries split into
-  anonymous memory and file pages (the files' pages, the page cache's);
+- build: ``VectorIndex.add`` (every core) block by block, with
+  ``shard_vectors`` 0 (one index) or ``--shard-vectors`` (a full shard
+  saved and memory-mapped as the indexing process does), then saved; the
+  process's peak RSS (``ru_maxrss``) and the build's vectors a second;
+- search: the saved index memory-mapped (``VectorIndex.load(view=True)``,
+  as ``up``'s server does: every shard the sidecar lists), each query
+  searched with k ``--k`` (a sharded index merges each shard's k nearest);
+  RSS after the queries split into anonymous memory and file pages (the
+  files' pages, the page cache's), and the hits kept;
+- alternate: every layout mapped in one process, each query searched in
+  each layout in turn (the order flipped every query), after 20 queries
+  each to bring the pages in: a query's p50 and p90 per layout, the
+  machine's load falling on each alike;
 - exact: the true top k of each query by numpy, a block at a time.
 
 Reported: recall@k of each layout against the exact top k, the overlap of
@@ -91,54 +95,67 @@ def shard_path(folder: Path, number: int, sharded: bool) -> Path:
 
 
 def build(folder: Path, vectors: int, shard: int, store: str) -> dict:
+    """The index built as the indexing process builds it (``rag.shard_vectors`` ``shard``), saved."""
     around = centres()
-    number = 0
-    index = VectorIndex(shard_path(folder, number, bool(shard)), DIM, MODEL, store)
+    index = VectorIndex(shard_path(folder, 0, False), DIM, MODEL, store, shard_vectors=shard)
     started = time.perf_counter()
     for seed, start in enumerate(range(0, vectors, BLOCK)):
         size = min(BLOCK, vectors - start)
         ids = np.arange(start, start + size, dtype=np.int64)
-        held = block(seed, size, around)
-        at = 0
-        while at < size:
-            room = size - at if not shard else min(size - at, shard - len(index))
-            index.add(ids[at : at + room], held[at : at + room], threads=os.cpu_count() or 1)
-            at += room
-            if shard and len(index) >= shard:
-                index.save()  # full: saved, and dropped from memory
-                number += 1
-                index = VectorIndex(shard_path(folder, number, True), DIM, MODEL, store)
-    if len(index):
-        index.save()
-        number += 1
+        index.add(ids, block(seed, size, around), threads=os.cpu_count() or 1)
+    index.save()
     took = time.perf_counter() - started
-    return {"files": number, "vectors_per_s": round(vectors / took), **memory()}
+    return {"files": index.shards, "vectors_per_s": round(vectors / took), **memory()}
 
 
 def search(folder: Path, queries: int, k: int, store: str) -> dict:
+    """Every query searched in the index ``folder`` holds (its sidecar lists its shards), mapped."""
     asked = query_vectors(queries, centres())
-    files = sorted(folder.glob("vectors_code.hnsw*"))
-    files = [path for path in files if not path.name.endswith(".json")]
-    indices = []
-    for path in files:
-        index = VectorIndex(path, DIM, MODEL, store)
-        assert index.load(view=True), path
-        indices.append(index)
+    index = VectorIndex(shard_path(folder, 0, False), DIM, MODEL, store)
+    assert index.load(view=True), folder
     times, found = [], []
     for query in asked:
         started = time.perf_counter()
-        hits = [hit for index in indices for hit in index.search(query, k)]
-        hits.sort(key=lambda hit: -hit.score)
+        hits = index.search(query, k)
         times.append(time.perf_counter() - started)
-        found.append([hit.chunk_id for hit in hits[:k]])
+        found.append([hit.chunk_id for hit in hits])
     np.save(folder / "found.npy", np.array(found, dtype=np.int64))
     times.sort()
     return {
-        "shards": len(indices),
+        "shards": index.shards,
         "query_p50_ms": round(statistics.median(times) * 1000, 2),
         "query_p90_ms": round(times[int(len(times) * 0.9)] * 1000, 2),
         **memory(),
     }
+
+
+def alternate(folders: list[Path], queries: int, k: int, store: str) -> dict:
+    """The layouts' searches in one process, query by query in turn (the
+    machine's load falls on each alike): each one's p50 and p90 in ms."""
+    asked = query_vectors(queries, centres())
+    indices = []
+    for folder in folders:
+        index = VectorIndex(shard_path(folder, 0, False), DIM, MODEL, store)
+        assert index.load(view=True), folder
+        indices.append(index)
+    for index in indices:  # the pages in, as a server's after its first searches
+        for query in asked[:20]:
+            index.search(query, k)
+    times: list[list[float]] = [[] for _ in indices]
+    for row, query in enumerate(asked):
+        order = range(len(indices)) if row % 2 == 0 else reversed(range(len(indices)))
+        for at in order:
+            started = time.perf_counter()
+            indices[at].search(query, k)
+            times[at].append(time.perf_counter() - started)
+    out = {}
+    for folder, taken in zip(folders, times, strict=True):
+        taken.sort()
+        out[folder.name] = {
+            "p50_ms": round(statistics.median(taken) * 1000, 2),
+            "p90_ms": round(taken[int(len(taken) * 0.9)] * 1000, 2),
+        }
+    return out
 
 
 def exact(folder: Path, vectors: int, queries: int, k: int) -> None:
@@ -176,6 +193,9 @@ def main(argv: list[str]) -> None:
             print(json.dumps(build(Path(folder), int(rest[0]), int(rest[1]), rest[2])))
         elif name == "search":
             print(json.dumps(search(Path(folder), int(rest[0]), int(rest[1]), rest[2])))
+        elif name == "alternate":
+            folders = [Path(each) for each in folder.split(",")]
+            print(json.dumps(alternate(folders, int(rest[0]), int(rest[1]), rest[2])))
         else:
             exact(Path(folder), int(rest[0]), int(rest[1]), int(rest[2]))
             print("{}")
@@ -216,6 +236,9 @@ def main(argv: list[str]) -> None:
                 row["same_as_one_index"] = overlap(whole_found, found)
             result["layouts"]["one index" if not shard else f"shards of {shard}"] = row
             print(json.dumps({shard: row}), flush=True)
+        folders = ",".join(str(base / f"s{shard}") for shard in [0, *args.shard_vectors])
+        result["alternating"] = step("alternate", folders, str(args.queries), str(args.k), args.store)
+        print(json.dumps(result["alternating"]), flush=True)
     result["load_after"] = os.getloadavg()
     out = REPO / "bench" / "results"
     out.mkdir(exist_ok=True)

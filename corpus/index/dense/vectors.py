@@ -523,7 +523,8 @@ class VectorIndex:
             not parts and (not self.shard_vectors or count <= self.shard_vectors)
         ):
             return ""
-        return f"it is in shards of {saved or 'any size'} vectors, rag.shard_vectors is {self.shard_vectors}"
+        layout = f"in shards of {saved} vectors" if saved else f"one file of {count} vectors"
+        return f"it is {layout}, rag.shard_vectors is {self.shard_vectors}"
 
     def _check_shards(self, parts: list[JsonValue], files: list[Path]) -> str:
         """What is wrong with the full shards' files a sidecar lists (empty: nothing)."""
