@@ -7,12 +7,16 @@ database), never read."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from corpus.index.dense.embedding import check_models, dense_store, embed_pending, from_bytes
 from corpus.index.dense.vectors import VectorIndex, index_path, remove_files, shard_file
 from corpus.models import Chunk
+from tests.mcp_http import REPO, base_env
 from tests.test_saved_index_load import Hashed, distinct_chunks, server_store
 from tests.test_vectors import unit
 from tests.test_views_later import DIM as MODEL_DIM
@@ -135,3 +139,42 @@ def test_a_server_maps_the_shards_its_child_saved_and_finds_what_one_index_finds
     one = VectorIndex(state.path / "one.hnsw", MODEL_DIM, "fake", "usearch-bf16")
     one.add(np.array([cid for cid, _ in rows]), np.stack([from_bytes(blob) for _, blob in rows]))
     same_hits(one, index, np.stack([vector(unit_text(chunk)) for chunk in chunks]), 7)
+
+
+#: Another process (as `up`'s indexing child): vectors 1..N (unit(N, seed 3)) added in shards of 50, saved.
+CHILD = (
+    "import sys; from pathlib import Path; import numpy as np; "
+    "from corpus.index.dense.vectors import VectorIndex; from tests.test_vectors import unit; "
+    "path, count = Path(sys.argv[1]), int(sys.argv[2]); "
+    "index = VectorIndex(path, 16, 'm', 'usearch-bf16', shard_vectors=50); index.load(); "
+    "fresh = [n for n in range(1, count + 1) if n not in index]; "
+    "index.add(np.array(fresh), unit(count, seed=3)[np.array(fresh) - 1]); index.save(); print(index.shards)"
+)
+
+
+def child_saves(path, count: int) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), str(count)],
+        cwd=REPO,
+        env=base_env(PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout.strip())
+
+
+def test_a_server_maps_the_shards_another_process_saves_and_keeps_them_while_it_saves_again(state) -> None:
+    one, _, _ = pair(state, "usearch-bf16", count=260)
+    path = index_path(state, "code")
+    assert child_saves(path, 180) == 4  # three full shards and the open one
+    server = VectorIndex(path, DIM, "m", "usearch-bf16")
+    assert server.load(view=True) and server.shards == 4 and len(server) == 180
+    queries = unit(40, seed=15)
+    first = [server.search(query, 10) for query in queries]
+
+    assert child_saves(path, 260) == 6  # the open shard filled and saved over, two more
+    assert [server.search(query, 10) for query in queries] == first  # the files it mapped, as they were
+    again = VectorIndex(path, DIM, "m", "usearch-bf16")
+    assert again.load(view=True) and again.shards == 6
+    same_hits(one, again, queries, 10)
