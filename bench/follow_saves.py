@@ -24,10 +24,13 @@ memory (issue #37), sampled every 0.2 s from ``/proc/PID/status``: the
 peak of the server's RSS plus the child's at the same instant, each one's
 peak, and the server's RSS at the end split into anonymous memory (its own)
 and file pages (a memory-mapped index file: the page cache's, shared).
-``--store`` sets ``rag.vector_store`` (both processes record it).
+``--store`` sets ``rag.vector_store`` (both processes record it);
+``--shard-vectors`` the child's ``rag.shard_vectors`` (0: one file), each
+value given a run of its own in each round.
 
     nice -n 10 python bench/follow_saves.py --work W --rounds 2
     nice -n 10 python bench/follow_saves.py --work W --rounds 1 --modes load --store hnswlib
+    nice -n 10 python bench/follow_saves.py --work W --rounds 1 --modes load --shard-vectors 0 12500
 """
 
 from __future__ import annotations
@@ -143,7 +146,14 @@ def child(args: argparse.Namespace) -> None:
 
     state = StateDir(args.state)
     embedder = hashing_embedder(args.pace)
-    check_models(embedder, state, signature_weight=WEIGHT, vector_store=args.store, records_store=True)
+    check_models(
+        embedder,
+        state,
+        signature_weight=WEIGHT,
+        vector_store=args.store,
+        records_store=True,
+        shard_vectors=args.shard,
+    )
     start = time.process_time()
     done = embed_pending(embedder, state)
     store = dense_store(state)
@@ -169,7 +179,8 @@ def server(args: argparse.Namespace) -> None:
     start, start_cpu = time.perf_counter(), time.process_time()
     proc = subprocess.Popen(
         ["nice", "-n", "5", sys.executable, __file__, "--child", "--tree", str(args.tree)]
-        + ["--state", str(args.state), "--pace", str(args.pace), "--store", args.store],
+        + ["--state", str(args.state), "--pace", str(args.pace), "--store", args.store]
+        + ["--shard", str(args.shard)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -235,6 +246,8 @@ def server(args: argparse.Namespace) -> None:
             {
                 "mode": args.mode,
                 "store": index.store,
+                "shard_vectors": args.shard,
+                "server_shards": index.shards,
                 "code_units": stored,
                 "peak_rss_server_plus_child_mib": mib(peak["sum"]),
                 "peak_rss_server_mib": mib(peak["server"]),
@@ -271,6 +284,14 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=0.2, help="the refresher's wake-up interval")
     parser.add_argument("--store", default="usearch-bf16", help="rag.vector_store (both processes)")
     parser.add_argument("--modes", nargs="+", choices=("replay", "load"), default=["replay", "load"])
+    parser.add_argument(
+        "--shard-vectors",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="rag.shard_vectors of the child (0: one file); each value is a run of its own in each round",
+    )
+    parser.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="replay", help=argparse.SUPPRESS)
@@ -289,14 +310,15 @@ def main() -> None:
     print(f"# {machine}, load average {os.getloadavg()[0]:.1f}")
     results: dict[str, list[dict]] = {"replay": [], "load": []}
     for r in range(args.rounds):
-        for mode in args.modes if r % 2 == 0 else args.modes[::-1]:
-            state = args.work / f"round-{r}-{mode}"
+        runs = [(mode, shard) for mode in args.modes for shard in args.shard_vectors]
+        for mode, shard in runs if r % 2 == 0 else runs[::-1]:
+            state = args.work / f"round-{r}-{mode}-{shard}"
             shutil.rmtree(state, ignore_errors=True)
             shutil.copytree(base, state)
             out = subprocess.run(
                 [sys.executable, __file__, "--server", "--mode", mode, "--tree", str(tree)]
                 + ["--state", str(state), "--pace", str(args.pace), "--every", str(args.every)]
-                + ["--store", args.store],
+                + ["--store", args.store, "--shard", str(shard)],
                 check=True,
                 capture_output=True,
                 text=True,

@@ -365,6 +365,10 @@ class Searcher:
         lexical_hits, full_matches = self._lexical(query, pool, filters, lexical_kinds)
         plan = self._dense_plan(query, index, used)
         dense_rankings, dense, vectors = self._dense_rankings(query, plan, pool, filters)
+        if dense.get("status") == dense_status.OK:
+            waiting = [kind for kind in dense_store(self.state).waiting() if index in (kind, "auto", "both")]
+            if waiting:
+                dense = dense_status.waiting(waiting)
         lexical_ranking = ranking.Weighted(lexical_hits, 1.0, shares=self._long_shares(lexical_hits))
         rankings = [lexical_ranking, *dense_rankings]
         fused = ranking.fuse(rankings, method=search_cfg.fusion, rrf_k=search_cfg.rrf_k)
@@ -828,7 +832,11 @@ def snippet(text: str, terms: Sequence[str], limit: int) -> str:
 
 def _index_used(used: str, plan: list[tuple[str, float]], dense: JsonObject) -> str:
     """The dense indices searched ("text", "code", "both"), or the route when none were."""
-    kinds = {kind for kind, _ in plan} if dense.get("status") == dense_status.OK else set()
+    searched = dense.get("status") in (dense_status.OK, dense_status.WAITING)
+    waiting = dense.get("kinds")
+    kinds = {kind for kind, _ in plan} if searched else set()
+    if isinstance(waiting, list):
+        kinds.difference_update(str(kind) for kind in waiting)
     if len(kinds) == 2:
         return "both"
     return kinds.pop() if kinds else used

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from corpus.store import MODEL_SETTINGS, get_json_setting, get_setting, set_sett
 from kernel import errors
 from kernel.config import Config
 from kernel.jsontypes import JsonObject
-from kernel.state import StateDir, write_json
+from kernel.state import StateDir, pid_alive, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -96,18 +95,6 @@ def indexer_state() -> JsonObject | None:
     if not (isinstance(pid, int) and pid_alive(pid)):
         found.update(running=False, pid=None)
     return found
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def indexing_complete(dense: bool) -> bool:

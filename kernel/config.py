@@ -114,6 +114,10 @@ class RagConfig(Section):
     # STORES); recorded by the indexing process, a change builds them again
     # from the stored embeddings.
     vector_store: Literal["hnswlib", "usearch-f32", "usearch-bf16", "usearch-i8"] = "usearch-bf16"
+    # The most vectors one file of a dense index holds (usearch stores): the
+    # indexing process saves a full one and maps it (its vectors leave its
+    # memory), and a search merges each file's nearest; 0: one file.
+    shard_vectors: int = Field(250_000, ge=0)
 
 
 class PdfConfig(Section):

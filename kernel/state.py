@@ -329,6 +329,32 @@ class IndexLock:
         self.release()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's too)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def index_lock_holder(state: StateDir) -> int | None:
+    """The pid of the process holding ``state``'s index lock (:class:`IndexLock`
+    writes it when taken and clears it when let go); None when none holds
+    it: no pid written, or its process is gone (one killed leaves its pid,
+    and the kernel dropped its ``flock``)."""
+    try:
+        found = state.index_lock.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    pid = int(found) if found.isdigit() else 0
+    return pid if pid_alive(pid) else None
+
+
 def ensure_token(state: StateDir) -> str:
     """Return the bearer token in ``secret.token``, creating it (0600) once;
     one dir2mcp did not write for this user, or in a state directory this

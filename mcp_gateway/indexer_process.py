@@ -775,5 +775,6 @@ def summary(ctx: Context) -> JsonObject:
             "views_waiting": views,
             "views_rate_per_second": found.get("views_rate_per_second"),
             "eta_seconds": eta,
+            "waiting_for_file": dense_store(ctx.state).waiting(),
         },
     }

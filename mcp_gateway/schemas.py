@@ -17,7 +17,7 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "14.0.0"
+SCHEMA_VERSION = "15.0.0"
 
 #: ``doc_types`` filters at most (there are eleven types) and the length of each
 MAX_DOC_TYPES = 16
@@ -116,8 +116,21 @@ def _provider_status(description: str) -> JsonObject:
 
 DENSE = _provider_status(
     "Whether semantic (dense) search took part: ok; off (no embedder configured); unavailable "
-    "(embedding the query failed: code and message say why, and the results are lexical only)."
+    "(embedding the query failed: code and message say why, and the results are lexical only); "
+    "waiting (the dense indices of kinds wait for the file the indexing process is building: their "
+    "results are lexical only, the other's dense ranking took part)."
 )
+# An addition (15.0.0): a server following its indexing child's saves with
+# no usable dense index of a kind waits for the child's file.
+DENSE["properties"] |= {
+    "status": {"type": "string", "enum": ["ok", "off", "unavailable", "waiting"]},
+    "kinds": {
+        "type": "array",
+        "items": {"type": "string", "enum": ["text", "code"]},
+        "description": "The dense indices waiting for the indexing process's file (waiting).",
+    },
+    "message": {"type": "string", "description": "What failed (unavailable), or what waits (waiting)."},
+}
 
 # An addition to §15.2 (docs/contracts.md, 4.0.0, 5.0.0): whether the chat
 # model wrote the answer, in the shape of ``dense``, and why not
@@ -559,6 +572,16 @@ STATS_OUTPUT: JsonObject = {
                         },
                         "views_rate_per_second": {"type": ["number", "null"]},
                         "eta_seconds": {"type": ["number", "null"]},
+                        # An addition (15.0.0).
+                        "waiting_for_file": {
+                            "type": "array",
+                            "items": {"type": "string", "enum": ["text", "code"]},
+                            "description": (
+                                "The dense indices this server has no usable file of and waits for the "
+                                "indexing process to build and save (searching them is lexical only "
+                                "meanwhile); empty otherwise."
+                            ),
+                        },
                     },
                     "required": [
                         "embedded",
@@ -567,6 +590,7 @@ STATS_OUTPUT: JsonObject = {
                         "views_waiting",
                         "views_rate_per_second",
                         "eta_seconds",
+                        "waiting_for_file",
                     ],
                 },
             },

@@ -168,6 +168,10 @@ def _indexer_line(indexer: JsonObject | None) -> str:
     eta = dense["eta_seconds"]
     if (dense["embedded"] < dense["total"] or views) and eta is not None:
         line += f", about {_duration(eta)} to full coverage"
+    waiting = dense.get("waiting_for_file") or []
+    if waiting:
+        named = " and ".join(waiting)
+        line += f"; dense search of the {named} index waits for the indexer's file (lexical only)"
     return line + "\n" + unwritten_line(indexer.get("unwritten"))
 
 

@@ -99,7 +99,7 @@ def _state_at(path: Path):
     state = StateDir(path)
     state.ensure()
     yield state
-    embedding._STORES.pop(state.path, None)
+    embedding.drop_store(state)
 
 
 @pytest.fixture

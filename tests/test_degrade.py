@@ -29,6 +29,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from corpus.answer import ask
+from corpus.index.dense.embedding import DenseStore, dense_store, drop_store
+from corpus.index.dense.vectors import index_path
 from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from corpus.providers.http import QUERY_OPTIONS
@@ -36,6 +38,7 @@ from corpus.providers.registry import make_embedder
 from corpus.retrieval import Searcher
 from kernel import errors
 from kernel.config import build_config
+from kernel.state import IndexLock
 from mcp_gateway import context, dispatch, tools
 from mcp_gateway.transport import shape_message
 from tests.fakes.mistral import FakeMistral
@@ -243,6 +246,42 @@ def test_ask_answers_from_lexical_hits_when_the_query_embedding_fails(served, fa
     assert len(fake_mistral.requests_to(CHAT)) == chats + 1
     assert structured["citations"][0]["rel_path"] == EXPECTED
     assert f"[{EXPECTED}:L" in structured["answer"]
+
+
+def test_a_server_waiting_for_its_childs_file_says_dense_waits(served, state):
+    """A server following its indexing child's saves (`up`), with no usable
+    code index file and too many vectors to build it here, searches that
+    index lexically until the child saves the file: search, ask and stats
+    say so (they said ``ok`` and nothing, before)."""
+    index_path(state, "code").unlink()  # lost: the child builds it again and saves it
+    drop_store(state)  # the server starts afresh
+    store = dense_store(state)
+    store.follow_saves, store.replace_in_place_max = 3600.0, 0
+    holder = IndexLock(state)  # the indexing child is alive
+    holder.acquire()
+    try:
+        searched = call(served, "dir2mcp.search", {"query": QUERY})
+        asked = call(served, "dir2mcp.ask", {"question": QUERY, "mode": "search_only"})
+        stats = call(served, "dir2mcp.stats", {})
+    finally:
+        holder.release()
+    for result in (searched, asked):
+        dense = result["structuredContent"]["dense"]
+        assert dense["status"] == "waiting" and dense["kinds"] == ["code"], dense
+        assert "indexing process" in dense["message"]
+        assert "Dense search waiting (" in result["content"][0]["text"]
+    assert searched["structuredContent"]["index_used"] == "text"  # the text index's dense ranking took part
+    assert searched["structuredContent"]["hits"][0]["rel_path"] == EXPECTED
+    assert stats["structuredContent"]["indexer"]["dense"]["waiting_for_file"] == ["code"]
+    assert "waits for the indexer's file" in stats["content"][0]["text"]
+
+    child = DenseStore(state)  # the child builds the code index and saves it
+    child.sync("code")
+    child.save(force=True)
+    again = call(served, "dir2mcp.search", {"query": QUERY})
+    assert again["structuredContent"]["dense"] == {"status": "ok"}
+    stats = call(served, "dir2mcp.stats", {})
+    assert stats["structuredContent"]["indexer"]["dense"]["waiting_for_file"] == []
 
 
 GENERATION_NOTICE = "Answer generation unavailable ("

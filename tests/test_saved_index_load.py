@@ -7,6 +7,8 @@ server that cannot read the file (another machine) builds it as before."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -28,6 +30,7 @@ from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from kernel.state import StateDir
 from mcp_gateway.indexer_process import DenseRefresher
 from tests.factories import ChunkFactory
+from tests.mcp_http import REPO, base_env
 from tests.support import wait_until
 from tests.test_views_later import (
     DIM,
@@ -324,3 +327,39 @@ def test_ups_refresher_follows_saves_from_its_start_before_its_first_pass(state)
         stop.set()
         refresher.join(10)
     assert not refresher.passes and dense_store(state).follow_saves is None
+
+
+#: A process that takes the state directory's index lock, as `up`'s indexing child does, says so and sleeps.
+HOLD_LOCK = (
+    "import sys, time; from pathlib import Path; from kernel.state import IndexLock, StateDir; "
+    "IndexLock(StateDir(Path(sys.argv[1]))).acquire(); print('locked', flush=True); time.sleep(600)"
+)
+
+
+@pytest.mark.django_db
+def test_a_server_waiting_for_the_file_of_a_child_that_was_killed_builds_the_index_itself(state) -> None:
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True)
+    chunks = distinct_chunks(6, "a")
+    embed_pending(Hashed(), state, batch_size=4)
+    remove_files(state)  # lost: the child would build it again from the database
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(state.path)],
+        cwd=REPO,
+        env=base_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        server = server_store(state, follow=3600.0)
+        server.indexer_gone_after = 0.0  # at once: no waiting in a test
+        for _ in range(3):  # the child holds the lock: it builds the file, the server waits for it
+            assert server.sync("code") is None and server.builds == 0
+        assert server.waiting() == ["code"]
+    finally:
+        child.kill()
+        child.communicate()  # reaped (a zombie's pid still answers) and its pipe closed
+    index = server.sync("code")  # the lock is free: the child is gone
+    assert index is not None and len(index) == 6 and server.builds == 1 and server.waiting() == []
+    assert hits(server, vector(unit_text(chunks[2])), 1)[0][0] == chunks[2].chunk_id

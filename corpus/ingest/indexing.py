@@ -61,6 +61,7 @@ def index_directory(
                 signature_weight=config.embed.signature_weight,
                 vector_store=config.rag.vector_store,
                 records_store=True,
+                shard_vectors=config.rag.shard_vectors,
             )
             query_adapter.record(config.search.query_adapter)
         return walking_indexer(

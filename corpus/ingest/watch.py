@@ -132,6 +132,7 @@ def watch_directory(
                 signature_weight=config.embed.signature_weight,
                 vector_store=config.rag.vector_store,
                 records_store=True,
+                shard_vectors=config.rag.shard_vectors,
             )
         feed.start()
         try:

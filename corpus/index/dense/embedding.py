@@ -62,7 +62,7 @@ from corpus.providers.base import Embedder, Interrupted, ModelInfo
 from corpus.store import get_setting, set_setting
 from kernel import errors
 from kernel.jsontypes import JsonObject
-from kernel.state import StateDir
+from kernel.state import StateDir, index_lock_holder
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,7 @@ def check_models(
     signature_weight: float | None = None,
     vector_store: str | None = None,
     records_store: bool = False,
+    shard_vectors: int | None = None,
 ) -> None:
     """Record the embedder's models, or refuse to mix vectors from two models.
 
@@ -154,7 +155,12 @@ def check_models(
     indices follow it (:func:`recorded_store`), built again from the stored
     vectors. Any other process (``ask``, the server) uses the recorded one,
     its own only while none is recorded (DenseStore.configured_store), so a
-    one-off command with another store leaves a running ``up`` alone."""
+    one-off command with another store leaves a running ``up`` alone.
+    ``shard_vectors`` (``rag.shard_vectors``): the most vectors a file of
+    the indices this process saves holds, for the process that owns
+    indexing only (any process reads any layout)."""
+    if shard_vectors is not None and records_store:
+        dense_store(state).shard_vectors = shard_vectors
     if vector_store is not None:
         if records_store:
             if get_setting(STORE_KEY) != vector_store:
@@ -277,7 +283,7 @@ def forget_vectors(state: StateDir) -> None:
     for kind in KINDS:
         set_setting(_version_key(kind), str(time.time_ns()))
     remove_files(state)
-    _STORES.pop(state.path, None)
+    drop_store(state)
 
 
 # -- the per-process dense store ----------------------------------------------
@@ -302,6 +308,12 @@ REPLACE_IN_PLACE_MAX = 1000
 #: (issue #37; docs/benchmarks.md, "Vector store")
 VIEW_AT = 20_000
 VIEW_EVERY_SECONDS = 60.0
+#: a server waiting for its indexing child's file (DenseStore.follow_saves)
+#: stops waiting once no process has held the index lock for this long (the
+#: child exited or was killed, and was not started again: a crash leaves the
+#: lock free for the supervisor's backoff, at most a minute, and the child
+#: takes it a few seconds after its start), and builds the index itself
+INDEXER_GONE_SECONDS = 30.0
 
 
 class DenseStore:
@@ -363,11 +375,18 @@ class DenseStore:
         self.configured_store = DEFAULT_STORE
         #: indices built here from every stored vector (no file to load: sync)
         self.builds = 0
+        #: the most vectors a file of this process's indices holds (0: one
+        #: file; set for the process that owns indexing, check_models; None:
+        #: another process, which reads any layout: VectorIndex.shard_vectors)
+        self.shard_vectors: int | None = None
         # With follow_saves: the store and file stamp (saved_stamp) of the
         # last load refused, not tried again until the file is saved again;
         # and whether dense search waits for the child's file (_meanwhile).
         self._refused: dict[str, tuple[str, tuple[int, int, int, int] | None]] = {}
         self._waiting: dict[str, bool] = {}
+        #: see INDEXER_GONE_SECONDS; since when no process was seen holding the index lock
+        self.indexer_gone_after = INDEXER_GONE_SECONDS
+        self._lock_free_since: float | None = None
 
     def index(self, kind: str, store: str | None = None) -> VectorIndex | None:
         """The index for ``kind``, loaded or rebuilt; None before any model.
@@ -391,8 +410,12 @@ class DenseStore:
                 path = index_path(self.state, kind)
                 following = self.follow_saves is not None
                 if following and self._refused.get(kind) == (store, saved_stamp(path)):
-                    return self._meanwhile(kind, current, info)  # the file is as it was refused
-                fresh = VectorIndex(path, info.dim, info.model, store)
+                    # the file is as it was refused
+                    kept = self._meanwhile(kind, current, info)
+                    if kept is not None or self._waiting.get(kind):
+                        return kept
+                    # the indexing child is gone: its file is tried once more, then built here
+                fresh = VectorIndex(path, info.dim, info.model, store, shard_vectors=self.shard_vectors)
                 loaded = fresh.load(quiet=following, view=following)
                 if not loaded and following:
                     self._refused[kind] = (store, saved_stamp(path))
@@ -442,7 +465,31 @@ class DenseStore:
             self._waiting[kind] = stored.count() > self.replace_in_place_max
             if self._waiting[kind]:
                 logger.info("%s index: dense search waits for the file the indexing process builds", kind)
+        elif self._waiting[kind] and self.indexer_gone():
+            self._waiting[kind] = False
+            logger.warning(
+                "%s index: no indexing process holds the index lock any more; building it here", kind
+            )
         return None
+
+    def waiting(self) -> list[str]:
+        """The kinds whose dense search waits for the file the indexing
+        process builds (:meth:`_meanwhile`: lexical only meanwhile)."""
+        with self._lock:
+            return [kind for kind in KINDS if self.follow_saves is not None and self._waiting.get(kind)]
+
+    def indexer_gone(self) -> bool:
+        """Whether no process has held the index lock for
+        ``indexer_gone_after`` seconds, as seen by this call and the ones
+        before it (the child whose file a server waits for exited or was
+        killed: kernel.state.index_lock_holder)."""
+        now = time.monotonic()
+        if index_lock_holder(self.state) is not None:
+            self._lock_free_since = None
+            return False
+        if self._lock_free_since is None:
+            self._lock_free_since = now
+        return now - self._lock_free_since >= self.indexer_gone_after
 
     def for_search(self, kind: str) -> VectorIndex | None:
         """The index a search reads: as it is while a refresher keeps it in
@@ -660,7 +707,7 @@ class DenseStore:
         version read first is read again by the next sync."""
         (recorded,) = _settings(_version_key(kind))
         version = recorded or "0"
-        fresh = VectorIndex(old.path, old.dim, old.model, old.store)
+        fresh = VectorIndex(old.path, old.dim, old.model, old.store, shard_vectors=self.shard_vectors)
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
         ids_all = sorted(rows.values_list("chunk_id", flat=True).iterator())
         for start in range(0, len(ids_all), 10_000):
@@ -748,6 +795,13 @@ def dense_store(state: StateDir) -> DenseStore:
         if store is None:
             store = _STORES[state.path] = DenseStore(state)
         return store
+
+
+def drop_store(state: StateDir) -> None:
+    """Forget this process's store for ``state``: its indices are read again
+    (from their files, or built) at the next use, as a process starting."""
+    with _STORES_LOCK:
+        _STORES.pop(state.path, None)
 
 
 # -- embedding pending chunks -----------------------------------------------

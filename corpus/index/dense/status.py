@@ -8,6 +8,12 @@ failed (a provider error, a timeout, a local model that cannot load); the
 results come from the lexical index alone. The code is the error's §14 code;
 the message is the error's own, which the provider client has scrubbed of
 the API key.
+``{"status": "waiting", "kinds": [...], "message": ...}``: the query was
+embedded, but the dense indices of ``kinds`` wait for the file the indexing
+process is building (a server following its child's saves that has no
+usable file of its own, corpus/index/dense/embedding.py:
+DenseStore.waiting): those indices' results are lexical only; the others'
+dense rankings were fused in.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from kernel.jsontypes import JsonObject
 OK = "ok"
 OFF = "off"
 UNAVAILABLE = "unavailable"
+WAITING = "waiting"
 MESSAGE_LIMIT = 500
 NOTICE_LIMIT = 200
 
@@ -37,6 +44,20 @@ def off() -> JsonObject:
     return {"status": OFF}
 
 
+def waiting(kinds: list[str]) -> JsonObject:
+    """The status for a search whose dense indices of ``kinds`` wait for the
+    indexing process's file."""
+    named = " and ".join(kinds)
+    return {
+        "status": WAITING,
+        "kinds": list(kinds),
+        "message": (
+            f"the {named} dense index{'es wait' if len(kinds) > 1 else ' waits'} for the file the "
+            "indexing process is building"
+        ),
+    }
+
+
 def unavailable(exc: BaseException, provider: str, *, what: str = "embedder") -> JsonObject:
     """The status for a provider call that raised ``exc``: ``provider``'s
     query embedding, or (``what="chat model"``) its answer generation."""
@@ -53,6 +74,8 @@ def unavailable(exc: BaseException, provider: str, *, what: str = "embedder") ->
 
 def notice(dense: JsonObject | None) -> str | None:
     """The line a reader sees when results are lexical only; None otherwise."""
+    if dense and dense.get("status") == WAITING:
+        return f"Dense search waiting ({dense.get('message', '')}); {_kinds(dense)} results are lexical only."
     detail = _detail(dense)
     return None if detail is None else f"Dense search unavailable ({detail}); results are lexical only."
 
@@ -73,3 +96,8 @@ def _detail(status: JsonObject | None) -> str | None:
     if len(message) > NOTICE_LIMIT:
         message = message[: NOTICE_LIMIT - 1] + "…"
     return f"{status.get('code', '')}: {message}" if message else str(status.get("code", ""))
+
+
+def _kinds(status: JsonObject) -> str:
+    kinds = status.get("kinds")
+    return " and ".join(str(kind) for kind in kinds) if isinstance(kinds, list) else ""

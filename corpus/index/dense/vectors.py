@@ -23,6 +23,21 @@ returns it and gives its slot to the next vector added, so a file holds at
 most the live and tombstoned chunks' vectors. The sidecar lists the labels
 marked deleted still in the file, which hnswlib does not tell apart.
 
+Shards (``rag.shard_vectors``, usearch stores; issue #37): the process
+that owns indexing keeps at most that many vectors in one file. A full
+shard is saved as ``vectors_code.hnsw.N`` and memory-mapped (its vectors
+leave the process's memory for the page cache); the vectors after it go to
+the open shard, the ``.hnsw`` file itself, whose sidecar lists every full
+shard's size and sha256. A search asks each shard for its ``k`` nearest
+and merges them by score (one inner product: the scores compare), so an
+index under one shard is the one file it always was. A replacement or a
+removal goes to the shard holding the label (a mapped shard keeps it
+beside the file until the next save writes that shard again). A shard
+file that is missing or does not match the sidecar refuses the whole load:
+the index is built again from the database, as any damaged file. Another
+process reads any layout; the owner refuses a file of another shard size
+than its own (built again once, in its shards).
+
 A label's vector changes once at most: a code unit's own vector is replaced,
 in its own slot, by the one leaning towards its signature view when that
 view is embedded, later (corpus/index/dense/embedding.py; many replacements
@@ -47,7 +62,7 @@ import hnswlib
 import numpy as np
 from usearch.index import Index as USearchIndex
 
-from kernel.jsontypes import JsonObject
+from kernel.jsontypes import JsonObject, JsonValue
 from kernel.state import StateDir, atomic_write
 
 logger = logging.getLogger(__name__)
@@ -69,6 +84,11 @@ MASKED_WIDEN_MAX = 2000
 
 def index_path(state: StateDir, kind: str) -> Path:
     return state.path / f"vectors_{kind}.hnsw"
+
+
+def shard_file(path: Path, number: int) -> Path:
+    """The file of a sharded index's full shard ``number`` (the open one is ``path`` itself)."""
+    return path.with_name(f"{path.name}.{number}")
 
 
 def _sidecar(path: Path) -> Path:
@@ -122,6 +142,12 @@ class _Hnsw:
     def ids(self) -> set[int]:
         """Every label in the index, those marked deleted too."""
         return set(int(label) for label in self.index.get_ids_list())
+
+    def contains(self, label: int) -> bool:
+        return label in self.index.get_ids_list()
+
+    def count(self) -> int:
+        return int(self.index.element_count)
 
     def add(self, ids: np.ndarray, vectors: np.ndarray, free: int, threads: int) -> None:
         needed = self.index.element_count + len(ids) - min(free, len(ids))
@@ -213,6 +239,12 @@ class _USearch:
     def ids(self) -> set[int]:
         return set(np.asarray(self.index.keys).tolist())
 
+    def contains(self, label: int) -> bool:
+        return bool(self.index.contains(label))
+
+    def count(self) -> int:
+        return len(self.index)
+
     def add(self, ids: np.ndarray, vectors: np.ndarray, free: int, threads: int) -> None:
         self.index.add(ids.astype(np.uint64), vectors, threads=threads)
 
@@ -264,6 +296,12 @@ class _Viewed:
 
     def ids(self) -> set[int]:
         return (self.base.ids() - self.masked) | self.delta.ids()
+
+    def contains(self, label: int) -> bool:
+        return self.delta.contains(label) or (label not in self.masked and self.base.contains(label))
+
+    def count(self) -> int:
+        return len(self.base.index) - len(self.masked) + len(self.delta.index)
 
     def changed(self) -> int:
         """What this process holds itself: vectors added or replaced, and
@@ -339,15 +377,35 @@ class VectorIndex:
     """One HNSW index of normalised vectors, searched by inner product
     (hnswlib or usearch: ``store``, one of STORES)."""
 
-    def __init__(self, path: Path, dim: int, model: str, store: str = DEFAULT_STORE) -> None:
+    def __init__(
+        self,
+        path: Path,
+        dim: int,
+        model: str,
+        store: str = DEFAULT_STORE,
+        *,
+        shard_vectors: int | None = None,
+    ) -> None:
         if store not in STORES:
             raise ValueError(f"unknown vector store {store!r}; expected one of {', '.join(STORES)}")
         self.path = path
         self.dim = dim
         self.model = model
         self.store = store
+        #: the process that owns the files (``rag.shard_vectors``): 0, one
+        #: index; else (usearch) the vectors a shard holds at most: a full one
+        #: is saved (shard_file) and memory-mapped, the rest go to a new one;
+        #: a file of another layout is refused (built again). None: any
+        #: process else, which reads any layout and never starts a shard.
+        self.shard_vectors = shard_vectors if store != "hnswlib" or shard_vectors is None else 0
         self._lock = threading.RLock()
         self._ann = _empty(store, dim)
+        #: the full shards, each a view of its saved file (and its changes since), oldest first
+        self._shards: list[_Ann] = []
+        #: full shards changed since they were saved (their numbers)
+        self._changed_shards: set[int] = set()
+        #: each full shard's file's size and sha256, as the sidecar lists them
+        self._shard_meta: dict[int, JsonObject] = {}
         #: the labels searched: those in the index not marked deleted
         self._labels: set[int] = set()
         #: slots marked deleted that no vector reused yet (hnswlib)
@@ -366,7 +424,21 @@ class VectorIndex:
         file memory-mapped (``load(view=True)``) and this process holds this
         many changes since: vectors added or replaced, labels removed."""
         with self._lock:
-            return self._ann.changed() if isinstance(self._ann, _Viewed) else None
+            if not isinstance(self._ann, _Viewed) and not self._shards:
+                return None
+            return sum(ann.changed() for ann in self._all() if isinstance(ann, _Viewed))
+
+    @property
+    def shards(self) -> int:
+        """How many files the index is in (1: one index)."""
+        return len(self._shards) + 1
+
+    def _all(self) -> list[_Ann]:
+        return [*self._shards, self._ann]
+
+    def _holder(self, label: int) -> _Ann:
+        """The shard holding ``label`` (a label of the index)."""
+        return next((ann for ann in self._shards if ann.contains(label)), self._ann)
 
     def __contains__(self, chunk_id: int) -> bool:
         return chunk_id in self._labels
@@ -387,8 +459,16 @@ class VectorIndex:
         first, then the file) leaves a sidecar and a file that do not
         match, and nothing is read."""
         meta = _read_sidecar(self.path)
-        with _pinned(self.path) as path:
-            problem = self._check_file(meta, path)
+        listed = meta.get("shards") if meta is not None else None
+        parts = listed if isinstance(listed, list) else []
+        with contextlib.ExitStack() as held_open:
+            path = held_open.enter_context(_pinned(self.path))
+            pinned = [held_open.enter_context(_pinned(shard_file(self.path, n))) for n in range(len(parts))]
+            problem = (
+                self._check_file(meta, path)
+                or self._check_layout(meta, parts)
+                or self._check_shards(parts, pinned)
+            )
             if problem:
                 if not quiet and (self.path.exists() or _sidecar(self.path).exists()):
                     logger.warning("rebuilding %s from the database: %s", self.path.name, problem)
@@ -396,6 +476,11 @@ class VectorIndex:
             assert meta is not None  # _check_file reports a missing sidecar
             try:
                 ann: _Ann
+                dtype = self.store.removeprefix("usearch-")
+                # a full shard is always mapped: the file is what holds it
+                shards: list[_Ann] = [
+                    _Viewed(_USearch.read(file, self.dim, dtype, view=True)) for file in pinned
+                ]
                 if self.store == "hnswlib":
                     ann = _Hnsw.read(path, self.dim, meta)
                 elif view:
@@ -412,14 +497,43 @@ class VectorIndex:
                 return False
         seq = meta.get("seq")
         held = ann.ids()
+        for shard in shards:
+            held |= shard.ids()
+        shard_meta = {n: part for n, part in enumerate(parts) if isinstance(part, dict)}
         deleted = held.intersection(int(label) for label in meta.get("deleted") or [])
         with self._lock:
             self._ann = ann
+            self._shards = shards
+            self._changed_shards = set()
+            self._shard_meta = shard_meta
             self._labels = held - deleted
             self._free = len(deleted)
             self.dirty = False
             self.seq = seq if isinstance(seq, str) else None
         return True
+
+    def _check_layout(self, meta: JsonObject | None, parts: list[JsonValue]) -> str:
+        """For the process that owns the files: a file in shards of another
+        size than ``shard_vectors``, or one file past it, is refused."""
+        if self.shard_vectors is None or meta is None:
+            return ""
+        saved = meta.get("shard_vectors") or 0
+        count = int(meta.get("count") or 0)
+        if saved == self.shard_vectors or (
+            not parts and (not self.shard_vectors or count <= self.shard_vectors)
+        ):
+            return ""
+        layout = f"in shards of {saved} vectors" if saved else f"one file of {count} vectors"
+        return f"it is {layout}, rag.shard_vectors is {self.shard_vectors}"
+
+    def _check_shards(self, parts: list[JsonValue], files: list[Path]) -> str:
+        """What is wrong with the full shards' files a sidecar lists (empty: nothing)."""
+        for number, (part, file) in enumerate(zip(parts, files, strict=True)):
+            if not isinstance(part, dict) or not file.exists():
+                return f"shard {number} is missing"
+            if file.stat().st_size != part.get("size") or _sha256(file) != part.get("sha256"):
+                return f"shard {number} is truncated or corrupt"
+        return ""
 
     def _check_file(self, meta: JsonObject | None, path: Path) -> str:
         if not path.exists():
@@ -448,23 +562,65 @@ class VectorIndex:
             if changed:
                 at = np.asarray(changed)
                 olds = np.asarray(chunk_ids, dtype=np.int64)[at]
-                self._ann.replace(olds, np.asarray(vectors, dtype=np.float32)[at])
+                news = np.asarray(vectors, dtype=np.float32)[at]
+                for number, ann, where in self._grouped(olds):
+                    ann.replace(olds[where], news[where])
+                    self._touched(number)
                 self.dirty = True
             if not keep:
                 return
             ids = np.asarray(chunk_ids, dtype=np.int64)[keep]
             vecs = np.asarray(vectors, dtype=np.float32)[keep]
             reused = min(self._free, len(ids))
-            self._ann.add(ids, vecs, self._free, threads)
+            start = 0
+            while start < len(ids):
+                room = len(ids) - start
+                if self.shard_vectors:
+                    room = min(room, self.shard_vectors - self._ann.count())
+                    if room <= 0:
+                        self._seal()
+                        continue
+                self._ann.add(ids[start : start + room], vecs[start : start + room], self._free, threads)
+                start += room
             self._free -= reused
             self._labels.update(int(i) for i in ids)
             self.dirty = True
+
+    def _grouped(self, labels: np.ndarray) -> list[tuple[int, _Ann, np.ndarray]]:
+        """(shard number, shard, positions in ``labels``) of the shards
+        holding these labels (the open shard's number: -1)."""
+        left = np.ones(len(labels), dtype=bool)
+        found = []
+        for number, ann in enumerate(self._shards):
+            mine = left & np.array([ann.contains(int(label)) for label in labels], dtype=bool)
+            if mine.any():
+                found.append((number, ann, np.flatnonzero(mine)))
+                left &= ~mine
+        if left.any():
+            found.append((-1, self._ann, np.flatnonzero(left)))
+        return found
+
+    def _touched(self, number: int) -> None:
+        if number >= 0:
+            self._changed_shards.add(number)
+
+    def _seal(self) -> None:
+        """Save the full open shard as the next shard's file, map it, and
+        start a new open shard (its vectors leave this process's memory)."""
+        number = len(self._shards)
+        file = shard_file(self.path, number)
+        _write_synced(self._ann, file)
+        dtype = self.store.removeprefix("usearch-")
+        self._shards.append(_Viewed(_USearch.read(file, self.dim, dtype, view=True)))
+        self._shard_meta[number] = {"size": file.stat().st_size, "sha256": _sha256(file)}
+        self._ann = _empty(self.store, self.dim)
+        self.dirty = True
 
     def _changed(self, chunk_ids: np.ndarray, vectors: np.ndarray) -> list[int]:
         """Positions of the labels present whose vector is not the given one
         (as the store keeps it: bfloat16 and int8 round it)."""
         present = [i for i, cid in enumerate(chunk_ids) if int(cid) in self._labels]
-        held = self._ann.get([int(chunk_ids[i]) for i in present])
+        held = self.vectors([int(chunk_ids[i]) for i in present])
         given = self._ann.as_kept(np.asarray(vectors, dtype=np.float32))
         tolerance = self._ann.tolerance
         return [
@@ -480,8 +636,14 @@ class VectorIndex:
     def vectors(self, chunk_ids: Iterable[int]) -> np.ndarray:
         """The vectors held for these labels, as float32 (as the store keeps
         them: bfloat16 and int8 round them, int8 keeps their direction only)."""
+        wanted = np.array([int(cid) for cid in chunk_ids], dtype=np.int64)
         with self._lock:
-            return self._ann.get([int(cid) for cid in chunk_ids])
+            if not self._shards:
+                return self._ann.get(wanted.tolist())
+            rows = np.empty((len(wanted), self.dim), dtype=np.float32)
+            for _, ann, where in self._grouped(wanted):
+                rows[where] = ann.get(wanted[where].tolist())
+            return rows
 
     def forget(self, chunk_ids: Iterable[int]) -> int:
         """Mark these labels deleted (chunks tombstone collection removed):
@@ -489,8 +651,11 @@ class VectorIndex:
         vectors added. Returns how many were held."""
         with self._lock:
             gone = [int(cid) for cid in chunk_ids if int(cid) in self._labels]
+            for number, ann, where in self._grouped(np.array(gone, dtype=np.int64)) if gone else []:
+                for at in where:
+                    ann.remove(gone[at])
+                self._touched(number)
             for label in gone:
-                self._ann.remove(label)
                 self._labels.discard(label)
                 if isinstance(self._ann, _Hnsw):
                     self._free += 1
@@ -506,21 +671,39 @@ class VectorIndex:
                 return []
             k = min(k, count)
             query = np.asarray(vector, dtype=np.float32)
-            labels, scores = self._ann.search(query, k, self._free)
-        return [Neighbour(int(label), float(score)) for label, score in zip(labels, scores, strict=True)]
+            if not self._shards:
+                labels, scores = self._ann.search(query, k, self._free)
+                return [
+                    Neighbour(int(label), float(score)) for label, score in zip(labels, scores, strict=True)
+                ]
+            # each shard's k nearest, merged: the scores are one inner product
+            found: list[Neighbour] = []
+            for ann in self._all():
+                held = ann.count()
+                if held:
+                    labels, scores = ann.search(query, min(k, held), self._free)
+                    found += [Neighbour(int(lb), float(sc)) for lb, sc in zip(labels, scores, strict=True)]
+        found.sort(key=lambda hit: -hit.score)
+        return found[:k]
 
     def save(self) -> None:
         """Write the index atomically, then its sidecar."""
         with self._lock:
             if not self.dirty and self.path.exists():
                 return
+            dtype = self.store.removeprefix("usearch-")
+            for number in sorted(self._changed_shards):
+                # a full shard changed since saved: written again, mapped again (its changes leave memory)
+                file = shard_file(self.path, number)
+                _write_synced(self._shards[number], file)
+                self._shards[number] = _Viewed(_USearch.read(file, self.dim, dtype, view=True))
+                self._shard_meta[number] = {"size": file.stat().st_size, "sha256": _sha256(file)}
+            self._changed_shards = set()
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
-                self._ann.write(tmp)
-                with open(tmp, "rb") as handle:
-                    os.fsync(handle.fileno())
+                _write_synced(self._ann, tmp)
                 deleted = sorted(self._ann.ids() - self._labels) if self._free else []
-                meta = {
+                meta: JsonObject = {
                     "model": self.model,
                     "dim": self.dim,
                     "store": self.store,
@@ -530,6 +713,10 @@ class VectorIndex:
                     "size": tmp.stat().st_size,
                     "sha256": _sha256(tmp),
                 }
+                if self._shards:
+                    meta["shards"] = [self._shard_meta[n] for n in range(len(self._shards))]
+                if self.shard_vectors:
+                    meta["shard_vectors"] = self.shard_vectors
                 # The sidecar goes first: a crash between the two renames
                 # leaves a mismatch that load() detects and repairs.
                 atomic_write(_sidecar(self.path), json.dumps(meta))
@@ -537,6 +724,18 @@ class VectorIndex:
             finally:
                 tmp.unlink(missing_ok=True)
             self.dirty = False
+
+
+def _write_synced(ann: _Ann, path: Path) -> None:
+    """``ann`` written to ``path`` and fsynced (a shard: to a temp name, then renamed over it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        ann.write(tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -605,5 +804,6 @@ def remove_files(state: StateDir) -> None:
     """Delete both indices and their sidecars (after a model change)."""
     for kind in KINDS:
         path = index_path(state, kind)
-        for file in (path, _sidecar(path)):
+        shards = [file for file in path.parent.glob(f"{path.name}.*") if file.suffix[1:].isdigit()]
+        for file in (path, _sidecar(path), *shards):
             file.unlink(missing_ok=True)
