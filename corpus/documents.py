@@ -105,7 +105,7 @@ def live_page(
         while True:
             rows = list(_readable().filter(rel_path__gt=after).values_list(*_FIELDS)[:_BATCH])
             for row in rows:
-                if engine.excluded_reason(row[0]) is not None:
+                if engine.listed_reason(row[0]) is not None:
                     continue
                 if len(page) == limit:
                     return page, True
