@@ -10,7 +10,7 @@ of ``--rounds``, ``lexical.forget`` between searches):
 
 * the reference: hits and listed files judged by the path rules alone;
 * cold: with the stored-text screen, a fresh verdict cache each round (every
-  judged file's texts read and screened);
+  judged file's texts read and screened, in batches: ``SecretBearing.prime``);
 * warm: with one cache kept across rounds (verdicts within ``CHECK_SECONDS``
   served from it, later ones checked against the representations' ids).
 """
@@ -74,18 +74,17 @@ def run(root: Path, state_dir: Path, count: int, rounds: int) -> dict:
     for name in ("reference", "cold", "warm"):
         search_cpu, list_cpu = [], []
         for _ in range(rounds):
-            engine.stored_secret = {
-                "reference": None,
-                "cold": SecretBearing(engine.find_secret).holds,
-                "warm": warm.holds,
-            }[name]
-            searcher = Searcher(state, config, None, readable=readable, pinned=engine.pinned)
+            bearing = {"reference": None, "cold": SecretBearing(engine.find_secret), "warm": warm}[name]
+            engine.stored_secret = None if bearing is None else bearing.holds
+            prime = engine.stored_prime = None if bearing is None else bearing.prime
+            searcher = Searcher(state, config, None, readable=readable, pinned=engine.pinned, prime=prime)
             lexical.forget()
             started = time.process_time()
             searcher.search(QUERY, k=10)
             search_cpu.append(time.process_time() - started)
             if name == "cold":
-                engine.stored_secret = SecretBearing(engine.find_secret).holds
+                bearing = SecretBearing(engine.find_secret)
+                engine.stored_secret, engine.stored_prime = bearing.holds, bearing.prime
             started = time.process_time()
             files.list_files(path_prefix="notes", limit=200, engine=engine)
             list_cpu.append(time.process_time() - started)

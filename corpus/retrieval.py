@@ -8,7 +8,7 @@ import itertools
 import logging
 import re
 import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -229,6 +229,7 @@ class Searcher:
         readable: Callable[[str], bool] | None = None,
         pinned: Callable[[], AbstractContextManager[None]] | None = None,
         holds_secret: Callable[[str], object] | None = None,
+        prime: Callable[[Iterable[str]], None] | None = None,
     ) -> None:
         self.state = state
         self.config = config
@@ -246,6 +247,9 @@ class Searcher:
         #: is seen by the walk it starts (under ``--no-index``, never); such
         #: a unit is passed over as one gone (session 29)
         self.holds_secret = holds_secret
+        #: judges a batch of paths ``readable`` will be asked about, a few
+        #: queries for them all (``corpus.screen.SecretBearing.prime``)
+        self.prime = prime
         #: one search's verdicts by path (each ranking and the page judge the
         #: same files); per thread, as one searcher serves every call
         self._searching = threading.local()
@@ -323,6 +327,8 @@ class Searcher:
         a file ``readable`` lets through, and its stored text holds no
         credential under the rules now; each file judged once, when asked."""
         paths = chunks.chunk_paths(ids)
+        if self.prime is not None:
+            self.prime(paths.values())
         clean = self._clean(ids)
 
         def seen(cid: int) -> bool:
@@ -719,7 +725,10 @@ class Searcher:
         excluded every ranking is the one it was."""
         if self.readable is None or not ids:
             return set()
-        return {cid for cid, path in chunks.chunk_paths(ids).items() if not self._judged(path)}
+        paths = chunks.chunk_paths(ids)
+        if self.prime is not None:
+            self.prime(paths.values())
+        return {cid for cid, path in paths.items() if not self._judged(path)}
 
     def _candidates(self, kind: str, filters: Filters) -> list[int] | None:
         """Ids passing the SQL filters, or None when nothing narrows the set."""

@@ -18,7 +18,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -255,6 +255,9 @@ class ExclusionEngine:
         #: these rules (:class:`corpus.screen.SecretBearing`, set by the
         #: server's context): what a listing asks besides the rules
         self.stored_secret: Callable[[str], bool] | None = None
+        #: judges a batch of paths a listing is about to ask about, a few
+        #: queries for them all (:meth:`corpus.screen.SecretBearing.prime`)
+        self.stored_prime: Callable[[Iterable[str]], None] | None = None
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:

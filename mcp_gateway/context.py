@@ -194,13 +194,20 @@ class Context:
             readable=self.readable,
             pinned=self.engine.pinned,
             holds_secret=self.engine.find_secret,
+            prime=self.secret_bearing.prime,
         )
 
     @cached_property
     def engine(self) -> ExclusionEngine:
         engine = ExclusionEngine.from_config(self.root, self.config, state_dir=self.state.path)
-        engine.stored_secret = SecretBearing(engine.find_secret).holds
+        engine.stored_secret, engine.stored_prime = self.secret_bearing.holds, self.secret_bearing.prime
         return engine
+
+    @cached_property
+    def secret_bearing(self) -> SecretBearing:
+        """Verdicts on the stored texts of the index's documents under this
+        context's secret rules (the engine's)."""
+        return SecretBearing(lambda text: self.engine.find_secret(text))  # the engine's, once it is made
 
     def readable(self, rel_path: str) -> bool:
         """Whether the rules as they are now let ``rel_path`` be read (the
