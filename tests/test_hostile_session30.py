@@ -22,11 +22,11 @@ from corpus.ingest.indexing import index_directory
 from corpus.models import Chunk
 from kernel.config import DEFAULT_SECRET_PATTERNS, build_config
 from kernel.state import StateDir
-from mcp_gateway import context
+from mcp_gateway import context, dispatch
 from mcp_gateway.context import Context
 from tests.mcp_http import Server, write_corpus
 from tests.test_cli import cli
-from tests.test_dispatch import call
+from tests.test_dispatch import call, request, session
 from tests.test_hostile_clients import WAIT, token_of
 from tests.test_hostile_session27 import rpc
 from tests.test_stdio import Raw, command
@@ -336,3 +336,37 @@ def test_cursors_directories_and_listings_on_every_transport(tmp_path: Path, run
     assert ["notes/keys.txt" in text for text in listings] == [False] * 11, listings
     assert all("notes/plain.txt" in text for text in listings), listings  # the control
     assert "Traceback" not in up.stderr, up.stderr
+
+
+def tool_read(tool: str) -> dict:
+    return {"name": f"dir2mcp.{tool}", "arguments": {"rel_path": "NAME"}}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        pytest.param("tools/call", tool_read("checksum"), id="checksum"),
+        pytest.param("tools/call", tool_read("outline"), id="outline"),
+        pytest.param("tools/call", tool_read("read_bytes"), id="bytes"),
+        pytest.param("resources/read", {"uri": "dir2mcp:///NAME"}, id="resources/read"),
+        pytest.param("prompts/get", {"name": "explain", "arguments": {"path": "NAME"}}, id="explain prompt"),
+    ],
+)
+def test_every_read_tells_a_hidden_directory_from_nothing(
+    corpus_dir: Path, state: StateDir, method: str, params: dict
+) -> None:
+    """Each other way of reading a path (``checksum``, ``outline``,
+    ``read_bytes``, ``resources/read``, the ``explain`` prompt) answered
+    ``keys`` (only excluded files in it) "not a regular file" and ``nope``
+    "no such file" before; they all open through the one reader, and now
+    answer both alike."""
+    ctx = built(corpus_dir, state, DIRS)
+    (corpus_dir / ".gitignore").write_text("*.secret\n")
+
+    def answered(name: str) -> str:
+        asked = json.loads(json.dumps(params).replace("NAME", name))
+        reply = dispatch.respond(request(method, asked), session(), ctx)
+        return json.dumps(reply.get("error") or reply["result"]).replace(name, "NAME")
+
+    assert answered("keys") == answered("nope"), (answered("keys"), answered("nope"))
