@@ -104,8 +104,8 @@ def live_page(
     with engine.pinned():
         while True:
             rows = list(_readable().filter(rel_path__gt=after).values_list(*_FIELDS)[:_BATCH])
-            for row in rows:
-                if engine.excluded_reason(row[0]) is not None:
+            for row in files.primed(engine, rows):
+                if engine.listed_reason(row[0]) is not None:
                     continue
                 if len(page) == limit:
                     return page, True

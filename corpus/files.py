@@ -17,7 +17,6 @@ which the open file changed is read again, a file that vanished is
 
 from __future__ import annotations
 
-import base64
 import codecs
 import collections
 import contextlib
@@ -38,7 +37,7 @@ import regex
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from corpus import arguments, globs, patterns, slices
+from corpus import arguments, cursors, globs, patterns, slices
 from corpus import rows as rows_of
 from corpus.citations import SpanRef
 from corpus.ingest.classify import classify
@@ -49,6 +48,7 @@ from corpus.security import (
     ARCHIVE_SEPARATOR,
     MAX_PATH_CHARS,
     ExclusionEngine,
+    IsDirectory,
     OpenedFile,
     canonical_rel_path,
     check_path_bounds,
@@ -106,6 +106,7 @@ _REREAD_PAUSE = 0.005
 _NEEDS_BOM = frozenset({"utf-16", "utf-32"})
 
 T = TypeVar("T")
+_Row = TypeVar("_Row", bound=Sequence[object])
 
 
 def _fail(code: str, message: str) -> errors.Dir2mcpError:
@@ -237,7 +238,15 @@ def read_settled(engine: ExclusionEngine, rel_path: str, read: Callable[[OpenedF
         if attempt:
             time.sleep(pause)
             pause *= 2
-        with engine.open(rel_path) as opened:
+        try:
+            opened = engine.open(rel_path)
+        except IsDirectory as directory:
+            if not holds_listable(engine, directory.real_rel):
+                raise
+            raise _fail(
+                errors.FILE_NOT_FOUND, f"{directory.rel} is a directory: list it with list_files"
+            ) from None
+        with opened:
             rel = opened.rel
             try:
                 value = read(opened)
@@ -656,6 +665,36 @@ def listable_documents() -> QuerySet[Document]:
     return Document.objects.filter(deleted=False).exclude(secret)
 
 
+def primed(engine: ExclusionEngine, rows: Iterable[_Row]) -> Iterator[_Row]:
+    """``rows`` (a path first), the stored-text verdicts of each
+    :data:`PRIMED` of them judged together before they are handed on
+    (``ExclusionEngine.stored_prime``): one query a path cost a listing's
+    first pass about 0.9 ms a file (docs/benchmarks.md)."""
+    remaining = iter(rows)
+    while batch := list(itertools.islice(remaining, PRIMED)):
+        if engine.stored_prime is not None:
+            engine.stored_prime(str(row[0]) for row in batch)
+        yield from batch
+
+
+#: rows of a listing whose stored-text verdicts :func:`primed` judges together
+PRIMED = 256
+
+
+def holds_listable(engine: ExclusionEngine, rel_dir: str) -> bool:
+    """Whether a file under ``rel_dir`` is one a listing shows now: judged
+    in path order, at most ``PASSED_OVER`` files the rules exclude now."""
+    prefix = f"{rel_dir}/" if rel_dir else ""
+    docs = listable_documents().filter(under_prefix("rel_path", prefix)).order_by("rel_path")
+    with engine.pinned(), rows_of.streamed(docs.values_list("rel_path", flat=True), 100) as paths:
+        for passed_over, path in enumerate(paths):
+            if engine.listed_reason(path) is None:
+                return True
+            if passed_over >= PASSED_OVER:
+                return False
+    return False
+
+
 #: files the rules let through, past a ``list_files`` page, judged to count
 #: its ``total``: a longer listing answers ``has_more`` without one
 COUNTED_PAST_PAGE = 500
@@ -715,8 +754,8 @@ def list_files(
     passed_over, ended = 0, True
     with engine.pinned(), rows_of.streamed(docs.values_list(*_FILE_FIELDS), 1000) as rows:
         matching = (row for row in rows if spec is None or spec.match_file(row[0]))
-        for row in matching:
-            if engine.excluded_reason(str(row[0])) is not None:
+        for row in primed(engine, matching):
+            if engine.listed_reason(str(row[0])) is not None:
                 passed_over += 1
                 if passed_over > PASSED_OVER:
                     ended = False
@@ -864,8 +903,7 @@ def _cursor(key: str, path: str, skip: int, retries: int = 0) -> str:
     fields: JsonObject = {"q": key, "p": path, "k": skip}
     if retries:
         fields["r"] = retries
-    raw = json.dumps(fields, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return cursors.seal("find", fields)  # a path and counts the client cannot read or write
 
 
 def _resume(cursor: object, key: str) -> tuple[str, int, int]:
@@ -873,13 +911,8 @@ def _resume(cursor: object, key: str) -> tuple[str, int, int]:
     k = -1 resumes after it. ``r``: how many pages in a row have retried it
     (``FIND_RETRIES``)."""
     invalid = _fail(errors.INVALID_FIELD, "invalid cursor")
-    if not isinstance(cursor, str) or len(cursor) > 8192:
-        raise invalid
-    try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, TypeError):
-        raise invalid from None
-    if not isinstance(data, dict) or data.get("q") != key or not isinstance(data.get("p"), str):
+    data = cursors.opened("find", cursor, 8192)
+    if data is None or data.get("q") != key or not isinstance(data.get("p"), str):
         raise invalid
     skip = data.get("k")
     if isinstance(skip, bool) or not isinstance(skip, int) or skip < -1:
@@ -970,8 +1003,15 @@ def _find_page(
     rows = docs.values_list("doc_id", "rel_path", "doc_type", "mtime_unix", "size_bytes").iterator(
         chunk_size=1000
     )
-    candidates = (
-        r for r in rows if (spec is None or spec.match_file(r[1])) and not engine.excluded_reason(r[1])
+    # The budget counts the rows judged too: a name glob alone matching
+    # little of a large tree judged every row in one call (session 30).
+    cut_at: list[str] = []
+    # A name alone is a listing: its stored text judged whole (the names of
+    # files a secret pattern added since makes secret-bearing, session 30);
+    # a pattern's matches are judged so at the first (_doc_matches).
+    reason = engine.listed_reason if pattern is None else engine.excluded_reason
+    candidates = _judged(
+        rows, lambda r: (spec is None or spec.match_file(r[1])) and not reason(r[1]), deadline, cut_at
     )
     matches: list[JsonObject] = []
     scanned, timed_out = 0, False
@@ -1010,8 +1050,25 @@ def _find_page(
         if cut:
             timed_out, resume = True, (row[1], -1)
             break
+    if resume is None and cut_at:  # the rows ran out of budget before the page filled
+        timed_out, resume = True, (cut_at[0], 0)
     out = {"matches": matches, "files_scanned": scanned, "timed_out": timed_out}
     return out | ({"next_cursor": _cursor(key, *resume)} if resume else {})
+
+
+def _judged(
+    rows: Iterable[_DocRow], passes: Callable[[_DocRow], bool], deadline: float, cut_at: list[str]
+) -> Iterator[_DocRow]:
+    """The rows ``passes`` lets through, until the budget runs out: then the
+    path of the first row not judged is put in ``cut_at`` (a page resumes
+    there). At least one row is judged a call, so following cursors always
+    makes progress."""
+    for judged, row in enumerate(rows):
+        if judged and time.monotonic() > deadline:
+            cut_at.append(row[1])
+            return
+        if passes(row):
+            yield row
 
 
 def _with_reps(
@@ -1044,24 +1101,24 @@ def _doc_matches(
     """Up to ``per_file`` matches in the document's texts, and whether the time budget ran out.
 
     Each match is quoted only when the text around it holds no credential
-    (:func:`_match`). A regular expression reads more than its match
-    (lookaround, ``\\K``): a text holding a credential under the rules as
-    they are now (a secret pattern added since it was indexed) gives a regex
-    no match at all, or ``anchor(?=[\\s\\S]{1200}KEY-q)`` told the
-    credential's characters one by one (session 29)."""
+    (:func:`_match`). A document whose texts hold a credential under the
+    rules as they are now (a secret pattern added since it was indexed)
+    gives no match at all: a regular expression reads more than its match
+    (``anchor(?=[\\s\\S]{1200}KEY-q)`` told the credential's characters
+    one by one, session 29), and a literal in a PEM key's body, past the
+    window around it, quoted the key a line at a time (session 30)."""
     found: list[JsonObject] = []
-    looks_around = isinstance(pattern, patterns.RegexScan)
+    screened = False
     for rep_id, rep_type, text, meta in reps:
         paged = rep_type == RepType.OCR_MARKDOWN or (rep_type == RepType.RAW_TEXT and "pages" in (meta or {}))
         timed = None
-        screened = not looks_around
         try:
             for pos, end in pattern.spans(text, per_file):
                 if time.monotonic() > deadline:
                     return found, True
-                if not screened:  # once a text, at its first match
-                    if engine.find_secret(text):
-                        break
+                if not screened:  # every text of the document, once, at its first match
+                    if any(engine.find_secret(whole) for _, _, whole, _ in reps):
+                        return [], False
                     screened = True
                 if rep_type == RepType.TRANSCRIPT and timed is None:
                     chunks = _time_chunks(rep_id)

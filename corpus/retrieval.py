@@ -8,7 +8,7 @@ import itertools
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -19,7 +19,7 @@ from corpus import globs, patterns, ranking, slices
 from corpus.citations import SpanRef, place_dict
 from corpus.definitions import declared_name, defines, query_identifiers
 from corpus.files import prefix_range, under_prefix
-from corpus.index import chunks, lexical, words
+from corpus.index import chunks, lexical, tables, words
 from corpus.index.dense import status as dense_status
 from corpus.index.dense import stored
 from corpus.index.dense.embedding import dense_store, from_bytes
@@ -229,6 +229,7 @@ class Searcher:
         readable: Callable[[str], bool] | None = None,
         pinned: Callable[[], AbstractContextManager[None]] | None = None,
         holds_secret: Callable[[str], object] | None = None,
+        prime: Callable[[Iterable[str]], None] | None = None,
     ) -> None:
         self.state = state
         self.config = config
@@ -246,6 +247,9 @@ class Searcher:
         #: is seen by the walk it starts (under ``--no-index``, never); such
         #: a unit is passed over as one gone (session 29)
         self.holds_secret = holds_secret
+        #: judges a batch of paths ``readable`` will be asked about, a few
+        #: queries for them all (``corpus.screen.SecretBearing.prime``)
+        self.prime = prime
         #: one search's verdicts by path (each ranking and the page judge the
         #: same files); per thread, as one searcher serves every call
         self._searching = threading.local()
@@ -323,6 +327,8 @@ class Searcher:
         a file ``readable`` lets through, and its stored text holds no
         credential under the rules now; each file judged once, when asked."""
         paths = chunks.chunk_paths(ids)
+        if self.prime is not None:
+            self.prime(paths.values())
         clean = self._clean(ids)
 
         def seen(cid: int) -> bool:
@@ -605,12 +611,12 @@ class Searcher:
         sql, params = where
         passed = set(chunks.chunk_paths(list(full)).values())
         for _ in range(FULL_PAGES if passed else 0):  # none: every unit gone since it was read
-            outside = f"d.rel_path NOT IN ({', '.join(['%s'] * len(passed))})"
+            outside, listed = _outside(passed)
             page = lexical.full_ids(
                 query,
                 limit=limit,
                 chunk_filter_sql=f"{sql} AND {outside}" if sql else outside,
-                params=[*params, *passed],
+                params=[*params, listed],
             )
             paths = chunks.chunk_paths(list(page))
             readable = tuple(
@@ -723,7 +729,10 @@ class Searcher:
         excluded every ranking is the one it was."""
         if self.readable is None or not ids:
             return set()
-        return {cid for cid, path in chunks.chunk_paths(ids).items() if not self._judged(path)}
+        paths = chunks.chunk_paths(ids)
+        if self.prime is not None:
+            self.prime(paths.values())
+        return {cid for cid, path in paths.items() if not self._judged(path)}
 
     def _candidates(self, kind: str, filters: Filters) -> list[int] | None:
         """Ids passing the SQL filters, or None when nothing narrows the set."""
@@ -815,6 +824,15 @@ class Searcher:
                 )
             )
         return hits
+
+
+def _outside(paths: Collection[str]) -> tuple[str, str]:
+    """A predicate over documents ``d``, a path none of ``paths``, and its one
+    parameter: a ``NOT IN`` of a variable a path reached
+    ``search.candidates`` × 9 variables (45,000 at the largest), past a
+    default SQLite's 32,766, which refused the query (session 30)."""
+    listed, param = tables.one_of("d.rel_path", sorted(paths))
+    return f"NOT ({listed})", param
 
 
 def snippet(text: str, terms: Sequence[str], limit: int) -> str:

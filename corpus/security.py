@@ -18,7 +18,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -216,6 +216,18 @@ class _Pins(threading.local):
     outer: tuple[GitignoreRule, ...] | None = None
 
 
+class IsDirectory(errors.Dir2mcpError):
+    """A read of a directory: answered as a name that does not exist, since
+    "is a directory" told a client guessing names that one exists, one only
+    excluded files occupy included (session 29). A reader that knows the
+    directory holds a file the client may see says so instead
+    (:func:`corpus.files.read_settled`)."""
+
+    def __init__(self, rel: str, real_rel: str) -> None:
+        super().__init__(errors.FILE_NOT_FOUND, f"no such file: {rel}")
+        self.rel, self.real_rel = rel, real_rel
+
+
 class ExclusionEngine:
     """Decides what may be indexed or opened below ``root``."""
 
@@ -239,6 +251,13 @@ class ExclusionEngine:
         # While pinned: each directory's verdict and .gitignore, judged once,
         # for the thread that pinned them (the engine serves every thread).
         self._pins = _Pins()
+        #: whether the index's stored text of a path holds a credential under
+        #: these rules (:class:`corpus.screen.SecretBearing`, set by the
+        #: server's context): what a listing asks besides the rules
+        self.stored_secret: Callable[[str], bool] | None = None
+        #: judges a batch of paths a listing is about to ask about, a few
+        #: queries for them all (:meth:`corpus.screen.SecretBearing.prime`)
+        self.stored_prime: Callable[[Iterable[str]], None] | None = None
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:
@@ -263,6 +282,18 @@ class ExclusionEngine:
         return real if relative_within(real, self._root_str) else None
 
     # -- exclusion ---------------------------------------------------------
+
+    def listed_reason(self, rel_path: str) -> str | None:
+        """Why a listing leaves out the indexed file ``rel_path``, or None:
+        the rules, then its stored text judged whole against the secret
+        rules now (:attr:`stored_secret`). The index's verdict on a file's
+        text is by the rules it was written under: until the walk a new
+        secret pattern starts has re-read it (under ``up --no-index``,
+        never), a listing named a file every read refused (session 30)."""
+        reason = self.excluded_reason(rel_path)
+        if reason is None and self.stored_secret is not None and self.stored_secret(rel_path):
+            return f"{errors.SECRET_DETECTED}: content matches secret_patterns"
+        return reason
 
     def excluded_reason(self, rel_path: str, *, is_dir: bool = False) -> str | None:
         """Why ``rel_path`` is excluded, or ``None`` if it may be read.
@@ -511,8 +542,8 @@ class ExclusionEngine:
         to its parent's descriptor with ``O_NOFOLLOW`` (symlinks are resolved
         here, by the policy, never by the kernel), the last one with
         ``O_NONBLOCK``, and the type is checked on the opened descriptor: a
-        FIFO, device, socket or directory is ``FILE_NOT_FOUND`` "not a
-        regular file", and nothing ever blocks in ``open()``. For archive
+        FIFO, device or socket is ``FILE_NOT_FOUND`` "not a regular file",
+        a directory :class:`IsDirectory`, and nothing ever blocks in ``open()``. For archive
         members (``a.zip!/x``) the archive is opened. ``judged``: the caller
         (the indexer's walk) has already applied the exclusion rules to
         ``rel_path``; a symlink's real target is judged either way.
@@ -523,6 +554,8 @@ class ExclusionEngine:
         walked = self._walk(rel.partition(ARCHIVE_SEPARATOR)[0], rel)
         if not stat.S_ISREG(walked.st.st_mode):
             os.close(walked.fd)
+            if stat.S_ISDIR(walked.st.st_mode):
+                raise IsDirectory(rel, walked.real_rel)
             raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"{rel} is not a regular file")
         return OpenedFile(rel, walked.real_rel, walked.st, os.fdopen(walked.fd, "rb"))
 

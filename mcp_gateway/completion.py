@@ -215,7 +215,10 @@ class Verdicts:
         kept = self._kept.get(path)
         if kept is not None and now - kept[1] < CHECK_SECONDS:
             return kept[0]
-        passes = engine.excluded_reason(path.rstrip("/"), is_dir=path.endswith("/")) is None
+        if path.endswith("/"):
+            passes = engine.excluded_reason(path.rstrip("/"), is_dir=True) is None
+        else:
+            passes = engine.listed_reason(path) is None
         self._kept[path] = (passes, now)
         return passes
 

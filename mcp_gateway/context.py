@@ -22,6 +22,7 @@ from django.conf import settings
 from corpus.index.dense.choice import announce_embedder, choose_embedder
 from corpus.providers.base import ChatModel, Embedder
 from corpus.providers.registry import EmbedderChoice, live_choice, make_chat
+from corpus.screen import SecretBearing
 from corpus.security import ExclusionEngine
 from corpus.status import recorded_embedder
 from kernel import errors
@@ -193,16 +194,27 @@ class Context:
             readable=self.readable,
             pinned=self.engine.pinned,
             holds_secret=self.engine.find_secret,
+            prime=self.secret_bearing.prime,
         )
 
     @cached_property
     def engine(self) -> ExclusionEngine:
-        return ExclusionEngine.from_config(self.root, self.config, state_dir=self.state.path)
+        engine = ExclusionEngine.from_config(self.root, self.config, state_dir=self.state.path)
+        engine.stored_secret, engine.stored_prime = self.secret_bearing.holds, self.secret_bearing.prime
+        return engine
+
+    @cached_property
+    def secret_bearing(self) -> SecretBearing:
+        """Verdicts on the stored texts of the index's documents under this
+        context's secret rules (the engine's)."""
+        return SecretBearing(lambda text: self.engine.find_secret(text))  # the engine's, once it is made
 
     def readable(self, rel_path: str) -> bool:
         """Whether the rules as they are now let ``rel_path`` be read (the
-        index may hold a file excluded since: see :class:`Searcher`)."""
-        return self.engine.excluded_reason(rel_path) is None
+        index may hold a file excluded since: see :class:`Searcher`), its
+        stored text judged whole against the secret rules now: a credential
+        two units hold together passed a screen of each (session 30)."""
+        return self.engine.listed_reason(rel_path) is None
 
     @property
     def allowed_origins(self) -> tuple[str, ...]:

@@ -242,7 +242,7 @@ def changed_since(ctx: Context, since: datetime) -> tuple[list[Document], int | 
     passed_over, ended = 0, True
     with engine.pinned(), rows_of.streamed(docs.values_list("doc_id", "rel_path"), 500) as rows:
         for doc_id, rel_path in rows:
-            if engine.excluded_reason(rel_path) is not None:
+            if engine.listed_reason(rel_path) is not None:
                 passed_over += 1
                 if passed_over > PASSED_OVER:
                     ended = False

@@ -16,15 +16,13 @@ that embed a resource; they raise :class:`ResourceError`.
 from __future__ import annotations
 
 import base64
-import binascii
-import json
 import logging
 import re
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from corpus import documents, files, store_faults, uris
+from corpus import cursors, documents, files, store_faults, uris
 from corpus.citations import SpanRef
 from corpus.navigation.tokens import CHARS_PER_TOKEN
 from kernel import errors
@@ -43,7 +41,6 @@ SLICE_MAX_CHARS = 50000
 WHOLE_MAX_CHARS = budgets.DEFAULT_MAX_TOKENS * CHARS_PER_TOKEN
 PAGE_MARK = re.compile(r"^--- page (\d+) ---$", re.M)
 _MAX_CURSOR_CHARS = 8192
-_CURSOR_PREFIX = "res:"
 
 # The resource is not there for this client: the same codes open_file refuses with.
 _NOT_FOUND = frozenset({errors.FILE_NOT_FOUND, errors.PATH_OUTSIDE_ROOT, errors.FORBIDDEN})
@@ -164,21 +161,14 @@ def refuse_if_sold(ctx: Context, tool_name: str, what: str = "file reads") -> No
 
 
 def _encode_cursor(after: str) -> str:
-    raw = (_CURSOR_PREFIX + json.dumps(after)).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return cursors.seal("resources", {"a": after})  # sealed: a client neither reads nor writes the path
 
 
 def _decode_cursor(cursor: str) -> str:
-    invalid = _invalid("invalid cursor")
-    if len(cursor) > _MAX_CURSOR_CHARS:
-        raise invalid
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        after = json.loads(raw.removeprefix(_CURSOR_PREFIX)) if raw.startswith(_CURSOR_PREFIX) else None
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        raise invalid from None
+    fields = cursors.opened("resources", cursor, _MAX_CURSOR_CHARS)
+    after = None if fields is None else fields.get("a")
     if not isinstance(after, str) or not after:
-        raise invalid
+        raise _invalid("invalid cursor")
     return after
 
 

@@ -473,24 +473,29 @@ def test_a_defined_name_holding_a_credential_is_not_offered(
     a defining file passes the rules, but the name itself was never screened:
     a name that a secret pattern added since indexing calls a credential was
     offered whole (``symbols`` passes such a hit over since session 29). It
-    is left out, and counted out of the total."""
+    is left out, and counted out of the total. (Since session 30 the file
+    defining it is secret-bearing as a whole, so its other names are left
+    out too: ``mycokeeper`` is defined in another file.)"""
     name = "mycokey_q7w8e9r0t1y2u3i4"
     built(
         corpus_dir,
         state,
         monkeypatch,
-        {"src/keys.py": f"def {name}():\n    return 1\n\ndef mycokeeper():\n    return 2\n"},
+        {
+            "src/keys.py": f"def {name}():\n    return 1\n\ndef mycokeep():\n    return 2\n",
+            "src/keeper.py": "def mycokeeper():\n    return 2\n",
+        },
     )
     patterns = [*DEFAULT_SECRET_PATTERNS, "mycokey_[a-z0-9]{16}"]
     config = build_config({**CONFIG, "security": {"secret_patterns": patterns}}, {}, {})
     now = context.build(root=corpus_dir, state=state, config=config, auth_spec="none")
     got = completed(now, "symbol", "myco")
     assert got == {"values": ["mycokeeper"], "total": 1, "hasMore": False}, got  # before: the name too
-    # and among the names of one file the client has chosen
+    # and among the names of one file the client has chosen: none of a secret-bearing file
     params = {
         "ref": {"type": "ref/prompt", "name": "explain"},
         "argument": {"name": "symbol", "value": "myco"},
         "context": {"arguments": {"path": "src/keys.py"}},
     }
     got = completion.complete(now, params)["completion"]
-    assert got == {"values": ["mycokeeper"], "total": 1, "hasMore": False}, got  # before: the name too
+    assert got == {"values": [], "total": 0, "hasMore": False}, got  # before: the name too

@@ -57,6 +57,7 @@ from corpus.index.tables import (
     TableBackend,
     batches,
     marks,
+    one_of,
     scored,
 )
 from corpus.index.words import HEAD_WEIGHT, head_and_body, index_text, query_terms
@@ -750,10 +751,10 @@ def _live_ids(
     if not chunk_ids:
         return set()
     extra = f" AND ({filter_sql})" if filter_sql else ""
+    listed, ids = one_of("c.chunk_id", chunk_ids)  # one variable, however far the window grew
     cursor.execute(
-        f"SELECT c.chunk_id FROM chunks c NOT INDEXED {TO_DOCUMENT} "
-        f"WHERE c.chunk_id IN ({marks(chunk_ids)}) AND {LIVE}{extra}",
-        [*chunk_ids, *params],
+        f"SELECT c.chunk_id FROM chunks c NOT INDEXED {TO_DOCUMENT} WHERE {listed} AND {LIVE}{extra}",
+        [ids, *params],
     )
     return {row[0] for row in cursor.fetchall()}
 

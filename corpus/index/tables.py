@@ -10,6 +10,7 @@ the same in each."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from itertools import islice
 from typing import Protocol, TypeVar
@@ -32,6 +33,18 @@ TO_DOCUMENT = (
 )
 #: neither the chunk ``c`` nor its document ``d`` is a tombstone
 LIVE = "c.deleted = FALSE AND d.deleted = FALSE"
+
+
+def one_of(column: str, values: Iterable[str] | Iterable[int]) -> tuple[str, str]:
+    """``column IN`` the ``values``, and its one parameter (a JSON array),
+    whatever their number: a mark a value let a query's variables grow with
+    ``search.candidates``, past the 32,766 a default SQLite build allows
+    (session 30). Integers are compared as integers on PostgreSQL too."""
+    listed = list(values)
+    if connection.vendor == "sqlite":
+        return f"{column} IN (SELECT value FROM json_each(%s))", json.dumps(listed)
+    cast = "::bigint" if listed and isinstance(listed[0], int) else ""
+    return f"{column} IN (SELECT value{cast} FROM jsonb_array_elements_text(%s::jsonb))", json.dumps(listed)
 
 
 def marks(ids: Sized) -> str:

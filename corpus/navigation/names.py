@@ -16,17 +16,15 @@ is read from the document's indexed text, as search snippets are.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeGuard, TypeVar
 
 from django.db.models import QuerySet
 
+from corpus import cursors, slices
 from corpus import rows as rows_of
-from corpus import slices
 from corpus.citations import SpanRef
 from corpus.files import canonical_prefix, under_prefix
 from corpus.index import lexical, words
@@ -67,7 +65,7 @@ LINE_CHARS = 200
 #: rows of files the rules exclude now (still in the index) one
 #: ``references`` page passes over before it stops judging
 PASSED_OVER = 1000
-#: the longest cursor accepted (those given out are about 50 characters)
+#: the longest cursor accepted (those given out are about 90 characters)
 MAX_CURSOR = 256
 #: the most generated tables scanned for a name (their names are not in the symbol index)
 GENERATED_FILES = 40
@@ -374,20 +372,16 @@ def find_references(
 
 
 def _cursor(key: str, doc_id: int, skip: int) -> str:
-    raw = json.dumps({"q": key, "r": doc_id, "k": skip}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    # Sealed: a document id a client could read counted the files indexed
+    # between two readable ones, excluded ones among them (session 29).
+    return cursors.seal("references", {"q": key, "r": doc_id, "k": skip})
 
 
 def _resume(cursor: object, key: str) -> tuple[int, int]:
     """``(document id, k)``: resume at that document's row after its first k lines."""
     invalid = _fail("invalid cursor")
-    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR:
-        raise invalid
-    try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, TypeError):
-        raise invalid from None
-    if not isinstance(data, dict) or data.get("q") != key:
+    data = cursors.opened("references", cursor, MAX_CURSOR)
+    if data is None or data.get("q") != key:
         raise invalid
     row_id, skip = data.get("r"), data.get("k")
     if not (_count(row_id) and _count(skip)):

@@ -1,0 +1,108 @@
+"""Whether a document the index holds is secret-bearing under the rules now.
+
+The indexer screens a file's whole text and keeps out (``SECRET_DETECTED``)
+one that holds a credential. A secret pattern added since is seen by the
+walk it starts, and under ``up --no-index`` never: meanwhile the stored
+text of such a file is served by what quotes the index. Screening one unit
+at a time (session 29) missed a credential two units hold together (a PEM
+key whose header ends one and whose body fills the next), and a listing
+named the file. So the verdict is the document's: its stored texts are
+screened whole, as the indexer does, and a document holding a credential
+is one no surface reads or names (session 30).
+
+A verdict is kept with the representations it judged, and checked again
+against them after :data:`CHECK_SECONDS`: a reindexed file is judged anew,
+and the texts are read and screened once per version. A verdict can only be
+stale by a reindex, and a reindex screens the file itself under the same
+rules (one holding a credential leaves every listing at once, as skipped):
+what the wait can keep is a file cleaned since, hidden a little longer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+from corpus.models import Representation
+
+#: how long a verdict is served before its representations are looked up again
+CHECK_SECONDS = 30.0
+#: paths judged a query by :meth:`SecretBearing.prime`
+BATCH = 256
+#: verdicts kept (a path, a few ids and a flag each)
+KEPT = 200_000
+
+
+class SecretBearing:
+    """``holds(rel_path)``: whether the live stored texts of the document at
+    ``rel_path`` hold a credential under ``find_secret`` (the rules now)."""
+
+    def __init__(self, find_secret: Callable[[str], object]) -> None:
+        self._find_secret = find_secret
+        self._known: OrderedDict[str, tuple[tuple[int, ...], bool, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def prime(self, rel_paths: Iterable[str]) -> None:
+        """Judge ``rel_paths`` whose verdicts are not fresh now, a batch of
+        :data:`BATCH` a query (the representations' ids, then the texts of
+        those whose ids changed), rather than two queries a path when each
+        is asked (``search`` judges a few hundred files at once)."""
+        now = time.monotonic()
+        with self._lock:
+            stale = [p for p in dict.fromkeys(rel_paths) if not self._fresh(p, now)]
+        for at in range(0, len(stale), BATCH):
+            batch = stale[at : at + BATCH]
+            live = Representation.objects.filter(
+                document__rel_path__in=batch, document__deleted=False, deleted=False
+            )
+            ids: dict[str, list[int]] = {path: [] for path in batch}
+            for path, rep_id in live.order_by("rep_id").values_list("document__rel_path", "rep_id"):
+                ids[path].append(rep_id)
+            with self._lock:
+                known = {path: self._known.get(path) for path in batch}
+            verdicts = {
+                path: entry[1]
+                for path, entry in known.items()
+                if entry is not None and entry[0] == tuple(ids[path])
+            }
+            unread = [path for path in batch if path not in verdicts]
+            for path in unread:
+                verdicts[path] = False
+            texts = live.filter(document__rel_path__in=unread).values_list("document__rel_path", "text")
+            for path, text in texts.iterator(chunk_size=16):
+                if text and not verdicts[path] and self._find_secret(text):
+                    verdicts[path] = True
+            with self._lock:
+                for path in batch:
+                    self._keep(path, (tuple(ids[path]), verdicts[path], now))
+
+    def _fresh(self, rel_path: str, now: float) -> bool:
+        known = self._known.get(rel_path)
+        return known is not None and now - known[2] < CHECK_SECONDS
+
+    def _keep(self, rel_path: str, entry: tuple[tuple[int, ...], bool, float]) -> None:
+        self._known[rel_path] = entry
+        self._known.move_to_end(rel_path)
+        while len(self._known) > KEPT:
+            self._known.popitem(last=False)
+
+    def holds(self, rel_path: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            known = self._known.get(rel_path)
+        if known is not None and now - known[2] < CHECK_SECONDS:
+            return known[1]
+        live = Representation.objects.filter(
+            document__rel_path=rel_path, document__deleted=False, deleted=False
+        ).order_by("rep_id")
+        rep_ids = tuple(live.values_list("rep_id", flat=True))
+        if known is not None and known[0] == rep_ids:
+            verdict = known[1]
+        else:
+            texts = live.values_list("text", flat=True).iterator(chunk_size=1)
+            verdict = any(self._find_secret(text) for text in texts if text)
+        with self._lock:
+            self._keep(rel_path, (rep_ids, verdict, now))
+        return verdict
