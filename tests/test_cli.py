@@ -495,11 +495,12 @@ def test_a_command_process_never_loads_httpx_s_command_line_client():
     assert loaded.stdout.strip() == "[]"
 
 
-def test_a_command_on_sqlite_without_a_broker_loads_no_postgres_celery_or_jsonschema(corpus_dir, tmp_path):
+def test_a_command_on_sqlite_without_a_broker_loads_no_postgres_celery_jsonschema_ninja(corpus_dir, tmp_path):
     # PostgreSQL's driver and Celery serve a shared database and a broker
-    # (docs/scaling.md), jsonschema a server's tool calls; loaded by every
-    # process they cost each about 0.15 CPU-s to start: `reindex`, `up`'s
-    # server and its indexing child
+    # (docs/scaling.md), jsonschema a server's tool calls, ninja the REST
+    # mirror (its files are an installed app without it: dir2mcp_site/apps.py);
+    # loaded by every process they cost each about 0.15 CPU-s to start
+    # (ninja 0.05): `reindex`, `up`'s server and its indexing child
     (corpus_dir / "a.py").write_text("def f():\n    return 1\n")
     env = {k: v for k, v in base_env().items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     reindex = ["reindex", "--dir", str(corpus_dir), "--state-dir", str(tmp_path / "state")]
@@ -515,7 +516,7 @@ def test_a_command_on_sqlite_without_a_broker_loads_no_postgres_celery_or_jsonsc
     timed = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
     loaded = {line.rsplit("|", 1)[1].strip() for line in timed}
     assert "corpus.ingest.indexing" in loaded  # the indexing code that asks for both when they are used
-    unused = ("psycopg", "celery", "kombu", "jsonschema")
+    unused = ("psycopg", "celery", "kombu", "jsonschema", "ninja")
     assert sorted(name for name in loaded if name.split(".")[0] in unused) == []
 
 
