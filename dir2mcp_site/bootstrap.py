@@ -48,6 +48,7 @@ def prepare(argv: list[str] | None = None) -> None:
     one ``ERROR: CONFIG_INVALID`` line and exit status 2 (see
     :func:`missing_root`)."""
     without_httpx_cli()
+    without_websocket_extensions()
     known, rest = _preparser().parse_known_args(argv or [])
     if known.dir:
         os.environ[ROOT_ENV] = str(Path(known.dir).expanduser().absolute())
@@ -75,6 +76,19 @@ def without_httpx_cli() -> None:
     loaded; httpx's own API is unchanged. A process that imported httpx
     already keeps what it has."""
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: Python's mark for "cannot import"
+
+
+def without_websocket_extensions() -> None:
+    """Keep autobahn (daphne's WebSocket protocol, imported by its server
+    module) from setting up its native frame validator, which `up` never
+    uses: it refuses every WebSocket (mcp_gateway/route_gate.py).
+
+    autobahn declares the validator's C functions to cffi as it is
+    imported, and cffi parses them with pycparser: about 0.03 CPU-s of
+    every `up` server (docs/benchmarks.md, "Test suite time").
+    ``AUTOBAHN_USE_NVX=0`` is autobahn's own switch to its pure-Python
+    validator; a value already set is kept."""
+    os.environ.setdefault("AUTOBAHN_USE_NVX", "0")
 
 
 def missing_root() -> str | None:
