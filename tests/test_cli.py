@@ -18,6 +18,7 @@ import pytest
 from django.core.management import load_command_class
 
 from corpus.management.base import Dir2mcpCommand
+from dir2mcp_site import bootstrap
 from dir2mcp_site.cli import own_commands
 from kernel.state import IndexLock, StateDir
 from tests.support import wait_until
@@ -471,6 +472,31 @@ def test_every_command_that_loads_without_the_collector_turns_it_back_on():
         in_corpus = (REPO / "corpus" / "management" / "commands" / f"{name}.py").exists()
         app = "corpus" if in_corpus else "mcp_gateway"
         assert isinstance(load_command_class(app, name), Dir2mcpCommand), name
+
+
+def test_a_command_process_starts_openblas_with_one_thread_unless_a_count_is_set():
+    # OpenBLAS starts a spin-waiting thread per core as numpy loads, about
+    # 0.06 CPU-s of every process on 2 cores; bootstrap.prepare asks for one
+    def threads(**blas: str) -> int:
+        env = {k: v for k, v in base_env().items() if k not in bootstrap.BLAS_THREAD_ENV}
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os; from dir2mcp_site import bootstrap; bootstrap.prepare(['help']); "
+                "import numpy; print(len(os.listdir('/proc/self/task')))",
+            ],
+            cwd=REPO,
+            env={**env, **blas},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    assert threads() == 1
+    assert threads(OMP_NUM_THREADS="2") == threads(OPENBLAS_NUM_THREADS="2") == 2  # a count set is kept
 
 
 def test_a_command_process_never_loads_httpx_s_command_line_client():
