@@ -578,7 +578,13 @@ def test_ctrl_c_on_reindex_is_a_line_and_code_130_and_the_next_run_goes_on(corpu
                 return False
 
         wait_until(some_indexed, timeout=120, interval=0.05, message="the first documents to be stored")
-        assert indexer.poll() is None, "reindex finished before it could be interrupted"
+        if indexer.poll() is not None:
+            # the whole run ended before this process looked (both at nice 15 at
+            # load 11, session 30: it failed here on the code before and after
+            # that session's changes alike): too late as well, so tried again
+            _, stderr = indexer.communicate(timeout=60)
+            assert indexer.returncode == 0 and stored() == 3000, stderr
+            continue
         indexer.send_signal(signal.SIGINT)
         _, stderr = indexer.communicate(timeout=60)
         if stored() < 3000:
