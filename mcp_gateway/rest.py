@@ -176,7 +176,12 @@ class PackagedSwagger(Swagger):
     spares the processes that serve no API importing ninja), so this page
     renders the packaged template itself, with the context ninja gives it."""
 
-    def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: Any) -> HttpResponse:
+    def render_page(
+        self,
+        request: HttpRequest,
+        api: NinjaAPI,
+        **kwargs: Any,  # Any: Swagger.render_page's signature
+    ) -> HttpResponse:
         self.settings["url"] = self.get_openapi_url(api, kwargs)
         auths = api.auth if isinstance(api.auth, list | tuple) else ()
         context = {
