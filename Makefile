@@ -37,10 +37,12 @@ contract: install
 # servers), the files measured longest first (tests/longest_files.txt), then
 # the other files with slow-marked tests (tests/conftest.py; xdist's reorder
 # by test count would leave few-test long files for last). On
-# 2026-11-29: 9 min 55 s idle with 4,625 tests on a 2-core AMD EPYC (Zen 5),
-# 16 min 19 s beside two busy loops; 16 min 34 s with 4,443 on an Intel Xeon the
-# night before; 18 min 13 s with 4,687 on an idle Intel Xeon at the end of
-# 2026-11-29 (docs/benchmarks.md, "The test suite").
+# 2026-11-29: 9 min 55 s idle with 4,625 tests on a 2-core AMD EPYC (Zen 5);
+# 18 min 13 s with 4,687 on an idle Intel Xeon. On 2026-11-30: 16 min 31 s
+# with 5,002 on an idle 2-core AMD EPYC (Zen 4), over 15 minutes there;
+# session 30's cuts to every process's start (about 0.95 of the CPU of the
+# process-bound files) are estimated at 20-30 s of it (docs/benchmarks.md,
+# "Test suite time"). -n 3 was not measured.
 test: install lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 

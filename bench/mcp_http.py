@@ -42,7 +42,9 @@ The floor both share, ``tools.run`` called in-process without HTTP, is timed
 too. Results go to bench/results/ and are printed as a table.
 
 BLAS: every process of the run gets ``OPENBLAS_NUM_THREADS=1`` unless
-``--blas-default``. The local embedder runs a one-query forward pass with
+``--blas-default`` (which then reaches only the reference server: every
+dir2mcp process sets it itself when no BLAS thread count is set,
+dir2mcp_site/bootstrap.py). The local embedder runs a one-query forward pass with
 OpenBLAS's default threads (2 here), whose spin-waiting makes hybrid figures
 swing several-fold from run to run on 2 busy cores, for both servers alike
 (docs/benchmarks.md). Lexical search does not touch BLAS.

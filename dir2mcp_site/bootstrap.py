@@ -48,6 +48,8 @@ def prepare(argv: list[str] | None = None) -> None:
     one ``ERROR: CONFIG_INVALID`` line and exit status 2 (see
     :func:`missing_root`)."""
     without_httpx_cli()
+    without_websocket_extensions()
+    single_threaded_blas()
     known, rest = _preparser().parse_known_args(argv or [])
     if known.dir:
         os.environ[ROOT_ENV] = str(Path(known.dir).expanduser().absolute())
@@ -75,6 +77,38 @@ def without_httpx_cli() -> None:
     loaded; httpx's own API is unchanged. A process that imported httpx
     already keeps what it has."""
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: Python's mark for "cannot import"
+
+
+def without_websocket_extensions() -> None:
+    """Keep autobahn (daphne's WebSocket protocol, imported by its server
+    module) from setting up its native frame validator, which `up` never
+    uses: it refuses every WebSocket (mcp_gateway/route_gate.py).
+
+    autobahn declares the validator's C functions to cffi as it is
+    imported, and cffi parses them with pycparser: about 0.03 CPU-s of
+    every `up` server (docs/benchmarks.md, "Test suite time").
+    ``AUTOBAHN_USE_NVX=0`` is autobahn's own switch to its pure-Python
+    validator; a value already set is kept."""
+    os.environ.setdefault("AUTOBAHN_USE_NVX", "0")
+
+
+#: What OpenBLAS reads for its thread count, in its order of precedence.
+BLAS_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def single_threaded_blas() -> None:
+    """Start numpy's OpenBLAS with one thread, unless a thread count is set.
+
+    OpenBLAS starts a thread per core as numpy loads: about 0.06 CPU-s of
+    every process on a 2-core machine (0.16 -> 0.10 for ``import numpy``
+    alone; docs/benchmarks.md, "Test suite time"), and its threads
+    spin-wait for work. No process here runs BLAS on several threads:
+    the local embedder holds OpenBLAS at one thread for its forward passes
+    (corpus.providers.local: one pass per core), and the rest multiplies a
+    query by a few hundred vectors. ``OPENBLAS_NUM_THREADS``,
+    ``GOTO_NUM_THREADS`` or ``OMP_NUM_THREADS``, set, is kept."""
+    if not any(os.environ.get(name, "").strip() for name in BLAS_THREAD_ENV):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def missing_root() -> str | None:

@@ -69,7 +69,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "ninja",  # Swagger UI for /api/v1/docs from the package's static files, not a CDN
+    # django-ninja's templates and static files, for Swagger UI at /api/v1/docs
+    # from the package, not a CDN: installed without importing ninja (apps.py)
+    "dir2mcp_site.apps.NinjaAssets",
     "corpus",
     "mcp_gateway",
     "payments",

@@ -34,6 +34,7 @@ errors, including ninja's own, are 400 (never 422).
 
 import copy
 import functools
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
 from ninja import Body, NinjaAPI, Query, Schema, Swagger
 from ninja.errors import AuthenticationError
 from ninja.errors import HttpError as NinjaHttpError
@@ -166,6 +168,31 @@ class RestAPI(NinjaAPI):
         return document
 
 
+class PackagedSwagger(Swagger):
+    """Swagger UI from django-ninja's own template and static files, never a
+    CDN. ninja renders its packaged page only when the string ``"ninja"`` is
+    in INSTALLED_APPS, and its CDN page otherwise; ninja's files are
+    installed under another name (dir2mcp_site.apps.NinjaAssets, which
+    spares the processes that serve no API importing ninja), so this page
+    renders the packaged template itself, with the context ninja gives it."""
+
+    def render_page(
+        self,
+        request: HttpRequest,
+        api: NinjaAPI,
+        **kwargs: Any,  # Any: Swagger.render_page's signature
+    ) -> HttpResponse:
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        auths = api.auth if isinstance(api.auth, list | tuple) else ()
+        context = {
+            "swagger_settings": json.dumps(self.settings, indent=1),
+            "api": api,
+            # a CSRF token in the page only for an auth that checks one (a cookie's)
+            "add_csrf": any(getattr(auth, "csrf", False) for auth in auths),
+        }
+        return render(request, self.template, context)
+
+
 class _Parser(Parser):
     """ninja's JSON body parser, behind the MCP endpoint's bound on a
     message's tokens: a body is parsed on the event loop here too."""
@@ -199,9 +226,9 @@ api = RestAPI(
         "502/503 PROVIDER_FAILED (retryable, with Retry-After)."
     ),
     docs_url="/docs",
-    # Swagger UI from the installed package ("ninja" in INSTALLED_APPS, files under
-    # /static/ninja/), never a CDN; no validator badge (it would call validator.swagger.io).
-    docs=Swagger(settings={"validatorUrl": None}),
+    # Swagger UI from the installed package (files under /static/ninja/), never
+    # a CDN; no validator badge (it would call validator.swagger.io).
+    docs=PackagedSwagger(settings={"validatorUrl": None}),
     openapi_url="/openapi.json",
     auth=BearerAuth(),
     parser=_Parser(),

@@ -15,8 +15,7 @@ import base64
 import logging
 import time
 from collections.abc import Mapping
-
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING
 
 from corpus import files, store_faults
 from corpus.answer import ask as answer
@@ -38,6 +37,9 @@ from mcp_gateway.registry import Call as Call  # the transports and handlers rea
 from mcp_gateway.registry import Cancelled as Cancelled  # as Call
 from mcp_gateway.registry import table as table  # callers reach the table through tools
 from mcp_gateway.transport import LATEST_VERSION
+
+if TYPE_CHECKING:  # jsonschema loads with the first call validated (registry.Tool.validator), not with `up`
+    from jsonschema.exceptions import ValidationError
 
 log = logging.getLogger(__name__)
 

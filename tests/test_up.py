@@ -300,12 +300,18 @@ def test_env_token_reports_env_source(corpus_dir, running):
     assert "env-token-abcdef0123456789" not in up.stdout + up.stderr + saved + snapshot
 
 
-def test_auth_none_on_loopback_omits_the_header(corpus_dir, running):
+def test_auth_none_on_loopback_omits_the_header_and_jsonschema_waits_for_a_call(corpus_dir, running):
     make_tree(corpus_dir, files=1)
-    up = running("--dir", str(corpus_dir), "--auth", "none")
+    # and what the server and its indexing child import (on stderr): jsonschema
+    # only validates tool calls (mcp_gateway.registry), about 0.06 CPU-s of
+    # every `up` that never has one; pycparser only parses the C declarations
+    # of autobahn's native WebSocket validator, and `up` refuses WebSockets
+    # (dir2mcp_site/bootstrap.py), 0.03
+    up = running("--dir", str(corpus_dir), "--auth", "none", env={"PYTHONPROFILEIMPORTTIME": "1"})
 
     url = up.url()
     ok = initialize(url)
+    up.wait_until(lambda u: "Progress: scanned=3" in u.stdout, "the final progress line")
     code = up.stop()
 
     assert code == 0, up.stderr
@@ -314,6 +320,10 @@ def test_auth_none_on_loopback_omits_the_header(corpus_dir, running):
     assert not any("Authorization" in line for line in up.lines)
     saved = json.loads((corpus_dir / ".dir2mcp" / "connection.json").read_text())
     assert saved["token_source"] == "none" and "Authorization" not in saved["headers"]
+    loaded = {line.rsplit("|", 1)[1].strip() for line in up.err if line.startswith("import time:")}
+    assert {"mcp_gateway.tools", "corpus.ingest.indexing"} <= loaded
+    assert "daphne.server" in loaded
+    assert sorted(name for name in loaded if name.split(".")[0] in ("jsonschema", "pycparser")) == []
 
 
 # -- refusals -----------------------------------------------------------------
