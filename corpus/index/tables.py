@@ -37,8 +37,8 @@ LIVE = "c.deleted = FALSE AND d.deleted = FALSE"
 
 def one_of(column: str, values: Iterable[str] | Iterable[int]) -> tuple[str, str]:
     """``column IN`` the ``values``, and its one parameter (a JSON array),
-    whatever their number: a mark a value let a query's variables grow with
-    ``search.candidates``, past the 32,766 a default SQLite build allows
+    whatever their number: one mark per value let a query's variables grow
+    with ``search.candidates``, past the 32,766 a default SQLite build allows
     (session 30). Integers are compared as integers on PostgreSQL too."""
     listed = list(values)
     if connection.vendor == "sqlite":
