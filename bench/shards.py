@@ -90,14 +90,14 @@ def memory() -> dict[str, float]:
     return {key: round(value, 1) for key, value in found.items()}
 
 
-def shard_path(folder: Path, number: int, sharded: bool) -> Path:
-    return folder / (f"vectors_code.hnsw.{number}" if sharded else "vectors_code.hnsw")
+def index_file(folder: Path) -> Path:
+    return folder / "vectors_code.hnsw"
 
 
 def build(folder: Path, vectors: int, shard: int, store: str) -> dict:
     """The index built as the indexing process builds it (``rag.shard_vectors`` ``shard``), saved."""
     around = centres()
-    index = VectorIndex(shard_path(folder, 0, False), DIM, MODEL, store, shard_vectors=shard)
+    index = VectorIndex(index_file(folder), DIM, MODEL, store, shard_vectors=shard)
     started = time.perf_counter()
     for seed, start in enumerate(range(0, vectors, BLOCK)):
         size = min(BLOCK, vectors - start)
@@ -111,7 +111,7 @@ def build(folder: Path, vectors: int, shard: int, store: str) -> dict:
 def search(folder: Path, queries: int, k: int, store: str) -> dict:
     """Every query searched in the index ``folder`` holds (its sidecar lists its shards), mapped."""
     asked = query_vectors(queries, centres())
-    index = VectorIndex(shard_path(folder, 0, False), DIM, MODEL, store)
+    index = VectorIndex(index_file(folder), DIM, MODEL, store)
     assert index.load(view=True), folder
     times, found = [], []
     for query in asked:
@@ -135,7 +135,7 @@ def alternate(folders: list[Path], queries: int, k: int, store: str) -> dict:
     asked = query_vectors(queries, centres())
     indices = []
     for folder in folders:
-        index = VectorIndex(shard_path(folder, 0, False), DIM, MODEL, store)
+        index = VectorIndex(index_file(folder), DIM, MODEL, store)
         assert index.load(view=True), folder
         indices.append(index)
     for index in indices:  # the pages in, as a server's after its first searches

@@ -603,3 +603,55 @@ def test_ctrl_c_on_reindex_is_a_line_and_code_130_and_the_next_run_goes_on(corpu
     assert resumed.returncode == 0, resumed.stderr
     final = json.loads(cli("status", "--dir", str(corpus_dir), "--json").stdout)
     assert final["documents"] == 3000 and final["indexing"]["running"] is False
+
+
+#: A server following its indexing child's saves (`up`'s) whose code index
+#: file is lost and holds too many vectors to build here: dense search
+#: waits for the child's file. It says so, then waits for a line on stdin.
+WAITING_SERVER = """
+import sys
+from pathlib import Path
+from dir2mcp_site import bootstrap
+bootstrap.prepare(["--dir", sys.argv[1]])
+import django
+django.setup()
+from corpus.index.dense.embedding import dense_store
+from corpus.store import open_store
+from kernel.state import StateDir
+state = StateDir(Path(sys.argv[1]) / ".dir2mcp")
+open_store(state)
+store = dense_store(state)
+store.follow_saves, store.replace_in_place_max = 3600.0, 0
+store.index("code")
+print(",".join(store.waiting()), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_status_says_when_a_running_servers_dense_search_waits_for_the_indexers_file(
+    corpus_dir, fake_mistral
+):
+    (corpus_dir / "loader.py").write_text("def parse_config_file(path):\n    return open(path).read()\n")
+    env = mistral_env(fake_mistral)
+    assert cli("reindex", "--dir", str(corpus_dir), env=env).returncode == 0
+    (corpus_dir / ".dir2mcp" / "vectors_code.hnsw").unlink()  # the child builds it again
+    server = subprocess.Popen(
+        [sys.executable, "-c", WAITING_SERVER, str(corpus_dir)],
+        cwd=REPO,
+        env={**base_env(), **env, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "code"
+        shown = cli("status", "--dir", str(corpus_dir), env=env)
+        assert "Dense search of the code index waits for the indexer's file" in shown.stdout, shown.stdout
+        found = json.loads(cli("status", "--dir", str(corpus_dir), "--json", env=env).stdout)
+        assert found["dense_waiting_for_file"] == ["code"]
+    finally:
+        server.communicate("\n", timeout=60)
+    # the server is gone: nothing waits
+    found = json.loads(cli("status", "--dir", str(corpus_dir), "--json", env=env).stdout)
+    assert found["dense_waiting_for_file"] == []
+    assert "waits for the indexer's file" not in cli("status", "--dir", str(corpus_dir), env=env).stdout

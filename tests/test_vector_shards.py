@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from corpus.index.dense.embedding import check_models, dense_store, embed_pending, from_bytes
-from corpus.index.dense.vectors import VectorIndex, index_path, remove_files, shard_file
+from corpus.index.dense.vectors import VectorIndex, index_path, remove_files, saved_shards, shard_files
 from corpus.models import Chunk
 from tests.mcp_http import REPO, base_env
 from tests.test_saved_index_load import Hashed, distinct_chunks, server_store
@@ -54,7 +54,7 @@ def same_hits(left: VectorIndex, right: VectorIndex, queries: np.ndarray, k: int
 def test_a_sharded_index_finds_what_one_index_finds(state, store) -> None:
     one, sharded, _ = pair(state, store)
     assert sharded.shards == 6 and len(sharded) == len(one) == 260
-    assert shard_file(sharded.path, 0).exists() and sharded.viewed is not None
+    assert len(shard_files(sharded.path)) == 5 and sharded.viewed is not None
     same_hits(one, sharded, unit(60, seed=11), 10)
     same_hits(one, sharded, unit(5, seed=12), 300)  # k past the index: every vector, once
 
@@ -63,7 +63,7 @@ def test_an_index_under_one_shard_is_one_index(state, store) -> None:
     index = VectorIndex(index_path(state, "code"), DIM, "m", store, shard_vectors=1000)
     index.add(np.arange(1, 201), unit(200))
     index.save()
-    assert index.shards == 1 and not shard_file(index.path, 0).exists() and index.viewed is None
+    assert index.shards == 1 and not shard_files(index.path) and index.viewed is None
 
 
 def test_replacements_and_removals_reach_the_shard_holding_the_label(state, store) -> None:
@@ -96,7 +96,7 @@ def test_a_saved_sharded_index_is_mapped_by_another_process(state, store) -> Non
 def test_a_torn_or_missing_shard_is_refused_never_read(state, damage) -> None:
     _, sharded, _ = pair(state, "usearch-bf16")
     sharded.save()
-    file = shard_file(sharded.path, 2)
+    file = saved_shards(sharded.path)[2]
     if damage == "torn":
         file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
     else:
@@ -178,3 +178,67 @@ def test_a_server_maps_the_shards_another_process_saves_and_keeps_them_while_it_
     again = VectorIndex(path, DIM, "m", "usearch-bf16")
     assert again.load(view=True) and again.shards == 6
     same_hits(one, again, queries, 10)
+
+
+def rebuilt(path, store: str, count: int, seed: int) -> VectorIndex:
+    """A build of the index at ``path`` again (as the indexing child's at a
+    views pass's end): ``count`` other vectors in shards of SHARD, not saved."""
+    fresh = VectorIndex(path, DIM, "m", store, shard_vectors=SHARD)
+    fresh.add(np.arange(1, count + 1), unit(count, seed=seed))
+    return fresh
+
+
+def test_a_build_again_writes_new_shard_files_and_a_reader_keeps_the_ones_it_mapped(state) -> None:
+    one, sharded, _ = pair(state, "usearch-bf16")
+    sharded.save()
+    before = saved_shards(sharded.path)
+    reader = VectorIndex(sharded.path, DIM, "m", "usearch-bf16")
+    assert reader.load(view=True)
+    queries = unit(30, seed=16)
+    first = [reader.search(query, 10) for query in queries]
+
+    # stopped after its shard files are written, before its sidecar (a crash):
+    # the files the sidecar lists are as they were, and load
+    fresh = rebuilt(sharded.path, "usearch-bf16", 260, seed=4)
+    assert fresh.shards == 6 and saved_shards(sharded.path) == before
+    again = VectorIndex(sharded.path, DIM, "m", "usearch-bf16")
+    assert again.load(view=True)
+    same_hits(one, again, queries, 10)
+
+    fresh.save()  # the new files, then the sidecar; the previous files removed
+    assert set(saved_shards(sharded.path)).isdisjoint(before)
+    assert shard_files(sharded.path) == sorted(saved_shards(sharded.path))
+    assert [reader.search(query, 10) for query in queries] == first  # the unlinked files it mapped
+    other = VectorIndex(index_path(state, "text"), DIM, "m", "usearch-bf16")
+    other.add(np.arange(1, 261), unit(260, seed=4))
+    latest = VectorIndex(sharded.path, DIM, "m", "usearch-bf16")
+    assert latest.load(view=True)
+    same_hits(other, latest, queries, 10)
+
+
+def test_shard_files_no_sidecar_lists_do_not_pile_up(state) -> None:
+    _, sharded, _ = pair(state, "usearch-bf16")
+    sharded.save()
+    rebuilt(sharded.path, "usearch-bf16", 260, seed=5)  # a build a crash cut short: never saved
+    assert len(shard_files(sharded.path)) == 10
+    for seed in (6, 7):
+        rebuilt(sharded.path, "usearch-bf16", 210, seed=seed).save()
+        assert shard_files(sharded.path) == sorted(saved_shards(sharded.path))
+        assert len(saved_shards(sharded.path)) == 4
+    owner = VectorIndex(sharded.path, DIM, "m", "usearch-bf16", shard_vectors=SHARD)
+    assert owner.load()
+    owner.add(np.array([3, 120]), unit(2, seed=22), replace=True)  # shards 0 and 2 written again
+    owner.save()
+    assert shard_files(sharded.path) == sorted(saved_shards(sharded.path))
+    assert VectorIndex(sharded.path, DIM, "m", "usearch-bf16").load()
+
+
+def test_a_save_keeps_the_shard_files_of_a_build_under_way_in_its_process(state) -> None:
+    _, sharded, _ = pair(state, "usearch-bf16")
+    sharded.save()
+    fresh = rebuilt(sharded.path, "usearch-bf16", 260, seed=8)  # searches read `sharded` meanwhile
+    sharded.forget([7])
+    sharded.save()  # its sidecar does not list the build's files
+    fresh.save()
+    latest = VectorIndex(sharded.path, DIM, "m", "usearch-bf16")
+    assert latest.load() and latest.shards == 6 and 7 in latest

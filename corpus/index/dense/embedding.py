@@ -28,6 +28,7 @@ reports the views it stores beside its chunks).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -59,10 +60,10 @@ from corpus.index.dense.views import MEMBER_VIEW_WEIGHT, VIEW_VERSION, embedding
 from corpus.index.tables import marks
 from corpus.models import Chunk, EmbeddingStatus, Setting
 from corpus.providers.base import Embedder, Interrupted, ModelInfo
-from corpus.store import get_setting, set_setting
+from corpus.store import get_json_setting, get_setting, set_setting
 from kernel import errors
 from kernel.jsontypes import JsonObject
-from kernel.state import StateDir, index_lock_holder
+from kernel.state import StateDir, index_lock_holder, pid_alive
 
 logger = logging.getLogger(__name__)
 
@@ -314,6 +315,20 @@ VIEW_EVERY_SECONDS = 60.0
 #: lock free for the supervisor's backoff, at most a minute, and the child
 #: takes it a few seconds after its start), and builds the index itself
 INDEXER_GONE_SECONDS = 30.0
+#: the setting where a server records the kinds whose dense search waits
+#: for its indexing child's file, and its pid (``status`` reads it)
+WAITING_KEY = "dense_waiting_for_file"
+
+
+def recorded_waiting() -> list[str]:
+    """The kinds whose dense search a server running here waits for its
+    indexing child's file for, as it recorded them (DenseStore.waiting);
+    empty when the server that recorded them is gone."""
+    found = get_json_setting(WAITING_KEY)
+    pid, kinds = (found.get("pid"), found.get("kinds")) if found is not None else (None, None)
+    if not (isinstance(pid, int) and pid_alive(pid) and isinstance(kinds, list)):
+        return []
+    return [kind for kind in kinds if kind in KINDS]
 
 
 class DenseStore:
@@ -384,6 +399,8 @@ class DenseStore:
         # and whether dense search waits for the child's file (_meanwhile).
         self._refused: dict[str, tuple[str, tuple[int, int, int, int] | None]] = {}
         self._waiting: dict[str, bool] = {}
+        #: the waiting kinds last recorded (_record_waiting)
+        self._recorded_waiting: list[str] = []
         #: see INDEXER_GONE_SECONDS; since when no process was seen holding the index lock
         self.indexer_gone_after = INDEXER_GONE_SECONDS
         self._lock_free_since: float | None = None
@@ -393,6 +410,25 @@ class DenseStore:
         ``store``: the recorded ``rag.vector_store`` as the caller read it
         (else the index's own, or read now); another than the index's
         replaces it by its file, or a build from the database."""
+        found = self._index(kind, store)
+        self._record_waiting()
+        return found
+
+    def _record_waiting(self) -> None:
+        """Record the kinds whose dense search waits for the indexing
+        process's file, when they changed, with this process's pid, for
+        ``status`` in another process (:func:`recorded_waiting`)."""
+        kinds = self.waiting()
+        with self._lock:
+            if kinds == self._recorded_waiting:
+                return
+            self._recorded_waiting = kinds
+        try:
+            set_setting(WAITING_KEY, json.dumps({"pid": os.getpid(), "kinds": kinds}))
+        except Exception:  # a store that cannot be written: stats still says so
+            logger.warning("cannot record that dense search waits", exc_info=True)
+
+    def _index(self, kind: str, store: str | None) -> VectorIndex | None:
         with self._lock:
             info = recorded_model(kind)
             current = self._indices.get(kind)

@@ -25,10 +25,15 @@ marked deleted still in the file, which hnswlib does not tell apart.
 
 Shards (``rag.shard_vectors``, usearch stores; issue #37): the process
 that owns indexing keeps at most that many vectors in one file. A full
-shard is saved as ``vectors_code.hnsw.N`` and memory-mapped (its vectors
-leave the process's memory for the page cache); the vectors after it go to
-the open shard, the ``.hnsw`` file itself, whose sidecar lists every full
-shard's size and sha256. A search asks each shard for its ``k`` nearest
+shard is saved as ``vectors_code.hnsw.N.<the first 16 hex digits of its
+sha256>`` and memory-mapped (its vectors leave the process's memory for the
+page cache); the vectors after it go to the open shard, the ``.hnsw`` file
+itself, whose sidecar lists every full shard's size and sha256. A shard
+written again, or by a build of the index again, is a new file: the
+sidecar, renamed into place after them, switches to the new files at once
+(a crash before leaves the previous ones loadable), and a save removes the
+files it no longer lists (a process that mapped them keeps reading them:
+an unlinked file stays whole for its mappings on Linux). A search asks each shard for its ``k`` nearest
 and merges them by score (one inner product: the scores compare), so an
 index under one shard is the one file it always was. A replacement or a
 removal goes to the shard holding the label (a mapped shard keeps it
@@ -53,7 +58,9 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +84,13 @@ STORES = ("hnswlib", "usearch-f32", "usearch-bf16", "usearch-i8")
 #: the store of an index whose sidecar names none (written before there was a choice)
 LEGACY_STORE = "hnswlib"
 DEFAULT_STORE = "usearch-bf16"
+#: how many hex digits of a shard file's sha256 its name holds (shard_file)
+SHARD_NAME_HEX = 16
+#: shard files this process wrote that no sidecar it saved lists yet, and
+#: the index that wrote each (a build's, under way beside the index it
+#: replaces): a save's clean-up keeps them while that index lives
+_UNLISTED: weakref.WeakValueDictionary[Path, VectorIndex] = weakref.WeakValueDictionary()
+_UNLISTED_LOCK = threading.Lock()
 #: a search of a viewed file asks it for k plus at most this many more, for
 #: the labels it passes over (removed or replaced since the file was saved)
 MASKED_WIDEN_MAX = 2000
@@ -86,9 +100,36 @@ def index_path(state: StateDir, kind: str) -> Path:
     return state.path / f"vectors_{kind}.hnsw"
 
 
-def shard_file(path: Path, number: int) -> Path:
-    """The file of a sharded index's full shard ``number`` (the open one is ``path`` itself)."""
-    return path.with_name(f"{path.name}.{number}")
+def shard_file(path: Path, number: int, sha256: str) -> Path:
+    """The file of a sharded index's full shard ``number`` whose bytes have
+    this sha256 (the open one is ``path`` itself): a shard written again,
+    or by a build of the index again, has a new name, so a file a sidecar
+    lists is never written over."""
+    return path.with_name(f"{path.name}.{number}.{sha256[:SHARD_NAME_HEX]}")
+
+
+def saved_shards(path: Path) -> list[Path]:
+    """The full shards' files the sidecar of ``path`` lists, in order."""
+    meta = _read_sidecar(path)
+    return _listed(path, meta)
+
+
+def shard_files(path: Path) -> list[Path]:
+    """Every full shard's file of the index at ``path`` on disk, listed by a
+    sidecar or not (a build's that was not saved; the names before
+    2026-11-30's, ``vectors_code.hnsw.N``)."""
+    name = re.compile(re.escape(path.name) + rf"\.\d+(\.[0-9a-f]{{{SHARD_NAME_HEX}}})?")
+    return sorted(file for file in path.parent.glob(f"{path.name}.*") if name.fullmatch(file.name))
+
+
+def _listed(path: Path, meta: JsonObject | None) -> list[Path]:
+    listed = meta.get("shards") if meta is not None else None
+    files = []
+    for number, part in enumerate(listed if isinstance(listed, list) else []):
+        sha = part.get("sha256") if isinstance(part, dict) else None
+        # a part without a sha256 names no file there is (not hex): the load refuses it
+        files.append(shard_file(path, number, sha if isinstance(sha, str) else "unlisted"))
+    return files
 
 
 def _sidecar(path: Path) -> Path:
@@ -463,7 +504,7 @@ class VectorIndex:
         parts = listed if isinstance(listed, list) else []
         with contextlib.ExitStack() as held_open:
             path = held_open.enter_context(_pinned(self.path))
-            pinned = [held_open.enter_context(_pinned(shard_file(self.path, n))) for n in range(len(parts))]
+            pinned = [held_open.enter_context(_pinned(file)) for file in _listed(self.path, meta)]
             problem = (
                 self._check_file(meta, path)
                 or self._check_layout(meta, parts)
@@ -608,11 +649,9 @@ class VectorIndex:
         """Save the full open shard as the next shard's file, map it, and
         start a new open shard (its vectors leave this process's memory)."""
         number = len(self._shards)
-        file = shard_file(self.path, number)
-        _write_synced(self._ann, file)
+        file, self._shard_meta[number] = _write_shard(self, self._ann, number)
         dtype = self.store.removeprefix("usearch-")
         self._shards.append(_Viewed(_USearch.read(file, self.dim, dtype, view=True)))
-        self._shard_meta[number] = {"size": file.stat().st_size, "sha256": _sha256(file)}
         self._ann = _empty(self.store, self.dim)
         self.dirty = True
 
@@ -693,11 +732,10 @@ class VectorIndex:
                 return
             dtype = self.store.removeprefix("usearch-")
             for number in sorted(self._changed_shards):
-                # a full shard changed since saved: written again, mapped again (its changes leave memory)
-                file = shard_file(self.path, number)
-                _write_synced(self._shards[number], file)
+                # a full shard changed since saved: written again (a new
+                # name), mapped again (its changes leave memory)
+                file, self._shard_meta[number] = _write_shard(self, self._shards[number], number)
                 self._shards[number] = _Viewed(_USearch.read(file, self.dim, dtype, view=True))
-                self._shard_meta[number] = {"size": file.stat().st_size, "sha256": _sha256(file)}
             self._changed_shards = set()
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
@@ -717,25 +755,60 @@ class VectorIndex:
                     meta["shards"] = [self._shard_meta[n] for n in range(len(self._shards))]
                 if self.shard_vectors:
                     meta["shard_vectors"] = self.shard_vectors
-                # The sidecar goes first: a crash between the two renames
-                # leaves a mismatch that load() detects and repairs.
+                # The full shards' files are written (new names), then the
+                # sidecar: a crash before it leaves the files the previous
+                # sidecar lists as they were. Then the open file: a crash
+                # between these two renames leaves a mismatch that load()
+                # detects and repairs.
                 atomic_write(_sidecar(self.path), json.dumps(meta))
                 os.replace(tmp, self.path)
             finally:
                 tmp.unlink(missing_ok=True)
+            _clean_shards(self.path, _listed(self.path, meta))
             self.dirty = False
 
 
-def _write_synced(ann: _Ann, path: Path) -> None:
-    """``ann`` written to ``path`` and fsynced (a shard: to a temp name, then renamed over it)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+def _write_shard(index: VectorIndex, ann: _Ann, number: int) -> tuple[Path, JsonObject]:
+    """Full shard ``number`` of ``index`` written to its own file
+    (shard_file), fsynced; the file and its size and sha256."""
+    path = index.path
+    tmp = path.with_name(f".{path.name}.{number}.{os.getpid()}.part")
     try:
         ann.write(tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        sha = _sha256(tmp)
+        file = shard_file(path, number, sha)
+        with _UNLISTED_LOCK:
+            _UNLISTED[file] = index  # before its name exists: a save's clean-up meanwhile keeps it
+        os.replace(tmp, file)
     finally:
         tmp.unlink(missing_ok=True)
+    return file, {"size": file.stat().st_size, "sha256": sha}
+
+
+def _clean_shards(path: Path, listed: list[Path]) -> None:
+    """Remove the shard files of the index at ``path`` that the sidecar just
+    saved does not list (the previous save's, a build's that a crash cut
+    short), but those of a build under way in this process (the index
+    writing them still in use). A process that
+    mapped one keeps reading it (Linux: an unlinked file stays whole for
+    its mappings); one loading the previous sidecar meanwhile finds a shard
+    missing and tries again at its next sync."""
+    with _UNLISTED_LOCK:
+        for file in listed:
+            _UNLISTED.pop(file, None)
+        for file in shard_files(path):
+            if file not in listed and file not in _UNLISTED:
+                with contextlib.suppress(OSError):  # elsewhere a mapped file may not go: the next save
+                    file.unlink()
+
+
+def _write_synced(ann: _Ann, path: Path) -> None:
+    """``ann`` written to ``path`` and fsynced."""
+    ann.write(path)
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
 
 
 @contextlib.contextmanager
@@ -804,6 +877,5 @@ def remove_files(state: StateDir) -> None:
     """Delete both indices and their sidecars (after a model change)."""
     for kind in KINDS:
         path = index_path(state, kind)
-        shards = [file for file in path.parent.glob(f"{path.name}.*") if file.suffix[1:].isdigit()]
-        for file in (path, _sidecar(path), *shards):
+        for file in (path, _sidecar(path), *shard_files(path)):
             file.unlink(missing_ok=True)

@@ -4,7 +4,7 @@ from typing import Any
 
 from corpus import adapter as query_adapter
 from corpus.events import format_progress
-from corpus.index.dense.embedding import recipe_summary, recorded_model
+from corpus.index.dense.embedding import recipe_summary, recorded_model, recorded_waiting
 from corpus.ingest import coverage
 from corpus.ingest.pending import pending_count
 from corpus.management.base import Dir2mcpCommand, Runtime
@@ -32,6 +32,7 @@ class Command(Dir2mcpCommand):
         embedder = embedder_choice(rt.config, rt.state, secrets_lookup=rt.secret)
         celery = scaleout_summary()
         indexer = indexer_state()
+        waiting = recorded_waiting()
         recipe = recipe_summary(rt.config.embed.signature_weight)
         code_model = recorded_model("code")
         adapter = query_adapter.summary(
@@ -44,6 +45,7 @@ class Command(Dir2mcpCommand):
                 "signature_weight": recipe,
                 "query_adapter": adapter,
                 "indexer": indexer,
+                "dense_waiting_for_file": waiting,
                 "celery": celery,
             }
             self.stdout.write(json.dumps(out))
@@ -58,6 +60,11 @@ class Command(Dir2mcpCommand):
             self.stdout.write(f"  {adapter['note']}")
         if indexer is not None:
             self._print_indexer(indexer)
+        if waiting:
+            self.stdout.write(
+                f"Dense search of the {' and '.join(waiting)} index waits for the indexer's file "
+                "(lexical only meanwhile)"
+            )
         if celery is not None:
             self._print_celery(celery)
 
