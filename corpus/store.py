@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -417,6 +418,8 @@ def set_setting(key: str, value: str) -> None:
 #: database: the token clients hold, and the dense indices (linked: read only).
 _COPIED = ("secret.token",)
 _LINKED = ("vectors_text.hnsw", "vectors_text.hnsw.json", "vectors_code.hnsw", "vectors_code.hnsw.json")
+#: a dense index's full shards (``vectors_KIND.hnsw.N.<sha256 prefix>``, rag.shard_vectors)
+_LINKED_SHARD = re.compile(r"vectors_(text|code)\.hnsw\.\d+\.[0-9a-f]+")
 
 
 def serving_copy(state: StateDir) -> StateDir:
@@ -445,7 +448,8 @@ def serving_copy(state: StateDir) -> StateDir:
         if (state.path / name).is_file():
             shutil.copyfile(state.path / name, copy.path / name)
             os.chmod(copy.path / name, FILE_MODE)
-    for name in _LINKED:
+    shards = [path.name for path in state.path.glob("vectors_*.hnsw.*") if _LINKED_SHARD.fullmatch(path.name)]
+    for name in (*_LINKED, *shards):
         if (state.path / name).is_file():
             (copy.path / name).symlink_to(state.path / name)
     connection.close()

@@ -245,3 +245,30 @@ def test_status_and_up_no_index_serve_a_read_only_state_directory_and_write_noth
     assert "is read-only: serving a private copy of its index" in up.stdout + up.stderr
     assert code == 0, up.stderr
     assert after == before
+
+
+def test_up_no_index_on_a_read_only_state_directory_maps_its_dense_shards(corpus_dir, tmp_path, running):
+    """The private copy of a read-only state directory links the dense
+    index's full shards (rag.shard_vectors) as it links the index's file:
+    without them the saved index was refused and built again in memory."""
+    make_tree(corpus_dir, files=6)
+    env = {"DIR2MCP_EMBED__PROVIDER": "local", "DIR2MCP_RAG__SHARD_VECTORS": "3"}
+    with small_tmpfs(tmp_path / "state", "64m") as state:
+        built = cli("reindex", "--dir", str(corpus_dir), "--state-dir", str(state), "--quiet", env=env)
+        assert built.returncode == 0, built.stderr
+        shards = sorted(path.name for path in state.glob("vectors_code.hnsw.[0-9]*"))
+        token = (state / "secret.token").read_text().strip()
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(state)], capture_output=True)
+        assert remounted.returncode == 0, remounted.stderr
+        up = running("--dir", str(corpus_dir), "--state-dir", str(state), "--no-index", env=env)
+        server = Server(corpus_dir, up.url(), token, up.proc)
+        session = server.initialize()
+        found = server.call(session, "dir2mcp.search", {"query": "handler_1", "k": 3})
+        code = up.stop()
+
+    assert len(shards) >= 2, shards
+    assert not found.get("isError"), found
+    assert found["structuredContent"]["dense"]["status"] == "ok", found["structuredContent"]["dense"]
+    assert "is read-only: serving a private copy of its index" in up.stdout + up.stderr
+    assert "rebuilding vectors_code.hnsw" not in up.stdout + up.stderr
+    assert code == 0, up.stderr
