@@ -1,0 +1,79 @@
+"""Review of session 30's merge (trust round 12, dense shards, ranking):
+each test shows a probe that answered otherwise before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from corpus import screen
+from corpus.index.dense import embedding
+from corpus.ingest.indexing import index_directory
+from corpus.models import Representation
+from kernel.config import build_config
+from kernel.state import StateDir
+from mcp_gateway import context, indexer_process, notify
+from mcp_gateway.resources import ResourceError
+from tests.test_dispatch import call
+from tests.test_hostile_session30 import BODY, CONFIG, SPLIT_KEY, WITHOUT_PEM, built
+
+
+@pytest.mark.django_db
+def test_a_file_rewritten_in_place_is_screened_again(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reindex rewrites a representation in place (its ``rep_id`` kept,
+    corpus/ingest/writer.py), so a verdict kept with the representations'
+    ids alone was never judged again: a file clean when first judged, then
+    rewritten with a key the indexer's rules (older than the server's) let
+    through, stayed listed and searchable with the key's body quoted."""
+    old = {"security": {"secret_patterns": WITHOUT_PEM}}
+    built(corpus_dir, state, {"ops/deploy.txt": "zebrafinch\n", "ops/readme.txt": "zebrafinch\n"}, **old)
+    now = context.build(root=corpus_dir, state=state, config=build_config(CONFIG, {}, {}), auth_spec="none")
+    assert "deploy.txt" in json.dumps(call(now, "dir2mcp.list_files", {"path_prefix": "ops"}))
+    reps = Representation.objects.filter(document__rel_path="ops/deploy.txt")
+    rep_ids = set(reps.values_list("rep_id"))
+    (corpus_dir / "ops/deploy.txt").write_text(SPLIT_KEY)
+    index_directory(corpus_dir, state=state, config=build_config({**CONFIG, **old}, {}, {}))
+    assert set(reps.values_list("rep_id")) == rep_ids  # rewritten in place
+    monkeypatch.setattr(screen, "CHECK_SECONDS", 0.0)  # the recheck due 30 s later, now
+    listed = json.dumps(call(now, "dir2mcp.list_files", {"path_prefix": "ops"}))
+    searched = json.dumps(call(now, "dir2mcp.search", {"query": "zebrafinch closing"}))
+    assert "readme.txt" in listed
+    assert "deploy.txt" not in listed  # before: listed, its verdict kept with the same ids
+    assert BODY[-3] not in searched  # before: the key's body quoted
+
+
+@pytest.mark.django_db
+def test_a_subscription_refuses_a_file_every_listing_leaves_out(corpus_dir: Path, state: StateDir) -> None:
+    """``resources/subscribe`` judged a file by the rules and the index's
+    secret verdict only: a file whose stored text holds a credential under
+    the rules now, which every listing and read leaves out, was accepted
+    where a missing one is refused, telling a client guessing names that
+    it is indexed."""
+    built(
+        corpus_dir,
+        state,
+        {"ops/deploy.txt": SPLIT_KEY, "ops/readme.txt": "zebrafinch\n"},
+        security={"secret_patterns": WITHOUT_PEM},
+    )
+    now = context.build(root=corpus_dir, state=state, config=build_config(CONFIG, {}, {}), auth_spec="none")
+    assert notify.subscribable(now, "dir2mcp:///ops/readme.txt") == "ops/readme.txt"
+    answers = []
+    for uri in ("dir2mcp:///ops/deploy.txt", "dir2mcp:///ops/missing.txt"):
+        with pytest.raises(ResourceError) as refused:
+            notify.subscribable(now, uri)
+        answers.append((refused.value.code, refused.value.data.get("code")))
+    assert answers[0] == answers[1]  # before: deploy.txt accepted
+
+
+def test_a_server_waits_for_its_child_through_the_supervisor_backoff() -> None:
+    """A server waiting for its indexing child's dense file stopped waiting
+    (and built the index itself, the memory the wait spares it) once the
+    index lock was free for ``INDEXER_GONE_SECONDS`` (30 s): the supervisor
+    restarts a crashed child after a backoff doubling to ``MAX_BACKOFF``
+    (60 s), so the sixth crash in a row (a 32 s backoff) ended the wait
+    while the child was still to be started again."""
+    assert embedding.INDEXER_GONE_SECONDS > indexer_process.MAX_BACKOFF
