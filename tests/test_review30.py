@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from corpus import screen
 from corpus.index.dense import embedding
+from corpus.index.dense.vectors import VectorIndex, index_path, shard_file
 from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from kernel.config import build_config
@@ -18,6 +20,7 @@ from mcp_gateway import context, indexer_process, notify
 from mcp_gateway.resources import ResourceError
 from tests.test_dispatch import call
 from tests.test_hostile_session30 import BODY, CONFIG, SPLIT_KEY, WITHOUT_PEM, built
+from tests.test_vectors import unit
 
 
 @pytest.mark.django_db
@@ -77,3 +80,24 @@ def test_a_server_waits_for_its_child_through_the_supervisor_backoff() -> None:
     (60 s), so the sixth crash in a row (a 32 s backoff) ended the wait
     while the child was still to be started again."""
     assert embedding.INDEXER_GONE_SECONDS > indexer_process.MAX_BACKOFF
+
+
+def test_a_build_in_another_layout_leaves_no_shard_of_the_old_one(state: StateDir) -> None:
+    """An index built again in another layout (``rag.shard_vectors``
+    changed, or set to 0) saved a sidecar naming fewer shards than the
+    files beside it: the old layout's shard files stayed on disk for good
+    (only a model change removed them), as large as the index they held."""
+    vectors, ids = unit(40, seed=3), np.arange(1, 41)
+    path = index_path(state, "code")
+    sharded = VectorIndex(path, 16, "m", "usearch-f32", shard_vectors=10)
+    sharded.add(ids, vectors)
+    sharded.save()
+    assert shard_file(path, 2).exists()
+    one = VectorIndex(path, 16, "m", "usearch-f32", shard_vectors=0)
+    assert not one.load()  # "it is in shards of 10 vectors": built again, in one file
+    one.add(ids, vectors)
+    one.save()
+    assert one.shards == 1
+    assert sorted(p.name for p in path.parent.glob(f"{path.name}*")) == [path.name, f"{path.name}.json"]
+    reread = VectorIndex(path, 16, "m", "usearch-f32")
+    assert reread.load() and len(reread.search(vectors[0], 40)) == 40

@@ -723,7 +723,18 @@ class VectorIndex:
                 os.replace(tmp, self.path)
             finally:
                 tmp.unlink(missing_ok=True)
+            # shards past those the sidecar lists: an earlier layout's (a
+            # change of rag.shard_vectors, a build again), read by no load
+            for number, file in _shard_files(self.path):
+                if number >= len(self._shards):
+                    file.unlink(missing_ok=True)
             self.dirty = False
+
+
+def _shard_files(path: Path) -> list[tuple[int, Path]]:
+    """Every full shard file beside ``path``, with its number."""
+    found = path.parent.glob(f"{path.name}.*")
+    return [(int(file.suffix[1:]), file) for file in found if file.suffix[1:].isdigit()]
 
 
 def _write_synced(ann: _Ann, path: Path) -> None:
@@ -804,6 +815,6 @@ def remove_files(state: StateDir) -> None:
     """Delete both indices and their sidecars (after a model change)."""
     for kind in KINDS:
         path = index_path(state, kind)
-        shards = [file for file in path.parent.glob(f"{path.name}.*") if file.suffix[1:].isdigit()]
+        shards = [file for _, file in _shard_files(path)]
         for file in (path, _sidecar(path), *shards):
             file.unlink(missing_ok=True)
