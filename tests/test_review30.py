@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus import screen
+from corpus import cursors, screen
 from corpus.index.dense import embedding
 from corpus.index.dense.vectors import VectorIndex, index_path, shard_file
 from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
+from corpus.navigation import names
 from kernel.config import build_config
 from kernel.state import StateDir
 from mcp_gateway import context, indexer_process, notify
@@ -101,3 +102,16 @@ def test_a_build_in_another_layout_leaves_no_shard_of_the_old_one(state: StateDi
     assert sorted(p.name for p in path.parent.glob(f"{path.name}*")) == [path.name, f"{path.name}.json"]
     reread = VectorIndex(path, 16, "m", "usearch-f32")
     assert reread.load() and len(reread.search(vectors[0], 40)) == 40
+
+
+def test_a_sealed_cursor_tells_not_the_length_of_what_it_holds() -> None:
+    """AES-GCM keeps the plaintext's length: a ``references`` cursor told
+    its document id's digits, and a ``find`` cursor cut by its time budget
+    (which resumes at the first row not judged, an excluded file's maybe)
+    the length of that file's name."""
+    find = [cursors.seal("find", {"q": "k" * 16, "p": "p" * size, "k": 0}) for size in (1, 9, 20)]
+    refs = [cursors.seal("references", {"q": "k" * 16, "r": doc_id, "k": 0}) for doc_id in (7, 7_654_321)]
+    assert len({len(cursor) for cursor in find}) == 1  # before: 3 lengths
+    assert len({len(cursor) for cursor in refs}) == 1  # before: 2
+    assert cursors.opened("find", find[1], 8192) == {"q": "k" * 16, "p": "p" * 9, "k": 0}
+    assert max(len(cursor) for cursor in refs) <= names.MAX_CURSOR
