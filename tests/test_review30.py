@@ -115,3 +115,26 @@ def test_a_sealed_cursor_tells_not_the_length_of_what_it_holds() -> None:
     assert len({len(cursor) for cursor in refs}) == 1  # before: 2
     assert cursors.opened("find", find[1], 8192) == {"q": "k" * 16, "p": "p" * 9, "k": 0}
     assert max(len(cursor) for cursor in refs) <= names.MAX_CURSOR
+
+
+@pytest.mark.django_db
+def test_find_by_content_counts_no_file_every_listing_leaves_out(corpus_dir: Path, state: StateDir) -> None:
+    """``find`` by content judged its candidates by the rules alone and
+    screened a document's texts only at its first match: a file whose
+    stored text holds a credential under the rules now, left out of every
+    listing, was still counted in ``files_scanned``, so a name glob naming
+    it told it from a missing one (1 file scanned against 0)."""
+    built(
+        corpus_dir,
+        state,
+        {"ops/deploy.txt": SPLIT_KEY, "ops/readme.txt": "zebrafinch\n"},
+        security={"secret_patterns": WITHOUT_PEM},
+    )
+    now = context.build(root=corpus_dir, state=state, config=build_config(CONFIG, {}, {}), auth_spec="none")
+    scanned = {
+        name: call(now, "dir2mcp.find", {"content": "nowhere-at-all", "name_glob": name})[
+            "structuredContent"
+        ]["files_scanned"]
+        for name in ("ops/readme.txt", "ops/deploy.txt", "ops/missing.txt")
+    }
+    assert scanned == {"ops/readme.txt": 1, "ops/deploy.txt": 0, "ops/missing.txt": 0}  # before: deploy 1
