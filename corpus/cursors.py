@@ -70,6 +70,8 @@ def opened(kind: str, cursor: object, max_chars: int) -> JsonObject | None:
         return None
     try:
         sealed = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        if base64.urlsafe_b64encode(sealed).decode().rstrip("=") != cursor:
+            return None  # another spelling of a cursor (its last character's unused bits)
         nonce, body = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
         fields = json.loads(_cipher(settings.SECRET_KEY).decrypt(nonce, body, kind.encode()))
     except (ValueError, binascii.Error, InvalidTag, UnicodeDecodeError):
