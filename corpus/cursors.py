@@ -30,6 +30,10 @@ from kernel.jsontypes import JsonObject
 
 #: AES-GCM's 96-bit nonce, carried at the cursor's head
 NONCE_BYTES = 12
+#: a cursor's fields are padded to a multiple of this many bytes: AES-GCM
+#: keeps the plaintext's length, which told a document id's digits, or the
+#: length of the name of a row not yet judged (``find`` cut by its budget)
+PAD_BYTES = 64
 
 
 @functools.cache
@@ -53,6 +57,7 @@ def seal(kind: str, fields: JsonObject) -> str:
     for the same plaintext, which tells nothing the equal cursors do not."""
     cipher, nonce_key = _keys(settings.SECRET_KEY)
     raw = json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
+    raw += b" " * (-len(raw) % PAD_BYTES)  # JSON reads past trailing spaces
     nonce = hmac.new(nonce_key, kind.encode() + b"\0" + raw, hashlib.sha256).digest()[:NONCE_BYTES]
     sealed = nonce + cipher.encrypt(nonce, raw, kind.encode())
     return base64.urlsafe_b64encode(sealed).decode().rstrip("=")
@@ -65,6 +70,8 @@ def opened(kind: str, cursor: object, max_chars: int) -> JsonObject | None:
         return None
     try:
         sealed = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        if base64.urlsafe_b64encode(sealed).decode().rstrip("=") != cursor:
+            return None  # another spelling of a cursor (its last character's unused bits)
         nonce, body = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
         fields = json.loads(_cipher(settings.SECRET_KEY).decrypt(nonce, body, kind.encode()))
     except (ValueError, binascii.Error, InvalidTag, UnicodeDecodeError):

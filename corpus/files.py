@@ -1006,12 +1006,15 @@ def _find_page(
     # The budget counts the rows judged too: a name glob alone matching
     # little of a large tree judged every row in one call (session 30).
     cut_at: list[str] = []
-    # A name alone is a listing: its stored text judged whole (the names of
-    # files a secret pattern added since makes secret-bearing, session 30);
-    # a pattern's matches are judged so at the first (_doc_matches).
-    reason = engine.listed_reason if pattern is None else engine.excluded_reason
+    # Every candidate's stored text is judged whole, as a listing's (the
+    # names of files a secret pattern added since makes secret-bearing,
+    # session 30): with a pattern too, since ``files_scanned`` counted such
+    # a file, and a name glob naming it told it from a missing one.
     candidates = _judged(
-        rows, lambda r: (spec is None or spec.match_file(r[1])) and not reason(r[1]), deadline, cut_at
+        rows,
+        lambda r: (spec is None or spec.match_file(r[1])) and not engine.listed_reason(r[1]),
+        deadline,
+        cut_at,
     )
     matches: list[JsonObject] = []
     scanned, timed_out = 0, False

@@ -10,8 +10,10 @@ named the file. So the verdict is the document's: its stored texts are
 screened whole, as the indexer does, and a document holding a credential
 is one no surface reads or names (session 30).
 
-A verdict is kept with the representations it judged, and checked again
-against them after :data:`CHECK_SECONDS`: a reindexed file is judged anew,
+A verdict is kept with the representations it judged (their ids and
+content hashes: a reindex rewrites a representation in place, its id
+kept), and checked again against them after :data:`CHECK_SECONDS`: a
+reindexed file is judged anew,
 and the texts are read and screened once per version. A verdict can only be
 stale by a reindex, and a reindex screens the file itself under the same
 rules (one holding a credential leaves every listing at once, as skipped):
@@ -41,13 +43,14 @@ class SecretBearing:
 
     def __init__(self, find_secret: Callable[[str], object]) -> None:
         self._find_secret = find_secret
-        self._known: OrderedDict[str, tuple[tuple[int, ...], bool, float]] = OrderedDict()
+        #: per path: its live representations' version (:func:`_version`), the verdict, when judged
+        self._known: OrderedDict[str, tuple[int, bool, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def prime(self, rel_paths: Iterable[str]) -> None:
         """Judge ``rel_paths`` whose verdicts are not fresh now, a batch of
-        :data:`BATCH` a query (the representations' ids, then the texts of
-        those whose ids changed), rather than two queries a path when each
+        :data:`BATCH` a query (the representations' versions, then the texts of
+        those whose versions changed), rather than two queries a path when each
         is asked (``search`` judges a few hundred files at once)."""
         now = time.monotonic()
         with self._lock:
@@ -57,15 +60,17 @@ class SecretBearing:
             live = Representation.objects.filter(
                 document__rel_path__in=batch, document__deleted=False, deleted=False
             )
-            ids: dict[str, list[int]] = {path: [] for path in batch}
-            for path, rep_id in live.order_by("rep_id").values_list("document__rel_path", "rep_id"):
-                ids[path].append(rep_id)
+            ids: dict[str, list[tuple[int, str]]] = {path: [] for path in batch}
+            for path, rep_id, rep_hash in live.order_by("rep_id").values_list(
+                "document__rel_path", "rep_id", "rep_hash"
+            ):
+                ids[path].append((rep_id, rep_hash))
             with self._lock:
                 known = {path: self._known.get(path) for path in batch}
             verdicts = {
                 path: entry[1]
                 for path, entry in known.items()
-                if entry is not None and entry[0] == tuple(ids[path])
+                if entry is not None and entry[0] == _version(ids[path])
             }
             unread = [path for path in batch if path not in verdicts]
             for path in unread:
@@ -76,13 +81,13 @@ class SecretBearing:
                     verdicts[path] = True
             with self._lock:
                 for path in batch:
-                    self._keep(path, (tuple(ids[path]), verdicts[path], now))
+                    self._keep(path, (_version(ids[path]), verdicts[path], now))
 
     def _fresh(self, rel_path: str, now: float) -> bool:
         known = self._known.get(rel_path)
         return known is not None and now - known[2] < CHECK_SECONDS
 
-    def _keep(self, rel_path: str, entry: tuple[tuple[int, ...], bool, float]) -> None:
+    def _keep(self, rel_path: str, entry: tuple[int, bool, float]) -> None:
         self._known[rel_path] = entry
         self._known.move_to_end(rel_path)
         while len(self._known) > KEPT:
@@ -97,12 +102,18 @@ class SecretBearing:
         live = Representation.objects.filter(
             document__rel_path=rel_path, document__deleted=False, deleted=False
         ).order_by("rep_id")
-        rep_ids = tuple(live.values_list("rep_id", flat=True))
-        if known is not None and known[0] == rep_ids:
+        version = _version(live.values_list("rep_id", "rep_hash"))
+        if known is not None and known[0] == version:
             verdict = known[1]
         else:
             texts = live.values_list("text", flat=True).iterator(chunk_size=1)
             verdict = any(self._find_secret(text) for text in texts if text)
         with self._lock:
-            self._keep(rel_path, (rep_ids, verdict, now))
+            self._keep(rel_path, (version, verdict, now))
         return verdict
+
+
+def _version(reps: Iterable[tuple[int, str]]) -> int:
+    """What changes when a document's live representations do: their ids
+    and content hashes, in id order, as one number (a path's entry small)."""
+    return hash(tuple(reps))

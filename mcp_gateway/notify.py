@@ -529,7 +529,9 @@ def subscribable(ctx: Context, uri: str) -> str:
         rel = ctx.engine.resolve(rel_path).rel  # the one resolver: outside the root, excluded, gone
         doc = Document.objects.filter(rel_path=rel, deleted=False).first()
         secret = doc is not None and doc.status == DocStatus.SKIPPED and _secret(doc.error)
-        if doc is None or secret:
+        # its stored text judged too, as every listing does: one a secret
+        # pattern added since indexing makes secret-bearing is named by none
+        if doc is None or secret or ctx.engine.listed_reason(rel) is not None:
             raise errors.Dir2mcpError(errors.FILE_NOT_FOUND, f"{rel} is not an indexed file")
         return rel
     except uris.BadUri as exc:  # as resources/read: another scheme names nothing here

@@ -65,7 +65,7 @@ LINE_CHARS = 200
 #: rows of files the rules exclude now (still in the index) one
 #: ``references`` page passes over before it stops judging
 PASSED_OVER = 1000
-#: the longest cursor accepted (those given out are about 90 characters)
+#: the longest cursor accepted (those given out are 123 characters)
 MAX_CURSOR = 256
 #: the most generated tables scanned for a name (their names are not in the symbol index)
 GENERATED_FILES = 40

@@ -312,9 +312,10 @@ VIEW_EVERY_SECONDS = 60.0
 #: a server waiting for its indexing child's file (DenseStore.follow_saves)
 #: stops waiting once no process has held the index lock for this long (the
 #: child exited or was killed, and was not started again: a crash leaves the
-#: lock free for the supervisor's backoff, at most a minute, and the child
-#: takes it a few seconds after its start), and builds the index itself
-INDEXER_GONE_SECONDS = 30.0
+#: lock free for the supervisor's backoff, up to its MAX_BACKOFF of a
+#: minute, and the child takes it a few seconds after its start, so twice
+#: that), and builds the index itself
+INDEXER_GONE_SECONDS = 120.0
 #: the setting where a server records the kinds whose dense search waits
 #: for its indexing child's file, and its pid (``status`` reads it)
 WAITING_KEY = "dense_waiting_for_file"
