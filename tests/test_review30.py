@@ -11,7 +11,7 @@ import pytest
 
 from corpus import cursors, screen
 from corpus.index.dense import embedding
-from corpus.index.dense.vectors import VectorIndex, index_path, shard_file
+from corpus.index.dense.vectors import VectorIndex, index_path, shard_files
 from corpus.ingest.indexing import index_directory
 from corpus.models import Representation
 from corpus.navigation import names
@@ -76,7 +76,7 @@ def test_a_subscription_refuses_a_file_every_listing_leaves_out(corpus_dir: Path
 def test_a_server_waits_for_its_child_through_the_supervisor_backoff() -> None:
     """A server waiting for its indexing child's dense file stopped waiting
     (and built the index itself, the memory the wait spares it) once the
-    index lock was free for ``INDEXER_GONE_SECONDS`` (30 s): the supervisor
+    index lock was free for ``INDEXER_GONE_SECONDS`` (120 s): the supervisor
     restarts a crashed child after a backoff doubling to ``MAX_BACKOFF``
     (60 s), so the sixth crash in a row (a 32 s backoff) ended the wait
     while the child was still to be started again."""
@@ -93,7 +93,7 @@ def test_a_build_in_another_layout_leaves_no_shard_of_the_old_one(state: StateDi
     sharded = VectorIndex(path, 16, "m", "usearch-f32", shard_vectors=10)
     sharded.add(ids, vectors)
     sharded.save()
-    assert shard_file(path, 2).exists()
+    assert len(shard_files(path)) >= 3
     one = VectorIndex(path, 16, "m", "usearch-f32", shard_vectors=0)
     assert not one.load()  # "it is in shards of 10 vectors": built again, in one file
     one.add(ids, vectors)

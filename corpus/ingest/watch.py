@@ -79,10 +79,17 @@ def _relative(root: Path, path: str) -> str | None:
     return relative_within(path, root) or None
 
 
-class _Filter(watchfiles.DefaultFilter):
+class WatchFilter(watchfiles.DefaultFilter):
     """Drop events inside the state directory and default-ignored dirs (but
     ``build`` and ``dist``, which hold source when git tracks files in them:
-    the exclusion engine decides those)."""
+    the exclusion engine decides those).
+
+    The OS watch follows symlinked directories present when it starts, so a
+    link in the root to the state directory (``st -> .dir2mcp``) named the
+    index's own writes under the link's path: each pass's writes were a
+    change, which started another pass, forever (session 30, "Hunt"). An
+    event whose directory is the state directory or below it, by its real
+    path, is dropped too."""
 
     def __init__(self, state_dir: Path) -> None:
         super().__init__(ignore_dirs=tuple(DEFAULT_IGNORED_DIRS - OUTPUT_DIR_NAMES))
@@ -91,6 +98,8 @@ class _Filter(watchfiles.DefaultFilter):
     def __call__(self, change: watchfiles.Change, path: str) -> bool:
         if is_within(path, self.state_dir):
             return False
+        if is_within(os.path.realpath(os.path.dirname(path)), self.state_dir):
+            return False  # through a symlinked directory
         return super().__call__(change, path)
 
 
@@ -268,7 +277,7 @@ class _Feed:
     def _watch(self) -> Iterator[set[tuple[watchfiles.Change, str]]]:
         return watchfiles.watch(
             self.root,
-            watch_filter=_Filter(self._state_dir),
+            watch_filter=WatchFilter(self._state_dir),
             debounce=DEBOUNCE_MS,
             step=50,
             stop_event=self,
