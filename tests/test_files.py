@@ -672,32 +672,52 @@ def test_excluded_paths_and_secret_snippets_never_surface(corpus_dir, engine):
     assert files.find(engine, content=SECRET)["matches"] == []
 
 
+def ready_worker(engine, monkeypatch, budget: float) -> None:
+    """Wait for the regex worker to be ready, then set the find budget.
+
+    A call whose budget runs out while the worker (a fresh interpreter
+    importing ``regex``) starts scans nothing and answers ``timed_out`` where
+    it started (``test_a_worker_still_starting_is_a_timeout_not_a_bad_pattern``).
+    Each budget killing the worker starts a new one, which on a loaded
+    machine takes longer than a test's short budget: the page after it
+    then judged no document (seen in CI at load 10). A call with a long
+    budget waits for the start; the test's own pages then begin with a
+    worker ready, as the pages they prove something about do."""
+    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 60.0)
+    warm = files.find(engine, content="^$warm", regex=True)
+    assert warm["timed_out"] is False, warm
+    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", budget)
+
+
 def test_catastrophic_regex_times_out_and_the_cursor_moves_past_it(corpus_dir, engine, index, monkeypatch):
-    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 0.5)
     write(corpus_dir, "a_bad.txt", "a" * 5000 + "b\n")
     write(corpus_dir, "b_good.txt", "aaa\n")
     index()
     # Unbounded, this pattern backtracks 2**5000 ways on a_bad.txt: returning
     # at all shows the budget stopped it. It stopped inside that one document
     # (scanned, no match), and the cursor skips it.
+    ready_worker(engine, monkeypatch, 0.5)
     first = files.find(engine, content="(a+)+$", regex=True)
     assert first["timed_out"] is True and first["matches"] == [] and first["next_cursor"]
     assert first["files_scanned"] == 1
+    ready_worker(engine, monkeypatch, 0.5)  # the budget killed the worker
     second = files.find(engine, content="(a+)+$", regex=True, cursor=first["next_cursor"])
     assert second["timed_out"] is False
     assert [m["rel_path"] for m in second["matches"]] == ["b_good.txt"]
 
 
 def test_a_slow_document_after_others_is_retried_with_a_fresh_budget(corpus_dir, engine, index, monkeypatch):
-    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 0.5)
     write(corpus_dir, "a_good.txt", "aaa\n")
     write(corpus_dir, "b_bad.txt", "a" * 5000 + "b\n")
     index()
+    ready_worker(engine, monkeypatch, 0.5)
     first = files.find(engine, content="(a+)+$", regex=True)
     assert first["timed_out"] is True
     assert [m["rel_path"] for m in first["matches"]] == ["a_good.txt"]
+    ready_worker(engine, monkeypatch, 0.5)  # the budget killed the worker
     second = files.find(engine, content="(a+)+$", regex=True, cursor=first["next_cursor"])
     assert second["timed_out"] is True and second["matches"] == [] and second["files_scanned"] == 1
+    ready_worker(engine, monkeypatch, 0.5)
     third = files.find(engine, content="(a+)+$", regex=True, cursor=second["next_cursor"])
     assert third == {"matches": [], "files_scanned": 0, "timed_out": False}
 
