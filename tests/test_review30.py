@@ -24,6 +24,19 @@ from tests.test_hostile_session30 import BODY, CONFIG, SPLIT_KEY, WITHOUT_PEM, b
 from tests.test_vectors import unit
 
 
+def split_key_served(corpus_dir, state):
+    """A context serving ``ops/deploy.txt`` (a key split across two units,
+    indexed under rules without the PEM pattern: stored, its stored text
+    a credential under the rules now) beside a plain ``ops/readme.txt``."""
+    built(
+        corpus_dir,
+        state,
+        {"ops/deploy.txt": SPLIT_KEY, "ops/readme.txt": "zebrafinch\n"},
+        security={"secret_patterns": WITHOUT_PEM},
+    )
+    return context.build(root=corpus_dir, state=state, config=build_config(CONFIG, {}, {}), auth_spec="none")
+
+
 @pytest.mark.django_db
 def test_a_file_rewritten_in_place_is_screened_again(
     corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
@@ -57,13 +70,7 @@ def test_a_subscription_refuses_a_file_every_listing_leaves_out(corpus_dir: Path
     the rules now, which every listing and read leaves out, was accepted
     where a missing one is refused, telling a client guessing names that
     it is indexed."""
-    built(
-        corpus_dir,
-        state,
-        {"ops/deploy.txt": SPLIT_KEY, "ops/readme.txt": "zebrafinch\n"},
-        security={"secret_patterns": WITHOUT_PEM},
-    )
-    now = context.build(root=corpus_dir, state=state, config=build_config(CONFIG, {}, {}), auth_spec="none")
+    now = split_key_served(corpus_dir, state)
     assert notify.subscribable(now, "dir2mcp:///ops/readme.txt") == "ops/readme.txt"
     answers = []
     for uri in ("dir2mcp:///ops/deploy.txt", "dir2mcp:///ops/missing.txt"):
@@ -124,13 +131,7 @@ def test_find_by_content_counts_no_file_every_listing_leaves_out(corpus_dir: Pat
     stored text holds a credential under the rules now, left out of every
     listing, was still counted in ``files_scanned``, so a name glob naming
     it told it from a missing one (1 file scanned against 0)."""
-    built(
-        corpus_dir,
-        state,
-        {"ops/deploy.txt": SPLIT_KEY, "ops/readme.txt": "zebrafinch\n"},
-        security={"secret_patterns": WITHOUT_PEM},
-    )
-    now = context.build(root=corpus_dir, state=state, config=build_config(CONFIG, {}, {}), auth_spec="none")
+    now = split_key_served(corpus_dir, state)
     scanned = {
         name: call(now, "dir2mcp.find", {"content": "nowhere-at-all", "name_glob": name})[
             "structuredContent"
