@@ -774,9 +774,7 @@ def _write_shard(index: VectorIndex, ann: _Ann, number: int) -> tuple[Path, Json
     path = index.path
     tmp = path.with_name(f".{path.name}.{number}.{os.getpid()}.part")
     try:
-        ann.write(tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
+        _write_synced(ann, tmp)
         sha = _sha256(tmp)
         file = shard_file(path, number, sha)
         with _UNLISTED_LOCK:
