@@ -517,19 +517,14 @@ class VectorIndex:
             assert meta is not None  # _check_file reports a missing sidecar
             try:
                 ann: _Ann
-                dtype = self.store.removeprefix("usearch-")
                 # a full shard is always mapped: the file is what holds it
-                shards: list[_Ann] = [
-                    _Viewed(_USearch.read(file, self.dim, dtype, view=True)) for file in pinned
-                ]
+                shards: list[_Ann] = [self._mapped(file) for file in pinned]
                 if self.store == "hnswlib":
                     ann = _Hnsw.read(path, self.dim, meta)
                 elif view:
                     # The descriptor _pinned holds names the file read: a
                     # rename over the path meanwhile leaves the mapping on it.
-                    ann = _Viewed(
-                        _USearch.read(path, self.dim, self.store.removeprefix("usearch-"), view=True)
-                    )
+                    ann = self._mapped(path)
                 else:
                     ann = _USearch.read(path, self.dim, self.store.removeprefix("usearch-"))
             except (RuntimeError, ValueError, MemoryError) as exc:
@@ -645,13 +640,17 @@ class VectorIndex:
         if number >= 0:
             self._changed_shards.add(number)
 
+    def _mapped(self, file: Path) -> _Viewed:
+        """The usearch index saved in ``file``, memory-mapped (a full shard,
+        or a file read with ``view``)."""
+        return _Viewed(_USearch.read(file, self.dim, self.store.removeprefix("usearch-"), view=True))
+
     def _seal(self) -> None:
         """Save the full open shard as the next shard's file, map it, and
         start a new open shard (its vectors leave this process's memory)."""
         number = len(self._shards)
         file, self._shard_meta[number] = _write_shard(self, self._ann, number)
-        dtype = self.store.removeprefix("usearch-")
-        self._shards.append(_Viewed(_USearch.read(file, self.dim, dtype, view=True)))
+        self._shards.append(self._mapped(file))
         self._ann = _empty(self.store, self.dim)
         self.dirty = True
 
@@ -730,12 +729,11 @@ class VectorIndex:
         with self._lock:
             if not self.dirty and self.path.exists():
                 return
-            dtype = self.store.removeprefix("usearch-")
             for number in sorted(self._changed_shards):
                 # a full shard changed since saved: written again (a new
                 # name), mapped again (its changes leave memory)
                 file, self._shard_meta[number] = _write_shard(self, self._shards[number], number)
-                self._shards[number] = _Viewed(_USearch.read(file, self.dim, dtype, view=True))
+                self._shards[number] = self._mapped(file)
             self._changed_shards = set()
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
