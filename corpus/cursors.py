@@ -44,10 +44,6 @@ def _keys(secret: str) -> tuple[AESGCM, bytes]:
     return AESGCM(cipher), hmac.new(raw, b"dir2mcp paging cursor nonce", hashlib.sha256).digest()
 
 
-def _cipher(secret: str) -> AESGCM:
-    return _keys(secret)[0]
-
-
 def seal(kind: str, fields: JsonObject) -> str:
     """``fields`` as a cursor of ``kind`` (base64url, no padding, no dot).
 
@@ -73,7 +69,7 @@ def opened(kind: str, cursor: object, max_chars: int) -> JsonObject | None:
         if base64.urlsafe_b64encode(sealed).decode().rstrip("=") != cursor:
             return None  # another spelling of a cursor (its last character's unused bits)
         nonce, body = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
-        fields = json.loads(_cipher(settings.SECRET_KEY).decrypt(nonce, body, kind.encode()))
+        fields = json.loads(_keys(settings.SECRET_KEY)[0].decrypt(nonce, body, kind.encode()))
     except (ValueError, binascii.Error, InvalidTag, UnicodeDecodeError):
         return None
     return fields if isinstance(fields, dict) else None

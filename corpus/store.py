@@ -418,7 +418,9 @@ def set_setting(key: str, value: str) -> None:
 #: database: the token clients hold, and the dense indices (linked: read only).
 _COPIED = ("secret.token",)
 _LINKED = ("vectors_text.hnsw", "vectors_text.hnsw.json", "vectors_code.hnsw", "vectors_code.hnsw.json")
-#: a dense index's full shards (``vectors_KIND.hnsw.N.<sha256 prefix>``, rag.shard_vectors)
+#: a dense index's full shards (``vectors_KIND.hnsw.N.<sha256 prefix>``, rag.shard_vectors;
+#: spelt here rather than asked of corpus.index.dense.vectors, whose hnswlib and
+#: usearch every command would then import)
 _LINKED_SHARD = re.compile(r"vectors_(text|code)\.hnsw\.\d+\.[0-9a-f]+")
 
 
