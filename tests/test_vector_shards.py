@@ -105,6 +105,35 @@ def test_a_torn_or_missing_shard_is_refused_never_read(state, damage) -> None:
     assert not again.load() and len(again) == 0  # the caller builds it from the database
 
 
+def bytes_read() -> int:
+    """This process's bytes read through read() so far (/proc/self/io rchar)."""
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+def test_a_shard_found_whole_is_not_read_again_until_its_file_changes(state) -> None:
+    """A load checks each full shard's sha256; a server following its
+    child's saves loads after each one, and read every unchanged shard whole
+    again each time. A shard whose file kept its identity is not read again;
+    one rewritten in place (same size, other bytes) is, and is refused."""
+    _, sharded, _ = pair(state, "usearch-f32", count=260)
+    sharded.save()
+    files = saved_shards(sharded.path)
+    shard_bytes = sum(file.stat().st_size for file in files)
+    before = bytes_read()
+    assert VectorIndex(sharded.path, DIM, "m", "usearch-f32").load(view=True)
+    first = bytes_read() - before
+    before = bytes_read()
+    assert VectorIndex(sharded.path, DIM, "m", "usearch-f32").load(view=True)
+    again = bytes_read() - before
+    assert first >= shard_bytes > again
+
+    data = bytearray(files[1].read_bytes())
+    data[-64:] = bytes(64 - byte for byte in data[-64:])
+    files[1].write_bytes(bytes(data))
+    assert not VectorIndex(sharded.path, DIM, "m", "usearch-f32").load(quiet=True)
+
+
 def test_removing_the_files_removes_every_shard(state) -> None:
     _, sharded, _ = pair(state, "usearch-bf16")
     sharded.save()
