@@ -56,32 +56,37 @@ class SecretBearing:
         with self._lock:
             stale = [p for p in dict.fromkeys(rel_paths) if not self._fresh(p, now)]
         for at in range(0, len(stale), BATCH):
-            batch = stale[at : at + BATCH]
-            live = Representation.objects.filter(
-                document__rel_path__in=batch, document__deleted=False, deleted=False
-            )
-            ids: dict[str, list[tuple[int, str]]] = {path: [] for path in batch}
-            for path, rep_id, rep_hash in live.order_by("rep_id").values_list(
-                "document__rel_path", "rep_id", "rep_hash"
-            ):
-                ids[path].append((rep_id, rep_hash))
-            with self._lock:
-                known = {path: self._known.get(path) for path in batch}
-            verdicts = {
-                path: entry[1]
-                for path, entry in known.items()
-                if entry is not None and entry[0] == _version(ids[path])
-            }
-            unread = [path for path in batch if path not in verdicts]
-            for path in unread:
-                verdicts[path] = False
-            texts = live.filter(document__rel_path__in=unread).values_list("document__rel_path", "text")
-            for path, text in texts.iterator(chunk_size=16):
-                if text and not verdicts[path] and self._find_secret(text):
-                    verdicts[path] = True
-            with self._lock:
-                for path in batch:
-                    self._keep(path, (_version(ids[path]), verdicts[path], now))
+            self._judge(stale[at : at + BATCH], now)
+
+    def _judge(self, batch: list[str], now: float) -> dict[str, bool]:
+        """Verdicts of ``batch``, kept: the representations' versions in one
+        query, then the texts of the paths whose versions changed."""
+        live = Representation.objects.filter(
+            document__rel_path__in=batch, document__deleted=False, deleted=False
+        )
+        ids: dict[str, list[tuple[int, str]]] = {path: [] for path in batch}
+        for path, rep_id, rep_hash in live.order_by("rep_id").values_list(
+            "document__rel_path", "rep_id", "rep_hash"
+        ):
+            ids[path].append((rep_id, rep_hash))
+        with self._lock:
+            known = {path: self._known.get(path) for path in batch}
+        verdicts = {
+            path: entry[1]
+            for path, entry in known.items()
+            if entry is not None and entry[0] == _version(ids[path])
+        }
+        unread = [path for path in batch if path not in verdicts]
+        for path in unread:
+            verdicts[path] = False
+        texts = live.filter(document__rel_path__in=unread).values_list("document__rel_path", "text")
+        for path, text in texts.iterator(chunk_size=16):
+            if text and not verdicts[path] and self._find_secret(text):
+                verdicts[path] = True
+        with self._lock:
+            for path in batch:
+                self._keep(path, (_version(ids[path]), verdicts[path], now))
+        return verdicts
 
     def _fresh(self, rel_path: str, now: float) -> bool:
         known = self._known.get(rel_path)
@@ -96,21 +101,10 @@ class SecretBearing:
     def holds(self, rel_path: str) -> bool:
         now = time.monotonic()
         with self._lock:
-            known = self._known.get(rel_path)
-        if known is not None and now - known[2] < CHECK_SECONDS:
+            known = self._known.get(rel_path) if self._fresh(rel_path, now) else None
+        if known is not None:
             return known[1]
-        live = Representation.objects.filter(
-            document__rel_path=rel_path, document__deleted=False, deleted=False
-        ).order_by("rep_id")
-        version = _version(live.values_list("rep_id", "rep_hash"))
-        if known is not None and known[0] == version:
-            verdict = known[1]
-        else:
-            texts = live.values_list("text", flat=True).iterator(chunk_size=1)
-            verdict = any(self._find_secret(text) for text in texts if text)
-        with self._lock:
-            self._keep(rel_path, (version, verdict, now))
-        return verdict
+        return self._judge([rel_path], now)[rel_path]
 
 
 def _version(reps: Iterable[tuple[int, str]]) -> int:
