@@ -15,6 +15,7 @@ import pytest
 
 from corpus.index.dense.embedding import check_models, dense_store, embed_pending, from_bytes
 from corpus.index.dense.vectors import VectorIndex, index_path, remove_files, saved_shards, shard_files
+from corpus.ingest.collect import collect
 from corpus.models import Chunk
 from tests.mcp_http import REPO, base_env
 from tests.test_saved_index_load import Hashed, distinct_chunks, server_store
@@ -271,3 +272,162 @@ def test_a_save_keeps_the_shard_files_of_a_build_under_way_in_its_process(state)
     fresh.save()
     latest = VectorIndex(sharded.path, DIM, "m", "usearch-bf16")
     assert latest.load() and latest.shards == 6 and 7 in latest
+
+
+def churned(state, store: str, rounds: int = 3) -> tuple[VectorIndex, VectorIndex]:
+    """A sharded index (shards of SHARD) after ``rounds`` branch switches,
+    each removing 30% of the live labels and adding as many new ones (they
+    fill the open shard and new shards; the old ones turn sparse), and one
+    index of the live vectors."""
+    _, sharded, vectors = pair(state, store)
+    live = {label: vectors[label - 1] for label in range(1, 261)}
+    rng = np.random.default_rng(5)
+    following = 261
+    for turn in range(rounds):
+        gone = rng.choice(sorted(live), size=len(live) * 3 // 10, replace=False)
+        assert sharded.forget(gone.tolist()) == len(gone)
+        fresh = np.arange(following, following + len(gone))
+        added = unit(len(gone), seed=40 + turn)
+        sharded.add(fresh, added)
+        following += len(gone)
+        for label in gone:
+            del live[int(label)]
+        live.update(zip(fresh.tolist(), added, strict=True))
+    one = VectorIndex(index_path(state, "text"), DIM, "m", store)
+    one.add(np.array(sorted(live)), np.stack([live[label] for label in sorted(live)]))
+    return one, sharded
+
+
+def test_compaction_merges_sparse_shards_and_finds_what_one_index_of_the_live_vectors_finds(
+    state, store
+) -> None:
+    one, sharded = churned(state, store)
+    queries = unit(60, seed=17)
+    before = sharded.shards
+    assert sharded.compact() >= 2
+    assert sharded.shards < before and len(sharded) == len(one) == 260
+    same_hits(one, sharded, queries, 10)
+    same_hits(one, sharded, unit(5, seed=18), 300)  # every vector, once
+    sharded.save()
+    assert shard_files(sharded.path) == sorted(saved_shards(sharded.path))  # the merged ones' files gone
+    again = VectorIndex(sharded.path, DIM, "m", store, shard_vectors=SHARD)
+    assert again.load() and again.shards == sharded.shards
+    same_hits(one, again, queries, 10)
+    assert again.compact() == 0  # nothing sparse left to merge
+
+
+def test_shards_not_sparse_are_not_merged(state) -> None:
+    _, sharded = churned(state, "usearch-bf16", rounds=1)  # the old shards 70% live
+    assert sharded.compact() == 0
+
+
+def test_removals_in_a_full_shard_survive_a_restart_without_writing_it_again(state, store) -> None:
+    """A few removals or replacements in a full shard rewrote its whole file
+    at the next save (hundreds of MB at 250,000 vectors); the sidecar lists
+    them instead, passed over at load."""
+    one, sharded, _ = pair(state, store)
+    sharded.save()
+    files = saved_shards(sharded.path)
+    identity = [(file.stat().st_ino, file.stat().st_mtime_ns) for file in files]
+    moved, fresh = np.array([3, 77]), unit(2, seed=23)  # in shards 0 and 1
+    for index in (one, sharded):
+        index.add(moved, fresh, replace=True)
+        assert index.forget([10, 120]) == 2
+    sharded.save()
+    assert saved_shards(sharded.path) == files
+    assert [(file.stat().st_ino, file.stat().st_mtime_ns) for file in files] == identity
+    again = VectorIndex(sharded.path, DIM, "m", store, shard_vectors=SHARD)
+    assert again.load() and len(again) == 258 and 10 not in again and again.shards == sharded.shards
+    queries = np.vstack([fresh, unit(30, seed=19)])
+    same_hits(one, again, queries, 10)
+    assert again.search(fresh[0], 1)[0].chunk_id == 3
+    server = VectorIndex(sharded.path, DIM, "m", store)
+    assert server.load(view=True) and server.viewed == 0  # the listed removals are not its own changes
+    same_hits(one, server, queries, 10)
+
+
+def test_a_file_passing_over_the_labels_near_a_query_still_finds_its_k_nearest(state) -> None:
+    """A mapped file's search passed over removed labels by asking for k
+    plus at most 2,000 more: 2,500 removed around a query left it short."""
+    vectors = unit(3000, seed=24)
+    index = VectorIndex(index_path(state, "code"), DIM, "m", "usearch-f32")
+    index.add(np.arange(1, 3001), vectors)
+    index.save()
+    viewed = VectorIndex(index.path, DIM, "m", "usearch-f32")
+    assert viewed.load(view=True)
+    query = vectors[0]
+    nearest = np.argsort(-(vectors @ query))
+    viewed.forget((nearest[:2500] + 1).tolist())
+    hits = viewed.search(query, 10)
+    assert [hit.chunk_id for hit in hits] == (nearest[2500:2510] + 1).tolist()
+
+
+def test_a_reader_mapping_the_merged_shards_keeps_answering(state) -> None:
+    one, sharded = churned(state, "usearch-bf16")
+    sharded.save()
+    reader = VectorIndex(sharded.path, DIM, "m", "usearch-bf16")
+    assert reader.load(view=True)
+    queries = unit(30, seed=20)
+    first = [reader.search(query, 10) for query in queries]
+    merged = saved_shards(sharded.path)
+    assert sharded.compact() and sharded.save() is None
+    assert not any(file.exists() for file in merged if file not in saved_shards(sharded.path))
+    assert [reader.search(query, 10) for query in queries] == first  # the unlinked files it mapped
+    latest = VectorIndex(sharded.path, DIM, "m", "usearch-bf16")
+    assert latest.load(view=True) and latest.shards == sharded.shards
+    same_hits(one, latest, queries, 10)
+
+
+#: Another process (`up`'s indexing child): the index at argv[1] loaded,
+#: compacted and saved, killed (SIGKILL) at the first rename onto a name
+#: argv[2] matches (a new shard's file, or the sidecar).
+COMPACTING = (
+    "import os, re, signal, sys; from pathlib import Path; "
+    "from corpus.index.dense.vectors import VectorIndex; "
+    "path, name = Path(sys.argv[1]), re.compile(sys.argv[2]); replace = os.replace\n"
+    "def dying(src, dst):\n"
+    "    if name.search(str(dst)): os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    replace(src, dst)\n"
+    "os.replace = dying; index = VectorIndex(path, 16, 'm', 'usearch-bf16', shard_vectors=50)\n"
+    "assert index.load(); index.compact(); index.save()"
+)
+
+
+@pytest.mark.parametrize("at", ["a new shard file", "the sidecar"])
+def test_a_crash_mid_compaction_leaves_a_loadable_index(state, at) -> None:
+    one, sharded = churned(state, "usearch-bf16")
+    sharded.save()
+    listed = saved_shards(sharded.path)
+    name = {"a new shard file": r"\.hnsw\.\d+\.[0-9a-f]{16}$", "the sidecar": r"\.hnsw\.json$"}[at]
+    done = subprocess.run(
+        [sys.executable, "-c", COMPACTING, str(sharded.path), name],
+        cwd=REPO,
+        env=base_env(PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == -9, done.stderr
+    assert saved_shards(sharded.path) == listed
+    again = VectorIndex(sharded.path, DIM, "m", "usearch-bf16", shard_vectors=SHARD)
+    assert again.load()
+    same_hits(one, again, unit(30, seed=21), 10)
+    # the next run merges them, and its save clears the strays
+    assert again.compact() and again.save() is None
+    assert shard_files(sharded.path) == sorted(saved_shards(sharded.path))
+    assert not list(state.path.glob(".*.part"))  # nor a half-written shard the killed one left
+
+
+@pytest.mark.django_db
+def test_the_indexing_process_merges_the_shards_a_tombstone_collection_left_sparse(state) -> None:
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True, shard_vectors=5)
+    chunks = distinct_chunks(23, "a")
+    embed_pending(Hashed(), state, batch_size=4)
+    assert dense_store(state).index("code").shards == 5 and len(saved_shards(index_path(state, "code"))) == 4
+    gone = [chunk.chunk_id for chunk in chunks[:12]]  # shards 0 and 1, and 2 of shard 2
+    Chunk.objects.filter(chunk_id__in=gone).update(deleted=True, deleted_unix=1)
+    assert collect(state, 0.0, 0.0).chunks == 12
+    index = dense_store(state).index("code")
+    assert index.shards == 3 and len(index) == 11
+    assert shard_files(index.path) == sorted(saved_shards(index.path)) and len(saved_shards(index.path)) == 2
+    server = VectorIndex(index.path, MODEL_DIM, "fake", "usearch-bf16")
+    assert server.load(view=True) and server.labels == {chunk.chunk_id for chunk in chunks[12:]}

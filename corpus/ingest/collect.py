@@ -220,8 +220,10 @@ def _collect_names() -> int:
 
 def _forget_labels(state: StateDir) -> None:
     """Mark the collected chunks' labels deleted in this process's indices
-    (loading them if a model is recorded) and write the files."""
+    (loading them if a model is recorded), merge the shards that left sparse,
+    and write the files."""
     store = dense_store(state)
     for kind in KINDS:
         store.sync(kind)
+    store.compact()
     store.save(force=True)

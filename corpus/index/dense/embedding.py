@@ -786,6 +786,17 @@ class DenseStore:
         if replace:
             self.settle(kind, threads=EMBED_THREADS, halfway=False)
 
+    def compact(self) -> None:
+        """Merge the sparse full shards of the indices this process owns
+        (VectorIndex.compact: a branch switch, or tombstone collection,
+        leaves old shards sparse, and a search asks every shard). The
+        indexing process calls it after a pass and after a collection;
+        another process (``shard_vectors`` None) never does."""
+        if not self.shard_vectors:
+            return
+        for index in list(self._indices.values()):
+            index.compact(threads=EMBED_THREADS)
+
     def save(self, *, force: bool = False) -> None:
         """Write the indices that changed (``force``: now; else at most every
         SAVE_EVERY_SECONDS, and the longer a save took the longer the next
@@ -879,6 +890,7 @@ def embed_pending(
             if progress and stored:
                 progress(stored)
         store.settle("code", threads=EMBED_THREADS)  # the views pass is over
+        store.compact()
     finally:
         store.save(force=True)
     if done:

@@ -35,9 +35,16 @@ sidecar, renamed into place after them, switches to the new files at once
 files it no longer lists (a process that mapped them keeps reading them:
 an unlinked file stays whole for its mappings on Linux). A search asks each shard for its ``k`` nearest
 and merges them by score (one inner product: the scores compare), so an
-index under one shard is the one file it always was. A replacement or a
-removal goes to the shard holding the label (a mapped shard keeps it
-beside the file until the next save writes that shard again). A shard
+index under one shard is the one file it always was. A removal from a
+full shard is not a rewrite of its file: the label is passed over by that
+shard's searches, and the sidecar lists it under the shard (``removed``),
+passed over again at load; a replacement is that removal and the new
+vector added to the open shard. A full shard's file is only ever written
+once. New labels go to the open shard, so a branch switch or a long
+history leaves old shards sparse, and a search pays for every shard:
+:meth:`VectorIndex.compact` (the indexing process, after a pass and after
+a tombstone collection) builds the sparse ones' live vectors into full
+shards again, new files the next save lists in their place. A shard
 file that is missing or does not match the sidecar refuses the whole load:
 the index is built again from the database, as any damaged file. Another
 process reads any layout; the owner refuses a file of another shard size
@@ -70,7 +77,7 @@ import numpy as np
 from usearch.index import Index as USearchIndex
 
 from kernel.jsontypes import JsonObject, JsonValue
-from kernel.state import StateDir, atomic_write
+from kernel.state import StateDir, atomic_write, pid_alive
 
 logger = logging.getLogger(__name__)
 
@@ -86,14 +93,17 @@ LEGACY_STORE = "hnswlib"
 DEFAULT_STORE = "usearch-bf16"
 #: how many hex digits of a shard file's sha256 its name holds (shard_file)
 SHARD_NAME_HEX = 16
+#: a full shard with fewer live vectors than this share of ``shard_vectors``
+#: is merged with others (VectorIndex.compact; docs/benchmarks.md, "Vector
+#: store", session 31)
+COMPACT_BELOW = 0.5
+#: vectors read from a merged shard's file at a time
+COMPACT_BLOCK = 10_000
 #: shard files this process wrote that no sidecar it saved lists yet, and
 #: the index that wrote each (a build's, under way beside the index it
 #: replaces): a save's clean-up keeps them while that index lives
 _UNLISTED: weakref.WeakValueDictionary[Path, VectorIndex] = weakref.WeakValueDictionary()
 _UNLISTED_LOCK = threading.Lock()
-#: a search of a viewed file asks it for k plus at most this many more, for
-#: the labels it passes over (removed or replaced since the file was saved)
-MASKED_WIDEN_MAX = 2000
 
 
 def index_path(state: StateDir, kind: str) -> Path:
@@ -125,11 +135,19 @@ def shard_files(path: Path) -> list[Path]:
 def _listed(path: Path, meta: JsonObject | None) -> list[Path]:
     listed = meta.get("shards") if meta is not None else None
     files = []
-    for number, part in enumerate(listed if isinstance(listed, list) else []):
+    for position, part in enumerate(listed if isinstance(listed, list) else []):
         sha = part.get("sha256") if isinstance(part, dict) else None
         # a part without a sha256 names no file there is (not hex): the load refuses it
-        files.append(shard_file(path, number, sha if isinstance(sha, str) else "unlisted"))
+        files.append(shard_file(path, _number(part, position), sha if isinstance(sha, str) else "unlisted"))
     return files
+
+
+def _number(part: JsonValue, position: int) -> int:
+    """The number in the file name of the shard a sidecar lists at
+    ``position``: its own since a compaction (which keeps some files and
+    replaces others), else its position (sidecars before it)."""
+    number = part.get("number") if isinstance(part, dict) else None
+    return number if isinstance(number, int) and not isinstance(number, bool) and number >= 0 else position
 
 
 def _sidecar(path: Path) -> Path:
@@ -311,6 +329,14 @@ class _USearch:
         rows = held if isinstance(held, tuple) else (held,)
         return np.vstack([np.asarray(row, dtype=np.float32) for row in rows])
 
+    def raw(self, ids: np.ndarray) -> np.ndarray:
+        """The vectors held for these labels as stored (int8 as int8: added
+        again to an int8 index, they are the same bytes; bfloat16 as float32,
+        which holds it exactly)."""
+        held = self.index.get(ids.astype(np.uint64), dtype="i8" if self.dtype == "i8" else "f32")
+        rows = held if isinstance(held, tuple) else (held,)
+        return np.vstack([np.asarray(row) for row in rows])
+
     def remove(self, label: int) -> None:
         self.index.remove(label)
 
@@ -340,6 +366,9 @@ class _Viewed:
         self.base = base
         self.delta = _USearch(base.dim, base.dtype)
         self.masked: set[int] = set()
+        #: how many of ``masked`` a sidecar lists (a full shard's removals,
+        #: kept there rather than the shard written again): not this process's own
+        self.listed = 0
         self.tolerance = base.tolerance
 
     def as_kept(self, vectors: np.ndarray) -> np.ndarray:
@@ -356,8 +385,15 @@ class _Viewed:
 
     def changed(self) -> int:
         """What this process holds itself: vectors added or replaced, and
-        the file's labels passed over."""
-        return len(self.delta.index) + len(self.masked)
+        the file's labels passed over since its sidecar was saved."""
+        return len(self.delta.index) + len(self.masked) - self.listed
+
+    def kept(self) -> np.ndarray:
+        """The file's labels not passed over, in order."""
+        held = np.sort(np.asarray(self.base.index.keys, dtype=np.int64))
+        if not self.masked:
+            return held
+        return held[~np.isin(held, np.fromiter(self.masked, dtype=np.int64, count=len(self.masked)))]
 
     def add(self, ids: np.ndarray, vectors: np.ndarray, free: int, threads: int) -> None:
         self.delta.add(ids, vectors, free, threads)
@@ -383,25 +419,36 @@ class _Viewed:
             self.masked.add(label)
 
     def search(self, query: np.ndarray, k: int, free: int) -> tuple[np.ndarray, np.ndarray]:
-        found: list[tuple[float, int]] = []
-        # Passed-over labels near the query can leave fewer than k (a
-        # collection of many: the store views a newer file, VIEW_AT).
-        wider = min(k + min(len(self.masked), MASKED_WIDEN_MAX), len(self.base.index))
-        if wider:
-            labels, scores = self.base.search(query, wider, free)
-            found += [
-                (float(score), int(label))
-                for label, score in zip(labels, scores, strict=True)
-                if int(label) not in self.masked
-            ]
+        labels, scores = self._search_file(query, k, free)
         if len(self.delta.index):
-            labels, scores = self.delta.search(query, min(k, len(self.delta.index)), free)
-            found += [(float(score), int(label)) for label, score in zip(labels, scores, strict=True)]
-        found.sort(key=lambda pair: -pair[0])
-        best = found[:k]
-        return np.array([label for _, label in best], dtype=np.int64), np.array(
-            [s for s, _ in best], dtype=np.float32
-        )
+            more, more_scores = self.delta.search(query, min(k, len(self.delta.index)), free)
+            labels, scores = np.concatenate([labels, more]), np.concatenate([scores, more_scores])
+        best = np.argsort(-scores, kind="stable")[:k]
+        return labels[best].astype(np.int64), scores[best].astype(np.float32)
+
+    def _search_file(self, query: np.ndarray, k: int, free: int) -> tuple[np.ndarray, np.ndarray]:
+        """The file's ``k`` nearest labels not passed over: it is asked for
+        a quarter more than its share passed over predicts (a search again
+        costs more than a wider one), and twice as many again while the
+        ones passed over leave fewer than ``k`` (they can lie together: a
+        removed file's chunks are near each other)."""
+        held = len(self.base.index)
+        live = held - len(self.masked)
+        if live <= 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        wanted = min(k, live)
+        wider = min(held, -(-k * held * 5 // (live * 4)) if self.masked else k)
+        while True:
+            labels, scores = self.base.search(query, wider, free)
+            if self.masked:
+                masked = self.masked
+                kept = np.fromiter(
+                    (label not in masked for label in labels.tolist()), dtype=bool, count=len(labels)
+                )
+                labels, scores = labels[kept], scores[kept]
+            if len(labels) >= wanted or wider >= held:
+                return labels, scores
+            wider = min(held, 2 * wider)
 
     def write(self, path: Path) -> None:
         """The file and the changes as one index (a copy in memory, written)."""
@@ -451,12 +498,11 @@ class VectorIndex:
         self.shard_vectors = shard_vectors if store != "hnswlib" or shard_vectors is None else 0
         self._lock = threading.RLock()
         self._ann = _empty(store, dim)
-        #: the full shards, each a view of its saved file (and its changes since), oldest first
-        self._shards: list[_Ann] = []
-        #: full shards changed since they were saved (their numbers)
-        self._changed_shards: set[int] = set()
-        #: each full shard's file's size and sha256, as the sidecar lists them
-        self._shard_meta: dict[int, JsonObject] = {}
+        #: the full shards, each a view of its saved file and the labels
+        #: passed over there (removed or replaced since it was written), oldest first
+        self._shards: list[_Viewed] = []
+        #: each full shard's file's number, size and sha256, as the sidecar lists them
+        self._shard_meta: list[JsonObject] = []
         #: the labels searched: those in the index not marked deleted
         self._labels: set[int] = set()
         #: slots marked deleted that no vector reused yet (hnswlib)
@@ -528,7 +574,7 @@ class VectorIndex:
             try:
                 ann: _Ann
                 # a full shard is always mapped: the file is what holds it
-                shards: list[_Ann] = [self._mapped(file) for file in pinned]
+                shards = [self._mapped(file) for file in pinned]
                 if self.store == "hnswlib":
                     ann = _Hnsw.read(path, self.dim, meta)
                 elif view:
@@ -543,14 +589,14 @@ class VectorIndex:
                 return False
         seq = meta.get("seq")
         held = ann.ids()
-        for shard in shards:
+        for shard, part in zip(shards, parts, strict=True):
+            _pass_over_listed(shard, part)
             held |= shard.ids()
-        shard_meta = {n: part for n, part in enumerate(parts) if isinstance(part, dict)}
+        shard_meta = [_file_part(part, position) for position, part in enumerate(parts)]
         deleted = held.intersection(int(label) for label in meta.get("deleted") or [])
         with self._lock:
             self._ann = ann
             self._shards = shards
-            self._changed_shards = set()
             self._shard_meta = shard_meta
             self._labels = held - deleted
             self._free = len(deleted)
@@ -614,36 +660,53 @@ class VectorIndex:
             changed = self._changed(chunk_ids, vectors) if replace and len(keep) < len(chunk_ids) else []
             if changed:
                 at = np.asarray(changed)
-                olds = np.asarray(chunk_ids, dtype=np.int64)[at]
-                news = np.asarray(vectors, dtype=np.float32)[at]
-                for number, ann, where in self._grouped(olds):
-                    ann.replace(olds[where], news[where])
-                    self._touched(number)
-                self.dirty = True
+                self._replace(
+                    np.asarray(chunk_ids, dtype=np.int64)[at], np.asarray(vectors, dtype=np.float32)[at]
+                )
             if not keep:
                 return
             ids = np.asarray(chunk_ids, dtype=np.int64)[keep]
-            vecs = np.asarray(vectors, dtype=np.float32)[keep]
             reused = min(self._free, len(ids))
-            start = 0
-            while start < len(ids):
-                room = len(ids) - start
-                if self.shard_vectors:
-                    room = min(room, self.shard_vectors - self._ann.count())
-                    if room <= 0:
-                        self._seal()
-                        continue
-                self._ann.add(ids[start : start + room], vecs[start : start + room], self._free, threads)
-                start += room
+            self._insert(ids, np.asarray(vectors, dtype=np.float32)[keep], threads)
             self._free -= reused
             self._labels.update(int(i) for i in ids)
-            self.dirty = True
+
+    def _replace(self, labels: np.ndarray, vectors: np.ndarray) -> None:
+        """These labels' vectors replaced: in the open shard in place; a full
+        shard's file is not written again for a few, the label is passed over
+        there (the sidecar lists it) and its vector goes to the open shard."""
+        moved = []
+        for number, ann, where in self._grouped(labels):
+            if number < 0:
+                ann.replace(labels[where], vectors[where])
+                continue
+            for label in labels[where]:
+                ann.remove(int(label))
+            moved.append(where)
+        if moved:
+            where = np.concatenate(moved)
+            self._insert(labels[where], vectors[where], 1)
+        self.dirty = True
+
+    def _insert(self, ids: np.ndarray, vectors: np.ndarray, threads: int) -> None:
+        """Vectors of labels no shard holds, into the open shard (sealed as it fills)."""
+        start = 0
+        while start < len(ids):
+            room = len(ids) - start
+            if self.shard_vectors:
+                room = min(room, self.shard_vectors - self._ann.count())
+                if room <= 0:
+                    self._seal()
+                    continue
+            self._ann.add(ids[start : start + room], vectors[start : start + room], self._free, threads)
+            start += room
+        self.dirty = True
 
     def _grouped(self, labels: np.ndarray) -> list[tuple[int, _Ann, np.ndarray]]:
         """(shard number, shard, positions in ``labels``) of the shards
         holding these labels (the open shard's number: -1)."""
         left = np.ones(len(labels), dtype=bool)
-        found = []
+        found: list[tuple[int, _Ann, np.ndarray]] = []
         for number, ann in enumerate(self._shards):
             mine = left & np.array([ann.contains(int(label)) for label in labels], dtype=bool)
             if mine.any():
@@ -653,10 +716,6 @@ class VectorIndex:
             found.append((-1, self._ann, np.flatnonzero(left)))
         return found
 
-    def _touched(self, number: int) -> None:
-        if number >= 0:
-            self._changed_shards.add(number)
-
     def _mapped(self, file: Path) -> _Viewed:
         """The usearch index saved in ``file``, memory-mapped (a full shard,
         or a file read with ``view``)."""
@@ -665,8 +724,8 @@ class VectorIndex:
     def _seal(self) -> None:
         """Save the full open shard as the next shard's file, map it, and
         start a new open shard (its vectors leave this process's memory)."""
-        number = len(self._shards)
-        file, self._shard_meta[number] = _write_shard(self, self._ann, number)
+        file, part = _write_shard(self, self._ann, len(self._shards))
+        self._shard_meta.append(part)
         self._shards.append(self._mapped(file))
         self._ann = _empty(self.store, self.dim)
         self.dirty = True
@@ -706,10 +765,9 @@ class VectorIndex:
         vectors added. Returns how many were held."""
         with self._lock:
             gone = [int(cid) for cid in chunk_ids if int(cid) in self._labels]
-            for number, ann, where in self._grouped(np.array(gone, dtype=np.int64)) if gone else []:
+            for _, ann, where in self._grouped(np.array(gone, dtype=np.int64)) if gone else []:
                 for at in where:
                     ann.remove(gone[at])
-                self._touched(number)
             for label in gone:
                 self._labels.discard(label)
                 if isinstance(self._ann, _Hnsw):
@@ -741,17 +799,78 @@ class VectorIndex:
         found.sort(key=lambda hit: -hit.score)
         return found[:k]
 
+    def compact(self, *, below: float = COMPACT_BELOW, threads: int = 1) -> int:
+        """Merge the sparse full shards (fewer than ``below`` of a shard's
+        vectors live, :func:`_sparse`) into full ones, built again from
+        their live vectors; returns how many shards were merged (0: none
+        sparse, or not the owner of the files).
+
+        The build reads the mapped files and writes the new shards' files
+        (new names) outside the lock: searches, additions and removals go on
+        meanwhile, and what was removed or replaced in a merged shard
+        meanwhile is passed over in the new one. The next :meth:`save`
+        lists the new files (a crash before leaves the previous sidecar's
+        files loadable) and removes the merged ones; a process that mapped
+        them keeps reading them."""
+        with self._lock:
+            if not self.shard_vectors:
+                return 0
+            sizes = [(len(shard.base.index), len(shard.masked)) for shard in self._shards]
+            picked = _sparse(sizes, self.shard_vectors, below)
+            sources = [self._shards[n] for n in picked]
+            snapshot = [(shard.kept(), set(shard.masked)) for shard in sources]
+            first = len(self._shards) - len(picked)
+        if not sources:
+            return 0
+        built: list[tuple[Path, JsonObject]] = []
+        try:
+            packed = self._packed(sources, [kept for kept, _ in snapshot], threads)
+            for number, ann in enumerate(packed, start=first):
+                built.append(_write_shard(self, ann, number))
+            with self._lock:
+                if any(shard not in self._shards for shard in sources):
+                    return 0  # loaded or built again meanwhile
+                fresh = [self._mapped(file) for file, _ in built]
+                passed = zip(sources, snapshot, strict=True)
+                gone = set().union(*(shard.masked - masked for shard, (_, masked) in passed))
+                for shard in fresh:
+                    for label in gone:
+                        shard.remove(label)
+                keep = [n for n, shard in enumerate(self._shards) if shard not in sources]
+                kept_parts = [self._shard_meta[n] for n in keep]
+                _disown([_part_file(self.path, part) for part in self._shard_meta if part not in kept_parts])
+                self._shards = [self._shards[n] for n in keep] + fresh
+                self._shard_meta = kept_parts + [part for _, part in built]
+                self.dirty = True
+                built = []
+        finally:
+            _unwritten([file for file, _ in built])
+        logger.info("%s: %d sparse shards merged into %d", self.path.name, len(sources), len(fresh))
+        return len(sources)
+
+    def _packed(self, sources: list[_Viewed], labels: list[np.ndarray], threads: int) -> Iterator[_USearch]:
+        """Full shards of these shards' ``labels`` (the last one maybe not
+        full), their vectors read from the mapped files a block at a time."""
+        size = self.shard_vectors or 1
+        dtype = self.store.removeprefix("usearch-")
+        ann = _USearch(self.dim, dtype)
+        for source, ids in zip(sources, labels, strict=True):
+            start = 0
+            while start < len(ids):
+                part = ids[start : start + min(COMPACT_BLOCK, size - ann.count())]
+                ann.add(part, source.base.raw(part), 0, threads)
+                start += len(part)
+                if ann.count() >= size:
+                    yield ann
+                    ann = _USearch(self.dim, dtype)
+        if ann.count():
+            yield ann
+
     def save(self) -> None:
         """Write the index atomically, then its sidecar."""
         with self._lock:
             if not self.dirty and self.path.exists():
                 return
-            for number in sorted(self._changed_shards):
-                # a full shard changed since saved: written again (a new
-                # name), mapped again (its changes leave memory)
-                file, self._shard_meta[number] = _write_shard(self, self._shards[number], number)
-                self._shards[number] = self._mapped(file)
-            self._changed_shards = set()
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
                 _write_synced(self._ann, tmp)
@@ -767,7 +886,10 @@ class VectorIndex:
                     "sha256": _sha256(tmp),
                 }
                 if self._shards:
-                    meta["shards"] = [self._shard_meta[n] for n in range(len(self._shards))]
+                    meta["shards"] = [
+                        {**part, "removed": sorted(shard.masked)} if shard.masked else part
+                        for part, shard in zip(self._shard_meta, self._shards, strict=True)
+                    ]
                 if self.shard_vectors:
                     meta["shard_vectors"] = self.shard_vectors
                 # The full shards' files are written (new names), then the
@@ -779,6 +901,8 @@ class VectorIndex:
                 os.replace(tmp, self.path)
             finally:
                 tmp.unlink(missing_ok=True)
+            for shard in self._shards:
+                shard.listed = len(shard.masked)
             _clean_shards(self.path, _listed(self.path, meta))
             self.dirty = False
 
@@ -787,7 +911,7 @@ def _write_shard(index: VectorIndex, ann: _Ann, number: int) -> tuple[Path, Json
     """Full shard ``number`` of ``index`` written to its own file
     (shard_file), fsynced; the file and its size and sha256."""
     path = index.path
-    tmp = path.with_name(f".{path.name}.{number}.{os.getpid()}.part")
+    tmp = path.with_name(f".{path.name}.{number}.{os.getpid()}.{threading.get_ident()}.part")
     try:
         _write_synced(ann, tmp)
         sha = _sha256(tmp)
@@ -797,7 +921,62 @@ def _write_shard(index: VectorIndex, ann: _Ann, number: int) -> tuple[Path, Json
         os.replace(tmp, file)
     finally:
         tmp.unlink(missing_ok=True)
-    return file, {"size": file.stat().st_size, "sha256": sha}
+    return file, {"number": number, "size": file.stat().st_size, "sha256": sha}
+
+
+def _sparse(shards: list[tuple[int, int]], size: int, below: float) -> list[int]:
+    """Which full shards to merge, given each one's vectors in its file and
+    those passed over there: the sparse ones (live vectors under ``below``
+    of ``size``), when they fit in fewer files, or one of them passes over
+    more than ``1 - below`` of its file (a search of it asks for that many
+    more); none otherwise (a merge's last shard, not full, stays as it is
+    until another turns sparse)."""
+    sparse = [n for n, (held, passed) in enumerate(shards) if held - passed < below * size]
+    live = sum(shards[n][0] - shards[n][1] for n in sparse)
+    fewer = -(-live // size) < len(sparse)
+    if fewer or any(shards[n][1] > (1 - below) * shards[n][0] for n in sparse):
+        return sparse
+    return []
+
+
+def _unwritten(files: list[Path]) -> None:
+    """Shard files a compaction wrote and did not keep, removed."""
+    with _UNLISTED_LOCK:
+        for file in files:
+            _UNLISTED.pop(file, None)
+            file.unlink(missing_ok=True)
+
+
+def _disown(files: list[Path]) -> None:
+    """The shard files a compaction merged, no longer kept for the index
+    that wrote them: the next save's clean-up removes them whether a
+    sidecar listed them or not."""
+    with _UNLISTED_LOCK:
+        for file in files:
+            _UNLISTED.pop(file, None)
+
+
+def _part_file(path: Path, part: JsonObject) -> Path:
+    """The file of a full shard of the index at ``path`` as this process lists it (_file_part)."""
+    return shard_file(path, _number(part, 0), str(part.get("sha256")))
+
+
+def _file_part(part: JsonValue, position: int) -> JsonObject:
+    """A full shard's file as a sidecar lists it at ``position``: its number, size and sha256."""
+    found = part if isinstance(part, dict) else {}
+    return {"number": _number(part, position), "size": found.get("size"), "sha256": found.get("sha256")}
+
+
+def _pass_over_listed(shard: _Viewed, part: JsonValue) -> None:
+    """The labels a sidecar lists as removed from a full shard since it was
+    written, passed over by its searches (as they were by the process that
+    saved it)."""
+    removed = part.get("removed") if isinstance(part, dict) else None
+    if not isinstance(removed, list) or not removed:
+        return
+    listed = {int(label) for label in removed if isinstance(label, int)}
+    shard.masked = listed & shard.base.ids()
+    shard.listed = len(shard.masked)
 
 
 def _clean_shards(path: Path, listed: list[Path]) -> None:
@@ -815,6 +994,11 @@ def _clean_shards(path: Path, listed: list[Path]) -> None:
             if file not in listed and file not in _UNLISTED:
                 with contextlib.suppress(OSError):  # elsewhere a mapped file may not go: the next save
                     file.unlink()
+    for part in path.parent.glob(f".{path.name}.*.part"):
+        # a shard's file being written, left by a process that died (a crash mid-compaction)
+        pid = part.name.removeprefix(f".{path.name}.").split(".")[1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            part.unlink(missing_ok=True)
 
 
 def _write_synced(ann: _Ann, path: Path) -> None:
