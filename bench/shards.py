@@ -31,6 +31,28 @@ Reported: recall@k of each layout against the exact top k, the overlap of
 the sharded search's top k with the single index's (ids), and the peaks.
 
     nice -n 10 python bench/shards.py --vectors 200000 --shard-vectors 50000
+
+Removed labels (``--removed-shares 0,0.3,0.5``, session 31): one shard of
+the first ``--shard-vectors`` vectors mapped with each share of its labels
+removed (passed over by its searches) against a shard of its live vectors
+alone, alternating: what a merge gains a search, for
+``vectors.COMPACT_BELOW``.
+
+Churn (``--churn ROUNDS``, session 31): what branch switches leave. The
+index of ``--vectors`` built in shards of the first ``--shard-vectors``,
+then ROUNDS times ``--churn-share`` of its live labels removed and as many
+new ones added (they fill the open shard and new ones: the old shards turn
+sparse), saved after each round; then 100 of the first shard's vectors
+replaced and saved. Reported for each save: bytes written (``wchar``) and
+CPU; then, on a copy of the files, the sparse shards merged
+(``VectorIndex.compact``) and saved (its CPU and bytes); and the searches
+of the churned files, of the merged ones and of one index of the live
+vectors, alternating query by query. ``--before DIR``: a checkout of the
+code before (``git archive REV | tar -x -C DIR``) whose churn is measured
+too, and searched in the same alternation (its shards, written again at
+each save, hold no removed labels).
+
+    nice -n 10 python bench/shards.py --vectors 40000 --shard-vectors 10000 --churn 3 --before DIR
 """
 
 from __future__ import annotations
@@ -40,6 +62,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -142,18 +165,23 @@ def alternate(folders: list[Path], queries: int, k: int, store: str) -> dict:
         for query in asked[:20]:
             index.search(query, k)
     times: list[list[float]] = [[] for _ in indices]
+    cpu: list[list[float]] = [[] for _ in indices]
     for row, query in enumerate(asked):
         order = range(len(indices)) if row % 2 == 0 else reversed(range(len(indices)))
         for at in order:
-            started = time.perf_counter()
+            started, used = time.perf_counter(), time.thread_time()
             indices[at].search(query, k)
             times[at].append(time.perf_counter() - started)
+            cpu[at].append(time.thread_time() - used)
     out = {}
-    for folder, taken in zip(folders, times, strict=True):
+    for folder, index, taken, spent in zip(folders, indices, times, cpu, strict=True):
         taken.sort()
         out[folder.name] = {
+            "shards": index.shards,
             "p50_ms": round(statistics.median(taken) * 1000, 2),
             "p90_ms": round(taken[int(len(taken) * 0.9)] * 1000, 2),
+            # a search runs in this thread (threads=1): its CPU, which other processes' load leaves alone
+            "cpu_p50_ms": round(statistics.median(spent) * 1000, 2),
         }
     return out
 
@@ -175,11 +203,136 @@ def exact(folder: Path, vectors: int, queries: int, k: int) -> None:
     np.save(folder / "exact.npy", best_ids)
 
 
-def step(*argv: str) -> dict:
+def written() -> int:
+    """This process's bytes written through write() so far (/proc/self/io wchar)."""
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("wchar:"))
+
+
+def measured(action) -> dict:
+    """The bytes ``action`` wrote and its CPU seconds (every thread's)."""
+    wrote, cpu = written(), time.process_time()
+    action()
+    return {"mb_written": round((written() - wrote) / 1e6, 2), "cpu_s": round(time.process_time() - cpu, 3)}
+
+
+def churn(folder: Path, vectors: int, shard: int, store: str, rounds: int, share: float) -> dict:
+    """The index built in shards of ``shard``, then ``rounds`` branch
+    switches (``share`` of the live labels removed, as many new added),
+    then 100 replacements in the first shard, each saved and measured; and
+    one index of the live vectors, built beside it (``one``)."""
+    around = centres()
+    index = VectorIndex(index_file(folder), DIM, MODEL, store, shard_vectors=shard)
+    threads = os.cpu_count() or 1
+    for seed, start in enumerate(range(0, vectors, BLOCK)):
+        size = min(BLOCK, vectors - start)
+        index.add(np.arange(start, start + size, dtype=np.int64), block(seed, size, around), threads=threads)
+    index.save()
+    rng = np.random.default_rng(7)
+    following, saves = vectors, []
+    for turn in range(rounds):
+        gone = rng.choice(np.array(sorted(index.labels)), size=int(len(index) * share), replace=False)
+        index.forget(gone.tolist())
+        for at in range(0, len(gone), BLOCK):
+            size = min(BLOCK, len(gone) - at)
+            fresh = np.arange(following, following + size, dtype=np.int64)
+            index.add(fresh, block(100 * (turn + 1) + at // BLOCK, size, around), threads=threads)
+            following += size
+        saves.append({"shards": index.shards, **measured(index.save)})
+    replaced = np.array([label for label in range(shard) if label in index][:100], dtype=np.int64)
+    index.add(replaced, block(999, len(replaced), around), replace=True)
+    few = measured(index.save)
+    one = VectorIndex(index_file(folder.parent / "one"), DIM, MODEL, store)
+    one.path.parent.mkdir(exist_ok=True)
+    live = np.array(sorted(index.labels), dtype=np.int64)
+    for start in range(0, len(live), BLOCK):
+        part = live[start : start + BLOCK]
+        one.add(part, index.vectors(part.tolist()), threads=threads)
+    one.save()
+    return {"saves_after_each_round": saves, "save_after_100_replacements": few, "live": len(index)}
+
+
+def compacted(folder: Path, shard: int, store: str) -> dict:
+    """The churned index's sparse shards merged and saved (a copy of its files)."""
+    index = VectorIndex(index_file(folder), DIM, MODEL, store, shard_vectors=shard)
+    assert index.load(), folder
+    before = index.shards
+    merged: list[int] = []
+    took = measured(lambda: merged.append(index.compact(threads=os.cpu_count() or 1)))
+    saved = measured(index.save)
+    return {
+        "shards_before": before,
+        "merged": merged[0],
+        "shards_after": index.shards,
+        "compact": took,
+        "save": saved,
+    }
+
+
+def passed_over(folder: Path, shard: int, store: str, shares: list[float], queries: int, k: int) -> dict:
+    """One shard of ``shard`` vectors, saved and mapped once per share in
+    ``shares``, that share of its labels removed (passed over by its
+    searches, as the sidecar lists them), and a shard of the live vectors
+    alone for each (what a merge leaves): each one's p50 of a search's CPU
+    in ms (this thread's: other processes' load leaves it alone), alternating."""
+    around = centres()
+    index = VectorIndex(index_file(folder), DIM, MODEL, store)
+    index.add(np.arange(shard, dtype=np.int64), block(0, shard, around), threads=os.cpu_count() or 1)
+    index.save()
+    rng = np.random.default_rng(9)
+    layouts: dict[str, VectorIndex] = {}
+    for share in shares:
+        viewed = VectorIndex(index.path, DIM, MODEL, store)
+        assert viewed.load(view=True)
+        gone = rng.choice(shard, size=int(shard * share), replace=False)
+        viewed.forget(gone.tolist())
+        layouts[f"{share:.0%} removed"] = viewed
+        live = np.array(sorted(viewed.labels), dtype=np.int64)
+        alone = VectorIndex(index_file(folder / f"live{share}"), DIM, MODEL, store)
+        alone.add(live, index.vectors(live.tolist()), threads=os.cpu_count() or 1)
+        layouts[f"{share:.0%} removed, merged"] = alone
+    asked = query_vectors(queries, around)
+    times: dict[str, list[float]] = {name: [] for name in layouts}
+    for row, query in enumerate(asked):
+        names = list(layouts) if row % 2 == 0 else list(reversed(layouts))
+        for name in names:
+            started = time.thread_time()
+            layouts[name].search(query, k)
+            if row >= 20:  # the pages in first
+                times[name].append(time.thread_time() - started)
+    return {name: round(statistics.median(taken) * 1000, 3) for name, taken in times.items()}
+
+
+def step(*argv: str, script: Path | None = None) -> dict:
     done = subprocess.run(
-        [sys.executable, __file__, "_step", *argv], capture_output=True, text=True, check=True
+        [sys.executable, str(script or __file__), "_step", *argv], capture_output=True, text=True, check=True
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def churn_run(args: argparse.Namespace, base: Path) -> dict:
+    """The churn mode (module docstring): each tree's churn, the merge, and the alternating searches."""
+    shard = args.shard_vectors[0]
+    trees = {"now": Path(__file__)}
+    if args.before:
+        trees["before"] = Path(args.before) / "bench" / "shards_now.py"
+        shutil.copy(__file__, trees["before"])  # this file, importing that checkout's code
+    out: dict = {}
+    for name, script in trees.items():
+        folder = base / f"{name}-churned"
+        folder.mkdir()
+        argv = [str(args.vectors), str(shard), args.store, str(args.churn), str(args.churn_share)]
+        out[name] = step("churn", str(folder), *argv, script=script)
+        print(json.dumps({name: out[name]}), flush=True)
+    merged = base / "now-merged"
+    shutil.copytree(base / "now-churned", merged)
+    out["compaction"] = step("compact", str(merged), str(shard), args.store)
+    print(json.dumps(out["compaction"]), flush=True)
+    folders = [base / f"{name}-churned" for name in trees] + [merged, base / "one"]
+    out["alternating"] = step(
+        "alternate", ",".join(str(folder) for folder in folders), str(args.queries), str(args.k), args.store
+    )
+    return out
 
 
 def overlap(left: np.ndarray, right: np.ndarray) -> float:
@@ -193,6 +346,21 @@ def main(argv: list[str]) -> None:
             print(json.dumps(build(Path(folder), int(rest[0]), int(rest[1]), rest[2])))
         elif name == "search":
             print(json.dumps(search(Path(folder), int(rest[0]), int(rest[1]), rest[2])))
+        elif name == "churn":
+            print(
+                json.dumps(
+                    churn(Path(folder), int(rest[0]), int(rest[1]), rest[2], int(rest[3]), float(rest[4]))
+                )
+            )
+        elif name == "passed_over":
+            shares = [float(share) for share in rest[2].split(",")]
+            print(
+                json.dumps(
+                    passed_over(Path(folder), int(rest[0]), rest[1], shares, int(rest[3]), int(rest[4]))
+                )
+            )
+        elif name == "compact":
+            print(json.dumps(compacted(Path(folder), int(rest[0]), rest[1])))
         elif name == "alternate":
             folders = [Path(each) for each in folder.split(",")]
             print(json.dumps(alternate(folders, int(rest[0]), int(rest[1]), rest[2])))
@@ -208,6 +376,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--k", type=int, default=200)
     parser.add_argument("--store", default="usearch-bf16")
+    parser.add_argument("--churn", type=int, default=0, help="branch switches to simulate (churn mode)")
+    parser.add_argument(
+        "--churn-share", type=float, default=0.3, help="share of live labels each one replaces"
+    )
+    parser.add_argument("--before", help="a checkout of the code before, measured beside this one")
+    parser.add_argument(
+        "--removed-shares",
+        help="comma-separated shares of one shard removed: each one's search against its merge",
+    )
     args = parser.parse_args(argv)
     result: dict = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -220,6 +397,16 @@ def main(argv: list[str]) -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
+        if args.removed_shares:
+            shard = str(args.shard_vectors[0])
+            argv = [shard, args.store, args.removed_shares, str(args.queries), str(args.k)]
+            result["passed_over"] = step("passed_over", str(base), *argv)
+            print(json.dumps(result["passed_over"]), flush=True)
+            return _record(result, "shards-passed-over")
+        if args.churn:
+            result["churn"] = churn_run(args, base)
+            print(json.dumps(result["churn"]["alternating"]), flush=True)
+            return _record(result, "shards-churn")
         step("exact", str(base), str(args.vectors), str(args.queries), str(args.k))
         truth = np.load(base / "exact.npy")
         whole_found = None
@@ -239,10 +426,14 @@ def main(argv: list[str]) -> None:
         folders = ",".join(str(base / f"s{shard}") for shard in [0, *args.shard_vectors])
         result["alternating"] = step("alternate", folders, str(args.queries), str(args.k), args.store)
         print(json.dumps(result["alternating"]), flush=True)
+    _record(result, "shards")
+
+
+def _record(result: dict, name: str) -> None:
     result["load_after"] = os.getloadavg()
     out = REPO / "bench" / "results"
     out.mkdir(exist_ok=True)
-    path = out / f"shards-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path = out / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=1))
     print(f"results: {path.relative_to(REPO)}")
 
