@@ -429,15 +429,16 @@ class _Viewed:
     def _search_file(self, query: np.ndarray, k: int, free: int) -> tuple[np.ndarray, np.ndarray]:
         """The file's ``k`` nearest labels not passed over: it is asked for
         a quarter more than its share passed over predicts (a search again
-        costs more than a wider one), and twice as many again while the
-        ones passed over leave fewer than ``k`` (they can lie together: a
+        costs more than a wider one), or for ``k`` and every one passed
+        over where they are fewer, and twice as many again while the ones
+        passed over leave fewer than ``k`` (they can lie together: a
         removed file's chunks are near each other)."""
         held = len(self.base.index)
         live = held - len(self.masked)
         if live <= 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         wanted = min(k, live)
-        wider = min(held, -(-k * held * 5 // (live * 4)) if self.masked else k)
+        wider = min(held, k + len(self.masked), -(-k * held * 5 // (live * 4)))
         while True:
             labels, scores = self.base.search(query, wider, free)
             if self.masked:
