@@ -6,7 +6,10 @@ before its fix.
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -19,6 +22,7 @@ from corpus.security import ExclusionEngine, ExclusionPolicy
 from kernel.config import DEFAULT_PATH_EXCLUDES
 from tests.mcp_http import Server, write_corpus
 from tests.test_hostile_clients import WAIT, token_of
+from tests.test_hostile_session27 import rpc
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -117,4 +121,63 @@ def test_credential_files_named_in_another_case_are_served_nowhere(tmp_path: Pat
         assert refused.status_code == 403, (rel, refused.status_code, refused.text[:200])  # before: 200
     control = srv.call(session, "dir2mcp.read_bytes", {"rel_path": "keys/readme.txt"})
     assert not control.get("isError"), control
+    assert "Traceback" not in up.stderr, up.stderr
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as packed:
+        for name, data in members.items():
+            packed.writestr(name, data)
+    return out.getvalue()
+
+
+def _tar(members: dict[str, bytes], mode: str) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode=mode) as packed:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            packed.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+ENV = {".env": b"DB_PASSWORD=hunter2-packed\n", "readme.txt": b"what the bundle holds\n"}
+#: archives under names of other kinds, each holding a file the rules exclude by name
+DISGUISED = {
+    "docs/bundle.txt": _zip(ENV),
+    "img/photo.png": _tar(ENV, "w:gz"),
+    "backup.bin": _tar(ENV, "w"),
+    "memo.docx": _zip({"word/document.xml": b"<w:document/>", "conf/.npmrc": b"_authToken=0f3c2b9e\n"}),
+}
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(200)
+
+
+@pytest.mark.slow
+def test_an_archive_under_another_name_is_never_served_as_bytes(tmp_path: Path, running) -> None:
+    """Archives' bytes are refused (their members are judged by name, and
+    come out unpacked): but the refusal went by the name's kind. A zip
+    named ``bundle.txt``, a ``.tar.gz`` named ``photo.png`` and a tar named
+    ``backup.bin``, each holding a ``.env``, were served whole by
+    ``read_bytes`` and a whole ``resources/read``, and ``checksum`` answered
+    for them; a ``.docx`` (a zip document, whose parts are screened for
+    secret patterns) carrying an ``.npmrc`` part too. Now the bytes decide,
+    and a zip document's parts are judged by name as well."""
+    root = tmp_path / "corpus"
+    write_corpus(root)
+    for rel, data in {**DISGUISED, "img/real.png": PNG}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    up = running("--dir", str(root), "--json")
+    up.event("scan_progress", lambda data: data.get("running") is False)
+    srv = Server(root, up.url(), token_of(root), up.proc)
+    session = srv.initialize()
+    for rel in DISGUISED:
+        for tool in ("dir2mcp.read_bytes", "dir2mcp.checksum"):
+            answer = srv.call(session, tool, {"rel_path": rel})
+            assert answer.get("isError") and "FORBIDDEN" in json.dumps(answer), (rel, tool, answer)
+        whole = rpc(srv, "resources/read", {"uri": f"dir2mcp:///{rel}"})
+        assert "error" in whole and "FORBIDDEN" in json.dumps(whole), (rel, whole)  # before: its bytes
+    served = srv.call(session, "dir2mcp.read_bytes", {"rel_path": "img/real.png", "format": "base64"})
+    assert not served.get("isError"), served  # the control: an image is served
     assert "Traceback" not in up.stderr, up.stderr
