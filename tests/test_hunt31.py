@@ -6,9 +6,7 @@ before its fix.
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -21,6 +19,8 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from corpus.security import ExclusionEngine, ExclusionPolicy
 from kernel.config import DEFAULT_PATH_EXCLUDES
 from tests.mcp_http import Server, write_corpus
+from tests.support import zip_bytes
+from tests.test_archive_limits import tar
 from tests.test_hostile_clients import WAIT, token_of
 from tests.test_hostile_session27 import rpc
 
@@ -124,31 +124,15 @@ def test_credential_files_named_in_another_case_are_served_nowhere(tmp_path: Pat
     assert "Traceback" not in up.stderr, up.stderr
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as packed:
-        for name, data in members.items():
-            packed.writestr(name, data)
-    return out.getvalue()
-
-
-def _tar(members: dict[str, bytes], mode: str) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode=mode) as packed:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            packed.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 ENV = {".env": b"DB_PASSWORD=hunter2-packed\n", "readme.txt": b"what the bundle holds\n"}
 #: archives under names of other kinds, each holding a file the rules exclude by name
 DISGUISED = {
-    "docs/bundle.txt": _zip(ENV),
-    "img/photo.png": _tar(ENV, "w:gz"),
-    "backup.bin": _tar(ENV, "w"),
-    "memo.docx": _zip({"word/document.xml": b"<w:document/>", "conf/.npmrc": b"_authToken=0f3c2b9e\n"}),
+    "docs/bundle.txt": zip_bytes(ENV, zipfile.ZIP_DEFLATED),
+    "img/photo.png": tar(ENV, "w:gz"),
+    "backup.bin": tar(ENV),
+    "memo.docx": zip_bytes(
+        {"word/document.xml": b"<w:document/>", "conf/.npmrc": b"_authToken=0f3c2b9e\n"}, zipfile.ZIP_DEFLATED
+    ),
 }
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(200)
 
