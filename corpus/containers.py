@@ -35,7 +35,7 @@ import zlib
 from typing import BinaryIO
 
 from corpus import files
-from corpus.security import ExclusionEngine, OpenedFile
+from corpus.security import ARCHIVE_SEPARATOR, ExclusionEngine, OpenedFile
 from kernel import errors
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -105,6 +105,8 @@ def _screen_zip(engine: ExclusionEngine, rel: str, source: BinaryIO, budget: lis
                     continue
                 if info.flag_bits & 0x1:
                     raise _refused(rel, "an encrypted part")
+                if engine.excluded_reason(f"{rel}{ARCHIVE_SEPARATOR}{info.filename}") is not None:
+                    raise _refused(rel, "a part the exclusion rules refuse by name")
                 nested = _screen_part(engine, rel, container, info, budget)
                 if nested is not None and depth < MAX_DEPTH:
                     _screen_zip(engine, rel, io.BytesIO(nested), budget, depth + 1)

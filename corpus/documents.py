@@ -186,7 +186,7 @@ def _from_file(
     if doc is None or doc.status == DocStatus.ERROR:  # no type the index trusts: the bytes say
         doc_type = sniffed
     for kind in (doc_type, sniffed):
-        files.refuse_archive_bytes(rel, kind)
+        files.refuse_archive_bytes(rel, kind, data[:8192])
     if doc_type in _TEXTUAL and sniffed in _TEXTUAL:
         text = files.decode_text(data, (raw.meta_json or {}).get("encoding") if raw is not None else None)
         text = files.redacted_text(engine, rel, text)

@@ -40,7 +40,7 @@ from django.db.models import Q, QuerySet
 from corpus import arguments, cursors, globs, patterns, slices
 from corpus import rows as rows_of
 from corpus.citations import SpanRef
-from corpus.ingest.classify import classify
+from corpus.ingest.classify import classify, sniff_magic
 from corpus.ingest.extract import byte_order_mark, extract
 from corpus.ingest.extracted import PAGE_SEPARATOR
 from corpus.models import DocStatus, Document, Representation, RepType, Span
@@ -165,13 +165,18 @@ def screen(engine: ExclusionEngine, rel_path: str, text: str) -> None:
         raise _fail(errors.FORBIDDEN, f"{rel_path}: content matches a secret pattern ({rule}); not returned")
 
 
-def refuse_archive_bytes(rel_path: str, kind: str) -> None:
+def refuse_archive_bytes(rel_path: str, kind: str, head: bytes = b"") -> None:
     """FORBIDDEN for the bytes of an archive (``kind`` "archive": zip, tar,
     compressed tar, gzip). They hold its members compressed, and the
     exclusion rules judge each member (``a.zip!/x``): until session 22
     ``read_bytes`` and ``resources/read`` served a zip whole, and the
-    ``.env`` or key file refused as a member came out of it unpacked."""
-    if kind == "archive":
+    ``.env`` or key file refused as a member came out of it unpacked.
+    ``head``, the file's first bytes: an archive under another name
+    (``notes.txt``, ``photo.png``, ``backup.bin``: its kind is its name's)
+    is refused too (until session 31 it was served), but for a zip
+    document (``office``), whose parts :mod:`corpus.containers` screens."""
+    packed = sniff_magic(head) == "archive" and not (kind == "office" and head.startswith(b"PK"))
+    if kind == "archive" or packed:
         raise _fail(
             errors.FORBIDDEN,
             f"{rel_path} is an archive: its bytes are not served (they would hold members the "

@@ -240,7 +240,11 @@ class ExclusionEngine:
         self.root = Path(root).resolve()
         self.policy = policy
         self._root_str = str(self.root)
-        self._excludes = spec(policy.path_excludes)
+        # Judged without case (both sides casefolded): a rule is about what a
+        # file is (``*.pfx``, ``.npmrc``), which ``CERT.PFX`` or ``.NPMRC`` is too,
+        # and a case-insensitive file system opens ``.npmrc`` for ``.NPMRC``.
+        self._excludes = spec(pattern.casefold() for pattern in policy.path_excludes)
+        self._exclude_spelled = {p.casefold(): p for p in reversed(policy.path_excludes)}
         #: the git work tree the root lies in: its outer rules and tracked files
         self._repo = Repository.find(self._root_str) if policy.use_gitignore else None
         # All the rules in one linear-time pass (kernel/secret_scan.py).
@@ -400,10 +404,11 @@ class ExclusionEngine:
         return self._repo.is_tracked(dir_rel, is_dir=True)
 
     def _excludes_reason(self, rel: str, *, is_dir: bool) -> str | None:
-        result = self._excludes.check_file(rel + "/" if is_dir else rel)
+        result = self._excludes.check_file((rel + "/" if is_dir else rel).casefold())
         if result.include:
             assert result.index is not None  # a pattern decided it
-            return f"path_excludes: {self._excludes.patterns[result.index].pattern!s}"
+            folded = str(self._excludes.patterns[result.index].pattern)
+            return f"path_excludes: {self._exclude_spelled.get(folded, folded)}"
         return None
 
     def gitignore_chain(

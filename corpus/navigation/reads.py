@@ -118,8 +118,9 @@ def _servable_whole(engine: ExclusionEngine, opened: OpenedFile) -> str:
     bytes no reader serves tests guesses of a short secret in them against
     the rest of the file (until session 23 it answered for all of these)."""
     opened.file.seek(0)
-    kind = classify(opened.rel.rsplit("/", 1)[-1], opened.read(SNIFF_BYTES))
-    files.refuse_archive_bytes(opened.rel, kind)
+    head = opened.read(SNIFF_BYTES)
+    kind = classify(opened.rel.rsplit("/", 1)[-1], head)
+    files.refuse_archive_bytes(opened.rel, kind, head)
     containers.screen_zip_parts(engine, opened)
     return kind
 
