@@ -22,6 +22,11 @@ processor with both. With AMX (an Intel Xeon, family 6, model 207, with
 AMX-BF16 and AMX-INT8) it took 1.02-1.15 times bf16's CPU, and no group size of
 the inputs' quantization (32, 128, a whole token, none) made it cheaper than
 bf16 (docs/benchmarks.md, session 26), so there ``auto`` stays ``bf16``.
+Nor does static int8 pay there (activations quantized too, by NNCF's
+post-training quantization, so that the dense layers run on AMX-INT8): 0.85
+to 1.01 of bf16's CPU, with short texts' vectors further from float32's
+(cosine 0.988 at worst with the attention left at bf16, 0.77 without), so
+it is not offered (docs/benchmarks.md, session 31).
 The choice is made when the embedder is chosen
 and is recorded with the vectors through the model's name, so an index
 keeps the precision it was built with wherever it is served from
