@@ -36,7 +36,7 @@ from mcp_gateway.indexer_process import (
 )
 from tests.support import CHUNK_TEXT, TLS, chunk_text, wait_until
 from tests.test_cli import cli
-from tests.up_process import running  # noqa: F401  (the fixture)
+from tests.up_process import ASKING_EVERY, running  # noqa: F401  (the fixture)
 
 #: The local model at float32: these tests watch what `up` shows while the
 #: child embeds (a kill, the restart, the estimate), which needs embedding to
@@ -215,7 +215,9 @@ def test_a_killed_indexer_is_restarted_searches_answer_and_the_index_ends_as_a_c
         done = not stats["indexing"]["running"] and dense["total"] == len(clean) == dense["embedded"]
         return stats if done else None
 
-    stats = up.wait_until(covered, "full dense coverage after the restart", timeout=300)
+    stats = up.wait_until(
+        covered, "full dense coverage after the restart", timeout=300, interval=ASKING_EVERY
+    )
     halt.set()
     searcher.join(30)
     assert stats["indexer"]["restarts"] == 1 and stats["indexer"]["pid"] not in (None, child)
@@ -296,15 +298,18 @@ def test_a_file_a_client_opens_is_embedded_ahead_of_the_queue_and_stats_estimate
         return now if asked not in now else None
 
     # In id order it would be embedded with the last call, nothing left
-    # after it; asked about, it goes ahead of the rest.
-    left = up.wait_until(embedded, f"{asked}'s chunks embedded", timeout=120)
+    # after it; asked about, it goes ahead of the rest. It waits for the call
+    # under way, then its own: two of the model's 256-chunk calls at fp32,
+    # about two minutes each at nice 15 beside a load of 16 (timed out at
+    # 120 s there), so the file's other waits' 300 s.
+    left = up.wait_until(embedded, f"{asked}'s chunks embedded", timeout=300)
     assert sum(left.values()) > 0, "embedded only in its turn, with the last of the queue"
 
     def estimating(_):
         dense = up.rest("/api/v1/stats").json()["indexer"]["dense"]
         return dense if dense["embedded"] < dense["total"] and (dense["eta_seconds"] or 0) > 0 else None
 
-    estimate = up.wait_until(estimating, "an estimate of the time to full coverage", timeout=120)
+    estimate = up.wait_until(estimating, "an estimate of the time to full coverage", timeout=300)
     assert_eta_of_shown_rate(estimate)
     assert up.stop() == 0, up.stderr
 
@@ -389,7 +394,9 @@ def test_a_vector_the_child_stores_is_found_by_the_servers_search(tmp_path, runn
 
     # How soon is bench/store_to_search.py's (0.016 s median on 2 idle
     # cores): the suite asserts the outcome, never a duration.
-    hits = up.wait_until(found, "the new file's vector in the server's search", timeout=60)
+    hits = up.wait_until(
+        found, "the new file's vector in the server's search", timeout=60, interval=ASKING_EVERY
+    )
     assert hits[0]["rel_path"] == "shipping.py"
     assert up.stop() == 0, up.stderr
 

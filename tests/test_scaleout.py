@@ -19,6 +19,7 @@ import redis
 from corpus.ingest.lock import PG_INDEX_LOCK
 from tests.mcp_http import Server, base_env, serve_daphne, start_daphne, stop, write_corpus
 from tests.support import TLS
+from tests.up_process import ASKING_EVERY
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +136,11 @@ def test_an_indexer_that_lost_the_database_lock_stops_writing_until_it_has_it_ag
         assert "another indexer" in lost["message"], lost
         assert not search_hits(up, "zebrafinch")
     # The other indexer let go: this one takes the lock again and catches up.
-    found = up.wait_until(lambda u: search_hits(u, "zebrafinch"), "late.md indexed after the lock came back")
+    found = up.wait_until(
+        lambda u: search_hits(u, "zebrafinch"),
+        "late.md indexed after the lock came back",
+        interval=ASKING_EVERY,
+    )
     assert found == ["late.md"]
     assert up.stop() == 0, up.stderr
     assert "Traceback" not in up.stderr

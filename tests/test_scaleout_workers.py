@@ -30,6 +30,7 @@ from corpus.index.words import index_text, query_terms, tokens
 from tests.support import CHUNK_TEXT, chunk_text, wait_until
 from tests.test_cli import REPO, base_env, cli
 from tests.test_crash import write_tree
+from tests.up_process import ASKING_EVERY
 
 # Its own waits allow 300-600 s each for a loaded machine; the suite's 300 s
 # default, not the code, failed its tests there (the module fixture alone
@@ -468,7 +469,9 @@ def test_up_with_a_broker_serves_what_the_workers_index_and_follows_changes(
         texts = chunk_texts(database, [hit["chunk_id"] for hit in result["hits"][:3]])
         return result if len(texts) == 3 and all(t.startswith("def sheet_") for t in texts) else None
 
-    result = up.wait_until(sheets, "the sheet_* functions first in the server's search", timeout=60)
+    result = up.wait_until(
+        sheets, "the sheet_* functions first in the server's search", timeout=60, interval=ASKING_EVERY
+    )
     assert result["dense"] == {"status": "ok"}
     top = chunk_texts(database, [result["hits"][0]["chunk_id"]])[0]
     assert shares_no_word(SPREADSHEET, top), top
@@ -480,7 +483,7 @@ def test_up_with_a_broker_serves_what_the_workers_index_and_follows_changes(
         hits = search(POSTAGE)["hits"]
         return hits if hits and hits[0]["rel_path"] == "shipping.py" else None
 
-    up.wait_until(shipping, "the new file first in the server's search", timeout=120)
+    up.wait_until(shipping, "the new file first in the server's search", timeout=120, interval=ASKING_EVERY)
     assert shares_no_word(POSTAGE, SHIPPING)
     assert lexical_matches(database, POSTAGE) == 0
 

@@ -17,6 +17,13 @@ import pytest
 from tests.support import TLS, wait_until
 from tests.test_cli import REPO, base_env
 
+#: The pause between looks of a wait whose predicate asks the server (stats,
+#: a search): each look costs the server 19 ms of CPU (stats at 1,200 chunks)
+#: to 34 (a search with the local model), so looks every 50 ms took 0.4-0.7
+#: of a core from the indexing the test waits for (docs/benchmarks.md,
+#: "Test suite time", session 31).
+ASKING_EVERY = 0.5
+
 
 class Up:
     """A running `up` process whose output is collected line by line."""
@@ -69,9 +76,11 @@ class Up:
             self._parsed = arrived
             return list(self._events)
 
-    def wait_until(self, predicate, what: str, timeout: float = 90):
+    def wait_until(self, predicate, what: str, timeout: float = 90, interval: float = 0.05):
         """Wait for ``predicate(self)`` to be truthy as output arrives; fail
-        at once if `up` has exited and all its output is read."""
+        at once if `up` has exited and all its output is read. ``interval``:
+        the pause between looks (a predicate that asks the server takes
+        ``ASKING_EVERY``)."""
 
         def seen():
             # whether it had all ended is read first: then no line can arrive after the predicate
@@ -84,7 +93,7 @@ class Up:
             return value
 
         return wait_until(
-            seen, timeout=timeout, interval=0.05, message=lambda: f"{what}:\n{self.stdout}\n{self.stderr}"
+            seen, timeout=timeout, interval=interval, message=lambda: f"{what}:\n{self.stdout}\n{self.stderr}"
         )
 
     def event(self, name: str, where=lambda data: True, timeout: float = 90) -> dict:
