@@ -8,15 +8,22 @@ file a query, two calls of one session under one id.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from pathlib import Path
 
 import httpx
 import pytest
 
+from corpus import files
+from kernel.state import StateDir
+from mcp_gateway.context import Context
 from tests.mcp_http import Server
 from tests.test_cli import cli
+from tests.test_dispatch import call
 from tests.test_hostile_clients import WAIT, token_of
+from tests.test_hostile_session30 import b64json, built, structured, tampered
 
 # -- 1. a cursor is bound to its index ----------------------------------------------------------
 
@@ -71,3 +78,57 @@ def test_a_cursor_of_one_index_is_invalid_on_a_server_of_another(tmp_path: Path,
     again, session = served(running, first)  # kept across a restart: the id is the database's
     page = listed(again, session, cursor)["structuredContent"]
     assert [f["rel_path"] for f in page["files"]] == ["src/f1.txt"], page
+
+
+# -- 2. a glob listing keeps find's time budget -------------------------------------------------
+
+
+def pages(ctx: Context, arguments: dict) -> list[dict]:
+    """Every page of a ``list_files`` call, following its cursors."""
+    found = [structured(call(ctx, "dir2mcp.list_files", arguments))]
+    while "next_cursor" in found[-1]:
+        cursor = found[-1]["next_cursor"]
+        found.append(
+            structured(call(ctx, "dir2mcp.list_files", {**arguments, "offset": 0, "cursor": cursor}))
+        )
+        assert len(found) < 400
+    return found
+
+
+def forged_cursor(path: str) -> str:
+    """A cursor as a client would write one: base64 JSON resuming at ``path``."""
+    key = hashlib.sha256(json.dumps(["list_files", "", "**/wanted.txt"]).encode()).hexdigest()[:24]
+    raw = json.dumps({"q": key, "p": path, "k": 0}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.django_db
+def test_a_glob_listing_stops_at_its_time_budget(
+    corpus_dir: Path, state: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``list_files`` with a glob judged every row under its prefix in one
+    call, however long that took (``find`` by name got a budget in session
+    30). The rows the glob judges count against the same budget now: under
+    a budget of nothing a page judges one row, answers ``timed_out`` with a
+    cursor at the next, and following the cursors lists what one call does
+    (an offset carried in the cursor), never a gitignored file, and its
+    cursor tells no path."""
+    tree = {f"gen/f{n:03}.txt": "x\n" for n in range(60)}
+    tree |= {"keys/k.secret": "k\n", "zz/wanted.txt": "y\n", "zz/also.txt": "z\n", "zz/more.txt": "w\n"}
+    ctx = built(corpus_dir, state, tree)
+    (corpus_dir / ".gitignore").write_text("*.secret\n")
+    whole = {"glob": "**/[akmw]*.*", "limit": 1, "offset": 1}  # k.secret and the three zz/ files
+    expected = [
+        f["rel_path"] for f in structured(call(ctx, "dir2mcp.list_files", {**whole, "limit": 50}))["files"]
+    ]
+    assert expected == ["zz/more.txt", "zz/wanted.txt"], expected
+    monkeypatch.setattr(files, "FIND_BUDGET_SECONDS", 0.0)
+    first = structured(call(ctx, "dir2mcp.list_files", {"glob": "**/wanted.txt"}))
+    assert first["timed_out"] is True and first["files"] == [], first  # before: the file, not timed out
+    assert "gen/" not in json.dumps(b64json(first["next_cursor"]))
+    followed = pages(ctx, {"glob": "**/wanted.txt"})
+    assert [f["rel_path"] for page in followed for f in page["files"]] == ["zz/wanted.txt"]
+    assert [f["rel_path"] for page in pages(ctx, whole) for f in page["files"]] == expected
+    for bad in (tampered(first["next_cursor"]), forged_cursor("keys/k.secret")):  # a client's own position
+        answer = call(ctx, "dir2mcp.list_files", {"glob": "**/wanted.txt", "cursor": bad})
+        assert answer.get("isError") and "invalid cursor" in json.dumps(answer)
