@@ -9,14 +9,21 @@ file a query, two calls of one session under one id.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from django.db import connection
 
 from corpus import files
+from corpus.index import chunks
+from corpus.index.dense import stored
+from corpus.models import Chunk
 from kernel.state import StateDir
 from mcp_gateway.context import Context
 from tests.mcp_http import Server
@@ -132,3 +139,67 @@ def test_a_glob_listing_stops_at_its_time_budget(
     for bad in (tampered(first["next_cursor"]), forged_cursor("keys/k.secret")):  # a client's own position
         answer = call(ctx, "dir2mcp.list_files", {"glob": "**/wanted.txt", "cursor": bad})
         assert answer.get("isError") and "invalid cursor" in json.dumps(answer)
+
+
+# -- 3. id lists bound as one parameter -----------------------------------------------------------
+
+#: SQLite's variable limit in the test below: under the pool of 50 candidates
+LOW_LIMIT = 30
+
+
+@contextlib.contextmanager
+def few_variables(limit: int = LOW_LIMIT) -> Iterator[None]:
+    """SQLite allows ``limit`` bound variables a statement meanwhile."""
+    connection.ensure_connection()
+    raw = connection.connection
+    assert isinstance(raw, sqlite3.Connection)
+    before = raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
+    try:
+        yield
+    finally:
+        raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, before)
+
+
+CODE = {
+    f"src/m{n:02}.py": f"def connect_{n}(x):\n    '''Open walrus colony {n}.'''\n    return walrus(x, {n})\n"
+    for n in range(80)
+}
+
+
+@pytest.mark.django_db
+def test_a_search_past_the_variable_limit_binds_its_ids_as_one_parameter(
+    corpus_dir: Path, state: StateDir
+) -> None:
+    """A search's readability check (``chunk_paths``), its glob filter, the
+    definitions it puts first and the code units' lengths each bound a
+    variable an id of the candidate pool (up to 80,000 at the largest):
+    with SQLite allowing 30, a search of a pool of 50 failed ("too many SQL
+    variables") before. Each binds one JSON parameter now."""
+    ctx = built(corpus_dir, state, CODE, search={"candidates": 50})
+    (corpus_dir / ".gitignore").write_text("src/m0*.py\n")
+    with few_variables():
+        hits = [
+            structured(call(ctx, "dir2mcp.search", {"query": query, "k": 20, **where}))["hits"]
+            for query, where in [
+                ("walrus colony", {}),
+                ("connect_42 walrus", {"file_glob": "src/m[1-7]*.py"}),
+            ]
+        ]
+    paths = {hit["rel_path"] for found in hits for hit in found}
+    assert paths and not any(path.startswith("src/m0") for path in paths), paths
+    assert hits[1][0]["rel_path"] == "src/m42.py", hits[1][:2]
+
+
+@pytest.mark.django_db
+def test_the_dense_reads_bind_their_ids_as_one_parameter(corpus_dir: Path, state: StateDir) -> None:
+    """The dense side's reads of the ids a vector search found (their
+    liveness, their stored vectors) bound a variable an id too."""
+    built(corpus_dir, state, CODE)
+    ids = list(Chunk.objects.values_list("chunk_id", flat=True))
+    assert len(ids) > LOW_LIMIT
+    with few_variables():
+        assert stored.live_embedded(ids, "code") == set()  # before: too many SQL variables
+        assert stored.stored_vectors(ids) == {}
+        assert len(chunks.chunk_paths(ids)) == len(ids)
+
