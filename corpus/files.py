@@ -665,15 +665,22 @@ def listable_documents() -> QuerySet[Document]:
     return Document.objects.filter(deleted=False).exclude(secret)
 
 
-def primed(engine: ExclusionEngine, rows: Iterable[_Row]) -> Iterator[_Row]:
-    """``rows`` (a path first), the stored-text verdicts of each
-    :data:`PRIMED` of them judged together before they are handed on
-    (``ExclusionEngine.stored_prime``): one query a path cost a listing's
-    first pass about 0.9 ms a file (docs/benchmarks.md)."""
+def primed(
+    engine: ExclusionEngine,
+    rows: Iterable[T],
+    path: Callable[[T], str] = lambda row: str(row[0]),  # type: ignore[index]  # a row, a path first
+    size: int = 0,
+) -> Iterator[T]:
+    """``rows`` (``path`` of each: its first field), the stored-text
+    verdicts of each ``size`` (:data:`PRIMED`) of them judged together
+    before they are handed on (``ExclusionEngine.stored_prime``): one
+    query a path cost a listing's first pass about 0.9 ms a file
+    (docs/benchmarks.md). ``find`` by name, the ``changes`` prompt and
+    completions judged so until session 31."""
     remaining = iter(rows)
-    while batch := list(itertools.islice(remaining, PRIMED)):
+    while batch := list(itertools.islice(remaining, size or PRIMED)):
         if engine.stored_prime is not None:
-            engine.stored_prime(str(row[0]) for row in batch)
+            engine.stored_prime(path(row) for row in batch)
         yield from batch
 
 
@@ -1037,11 +1044,12 @@ def _find_page(
     # names of files a secret pattern added since makes secret-bearing,
     # session 30): with a pattern too, since ``files_scanned`` counted such
     # a file, and a name glob naming it told it from a missing one.
-    candidates = _judged(
-        rows,
-        lambda r: (spec is None or spec.match_file(r[1])) and not engine.listed_reason(r[1]),
-        deadline,
-        cut_at,
+    named = _judged(rows, lambda r: spec is None or spec.match_file(r[1]), deadline, cut_at)
+    # a page's worth primed at a time: a page stops at its limit
+    candidates = (
+        row
+        for row in primed(engine, named, lambda r: r[1], size=limit + 1)
+        if not engine.listed_reason(row[1])
     )
     matches: list[JsonObject] = []
     scanned, timed_out = 0, False

@@ -24,13 +24,23 @@ from corpus import files
 from corpus.index import chunks
 from corpus.index.dense import stored
 from corpus.models import Chunk
+from kernel.config import build_config
 from kernel.state import StateDir
+from mcp_gateway import context, dispatch
 from mcp_gateway.context import Context
 from tests.mcp_http import Server
 from tests.test_cli import cli
-from tests.test_dispatch import call
+from tests.test_dispatch import call, request, session
 from tests.test_hostile_clients import WAIT, token_of
-from tests.test_hostile_session30 import b64json, built, structured, tampered
+from tests.test_hostile_session30 import (
+    CONFIG,
+    SPLIT_KEY,
+    WITHOUT_PEM,
+    b64json,
+    built,
+    structured,
+    tampered,
+)
 
 # -- 1. a cursor is bound to its index ----------------------------------------------------------
 
@@ -203,3 +213,36 @@ def test_the_dense_reads_bind_their_ids_as_one_parameter(corpus_dir: Path, state
         assert stored.stored_vectors(ids) == {}
         assert len(chunks.chunk_paths(ids)) == len(ids)
 
+
+# -- 4. listings screen stored secrets a batch a query ----------------------------------------------
+
+#: forty readable files beside the key split across two units (tests.test_hostile_session30)
+MANY = {f"ops/n{n:02}.txt": f"zebrafinch note {n}\n" for n in range(40)}
+ASKED = [
+    ("tools/call", {"name": "dir2mcp.find", "arguments": {"name_glob": "ops/*", "limit": 50}}),
+    (
+        "completion/complete",
+        {"ref": {"type": "ref/prompt", "name": "explain"}, "argument": {"name": "path", "value": "ops/"}},
+    ),
+    ("prompts/get", {"name": "changes", "arguments": {"since": "2000-01-01"}}),
+]
+
+
+@pytest.mark.django_db
+def test_find_completions_and_changes_name_no_stored_secret_judged_in_batches(
+    corpus_dir: Path, state: StateDir
+) -> None:
+    """``find`` by name, path completions and the ``changes`` prompt judged
+    each file's stored text with a query or two of its own (listings had a
+    batch since session 30); they prime a batch now. What they name is
+    unchanged: never the file whose stored text holds a key under the
+    rules now, each of the readable ones."""
+    built(corpus_dir, state, {**MANY, "ops/deploy.txt": SPLIT_KEY}, security={"secret_patterns": WITHOUT_PEM})
+    answers = []
+    for method, params in ASKED:
+        now = context.build(
+            root=corpus_dir, state=state, config=build_config(CONFIG, {}, {}), auth_spec="none"
+        )
+        answers.append(json.dumps(dispatch.respond(request(method, params), session(), now)))
+    assert ["deploy.txt" in text for text in answers] == [False] * 3, answers
+    assert all(all(f"ops/n{n:02}.txt" in text for n in range(40)) for text in answers), answers
