@@ -28,7 +28,8 @@ from kernel.config import build_config
 from kernel.state import StateDir
 from mcp_gateway import context, dispatch
 from mcp_gateway.context import Context
-from tests.mcp_http import Server
+from tests.mcp_http import PROTOCOL, Server
+from tests.support import TLS
 from tests.test_cli import cli
 from tests.test_dispatch import call, request, session
 from tests.test_hostile_clients import WAIT, token_of
@@ -41,6 +42,7 @@ from tests.test_hostile_session30 import (
     structured,
     tampered,
 )
+from tests.test_http import ask_body, cancel, slow_chat_server  # noqa: F401 (a fixture)
 
 # -- 1. a cursor is bound to its index ----------------------------------------------------------
 
@@ -212,6 +214,35 @@ def test_the_dense_reads_bind_their_ids_as_one_parameter(corpus_dir: Path, state
         assert stored.live_embedded(ids, "code") == set()  # before: too many SQL variables
         assert stored.stored_vectors(ids) == {}
         assert len(chunks.chunk_paths(ids)) == len(ids)
+
+
+# -- 5. one id, one call in flight a session ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_second_call_under_an_id_in_flight_is_refused_over_http(slow_chat_server) -> None:  # noqa: F811
+    """Two requests of one session under one id in flight shared one entry
+    of the in-flight table: the second ran, the first of the two to end
+    removed the entry, and a ``notifications/cancelled`` naming the id then
+    stopped nothing. MCP forbids reusing an id within a session; the
+    second is refused now (-32600, as stdio refuses it), and the cancel
+    stops the first: its stream ends with no response."""
+    server = slow_chat_server  # its chat model takes 6 s: the first call stays in flight
+    session = server.initialize()
+    headers = server.headers(**{"MCP-Session-Id": session, "MCP-Protocol-Version": PROTOCOL})
+    events, second = [], {}
+    first = ask_body(21, progressToken="p")
+    with httpx.stream("POST", server.url, headers=headers, json=first, timeout=30, verify=TLS) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) == 1:  # the first is running: its progress arrived
+                    second = server.post(ask_body(21), session=session).json()
+                    cancel(server, session, 21)
+    assert second.get("error", {}).get("code") == -32600, second  # before: a second ask, answered
+    assert "already in use" in second["error"]["message"]
+    assert not [e for e in events if e.get("id") == 21], events  # before: the first answered too
+    assert server.post(ask_body(22), session=session).status_code == 200
 
 
 # -- 4. listings screen stored secrets a batch a query ----------------------------------------------
