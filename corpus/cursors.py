@@ -11,6 +11,15 @@ unless ``DJANGO_SECRET_KEY`` is set): it reads as noise, a changed byte
 makes it invalid, and it holds in every process serving the same state, so
 a cursor one transport gave another resumes. Each kind of cursor is sealed
 with its name as associated data: one kind's cursor is never another's.
+
+The key is bound to the index too: derived from the secret and the index's
+``corpus_id`` (48 random bits written once into its database's settings
+when the store is first opened, :func:`corpus.store.open_store`). Servers
+sharing ``DJANGO_SECRET_KEY`` but serving different indexes opened one
+another's cursors until session 31 (a cursor resumed at a position of
+another directory); every server of one index (a restart, ``up
+--no-index`` on a read-only copy, servers sharing one PostgreSQL database)
+reads the same id, so they still open one another's.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from django.conf import settings
 
+from corpus.store import get_setting
 from kernel.jsontypes import JsonObject
 
 #: AES-GCM's 96-bit nonce, carried at the cursor's head
@@ -37,11 +47,19 @@ PAD_BYTES = 64
 
 
 @functools.cache
-def _keys(secret: str) -> tuple[AESGCM, bytes]:
-    """The cipher, and the key that derives each cursor's nonce."""
+def _derived(secret: str, index: str) -> tuple[AESGCM, bytes]:
+    """The cipher, and the key that derives each cursor's nonce, of ``secret``
+    and the index's id (``index``: empty for a database no store opened)."""
     raw = secret.encode("utf-8", "surrogatepass")
-    cipher = hmac.new(raw, b"dir2mcp paging cursor", hashlib.sha256).digest()
-    return AESGCM(cipher), hmac.new(raw, b"dir2mcp paging cursor nonce", hashlib.sha256).digest()
+    bound = b"\0" + index.encode("utf-8", "surrogatepass") if index else b""
+    cipher = hmac.new(raw, b"dir2mcp paging cursor" + bound, hashlib.sha256).digest()
+    return AESGCM(cipher), hmac.new(raw, b"dir2mcp paging cursor nonce" + bound, hashlib.sha256).digest()
+
+
+def _keys() -> tuple[AESGCM, bytes]:
+    """:func:`_derived` for this process's secret and index (a one-row read
+    of the settings table: the index a connection serves may change)."""
+    return _derived(settings.SECRET_KEY, get_setting("corpus_id") or "")
 
 
 def seal(kind: str, fields: JsonObject) -> str:
@@ -51,7 +69,7 @@ def seal(kind: str, fields: JsonObject) -> str:
     AES-GCM-SIV derives it): the same position is the same cursor on every
     transport (a REST page equals its MCP page), and a nonce is reused only
     for the same plaintext, which tells nothing the equal cursors do not."""
-    cipher, nonce_key = _keys(settings.SECRET_KEY)
+    cipher, nonce_key = _keys()
     raw = json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
     raw += b" " * (-len(raw) % PAD_BYTES)  # JSON reads past trailing spaces
     nonce = hmac.new(nonce_key, kind.encode() + b"\0" + raw, hashlib.sha256).digest()[:NONCE_BYTES]
@@ -69,7 +87,7 @@ def opened(kind: str, cursor: object, max_chars: int) -> JsonObject | None:
         if base64.urlsafe_b64encode(sealed).decode().rstrip("=") != cursor:
             return None  # another spelling of a cursor (its last character's unused bits)
         nonce, body = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
-        fields = json.loads(_keys(settings.SECRET_KEY)[0].decrypt(nonce, body, kind.encode()))
+        fields = json.loads(_keys()[0].decrypt(nonce, body, kind.encode()))
     except (ValueError, binascii.Error, InvalidTag, UnicodeDecodeError):
         return None
     return fields if isinstance(fields, dict) else None

@@ -670,15 +670,22 @@ def listable_documents() -> QuerySet[Document]:
     return Document.objects.filter(deleted=False).exclude(secret)
 
 
-def primed(engine: ExclusionEngine, rows: Iterable[_Row]) -> Iterator[_Row]:
-    """``rows`` (a path first), the stored-text verdicts of each
-    :data:`PRIMED` of them judged together before they are handed on
-    (``ExclusionEngine.stored_prime``): one query a path cost a listing's
-    first pass about 0.9 ms a file (docs/benchmarks.md)."""
+def primed(
+    engine: ExclusionEngine,
+    rows: Iterable[T],
+    path: Callable[[T], str] = lambda row: str(row[0]),  # type: ignore[index]  # a row, a path first
+    size: int = 0,
+) -> Iterator[T]:
+    """``rows`` (``path`` of each: its first field), the stored-text
+    verdicts of each ``size`` (:data:`PRIMED`) of them judged together
+    before they are handed on (``ExclusionEngine.stored_prime``): one
+    query a path cost a listing's first pass about 0.9 ms a file
+    (docs/benchmarks.md). ``find`` by name, the ``changes`` prompt and
+    completions judged so until session 31."""
     remaining = iter(rows)
-    while batch := list(itertools.islice(remaining, PRIMED)):
+    while batch := list(itertools.islice(remaining, size or PRIMED)):
         if engine.stored_prime is not None:
-            engine.stored_prime(str(row[0]) for row in batch)
+            engine.stored_prime(path(row) for row in batch)
         yield from batch
 
 
@@ -747,18 +754,27 @@ def list_files(
     limit = _bounded(arguments.LIST_LIMIT, "limit", limit)
     offset = _bounded(arguments.OFFSET, "offset", offset)
     key = hashlib.sha256(json.dumps(["list_files", prefix, glob]).encode()).hexdigest()[:24]
-    after = _after(cursor, key, offset) if cursor is not None else ""
+    after, skip = _after(cursor, key, offset) if cursor is not None else ("", -1)
     docs = listable_documents().order_by("rel_path")
     if prefix:
         docs = docs.filter(under_prefix("rel_path", prefix))
     if after:
-        docs = docs.filter(rel_path__gt=after)
+        docs = docs.filter(rel_path__gt=after) if skip < 0 else docs.filter(rel_path__gte=after)
     if engine is None:
         return _resumable(_listed_from_index(docs, spec, limit, offset), key, after)
+    first = offset + max(skip, 0)  # the files let through that come before the page
     allowed: list[tuple[object, ...]] = []
-    passed_over, ended = 0, True
+    passed_over, ended, cut_at = 0, True, list[str]()
+    deadline = time.monotonic() + FIND_BUDGET_SECONDS
     with engine.pinned(), rows_of.streamed(docs.values_list(*_FILE_FIELDS), 1000) as rows:
-        matching = (row for row in rows if spec is None or spec.match_file(row[0]))
+        # With a glob, the rows it judges count against find's time budget:
+        # one matching little of a large tree judged every row in one call
+        # (session 31). Without, each row judged is one the answer counts.
+        matching = (
+            rows
+            if spec is None
+            else _judged(rows, lambda r: spec.match_file(str(r[0])), deadline, cut_at, at=0)
+        )
         for row in primed(engine, matching):
             if engine.listed_reason(str(row[0])) is not None:
                 passed_over += 1
@@ -766,10 +782,16 @@ def list_files(
                     ended = False
                     break
                 continue
-            if len(allowed) == offset + limit + COUNTED_PAST_PAGE:
+            if len(allowed) == first + limit + COUNTED_PAST_PAGE:
                 ended = False
                 break
             allowed.append(row)
+    if ended and cut_at and len(allowed) < first + limit:
+        return _timed_out(
+            allowed[first:], offset, limit, _cursor(key, cut_at[0], max(first - len(allowed), 0))
+        )
+    ended = ended and not cut_at
+    offset = first if skip >= 0 else offset
     if not ended and len(allowed) < offset + limit:
         raise _fail(
             errors.INDEX_NOT_READY,
@@ -778,24 +800,36 @@ def list_files(
             "until dir2mcp reindex): narrow path_prefix or glob, or page with dir2mcp.find",
         )
     files = [_listed(dict(zip(_FILE_FIELDS, row, strict=True))) for row in allowed[offset : offset + limit]]
-    out: JsonObject = {"limit": limit, "offset": offset}
+    out: JsonObject = {"limit": limit, "offset": 0 if skip >= 0 else offset}
     if ended:
         out["total"] = len(allowed)
     out |= {"has_more": not ended or offset + limit < len(allowed), "files": files}
     return _resumable(out, key, after)
 
 
-def _after(cursor: object, key: str, offset: int) -> str:
-    """The path a ``list_files`` cursor resumes after (find's cursor, which
-    resumes after its path with ``k = -1``); INVALID_FIELD with an offset."""
+def _timed_out(rows: list[tuple[object, ...]], offset: int, limit: int, cursor: str) -> JsonObject:
+    """A ``list_files`` page its time budget cut before it filled: the files
+    found, and a cursor at the first row not judged (sealed: it may name a
+    file the client cannot see, so the client can neither read nor write it),
+    which also carries how many files of the offset are still to pass."""
+    files = [_listed(dict(zip(_FILE_FIELDS, row, strict=True))) for row in rows]
+    page: JsonObject = {"limit": limit, "offset": offset, "has_more": True, "files": files}
+    return page | {"timed_out": True, "next_cursor": cursor}
+
+
+def _after(cursor: object, key: str, offset: int) -> tuple[str, int]:
+    """Where a ``list_files`` cursor resumes (find's cursor): after its path
+    (``k = -1``, after a page's last file), or at it, ``k`` files the rules
+    let through still to pass over (after a page cut by its time budget);
+    INVALID_FIELD with an offset."""
     if offset:
         raise _fail(
             errors.INVALID_FIELD, "cursor and offset cannot be combined: pass the cursor alone (offset 0)"
         )
     path, skip, retries = _resume(cursor, key)
-    if skip != -1 or retries or not path:
+    if skip > arguments.OFFSET.high or retries or not path:
         raise _fail(errors.INVALID_FIELD, "invalid cursor")
-    return path
+    return path, skip
 
 
 def _resumable(page: JsonObject, key: str, after: str) -> JsonObject:
@@ -1015,11 +1049,12 @@ def _find_page(
     # names of files a secret pattern added since makes secret-bearing,
     # session 30): with a pattern too, since ``files_scanned`` counted such
     # a file, and a name glob naming it told it from a missing one.
-    candidates = _judged(
-        rows,
-        lambda r: (spec is None or spec.match_file(r[1])) and not engine.listed_reason(r[1]),
-        deadline,
-        cut_at,
+    named = _judged(rows, lambda r: spec is None or spec.match_file(r[1]), deadline, cut_at)
+    # a page's worth primed at a time: a page stops at its limit
+    candidates = (
+        row
+        for row in primed(engine, named, lambda r: r[1], size=limit + 1)
+        if not engine.listed_reason(row[1])
     )
     matches: list[JsonObject] = []
     scanned, timed_out = 0, False
@@ -1065,15 +1100,15 @@ def _find_page(
 
 
 def _judged(
-    rows: Iterable[_DocRow], passes: Callable[[_DocRow], bool], deadline: float, cut_at: list[str]
-) -> Iterator[_DocRow]:
+    rows: Iterable[_Row], passes: Callable[[_Row], bool], deadline: float, cut_at: list[str], at: int = 1
+) -> Iterator[_Row]:
     """The rows ``passes`` lets through, until the budget runs out: then the
-    path of the first row not judged is put in ``cut_at`` (a page resumes
-    there). At least one row is judged a call, so following cursors always
-    makes progress."""
+    path (``row[at]``) of the first row not judged is put in ``cut_at`` (a
+    page resumes there). At least one row is judged a call, so following
+    cursors always makes progress."""
     for judged, row in enumerate(rows):
         if judged and time.monotonic() > deadline:
-            cut_at.append(row[1])
+            cut_at.append(str(row[at]))
             return
         if passes(row):
             yield row

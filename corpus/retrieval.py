@@ -19,7 +19,7 @@ from corpus import globs, patterns, ranking, slices
 from corpus.citations import SpanRef, place_dict
 from corpus.definitions import declared_name, defines, query_identifiers
 from corpus.files import prefix_range, under_prefix
-from corpus.index import chunks, lexical, tables, words
+from corpus.index import chunks, idlists, lexical, tables, words
 from corpus.index.dense import status as dense_status
 from corpus.index.dense import stored
 from corpus.index.dense.embedding import dense_store, from_bytes
@@ -534,7 +534,7 @@ class Searcher:
             found, _ = self._lexical(name, DEFINITION_POOL, filters, kinds)
             candidates.extend(cid for cid, _ in found)
         candidates = list(dict.fromkeys(candidates))
-        rows = Chunk.objects.filter(chunk_id__in=candidates, deleted=False).values_list(
+        rows = Chunk.objects.filter(chunk_id__in=idlists.each_of(candidates), deleted=False).values_list(
             "chunk_id", *slices.FIELDS
         )
         texts = dict(slices.texts(list(rows), 1))
@@ -659,7 +659,7 @@ class Searcher:
         if not fused or (share >= 1 and weight <= 0 and undeclared >= 1):
             return fused
         ids = [cid for cid, _ in fused[:FRAGMENT_DEPTH]]
-        rows = Chunk.objects.filter(chunk_id__in=ids, index_kind="code").values_list(
+        rows = Chunk.objects.filter(chunk_id__in=idlists.each_of(ids), index_kind="code").values_list(
             "chunk_id", *slices.FIELDS
         )
         texts = slices.texts(list(rows), 1)
@@ -676,11 +676,7 @@ class Searcher:
     def _glob_filter(self, ids: list[int], filters: Filters) -> list[int]:
         if not filters.file_glob or not ids:
             return ids
-        paths = dict(
-            Chunk.objects.filter(chunk_id__in=ids).values_list(
-                "chunk_id", "representation__document__rel_path"
-            )
-        )
+        paths = chunks.chunk_paths(ids)  # one parameter: an ORM ``__in`` bound a variable an id
         return [cid for cid in ids if filters.glob_matches(paths.get(cid, ""))]
 
     # -- dense --------------------------------------------------------------
@@ -746,7 +742,7 @@ class Searcher:
         return list(query.values_list("chunk_id", flat=True)[: BRUTE_FORCE_LIMIT + 1])
 
     def _exact(self, vector: np.ndarray, candidates: list[int], filters: Filters) -> ranking.Ranking:
-        rows = Chunk.objects.filter(chunk_id__in=candidates).values_list(
+        rows = Chunk.objects.filter(chunk_id__in=idlists.each_of(candidates)).values_list(
             "chunk_id", "embedding", "representation__document__rel_path"
         )
         ids, vecs = [], []

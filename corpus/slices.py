@@ -30,6 +30,7 @@ from typing import Any
 
 from django.db import connection
 
+from corpus.index.idlists import each_of
 from corpus.models import Chunk, Representation
 from corpus.packed import column_value, unpack
 
@@ -103,7 +104,9 @@ class _Texts:
         self._lock = threading.Lock()
 
     def get(self, rep_ids: list[int]) -> dict[int, str]:
-        hashes = dict(Representation.objects.filter(rep_id__in=rep_ids).values_list("rep_id", "rep_hash"))
+        hashes = dict(
+            Representation.objects.filter(rep_id__in=each_of(rep_ids)).values_list("rep_id", "rep_hash")
+        )
         found: dict[int, str] = {}
         with self._lock:
             for rep_id, rep_hash in hashes.items():
@@ -113,7 +116,9 @@ class _Texts:
                     found[rep_id] = text
         missing = [rep_id for rep_id in hashes if rep_id not in found]
         if missing:
-            rows = Representation.objects.filter(rep_id__in=missing).values_list("rep_id", "rep_hash", "text")
+            rows = Representation.objects.filter(rep_id__in=each_of(missing)).values_list(
+                "rep_id", "rep_hash", "text"
+            )
             with self._lock:
                 for rep_id, rep_hash, text in rows:
                     found[rep_id] = text

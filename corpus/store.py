@@ -414,6 +414,15 @@ def set_setting(key: str, value: str) -> None:
     Setting.objects.update_or_create(key=key, defaults={"value": value})
 
 
+def set_setting_once(key: str, value: str) -> None:
+    """``value`` for ``key`` unless the setting is there already (the first
+    writer's value is kept, whoever else writes one at the same time)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", [key, value]
+        )
+
+
 #: What a private copy takes from a read-only state directory besides the
 #: database: the token clients hold, and the dense indices (linked: read only).
 _COPIED = ("secret.token",)
@@ -525,7 +534,10 @@ def open_store(
         set_setting("index_format_version", INDEX_FORMAT_VERSION)
         set_setting("protocol_version", PROTOCOL_VERSION)
     if get_setting("corpus_id") is None:
-        set_setting("corpus_id", f"corpus_{os.urandom(6).hex()}")
+        # written once, by whichever process comes first: two servers opening
+        # a new PostgreSQL index at once each wrote theirs, and the one that
+        # lost kept sealing cursors with its own (corpus.cursors binds them)
+        set_setting_once("corpus_id", f"corpus_{os.urandom(6).hex()}")
 
 
 def small_enough_to_check(state: StateDir) -> bool:

@@ -586,7 +586,15 @@ async def _run(
 
     A cancel answers at once; the worker stops at its next check and its
     late result is dropped.
+
+    A request whose id one of its session's calls in flight has already
+    is refused (-32600), as stdio refuses it: the two shared one entry, so
+    a cancel named either (session 31), and the first to end removed it.
     """
+    if key in _inflight:  # MCP: an id is never reused within a session
+        return errors.rpc_error(
+            msg_id, errors.RPC_INVALID_REQUEST, f"request id {msg_id!r} is already in use"
+        )
     entry = _Inflight(asyncio.get_running_loop())
     work: asyncio.Future[JsonObject | None]
     if bounds is None:
@@ -611,7 +619,8 @@ async def _run(
     except tools.Cancelled:
         return errors.rpc_error(msg_id, errors.RPC_REQUEST_CANCELLED, "request cancelled")
     finally:
-        _inflight.pop(key, None)
+        if _inflight.get(key) is entry:
+            del _inflight[key]
 
 
 async def _run_or_refuse(

@@ -38,7 +38,7 @@ from typing import Generic, TypeVar
 from django.db import connection
 from django.db.models import Count, Max, Q, QuerySet, Sum
 
-from corpus import slices, uris
+from corpus import files, slices, uris
 from corpus.definitions import signature_line
 from corpus.models import Chunk, Document, IndexKind
 from corpus.security import ExclusionEngine, canonical_rel_path
@@ -62,6 +62,8 @@ JUDGED = 4 * (MAX_VALUES + 1)
 PASSED_OVER = 1000
 #: refusals in all (kept verdicts: a dictionary lookup each) before it stops
 REFUSALS = 20 * PASSED_OVER
+#: paths whose stored-text verdicts are judged a query (a file is read once a version)
+PRIMED = 32
 MAX_VALUE_CHARS = 4096
 #: how often, at most, a table asks whether the index changed (seconds)
 CHECK_SECONDS = 2.0
@@ -387,8 +389,14 @@ class Judge:
             raise Stop
 
     def first(self, paths: Iterable[str], wanted: int = 1) -> list[str]:
-        """The first ``wanted`` of ``paths`` that pass (fewer when the rest fail)."""
-        return list(islice(filter(self.passes, paths), wanted))
+        """The first ``wanted`` of ``paths`` that pass (fewer when the rest fail),
+        their stored-text verdicts judged :data:`PRIMED` a query."""
+        return list(islice(filter(self.passes, self.primed(paths)), wanted))
+
+    def primed(self, paths: Iterable[str]) -> Iterator[str]:
+        """``paths``, the stored-text verdicts of a batch judged together
+        before they are asked one by one (a query a file until session 31)."""
+        return files.primed(self.ctx.engine, paths, str, size=PRIMED)
 
 
 def _screened(
@@ -433,7 +441,7 @@ def complete_path(ctx: Context, typed: str, _context: JsonObject) -> Completion:
         readable = judge.first(table.below(entry), wanted=2)
         return entry if len(readable) == 2 else readable[0] if readable else None
 
-    return _screened(ctx, table.matching(typed), offered)
+    return _screened(ctx, judge.primed(table.matching(typed)), offered)
 
 
 def _symbols(ctx: Context, table: SymbolTable, typed: str) -> Completion:

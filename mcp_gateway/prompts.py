@@ -241,7 +241,7 @@ def changed_since(ctx: Context, since: datetime) -> tuple[list[Document], int | 
     allowed: list[int] = []
     passed_over, ended = 0, True
     with engine.pinned(), rows_of.streamed(docs.values_list("doc_id", "rel_path"), 500) as rows:
-        for doc_id, rel_path in rows:
+        for doc_id, rel_path in files.primed(engine, rows, lambda row: row[1]):  # a batch a query
             if engine.listed_reason(rel_path) is not None:
                 passed_over += 1
                 if passed_over > PASSED_OVER:

@@ -17,7 +17,7 @@ from corpus.security import MAX_PATH_CHARS, MAX_PATH_SEGMENTS
 from kernel.jsontypes import JsonObject
 from mcp_gateway import budgets
 
-SCHEMA_VERSION = "15.0.0"
+SCHEMA_VERSION = "16.0.0"
 
 #: ``doc_types`` filters at most (there are eleven types) and the length of each
 MAX_DOC_TYPES = 16
@@ -431,7 +431,8 @@ LIST_FILES_INPUT: JsonObject = {
             "maxLength": MAX_FIND_CURSOR_CHARS,
             "description": (
                 "next_cursor from the previous page, with the same path_prefix and glob (and no offset): "
-                "the page after the last file that page returned."
+                "the page after the last file that page returned, or, after a page its time budget cut "
+                "(timed_out), where it stopped."
             ),
         },
     },
@@ -473,6 +474,14 @@ LIST_FILES_OUTPUT: JsonObject = {
                 },
                 "required": ["rel_path", "doc_type", "size_bytes", "mtime_unix", "status", "deleted"],
             },
+        },
+        # An addition (16.0.0): a glob listing stops at find's time budget.
+        "timed_out": {
+            "type": "boolean",
+            "description": (
+                "With a glob, judging the paths took the time budget (DIR2MCP_FIND_BUDGET_SECONDS, as "
+                "find) before the page filled: the files found so far, has_more, and next_cursor to go on."
+            ),
         },
     },
     "required": ["limit", "offset", "has_more", "files"],

@@ -97,6 +97,8 @@ def list_files(result: JsonObject) -> str:
         + (f" {f['error_code']}" if f.get("error_code") else "")
         for f in files
     ]
+    if result.get("timed_out"):
+        lines.append("(stopped at the time limit: narrow the glob or continue with the cursor)")
     if result["has_more"]:
         more = result.get("next_cursor")
         lines.append(f"(more: cursor={more})" if more else "(more follow)")

@@ -111,6 +111,7 @@ def test_a_build_in_another_layout_leaves_no_shard_of_the_old_one(state: StateDi
     assert reread.load() and len(reread.search(vectors[0], 40)) == 40
 
 
+@pytest.mark.django_db
 def test_a_sealed_cursor_tells_not_the_length_of_what_it_holds() -> None:
     """AES-GCM keeps the plaintext's length: a ``references`` cursor told
     its document id's digits, and a ``find`` cursor cut by its time budget

@@ -10,7 +10,6 @@ the same in each."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from itertools import islice
 from typing import Protocol, TypeVar
@@ -19,6 +18,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 from corpus import slices
+from corpus.index.idlists import select_each
 from corpus.models import Chunk
 
 _T = TypeVar("_T")
@@ -39,12 +39,9 @@ def one_of(column: str, values: Iterable[str] | Iterable[int]) -> tuple[str, str
     """``column IN`` the ``values``, and its one parameter (a JSON array),
     whatever their number: one mark per value let a query's variables grow
     with ``search.candidates``, past the 32,766 a default SQLite build allows
-    (session 30). Integers are compared as integers on PostgreSQL too."""
-    listed = list(values)
-    if connection.vendor == "sqlite":
-        return f"{column} IN (SELECT value FROM json_each(%s))", json.dumps(listed)
-    cast = "::bigint" if listed and isinstance(listed[0], int) else ""
-    return f"{column} IN (SELECT value{cast} FROM jsonb_array_elements_text(%s::jsonb))", json.dumps(listed)
+    (session 30; ``idlists.select_each``)."""
+    select, listed = select_each(values)
+    return f"{column} IN ({select})", listed
 
 
 def marks(ids: Sized) -> str:

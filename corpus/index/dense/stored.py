@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from corpus.index.dense.embedding import from_bytes
-from corpus.index.tables import marks
+from corpus.index.tables import one_of
 from corpus.models import Chunk, EmbeddingStatus
 
 
@@ -25,11 +25,12 @@ def stored_vectors(ids: list[int]) -> dict[int, tuple[str, np.ndarray]]:
     the order of ``ids``."""
     if not ids:
         return {}
+    among, listed = one_of("chunk_id", ids)  # one parameter, whatever the pool (session 31)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT chunk_id, index_kind, embedding FROM chunks WHERE chunk_id IN ({marks(ids)}) "
+            f"SELECT chunk_id, index_kind, embedding FROM chunks WHERE {among} "
             "AND deleted = %s AND embedding_status = %s",
-            [*ids, False, EmbeddingStatus.OK],
+            [listed, False, EmbeddingStatus.OK],
         )
         found = {cid: (kind, from_bytes(blob)) for cid, kind, blob in cursor.fetchall() if blob}
     return {cid: found[cid] for cid in ids if cid in found}
@@ -39,10 +40,11 @@ def live_embedded(ids: list[int], kind: str) -> set[int]:
     """Those of ``ids`` that are live chunks of ``kind`` with a stored vector."""
     if not ids:
         return set()
+    among, listed = one_of("chunk_id", ids)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks(ids)}) "
-            "AND deleted = %s AND index_kind = %s AND embedding_status = %s",
-            [*ids, False, kind, EmbeddingStatus.OK],
+            f"SELECT chunk_id FROM chunks WHERE {among} AND deleted = %s AND index_kind = %s "
+            "AND embedding_status = %s",
+            [listed, False, kind, EmbeddingStatus.OK],
         )
         return {row[0] for row in cursor.fetchall()}
