@@ -827,7 +827,7 @@ def _outside(paths: Collection[str]) -> tuple[str, str]:
     parameter: a ``NOT IN`` of a variable a path reached
     ``search.candidates`` × 9 variables (45,000 at the largest), past a
     default SQLite's 32,766, which refused the query (session 30)."""
-    listed, param = tables.one_of("d.rel_path", sorted(paths))
+    listed, param = tables.one_of("d.rel_path", sorted(paths), text=True)
     return f"NOT ({listed})", param
 
 

@@ -63,7 +63,7 @@ class SecretBearing:
         """Verdicts of ``batch``, kept: the representations' versions in one
         query, then the texts of the paths whose versions changed."""
         live = Representation.objects.filter(
-            document__rel_path__in=each_of(batch), document__deleted=False, deleted=False
+            document__rel_path__in=each_of(batch, text=True), document__deleted=False, deleted=False
         )
         ids: dict[str, list[tuple[int, str]]] = {path: [] for path in batch}
         for path, rep_id, rep_hash in live.order_by("rep_id").values_list(
@@ -80,7 +80,9 @@ class SecretBearing:
         unread = [path for path in batch if path not in verdicts]
         for path in unread:
             verdicts[path] = False
-        texts = live.filter(document__rel_path__in=each_of(unread)).values_list("document__rel_path", "text")
+        texts = live.filter(document__rel_path__in=each_of(unread, text=True)).values_list(
+            "document__rel_path", "text"
+        )
         for path, text in texts.iterator(chunk_size=16):
             if text and not verdicts[path] and self._find_secret(text):
                 verdicts[path] = True

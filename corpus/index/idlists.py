@@ -17,19 +17,21 @@ from django.db import connection
 from django.db.models.expressions import RawSQL
 
 
-def select_each(values: Iterable[str] | Iterable[int]) -> tuple[str, str]:
+def select_each(values: Iterable[str] | Iterable[int], *, text: bool = False) -> tuple[str, str]:
     """A query selecting each of ``values``, and its one parameter (a JSON
-    array). Integers are compared as integers on PostgreSQL too."""
+    array). On PostgreSQL the values are integers (``bigint``) unless
+    ``text``: the type is the caller's to say, since an empty list has none
+    to tell it by and PostgreSQL refuses ``bigint = text`` even over no rows."""
     listed = list(values)
     if connection.vendor == "sqlite":
         return "SELECT value FROM json_each(%s)", json.dumps(listed)
-    cast = "::bigint" if listed and isinstance(listed[0], int) else ""
+    cast = "" if text else "::bigint"
     return f"SELECT value{cast} FROM jsonb_array_elements_text(%s::jsonb)", json.dumps(listed)
 
 
-def each_of(values: Iterable[str] | Iterable[int]) -> RawSQL:
+def each_of(values: Iterable[str] | Iterable[int], *, text: bool = False) -> RawSQL:
     """The ``values`` as a subquery for an ORM ``__in`` lookup
     (``chunk_id__in=each_of(ids)``): a list given to ``__in`` binds a
     variable a value."""
-    select, listed = select_each(values)
+    select, listed = select_each(values, text=text)
     return RawSQL(select, [listed])

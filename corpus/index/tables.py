@@ -35,12 +35,12 @@ TO_DOCUMENT = (
 LIVE = "c.deleted = FALSE AND d.deleted = FALSE"
 
 
-def one_of(column: str, values: Iterable[str] | Iterable[int]) -> tuple[str, str]:
+def one_of(column: str, values: Iterable[str] | Iterable[int], *, text: bool = False) -> tuple[str, str]:
     """``column IN`` the ``values``, and its one parameter (a JSON array),
     whatever their number: one mark per value let a query's variables grow
     with ``search.candidates``, past the 32,766 a default SQLite build allows
     (session 30; ``idlists.select_each``)."""
-    select, listed = select_each(values)
+    select, listed = select_each(values, text=text)
     return f"{column} IN ({select})", listed
 
 
