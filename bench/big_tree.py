@@ -43,6 +43,22 @@ repository and runs ``up --json`` on it, recording:
 
     python bench/big_tree.py --work ~/.cache/dir2mcp-bench/big-tree --embed none
 
+``--embed fake`` takes the tree to full dense coverage without the model's
+hours: the product is configured as for Mistral, pointed at
+``tests/fakes/mistral.py --fast`` (the Mistral wire format, random vectors
+of the local model's 384 dimensions) run by this process on 127.0.0.1.
+From the end of the lexical pass until ``dense_index_complete``, every
+``--eta-interval`` seconds: `stats`, the memory of the server and its
+children at that moment (VmRSS, RssAnon, RssFile: the shards are
+memory-mapped), the shards and the database's size; searches go on
+(phase ``dense``), then ``--dense-window`` seconds (at most 300) after it
+(phase ``after``). Each process's largest VmRSS, VmHWM, RssAnon, RssFile
+and the largest sum at one moment are reported, the reference server's
+and the fake's apart. A file ``stop-dense`` in ``--work`` ends the dense
+pass early (reported as far as it got). ``DIR2MCP_RAG__SHARD_VECTORS`` and
+``DIR2MCP_SERVER__INDEXER_NICE`` in the environment are passed to `up`.
+The model's own memory is not in these figures.
+
 ``--initialize`` measures only the start: from launching ``up`` to its
 answer to a 2025-06-18 ``initialize`` (polled every 10 ms), the server
 process's CPU seconds (user + system, ``/proc``, its indexing child not
