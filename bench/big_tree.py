@@ -43,6 +43,22 @@ repository and runs ``up --json`` on it, recording:
 
     python bench/big_tree.py --work ~/.cache/dir2mcp-bench/big-tree --embed none
 
+``--embed fake`` takes the tree to full dense coverage without the model's
+hours: the product is configured as for Mistral, pointed at
+``tests/fakes/mistral.py --fast`` (the Mistral wire format, random vectors
+of the local model's 384 dimensions) run by this process on 127.0.0.1.
+From the end of the lexical pass until ``dense_index_complete``, every
+``--eta-interval`` seconds: `stats`, the memory of the server and its
+children at that moment (VmRSS, RssAnon, RssFile: the shards are
+memory-mapped), the shards and the database's size; searches go on
+(phase ``dense``), then ``--dense-window`` seconds (at most 300) after it
+(phase ``after``). Each process's largest VmRSS, VmHWM, RssAnon, RssFile
+and the largest sum at one moment are reported, the reference server's
+and the fake's apart. A file ``stop-dense`` in ``--work`` ends the dense
+pass early (reported as far as it got). ``DIR2MCP_RAG__SHARD_VECTORS`` and
+``DIR2MCP_SERVER__INDEXER_NICE`` in the environment are passed to `up`.
+The model's own memory is not in these figures.
+
 ``--initialize`` measures only the start: from launching ``up`` to its
 answer to a 2025-06-18 ``initialize`` (polled every 10 ms), the server
 process's CPU seconds (user + system, ``/proc``, its indexing child not
@@ -72,6 +88,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import socket
 import sqlite3
 import statistics
@@ -558,6 +575,136 @@ def dense_window_run(
     return {"track": {"samples": track, "accuracy": accuracy}, "embed_first": embed_first, "dense": dense}
 
 
+# -- the whole tree to full dense coverage through a fake provider ---------------
+
+#: the models the fake serves, at the local model's 384 dimensions (names no
+#: provider documents, so the dimension is learned from the first answer)
+FAKE_MODELS = {"text": "bench-text-384", "code": "bench-code-384"}
+
+
+class FakeProvider:
+    """``tests/fakes/mistral.py --fast`` as a process on 127.0.0.1: the
+    Mistral wire format (``/v1/embeddings``), vectors drawn at random, at
+    bulk speed; the product is configured as for Mistral, pointed at it."""
+
+    def __init__(self, env: dict):
+        models = [f"--model={name}=384" for name in FAKE_MODELS.values()]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.mistral", "--fast", *models],
+            cwd=BENCH.parent,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        first = json.loads(self.proc.stdout.readline())
+        self.url, self.api_key = first["url"], first["api_key"]
+
+    def configure(self, env: dict) -> None:
+        env.update(
+            {
+                "DIR2MCP_EMBED__PROVIDER": "mistral",
+                "MISTRAL_API_KEY": self.api_key,
+                "DIR2MCP_MISTRAL__BASE_URL": self.url,
+                "DIR2MCP_MISTRAL__EMBED_TEXT_MODEL": FAKE_MODELS["text"],
+                "DIR2MCP_MISTRAL__EMBED_CODE_MODEL": FAKE_MODELS["code"],
+            }
+        )
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def vector_files(state: Path) -> dict:
+    """The dense indices' files: full shards (count, MiB) and the open
+    files with their sidecars, and the database."""
+
+    def mib(paths) -> float:
+        return round(sum(p.stat().st_size for p in paths if p.is_file()) / 2**20, 1)
+
+    files = list(state.glob("vectors_*.hnsw*"))
+    shards = [p for p in files if not p.name.endswith((".hnsw", ".json"))]
+    return {
+        "shards": len(shards),
+        "shards_mib": mib(shards),
+        "open_mib": mib(p for p in files if p not in shards),
+        "meta_sqlite_mib": mib(state.glob("meta.sqlite*")),
+    }
+
+
+def full_dense_run(
+    server: Server,
+    client: Mcp,
+    state: Path,
+    began: float,
+    options: DenseOptions,
+    peaks: dict[str, float],
+    memory: Memory,
+    deadline: float,
+) -> dict:
+    """From the end of the lexical pass until ``dense_index_complete`` (or
+    ``deadline``, or a stall of ten minutes): every ``eta_interval`` seconds
+    `stats`, the memory of the server and its children at that moment and
+    the vector files. ``stop_file`` appearing ends it early (the run is
+    then reported as far as it got)."""
+    stop_file = state.parent / "stop-dense"
+    stop_file.unlink(missing_ok=True)
+    start = time.monotonic()
+    track: list[dict] = []
+    due = start
+    stalled = {"embedded": -1, "since": start}
+    outcome = "complete"
+    while not any(e["event"] == "dense_index_complete" for e in server.events):
+        now = sample(server, peaks, memory)
+        if server.proc.poll() is not None:
+            outcome = f"the server exited ({server.proc.returncode})"
+            break
+        if time.monotonic() > deadline:
+            outcome = "timeout"
+            break
+        if stop_file.exists():
+            outcome = f"stopped ({stop_file.name})"
+            break
+        if time.monotonic() >= due:
+            row = eta_sample(client, server, began)
+            row["memory_mib"] = {k: round(v, 1) for k, v in now.items()}
+            row["processes_mib"] = {
+                label: {k: round(v) for k, v in found.items() if k != "RssShmem"}
+                for label, found in memory.last.items()
+            }
+            row.update(vector_files(state))
+            track.append(row)
+            say("dense " + json.dumps(row))
+            due += options.eta_interval
+            if row["embedded"] != stalled["embedded"]:
+                stalled.update(embedded=row["embedded"], since=time.monotonic())
+            elif time.monotonic() - stalled["since"] > 600:
+                outcome = "stalled: nothing embedded for ten minutes"
+                break
+        time.sleep(1.0)
+    seconds = time.monotonic() - start
+    final = eta_sample(client, server, began)
+    final.update(vector_files(state))
+    first = track[0] if track else final
+    cpu = final["child_cpu_s"] - first["child_cpu_s"]
+    embedded = final["embedded"] - first["embedded"]
+    complete = next((e["data"] for e in server.events if e["event"] == "dense_index_complete"), None)
+    return {
+        "outcome": outcome,
+        "seconds": round(seconds, 1),
+        "complete": complete,
+        "final": final,
+        "chunks_per_second": round(embedded / (final["seconds"] - first["seconds"]), 1)
+        if final["seconds"] > first["seconds"]
+        else None,
+        "child_cpu_s": round(cpu, 1),
+        "chunks_per_child_cpu_s": round(embedded / cpu, 1) if cpu > 0 else None,
+        "samples": track,
+    }
+
+
 def run(
     tree: Path, work: Path, embed: str, dense: DenseOptions, timeout: float, processes: str = "auto"
 ) -> dict:
@@ -566,16 +713,23 @@ def run(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIR2MCP_", "MISTRAL"))}
     env["DIR2MCP_EMBED__PROVIDER"] = embed
     env["DIR2MCP_INGEST__PREPARE_PROCESSES"] = processes
+    fake = FakeProvider(env) if embed == "fake" else None
+    if fake is not None:
+        fake.configure(env)
     # The indexing child runs `python -m dir2mcp_site.cli` from elsewhere: without
     # this it imports whichever checkout the virtualenv's editable install names,
     # not this one (a copy of the project measured another's code).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH.parent), env.get("PYTHONPATH")]))
-    if os.environ.get("DIR2MCP_SERVER__INDEXER_NICE"):
-        env["DIR2MCP_SERVER__INDEXER_NICE"] = os.environ["DIR2MCP_SERVER__INDEXER_NICE"]
+    for name in ("DIR2MCP_SERVER__INDEXER_NICE", "DIR2MCP_RAG__SHARD_VECTORS"):  # passed through
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     began = time.monotonic()
     indexing = Server(tree, state, env)
     reference = None
     peaks: dict[str, float] = {}
+    memory = Memory()
+    if fake is not None:
+        memory.others["fake provider"] = fake.proc.pid
     result: dict = {"embed": embed, "prepare_processes": processes, "load_at_start": os.getloadavg()[0]}
     try:
         indexing.wait(lambda s: bool(s.url), timeout=120)
@@ -599,30 +753,39 @@ def run(
                 searcher.halt.set()
                 searcher.join()
                 result["search"] = searcher.summary()
-                sample(indexing, peaks)
+                sample(indexing, peaks, memory)
                 result["peak_rss_mib"] = {k: round(v, 1) for k, v in peaks.items()}
                 result.update(sizes(state))
                 return result
             if reference is None and any(e["event"] == "scan_progress" for e in indexing.events):
                 reference = Server(tree, state, env, "--no-index")
                 reference.wait(lambda s: bool(s.url), timeout=120)
+                memory.others["reference"] = reference.proc.pid
                 searcher.reference = Mcp(reference.url)
-            sample(indexing, peaks)
+            sample(indexing, peaks, memory)
             time.sleep(1.0)
         lexical = next(e for e in indexing.events if e["event"] == "lexical_index_complete")
         result["lexical_seconds"] = round(time.monotonic() - began, 1)
         result["lexical_cpu"] = progress(indexing, began)
         result["lexical"] = lexical["data"]
         result["files_per_second"] = round(lexical["data"]["documents"] / result["lexical_seconds"], 1)
-        searcher.phase = "after"
+        searcher.phase = "dense" if embed == "fake" else "after"
+        result["memory_lexical"] = memory.summary()
+        result["vector_files_lexical"] = vector_files(state)
         client = Mcp(indexing.url)
-        for label, arguments in (
-            ("find_literal", {"content": "EXPORT_SYMBOL_GPL(kmalloc", "limit": 50}),
-            ("find_regex", {"content": r"static\s+int\s+\w+_probe\(", "regex": True, "limit": 50}),
-        ):
-            ms, found = client.timed("dir2mcp.find", arguments)
-            result[label] = {"ms": round(ms, 1), "matches": len(found.get("matches") or [])}
-        if embed != "none":
+        result.update(finds(client))
+        if fake is not None:
+            result["dense_full"] = full_dense_run(
+                indexing, client, state, began, dense, peaks, memory, began + timeout
+            )
+            searcher.phase = "after"
+            result["memory_dense"] = memory.summary()
+            result["after"] = finds(client)
+            end = time.monotonic() + min(dense.window, 300.0)
+            while time.monotonic() < end:
+                sample(indexing, peaks, memory)
+                time.sleep(1.0)
+        elif embed != "none":
             found = dense_window_run(indexing, client, state, began, dense, peaks, began + timeout)
             result["dense_track"], result["embed_first"] = found["track"], found["embed_first"]
             result["dense"] = found["dense"]
@@ -634,15 +797,33 @@ def run(
         # What the walk found against git, and what it left out by reason
         # (bench/git_equality.py compares the file sets themselves).
         result["coverage"] = next((e["data"] for e in indexing.events if e["event"] == "coverage"), None)
-        sample(indexing, peaks)
+        sample(indexing, peaks, memory)
         result["peak_rss_mib"] = {k: round(v, 1) for k, v in peaks.items()}
         result["peak_rss_total_mib"] = round(sum(peaks.values()), 1)
+        result["memory"] = memory.summary()
+        result["load_at_end"] = os.getloadavg()
     finally:
         if reference is not None:
             reference.stop()
         indexing.stop()
+        if fake is not None:
+            result["fake_provider_cpu_s"] = round(cpu_seconds(fake.proc.pid), 1)
+            fake.stop()
     result.update(sizes(state))
+    result["vector_files"] = vector_files(state)
     return result
+
+
+def finds(client: Mcp) -> dict:
+    """``find`` over the whole tree with a literal and with a regular expression."""
+    found = {}
+    for label, arguments in (
+        ("find_literal", {"content": "EXPORT_SYMBOL_GPL(kmalloc", "limit": 50}),
+        ("find_regex", {"content": r"static\s+int\s+\w+_probe\(", "regex": True, "limit": 50}),
+    ):
+        ms, answer = client.timed("dir2mcp.find", arguments)
+        found[label] = {"ms": round(ms, 1), "matches": len(answer.get("matches") or [])}
+    return found
 
 
 def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
@@ -691,12 +872,71 @@ def progress(server: Server, began: float) -> dict:
     }
 
 
-def sample(server: Server, peaks: dict[str, float]) -> None:
+def sample(server: Server, peaks: dict[str, float], memory: Memory | None = None) -> dict[str, float]:
     pids = server.pids()
     labelled = [("server", pids[0])] + [(f"child {n}", pid) for n, pid in enumerate(pids[1:], 1)]
     labelled += [(f"worker {n}", pid) for n, pid in enumerate((w for c in pids[1:] for w in children(c)), 1)]
     for label, pid in labelled:
         peaks[label] = max(peaks.get(label, 0.0), peak_rss_mib(pid))
+    return memory.sample(labelled) if memory is not None else {}
+
+
+#: the memory lines of /proc/PID/status read (kB): resident now and at its
+#: peak, and what is resident split into anonymous memory, file-backed pages
+#: (memory-mapped shards, the database's pages mapped by SQLite, libraries)
+#: and shared memory
+STATUS_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
+
+
+def proc_status(pid: int) -> dict[str, float]:
+    """``STATUS_FIELDS`` of a process in MiB (empty once it is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name in STATUS_FIELDS:
+            found[name] = int(value.split()[0]) / 1024
+    return found
+
+
+class Memory:
+    """Each process's largest VmRSS, VmHWM, RssAnon, RssFile and RssShmem
+    seen, and the largest sum of the server's and its children's VmRSS (and
+    RssAnon) at one moment; ``others`` (the reference server, the fake
+    provider) are sampled too and reported apart."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, dict[str, float]] = {}
+        self.together = {"VmRSS": 0.0, "RssAnon": 0.0, "RssFile": 0.0}
+        self.others: dict[str, int] = {}
+        #: each process's last reading
+        self.last: dict[str, dict[str, float]] = {}
+
+    def sample(self, labelled: list[tuple[str, int]]) -> dict[str, float]:
+        now = {"VmRSS": 0.0, "RssAnon": 0.0, "RssFile": 0.0}
+        for label, pid in [*labelled, *self.others.items()]:
+            found = proc_status(pid)
+            self.last[label] = found
+            mine = self.peaks.setdefault(label, {})
+            for name, value in found.items():
+                mine[name] = max(mine.get(name, 0.0), value)
+            if label not in self.others:
+                for name in now:
+                    now[name] += found.get(name, 0.0)
+        for name, value in now.items():
+            self.together[name] = max(self.together[name], value)
+        return now
+
+    def summary(self) -> dict:
+        return {
+            "per_process_mib": {
+                label: {k: round(v, 1) for k, v in found.items()} for label, found in self.peaks.items()
+            },
+            "server_and_children_at_once_mib": {k: round(v, 1) for k, v in self.together.items()},
+        }
 
 
 # -- time to initialize ----------------------------------------------------------
@@ -827,7 +1067,12 @@ def main() -> None:
     )
     parser.add_argument("--tarball", type=Path, default=TARBALL)
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "dir2mcp-bench" / "big-tree")
-    parser.add_argument("--embed", default="none", help="embed.provider: none (lexical only) or local.")
+    parser.add_argument(
+        "--embed",
+        default="none",
+        help="embed.provider: none (lexical only), local, or fake: the whole tree to full dense coverage "
+        "through tests/fakes/mistral.py --fast (384 dimensions), configured as Mistral.",
+    )
     parser.add_argument("--dense-window", type=float, default=300.0, help="Seconds of dense work measured.")
     parser.add_argument(
         "--eta-interval", type=float, default=60.0, help="Seconds between `stats` ETA samples."
@@ -859,6 +1104,8 @@ def main() -> None:
     )
     parser.add_argument("--skip-floor", action="store_true", help="Do not time the cold read.")
     args = parser.parse_args()
+    # stopped (kill PID), its servers and fake provider stop too (run's finally)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.initialize:
         tree = args.tree or prepare(args.tarball, args.work)
         state = args.state or args.work / f"state-{args.embed}"

@@ -7,9 +7,13 @@ import subprocess
 import sys
 
 import httpx
+import numpy as np
 import pytest
 
+from corpus.providers.mistral import MistralEmbedder
+from kernel.config import Config
 from tests.fakes.media import make_wav
+from tests.fakes.mistral import FakeMistral, FastFakeMistral
 from tests.mcp_http import REPO
 from tests.support import TLS
 
@@ -44,3 +48,43 @@ def test_a_fake_serves_from_its_own_process(module: str, path: str, auth: str) -
     assert denied.status_code == 401
     assert answer.status_code == 200 and answer.json()["text"] == "hello there"
     assert extra.status_code == 422
+
+
+def test_the_fast_fake_answers_embeddings_as_the_fake_does_without_recording() -> None:
+    # The bulk benchmark's fake (bench/big_tree.py --embed fake): the product's
+    # Mistral embedder reads its answers, which have the fake's keys, and the
+    # texts sent are not kept (a million of them would be the whole corpus).
+    exact, fast = FakeMistral().start(), FastFakeMistral().start()
+    try:
+        for fake in (exact, fast):
+            fake.dims["bench-code-384"] = 384
+        body = {"model": "bench-code-384", "input": ["int x;", "static int a_probe(void)", "é"]}
+        answers = [
+            httpx.post(
+                f"{fake.url}/v1/embeddings", json=body, headers={"Authorization": f"Bearer {fake.api_key}"}
+            ).json()
+            for fake in (exact, fast)
+        ]
+        config = Config.model_validate(
+            {"mistral": {"base_url": fast.url, "embed_code_model": "bench-code-384"}}
+        )
+        embedder = MistralEmbedder(config, api_key=fast.api_key)
+        vectors = embedder.embed([f"unit {i}" for i in range(70)], kind="code")
+        bad = httpx.post(
+            f"{fast.url}/v1/embeddings",
+            json={**body, "bogus": 1},
+            headers={"Authorization": f"Bearer {fast.api_key}"},
+        )
+    finally:
+        exact.close()
+        fast.close()
+
+    assert answers[0].keys() == answers[1].keys()
+    assert [item.keys() for item in answers[0]["data"]] == [item.keys() for item in answers[1]["data"]]
+    assert [item["index"] for item in answers[1]["data"]] == [0, 1, 2]
+    assert answers[0]["usage"] == answers[1]["usage"]
+    assert vectors.shape == (70, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+    assert len({row.tobytes() for row in vectors}) == 70
+    assert bad.status_code == 422
+    assert fast.requests == [] and len(exact.requests) == 1

@@ -4,6 +4,7 @@ path, and a worker that dies costs at most its own file."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection, transaction
 
+from corpus.events import Reporter
 from corpus.index import lexical
 from corpus.ingest import writer
 from corpus.ingest.indexing import index_directory
@@ -308,3 +310,40 @@ def test_a_pass_stopped_while_workers_prepare_ends_with_whole_documents_and_no_w
 )
 def test_how_many_processes_prepare(setting, cores, expected):
     assert processes_for(setting, cores) == expected
+
+
+class LexicalWatch(io.StringIO):
+    """The indexer's NDJSON output; at ``lexical_index_complete`` (the dense
+    pass starts next) it notes which of ``workers`` still run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.workers: set[int] = set()
+        self.running_then: set[int] | None = None
+
+    def write(self, text: str) -> int:
+        if '"lexical_index_complete"' in text:
+            self.running_then = {pid for pid in self.workers if alive(pid)}
+        return super().write(text)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_preparing_workers_stop_once_the_walk_is_written_before_the_dense_pass(tmp_path, state):
+    # They held 230-240 MiB each, idle, through the whole dense pass (hours
+    # on the kernel with the local model): measured in session 31.
+    root = real_tree(tmp_path / "tree")
+    output = LexicalWatch()
+    indexer = Indexer(root, state, config(2), reporter=Reporter(output, json_mode=True))
+
+    def note_workers() -> None:
+        pool = wait_for(lambda: indexer.reader.processes, "worker pool")
+        output.workers.update(wait_for(lambda: set(pool.held()), "worker"))
+
+    watcher = threading.Thread(target=note_workers, daemon=True)
+    watcher.start()
+    counters = indexer.run()
+    watcher.join(PATIENCE)
+
+    assert counters.indexed > 100 and output.workers
+    assert output.running_then == set()
+    assert indexer.job is not None and indexer.job.outcome == "complete"

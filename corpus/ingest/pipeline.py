@@ -123,6 +123,7 @@ class LocalWrite:
                 indexer.reader.stop_preparing()
                 cancelled = True
             indexer.batch.write_batch()
+        indexer.reader.done_preparing()
         indexer.batch.tombstone(indexer.known.unseen())
         if indexer.stop.is_set():
             return False

@@ -81,6 +81,16 @@ class FileReader:
         if self.processes is not None:
             self.processes.close()
 
+    def done_preparing(self) -> None:
+        """Stop the worker processes: every file of the pass is written.
+        Each holds its imports and parsers (150-275 MiB), which the dense
+        pass that follows, hours on a big tree, has no use for; the next
+        pass starts its own."""
+        self._processes_wanted = None
+        if self.processes is not None:
+            self.processes.close()
+            self.processes = None
+
     def close(self) -> None:
         """Stop the provider pools and the worker processes (what they still
         run is cancelled)."""

@@ -159,6 +159,9 @@ class FakeMistral:
         self.chat_reply: str | list | Callable[[list[dict]], str | list] | None = None
         #: seconds added to every answer (the benchmark's provider latency)
         self.latency = 0.0
+        #: keep every request in :attr:`requests` (a bulk benchmark's bodies
+        #: would hold its whole corpus)
+        self.record = True
         #: the documented OCR limits (FAQ: 1,000 pages, 50 MB per document)
         self.ocr_max_pages = 1000
         self.ocr_max_bytes = 50 * 1024 * 1024
@@ -294,9 +297,12 @@ class FakeMistral:
         except ValueError:
             body, parsed = raw.decode("utf-8", "replace"), False
         authorized = self._authorized(handler)
-        self.requests.append(
-            Recorded(handler.command, handler.path, _redacted(handler), body, time.monotonic(), authorized)
-        )
+        if self.record:
+            self.requests.append(
+                Recorded(
+                    handler.command, handler.path, _redacted(handler), body, time.monotonic(), authorized
+                )
+            )
         with self._lock:
             step = self._take_step(handler.path.split("?", 1)[0])
         if step is not None and step.delay:
@@ -327,7 +333,7 @@ class FakeMistral:
         bearer = handler.headers.get("Authorization", "")
         return bearer == f"Bearer {self.api_key}" or handler.headers.get("x-api-key") == self.api_key
 
-    def _embeddings(self, body: Any) -> tuple[int, dict]:
+    def _embeddings(self, body: Any) -> tuple[int, Any]:
         problems = _check_fields(body, EMBED_FIELDS, required=("model", "input"))
         if not problems:
             problems = _check_embed_types(body)
@@ -346,21 +352,22 @@ class FakeMistral:
         if sum(counts) > MAX_BATCH_TOKENS:
             return 400, error_body(f"Too many tokens in batch. Max is {MAX_BATCH_TOKENS} got {sum(counts)}")
         dim = body.get("output_dimension") or self.dims[model]
+        return 200, self._embedding_list(model, inputs, dim, counts)
+
+    def _embedding_list(self, model: str, inputs: list[str], dim: int, counts: list[int]) -> Any:
         data = [
             {"object": "embedding", "embedding": self.expected_vector(model, text, dim).tolist(), "index": i}
             for i, text in enumerate(inputs)
         ]
         if self.reverse_data:
             data.reverse()
-        usage = {
-            "prompt_tokens": sum(counts),
-            "total_tokens": sum(counts),
-            "completion_tokens": 0,
-            "prompt_audio_seconds": None,
-            "request_count": None,
-            "prompt_token_details": None,
+        return {
+            "id": uuid.uuid4().hex,
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": _usage(sum(counts)),
         }
-        return 200, {"id": uuid.uuid4().hex, "object": "list", "data": data, "model": model, "usage": usage}
 
     def _chat(self, body: Any) -> tuple[int, dict]:
         problems = _check_fields(body, CHAT_FIELDS, required=("model", "messages"))
@@ -398,12 +405,63 @@ class FakeMistral:
         }
 
 
+class FastFakeMistral(FakeMistral):
+    """The same API, its ``/v1/embeddings`` at bulk speed (a benchmark's
+    million texts): one generator per request, seeded from the request's
+    texts, draws every vector at once, each component rounded to 1e-4 and
+    spelled from a table; the body is the same JSON, built as text.
+    Requests are not recorded. A text's vector depends on the batch it came
+    in (:meth:`FakeMistral.expected_vector` does not give it)."""
+
+    #: a component's spellings, from -CLIP to +CLIP in steps of 1e-4
+    CLIP = 0.5
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.record = False
+        steps = round(self.CLIP * 10_000)
+        self._spelled = np.array([f"{i / 10_000:.4f}" for i in range(-steps, steps + 1)], dtype=object)
+
+    def _embedding_list(self, model: str, inputs: list[str], dim: int, counts: list[int]) -> Any:
+        digest = hashlib.sha256("\0".join([model, *inputs]).encode("utf-8", "surrogatepass")).digest()
+        rows = np.random.default_rng(int.from_bytes(digest[:8], "big")).standard_normal((len(inputs), dim))
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        steps = round(self.CLIP * 10_000)
+        codes = np.clip(np.rint(rows * 10_000), -steps, steps).astype(np.int64) + steps
+        order = range(len(inputs) - 1, -1, -1) if self.reverse_data else range(len(inputs))
+        data = ",".join(
+            '{"object":"embedding","embedding":[' + ",".join(self._spelled[codes[i]]) + f'],"index":{i}}}'
+            for i in order
+        )
+        head = json.dumps(
+            {"id": uuid.uuid4().hex, "object": "list", "model": model, "usage": _usage(sum(counts))}
+        )
+        return RawJson((head[:-1] + ',"data":[' + data + "]}").encode())
+
+
+class RawJson(bytes):
+    """A JSON body already encoded (:func:`_send` sends it as is)."""
+
+
+def _usage(tokens: int) -> dict:
+    return {
+        "prompt_tokens": tokens,
+        "total_tokens": tokens,
+        "completion_tokens": 0,
+        "prompt_audio_seconds": None,
+        "request_count": None,
+        "prompt_token_details": None,
+    }
+
+
 def _form(body: Any) -> dict[str, list]:
     return body if isinstance(body, dict) and all(isinstance(v, list) for v in body.values()) else {}
 
 
 def _send(handler: _Handler, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-    if isinstance(body, dict | list):
+    if isinstance(body, RawJson):
+        data, content_type = bytes(body), "application/json"
+    elif isinstance(body, dict | list):
         data, content_type = json.dumps(body).encode(), "application/json"
     else:
         data = body.encode() if isinstance(body, str) else bytes(body or b"")
@@ -540,7 +598,22 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Run the fake Mistral API on 127.0.0.1.")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (0 picks a free one)")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="embeddings at bulk speed, requests not recorded (FastFakeMistral)",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=DIM",
+        help="also serve embedding model NAME with DIM dimensions (repeatable)",
+    )
     args = parser.parse_args()
-    server = FakeMistral()
+    server = FastFakeMistral() if args.fast else FakeMistral()
     server.latency = args.latency
+    for spec in args.model:
+        name, _, dim = spec.partition("=")
+        server.dims[name] = int(dim)
     serve_forever(server, port=args.port)
