@@ -502,7 +502,9 @@ def build_index(
     state = StateDir(state_dir)
     open_store(state)
     config = build_config(config_data(mode, builds if mode == "units" else []), {}, {})
-    embedder = LocalEmbedder(precision=resolve_precision(config.embed.precision))
+    embedder = LocalEmbedder(
+        precision=resolve_precision(config.embed.precision), max_tokens=config.embed.max_tokens
+    )
     embedder.embed(["warm up"], kind="code")
     started = time.perf_counter()
     counters = index_directory(root, state=state, config=config, embedder=embedder)

@@ -12,11 +12,13 @@ variant in alternating rounds, every round in a fresh child process (so the
 peak RSS is that variant's own and background load falls on all of them),
 and reports chunks/s, tokens, the ratio to the first variant, the cosine to
 the first variant's vectors and the time the whole tree would take at that
-rate. A variant is ``BACKEND[-PRECISION][+sig][@STEPxTOKENSxTEXTS]:CALL[:THREADS[:PROCESSES]]``:
+rate. A variant is ``BACKEND[-PRECISION][+sig][~CUT][@STEPxTOKENSxTEXTS]:CALL[:THREADS[:PROCESSES]]``:
 the embedder backend (onnx, numpy), its precision (``embed.precision``:
 fp32, the default, int8, bf16 or bf16-int8), whether each code call also embeds its units'
 signature views as corpus.index.dense.embedding does when ``embed.signature_weight`` is
-above 0 (``+sig``; the cosines compare the units' own vectors), how its
+above 0 (``+sig``; the cosines compare the units' own vectors), the word pieces
+of a text the model reads where that is not its 256 (``~CUT``, ``embed.max_tokens``:
+``onnx-bf16~128:256``; under ``--full`` recorded with the index as a real run does), how its
 forward passes are cut where that is not the precision's default (``@``: padded
 lengths rounded up to a multiple of STEP, at most TOKENS tokens, padding
 counted, and TEXTS texts a pass; ``onnx-bf16@1x512x32`` is bf16 before
@@ -79,6 +81,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import corpora  # noqa: E402  (bench/corpora.py: the standard library's copy)
 
 from corpus.providers.local import (  # noqa: E402
+    MAX_TOKENS,
     LocalEmbedder,
     default_model_dir,
     pack_batches,
@@ -190,28 +193,39 @@ class Variant:
     processes: int
     #: (length step, tokens a pass, texts a pass) when not the precision's default
     passes: tuple[int, int, int] | None = None
+    #: the word pieces of a text the model reads (``embed.max_tokens``)
+    max_tokens: int = MAX_TOKENS
 
     def embedder(self) -> LocalEmbedder:
-        embedder = LocalEmbedder(backend=self.backend, threads=self.threads or None, precision=self.precision)
+        embedder = LocalEmbedder(
+            backend=self.backend,
+            threads=self.threads or None,
+            precision=self.precision,
+            max_tokens=self.max_tokens,
+        )
         if self.passes is not None:
             embedder.length_step, embedder.tokens_per_pass, embedder.max_batch = self.passes
         return embedder
 
 
 def parse_variant(text: str) -> Variant:
-    """``BACKEND[-PRECISION][+sig][@STEPxTOKENSxTEXTS]:CALL[:THREADS[:PROCESSES]]``
+    """``BACKEND[-PRECISION][+sig][~CUT][@STEPxTOKENSxTEXTS]:CALL[:THREADS[:PROCESSES]]``
     (threads 0: one per core)."""
     name, call, *rest = text.split(":")
-    name, at, cut = name.partition("@")
-    parts = [int(part) for part in cut.split("x")] if at else []
+    name, at, shape = name.partition("@")
+    parts = [int(part) for part in shape.split("x")] if at else []
     if at and len(parts) != 3:
         raise SystemExit(f"{text}: @ wants STEPxTOKENSxTEXTS")
     passes = (parts[0], parts[1], parts[2]) if parts else None
+    name, tilde, cut = name.partition("~")
     name, plus, _ = name.partition("+sig")
     backend, _, precision = name.partition("-")
     threads = int(rest[0]) if rest else 0
     processes = int(rest[1]) if len(rest) > 1 else 1
-    return Variant(backend, precision or "fp32", bool(plus), int(call), threads, processes, passes)
+    max_tokens = int(cut) if tilde else MAX_TOKENS
+    return Variant(
+        backend, precision or "fp32", bool(plus), int(call), threads, processes, passes, max_tokens
+    )
 
 
 def index_tree(tree: Path, work: Path) -> Path:
@@ -275,6 +289,11 @@ def token_counts(texts: list[str]) -> list[int]:
     ]
 
 
+def cut_tokens(lengths: list[int], variant: Variant) -> int:
+    """The tokens of texts of ``lengths`` (at the model's 256) the variant's cut reads."""
+    return sum(min(n, variant.max_tokens) for n in lengths)
+
+
 def computed_tokens(groups: list[list[int]], variant: Variant) -> int:
     """Tokens the forward passes of the units' own texts compute, padding
     included (onnx pads, to a multiple of the variant's length step)."""
@@ -283,7 +302,7 @@ def computed_tokens(groups: list[list[int]], variant: Variant) -> int:
     total = 0
     for lengths in groups:
         for at in range(0, len(lengths), variant.call):
-            part = lengths[at : at + variant.call]
+            part = [min(n, variant.max_tokens) for n in lengths[at : at + variant.call]]
             if variant.backend != "onnx":
                 total += sum(part)
                 continue
@@ -380,7 +399,7 @@ def sample_mode(args, rows: list[list], work: Path, result: dict) -> None:
     for (kind, *_), n in zip(sample, lengths, strict=True):
         groups.setdefault(kind, []).append(n)
     views = [row[3] for row in sample if row[3]]
-    view_tokens = sum(token_counts(views)) if views else 0
+    view_lengths = token_counts(views) if views else []
     rounds: dict[str, list[dict]] = {v: [] for v in variants}
     load_before = os.getloadavg()[0]
     for number in range(args.rounds):
@@ -410,7 +429,8 @@ def sample_mode(args, rows: list[list], work: Path, result: dict) -> None:
                 # CPU seconds (all threads) per round: steadier than wall time on a shared machine
                 "cpu_s": round(cpu_s, 1),
                 "cpu_ratio": round(base_cpu / cpu_s, 3),
-                "tokens_real": sum(lengths) + (view_tokens if parsed.signature else 0),
+                "tokens_real": cut_tokens(lengths, parsed)
+                + (cut_tokens(view_lengths, parsed) if parsed.signature else 0),
                 "tokens_computed": computed_tokens(list(groups.values()), parsed),
                 "cosine_min": float(cosines.min()),
                 "load_s": round(statistics.median(r["load_s"] for r in rounds[variant]), 2),

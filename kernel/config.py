@@ -268,6 +268,12 @@ class EmbedConfig(Section):
     # Part of the model's recorded name, so a change applies at the next
     # full `reindex`, as a model change; an index built before keeps its fp32.
     precision: Literal["auto", "fp32", "int8", "bf16", "bf16-int8"] = "auto"
+    # The most word pieces of a text (chunk or query) the local model reads:
+    # its own 256, or a shorter cut, which costs less CPU (128: 1.32-1.6x less
+    # on the units, found@200 within 0.01 on one seed; docs/benchmarks.md,
+    # session 31). Part of the model's recorded name, as the precision.
+    # The local model's only: other providers ignore it.
+    max_tokens: int = Field(256, ge=32, le=256)
     openai_compatible: OpenAICompatibleConfig = OpenAICompatibleConfig()
 
 
@@ -766,6 +772,7 @@ KEY_TRUST: dict[str, str] = {
     "embed.batch_size": HARMLESS,
     "embed.signature_weight": HARMLESS,
     "embed.precision": HARMLESS,
+    "embed.max_tokens": HARMLESS,
     "embed.openai_compatible.base_url": SENSITIVE,  # receives the key and the corpus
     "embed.openai_compatible.api_key_env": SENSITIVE,  # any variable, sent as the key
     "embed.openai_compatible.model": HARMLESS,

@@ -12,6 +12,7 @@ from django.core.management import call_command
 
 from kernel import errors
 from kernel.config import Config, format_duration, load_config, parse_duration
+from tests.test_cli import cli
 
 
 @pytest.fixture(autouse=True)
@@ -205,6 +206,8 @@ def test_unknown_key_from_env_is_named(corpus_dir):
         pytest.param("security:\n  auth:\n    mode: basic\n", "security.auth.mode", id="auth-mode"),
         pytest.param("version: 2\n", "version", id="version"),
         pytest.param("rag:\n  k_default: 0\n", "rag.k_default", id="out-of-range"),
+        pytest.param("embed:\n  max_tokens: 31\n", "embed.max_tokens", id="cut-below-32"),
+        pytest.param("embed:\n  max_tokens: 257\n", "embed.max_tokens", id="cut-past-256"),
         pytest.param("chunking:\n  max_chars: lots\n", "chunking.max_chars", id="not-a-number"),
     ],
 )
@@ -244,6 +247,9 @@ def test_unusable_file_is_invalid(corpus_dir, text, phrase):
         pytest.param("stt:\n  provider: whisper\n", "bad value for 'stt.provider'", id="bad-enum"),
         pytest.param("- a\n", "must hold a mapping", id="not-a-mapping"),
         pytest.param("a: [\n", "is not valid YAML", id="invalid-yaml"),
+        pytest.param(
+            "embed:\n  max_tokens: 512\n", "bad value for 'embed.max_tokens'", id="cut-past-the-model"
+        ),
     ],
 )
 def test_config_command_exits_2_on_a_bad_file(corpus_dir, text, phrase):
@@ -296,3 +302,19 @@ def test_a_candidate_depth_below_the_largest_k_is_refused(tmp_path, depth):
 def test_a_candidate_depth_of_zero_or_at_least_the_largest_k_is_kept(tmp_path, depth):
     config = load_config(write_config(tmp_path, f"search:\n  candidates: {depth}\n"), environ={})
     assert config.search.candidates == depth
+
+
+@pytest.mark.parametrize("value", ["16", "1024", "half"])
+def test_up_refuses_a_cut_outside_32_to_256_without_a_traceback(corpus_dir, value):
+    result = cli("up", "--dir", str(corpus_dir), env={"DIR2MCP_EMBED__MAX_TOKENS": value}, timeout=60)
+
+    assert result.returncode == errors.EXIT_CONFIG
+    assert result.stderr.startswith("ERROR: CONFIG_INVALID: bad value for 'embed.max_tokens'")
+    assert "Traceback" not in result.stderr
+    assert not (corpus_dir / ".dir2mcp").exists()
+
+
+@pytest.mark.parametrize("value", [32, 128, 256])
+def test_a_cut_of_32_to_256_is_kept(tmp_path, value):
+    config = load_config(write_config(tmp_path, f"embed:\n  max_tokens: {value}\n"), environ={})
+    assert config.embed.max_tokens == value

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -82,16 +83,40 @@ def test_the_local_model_name_matches_the_local_embedder():
 
     assert (registry.LOCAL_MODEL, registry.LOCAL_DIM) == (local.MODEL_NAME, local.DIM)
     assert registry.LOCAL_PRECISIONS == local.PRECISIONS
+    assert (registry.LOCAL_MIN_MAX_TOKENS, registry.LOCAL_MAX_TOKENS) == (
+        local.MIN_MAX_TOKENS,
+        local.MAX_TOKENS,
+    )
     for precision in local.PRECISIONS:
-        made = local.LocalEmbedder(precision=precision).model_info("code")
-        assert made == ModelInfo("local", registry.local_model(precision), 384)
-        assert registry.local_precision(made.model) == precision
+        for max_tokens in (local.MAX_TOKENS, 128, local.MIN_MAX_TOKENS):
+            made = local.LocalEmbedder(precision=precision, max_tokens=max_tokens).model_info("code")
+            assert made == ModelInfo("local", registry.local_model(precision, max_tokens), 384)
+            assert registry.local_recipe(made.model) == (precision, max_tokens)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "all-MiniLM-L6-v2-256tokens",  # the model's own cut is never named
+        "all-MiniLM-L6-v2-16tokens",  # below the shortest cut
+        "all-MiniLM-L6-v2-fp16",
+        "all-MiniLM-L6-v2-128tokens-bf16",
+        "other-model-128tokens",
+    ],
+)
+def test_a_name_no_local_embedder_makes_is_not_ours(model):
+    assert registry.local_recipe(model) is None
 
 
 INT8_MODEL = "all-MiniLM-L6-v2-int8"
 LOCAL_INT8_MODELS = EmbedderModels("local", INT8_MODEL, INT8_MODEL, 384, 384)
 LOCAL_INT8 = {"provider": "local", "text_model": INT8_MODEL, "code_model": INT8_MODEL}
 INT8 = {"embed": {"provider": "local", "precision": "int8"}}
+#: the local model of the default precision here, cut at 128 word pieces
+CUT_NAME = registry.local_model(resolve_precision("auto"), 128)
+LOCAL_CUT_MODELS = EmbedderModels("local", CUT_NAME, CUT_NAME, 384, 384)
+LOCAL_CUT = {"provider": "local", "text_model": CUT_NAME, "code_model": CUT_NAME}
+CUT = {"embed": {"provider": "local", "max_tokens": 128}}
 
 
 @pytest.mark.parametrize(
@@ -103,6 +128,12 @@ INT8 = {"embed": {"provider": "local", "precision": "int8"}}
         (INT8, LOCAL_MODELS, False, registry.KEPT, LOCAL),
         ({}, LOCAL_INT8_MODELS, False, registry.KEPT, LOCAL_INT8),
         (INT8, LOCAL_MODELS, True, registry.SWITCHING, LOCAL_INT8),
+        # so is a change of the cut (embed.max_tokens), either way
+        (CUT, None, False, registry.OK, LOCAL_CUT),
+        (CUT, LOCAL_MODELS, False, registry.KEPT, LOCAL),
+        (CUT, LOCAL_MODELS, True, registry.SWITCHING, LOCAL_CUT),
+        ({}, LOCAL_CUT_MODELS, False, registry.KEPT, LOCAL_CUT),
+        ({}, LOCAL_CUT_MODELS, True, registry.SWITCHING, LOCAL),
     ],
 )
 def test_plan_a_change_of_precision(sections, recorded, switch, status, active):
@@ -472,3 +503,50 @@ def test_up_over_a_mistral_index_without_its_key_serves_lexical_only(corpus_dir,
     assert answer["dense"]["status"] == "unavailable" and answer["hits"][0]["rel_path"] == "pets.md"
     assert status(corpus_dir, auto_env())["embedder"]["status"] == "unavailable"
     assert embeds(fake_mistral) == built_with
+
+
+def vector_of(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+#: a file whose text is past 128 word pieces: its vector moves with the cut
+LONG_FILE = "zoo.md", " ".join(["Lions, tigers and bears sleep in the zoo at night."] * 20) + "\n"
+
+
+@pytest.mark.django_db
+def test_a_change_of_cut_keeps_the_recorded_one_until_a_full_reindex_re_embeds_and_back(local_index, state):
+    (local_index / LONG_FILE[0]).write_text(LONG_FILE[1])
+    first = choose_embedder(env_config(), state, secrets_lookup=no_key)[0]
+    index_directory(local_index, state=state, config=env_config(), embedder=first)
+    before = dict(Chunk.objects.values_list("chunk_id", "embedding"))
+    long_id = Chunk.objects.get(representation__document__rel_path=LONG_FILE[0]).chunk_id
+    cut, back = env_config(**CUT), env_config(embed={"provider": "local", "max_tokens": 256})
+
+    kept, kept_choice = choose_embedder(cut, state, secrets_lookup=no_key)
+    index_directory(local_index, state=state, config=cut, embedder=kept)
+    untouched = dict(Chunk.objects.values_list("chunk_id", "embedding"))
+    switched, choice = choose_embedder(cut, state, secrets_lookup=no_key, switch=True)
+    counters = index_directory(local_index, state=state, config=cut, embedder=switched, mode="full")
+    at_128 = dict(Chunk.objects.values_list("chunk_id", "embedding"))
+    ctx = context.build(root=local_index, state=state, config=cut, auth_spec="none")
+    searched = call(ctx, "dir2mcp.search", {"query": PARAPHRASE, "k": 3})["structuredContent"]
+    stats = call(ctx, "dir2mcp.stats", {})["structuredContent"]
+    again, again_choice = choose_embedder(back, state, secrets_lookup=no_key, switch=True)
+    counters_back = index_directory(local_index, state=state, config=back, embedder=again, mode="full")
+    after = dict(Chunk.objects.values_list("chunk_id", "embedding"))
+    settled = choose_embedder(back, state, secrets_lookup=no_key)[1]
+
+    assert kept_choice.status == registry.KEPT and kept.max_tokens == 256
+    assert untouched == before
+    assert choice.status == registry.SWITCHING and switched.max_tokens == 128
+    assert counters.embedded_ok == 4
+    assert at_128[long_id] != before[long_id]
+    assert ctx.embedder.max_tokens == 128 and searched["hits"][0]["rel_path"] == "pets.md"
+    assert stats["embedder"]["recorded"] == LOCAL_CUT and stats["embedder"]["status"] == "ok"
+    assert stats["models"]["embed_text"] == f"local/{CUT_NAME}"
+    # and back: the model's own cut re-embeds every chunk, as it first embedded them
+    assert again_choice.status == registry.SWITCHING and again.max_tokens == 256
+    assert counters_back.embedded_ok == 4
+    assert settled.status == registry.OK and settled.as_dict()["recorded"] == LOCAL
+    assert after[long_id] != at_128[long_id]
+    np.testing.assert_allclose(vector_of(after[long_id]), vector_of(before[long_id]), atol=1e-5)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 from corpus.index.dense.embedding import embed_pending
 from corpus.models import Chunk, EmbeddingStatus
@@ -33,6 +34,7 @@ from corpus.providers.local import (
     padded_length,
 )
 from kernel import errors
+from kernel.config import build_config
 from tests.factories import ChunkFactory
 
 REPO = Path(__file__).resolve().parent.parent
@@ -222,6 +224,79 @@ def test_text_past_256_tokens_is_ignored(embedder: LocalEmbedder) -> None:
 
     np.testing.assert_allclose(vectors[1], vectors[0], atol=1e-6)
     assert float(vectors[2] @ vectors[0]) < 0.99
+
+
+# -- a shorter cut (embed.max_tokens) -------------------------------------------
+
+#: words the tokenizer reads as one word piece each
+ONE_PIECE_WORDS = ["cat", "dog", "tree", "house", "river", "book", "water", "light"]
+
+
+def words(count: int) -> str:
+    return " ".join(ONE_PIECE_WORDS[i % len(ONE_PIECE_WORDS)] for i in range(count))
+
+
+def test_the_model_cut_is_its_max_seq_length() -> None:
+    settings = json.loads((default_model_dir() / "sentence_bert_config.json").read_text())
+
+    assert local.MAX_TOKENS == settings["max_seq_length"] == 256
+
+
+@pytest.mark.parametrize("backend", ["onnx", "numpy"])
+def test_a_cut_embeds_a_longer_text_as_its_first_max_tokens_word_pieces(
+    embedder: LocalEmbedder, reference: LocalEmbedder, backend: str
+) -> None:
+    full = embedder if backend == "onnx" else reference
+    cut = LocalEmbedder(backend=backend, max_tokens=128)
+    tokenizer = Tokenizer.from_file(str(default_model_dir() / "tokenizer.json"))
+    # [CLS] and [SEP] count: 128 word pieces are 126 of the text's
+    assert len(tokenizer.encode(words(126)).ids) == 128
+
+    long, head = words(400), words(126)
+    vectors = cut.embed([long, head, PROSE[0]], kind="code")
+
+    np.testing.assert_allclose(vectors[0], full.embed([head], kind="code")[0], atol=1e-6)
+    np.testing.assert_allclose(vectors[0], vectors[1], atol=1e-6)
+    # a text within the cut reads as it does at the model's own
+    np.testing.assert_allclose(vectors[2], full.embed([PROSE[0]], kind="code")[0], atol=1e-6)
+    assert float(full.embed([long], kind="code")[0] @ vectors[0]) < 0.999
+
+
+def test_a_cut_embeds_a_query_as_its_chunks() -> None:
+    cut = LocalEmbedder(max_tokens=64)
+
+    np.testing.assert_allclose(
+        cut.embed_query(words(300), kind="text"), cut.embed([words(62)], kind="text")[0], atol=1e-6
+    )
+
+
+def test_the_configured_cut_takes_the_models_range() -> None:
+    assert build_config({}, {}, {}).embed.max_tokens == local.MAX_TOKENS
+    for taken in (local.MIN_MAX_TOKENS, 128, local.MAX_TOKENS):
+        assert build_config({"embed": {"max_tokens": taken}}, {}, {}).embed.max_tokens == taken
+    for refused in (local.MIN_MAX_TOKENS - 1, local.MAX_TOKENS + 1):
+        with pytest.raises(errors.Dir2mcpError, match="embed.max_tokens"):
+            build_config({"embed": {"max_tokens": refused}}, {}, {})
+
+
+@pytest.mark.parametrize(
+    ("precision", "max_tokens", "name"),
+    [
+        ("fp32", 256, "all-MiniLM-L6-v2"),
+        ("fp32", 128, "all-MiniLM-L6-v2-128tokens"),
+        ("int8", 32, "all-MiniLM-L6-v2-int8-32tokens"),
+    ],
+)
+def test_a_shorter_cut_is_recorded_as_its_own_model(precision: str, max_tokens: int, name: str) -> None:
+    made = LocalEmbedder(precision=precision, max_tokens=max_tokens)
+
+    assert made.model_info("code") == made.model_info("text") == ModelInfo("local", name, 384)
+
+
+@pytest.mark.parametrize("max_tokens", [0, 31, 257, 512])
+def test_a_cut_outside_32_to_the_models_256_is_refused(max_tokens: int) -> None:
+    with pytest.raises(ValueError, match="max_tokens must be 32 to 256"):
+        LocalEmbedder(max_tokens=max_tokens)
 
 
 def test_a_paraphrase_scores_above_an_unrelated_sentence(embedder: LocalEmbedder) -> None:

