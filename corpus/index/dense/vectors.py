@@ -93,6 +93,10 @@ LEGACY_STORE = "hnswlib"
 DEFAULT_STORE = "usearch-bf16"
 #: how many hex digits of a shard file's sha256 its name holds (shard_file)
 SHARD_NAME_HEX = 16
+#: a sidecar's shard numbers are below this (a merge numbers its shards
+#: below the count of shards; a larger one is a damaged sidecar's)
+SHARD_NUMBER_MAX = 1 << 31
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 #: a full shard with fewer live vectors than this share of ``shard_vectors``
 #: is merged with others (VectorIndex.compact; docs/benchmarks.md, "Vector
 #: store", session 31)
@@ -137,8 +141,11 @@ def _listed(path: Path, meta: JsonObject | None) -> list[Path]:
     files = []
     for position, part in enumerate(listed if isinstance(listed, list) else []):
         sha = part.get("sha256") if isinstance(part, dict) else None
-        # a part without a sha256 names no file there is (not hex): the load refuses it
-        files.append(shard_file(path, _number(part, position), sha if isinstance(sha, str) else "unlisted"))
+        number = _number(part, position)
+        if not (isinstance(sha, str) and _SHA256.fullmatch(sha) and number < SHARD_NUMBER_MAX):
+            # names no file there is (nor one elsewhere, a name too long): the load refuses it
+            number, sha = position, "unlisted"
+        files.append(shard_file(path, number, sha))
     return files
 
 
