@@ -4,11 +4,15 @@ sidecar, sparse shards merged): each test failed before its fix."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
-from corpus.index.dense.vectors import VectorIndex, saved_shards
-from tests.test_vector_shards import DIM, SHARD, pair
+from corpus.index.dense.embedding import check_models, dense_store, embed_pending
+from corpus.index.dense.vectors import VectorIndex, saved_shards, shard_files
+from tests.test_saved_index_load import Hashed, distinct_chunks
+from tests.test_vector_shards import DIM, SHARD, churned, pair, same_hits
+from tests.test_vectors import unit
 
 
 @pytest.mark.parametrize(
@@ -30,3 +34,44 @@ def test_a_sidecar_naming_no_shard_file_of_its_own_is_refused_not_a_crash(state,
         assert not VectorIndex(sharded.path, DIM, "m", "usearch-bf16", shard_vectors=shard_vectors).load(
             quiet=True
         )
+
+
+class StopAfter(threading.Event):
+    """A stop set once it has been asked ``calls`` times (a SIGTERM mid-merge)."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def is_set(self) -> bool:
+        self.calls -= 1
+        return self.calls < 0 or super().is_set()
+
+
+def test_a_stop_mid_merge_leaves_the_shards_as_they_were(state) -> None:
+    """A merge of the kernel's shards takes minutes; it went on past a stop
+    (SIGTERM) until the supervisor's SIGKILL, losing it and the pass's last save."""
+    one, sharded = churned(state, "usearch-bf16")
+    sharded.save()
+    listed, before = saved_shards(sharded.path), sharded.shards
+    assert sharded.compact(stop=StopAfter(2)) == 0
+    assert sharded.shards == before and shard_files(sharded.path) == sorted(listed)
+    assert not list(state.path.glob(".*.part"))
+    same_hits(one, sharded, unit(20, seed=31), 10)
+    assert sharded.compact() >= 2  # a run not stopped merges them
+
+
+@pytest.mark.django_db
+def test_a_stopped_pass_does_not_start_a_merge(state) -> None:
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True, shard_vectors=5)
+    chunks = distinct_chunks(23, "a")
+    embed_pending(Hashed(), state, batch_size=4)
+    index = dense_store(state).index("code")
+    assert index is not None and index.shards == 5
+    assert index.forget([chunk.chunk_id for chunk in chunks[:12]]) == 12  # shards 0, 1 and 2 sparse
+    stopped = threading.Event()
+    stopped.set()
+    embed_pending(Hashed(), state, batch_size=4, stop=stopped)
+    assert index.shards == 5
+    embed_pending(Hashed(), state, batch_size=4)
+    assert index.shards == 3

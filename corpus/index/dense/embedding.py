@@ -786,16 +786,16 @@ class DenseStore:
         if replace:
             self.settle(kind, threads=EMBED_THREADS, halfway=False)
 
-    def compact(self) -> None:
+    def compact(self, stop: threading.Event | None = None) -> None:
         """Merge the sparse full shards of the indices this process owns
         (VectorIndex.compact: a branch switch, or tombstone collection,
-        leaves old shards sparse, and a search asks every shard). The
-        indexing process calls it after a pass and after a collection;
-        another process (``shard_vectors`` None) never does."""
+        leaves old shards sparse, and a search asks every shard), until
+        ``stop`` is set. The indexing process calls it after a pass and
+        after a collection; another process (``shard_vectors`` None) never does."""
         if not self.shard_vectors:
             return
         for index in list(self._indices.values()):
-            index.compact(threads=EMBED_THREADS)
+            index.compact(threads=EMBED_THREADS, stop=stop)
 
     def save(self, *, force: bool = False) -> None:
         """Write the indices that changed (``force``: now; else at most every
@@ -890,7 +890,7 @@ def embed_pending(
             if progress and stored:
                 progress(stored)
         store.settle("code", threads=EMBED_THREADS)  # the views pass is over
-        store.compact()
+        store.compact(stop)
     finally:
         store.save(force=True)
     if done:

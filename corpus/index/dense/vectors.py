@@ -807,11 +807,16 @@ class VectorIndex:
         found.sort(key=lambda hit: -hit.score)
         return found[:k]
 
-    def compact(self, *, below: float = COMPACT_BELOW, threads: int = 1) -> int:
+    def compact(
+        self, *, below: float = COMPACT_BELOW, threads: int = 1, stop: threading.Event | None = None
+    ) -> int:
         """Merge the sparse full shards (fewer than ``below`` of a shard's
         vectors live, :func:`_sparse`) into full ones, built again from
         their live vectors; returns how many shards were merged (0: none
-        sparse, or not the owner of the files).
+        sparse, not the owner of the files, or ``stop`` set: checked
+        between blocks of COMPACT_BLOCK vectors, the files written removed,
+        as a merge of the kernel's shards takes minutes and a stopping
+        process is killed after its ``stop_wait``).
 
         The build reads the mapped files and writes the new shards' files
         (new names) outside the lock: searches, additions and removals go on
@@ -832,9 +837,11 @@ class VectorIndex:
             return 0
         built: list[tuple[Path, JsonObject]] = []
         try:
-            packed = self._packed(sources, [kept for kept, _ in snapshot], threads)
+            packed = self._packed(sources, [kept for kept, _ in snapshot], threads, stop)
             for number, ann in enumerate(packed, start=first):
                 built.append(_write_shard(self, ann, number))
+            if stop is not None and stop.is_set():
+                return 0
             with self._lock:
                 if any(shard not in self._shards for shard in sources):
                     return 0  # loaded or built again meanwhile
@@ -856,15 +863,20 @@ class VectorIndex:
         logger.info("%s: %d sparse shards merged into %d", self.path.name, len(sources), len(fresh))
         return len(sources)
 
-    def _packed(self, sources: list[_Viewed], labels: list[np.ndarray], threads: int) -> Iterator[_USearch]:
+    def _packed(
+        self, sources: list[_Viewed], labels: list[np.ndarray], threads: int, stop: threading.Event | None
+    ) -> Iterator[_USearch]:
         """Full shards of these shards' ``labels`` (the last one maybe not
-        full), their vectors read from the mapped files a block at a time."""
+        full), their vectors read from the mapped files a block at a time
+        (none more once ``stop`` is set)."""
         size = self.shard_vectors or 1
         dtype = self.store.removeprefix("usearch-")
         ann = _USearch(self.dim, dtype)
         for source, ids in zip(sources, labels, strict=True):
             start = 0
             while start < len(ids):
+                if stop is not None and stop.is_set():
+                    return
                 part = ids[start : start + min(COMPACT_BLOCK, size - ann.count())]
                 ann.add(part, source.base.raw(part), 0, threads)
                 start += len(part)
