@@ -4,12 +4,15 @@ sidecar, sparse shards merged): each test failed before its fix."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from corpus.index.dense.embedding import check_models, dense_store, embed_pending
 from corpus.index.dense.vectors import VectorIndex, saved_shards, shard_files
+from tests.mcp_http import REPO, base_env
 from tests.test_saved_index_load import Hashed, distinct_chunks
 from tests.test_vector_shards import DIM, SHARD, churned, pair, same_hits
 from tests.test_vectors import unit
@@ -75,3 +78,35 @@ def test_a_stopped_pass_does_not_start_a_merge(state) -> None:
     assert index.shards == 5
     embed_pending(Hashed(), state, batch_size=4)
     assert index.shards == 3
+
+
+#: Another process (`up`'s indexing child): the index at argv[1] loaded and
+#: merged with no file it writes allowed past argv[2] bytes (a full disk).
+MERGING_ON_A_FULL_DISK = (
+    "import resource, signal, sys; from pathlib import Path; "
+    "from corpus.index.dense.vectors import VectorIndex\n"
+    "index = VectorIndex(Path(sys.argv[1]), 16, 'm', 'usearch-bf16', shard_vectors=50)\n"
+    "assert index.load(); signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))\n"
+    "print(index.compact(), index.shards)"
+)
+
+
+def test_a_merge_that_cannot_write_its_files_leaves_the_shards_and_says_so(state) -> None:
+    """usearch says a failed write by RuntimeError: a full disk at a merge
+    raised out of embed_pending and the tombstone collection, failing every
+    pass (each tried the merge again)."""
+    _, sharded = churned(state, "usearch-bf16")
+    sharded.save()
+    listed = saved_shards(sharded.path)
+    room = min(file.stat().st_size for file in listed) // 2
+    done = subprocess.run(
+        [sys.executable, "-c", MERGING_ON_A_FULL_DISK, str(sharded.path), str(room)],
+        cwd=REPO,
+        env=base_env(PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", str(sharded.shards)] and "not merged" in done.stderr
+    assert shard_files(sharded.path) == sorted(listed) and not list(state.path.glob(".*.part"))

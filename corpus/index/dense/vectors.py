@@ -813,7 +813,8 @@ class VectorIndex:
         """Merge the sparse full shards (fewer than ``below`` of a shard's
         vectors live, :func:`_sparse`) into full ones, built again from
         their live vectors; returns how many shards were merged (0: none
-        sparse, not the owner of the files, or ``stop`` set: checked
+        sparse, not the owner of the files, its files not written, a full
+        disk: said in a warning, or ``stop`` set: checked
         between blocks of COMPACT_BLOCK vectors, the files written removed,
         as a merge of the kernel's shards takes minutes and a stopping
         process is killed after its ``stop_wait``).
@@ -858,6 +859,9 @@ class VectorIndex:
                 self._shard_meta = kept_parts + [part for _, part in built]
                 self.dirty = True
                 built = []
+        except (OSError, RuntimeError) as exc:  # usearch says a failed write (a full disk) by RuntimeError
+            logger.warning("%s: sparse shards not merged: %s", self.path.name, exc)
+            return 0
         finally:
             _unwritten([file for file, _ in built])
         logger.info("%s: %d sparse shards merged into %d", self.path.name, len(sources), len(fresh))
