@@ -8,13 +8,14 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 from corpus.index.dense.embedding import check_models, dense_store, embed_pending
 from corpus.index.dense.vectors import VectorIndex, saved_shards, shard_files
 from tests.mcp_http import REPO, base_env
 from tests.test_saved_index_load import Hashed, distinct_chunks
-from tests.test_vector_shards import DIM, SHARD, churned, pair, same_hits
+from tests.test_vector_shards import COMPACTING, DIM, SHARD, churned, pair, same_hits
 from tests.test_vectors import unit
 
 
@@ -110,3 +111,26 @@ def test_a_merge_that_cannot_write_its_files_leaves_the_shards_and_says_so(state
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", str(sharded.shards)] and "not merged" in done.stderr
     assert shard_files(sharded.path) == sorted(listed) and not list(state.path.glob(".*.part"))
+
+
+def test_the_open_file_a_killed_save_was_writing_is_removed_by_the_next_save(state) -> None:
+    """A save writes the open shard (up to 0.3 GB; the whole index in one
+    file) to a temp name first: a process killed before its rename left that
+    file for good, where a shard's half-written file is cleared."""
+    _, sharded = churned(state, "usearch-bf16")
+    sharded.save()
+    done = subprocess.run(
+        [sys.executable, "-c", COMPACTING, str(sharded.path), r"\.hnsw\.json$"],
+        cwd=REPO,
+        env=base_env(PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == -9, done.stderr
+    assert list(state.path.glob(".vectors_code.hnsw.[0-9]*.tmp"))  # the killed save's
+    again = VectorIndex(sharded.path, DIM, "m", "usearch-bf16", shard_vectors=SHARD)
+    assert again.load()
+    again.add(np.array([9001]), unit(1, seed=32))
+    again.save()
+    assert not list(state.path.glob(".vectors_code.hnsw.[0-9]*.tmp"))
+    assert not list(state.path.glob(".*.part"))

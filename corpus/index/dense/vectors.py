@@ -97,6 +97,8 @@ SHARD_NAME_HEX = 16
 #: below the count of shards; a larger one is a damaged sidecar's)
 SHARD_NUMBER_MAX = 1 << 31
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+#: no process id is larger (Linux's pid_max at most): a file naming one is no live process's
+PID_MAX = 1 << 22
 #: a full shard with fewer live vectors than this share of ``shard_vectors``
 #: is merged with others (VectorIndex.compact; docs/benchmarks.md, "Vector
 #: store", session 31)
@@ -1018,11 +1020,15 @@ def _clean_shards(path: Path, listed: list[Path]) -> None:
             if file not in listed and file not in _UNLISTED:
                 with contextlib.suppress(OSError):  # elsewhere a mapped file may not go: the next save
                     file.unlink()
-    for part in path.parent.glob(f".{path.name}.*.part"):
-        # a shard's file being written, left by a process that died (a crash mid-compaction)
-        pid = part.name.removeprefix(f".{path.name}.").split(".")[1]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            part.unlink(missing_ok=True)
+    # Half-written files a process that died left (a crash mid-save or
+    # mid-merge): a shard's (_write_shard), the open file's (save: up to
+    # a full shard, or the whole index in one file).
+    written = re.compile(re.escape(f".{path.name}.") + r"(?:\d+\.(\d+)(?:\.\d+)?\.part|(\d+)\.tmp)")
+    for file in path.parent.glob(f".{path.name}.*"):
+        found = written.fullmatch(file.name)
+        pid = int(found.group(1) or found.group(2)) if found else 0
+        if pid and (pid > PID_MAX or not pid_alive(pid)):
+            file.unlink(missing_ok=True)
 
 
 def _write_synced(ann: _Ann, path: Path) -> None:
