@@ -4,6 +4,9 @@ sidecar, sparse shards merged): each test failed before its fix."""
 from __future__ import annotations
 
 import json
+import logging
+import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +20,7 @@ from tests.mcp_http import REPO, base_env
 from tests.test_saved_index_load import Hashed, distinct_chunks
 from tests.test_vector_shards import COMPACTING, DIM, SHARD, churned, pair, same_hits
 from tests.test_vectors import unit
+from tests.test_views_later import vector
 
 
 @pytest.mark.parametrize(
@@ -134,3 +138,28 @@ def test_the_open_file_a_killed_save_was_writing_is_removed_by_the_next_save(sta
     again.save()
     assert not list(state.path.glob(".vectors_code.hnsw.[0-9]*.tmp"))
     assert not list(state.path.glob(".*.part"))
+
+
+@pytest.mark.django_db
+def test_a_save_on_a_full_disk_warns_and_keeps_the_index(state, caplog) -> None:
+    """DenseStore.save caught OSError, but usearch says a failed write by
+    RuntimeError: a full disk raised out of embed_pending's last save (and a
+    tombstone collection's), where the next save tries again."""
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True, shard_vectors=5000)
+    distinct_chunks(8, "a")
+    store = dense_store(state)
+    index = store.index("code")
+    assert index is not None
+    index.add(np.arange(1, 1001), np.stack([vector(str(n)) for n in range(1000)]))
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
+    try:
+        with caplog.at_level(logging.WARNING):
+            store.save(force=True)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert "cannot save vectors_code.hnsw" in caplog.text and index.dirty
+    store.save(force=True)
+    assert not index.dirty and 3 in dense_store(state).index("code")

@@ -807,7 +807,7 @@ class DenseStore:
         for index in list(self._indices.values()):
             try:
                 index.save()
-            except OSError as exc:
+            except (OSError, RuntimeError) as exc:  # usearch: a failed write (a full disk) is a RuntimeError
                 logger.warning("cannot save %s: %s", index.path.name, exc)
         self._last_save = time.monotonic()
         took = self._last_save - start
