@@ -163,3 +163,26 @@ def test_a_save_on_a_full_disk_warns_and_keeps_the_index(state, caplog) -> None:
     assert "cannot save vectors_code.hnsw" in caplog.text and index.dirty
     store.save(force=True)
     assert not index.dirty and 3 in dense_store(state).index("code")
+
+
+def test_a_short_write_usearch_does_not_report_is_not_listed(state) -> None:
+    """usearch says nothing of a small file's failed write (its last
+    buffer's): on a full disk a save recorded the sha256 of the truncated
+    file in the sidecar, and the next load refused both: a build of the
+    whole index again, where the previous files were whole."""
+    index = VectorIndex(state.path / "vectors_code.hnsw", DIM, "m", "usearch-bf16")
+    index.add(np.arange(1, 41), unit(40, seed=34))
+    index.save()
+    size = index.path.stat().st_size
+    index.add(np.array([41]), unit(1, seed=35))
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size - 64, limits[1]))  # the last buffer; the sidecar fits
+    try:
+        with pytest.raises(OSError):
+            index.save()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    again = VectorIndex(index.path, DIM, "m", "usearch-bf16")
+    assert again.load() and len(again) == 40

@@ -61,6 +61,7 @@ a process loading it re-reads only what was stored, or replaced, after.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -362,6 +363,11 @@ class _USearch:
 
     def write(self, path: Path) -> None:
         self.index.save(str(path))
+        # usearch does not say a failed write of its last buffer (a full
+        # disk): a short file, listed, would refuse the next load (a build)
+        written, expected = path.stat().st_size, self.index.serialized_length
+        if written != expected:
+            raise OSError(errno.ENOSPC, f"{written} bytes of {expected} written", str(path))
 
 
 class _Viewed:
