@@ -28,12 +28,13 @@ that owns indexing keeps at most that many vectors in one file. A full
 shard is saved as ``vectors_code.hnsw.N.<the first 16 hex digits of its
 sha256>`` and memory-mapped (its vectors leave the process's memory for the
 page cache); the vectors after it go to the open shard, the ``.hnsw`` file
-itself, whose sidecar lists every full shard's size and sha256. A shard
-written again, or by a build of the index again, is a new file: the
+itself, whose sidecar lists every full shard's number, size and sha256. A
+merged shard, or one of a build of the index again, is a new file: the
 sidecar, renamed into place after them, switches to the new files at once
 (a crash before leaves the previous ones loadable), and a save removes the
-files it no longer lists (a process that mapped them keeps reading them:
-an unlinked file stays whole for its mappings on Linux). A search asks each shard for its ``k`` nearest
+files it no longer lists, and those a process that died half-wrote (a
+process that mapped them keeps reading them: an unlinked file stays whole
+for its mappings on Linux). A search asks each shard for its ``k`` nearest
 and merges them by score (one inner product: the scores compare), so an
 index under one shard is the one file it always was. A removal from a
 full shard is not a rewrite of its file: the label is passed over by that
@@ -43,8 +44,9 @@ vector added to the open shard. A full shard's file is only ever written
 once. New labels go to the open shard, so a branch switch or a long
 history leaves old shards sparse, and a search pays for every shard:
 :meth:`VectorIndex.compact` (the indexing process, after a pass and after
-a tombstone collection) builds the sparse ones' live vectors into full
-shards again, new files the next save lists in their place. A shard
+a tombstone collection; a stop or a full disk ends it, the shards left as
+they were) builds the sparse ones' live vectors into full shards again,
+new files the next save lists in their place. A shard
 file that is missing or does not match the sidecar refuses the whole load:
 the index is built again from the database, as any damaged file. Another
 process reads any layout; the owner refuses a file of another shard size
