@@ -186,3 +186,47 @@ def test_a_short_write_usearch_does_not_report_is_not_listed(state) -> None:
         signal.signal(signal.SIGXFSZ, handler)
     again = VectorIndex(index.path, DIM, "m", "usearch-bf16")
     assert again.load() and len(again) == 40
+
+
+class Meanwhile(threading.Event):
+    """A stop never set that runs ``then`` when first asked: what another
+    thread does while a merge builds its shards outside the index's lock."""
+
+    def __init__(self, then) -> None:
+        super().__init__()
+        self.then = then
+
+    def is_set(self) -> bool:
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        return super().is_set()
+
+
+@pytest.mark.parametrize("store", ["usearch-f32", "usearch-i8"])
+def test_removals_and_replacements_during_a_merge_are_passed_over_in_its_shards(state, store) -> None:
+    """Judged fine (no fix): the labels removed or replaced in a merged
+    shard while the merge ran are passed over in the new shards, in memory
+    and after a reload; the replacing vectors are found."""
+    one, sharded = churned(state, store)
+    sharded.save()
+    held = sorted(sharded.labels)
+    old = [label for label in held if label <= 200]  # in the old, sparse shards
+    gone, moved = old[:5], np.array(old[5:8])
+    fresh = unit(3, seed=36)
+
+    def meanwhile() -> None:
+        for index in (one, sharded):
+            assert index.forget(gone) == 5
+            index.add(moved, fresh, replace=True)
+
+    assert sharded.compact(stop=Meanwhile(meanwhile)) >= 2
+    assert sharded.viewed == 8  # the merged shards pass them over
+    queries = np.vstack([fresh, unit(20, seed=37)])
+    same_hits(one, sharded, queries, 10)
+    assert [sharded.search(vector, 1)[0].chunk_id for vector in fresh] == moved.tolist()
+    sharded.save()
+    again = VectorIndex(sharded.path, DIM, "m", store, shard_vectors=SHARD)
+    assert again.load() and again.labels == one.labels
+    same_hits(one, again, queries, 10)
+    same_hits(one, again, unit(3, seed=38), 300)  # every vector, once
