@@ -16,8 +16,10 @@ import pytest
 
 from corpus.index.dense.embedding import check_models, dense_store, embed_pending
 from corpus.index.dense.vectors import VectorIndex, saved_shards, shard_files
+from corpus.ingest.collect import collect
+from corpus.models import Chunk
 from tests.mcp_http import REPO, base_env
-from tests.test_saved_index_load import Hashed, distinct_chunks
+from tests.test_saved_index_load import Hashed, distinct_chunks, server_store
 from tests.test_vector_shards import COMPACTING, DIM, SHARD, churned, pair, same_hits
 from tests.test_vectors import unit
 from tests.test_views_later import vector
@@ -230,3 +232,29 @@ def test_removals_and_replacements_during_a_merge_are_passed_over_in_its_shards(
     assert again.load() and again.labels == one.labels
     same_hits(one, again, queries, 10)
     same_hits(one, again, unit(3, seed=38), 300)  # every vector, once
+
+
+@pytest.mark.django_db
+def test_a_server_views_the_merged_shards_the_child_saved_at_the_same_seq(state) -> None:
+    """A server viewing its child's file again skipped a file of the seq it
+    viewed last ("the child saved none since"); a merge after a tombstone
+    collection (or at a pass's end) saves new shards at the same seq: the
+    server kept searching the sparse shards, their unlinked files held on
+    disk, until the next embedding."""
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True, shard_vectors=5)
+    chunks = distinct_chunks(6, "a")
+    embed_pending(Hashed(), state, batch_size=4)
+    server = server_store(state, follow=3600.0)
+    server.view_every, server.view_at = 0.0, 8
+    assert server.sync("code") is not None
+    chunks += distinct_chunks(17, "b")
+    embed_pending(Hashed(), state, batch_size=4)
+    viewed = server.sync("code")  # 17 of its own, past 8: the child's file viewed
+    assert viewed is not None and viewed.shards == 5 and server.loads == 1
+    gone = [chunk.chunk_id for chunk in chunks[:12]]  # shards 0 and 1, and 2 of shard 2
+    Chunk.objects.filter(chunk_id__in=gone).update(deleted=True, deleted_unix=1)
+    assert collect(state, 0.0, 0.0).chunks == 12
+    assert dense_store(state).index("code").shards == 3  # the child merged them
+    index = server.sync("code")  # 12 removed of its own, past 8
+    assert index is not None and index.shards == 3 and server.loads == 2
+    assert index.labels == {chunk.chunk_id for chunk in chunks[12:]}

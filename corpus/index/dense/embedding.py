@@ -385,7 +385,8 @@ class DenseStore:
         self.view_at = VIEW_AT
         self.view_every = VIEW_EVERY_SECONDS
         self._viewed_at: dict[str, float] = {}
-        self._viewed_seq: dict[str, str] = {}
+        # the file (saved_stamp) each kind last viewed by _load_saved
+        self._viewed_stamp: dict[str, tuple[int, int, int, int] | None] = {}
         #: the store used while none is recorded (this process's
         #: ``rag.vector_store``, never recorded by it: check_models)
         self.configured_store = DEFAULT_STORE
@@ -712,8 +713,11 @@ class DenseStore:
             return None
         if behind is None and index.seq is not None and int(seq) <= int(index.seq):
             return None  # none newer than what this index holds every vector of
-        if behind is not None and self._viewed_seq.get(kind) == seq:
-            return None  # the file viewed last: the child saved none since
+        stamp = saved_stamp(index.path)
+        if behind is not None and kind in self._viewed_stamp and self._viewed_stamp[kind] == stamp:
+            # the file viewed last: the child saved none since (a save of the
+            # same seq is not: a merge of its shards, a tombstone collection)
+            return None
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
         limit = self.replace_in_place_max if behind is None else behind
         if rows.filter(embed_seq__gt=int(seq)).count() > limit:
@@ -733,7 +737,7 @@ class DenseStore:
             self._deferred[kind] = set()
             self._collected[kind] = collected
             self._due.pop(kind, None)
-            self._viewed_seq[kind] = seq
+            self._viewed_stamp[kind] = stamp
             self.loads += 1
         logger.info("%s index loaded from the saved file with %d vectors", kind, len(fresh))
         return fresh
