@@ -136,7 +136,7 @@ def collect(
     found.lexical_merges = lexical.compact(stop)
     if found:
         set_setting(COLLECTED_KEY, str(time.time_ns()))
-        _forget_labels(state)
+        _forget_labels(state, stop)
         logger.info(
             "collected %d tombstoned chunks, %d representations, %d documents",
             found.chunks,
@@ -218,12 +218,12 @@ def _collect_names() -> int:
         return int(cursor.rowcount)
 
 
-def _forget_labels(state: StateDir) -> None:
+def _forget_labels(state: StateDir, stop: threading.Event | None) -> None:
     """Mark the collected chunks' labels deleted in this process's indices
-    (loading them if a model is recorded), merge the shards that left sparse,
-    and write the files."""
+    (loading them if a model is recorded), merge the shards that left sparse
+    (not once ``stop`` is set), and write the files."""
     store = dense_store(state)
     for kind in KINDS:
         store.sync(kind)
-    store.compact()
+    store.compact(stop)
     store.save(force=True)

@@ -385,7 +385,8 @@ class DenseStore:
         self.view_at = VIEW_AT
         self.view_every = VIEW_EVERY_SECONDS
         self._viewed_at: dict[str, float] = {}
-        self._viewed_seq: dict[str, str] = {}
+        # the file (saved_stamp) each kind last viewed by _load_saved
+        self._viewed_stamp: dict[str, tuple[int, int, int, int] | None] = {}
         #: the store used while none is recorded (this process's
         #: ``rag.vector_store``, never recorded by it: check_models)
         self.configured_store = DEFAULT_STORE
@@ -712,8 +713,11 @@ class DenseStore:
             return None
         if behind is None and index.seq is not None and int(seq) <= int(index.seq):
             return None  # none newer than what this index holds every vector of
-        if behind is not None and self._viewed_seq.get(kind) == seq:
-            return None  # the file viewed last: the child saved none since
+        stamp = saved_stamp(index.path)
+        if behind is not None and kind in self._viewed_stamp and self._viewed_stamp[kind] == stamp:
+            # the file viewed last: the child saved none since (a save of the
+            # same seq is not: a merge of its shards, a tombstone collection)
+            return None
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
         limit = self.replace_in_place_max if behind is None else behind
         if rows.filter(embed_seq__gt=int(seq)).count() > limit:
@@ -733,7 +737,7 @@ class DenseStore:
             self._deferred[kind] = set()
             self._collected[kind] = collected
             self._due.pop(kind, None)
-            self._viewed_seq[kind] = seq
+            self._viewed_stamp[kind] = stamp
             self.loads += 1
         logger.info("%s index loaded from the saved file with %d vectors", kind, len(fresh))
         return fresh
@@ -786,16 +790,16 @@ class DenseStore:
         if replace:
             self.settle(kind, threads=EMBED_THREADS, halfway=False)
 
-    def compact(self) -> None:
+    def compact(self, stop: threading.Event | None = None) -> None:
         """Merge the sparse full shards of the indices this process owns
         (VectorIndex.compact: a branch switch, or tombstone collection,
-        leaves old shards sparse, and a search asks every shard). The
-        indexing process calls it after a pass and after a collection;
-        another process (``shard_vectors`` None) never does."""
+        leaves old shards sparse, and a search asks every shard), until
+        ``stop`` is set. The indexing process calls it after a pass and
+        after a collection; another process (``shard_vectors`` None) never does."""
         if not self.shard_vectors:
             return
         for index in list(self._indices.values()):
-            index.compact(threads=EMBED_THREADS)
+            index.compact(threads=EMBED_THREADS, stop=stop)
 
     def save(self, *, force: bool = False) -> None:
         """Write the indices that changed (``force``: now; else at most every
@@ -807,7 +811,7 @@ class DenseStore:
         for index in list(self._indices.values()):
             try:
                 index.save()
-            except OSError as exc:
+            except (OSError, RuntimeError) as exc:  # usearch: a failed write (a full disk) is a RuntimeError
                 logger.warning("cannot save %s: %s", index.path.name, exc)
         self._last_save = time.monotonic()
         took = self._last_save - start
@@ -890,7 +894,7 @@ def embed_pending(
             if progress and stored:
                 progress(stored)
         store.settle("code", threads=EMBED_THREADS)  # the views pass is over
-        store.compact()
+        store.compact(stop)
     finally:
         store.save(force=True)
     if done:

@@ -28,12 +28,13 @@ that owns indexing keeps at most that many vectors in one file. A full
 shard is saved as ``vectors_code.hnsw.N.<the first 16 hex digits of its
 sha256>`` and memory-mapped (its vectors leave the process's memory for the
 page cache); the vectors after it go to the open shard, the ``.hnsw`` file
-itself, whose sidecar lists every full shard's size and sha256. A shard
-written again, or by a build of the index again, is a new file: the
+itself, whose sidecar lists every full shard's number, size and sha256. A
+merged shard, or one of a build of the index again, is a new file: the
 sidecar, renamed into place after them, switches to the new files at once
 (a crash before leaves the previous ones loadable), and a save removes the
-files it no longer lists (a process that mapped them keeps reading them:
-an unlinked file stays whole for its mappings on Linux). A search asks each shard for its ``k`` nearest
+files it no longer lists, and those a process that died half-wrote (a
+process that mapped them keeps reading them: an unlinked file stays whole
+for its mappings on Linux). A search asks each shard for its ``k`` nearest
 and merges them by score (one inner product: the scores compare), so an
 index under one shard is the one file it always was. A removal from a
 full shard is not a rewrite of its file: the label is passed over by that
@@ -43,8 +44,9 @@ vector added to the open shard. A full shard's file is only ever written
 once. New labels go to the open shard, so a branch switch or a long
 history leaves old shards sparse, and a search pays for every shard:
 :meth:`VectorIndex.compact` (the indexing process, after a pass and after
-a tombstone collection) builds the sparse ones' live vectors into full
-shards again, new files the next save lists in their place. A shard
+a tombstone collection; a stop or a full disk ends it, the shards left as
+they were) builds the sparse ones' live vectors into full shards again,
+new files the next save lists in their place. A shard
 file that is missing or does not match the sidecar refuses the whole load:
 the index is built again from the database, as any damaged file. Another
 process reads any layout; the owner refuses a file of another shard size
@@ -61,6 +63,7 @@ a process loading it re-reads only what was stored, or replaced, after.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -93,6 +96,12 @@ LEGACY_STORE = "hnswlib"
 DEFAULT_STORE = "usearch-bf16"
 #: how many hex digits of a shard file's sha256 its name holds (shard_file)
 SHARD_NAME_HEX = 16
+#: a sidecar's shard numbers are below this (a merge numbers its shards
+#: below the count of shards; a larger one is a damaged sidecar's)
+SHARD_NUMBER_MAX = 1 << 31
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+#: no process id is larger (Linux's pid_max at most): a file naming one is no live process's
+PID_MAX = 1 << 22
 #: a full shard with fewer live vectors than this share of ``shard_vectors``
 #: is merged with others (VectorIndex.compact; docs/benchmarks.md, "Vector
 #: store", session 31)
@@ -137,8 +146,11 @@ def _listed(path: Path, meta: JsonObject | None) -> list[Path]:
     files = []
     for position, part in enumerate(listed if isinstance(listed, list) else []):
         sha = part.get("sha256") if isinstance(part, dict) else None
-        # a part without a sha256 names no file there is (not hex): the load refuses it
-        files.append(shard_file(path, _number(part, position), sha if isinstance(sha, str) else "unlisted"))
+        number = _number(part, position)
+        if not (isinstance(sha, str) and _SHA256.fullmatch(sha) and number < SHARD_NUMBER_MAX):
+            # names no file there is (nor one elsewhere, a name too long): the load refuses it
+            number, sha = position, "unlisted"
+        files.append(shard_file(path, number, sha))
     return files
 
 
@@ -353,6 +365,11 @@ class _USearch:
 
     def write(self, path: Path) -> None:
         self.index.save(str(path))
+        # usearch does not say a failed write of its last buffer (a full
+        # disk): a short file, listed, would refuse the next load (a build)
+        written, expected = path.stat().st_size, self.index.serialized_length
+        if written != expected:
+            raise OSError(errno.ENOSPC, f"{written} bytes of {expected} written", str(path))
 
 
 class _Viewed:
@@ -800,11 +817,17 @@ class VectorIndex:
         found.sort(key=lambda hit: -hit.score)
         return found[:k]
 
-    def compact(self, *, below: float = COMPACT_BELOW, threads: int = 1) -> int:
+    def compact(
+        self, *, below: float = COMPACT_BELOW, threads: int = 1, stop: threading.Event | None = None
+    ) -> int:
         """Merge the sparse full shards (fewer than ``below`` of a shard's
         vectors live, :func:`_sparse`) into full ones, built again from
         their live vectors; returns how many shards were merged (0: none
-        sparse, or not the owner of the files).
+        sparse, not the owner of the files, its files not written, a full
+        disk: said in a warning, or ``stop`` set: checked
+        between blocks of COMPACT_BLOCK vectors, the files written removed,
+        as a merge of the kernel's shards takes minutes and a stopping
+        process is killed after its ``stop_wait``).
 
         The build reads the mapped files and writes the new shards' files
         (new names) outside the lock: searches, additions and removals go on
@@ -825,9 +848,11 @@ class VectorIndex:
             return 0
         built: list[tuple[Path, JsonObject]] = []
         try:
-            packed = self._packed(sources, [kept for kept, _ in snapshot], threads)
+            packed = self._packed(sources, [kept for kept, _ in snapshot], threads, stop)
             for number, ann in enumerate(packed, start=first):
                 built.append(_write_shard(self, ann, number))
+            if stop is not None and stop.is_set():
+                return 0
             with self._lock:
                 if any(shard not in self._shards for shard in sources):
                     return 0  # loaded or built again meanwhile
@@ -844,20 +869,28 @@ class VectorIndex:
                 self._shard_meta = kept_parts + [part for _, part in built]
                 self.dirty = True
                 built = []
+        except (OSError, RuntimeError) as exc:  # usearch says a failed write (a full disk) by RuntimeError
+            logger.warning("%s: sparse shards not merged: %s", self.path.name, exc)
+            return 0
         finally:
             _unwritten([file for file, _ in built])
         logger.info("%s: %d sparse shards merged into %d", self.path.name, len(sources), len(fresh))
         return len(sources)
 
-    def _packed(self, sources: list[_Viewed], labels: list[np.ndarray], threads: int) -> Iterator[_USearch]:
+    def _packed(
+        self, sources: list[_Viewed], labels: list[np.ndarray], threads: int, stop: threading.Event | None
+    ) -> Iterator[_USearch]:
         """Full shards of these shards' ``labels`` (the last one maybe not
-        full), their vectors read from the mapped files a block at a time."""
+        full), their vectors read from the mapped files a block at a time
+        (none more once ``stop`` is set)."""
         size = self.shard_vectors or 1
         dtype = self.store.removeprefix("usearch-")
         ann = _USearch(self.dim, dtype)
         for source, ids in zip(sources, labels, strict=True):
             start = 0
             while start < len(ids):
+                if stop is not None and stop.is_set():
+                    return
                 part = ids[start : start + min(COMPACT_BLOCK, size - ann.count())]
                 ann.add(part, source.base.raw(part), 0, threads)
                 start += len(part)
@@ -995,11 +1028,15 @@ def _clean_shards(path: Path, listed: list[Path]) -> None:
             if file not in listed and file not in _UNLISTED:
                 with contextlib.suppress(OSError):  # elsewhere a mapped file may not go: the next save
                     file.unlink()
-    for part in path.parent.glob(f".{path.name}.*.part"):
-        # a shard's file being written, left by a process that died (a crash mid-compaction)
-        pid = part.name.removeprefix(f".{path.name}.").split(".")[1]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            part.unlink(missing_ok=True)
+    # Half-written files a process that died left (a crash mid-save or
+    # mid-merge): a shard's (_write_shard), the open file's (save: up to
+    # a full shard, or the whole index in one file).
+    written = re.compile(re.escape(f".{path.name}.") + r"(?:\d+\.(\d+)(?:\.\d+)?\.part|(\d+)\.tmp)")
+    for file in path.parent.glob(f".{path.name}.*"):
+        found = written.fullmatch(file.name)
+        pid = int(found.group(1) or found.group(2)) if found else 0
+        if pid and (pid > PID_MAX or not pid_alive(pid)):
+            file.unlink(missing_ok=True)
 
 
 def _write_synced(ann: _Ann, path: Path) -> None:
