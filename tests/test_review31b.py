@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from corpus import containers
 from corpus.security import ExclusionEngine, ExclusionPolicy
+from kernel import errors
 from kernel.config import DEFAULT_PATH_EXCLUDES
+from tests.support import zip_bytes
 
 
 @pytest.mark.parametrize(
@@ -31,3 +34,26 @@ def test_a_rule_that_matched_a_name_exactly_still_matches_it_judged_without_case
     character whose fold is longer is kept as it is now."""
     engine = ExclusionEngine(tmp_path, ExclusionPolicy((*DEFAULT_PATH_EXCLUDES, rule), ()))
     assert engine.excluded_reason(rel_path) == f"path_excludes: {rule}"  # before: None
+
+
+#: a self-extracting archive's stub: what comes before its zip (any bytes)
+STUB = b"MZ" + bytes(510)
+
+
+@pytest.mark.parametrize("name", ["tools/setup.exe", "docs/report.docx", "notes/bundle.txt"])
+def test_a_zip_behind_other_bytes_has_its_parts_screened(tmp_path: Path, name: str) -> None:
+    """A zip is read from its end (its directory), so bytes before it (a
+    self-extracting archive's stub, anything) leave it a zip every tool
+    opens; the parts were screened only for a file whose head was a zip's,
+    so a ``.docx``, ``.exe`` or ``.txt`` of a stub and then a zip holding a
+    ``.env`` was served whole. Such a zip's parts are judged now; the same
+    stub before a clean zip is still served."""
+    (tmp_path / name).parent.mkdir(parents=True)
+    (tmp_path / name).write_bytes(STUB + zip_bytes({"app/.env": "DB_PASSWORD=hunter2-production\n"}))
+    (tmp_path / "clean.exe").write_bytes(STUB + zip_bytes({"app/readme.txt": "hello\n"}))
+    engine = ExclusionEngine(tmp_path, ExclusionPolicy(tuple(DEFAULT_PATH_EXCLUDES), ()))
+    with engine.open(name) as opened, pytest.raises(errors.Dir2mcpError) as refused:
+        containers.screen_zip_parts(engine, opened)  # before: nothing raised
+    assert refused.value.code == errors.FORBIDDEN, refused.value
+    with engine.open("clean.exe") as opened:
+        containers.screen_zip_parts(engine, opened)
