@@ -8,7 +8,8 @@ hands out every part, and screening the container's bytes sees none of them
 (until session 22 a document whose embedded object held a key and a
 password was served, and the client unzipped them). So before a zip
 container's bytes go out, each part is decompressed and screened
-(:func:`screen_zip_parts`), nested zips inside it too, within a budget of
+(:func:`screen_zip_parts`; a zip behind other bytes, a self-extracting
+archive's stub, under any name, too), nested zips inside it too, within a budget of
 decompressed bytes; a container that cannot be screened within it (too
 large, compressed past :data:`MAX_RATIO`, encrypted or unreadable parts) is
 refused. An archive (``.zip``, ``.jar``) is never read as bytes at all
@@ -62,7 +63,7 @@ def screen_zip_parts(engine: ExclusionEngine, opened: OpenedFile) -> None:
     any other file. Leaves the file's position anywhere: the caller seeks."""
     opened.file.seek(0)
     head = opened.file.read(len(PDF_MAGIC))
-    if head.startswith(ZIP_MAGIC):
+    if head.startswith(ZIP_MAGIC) or (head != PDF_MAGIC and _zip_behind(opened.file)):
         screen = _screen_zip
     elif head == PDF_MAGIC:
         screen = _screen_pdf
@@ -87,6 +88,21 @@ def screen_zip_parts(engine: ExclusionEngine, opened: OpenedFile) -> None:
                 _verdicts.popitem(last=False)
     if verdict is not None:
         raise errors.Dir2mcpError(verdict.code, verdict.message)
+
+
+def _zip_behind(source: BinaryIO) -> bool:
+    """Whether a zip ends ``source`` though its head is not a zip's: a zip is
+    read from its directory at the end, so bytes before it (a
+    self-extracting archive's stub, anything) leave it a zip every tool
+    opens (until review 31b a stub then a zip holding a ``.env`` was served
+    whole, under any name). Only a zip that opens counts: a file whose tail
+    merely holds the directory's signature is not refused for it."""
+    source.seek(0)
+    try:  # reads the directory's end record (in the last 64 KiB) first: no record, no zip
+        with zipfile.ZipFile(source):
+            return True
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, ValueError, OSError):
+        return False
 
 
 def _refused(rel: str, why: str) -> errors.Dir2mcpError:

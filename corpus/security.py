@@ -228,6 +228,18 @@ class IsDirectory(errors.Dir2mcpError):
         self.rel, self.real_rel = rel, real_rel
 
 
+def fold_case(text: str) -> str:
+    """``text`` without case, one character for one: a character whose
+    casefold is longer (``ß`` is ``ss``, ``İ`` an ``i`` and a dot, ``ﬁ`` is
+    ``fi``) is kept as it is, so a rule's ``?`` or ``[ß]``, one character,
+    matches the names it matched as written (until review 31b a folded
+    ``keyß.pem`` was five characters and passed ``key?.pem``)."""
+    folded = text.casefold()
+    if len(folded) == len(text):  # no character grew (none folds to nothing): the usual name
+        return folded
+    return "".join(char if len(folded := char.casefold()) != 1 else folded for char in text)
+
+
 class ExclusionEngine:
     """Decides what may be indexed or opened below ``root``."""
 
@@ -243,8 +255,8 @@ class ExclusionEngine:
         # Judged without case (both sides casefolded): a rule is about what a
         # file is (``*.pfx``, ``.npmrc``), which ``CERT.PFX`` or ``.NPMRC`` is too,
         # and a case-insensitive file system opens ``.npmrc`` for ``.NPMRC``.
-        self._excludes = spec(pattern.casefold() for pattern in policy.path_excludes)
-        self._exclude_spelled = {p.casefold(): p for p in reversed(policy.path_excludes)}
+        self._excludes = spec(fold_case(pattern) for pattern in policy.path_excludes)
+        self._exclude_spelled = {fold_case(p): p for p in reversed(policy.path_excludes)}
         #: the git work tree the root lies in: its outer rules and tracked files
         self._repo = Repository.find(self._root_str) if policy.use_gitignore else None
         # All the rules in one linear-time pass (kernel/secret_scan.py).
@@ -404,7 +416,7 @@ class ExclusionEngine:
         return self._repo.is_tracked(dir_rel, is_dir=True)
 
     def _excludes_reason(self, rel: str, *, is_dir: bool) -> str | None:
-        result = self._excludes.check_file((rel + "/" if is_dir else rel).casefold())
+        result = self._excludes.check_file(fold_case(rel + "/" if is_dir else rel))
         if result.include:
             assert result.index is not None  # a pattern decided it
             folded = str(self._excludes.patterns[result.index].pattern)

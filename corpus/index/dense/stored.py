@@ -26,9 +26,13 @@ def stored_vectors(ids: list[int]) -> dict[int, tuple[str, np.ndarray]]:
     if not ids:
         return {}
     among, listed = one_of("chunk_id", ids)  # one parameter, whatever the pool (session 31)
+    # Each by its id: with no statistics, SQLite's planner read every live
+    # embedded chunk's entry of the index on (deleted, embedding_status)
+    # for these few (review 31b; lexical.live says the same).
+    by_id = " NOT INDEXED" if connection.vendor == "sqlite" else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT chunk_id, index_kind, embedding FROM chunks WHERE {among} "
+            f"SELECT chunk_id, index_kind, embedding FROM chunks{by_id} WHERE {among} "
             "AND deleted = %s AND embedding_status = %s",
             [listed, False, EmbeddingStatus.OK],
         )
