@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import os
 import tarfile
 import time
@@ -81,9 +82,12 @@ def test_many_sessions_of_one_host_never_take_every_call_slot(tmp_path, running,
     hostile, other = from_host(srv, HOSTILE), from_host(srv, OTHER)
     fake.delay_next(600, count=20)
     ask = {"name": "dir2mcp.ask", "arguments": {"question": "what does the loader read?"}}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": ask}
+    ids = itertools.count(1)
 
     def ask_in(host: Host, session: str):
+        # each call its own id: a second call under an id in flight in its
+        # session is refused -32600 (session 31), not held
+        body = {"jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": ask}
         return send(
             host.url,
             "/mcp",
