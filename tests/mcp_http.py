@@ -8,6 +8,7 @@ live in test_up.py; these fixtures serve the transport and tool tests.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import subprocess
@@ -47,6 +48,10 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+#: ids of calls that name none, never two alike in one test process
+CALL_IDS = itertools.count(1_000_000)
 
 
 @dataclass
@@ -105,10 +110,12 @@ class Server:
         assert note.status_code == 202
         return session
 
-    def call(self, session: str, name: str, arguments: dict, msg_id: int = 1) -> dict:
+    def call(self, session: str, name: str, arguments: dict, msg_id: int | None = None) -> dict:
         body = {
             "jsonrpc": "2.0",
-            "id": msg_id,
+            # a fresh id unless one is asked for: calls made at once in one
+            # session may not share an id in flight (refused -32600)
+            "id": next(CALL_IDS) if msg_id is None else msg_id,
             "method": "tools/call",
             "params": {"name": name, "arguments": arguments},
         }

@@ -252,7 +252,7 @@ def test_up_no_index_on_a_read_only_state_directory_maps_its_dense_shards(corpus
     index's full shards (rag.shard_vectors) as it links the index's file:
     without them the saved index was refused and built again in memory."""
     make_tree(corpus_dir, files=6)
-    env = {"DIR2MCP_EMBED__PROVIDER": "local", "DIR2MCP_RAG__SHARD_VECTORS": "3"}
+    env = {"DIR2MCP_EMBED__PROVIDER": "local", "DIR2MCP_RAG__SHARD_VECTORS": "2"}
     with small_tmpfs(tmp_path / "state", "64m") as state:
         built = cli("reindex", "--dir", str(corpus_dir), "--state-dir", str(state), "--quiet", env=env)
         assert built.returncode == 0, built.stderr
