@@ -24,6 +24,15 @@ memory (issue #37), sampled every 0.2 s from ``/proc/PID/status``: the
 peak of the server's RSS plus the child's at the same instant, each one's
 peak, and the server's RSS at the end split into anonymous memory (its own)
 and file pages (a memory-mapped index file: the page cache's, shared).
+``--early N``: once a fifth of the units are stored, the child is asked to
+embed the first N files first (``embed_first``, as a search's hits are):
+their units stored alone already, their views are embedded early and the
+child defers those replacements until its views pass ends (issue #37,
+session 31). ``--view-at`` and ``--view-every`` set the server's
+``DenseStore.view_at`` / ``view_every`` (its own vectors before it maps
+the child's newer file; 20,000 and 60 s by default), so a small tree
+shows what the kernel's does; the server's own vectors beside the mapped
+file (``viewed``) are sampled with its memory.
 ``--store`` sets ``rag.vector_store`` (both processes record it);
 ``--shard-vectors`` the child's ``rag.shard_vectors`` (0: one file), each
 value given a run of its own in each round.
@@ -154,8 +163,21 @@ def child(args: argparse.Namespace) -> None:
         records_store=True,
         shard_vectors=args.shard,
     )
+    from corpus.index.dense.embedding import embed_first
+    from corpus.models import Chunk
+
+    units = Chunk.objects.filter(index_kind="code").count()
+    asked = [f"mod_{f:04d}.py" for f in range(args.early)]
+    stored = [0]
+
+    def progress(count: int) -> None:
+        stored[0] += count
+        if asked and stored[0] >= units // 5:
+            embed_first.add(asked)  # a search's hit files
+            asked.clear()
+
     start = time.process_time()
-    done = embed_pending(embedder, state)
+    done = embed_pending(embedder, state, progress=progress)
     store = dense_store(state)
     print(json.dumps({"embedded": done, "cpu_s": time.process_time() - start, "rebuilds": store.rebuilds}))
 
@@ -174,21 +196,25 @@ def server(args: argparse.Namespace) -> None:
     follow = SAVED_WAIT_SECONDS if args.mode == "load" else None
     stop = threading.Event()
     store = dense_store(state)
+    store.view_at, store.view_every = args.view_at, args.view_every
     refresher = DenseRefresher(state, stop, every=args.every, follow_saves=follow).start()
     thread = next(t for t in threading.enumerate() if t.name == "dir2mcp-dense-refresh")
     start, start_cpu = time.perf_counter(), time.process_time()
     proc = subprocess.Popen(
         ["nice", "-n", "5", sys.executable, __file__, "--child", "--tree", str(args.tree)]
         + ["--state", str(args.state), "--pace", str(args.pace), "--store", args.store]
-        + ["--shard", str(args.shard)],
+        + ["--shard", str(args.shard), "--early", str(args.early)],
         stdout=subprocess.PIPE,
         text=True,
     )
     # the refresher's CPU when the units pass ends: the last look at the
     # most units stored alone (the views pass brings the count down)
     units_cpu, most = 0.0, 0
-    peak = {"sum": 0, "server": 0, "child": 0}
+    peak = {"sum": 0, "server": 0, "child": 0, "anon": 0, "viewed": 0}
     while proc.poll() is None:
+        held = store.index("code")
+        peak["viewed"] = max(peak["viewed"], (held.viewed or 0) if held is not None else 0)
+        peak["anon"] = max(peak["anon"], memory(os.getpid()).get("RssAnon", 0))
         cpu, waiting = thread_cpu(thread.native_id), views_pending().count()
         if waiting >= most:
             units_cpu, most = cpu, waiting
@@ -255,6 +281,9 @@ def server(args: argparse.Namespace) -> None:
                 "end_server_anon_mib": mib(at_end.get("RssAnon", 0)),
                 "end_server_file_mib": mib(at_end.get("RssFile", 0)),
                 "end_server_viewed": viewed,
+                "peak_server_anon_mib": mib(peak["anon"]),
+                "peak_server_viewed": peak["viewed"],
+                "early_files": args.early,
                 "caught_up": caught_up(),
                 "refresher_cpu_s": round(refresher_cpu, 2),
                 "refresher_units_pass_cpu_s": round(units_cpu, 2),
@@ -291,6 +320,9 @@ def main() -> None:
         default=[0],
         help="rag.shard_vectors of the child (0: one file); each value is a run of its own in each round",
     )
+    parser.add_argument("--early", type=int, default=0, help="files asked first once a fifth is stored")
+    parser.add_argument("--view-at", type=int, default=20_000, help="the server's DenseStore.view_at")
+    parser.add_argument("--view-every", type=float, default=60.0, help="the server's DenseStore.view_every")
     parser.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)
@@ -318,7 +350,8 @@ def main() -> None:
             out = subprocess.run(
                 [sys.executable, __file__, "--server", "--mode", mode, "--tree", str(tree)]
                 + ["--state", str(state), "--pace", str(args.pace), "--every", str(args.every)]
-                + ["--store", args.store, "--shard", str(shard)],
+                + ["--store", args.store, "--shard", str(shard), "--early", str(args.early)]
+                + ["--view-at", str(args.view_at), "--view-every", str(args.view_every)],
                 check=True,
                 capture_output=True,
                 text=True,

@@ -19,6 +19,7 @@ from corpus.index.dense.embedding import (
     DenseStore,
     check_models,
     dense_store,
+    drop_store,
     embed_chunks,
     embed_pending,
     views_pending,
@@ -363,3 +364,88 @@ def test_a_server_waiting_for_the_file_of_a_child_that_was_killed_builds_the_ind
     index = server.sync("code")  # the lock is free: the child is gone
     assert index is not None and len(index) == 6 and server.builds == 1 and server.waiting() == []
     assert hits(server, vector(unit_text(chunks[2])), 1)[0][0] == chunks[2].chunk_id
+
+
+@pytest.mark.django_db
+def test_a_server_keeps_viewing_the_childs_file_while_the_child_holds_early_replacements(state) -> None:
+    # A search's hit files are embedded first (EmbedFirst): their views are
+    # stored while the views pass has not begun, and the child defers those
+    # replacements; its saves must still say what they hold, so the server
+    # maps each one rather than copy every later vector into its own index.
+    check_models(Hashed(), state, signature_weight=WEIGHT, vector_store="usearch-bf16", records_store=True)
+    child = dense_store(state)
+    chunks = distinct_chunks(6, "a")
+    embed_pending(Hashed({view_text(c) for c in chunks}), state, batch_size=4)  # units, views not begun
+    server = server_store(state, follow=3600.0)
+    server.view_every = 0.0
+    server.view_at = 8
+    server.sync("code")
+
+    embed_chunks(Hashed(), [c.chunk_id for c in chunks[:2]], batch_size=4)  # the hit files' views
+    child.sync("code")
+    assert child.deferred("code") == 2
+    viewed = []
+    for round in range(6):
+        chunks += distinct_chunks(6, f"r{round}x")
+        embed_pending(Hashed({view_text(c) for c in chunks}), state, batch_size=4)  # the child saves
+        viewed.append(server.sync("code").viewed)
+    assert all(own is not None and own <= 8 for own in viewed), viewed  # mapped, not copied
+    assert server.deferred("code") == 2  # the file's list: the server applies them in turn
+
+    # the views pass to its end; the server's last try came before the
+    # child's last save, and nothing is stored after it
+    server.view_every = 3600.0
+    embed_pending(Hashed(), state, batch_size=4)
+    server.sync("code")
+    server.settle("code")
+    server.view_every = 0.0
+    index = server.sync("code")  # the refresher's next pass: nothing new stored
+    assert index.viewed == 0 and server.deferred("code") == 0
+    assert_holds_blends(server, chunks)
+
+
+@pytest.mark.django_db
+def test_a_server_views_the_childs_last_file_though_nothing_is_stored_after_it(state) -> None:
+    # The child's last save came after the server's last try (tries are
+    # spaced: view_every); the refresher's passes after it find nothing new
+    # stored, and still map that file rather than keep their own copy.
+    check_models(Hashed(), state, vector_store="usearch-bf16", records_store=True)
+    distinct_chunks(6, "a")
+    embed_pending(Hashed(), state, batch_size=4)
+    server = server_store(state, follow=3600.0)
+    server.view_at = 8
+    server.view_every = 0.0
+    server.sync("code")
+    distinct_chunks(12, "b")
+    embed_pending(Hashed(), state, batch_size=4)
+    assert server.sync("code").viewed == 0 and server.loads == 1  # a try: the file viewed
+    server.view_every = 3600.0
+    distinct_chunks(12, "c")
+    embed_pending(Hashed(), state, batch_size=4)  # the child's last save
+    assert server.sync("code").viewed == 12  # tried before: not yet again
+
+    server.view_every = 0.0  # the time between tries has passed
+    index = server.sync("code")
+
+    assert index.viewed == 0 and server.loads == 2 and len(index) == 30
+
+
+@pytest.mark.django_db
+def test_a_child_restarted_on_a_file_listing_replacements_applies_them(state) -> None:
+    # The file says it holds every vector up to its seq but the listed
+    # replacements (stored before that seq): a process starting on it
+    # defers them again, else it would keep their older vectors for good.
+    chunks, fake, child = replacing_store(state)
+    embed_pending(Hashed({view_text(c) for c in chunks}), state, batch_size=4)
+    embed_chunks(fake, [c.chunk_id for c in chunks[:2]], batch_size=4)  # embedded first
+    child.sync("code")
+    later = distinct_chunks(4, "later")
+    embed_pending(Hashed({view_text(c) for c in chunks + later}), state, batch_size=4)  # saves
+    assert child.deferred("code") == 2
+    drop_store(state)  # the child restarts
+
+    restarted = dense_store(state)
+    restarted.sync("code")
+    assert restarted.deferred("code") == 2 and restarted.builds == 0  # loaded, with its list
+    embed_pending(fake, state, batch_size=4)
+    assert_holds_blends(restarted, chunks + later)

@@ -52,6 +52,7 @@ from corpus.index.dense.vectors import (
     VectorIndex,
     index_path,
     remove_files,
+    saved_pending,
     saved_seq,
     saved_stamp,
     saved_store,
@@ -351,8 +352,8 @@ class DenseStore:
         # The embeddings version each index was last reconciled with.
         self._synced: dict[str, str] = {}
         # Labels whose stored vector replaced the one the index holds, not
-        # applied yet; while any is, the index's seq (what its file says it
-        # holds every vector of) stays where it was before the first.
+        # applied yet; the index's file lists them (VectorIndex.pending)
+        # beside its seq, which holds every other vector (_mark).
         self._deferred: dict[str, set[int]] = {}
         #: see REPLACE_IN_PLACE_MAX
         self.replace_in_place_max = REPLACE_IN_PLACE_MAX
@@ -385,7 +386,7 @@ class DenseStore:
         self.view_at = VIEW_AT
         self.view_every = VIEW_EVERY_SECONDS
         self._viewed_at: dict[str, float] = {}
-        # the file (saved_stamp) each kind last viewed by _load_saved
+        # the file (saved_stamp) each kind last loaded or viewed by _load_saved
         self._viewed_stamp: dict[str, tuple[int, int, int, int] | None] = {}
         #: the store used while none is recorded (this process's
         #: ``rag.vector_store``, never recorded by it: check_models)
@@ -466,6 +467,7 @@ class DenseStore:
                 if loaded and current.seq is not None:
                     # what the file holds every vector of: sync re-reads only what is newer
                     self._synced[kind] = current.seq
+                    self._deferred[kind] = set(current.pending)
                 else:
                     self._synced.pop(kind, None)
                 self._indices[kind] = current
@@ -491,6 +493,7 @@ class DenseStore:
             if held.load(quiet=True, view=True):
                 if held.seq is not None:
                     self._synced[kind] = held.seq
+                    self._deferred[kind] = set(held.pending)
                 self._indices[kind] = held
                 logger.info(
                     "%s index: searching the saved %s file until the indexing process saves its new one",
@@ -558,7 +561,9 @@ class DenseStore:
             and self._collected.get(kind) == collected
             and current.store == store
         ):
-            return current
+            # nothing stored since: the child's file may still be viewed
+            # (its last save came after this process's last try)
+            return self._view(kind, current) or current
         index = self.index(kind, store)
         if index is None:
             return None
@@ -601,8 +606,7 @@ class DenseStore:
                 self._collected.pop(kind, None)
                 return self._indices.get(kind)
             self._synced[kind] = version
-            if not self._deferred.get(kind):
-                index.seq = version
+            self._mark(kind, index, version)
             if built:
                 self.builds += 1
         if built:
@@ -624,6 +628,15 @@ class DenseStore:
             return None
         self._viewed_at[kind] = now
         return self._load_saved(kind, index, behind=own)
+
+    def _mark(self, kind: str, index: VectorIndex, version: str | None) -> None:
+        """What ``index``'s file will say it holds: every vector stored by
+        ``version`` but the deferred replacements, which it lists. Under
+        ``self._lock``. The list first: a save between the two (another
+        thread) writes the older version with a list that may be longer,
+        which a loader applies again, never a newer version without its list."""
+        index.pending = frozenset(self._deferred.get(kind) or ())
+        index.seq = version
 
     def _add_or_defer(
         self, kind: str, index: VectorIndex, chunk_ids: np.ndarray, vectors: np.ndarray, threads: int = 1
@@ -690,8 +703,8 @@ class DenseStore:
                 with self._lock:
                     left = self._deferred[kind]
                     left.difference_update(labels)
-                    if not left:
-                        index.seq = self._synced.get(kind)
+                    if self._indices.get(kind) is index:
+                        self._mark(kind, index, self._synced.get(kind))
             return index
         finally:
             self._settling.release()
@@ -701,7 +714,9 @@ class DenseStore:
         ``index`` (searches read it until the swap), when it is intact and
         holds all but REPLACE_IN_PLACE_MAX of the vectors stored (those
         after its ``seq``, which the next sync reads as it would after a
-        start); None (``index`` kept) otherwise. What a tombstone collection
+        start, and the replacements it lists as not applied yet, deferred
+        here in turn); None (``index`` kept) otherwise, or when it is the
+        file loaded last. What a tombstone collection
         removed after the file was saved is marked deleted before the swap.
         Loading costs a read of the file (about 0.2 s for 50,000 vectors)
         where a build inserts every vector again (docs/benchmarks.md).
@@ -711,13 +726,14 @@ class DenseStore:
         seq = saved_seq(index.path)
         if seq is None:
             return None
-        if behind is None and index.seq is not None and int(seq) <= int(index.seq):
-            return None  # none newer than what this index holds every vector of
         stamp = saved_stamp(index.path)
-        if behind is not None and kind in self._viewed_stamp and self._viewed_stamp[kind] == stamp:
-            # the file viewed last: the child saved none since (a save of the
-            # same seq is not: a merge of its shards, a tombstone collection)
+        if kind in self._viewed_stamp and self._viewed_stamp[kind] == stamp:
+            # the file loaded last: the child saved none since (a save of the
+            # same seq is another file: a merge of its shards, a collection)
             return None
+        pending = saved_pending(index.path)
+        if behind is None and pending > self.replace_in_place_max:
+            return None  # its own deferred replacements: a build would follow the load
         rows = Chunk.objects.filter(index_kind=kind, embedding_status=EmbeddingStatus.OK)
         limit = self.replace_in_place_max if behind is None else behind
         if rows.filter(embed_seq__gt=int(seq)).count() > limit:
@@ -734,7 +750,7 @@ class DenseStore:
                 return None  # built again meanwhile
             self._indices[kind] = fresh
             self._synced[kind] = fresh.seq
-            self._deferred[kind] = set()
+            self._deferred[kind] = set(fresh.pending) & held
             self._collected[kind] = collected
             self._due.pop(kind, None)
             self._viewed_stamp[kind] = stamp
@@ -785,8 +801,7 @@ class DenseStore:
         with self._lock:
             if was_current and self._indices.get(kind) is index:  # not built again meanwhile (sync's note)
                 self._synced[kind] = version
-                if not self._deferred.get(kind):
-                    index.seq = version
+                self._mark(kind, index, version)
         if replace:
             self.settle(kind, threads=EMBED_THREADS, halfway=False)
 

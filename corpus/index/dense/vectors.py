@@ -57,7 +57,12 @@ in its own slot, by the one leaning towards its signature view when that
 view is embedded, later (corpus/index/dense/embedding.py; many replacements
 at once rebuild the index instead, DenseStore.settle). The sidecar
 records the embeddings version (``seq``) the file holds every vector of, so
-a process loading it re-reads only what was stored, or replaced, after.
+a process loading it re-reads only what was stored, or replaced, after;
+except the labels it lists as ``pending``, whose replacement by ``seq`` the
+file does not hold yet (deferred while a views pass runs: the loader
+defers them in turn). Without that list the version stayed where it was
+before the first deferred replacement, and a server mapping the file
+refused it as ever further behind (docs/benchmarks.md, session 31).
 """
 
 from __future__ import annotations
@@ -529,6 +534,10 @@ class VectorIndex:
         #: the embeddings version this index holds every vector of (None: unknown);
         #: the caller keeps it, the file records it
         self.seq: str | None = None
+        #: the labels whose vector stored by ``seq`` replaced the one held
+        #: here, not applied yet (DenseStore's deferred replacements): every
+        #: other vector up to ``seq`` is held; the caller keeps it, the file records it
+        self.pending: frozenset[int] = frozenset()
 
     def __len__(self) -> int:
         return len(self._labels)
@@ -606,6 +615,9 @@ class VectorIndex:
                     logger.warning("rebuilding %s from the database: %s", self.path.name, exc)
                 return False
         seq = meta.get("seq")
+        pending = meta.get("pending")
+        if not isinstance(pending, list):
+            pending = None  # a sidecar saved before the list
         held = ann.ids()
         for shard, part in zip(shards, parts, strict=True):
             _pass_over_listed(shard, part)
@@ -620,6 +632,7 @@ class VectorIndex:
             self._free = len(deleted)
             self.dirty = False
             self.seq = seq if isinstance(seq, str) else None
+            self.pending = frozenset(int(label) for label in pending or [] if isinstance(label, int))
         return True
 
     def _check_layout(self, meta: JsonObject | None, parts: list[JsonValue]) -> str:
@@ -915,6 +928,7 @@ class VectorIndex:
                     "store": self.store,
                     "count": len(self._labels),
                     "seq": self.seq,
+                    "pending": sorted(self.pending),
                     "deleted": deleted,
                     "size": tmp.stat().st_size,
                     "sha256": _sha256(tmp),
@@ -1072,6 +1086,15 @@ def saved_seq(path: Path) -> str | None:
     meta = _read_sidecar(path)
     seq = meta.get("seq") if meta is not None else None
     return seq if isinstance(seq, str) and seq.isdigit() else None
+
+
+def saved_pending(path: Path) -> int:
+    """How many labels the file at ``path`` holds an older vector of than
+    the one stored by its ``seq`` (its sidecar's ``pending``; 0 when none
+    or unknown)."""
+    meta = _read_sidecar(path)
+    pending = meta.get("pending") if meta is not None else None
+    return len(pending) if isinstance(pending, list) else 0
 
 
 def saved_store(path: Path) -> str | None:
